@@ -1,0 +1,66 @@
+# Precis: `make dev` runs the local stack, `make test` runs everything CI runs.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# Lambda runs python3.12; so do the virtualenvs (found on PATH, else under pyenv).
+PYTHON312 ?= $(shell for p in $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python3.12 2>/dev/null) python3.12; do \
+	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { command -v $$p; break; }; done)
+VENV := .venv
+SAM_VENV := .venv-sam
+PY := $(VENV)/bin/python
+SAM := $(SAM_VENV)/bin/sam
+ENCODINGS := layers/common/precis/encodings/.verified
+export SAM_CLI_TELEMETRY := 0
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help dev test test-fast lint build bench invoke encodings clean
+
+help:
+	@echo "make dev      run Precis locally on 127.0.0.1:\$${PRECIS_PORT:-8000} (moto, no Docker)"
+	@echo "make test     lint the template, sam build, run the whole test suite"
+	@echo "make bench    run the benchmarks (tables, plots under bench/out/)"
+	@echo "make invoke FN=ContextFunction EVENT=events/context_health.json   one handler, one event"
+
+$(VENV)/.installed: requirements-dev.txt layers/common/requirements.txt
+	@test -n "$(PYTHON312)" || { echo "python3.12 not found (set PYTHON312=/path/to/python3.12)"; exit 1; }
+	test -d $(VENV) || $(PYTHON312) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+$(SAM_VENV)/.installed: requirements-sam.txt
+	test -d $(SAM_VENV) || $(PYTHON312) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/pip install --quiet -r requirements-sam.txt
+	touch $@
+
+$(ENCODINGS): scripts/fetch_encodings.py | $(VENV)/.installed
+	$(PY) scripts/fetch_encodings.py
+	touch $@
+
+encodings: $(ENCODINGS)
+
+dev: $(VENV)/.installed $(ENCODINGS)
+	$(PY) -m local
+
+lint: $(SAM_VENV)/.installed
+	$(SAM) validate --lint
+
+# sam build needs python3.12 on PATH for the python3.12 runtime.
+build: $(SAM_VENV)/.installed $(ENCODINGS)
+	PATH="$(dir $(PYTHON312)):$$PATH" $(SAM) build --cached
+
+test: $(VENV)/.installed $(ENCODINGS) lint build
+	$(PY) -m pytest
+
+test-fast: $(VENV)/.installed $(ENCODINGS)
+	$(PY) -m pytest -x -q $(ARGS)
+
+bench: $(VENV)/.installed $(ENCODINGS)
+	$(PY) -m bench
+
+invoke: $(VENV)/.installed $(ENCODINGS)
+	@test -n "$(FN)" -a -n "$(EVENT)" || { echo "usage: make invoke FN=<LogicalId> EVENT=events/<file>.json"; exit 2; }
+	$(PY) -m local.invoke $(FN) $(EVENT)
+
+clean:
+	rm -rf .aws-sam bench/out .pytest_cache .hypothesis

@@ -1,0 +1,18 @@
+"""Write routes of the v3 API: workspaces, peers, sessions, session peers, messages and keys."""
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging import correlation_paths
+
+from precis.web import create_resolver
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+app = create_resolver()
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict, context) -> dict:
+    return app.resolve(event, context)

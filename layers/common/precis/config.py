@@ -1,0 +1,47 @@
+"""Settings, read once per cold start from the environment (the template, or the local stack)."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+from pydantic import BaseModel, Field
+
+
+class Settings(BaseModel):
+    table_name: str = "precis-dev"
+    bucket_name: str = "precis-dev-bucket"
+    stage: str = "dev"
+    secret_name: str | None = None
+    # Message bodies longer than this (UTF-8 bytes) go to S3; the item keeps a pointer.
+    inline_body_max_bytes: int = Field(16_384, ge=1, le=350_000)
+    # Honcho's limit by default; raise it for agents that store large tool outputs.
+    max_message_chars: int = Field(25_000, ge=1, le=4 * 1024 * 1024)
+    auth: bool = False
+    jwt_secret: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_base_url: str | None = None
+    llm_api_key: str | None = None
+
+
+def _env_bool(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    env = os.environ
+    raw = {
+        "table_name": env.get("TABLE_NAME"),
+        "bucket_name": env.get("BUCKET_NAME"),
+        "stage": env.get("STAGE"),
+        "secret_name": env.get("PRECIS_SECRET_NAME"),
+        "inline_body_max_bytes": env.get("PRECIS_INLINE_BODY_MAX_BYTES"),
+        "max_message_chars": env.get("PRECIS_MAX_MESSAGE_CHARS"),
+        "auth": _env_bool(env.get("PRECIS_AUTH")),
+        "jwt_secret": env.get("PRECIS_JWT_SECRET"),
+        "llm_model": env.get("PRECIS_LLM_MODEL"),
+        "llm_base_url": env.get("OPENAI_BASE_URL"),
+        "llm_api_key": env.get("OPENAI_API_KEY"),
+    }
+    return Settings(**{k: v for k, v in raw.items() if v not in (None, "")})

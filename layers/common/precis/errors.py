@@ -1,0 +1,41 @@
+"""One exception hierarchy for everything a caller can get wrong; `web` maps it to status codes."""
+
+from __future__ import annotations
+
+
+class PrecisError(Exception):
+    """Base of the errors that answer the caller with a status and a message."""
+
+    status = 400
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+        self.detail = detail
+
+
+class Invalid(PrecisError):
+    status = 422
+
+
+class Unauthorized(PrecisError):
+    status = 401
+
+
+class Forbidden(PrecisError):
+    status = 403
+
+
+class NotFound(PrecisError):
+    status = 404
+
+
+class Conflict(PrecisError):
+    status = 409
+
+
+class TooLarge(PrecisError):
+    status = 413
+
+
+class Throttled(PrecisError):
+    status = 429

@@ -1,0 +1,246 @@
+"""Read template.yaml the way the local stack needs it, so local runs cannot drift from what deploys.
+
+Functions (code, handler, environment, HTTP routes, stream source), the table and the bucket all come
+from the template; intrinsic functions are resolved against local values.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template.yaml"
+LAYER_DIR = ROOT / "layers" / "common"
+ENCODINGS_DIR = LAYER_DIR / "precis" / "encodings"
+
+
+class _Tag:
+    """An unresolved CloudFormation intrinsic (`!Ref X`, `!GetAtt A.B`, `!Sub ...`)."""
+
+    def __init__(self, name: str, value: Any):
+        self.name, self.value = name, value
+
+    def __repr__(self) -> str:
+        return f"!{self.name} {self.value!r}"
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct(loader: yaml.Loader, suffix: str, node: yaml.Node) -> _Tag:
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    return _Tag(suffix, value)
+
+
+_Loader.add_multi_constructor("!", _construct)
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    function: str
+
+
+@dataclass
+class Function:
+    logical_id: str
+    code_dir: Path
+    handler: str  # "module.function"
+    environment: dict[str, str]
+    timeout: int
+    routes: list[Route] = field(default_factory=list)
+    stream: dict[str, Any] | None = None  # the DynamoDB event's Properties
+
+
+@dataclass
+class Template:
+    raw: dict[str, Any]
+    functions: dict[str, Function]
+    table_name: str
+    bucket_name: str
+    queue_names: dict[str, str]  # logical id -> queue name
+
+    @property
+    def routes(self) -> list[Route]:
+        return [route for fn in self.functions.values() for route in fn.routes]
+
+    def resource(self, logical_id: str) -> dict[str, Any]:
+        return self.raw["Resources"][logical_id]
+
+    def stream_function(self) -> Function:
+        (fn,) = [f for f in self.functions.values() if f.stream is not None]
+        return fn
+
+
+@dataclass
+class LocalNames:
+    """What the template's resources are called on the local stack."""
+
+    stage: str = "local"
+    table: str = "precis-local"
+    bucket: str = "precis-local"
+    region: str = "us-east-1"
+    account: str = "123456789012"
+
+
+class _Resolver:
+    def __init__(self, raw: dict[str, Any], names: LocalNames):
+        self.params = {k: str(v.get("Default", "")) for k, v in raw.get("Parameters", {}).items()}
+        self.params["Stage"] = names.stage
+        self.refs = {"AWS::Region": names.region, "AWS::AccountId": names.account, "AWS::Partition": "aws",
+                     "AWS::URLSuffix": "amazonaws.com"}
+        self.resources = raw.get("Resources", {})
+        self.names = names
+        self.conditions = raw.get("Conditions", {})
+
+    def ref(self, name: str) -> str | None:
+        if name == "AWS::NoValue":
+            return None
+        if name in self.params:
+            return self.params[name]
+        if name in self.refs:
+            return self.refs[name]
+        kind = self.resources.get(name, {}).get("Type")
+        if kind == "AWS::DynamoDB::Table":
+            return self.names.table
+        if kind == "AWS::S3::Bucket":
+            return self.names.bucket
+        if kind == "AWS::SQS::Queue":
+            return f"http://localhost/{self.names.account}/{self.queue_name(name)}"
+        return name
+
+    def queue_name(self, logical_id: str) -> str:
+        props = self.resources[logical_id].get("Properties", {})
+        return self.resolve(props.get("QueueName")) or f"precis-{logical_id.lower()}"
+
+    def get_att(self, target: str) -> str:
+        logical_id, attr = target.split(".", 1)
+        kind = self.resources.get(logical_id, {}).get("Type")
+        if kind == "AWS::DynamoDB::Table":
+            arn = f"arn:aws:dynamodb:{self.names.region}:{self.names.account}:table/{self.names.table}"
+            return arn if attr == "Arn" else f"{arn}/stream/latest"
+        if kind == "AWS::SQS::Queue":
+            name = self.queue_name(logical_id)
+            return name if attr == "QueueName" else f"arn:aws:sqs:{self.names.region}:{self.names.account}:{name}"
+        if kind == "AWS::S3::Bucket":
+            return f"arn:aws:s3:::{self.names.bucket}"
+        return f"{logical_id}.{attr}"
+
+    def condition(self, name: str) -> bool:
+        return bool(self.resolve(self.conditions[name]))
+
+    def resolve(self, value: Any) -> Any:
+        if isinstance(value, _Tag):
+            name, arg = value.name, value.value
+            if name == "Ref":
+                return self.ref(arg)
+            if name == "GetAtt":
+                return self.get_att(arg if isinstance(arg, str) else ".".join(arg))
+            if name == "Sub":
+                text, extra = (arg, {}) if isinstance(arg, str) else (arg[0], arg[1])
+                import re
+
+                def sub(m: re.Match) -> str:
+                    key = m.group(1)
+                    if key in extra:
+                        return str(self.resolve(extra[key]))
+                    return str(self.get_att(key) if "." in key else self.ref(key))
+
+                return re.sub(r"\$\{([^}!]+)\}", sub, text)
+            if name == "If":
+                cond, yes, no = arg
+                return self.resolve(yes if self.condition(cond) else no)
+            if name == "Equals":
+                a, b = (self.resolve(x) for x in arg)
+                return a == b
+            if name == "Not":
+                return not self.resolve(arg[0])
+            raise ValueError(f"unsupported intrinsic !{name}")
+        if isinstance(value, dict):
+            out = {k: self.resolve(v) for k, v in value.items()}
+            return {k: v for k, v in out.items() if v is not None}
+        if isinstance(value, list):
+            return [self.resolve(v) for v in value]
+        return value
+
+
+def _parse(text: str) -> dict[str, Any]:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - SafeLoader subclass
+
+
+def load_template(path: Path = TEMPLATE, names: LocalNames | None = None) -> Template:
+    """Parse template.yaml and resolve what the local stack needs against `names`."""
+    names = names or LocalNames()
+    raw = _parse(path.read_text())
+    resolve = _Resolver(raw, names).resolve
+    globals_fn = raw.get("Globals", {}).get("Function", {})
+    global_env = resolve(globals_fn.get("Environment", {}).get("Variables", {}))
+    functions: dict[str, Function] = {}
+    for logical_id, res in raw["Resources"].items():
+        if res.get("Type") != "AWS::Serverless::Function":
+            continue
+        props = res["Properties"]
+        env = {**global_env, **resolve(props.get("Environment", {}).get("Variables", {}))}
+        fn = Function(
+            logical_id=logical_id,
+            code_dir=(path.parent / props["CodeUri"]).resolve(),
+            handler=props.get("Handler", globals_fn.get("Handler")),
+            environment={k: str(v) for k, v in env.items()},
+            timeout=int(props.get("Timeout", globals_fn.get("Timeout", 3))),
+        )
+        for event in props.get("Events", {}).values():
+            if event["Type"] == "HttpApi":
+                p = event["Properties"]
+                fn.routes.append(Route(p["Method"].upper(), p["Path"], logical_id))
+            elif event["Type"] == "DynamoDB":
+                fn.stream = resolve(event["Properties"])
+        functions[logical_id] = fn
+    resolver = _Resolver(raw, names)
+    queues = {lid: resolver.queue_name(lid) for lid, r in raw["Resources"].items() if r["Type"] == "AWS::SQS::Queue"}
+    return Template(raw=raw, functions=functions, table_name=names.table, bucket_name=names.bucket, queue_names=queues)
+
+
+@lru_cache(maxsize=1)
+def template() -> Template:
+    return load_template()
+
+
+def table_definition(tpl: Template) -> dict[str, Any]:
+    """CreateTable arguments from the template's table resource (same keys, indexes and stream)."""
+    props = copy.deepcopy(tpl.resource("Table")["Properties"])
+    args: dict[str, Any] = {
+        "TableName": tpl.table_name,
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "KeySchema": props["KeySchema"],
+        "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
+    }
+    if props.get("GlobalSecondaryIndexes"):
+        args["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+    if props.get("StreamSpecification"):
+        args["StreamSpecification"] = {"StreamEnabled": True, **props["StreamSpecification"]}
+    return args
+
+
+def create_resources(tpl: Template, dynamodb, s3, sqs=None) -> None:
+    """Create the table (with TTL), the bucket and the queues of the template with the given boto3 clients."""
+    dynamodb.create_table(**table_definition(tpl))
+    ttl = tpl.resource("Table")["Properties"].get("TimeToLiveSpecification")
+    if ttl:
+        dynamodb.update_time_to_live(TableName=tpl.table_name, TimeToLiveSpecification=ttl)
+    s3.create_bucket(Bucket=tpl.bucket_name)
+    if sqs is not None:
+        for name in tpl.queue_names.values():
+            sqs.create_queue(QueueName=name)

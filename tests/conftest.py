@@ -1,0 +1,52 @@
+"""Fixtures: fake AWS credentials, moto (in-process) with the template's table and bucket."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from local.template import ENCODINGS_DIR, template
+
+# Set before anything imports boto3 or the handlers: no real AWS, no network, shipped encodings.
+os.environ.update(
+    AWS_ACCESS_KEY_ID="testing",
+    AWS_SECRET_ACCESS_KEY="testing",
+    AWS_SESSION_TOKEN="testing",
+    AWS_DEFAULT_REGION="us-east-1",
+    AWS_REGION="us-east-1",
+    # moto 5.2.5 + botocore >= 1.44.4: in-process DynamoDB Streams needs this.
+    AWS_ACCOUNT_ID_ENDPOINT_MODE="disabled",
+    TIKTOKEN_CACHE_DIR=str(ENCODINGS_DIR),
+    POWERTOOLS_TRACE_DISABLED="true",
+    POWERTOOLS_METRICS_NAMESPACE="Precis",
+    POWERTOOLS_SERVICE_NAME="precis-tests",
+    TABLE_NAME=template().table_name,
+    BUCKET_NAME=template().bucket_name,
+)
+for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+    os.environ.pop(var, None)
+
+
+@pytest.fixture
+def aws():
+    """In-process moto with the template's table, bucket and queues; yields the boto3 clients."""
+    import boto3
+    from moto import mock_aws
+
+    from local.template import create_resources
+
+    with mock_aws():
+        clients = {name: boto3.client(name) for name in ("dynamodb", "s3", "sqs", "dynamodbstreams")}
+        create_resources(template(), clients["dynamodb"], clients["s3"], clients["sqs"])
+        yield clients
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings():
+    """Settings are read once per cold start; each test is a cold start."""
+    from precis.config import get_settings
+
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
