@@ -3,6 +3,10 @@
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging import correlation_paths
 
+from precis.models import ListBody
+from precis.params import MessageId, PageNo, PageSize, PeerId, Reverse, SessionId, WorkspaceId
+from precis.store import messages, resources
+from precis.store.db import get_db
 from precis.web import create_resolver
 
 logger = Logger()
@@ -21,6 +25,54 @@ def openapi() -> dict:
     return app.get_openapi_schema(title="Precis", version="3.0.0").model_dump(
         mode="json", by_alias=True, exclude_none=True
     )
+
+
+def _filters(body: ListBody | None):
+    return body.filters if body else None
+
+
+@app.post("/v3/workspaces/list")
+def list_workspaces(body: ListBody | None = None, page: PageNo = 1, size: PageSize = 50, reverse: Reverse = False):
+    return resources.list_workspaces(get_db(), _filters(body), page, size, reverse)
+
+
+@app.post("/v3/workspaces/<workspace_id>/peers/list")
+def list_peers(workspace_id: WorkspaceId, body: ListBody | None = None, page: PageNo = 1, size: PageSize = 50,
+               reverse: Reverse = False):
+    return resources.list_peers(get_db(), workspace_id, _filters(body), page, size, reverse)
+
+
+@app.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/sessions")
+def list_peer_sessions(workspace_id: WorkspaceId, peer_id: PeerId, body: ListBody | None = None, page: PageNo = 1,
+                       size: PageSize = 50, reverse: Reverse = False):
+    return resources.list_peer_sessions(get_db(), workspace_id, peer_id, _filters(body), page, size, reverse)
+
+
+@app.post("/v3/workspaces/<workspace_id>/sessions/list")
+def list_sessions(workspace_id: WorkspaceId, body: ListBody | None = None, page: PageNo = 1, size: PageSize = 50,
+                  reverse: Reverse = False):
+    return resources.list_sessions(get_db(), workspace_id, _filters(body), page, size, reverse)
+
+
+@app.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers")
+def list_session_peers(workspace_id: WorkspaceId, session_id: SessionId, page: PageNo = 1, size: PageSize = 50):
+    return resources.list_members(get_db(), workspace_id, session_id, page, size)
+
+
+@app.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers/<peer_id>/config")
+def get_peer_config(workspace_id: WorkspaceId, session_id: SessionId, peer_id: PeerId):
+    return resources.member_config(get_db(), workspace_id, session_id, peer_id)
+
+
+@app.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages/list")
+def list_session_messages(workspace_id: WorkspaceId, session_id: SessionId, body: ListBody | None = None,
+                          page: PageNo = 1, size: PageSize = 50, reverse: Reverse = False):
+    return messages.list_messages(get_db(), workspace_id, session_id, _filters(body), page, size, reverse)
+
+
+@app.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages/<message_id>")
+def get_message(workspace_id: WorkspaceId, session_id: SessionId, message_id: MessageId):
+    return messages.get_message(get_db(), workspace_id, session_id, message_id)
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)

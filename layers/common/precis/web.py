@@ -49,3 +49,8 @@ def create_resolver() -> APIGatewayHttpResolver:
         return _json(500, {"detail": "internal error; it has been logged"})
 
     return app
+
+
+def json_response(status: int, body: Any) -> Response:
+    """A JSON answer with an explicit status (201 created vs 200 existing, 202 accepted)."""
+    return _json(status, body)

@@ -1,0 +1,119 @@
+"""Request bodies of the v3 API (pydantic), with the limits the API contract pins."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+ID_PATTERN = r"^[a-zA-Z0-9_-]+$"
+ID_MAX = 100
+MAX_BATCH = 100
+METADATA_MAX_KEYS = 100
+METADATA_MAX_DEPTH = 5
+JSON_MAX_BYTES = 65_536  # metadata/configuration as JSON; keeps every item far below DynamoDB's 400 KB
+
+Id = Annotated[str, StringConstraints(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]
+MESSAGE_ID_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    return True
+
+
+def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is None:
+        return value
+    if len(value) > METADATA_MAX_KEYS:
+        raise ValueError(f"metadata: at most {METADATA_MAX_KEYS} top-level keys, got {len(value)}")
+    depth = _depth(value)
+    if depth > METADATA_MAX_DEPTH:
+        raise ValueError(f"metadata: nesting depth at most {METADATA_MAX_DEPTH}, got {depth}")
+    if not _finite(value):
+        raise ValueError("metadata: numbers must be finite (no NaN or Infinity)")
+    size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if size > JSON_MAX_BYTES:
+        raise ValueError(f"metadata: at most {JSON_MAX_BYTES} bytes as JSON, got {size}")
+    return value
+
+
+def _check_configuration(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is not None and len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) > JSON_MAX_BYTES:
+        raise ValueError(f"configuration: at most {JSON_MAX_BYTES} bytes as JSON")
+    return value
+
+
+Metadata = Annotated[dict[str, Any], AfterValidator(_check_metadata)]
+Configuration = Annotated[dict[str, Any], AfterValidator(_check_configuration)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PeerFlags(_Body):
+    observe_me: bool | None = None
+    observe_others: bool | None = None
+
+
+class WorkspaceCreate(_Body):
+    id: Id
+    metadata: Metadata | None = None
+    configuration: Configuration | None = None
+
+
+class ResourceUpdate(_Body):
+    metadata: Metadata | None = None
+    configuration: Configuration | None = None
+
+
+class PeerCreate(_Body):
+    id: Id
+    metadata: Metadata | None = None
+    configuration: Configuration | None = None
+
+
+class SessionCreate(_Body):
+    id: Id
+    metadata: Metadata | None = None
+    configuration: Configuration | None = None
+    peers: dict[Id, PeerFlags] | None = None
+    scopes: list[str] | None = None  # sent by the SDK; Precis has no scopes yet
+
+
+class MessageIn(_Body):
+    content: str
+    peer_id: Id
+    metadata: Metadata | None = None
+    configuration: dict[str, Any] | None = None  # sent by the SDK; no message-level settings yet
+    created_at: datetime | None = None
+    run_id: Id | None = None
+
+
+class MessageBatch(_Body):
+    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class MessageUpdate(_Body):
+    metadata: Metadata
+
+
+class ListBody(_Body):
+    filters: dict[str, Any] | None = None

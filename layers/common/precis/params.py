@@ -1,0 +1,17 @@
+"""Typed path and query parameters shared by the API functions (validated by the resolver)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+
+from precis.models import ID_MAX, ID_PATTERN, MESSAGE_ID_PATTERN
+
+WorkspaceId = Annotated[str, Path(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]
+PeerId = Annotated[str, Path(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]
+SessionId = Annotated[str, Path(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]
+MessageId = Annotated[str, Path(pattern=MESSAGE_ID_PATTERN)]
+PageNo = Annotated[int, Query(ge=1, le=10**9, description="page number, from 1")]
+PageSize = Annotated[int, Query(ge=1, le=100, description="items per page, 1-100")]
+Reverse = Annotated[bool, Query(description="newest first")]

@@ -1,0 +1,81 @@
+"""The table and bucket handles, created once per cold start, and plain-value (de)serialization."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+from precis.config import get_settings
+
+
+@dataclass
+class Db:
+    client: Any  # boto3 DynamoDB client
+    s3: Any  # boto3 S3 client
+    table: str
+    bucket: str
+
+
+@lru_cache(maxsize=1)
+def get_db() -> Db:
+    """Clients for the configured table and bucket (boto3 honours AWS_ENDPOINT_URL for the local stack)."""
+    import boto3
+    from botocore.config import Config
+
+    settings = get_settings()
+    config = Config(retries={"mode": "standard", "max_attempts": 4}, max_pool_connections=32,
+                    connect_timeout=2, read_timeout=10)
+    return Db(
+        client=boto3.client("dynamodb", config=config),
+        s3=boto3.client("s3", config=config),
+        table=settings.table_name,
+        bucket=settings.bucket_name,
+    )
+
+
+def to_attr(value: Any) -> dict[str, Any]:
+    """A plain JSON-like value as a DynamoDB AttributeValue (numbers keep their exact text)."""
+    if value is None:
+        return {"NULL": True}
+    if isinstance(value, bool):
+        return {"BOOL": value}
+    if isinstance(value, (int, Decimal)):
+        return {"N": str(value)}
+    if isinstance(value, float):
+        return {"N": repr(value)}
+    if isinstance(value, str):
+        return {"S": value}
+    if isinstance(value, dict):
+        return {"M": {str(k): to_attr(v) for k, v in value.items()}}
+    if isinstance(value, (list, tuple)):
+        return {"L": [to_attr(v) for v in value]}
+    raise TypeError(f"cannot store {type(value).__name__}")
+
+
+def from_attr(attr: dict[str, Any]) -> Any:
+    (kind, value), = attr.items()
+    if kind == "S":
+        return value
+    if kind == "N":
+        return int(value) if value.lstrip("-").isdigit() else float(value)
+    if kind == "BOOL":
+        return value
+    if kind == "NULL":
+        return None
+    if kind == "M":
+        return {k: from_attr(v) for k, v in value.items()}
+    if kind == "L":
+        return [from_attr(v) for v in value]
+    if kind == "SS":
+        return sorted(value)
+    raise TypeError(f"unexpected attribute type {kind}")
+
+
+def to_item(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: to_attr(v) for k, v in values.items() if v is not None}
+
+
+def from_item(item: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if item is None else {k: from_attr(v) for k, v in item.items()}

@@ -1,0 +1,61 @@
+"""Every table key and S3 object name Precis uses (nothing outside `precis.store` builds one)."""
+
+from __future__ import annotations
+
+SEQ_DIGITS = 12
+
+
+def workspace(ws: str) -> dict[str, str]:
+    return {"PK": f"WS#{ws}", "SK": "WS"}
+
+
+def peer(ws: str, peer_id: str) -> dict[str, str]:
+    return {"PK": f"WS#{ws}", "SK": f"PEER#{peer_id}"}
+
+
+def session(ws: str, session_id: str) -> dict[str, str]:
+    return {"PK": f"WS#{ws}", "SK": f"SESSION#{session_id}"}
+
+
+def session_pk(ws: str, session_id: str) -> str:
+    """Partition of everything inside a session: members, messages, summaries."""
+    return f"WS#{ws}#S#{session_id}"
+
+
+def member(ws: str, session_id: str, peer_id: str) -> dict[str, str]:
+    return {"PK": session_pk(ws, session_id), "SK": f"PEER#{peer_id}"}
+
+
+def peer_session(ws: str, peer_id: str, session_id: str) -> dict[str, str]:
+    """The reverse of `member`, so a peer's sessions are one query."""
+    return {"PK": f"WS#{ws}#P#{peer_id}", "SK": f"SESSION#{session_id}"}
+
+
+def peer_sessions_pk(ws: str, peer_id: str) -> str:
+    return f"WS#{ws}#P#{peer_id}"
+
+
+def message_sk(seq: int) -> str:
+    return f"MSG#{seq:0{SEQ_DIGITS}d}"
+
+
+def message(ws: str, session_id: str, seq: int) -> dict[str, str]:
+    return {"PK": session_pk(ws, session_id), "SK": message_sk(seq)}
+
+
+def summary(ws: str, session_id: str, summary_type: str) -> dict[str, str]:
+    return {"PK": session_pk(ws, session_id), "SK": f"SUMMARY#{summary_type}"}
+
+
+def idempotency(ws: str, session_id: str, key: str) -> dict[str, str]:
+    return {"PK": f"{session_pk(ws, session_id)}#IDEM#{key}", "SK": "IDEM"}
+
+
+def body_object(ws: str, session_id: str, token: str) -> str:
+    return f"bodies/{ws}/{session_id}/{token}"
+
+
+def parse_session_pk(pk: str) -> tuple[str, str]:
+    """(workspace, session) of a session partition key."""
+    ws, session_id = pk.removeprefix("WS#").split("#S#", 1)
+    return ws, session_id

@@ -1,0 +1,102 @@
+"""Call the real handlers in-process with API Gateway HTTP API (v2.0) events, as the gateway would."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from local.lambda_context import LambdaContext
+from local.template import template
+
+_MODULES: dict[str, Any] = {}
+
+
+def handler_module(logical_id: str):
+    """The handler module of a template function, imported once under a unique name."""
+    if logical_id not in _MODULES:
+        fn = template().functions[logical_id]
+        module_name, _ = fn.handler.rsplit(".", 1)
+        spec = importlib.util.spec_from_file_location(f"precis_fn_{fn.code_dir.name}",
+                                                      fn.code_dir / f"{module_name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        _MODULES[logical_id] = module
+    return _MODULES[logical_id]
+
+
+def invoke(logical_id: str, event: dict) -> dict:
+    fn = template().functions[logical_id]
+    return handler_module(logical_id).lambda_handler(event, LambdaContext(function_name=fn.logical_id))
+
+
+def _match(method: str, path: str):
+    parts = path.strip("/").split("/")
+    best = None
+    for route in template().routes:
+        rparts = route.path.strip("/").split("/")
+        if route.method != method or len(rparts) != len(parts):
+            continue
+        params, literal = {}, 0
+        for r, p in zip(rparts, parts):
+            if r.startswith("{"):
+                params[r[1:-1]] = p
+            elif r == p:
+                literal += 1
+            else:
+                break
+        else:
+            if best is None or literal > best[2]:
+                best = (route, params, literal)
+    return best
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    headers: dict[str, str]
+
+    def json(self) -> Any:
+        return self.body
+
+
+def http_event(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None,
+               raw: str | None = None) -> tuple[str, dict]:
+    parts = urlsplit(url)
+    found = _match(method, parts.path)
+    assert found, f"no route for {method} {parts.path}"
+    route, params, _ = found
+    query: dict[str, str] = {}
+    for k, v in parse_qsl(parts.query, keep_blank_values=True):
+        query[k] = f"{query[k]},{v}" if k in query else v
+    text = raw if raw is not None else (None if body is None else json.dumps(body))
+    event = {
+        "version": "2.0", "routeKey": f"{route.method} {route.path}", "rawPath": parts.path,
+        "rawQueryString": parts.query, "headers": {"content-type": "application/json",
+                                                   **{k.lower(): v for k, v in (headers or {}).items()}},
+        "queryStringParameters": query or None, "pathParameters": params or None,
+        "requestContext": {"http": {"method": method, "path": parts.path, "protocol": "HTTP/1.1",
+                                    "sourceIp": "127.0.0.1", "userAgent": "tests"},
+                           "requestId": str(uuid.uuid4()), "routeKey": f"{route.method} {route.path}",
+                           "stage": "$default", "timeEpoch": int(time.time() * 1000), "accountId": "123456789012",
+                           "apiId": "local", "domainName": "localhost"},
+        "body": text, "isBase64Encoded": False,
+    }
+    return route.function, event
+
+
+def call(method: str, url: str, body: Any = None, *, headers: dict[str, str] | None = None,
+         raw: str | None = None, **query: Any) -> Reply:
+    if query:
+        url = f"{url}?{urlencode(query, doseq=True)}"
+    function, event = http_event(method, url, body, headers, raw)
+    out = invoke(function, event)
+    text = out.get("body")
+    return Reply(out["statusCode"], json.loads(text) if text else None, out.get("headers") or {})
