@@ -227,8 +227,9 @@ def table_definition(tpl: Template) -> dict[str, Any]:
         "KeySchema": props["KeySchema"],
         "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
     }
-    if props.get("GlobalSecondaryIndexes"):
-        args["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+    for index_kind in ("LocalSecondaryIndexes", "GlobalSecondaryIndexes"):
+        if props.get(index_kind):
+            args[index_kind] = props[index_kind]
     if props.get("StreamSpecification"):
         args["StreamSpecification"] = {"StreamEnabled": True, **props["StreamSpecification"]}
     return args

@@ -22,7 +22,8 @@ from precis.store.resources import (
 ID_LEN = 21
 _SEQ_CHARS = 7  # base64url digits of seq at the front of a message id: 64**7 ≈ 4.4e12 messages per session
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-_MAX_ATTEMPTS = 10
+_MAX_ATTEMPTS = 25
+_BACKOFF_CAP_S = 0.4
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ def append_messages(db: Db, ws: str, session_id: str, batch: Sequence[NewMessage
         except ClientError as exc:
             if not _lost_race(exc):
                 raise
-            sleep(random.uniform(0, 0.01 * 2 ** attempt))  # full jitter: concurrent writers spread out
+            sleep(random.uniform(0, min(_BACKOFF_CAP_S, 0.01 * 2 ** attempt)))  # full jitter spreads writers out
             continue
         return [message_view(item, ws, session_id, batch[i].content) for i, item in enumerate(items)]
     raise Throttled(f"session '{session_id}' has too many concurrent writers; retry the request")

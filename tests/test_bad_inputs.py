@@ -1,0 +1,151 @@
+"""Every route answers bad input with its documented 4xx and a message, and writes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.handlers import call
+
+W = "/v3/workspaces/ws1"
+S = f"{W}/sessions/s1"
+LONG_ID = "x" * 101
+DEEP = {"a": {"b": {"c": {"d": {"e": {"f": 1}}}}}}
+WIDE = {f"k{i}": i for i in range(101)}
+
+
+def msgs(*contents, peer="alice", **extra):
+    return {"messages": [{"content": c, "peer_id": peer, **extra} for c in contents]}
+
+
+# (method, path, json body | raw text, query, headers, expected status)
+CASES = [
+    # workspaces
+    ("POST", "/v3/workspaces", {}, {}, {}, 422),
+    ("POST", "/v3/workspaces", {"id": "bad id!"}, {}, {}, 422),
+    ("POST", "/v3/workspaces", {"id": LONG_ID}, {}, {}, 422),
+    ("POST", "/v3/workspaces", {"id": 5}, {}, {}, 422),
+    ("POST", "/v3/workspaces", {"id": "w2", "metadata": DEEP}, {}, {}, 422),
+    ("POST", "/v3/workspaces", {"id": "w2", "metadata": WIDE}, {}, {}, 422),
+    ("POST", "/v3/workspaces", {"id": "w2", "metadata": [1]}, {}, {}, 422),
+    ("POST", "/v3/workspaces", {"id": "w2", "surprise": 1}, {}, {}, 422),
+    ("POST", "/v3/workspaces", "{not json", {}, {}, 422),
+    ("PUT", "/v3/workspaces/nope", {"metadata": {}}, {}, {}, 404),
+    ("PUT", "/v3/workspaces/bad%20id", {"metadata": {}}, {}, {}, 422),
+    ("PUT", W, {"metadata": "x"}, {}, {}, 422),
+    ("DELETE", "/v3/workspaces/nope", None, {}, {}, 404),
+    ("DELETE", W, None, {}, {}, 409),  # it has a session
+    ("POST", "/v3/workspaces/list", {"filters": "x"}, {}, {}, 422),
+    ("POST", "/v3/workspaces/list", None, {"size": 0}, {}, 422),
+    ("POST", "/v3/workspaces/list", None, {"size": 101}, {}, 422),
+    ("POST", "/v3/workspaces/list", None, {"page": 0}, {}, 422),
+    ("POST", "/v3/workspaces/list", None, {"page": "abc"}, {}, 422),
+    ("POST", "/v3/workspaces/list", None, {"page": 10**20}, {}, 422),
+    # peers
+    ("POST", f"{W}/peers", {"id": "bad id"}, {}, {}, 422),
+    ("POST", f"{W}/peers", {"id": "p", "metadata": DEEP}, {}, {}, 422),
+    ("POST", "/v3/workspaces/nope/peers", {"id": "p"}, {}, {}, 404),
+    ("PUT", f"{W}/peers/nope", {"metadata": {}}, {}, {}, 404),
+    ("PUT", f"{W}/peers/{LONG_ID}", {"metadata": {}}, {}, {}, 422),
+    ("PUT", f"{W}/peers/alice", {"configuration": "x"}, {}, {}, 422),
+    ("POST", f"{W}/peers/list", {"filters": {"AND": "x"}}, {}, {}, 422),
+    ("POST", "/v3/workspaces/nope/peers/list", None, {}, {}, 404),
+    ("POST", f"{W}/peers/nope/sessions", None, {}, {}, 404),
+    ("POST", f"{W}/peers/alice/sessions", None, {"size": -1}, {}, 422),
+    # sessions
+    ("POST", f"{W}/sessions", {"id": "s 2"}, {}, {}, 422),
+    ("POST", f"{W}/sessions", {"id": "s2", "peers": {"bad id": {}}}, {}, {}, 422),
+    ("POST", f"{W}/sessions", {"id": "s2", "peers": {"p": {"observe_me": "maybe"}}}, {}, {}, 422),
+    ("POST", "/v3/workspaces/nope/sessions", {"id": "s2"}, {}, {}, 404),
+    ("PUT", f"{W}/sessions/nope", {"metadata": {}}, {}, {}, 404),
+    ("PUT", S, {"metadata": WIDE}, {}, {}, 422),
+    ("DELETE", f"{W}/sessions/nope", None, {}, {}, 404),
+    ("POST", f"{W}/sessions/list", {"filters": {"NOT": ["x"]}}, {}, {}, 422),
+    ("POST", "/v3/workspaces/nope/sessions/list", None, {}, {}, 404),
+    # session peers
+    ("POST", f"{S}/peers", {"bad id": {}}, {}, {}, 422),
+    ("POST", f"{S}/peers", ["alice"], {}, {}, 422),
+    ("POST", f"{W}/sessions/nope/peers", {"p": {}}, {}, {}, 404),
+    ("PUT", f"{S}/peers", {"p": {"observe_others": 3}}, {}, {}, 422),
+    ("PUT", f"{W}/sessions/nope/peers", {"p": {}}, {}, {}, 404),
+    ("DELETE", f"{S}/peers", {"alice": {}}, {}, {}, 422),
+    ("DELETE", f"{S}/peers", ["bad id"], {}, {}, 422),
+    ("DELETE", f"{W}/sessions/nope/peers", ["alice"], {}, {}, 404),
+    ("GET", f"{W}/sessions/nope/peers", None, {}, {}, 404),
+    ("GET", f"{S}/peers/nope/config", None, {}, {}, 404),
+    ("PUT", f"{S}/peers/nope/config", {"observe_me": True}, {}, {}, 404),
+    ("PUT", f"{S}/peers/alice/config", {"observe_me": "often"}, {}, {}, 422),
+    # messages
+    ("POST", f"{S}/messages", {"messages": []}, {}, {}, 422),
+    ("POST", f"{S}/messages", msgs(*["m"] * 101), {}, {}, 422),
+    ("POST", f"{S}/messages", msgs("x" * 25_001), {}, {}, 413),
+    ("POST", f"{S}/messages", msgs("ok", "x" * 25_001), {}, {}, 413),
+    ("POST", f"{S}/messages", msgs(5), {}, {}, 422),
+    ("POST", f"{S}/messages", msgs("hi", peer="bad id"), {}, {}, 422),
+    ("POST", f"{S}/messages", msgs("hi", peer=""), {}, {}, 422),
+    ("POST", f"{S}/messages", msgs("hi", metadata=DEEP), {}, {}, 422),
+    ("POST", f"{S}/messages", msgs("hi", metadata=WIDE), {}, {}, 422),
+    ("POST", f"{S}/messages", msgs("hi", run_id="bad run"), {}, {}, 422),
+    ("POST", f"{S}/messages", msgs("hi", run_id=""), {}, {}, 422),
+    ("POST", f"{S}/messages", msgs("hi", created_at="yesterday"), {}, {}, 422),
+    ("POST", f"{S}/messages", '{"messages": [{"content": "\\ud800", "peer_id": "alice"}]}', {}, {}, 422),
+    ("POST", f"{S}/messages", '{"messages": [{"content": "ok", "peer_id": "alice", "metadata": {"x": NaN}}]}',
+     {}, {}, 422),
+    ("POST", f"{S}/messages", '{"messages": [', {}, {}, 422),
+    ("POST", f"{S}/messages", ["hi"], {}, {}, 422),
+    ("POST", f"{S}/messages", None, {}, {}, 422),
+    ("POST", "/v3/workspaces/nope/sessions/s1/messages", msgs("hi"), {}, {}, 404),
+    ("POST", f"{W}/sessions/{LONG_ID}/messages", msgs("hi"), {}, {}, 422),
+    ("POST", f"{S}/messages", msgs("hi"), {}, {"Idempotency-Key": "k" * 256}, 422),
+    ("POST", f"{S}/messages/list", {"filters": []}, {}, {}, 422),
+    ("POST", f"{S}/messages/list", None, {"size": 1000}, {}, 422),
+    ("POST", f"{W}/sessions/nope/messages/list", None, {}, {}, 404),
+    ("GET", f"{S}/messages/nope", None, {}, {}, 404),
+    ("GET", f"{S}/messages/{'A' * 21}", None, {}, {}, 404),
+    ("GET", f"{S}/messages/bad%20id", None, {}, {}, 422),
+    ("GET", f"{W}/sessions/nope/messages/{'A' * 21}", None, {}, {}, 404),
+    ("PUT", f"{S}/messages/{'A' * 21}", {"metadata": {}}, {}, {}, 404),
+    ("PUT", f"{S}/messages/{'A' * 21}", {"content": "new"}, {}, {}, 422),
+    ("PUT", f"{S}/messages/{'A' * 21}", {}, {}, {}, 422),
+]
+
+
+def _scan(aws) -> list:
+    return sorted(aws["dynamodb"].scan(TableName="precis-local")["Items"], key=lambda i: (i["PK"]["S"], i["SK"]["S"]))
+
+
+@pytest.fixture
+def seeded(aws):
+    """ws1 with peer alice and session s1 holding one message."""
+    assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
+    assert call("POST", f"{W}/sessions", {"id": "s1", "peers": {"alice": {}}}).status == 201
+    assert call("POST", f"{S}/messages", msgs("hello")).status == 201
+    return aws
+
+
+@pytest.mark.parametrize(("method", "path", "body", "query", "headers", "status"), CASES,
+                         ids=[f"{c[0]} {c[1][:60]} -> {c[5]} #{i}" for i, c in enumerate(CASES)])
+def test_bad_input_answers_4xx_with_a_message_and_writes_nothing(seeded, method, path, body, query, headers, status):
+    before = _scan(seeded)
+    raw = body if isinstance(body, str) else None
+    reply = call(method, path, None if raw else body, raw=raw, headers=headers, **query)
+    assert reply.status == status, reply.body
+    detail = reply.body["detail"]
+    assert detail, "an error must say what is wrong"
+    if isinstance(detail, list):
+        assert all(e["msg"] and e["loc"] for e in detail)
+    assert _scan(seeded) == before
+
+
+def test_every_route_has_bad_input_cases():
+    from local.template import template
+
+    covered = set()
+    for method, path, *_ in CASES:
+        from tests.handlers import _match
+
+        found = _match(method, path.split("?")[0])
+        if found:
+            covered.add((found[0].method, found[0].path))
+    routes = {(r.method, r.path) for r in template().routes if r.path.startswith("/v3/")
+              and not r.path.endswith(("/context", "/summaries")) and r.path != "/v3/keys"}
+    assert routes - covered == set()
