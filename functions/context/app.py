@@ -4,8 +4,12 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging import correlation_paths
 
 from precis.models import ListBody
-from precis.params import MessageId, PageNo, PageSize, PeerId, Reverse, SessionId, WorkspaceId
-from precis.store import messages, resources
+from precis.context import check_context_params
+from precis.params import (
+    MAX_CONTEXT_TOKENS, Distance, MaxConclusions, MessageId, OptionalId, PageNo, PageSize, PeerId, Reverse,
+    SessionId, SessionIds, Tokens, TopK, WorkspaceId,
+)
+from precis.store import context, messages, resources
 from precis.store.db import get_db
 from precis.web import create_resolver
 
@@ -73,6 +77,23 @@ def list_session_messages(workspace_id: WorkspaceId, session_id: SessionId, body
 @app.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages/<message_id>")
 def get_message(workspace_id: WorkspaceId, session_id: SessionId, message_id: MessageId):
     return messages.get_message(get_db(), workspace_id, session_id, message_id)
+
+
+@app.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/context")
+def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens = None, summary: bool = True,
+                whole_runs: bool = False, peer_target: OptionalId = None, peer_perspective: OptionalId = None,
+                scope: str | None = None, sessions: SessionIds = None, limit_to_session: bool = False,
+                search_query: str | None = None, search_top_k: TopK = None, search_max_distance: Distance = None,
+                include_most_frequent: bool = False, max_conclusions: MaxConclusions = None):
+    check_context_params(session_id, peer_target=peer_target, peer_perspective=peer_perspective, scope=scope,
+                         sessions=sessions, limit_to_session=limit_to_session)
+    return context.read_context(get_db(), workspace_id, session_id, tokens or MAX_CONTEXT_TOKENS,
+                                use_summary=summary, whole_runs=whole_runs)
+
+
+@app.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/summaries")
+def get_summaries(workspace_id: WorkspaceId, session_id: SessionId):
+    return context.read_summaries(get_db(), workspace_id, session_id)
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)

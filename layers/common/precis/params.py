@@ -15,3 +15,12 @@ MessageId = Annotated[str, Path(pattern=MESSAGE_ID_PATTERN)]
 PageNo = Annotated[int, Query(ge=1, le=10**9, description="page number, from 1")]
 PageSize = Annotated[int, Query(ge=1, le=100, description="items per page, 1-100")]
 Reverse = Annotated[bool, Query(description="newest first")]
+
+MAX_CONTEXT_TOKENS = 100_000
+Tokens = Annotated[int | None, Query(ge=1, le=MAX_CONTEXT_TOKENS,
+                                     description=f"token limit of the whole context, 1-{MAX_CONTEXT_TOKENS}")]
+OptionalId = Annotated[str | None, Query(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]
+SessionIds = Annotated[list[str] | None, Query(max_length=1000)]
+TopK = Annotated[int | None, Query(ge=1, le=100)]
+Distance = Annotated[float | None, Query(ge=0, le=1)]
+MaxConclusions = Annotated[int | None, Query(ge=1, le=100)]

@@ -1,0 +1,107 @@
+"""The context read: a summary plus the newest messages that fit, in two rounds of DynamoDB requests.
+
+Round 1 (in parallel): the session and its summaries in one BatchGetItem, and the last message's cost.
+Round 2: the messages whose `start_tokens` lies in the window the budget allows, from the ByStartTokens
+local index (strongly consistent), so only messages that can be returned are read.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from precis.budget import ContextPlan, MessageCost, SummaryCost, plan_context, select_messages
+from precis.errors import NotFound
+from precis.store import keys
+from precis.store.db import Db, from_item, to_item
+from precis.store.messages import _with_content
+
+SHORT, LONG, ROLLING = "honcho_chat_summary_short", "honcho_chat_summary_long", "rolling"
+SUMMARY_TYPES = (SHORT, LONG, ROLLING)
+_COST_FIELDS = "seq, token_count, start_tokens, run_start_seq"
+_pool = ThreadPoolExecutor(max_workers=4)
+
+
+def _cost(item: dict[str, Any]) -> MessageCost:
+    return MessageCost(item["seq"], item["token_count"], item["start_tokens"], item["run_start_seq"])
+
+
+def _summary_cost(item: dict[str, Any]) -> SummaryCost:
+    return SummaryCost(item["summary_type"], item["covers_seq"], item["end_tokens"], item["token_count"])
+
+
+def summary_view(item: dict[str, Any] | None) -> dict[str, Any] | None:
+    if item is None:
+        return None
+    return {"content": item["content"], "message_id": item["message_id"], "summary_type": item["summary_type"],
+            "created_at": item["created_at"], "token_count": item["token_count"]}
+
+
+def _session_and_summaries(db: Db, ws: str, session_id: str) -> tuple[dict | None, dict[str, dict]]:
+    wanted = [keys.session(ws, session_id), *(keys.summary(ws, session_id, t) for t in SUMMARY_TYPES)]
+    request = {db.table: {"Keys": [to_item(k) for k in wanted], "ConsistentRead": True}}
+    found: list[dict[str, Any]] = []
+    while request:
+        out = db.client.batch_get_item(RequestItems=request)
+        found += [from_item(i) for i in out["Responses"].get(db.table, [])]
+        request = out.get("UnprocessedKeys") or {}
+    session = next((i for i in found if i["SK"].startswith("SESSION#")), None)
+    return session, {i["summary_type"]: i for i in found if i["SK"].startswith("SUMMARY#")}
+
+
+def _last_message(db: Db, ws: str, session_id: str) -> MessageCost | None:
+    out = db.client.query(
+        TableName=db.table, KeyConditionExpression="PK = :pk AND begins_with(SK, :m)", ScanIndexForward=False,
+        Limit=1, ConsistentRead=True, ProjectionExpression=_COST_FIELDS,
+        ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":m": {"S": "MSG#"}})
+    return _cost(from_item(out["Items"][0])) if out["Items"] else None
+
+
+def _window(db: Db, ws: str, session_id: str, plan: ContextPlan) -> list[dict[str, Any]]:
+    items, kwargs = [], {}
+    while True:
+        out = db.client.query(
+            TableName=db.table, IndexName="ByStartTokens", ConsistentRead=True,
+            KeyConditionExpression="PK = :pk AND start_tokens BETWEEN :lo AND :hi",
+            ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)},
+                                       ":lo": {"N": str(plan.min_start_tokens)}, ":hi": {"N": str(plan.total_tokens)}},
+            **kwargs)
+        items += [from_item(i) for i in out["Items"]]
+        if "LastEvaluatedKey" not in out:
+            return items
+        kwargs = {"ExclusiveStartKey": out["LastEvaluatedKey"]}
+
+
+def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: bool = True,
+                 whole_runs: bool = False) -> dict[str, Any]:
+    """The context of a session within `limit` tokens (summary + newest messages), Honcho's shape + ext."""
+    first = _pool.submit(_session_and_summaries, db, ws, session_id)
+    last = _last_message(db, ws, session_id)
+    session, summaries = first.result()
+    if session is None or "deleted_at" in session:
+        raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
+    plan = plan_context(limit, [_summary_cost(s) for s in summaries.values()], last, use_summary=use_summary)
+    items = _window(db, ws, session_id, plan) if plan.last_seq > plan.after_seq and plan.message_budget > 0 else []
+    by_seq = {i["seq"]: i for i in items}
+    selection = select_messages(plan, map(_cost, items), whole_runs=whole_runs)
+    chosen = summaries[plan.summary.summary_type] if plan.summary else None
+    return {
+        "id": session_id,
+        "messages": _with_content(db, [by_seq[m.seq] for m in selection.messages], ws, session_id),
+        "summary": summary_view(chosen),
+        "peer_representation": None,
+        "peer_card": None,
+        "messages_skipped": selection.messages_skipped,
+        "token_count": selection.token_count,
+    }
+
+
+def read_summaries(db: Db, ws: str, session_id: str) -> dict[str, Any]:
+    """The session's current short and long summaries (a rolling summary reports as the long one)."""
+    session, summaries = _session_and_summaries(db, ws, session_id)
+    if session is None or "deleted_at" in session:
+        raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
+    longs = [s for t, s in summaries.items() if t in (LONG, ROLLING)]
+    long_summary = max(longs, key=lambda s: s["covers_seq"], default=None)
+    return {"id": session_id, "short_summary": summary_view(summaries.get(SHORT)),
+            "long_summary": summary_view(long_summary)}
