@@ -11,7 +11,7 @@ from precis.params import (
 )
 from precis.store import context, messages, resources
 from precis.store.db import get_db
-from precis.web import create_resolver
+from precis.web import create_resolver, serve
 
 logger = Logger()
 tracer = Tracer()
@@ -100,4 +100,4 @@ def get_summaries(workspace_id: WorkspaceId, session_id: SessionId):
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict, context) -> dict:
-    return app.resolve(event, context)
+    return serve(app, event, context)

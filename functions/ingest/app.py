@@ -1,18 +1,21 @@
 """Write routes of the v3 API: workspaces, peers, sessions, session peers, messages and keys."""
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.event_handler.openapi.params import Body, Header
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 from aws_lambda_powertools.logging import correlation_paths
 
+from precis.auth import mint_key
 from precis.config import get_settings
 from precis.ingest import create_messages
 from precis.models import Id, MessageBatch, MessageUpdate, PeerCreate, PeerFlags, ResourceUpdate, SessionCreate, WorkspaceCreate
-from precis.params import MessageId, PeerId, SessionId, WorkspaceId
+from precis.params import MessageId, OptionalId, PeerId, SessionId, WorkspaceId
+from precis.secrets import jwt_secret
 from precis.store import messages, resources
 from precis.store.db import get_db
-from precis.web import create_resolver, json_response
+from precis.web import create_resolver, serve, json_response
 
 logger = Logger()
 tracer = Tracer()
@@ -113,8 +116,19 @@ def update_message(workspace_id: WorkspaceId, session_id: SessionId, message_id:
     return messages.update_message_metadata(get_db(), workspace_id, session_id, message_id, body.metadata)
 
 
+@app.post("/v3/keys")
+def create_key(workspace_id: OptionalId = None, peer_id: OptionalId = None, session_id: OptionalId = None,
+               expires_at: Annotated[datetime | None, Query(description="ISO 8601; becomes the numeric exp")] = None):
+    expires = None
+    if expires_at is not None:
+        expires = int((expires_at if expires_at.tzinfo else expires_at.replace(tzinfo=UTC)).timestamp())
+    key = mint_key(jwt_secret(), workspace=workspace_id, peer=peer_id, session=session_id, expires=expires,
+                   admin=not (workspace_id or peer_id or session_id))
+    return {"key": key}
+
+
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict, context) -> dict:
-    return app.resolve(event, context)
+    return serve(app, event, context)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
+from precis.auth import ROUTES, Access, authorize, bearer, verify_key
+from precis.config import get_settings
 from precis.errors import PrecisError
+from precis.secrets import jwt_secret
 
 logger = Logger(child=True)
 
@@ -54,3 +58,43 @@ def create_resolver() -> APIGatewayHttpResolver:
 def json_response(status: int, body: Any) -> Response:
     """A JSON answer with an explicit status (201 created vs 200 existing, 202 accepted)."""
     return _json(status, body)
+
+
+def _body_id(event: dict) -> str | None:
+    try:
+        body = json.loads(event.get("body") or "null")
+    except ValueError:
+        return None
+    value = body.get("id") if isinstance(body, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def authenticate(event: dict) -> None:
+    """Check the request's bearer key against the route's scope (401/403), when auth is on."""
+    if not get_settings().auth:
+        return
+    access = ROUTES.get(event.get("routeKey", ""), Access.ADMIN)  # a route missing from the table: admins only
+    if access is Access.PUBLIC:
+        return
+    principal = verify_key(bearer(event.get("headers")), jwt_secret())
+    ids = event.get("pathParameters") or {}
+    workspace, session = ids.get("workspace_id"), ids.get("session_id")
+
+    def is_member() -> bool:
+        from precis.store.db import get_db
+        from precis.store.resources import is_member as member
+
+        return member(get_db(), workspace, session, principal.peer)
+
+    authorize(principal, access, workspace=workspace, peer=ids.get("peer_id"), session=session,
+              body_id=_body_id(event), is_member=is_member)
+
+
+def serve(app: APIGatewayHttpResolver, event: dict, context) -> dict:
+    """Authenticate, then let the resolver route, validate and answer."""
+    try:
+        authenticate(event)
+    except PrecisError as exc:
+        return {"statusCode": exc.status, "headers": {"Content-Type": "application/json"},
+                "body": json.dumps({"detail": exc.detail}), "isBase64Encoded": False}
+    return app.resolve(event, context)

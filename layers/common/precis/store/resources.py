@@ -145,7 +145,8 @@ def list_workspaces(db: Db, filters, page_no: int, size: int, reverse: bool) -> 
 
 def delete_workspace(db: Db, ws: str) -> None:
     require_workspace(db, ws)
-    sessions = [s["id"] for s in _query_all(db, f"WS#{ws}", "SESSION#")]
+    # Sessions already deleted do not block: the stream consumer is purging them.
+    sessions = [s["id"] for s in _query_all(db, f"WS#{ws}", "SESSION#") if "deleted_at" not in s]
     if sessions:
         shown = ", ".join(sessions[:5]) + (", …" if len(sessions) > 5 else "")
         raise Conflict(f"workspace '{ws}' still has {len(sessions)} session(s) ({shown}); delete them first")
@@ -349,3 +350,10 @@ def filter_page(records: list[dict[str, Any]], filters, page_no: int, size: int,
     if key:
         selected.sort(key=key)
     return page(selected, page_no, size, reverse)
+
+
+def is_member(db: Db, ws: str, session_id: str, peer_id: str | None) -> bool:
+    """Whether `peer_id` belongs to the (live) session."""
+    if peer_id is None:
+        return False
+    return _get(db, keys.member(ws, session_id, peer_id)) is not None

@@ -1,0 +1,81 @@
+"""Engines turn (previous summary, new messages, instructions) into summary text.
+
+`get_engine` imports an engine's module only when asked for it: `openai` (about 0.7 s to import) is loaded
+by the `llm` engine alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+ENGINES = ("llm", "extractive")
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    """What to summarize: the previous summary of this type (if any) and the new messages (peer_id, content)."""
+
+    summary_type: str
+    previous: str | None
+    messages: list[tuple[str, str]]
+    instructions: str | None = None
+    word_limit: int = 384
+    max_output_tokens: int = 512
+    model: str | None = None
+    temperature: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.word_limit < 1 or self.max_output_tokens < 1:
+            raise ValueError(f"word_limit and max_output_tokens must be at least 1, got {self.word_limit}, "
+                             f"{self.max_output_tokens}")
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryResult:
+    """The summary text and what producing it took (for the audit record); latency covers every attempt."""
+
+    text: str
+    prompt: str  # the chat messages sent (or the extractive engine's input), as JSON
+    model: str
+    input_tokens: int
+    output_tokens: int
+    latency_ms: float
+    attempts: int = 1
+
+
+class EngineError(Exception):
+    """Summarizing failed; `retryable` says whether trying the same request later may succeed."""
+
+    def __init__(self, message: str, *, retryable: bool):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class Engine(Protocol):
+    name: str
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult: ...
+
+
+def word_limit(max_output_tokens: int) -> int:
+    """Words to ask for so the text fits `max_output_tokens` (about 3/4 of a word per token in English)."""
+    return max(1, max_output_tokens * 3 // 4)
+
+
+def default_engine(settings: Any) -> str:
+    """`llm` when an endpoint or key is configured, else `extractive` (offline summaries on the local stack)."""
+    return "llm" if getattr(settings, "llm_base_url", None) or getattr(settings, "llm_api_key", None) else "extractive"
+
+
+def get_engine(name: str, settings: Any = None) -> Engine:
+    """The engine called `name`, configured from `settings` (precis.config.Settings)."""
+    if name == "extractive":
+        from precis.engines.extractive import ExtractiveEngine
+
+        return ExtractiveEngine()
+    if name == "llm":
+        from precis.engines.llm import LLMEngine
+
+        return LLMEngine.from_settings(settings)
+    raise ValueError(f"engine: must be one of {', '.join(ENGINES)}, got {name!r}")

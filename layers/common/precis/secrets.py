@@ -1,0 +1,31 @@
+"""Secrets: from the environment locally, from Secrets Manager (cached) in AWS; never in the template."""
+
+from __future__ import annotations
+
+from precis.config import get_settings
+
+_MAX_AGE_S = 300  # a rotated secret is picked up within five minutes
+
+
+def _secret_field(name: str) -> str | None:
+    settings = get_settings()
+    if not settings.secret_name:
+        return None
+    from aws_lambda_powertools.utilities import parameters  # deferred: only cold starts that need it pay
+
+    value = parameters.get_secret(settings.secret_name, transform="json", max_age=_MAX_AGE_S)
+    return value.get(name) if isinstance(value, dict) else None
+
+
+def jwt_secret() -> str:
+    """The key that signs and verifies bearer keys."""
+    secret = get_settings().jwt_secret or _secret_field("jwt_secret")
+    if not secret:
+        raise RuntimeError("auth is on but no signing secret is configured (PRECIS_JWT_SECRET or the secret's "
+                           "jwt_secret field)")
+    return secret
+
+
+def llm_api_key() -> str | None:
+    """The summarizer's LLM API key, if one is configured."""
+    return get_settings().llm_api_key or _secret_field("llm_api_key")
