@@ -227,21 +227,6 @@ def test_a_deleted_session_answers_404_at_once(ws):
     assert call("POST", f"{W}/sessions", {"id": "s1"}).status == 409
 
 
-@pytest.fixture
-def moto_server():
-    from local.moto_server import SerializedMotoServer
-    from local.template import create_resources, template
-
-    server = SerializedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    clients = {n: boto3.client(n, endpoint_url=url) for n in ("dynamodb", "s3", "sqs")}
-    create_resources(template(), clients["dynamodb"], clients["s3"], clients["sqs"])
-    yield url, clients
-    server.stop()
-
-
 def test_eight_concurrent_writers_end_dense_unique_and_complete(moto_server):
     url, clients = moto_server
     from botocore.config import Config

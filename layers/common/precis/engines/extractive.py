@@ -36,6 +36,12 @@ class _Sentence:
     terms: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _Source:
+    sentences: list[_Sentence]
+    prefixes: list[str]  # per line: "peer: " for messages, "" for the previous summary's lines
+
+
 class ExtractiveEngine:
     """Salient sentences of the previous summary and the new messages, in their original order."""
 
@@ -44,12 +50,13 @@ class ExtractiveEngine:
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         started = time.perf_counter()
-        previous = _sentences([line for line in (request.previous or "").splitlines()])
-        prefixes = [f"{peer}: " for peer, _ in request.messages]
-        new = _sentences([content for _, content in request.messages])
+        summary_lines = (request.previous or "").splitlines()
+        previous = _Source(_sentences(summary_lines), [""] * len(summary_lines))
+        new = _Source(_sentences([content for _, content in request.messages]),
+                      [f"{peer}: " for peer, _ in request.messages])
         limit = request.word_limit
         while True:
-            text = _summary(previous, new, prefixes, limit)
+            text = _summary(previous, new, limit)
             tokens = count_text(text)
             # The word limit is a proxy for tokens; shrink it when a script needs more tokens per word.
             if tokens <= request.max_output_tokens or limit <= 1:
@@ -86,19 +93,20 @@ def _scores(sentences: list[_Sentence]) -> list[float]:
     return [sum(frequency[t] for t in set(s.terms) - common) / math.sqrt(len(s.terms)) for s in sentences]
 
 
-def _summary(previous: list[_Sentence], new: list[_Sentence], prefixes: list[str], limit: int) -> str:
-    scores = _scores(previous + new)
-    new_words = sum(len(s.terms) for s in new) + sum(count_words(p) for p in prefixes)
+def _summary(previous: _Source, new: _Source, limit: int) -> str:
+    scores = _scores(previous.sentences + new.sentences)
+    previous_scores, new_scores = scores[: len(previous.sentences)], scores[len(previous.sentences):]
+    new_words = sum(len(s.terms) for s in new.sentences) + sum(count_words(p) for p in new.prefixes)
     # The previous summary keeps at least half the budget when there is more new text than room.
-    previous_budget = max(1, limit // 2, limit - new_words) if previous else 0
-    kept_previous, used = _pick(previous, scores[: len(previous)], [""] * len(previous), previous_budget)
-    kept_new, _ = _pick(new, scores[len(previous):], prefixes, limit - used)
-    return "\n".join(_lines(previous, kept_previous, [""] * len(previous)) + _lines(new, kept_new, prefixes))
+    previous_budget = max(1, limit // 2, limit - new_words) if previous.sentences else 0
+    kept_previous, used = _pick(previous, previous_scores, previous_budget)
+    kept_new, _ = _pick(new, new_scores, limit - used)
+    return "\n".join(_lines(previous, kept_previous) + _lines(new, kept_new))
 
 
-def _pick(sentences: list[_Sentence], scores: list[float], prefixes: list[str],
-          budget: int) -> tuple[dict[int, str], int]:
-    """Indexes (and text) of the best sentences that fit `budget` words, counting each line's prefix once."""
+def _pick(source: _Source, scores: list[float], budget: int) -> tuple[dict[int, str], int]:
+    """The best sentences (index: text) that fit `budget` words, counting each line's prefix once."""
+    sentences, prefixes = source.sentences, source.prefixes
     kept: dict[int, str] = {}
     seen: set[str] = set()
     lines: set[int] = set()
@@ -127,9 +135,9 @@ def _truncate(text: str, words: int) -> str:
     return text[: ends[words - 1]] + _ELLIPSIS if words < len(ends) else text
 
 
-def _lines(sentences: list[_Sentence], kept: dict[int, str], prefixes: list[str]) -> list[str]:
+def _lines(source: _Source, kept: dict[int, str]) -> list[str]:
     """The kept sentences joined per source line, in the original order, each line with its prefix."""
     by_line: dict[int, list[str]] = {}
     for i in sorted(kept):  # sentences are numbered in line order
-        by_line.setdefault(sentences[i].line, []).append(kept[i])
-    return [prefixes[line] + " ".join(texts) for line, texts in by_line.items()]
+        by_line.setdefault(source.sentences[i].line, []).append(kept[i])
+    return [source.prefixes[line] + " ".join(texts) for line, texts in by_line.items()]

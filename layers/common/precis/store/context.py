@@ -11,14 +11,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from precis.budget import ContextPlan, MessageCost, SummaryCost, plan_context, select_messages
-from precis.errors import NotFound
+from precis.configuration import summary_config
+from precis.errors import Invalid, NotFound
 from precis.store import keys
 from precis.store.db import Db, from_item, to_item
 from precis.store.messages import _with_content
+from precis.store.resources import _json
 
 SHORT, LONG, ROLLING = "honcho_chat_summary_short", "honcho_chat_summary_long", "rolling"
 SUMMARY_TYPES = (SHORT, LONG, ROLLING)
-_COST_FIELDS = "seq, token_count, start_tokens, run_start_seq"
+_COST_FIELDS = "seq, token_count, start_tokens, run_start_seq, run_index"
 _pool = ThreadPoolExecutor(max_workers=4)
 
 
@@ -37,8 +39,9 @@ def summary_view(item: dict[str, Any] | None) -> dict[str, Any] | None:
             "created_at": item["created_at"], "token_count": item["token_count"]}
 
 
-def _session_and_summaries(db: Db, ws: str, session_id: str) -> tuple[dict | None, dict[str, dict]]:
-    wanted = [keys.session(ws, session_id), *(keys.summary(ws, session_id, t) for t in SUMMARY_TYPES)]
+def _session_and_summaries(db: Db, ws: str, session_id: str) -> tuple[dict | None, dict[str, dict], dict | None]:
+    wanted = [keys.session(ws, session_id), keys.workspace(ws),
+              *(keys.summary(ws, session_id, t) for t in SUMMARY_TYPES)]
     request = {db.table: {"Keys": [to_item(k) for k in wanted], "ConsistentRead": True}}
     found: list[dict[str, Any]] = []
     while request:
@@ -46,15 +49,16 @@ def _session_and_summaries(db: Db, ws: str, session_id: str) -> tuple[dict | Non
         found += [from_item(i) for i in out["Responses"].get(db.table, [])]
         request = out.get("UnprocessedKeys") or {}
     session = next((i for i in found if i["SK"].startswith("SESSION#")), None)
-    return session, {i["summary_type"]: i for i in found if i["SK"].startswith("SUMMARY#")}
+    workspace = next((i for i in found if i["SK"] == "WS"), None)
+    return session, {i["summary_type"]: i for i in found if i["SK"].startswith("SUMMARY#")}, workspace
 
 
-def _last_message(db: Db, ws: str, session_id: str) -> MessageCost | None:
+def _last_message(db: Db, ws: str, session_id: str) -> dict[str, Any] | None:
     out = db.client.query(
         TableName=db.table, KeyConditionExpression="PK = :pk AND begins_with(SK, :m)", ScanIndexForward=False,
         Limit=1, ConsistentRead=True, ProjectionExpression=_COST_FIELDS,
         ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":m": {"S": "MSG#"}})
-    return _cost(from_item(out["Items"][0])) if out["Items"] else None
+    return from_item(out["Items"][0]) if out["Items"] else None
 
 
 def _window(db: Db, ws: str, session_id: str, plan: ContextPlan) -> list[dict[str, Any]]:
@@ -77,11 +81,20 @@ def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: b
     """The context of a session within `limit` tokens (summary + newest messages), Honcho's shape + ext."""
     first = _pool.submit(_session_and_summaries, db, ws, session_id)
     last = _last_message(db, ws, session_id)
-    session, summaries = first.result()
-    if session is None or "deleted_at" in session:
+    session, summaries, workspace = first.result()
+    if session is None or workspace is None or "deleted_at" in session:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
-    plan = plan_context(limit, [_summary_cost(s) for s in summaries.values()], last, use_summary=use_summary)
+    try:
+        config = summary_config(_json(workspace.get("configuration")), _json(session.get("configuration")))
+    except Invalid:  # settings broken by a later workspace change: read as if no strategy were set
+        config = summary_config(None)
+    sliding = config.enabled and config.strategy == "sliding_window"
+    plan = plan_context(limit, [] if sliding else [_summary_cost(s) for s in summaries.values()],
+                        _cost(last) if last else None, use_summary=use_summary)
     items = _window(db, ws, session_id, plan) if plan.last_seq > plan.after_seq and plan.message_budget > 0 else []
+    if sliding and last:
+        # Only the newest `keep_runs` runs exist for the model; older messages are never returned.
+        items = [i for i in items if i["run_index"] > last["run_index"] - config.keep_runs]
     by_seq = {i["seq"]: i for i in items}
     selection = select_messages(plan, map(_cost, items), whole_runs=whole_runs)
     chosen = summaries[plan.summary.summary_type] if plan.summary else None
@@ -98,7 +111,7 @@ def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: b
 
 def read_summaries(db: Db, ws: str, session_id: str) -> dict[str, Any]:
     """The session's current short and long summaries (a rolling summary reports as the long one)."""
-    session, summaries = _session_and_summaries(db, ws, session_id)
+    session, summaries, _ = _session_and_summaries(db, ws, session_id)
     if session is None or "deleted_at" in session:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
     longs = [s for t, s in summaries.items() if t in (LONG, ROLLING)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 SEQ_DIGITS = 12
+MAX_SEQ = 10**SEQ_DIGITS - 1
 
 
 def workspace(ws: str) -> dict[str, str]:
@@ -59,3 +60,7 @@ def parse_session_pk(pk: str) -> tuple[str, str]:
     """(workspace, session) of a session partition key."""
     ws, session_id = pk.removeprefix("WS#").split("#S#", 1)
     return ws, session_id
+
+
+def audit_object(ws: str, session_id: str, summary_type: str, covers_seq: int, nonce: str) -> str:
+    return f"audit/{ws}/{session_id}/{summary_type}/{covers_seq:0{SEQ_DIGITS}d}-{nonce}.json"

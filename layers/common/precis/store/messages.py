@@ -46,6 +46,7 @@ class Tail:
     end_tokens: int = 0
     run_id: str | None = None
     run_start_seq: int = 0
+    run_index: int = 0  # runs started up to and including the last message (the sliding window counts them)
 
 
 def make_message_id(seq: int) -> str:
@@ -78,23 +79,26 @@ def read_tail(db: Db, ws: str, session_id: str) -> Tail:
         TableName=db.table, KeyConditionExpression="PK = :pk AND begins_with(SK, :m)", ScanIndexForward=False,
         Limit=1, ConsistentRead=True,
         ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":m": {"S": "MSG#"}},
-        ProjectionExpression="seq, token_count, start_tokens, run_id, run_start_seq")
+        ProjectionExpression="seq, token_count, start_tokens, run_id, run_start_seq, run_index")
     if not out["Items"]:
         return Tail()
     last = from_item(out["Items"][0])
-    return Tail(last["seq"], last["start_tokens"] + last["token_count"], last.get("run_id"), last["run_start_seq"])
+    return Tail(last["seq"], last["start_tokens"] + last["token_count"], last.get("run_id"), last["run_start_seq"],
+                last["run_index"])
 
 
 def _items(ws: str, session_id: str, batch: Sequence[NewMessage], tail: Tail, bodies: dict[int, str],
            now: str) -> list[dict[str, Any]]:
     items, seq, tokens, run_id, run_start = [], tail.seq, tail.end_tokens, tail.run_id, tail.run_start_seq
+    run_index = tail.run_index
     for index, message in enumerate(batch):
         seq += 1
-        run_start = run_start if message.run_id is not None and message.run_id == run_id else seq
+        if message.run_id is None or message.run_id != run_id:
+            run_start, run_index = seq, run_index + 1
         run_id = message.run_id
         item = {**keys.message(ws, session_id, seq), "kind": "message", "id": make_message_id(seq), "seq": seq,
                 "peer_id": message.peer_id, "token_count": message.token_count, "start_tokens": tokens,
-                "run_id": message.run_id, "run_start_seq": run_start, "metadata": _dump(message.metadata or {}),
+                "run_id": message.run_id, "run_start_seq": run_start, "run_index": run_index, "metadata": _dump(message.metadata or {}),
                 "created_at": message.created_at or now}
         if index in bodies:
             item["body_key"] = bodies[index]

@@ -11,6 +11,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from precis import filters as filtering
+from precis.configuration import summary_config
 from precis.errors import Conflict, NotFound
 from precis.store import keys
 from precis.store.db import Db, from_item, to_item
@@ -53,12 +54,15 @@ def page(records: list[dict[str, Any]], page_no: int, size: int, reverse: bool =
             "page": page_no, "size": size, "pages": math.ceil(len(records) / size)}
 
 
-def _query_all(db: Db, pk: str, prefix: str) -> list[dict[str, Any]]:
+def _query_all(db: Db, pk: str, prefix: str = "") -> list[dict[str, Any]]:
+    """Every item of partition `pk` whose SK starts with `prefix` (all of them for "")."""
     items, kwargs = [], {}
+    condition = {"KeyConditionExpression": "PK = :pk", "ExpressionAttributeValues": {":pk": {"S": pk}}}
+    if prefix:
+        condition = {"KeyConditionExpression": "PK = :pk AND begins_with(SK, :p)",
+                     "ExpressionAttributeValues": {":pk": {"S": pk}, ":p": {"S": prefix}}}
     while True:
-        out = db.client.query(
-            TableName=db.table, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
-            ExpressionAttributeValues={":pk": {"S": pk}, ":p": {"S": prefix}}, **kwargs)
+        out = db.client.query(TableName=db.table, **condition, **kwargs)
         items.extend(from_item(i) for i in out["Items"])
         if "LastEvaluatedKey" not in out:
             return items
@@ -117,6 +121,7 @@ def require_workspace(db: Db, ws: str) -> dict[str, Any]:
 
 
 def get_or_create_workspace(db: Db, ws: str, metadata=None, configuration=None) -> tuple[dict[str, Any], bool]:
+    summary_config(configuration)
     item, created = _create(db, keys.workspace(ws), {
         "kind": "workspace", "list_key": "workspaces", "id": ws, "metadata": _dump(metadata or {}),
         "configuration": _dump(configuration or {}), "created_at": utcnow()})
@@ -124,6 +129,7 @@ def get_or_create_workspace(db: Db, ws: str, metadata=None, configuration=None) 
 
 
 def update_workspace(db: Db, ws: str, metadata=None, configuration=None) -> dict[str, Any]:
+    summary_config(configuration)
     item = _update(db, keys.workspace(ws), {"metadata": _dump(metadata), "configuration": _dump(configuration)})
     if item is None:
         raise NotFound(f"workspace '{ws}' not found")
@@ -236,7 +242,8 @@ def require_session(db: Db, ws: str, session_id: str) -> dict[str, Any]:
 
 def get_or_create_session(db: Db, ws: str, session_id: str, metadata=None, configuration=None,
                           peers: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], bool]:
-    require_workspace(db, ws)
+    workspace = require_workspace(db, ws)
+    summary_config(_json(workspace.get("configuration")), configuration)
     item, created = _create(db, keys.session(ws, session_id), {
         "kind": "session", "id": session_id, "workspace_id": ws, "is_active": True,
         "metadata": _dump(metadata or {}), "configuration": _dump(configuration or {}), "created_at": utcnow()})
@@ -248,6 +255,8 @@ def get_or_create_session(db: Db, ws: str, session_id: str, metadata=None, confi
 
 
 def update_session(db: Db, ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
+    if configuration is not None:
+        summary_config(_json(require_workspace(db, ws).get("configuration")), configuration)
     item = _update(db, keys.session(ws, session_id), {"metadata": _dump(metadata), "configuration": _dump(configuration)},
                    condition="attribute_exists(PK) AND attribute_not_exists(deleted_at)")
     if item is None:
@@ -266,7 +275,7 @@ def delete_session(db: Db, ws: str, session_id: str) -> None:
 def purge_session(db: Db, ws: str, session_id: str) -> int:
     """Remove a deleted session's messages, summaries, members and finally the session item itself."""
     pk = keys.session_pk(ws, session_id)
-    items = _query_all(db, pk, "")
+    items = _query_all(db, pk)
     bodies = [i["body_key"] for i in items if i.get("body_key")]
     for start in range(0, len(bodies), 1000):
         db.s3.delete_objects(Bucket=db.bucket, Delete={"Objects": [{"Key": k} for k in bodies[start:start + 1000]]})

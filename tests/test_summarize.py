@@ -1,0 +1,206 @@
+"""Summaries kept current by the stream consumer: triggers, boundaries, monotonic writes, failures."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from precis.config import get_settings
+from precis.engines import EngineError, SummaryResult
+from precis.store.db import Db
+from precis.summarize import summarize_session
+from tests.handlers import call, invoke
+from tests.stream import message_records, stream_record
+
+W = "/v3/workspaces/ws1"
+S = f"{W}/sessions/s1"
+SHORT, LONG = "honcho_chat_summary_short", "honcho_chat_summary_long"
+
+
+def post(n: int, start: int = 0, **extra) -> list[dict]:
+    reply = call("POST", f"{S}/messages", {"messages": [
+        {"content": f"Message {i}: the user asked about topic {i % 7} and we agreed on step {i}.", "peer_id": "alice",
+         **extra} for i in range(start, start + n)]})
+    assert reply.status == 201, reply.body
+    return reply.body
+
+
+def run_stream(client, first=1, last=None) -> dict:
+    return invoke("SummarizeFunction", {"Records": message_records(client, first=first, last=last)})
+
+
+def summaries() -> dict:
+    return call("GET", f"{S}/summaries").body
+
+
+def audits(s3) -> list[dict]:
+    listed = s3.list_objects_v2(Bucket="precis-local", Prefix="audit/").get("Contents", [])
+    return [json.loads(s3.get_object(Bucket="precis-local", Key=o["Key"])["Body"].read()) for o in listed]
+
+
+@pytest.fixture
+def ws(aws):
+    assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
+    return aws
+
+
+def test_short_summary_falls_due_at_the_20th_message(ws):
+    posted = post(19)
+    assert run_stream(ws["dynamodb"]) == {"batchItemFailures": []}
+    assert summaries()["short_summary"] is None
+    posted += post(1, start=19)
+    run_stream(ws["dynamodb"], first=20)
+    short = summaries()["short_summary"]
+    assert short["summary_type"] == SHORT and short["message_id"] == posted[19]["id"]
+    assert short["content"] and isinstance(short["token_count"], int) and short["token_count"] > 0
+    assert summaries()["long_summary"] is None
+
+
+def test_cadence_writes_short_and_long_at_once_without_losing_either(ws):
+    posted = []
+    for batch in range(3):
+        posted += post(20, start=20 * batch)
+        run_stream(ws["dynamodb"], first=20 * batch + 1)
+    got = summaries()
+    assert got["short_summary"]["message_id"] == posted[59]["id"]
+    assert got["long_summary"]["message_id"] == posted[59]["id"]
+    assert got["long_summary"]["summary_type"] == LONG
+    covered = sorted((a["summary_type"], a["covers"]["through_seq"]) for a in audits(ws["s3"]))
+    assert covered == [(LONG, 60), (SHORT, 20), (SHORT, 40), (SHORT, 60)]
+
+
+def test_each_summary_is_incremental(ws):
+    post(20)
+    run_stream(ws["dynamodb"])
+    post(20, start=20)
+    run_stream(ws["dynamodb"], first=21)
+    second = [a for a in audits(ws["s3"]) if a["covers"]["through_seq"] == 40][0]
+    assert second["covers"] == {"first_seq": 21, "through_seq": 40, "previous_covers_seq": 20}
+    prompt = json.loads(second["prompt"])  # the extractive engine's input: previous summary + new messages
+    assert prompt["previous"] == [a for a in audits(ws["s3"]) if a["covers"]["through_seq"] == 20][0]["output"]
+    assert [content.split(":")[0] for _, content in prompt["messages"]] == [f"Message {i}" for i in range(20, 40)]
+
+
+def test_a_summary_never_splits_a_run(ws):
+    post(18)
+    post(4, start=18, run_id="run-a")  # #19-#22 are one run: the boundary cannot fall at #20
+    run_stream(ws["dynamodb"])
+    assert summaries()["short_summary"] is None  # the run is still open
+    post(1, start=22)
+    run_stream(ws["dynamodb"], first=23)
+    short = summaries()["short_summary"]
+    ids = {m["seq"]: m["id"] for m in call("POST", f"{S}/messages/list", size=100).body["items"]}
+    assert short["message_id"] == ids[23]
+
+
+def test_replayed_batch_neither_regresses_nor_duplicates(ws):
+    post(20)
+    event = {"Records": message_records(ws["dynamodb"])}
+    invoke("SummarizeFunction", event)
+    first = summaries()["short_summary"]
+    post(20, start=20)
+    run_stream(ws["dynamodb"], first=21)
+    newer = summaries()["short_summary"]
+    assert invoke("SummarizeFunction", event) == {"batchItemFailures": []}  # the old batch again
+    assert summaries()["short_summary"] == newer != first
+    assert len(audits(ws["s3"])) == 2
+
+
+class _Gate:
+    """An engine that waits until both concurrent invocations are summarizing, then answers."""
+
+    name = "gate"
+
+    def __init__(self, barrier: threading.Barrier, text: str):
+        self.barrier, self.text = barrier, text
+
+    def summarize(self, request):
+        self.barrier.wait(timeout=30)
+        return SummaryResult(text=self.text, prompt="[]", model="gate", input_tokens=1, output_tokens=1,
+                             latency_ms=0.0)
+
+
+def test_two_concurrent_invocations_store_one_summary(moto_server):
+    import boto3
+
+    from precis.store.messages import NewMessage, append_messages
+    from precis.store.resources import get_or_create_workspace
+
+    url, clients = moto_server
+    db = Db(client=boto3.client("dynamodb", endpoint_url=url), s3=boto3.client("s3", endpoint_url=url),
+            table="precis-local", bucket="precis-local")
+    get_or_create_workspace(db, "ws1")
+    append_messages(db, "ws1", "s1", [NewMessage(f"m{i}", "alice", 2) for i in range(20)], inline_max_bytes=10_000)
+    barrier = threading.Barrier(2)
+    results = {}
+
+    def worker(name):
+        results[name] = summarize_session(db, get_settings(), "ws1", "s1", engine_for=lambda _: _Gate(barrier, name))
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in ("first", "second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stored = [w for ws_ in results.values() for w in ws_ if w.stored]
+    assert len(stored) == 1 and stored[0].covers_seq == 20
+    item = clients["dynamodb"].get_item(TableName="precis-local",
+                                        Key={"PK": {"S": "WS#ws1#S#s1"}, "SK": {"S": f"SUMMARY#{SHORT}"}})["Item"]
+    assert item["content"]["S"] in ("first", "second")
+    assert len(clients["s3"].list_objects_v2(Bucket="precis-local", Prefix="audit/")["Contents"]) == 1
+
+
+class _Failing:
+    name = "failing"
+
+    def summarize(self, request):
+        raise EngineError("llm down", retryable=True)
+
+
+def test_engine_failure_keeps_history_and_stores_no_summary(ws):
+    posted = post(20)
+    with pytest.raises(EngineError):
+        summarize_session(__import__("precis.store.db", fromlist=["get_db"]).get_db(), get_settings(), "ws1", "s1",
+                          engine_for=lambda _: _Failing())
+    assert summaries()["short_summary"] is None
+    listed = call("POST", f"{S}/messages/list", size=100).body
+    assert [m["id"] for m in listed["items"]] == [m["id"] for m in posted]
+
+
+def test_stream_reports_every_record_of_a_failing_session(ws, monkeypatch):
+    post(20)
+    call("PUT", W, {"configuration": {"summarizer": {"engine": "llm"}}})
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9")  # nothing listens: connection refused
+    get_settings.cache_clear()
+    records = message_records(ws["dynamodb"])
+    call("POST", "/v3/workspaces", {"id": "ws2"})
+    call("POST", "/v3/workspaces/ws2/sessions/s9/messages", {"messages": [{"content": "fine", "peer_id": "bob"}]})
+    other = message_records(ws["dynamodb"], ws="ws2", session_id="s9")
+    out = invoke("SummarizeFunction", {"Records": other + records})
+    failed = {f["itemIdentifier"] for f in out["batchItemFailures"]}
+    assert failed == {r["dynamodb"]["SequenceNumber"] for r in records}
+    assert summaries()["short_summary"] is None
+
+
+def test_deleted_session_is_purged_by_the_stream(ws):
+    post(3)
+    call("POST", f"{W}/sessions/s1/peers", {"bob": {}})
+    assert call("DELETE", S).status == 202
+    image = ws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1"},
+                                                                    "SK": {"S": "SESSION#s1"}})["Item"]
+    assert invoke("SummarizeFunction", {"Records": [stream_record(image, "MODIFY")]}) == {"batchItemFailures": []}
+    left = [i for i in ws["dynamodb"].scan(TableName="precis-local")["Items"] if "S#s1" in i["PK"]["S"]
+            or i["SK"]["S"] == "SESSION#s1"]
+    assert left == []
+    assert call("POST", f"{W}/sessions", {"id": "s1"}).status == 201  # the id can be used again
+
+
+def test_unknown_summary_settings_answer_422_naming_the_field(ws):
+    reply = call("PUT", W, {"configuration": {"summarizer": {"strategy": "weekly"}}})
+    assert reply.status == 422 and "summarizer.strategy" in reply.body["detail"]
+    reply = call("POST", f"{W}/sessions", {"id": "s2", "configuration": {"summary": {"messages_per_short_summary": 5}}})
+    assert reply.status == 422 and "messages_per_short_summary" in reply.body["detail"]
+    reply = call("POST", f"{W}/sessions", {"id": "s2", "configuration": {"summary": {"strategy": "rolling"}}})
+    assert reply.status == 422 and "configuration.summarizer" in reply.body["detail"]
