@@ -54,17 +54,9 @@ def _fresh_settings():
 
 @pytest.fixture
 def moto_server():
-    """A moto server (requests serialized, like DynamoDB's conflict handling) for tests with real threads."""
-    import boto3
+    """A fresh moto server (requests serialized, like DynamoDB's conflict handling) for tests with real threads."""
+    from local.moto_backend import client, start_moto
 
-    from local.moto_server import SerializedMotoServer
-    from local.template import create_resources, template
-
-    server = SerializedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    clients = {n: boto3.client(n, endpoint_url=url) for n in ("dynamodb", "s3", "sqs")}
-    create_resources(template(), clients["dynamodb"], clients["s3"], clients["sqs"])
-    yield url, clients
-    server.stop()
+    backend = start_moto(template())
+    yield backend.endpoint, {n: client(n, backend.endpoint) for n in ("dynamodb", "s3", "sqs")}
+    backend.stop()

@@ -1,0 +1,76 @@
+"""The AWS stand-in of the local stack: an in-process moto server holding the template's resources."""
+
+from __future__ import annotations
+
+import logging
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+
+from local.moto_server import SerializedMotoServer
+from local.template import ROOT, Template, create_resources
+
+REGION = "us-east-1"
+# What every client of the local stack uses: fake credentials, one region, account id from the credentials.
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_REGION": REGION,
+    "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+}
+
+
+def client(service: str, endpoint: str):
+    """A boto3 client for `service` talking to the moto server at `endpoint`."""
+    return boto3.session.Session().client(
+        service,
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+        aws_session_token=AWS_ENV["AWS_SESSION_TOKEN"],
+    )
+
+
+@dataclass
+class MotoBackend:
+    server: SerializedMotoServer
+    endpoint: str
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def start_moto(tpl: Template) -> MotoBackend:
+    """Start an empty moto on 127.0.0.1 (a free port) and create the template's table, bucket and queues."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access line per moto call drowns the stack's logs
+    server = SerializedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    # moto's state belongs to the process, shared by every server in it: start from a clean slate.
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")).close()
+    create_resources(tpl, client("dynamodb", endpoint), client("s3", endpoint), client("sqs", endpoint))
+    return MotoBackend(server, endpoint)
+
+
+def dev_json_path() -> Path:
+    """Where a running `make dev` announces its URL and moto endpoint (PRECIS_DEV_JSON overrides)."""
+    return Path(os.environ.get("PRECIS_DEV_JSON") or ROOT / ".precis" / "dev.json")
+
+
+def endpoint_alive(endpoint: str, timeout: float = 1.0) -> bool:
+    """Whether a moto server answers at `endpoint`."""
+    try:
+        with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True  # it answered
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,373 @@
+"""Lambda's DynamoDB stream event-source mapping, locally: read the table's stream on moto, invoke the stream
+function with Lambda-shaped batches, honouring the template's filter, batching, retry and failure settings.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from local.moto_backend import REGION, client
+from local.template import LocalNames, Template
+from local.worker import InvokeResult, Invoker, function_name
+
+# Lambda polls a DynamoDB stream about four times a second; the template's batching window is capped locally
+# so that a summary falls due and is readable within the design's 5 s.
+POLL_INTERVAL_S = 0.25
+MAX_WINDOW_S = 0.25
+SHARD_REFRESH_S = 1.0
+log = logging.getLogger(__name__)
+
+
+def default_backoff(attempt: int) -> float:
+    """Seconds to wait before retry number `attempt` (1, 2, ...)."""
+    return min(0.25 * 2 ** (attempt - 1), 5.0)
+
+
+# ---------------------------------------------------------------- event filtering
+
+
+def _matches_value(matcher: Any, value: Any, present: bool) -> bool:
+    if isinstance(matcher, dict):
+        (op, arg), = matcher.items()
+        if op == "exists":
+            return present == bool(arg)
+        if not present:
+            return False
+        if op == "prefix":
+            return isinstance(value, str) and value.startswith(arg)
+        if op == "anything-but":
+            return value not in (arg if isinstance(arg, list) else [arg])
+        raise ValueError(f"unsupported filter operator {op!r}")
+    return present and value == matcher
+
+
+def matches(pattern: dict[str, Any], event: Any) -> bool:
+    """Whether `event` matches a Lambda event-filtering `pattern` (nested keys, exact values, prefix,
+    exists, anything-but); an array value in the event matches if any element does."""
+    if not isinstance(event, dict):
+        return False
+    for key, rule in pattern.items():
+        present = key in event
+        value = event.get(key)
+        if isinstance(rule, dict):
+            if not (present and matches(rule, value)):
+                return False
+            continue
+        values = value if isinstance(value, list) else [value]
+        if not any(_matches_value(m, v, present) for m in rule for v in values):
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- records
+
+
+def _attribute_json(value: dict[str, Any]) -> dict[str, Any]:
+    """A typed AttributeValue as Lambda's JSON has it (boto3 hands binary back as bytes)."""
+    (kind, v), = value.items()
+    if kind == "B":
+        return {"B": base64.b64encode(v).decode()}
+    if kind == "BS":
+        return {"BS": [base64.b64encode(b).decode() for b in v]}
+    if kind == "M":
+        return {"M": {k: _attribute_json(x) for k, x in v.items()}}
+    if kind == "L":
+        return {"L": [_attribute_json(x) for x in v]}
+    return value
+
+
+def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
+    """A GetRecords record (as boto3 parses it) shaped as Lambda delivers it to the function."""
+    src = record["dynamodb"]
+    ddb: dict[str, Any] = {"ApproximateCreationDateTime": int(src["ApproximateCreationDateTime"].timestamp())}
+    for key in ("Keys", "NewImage", "OldImage"):
+        if key in src:
+            ddb[key] = {name: _attribute_json(v) for name, v in src[key].items()}
+    ddb.update(SequenceNumber=src["SequenceNumber"], SizeBytes=src["SizeBytes"], StreamViewType=src["StreamViewType"])
+    return {
+        "eventID": record["eventID"],
+        "eventName": record["eventName"],
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": record.get("awsRegion", REGION),
+        "dynamodb": ddb,
+        "eventSourceARN": stream_arn,
+    }
+
+
+def _seq(record: dict[str, Any]) -> str:
+    return record["dynamodb"]["SequenceNumber"]
+
+
+def _iso(epoch: float, millis: bool = False) -> str:
+    text = datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds" if millis else "seconds")
+    return text.replace("+00:00", "Z")
+
+
+# ---------------------------------------------------------------- the mapping
+
+
+@dataclass
+class StreamSettings:
+    """The DynamoDB event's Properties that shape delivery, with Lambda's defaults."""
+
+    starting_position: str = "TRIM_HORIZON"
+    batch_size: int = 100
+    window_s: float = 0.0
+    max_retries: int = -1  # -1: until the record expires
+    bisect: bool = False
+    max_age_s: int = -1  # -1: never expires
+    report_item_failures: bool = False
+    filters: list[dict[str, Any]] = field(default_factory=list)
+    on_failure_arn: str | None = None
+
+    @classmethod
+    def from_properties(cls, props: dict[str, Any], max_window_s: float = MAX_WINDOW_S) -> StreamSettings:
+        filters = props.get("FilterCriteria", {}).get("Filters", [])
+        return cls(
+            starting_position=props.get("StartingPosition", "TRIM_HORIZON"),
+            batch_size=int(props.get("BatchSize", 100)),
+            window_s=min(float(props.get("MaximumBatchingWindowInSeconds", 0)), max_window_s),
+            max_retries=int(props.get("MaximumRetryAttempts", -1)),
+            bisect=bool(props.get("BisectBatchOnFunctionError", False)),
+            max_age_s=int(props.get("MaximumRecordAgeInSeconds", -1)),
+            report_item_failures="ReportBatchItemFailures" in props.get("FunctionResponseTypes", []),
+            filters=[json.loads(f["Pattern"]) for f in filters],
+            on_failure_arn=props.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination"),
+        )
+
+
+@dataclass
+class _Shard:
+    id: str
+    parent: str | None
+    starting_position: str
+    iterator: str | None = None
+    closed: bool = False  # read to its end: the stream closed it and GetRecords gave no next iterator
+    pending: list[dict[str, Any]] = field(default_factory=list)  # matching records not yet delivered
+    pending_since: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.closed and not self.pending
+
+
+class StreamPoller:
+    """Reads the table's stream and invokes `invoke` with Lambda-shaped batches, one shard at a time, in order."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        table_name: str,
+        settings: StreamSettings,
+        invoke: Invoker,
+        function_arn: str,
+        poll_interval_s: float = POLL_INTERVAL_S,
+        backoff: Callable[[int], float] = default_backoff,
+    ):
+        self.table_name, self.settings, self.invoke, self.function_arn = table_name, settings, invoke, function_arn
+        self.poll_interval_s, self.backoff = poll_interval_s, backoff
+        self._dynamodb, self._streams, self._sqs = (client(s, endpoint) for s in ("dynamodb", "dynamodbstreams", "sqs"))
+        self._stream_arn: str | None = None
+        self._shards: dict[str, _Shard] = {}
+        self._refreshed_at = float("-inf")
+        self._queue_url: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_template(
+        cls, tpl: Template, endpoint: str, invoke: Invoker, max_window_s: float = MAX_WINDOW_S, **kwargs: Any
+    ) -> StreamPoller:
+        """A poller for the template's stream function, its table and its on-failure destination."""
+        fn = tpl.stream_function()
+        names = LocalNames()
+        arn = f"arn:aws:lambda:{names.region}:{names.account}:function:{function_name(tpl, fn)}"
+        settings = StreamSettings.from_properties(fn.stream, max_window_s)
+        return cls(endpoint, tpl.table_name, settings, invoke, arn, **kwargs)
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="stream-poller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """No new invocations; the one in flight, if any, still ends (see `join`)."""
+        self._stop.set()
+
+    def join(self, timeout: float = 10.0) -> None:
+        if self._thread:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                busy = self.poll_once()
+            except Exception:  # noqa: BLE001 - a dead poller would silently stop every summary; log and go on
+                log.exception("stream poller")
+                busy = False
+            if not busy:
+                self._stop.wait(self.poll_interval_s)
+
+    # -- polling
+
+    def poll_once(self) -> bool:
+        """One pass over the stream's shards; True if records were read or delivered."""
+        self._refresh_shards()
+        progressed = False
+        for shard in list(self._shards.values()):
+            parent = self._shards.get(shard.parent or "")
+            if shard.done or (parent is not None and not parent.done):
+                continue  # a child shard waits until its parent is finished, as Lambda keeps per-key order
+            progressed |= self._poll_shard(shard)
+        return progressed
+
+    def _refresh_shards(self) -> None:
+        now = time.monotonic()
+        if now - self._refreshed_at < SHARD_REFRESH_S:
+            return
+        self._refreshed_at = now
+        arn = self._dynamodb.describe_table(TableName=self.table_name)["Table"]["LatestStreamArn"]
+        if arn != self._stream_arn:  # a new table (or first look): start over on its stream
+            self._stream_arn, self._shards = arn, {}
+            position = self.settings.starting_position
+        else:
+            position = "TRIM_HORIZON"  # shards opened later are read from their start, so nothing is skipped
+        for desc in self._streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+            if desc["ShardId"] not in self._shards:
+                self._shards[desc["ShardId"]] = _Shard(desc["ShardId"], desc.get("ParentShardId"), position)
+
+    def _poll_shard(self, shard: _Shard) -> bool:
+        read = False
+        if not shard.closed:
+            if shard.iterator is None:
+                shard.iterator = self._streams.get_shard_iterator(
+                    StreamArn=self._stream_arn, ShardId=shard.id, ShardIteratorType=shard.starting_position
+                )["ShardIterator"]
+            page = self._streams.get_records(ShardIterator=shard.iterator, Limit=1000)
+            shard.iterator = page.get("NextShardIterator")
+            shard.closed = shard.iterator is None
+            read = bool(page["Records"])
+            for raw in page["Records"]:
+                record = lambda_record(raw, self._stream_arn)
+                if self.settings.filters and not any(matches(p, record) for p in self.settings.filters):
+                    continue  # filtered out: consumed without an invocation, as Lambda does
+                if not shard.pending:
+                    shard.pending_since = time.monotonic()
+                shard.pending.append(record)
+        delivered = False
+        while shard.pending and (
+            len(shard.pending) >= self.settings.batch_size
+            or time.monotonic() - shard.pending_since >= self.settings.window_s
+            or shard.closed
+        ):
+            batch = shard.pending[: self.settings.batch_size]
+            del shard.pending[: self.settings.batch_size]
+            self._deliver(shard, batch)
+            delivered = True
+        return read or delivered
+
+    # -- delivery
+
+    def _deliver(self, shard: _Shard, batch: list[dict[str, Any]]) -> None:
+        """Invoke until every record of `batch` is processed or handed to the on-failure destination, in order.
+
+        Bisecting a batch does not use up a retry attempt; a partial failure retries from the lowest failed
+        record and does.
+        """
+        todo: list[tuple[list[dict[str, Any]], int]] = [(batch, 0)]
+        while todo:
+            records, retries = todo.pop(0)
+            records = self._drop_expired(shard, records, retries)
+            if not records:
+                continue
+            started = time.monotonic()
+            result = self.invoke({"Records": records})
+            if self._stop.is_set():
+                return  # the stack is going away; its in-memory stream goes with it
+            failed_from, function_error = self._outcome(result, records)
+            outcome = "ok" if failed_from is None else result.error or f"{len(records) - failed_from} failed"
+            log.info("stream -> %s: %d record(s) %.0fms %s", self.function_arn.rsplit(":", 1)[-1], len(records),
+                     (time.monotonic() - started) * 1000, outcome)
+            if failed_from is None:
+                continue
+            if function_error and self.settings.bisect and len(records) > 1:
+                half = len(records) // 2
+                todo[:0] = [(records[:half], retries), (records[half:], retries)]
+                continue
+            if 0 <= self.settings.max_retries <= retries:
+                self._give_up(shard, records[failed_from:], "RetryAttemptsExhausted", retries + 1, result)
+                continue
+            if self._stop.wait(self.backoff(retries + 1)):
+                return
+            todo.insert(0, (records[failed_from:], retries + 1))
+
+    def _outcome(self, result: InvokeResult, records: list[dict[str, Any]]) -> tuple[int | None, bool]:
+        """(index of the first record to retry, or None if all succeeded; whether the batch failed as a whole)."""
+        if not result.ok:
+            return 0, True
+        if not self.settings.report_item_failures or not isinstance(result.payload, dict):
+            return None, False
+        failures = result.payload.get("batchItemFailures") or []
+        seqs = [_seq(r) for r in records]
+        ids = [f.get("itemIdentifier") if isinstance(f, dict) else None for f in failures]
+        if not ids:
+            return None, False
+        if any(i not in seqs for i in ids):  # null, empty or unknown identifiers fail the whole batch
+            return 0, True
+        return min(seqs.index(i) for i in ids), False
+
+    def _drop_expired(self, shard: _Shard, records: list[dict[str, Any]], invokes: int) -> list[dict[str, Any]]:
+        if self.settings.max_age_s < 0:
+            return records
+        cutoff = time.time() - self.settings.max_age_s
+        expired = [r for r in records if r["dynamodb"]["ApproximateCreationDateTime"] < cutoff]
+        if expired:
+            self._give_up(shard, expired, "RecordAgeExceeded", invokes, None)
+        return records[len(expired):]
+
+    def _give_up(
+        self, shard: _Shard, records: list[dict[str, Any]], condition: str, invokes: int, result: InvokeResult | None
+    ) -> None:
+        """Send Lambda's on-failure record for `records` to the destination queue and move past them."""
+        response = {"statusCode": 200, "executedVersion": "$LATEST"}
+        if result is not None and not result.ok:
+            response["functionError"] = "Unhandled"
+        first, last = records[0]["dynamodb"], records[-1]["dynamodb"]
+        message = {
+            "requestContext": {
+                "requestId": str(uuid.uuid4()),
+                "functionArn": self.function_arn,
+                "condition": condition,
+                "approximateInvokeCount": invokes,
+            },
+            "responseContext": response,
+            "version": "1.0",
+            "timestamp": _iso(time.time(), millis=True),
+            "DDBStreamBatchInfo": {
+                "shardId": shard.id,
+                "startSequenceNumber": first["SequenceNumber"],
+                "endSequenceNumber": last["SequenceNumber"],
+                "approximateArrivalOfFirstRecord": _iso(first["ApproximateCreationDateTime"]),
+                "approximateArrivalOfLastRecord": _iso(last["ApproximateCreationDateTime"]),
+                "batchSize": len(records),
+                "streamArn": self._stream_arn,
+            },
+        }
+        log.warning("stream poller: %s for %d record(s) from %s (%s)", condition, len(records),
+                    first["SequenceNumber"], result.error if result else "not invoked")
+        if self.settings.on_failure_arn:
+            if self._queue_url is None:
+                name = self.settings.on_failure_arn.rsplit(":", 1)[-1]
+                self._queue_url = self._sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            self._sqs.send_message(QueueUrl=self._queue_url, MessageBody=json.dumps(message))

@@ -1,0 +1,251 @@
+"""Lambda-like execution environments: each worker is a subprocess serving one invocation at a time.
+
+`python -m local.worker <LogicalId>` imports the handler named by `_HANDLER` (as Lambda's runtime does) once,
+then answers one JSON line per request ({"event", "timeout_s"}) read from stdin. The protocol runs on a
+duplicate of the original stdout; fd 1 is pointed at stderr, so whatever the handler prints (Powertools
+logs, EMF metrics) goes to the log stream, as in Lambda.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from local.lambda_context import LambdaContext
+from local.template import ENCODINGS_DIR, LAYER_DIR, ROOT, Function, LocalNames, Template, _Resolver
+
+# Lambda gives init 10 s; a cold import on a busy 2-core laptop can take longer, and locally that is no bug.
+INIT_TIMEOUT_S = 30
+# Knobs a developer sets in the shell for `make dev`; they win over the template's values.
+PASS_THROUGH = (
+    "PRECIS_AUTH",
+    "PRECIS_JWT_SECRET",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "PRECIS_LLM_MODEL",
+    "PRECIS_MAX_MESSAGE_CHARS",
+    "PRECIS_INLINE_BODY_MAX_BYTES",
+)
+# The deployed stack reads its signing secret from Secrets Manager; locally auth is off unless turned on with
+# PRECIS_AUTH and PRECIS_JWT_SECRET.
+LOCAL_DEFAULTS = {"PRECIS_AUTH": "false"}
+# What a process needs to run; nothing else leaks from the shell (no AWS_PROFILE pointing at a real account).
+_BASE = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
+
+
+@dataclass
+class InvokeResult:
+    ok: bool
+    payload: Any = None  # the handler's result, or Lambda's error object {"errorType", "errorMessage", ...}
+    error: str | None = None  # "<errorType>: <errorMessage>" for a function error
+
+
+Invoker = Callable[[dict[str, Any]], InvokeResult]
+
+
+def _error(error_type: str, message: str, exc: BaseException | None = None) -> dict[str, Any]:
+    error = {"errorType": error_type, "errorMessage": message}
+    if exc is not None:
+        error["stackTrace"] = traceback.format_tb(exc.__traceback__)
+    return error
+
+
+def _failure(error: dict[str, Any]) -> InvokeResult:
+    return InvokeResult(False, error, f"{error.get('errorType')}: {error.get('errorMessage')}")
+
+
+def function_name(tpl: Template, fn: Function) -> str:
+    """The function's deployed name (its FunctionName resolved for the local stage), else its logical id."""
+    name = tpl.resource(fn.logical_id)["Properties"].get("FunctionName")
+    return str(_Resolver(tpl.raw, LocalNames()).resolve(name)) if name else fn.logical_id
+
+
+def function_environment(tpl: Template, fn: Function, endpoint: str) -> dict[str, str]:
+    """The worker environment: the template's variables, pointed at moto, plus the developer's knobs."""
+    from local.moto_backend import AWS_ENV  # not at the top: workers never need boto3 or moto here
+
+    parent = os.environ
+    env = {k: parent[k] for k in _BASE if k in parent}
+    env.update(fn.environment)
+    env.update(LOCAL_DEFAULTS)
+    env.update(AWS_ENV)
+    env.update(
+        AWS_ENDPOINT_URL=endpoint,
+        TIKTOKEN_CACHE_DIR=str(ENCODINGS_DIR),
+        POWERTOOLS_TRACE_DISABLED="true",
+        AWS_LAMBDA_FUNCTION_NAME=function_name(tpl, fn),
+        _HANDLER=fn.handler,
+        LAMBDA_TASK_ROOT=str(fn.code_dir),
+        PYTHONPATH=os.pathsep.join([str(LAYER_DIR), str(fn.code_dir)]),
+        PYTHONUNBUFFERED="1",
+        # Powertools warns on every request of a route that emits no metric: noise in a terminal.
+        PYTHONWARNINGS="ignore:No application metrics to publish:UserWarning",
+    )
+    env.update({k: parent[k] for k in PASS_THROUGH if k in parent})
+    return env
+
+
+class _Worker:
+    def __init__(self, fn: Function, env: dict[str, str]):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "local.worker", fn.logical_id],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd=ROOT,
+        )
+
+    def read(self, timeout: float) -> dict[str, Any]:
+        """The worker's next message; TimeoutError if none within `timeout`, EOFError if it died."""
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError
+        line = self.proc.stdout.readline()
+        if not line:
+            raise EOFError
+        return json.loads(line)
+
+    def send(self, request: dict[str, Any]) -> None:
+        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        """End the worker: EOF on stdin lets it exit cleanly; kill it if it does not."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=2)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+
+
+class FunctionPool:
+    """The execution environments of one function: up to `size` workers, spawned on demand, reused warm."""
+
+    def __init__(self, fn: Function, env: dict[str, str], size: int = 4):
+        self.fn, self.env = fn, env
+        self._slots = threading.BoundedSemaphore(size)
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._busy: set[_Worker] = set()
+        self._closed = False
+
+    def invoke(self, event: dict[str, Any]) -> InvokeResult:
+        """Run the handler on `event` in a free worker (waiting for one if all are busy)."""
+        with self._slots:
+            with self._lock:
+                if self._closed:
+                    return _failure(_error("Local.Stopping", "the local stack is stopping"))
+                worker = self._idle.pop() if self._idle else None
+            if worker is None:
+                worker, failure = self._spawn()
+                if failure:
+                    return failure
+            with self._lock:
+                self._busy.add(worker)
+            return self._call(worker, event)
+
+    def _spawn(self) -> tuple[_Worker, InvokeResult | None]:
+        worker = _Worker(self.fn, self.env)
+        try:
+            hello = worker.read(INIT_TIMEOUT_S)
+            failure = None if hello.get("ready") else _failure(hello["payload"])
+        except TimeoutError:
+            failure = _failure(_error("Runtime.InitTimeout", f"init took over {INIT_TIMEOUT_S} s"))
+        except (EOFError, ValueError):
+            failure = _failure(_error("Runtime.ExitError", f"Runtime exited during init: {worker.proc.poll()}"))
+        if failure:
+            worker.stop()
+        return worker, failure
+
+    def _call(self, worker: _Worker, event: dict[str, Any]) -> InvokeResult:
+        healthy = False
+        try:
+            worker.send({"event": event, "timeout_s": self.fn.timeout})
+            reply = worker.read(self.fn.timeout)
+            healthy = True
+            result = InvokeResult(True, reply["payload"]) if reply["ok"] else _failure(reply["payload"])
+        except TimeoutError:
+            result = _failure(_error("Sandbox.Timedout", f"Task timed out after {self.fn.timeout:.2f} seconds"))
+        except (EOFError, OSError, ValueError):
+            result = _failure(_error("Runtime.ExitError", f"Runtime exited with status {worker.proc.poll()}"))
+        with self._lock:
+            self._busy.discard(worker)
+            keep = healthy and not self._closed
+            if keep:
+                self._idle.append(worker)
+        if not healthy:  # a timed-out or dead environment is thrown away, as Lambda does
+            worker.proc.kill()
+        if not keep:
+            worker.stop()
+        return result
+
+    def close(self) -> None:
+        """Stop every worker; invocations in flight are cut short and end with an error."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            busy = list(self._busy)
+        for worker in busy:
+            worker.proc.kill()  # its invoking thread sees EOF and cleans up
+        for worker in idle:
+            worker.stop()
+
+
+def start_pools(tpl: Template, endpoint: str, size: int | None = None) -> dict[str, FunctionPool]:
+    """One pool per function of the template, its workers talking to the moto server at `endpoint`."""
+    size = size or int(os.environ.get("PRECIS_LOCAL_CONCURRENCY", "4"))
+    return {lid: FunctionPool(fn, function_environment(tpl, fn, endpoint), size) for lid, fn in tpl.functions.items()}
+
+
+def serve() -> int:
+    """The worker's main loop (runs in the subprocess; the logical id on its command line names it in `ps`)."""
+    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout.reconfigure(line_buffering=True)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the parent stops us
+
+    def send(message: dict[str, Any]) -> None:
+        protocol.write(json.dumps(message) + "\n")
+        protocol.flush()
+
+    module_name, attr = os.environ["_HANDLER"].rsplit(".", 1)
+    try:
+        handler = getattr(importlib.import_module(module_name), attr)
+    except Exception as exc:  # noqa: BLE001 - any init failure is reported like Lambda does
+        traceback.print_exc()
+        kind = "Runtime.ImportModuleError" if isinstance(exc, ImportError) else type(exc).__name__
+        send({"ok": False, "payload": _error(kind, f"Unable to import module '{module_name}': {exc}", exc)})
+        return 1
+    send({"ready": True})
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        context = LambdaContext(function_name=os.environ["AWS_LAMBDA_FUNCTION_NAME"], timeout_s=request["timeout_s"])
+        try:
+            result = handler(request["event"], context)
+        except Exception as exc:  # noqa: BLE001 - a function error, reported to the caller; the worker stays warm
+            traceback.print_exc()
+            error = _error(type(exc).__name__, str(exc), exc)
+            reply = {"ok": False, "payload": {**error, "requestId": context.aws_request_id}}
+        else:
+            reply = {"ok": True, "payload": result}
+        try:
+            send(reply)
+        except (TypeError, ValueError) as exc:
+            send({"ok": False, "payload": _error("Runtime.MarshalError", f"Unable to marshal response: {exc}")})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve())

@@ -1,0 +1,346 @@
+"""`make dev` and `make invoke` as a developer runs them: real processes, real HTTP on loopback."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from local.__main__ import admin_key
+from local.gateway import Gateway
+from local.template import ROOT, Function, template
+from local.worker import FunctionPool, InvokeResult
+
+pytestmark = pytest.mark.stack
+
+HEALTH_EVENT = {
+    "version": "2.0",
+    "routeKey": "GET /health",
+    "rawPath": "/health",
+    "rawQueryString": "",
+    "headers": {"host": "localhost", "user-agent": "pytest"},
+    "requestContext": {
+        "accountId": "123456789012", "apiId": "local", "domainName": "localhost", "domainPrefix": "localhost",
+        "http": {"method": "GET", "path": "/health", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1",
+                 "userAgent": "pytest"},
+        "requestId": "test", "routeKey": "GET /health", "stage": "$default", "time": "01/Jan/2026:00:00:00 +0000",
+        "timeEpoch": 1767225600000,
+    },
+    "isBase64Encoded": False,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def request(port: int, method: str, path: str, headers: dict | None = None, body: bytes | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.headers, response.read()
+    finally:
+        conn.close()
+
+
+class Stack:
+    """`python -m local` in a subprocess on a free port, its announcement file and logs under `tmp`."""
+
+    def __init__(self, tmp: Path):
+        self.port = free_port()
+        self.dev_json = tmp / "dev.json"
+        self.log = tmp / "stack.log"
+        env = {**os.environ, "PRECIS_PORT": str(self.port), "PRECIS_DEV_JSON": str(self.dev_json)}
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "local"], cwd=ROOT, env=env, stdout=log, stderr=log)
+
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"the stack exited:\n{self.log.read_text()}"
+            try:
+                if request(self.port, "GET", "/health")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError(f"no /health within {timeout} s:\n{self.log.read_text()}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    running = Stack(tmp_path_factory.mktemp("stack"))
+    try:
+        running.wait_healthy()
+        yield running
+    finally:
+        running.stop()
+
+
+def invoke(event_file: Path, env: dict, function: str = "ContextFunction") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "local.invoke", function, str(event_file)],
+        cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_health(stack):
+    status, headers, body = request(stack.port, "GET", "/health")
+    assert status == 200
+    assert json.loads(body) == {"status": "ok"}
+    assert headers["Content-Type"] == "application/json"
+
+
+def test_unknown_route_is_api_gateways_404(stack):
+    status, _, body = request(stack.port, "GET", "/v3/nowhere")
+    assert (status, json.loads(body)) == (404, {"message": "Not Found"})
+    status, _, body = request(stack.port, "DELETE", "/health")
+    assert (status, json.loads(body)) == (404, {"message": "Not Found"})
+
+
+def test_query_string_and_headers_reach_the_handler(stack):
+    status, _, body = request(stack.port, "GET", "/openapi.json?format=json&x=1&x=2",
+                              headers={"Accept": "application/json", "X-Trace": "abc"})
+    assert status == 200
+    assert json.loads(body)["info"]["title"] == "Precis"
+
+
+def test_a_body_over_10_mb_is_refused(stack):
+    status, _, body = request(stack.port, "POST", "/v3/workspaces", body=b"x" * (10 * 1024 * 1024 + 1))
+    assert (status, json.loads(body)) == (413, {"message": "Request Entity Too Large"})
+
+
+def test_the_stack_announces_itself(stack):
+    assert f"Precis local stack: http://127.0.0.1:{stack.port}" in stack.log.read_text()
+    announced = json.loads(stack.dev_json.read_text())
+    assert announced["url"] == f"http://127.0.0.1:{stack.port}"
+    assert announced["pid"] == stack.proc.pid
+    assert announced["moto_endpoint"].startswith("http://127.0.0.1:")
+
+
+def test_the_admin_key_verifies_as_an_admin():
+    from precis.auth import verify_key
+
+    assert verify_key(admin_key("s3cret"), "s3cret").admin is True
+
+
+def test_invoke_uses_the_running_stacks_moto(stack, tmp_path):
+    event_file = tmp_path / "health.json"
+    event_file.write_text(json.dumps(HEALTH_EVENT))
+    done = invoke(event_file, {"PRECIS_DEV_JSON": str(stack.dev_json)})
+    assert done.returncode == 0, done.stderr
+    assert "running stack" in done.stderr
+    result = json.loads(done.stdout)
+    assert result["statusCode"] == 200
+    assert json.loads(result["body"]) == {"status": "ok"}
+
+
+def test_invoke_alone_starts_its_own_moto(tmp_path):
+    event_file = tmp_path / "health.json"
+    event_file.write_text(json.dumps(HEALTH_EVENT))
+    done = invoke(event_file, {"PRECIS_DEV_JSON": str(tmp_path / "absent.json")})
+    assert done.returncode == 0, done.stderr
+    assert "running stack" not in done.stderr
+    assert json.loads(done.stdout)["statusCode"] == 200
+
+
+def test_invoke_rejects_an_unknown_function(tmp_path):
+    event_file = tmp_path / "health.json"
+    event_file.write_text(json.dumps(HEALTH_EVENT))
+    done = invoke(event_file, {"PRECIS_DEV_JSON": str(tmp_path / "absent.json")}, function="NoSuchFunction")
+    assert done.returncode != 0
+    assert "ContextFunction" in done.stderr and "IngestFunction" in done.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_stack_cleanly(tmp_path, sig):
+    stack = Stack(tmp_path)
+    try:
+        stack.wait_healthy()
+        assert stack.dev_json.exists()
+        stack.proc.send_signal(sig)
+        assert stack.proc.wait(timeout=10) == 0, stack.log.read_text()
+        assert not stack.dev_json.exists()
+        with pytest.raises(OSError):
+            request(stack.port, "GET", "/health")
+    finally:
+        stack.stop()
+
+
+# ---------------------------------------------------------------- workers, with a handler written by the test
+
+FAKE_APP = """
+import os, sys, time
+print("printed at import: goes to the log, not the protocol")
+
+def handler(event, context):
+    print("printed by the handler")
+    action = event.get("action")
+    if action == "raise":
+        raise ValueError("boom")
+    if action == "exit":
+        os._exit(3)
+    if action == "sleep":
+        time.sleep(event.get("seconds", 5))
+    if action == "bytes":
+        return b"not json"
+    return {"pid": os.getpid(), "name": context.function_name, "var": os.environ.get("MY_VAR"),
+            "remaining_ms": context.get_remaining_time_in_millis()}
+"""
+
+
+@pytest.fixture
+def fake_pool(tmp_path):
+    (tmp_path / "app.py").write_text(FAKE_APP)
+    fn = Function("Fake", tmp_path, "app.handler", {"MY_VAR": "v"}, timeout=2)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path), "_HANDLER": fn.handler,
+           "AWS_LAMBDA_FUNCTION_NAME": "fake-fn", **fn.environment}
+    pool = FunctionPool(fn, env, size=2)
+    yield pool
+    pool.close()
+
+
+def test_a_warm_worker_serves_again(fake_pool):
+    first = fake_pool.invoke({})
+    assert first.ok, first.error
+    assert first.payload["name"] == "fake-fn" and first.payload["var"] == "v"
+    assert 0 < first.payload["remaining_ms"] <= 2000
+    assert fake_pool.invoke({}).payload["pid"] == first.payload["pid"]
+
+
+def test_a_handler_exception_is_a_function_error_and_the_worker_stays(fake_pool):
+    pid = fake_pool.invoke({}).payload["pid"]
+    failed = fake_pool.invoke({"action": "raise"})
+    assert not failed.ok
+    assert failed.error == "ValueError: boom"
+    assert failed.payload["errorType"] == "ValueError" and failed.payload["errorMessage"] == "boom"
+    assert fake_pool.invoke({}).payload["pid"] == pid
+
+
+@pytest.mark.parametrize(("event", "error_type"), [
+    ({"action": "exit"}, "Runtime.ExitError"),
+    ({"action": "sleep"}, "Sandbox.Timedout"),
+])
+def test_a_dead_or_timed_out_worker_is_replaced(fake_pool, event, error_type):
+    pid = fake_pool.invoke({}).payload["pid"]
+    failed = fake_pool.invoke(event)
+    assert not failed.ok and failed.payload["errorType"] == error_type
+    again = fake_pool.invoke({})
+    assert again.ok and again.payload["pid"] != pid
+
+
+def test_an_unserializable_result_is_a_marshal_error(fake_pool):
+    failed = fake_pool.invoke({"action": "bytes"})
+    assert not failed.ok and failed.payload["errorType"] == "Runtime.MarshalError"
+
+
+def test_each_worker_takes_one_invocation_at_a_time(fake_pool):
+    with ThreadPoolExecutor(2) as ex:
+        results = list(ex.map(fake_pool.invoke, [{"action": "sleep", "seconds": 0.5}, {"action": "sleep",
+                                                                                       "seconds": 0.5}]))
+    assert all(r.ok for r in results)
+    assert results[0].payload["pid"] != results[1].payload["pid"]
+
+
+def test_an_import_error_fails_the_invocation(tmp_path):
+    fn = Function("Broken", tmp_path, "missing.handler", {}, timeout=2)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path), "_HANDLER": fn.handler,
+           "AWS_LAMBDA_FUNCTION_NAME": "broken"}
+    pool = FunctionPool(fn, env, size=1)
+    try:
+        failed = pool.invoke({})
+    finally:
+        pool.close()
+    assert not failed.ok and failed.payload["errorType"] == "Runtime.ImportModuleError"
+
+
+# ---------------------------------------------------------------- the gateway, with a recording function
+
+
+@pytest.fixture
+def gateway():
+    """The gateway on a free port, every route answered by `gateway.respond(event)`."""
+    seen: list[dict] = []
+    server = Gateway(("127.0.0.1", 0), template().routes, {})
+    server.seen, server.respond = seen, lambda event: InvokeResult(True, {"statusCode": 200, "body": ""})
+
+    def invoke(event):
+        seen.append(event)
+        return server.respond(event)
+
+    server.invokers = {"IngestFunction": invoke, "ContextFunction": invoke}
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_request_becomes_a_payload_2_event(gateway):
+    port = gateway.server_address[1]
+    status, _, _ = request(port, "POST", "/v3/workspaces/w%201/peers?b=1&b=2&c=%20x",
+                           headers={"Cookie": "a=1; b=2", "X-Custom": "v", "User-Agent": "ua"}, body=b"\xff\xfe")
+    assert status == 200
+    (event,) = gateway.seen
+    assert event["version"] == "2.0"
+    assert event["routeKey"] == "POST /v3/workspaces/{workspace_id}/peers"
+    assert event["rawPath"] == "/v3/workspaces/w 1/peers"
+    assert event["pathParameters"] == {"workspace_id": "w 1"}
+    assert event["rawQueryString"] == "b=1&b=2&c=%20x"
+    assert event["queryStringParameters"] == {"b": "1,2", "c": " x"}
+    assert event["cookies"] == ["a=1", "b=2"]
+    assert event["headers"]["x-custom"] == "v" and "cookie" not in event["headers"]
+    assert all(name == name.lower() for name in event["headers"])
+    assert event["isBase64Encoded"] is True and base64.b64decode(event["body"]) == b"\xff\xfe"
+    ctx = event["requestContext"]
+    assert ctx["http"] == {"method": "POST", "path": "/v3/workspaces/w 1/peers", "protocol": "HTTP/1.1",
+                           "sourceIp": "127.0.0.1", "userAgent": "ua"}
+    assert ctx["routeKey"] == event["routeKey"] and ctx["stage"] == "$default"
+    assert ctx["requestId"] and ctx["accountId"] and ctx["apiId"] and ctx["domainName"]
+    assert abs(ctx["timeEpoch"] / 1000 - time.time()) < 60
+
+
+def test_a_utf8_body_stays_text(gateway):
+    request(gateway.server_address[1], "POST", "/v3/workspaces", body='{"id": "é"}'.encode())
+    (event,) = gateway.seen
+    assert event["isBase64Encoded"] is False and event["body"] == '{"id": "é"}'
+    assert "queryStringParameters" not in event and "pathParameters" not in event
+
+
+def test_the_result_becomes_the_response(gateway):
+    gateway.respond = lambda event: InvokeResult(True, {
+        "statusCode": 201, "headers": {"X-A": "1"}, "cookies": ["s=1"],
+        "body": base64.b64encode(b"\x00\x01").decode(), "isBase64Encoded": True,
+    })
+    status, headers, body = request(gateway.server_address[1], "GET", "/health")
+    assert (status, headers["X-A"], headers["Set-Cookie"], body) == (201, "1", "s=1", b"\x00\x01")
+
+
+def test_a_result_without_status_is_a_json_200(gateway):
+    gateway.respond = lambda event: InvokeResult(True, {"a": 1})
+    status, _, body = request(gateway.server_address[1], "GET", "/health")
+    assert (status, json.loads(body)) == (200, {"a": 1})
+
+
+def test_a_function_error_is_api_gateways_500(gateway):
+    gateway.respond = lambda event: InvokeResult(False, {"errorType": "ValueError"}, "ValueError: boom")
+    status, _, body = request(gateway.server_address[1], "GET", "/health")
+    assert (status, json.loads(body)) == (500, {"message": "Internal Server Error"})
