@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +18,7 @@ import pytest
 from local.__main__ import admin_key
 from local.gateway import Gateway
 from local.template import ROOT, Function, template
+from tests.stack import Stack, request
 from local.worker import FunctionPool, InvokeResult
 
 pytestmark = pytest.mark.stack
@@ -39,50 +38,6 @@ HEALTH_EVENT = {
     },
     "isBase64Encoded": False,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def request(port: int, method: str, path: str, headers: dict | None = None, body: bytes | None = None):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        response = conn.getresponse()
-        return response.status, response.headers, response.read()
-    finally:
-        conn.close()
-
-
-class Stack:
-    """`python -m local` in a subprocess on a free port, its announcement file and logs under `tmp`."""
-
-    def __init__(self, tmp: Path):
-        self.port = free_port()
-        self.dev_json = tmp / "dev.json"
-        self.log = tmp / "stack.log"
-        env = {**os.environ, "PRECIS_PORT": str(self.port), "PRECIS_DEV_JSON": str(self.dev_json)}
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "local"], cwd=ROOT, env=env, stdout=log, stderr=log)
-
-    def wait_healthy(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"the stack exited:\n{self.log.read_text()}"
-            try:
-                if request(self.port, "GET", "/health")[0] == 200:
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise AssertionError(f"no /health within {timeout} s:\n{self.log.read_text()}")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=15)
 
 
 @pytest.fixture(scope="module")

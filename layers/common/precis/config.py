@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     table_name: str = "precis-dev"
     bucket_name: str = "precis-dev-bucket"
     stage: str = "dev"

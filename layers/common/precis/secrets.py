@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from aws_lambda_powertools import Logger
+
 from precis.config import get_settings
+
+logger = Logger(child=True)
 
 _MAX_AGE_S = 300  # a rotated secret is picked up within five minutes
 
@@ -13,7 +17,12 @@ def _secret_field(name: str) -> str | None:
         return None
     from aws_lambda_powertools.utilities import parameters  # deferred: only cold starts that need it pay
 
-    value = parameters.get_secret(settings.secret_name, transform="json", max_age=_MAX_AGE_S)
+    try:
+        value = parameters.get_secret(settings.secret_name, transform="json", max_age=_MAX_AGE_S)
+    except parameters.exceptions.GetParameterError as exc:
+        # No such secret (the local stack has none): the caller decides whether that is fatal.
+        logger.warning("secret unavailable", extra={"secret": settings.secret_name, "error": str(exc)})
+        return None
     return value.get(name) if isinstance(value, dict) else None
 
 

@@ -10,6 +10,7 @@ import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +21,7 @@ from precis.config import Settings
 from precis.configuration import summary_config
 from precis.engines import Engine, SummaryRequest, default_engine, get_engine, word_limit
 from precis.errors import Invalid
+from precis.secrets import llm_api_key
 from precis.store import keys
 from precis.store.db import Db, from_item, to_item
 from precis.store.messages import _range, _with_content
@@ -66,9 +68,23 @@ def summarize_session(db: Db, settings: Settings, ws: str, session_id: str, *,
     jobs = decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items])
     if not jobs:
         return []
-    engine = (engine_for or (lambda name: get_engine(name, settings)))(config.engine or default_engine(settings))
+    settings = _with_secret_key(settings)
+    engine = (engine_for or (lambda name: _engine(name, settings)))(config.engine or default_engine(settings))
     by_seq = {i["seq"]: i for i in items}
     return [_run_job(db, ws, session_id, job, config, engine, raw, by_seq) for job in jobs]
+
+
+def _with_secret_key(settings: Settings) -> Settings:
+    """Settings with the LLM API key from Secrets Manager when the environment has none (deployed stacks)."""
+    if settings.llm_api_key:
+        return settings
+    return settings.model_copy(update={"llm_api_key": llm_api_key()})
+
+
+@lru_cache(maxsize=4)
+def _engine(name: str, settings: Settings) -> Engine:
+    """One engine (and HTTP client) per cold start and configuration."""
+    return get_engine(name, settings)
 
 
 def _run_job(db: Db, ws: str, session_id: str, job: SummaryJob, config, engine: Engine,

@@ -1,7 +1,8 @@
 """The `extractive` engine: no LLM, a deterministic choice of salient sentences under the word limit.
 
 Sentences score by how often their words occur in the previous summary and the new messages together;
-words found in most sentences count as function words whatever the language, so no stopword list is needed.
+short words and words found in most sentences count as function words whatever the language, so no stopword
+list is needed.
 The previous summary always keeps at least one sentence, so summaries stay incremental.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -86,11 +88,16 @@ def _sentences(lines: list[str]) -> list[_Sentence]:
 
 
 def _scores(sentences: list[_Sentence]) -> list[float]:
+    """Per sentence: the frequencies of its content words, over the square root of its length."""
     frequency = Counter(term for s in sentences for term in s.terms)
     spread = Counter(term for s in sentences for term in set(s.terms))
-    # In a handful of sentences everything is rare; from four on, words in most sentences are function words.
-    common = {t for t, n in spread.items() if len(sentences) >= 4 and n * 2 > len(sentences)}
-    return [sum(frequency[t] for t in set(s.terms) - common) / math.sqrt(len(s.terms)) for s in sentences]
+    # Function words are short and everywhere, in any language: words shorter than the text's typical word
+    # (capped at 4 characters; each CJK character is a word of 1) and words in most sentences don't score.
+    short = min(4, statistics.median_high(len(t) for s in sentences for t in s.terms)) if sentences else 1
+    crowd = len(sentences) // 2 if len(sentences) >= 4 else len(sentences)
+    scored = {t: n for t, n in frequency.items()
+              if (len(t) >= short or not t.isalpha()) and spread[t] <= crowd}
+    return [sum(scored.get(t, 0) for t in set(s.terms)) / math.sqrt(len(s.terms)) for s in sentences]
 
 
 def _summary(previous: _Source, new: _Source, limit: int) -> str:

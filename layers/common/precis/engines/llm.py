@@ -1,8 +1,8 @@
 """The `llm` engine: one chat completion against any OpenAI-compatible endpoint, with its own retries.
 
 The openai client's retries are off (max_retries=0): this module retries 408/409/429/5xx, timeouts, connection
-errors and unusable answers with exponential backoff and jitter, honouring Retry-After, and never returns an
-error text as a summary.
+errors and unusable answers with exponential backoff and jitter, honouring Retry-After, within a time budget per
+summary (so two summaries fit the function's timeout), and never returns an error text as a summary.
 """
 
 from __future__ import annotations
@@ -66,30 +66,35 @@ class LLMEngine:
     name = "llm"
 
     def __init__(self, *, model: str, base_url: str | None = None, api_key: str | None = None,
-                 timeout: float = 30.0, max_attempts: int = 4, backoff_base: float = 0.5, backoff_max: float = 20.0,
-                 sleep: Callable[[float], None] = time.sleep, rng: Callable[[], float] = random.random):
+                 timeout: float = 30.0, max_attempts: int = 4, time_budget: float = 50.0, backoff_base: float = 0.5,
+                 backoff_max: float = 20.0, sleep: Callable[[float], None] = time.sleep,
+                 rng: Callable[[], float] = random.random, clock: Callable[[], float] = time.monotonic):
         if not (base_url or api_key):
             raise EngineError("llm engine: neither OPENAI_BASE_URL nor OPENAI_API_KEY is configured", retryable=False)
         if max_attempts < 1:
             raise ValueError(f"max_attempts: must be at least 1, got {max_attempts}")
         self.model = model
+        self.timeout = timeout
         self.max_attempts = max_attempts
+        self.time_budget = time_budget
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self._sleep = sleep
         self._rng = rng
+        self._clock = clock
         # Local OpenAI-compatible servers often need no key, but the client insists on one.
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused", timeout=timeout, max_retries=0)
 
     @classmethod
     def from_settings(cls, settings: Any, **overrides: Any) -> LLMEngine:
-        """An engine from precis.config.Settings (llm_model, llm_base_url, llm_api_key, optional llm_timeout)."""
+        """An engine from precis.config.Settings; honours optional llm_timeout, llm_max_attempts, llm_time_budget."""
         options: dict[str, Any] = {
             "model": getattr(settings, "llm_model", None) or "gpt-4o-mini",
             "base_url": getattr(settings, "llm_base_url", None),
             "api_key": getattr(settings, "llm_api_key", None),
         }
-        for name, option in (("llm_timeout", "timeout"), ("llm_max_attempts", "max_attempts")):
+        for name, option in (("llm_timeout", "timeout"), ("llm_max_attempts", "max_attempts"),
+                             ("llm_time_budget", "time_budget")):
             if getattr(settings, name, None) is not None:
                 options[option] = getattr(settings, name)
         return cls(**(options | overrides))
@@ -101,18 +106,21 @@ class LLMEngine:
                                   "max_tokens": request.max_output_tokens}
         if request.temperature is not None:
             params["temperature"] = request.temperature
-        started = time.perf_counter()
+        started, deadline = time.perf_counter(), self._clock() + self.time_budget
         for attempt in range(1, self.max_attempts + 1):
             try:
-                completion = self._client.chat.completions.create(**params)
+                timeout = max(0.001, min(self.timeout, deadline - self._clock()))
+                completion = self._client.chat.completions.create(**params, timeout=timeout)
                 text = _text_of(completion)
             except (openai.APIError, json.JSONDecodeError, _BadAnswer) as exc:
                 retryable, wait, reason = _classify(exc)
                 if not retryable:
                     raise EngineError(f"llm: {reason}", retryable=False) from exc
-                if attempt == self.max_attempts:
+                delay = self._delay(attempt, wait)
+                # Another attempt needs the sleep plus a useful share of a request's timeout.
+                if attempt == self.max_attempts or self._clock() + delay + min(1.0, self.timeout) > deadline:
                     raise EngineError(f"llm: gave up after {attempt} attempts: {reason}", retryable=True) from exc
-                self._sleep(self._delay(attempt, wait))
+                self._sleep(delay)
                 continue
             usage = getattr(completion, "usage", None)
             return SummaryResult(

@@ -1,0 +1,221 @@
+"""A local OpenAI-compatible chat-completions server on real sockets, for tests and `make dev`.
+
+    with LLMServer() as server:                  # or the `llm_server` pytest fixture
+        server.script(["429", "500", "ok"])      # one mode per request, then `server.mode`
+        openai.OpenAI(base_url=server.url, api_key="test")
+
+Modes: ok, 400 (a request the server refuses), 429 (with Retry-After), 500, garbage (a body that is not JSON),
+nochoices (JSON with an error and no choices), empty (empty content), nousage (ok without a usage block),
+hang (answers after `hang_seconds`).
+Standalone: `python -m tests.llm_server --port 8001`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+MODES = ("ok", "400", "429", "500", "garbage", "nochoices", "empty", "nousage", "hang")
+PATHS = ("/v1/chat/completions", "/chat/completions")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One request as received: path, headers (lower-case names), and the JSON body (or the raw text)."""
+
+    path: str
+    headers: dict[str, str]
+    body: Any
+    mode: str
+
+
+def summary_text(body: dict[str, Any]) -> str:
+    """The deterministic answer: the last line of the last user message, capped at 40 words and max_tokens."""
+    user = [m.get("content") for m in body.get("messages", []) if isinstance(m, dict) and m.get("role") == "user"]
+    lines = [line.strip() for line in str(user[-1] if user else "").splitlines()]
+    lines = [line for line in lines if line and not line.startswith("<")]
+    words = (lines[-1] if lines else "nothing to summarize").split()
+    cap = min(40, int(body.get("max_tokens") or body.get("max_completion_tokens") or 40))
+    return "Summary: " + " ".join(words[:cap])
+
+
+def _rough_tokens(text: str) -> int:
+    # About four characters a token: realistic enough, and distinct from tiktoken so tests see whose count it is.
+    return len(text) // 4 + 1
+
+
+class LLMServer:
+    """A threaded HTTP server on 127.0.0.1 that records requests and answers as scripted."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, mode: str = "ok", retry_after: str = "0",
+                 hang_seconds: float = 5.0):
+        self.mode = mode
+        self.retry_after = retry_after
+        self.hang_seconds = hang_seconds
+        self.answer: Callable[[dict[str, Any]], str] = summary_text
+        self.requests: list[Recorded] = []
+        self._script: deque[str] = deque()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._ids = itertools.count(1)
+        handler = type("Handler", (_Handler,), {"llm": self})
+        self._httpd = ThreadingHTTPServer((host, port), handler)
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The base URL to give an OpenAI client (ends in /v1)."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def script(self, modes: Iterable[str]) -> None:
+        """Answer the next requests with these modes, one each, then fall back to `mode`."""
+        modes = list(modes)
+        unknown = [m for m in modes if m not in MODES]
+        if unknown:
+            raise ValueError(f"unknown modes {unknown}; known: {', '.join(MODES)}")
+        with self._lock:
+            self._script.extend(modes)
+
+    def next_mode(self) -> str:
+        with self._lock:
+            return self._script.popleft() if self._script else self.mode
+
+    def record(self, recorded: Recorded) -> None:
+        with self._lock:
+            self.requests.append(recorded)
+
+    def completion(self, body: dict[str, Any], *, usage: bool = True, content: str | None = None) -> dict[str, Any]:
+        text = self.answer(body) if content is None else content
+        reply: dict[str, Any] = {
+            "id": f"chatcmpl-local-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": f"{body.get('model', 'local')}-local",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        }
+        if usage:
+            prompt = sum(_rough_tokens(str(m.get("content", ""))) + 4 for m in body.get("messages", []))
+            completion = _rough_tokens(text)
+            reply["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                              "total_tokens": prompt + completion}
+        return reply
+
+    def start(self) -> LLMServer:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="llm-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stopping.set()  # wakes hanging handlers so shutdown does not wait for them
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> LLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    llm: LLMServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") in ("/v1/models", "/models"):
+            self._json(200, {"object": "list", "data": [{"id": "local", "object": "model", "owned_by": "precis"}]})
+        else:
+            self._json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode("utf-8", "replace")
+        if self.path.split("?")[0] not in PATHS:
+            self._json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = raw
+        llm = self.llm
+        mode = llm.next_mode()
+        llm.record(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body, mode))
+        if not isinstance(body, dict):
+            self._json(400, {"error": {"message": "body must be a JSON object", "type": "invalid_request_error"}})
+        elif mode == "400":
+            self._json(400, {"error": {"message": f"model {body.get('model')!r} does not exist",
+                                       "type": "invalid_request_error", "code": "model_not_found"}})
+        elif mode == "429":
+            self._json(429, {"error": {"message": "Rate limit reached", "type": "requests",
+                                       "code": "rate_limit_exceeded"}}, {"Retry-After": llm.retry_after})
+        elif mode == "500":
+            self._json(500, {"error": {"message": "The server had an error", "type": "server_error"}})
+        elif mode == "garbage":
+            self._send(200, b"<html><body>upstream proxy error</body></html>", "application/json")
+        elif mode == "nochoices":
+            self._json(200, {"error": {"message": "model overloaded, try again", "type": "server_error"}})
+        elif mode == "empty":
+            self._json(200, llm.completion(body, content=""))
+        elif mode == "hang":
+            llm._stopping.wait(llm.hang_seconds)
+            self._json(200, llm.completion(body))
+        else:
+            self._json(200, llm.completion(body, usage=mode != "nousage"))
+
+    def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(payload).encode(), "application/json", headers)
+
+    def _send(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a timeout test): nothing to answer
+
+
+@pytest.fixture
+def llm_server():
+    """A running LLMServer for one test."""
+    with LLMServer() as server:
+        yield server
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Local OpenAI-compatible server for Precis development")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--mode", choices=MODES, default="ok")
+    args = parser.parse_args(argv)
+    server = LLMServer(args.host, args.port, mode=args.mode)
+    print(f"LLM server on {server.url} (mode {args.mode}); OPENAI_BASE_URL={server.url}", flush=True)
+    try:
+        server._httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server._httpd.server_close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""The honcho-ai SDK (2.7.0, unchanged) driving Precis through the local stack, as `make dev` runs it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from honcho import Honcho
+from honcho.http.exceptions import AuthenticationError, PermissionDeniedError
+
+from precis.auth import mint_key
+from precis.tokens import count_text
+from tests.stack import Stack
+
+pytestmark = pytest.mark.stack
+SECRET = "sdk-test-secret-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    running = Stack(tmp_path_factory.mktemp("sdk"))
+    try:
+        running.wait_healthy()
+        yield running
+    finally:
+        running.stop()
+
+
+def wait_for(predicate, timeout: float = 20.0):
+    """Poll `predicate` until it returns something truthy (summaries are written in the background)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not true within {timeout} s")
+
+
+def test_sdk_flow_over_workspaces_peers_sessions_and_messages(stack):
+    client = Honcho(base_url=stack.url, api_key="local", workspace_id="sdk-flow")
+    alice = client.peer("alice", metadata={"role": "user", "tags": ["a", {"b": 1}]})
+    bot = client.peer("bot")
+    session = client.session("s1", metadata={"topic": "moving"})
+    session.add_peers([alice, bot])
+    for start in range(0, 120, 40):
+        session.add_messages([(alice if i % 2 else bot).message(f"message {i}", metadata={"i": i})
+                              for i in range(start, start + 40)])
+    listed = list(session.messages())  # 50 a page: three pages
+    assert [m.content for m in listed] == [f"message {i}" for i in range(120)]
+    assert all(m.token_count > 0 and m.created_at for m in listed)
+
+    fetched = session.get_message(listed[7].id)
+    assert fetched.content == "message 7" and fetched.metadata == {"i": 7}
+    updated = session.update_message(listed[7], {"reviewed": True, "nested": {"x": [1, 2]}})
+    assert updated.metadata == {"reviewed": True, "nested": {"x": [1, 2]}}
+    assert session.get_message(listed[7].id).metadata == updated.metadata
+
+    assert alice.get_metadata() == {"role": "user", "tags": ["a", {"b": 1}]}
+    assert session.get_metadata() == {"topic": "moving"}
+    assert sorted(p.id for p in session.peers()) == ["alice", "bot"]
+    assert [s.id for s in client.sessions()] == ["s1"]
+    assert sorted(p.id for p in client.peers()) == ["alice", "bot"]
+    assert [s.id for s in alice.sessions()] == ["s1"]
+
+    session.delete()
+    assert [s.id for s in client.sessions()] == []
+
+
+def test_sdk_context_summaries_and_openai_format(stack):
+    client = Honcho(base_url=stack.url, api_key="local", workspace_id="sdk-context")
+    alice, bot = client.peer("alice"), client.peer("bot")
+    session = client.session("chat")
+    session.add_messages([alice.message("I moved to Lisbon last spring and I love the light."),
+                          bot.message("Lisbon light is famous. What brought you there?"),
+                          alice.message("A job at a small design studio near the river.")])
+    last = "A job at a small design studio near the river."
+    small = session.context(tokens=count_text(last))
+    assert [m.content for m in small.messages] == [last]
+    full = session.context()
+    assert len(full.messages) == 3 and full.summary is None
+    openai_messages = full.to_openai(assistant=bot)
+    assert [m["role"] for m in openai_messages] == ["user", "assistant", "user"]
+    summaries = session.summaries()
+    assert summaries.short_summary is None and summaries.long_summary is None
+
+
+def test_sixty_messages_get_short_and_long_summaries_offline(stack):
+    client = Honcho(base_url=stack.url, api_key="local", workspace_id="sdk-summaries")
+    alice, bot = client.peer("alice"), client.peer("bot")
+    session = client.session("long")
+    for start in range(0, 60, 20):
+        session.add_messages([(alice if i % 2 else bot).message(
+            f"Turn {i}: we discussed the budget for item {i} and decided to spend {i * 10} euros.")
+            for i in range(start, start + 20)])
+    summaries = wait_for(lambda: (s := session.summaries()).long_summary and s.short_summary and s)
+    last = list(session.messages(reverse=True, size=1))[0]
+    assert summaries.short_summary.message_id == last.id == summaries.long_summary.message_id
+    assert summaries.long_summary.summary_type == "honcho_chat_summary_long"
+    assert summaries.short_summary.token_count > 0
+    context = session.context(tokens=2000)
+    assert context.summary is not None and context.summary.content
+    assert context.messages == []  # everything is covered by the summary; nothing newer to show
+
+
+def test_precis_only_settings_never_break_the_sdk(stack):
+    client = Honcho(base_url=stack.url, api_key="local", workspace_id="sdk-settings")
+    import httpx
+
+    assert httpx.post(f"{stack.url}/v3/workspaces", json={"id": "sdk-settings"}).status_code == 201
+    created = httpx.post(f"{stack.url}/v3/workspaces/sdk-settings/sessions", json={
+        "id": "rolling", "configuration": {"summary": {"messages_per_short_summary": 15},
+                                           "summarizer": {"strategy": "rolling", "token_threshold": 500}}})
+    assert created.status_code == 201
+    session = client.session("rolling")
+    configuration = session.get_configuration()
+    assert configuration.summary.messages_per_short_summary == 15
+    assert [s.id for s in client.sessions()] == ["rolling"]
+
+
+def test_sdk_with_a_workspace_key_when_auth_is_on(tmp_path):
+    running = Stack(tmp_path, env={"PRECIS_AUTH": "true", "PRECIS_JWT_SECRET": SECRET})
+    try:
+        running.wait_healthy()
+        assert "admin key:" in running.log.read_text()
+        client = Honcho(base_url=running.url, api_key=mint_key(SECRET, workspace="team"), workspace_id="team")
+        session = client.session("s1")
+        session.add_messages([client.peer("alice").message("hello with a key")])
+        assert [m.content for m in session.context(tokens=100).messages] == ["hello with a key"]
+        outsider = Honcho(base_url=running.url, api_key=mint_key(SECRET, workspace="other"), workspace_id="team",
+                          max_retries=0)
+        with pytest.raises(PermissionDeniedError):
+            outsider.session("s1").context()
+        nobody = Honcho(base_url=running.url, api_key="not-a-key", workspace_id="team", max_retries=0)
+        with pytest.raises(AuthenticationError):
+            nobody.session("s1").context()
+    finally:
+        running.stop()
+
+
+def test_sixty_messages_get_llm_summaries_through_the_local_llm_server(tmp_path):
+    from tests.llm_server import LLMServer
+
+    with LLMServer() as llm:
+        llm.script(["429", "500"])  # the first call is throttled, then fails; the engine retries past both
+        running = Stack(tmp_path, env={"OPENAI_BASE_URL": llm.url, "OPENAI_API_KEY": "test",
+                                       "PRECIS_LLM_MODEL": "local-model"})
+        try:
+            running.wait_healthy()
+            client = Honcho(base_url=running.url, api_key="local", workspace_id="sdk-llm")
+            alice = client.peer("alice")
+            session = client.session("long")
+            def post(first: int, last: int) -> None:
+                session.add_messages([alice.message(f"Olá! Mensagem {i} sobre o orçamento.")
+                                      for i in range(first, last)])
+
+            post(0, 20)
+            wait_for(lambda: session.summaries().short_summary, 30)
+            post(20, 60)
+            got = wait_for(lambda: (s := session.summaries()).long_summary and
+                           s.short_summary and s.short_summary.message_id == s.long_summary.message_id and s, 30)
+            assert got.short_summary.content and got.long_summary.content
+            bodies = [r.body for r in llm.requests if r.mode == "ok"]
+            assert {b["model"] for b in bodies} == {"local-model"}
+            assert all("max_tokens" in b for b in bodies)
+            # incremental: a later short summary sends the previous one and only the messages after it
+            later = [b for b in bodies if "<previous_summary>" in b["messages"][-1]["content"]]
+            assert later and "Mensagem 5 " not in later[-1]["messages"][-1]["content"].split("</previous_summary>")[1]
+            assert session.context(tokens=4000).summary is not None
+        finally:
+            running.stop()
