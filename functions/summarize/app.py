@@ -8,7 +8,6 @@ it fails every record of that session is reported as a batch-item failure, so th
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
-
 from precis.config import get_settings
 from precis.store.db import get_db
 from precis.store.resources import purge_session

@@ -10,8 +10,8 @@ import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics

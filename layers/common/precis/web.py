@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -98,3 +99,16 @@ def serve(app: APIGatewayHttpResolver, event: dict, context) -> dict:
         return {"statusCode": exc.status, "headers": {"Content-Type": "application/json"},
                 "body": json.dumps({"detail": exc.detail}), "isBase64Encoded": False}
     return app.resolve(event, context)
+
+
+@lru_cache(maxsize=1)
+def openapi_document() -> dict:
+    """The OpenAPI document of the whole API (both functions' routers), built once, on first request."""
+    from precis.routes import read, write  # the write routes are imported here only, off the read path
+
+    app = create_resolver()
+    app.include_router(read.router)
+    app.include_router(write.router)
+    schema = app.get_openapi_schema(title="Precis", version="3.0.0",
+                                    description="Conversation memory, wire-compatible with Honcho v3")
+    return schema.model_dump(mode="json", by_alias=True, exclude_none=True)

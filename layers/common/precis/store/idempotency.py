@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import ClientError
-
 from precis.errors import Conflict
 from precis.store import keys
 from precis.store.db import Db, from_item, to_item

@@ -10,13 +10,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
-
 from precis import filters as filtering
 from precis.errors import Invalid, NotFound, Throttled
 from precis.store import keys
 from precis.store.db import Db, from_item, to_item
 from precis.store.resources import (
-    _batch_get, _dump, _json, add_members, get_or_create_session, page, require_session, utcnow,
+    _batch_get,
+    _dump,
+    _json,
+    add_members,
+    get_or_create_session,
+    page,
+    require_session,
+    utcnow,
 )
 
 ID_LEN = 21

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
-
 from precis import filters as filtering
 from precis.configuration import summary_config
 from precis.errors import Conflict, NotFound

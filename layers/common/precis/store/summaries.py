@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from botocore.exceptions import ClientError
-
 from precis.store import keys
 from precis.store.db import Db, from_item, to_item
 from precis.store.resources import utcnow

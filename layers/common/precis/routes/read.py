@@ -1,0 +1,91 @@
+"""Read routes of the v3 API (served by the context function): context, summaries, lists, message reads."""
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+
+from precis.context import check_context_params
+from precis.models import ListBody
+from precis.params import (
+    MAX_CONTEXT_TOKENS,
+    Distance,
+    MaxConclusions,
+    MessageId,
+    OptionalId,
+    PageNo,
+    PageSize,
+    PeerId,
+    Reverse,
+    SessionId,
+    SessionIds,
+    Tokens,
+    TopK,
+    WorkspaceId,
+)
+from precis.store import context, messages, resources
+from precis.store.db import get_db
+
+router = Router()
+
+
+def _filters(body: ListBody | None):
+    return body.filters if body else None
+
+
+@router.post("/v3/workspaces/list")
+def list_workspaces(body: ListBody | None = None, page: PageNo = 1, size: PageSize = 50, reverse: Reverse = False):
+    return resources.list_workspaces(get_db(), _filters(body), page, size, reverse)
+
+
+@router.post("/v3/workspaces/<workspace_id>/peers/list")
+def list_peers(workspace_id: WorkspaceId, body: ListBody | None = None, page: PageNo = 1, size: PageSize = 50,
+               reverse: Reverse = False):
+    return resources.list_peers(get_db(), workspace_id, _filters(body), page, size, reverse)
+
+
+@router.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/sessions")
+def list_peer_sessions(workspace_id: WorkspaceId, peer_id: PeerId, body: ListBody | None = None, page: PageNo = 1,
+                       size: PageSize = 50, reverse: Reverse = False):
+    return resources.list_peer_sessions(get_db(), workspace_id, peer_id, _filters(body), page, size, reverse)
+
+
+@router.post("/v3/workspaces/<workspace_id>/sessions/list")
+def list_sessions(workspace_id: WorkspaceId, body: ListBody | None = None, page: PageNo = 1, size: PageSize = 50,
+                  reverse: Reverse = False):
+    return resources.list_sessions(get_db(), workspace_id, _filters(body), page, size, reverse)
+
+
+@router.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers")
+def list_session_peers(workspace_id: WorkspaceId, session_id: SessionId, page: PageNo = 1, size: PageSize = 50):
+    return resources.list_members(get_db(), workspace_id, session_id, page, size)
+
+
+@router.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers/<peer_id>/config")
+def get_peer_config(workspace_id: WorkspaceId, session_id: SessionId, peer_id: PeerId):
+    return resources.member_config(get_db(), workspace_id, session_id, peer_id)
+
+
+@router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages/list")
+def list_session_messages(workspace_id: WorkspaceId, session_id: SessionId, body: ListBody | None = None,
+                          page: PageNo = 1, size: PageSize = 50, reverse: Reverse = False):
+    return messages.list_messages(get_db(), workspace_id, session_id, _filters(body), page, size, reverse)
+
+
+@router.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages/<message_id>")
+def get_message(workspace_id: WorkspaceId, session_id: SessionId, message_id: MessageId):
+    return messages.get_message(get_db(), workspace_id, session_id, message_id)
+
+
+@router.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/context")
+def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens = None, summary: bool = True,
+                whole_runs: bool = False, peer_target: OptionalId = None, peer_perspective: OptionalId = None,
+                scope: str | None = None, sessions: SessionIds = None, limit_to_session: bool = False,
+                search_query: str | None = None, search_top_k: TopK = None, search_max_distance: Distance = None,
+                include_most_frequent: bool = False, max_conclusions: MaxConclusions = None):
+    check_context_params(session_id, peer_target=peer_target, peer_perspective=peer_perspective, scope=scope,
+                         sessions=sessions, limit_to_session=limit_to_session)
+    return context.read_context(get_db(), workspace_id, session_id, tokens or MAX_CONTEXT_TOKENS,
+                                use_summary=summary, whole_runs=whole_runs)
+
+
+@router.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/summaries")
+def get_summaries(workspace_id: WorkspaceId, session_id: SessionId):
+    return context.read_summaries(get_db(), workspace_id, session_id)

@@ -1,0 +1,132 @@
+"""Write routes of the v3 API (served by the ingest function): workspaces, peers, sessions, messages, keys."""
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
+
+from precis.auth import mint_key
+from precis.config import get_settings
+from precis.ingest import create_messages
+from precis.models import (
+    Id,
+    MessageBatch,
+    MessageUpdate,
+    PeerCreate,
+    PeerFlags,
+    ResourceUpdate,
+    SessionCreate,
+    WorkspaceCreate,
+)
+from precis.params import MessageId, OptionalId, PeerId, SessionId, WorkspaceId
+from precis.secrets import jwt_secret
+from precis.store import messages, resources
+from precis.store.db import get_db
+from precis.web import json_response
+
+router = Router()
+
+
+def _created(view_and_flag):
+    view, created = view_and_flag
+    return json_response(201 if created else 200, view)
+
+
+@router.post("/v3/workspaces")
+def create_workspace(body: WorkspaceCreate):
+    return _created(resources.get_or_create_workspace(get_db(), body.id, body.metadata, body.configuration))
+
+
+@router.put("/v3/workspaces/<workspace_id>")
+def update_workspace(workspace_id: WorkspaceId, body: ResourceUpdate):
+    return resources.update_workspace(get_db(), workspace_id, body.metadata, body.configuration)
+
+
+@router.delete("/v3/workspaces/<workspace_id>")
+def delete_workspace(workspace_id: WorkspaceId):
+    resources.delete_workspace(get_db(), workspace_id)
+    return json_response(202, {"detail": f"workspace '{workspace_id}' deleted"})
+
+
+@router.post("/v3/workspaces/<workspace_id>/peers")
+def create_peer(workspace_id: WorkspaceId, body: PeerCreate):
+    return _created(resources.get_or_create_peer(get_db(), workspace_id, body.id, body.metadata, body.configuration))
+
+
+@router.put("/v3/workspaces/<workspace_id>/peers/<peer_id>")
+def update_peer(workspace_id: WorkspaceId, peer_id: PeerId, body: ResourceUpdate):
+    return resources.update_peer(get_db(), workspace_id, peer_id, body.metadata, body.configuration)
+
+
+@router.post("/v3/workspaces/<workspace_id>/sessions")
+def create_session(workspace_id: WorkspaceId, body: SessionCreate):
+    peers = {p: flags.model_dump() for p, flags in (body.peers or {}).items()}
+    return _created(resources.get_or_create_session(get_db(), workspace_id, body.id, body.metadata,
+                                                    body.configuration, peers))
+
+
+@router.put("/v3/workspaces/<workspace_id>/sessions/<session_id>")
+def update_session(workspace_id: WorkspaceId, session_id: SessionId, body: ResourceUpdate):
+    return resources.update_session(get_db(), workspace_id, session_id, body.metadata, body.configuration)
+
+
+@router.delete("/v3/workspaces/<workspace_id>/sessions/<session_id>")
+def delete_session(workspace_id: WorkspaceId, session_id: SessionId):
+    resources.delete_session(get_db(), workspace_id, session_id)
+    return json_response(202, {"detail": f"session '{session_id}' deleted; its data is removed in the background"})
+
+
+def _members_changed(workspace_id: str, session_id: str, change, *args):
+    db = get_db()
+    resources.require_session(db, workspace_id, session_id)
+    change(db, workspace_id, session_id, *args)
+    return resources.session_view(resources.require_session(db, workspace_id, session_id))
+
+
+@router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers")
+def add_session_peers(workspace_id: WorkspaceId, session_id: SessionId, body: dict[Id, PeerFlags]):
+    flags = {p: f.model_dump() for p, f in body.items()}
+    return _members_changed(workspace_id, session_id, resources.add_members, flags)
+
+
+@router.put("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers")
+def set_session_peers(workspace_id: WorkspaceId, session_id: SessionId, body: dict[Id, PeerFlags]):
+    flags = {p: f.model_dump() for p, f in body.items()}
+    return _members_changed(workspace_id, session_id, resources.set_members, flags)
+
+
+@router.delete("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers")
+def remove_session_peers(workspace_id: WorkspaceId, session_id: SessionId,
+                         body: Annotated[list[Id], Body(max_length=100)]):
+    return _members_changed(workspace_id, session_id, resources.remove_members, body)
+
+
+@router.put("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers/<peer_id>/config")
+def set_peer_config(workspace_id: WorkspaceId, session_id: SessionId, peer_id: PeerId, body: PeerFlags):
+    flags = {k: v for k, v in body.model_dump().items() if v is not None}
+    resources.set_member_config(get_db(), workspace_id, session_id, peer_id, flags)
+    return json_response(204, None)
+
+
+@router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages")
+def create_session_messages(workspace_id: WorkspaceId, session_id: SessionId, body: MessageBatch,
+                            idempotency_key: Annotated[str | None, Header()] = None):
+    status, views = create_messages(get_db(), get_settings(), workspace_id, session_id, body, idempotency_key)
+    return json_response(status, views)
+
+
+@router.put("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages/<message_id>")
+def update_message(workspace_id: WorkspaceId, session_id: SessionId, message_id: MessageId, body: MessageUpdate):
+    return messages.update_message_metadata(get_db(), workspace_id, session_id, message_id, body.metadata)
+
+
+@router.post("/v3/keys")
+def create_key(workspace_id: OptionalId = None, peer_id: OptionalId = None, session_id: OptionalId = None,
+               expires_at: Annotated[datetime | None, Query(description="ISO 8601; becomes the numeric exp")] = None):
+    expires = None
+    if expires_at is not None:
+        expires = int((expires_at if expires_at.tzinfo else expires_at.replace(tzinfo=UTC)).timestamp())
+    key = mint_key(jwt_secret(), workspace=workspace_id, peer=peer_id, session=session_id, expires=expires,
+                   admin=not (workspace_id or peer_id or session_id))
+    return {"key": key}
