@@ -35,6 +35,8 @@ PASS_THROUGH = (
     "PRECIS_LLM_MODEL",
     "PRECIS_MAX_MESSAGE_CHARS",
     "PRECIS_INLINE_BODY_MAX_BYTES",
+    "PRECIS_LLM_TIMEOUT_S",
+    "PRECIS_LLM_MAX_ATTEMPTS",
 )
 # The deployed stack reads its signing secret from Secrets Manager; locally auth is off unless turned on with
 # PRECIS_AUTH and PRECIS_JWT_SECRET.

@@ -169,3 +169,34 @@ def test_sixty_messages_get_llm_summaries_through_the_local_llm_server(tmp_path)
             assert session.context(tokens=4000).summary is not None
         finally:
             running.stop()
+
+
+def test_a_failing_llm_dead_letters_the_records_and_loses_nothing(tmp_path):
+    import json
+
+    from local.moto_backend import client as aws_client
+    from tests.llm_server import LLMServer
+
+    with LLMServer(mode="500") as llm:
+        running = Stack(tmp_path, env={"OPENAI_BASE_URL": llm.url, "OPENAI_API_KEY": "test",
+                                       "PRECIS_LLM_MAX_ATTEMPTS": "1", "PRECIS_LLM_TIMEOUT_S": "2"})
+        try:
+            running.wait_healthy()
+            client = Honcho(base_url=running.url, api_key="local", workspace_id="sdk-dlq")
+            session = client.session("s1")
+            posted = session.add_messages([client.peer("alice").message(f"note {i}") for i in range(20)])
+            sqs = aws_client("sqs", json.loads(running.dev_json.read_text())["moto_endpoint"])
+            queue = sqs.get_queue_url(QueueName="precis-summarize-dlq-local")["QueueUrl"]
+
+            def dead_letters():
+                return sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages")
+
+            letters = wait_for(dead_letters, 60)
+            info = json.loads(letters[0]["Body"])["DDBStreamBatchInfo"]
+            assert info["batchSize"] >= 1
+            assert info["streamArn"].startswith("arn:aws:dynamodb:us-east-1:123456789012:table/precis-local/stream/")
+            assert len(llm.requests) >= 4  # the first try and three retries, at least
+            assert session.summaries().short_summary is None  # no error text stored as a summary
+            assert [m.id for m in session.messages()] == [m.id for m in posted]
+        finally:
+            running.stop()

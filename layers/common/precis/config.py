@@ -24,6 +24,8 @@ class Settings(BaseModel):
     llm_model: str = "gpt-4o-mini"
     llm_base_url: str | None = None
     llm_api_key: str | None = None
+    llm_timeout: float | None = Field(None, gt=0, le=300)  # seconds per LLM call
+    llm_max_attempts: int | None = Field(None, ge=1, le=10)
 
 
 def _env_bool(value: str | None) -> bool:
@@ -45,5 +47,7 @@ def get_settings() -> Settings:
         "llm_model": env.get("PRECIS_LLM_MODEL"),
         "llm_base_url": env.get("OPENAI_BASE_URL"),
         "llm_api_key": env.get("OPENAI_API_KEY"),
+        "llm_timeout": env.get("PRECIS_LLM_TIMEOUT_S"),
+        "llm_max_attempts": env.get("PRECIS_LLM_MAX_ATTEMPTS"),
     }
     return Settings(**{k: v for k, v in raw.items() if v not in (None, "")})
