@@ -12,7 +12,7 @@ from typing import Any
 
 from precis.budget import ContextPlan, MessageCost, SummaryCost, plan_context, select_messages
 from precis.configuration import summary_config
-from precis.errors import Invalid, NotFound
+from precis.errors import Invalid, NotFound, Throttled
 from precis.store import keys
 from precis.store.db import Db, from_item, to_item
 from precis.store.messages import _with_content
@@ -39,10 +39,24 @@ def summary_view(item: dict[str, Any] | None) -> dict[str, Any] | None:
             "created_at": item["created_at"], "token_count": item["token_count"]}
 
 
-def _session_and_summaries(db: Db, ws: str, session_id: str) -> tuple[dict | None, dict[str, dict], dict | None]:
+def _projection(fields: tuple[str, ...]) -> dict[str, Any]:
+    """Read only `fields` (names escaped: several are DynamoDB reserved words)."""
+    return {"ProjectionExpression": ", ".join(f"#p{i}" for i in range(len(fields))),
+            "ExpressionAttributeNames": {f"#p{i}": f for i, f in enumerate(fields)}}
+
+
+# Round 1 reads the summaries' costs, not their text: only the chosen summary's content is fetched, in round 2.
+_ROUND_ONE = ("PK", "SK", "summary_type", "covers_seq", "end_tokens", "token_count", "deleted_at", "configuration")
+_MESSAGE_FIELDS = ("id", "seq", "peer_id", "content", "body_key", "metadata", "created_at", "token_count", "run_id",
+                   "start_tokens", "run_start_seq", "run_index")
+
+
+def _session_and_summaries(db: Db, ws: str, session_id: str, fields: tuple[str, ...] | None = None,
+                           ) -> tuple[dict | None, dict[str, dict], dict | None]:
     wanted = [keys.session(ws, session_id), keys.workspace(ws),
               *(keys.summary(ws, session_id, t) for t in SUMMARY_TYPES)]
-    request = {db.table: {"Keys": [to_item(k) for k in wanted], "ConsistentRead": True}}
+    request = {db.table: {"Keys": [to_item(k) for k in wanted], "ConsistentRead": True,
+                          **(_projection(fields) if fields else {})}}
     found: list[dict[str, Any]] = []
     while request:
         out = db.client.batch_get_item(RequestItems=request)
@@ -61,6 +75,11 @@ def _last_message(db: Db, ws: str, session_id: str) -> dict[str, Any] | None:
     return from_item(out["Items"][0]) if out["Items"] else None
 
 
+def _summary(db: Db, ws: str, session_id: str, summary_type: str) -> dict[str, Any] | None:
+    key = to_item(keys.summary(ws, session_id, summary_type))
+    return from_item(db.client.get_item(TableName=db.table, Key=key, ConsistentRead=True).get("Item"))
+
+
 def _window(db: Db, ws: str, session_id: str, plan: ContextPlan) -> list[dict[str, Any]]:
     items, kwargs = [], {}
     while True:
@@ -69,7 +88,7 @@ def _window(db: Db, ws: str, session_id: str, plan: ContextPlan) -> list[dict[st
             KeyConditionExpression="PK = :pk AND start_tokens BETWEEN :lo AND :hi",
             ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)},
                                        ":lo": {"N": str(plan.min_start_tokens)}, ":hi": {"N": str(plan.total_tokens)}},
-            **kwargs)
+            **_projection(_MESSAGE_FIELDS), **kwargs)
         items += [from_item(i) for i in out["Items"]]
         if "LastEvaluatedKey" not in out:
             return items
@@ -79,7 +98,17 @@ def _window(db: Db, ws: str, session_id: str, plan: ContextPlan) -> list[dict[st
 def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: bool = True,
                  whole_runs: bool = False) -> dict[str, Any]:
     """The context of a session within `limit` tokens (summary + newest messages), Honcho's shape + ext."""
-    first = _pool.submit(_session_and_summaries, db, ws, session_id)
+    for _ in range(3):
+        answer = _read_once(db, ws, session_id, limit, use_summary, whole_runs)
+        if answer is not None:
+            return answer
+    raise Throttled(f"the summaries of session '{session_id}' are being rewritten; retry the request")
+
+
+def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, whole_runs: bool,
+               ) -> dict[str, Any] | None:
+    """One two-round read; None when the chosen summary was replaced between the rounds (then read again)."""
+    first = _pool.submit(_session_and_summaries, db, ws, session_id, _ROUND_ONE)
     last = _last_message(db, ws, session_id)
     session, summaries, workspace = first.result()
     if session is None or workspace is None or "deleted_at" in session:
@@ -91,17 +120,20 @@ def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: b
     sliding = config.enabled and config.strategy == "sliding_window"
     plan = plan_context(limit, [] if sliding else [_summary_cost(s) for s in summaries.values()],
                         _cost(last) if last else None, use_summary=use_summary)
+    chosen = _pool.submit(_summary, db, ws, session_id, plan.summary.summary_type) if plan.summary else None
     items = _window(db, ws, session_id, plan) if plan.last_seq > plan.after_seq and plan.message_budget > 0 else []
     if sliding and last:
         # Only the newest `keep_runs` runs exist for the model; older messages are never returned.
         items = [i for i in items if i["run_index"] > last["run_index"] - config.keep_runs]
+    summary = chosen.result() if chosen else None
+    if plan.summary and (summary is None or summary["covers_seq"] != plan.summary.covers_seq):
+        return None  # a newer summary landed after round 1: its boundary and size differ from the plan
     by_seq = {i["seq"]: i for i in items}
     selection = select_messages(plan, map(_cost, items), whole_runs=whole_runs)
-    chosen = summaries[plan.summary.summary_type] if plan.summary else None
     return {
         "id": session_id,
         "messages": _with_content(db, [by_seq[m.seq] for m in selection.messages], ws, session_id),
-        "summary": summary_view(chosen),
+        "summary": summary_view(summary),
         "peer_representation": None,
         "peer_card": None,
         "messages_skipped": selection.messages_skipped,

@@ -6,6 +6,7 @@ import random
 import secrets
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from precis.store.resources import (
 ID_LEN = 21
 _SEQ_CHARS = 7  # base64url digits of seq at the front of a message id: 64**7 ≈ 4.4e12 messages per session
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_bodies = ThreadPoolExecutor(max_workers=8)
 _MAX_ATTEMPTS = 25
 _BACKOFF_CAP_S = 0.4
 
@@ -174,14 +176,15 @@ def _put_body(db: Db, ws: str, session_id: str, content: str) -> str:
 
 
 def _with_content(db: Db, items: list[dict[str, Any]], ws: str, session_id: str) -> list[dict[str, Any]]:
-    """Views of `items`, reading bodies that live in S3."""
-    views = []
-    for item in items:
-        content = None
-        if item.get("body_key"):
-            content = db.s3.get_object(Bucket=db.bucket, Key=item["body_key"])["Body"].read().decode("utf-8")
-        views.append(message_view(item, ws, session_id, content))
-    return views
+    """Views of `items`, reading the bodies that live in S3 (in parallel: a context may hold several)."""
+    def body(item: dict[str, Any]) -> str | None:
+        if not item.get("body_key"):
+            return None
+        return db.s3.get_object(Bucket=db.bucket, Key=item["body_key"])["Body"].read().decode("utf-8")
+
+    stored = [i for i in items if i.get("body_key")]
+    bodies = dict(zip((i["seq"] for i in stored), _bodies.map(body, stored))) if stored else {}
+    return [message_view(item, ws, session_id, bodies.get(item["seq"])) for item in items]
 
 
 def _range(db: Db, ws: str, session_id: str, first: int, last: int) -> list[dict[str, Any]]:
