@@ -60,3 +60,16 @@ def moto_server():
     backend = start_moto(template())
     yield backend.endpoint, {n: client(n, backend.endpoint) for n in ("dynamodb", "s3", "sqs")}
     backend.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """The local stack (`make dev`) running for the tests of one module, on a free port."""
+    from tests.stack import Stack
+
+    running = Stack(tmp_path_factory.mktemp("stack"))
+    try:
+        running.wait_healthy()
+        yield running
+    finally:
+        running.stop()

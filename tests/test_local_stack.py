@@ -40,16 +40,6 @@ HEALTH_EVENT = {
 }
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    running = Stack(tmp_path_factory.mktemp("stack"))
-    try:
-        running.wait_healthy()
-        yield running
-    finally:
-        running.stop()
-
-
 def invoke(event_file: Path, env: dict, function: str = "ContextFunction") -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "local.invoke", function, str(event_file)],

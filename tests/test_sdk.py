@@ -16,16 +16,6 @@ pytestmark = pytest.mark.stack
 SECRET = "sdk-test-secret-0123456789abcdef"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    running = Stack(tmp_path_factory.mktemp("sdk"))
-    try:
-        running.wait_healthy()
-        yield running
-    finally:
-        running.stop()
-
-
 def wait_for(predicate, timeout: float = 20.0):
     """Poll `predicate` until it returns something truthy (summaries are written in the background)."""
     deadline = time.monotonic() + timeout

@@ -7,6 +7,9 @@ import json
 from datetime import UTC
 from typing import Any
 
+from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
 from precis.config import Settings
 from precis.errors import Invalid, TooLarge
 from precis.models import MessageBatch
@@ -16,6 +19,7 @@ from precis.store.messages import NewMessage, append_messages, check_text
 from precis.tokens import count_text
 
 IDEMPOTENCY_KEY_MAX = 255
+metrics = Metrics()
 
 
 def _prepare(batch: MessageBatch, settings: Settings) -> list[NewMessage]:
@@ -46,7 +50,10 @@ def create_messages(db: Db, settings: Settings, ws: str, session_id: str, batch:
     prepared = _prepare(batch, settings)
 
     def store() -> tuple[int, list[dict[str, Any]]]:
-        return 201, append_messages(db, ws, session_id, prepared, inline_max_bytes=settings.inline_body_max_bytes)
+        views = append_messages(db, ws, session_id, prepared, inline_max_bytes=settings.inline_body_max_bytes)
+        metrics.add_metric(name="MessagesIngested", unit=MetricUnit.Count, value=len(views))
+        metrics.add_metric(name="TokensIngested", unit=MetricUnit.Count, value=sum(m.token_count for m in prepared))
+        return 201, views
 
     if idempotency_key is None:
         return store()
