@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from functools import lru_cache
 from typing import Any
@@ -57,7 +59,11 @@ def create_resolver() -> APIGatewayHttpResolver:
 
 
 def json_response(status: int, body: Any) -> Response:
-    """A JSON answer with an explicit status (201 created vs 200 existing, 202 accepted)."""
+    """A JSON answer with an explicit status (201 created vs 200 existing, 202 accepted); a 204 has no body."""
+    if status == 204:
+        # Not `null`: bytes after a 204's headers are read as the start of the next response on a kept-alive
+        # connection.
+        return Response(status_code=204, body="")
     return _json(status, body)
 
 
@@ -91,13 +97,37 @@ def authenticate(event: dict) -> None:
               body_id=_body_id(event), is_member=is_member)
 
 
+def _body_problem(event: dict) -> tuple[int, Any] | None:
+    """Why a request body cannot be JSON, before Powertools parses it: it raises a 500 on bytes that are not UTF-8
+    (API Gateway hands those over base64-encoded) and on form or multipart bodies it cannot parse."""
+    if not event.get("body"):
+        return None
+    content_type = (event.get("headers") or {}).get("content-type", "")
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if media_type not in ("", "application/json"):
+        return 415, f"Content-Type: request bodies are application/json, got '{content_type}'"
+    if event.get("isBase64Encoded"):
+        try:
+            base64.b64decode(event["body"], validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return 422, [{"loc": ["body"], "msg": "body is not valid UTF-8 JSON", "type": "json_invalid"}]
+    return None
+
+
+def _answer(status: int, detail: Any) -> dict:
+    return {"statusCode": status, "headers": {"Content-Type": "application/json"},
+            "body": json.dumps({"detail": detail}), "isBase64Encoded": False}
+
+
 def serve(app: APIGatewayHttpResolver, event: dict, context) -> dict:
     """Authenticate, then let the resolver route, validate and answer."""
     try:
         authenticate(event)
     except PrecisError as exc:
-        return {"statusCode": exc.status, "headers": {"Content-Type": "application/json"},
-                "body": json.dumps({"detail": exc.detail}), "isBase64Encoded": False}
+        return _answer(exc.status, exc.detail)
+    problem = _body_problem(event)
+    if problem is not None:
+        return _answer(*problem)
     return app.resolve(event, context)
 
 
@@ -111,4 +141,20 @@ def openapi_document() -> dict:
     app.include_router(write.router)
     schema = app.get_openapi_schema(title="Precis", version="3.0.0",
                                     description="Conversation memory, wire-compatible with Honcho v3")
-    return schema.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return _with_error_responses(schema.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+def _with_error_responses(document: dict) -> dict:
+    """Document the error contract Powertools cannot infer: every 4xx body is `{"detail": "<sentence>"}`, and a 422
+    is either that (a rule across parameters, e.g. scope with peer_perspective) or the list of schema violations."""
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Error"] = {"title": "Error", "type": "object", "required": ["detail"],
+                        "properties": {"detail": {"type": "string", "title": "Detail"}}}
+    error = {"$ref": "#/components/schemas/Error"}
+    invalid = {"anyOf": [{"$ref": "#/components/schemas/HTTPValidationError"}, error]}
+    for operation in (op for path in document.get("paths", {}).values() for op in path.values()):
+        responses = operation.setdefault("responses", {})
+        if "422" in responses:
+            responses["422"] = {"description": "Validation Error", "content": {"application/json": {"schema": invalid}}}
+        responses.setdefault("4XX", {"description": "Client error", "content": {"application/json": {"schema": error}}})
+    return document

@@ -20,7 +20,7 @@ from precis.store.resources import (
     _dump,
     _json,
     add_members,
-    get_or_create_session,
+    create_session_item,
     page,
     require_session,
     utcnow,
@@ -144,8 +144,7 @@ def append_messages(db: Db, ws: str, session_id: str, batch: Sequence[NewMessage
     session = by_sk.get((f"WS#{ws}", f"SESSION#{session_id}"))
     if session is not None and "deleted_at" in session:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}' (it was deleted)")
-    if session is None:
-        get_or_create_session(db, ws, session_id)
+    created = session is None and create_session_item(db, ws, session_id)[1]
     known_peers = {p for p in peer_ids if (f"WS#{ws}", f"PEER#{p}") in by_sk}
     new_members = [p for p in peer_ids if (keys.session_pk(ws, session_id), f"PEER#{p}") not in by_sk]
     if new_members:
@@ -154,7 +153,8 @@ def append_messages(db: Db, ws: str, session_id: str, batch: Sequence[NewMessage
     bodies = {i: _put_body(db, ws, session_id, m.content) for i, m in enumerate(batch)
               if len(m.content.encode("utf-8")) > inline_max_bytes}
     for attempt in range(_MAX_ATTEMPTS):
-        tail = read_tail(db, ws, session_id)
+        # A session created just now has no messages; a concurrent first writer makes the puts fail and retry.
+        tail = Tail() if created and attempt == 0 else read_tail(db, ws, session_id)
         items = _items(ws, session_id, batch, tail, bodies, now)
         try:
             db.client.transact_write_items(TransactItems=[

@@ -190,10 +190,22 @@ def get_or_create_peer(db: Db, ws: str, peer_id: str, metadata=None, configurati
 
 
 def ensure_peers(db: Db, ws: str, peer_ids: Iterable[str], known: set[str] = frozenset()) -> None:
-    """Create the peers of `peer_ids` that are not in `known` (already read) and do not exist."""
-    for peer_id in dict.fromkeys(peer_ids):
-        if peer_id not in known:
-            _create(db, keys.peer(ws, peer_id), _peer_values(ws, peer_id))
+    """Create the peers of `peer_ids` that are not in `known` (already read) and do not exist.
+
+    One transaction of conditional puts per 100 peers; if one was created meanwhile, peer by peer.
+    """
+    missing = [p for p in dict.fromkeys(peer_ids) if p not in known]
+    for start in range(0, len(missing), 100):
+        chunk = missing[start:start + 100]
+        try:
+            db.client.transact_write_items(TransactItems=[
+                {"Put": {"TableName": db.table, "Item": to_item({**keys.peer(ws, p), **_peer_values(ws, p)}),
+                         "ConditionExpression": "attribute_not_exists(PK)"}} for p in chunk])
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] not in ("TransactionCanceledException", "TransactionConflictException"):
+                raise
+            for peer_id in chunk:
+                _create(db, keys.peer(ws, peer_id), _peer_values(ws, peer_id))
 
 
 def update_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None) -> dict[str, Any]:
@@ -243,14 +255,21 @@ def get_or_create_session(db: Db, ws: str, session_id: str, metadata=None, confi
                           peers: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], bool]:
     workspace = require_workspace(db, ws)
     summary_config(_json(workspace.get("configuration")), configuration)
+    item, created = create_session_item(db, ws, session_id, metadata, configuration)
+    if peers:
+        add_members(db, ws, session_id, peers)
+    return session_view(item), created
+
+
+def create_session_item(db: Db, ws: str, session_id: str, metadata=None, configuration=None,
+                        ) -> tuple[dict[str, Any], bool]:
+    """Get or create the session item of a workspace known to exist; Conflict while it is being purged."""
     item, created = _create(db, keys.session(ws, session_id), {
         "kind": "session", "id": session_id, "workspace_id": ws, "is_active": True,
         "metadata": _dump(metadata or {}), "configuration": _dump(configuration or {}), "created_at": utcnow()})
     if "deleted_at" in item:
         raise Conflict(f"session '{session_id}' is being deleted; create it again once that finishes")
-    if peers:
-        add_members(db, ws, session_id, peers)
-    return session_view(item), created
+    return item, created
 
 
 def update_session(db: Db, ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:

@@ -1,0 +1,141 @@
+"""Every recorded event in events/ runs through its handler (found from the template) with the status it documents."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from local.template import ROOT, template
+from tests.handlers import call, invoke
+
+EVENTS = ROOT / "events"
+
+# file: (function logical id, expected statusCode, or "batch" for a stream batch with no failures)
+EXPECTED = {
+    "context_health.json": ("ContextFunction", 200),
+    "context_get.json": ("ContextFunction", 200),
+    "context_get_default.json": ("ContextFunction", 200),
+    "context_no_summary.json": ("ContextFunction", 200),
+    "context_bad_tokens.json": ("ContextFunction", 422),
+    "context_summaries.json": ("ContextFunction", 200),
+    "context_list_messages.json": ("ContextFunction", 200),
+    "ingest_create_workspace.json": ("IngestFunction", 201),
+    "ingest_create_session.json": ("IngestFunction", 201),
+    "ingest_create_messages.json": ("IngestFunction", 201),
+    "ingest_create_messages_bad.json": ("IngestFunction", 422),
+    "summarize_stream_batch.json": ("SummarizeFunction", "batch"),
+}
+
+# What must exist before each event for it to mean what it says: nothing, the workspace, or the session with
+# messages (a create event against existing data would answer 200, not 201).
+NEEDS = {
+    "ingest_create_workspace.json": "nothing",
+    "ingest_create_session.json": "workspace",
+    "ingest_create_messages.json": "workspace",
+    "ingest_create_messages_bad.json": "session",
+    "summarize_stream_batch.json": "stream",
+}
+
+# Response shapes by route: keys every 2xx body of that route carries.
+SHAPES = {
+    "GET /health": {"status"},
+    "GET /v3/workspaces/{workspace_id}/sessions/{session_id}/context": {
+        "id", "messages", "summary", "peer_representation", "peer_card", "messages_skipped", "token_count"},
+    "GET /v3/workspaces/{workspace_id}/sessions/{session_id}/summaries": {"id", "short_summary", "long_summary"},
+    "POST /v3/workspaces/{workspace_id}/sessions/{session_id}/messages/list": {"items", "total", "page", "size",
+                                                                                "pages"},
+    "POST /v3/workspaces": {"id", "metadata", "configuration", "created_at"},
+    "POST /v3/workspaces/{workspace_id}/sessions": {"id", "is_active", "workspace_id", "metadata", "configuration",
+                                                    "created_at"},
+}
+MESSAGE_KEYS = {"id", "content", "peer_id", "session_id", "workspace_id", "metadata", "created_at", "token_count"}
+
+
+def load(name: str) -> dict:
+    return json.loads((EVENTS / name).read_text())
+
+
+def function_for(event: dict) -> str:
+    """The template function an event reaches: the stream consumer for a Records batch, else by route key."""
+    if "Records" in event:
+        return template().stream_function().logical_id
+    (route,) = [r for r in template().routes if f"{r.method} {r.path}" == event["routeKey"]]
+    return route.function
+
+
+def seed(aws, needs: str, event: dict) -> None:
+    if needs == "nothing":
+        return
+    assert call("POST", "/v3/workspaces", {"id": "demo"}).status == 201
+    if needs == "workspace":
+        return
+    assert call("POST", "/v3/workspaces/demo/sessions", {"id": "s1", "peers": {"alice": {}}}).status == 201
+    if needs == "stream":
+        # The table holds exactly the items the stream records describe.
+        for record in event["Records"]:
+            aws["dynamodb"].put_item(TableName=template().table_name, Item=record["dynamodb"]["NewImage"])
+        return
+    batch = {"messages": [{"content": text, "peer_id": peer} for text, peer in [
+        ("What's the weather like in Lisbon tomorrow?", "alice"),
+        ("Sunny, 24°C, light wind from the north-west.", "assistant"),
+        ("Great, thanks!", "alice")]]}
+    assert call("POST", "/v3/workspaces/demo/sessions/s1/messages", batch).status == 201
+
+
+def test_every_event_file_is_listed():
+    assert sorted(p.name for p in EVENTS.glob("*.json")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_event_is_well_formed_for_its_source(name):
+    event = load(name)
+    logical_id, _ = EXPECTED[name]
+    assert function_for(event) == logical_id
+    if "Records" in event:
+        for record in event["Records"]:
+            assert record["eventSource"] == "aws:dynamodb" and record["eventName"] == "INSERT"
+            assert record["eventSourceARN"].startswith(f"arn:aws:dynamodb:us-east-1:123456789012:table/"
+                                                       f"{template().table_name}/stream/")
+            image = record["dynamodb"]["NewImage"]
+            assert image["kind"] == {"S": "message"} and image["PK"] == {"S": "WS#demo#S#s1"}
+            assert record["dynamodb"]["Keys"] == {"PK": image["PK"], "SK": image["SK"]}
+            assert all(len(value) == 1 and next(iter(value)) in ("S", "N") for value in image.values()), "typed JSON"
+        return
+    assert event["version"] == "2.0" and event["requestContext"]["stage"] == "$default"
+    assert event["routeKey"] == event["requestContext"]["routeKey"]
+    method, route = event["routeKey"].split(" ", 1)
+    assert event["requestContext"]["http"]["method"] == method
+    assert event["rawPath"] == event["requestContext"]["http"]["path"]
+    assert all(key == key.lower() for key in event["headers"]), "API Gateway lowercases header names"
+    parts = route.strip("/").split("/")
+    path_params = {p[1:-1]: v for p, v in zip(parts, event["rawPath"].strip("/").split("/")) if p.startswith("{")}
+    assert (event.get("pathParameters") or {}) == path_params
+    assert path_params.get("workspace_id", "demo") == "demo" and path_params.get("session_id", "s1") == "s1"
+    if "body" in event:
+        assert int(event["headers"]["content-length"]) == len(event["body"].encode())
+        json.loads(event["body"])
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_event_runs_through_its_handler_with_the_documented_status(aws, name):
+    event = load(name)
+    logical_id, expected = EXPECTED[name]
+    seed(aws, NEEDS.get(name, "session"), event)
+    result = invoke(function_for(event), event)
+    if expected == "batch":
+        assert result == {"batchItemFailures": []}
+        return
+    assert result["statusCode"] == expected, result
+    assert result["headers"]["Content-Type"].startswith("application/json")
+    body = json.loads(result["body"])
+    if expected >= 400:
+        assert body["detail"], "an error says what is wrong"
+        return
+    if isinstance(body, list):  # a message batch answers with the stored messages, in order
+        assert [m["content"] for m in body] == [m["content"] for m in json.loads(event["body"])["messages"]]
+        assert all(set(m) >= MESSAGE_KEYS for m in body)
+        return
+    assert set(body) >= SHAPES[event["routeKey"]]
+    for message in body.get("messages") or body.get("items") or []:
+        assert set(message) >= MESSAGE_KEYS
