@@ -7,17 +7,19 @@ PYTHON312 ?= $(shell for p in $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.12*
 	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { command -v $$p; break; }; done)
 VENV := .venv
 SAM_VENV := .venv-sam
+SECURITY_VENV := .venv-security
 PY := $(VENV)/bin/python
 SAM := $(SAM_VENV)/bin/sam
 ENCODINGS := layers/common/precis/encodings/.verified
 export SAM_CLI_TELEMETRY := 0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help dev test test-fast lint build bench invoke encodings clean
+.PHONY: help dev test test-fast lint build security bench invoke encodings clean
 
 help:
 	@echo "make dev      run Precis locally on 127.0.0.1:\$${PRECIS_PORT:-8000} (moto, no Docker)"
-	@echo "make test     lint the template, sam build, run the whole test suite"
+	@echo "make test     lint the template, sam build, checkov, run the whole test suite"
+	@echo "make security checkov on the template (offline; skips justified in .checkov.yaml)"
 	@echo "make bench    run the benchmarks (tables, plots under bench/out/)"
 	@echo "make invoke FN=ContextFunction EVENT=events/context_health.json   one handler, one event"
 
@@ -31,6 +33,13 @@ $(VENV)/.installed: requirements-dev.txt layers/common/requirements.txt
 $(SAM_VENV)/.installed: requirements-sam.txt
 	test -d $(SAM_VENV) || $(PYTHON312) -m venv $(SAM_VENV)
 	$(SAM_VENV)/bin/pip install --quiet -r requirements-sam.txt
+	touch $@
+
+# checkov and schemathesis pin their own hypothesis, jsonschema, boto3...: they get a virtualenv of their own.
+$(SECURITY_VENV)/.installed: requirements-security.txt
+	@test -n "$(PYTHON312)" || { echo "python3.12 not found (set PYTHON312=/path/to/python3.12)"; exit 1; }
+	test -d $(SECURITY_VENV) || $(PYTHON312) -m venv $(SECURITY_VENV)
+	$(SECURITY_VENV)/bin/pip install --quiet -r requirements-security.txt
 	touch $@
 
 $(ENCODINGS): scripts/fetch_encodings.py | $(VENV)/.installed
@@ -49,7 +58,15 @@ lint: $(SAM_VENV)/.installed
 build: $(SAM_VENV)/.installed $(ENCODINGS)
 	PATH="$(dir $(PYTHON312)):$$PATH" $(SAM) build --cached
 
-test: $(VENV)/.installed $(ENCODINGS) lint build
+# checkov on template.yaml as written and as CloudFormation deploys it (SAM's transform, run offline by the policy
+# test module, so the IAM roles SAM generates are scanned too). Offline: no API key, --skip-download.
+security: $(VENV)/.installed $(SAM_VENV)/.installed $(SECURITY_VENV)/.installed
+	@mkdir -p .aws-sam/security
+	$(PY) -m tests.test_template_policy --sam-transform > .aws-sam/security/template.json
+	env -u BC_API_KEY BC_SKIP_MAPPING=TRUE $(SECURITY_VENV)/bin/checkov --config-file .checkov.yaml \
+		-f template.yaml -f .aws-sam/security/template.json
+
+test: $(VENV)/.installed $(ENCODINGS) lint build security
 	$(PY) -m pytest
 
 test-fast: $(VENV)/.installed $(ENCODINGS)

@@ -149,3 +149,16 @@ def test_every_route_has_bad_input_cases():
     routes = {(r.method, r.path) for r in template().routes if r.path.startswith("/v3/")
               and not r.path.endswith(("/context", "/summaries")) and r.path != "/v3/keys"}
     assert routes - covered == set()
+
+
+def test_a_put_that_changes_nothing_is_fine(seeded):
+    assert call("PUT", W, {}).status == 200
+    assert call("PUT", f"{W}/peers/alice", {"metadata": None}).status == 200
+    assert call("PUT", S, {}).status == 200
+    assert call("PUT", f"{S}/peers/alice/config", {}).status == 204
+    assert call("PUT", "/v3/workspaces/nope", {}).status == 404
+
+
+def test_minting_a_key_without_a_signing_secret_is_503_not_a_crash(seeded):
+    reply = call("POST", "/v3/keys")
+    assert reply.status == 503 and "PRECIS_JWT_SECRET" in reply.body["detail"]

@@ -83,7 +83,8 @@ def test_sixty_messages_get_short_and_long_summaries_offline(stack):
         session.add_messages([(alice if i % 2 else bot).message(
             f"Turn {i}: we discussed the budget for item {i} and decided to spend {i * 10} euros.")
             for i in range(start, start + 20)])
-    summaries = wait_for(lambda: (s := session.summaries()).long_summary and s.short_summary and s)
+    # The design's 5 s freshness holds on an idle machine; the suite runs beside other work, hence the slack.
+    summaries = wait_for(lambda: (s := session.summaries()).long_summary and s.short_summary and s, 60)
     last = list(session.messages(reverse=True, size=1))[0]
     assert summaries.short_summary.message_id == last.id == summaries.long_summary.message_id
     assert summaries.long_summary.summary_type == "honcho_chat_summary_long"

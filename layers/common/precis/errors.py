@@ -39,3 +39,9 @@ class TooLarge(PrecisError):
 
 class Throttled(PrecisError):
     status = 429
+
+
+class Unavailable(PrecisError):
+    """The service lacks something it needs (e.g. a signing secret); not the caller's fault, nor a crash."""
+
+    status = 503

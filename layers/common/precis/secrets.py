@@ -5,6 +5,7 @@ from __future__ import annotations
 from aws_lambda_powertools import Logger
 
 from precis.config import get_settings
+from precis.errors import Unavailable
 
 logger = Logger(child=True)
 
@@ -30,8 +31,8 @@ def jwt_secret() -> str:
     """The key that signs and verifies bearer keys."""
     secret = get_settings().jwt_secret or _secret_field("jwt_secret")
     if not secret:
-        raise RuntimeError("auth is on but no signing secret is configured (PRECIS_JWT_SECRET or the secret's "
-                           "jwt_secret field)")
+        raise Unavailable("no key-signing secret is configured: set PRECIS_JWT_SECRET (local stack) or the "
+                          "jwt_secret field of the stack's secret")
     return secret
 
 

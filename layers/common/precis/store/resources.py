@@ -88,14 +88,13 @@ def _create(db: Db, key: dict[str, str], values: dict[str, Any]) -> tuple[dict[s
 
 def _update(db: Db, key: dict[str, str], changes: dict[str, Any], *, condition: str = "attribute_exists(PK)",
             ) -> dict[str, Any] | None:
-    """Set the non-None `changes` on an existing item; the new item, or None when the condition fails."""
-    changes = {k: v for k, v in changes.items() if v is not None}
-    kwargs: dict[str, Any] = {}
-    if changes:
-        names = {f"#a{i}": k for i, k in enumerate(changes)}
-        kwargs = {"UpdateExpression": "SET " + ", ".join(f"{n} = :v{i}" for i, n in enumerate(names)),
-                  "ExpressionAttributeNames": names,
-                  "ExpressionAttributeValues": to_item({f":v{i}": v for i, v in enumerate(changes.values())})}
+    """Set the non-None `changes` (and `updated_at`) on an existing item; the new item, or None when the
+    condition fails. An update that changes nothing still checks the condition (a PUT of `{}` is valid)."""
+    changes = {**{k: v for k, v in changes.items() if v is not None}, "updated_at": utcnow()}
+    names = {f"#a{i}": k for i, k in enumerate(changes)}
+    kwargs = {"UpdateExpression": "SET " + ", ".join(f"{n} = :v{i}" for i, n in enumerate(names)),
+              "ExpressionAttributeNames": names,
+              "ExpressionAttributeValues": to_item({f":v{i}": v for i, v in enumerate(changes.values())})}
     try:
         out = db.client.update_item(TableName=db.table, Key=to_item(key), ConditionExpression=condition,
                                     ReturnValues="ALL_NEW", **kwargs)

@@ -1,0 +1,337 @@
+"""Least privilege and hardening, read from template.yaml: what each function may touch, and what deploys encrypted.
+
+`python -m tests.test_template_policy --sam-transform` prints the template as CloudFormation deploys it (SAM's own
+transform, offline, in .venv-sam), for checkov (`make security`), so the roles SAM generates are scanned too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from local.template import ROOT, TEMPLATE, _parse, _Tag, load_template
+
+RAW = _parse(TEMPLATE.read_text())
+RESOURCES: dict[str, Any] = RAW["Resources"]
+PARAMETERS: dict[str, Any] = RAW.get("Parameters", {})
+GLOBAL_FUNCTION: dict[str, Any] = RAW.get("Globals", {}).get("Function", {})
+FUNCTIONS = {lid: res["Properties"] for lid, res in RESOURCES.items() if res["Type"] == "AWS::Serverless::Function"}
+SAM_PYTHON = ROOT / ".venv-sam" / "bin" / "python"
+
+TABLE = {"${Table.Arn}", "${Table.Arn}/index/*"}
+# Every table action each function may be granted: what its code calls, nothing more. DynamoDB authorizes the items
+# of a TransactWriteItems one by one (PutItem, ConditionCheckItem...), so transactions need no action of their own.
+TABLE_ACTIONS = {
+    "IngestFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
+                       "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
+                       "dynamodb:ConditionCheckItem"},
+    "ContextFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem"},
+    "SummarizeFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
+                          "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"},
+}
+TABLE_WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
+                "dynamodb:TransactWriteItems", "dynamodb:PartiQLInsert", "dynamodb:PartiQLUpdate",
+                "dynamodb:PartiQLDelete", "dynamodb:RestoreTableFromBackup", "dynamodb:ImportTable"}
+# Every bucket action each function may be granted, by key prefix: message bodies and audit records.
+BUCKET_ACCESS = {
+    "IngestFunction": {("s3:PutObject", "bodies/"), ("s3:GetObject", "bodies/")},
+    "ContextFunction": {("s3:GetObject", "bodies/")},
+    "SummarizeFunction": {("s3:GetObject", "bodies/"), ("s3:DeleteObject", "bodies/"), ("s3:PutObject", "audit/")},
+}
+SECRET_ARN = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretName}-*"
+QUEUES = {"${SummarizeDLQ.Arn}"}
+# Environment variable names made of these words carry secrets, unless the name says it holds the secret's name.
+SENSITIVE_WORDS = {"SECRET", "SECRETS", "PASSWORD", "PASSWD", "TOKEN", "TOKENS", "KEY", "KEYS", "APIKEY",
+                   "CREDENTIAL", "CREDENTIALS", "PRIVATE"}
+SECRET_LOOKING = re.compile(r"^(sk-|eyJ|AKIA|ASIA|ghp_|xox[bap]-|-----BEGIN)")
+
+
+def _text(value: Any) -> str:
+    """A policy resource as text: `!GetAtt Table.Arn` is "${Table.Arn}", a `!Sub` its template."""
+    if isinstance(value, _Tag):
+        if value.name == "GetAtt":
+            return "${%s}" % (value.value if isinstance(value.value, str) else ".".join(value.value))
+        if value.name == "Ref":
+            return "${%s}" % value.value
+        if value.name == "Sub" and isinstance(value.value, str):
+            return value.value
+        raise AssertionError(f"an intrinsic this test cannot read in a policy: {value!r}")
+    assert isinstance(value, str), value
+    return value
+
+
+def _listed(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def statements(logical_id: str) -> list[dict[str, Any]]:
+    """The function's own IAM statements. Only inline documents are allowed: a managed policy or a SAM policy
+    template would grant actions this test cannot see."""
+    props = FUNCTIONS[logical_id]
+    assert "Role" not in props, f"{logical_id}: a role of its own escapes this test; extend it first"
+    out = []
+    for policy in _listed(props.get("Policies", [])):
+        assert isinstance(policy, dict) and set(policy) == {"Statement"}, (
+            f"{logical_id}: {policy!r} is not an inline statement list (managed policies and SAM policy templates "
+            "hide their actions from this test)")
+        out += policy["Statement"]
+    return out
+
+
+def granted(logical_id: str) -> list[tuple[str, str]]:
+    """(action, resource) for every Allow of the function."""
+    pairs = []
+    for statement in statements(logical_id):
+        assert statement["Effect"] == "Allow", statement
+        assert "NotAction" not in statement and "NotResource" not in statement, statement
+        for action in _listed(statement["Action"]):
+            for resource in _listed(statement["Resource"]):
+                pairs.append((action, _text(resource)))
+    return pairs
+
+
+def environment(logical_id: str | None = None) -> dict[str, Any]:
+    """The Globals environment, or a function's own."""
+    props = GLOBAL_FUNCTION if logical_id is None else FUNCTIONS[logical_id]
+    return props.get("Environment", {}).get("Variables", {})
+
+
+def sub_text(value: Any) -> str:
+    assert isinstance(value, _Tag) and value.name == "Sub" and isinstance(value.value, str), value
+    return value.value
+
+
+def resources_of(kind: str) -> dict[str, dict[str, Any]]:
+    return {lid: res.get("Properties", {}) for lid, res in RESOURCES.items() if res["Type"] == kind}
+
+
+# ---------------------------------------------------------------- least privilege
+
+
+def test_every_function_is_covered_by_the_allow_lists():
+    assert set(FUNCTIONS) == set(TABLE_ACTIONS) == set(BUCKET_ACCESS)
+
+
+def test_no_iam_resources_outside_the_functions_policies():
+    """Roles and policies of their own would escape the per-function checks below."""
+    kinds = {res["Type"] for res in RESOURCES.values()}
+    assert not kinds & {"AWS::IAM::Role", "AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::IAM::User"}
+
+
+@pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
+def test_every_action_is_spelled_out_and_every_resource_named(logical_id):
+    # No statement of ours needs Resource "*". The ones AWS requires are added by SAM, not written here: X-Ray
+    # (Tracing: Active) and CloudWatch Logs; test_sam_adds_only_the_managed_policies_aws_requires pins them.
+    for action, resource in granted(logical_id):
+        assert "*" not in action, f"{logical_id}: wildcard action {action}"
+        assert resource != "*" and not resource.startswith("arn:*"), f"{logical_id}: {action} on {resource}"
+
+
+@pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
+def test_each_function_gets_only_its_table_actions_on_the_table_alone(logical_id):
+    table = {(a, r) for a, r in granted(logical_id) if a.startswith("dynamodb:")}
+    assert {a for a, _ in table} <= TABLE_ACTIONS[logical_id]
+    assert {r for _, r in table} <= TABLE
+
+
+def test_the_context_function_cannot_write():
+    actions = {a for a, _ in granted("ContextFunction")}
+    assert not actions & TABLE_WRITES
+    reads = ("dynamodb:Get", "dynamodb:BatchGet", "dynamodb:Query")
+    assert all(a.startswith(reads) for a in actions if a.startswith("dynamodb:"))
+    assert not actions & {"s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObjectAcl"}
+    assert not {a for a in actions if a.startswith(("sqs:", "sns:", "lambda:", "iam:"))}
+
+
+@pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
+def test_each_function_reaches_only_its_own_key_prefixes_in_the_bucket(logical_id):
+    access = set()
+    for action, resource in granted(logical_id):
+        if action.startswith("s3:"):
+            match = re.fullmatch(r"\$\{Bucket\.Arn\}/([a-z]+/)\*", resource)
+            assert match, f"{logical_id}: {action} on {resource}, not on a key prefix of the bucket"
+            access.add((action, match.group(1)))
+    assert access <= BUCKET_ACCESS[logical_id]
+
+
+@pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
+def test_secrets_and_queues_are_reached_by_name(logical_id):
+    for action, resource in granted(logical_id):
+        service = action.split(":", 1)[0]
+        assert service in {"dynamodb", "s3", "secretsmanager", "sqs"}, f"{logical_id}: unexpected {action}"
+        if service == "secretsmanager":
+            assert (action, resource) == ("secretsmanager:GetSecretValue", SECRET_ARN)
+        if service == "sqs":
+            assert action == "sqs:SendMessage" and resource in QUEUES
+
+
+def sam_transform() -> dict[str, Any]:
+    """template.yaml as CloudFormation deploys it: SAM's transform, offline, in .venv-sam (whose pins differ)."""
+    code = r'''
+import json, sys
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+template = yaml_parse(sys.stdin.read())
+for resource in template["Resources"].values():  # what `sam package` does: local code paths become S3 URIs
+    props = resource.get("Properties", {})
+    for key in ("CodeUri", "ContentUri"):
+        if isinstance(props.get(key), str) and not props[key].startswith("s3://"):
+            props[key] = "s3://artifacts/" + props[key].strip("/")
+json.dump(transform(template, {}, None), sys.stdout, indent=1)
+'''
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"),
+           "AWS_DEFAULT_REGION": "us-east-1"}  # the transform needs a region for ARNs; it calls no AWS API
+    done = subprocess.run([str(SAM_PYTHON), "-c", code], input=TEMPLATE.read_text(), capture_output=True, text=True,
+                          env=env, timeout=120)
+    if done.returncode:
+        raise RuntimeError(f"SAM transform failed:\n{done.stderr}")
+    return json.loads(done.stdout)
+
+
+# The managed policies SAM attaches to the roles it generates: the only grants on Resource "*", none written by us.
+# Every SAM role: logs:CreateLogStream and PutLogEvents (and CreateLogGroup) on "*"; the template creates the log
+# groups themselves, with retention.
+_BASIC = "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
+# From Tracing: Active. X-Ray's write actions (PutTraceSegments, PutTelemetryRecords, GetSamplingRules...) support no
+# resource-level permissions: AWS requires "*".
+_XRAY = "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess"
+# For the DynamoDB event source: the stream reads (GetRecords, GetShardIterator, DescribeStream, ListStreams) on "*".
+# Wider than needed (any stream in the account); a role of our own naming ${Table.StreamArn} alone would narrow it.
+_STREAM = "arn:aws:iam::aws:policy/service-role/AWSLambdaDynamoDBExecutionRole"
+MANAGED_POLICIES = {
+    "IngestFunctionRole": {_BASIC, _XRAY},
+    "ContextFunctionRole": {_BASIC, _XRAY},
+    "SummarizeFunctionRole": {_BASIC, _XRAY, _STREAM},
+}
+
+
+@pytest.fixture(scope="module")
+def deployed() -> dict[str, Any]:
+    if not SAM_PYTHON.exists():
+        pytest.skip("needs .venv-sam (make lint) for SAM's transform")
+    return sam_transform()
+
+
+def test_sam_adds_only_the_managed_policies_aws_requires(deployed):
+    roles = {lid: r["Properties"] for lid, r in deployed["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
+    assert {lid: set(p.get("ManagedPolicyArns", [])) for lid, p in roles.items()} == MANAGED_POLICIES
+    for lid, props in roles.items():
+        (assume,) = props["AssumeRolePolicyDocument"]["Statement"]
+        assert assume["Principal"] == {"Service": ["lambda.amazonaws.com"]}, lid
+        for policy in props.get("Policies", []):  # ours, and the ones SAM writes (the DLQ destination's)
+            for statement in policy["PolicyDocument"]["Statement"]:
+                assert statement["Effect"] == "Allow" and "NotAction" not in statement, (lid, statement)
+                assert all("*" not in a for a in _listed(statement["Action"])), (lid, statement)
+                assert "*" not in _listed(statement["Resource"]), (lid, statement)
+
+
+# ---------------------------------------------------------------- encryption and transport
+
+
+def test_data_at_rest_is_encrypted_everywhere():
+    for lid, props in resources_of("AWS::DynamoDB::Table").items():
+        assert props["SSESpecification"]["SSEEnabled"] is True, lid
+        assert props["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True, lid
+    for lid, props in resources_of("AWS::S3::Bucket").items():
+        (rule,) = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in {"AES256", "aws:kms", "aws:kms:dsse"}, lid
+    queues = resources_of("AWS::SQS::Queue")
+    assert queues
+    for lid, props in queues.items():
+        assert props.get("SqsManagedSseEnabled") is True or props.get("KmsMasterKeyId"), lid
+
+
+def test_buckets_are_private_and_tls_only():
+    policies = {p["Bucket"].value: p["PolicyDocument"] for p in resources_of("AWS::S3::BucketPolicy").values()}
+    for lid, props in resources_of("AWS::S3::Bucket").items():
+        assert props["PublicAccessBlockConfiguration"] == {"BlockPublicAcls": True, "BlockPublicPolicy": True,
+                                                          "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+        assert props["OwnershipControls"]["Rules"] == [{"ObjectOwnership": "BucketOwnerEnforced"}]  # no ACLs
+        denials = [s for s in policies[lid]["Statement"] if s["Effect"] == "Deny"
+                   and s.get("Condition") in ({"Bool": {"aws:SecureTransport": "false"}},
+                                              {"Bool": {"aws:SecureTransport": False}})]
+        assert denials, f"{lid}: no statement denies requests without TLS"
+        (deny,) = denials
+        assert deny["Principal"] == "*" and deny["Action"] == "s3:*"
+        assert {_text(r) for r in deny["Resource"]} == {f"${{{lid}.Arn}}", f"${{{lid}.Arn}}/*"}
+
+
+# ---------------------------------------------------------------- operations
+
+
+def test_every_function_logs_to_a_log_group_with_retention():
+    groups = resources_of("AWS::Logs::LogGroup")
+    assert all("RetentionInDays" in props for props in groups.values())
+    names = {sub_text(props["LogGroupName"]) for props in groups.values()}
+    for lid, props in FUNCTIONS.items():
+        # Lambda writes to /aws/lambda/<FunctionName>; without a fixed name it would make a group of its own,
+        # kept forever.
+        assert f"/aws/lambda/{sub_text(props['FunctionName'])}" in names, lid
+    retention = PARAMETERS["LogRetentionDays"]
+    assert retention["Default"] in retention["AllowedValues"] and min(retention["AllowedValues"]) >= 1
+
+
+def test_the_api_is_throttled_and_its_access_logged():
+    apis = resources_of("AWS::Serverless::HttpApi")
+    assert apis and not resources_of("AWS::Serverless::Api")
+    for lid, props in apis.items():
+        settings = props["DefaultRouteSettings"]
+        assert settings["ThrottlingRateLimit"] > 0 and settings["ThrottlingBurstLimit"] > 0, lid
+        target = props["AccessLogSettings"]["DestinationArn"]
+        assert target.name == "GetAtt" and target.value.split(".")[0] in resources_of("AWS::Logs::LogGroup"), lid
+
+
+def test_the_summarizer_has_reserved_concurrency():
+    (summarizer,) = [lid for lid, p in FUNCTIONS.items()
+                     if any(e["Type"] == "DynamoDB" for e in p.get("Events", {}).values())]
+    assert isinstance(FUNCTIONS[summarizer].get("ReservedConcurrentExecutions"), int)
+    assert FUNCTIONS[summarizer]["ReservedConcurrentExecutions"] >= 1
+
+
+# ---------------------------------------------------------------- auth and secrets
+
+
+def test_auth_is_always_on_where_it_deploys():
+    from precis.config import _env_bool
+
+    value = environment()["PRECIS_AUTH"]
+    assert value == "true" and _env_bool(value)  # a literal: no !Ref, !If or !Sub, so no parameter can turn it off
+    assert all("PRECIS_AUTH" not in environment(lid) for lid in FUNCTIONS)
+    assert not [name for name in PARAMETERS if "AUTH" in name.upper()]
+    assert all(fn.environment["PRECIS_AUTH"] == "true" for fn in load_template().functions.values())
+
+
+def _variables() -> list[tuple[str, str, Any]]:
+    return [("Globals", k, v) for k, v in environment().items()] + [
+        (lid, k, v) for lid in FUNCTIONS for k, v in environment(lid).items()]
+
+
+def test_no_secret_is_in_an_environment_variable():
+    for owner, name, value in _variables():
+        if set(name.upper().split("_")) & SENSITIVE_WORDS:
+            # Only the secret's name may be here (PRECIS_SECRET_NAME); the value is read at run time.
+            assert name.endswith(("_NAME", "_ARN")), f"{owner}: {name} looks like it carries a secret"
+            assert isinstance(value, _Tag) and value.name == "Ref" and value.value in PARAMETERS, (owner, name)
+        if isinstance(value, str):
+            assert not SECRET_LOOKING.match(value), f"{owner}: {name} holds what looks like a credential"
+        refs = [value.value] if isinstance(value, _Tag) and value.name == "Ref" else []
+        assert not [r for r in refs if PARAMETERS.get(r, {}).get("NoEcho")], f"{owner}: {name} holds a NoEcho value"
+    assert "PRECIS_JWT_SECRET" not in {name for _, name, _ in _variables()}  # deployed: Secrets Manager only
+
+
+def test_events_are_never_logged():
+    # A logged event carries the Authorization header and the messages' content.
+    assert environment()["POWERTOOLS_LOGGER_LOG_EVENT"] == "false"
+    assert all("POWERTOOLS_LOGGER_LOG_EVENT" not in environment(lid) for lid in FUNCTIONS)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--sam-transform"]:
+        sys.exit("usage: python -m tests.test_template_policy --sam-transform > template.json")
+    json.dump(sam_transform(), sys.stdout, indent=1)
