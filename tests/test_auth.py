@@ -156,3 +156,22 @@ def test_non_numeric_exp_is_refused():
 def test_wrong_scheme_is_unauthorized(auth_on):
     reply = call("GET", f"{S}/context", headers={"Authorization": f"Basic {KEYS['admin']}"})
     assert reply.status == 401 and "Bearer" in reply.body["detail"]
+
+
+def test_deployed_stacks_read_the_signing_secret_from_secrets_manager(aws, monkeypatch):
+    import json
+
+    import boto3
+
+    from precis.secrets import jwt_secret, llm_api_key
+
+    boto3.client("secretsmanager").create_secret(
+        Name="precis/test", SecretString=json.dumps({"jwt_secret": SECRET, "llm_api_key": "sk-test"}))
+    monkeypatch.delenv("PRECIS_JWT_SECRET", raising=False)
+    monkeypatch.setenv("PRECIS_SECRET_NAME", "precis/test")
+    monkeypatch.setenv("PRECIS_AUTH", "true")
+    get_settings.cache_clear()
+    assert jwt_secret() == SECRET and llm_api_key() == "sk-test"
+    call("POST", "/v3/workspaces", {"id": "ws1"}, headers={"Authorization": f"Bearer {KEYS['admin']}"})
+    assert call("POST", "/v3/workspaces/list", headers={"Authorization": f"Bearer {KEYS['admin']}"}).status == 200
+    assert call("POST", "/v3/workspaces/list", headers={"Authorization": f"Bearer {KEYS['workspace']}"}).status == 403
