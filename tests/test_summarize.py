@@ -204,3 +204,48 @@ def test_unknown_summary_settings_answer_422_naming_the_field(ws):
     assert reply.status == 422 and "messages_per_short_summary" in reply.body["detail"]
     reply = call("POST", f"{W}/sessions", {"id": "s2", "configuration": {"summary": {"strategy": "rolling"}}})
     assert reply.status == 422 and "configuration.summarizer" in reply.body["detail"]
+
+
+def post_runs(runs: list[int], start_run: int = 0) -> list[dict]:
+    """Post runs of the given lengths (user turn, tool calls, answer share a run_id), one request per run."""
+    posted = []
+    for offset, length in enumerate(runs):
+        run = start_run + offset
+        reply = call("POST", f"{S}/messages", {"messages": [
+            {"content": f"Run {run} step {k}: " + "the agent looked up the supplier quote and the budget. " * 3,
+             "peer_id": "alice" if k == 0 else "agent", "run_id": f"run-{run}"} for k in range(length)]})
+        assert reply.status == 201, reply.body
+        posted += reply.body
+    return posted
+
+
+def test_rolling_folds_all_but_the_newest_runs_when_the_threshold_is_reached(ws):
+    call("PUT", W, {"configuration": {"summarizer": {"strategy": "rolling", "token_threshold": 400,
+                                                     "keep_recent_runs": 2}}})
+    posted = post_runs([3, 2, 3])  # ~150 tokens: under the threshold
+    run_stream(ws["dynamodb"])
+    assert summaries()["long_summary"] is None
+    posted += post_runs([2, 3, 2], start_run=3)  # now over it; runs 0-5 complete, run 5 only once run 6 starts
+    run_stream(ws["dynamodb"], first=9)
+    rolling = summaries()["long_summary"]
+    # complete runs: 0..4 (run 5 is still open); the newest 2 complete runs (3, 4) stay verbatim
+    assert rolling["summary_type"] == "rolling"
+    assert rolling["message_id"] == posted[7]["id"]  # the last message of run 2
+    assert summaries()["short_summary"] is None
+    context = call("GET", f"{S}/context", tokens=100_000).body
+    assert context["summary"]["summary_type"] == "rolling"
+    assert [m["run_id"] for m in context["messages"]] == ["run-3"] * 2 + ["run-4"] * 3 + ["run-5"] * 2
+
+
+def test_sliding_window_keeps_only_the_newest_runs_and_writes_no_summary(ws):
+    call("PUT", W, {"configuration": {"summarizer": {"strategy": "sliding_window", "keep_runs": 2}}})
+    post_runs([2] * 12)
+    post(20)  # 20 single-message runs on top: far past any cadence
+    run_stream(ws["dynamodb"])
+    assert summaries() == {"id": "s1", "short_summary": None, "long_summary": None}
+    context = call("GET", f"{S}/context", tokens=100_000).body
+    assert [m["content"].split(":")[0] for m in context["messages"]] == ["Message 18", "Message 19"]
+    assert context["summary"] is None and context["messages_skipped"] == 24 + 18
+    session_override = call("PUT", S, {"configuration": {"summarizer": {"keep_runs": 5}}})
+    assert session_override.status == 200
+    assert len(call("GET", f"{S}/context", tokens=100_000).body["messages"]) == 5
