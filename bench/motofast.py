@@ -10,24 +10,22 @@ Neither changes what moto answers (the context benchmark checks that on its 1,00
   moto then evaluates the Query exactly as before over those items. The sorted keys are cached per partition
   and rebuilt when the partition's size changes: fine for a benchmark that seeds, then only reads.
 - `copy_tables_once_per_transaction`: moto backs up (deep-copies) the whole table once per *item* of a
-  TransactWriteItems, so a 100-message batch copies the table 100 times. While installed it copies it once
-  per transaction; the backup is used the same way (restored if the transaction fails).
+  TransactWriteItems; `local/moto_patches.py` (which the local stack uses too) copies it once per transaction.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import copy as _copy
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import moto.dynamodb.models as _backend_module
-from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import RESULT_SIZE_LIMIT, LocalSecondaryIndex, Table
+
+from local import moto_patches
 
 _local = threading.local()
 _sorted_cache: dict[tuple[int, Any, str | None], tuple[int, list[tuple], list[Any]]] = {}
@@ -147,38 +145,8 @@ def narrow_queries() -> Iterator[None]:
         _sorted_cache.clear()
 
 
-class _CopyModule:
-    """Stands in for `copy` inside moto's DynamoDB backend: a table is backed up once per transaction."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(_copy, name)
-
-    @staticmethod
-    def deepcopy(obj: Any, memo: dict | None = None) -> Any:
-        backups = getattr(_local, "backups", None)
-        if backups is None or not isinstance(obj, Table):
-            return _copy.deepcopy(obj, memo)
-        if id(obj) not in backups:
-            backups[id(obj)] = _copy.deepcopy(obj)
-        return backups[id(obj)]
-
-
 @contextmanager
 def copy_tables_once_per_transaction() -> Iterator[None]:
-    original = DynamoDBBackend.transact_write_items
-
-    def transact_write_items(self, transact_items):
-        _local.backups = {}
-        try:
-            return original(self, transact_items)
-        finally:
-            _local.backups = None
-
-    DynamoDBBackend.transact_write_items = transact_write_items
-    _backend_module.copy = _CopyModule()
-    try:
-        yield
-    finally:
-        DynamoDBBackend.transact_write_items = original
-        _backend_module.copy = _copy
-
+    """moto backs a table up once per transaction, as the local stack's moto does (local/moto_patches.py)."""
+    moto_patches.install()
+    yield

@@ -14,6 +14,10 @@ from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
+from local import moto_patches
+
+moto_patches.install()  # every moto server of the local stack and the tests gets DynamoDB's stream semantics
+
 
 class _Serialized:
     def __init__(self, app):

@@ -98,14 +98,17 @@ def authenticate(event: dict) -> None:
 
 
 def _body_problem(event: dict) -> tuple[int, Any] | None:
-    """Why a request body cannot be JSON, before Powertools parses it: it raises a 500 on bytes that are not UTF-8
-    (API Gateway hands those over base64-encoded) and on form or multipart bodies it cannot parse."""
+    """Why a request body cannot be JSON, before Powertools parses it (it raises a 500 on bytes that are not UTF-8,
+    which API Gateway hands over base64-encoded, and on form or multipart bodies it cannot parse).
+
+    Every body is read as JSON whatever its Content-Type (`curl -d` sends form-urlencoded): the event's header is
+    set to application/json, so a body that is not JSON is a 422 that says so.
+    """
     if not event.get("body"):
         return None
-    content_type = (event.get("headers") or {}).get("content-type", "")
-    media_type = content_type.split(";", 1)[0].strip().lower()
-    if media_type not in ("", "application/json"):
-        return 415, f"Content-Type: request bodies are application/json, got '{content_type}'"
+    headers = event.setdefault("headers", {}) or {}
+    headers["content-type"] = "application/json"
+    event["headers"] = headers
     if event.get("isBase64Encoded"):
         try:
             base64.b64decode(event["body"], validate=True).decode("utf-8")
