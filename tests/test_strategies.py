@@ -20,7 +20,6 @@ from precis.strategies import (
     decide,
     merge_config,
     needed_from,
-    window_start,
 )
 
 # --- brute-force references (deliberately not sharing code with precis.strategies) ----------------------------
@@ -70,12 +69,6 @@ def ref_rolling(run_ids: list[str | None], tokens: list[int], previous: StoredSu
         return None
     evicted = complete[: len(complete) - keep]
     return max(i + 1 for i in range(len(lab)) if lab[i] in evicted)
-
-
-def ref_window_start(run_ids: list[str | None], keep: int) -> int:
-    lab = labels(run_ids)
-    kept = sorted(set(lab))[-keep:]
-    return min(i + 1 for i in range(len(lab)) if lab[i] in kept)
 
 
 # --- building sessions ----------------------------------------------------------------------------------------
@@ -302,28 +295,6 @@ def test_rolling_needs_more_than_keep_recent_runs_after_the_summary():
 
 
 # --- sliding window and disabled ------------------------------------------------------------------------------
-
-
-@given(sessions(), st.integers(1, 12))
-def test_window_start_matches_reference(session, keep):
-    config = SummaryConfig(strategy="sliding_window", keep_runs=keep)
-    if not session.run_ids:
-        assert window_start(config, []) == 1
-        return
-    assert window_start(config, session.refs()) == ref_window_start(session.run_ids, keep)
-    assert needed_from(config, {}) is None
-    assert decide(config, {}, session.refs()) == []
-
-
-def test_window_start_counts_the_open_run():
-    refs = Session(["a", "a", None, "b", "b"], [1] * 5).refs()
-    assert window_start(SummaryConfig(strategy="sliding_window", keep_runs=2), refs) == 3
-    assert window_start(SummaryConfig(strategy="sliding_window", keep_runs=1), refs) == 4
-
-
-def test_window_start_without_sliding_window_keeps_everything():
-    refs = plain(30).refs(11)
-    assert window_start(SummaryConfig(keep_runs=1), refs) == 11
 
 
 @pytest.mark.parametrize("strategy", ["cadence", "rolling", "sliding_window"])

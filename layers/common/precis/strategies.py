@@ -144,19 +144,6 @@ def decide(
     return [job] if job else []
 
 
-def window_start(config: SummaryConfig, messages: Sequence[MessageRef]) -> int:
-    """First seq of the newest `keep_runs` runs (the open one counts) under sliding_window; else the first seq.
-
-    `messages` must be contiguous and start at a run start (or be the whole session); empty gives 1.
-    """
-    if not messages:
-        return 1
-    _check_messages(messages, messages[0].seq)
-    if not config.enabled or config.strategy != "sliding_window":
-        return messages[0].seq
-    return runs(messages)[-config.keep_runs:][0].first_seq
-
-
 def runs(messages: Sequence[MessageRef]) -> list[Run]:
     """Group contiguous messages into runs, oldest first; only the last can be open (a run id, nothing after)."""
     grouped: list[Run] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -369,13 +369,6 @@ def set_member_config(db: Db, ws: str, session_id: str, peer_id: str, flags: dic
     if _update(db, keys.member(ws, session_id, peer_id), flags) is None:
         raise NotFound(f"peer '{peer_id}' is not a member of session '{session_id}'")
 
-
-def filter_page(records: list[dict[str, Any]], filters, page_no: int, size: int, reverse: bool,
-                key: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
-    selected = [r for r in records if filtering.matches(filters, r)]
-    if key:
-        selected.sort(key=key)
-    return page(selected, page_no, size, reverse)
 
 
 def is_member(db: Db, ws: str, session_id: str, peer_id: str | None) -> bool:
