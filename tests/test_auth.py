@@ -6,10 +6,10 @@ import time
 
 import jwt as pyjwt
 import pytest
-
 from precis.auth import Principal, mint_key, verify_key
 from precis.config import get_settings
 from precis.errors import Unauthorized
+
 from tests.handlers import call
 
 SECRET = "test-signing-secret-0123456789abcdef"
@@ -162,7 +162,6 @@ def test_deployed_stacks_read_the_signing_secret_from_secrets_manager(aws, monke
     import json
 
     import boto3
-
     from precis.secrets import jwt_secret, llm_api_key
 
     boto3.client("secretsmanager").create_secret(

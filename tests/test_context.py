@@ -10,13 +10,13 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from local.template import table_definition, template
 from precis.store import keys
 from precis.store.db import from_item, get_db, to_item
 from precis.store.messages import NewMessage, append_messages, make_message_id
 from precis.store.summaries import put_summary
 from precis.tokens import count_text
+
+from local.template import table_definition, template
 from tests.handlers import call
 
 WS = "ws1"

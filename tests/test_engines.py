@@ -12,11 +12,11 @@ import urllib.request
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from precis.config import Settings
 from precis.engines import EngineError, SummaryRequest, default_engine, get_engine, word_limit
 from precis.engines.extractive import ExtractiveEngine, count_words
 from precis.tokens import count_messages, count_text
+
 from tests.llm_server import LLMServer, llm_server  # noqa: F401 - the fixture
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from precis.auth import mint_key
 
 from local.template import ROOT, template
-from precis.auth import mint_key
 from tests.stack import Stack, request
 
 pytestmark = pytest.mark.stack

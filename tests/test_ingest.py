@@ -6,12 +6,12 @@ import threading
 
 import boto3
 import pytest
-
 from precis.config import get_settings
 from precis.store import keys
 from precis.store.db import Db, from_item
 from precis.store.messages import NewMessage, append_messages
 from precis.tokens import count_text
+
 from tests.handlers import call
 
 W = "/v3/workspaces/ws1"

@@ -18,8 +18,8 @@ import pytest
 from local.__main__ import admin_key
 from local.gateway import Gateway
 from local.template import ROOT, Function, template
-from tests.stack import Stack, request
 from local.worker import FunctionPool, InvokeResult
+from tests.stack import Stack, request
 
 pytestmark = pytest.mark.stack
 

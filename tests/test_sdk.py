@@ -7,9 +7,9 @@ import time
 import pytest
 from honcho import Honcho
 from honcho.http.exceptions import AuthenticationError, PermissionDeniedError
-
 from precis.auth import mint_key
 from precis.tokens import count_text
+
 from tests.stack import Stack
 
 pytestmark = pytest.mark.stack

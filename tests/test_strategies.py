@@ -7,20 +7,19 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
-
 from precis.strategies import (
     LONG,
     ROLLING,
     SHORT,
     MessageRef,
-    StoredSummary,
     SummaryConfig,
+    SummaryCost,
     SummaryJob,
     decide,
     merge_config,
     needed_from,
 )
+from pydantic import ValidationError
 
 # --- brute-force references (deliberately not sharing code with precis.strategies) ----------------------------
 
@@ -58,7 +57,7 @@ def ref_cadence(run_ids: list[str | None], covered: int, every: int) -> int | No
     return max(done) if len(done) >= every else None
 
 
-def ref_rolling(run_ids: list[str | None], tokens: list[int], previous: StoredSummary | None,
+def ref_rolling(run_ids: list[str | None], tokens: list[int], previous: SummaryCost | None,
                 threshold: int, keep: int) -> int | None:
     covered = previous.covers_seq if previous else 0
     total = (previous.token_count if previous else 0) + sum(tokens[covered:])
@@ -83,8 +82,8 @@ class Session:
         return [MessageRef(seq, self.tokens[seq - 1], self.run_ids[seq - 1])
                 for seq in range(first, len(self.run_ids) + 1)]
 
-    def summary(self, summary_type: str, covers: int, token_count: int = 100) -> StoredSummary:
-        return StoredSummary(summary_type, covers, sum(self.tokens[:covers]), token_count)
+    def summary(self, summary_type: str, covers: int, token_count: int = 100) -> SummaryCost:
+        return SummaryCost(summary_type, covers, sum(self.tokens[:covers]), token_count)
 
 
 @st.composite
@@ -105,13 +104,13 @@ def plain(n: int) -> Session:
     return Session([None] * n, [10] * n)
 
 
-def apply(summaries: dict[str, StoredSummary], session: Session, jobs: list[SummaryJob]) -> None:
+def apply(summaries: dict[str, SummaryCost], session: Session, jobs: list[SummaryJob]) -> None:
     """What the summarizer does with the jobs: store each new summary (token_count fixed at 50)."""
     for job in jobs:
         summaries[job.summary_type] = session.summary(job.summary_type, job.through_seq, 50)
 
 
-def call(config: SummaryConfig, summaries: dict[str, StoredSummary], session: Session) -> list[SummaryJob]:
+def call(config: SummaryConfig, summaries: dict[str, SummaryCost], session: Session) -> list[SummaryJob]:
     """Read as the summarizer must: from needed_from through the newest message."""
     start = needed_from(config, summaries)
     return decide(config, summaries, session.refs(start) if start else [])
@@ -145,7 +144,7 @@ def test_cadence_matches_reference(data, session, short_every, long_every, read_
 @pytest.mark.parametrize(("short_every", "long_every"), [(20, 60), (10, 25), (15, 45)])
 def test_cadence_one_message_at_a_time_without_run_ids_hits_multiples(short_every, long_every):
     config = SummaryConfig(messages_per_short_summary=short_every, messages_per_long_summary=long_every)
-    summaries: dict[str, StoredSummary] = {}
+    summaries: dict[str, SummaryCost] = {}
     written: dict[str, list[int]] = {SHORT: [], LONG: []}
     for n in range(1, 201):
         session = plain(n)
@@ -158,7 +157,7 @@ def test_cadence_one_message_at_a_time_without_run_ids_hits_multiples(short_ever
 
 
 def test_cadence_pinned_points_are_20_40_60():
-    summaries: dict[str, StoredSummary] = {}
+    summaries: dict[str, SummaryCost] = {}
     due_at: list[tuple[int, str]] = []
     for n in range(1, 121):
         jobs = call(SummaryConfig(), summaries, plain(n))
@@ -172,7 +171,7 @@ def test_cadence_pinned_points_are_20_40_60():
 @given(sessions(1, 150, ("a", "b")))
 def test_cadence_with_runs_moves_each_boundary_to_the_newest_complete_run_end(session):
     config = SummaryConfig(messages_per_short_summary=10, messages_per_long_summary=25)
-    summaries: dict[str, StoredSummary] = {}
+    summaries: dict[str, SummaryCost] = {}
     written: dict[str, list[int]] = {SHORT: [], LONG: []}
     for n in range(1, len(session.run_ids) + 1):
         arrived = Session(session.run_ids[:n], session.tokens[:n])
@@ -255,7 +254,7 @@ def test_rolling_matches_reference(data, session, threshold, keep, summary_token
        st.integers(100, 3000), st.integers(1, 6))
 def test_rolling_one_message_at_a_time_keeps_the_recent_runs_and_stays_under_threshold(session, threshold, keep):
     config = SummaryConfig(strategy="rolling", token_threshold=threshold, keep_recent_runs=keep)
-    summaries: dict[str, StoredSummary] = {}
+    summaries: dict[str, SummaryCost] = {}
     for n in range(1, len(session.run_ids) + 1):
         arrived = Session(session.run_ids[:n], session.tokens[:n])
         jobs = call(config, summaries, arrived)
@@ -322,7 +321,7 @@ def test_decide_refuses_gaps():
 
 def test_summaries_newer_than_the_messages_read_make_no_job():
     session = plain(25)
-    summaries = {SHORT: StoredSummary(SHORT, 40, 400, 10), LONG: session.summary(LONG, 0)}
+    summaries = {SHORT: SummaryCost(SHORT, 40, 400, 10), LONG: session.summary(LONG, 0)}
     assert decide(SummaryConfig(), summaries, session.refs()) == []
 
 

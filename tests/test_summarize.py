@@ -6,11 +6,11 @@ import json
 import threading
 
 import pytest
-
 from precis.config import get_settings
 from precis.engines import EngineError, SummaryResult
 from precis.store.db import Db
 from precis.summarize import summarize_session
+
 from tests.handlers import call, invoke
 from tests.stream import message_records, stream_record
 
@@ -124,7 +124,6 @@ class _Gate:
 
 def test_two_concurrent_invocations_store_one_summary(moto_server):
     import boto3
-
     from precis.store.messages import NewMessage, append_messages
     from precis.store.resources import get_or_create_workspace
 

@@ -43,7 +43,7 @@ class SummaryCost:
     token_count: int
 
     def __post_init__(self) -> None:
-        if self.token_count < 0 or self.end_tokens < 0:
+        if self.covers_seq < 0 or self.token_count < 0 or self.end_tokens < 0:
             raise ValueError(f"inconsistent summary cost: {self}")
 
 

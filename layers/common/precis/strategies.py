@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from precis.budget import SummaryCost  # a stored summary's position and size, as the context budget sees it
+
 SHORT = "honcho_chat_summary_short"
 LONG = "honcho_chat_summary_long"
 ROLLING = "rolling"
@@ -39,25 +41,11 @@ class MessageRef:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredSummary:
-    """A stored summary of messages 1..covers_seq; `end_tokens` is the tokens of those messages."""
-
-    summary_type: str
-    covers_seq: int
-    end_tokens: int
-    token_count: int
-
-    def __post_init__(self) -> None:
-        if self.covers_seq < 0 or self.end_tokens < 0 or self.token_count < 0:
-            raise ValueError(f"inconsistent summary: {self}")
-
-
-@dataclass(frozen=True, slots=True)
 class SummaryJob:
     """Summarize `previous` + messages first_seq..through_seq into a `summary_type` covering 1..through_seq."""
 
     summary_type: str
-    previous: StoredSummary | None
+    previous: SummaryCost | None
     first_seq: int
     through_seq: int
 
@@ -114,7 +102,7 @@ def summary_types(config: SummaryConfig) -> tuple[str, ...]:
     return {"cadence": (SHORT, LONG), "rolling": (ROLLING,), "sliding_window": ()}[config.strategy]
 
 
-def needed_from(config: SummaryConfig, summaries: Mapping[str, StoredSummary]) -> int | None:
+def needed_from(config: SummaryConfig, summaries: Mapping[str, SummaryCost]) -> int | None:
     """The first seq `decide` needs: one after the oldest boundary among this strategy's summaries (None: none)."""
     types = summary_types(config)
     if not types:
@@ -124,7 +112,7 @@ def needed_from(config: SummaryConfig, summaries: Mapping[str, StoredSummary]) -
 
 def decide(
     config: SummaryConfig,
-    summaries: Mapping[str, StoredSummary],
+    summaries: Mapping[str, SummaryCost],
     messages: Sequence[MessageRef],
 ) -> list[SummaryJob]:
     """The summaries due now. `messages`: contiguous, from `needed_from(...)` (or earlier) through the newest.
@@ -163,7 +151,7 @@ def runs(messages: Sequence[MessageRef]) -> list[Run]:
     return grouped
 
 
-def _covered(summaries: Mapping[str, StoredSummary], summary_type: str) -> int:
+def _covered(summaries: Mapping[str, SummaryCost], summary_type: str) -> int:
     summary = summaries.get(summary_type)
     return summary.covers_seq if summary else 0
 
@@ -176,7 +164,7 @@ def _check_messages(messages: Sequence[MessageRef], start: int) -> None:
             raise ValueError(f"messages: must be contiguous, #{newer.seq} follows #{older.seq}")
 
 
-def _cadence_job(summary_type: str, every: int, summaries: Mapping[str, StoredSummary],
+def _cadence_job(summary_type: str, every: int, summaries: Mapping[str, SummaryCost],
                  grouped: list[Run]) -> SummaryJob | None:
     previous = summaries.get(summary_type)
     covered = _covered(summaries, summary_type)
@@ -187,7 +175,7 @@ def _cadence_job(summary_type: str, every: int, summaries: Mapping[str, StoredSu
     return SummaryJob(summary_type, previous, covered + 1, ends[-1])
 
 
-def _rolling_job(config: SummaryConfig, summaries: Mapping[str, StoredSummary], messages: Sequence[MessageRef],
+def _rolling_job(config: SummaryConfig, summaries: Mapping[str, SummaryCost], messages: Sequence[MessageRef],
                  grouped: list[Run]) -> SummaryJob | None:
     previous = summaries.get(ROLLING)
     covered = _covered(summaries, ROLLING)

@@ -27,7 +27,7 @@ from precis.store.db import Db, from_item, to_item
 from precis.store.messages import _range, _with_content
 from precis.store.resources import _json
 from precis.store.summaries import get_summaries, put_summary
-from precis.strategies import MessageRef, StoredSummary, SummaryJob, decide, needed_from
+from precis.strategies import MessageRef, SummaryCost, SummaryJob, decide, needed_from
 from precis.tokens import count_text
 
 logger = Logger(child=True)
@@ -60,7 +60,7 @@ def summarize_session(db: Db, settings: Settings, ws: str, session_id: str, *,
         logger.warning("summary settings invalid; session skipped", extra={"detail": exc.detail})
         return []
     raw = get_summaries(db, ws, session_id)
-    stored = {t: StoredSummary(t, s["covers_seq"], s["end_tokens"], s["token_count"]) for t, s in raw.items()}
+    stored = {t: SummaryCost(t, s["covers_seq"], s["end_tokens"], s["token_count"]) for t, s in raw.items()}
     first = needed_from(config, stored)
     if first is None:
         return []
