@@ -23,7 +23,7 @@ from precis.engines import Engine, SummaryRequest, default_engine, get_engine, w
 from precis.errors import Invalid
 from precis.secrets import llm_api_key
 from precis.store import keys
-from precis.store.db import Db, from_item, to_item
+from precis.store.db import Db, batch_get
 from precis.store.messages import _range, _with_content
 from precis.store.resources import _json
 from precis.store.summaries import get_summaries, put_summary
@@ -42,9 +42,7 @@ class Written:
 
 
 def _session_and_workspace(db: Db, ws: str, session_id: str) -> tuple[dict | None, dict | None]:
-    out = db.client.batch_get_item(RequestItems={db.table: {
-        "Keys": [to_item(keys.session(ws, session_id)), to_item(keys.workspace(ws))], "ConsistentRead": True}})
-    found = {i["SK"]: i for i in map(from_item, out["Responses"].get(db.table, []))}
+    found = {i["SK"]: i for i in batch_get(db, [keys.session(ws, session_id), keys.workspace(ws)])}
     return found.get(f"SESSION#{session_id}"), found.get("WS")
 
 

@@ -14,13 +14,13 @@ from precis.budget import ContextPlan, MessageCost, SummaryCost, plan_context, s
 from precis.configuration import summary_config
 from precis.errors import Invalid, NotFound, Throttled
 from precis.store import keys
-from precis.store.db import Db, from_item, to_item
-from precis.store.messages import _with_content
+from precis.store.db import Db, batch_get, from_item, projection, query_all, to_item
+from precis.store.messages import _with_content, last_message
 from precis.store.resources import _json
 
 SHORT, LONG, ROLLING = "honcho_chat_summary_short", "honcho_chat_summary_long", "rolling"
 SUMMARY_TYPES = (SHORT, LONG, ROLLING)
-_COST_FIELDS = "seq, token_count, start_tokens, run_start_seq, run_index"
+_COST_FIELDS = ("seq", "token_count", "start_tokens", "run_start_seq", "run_index")
 _pool = ThreadPoolExecutor(max_workers=4)
 
 
@@ -39,12 +39,6 @@ def summary_view(item: dict[str, Any] | None) -> dict[str, Any] | None:
             "created_at": item["created_at"], "token_count": item["token_count"]}
 
 
-def _projection(fields: tuple[str, ...]) -> dict[str, Any]:
-    """Read only `fields` (names escaped: several are DynamoDB reserved words)."""
-    return {"ProjectionExpression": ", ".join(f"#p{i}" for i in range(len(fields))),
-            "ExpressionAttributeNames": {f"#p{i}": f for i, f in enumerate(fields)}}
-
-
 # Round 1 reads the summaries' costs, not their text: only the chosen summary's content is fetched, in round 2.
 _ROUND_ONE = ("PK", "SK", "summary_type", "covers_seq", "end_tokens", "token_count", "deleted_at", "configuration")
 _MESSAGE_FIELDS = ("id", "seq", "peer_id", "content", "body_key", "metadata", "created_at", "token_count", "run_id",
@@ -55,24 +49,10 @@ def _session_and_summaries(db: Db, ws: str, session_id: str, fields: tuple[str, 
                            ) -> tuple[dict | None, dict[str, dict], dict | None]:
     wanted = [keys.session(ws, session_id), keys.workspace(ws),
               *(keys.summary(ws, session_id, t) for t in SUMMARY_TYPES)]
-    request = {db.table: {"Keys": [to_item(k) for k in wanted], "ConsistentRead": True,
-                          **(_projection(fields) if fields else {})}}
-    found: list[dict[str, Any]] = []
-    while request:
-        out = db.client.batch_get_item(RequestItems=request)
-        found += [from_item(i) for i in out["Responses"].get(db.table, [])]
-        request = out.get("UnprocessedKeys") or {}
+    found = batch_get(db, wanted, fields)
     session = next((i for i in found if i["SK"].startswith("SESSION#")), None)
     workspace = next((i for i in found if i["SK"] == "WS"), None)
     return session, {i["summary_type"]: i for i in found if i["SK"].startswith("SUMMARY#")}, workspace
-
-
-def _last_message(db: Db, ws: str, session_id: str) -> dict[str, Any] | None:
-    out = db.client.query(
-        TableName=db.table, KeyConditionExpression="PK = :pk AND begins_with(SK, :m)", ScanIndexForward=False,
-        Limit=1, ConsistentRead=True, ProjectionExpression=_COST_FIELDS,
-        ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":m": {"S": "MSG#"}})
-    return from_item(out["Items"][0]) if out["Items"] else None
 
 
 def _summary(db: Db, ws: str, session_id: str, summary_type: str) -> dict[str, Any] | None:
@@ -81,18 +61,12 @@ def _summary(db: Db, ws: str, session_id: str, summary_type: str) -> dict[str, A
 
 
 def _window(db: Db, ws: str, session_id: str, plan: ContextPlan) -> list[dict[str, Any]]:
-    items, kwargs = [], {}
-    while True:
-        out = db.client.query(
-            TableName=db.table, IndexName="ByStartTokens", ConsistentRead=True,
-            KeyConditionExpression="PK = :pk AND start_tokens BETWEEN :lo AND :hi",
-            ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)},
-                                       ":lo": {"N": str(plan.min_start_tokens)}, ":hi": {"N": str(plan.total_tokens)}},
-            **_projection(_MESSAGE_FIELDS), **kwargs)
-        items += [from_item(i) for i in out["Items"]]
-        if "LastEvaluatedKey" not in out:
-            return items
-        kwargs = {"ExclusiveStartKey": out["LastEvaluatedKey"]}
+    return query_all(db, IndexName="ByStartTokens", ConsistentRead=True,
+                     KeyConditionExpression="PK = :pk AND start_tokens BETWEEN :lo AND :hi",
+                     ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)},
+                                                ":lo": {"N": str(plan.min_start_tokens)},
+                                                ":hi": {"N": str(plan.total_tokens)}},
+                     **projection(_MESSAGE_FIELDS))
 
 
 def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: bool = True,
@@ -109,7 +83,7 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
                ) -> dict[str, Any] | None:
     """One two-round read; None when the chosen summary was replaced between the rounds (then read again)."""
     first = _pool.submit(_session_and_summaries, db, ws, session_id, _ROUND_ONE)
-    last = _last_message(db, ws, session_id)
+    last = last_message(db, ws, session_id, _COST_FIELDS)
     session, summaries, workspace = first.result()
     if session is None or workspace is None or "deleted_at" in session:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")

@@ -79,3 +79,33 @@ def to_item(values: dict[str, Any]) -> dict[str, Any]:
 
 def from_item(item: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if item is None else {k: from_attr(v) for k, v in item.items()}
+
+
+def projection(fields: tuple[str, ...]) -> dict[str, Any]:
+    """Request arguments that read only `fields` (names escaped: several are DynamoDB reserved words)."""
+    return {"ProjectionExpression": ", ".join(f"#p{i}" for i in range(len(fields))),
+            "ExpressionAttributeNames": {f"#p{i}": f for i, f in enumerate(fields)}}
+
+
+def query_all(db: Db, **request: Any) -> list[dict[str, Any]]:
+    """Every item a Query matches, following its pages (DynamoDB stops a page at 1 MB)."""
+    items: list[dict[str, Any]] = []
+    while True:
+        out = db.client.query(TableName=db.table, **request)
+        items += [from_item(i) for i in out["Items"]]
+        if "LastEvaluatedKey" not in out:
+            return items
+        request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
+
+def batch_get(db: Db, key_list: list[dict[str, str]], fields: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """The items at `key_list` that exist (consistent reads, 100 keys a request, unprocessed keys retried)."""
+    found: list[dict[str, Any]] = []
+    for start in range(0, len(key_list), 100):
+        request = {db.table: {"Keys": [to_item(k) for k in key_list[start:start + 100]], "ConsistentRead": True,
+                              **(projection(fields) if fields else {})}}
+        while request:
+            out = db.client.batch_get_item(RequestItems=request)
+            found += [from_item(i) for i in out["Responses"].get(db.table, [])]
+            request = out.get("UnprocessedKeys") or {}
+    return found

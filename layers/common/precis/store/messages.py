@@ -14,9 +14,8 @@ from botocore.exceptions import ClientError
 from precis import filters as filtering
 from precis.errors import Invalid, NotFound, Throttled
 from precis.store import keys
-from precis.store.db import Db, from_item, to_item
+from precis.store.db import Db, batch_get, from_item, projection, query_all, to_item
 from precis.store.resources import (
-    _batch_get,
     _dump,
     _json,
     add_members,
@@ -82,15 +81,22 @@ def message_view(item: dict[str, Any], ws: str, session_id: str, content: str | 
     return view
 
 
-def read_tail(db: Db, ws: str, session_id: str) -> Tail:
+TAIL_FIELDS = ("seq", "token_count", "start_tokens", "run_id", "run_start_seq", "run_index")
+
+
+def last_message(db: Db, ws: str, session_id: str, fields: tuple[str, ...] = TAIL_FIELDS) -> dict[str, Any] | None:
+    """`fields` of the session's newest message (consistent), or None for an empty session."""
     out = db.client.query(
         TableName=db.table, KeyConditionExpression="PK = :pk AND begins_with(SK, :m)", ScanIndexForward=False,
-        Limit=1, ConsistentRead=True,
-        ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":m": {"S": "MSG#"}},
-        ProjectionExpression="seq, token_count, start_tokens, run_id, run_start_seq, run_index")
-    if not out["Items"]:
+        Limit=1, ConsistentRead=True, **projection(fields),
+        ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":m": {"S": "MSG#"}})
+    return from_item(out["Items"][0]) if out["Items"] else None
+
+
+def read_tail(db: Db, ws: str, session_id: str) -> Tail:
+    last = last_message(db, ws, session_id)
+    if last is None:
         return Tail()
-    last = from_item(out["Items"][0])
     return Tail(last["seq"], last["start_tokens"] + last["token_count"], last.get("run_id"), last["run_start_seq"],
                 last["run_index"])
 
@@ -136,7 +142,7 @@ def append_messages(db: Db, ws: str, session_id: str, batch: Sequence[NewMessage
     """
     now = utcnow()
     peer_ids = list(dict.fromkeys(m.peer_id for m in batch))
-    found = _batch_get(db, [keys.workspace(ws), keys.session(ws, session_id),
+    found = batch_get(db, [keys.workspace(ws), keys.session(ws, session_id),
                             *(keys.peer(ws, p) for p in peer_ids), *(keys.member(ws, session_id, p) for p in peer_ids)])
     by_sk = {(i["PK"], i["SK"]): i for i in found}
     if (f"WS#{ws}", "WS") not in by_sk:
@@ -188,17 +194,10 @@ def _with_content(db: Db, items: list[dict[str, Any]], ws: str, session_id: str)
 
 
 def _range(db: Db, ws: str, session_id: str, first: int, last: int) -> list[dict[str, Any]]:
-    items, kwargs = [], {}
-    while True:
-        out = db.client.query(
-            TableName=db.table, KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b", ConsistentRead=True,
-            ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)},
-                                       ":a": {"S": keys.message_sk(first)}, ":b": {"S": keys.message_sk(last)}},
-            **kwargs)
-        items.extend(from_item(i) for i in out["Items"])
-        if "LastEvaluatedKey" not in out:
-            return items
-        kwargs = {"ExclusiveStartKey": out["LastEvaluatedKey"]}
+    return query_all(db, KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b", ConsistentRead=True,
+                     ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)},
+                                                ":a": {"S": keys.message_sk(first)},
+                                                ":b": {"S": keys.message_sk(last)}})
 
 
 def list_messages(db: Db, ws: str, session_id: str, filters, page_no: int, size: int, reverse: bool):

@@ -13,7 +13,7 @@ from precis import filters as filtering
 from precis.configuration import summary_config
 from precis.errors import Conflict, NotFound
 from precis.store import keys
-from precis.store.db import Db, from_item, to_item
+from precis.store.db import Db, batch_get, from_item, query_all, to_item
 
 
 def utcnow() -> str:
@@ -55,17 +55,10 @@ def page(records: list[dict[str, Any]], page_no: int, size: int, reverse: bool =
 
 def _query_all(db: Db, pk: str, prefix: str = "") -> list[dict[str, Any]]:
     """Every item of partition `pk` whose SK starts with `prefix` (all of them for "")."""
-    items, kwargs = [], {}
-    condition = {"KeyConditionExpression": "PK = :pk", "ExpressionAttributeValues": {":pk": {"S": pk}}}
-    if prefix:
-        condition = {"KeyConditionExpression": "PK = :pk AND begins_with(SK, :p)",
-                     "ExpressionAttributeValues": {":pk": {"S": pk}, ":p": {"S": prefix}}}
-    while True:
-        out = db.client.query(TableName=db.table, **condition, **kwargs)
-        items.extend(from_item(i) for i in out["Items"])
-        if "LastEvaluatedKey" not in out:
-            return items
-        kwargs = {"ExclusiveStartKey": out["LastEvaluatedKey"]}
+    if not prefix:
+        return query_all(db, KeyConditionExpression="PK = :pk", ExpressionAttributeValues={":pk": {"S": pk}})
+    return query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+                     ExpressionAttributeValues={":pk": {"S": pk}, ":p": {"S": prefix}})
 
 
 def _get(db: Db, key: dict[str, str]) -> dict[str, Any] | None:
@@ -135,14 +128,8 @@ def update_workspace(db: Db, ws: str, metadata=None, configuration=None) -> dict
 
 
 def list_workspaces(db: Db, filters, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
-    items, kwargs = [], {}
-    while True:
-        out = db.client.query(TableName=db.table, IndexName="ByListKey", KeyConditionExpression="list_key = :k",
-                              ExpressionAttributeValues={":k": {"S": "workspaces"}}, **kwargs)
-        items.extend(from_item(i) for i in out["Items"])
-        if "LastEvaluatedKey" not in out:
-            break
-        kwargs = {"ExclusiveStartKey": out["LastEvaluatedKey"]}
+    items = query_all(db, IndexName="ByListKey", KeyConditionExpression="list_key = :k",
+                      ExpressionAttributeValues={":k": {"S": "workspaces"}})
     views = [v for v in map(workspace_view, items) if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
 
@@ -224,21 +211,10 @@ def list_peer_sessions(db: Db, ws: str, peer_id: str, filters, page_no: int, siz
     if _get(db, keys.peer(ws, peer_id)) is None:
         raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
     ids = [i["SK"].removeprefix("SESSION#") for i in _query_all(db, keys.peer_sessions_pk(ws, peer_id), "SESSION#")]
-    sessions = _batch_get(db, [keys.session(ws, s) for s in ids])
+    sessions = batch_get(db, [keys.session(ws, s) for s in ids])
     views = [session_view(s) for s in sessions if "deleted_at" not in s]
     views.sort(key=lambda v: v["id"])
     return page([v for v in views if filtering.matches(filters, v)], page_no, size, reverse)
-
-
-def _batch_get(db: Db, key_list: list[dict[str, str]]) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    for start in range(0, len(key_list), 100):
-        request = {db.table: {"Keys": [to_item(k) for k in key_list[start:start + 100]], "ConsistentRead": True}}
-        while request:
-            out = db.client.batch_get_item(RequestItems=request)
-            found.extend(from_item(i) for i in out["Responses"].get(db.table, []))
-            request = out.get("UnprocessedKeys") or {}
-    return found
 
 
 # ---------------------------------------------------------------- sessions
@@ -352,7 +328,7 @@ def set_members(db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any
 def list_members(db: Db, ws: str, session_id: str, page_no: int, size: int) -> dict[str, Any]:
     require_session(db, ws, session_id)
     ids = sorted(members(db, ws, session_id))
-    peers = {p["id"]: p for p in _batch_get(db, [keys.peer(ws, p) for p in ids])}
+    peers = {p["id"]: p for p in batch_get(db, [keys.peer(ws, p) for p in ids])}
     return page([peer_view(peers[p]) for p in ids if p in peers], page_no, size)
 
 
