@@ -117,16 +117,20 @@ def test_idempotency_keys_expire_after_a_day(ws):
     db = get_db()
     calls = []
 
-    def work():
+    def work(token, on_attempt):
         calls.append(1)
         return 201, ["answer"]
 
+    def run(fingerprint):
+        return idempotency.run_once(db, "ws1", "s1", "k", fingerprint, work, find_committed=lambda *_: None,
+                                    now=lambda: clock[0])
+
     clock = [1_000_000.0]
-    assert idempotency.run_once(db, "ws1", "s1", "k", "f1", work, now=lambda: clock[0])[2] is False
+    assert run("f1")[2] is False
     clock[0] += idempotency.TTL_SECONDS - 1
-    assert idempotency.run_once(db, "ws1", "s1", "k", "f1", work, now=lambda: clock[0])[2] is True
+    assert run("f1")[2] is True
     clock[0] += 2
-    assert idempotency.run_once(db, "ws1", "s1", "k", "f2", work, now=lambda: clock[0])[2] is False
+    assert run("f2")[2] is False
     assert len(calls) == 2
     record = db.client.get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1#S#s1#IDEM#k"},
                                                               "SK": {"S": "IDEM"}})["Item"]

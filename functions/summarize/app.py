@@ -1,8 +1,9 @@
 """DynamoDB stream consumer: keeps each touched session's summaries current; purges deleted sessions.
 
-Records are grouped by session: the first record of a session does the work for the whole batch, and when
-it fails every record of that session is reported as a batch-item failure, so the stream retries them
-(and finally dead-letters them) without losing or duplicating anything.
+Records are grouped by target (a session to summarize, or a deleted incarnation to purge): the first record of a
+target does the work for the whole batch, and when it fails every record of that target is reported as a
+batch-item failure, so the stream retries them (and finally dead-letters them). Both actions are idempotent:
+summary writes are conditional, and a purge is bound to the incarnation its record names.
 """
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -10,8 +11,9 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from precis.config import get_settings
 from precis.store.db import get_db
-from precis.store.resources import purge_session
-from precis.summarize import stream_target, summarize_session
+from precis.store.purge import purge_session
+from precis.stream import StreamTarget, stream_target
+from precis.summarize import summarize_session
 
 logger = Logger()
 tracer = Tracer()
@@ -19,18 +21,23 @@ metrics = Metrics()
 # Always answer with batchItemFailures, never a function error, so the stream retries from the first failed
 # record; bisecting is left for real crashes.
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False)
-_outcomes: dict[tuple[str, str, str], Exception | None] = {}
+_outcomes: dict[StreamTarget, Exception | None] = {}
 
 
-def record_handler(record: DynamoDBRecord) -> None:
+def record_handler(record: DynamoDBRecord, lambda_context=None) -> None:
+    def time_left() -> float:
+        return lambda_context.get_remaining_time_in_millis() / 1000 if lambda_context else float("inf")
+
     target = stream_target(record.dynamodb.new_image if record.dynamodb else {})
     if target not in _outcomes:
-        action, ws, session_id = target
         try:
-            if action == "purge":
-                purge_session(get_db(), ws, session_id)
+            if target.action == "purge":
+                result = purge_session(get_db(), target.workspace, target.session, target.incarnation,
+                                       time_left=time_left)
+                logger.info("purge", extra={"session": target.session, "done": result.done,
+                                            "items": result.deleted_items, "objects": result.deleted_objects})
             else:
-                summarize_session(get_db(), get_settings(), ws, session_id)
+                summarize_session(get_db(), get_settings(), target.workspace, target.session)
             _outcomes[target] = None
         except Exception as exc:
             _outcomes[target] = exc

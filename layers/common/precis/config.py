@@ -15,10 +15,12 @@ class Settings(BaseModel):
     bucket_name: str = "precis-dev-bucket"
     stage: str = "dev"
     secret_name: str | None = None
-    # Message bodies longer than this (UTF-8 bytes) go to S3; the item keeps a pointer.
-    inline_body_max_bytes: int = Field(16_384, ge=1, le=350_000)
-    # Honcho's limit by default; raise it for agents that store large tool outputs.
-    max_message_chars: int = Field(25_000, ge=1, le=4 * 1024 * 1024)
+    # Message bodies longer than this (UTF-8 bytes) go to S3; the item keeps a pointer. At most 300,000 so that
+    # an item (inline body + metadata of up to 64 KiB + ~1 KB of attributes) stays below DynamoDB's 400 KB.
+    inline_body_max_bytes: int = Field(16_384, ge=1, le=300_000)
+    # Honcho's limit by default; raise it for agents that store large tool outputs. At most 1 Mi characters:
+    # one message must fit Lambda's 6 MB response even when every character is escaped in JSON.
+    max_message_chars: int = Field(25_000, ge=1, le=1024 * 1024)
     auth: bool = False
     jwt_secret: str | None = None
     llm_model: str = "gpt-4o-mini"
@@ -26,6 +28,12 @@ class Settings(BaseModel):
     llm_api_key: str | None = None
     llm_timeout: float | None = Field(None, gt=0, le=300)  # seconds per LLM call
     llm_max_attempts: int | None = Field(None, ge=1, le=10)
+    # The most prompt tokens (system + previous summary + messages) one summary request may hold; larger jobs run in
+    # steps. Keep it below the model's context window minus the summary's max_output_tokens.
+    llm_max_input_tokens: int = Field(16_000, ge=1_000, le=2_000_000)
+    # A deleted session id can be created again this long after the delete: longer than any request that began
+    # before the delete can still run (the ingest function's timeout), so none of its writes can land in the new one.
+    purge_grace_s: float = Field(30.0, ge=0, le=3600)
 
 
 def _env_bool(value: str | None) -> bool:
@@ -49,5 +57,7 @@ def get_settings() -> Settings:
         "llm_api_key": env.get("OPENAI_API_KEY"),
         "llm_timeout": env.get("PRECIS_LLM_TIMEOUT_S"),
         "llm_max_attempts": env.get("PRECIS_LLM_MAX_ATTEMPTS"),
+        "llm_max_input_tokens": env.get("PRECIS_LLM_MAX_INPUT_TOKENS"),
+        "purge_grace_s": env.get("PRECIS_PURGE_GRACE_S"),
     }
     return Settings(**{k: v for k, v in raw.items() if v not in (None, "")})

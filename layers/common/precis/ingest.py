@@ -15,10 +15,19 @@ from precis.errors import Invalid, TooLarge
 from precis.models import MessageBatch
 from precis.store import idempotency
 from precis.store.db import Db
-from precis.store.messages import NewMessage, append_messages, check_text
+from precis.store.messages import (
+    RESPONSE_BUDGET_BYTES,
+    NewMessage,
+    append_messages,
+    check_text,
+    json_bytes,
+    message_view,
+    read_range,
+)
 from precis.tokens import count_text
 
 IDEMPOTENCY_KEY_MAX = 255
+MESSAGE_JSON_MAX_BYTES = 5_000_000  # one message, read back alone, fits Lambda's 6 MB response
 metrics = Metrics()
 
 
@@ -29,6 +38,9 @@ def _prepare(batch: MessageBatch, settings: Settings) -> list[NewMessage]:
         check_text(message.content, where)
         if len(message.content) > settings.max_message_chars:
             raise TooLarge(f"{where}: at most {settings.max_message_chars} characters, got {len(message.content)}")
+        if len(message.content) * 6 > MESSAGE_JSON_MAX_BYTES and json_bytes(message.content) > MESSAGE_JSON_MAX_BYTES:
+            raise TooLarge(f"{where}: at most {MESSAGE_JSON_MAX_BYTES} bytes as JSON (it must fit a 6 MB response), "
+                           f"got {json_bytes(message.content)}")
         created_at = message.created_at
         if created_at is not None and created_at.tzinfo is None:
             created_at = created_at.replace(tzinfo=UTC)  # a timestamp without zone is taken as UTC
@@ -45,31 +57,60 @@ def _fingerprint(batch: MessageBatch) -> str:
 
 
 def create_messages(db: Db, settings: Settings, ws: str, session_id: str, batch: MessageBatch,
-                    idempotency_key: str | None = None) -> tuple[int, list[dict[str, Any]]]:
-    """(status, messages) for a batch post; a repeated Idempotency-Key replays the first answer."""
+                    idempotency_key: str | None = None, *, lease_s: float = idempotency.DEFAULT_LEASE_S,
+                    ) -> tuple[int, list[dict[str, Any]]]:
+    """(status, messages) for a batch post; a repeated Idempotency-Key replays the first answer.
+
+    `lease_s`: how long an Idempotency-Key stays claimed by this request should it die (the function's remaining
+    time).
+    """
     prepared = _prepare(batch, settings)
 
-    def store() -> tuple[int, list[dict[str, Any]]]:
-        views = append_messages(db, ws, session_id, prepared, inline_max_bytes=settings.inline_body_max_bytes)
+    def store(batch_token: str | None = None, on_attempt=None) -> tuple[int, list[dict[str, Any]]]:
+        views = append_messages(db, ws, session_id, prepared, inline_max_bytes=settings.inline_body_max_bytes,
+                                batch_token=batch_token, on_attempt=on_attempt)
         metrics.add_metric(name="MessagesIngested", unit=MetricUnit.Count, value=len(views))
         metrics.add_metric(name="TokensIngested", unit=MetricUnit.Count, value=sum(m.token_count for m in prepared))
         return 201, views
 
     if idempotency_key is None:
-        return store()
+        status, views = store()
+        return status, _fit_echo(views)
     if not 1 <= len(idempotency_key) <= IDEMPOTENCY_KEY_MAX or not idempotency_key.isprintable():
         raise Invalid(f"Idempotency-Key: 1-{IDEMPOTENCY_KEY_MAX} printable characters")
 
     # The stored answer leaves out what the identical request body carries again (content, metadata),
     # so even a batch of large messages fits in one record.
-    def store_compact() -> tuple[int, list[dict[str, Any]]]:
-        status, views = store()
-        return status, [{k: v for k, v in view.items() if k not in ("content", "metadata")} for view in views]
+    def compact(view: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in view.items() if k not in ("content", "metadata")}
+
+    def store_compact(batch_token: str, on_attempt) -> tuple[int, list[dict[str, Any]]]:
+        status, views = store(batch_token, on_attempt)
+        return status, [compact(view) for view in views]
+
+    def find_committed(first_seq: int, batch_token: str) -> list[dict[str, Any]] | None:
+        items = read_range(db, ws, session_id, first_seq, first_seq + len(prepared) - 1)
+        if len(items) != len(prepared) or any(i.get("batch_token") != batch_token for i in items):
+            return None
+        return [compact(message_view(i, ws, session_id)) for i in items]
 
     status, answer, replayed = idempotency.run_once(db, ws, session_id, idempotency_key, _fingerprint(batch),
-                                                    store_compact)
+                                                    store_compact, find_committed=find_committed, lease_s=lease_s)
     views = [{**stored, "content": m.content, "metadata": m.metadata or {}} for stored, m in zip(answer, prepared)]
-    return status, [_ordered(v) for v in views]
+    return status, _fit_echo([_ordered(v) for v in views])
+
+
+def _fit_echo(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stored batch as answered: when echoing it would pass Lambda's 6 MB response (the batch is stored by now),
+    the largest contents are left out, each marked `content_omitted` (ext); the client sent them, and GET returns
+    them."""
+    used = sum(json_bytes(v) for v in views)
+    for view in sorted(views, key=lambda v: -len(v["content"])):
+        if used <= RESPONSE_BUDGET_BYTES:
+            break
+        used -= json_bytes(view["content"]) - 2
+        view["content"], view["content_omitted"] = "", True
+    return views
 
 
 _ORDER = ("id", "content", "peer_id", "session_id", "workspace_id", "metadata", "created_at", "token_count",

@@ -28,6 +28,13 @@ from precis.web import json_response
 router = Router()
 
 
+def _remaining_s() -> float:
+    """Seconds left of this invocation (a claim on an Idempotency-Key lasts no longer, should the function die)."""
+    context = getattr(router, "lambda_context", None)
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    return remaining() / 1000 + 1 if remaining else 30.0
+
+
 def _created(view_and_flag):
     view, created = view_and_flag
     return json_response(201 if created else 200, view)
@@ -112,7 +119,8 @@ def set_peer_config(workspace_id: WorkspaceId, session_id: SessionId, peer_id: P
 @router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages")
 def create_session_messages(workspace_id: WorkspaceId, session_id: SessionId, body: MessageBatch,
                             idempotency_key: Annotated[str | None, Header()] = None):
-    status, views = create_messages(get_db(), get_settings(), workspace_id, session_id, body, idempotency_key)
+    status, views = create_messages(get_db(), get_settings(), workspace_id, session_id, body, idempotency_key,
+                                    lease_s=_remaining_s())
     return json_response(status, views)
 
 

@@ -10,18 +10,21 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from aws_lambda_powertools import Logger
+
 from precis.budget import ContextPlan, MessageCost, SummaryCost, plan_context, select_messages
 from precis.configuration import summary_config
 from precis.errors import Invalid, NotFound, Throttled
 from precis.store import keys
 from precis.store.db import Db, batch_get, from_item, projection, query_all, to_item
-from precis.store.messages import _with_content, last_message
+from precis.store.messages import _with_content, is_fence, last_message
 from precis.store.resources import _json
 
 SHORT, LONG, ROLLING = "honcho_chat_summary_short", "honcho_chat_summary_long", "rolling"
 SUMMARY_TYPES = (SHORT, LONG, ROLLING)
-_COST_FIELDS = ("seq", "token_count", "start_tokens", "run_start_seq", "run_index")
+_COST_FIELDS = ("seq", "token_count", "start_tokens", "run_start_seq", "run_index", "kind")
 _pool = ThreadPoolExecutor(max_workers=4)
+logger = Logger(child=True)
 
 
 def _cost(item: dict[str, Any]) -> MessageCost:
@@ -85,15 +88,22 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
     first = _pool.submit(_session_and_summaries, db, ws, session_id, _ROUND_ONE)
     last = last_message(db, ws, session_id, _COST_FIELDS)
     session, summaries, workspace = first.result()
-    if session is None or workspace is None or "deleted_at" in session:
+    if session is None or workspace is None or "deleted_at" in session or is_fence(last):
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
     try:
         config = summary_config(_json(workspace.get("configuration")), _json(session.get("configuration")))
     except Invalid:  # settings broken by a later workspace change: read as if no strategy were set
         config = summary_config(None)
     sliding = config.enabled and config.strategy == "sliding_window"
-    plan = plan_context(limit, [] if sliding else [_summary_cost(s) for s in summaries.values()],
-                        _cost(last) if last else None, use_summary=use_summary)
+    costs = [] if sliding else [_summary_cost(s) for s in summaries.values()]
+    try:
+        plan = plan_context(limit, costs, _cost(last) if last else None, use_summary=use_summary)
+    except ValueError:
+        # A summary that disagrees with the messages (it should not exist: writes are bound to the session's
+        # incarnation) is a bug to log, not a reason to refuse the context: answer from the messages alone.
+        logger.exception("summary disagrees with the session's messages; answering without summaries",
+                         extra={"session": session_id})
+        plan = plan_context(limit, [], _cost(last) if last else None, use_summary=False)
     chosen = _pool.submit(_summary, db, ws, session_id, plan.summary.summary_type) if plan.summary else None
     items = _window(db, ws, session_id, plan) if plan.last_seq > plan.after_seq and plan.message_budget > 0 else []
     if sliding and last:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import random
+import time
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
+from botocore.exceptions import ClientError
 from precis.config import get_settings
+from precis.errors import Throttled
+
+_THROTTLING = {"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded",
+               "ThrottlingError"}
 
 
 @dataclass
@@ -109,3 +116,43 @@ def batch_get(db: Db, key_list: list[dict[str, str]], fields: tuple[str, ...] | 
             found += [from_item(i) for i in out["Responses"].get(db.table, [])]
             request = out.get("UnprocessedKeys") or {}
     return found
+
+
+def error_code(exc: ClientError) -> str:
+    return exc.response.get("Error", {}).get("Code", "")
+
+
+def cancellation_codes(exc: ClientError) -> list[str]:
+    """The per-action reasons of a cancelled transaction ("None" for actions that were fine)."""
+    return [r.get("Code") or "None" for r in exc.response.get("CancellationReasons") or []]
+
+
+def is_throttling(exc: ClientError) -> bool:
+    """Whether DynamoDB refused for capacity (after botocore's own retries): the caller should retry later."""
+    return error_code(exc) in _THROTTLING or any(c in _THROTTLING for c in cancellation_codes(exc))
+
+
+def raise_if_throttled(exc: ClientError) -> None:
+    """Throttled (429) for a request DynamoDB refused for capacity, so the client backs off instead of seeing a 500."""
+    if is_throttling(exc):
+        raise Throttled("the table is throttling requests; retry with backoff") from exc
+
+
+def transact(db: Db, actions: list[dict[str, Any]], *, attempts: int = 4) -> None:
+    """TransactWriteItems, retried while it only lost to a concurrent transaction on the same items.
+
+    Raises the ClientError for any other cancellation (a condition failed: the caller reads the reasons), and
+    Throttled (429) when DynamoDB cancelled it for capacity.
+    """
+    for attempt in range(attempts):
+        try:
+            db.client.transact_write_items(TransactItems=actions)
+            return
+        except ClientError as exc:
+            raise_if_throttled(exc)
+            codes = cancellation_codes(exc)
+            conflict = error_code(exc) == "TransactionConflictException" or (
+                "TransactionConflict" in codes and set(codes) <= {"None", "TransactionConflict"})
+            if not conflict or attempt == attempts - 1:
+                raise
+            time.sleep(random.uniform(0, 0.02 * 2 ** attempt))

@@ -52,8 +52,22 @@ def idempotency(ws: str, session_id: str, key: str) -> dict[str, str]:
     return {"PK": f"{session_pk(ws, session_id)}#IDEM#{key}", "SK": "IDEM"}
 
 
-def body_object(ws: str, session_id: str, token: str) -> str:
-    return f"bodies/{ws}/{session_id}/{token}"
+def fence(ws: str, session_id: str, seq: int) -> dict[str, str]:
+    """The item a delete puts at the seq after the last message, so no append can commit after the delete."""
+    return message(ws, session_id, seq)
+
+
+def body_prefix(ws: str, session_id: str, incarnation: str) -> str:
+    """Every large body of one incarnation of a session lives under this prefix (the purge lists it)."""
+    return f"bodies/{ws}/{session_id}/{incarnation}/"
+
+
+def body_object(ws: str, session_id: str, incarnation: str, token: str) -> str:
+    return f"{body_prefix(ws, session_id, incarnation)}{token}"
+
+
+def audit_prefix(ws: str, session_id: str, incarnation: str) -> str:
+    return f"audit/{ws}/{session_id}/{incarnation}/"
 
 
 def parse_session_pk(pk: str) -> tuple[str, str]:
@@ -62,5 +76,6 @@ def parse_session_pk(pk: str) -> tuple[str, str]:
     return ws, session_id
 
 
-def audit_object(ws: str, session_id: str, summary_type: str, covers_seq: int, nonce: str) -> str:
-    return f"audit/{ws}/{session_id}/{summary_type}/{covers_seq:0{SEQ_DIGITS}d}-{nonce}.json"
+def audit_object(ws: str, session_id: str, summary_type: str, covers_seq: int, nonce: str,
+                 incarnation: str = "_") -> str:
+    return f"{audit_prefix(ws, session_id, incarnation)}{summary_type}/{covers_seq:0{SEQ_DIGITS}d}-{nonce}.json"

@@ -5,16 +5,16 @@ from __future__ import annotations
 import random
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
 from precis import filters as filtering
-from precis.errors import Invalid, NotFound, Throttled
+from precis.errors import Invalid, NotFound, Throttled, TooLarge
 from precis.store import keys
-from precis.store.db import Db, batch_get, from_item, projection, query_all, to_item
+from precis.store.db import Db, batch_get, error_code, from_item, projection, query_all, raise_if_throttled, to_item
 from precis.store.resources import (
     _dump,
     _json,
@@ -31,6 +31,9 @@ _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 _bodies = ThreadPoolExecutor(max_workers=8)
 _MAX_ATTEMPTS = 25
 _BACKOFF_CAP_S = 0.4
+# DynamoDB refuses a transaction over 4 MB (the items' aggregate size); bodies move to S3, largest first, until a
+# batch fits this, leaving room for attribute overhead the estimate does not see.
+TRANSACTION_BUDGET_BYTES = 3_500_000
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ def message_view(item: dict[str, Any], ws: str, session_id: str, content: str | 
     return view
 
 
-TAIL_FIELDS = ("seq", "token_count", "start_tokens", "run_id", "run_start_seq", "run_index")
+TAIL_FIELDS = ("seq", "token_count", "start_tokens", "run_id", "run_start_seq", "run_index", "kind")
 
 
 def last_message(db: Db, ws: str, session_id: str, fields: tuple[str, ...] = TAIL_FIELDS) -> dict[str, Any] | None:
@@ -93,16 +96,29 @@ def last_message(db: Db, ws: str, session_id: str, fields: tuple[str, ...] = TAI
     return from_item(out["Items"][0]) if out["Items"] else None
 
 
+def is_fence(item: dict[str, Any] | None) -> bool:
+    """Whether the newest item under MSG# is the fence a delete put after the last message."""
+    return item is not None and item.get("kind") == "fence"
+
+
 def read_tail(db: Db, ws: str, session_id: str) -> Tail:
     last = last_message(db, ws, session_id)
     if last is None:
         return Tail()
+    if is_fence(last):
+        raise NotFound(f"session '{session_id}' not found in workspace '{ws}' (it was deleted)")
     return Tail(last["seq"], last["start_tokens"] + last["token_count"], last.get("run_id"), last["run_start_seq"],
                 last["run_index"])
 
 
+def tail_seq(db: Db, ws: str, session_id: str) -> int:
+    """The seq of the session's newest item under MSG# (a message, or a fence), 0 when there is none."""
+    last = last_message(db, ws, session_id, ("seq",))
+    return last["seq"] if last else 0
+
+
 def _items(ws: str, session_id: str, batch: Sequence[NewMessage], tail: Tail, bodies: dict[int, str],
-           now: str) -> list[dict[str, Any]]:
+           now: str, batch_token: str | None) -> list[dict[str, Any]]:
     items, seq, tokens, run_id, run_start = [], tail.seq, tail.end_tokens, tail.run_id, tail.run_start_seq
     run_index = tail.run_index
     for index, message in enumerate(batch):
@@ -113,7 +129,7 @@ def _items(ws: str, session_id: str, batch: Sequence[NewMessage], tail: Tail, bo
         item = {**keys.message(ws, session_id, seq), "kind": "message", "id": make_message_id(seq), "seq": seq,
                 "peer_id": message.peer_id, "token_count": message.token_count, "start_tokens": tokens,
                 "run_id": message.run_id, "run_start_seq": run_start, "run_index": run_index, "metadata": _dump(message.metadata or {}),
-                "created_at": message.created_at or now}
+                "created_at": message.created_at or now, "batch_token": batch_token}
         if index in bodies:
             item["body_key"] = bodies[index]
         else:
@@ -134,11 +150,15 @@ def _lost_race(exc: ClientError) -> bool:
 
 
 def append_messages(db: Db, ws: str, session_id: str, batch: Sequence[NewMessage], *, inline_max_bytes: int,
-                    sleep=time.sleep) -> list[dict[str, Any]]:
+                    sleep=time.sleep, batch_token: str | None = None,
+                    on_attempt: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
     """Store `batch` at the end of the session, all or nothing, creating the session and peers as needed.
 
     Seqs are claimed with conditional puts on the message keys themselves (no counter item), so a full
-    100-message batch fits in one transaction; a writer that loses a race re-reads the tail and retries.
+    100-message batch fits in one transaction; a writer that loses a race re-reads the tail and retries. A
+    deleted session's fence holds the next seq, so no append commits after a delete. `batch_token` is stored on
+    every message (an idempotent request finds its own writes by it) and `on_attempt(first_seq)` is called
+    before each attempt.
     """
     now = utcnow()
     peer_ids = list(dict.fromkeys(m.peer_id for m in batch))
@@ -150,35 +170,110 @@ def append_messages(db: Db, ws: str, session_id: str, batch: Sequence[NewMessage
     session = by_sk.get((f"WS#{ws}", f"SESSION#{session_id}"))
     if session is not None and "deleted_at" in session:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}' (it was deleted)")
-    created = session is None and create_session_item(db, ws, session_id)[1]
+    created = False
+    if session is None:
+        session, created = create_session_item(db, ws, session_id)
+    incarnation = session["incarnation"]
     known_peers = {p for p in peer_ids if (f"WS#{ws}", f"PEER#{p}") in by_sk}
     new_members = [p for p in peer_ids if (keys.session_pk(ws, session_id), f"PEER#{p}") not in by_sk]
     if new_members:
-        add_members(db, ws, session_id, {p: {} for p in new_members}, known_peers)
+        add_members(db, ws, session_id, {p: {} for p in new_members}, known_peers, incarnation=incarnation)
 
-    bodies = {i: _put_body(db, ws, session_id, m.content) for i, m in enumerate(batch)
-              if len(m.content.encode("utf-8")) > inline_max_bytes}
-    for attempt in range(_MAX_ATTEMPTS):
-        # A session created just now has no messages; a concurrent first writer makes the puts fail and retry.
-        tail = Tail() if created and attempt == 0 else read_tail(db, ws, session_id)
-        items = _items(ws, session_id, batch, tail, bodies, now)
-        try:
-            db.client.transact_write_items(TransactItems=[
-                {"Put": {"TableName": db.table, "Item": to_item(item), "ConditionExpression": "attribute_not_exists(SK)"}}
-                for item in items])
-        except ClientError as exc:
-            if not _lost_race(exc):
-                raise
-            sleep(random.uniform(0, min(_BACKOFF_CAP_S, 0.01 * 2 ** attempt)))  # full jitter spreads writers out
-            continue
-        return [message_view(item, ws, session_id, batch[i].content) for i, item in enumerate(items)]
-    raise Throttled(f"session '{session_id}' has too many concurrent writers; retry the request")
+    offload = _to_offload(batch, inline_max_bytes)
+    bodies: dict[int, tuple[str, str | None]] = {}
+    try:
+        bodies = dict(zip(offload, _bodies.map(lambda i: _put_body(db, ws, session_id, incarnation, batch[i].content),
+                                               offload)))
+        keys_of = {i: key for i, (key, _) in bodies.items()}
+        for attempt in range(_MAX_ATTEMPTS):
+            # A session created just now has no messages; a concurrent first writer makes the puts fail and retry.
+            tail = Tail() if created and attempt == 0 else read_tail(db, ws, session_id)
+            items = _items(ws, session_id, batch, tail, keys_of, now, batch_token)
+            if on_attempt is not None:
+                on_attempt(items[0]["seq"])
+            try:
+                db.client.transact_write_items(TransactItems=[
+                    {"Put": {"TableName": db.table, "Item": to_item(item), "ConditionExpression": "attribute_not_exists(SK)"}}
+                    for item in items])
+            except ClientError as exc:
+                raise_if_throttled(exc)
+                _raise_if_collection_full(exc, session_id)
+                if not _lost_race(exc):
+                    raise
+                sleep(random.uniform(0, min(_BACKOFF_CAP_S, 0.01 * 2 ** attempt)))  # full jitter spreads writers out
+                continue
+            return [message_view(item, ws, session_id, batch[i].content) for i, item in enumerate(items)]
+        raise Throttled(f"session '{session_id}' has too many concurrent writers; retry the request")
+    except Exception as exc:
+        if bodies and _not_stored(exc):
+            _delete_bodies(db, list(bodies.values()))
+        raise
 
 
-def _put_body(db: Db, ws: str, session_id: str, content: str) -> str:
-    key = keys.body_object(ws, session_id, secrets.token_urlsafe(16))
-    db.s3.put_object(Bucket=db.bucket, Key=key, Body=content.encode("utf-8"), ContentType="text/plain; charset=utf-8")
-    return key
+def _not_stored(exc: Exception) -> bool:
+    """Whether a failed append certainly stored nothing (an answered refusal, not a timeout or a 5xx: those may
+    have committed, and their bodies must stay)."""
+    if isinstance(exc, ClientError):
+        return error_code(exc) not in ("InternalServerError", "ServiceUnavailable")
+    from precis.errors import PrecisError
+
+    return isinstance(exc, PrecisError)
+
+
+def _item_bytes(message: NewMessage, inline: bool) -> int:
+    """An upper estimate of a message item's size in DynamoDB (names + values; content only when inline)."""
+    metadata = len(_dump(message.metadata or {}).encode("utf-8"))
+    return 400 + metadata + len(message.peer_id) + len(message.run_id or "") + (
+        len(message.content.encode("utf-8")) if inline else 80)
+
+
+def _to_offload(batch: Sequence[NewMessage], inline_max_bytes: int) -> list[int]:
+    """Indexes of the messages whose bodies go to S3: those over the inline limit, then the largest others until the
+    batch's transaction fits DynamoDB's 4 MB (TooLarge when even that cannot make it fit)."""
+    sizes = [len(m.content.encode("utf-8")) for m in batch]
+    offload = {i for i, size in enumerate(sizes) if size > inline_max_bytes}
+    total = sum(_item_bytes(m, i not in offload) for i, m in enumerate(batch))
+    for i in sorted(set(range(len(batch))) - offload, key=lambda i: -sizes[i]):
+        if total <= TRANSACTION_BUDGET_BYTES:
+            break
+        if sizes[i] > 80:
+            offload.add(i)
+            total -= sizes[i] - 80
+    if total > TRANSACTION_BUDGET_BYTES:
+        raise TooLarge(f"messages: the batch's metadata and attributes take about {total} bytes; a batch is stored in "
+                       f"one DynamoDB transaction of at most {TRANSACTION_BUDGET_BYTES} bytes: split it")
+    return sorted(offload)
+
+
+def _raise_if_collection_full(exc: ClientError, session_id: str) -> None:
+    """A session partition with a local index is capped at 10 GB by DynamoDB: say so, as a 413 and a metric."""
+    reasons = exc.response.get("CancellationReasons") or []
+    full = error_code(exc) == "ItemCollectionSizeLimitExceededException" or any(
+        "ItemCollectionSizeLimitExceeded" in (r.get("Code") or "") or "item collection" in (r.get("Message") or "").lower()
+        for r in reasons)
+    if full:
+        from aws_lambda_powertools import Metrics
+        from aws_lambda_powertools.metrics import MetricUnit
+
+        Metrics().add_metric(name="SessionStorageFull", unit=MetricUnit.Count, value=1)
+        raise TooLarge(f"session '{session_id}' is full: DynamoDB caps a session's items at 10 GB; start a new "
+                       "session (or delete this one)") from exc
+
+
+def _put_body(db: Db, ws: str, session_id: str, incarnation: str, content: str) -> tuple[str, str | None]:
+    key = keys.body_object(ws, session_id, incarnation, secrets.token_urlsafe(16))
+    out = db.s3.put_object(Bucket=db.bucket, Key=key, Body=content.encode("utf-8"),
+                           ContentType="text/plain; charset=utf-8")
+    return key, out.get("VersionId")
+
+
+def _delete_bodies(db: Db, bodies: list[tuple[str, str | None]]) -> None:
+    """Remove the bodies of a batch that was not stored (best effort: the session's purge sweeps what is left)."""
+    objects = [{"Key": k, **({"VersionId": v} if v else {})} for k, v in bodies]
+    try:
+        db.s3.delete_objects(Bucket=db.bucket, Delete={"Objects": objects, "Quiet": True})
+    except ClientError:
+        pass
 
 
 def _with_content(db: Db, items: list[dict[str, Any]], ws: str, session_id: str) -> list[dict[str, Any]]:
@@ -193,11 +288,81 @@ def _with_content(db: Db, items: list[dict[str, Any]], ws: str, session_id: str)
     return [message_view(item, ws, session_id, bodies.get(item["seq"])) for item in items]
 
 
-def _range(db: Db, ws: str, session_id: str, first: int, last: int) -> list[dict[str, Any]]:
-    return query_all(db, KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b", ConsistentRead=True,
-                     ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)},
-                                                ":a": {"S": keys.message_sk(first)},
-                                                ":b": {"S": keys.message_sk(last)}})
+def _range(db: Db, ws: str, session_id: str, first: int, last: int, *, limit: int | None = None,
+           forward: bool = True) -> list[dict[str, Any]]:
+    """The messages first..last (at most `limit` of them, from the first or the last end), without the fence."""
+    request: dict[str, Any] = {
+        "KeyConditionExpression": "PK = :pk AND SK BETWEEN :a AND :b", "ConsistentRead": True,
+        "ScanIndexForward": forward,
+        "ExpressionAttributeValues": {":pk": {"S": keys.session_pk(ws, session_id)}, ":a": {"S": keys.message_sk(first)},
+                                      ":b": {"S": keys.message_sk(last)}}}
+    if limit is None:
+        items = query_all(db, **request)
+    else:
+        items = []
+        while len(items) < limit:
+            out = db.client.query(TableName=db.table, Limit=limit - len(items), **request)
+            items += [from_item(i) for i in out["Items"]]
+            if "LastEvaluatedKey" not in out:
+                break
+            request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+    return [i for i in items if i.get("kind") == "message"]
+
+
+read_range = _range
+
+# A filtered list examines at most this many messages per request (a filter is not an index): a request's cost is
+# bounded whatever the session's length. `seq` bounds in the filter narrow the examined range through the key.
+FILTER_SCAN_LIMIT = 10_000
+
+
+def _seq_bounds(filters: dict[str, Any], total: int) -> tuple[int, int]:
+    first, last = 1, total
+    bound = filters.get("seq")
+    if isinstance(bound, dict):
+        for op, value in bound.items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                continue
+            if op == "gte":
+                first = max(first, value)
+            elif op == "gt":
+                first = max(first, value + 1)
+            elif op == "lte":
+                last = min(last, value)
+            elif op == "lt":
+                last = min(last, value - 1)
+    elif isinstance(bound, int) and not isinstance(bound, bool):
+        first, last = max(first, bound), min(last, bound)
+    return first, last
+
+
+def _mentions_content(filters: Any) -> bool:
+    if isinstance(filters, dict):
+        return "content" in filters or any(_mentions_content(v) for v in filters.values())
+    if isinstance(filters, list):
+        return any(_mentions_content(v) for v in filters)
+    return False
+
+
+def _filtered_page(db: Db, ws: str, session_id: str, filters: dict[str, Any], total: int, page_no: int, size: int,
+                   reverse: bool) -> dict[str, Any]:
+    if not isinstance(filters, dict):
+        raise Invalid("filters: must be an object")
+    first, last = _seq_bounds(filters, total)
+    items = _range(db, ws, session_id, first, last, limit=FILTER_SCAN_LIMIT, forward=not reverse) if first <= last else []
+    scan_limited = len(items) == FILTER_SCAN_LIMIT and last - first + 1 > FILTER_SCAN_LIMIT
+    if _mentions_content(filters):
+        # Bodies in S3 are read only when the filter looks at content.
+        matched = [v for v in _with_content(db, items, ws, session_id) if filtering.matches(filters, v)]
+        answer = page(matched, page_no, size)  # already in the requested order
+    else:
+        chosen = [i for i in items if filtering.matches(filters, message_view(i, ws, session_id))]
+        start = (page_no - 1) * size
+        answer = {"items": _with_content(db, chosen[start:start + size], ws, session_id), "total": len(chosen),
+                  "page": page_no, "size": size, "pages": -(-len(chosen) // size)}
+    if scan_limited:
+        answer["scan_limited"] = True  # (ext) more messages lie beyond the examined ones: narrow with seq bounds
+    return answer
 
 
 def list_messages(db: Db, ws: str, session_id: str, filters, page_no: int, size: int, reverse: bool):
@@ -205,9 +370,7 @@ def list_messages(db: Db, ws: str, session_id: str, filters, page_no: int, size:
     require_session(db, ws, session_id)
     total = read_tail(db, ws, session_id).seq
     if filters:
-        records = [v for v in _with_content(db, _range(db, ws, session_id, 1, total), ws, session_id)
-                   if filtering.matches(filters, v)]
-        return page(records, page_no, size, reverse)
+        return fit_page(_filtered_page(db, ws, session_id, filters, total, page_no, size, reverse))
     start = (page_no - 1) * size
     items: list[dict[str, Any]] = []
     if start < total:
@@ -215,8 +378,33 @@ def list_messages(db: Db, ws: str, session_id: str, filters, page_no: int, size:
         items = _range(db, ws, session_id, max(first, 1), min(last, total))
         if reverse:
             items.reverse()
-    return {"items": _with_content(db, items, ws, session_id), "total": total, "page": page_no, "size": size,
-            "pages": -(-total // size)}
+    return fit_page({"items": _with_content(db, items, ws, session_id), "total": total, "page": page_no, "size": size,
+                     "pages": -(-total // size)})
+
+
+# Lambda answers at most 6 MB; a page is shortened (and says so) rather than fail after its reads.
+RESPONSE_BUDGET_BYTES = 5_500_000
+
+
+def json_bytes(value: Any) -> int:
+    """The size of `value` in the API's JSON (compact, UTF-8, not ASCII-escaped)."""
+    import json
+
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8"))
+
+
+def fit_page(answer: dict[str, Any]) -> dict[str, Any]:
+    """`answer` with as many of its first items as fit a Lambda response; a shortened page says so (`truncated`,
+    ext): ask for a smaller `size` to read the rest."""
+    used, kept = 200, []
+    for item in answer["items"]:
+        used += json_bytes(item) + 1
+        if used > RESPONSE_BUDGET_BYTES and kept:
+            break
+        kept.append(item)
+    if len(kept) < len(answer["items"]):
+        answer = {**answer, "items": kept, "truncated": True}
+    return answer
 
 
 def _locate(db: Db, ws: str, session_id: str, message_id: str) -> dict[str, Any]:
@@ -225,7 +413,7 @@ def _locate(db: Db, ws: str, session_id: str, message_id: str) -> dict[str, Any]
     if seq is not None:
         item = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.message(ws, session_id, seq)),
                                             ConsistentRead=True).get("Item"))
-    if item is None or item["id"] != message_id:
+    if item is None or item.get("id") != message_id:
         raise NotFound(f"message '{message_id}' not found in session '{session_id}'")
     return item
 
@@ -238,10 +426,15 @@ def get_message(db: Db, ws: str, session_id: str, message_id: str) -> dict[str, 
 def update_message_metadata(db: Db, ws: str, session_id: str, message_id: str, metadata: dict[str, Any]):
     require_session(db, ws, session_id)
     item = _locate(db, ws, session_id, message_id)
-    out = db.client.update_item(
-        TableName=db.table, Key=to_item(keys.message(ws, session_id, item["seq"])),
-        UpdateExpression="SET metadata = :m", ConditionExpression="id = :id", ReturnValues="ALL_NEW",
-        ExpressionAttributeValues=to_item({":m": _dump(metadata), ":id": message_id}))
+    try:
+        out = db.client.update_item(
+            TableName=db.table, Key=to_item(keys.message(ws, session_id, item["seq"])),
+            UpdateExpression="SET metadata = :m", ConditionExpression="id = :id", ReturnValues="ALL_NEW",
+            ExpressionAttributeValues=to_item({":m": _dump(metadata), ":id": message_id}))
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        raise NotFound(f"message '{message_id}' not found in session '{session_id}'") from None
     return _with_content(db, [from_item(out["Attributes"])], ws, session_id)[0]
 
 

@@ -4,16 +4,29 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import secrets
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
 from precis import filters as filtering
+from precis.config import get_settings
 from precis.configuration import summary_config
-from precis.errors import Conflict, NotFound
+from precis.errors import Conflict, Invalid, NotFound, Throttled
 from precis.store import keys
-from precis.store.db import Db, batch_get, from_item, query_all, to_item
+from precis.store.db import (
+    Db,
+    batch_get,
+    cancellation_codes,
+    from_item,
+    projection,
+    query_all,
+    to_item,
+    transact,
+)
 
 
 def utcnow() -> str:
@@ -104,6 +117,11 @@ def _dump(value: dict[str, Any] | None) -> str | None:
 
 # ---------------------------------------------------------------- workspaces
 
+# A workspace delete marks the workspace for this long while it checks for sessions and removes its peers;
+# creates of sessions and peers check the mark in the same transaction, so none can slip in (no check-then-act).
+DELETE_LEASE_S = 60
+
+
 def require_workspace(db: Db, ws: str) -> dict[str, Any]:
     item = _get(db, keys.workspace(ws))
     if item is None:
@@ -121,10 +139,29 @@ def get_or_create_workspace(db: Db, ws: str, metadata=None, configuration=None) 
 
 def update_workspace(db: Db, ws: str, metadata=None, configuration=None) -> dict[str, Any]:
     summary_config(configuration)
+    if configuration is not None:
+        _check_sessions_under(db, ws, configuration)
     item = _update(db, keys.workspace(ws), {"metadata": _dump(metadata), "configuration": _dump(configuration)})
     if item is None:
         raise NotFound(f"workspace '{ws}' not found")
     return workspace_view(item)
+
+
+def _check_sessions_under(db: Db, ws: str, configuration: dict[str, Any]) -> None:
+    """Invalid (422) when the new workspace configuration makes a live session's merged settings invalid
+    (e.g. a workspace `messages_per_long_summary` below a session's `messages_per_short_summary`)."""
+    sessions = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+                         ExpressionAttributeValues={":pk": {"S": f"WS#{ws}"}, ":p": {"S": "SESSION#"}},
+                         **projection(("id", "configuration", "deleted_at")))
+    for session in sessions:
+        own = _json(session.get("configuration"))
+        if "deleted_at" in session or not own:
+            continue
+        try:
+            summary_config(configuration, own)
+        except Invalid as exc:
+            raise Invalid(f"{exc.detail} (with the configuration of session '{session['id']}'; change that "
+                          "session first)") from None
 
 
 def list_workspaces(db: Db, filters, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
@@ -134,32 +171,65 @@ def list_workspaces(db: Db, filters, page_no: int, size: int, reverse: bool) -> 
     return page(views, page_no, size, reverse)
 
 
+def _workspace_open(db: Db, ws: str) -> dict[str, Any]:
+    """A transaction action that holds only while the workspace exists and no delete of it is under way."""
+    return {"ConditionCheck": {
+        "TableName": db.table, "Key": to_item(keys.workspace(ws)),
+        "ConditionExpression": "attribute_exists(PK) AND (attribute_not_exists(deleting_until) OR deleting_until < :now)",
+        "ExpressionAttributeValues": {":now": {"N": str(int(time.time()))}}}}
+
+
 def delete_workspace(db: Db, ws: str) -> None:
-    require_workspace(db, ws)
+    """Delete a workspace that has no live sessions: mark it (creates inside it then fail), check, remove."""
+    now = int(time.time())
+    try:
+        db.client.update_item(
+            TableName=db.table, Key=to_item(keys.workspace(ws)), UpdateExpression="SET deleting_until = :until",
+            ConditionExpression="attribute_exists(PK) AND (attribute_not_exists(deleting_until) OR deleting_until < :now)",
+            ExpressionAttributeValues=to_item({":until": now + DELETE_LEASE_S, ":now": now}))
+    except ClientError as exc:
+        if not _is_condition_failure(exc):
+            raise
+        require_workspace(db, ws)
+        raise Conflict(f"workspace '{ws}' is already being deleted; retry in a minute") from None
+    items = _query_all(db, f"WS#{ws}")
     # Sessions already deleted do not block: the stream consumer is purging them.
-    sessions = [s["id"] for s in _query_all(db, f"WS#{ws}", "SESSION#") if "deleted_at" not in s]
+    sessions = [i["id"] for i in items if i["SK"].startswith("SESSION#") and "deleted_at" not in i]
     if sessions:
+        db.client.update_item(TableName=db.table, Key=to_item(keys.workspace(ws)), UpdateExpression="REMOVE deleting_until")
         shown = ", ".join(sessions[:5]) + (", …" if len(sessions) > 5 else "")
         raise Conflict(f"workspace '{ws}' still has {len(sessions)} session(s) ({shown}); delete them first")
-    rest = _query_all(db, f"WS#{ws}", "PEER#") + _query_all(db, f"WS#{ws}", "WS")
-    _delete_keys(db, ({"PK": i["PK"], "SK": i["SK"]} for i in rest))
+    # Purged sessions leave a tombstone (and its fence) until the id is reused; a workspace delete removes them.
+    tombstones = [i for i in items if i["SK"].startswith("SESSION#") and i.get("purged_at")]
+    fences = [keys.fence(ws, t["id"], t["fence_seq"]) for t in tombstones if t.get("fence_seq")]
+    rest = [{"PK": i["PK"], "SK": i["SK"]} for i in items
+            if i["SK"].startswith("PEER#") or i["SK"] == "WS" or i in tombstones]
+    delete_keys(db, [*fences, *rest])
 
 
-def _delete_keys(db: Db, key_iter: Iterable[dict[str, str]]) -> None:
+def delete_keys(db: Db, key_iter: Iterable[dict[str, str]]) -> int:
+    """Delete the items at these keys (25 a request, unprocessed ones retried); how many were asked."""
     batch: list[dict[str, Any]] = []
+    count = 0
     for key in key_iter:
         batch.append({"DeleteRequest": {"Key": to_item(key)}})
+        count += 1
         if len(batch) == 25:
             _write_batch(db, batch)
             batch = []
     if batch:
         _write_batch(db, batch)
+    return count
 
 
 def _write_batch(db: Db, requests: list[dict[str, Any]]) -> None:
     pending = {db.table: requests}
-    while pending:
+    for attempt in range(20):
         pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or {}
+        if not pending:
+            return
+        time.sleep(min(0.05 * 2 ** attempt, 1.0))  # unprocessed items mean throttling: back off before retrying
+    raise Throttled("the table is throttling writes; retry with backoff")
 
 
 # ---------------------------------------------------------------- peers
@@ -170,28 +240,50 @@ def _peer_values(ws: str, peer_id: str, metadata=None, configuration=None) -> di
 
 
 def get_or_create_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None):
-    require_workspace(db, ws)
-    item, created = _create(db, keys.peer(ws, peer_id), _peer_values(ws, peer_id, metadata, configuration))
+    item, created = _create_in_workspace(db, ws, keys.peer(ws, peer_id),
+                                         _peer_values(ws, peer_id, metadata, configuration))
     return peer_view(item), created
+
+
+def _create_in_workspace(db: Db, ws: str, key: dict[str, str], values: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Put `values` at `key` unless something is there, while the workspace exists and is not being deleted."""
+    item = {**key, **values}
+    try:
+        transact(db, [{"Put": {"TableName": db.table, "Item": to_item(item),
+                               "ConditionExpression": "attribute_not_exists(PK)"}}, _workspace_open(db, ws)])
+        return item, True
+    except ClientError as exc:
+        codes = cancellation_codes(exc)
+        if len(codes) == 2 and codes[1] == "ConditionalCheckFailed":
+            require_workspace(db, ws)
+            raise Conflict(f"workspace '{ws}' is being deleted") from None
+        if not codes or codes[0] != "ConditionalCheckFailed":
+            raise
+    old = _get(db, key)
+    if old is None:  # deleted between the two requests
+        raise Conflict(f"'{key['SK']}' was deleted while being read; retry the request")
+    return old, False
 
 
 def ensure_peers(db: Db, ws: str, peer_ids: Iterable[str], known: set[str] = frozenset()) -> None:
     """Create the peers of `peer_ids` that are not in `known` (already read) and do not exist.
 
-    One transaction of conditional puts per 100 peers; if one was created meanwhile, peer by peer.
+    One transaction of conditional puts per 99 peers (plus the workspace check); if one was created meanwhile,
+    peer by peer.
     """
     missing = [p for p in dict.fromkeys(peer_ids) if p not in known]
-    for start in range(0, len(missing), 100):
-        chunk = missing[start:start + 100]
+    for start in range(0, len(missing), 99):
+        chunk = missing[start:start + 99]
         try:
-            db.client.transact_write_items(TransactItems=[
-                {"Put": {"TableName": db.table, "Item": to_item({**keys.peer(ws, p), **_peer_values(ws, p)}),
-                         "ConditionExpression": "attribute_not_exists(PK)"}} for p in chunk])
+            transact(db, [*({"Put": {"TableName": db.table, "Item": to_item({**keys.peer(ws, p), **_peer_values(ws, p)}),
+                                     "ConditionExpression": "attribute_not_exists(PK)"}} for p in chunk),
+                          _workspace_open(db, ws)])
         except ClientError as exc:
-            if exc.response["Error"]["Code"] not in ("TransactionCanceledException", "TransactionConflictException"):
+            codes = cancellation_codes(exc)
+            if not codes:
                 raise
             for peer_id in chunk:
-                _create(db, keys.peer(ws, peer_id), _peer_values(ws, peer_id))
+                _create_in_workspace(db, ws, keys.peer(ws, peer_id), _peer_values(ws, peer_id))
 
 
 def update_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None) -> dict[str, Any]:
@@ -218,6 +310,14 @@ def list_peer_sessions(db: Db, ws: str, peer_id: str, filters, page_no: int, siz
 
 
 # ---------------------------------------------------------------- sessions
+#
+# A session id can be deleted and created again. Each creation is a new *incarnation* (a random token on the
+# session item); everything the stream consumers do for a session is bound to the incarnation they were asked
+# for, so a replayed purge or a late summary never touches a newer one. A delete marks the session and puts a
+# *fence* item at the seq after its last message in the same transaction: every append claims the next seq with
+# a conditional put, so none can commit after the delete. The purge removes everything but the session item and
+# the fence, which stay as a tombstone until the id is created again (at least PURGE_GRACE_S after the delete,
+# when no request that began before it can still be running).
 
 def require_session(db: Db, ws: str, session_id: str) -> dict[str, Any]:
     item = _get(db, keys.session(ws, session_id))
@@ -232,19 +332,61 @@ def get_or_create_session(db: Db, ws: str, session_id: str, metadata=None, confi
     summary_config(_json(workspace.get("configuration")), configuration)
     item, created = create_session_item(db, ws, session_id, metadata, configuration)
     if peers:
-        add_members(db, ws, session_id, peers)
+        add_members(db, ws, session_id, peers, incarnation=item.get("incarnation"))
     return session_view(item), created
+
+
+def _session_values(ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
+    return {"kind": "session", "id": session_id, "workspace_id": ws, "is_active": True,
+            "metadata": _dump(metadata or {}), "configuration": _dump(configuration or {}), "created_at": utcnow(),
+            "incarnation": secrets.token_hex(8)}
 
 
 def create_session_item(db: Db, ws: str, session_id: str, metadata=None, configuration=None,
                         ) -> tuple[dict[str, Any], bool]:
-    """Get or create the session item of a workspace known to exist; Conflict while it is being purged."""
-    item, created = _create(db, keys.session(ws, session_id), {
-        "kind": "session", "id": session_id, "workspace_id": ws, "is_active": True,
-        "metadata": _dump(metadata or {}), "configuration": _dump(configuration or {}), "created_at": utcnow()})
+    """Get or create the session item (a new incarnation); Conflict while an earlier one is being purged."""
+    values = _session_values(ws, session_id, metadata, configuration)
+    item, created = _create_in_workspace(db, ws, keys.session(ws, session_id), values)
     if "deleted_at" in item:
-        raise Conflict(f"session '{session_id}' is being deleted; create it again once that finishes")
+        item, created = _reincarnate(db, ws, session_id, item, values), True
     return item, created
+
+
+def _reincarnate(db: Db, ws: str, session_id: str, tombstone: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """Create a deleted session id again in place of its tombstone, once its purge is done and the grace is over."""
+    grace = get_settings().purge_grace_s
+    left = _deleted_epoch(tombstone) + grace - time.time()
+    if not tombstone.get("purged_at"):
+        raise Conflict(f"session '{session_id}' is being deleted; create it again once that finishes")
+    if left > 0:
+        raise Conflict(f"session '{session_id}' was deleted moments ago; it can be created again in {math.ceil(left)} s")
+    # Nothing may remain of the old incarnation but the fence. A write that slipped past the purge (one that read
+    # the tail before the delete and committed after the purge removed its keys) is purged again first.
+    fence = keys.fence(ws, session_id, tombstone["fence_seq"]) if tombstone.get("fence_seq") else None
+    if any(k != fence for k in partition_keys(db, ws, session_id, limit=2)):
+        from precis.store.purge import request_purge  # purge builds on this module
+
+        request_purge(db, ws, session_id, tombstone.get("incarnation"))
+        raise Conflict(f"session '{session_id}' is being deleted; create it again once that finishes")
+    item = {**keys.session(ws, session_id), **values}
+    actions: list[dict[str, Any]] = [
+        {"Put": {"TableName": db.table, "Item": to_item(item),
+                 "ConditionExpression": "incarnation = :old AND attribute_exists(purged_at)",
+                 "ExpressionAttributeValues": {":old": {"S": tombstone["incarnation"]}}}},
+        _workspace_open(db, ws)]
+    if fence:
+        actions.append({"Delete": {"TableName": db.table, "Key": to_item(fence)}})
+    try:
+        transact(db, actions)
+    except ClientError as exc:
+        if not cancellation_codes(exc):
+            raise
+        raise Conflict(f"session '{session_id}' was created or deleted concurrently; retry the request") from None
+    return item
+
+
+def _deleted_epoch(item: dict[str, Any]) -> float:
+    return datetime.fromisoformat(item["deleted_at"]).timestamp()
 
 
 def update_session(db: Db, ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
@@ -258,26 +400,41 @@ def update_session(db: Db, ws: str, session_id: str, metadata=None, configuratio
 
 
 def delete_session(db: Db, ws: str, session_id: str) -> None:
-    """Mark the session deleted (it answers 404 at once); the stream consumer purges its data."""
-    item = _update(db, keys.session(ws, session_id), {"deleted_at": utcnow(), "is_active": False},
-                   condition="attribute_exists(PK) AND attribute_not_exists(deleted_at)")
-    if item is None:
-        raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
+    """Mark the session deleted and fence its messages in one transaction (it answers 404 at once); the stream
+    consumer purges its data."""
+    from precis.store.messages import tail_seq  # messages builds on this module
+
+    for _ in range(25):
+        session = require_session(db, ws, session_id)
+        fence_seq = tail_seq(db, ws, session_id) + 1
+        try:
+            transact(db, [
+                {"Update": {"TableName": db.table, "Key": to_item(keys.session(ws, session_id)),
+                            "UpdateExpression": "SET deleted_at = :now, is_active = :f, fence_seq = :fence",
+                            "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
+                            "ExpressionAttributeValues": to_item({":now": utcnow(), ":f": False, ":fence": fence_seq,
+                                                                  ":inc": session["incarnation"]})}},
+                {"Put": {"TableName": db.table, "Item": to_item({
+                    **keys.fence(ws, session_id, fence_seq), "kind": "fence", "seq": fence_seq,
+                    "incarnation": session["incarnation"]}), "ConditionExpression": "attribute_not_exists(SK)"}}])
+            return
+        except ClientError as exc:
+            codes = cancellation_codes(exc)
+            if not codes:
+                raise
+            # The session changed, or a message took the fence's seq: read again and retry.
+            time.sleep(random.uniform(0, 0.05))
+    raise Throttled(f"session '{session_id}' is busy; retry the delete")
 
 
-def purge_session(db: Db, ws: str, session_id: str) -> int:
-    """Remove a deleted session's messages, summaries, members and finally the session item itself."""
-    pk = keys.session_pk(ws, session_id)
-    items = _query_all(db, pk)
-    bodies = [i["body_key"] for i in items if i.get("body_key")]
-    for start in range(0, len(bodies), 1000):
-        db.s3.delete_objects(Bucket=db.bucket, Delete={"Objects": [{"Key": k} for k in bodies[start:start + 1000]]})
-    members = [i["SK"].removeprefix("PEER#") for i in items if i["SK"].startswith("PEER#")]
-    _delete_keys(db, [*({"PK": i["PK"], "SK": i["SK"]} for i in items),
-                      *(keys.peer_session(ws, p, session_id) for p in members)])
-    db.client.delete_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)),
-                          ConditionExpression="attribute_exists(deleted_at)")
-    return len(items)
+def partition_keys(db: Db, ws: str, session_id: str, limit: int | None = None) -> list[dict[str, str]]:
+    """Keys of the items in the session's partition (keys only: a purge never reads whole items)."""
+    request: dict[str, Any] = {"KeyConditionExpression": "PK = :pk", "ProjectionExpression": "PK, SK",
+                               "ExpressionAttributeValues": {":pk": {"S": keys.session_pk(ws, session_id)}}}
+    if limit:
+        out = db.client.query(TableName=db.table, Limit=limit, **request)
+        return [from_item(i) for i in out["Items"]]
+    return query_all(db, **request)
 
 
 def list_sessions(db: Db, ws: str, filters, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
@@ -298,31 +455,44 @@ def members(db: Db, ws: str, session_id: str) -> dict[str, dict[str, Any]]:
 
 
 def add_members(db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any]],
-                known_peers: set[str] = frozenset()) -> None:
-    """Make `peers` members (creating unknown peers); flags given here overwrite the stored ones."""
+                known_peers: set[str] = frozenset(), *, incarnation: str | None = None) -> None:
+    """Make `peers` members (creating unknown peers); flags given here overwrite the stored ones.
+
+    Each write is a transaction bound to the session's incarnation (read here unless given), so members never
+    land in a session deleted meanwhile, nor in a newer one of the same id.
+    """
+    if incarnation is None:
+        incarnation = require_session(db, ws, session_id)["incarnation"]
     ensure_peers(db, ws, peers, known_peers)
     now = utcnow()
-    requests = []
+    puts = []
     for peer_id, flags in peers.items():
         flags = {k: v for k, v in (flags or {}).items() if v is not None}
-        requests.append({"PutRequest": {"Item": to_item({
-            **keys.member(ws, session_id, peer_id), "kind": "member", "peer_id": peer_id, "joined_at": now,
-            **{**{"observe_me": True, "observe_others": False}, **flags}})}})
-        requests.append({"PutRequest": {"Item": to_item({
-            **keys.peer_session(ws, peer_id, session_id), "kind": "peer_session", "session_id": session_id})}})
-    for start in range(0, len(requests), 24):
-        _write_batch(db, requests[start:start + 24])
+        puts.append({**keys.member(ws, session_id, peer_id), "kind": "member", "peer_id": peer_id, "joined_at": now,
+                     **{**{"observe_me": True, "observe_others": False}, **flags}})
+        puts.append({**keys.peer_session(ws, peer_id, session_id), "kind": "peer_session", "session_id": session_id})
+    live = {"ConditionCheck": {"TableName": db.table, "Key": to_item(keys.session(ws, session_id)),
+                               "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
+                               "ExpressionAttributeValues": {":inc": {"S": incarnation}}}}
+    for start in range(0, len(puts), 98):  # 49 members (two items each) + the check: DynamoDB's 100-action limit
+        try:
+            transact(db, [*({"Put": {"TableName": db.table, "Item": to_item(i)}} for i in puts[start:start + 98]), live])
+        except ClientError as exc:
+            if cancellation_codes(exc)[-1:] == ["ConditionalCheckFailed"]:
+                raise NotFound(f"session '{session_id}' not found in workspace '{ws}'") from None
+            raise
 
 
 def remove_members(db: Db, ws: str, session_id: str, peer_ids: Iterable[str]) -> None:
     peer_ids = list(dict.fromkeys(peer_ids))
-    _delete_keys(db, [k for p in peer_ids for k in (keys.member(ws, session_id, p), keys.peer_session(ws, p, session_id))])
+    delete_keys(db, [k for p in peer_ids for k in (keys.member(ws, session_id, p), keys.peer_session(ws, p, session_id))])
 
 
 def set_members(db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any]]) -> None:
+    incarnation = require_session(db, ws, session_id)["incarnation"]
     current = members(db, ws, session_id)
     remove_members(db, ws, session_id, [p for p in current if p not in peers])
-    add_members(db, ws, session_id, peers)
+    add_members(db, ws, session_id, peers, incarnation=incarnation)
 
 
 def list_members(db: Db, ws: str, session_id: str, page_no: int, size: int) -> dict[str, Any]:
@@ -348,7 +518,10 @@ def set_member_config(db: Db, ws: str, session_id: str, peer_id: str, flags: dic
 
 
 def is_member(db: Db, ws: str, session_id: str, peer_id: str | None) -> bool:
-    """Whether `peer_id` belongs to the (live) session."""
+    """Whether `peer_id` belongs to the live session (a deleted session's members linger until its purge)."""
     if peer_id is None:
         return False
-    return _get(db, keys.member(ws, session_id, peer_id)) is not None
+    found = {i["SK"]: i for i in batch_get(db, [keys.member(ws, session_id, peer_id), keys.session(ws, session_id)],
+                                           ("SK", "deleted_at"))}
+    session = found.get(f"SESSION#{session_id}")
+    return f"PEER#{peer_id}" in found and session is not None and "deleted_at" not in session

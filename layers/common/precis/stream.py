@@ -1,0 +1,30 @@
+"""What a record of the table's stream asks of its consumers (pure: a new image in, a target out)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from precis.errors import Invalid
+from precis.store import keys
+
+
+@dataclass(frozen=True)
+class StreamTarget:
+    """`summarize` a session after a message insert, or `purge` the incarnation a delete marked."""
+
+    action: str
+    workspace: str
+    session: str
+    incarnation: str | None = None
+
+
+def stream_target(image: dict[str, Any]) -> StreamTarget:
+    """The target of a stream record's new image (as plain values); Invalid for any other item."""
+    kind, pk = image.get("kind"), image.get("PK", "")
+    if kind == "message":
+        ws, session_id = keys.parse_session_pk(pk)
+        return StreamTarget("summarize", ws, session_id)
+    if kind == "session" and image.get("deleted_at"):
+        return StreamTarget("purge", pk.removeprefix("WS#"), image["id"], image.get("incarnation"))
+    raise Invalid(f"stream record is neither a message nor a deleted session: kind={kind!r}")
