@@ -62,6 +62,7 @@ class Reply:
     status: int
     body: Any
     headers: dict[str, str]
+    payload_bytes: int = 0  # the handler's whole answer as Lambda serializes it (what its 6 MB limit counts)
 
     def json(self) -> Any:
         return self.body
@@ -99,4 +100,5 @@ def call(method: str, url: str, body: Any = None, *, headers: dict[str, str] | N
     function, event = http_event(method, url, body, headers, raw)
     out = invoke(function, event)
     text = out.get("body")
-    return Reply(out["statusCode"], json.loads(text) if text else None, out.get("headers") or {})
+    return Reply(out["statusCode"], json.loads(text) if text else None, out.get("headers") or {},
+                 len(json.dumps(out, ensure_ascii=False).encode("utf-8")))  # python3.12 marshals unescaped

@@ -44,7 +44,7 @@ def summary_view(item: dict[str, Any] | None) -> dict[str, Any] | None:
 
 # Round 1 reads the summaries' costs, not their text: only the chosen summary's content is fetched, in round 2.
 _ROUND_ONE = ("PK", "SK", "summary_type", "covers_seq", "end_tokens", "token_count", "deleted_at", "configuration")
-_MESSAGE_FIELDS = ("id", "seq", "peer_id", "content", "body_key", "metadata", "created_at", "token_count", "run_id",
+WINDOW_FIELDS = ("id", "seq", "peer_id", "content", "body_key", "metadata", "created_at", "token_count", "run_id",
                    "start_tokens", "run_start_seq", "run_index")
 
 
@@ -69,7 +69,7 @@ def _window(db: Db, ws: str, session_id: str, plan: ContextPlan) -> list[dict[st
                      ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)},
                                                 ":lo": {"N": str(plan.min_start_tokens)},
                                                 ":hi": {"N": str(plan.total_tokens)}},
-                     **projection(_MESSAGE_FIELDS))
+                     **projection(WINDOW_FIELDS))
 
 
 def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: bool = True,

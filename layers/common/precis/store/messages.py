@@ -345,12 +345,12 @@ def _mentions_content(filters: Any) -> bool:
 
 
 def _filtered_page(db: Db, ws: str, session_id: str, filters: dict[str, Any], total: int, page_no: int, size: int,
-                   reverse: bool) -> dict[str, Any]:
+                   reverse: bool, scan_limit: int) -> dict[str, Any]:
     if not isinstance(filters, dict):
         raise Invalid("filters: must be an object")
     first, last = _seq_bounds(filters, total)
-    items = _range(db, ws, session_id, first, last, limit=FILTER_SCAN_LIMIT, forward=not reverse) if first <= last else []
-    scan_limited = len(items) == FILTER_SCAN_LIMIT and last - first + 1 > FILTER_SCAN_LIMIT
+    items = _range(db, ws, session_id, first, last, limit=scan_limit, forward=not reverse) if first <= last else []
+    scan_limited = len(items) == scan_limit and last - first + 1 > scan_limit
     if _mentions_content(filters):
         # Bodies in S3 are read only when the filter looks at content.
         matched = [v for v in _with_content(db, items, ws, session_id) if filtering.matches(filters, v)]
@@ -365,12 +365,14 @@ def _filtered_page(db: Db, ws: str, session_id: str, filters: dict[str, Any], to
     return answer
 
 
-def list_messages(db: Db, ws: str, session_id: str, filters, page_no: int, size: int, reverse: bool):
-    """A page of messages. Without filters a page is a seq range: page N costs what page 1 costs."""
+def list_messages(db: Db, ws: str, session_id: str, filters, page_no: int, size: int, reverse: bool, *,
+                  scan_limit: int = FILTER_SCAN_LIMIT):
+    """A page of messages. Without filters a page is a seq range: page N costs what page 1 costs; with filters, at
+    most `scan_limit` messages are examined (from the oldest, or the newest with `reverse`)."""
     require_session(db, ws, session_id)
     total = read_tail(db, ws, session_id).seq
     if filters:
-        return fit_page(_filtered_page(db, ws, session_id, filters, total, page_no, size, reverse))
+        return fit_page(_filtered_page(db, ws, session_id, filters, total, page_no, size, reverse, scan_limit))
     start = (page_no - 1) * size
     items: list[dict[str, Any]] = []
     if start < total:
@@ -387,10 +389,12 @@ RESPONSE_BUDGET_BYTES = 5_500_000
 
 
 def json_bytes(value: Any) -> int:
-    """The size of `value` in the API's JSON (compact, UTF-8, not ASCII-escaped)."""
+    """What `value` adds to a Lambda answer: the API's JSON (compact, not ASCII-escaped) as the string `body` inside
+    the payload the python3.12 runtime marshals (also not ASCII-escaped), so quotes and escapes count twice."""
     import json
 
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8"))
+    body = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return len(json.dumps(body, ensure_ascii=False).encode("utf-8")) - 2
 
 
 def fit_page(answer: dict[str, Any]) -> dict[str, Any]:
