@@ -550,6 +550,13 @@ def test_unknown_and_deleted_sessions_and_workspaces_are_404(seeded, route):
     assert call("DELETE", f"{W}/sessions/s1").status == 202
     reply = call("GET", f"{W}/sessions/s1/{route}")
     assert reply.status == 404 and "s1" in reply.body["detail"]
+    # A deleted workspace: its sessions answer 404 too, whether they were deleted before it or never existed.
+    assert call("DELETE", f"{W}/sessions/s2").status == 202
+    assert call("DELETE", W).status == 202
+    for session in ("s1", "s2", "never"):
+        reply = call("GET", f"{W}/sessions/{session}/{route}")
+        assert reply.status == 404 and "not found" in reply.body["detail"], (session, reply.body)
+    assert call("POST", f"{W}/sessions/list").status == 404
 
 
 def test_summaries_route_reports_short_and_long(seeded):

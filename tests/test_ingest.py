@@ -78,20 +78,25 @@ def test_runs_and_client_timestamps_are_kept(ws):
 
 
 def test_a_failed_batch_stores_none_of_its_messages(ws, monkeypatch):
-    monkeypatch.setenv("PRECIS_INLINE_BODY_MAX_BYTES", "10")
-    get_settings.cache_clear()
-    assert post("short").status == 201
-    ws["s3"].delete_bucket(Bucket="precis-local")  # the large body of the next batch cannot be stored
-    with pytest.raises(Exception):
-        from precis.ingest import create_messages
-        from precis.models import MessageBatch
-        from precis.store.db import get_db
+    from precis.errors import Throttled
+    from precis.store.db import get_db
 
-        get_db.cache_clear()
-        batch = MessageBatch(messages=[{"content": "ok", "peer_id": "alice"},
-                                       {"content": "x" * 50, "peer_id": "alice"}])
-        create_messages(get_db(), get_settings(), "ws1", "s1", batch)
+    assert post("short").status == 201
+    db = get_db()
+
+    def second_put_always_fails(params, **_):
+        # DynamoDB evaluates every action: the second put's condition fails, so the first must not be stored either.
+        params["TransactItems"][1]["Put"]["ConditionExpression"] = "attribute_exists(SK)"
+
+    db.client.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", second_put_always_fails)
+    try:
+        with pytest.raises(Throttled):
+            append_messages(db, "ws1", "s1", [NewMessage("ok", "alice", 1), NewMessage("x" * 50, "alice", 13)],
+                            inline_max_bytes=10, sleep=lambda _: None)
+    finally:
+        db.client.meta.events.unregister("provide-client-params.dynamodb.TransactWriteItems", second_put_always_fails)
     assert [i["seq"] for i in stored_messages(ws["dynamodb"])] == [1]
+    assert "Contents" not in ws["s3"].list_objects_v2(Bucket="precis-local", Prefix="bodies/")  # its body is gone
 
 
 def test_repeated_idempotency_key_returns_the_first_answer_and_writes_nothing(ws):
@@ -138,15 +143,22 @@ def test_idempotency_keys_expire_after_a_day(ws):
 
 
 def test_a_failed_request_releases_its_idempotency_key(ws):
-    assert call("POST", "/v3/workspaces/ws1/sessions/s1/messages", {"messages": [{"content": "x" * 25_001,
-                                                                                  "peer_id": "a"}]},
-                headers={"Idempotency-Key": "k"}).status == 413
+    # Refused inside the claimed work (the batch's metadata cannot fit one transaction): 413, and the key is free.
+    metadata = {f"k{i}": "v" * 600 for i in range(100)}
+    reply = call("POST", f"{S}/messages", {"messages": [{"content": "x", "peer_id": "a", "metadata": metadata}] * 60},
+                 headers={"Idempotency-Key": "k"})
+    assert reply.status == 413
+    # Refused because the session was deleted: 404, and that key is free too.
     call("POST", f"{W}/sessions", {"id": "gone"})
     call("DELETE", f"{W}/sessions/gone")
     reply = call("POST", f"{W}/sessions/gone/messages", {"messages": [{"content": "x", "peer_id": "a"}]},
                  headers={"Idempotency-Key": "k2"})
     assert reply.status == 404
     assert not [i for i in ws["dynamodb"].scan(TableName="precis-local")["Items"] if "IDEM" in i["PK"]["S"]]
+    # Free means usable: the same key now stores its (valid) batch once.
+    assert call("POST", f"{S}/messages", {"messages": [{"content": "x", "peer_id": "a"}]},
+                headers={"Idempotency-Key": "k"}).status == 201
+    assert len(stored_messages(ws["dynamodb"])) == 1
 
 
 def test_large_bodies_live_in_s3_and_read_back_transparently(ws, monkeypatch):

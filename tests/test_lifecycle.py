@@ -213,3 +213,12 @@ def test_create_session_answers_conflict_while_purge_runs_not_500(ws):
         from precis.store.resources import create_session_item
 
         create_session_item(get_db(), "ws1", "s1")
+
+
+def test_a_purge_that_ends_after_its_workspace_was_deleted_leaves_no_tombstone(ws):
+    post("hello")
+    call("DELETE", S)
+    record = delete_record(ws)
+    assert call("DELETE", W).status == 202  # the session was deleted, not yet purged: it does not block
+    assert run_stream(record) == {"batchItemFailures": []}
+    assert partition(ws, "WS#ws1") == [] and partition(ws) == []

@@ -5,7 +5,7 @@ least once, maybe long after a newer incarnation of the same id exists: a purge 
 the session item's does nothing. What it removes: every item of the session's partition but the fence (messages,
 summaries, members and their reverse items), the incarnation's large bodies and summary audit records in S3 (all
 versions: the bucket is versioned), then it marks the session item `purged_at`. The session item and the fence stay
-as a tombstone until the id is created again (store.resources).
+as a tombstone until the id is created again (store.resources), or go at once when the workspace is gone.
 
 A purge that runs out of time stops between pages and touches the session item: the new MODIFY record starts the
 next invocation where this one stopped, without spending one of the stream's retries.
@@ -64,6 +64,10 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None, *,
     objects = sum(_delete_versions(db, prefix) for prefix in (keys.body_prefix(ws, session_id, incarnation or "_"),
                                                               keys.audit_prefix(ws, session_id, incarnation or "_")))
     _mark_purged(db, ws, session_id, incarnation)
+    if db.client.get_item(TableName=db.table, Key=to_item(keys.workspace(ws)), ConsistentRead=True,
+                          ProjectionExpression="PK").get("Item") is None:
+        # The workspace was deleted meanwhile (it removes only tombstones already purged): nothing can reuse the id.
+        delete_keys(db, [k for k in (fence, keys.session(ws, session_id)) if k])
     return PurgeResult(True, deleted, objects)
 
 
