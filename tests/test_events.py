@@ -25,6 +25,7 @@ EXPECTED = {
     "ingest_create_messages.json": ("IngestFunction", 201),
     "ingest_create_messages_bad.json": ("IngestFunction", 422),
     "summarize_stream_batch.json": ("SummarizeFunction", "batch"),
+    "summarize_session_deleted.json": ("SummarizeFunction", "batch"),
 }
 
 # What must exist before each event for it to mean what it says: nothing, the workspace, or the session with
@@ -35,6 +36,7 @@ NEEDS = {
     "ingest_create_messages.json": "workspace",
     "ingest_create_messages_bad.json": "session",
     "summarize_stream_batch.json": "stream",
+    "summarize_session_deleted.json": "stream",
 }
 
 # Response shapes by route: keys every 2xx body of that route carries.
@@ -94,13 +96,17 @@ def test_event_is_well_formed_for_its_source(name):
     assert function_for(event) == logical_id
     if "Records" in event:
         for record in event["Records"]:
-            assert record["eventSource"] == "aws:dynamodb" and record["eventName"] == "INSERT"
+            assert record["eventSource"] == "aws:dynamodb"
             assert record["eventSourceARN"].startswith(f"arn:aws:dynamodb:us-east-1:123456789012:table/"
                                                        f"{template().table_name}/stream/")
             image = record["dynamodb"]["NewImage"]
-            assert image["kind"] == {"S": "message"} and image["PK"] == {"S": "WS#demo#S#s1"}
+            if record["eventName"] == "INSERT":  # a message written
+                assert image["kind"] == {"S": "message"} and image["PK"] == {"S": "WS#demo#S#s1"}
+            else:  # a session marked deleted: what the purge is asked for
+                assert record["eventName"] == "MODIFY" and image["kind"] == {"S": "session"}
+                assert image["PK"] == {"S": "WS#demo"} and {"deleted_at", "incarnation"} <= set(image)
             assert record["dynamodb"]["Keys"] == {"PK": image["PK"], "SK": image["SK"]}
-            assert all(len(value) == 1 and next(iter(value)) in ("S", "N") for value in image.values()), "typed JSON"
+            assert all(len(value) == 1 and next(iter(value)) in ("S", "N", "BOOL") for value in image.values())
         return
     assert event["version"] == "2.0" and event["requestContext"]["stage"] == "$default"
     assert event["routeKey"] == event["requestContext"]["routeKey"]
@@ -125,6 +131,12 @@ def test_event_runs_through_its_handler_with_the_documented_status(aws, name):
     result = invoke(function_for(event), event)
     if expected == "batch":
         assert result == {"batchItemFailures": []}
+        if name == "summarize_session_deleted.json":  # the purge ran: only the tombstone's fence is left
+            left = aws["dynamodb"].query(TableName=template().table_name, KeyConditionExpression="PK = :p",
+                                         ExpressionAttributeValues={":p": {"S": "WS#demo#S#s1"}})["Items"]
+            assert left == []  # its member is gone (the seed wrote no fence)
+            assert "purged_at" in aws["dynamodb"].get_item(TableName=template().table_name, Key={
+                "PK": {"S": "WS#demo"}, "SK": {"S": "SESSION#s1"}})["Item"]
         return
     assert result["statusCode"] == expected, result
     assert result["headers"]["Content-Type"].startswith("application/json")
