@@ -27,8 +27,10 @@ KEYS = {
     "other_workspace": mint_key(SECRET, workspace="ws2"),
     "peer_member": mint_key(SECRET, workspace="ws1", peer="alice"),
     "peer_outsider": mint_key(SECRET, workspace="ws1", peer="carol"),
+    "peer_named_s1": mint_key(SECRET, workspace="ws1", peer="s1"),  # a peer id equal to a session id
     "session": mint_key(SECRET, workspace="ws1", session="s1"),
     "other_session": mint_key(SECRET, workspace="ws1", session="s2"),
+    "session_named_alice": mint_key(SECRET, workspace="ws1", session="alice"),  # a session id equal to a peer id
 }
 UNAUTHENTICATED = {"none", "garbage", "bad_signature", "expired", "alg_none"}
 ALL_VALID = set(KEYS) - UNAUTHENTICATED
@@ -36,38 +38,82 @@ ALL_VALID = set(KEYS) - UNAUTHENTICATED
 WS_ONLY = {"admin", "workspace"}
 SESSION_WRITERS = {"admin", "workspace", "session"}
 SESSION_READERS = SESSION_WRITERS | {"peer_member"}
+CREATED = "201, then 200"  # the first allowed key creates the resource, the next ones get it
 
-# (method, path, body, the keys that may pass)
+
+def _has_key(claims: dict):
+    return lambda body: verify_key(body["key"], SECRET) == Principal(**claims)
+
+
+def _ids(*ids):
+    return lambda page: sorted(item["id"] for item in page["items"]) == list(ids) and page["total"] == len(ids)
+
+
+# (method, path, body, the keys that may pass, their status, what their answer holds: a subset of the JSON or a test)
 MATRIX = [
-    ("GET", "/health", None, ALL_VALID | UNAUTHENTICATED),
-    ("POST", "/v3/keys", None, {"admin"}),
-    ("POST", "/v3/workspaces/list", None, {"admin"}),
-    ("POST", "/v3/workspaces", {"id": "ws1"}, WS_ONLY),
-    ("PUT", W, {"metadata": {"a": 1}}, WS_ONLY),
-    ("POST", f"{W}/peers", {"id": "bob"}, WS_ONLY),
-    ("POST", f"{W}/peers", {"id": "alice"}, WS_ONLY | {"peer_member"}),
-    ("POST", f"{W}/peers/list", None, WS_ONLY),
-    ("PUT", f"{W}/peers/alice", {"metadata": {"a": 1}}, WS_ONLY | {"peer_member"}),
-    ("POST", f"{W}/peers/alice/sessions", None, WS_ONLY | {"peer_member"}),
-    ("POST", f"{W}/sessions", {"id": "s1"}, WS_ONLY | {"session"}),
-    ("POST", f"{W}/sessions", {"id": "s3"}, WS_ONLY),
-    ("POST", f"{W}/sessions/list", None, WS_ONLY),
-    ("PUT", S, {"metadata": {"a": 1}}, SESSION_WRITERS),
-    ("POST", f"{S}/peers", {"alice": {}}, SESSION_WRITERS),
-    ("PUT", f"{S}/peers", {"alice": {}}, SESSION_WRITERS),
-    ("GET", f"{S}/peers", None, SESSION_READERS),
-    ("GET", f"{S}/peers/alice/config", None, SESSION_READERS),
-    ("PUT", f"{S}/peers/alice/config", {"observe_me": False}, SESSION_WRITERS),
-    ("POST", f"{S}/messages", {"messages": [{"content": "hi", "peer_id": "alice"}]}, SESSION_WRITERS),
-    ("POST", f"{S}/messages/list", None, SESSION_READERS),
-    ("GET", f"{S}/context", None, SESSION_READERS),
-    ("GET", f"{S}/summaries", None, SESSION_READERS),
-    ("GET", f"{S}/messages/MESSAGE_ID", None, SESSION_READERS),
-    ("PUT", f"{S}/messages/MESSAGE_ID", {"metadata": {"x": 1}}, SESSION_WRITERS),
-    ("DELETE", f"{S}/peers", ["bob"], SESSION_WRITERS),
-    ("DELETE", S, None, SESSION_WRITERS),
-    ("DELETE", W, None, WS_ONLY),
+    ("GET", "/health", None, ALL_VALID | UNAUTHENTICATED, 200, {"status": "ok"}),
+    ("POST", "/v3/keys", None, {"admin"}, 200, _has_key({"admin": True})),
+    ("POST", "/v3/workspaces/list", None, {"admin"}, 200, _ids("ws1", "ws2")),
+    ("POST", "/v3/workspaces", {"id": "ws1"}, WS_ONLY, 200, {"id": "ws1", "metadata": {}}),
+    ("PUT", W, {"metadata": {"a": 1}}, WS_ONLY, 200, {"id": "ws1", "metadata": {"a": 1}}),
+    ("POST", f"{W}/peers", {"id": "bob"}, WS_ONLY, CREATED, {"id": "bob", "workspace_id": "ws1"}),
+    ("POST", f"{W}/peers", {"id": "alice"}, WS_ONLY | {"peer_member"}, 200, {"id": "alice", "workspace_id": "ws1"}),
+    # a session key never creates a peer, not even one named like its session
+    ("POST", f"{W}/peers", {"id": "s1"}, WS_ONLY | {"peer_named_s1"}, CREATED, {"id": "s1"}),
+    ("POST", f"{W}/peers/list", None, WS_ONLY, 200, _ids("alice", "carol")),
+    ("PUT", f"{W}/peers/alice", {"metadata": {"a": 1}}, WS_ONLY | {"peer_member"}, 200,
+     {"id": "alice", "metadata": {"a": 1}}),
+    ("POST", f"{W}/peers/alice/sessions", None, WS_ONLY | {"peer_member"}, 200, _ids("s1")),
+    # a member's peer key may get its session with the SDK's body, nothing more
+    ("POST", f"{W}/sessions", {"id": "s1"}, WS_ONLY | {"session", "peer_member"}, 200,
+     {"id": "s1", "workspace_id": "ws1", "is_active": True}),
+    ("POST", f"{W}/sessions", {"id": "s1", "metadata": {"a": 1}}, WS_ONLY | {"session"}, 200, {"id": "s1"}),
+    ("POST", f"{W}/sessions", {"id": "s1", "peers": {"alice": {}}}, WS_ONLY | {"session"}, 200, {"id": "s1"}),
+    # issue 9: a peer key named like a session joined it by getting it with itself in `peers`
+    ("POST", f"{W}/sessions", {"id": "s1", "peers": {"s1": {}}}, WS_ONLY | {"session"}, 200, {"id": "s1"}),
+    ("POST", f"{W}/sessions", {"id": "s3"}, WS_ONLY, CREATED, {"id": "s3", "workspace_id": "ws1"}),
+    ("POST", f"{W}/sessions", {"id": "alice"}, WS_ONLY | {"session_named_alice"}, CREATED, {"id": "alice"}),
+    ("POST", f"{W}/sessions/list", None, WS_ONLY, 200, _ids("s1")),
+    ("PUT", S, {"metadata": {"a": 1}}, SESSION_WRITERS, 200, {"id": "s1", "metadata": {"a": 1}}),
+    ("POST", f"{S}/peers", {"alice": {}}, SESSION_WRITERS, 200, {"id": "s1"}),
+    ("PUT", f"{S}/peers", {"alice": {}}, SESSION_WRITERS, 200, {"id": "s1"}),
+    ("GET", f"{S}/peers", None, SESSION_READERS, 200, _ids("alice")),
+    ("GET", f"{S}/peers/alice/config", None, SESSION_READERS, 200, {"observe_me": True, "observe_others": False}),
+    ("PUT", f"{S}/peers/alice/config", {"observe_me": False}, SESSION_WRITERS, 204, None),
+    ("POST", f"{S}/messages", {"messages": [{"content": "hi", "peer_id": "alice"}]}, SESSION_WRITERS, 201,
+     [{"content": "hi", "peer_id": "alice", "session_id": "s1", "workspace_id": "ws1", "token_count": 1}]),
+    ("POST", f"{S}/messages/list", None, SESSION_READERS, 200,
+     {"items": [{"id": "MESSAGE_ID", "content": "hello", "peer_id": "alice"}], "total": 1}),
+    ("GET", f"{S}/context", None, SESSION_READERS, 200,
+     {"id": "s1", "messages": [{"id": "MESSAGE_ID", "content": "hello"}], "summary": None}),
+    ("GET", f"{S}/summaries", None, SESSION_READERS, 200, {"id": "s1", "short_summary": None, "long_summary": None}),
+    ("GET", f"{S}/messages/MESSAGE_ID", None, SESSION_READERS, 200,
+     {"id": "MESSAGE_ID", "content": "hello", "session_id": "s1"}),
+    ("PUT", f"{S}/messages/MESSAGE_ID", {"metadata": {"x": 1}}, SESSION_WRITERS, 200,
+     {"id": "MESSAGE_ID", "content": "hello", "metadata": {"x": 1}}),
+    ("DELETE", f"{S}/peers", ["bob"], SESSION_WRITERS, 200, {"id": "s1"}),
+    ("DELETE", S, None, SESSION_WRITERS, 202, None),
+    ("DELETE", W, None, WS_ONLY, 202, None),
 ]
+
+
+def _holds(actual, expected) -> bool:
+    """Whether `actual` has everything `expected` names: dict keys as a subset, lists item by item, or a test."""
+    if callable(expected):
+        return expected(actual)
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(k in actual and _holds(actual[k], v) for k, v in expected.items())
+    if isinstance(expected, list):
+        return isinstance(actual, list) and len(actual) == len(expected) and all(map(_holds, actual, expected))
+    return actual == expected
+
+
+def _with_message_id(expected, message_id: str):
+    if isinstance(expected, dict):
+        return {k: _with_message_id(v, message_id) for k, v in expected.items()}
+    if isinstance(expected, list):
+        return [_with_message_id(v, message_id) for v in expected]
+    return message_id if expected == "MESSAGE_ID" else expected
 
 
 @pytest.fixture
@@ -84,19 +130,26 @@ def auth_on(aws, monkeypatch):
     return reply.body[0]["id"]
 
 
-@pytest.mark.parametrize(("method", "path", "body", "allowed"), MATRIX,
+def _as(name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[name]}"}
+
+
+@pytest.mark.parametrize(("method", "path", "body", "allowed", "status", "answer"), MATRIX,
                          ids=[f"{m} {p}#{i}" for i, (m, p, *_rest) in enumerate(MATRIX)])
-def test_every_route_admits_exactly_its_scopes(auth_on, method, path, body, allowed):
+def test_every_route_admits_exactly_its_scopes(auth_on, method, path, body, allowed, status, answer):
     path = path.replace("MESSAGE_ID", auth_on)
-    seen = {}
+    answer = _with_message_id(answer, auth_on)
+    admitted = 0
     for name, key in KEYS.items():
         if path.endswith(("/sessions/s1", "/workspaces/ws1")) and method == "DELETE" and name in allowed:
             continue  # a successful delete would change what the next key sees; checked below
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         reply = call(method, path, body, headers=headers)
-        seen[name] = reply.status
         if name in allowed:
-            assert reply.status not in (401, 403), (name, reply.body)
+            expected = (201 if admitted == 0 else 200) if status == CREATED else status
+            admitted += 1
+            assert reply.status == expected, (name, reply.status, reply.body)
+            assert _holds(reply.body, answer), (name, reply.body)
         elif name in UNAUTHENTICATED:
             assert reply.status == 401, (name, reply.status, reply.body)
             assert reply.body["detail"]
@@ -105,10 +158,49 @@ def test_every_route_admits_exactly_its_scopes(auth_on, method, path, body, allo
             assert reply.body["detail"]
 
 
+def test_a_peer_key_named_like_a_session_cannot_join_it(auth_on):
+    reply = call("POST", f"{W}/sessions", {"id": "s1", "peers": {"s1": {}}}, headers=_as("peer_named_s1"))
+    assert reply.status == 403 and "peers" in reply.body["detail"], reply.body
+    assert _holds(call("GET", f"{S}/peers", headers=_as("admin")).body, _ids("alice"))
+    assert call("GET", f"{S}/context", headers=_as("peer_named_s1")).status == 403
+    assert call("POST", f"{S}/messages/list", headers=_as("peer_named_s1")).status == 403
+
+
+@pytest.mark.parametrize("body", [{"id": "s1", "peers": {"alice": {}, "carol": {}}}, {"id": "s1", "metadata": {}},
+                                  {"id": "s1", "configuration": {}}, {"id": "s1", "peers": None}, {}, ["s1"]])
+def test_a_member_peer_key_only_gets_its_session_and_changes_nothing(auth_on, body):
+    reply = call("POST", f"{W}/sessions", body, headers=_as("peer_member"))
+    assert reply.status == 403, reply.body
+    assert "alice" in reply.body["detail"] and "just" in reply.body["detail"]
+    assert _holds(call("GET", f"{S}/peers", headers=_as("admin")).body, _ids("alice"))
+
+
+def test_a_peer_key_cannot_create_a_session(auth_on):
+    reply = call("POST", f"{W}/sessions", {"id": "new"}, headers=_as("peer_member"))
+    assert reply.status == 403 and "not a member of session 'new'" in reply.body["detail"]
+    assert _holds(call("POST", f"{W}/sessions/list", headers=_as("admin")).body, _ids("s1"))
+
+
+def test_a_peer_key_loses_a_deleted_session_whose_members_linger(auth_on):
+    assert call("DELETE", S, headers=_as("admin")).status == 202  # member items stay until the purge
+    reply = call("POST", f"{W}/sessions", {"id": "s1"}, headers=_as("peer_member"))
+    assert reply.status == 403 and "not a member" in reply.body["detail"], reply.body
+    assert call("GET", f"{S}/context", headers=_as("peer_member")).status == 403
+    assert call("GET", f"{S}/context", headers=_as("admin")).status == 404
+
+
+def test_a_session_key_cannot_create_a_peer_named_like_its_session(auth_on):
+    reply = call("POST", f"{W}/peers", {"id": "s1"}, headers=_as("session"))
+    assert reply.status == 403 and "cannot create or get peers" in reply.body["detail"]
+    assert _holds(call("POST", f"{W}/peers/list", headers=_as("admin")).body, _ids("alice", "carol"))
+
+
 def test_deletes_succeed_with_the_right_key(auth_on):
-    session_key = {"Authorization": f"Bearer {KEYS['session']}"}
-    assert call("DELETE", S, headers=session_key).status == 202
-    assert call("DELETE", W, headers={"Authorization": f"Bearer {KEYS['workspace']}"}).status == 202
+    reply = call("DELETE", S, headers=_as("session"))
+    assert reply.status == 202 and "session 's1' deleted" in reply.body["detail"]
+    assert call("GET", f"{S}/context", headers=_as("admin")).status == 404
+    assert call("DELETE", W, headers=_as("workspace")).status == 202
+    assert call("PUT", W, {}, headers=_as("admin")).status == 404
 
 
 def test_cross_workspace_reads_and_writes_are_refused(auth_on):

@@ -11,6 +11,16 @@ S = f"{W}/sessions/s1"
 LONG_ID = "x" * 101
 DEEP = {"a": {"b": {"c": {"d": {"e": {"f": 1}}}}}}
 WIDE = {f"k{i}": i for i in range(101)}
+DEEP_ARRAYS = "[" * 5000 + "]" * 5000  # ~10 KB: the JSON parser itself runs out of stack
+DEEP_OBJECTS = '{"a":' * 3000 + "1" + "}" * 3000
+
+
+def nested_filters(levels: int) -> dict:
+    """`{"filters": {"AND": [{"AND": [... {"id": "x"}]}]}}`: each level nests an object and an array."""
+    filters: dict = {"id": "x"}
+    for _ in range(levels):
+        filters = {"AND": [filters]}
+    return {"filters": filters}
 
 
 def msgs(*contents, peer="alice", **extra):
@@ -106,6 +116,22 @@ CASES = [
     ("PUT", f"{S}/messages/{'A' * 21}", {"metadata": {}}, {}, {}, 404),
     ("PUT", f"{S}/messages/{'A' * 21}", {"content": "new"}, {}, {}, 422),
     ("PUT", f"{S}/messages/{'A' * 21}", {}, {}, {}, 422),
+    # bodies nested deeper than any request needs (the parser, validators and filters would recurse over them)
+    ("POST", "/v3/workspaces", DEEP_ARRAYS, {}, {}, 422),
+    ("POST", "/v3/workspaces", DEEP_OBJECTS, {}, {}, 422),
+    ("POST", "/v3/workspaces", '{"id":"w2","metadata":' + '{"a":' * 900 + "1" + "}" * 900 + "}", {}, {}, 422),
+    ("PUT", W, '{"metadata":' + DEEP_OBJECTS + "}", {}, {}, 422),
+    ("POST", f"{W}/peers", DEEP_ARRAYS, {}, {}, 422),
+    ("POST", f"{W}/sessions", '{"id":"s2","peers":' + DEEP_OBJECTS + "}", {}, {}, 422),
+    ("POST", f"{W}/sessions/list", nested_filters(16), {}, {}, 422),
+    ("POST", f"{W}/peers/list", '{"filters":' + '{"AND":[' * 2000 + "{}" + "]}" * 2000 + "}", {}, {}, 422),
+    ("POST", f"{S}/peers", DEEP_OBJECTS, {}, {}, 422),
+    ("DELETE", f"{S}/peers", DEEP_ARRAYS, {}, {}, 422),
+    ("POST", f"{S}/messages", '{"messages":' + DEEP_ARRAYS + "}", {}, {}, 422),
+    ("POST", f"{S}/messages", '{"messages":[{"content":"hi","peer_id":"alice","metadata":' + DEEP_OBJECTS + "}]}",
+     {}, {}, 422),
+    ("POST", f"{S}/messages/list", DEEP_OBJECTS, {}, {}, 422),
+    ("PUT", f"{S}/messages/{'A' * 21}", '{"metadata":' + DEEP_ARRAYS + "}", {}, {}, 422),
 ]
 
 
@@ -162,3 +188,14 @@ def test_a_put_that_changes_nothing_is_fine(seeded):
 def test_minting_a_key_without_a_signing_secret_is_503_not_a_crash(seeded):
     reply = call("POST", "/v3/keys")
     assert reply.status == 503 and "PRECIS_JWT_SECRET" in reply.body["detail"]
+
+
+def test_a_body_at_the_nesting_limit_is_read(seeded):
+    from precis.web import MAX_BODY_DEPTH
+
+    assert MAX_BODY_DEPTH == 32
+    assert call("POST", f"{W}/peers/list", nested_filters(15)).body["total"] == 0  # 32 levels: accepted
+    reply = call("POST", f"{W}/peers/list", nested_filters(16))
+    assert reply.status == 422
+    assert reply.body["detail"] == [{"loc": ["body"], "msg": "body: JSON nests deeper than the limit of 32 levels",
+                                     "type": "json_too_deep"}]

@@ -119,6 +119,27 @@ def test_what_the_fuzzer_found_stays_fixed(stack, document):
     assert {"$ref": "#/components/schemas/Error"} in shapes
 
 
+def test_hostile_keys_and_bodies_are_4xx_and_text_is_utf8_over_http(stack):
+    """Issue 9, end to end through the gateway: a nested JWT header is a 401, a nested body a 422, and a CJK message
+    comes back as UTF-8 bytes rather than \\u escapes."""
+    key = {"Authorization": f"Bearer {mint_key(SECRET, admin=True)}", "Content-Type": "application/json"}
+    nested_header = base64.urlsafe_b64encode(b"[" * 1500 + b"]" * 1500).rstrip(b"=").decode()
+    for method, path in (("POST", "/v3/workspaces/list"), ("GET", "/v3/workspaces/w/sessions/s/context")):
+        status, _, body = request(stack.port, method, path, {"Authorization": f"Bearer {nested_header}.e30.x"})
+        assert status == 401 and json.loads(body)["detail"].startswith("malformed key"), body
+    for body in (b"[" * 5000 + b"]" * 5000, b'{"a":' * 3000 + b"1" + b"}" * 3000):
+        status, _, answer = request(stack.port, "POST", "/v3/workspaces", key, body)
+        assert status == 422 and json.loads(answer)["detail"][0]["type"] == "json_too_deep", answer
+
+    assert request(stack.port, "POST", "/v3/workspaces", key, b'{"id": "utf8"}')[0] in (200, 201)
+    text = "你好，世界"
+    status, headers, answer = request(stack.port, "POST", "/v3/workspaces/utf8/sessions/s/messages", key,
+                                      json.dumps({"messages": [{"content": text, "peer_id": "p"}]}).encode())
+    assert status == 201 and headers["Content-Type"].startswith("application/json")
+    assert text.encode() in answer and b"\\u" not in answer
+    assert json.loads(answer)[0]["content"] == text
+
+
 def _seed(stack, admin: str) -> dict[str, list[str]]:
     """A workspace with sessions, members and messages; the ids to offer the fuzzer, by path parameter."""
     headers = {"Authorization": f"Bearer {admin}", "Content-Type": "application/json"}

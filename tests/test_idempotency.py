@@ -156,3 +156,18 @@ def test_a_full_session_partition_is_413_with_a_message(db):
     finally:
         db.client.meta.events.unregister("before-call.dynamodb.TransactWriteItems", full)
     assert reply.status == 413 and "10 GB" in reply.body["detail"]
+
+
+def test_a_read_throttled_past_botocores_retries_is_429_not_500(db):
+    call("POST", f"{S}/messages", {"messages": [{"content": "one", "peer_id": "alice"}]})
+
+    def throttle(params, **_):
+        raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}},
+                          "Query")
+
+    db.client.meta.events.register("before-call.dynamodb.Query", throttle)
+    try:
+        reply = call("POST", f"{S}/messages/list")
+    finally:
+        db.client.meta.events.unregister("before-call.dynamodb.Query", throttle)
+    assert reply.status == 429 and "retry" in reply.body["detail"]

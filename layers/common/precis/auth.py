@@ -6,16 +6,16 @@ any HS256 implementation with the same secret and claims works.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
-import json
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from precis.errors import Forbidden, Invalid, Unauthorized
+
+MAX_KEY_CHARS = 8192  # Honcho's keys are ~150 chars; anything this long is hostile, refused before it is parsed
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,10 @@ class Access(Enum):
     ADMIN = "admin"  # admin keys only
     CREATE_WORKSPACE = "create_workspace"  # admin, or a workspace key for its own id
     WORKSPACE = "workspace"  # admin or the workspace's key
-    CREATE_IN_WORKSPACE = "create_in_workspace"  # + a peer/session key creating itself (the SDK does this)
+    CREATE_PEER = "create_peer"  # + a peer key getting or creating its own peer (the SDK's client.peer())
+    # + a session key getting or creating its own session; a peer key may only get, with a body of just
+    # {"id"}, a live session its peer belongs to (the SDK's client.session())
+    CREATE_SESSION = "create_session"
     PEER = "peer"  # + the peer's own key
     SESSION_READ = "session_read"  # + the session's key, + keys of peers that are members
     SESSION_WRITE = "session_write"  # + the session's key
@@ -47,11 +50,11 @@ ROUTES: dict[str, Access] = {
     "POST /v3/workspaces": Access.CREATE_WORKSPACE,
     f"PUT {_W}": Access.WORKSPACE,
     f"DELETE {_W}": Access.WORKSPACE,
-    f"POST {_W}/peers": Access.CREATE_IN_WORKSPACE,
+    f"POST {_W}/peers": Access.CREATE_PEER,
     f"POST {_W}/peers/list": Access.WORKSPACE,
     f"PUT {_W}/peers/{{peer_id}}": Access.PEER,
     f"POST {_W}/peers/{{peer_id}}/sessions": Access.PEER,
-    f"POST {_W}/sessions": Access.CREATE_IN_WORKSPACE,
+    f"POST {_W}/sessions": Access.CREATE_SESSION,
     f"POST {_W}/sessions/list": Access.WORKSPACE,
     f"PUT {_S}": Access.SESSION_WRITE,
     f"DELETE {_S}": Access.SESSION_WRITE,
@@ -70,52 +73,47 @@ ROUTES: dict[str, Access] = {
 }
 
 
-def _b64encode(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def _b64decode(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def mint_key(secret: str, *, admin: bool = False, workspace: str | None = None, peer: str | None = None,
              session: str | None = None, expires: int | None = None) -> str:
     """An HS256 JWT with Honcho's claims; a peer or session claim needs a workspace claim."""
+    import jwt  # deferred: the read path's cold start does not pay for PyJWT until a key is checked
+
     if (peer or session) and not workspace:
         raise Invalid("workspace_id: a peer or session key needs a workspace")
-    claims: dict = {"t": ""}
+    claims: dict[str, Any] = {"t": ""}
     if admin:
         claims["ad"] = True
     for name, value in (("w", workspace), ("p", peer), ("s", session), ("exp", expires)):
         if value is not None:
             claims[name] = value
-    header = _b64encode(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
-    payload = _b64encode(json.dumps(claims, separators=(",", ":")).encode())
-    signature = hmac.new(secret.encode(), f"{header}.{payload}".encode(), hashlib.sha256).digest()
-    return f"{header}.{payload}.{_b64encode(signature)}"
+    return jwt.encode(claims, secret, algorithm="HS256")
 
 
 def verify_key(token: str, secret: str, *, now: float | None = None) -> Principal:
     """The principal of a bearer token; Unauthorized (401) for anything malformed, forged or expired."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        raise Unauthorized("malformed key: expected a JWT (header.payload.signature)")
+    import jwt
+
+    if len(token) > MAX_KEY_CHARS:
+        raise Unauthorized(f"malformed key: at most {MAX_KEY_CHARS} characters, got {len(token)}")
     try:
-        header = json.loads(_b64decode(parts[0]))
-        claims = json.loads(_b64decode(parts[1]))
-        signature = _b64decode(parts[2])
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise Unauthorized("malformed key: not base64url JSON") from None
-    if not isinstance(header, dict) or header.get("alg") != "HS256":
-        raise Unauthorized("invalid key: only HS256-signed keys are accepted")
-    expected = hmac.new(secret.encode(), f"{parts[0]}.{parts[1]}".encode(), hashlib.sha256).digest()
-    if not hmac.compare_digest(signature, expected):
-        raise Unauthorized("invalid key: bad signature")
-    if not isinstance(claims, dict):
-        raise Unauthorized("invalid key: claims must be an object")
+        # exp is checked below, against an injectable clock and as a strict numeric date; iat is informational
+        # (a minting clock a second ahead must not refuse a fresh key).
+        claims = jwt.decode(token, secret, algorithms=["HS256"], options={"verify_exp": False, "verify_iat": False})
+    except jwt.InvalidAlgorithmError:
+        raise Unauthorized("invalid key: only HS256-signed keys are accepted") from None
+    except jwt.InvalidSignatureError:
+        raise Unauthorized("invalid key: bad signature") from None
+    except jwt.DecodeError as exc:
+        raise Unauthorized(f"malformed key: expected a JWT (header.payload.signature): {exc}") from None
+    except jwt.InvalidTokenError as exc:
+        raise Unauthorized(f"invalid key: {exc}") from None
+    except (RecursionError, ValueError, TypeError, ArithmeticError):
+        # PyJWT parses the header before the signature check: a deeply nested one exhausts the stack, odd claim
+        # types (an nbf of [1], of 1e400) escape its own errors. None of it is a usable key.
+        raise Unauthorized("malformed key: not a JWT this service can read") from None
     exp = claims.get("exp")
     if exp is not None:
-        if isinstance(exp, bool) or not isinstance(exp, (int, float)):
+        if isinstance(exp, bool) or not isinstance(exp, (int, float)) or not math.isfinite(exp):
             raise Unauthorized("invalid key: exp must be a numeric date")
         if (time.time() if now is None else now) >= exp:
             raise Unauthorized("expired key")
@@ -136,11 +134,19 @@ def bearer(headers: dict[str, str] | None) -> str:
     return token.strip()
 
 
+def body_id(body: Any) -> str | None:
+    """The `id` of a create request's JSON body, if it has a string one."""
+    value = body.get("id") if isinstance(body, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def authorize(principal: Principal, access: Access, *, workspace: str | None = None, peer: str | None = None,
-              session: str | None = None, body_id: str | None = None, is_member=lambda: False) -> None:
+              session: str | None = None, body: Any = None,
+              is_member: Callable[[str], bool] = lambda _session: False) -> None:
     """Raise Forbidden (403) unless `principal` may perform a request of `access` on these ids.
 
-    `is_member` is called (one read) only when a peer key asks to read a session.
+    `body` is the request's parsed JSON (create routes read its `id`); `is_member(session_id)` says whether the
+    key's peer belongs to that live session, and is called (one or two reads) only for a peer key on a session.
     """
     if principal.admin or access is Access.PUBLIC:
         return
@@ -149,14 +155,18 @@ def authorize(principal: Principal, access: Access, *, workspace: str | None = N
     if principal.workspace is None:
         raise Forbidden("this key has neither an admin nor a workspace claim")
     if access is Access.CREATE_WORKSPACE:
-        if principal.peer is None and principal.session is None and body_id == principal.workspace:
+        if principal.peer is None and principal.session is None and body_id(body) == principal.workspace:
             return
         raise Forbidden(f"a key for workspace '{principal.workspace}' can only create that workspace")
     if workspace != principal.workspace:
         raise Forbidden(f"this key is for workspace '{principal.workspace}', not '{workspace}'")
     if principal.peer is None and principal.session is None:
         return  # a workspace key: everything inside it
-    if access is Access.CREATE_IN_WORKSPACE and body_id is not None and body_id in (principal.peer, principal.session):
+    if access is Access.CREATE_PEER:
+        _authorize_peer_create(principal, body_id(body))
+        return
+    if access is Access.CREATE_SESSION:
+        _authorize_session_create(principal, body, is_member)
         return
     if principal.session is not None and session == principal.session and access in (Access.SESSION_READ,
                                                                                         Access.SESSION_WRITE):
@@ -164,8 +174,38 @@ def authorize(principal: Principal, access: Access, *, workspace: str | None = N
     if principal.peer is not None:
         if access is Access.PEER and peer == principal.peer:
             return
-        if access is Access.SESSION_READ and session is not None and is_member():
-            return
+        if access is Access.SESSION_READ and session is not None:
+            if is_member(session):
+                return
+            raise Forbidden(f"a peer key reads only the live sessions its peer belongs to; '{principal.peer}' is "
+                            f"not a member of session '{session}'")
         if access is Access.SESSION_WRITE and session is not None:
             raise Forbidden(f"a peer key can read the sessions of '{principal.peer}' but not write to them")
     raise Forbidden("this key's scope does not cover this route")
+
+
+def _authorize_peer_create(principal: Principal, peer_id: str | None) -> None:
+    if principal.peer is not None and peer_id == principal.peer:
+        return
+    if principal.peer is None:
+        raise Forbidden(f"a key for session '{principal.session}' cannot create or get peers")
+    raise Forbidden(f"a key for peer '{principal.peer}' can only create or get that peer, not '{peer_id}'")
+
+
+def _authorize_session_create(principal: Principal, body: Any, is_member: Callable[[str], bool]) -> None:
+    session_id = body_id(body)
+    if principal.session is not None and session_id == principal.session:
+        return
+    if principal.peer is None:
+        raise Forbidden(f"a key for session '{principal.session}' can only create or get that session, "
+                        f"not '{session_id}'")
+    # A peer key never creates a session nor adds members through this route (the store adds the body's peers
+    # to an existing session): it may only get a live session its peer already belongs to.
+    extra = sorted(k for k in body if k != "id") if isinstance(body, dict) else []
+    if session_id is None or extra:
+        sent = f"; this body also sends {', '.join(map(repr, extra))}" if extra else ""
+        raise Forbidden(f"a key for peer '{principal.peer}' cannot create sessions or change them here: it may "
+                        f"only get a session it belongs to, with a body of just {{\"id\": <session id>}}{sent}")
+    if not is_member(session_id):
+        raise Forbidden(f"a key for peer '{principal.peer}' cannot create sessions: it may only get a live session "
+                        f"it belongs to, and '{principal.peer}' is not a member of session '{session_id}'")

@@ -14,7 +14,7 @@ ID_MAX = 100
 MAX_BATCH = 100
 METADATA_MAX_KEYS = 100
 METADATA_MAX_DEPTH = 5
-JSON_MAX_BYTES = 65_536  # metadata/configuration as JSON; keeps every item far below DynamoDB's 400 KB
+JSON_MAX_BYTES = 65_536  # metadata/configuration as JSON; with the inline body cap (config) an item stays under 400 KB
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]
 MESSAGE_ID_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"

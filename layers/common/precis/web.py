@@ -11,13 +11,54 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.shared.json_encoder import Encoder
 
 from precis.auth import ROUTES, Access, authorize, bearer, verify_key
 from precis.config import get_settings
-from precis.errors import PrecisError
+from precis.errors import PrecisError, Throttled
 from precis.secrets import jwt_secret
 
 logger = Logger(child=True)
+
+MAX_BODY_DEPTH = 32  # the deepest legitimate body (a message's metadata, nested filters) is well under this
+INTERNAL_ERROR = "internal error; it has been logged"
+_BODY_READERS = {Access.CREATE_WORKSPACE, Access.CREATE_PEER, Access.CREATE_SESSION}  # decide on the body's id
+
+
+def to_json(value: Any) -> str:
+    """Compact JSON with text as UTF-8: a CJK character costs 3 bytes on the wire, not a 6-byte \\u escape."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), cls=Encoder)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate has no UTF-8 form: escape it, as ensure_ascii does
+            text = json.dumps(value, separators=(",", ":"), cls=Encoder)
+    return text
+
+
+def _nesting(value: Any) -> int:
+    """How deeply `value`'s objects and arrays nest (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def load_json(text: str | bytes) -> Any:
+    """A request body as JSON; a 422 when it nests deeper than MAX_BODY_DEPTH (validators and filters recurse
+    over bodies, and the parser itself overflows the stack on ~1000 levels)."""
+    too_deep = RequestValidationError([{"loc": ("body",), "type": "json_too_deep",
+                                        "msg": f"body: JSON nests deeper than the limit of {MAX_BODY_DEPTH} levels"}])
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise too_deep from None
+    if _nesting(value) > MAX_BODY_DEPTH:
+        raise too_deep
+    return value
 
 
 def _json(status: int, body: Any) -> Response:
@@ -34,7 +75,7 @@ def _describe(error: dict) -> dict:
 
 def create_resolver() -> APIGatewayHttpResolver:
     """A resolver with pydantic validation and Precis's error contract wired in."""
-    app = APIGatewayHttpResolver(enable_validation=True)
+    app = APIGatewayHttpResolver(enable_validation=True, serializer=to_json, json_body_deserializer=load_json)
 
     @app.exception_handler(PrecisError)
     def _precis_error(exc: PrecisError) -> Response:
@@ -51,9 +92,12 @@ def create_resolver() -> APIGatewayHttpResolver:
 
     @app.exception_handler(Exception)
     def _unexpected(exc: Exception) -> Response:
+        throttled = _throttled(exc)
+        if throttled is not None:
+            return _json(throttled.status, {"detail": throttled.detail})
         # Every one of these is a bug: the client gets a generic answer, the log gets the traceback.
         logger.exception("unhandled error")
-        return _json(500, {"detail": "internal error; it has been logged"})
+        return _json(500, {"detail": INTERNAL_ERROR})
 
     return app
 
@@ -67,13 +111,16 @@ def json_response(status: int, body: Any) -> Response:
     return _json(status, body)
 
 
-def _body_id(event: dict) -> str | None:
-    try:
-        body = json.loads(event.get("body") or "null")
-    except ValueError:
+def _body(event: dict) -> Any:
+    """The request's JSON body for a scope decision, or None when there is none or it is not readable JSON (the
+    resolver answers that with a 422 once the key has passed)."""
+    raw = event.get("body")
+    if not raw:
         return None
-    value = body.get("id") if isinstance(body, dict) else None
-    return value if isinstance(value, str) else None
+    try:
+        return load_json(base64.b64decode(raw) if event.get("isBase64Encoded") else raw)
+    except (ValueError, binascii.Error, RequestValidationError):
+        return None
 
 
 def authenticate(event: dict) -> None:
@@ -85,16 +132,19 @@ def authenticate(event: dict) -> None:
         return
     principal = verify_key(bearer(event.get("headers")), jwt_secret())
     ids = event.get("pathParameters") or {}
-    workspace, session = ids.get("workspace_id"), ids.get("session_id")
+    workspace = ids.get("workspace_id")
 
-    def is_member() -> bool:
+    def is_member(session_id: str) -> bool:
+        """Whether the key's peer belongs to the session, and the session is live (a deleted session's member
+        items linger until the purge): one BatchGetItem."""
+        from precis.store import resources
         from precis.store.db import get_db
-        from precis.store.resources import is_member as member
 
-        return member(get_db(), workspace, session, principal.peer)
+        return resources.is_member(get_db(), workspace, session_id, principal.peer)
 
-    authorize(principal, access, workspace=workspace, peer=ids.get("peer_id"), session=session,
-              body_id=_body_id(event), is_member=is_member)
+    body = _body(event) if access in _BODY_READERS and not principal.admin else None
+    authorize(principal, access, workspace=workspace, peer=ids.get("peer_id"), session=ids.get("session_id"),
+              body=body, is_member=is_member)
 
 
 def _body_problem(event: dict) -> tuple[int, Any] | None:
@@ -119,19 +169,40 @@ def _body_problem(event: dict) -> tuple[int, Any] | None:
 
 def _answer(status: int, detail: Any) -> dict:
     return {"statusCode": status, "headers": {"Content-Type": "application/json"},
-            "body": json.dumps({"detail": detail}), "isBase64Encoded": False}
+            "body": to_json({"detail": detail}), "isBase64Encoded": False}
 
 
 def serve(app: APIGatewayHttpResolver, event: dict, context) -> dict:
-    """Authenticate, then let the resolver route, validate and answer."""
+    """Authenticate, then let the resolver route, validate and answer; nothing escapes to API Gateway but JSON."""
     try:
         authenticate(event)
+        problem = _body_problem(event)
+        if problem is not None:
+            return _answer(*problem)
+        return app.resolve(event, context)
     except PrecisError as exc:
         return _answer(exc.status, exc.detail)
-    problem = _body_problem(event)
-    if problem is not None:
-        return _answer(*problem)
-    return app.resolve(event, context)
+    except Exception as exc:
+        throttled = _throttled(exc)
+        if throttled is not None:
+            return _answer(throttled.status, throttled.detail)
+        # Raised outside the resolver's handlers (authentication, the resolver itself): still a bug to fix, still
+        # the generic answer rather than API Gateway's bare 500.
+        logger.exception("unhandled error")
+        return _answer(500, INTERNAL_ERROR)
+
+
+def _throttled(exc: Exception) -> PrecisError | None:
+    """A 429 for DynamoDB refusing for capacity after botocore's retries, wherever in a request it happened: the
+    client should back off and retry, not see a 500."""
+    from botocore.exceptions import ClientError
+
+    from precis.store.db import is_throttling
+
+    if isinstance(exc, ClientError) and is_throttling(exc):
+        logger.warning("throttled by DynamoDB", extra={"code": exc.response.get("Error", {}).get("Code")})
+        return Throttled("the table is throttling requests; retry with backoff")
+    return None
 
 
 @lru_cache(maxsize=1)
