@@ -95,9 +95,11 @@ def _write(client, table: str, requests: list[dict]) -> None:
 
 def add_summaries(db, session: str, costs: list[dict], rng: random.Random) -> None:
     """A short and a long summary ending at run ends ~10 and ~30 messages before the session's end."""
+    from precis.store.resources import require_session
     from precis.store.summaries import put_summary
     from precis.tokens import count_text
 
+    incarnation = require_session(db, WS, session)["incarnation"]
     run_ends = [c["seq"] for c, nxt in zip(costs, costs[1:]) if nxt["run_start"] == nxt["seq"]]
     for summary_type, behind, words in (("honcho_chat_summary_short", 10, 450), ("honcho_chat_summary_long", 30, 1900)):
         covers = max([s for s in run_ends if s <= len(costs) - behind], default=None)
@@ -105,7 +107,8 @@ def add_summaries(db, session: str, costs: list[dict], rng: random.Random) -> No
             continue
         content = " ".join(rng.choice(WORDS) for _ in range(words))
         last = costs[covers - 1]
-        put_summary(db, WS, session, summary_type=summary_type, content=content, token_count=count_text(content),
+        put_summary(db, WS, session, incarnation=incarnation, summary_type=summary_type, content=content,
+                    token_count=count_text(content),
                     covers_seq=covers, end_tokens=last["start"] + last["tokens"], message_id=last["id"])
 
 
@@ -123,7 +126,7 @@ def naive_context(db, ws: str, session_id: str, limit: int, *, use_summary: bool
     from precis.store import keys
     from precis.store.context import SUMMARY_TYPES, summary_view
     from precis.store.db import from_item, to_item
-    from precis.store.messages import _with_content
+    from precis.store.messages import with_bodies
 
     wanted = [keys.session(ws, session_id), *(keys.summary(ws, session_id, t) for t in SUMMARY_TYPES)]
     out = db.client.batch_get_item(RequestItems={db.table: {"Keys": [to_item(k) for k in wanted],
@@ -155,7 +158,7 @@ def naive_context(db, ws: str, session_id: str, limit: int, *, use_summary: bool
     while first > 0 and used + items[first - 1]["token_count"] <= budget:
         first -= 1
         used += items[first]["token_count"]
-    return {"id": session_id, "messages": _with_content(db, items[first:], ws, session_id),
+    return {"id": session_id, "messages": with_bodies(db, items[first:], ws, session_id),
             "summary": summary_view(chosen), "peer_representation": None, "peer_card": None,
             "messages_skipped": first, "token_count": (chosen["token_count"] if chosen else 0) + used,
             "_items": items}

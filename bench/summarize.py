@@ -69,8 +69,8 @@ def _run_strategy(strategy: str, settings: dict) -> dict:
                 batch.append(NewMessage(text, "alice" if i % 3 == 0 else "agent", count_text(text), run_id=run_id))
             append_messages(db, "bench", "s", batch, inline_max_bytes=16_384)
             history += [("alice" if i % 3 == 0 else "agent", m.content) for i, m in enumerate(batch, start)]
-            written += [w for w in summarize_session(db, get_settings(), "bench", "s", engine_for=lambda _: engine)
-                        if w.stored]
+            written += [w for w in summarize_session(db, get_settings(), "bench", "s",
+                                                     engine_for=lambda _: engine).written if w.stored]
         message_tokens = sum(count_text(c) for _, c in history)
         from_scratch = sum(count_messages(build_messages(SummaryRequest(summary_type=w.summary_type, previous=None,
                                                                         messages=history[:w.covers_seq])))

@@ -33,7 +33,8 @@ def handler_module(logical_id: str):
 
 def invoke(logical_id: str, event: dict) -> dict:
     fn = template().functions[logical_id]
-    return handler_module(logical_id).lambda_handler(event, LambdaContext(function_name=fn.logical_id))
+    context = LambdaContext(function_name=fn.logical_id, timeout_s=fn.timeout)  # the template's timeout, as Lambda
+    return handler_module(logical_id).lambda_handler(event, context)
 
 
 def _match(method: str, path: str):

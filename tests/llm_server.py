@@ -6,8 +6,12 @@
 
 Modes: ok, 400 (a request the server refuses), 429 (with Retry-After), 500, garbage (a body that is not JSON),
 nochoices (JSON with an error and no choices), empty (empty content), nousage (ok without a usage block),
-hang (answers after `hang_seconds`).
-Standalone: `python -m tests.llm_server --port 8001`.
+hang (answers after `hang_seconds`), context_length (OpenAI's 400 `context_length_exceeded`, whatever the size).
+
+A model with a small context window: `max_context_tokens` (None: unlimited) answers any prompt longer than that
+(`prompt_tokens`, about four characters a token) with the `context_length_exceeded` 400, as OpenAI does, and
+records the request with mode "context_length".
+Standalone: `python -m tests.llm_server --port 8001 [--max-context-tokens 4096]`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 
 import pytest
 
-MODES = ("ok", "400", "429", "500", "garbage", "nochoices", "empty", "nousage", "hang")
+MODES = ("ok", "400", "429", "500", "garbage", "nochoices", "empty", "nousage", "hang", "context_length")
 PATHS = ("/v1/chat/completions", "/chat/completions")
 
 
@@ -54,12 +58,18 @@ def _rough_tokens(text: str) -> int:
     return len(text) // 4 + 1
 
 
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """The prompt's size as this server counts it (usage.prompt_tokens, and the context window check)."""
+    return sum(_rough_tokens(str(m.get("content", ""))) + 4 for m in body.get("messages", []) if isinstance(m, dict))
+
+
 class LLMServer:
     """A threaded HTTP server on 127.0.0.1 that records requests and answers as scripted."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, mode: str = "ok", retry_after: str = "0",
-                 hang_seconds: float = 5.0):
+                 hang_seconds: float = 5.0, max_context_tokens: int | None = None):
         self.mode = mode
+        self.max_context_tokens = max_context_tokens
         self.retry_after = retry_after
         self.hang_seconds = hang_seconds
         self.answer: Callable[[dict[str, Any]], str] = summary_text
@@ -106,7 +116,7 @@ class LLMServer:
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         }
         if usage:
-            prompt = sum(_rough_tokens(str(m.get("content", ""))) + 4 for m in body.get("messages", []))
+            prompt = prompt_tokens(body)
             completion = _rough_tokens(text)
             reply["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion,
                               "total_tokens": prompt + completion}
@@ -155,12 +165,21 @@ class _Handler(BaseHTTPRequestHandler):
             body = raw
         llm = self.llm
         mode = llm.next_mode()
+        if (isinstance(body, dict) and llm.max_context_tokens is not None and mode in ("ok", "nousage")
+                and prompt_tokens(body) > llm.max_context_tokens):
+            mode = "context_length"
         llm.record(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body, mode))
         if not isinstance(body, dict):
             self._json(400, {"error": {"message": "body must be a JSON object", "type": "invalid_request_error"}})
         elif mode == "400":
             self._json(400, {"error": {"message": f"model {body.get('model')!r} does not exist",
                                        "type": "invalid_request_error", "code": "model_not_found"}})
+        elif mode == "context_length":
+            size, window = prompt_tokens(body), llm.max_context_tokens or 0
+            self._json(400, {"error": {
+                "message": f"This model's maximum context length is {window} tokens. However, your messages "
+                           f"resulted in {size} tokens. Please reduce the length of the messages.",
+                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
         elif mode == "429":
             self._json(429, {"error": {"message": "Rate limit reached", "type": "requests",
                                        "code": "rate_limit_exceeded"}}, {"Retry-After": llm.retry_after})
@@ -206,8 +225,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--mode", choices=MODES, default="ok")
+    parser.add_argument("--max-context-tokens", type=int, default=None,
+                        help="answer longer prompts with HTTP 400 context_length_exceeded")
     args = parser.parse_args(argv)
-    server = LLMServer(args.host, args.port, mode=args.mode)
+    server = LLMServer(args.host, args.port, mode=args.mode, max_context_tokens=args.max_context_tokens)
     print(f"LLM server on {server.url} (mode {args.mode}); OPENAI_BASE_URL={server.url}", flush=True)
     try:
         server._httpd.serve_forever()

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from precis.store import keys
 from precis.store.db import from_item, get_db, to_item
 from precis.store.messages import NewMessage, append_messages, make_message_id
+from precis.store.resources import require_session
 from precis.store.summaries import put_summary
 from precis.tokens import count_text
 
@@ -88,7 +89,9 @@ def seed_messages(client, session: str, messages: list[tuple[str, str | None]]) 
 def summarize(session: str, messages: list[dict], summary_type: str, covers_seq: int, content: str) -> dict:
     """Store a summary of messages 1..covers_seq (as the summarizer would) and return what was stored."""
     tokens = count_text(content)
-    written = put_summary(get_db(), WS, session, summary_type=summary_type, content=content, token_count=tokens,
+    incarnation = require_session(get_db(), WS, session)["incarnation"]
+    written = put_summary(get_db(), WS, session, incarnation=incarnation, summary_type=summary_type, content=content,
+                          token_count=tokens,
                           covers_seq=covers_seq, end_tokens=sum(m["token_count"] for m in messages[:covers_seq]),
                           message_id=messages[covers_seq - 1]["id"])
     assert written

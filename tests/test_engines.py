@@ -6,15 +6,16 @@ import json
 import os
 import subprocess
 import sys
-import time
+import urllib.error
 import urllib.request
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from precis.config import Settings
-from precis.engines import EngineError, SummaryRequest, default_engine, get_engine, word_limit
+from precis.engines import EngineError, PromptTooLong, SummaryRequest, default_engine, get_engine, word_limit
 from precis.engines.extractive import ExtractiveEngine, count_words
+from precis.engines.prompt import build_messages, prompt_tokens
 from precis.tokens import count_messages, count_text
 
 from tests.llm_server import LLMServer, llm_server  # noqa: F401 - the fixture
@@ -277,16 +278,68 @@ def test_llm_stops_retrying_when_the_time_budget_is_spent(llm_server, sleeps):  
 def test_llm_last_attempt_gets_only_the_time_left(llm_server):  # noqa: F811
     from precis.engines.llm import LLMEngine
 
-    slept = [0.0]  # the clock is real time plus the (fake) sleeps
-    engine = LLMEngine(model="m", base_url=llm_server.url, timeout=3.0, time_budget=4.0,
-                       clock=lambda: time.monotonic() + slept[0],
-                       sleep=lambda seconds: slept.__setitem__(0, slept[0] + 3.6))
+    now = [0.0]  # a fake clock that only the (fake) sleeps move: the test asserts computed timeouts, not wall time
+    engine = LLMEngine(model="m", base_url=llm_server.url, timeout=3.0, time_budget=4.0, clock=lambda: now[0],
+                       sleep=lambda seconds: now.__setitem__(0, now[0] + 3.7))
     llm_server.script(["500", "hang"])
-    started = time.monotonic()
     with pytest.raises(EngineError, match="gave up after 2 attempts: request timed out"):
         engine.summarize(request())
-    # 0.4 s of the budget were left after the sleep: the second request waits that long, not its 3 s timeout.
-    assert 0.3 < time.monotonic() - started < 2.0
+    # 0.3 s of the budget were left after the sleep: the second request may take that long, not its 3 s timeout.
+    assert [float(r.headers["x-stainless-read-timeout"]) for r in llm_server.requests] == [3.0, pytest.approx(0.3)]
+
+
+def test_llm_request_time_limit_bounds_attempts_and_retries(llm_server):  # noqa: F811
+    from precis.engines.llm import LLMEngine
+
+    now, sleeps = [0.0], []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    engine = LLMEngine(model="m", base_url=llm_server.url, timeout=30.0, time_budget=50.0, max_attempts=10,
+                       backoff_base=2.0, rng=lambda: 1.0, clock=lambda: now[0], sleep=sleep)
+    llm_server.mode = "500"
+    with pytest.raises(EngineError, match="gave up after 3 attempts") as caught:
+        engine.summarize(request(time_limit_s=8.0))
+    assert caught.value.retryable is True
+    # Backoff 2 s, 4 s; an 8 s one would pass the request's 8 s limit (the engine's own budget is 50 s).
+    assert sleeps == [2.0, 4.0]
+    assert [float(r.headers["x-stainless-read-timeout"]) for r in llm_server.requests] == [8.0, 6.0, 2.0]
+
+
+def test_llm_prompt_over_the_context_window_is_prompt_too_long_and_not_retried(llm_server, sleeps):  # noqa: F811
+    from precis.engines.llm import LLMEngine
+
+    llm_server.max_context_tokens = 400
+    engine = LLMEngine(model="m", base_url=llm_server.url, sleep=sleeps.append)
+    with pytest.raises(PromptTooLong, match="maximum context length is 400 tokens") as caught:
+        engine.summarize(request([("alice", "A long paste. " * 200)]))
+    assert caught.value.retryable is False
+    assert [r.mode for r in llm_server.requests] == ["context_length"] and sleeps == []
+    assert engine.summarize(request()).text.startswith("Summary: ")  # a prompt that fits passes
+
+
+def test_llm_refusal_not_about_size_is_final_but_not_prompt_too_long(llm_server):  # noqa: F811
+    from precis.engines.llm import LLMEngine
+
+    engine = LLMEngine(model="m", base_url=llm_server.url)
+    llm_server.script(["400"])
+    with pytest.raises(EngineError) as caught:  # model_not_found: final, but not a prompt to shrink
+        engine.summarize(request())
+    assert not isinstance(caught.value, PromptTooLong)
+
+
+def test_prompt_tokens_counts_what_the_llm_engine_sends(engine, llm_server):  # noqa: F811
+    asked = request(CONVERSATION, "Alice moved.", instructions="Be brief.")
+    engine.summarize(asked)
+    assert prompt_tokens(asked) == count_messages(llm_server.requests[0].body["messages"])
+    assert build_messages(asked) == llm_server.requests[0].body["messages"]
+
+
+def test_request_time_limit_must_be_positive():
+    with pytest.raises(ValueError, match="time_limit_s"):
+        request(time_limit_s=0)
 
 
 def test_llm_connection_refused_is_retryable(sleeps):
@@ -315,14 +368,22 @@ def test_llm_engine_from_settings_talks_to_the_configured_endpoint(llm_server): 
 
 
 def test_llm_server_runs_standalone():
-    proc = subprocess.Popen([sys.executable, "-m", "tests.llm_server", "--port", "0"], cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "tests.llm_server", "--port", "0", "--max-context-tokens", "20"],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().split()[3]
-        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "bob: hi"}]}).encode()
-        req = urllib.request.Request(f"{url}/chat/completions", body, {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=5) as response:
+
+        def post(content: str):
+            body = json.dumps({"model": "m", "messages": [{"role": "user", "content": content}]}).encode()
+            req = urllib.request.Request(f"{url}/chat/completions", body, {"Content-Type": "application/json"})
+            return urllib.request.urlopen(req, timeout=5)
+
+        with post("bob: hi") as response:
             assert json.load(response)["choices"][0]["message"]["content"] == "Summary: bob: hi"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            post("bob: " + "a long message " * 20)
+        assert refused.value.code == 400
+        assert json.load(refused.value)["error"]["code"] == "context_length_exceeded"
     finally:
         proc.terminate()
         proc.wait(timeout=5)

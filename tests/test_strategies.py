@@ -11,13 +11,19 @@ from precis.strategies import (
     LONG,
     ROLLING,
     SHORT,
+    JobFailure,
     MessageRef,
+    Step,
     SummaryConfig,
     SummaryCost,
     SummaryJob,
     decide,
+    failure_holds,
+    fair_shares,
     merge_config,
     needed_from,
+    next_step,
+    retry_backoff_s,
 )
 from pydantic import ValidationError
 
@@ -291,6 +297,108 @@ def test_rolling_needs_more_than_keep_recent_runs_after_the_summary():
     session = Session(["a"] * 30 + ["b"] * 30 + [None], [100] * 61)
     config = SummaryConfig(strategy="rolling", token_threshold=100, keep_recent_runs=3)
     assert call(config, {}, session) == []  # three complete runs: nothing to fold
+
+
+# --- unfinished jobs (a large job stored step by step) --------------------------------------------------------
+
+
+def ref_level(costs: list[int], room: int) -> int:
+    """The largest cap L (brute force) with sum(min(c, L)) <= room."""
+    return max(level for level in range(max(costs, default=0) + 1) if sum(min(c, level) for c in costs) <= max(0, room))
+
+
+@settings(max_examples=300)
+@given(st.data(), sessions(1), st.integers(10, 30), st.integers(20, 70), st.booleans())
+def test_an_unfinished_job_continues_through_its_end_or_further(data, session, short_every, long_every, rolling):
+    long_every = max(long_every, short_every + 1)
+    config = (SummaryConfig(strategy="rolling", token_threshold=2000, keep_recent_runs=2) if rolling else
+              SummaryConfig(messages_per_short_summary=short_every, messages_per_long_summary=long_every))
+    types = (ROLLING,) if rolling else (SHORT, LONG)
+    summaries = {t: session.summary(t, c) for t in types if (c := data.draw(boundary(session))) is not None}
+    ends = sorted(complete_run_ends(session.run_ids))
+    unfinished = {t: data.draw(st.sampled_from(ends)) for t in types if ends and data.draw(st.booleans())}
+    start = needed_from(config, summaries)
+    jobs = decide(config, summaries, session.refs(start), unfinished)
+    alone = {job.summary_type: job for job in decide(config, summaries, session.refs(start))}
+    expected = []
+    for summary_type in types:
+        covered = summaries[summary_type].covers_seq if summary_type in summaries else 0
+        target = unfinished.get(summary_type, 0)
+        through = max(alone[summary_type].through_seq if summary_type in alone else 0,
+                      max((e for e in ends if covered < e <= target), default=0))
+        if through:
+            expected.append(SummaryJob(summary_type, summaries.get(summary_type), covered + 1, through))
+    assert jobs == expected
+
+
+def test_a_short_summary_stored_part_way_is_finished_without_new_messages():
+    session = plain(60)
+    part = {SHORT: session.summary(SHORT, 45), LONG: session.summary(LONG, 60)}
+    assert call(SummaryConfig(), part, session) == []  # cadence alone: 15 messages, not due
+    assert decide(SummaryConfig(), part, session.refs(46), {SHORT: 60}) == [SummaryJob(SHORT, part[SHORT], 46, 60)]
+    # Once the cadence is due again on its own, the job reaches as far as the cadence says.
+    longer = plain(70)
+    assert decide(SummaryConfig(), part, longer.refs(45), {SHORT: 60}) == [SummaryJob(SHORT, part[SHORT], 46, 70)]
+
+
+@settings(max_examples=300)
+@given(st.lists(st.integers(0, 300), max_size=12), st.integers(-50, 2000))
+def test_fair_shares_match_the_brute_force_cap(costs, room):
+    shares = fair_shares(costs, room)
+    level = ref_level(costs, room)
+    assert shares == [min(c, level) for c in costs]
+    assert sum(shares) <= max(0, room)
+    if sum(costs) <= room:
+        assert shares == costs  # nothing is cut when everything fits
+
+
+@settings(max_examples=300)
+@given(sessions(1, 60), st.integers(-20, 3000))
+def test_next_step_takes_the_most_whole_runs_that_fit_else_cuts_the_first_run(session, room):
+    refs = session.refs()
+    step = next_step(refs, room)
+    ends = sorted(run_ends(session.run_ids))
+    fitting = [e for e in ends if sum(session.tokens[:e]) <= room]
+    assert step.first_seq == 1 and step.through_seq in ends
+    if fitting:
+        assert step == Step(1, fitting[-1])
+    else:
+        assert step.through_seq == ends[0]  # the first run alone, each message cut to a fair share
+        costs = session.tokens[:ends[0]]
+        level = ref_level(costs, room)
+        assert step.keep == {seq: level for seq, c in enumerate(costs, 1) if c > level}
+        assert sum(min(c, step.keep.get(seq, c)) for seq, c in enumerate(costs, 1)) <= max(0, room)
+
+
+@settings(max_examples=200)
+@given(sessions(1, 80), st.integers(1, 1500))
+def test_steps_chain_through_a_job_each_ending_at_a_run_end(session, room):
+    ends = run_ends(session.run_ids)
+    refs, first, steps = session.refs(), 1, []
+    while first <= len(refs):
+        step = next_step(refs[first - 1:], room)
+        assert step.first_seq == first and step.through_seq in ends
+        steps.append(step)
+        first = step.through_seq + 1
+    assert steps[-1].through_seq == len(refs)
+
+
+def test_next_step_needs_a_message():
+    with pytest.raises(ValueError, match="at least one message"):
+        next_step([], 100)
+
+
+def test_a_failed_job_holds_until_it_starts_elsewhere_its_settings_change_or_its_back_off_ends():
+    job = SummaryJob(SHORT, None, 21, 40)
+    failure = JobFailure(first_seq=21, fingerprint="f1", failures=1, retry_at=1000.0)
+    assert failure_holds(failure, job, "f1", now=999.0)
+    assert failure_holds(failure, SummaryJob(SHORT, None, 21, 80), "f1", now=999.0)  # new messages: still held
+    assert not failure_holds(failure, SummaryJob(SHORT, None, 31, 80), "f1", now=999.0)  # progress stored elsewhere
+    assert not failure_holds(failure, job, "f2", now=999.0)  # settings changed
+    assert not failure_holds(failure, job, "f1", now=1000.0)  # back-off over
+    assert not failure_holds(None, job, "f1", now=0.0)
+    assert [retry_backoff_s(n) for n in (1, 2, 3)] == [600.0, 1200.0, 2400.0]
+    assert retry_backoff_s(50) == 86_400.0
 
 
 # --- sliding window and disabled ------------------------------------------------------------------------------

@@ -143,7 +143,7 @@ def test_two_concurrent_invocations_store_one_summary(moto_server):
         t.start()
     for t in threads:
         t.join()
-    stored = [w for ws_ in results.values() for w in ws_ if w.stored]
+    stored = [w for outcome in results.values() for w in outcome.written if w.stored]
     assert len(stored) == 1 and stored[0].covers_seq == 20
     item = clients["dynamodb"].get_item(TableName="precis-local",
                                         Key={"PK": {"S": "WS#ws1#S#s1"}, "SK": {"S": f"SUMMARY#{SHORT}"}})["Item"]
@@ -183,8 +183,12 @@ def test_stream_reports_every_record_of_a_failing_session(ws, monkeypatch):
     assert summaries()["short_summary"] is None
 
 
-def test_deleted_session_is_purged_by_the_stream(ws):
-    post(3)
+def test_deleted_session_is_purged_by_the_stream(ws, monkeypatch):
+    monkeypatch.setenv("PRECIS_PURGE_GRACE_S", "0")  # the id may be created again at once
+    get_settings.cache_clear()
+    post(20)
+    run_stream(ws["dynamodb"])
+    assert summaries()["short_summary"] is not None
     call("POST", f"{W}/sessions/s1/peers", {"bob": {}})
     assert call("DELETE", S).status == 202
     image = ws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1"},
@@ -192,8 +196,12 @@ def test_deleted_session_is_purged_by_the_stream(ws):
     assert invoke("SummarizeFunction", {"Records": [stream_record(image, "MODIFY")]}) == {"batchItemFailures": []}
     left = [i for i in ws["dynamodb"].scan(TableName="precis-local")["Items"] if "S#s1" in i["PK"]["S"]
             or i["SK"]["S"] == "SESSION#s1"]
-    assert left == []
+    # Only the tombstone (the session item, marked purged) and the fence after the last message remain.
+    assert sorted(i["kind"]["S"] for i in left) == ["fence", "session"]
+    assert [i for i in left if i["kind"]["S"] == "session"][0]["purged_at"]
+    assert not audits(ws["s3"])  # the incarnation's audit records went with it
     assert call("POST", f"{W}/sessions", {"id": "s1"}).status == 201  # the id can be used again
+    assert summaries()["short_summary"] is None
 
 
 def test_unknown_summary_settings_answer_422_naming_the_field(ws):

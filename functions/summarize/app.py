@@ -37,7 +37,12 @@ def record_handler(record: DynamoDBRecord, lambda_context=None) -> None:
                 logger.info("purge", extra={"session": target.session, "done": result.done,
                                             "items": result.deleted_items, "objects": result.deleted_objects})
             else:
-                summarize_session(get_db(), get_settings(), target.workspace, target.session)
+                outcome = summarize_session(get_db(), get_settings(), target.workspace, target.session,
+                                            remaining_s=time_left)
+                if outcome.work_remains and not any(w.stored for w in outcome.written):
+                    # Out of time before any step: retry these records. A stored step continues by itself: its
+                    # summary item (with job_through_seq) is a stream record of its own.
+                    raise TimeoutError(f"session '{target.session}': no summary step fit the time left")
             _outcomes[target] = None
         except Exception as exc:
             _outcomes[target] = exc

@@ -10,12 +10,17 @@ The summarizer reads in two steps:
 Runs: consecutive messages sharing a non-null `run_id` form a run; a message without one is a run by itself.
 A run is complete once a message outside it follows it, so only the newest run can be open. Summaries end
 at the end of a complete run, never inside one.
+
+A job too large for one request runs in steps (`next_step`), each ending at a run end, so every step's summary
+is a valid summary and is stored at once with the job's end (`through_seq`) on it; `decide` continues such an
+unfinished job even when the strategy alone would not call it due yet. A job that failed for good is tried
+again only when it starts elsewhere, its settings change, or its back-off ends (`failure_holds`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -48,6 +53,28 @@ class SummaryJob:
     previous: SummaryCost | None
     first_seq: int
     through_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One request of a job: messages first_seq..through_seq, ending at a run end.
+
+    `keep` caps, by seq, the prompt tokens of the messages of a run too large for any request; the others go whole.
+    """
+
+    first_seq: int
+    through_seq: int
+    keep: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class JobFailure:
+    """A job that failed for good: where it started, with which settings, how often in a row, and when to retry."""
+
+    first_seq: int
+    fingerprint: str
+    failures: int
+    retry_at: float  # epoch seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +141,12 @@ def decide(
     config: SummaryConfig,
     summaries: Mapping[str, SummaryCost],
     messages: Sequence[MessageRef],
+    unfinished: Mapping[str, int] | None = None,
 ) -> list[SummaryJob]:
     """The summaries due now. `messages`: contiguous, from `needed_from(...)` (or earlier) through the newest.
 
+    `unfinished`: by summary type, the end (through_seq) of a job whose steps stopped short of it; that job is due
+    whatever the strategy says (through its end, or further when the strategy's own job reaches further).
     Cadence may return a short and a long job at once; both must be written.
     """
     start = needed_from(config, summaries)
@@ -125,11 +155,66 @@ def decide(
     _check_messages(messages, start)
     grouped = runs(messages)
     if config.strategy == "cadence":
-        jobs = (_cadence_job(SHORT, config.messages_per_short_summary, summaries, grouped),
-                _cadence_job(LONG, config.messages_per_long_summary, summaries, grouped))
-        return [job for job in jobs if job]
-    job = _rolling_job(config, summaries, messages, grouped)
-    return [job] if job else []
+        jobs = {SHORT: _cadence_job(SHORT, config.messages_per_short_summary, summaries, grouped),
+                LONG: _cadence_job(LONG, config.messages_per_long_summary, summaries, grouped)}
+    else:
+        jobs = {ROLLING: _rolling_job(config, summaries, messages, grouped)}
+    continued = (_continued(t, job, summaries, grouped, (unfinished or {}).get(t)) for t, job in jobs.items())
+    return [job for job in continued if job]
+
+
+def next_step(messages: Sequence[MessageRef], room: int) -> Step:
+    """The next request of a job whose rest is `messages` (ending at a run end; `token_count`: each one's cost in
+    the prompt): as many whole runs as fit in `room` tokens, at least one.
+
+    A first run that does not fit alone is still sent whole, in one step, with its messages cut to max-min fair
+    shares of `room` (see `fair_shares`): splitting it over several requests would end summaries inside a run,
+    and a step that always ends at a run end always makes progress that can be stored.
+    """
+    if not messages:
+        raise ValueError("messages: a step needs at least one message")
+    grouped = runs(messages)
+    used, through = 0, None
+    for run in grouped:
+        if used + run.token_count > room:
+            break
+        used, through = used + run.token_count, run.last_seq
+    if through is not None:
+        return Step(messages[0].seq, through)
+    first = grouped[0]
+    members = [m for m in messages if m.seq <= first.last_seq]
+    shares = fair_shares([m.token_count for m in members], room)
+    return Step(first.first_seq, first.last_seq,
+                {m.seq: share for m, share in zip(members, shares) if share < m.token_count})
+
+
+def fair_shares(costs: Sequence[int], room: int) -> list[int]:
+    """Max-min fair shares of `room` tokens: each cost capped at the largest level L with sum(min(c, L)) <= room,
+    so short messages stay whole and only the longest are cut, all to the same length."""
+    left, level = max(0, room), max(costs, default=0)
+    ordered = sorted(costs)
+    for i, cost in enumerate(ordered):
+        share = left // (len(ordered) - i)
+        if cost > share:
+            level = share  # this cost and every larger one get the same share
+            break
+        left -= cost
+    return [min(cost, level) for cost in costs]
+
+
+def retry_backoff_s(failures: int) -> float:
+    """Seconds before a job that failed for good `failures` times in a row is tried again: 10 minutes, doubling,
+    at most a day (long enough not to pay for a doomed request per message, short enough for a fixed key to
+    show)."""
+    return min(86_400.0, 600.0 * 2 ** max(0, failures - 1))
+
+
+def failure_holds(failure: JobFailure | None, job: SummaryJob, fingerprint: str, now: float) -> bool:
+    """Whether a job must not be tried now: it failed for good from the same start with the same settings
+    (`fingerprint`) and its back-off is still running. New messages do not lift it (they only extend the job's
+    end); progress stored elsewhere, changed settings, or the end of the back-off do."""
+    return (failure is not None and failure.first_seq == job.first_seq and failure.fingerprint == fingerprint
+            and now < failure.retry_at)
 
 
 def runs(messages: Sequence[MessageRef]) -> list[Run]:
@@ -173,6 +258,18 @@ def _cadence_job(summary_type: str, every: int, summaries: Mapping[str, SummaryC
     if not ends or ends[-1] - covered < every:
         return None
     return SummaryJob(summary_type, previous, covered + 1, ends[-1])
+
+
+def _continued(summary_type: str, job: SummaryJob | None, summaries: Mapping[str, SummaryCost], grouped: list[Run],
+               target: int | None) -> SummaryJob | None:
+    """`job`, or the unfinished job through `target` (the last complete run end up to it) if that reaches further."""
+    covered = _covered(summaries, summary_type)
+    if target is None or target <= covered:
+        return job
+    ends = [run.last_seq for run in grouped if run.complete and covered < run.last_seq <= target]
+    if not ends or (job is not None and job.through_seq >= ends[-1]):
+        return job
+    return SummaryJob(summary_type, summaries.get(summary_type), covered + 1, ends[-1])
 
 
 def _rolling_job(config: SummaryConfig, summaries: Mapping[str, SummaryCost], messages: Sequence[MessageRef],

@@ -11,7 +11,8 @@ from precis.store import keys
 
 @dataclass(frozen=True)
 class StreamTarget:
-    """`summarize` a session after a message insert, or `purge` the incarnation a delete marked."""
+    """`summarize` a session after a message insert (or a step of a long summary job), or `purge` the incarnation a
+    delete marked."""
 
     action: str
     workspace: str
@@ -22,9 +23,10 @@ class StreamTarget:
 def stream_target(image: dict[str, Any]) -> StreamTarget:
     """The target of a stream record's new image (as plain values); Invalid for any other item."""
     kind, pk = image.get("kind"), image.get("PK", "")
-    if kind == "message":
+    if kind == "message" or (kind == "summary" and image.get("job_through_seq")):
+        # A message written, or one step of a summary job too large for one request: the next step is due.
         ws, session_id = keys.parse_session_pk(pk)
         return StreamTarget("summarize", ws, session_id)
     if kind == "session" and image.get("deleted_at"):
         return StreamTarget("purge", pk.removeprefix("WS#"), image["id"], image.get("incarnation"))
-    raise Invalid(f"stream record is neither a message nor a deleted session: kind={kind!r}")
+    raise Invalid(f"stream record is neither a message, a summary step nor a deleted session: kind={kind!r}")

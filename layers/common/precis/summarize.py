@@ -1,37 +1,75 @@
-"""Keeping a session's summaries current: read what the strategy needs, decide, summarize, store, audit.
+"""Keeping a session's summaries current: read what the strategy needs, decide, summarize in steps, store, audit.
 
 Called by the stream consumer once per session touched by a batch. Stream delivery is at-least-once and
-invocations may overlap, so every summary write is conditional (see `store.summaries.put_summary`).
+invocations may overlap, so every summary write is conditional and bound to the session's incarnation (see
+`store.summaries.put_summary`).
+
+Size: no request holds more than `llm_max_input_tokens` of prompt (system, previous summary, messages). A larger
+job runs as steps (previous summary + the next whole runs that fit → intermediate summary → …), and each step's
+summary is stored as soon as it ends, with the job's end on it, so a later invocation continues from it
+(`strategies.decide`). A model that still answers "context length exceeded" gets half as much, never the same
+request again.
+
+Time: `remaining_s` says how long the invocation has left. No request starts unless one call of the engine
+(its timeout) and the margin to store the result fit before then, and the engine's retries stop in time too.
+
+Failures: a retryable engine error raises (the stream retries, then dead-letters; what was stored stays). Any other
+(a 400/401/404, or a prompt that cannot shrink further) ends the job for good: an audit record (S3, under the
+session's audit prefix, `…-failed-….json`), an error log line and the metric `SummaryJobsFailed`; the stream record
+succeeds, so one bad job is never a poison pill. A marker in the summary store remembers the failure, so later
+messages do not send the same doomed request again: the job is tried again once it starts elsewhere (a concurrent
+invocation stored progress), once its settings change (engine, model, endpoint, instructions, output cap, input
+budget: a fix takes effect at the next message), or once its back-off ends (10 minutes, doubling per failure in a
+row, at most a day: a fixed API key or a model back in service shows up without a new message setting).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import secrets
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from precis.config import Settings
 from precis.configuration import summary_config
-from precis.engines import Engine, SummaryRequest, default_engine, get_engine, word_limit
+from precis.engines import Engine, EngineError, PromptTooLong, SummaryRequest, default_engine, get_engine, word_limit
+from precis.engines.prompt import build_messages, line_tokens, prompt_tokens
 from precis.errors import Invalid
 from precis.secrets import llm_api_key
 from precis.store import keys
 from precis.store.db import Db, batch_get
-from precis.store.messages import _range, _with_content
+from precis.store.messages import read_range, with_bodies
 from precis.store.resources import _json
-from precis.store.summaries import get_summaries, put_summary
-from precis.strategies import MessageRef, SummaryCost, SummaryJob, decide, needed_from
-from precis.tokens import count_text
+from precis.store.summaries import Put, clear_failure, put_failure, put_summary, read_summary_state
+from precis.strategies import (
+    JobFailure,
+    MessageRef,
+    Step,
+    SummaryConfig,
+    SummaryCost,
+    SummaryJob,
+    decide,
+    failure_holds,
+    needed_from,
+    next_step,
+    retry_backoff_s,
+)
+from precis.tokens import count_text, encoding
 
 logger = Logger(child=True)
 metrics = Metrics()
+
+# Left after a request for storing and auditing its summary; no request starts with less than its timeout + this.
+FINISH_MARGIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -41,35 +79,71 @@ class Written:
     stored: bool  # False: a concurrent or earlier invocation already stored one covering as much
 
 
+@dataclass(frozen=True)
+class Failed:
+    """A job given up for good (recorded, alarmed and remembered; see the module docstring)."""
+
+    summary_type: str
+    first_seq: int  # the step that failed: from here to through_seq nothing was summarized
+    through_seq: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class SummaryOutcome:
+    """What one call did: summaries written (steps included), jobs failed or skipped, and whether work remains."""
+
+    written: tuple[Written, ...] = ()
+    failed: tuple[Failed, ...] = ()
+    skipped: tuple[str, ...] = ()  # summary types not tried: a remembered failure's back-off is running
+    work_remains: bool = False  # stopped for time; what was stored stays, and the next call continues from it
+
+
 def _session_and_workspace(db: Db, ws: str, session_id: str) -> tuple[dict | None, dict | None]:
     found = {i["SK"]: i for i in batch_get(db, [keys.session(ws, session_id), keys.workspace(ws)])}
     return found.get(f"SESSION#{session_id}"), found.get("WS")
 
 
 def summarize_session(db: Db, settings: Settings, ws: str, session_id: str, *,
-                      engine_for: Callable[[str], Engine] | None = None) -> list[Written]:
-    """Write every summary the session's strategy says is due; raises on engine failure (nothing stored)."""
+                      engine_for: Callable[[str], Engine] | None = None,
+                      remaining_s: Callable[[], float] = lambda: math.inf,
+                      clock: Callable[[], float] = time.time) -> SummaryOutcome:
+    """Write every summary the session's strategy says is due, in steps that fit the input budget, while
+    `remaining_s()` (seconds left in the invocation) leaves time for another request.
+
+    Raises on a retryable engine failure; a job that fails for good is recorded, not raised. `clock`: epoch
+    seconds, for failure back-offs.
+    """
     session, workspace = _session_and_workspace(db, ws, session_id)
     if session is None or workspace is None or "deleted_at" in session:
-        return []  # deleted since the message was written: nothing to keep current
+        return SummaryOutcome()  # deleted since the message was written: nothing to keep current
     try:
         config = summary_config(_json(workspace.get("configuration")), _json(session.get("configuration")))
     except Invalid as exc:
         logger.warning("summary settings invalid; session skipped", extra={"detail": exc.detail})
-        return []
-    raw = get_summaries(db, ws, session_id)
+        return SummaryOutcome()
+    raw, markers = read_summary_state(db, ws, session_id)
     stored = {t: SummaryCost(t, s["covers_seq"], s["end_tokens"], s["token_count"]) for t, s in raw.items()}
     first = needed_from(config, stored)
     if first is None:
-        return []
-    items = _range(db, ws, session_id, first, keys.MAX_SEQ)  # first..newest: bounded by the strategy's cadence
-    jobs = decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items])
+        return SummaryOutcome()
+    items = read_range(db, ws, session_id, first, keys.MAX_SEQ)  # first..newest: bounded by the strategy's cadence
+    unfinished = {t: s["job_through_seq"] for t, s in raw.items() if s.get("job_through_seq")}
+    jobs = decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items],
+                  unfinished)
     if not jobs:
-        return []
+        return SummaryOutcome()
     settings = _with_secret_key(settings)
-    engine = (engine_for or (lambda name: _engine(name, settings)))(config.engine or default_engine(settings))
-    by_seq = {i["seq"]: i for i in items}
-    return [_run_job(db, ws, session_id, job, config, engine, raw, by_seq) for job in jobs]
+    name = config.engine or default_engine(settings)
+    try:
+        engine = (engine_for or (lambda n: _engine(n, settings)))(name)
+    except EngineError as exc:
+        if exc.retryable:
+            raise
+        engine = _Unusable(name, exc)
+    runner = _Runner(db, ws, session_id, session.get("incarnation"), config, settings, engine,
+                     {i["seq"]: i for i in items}, remaining_s, clock)
+    return runner.run(jobs, raw, markers)
 
 
 def _with_secret_key(settings: Settings) -> Settings:
@@ -85,56 +159,246 @@ def _engine(name: str, settings: Settings) -> Engine:
     return get_engine(name, settings)
 
 
-def _run_job(db: Db, ws: str, session_id: str, job: SummaryJob, config, engine: Engine,
-             raw: dict[str, dict], by_seq: dict[int, dict]) -> Written:
-    chosen = [by_seq[seq] for seq in range(job.first_seq, job.through_seq + 1)]
-    views = _with_content(db, chosen, ws, session_id)
-    request = SummaryRequest(
-        summary_type=job.summary_type, previous=raw[job.summary_type]["content"] if job.previous else None,
-        messages=[(v["peer_id"], v["content"]) for v in views], instructions=config.instructions,
-        word_limit=word_limit(config.max_output_tokens), max_output_tokens=config.max_output_tokens,
-        model=config.model, temperature=config.temperature)
-    try:
-        result = engine.summarize(request)
-    except Exception:
-        metrics.add_metric(name="SummarizerErrors", unit=MetricUnit.Count, value=1)
-        raise
-    last = by_seq[job.through_seq]
-    token_count = count_text(result.text)
-    stored = put_summary(db, ws, session_id, summary_type=job.summary_type, content=result.text,
-                         token_count=token_count, covers_seq=job.through_seq,
-                         end_tokens=last["start_tokens"] + last["token_count"], message_id=last["id"])
-    if stored:
-        _audit(db, ws, session_id, job, result, token_count, engine.name)
-        metrics.add_metric(name="SummariesWritten", unit=MetricUnit.Count, value=1)
-        metrics.add_metric(name="SummarizerInputTokens", unit=MetricUnit.Count, value=result.input_tokens)
-        metrics.add_metric(name="SummarizerOutputTokens", unit=MetricUnit.Count, value=result.output_tokens)
-        metrics.add_metric(name="SummarizerLatency", unit=MetricUnit.Milliseconds, value=result.latency_ms)
-    logger.info("summary", extra={"session": session_id, "summary_type": job.summary_type,
-                                  "covers_seq": job.through_seq, "stored": stored})
-    return Written(job.summary_type, job.through_seq, stored)
+class _Unusable:
+    """Stands in for an engine that cannot be built (`llm` with neither endpoint nor key): each call fails as its
+    construction did, so each job is recorded and backed off like any request that fails for good."""
+
+    timeout = 0.0
+
+    def __init__(self, name: str, error: EngineError):
+        self.name, self.error = name, error
+
+    def summarize(self, request: SummaryRequest):
+        raise self.error
 
 
-def _audit(db: Db, ws: str, session_id: str, job: SummaryJob, result, token_count: int, engine: str) -> None:
-    record = {"workspace_id": ws, "session_id": session_id, "summary_type": job.summary_type,
-              "covers": {"first_seq": job.first_seq, "through_seq": job.through_seq,
-                         "previous_covers_seq": job.previous.covers_seq if job.previous else None},
-              "engine": engine, "model": result.model, "prompt": result.prompt, "output": result.text,
-              "token_count": token_count, "usage": {"input_tokens": result.input_tokens,
-                                                    "output_tokens": result.output_tokens},
-              "latency_ms": result.latency_ms, "attempts": result.attempts,
-              "created_at": datetime.now(UTC).isoformat()}
-    db.s3.put_object(Bucket=db.bucket, Key=keys.audit_object(ws, session_id, job.summary_type, job.through_seq,
-                                                               secrets.token_hex(4)),
-                     Body=json.dumps(record, ensure_ascii=False).encode(), ContentType="application/json")
+_JobEnd = Literal["done", "stale", "failed", "gone", "unfinished"]
 
 
-def stream_target(image: dict[str, Any]) -> tuple[str, str, str]:
-    """(action, workspace, session) of a stream record's new image: 'summarize' or 'purge'."""
-    kind, pk = image.get("kind"), image.get("PK", "")
-    if kind == "message":
-        ws, session_id = keys.parse_session_pk(pk)
-        return "summarize", ws, session_id
-    if kind == "session" and image.get("deleted_at"):
-        return "purge", pk.removeprefix("WS#"), image["id"]
-    raise Invalid(f"stream record is neither a message nor a deleted session: kind={kind!r}")
+class _Runner:
+    """The due jobs of one session in one invocation, step by step.
+
+    `limit` starts at the configured input budget and halves whenever the model says a prompt was too long, for
+    the rest of the invocation (its window is smaller than configured).
+    """
+
+    def __init__(self, db: Db, ws: str, session_id: str, incarnation: str | None, config: SummaryConfig,
+                 settings: Settings, engine: Engine, by_seq: dict[int, dict], remaining_s: Callable[[], float],
+                 clock: Callable[[], float]):
+        self.db, self.ws, self.session_id, self.incarnation = db, ws, session_id, incarnation
+        self.config, self.engine, self.by_seq = config, engine, by_seq
+        self.remaining_s, self.clock = remaining_s, clock
+        self.limit = settings.llm_max_input_tokens
+        # Engines that call nothing remote have no timeout: their call needs no time worth reserving.
+        self.call_s = float(getattr(engine, "timeout", 0.0) or 0.0)
+        self.fingerprint = _fingerprint(engine, config, settings)
+        self.written: list[Written] = []
+        self.failed: list[Failed] = []
+        self.skipped: list[str] = []
+        self._contents: dict[int, str] = {}
+        self._prefix_tokens: dict[str, int] = {}
+
+    def run(self, jobs: list[SummaryJob], raw: dict[str, dict], markers: dict[str, dict]) -> SummaryOutcome:
+        for index, job in enumerate(jobs):
+            failure = _job_failure(markers.get(job.summary_type))
+            if failure_holds(failure, job, self.fingerprint, self.clock()):
+                logger.info("summary job skipped: it failed before and its back-off is running", extra={
+                    "session": self.session_id, "summary_type": job.summary_type, "first_seq": job.first_seq,
+                    "retry_at": failure.retry_at})
+                self.skipped.append(job.summary_type)
+                continue
+            end = self._job(job, raw[job.summary_type]["content"] if job.previous else None, failure)
+            if end == "unfinished":
+                metrics.add_metric(name="SummaryJobsUnfinished", unit=MetricUnit.Count, value=len(jobs) - index)
+                logger.info("summary jobs left for the next invocation: no time for another request", extra={
+                    "session": self.session_id, "summary_types": [j.summary_type for j in jobs[index:]]})
+                return self._outcome(work_remains=True)
+            if end == "gone":
+                break
+        return self._outcome(work_remains=False)
+
+    def _outcome(self, *, work_remains: bool) -> SummaryOutcome:
+        return SummaryOutcome(tuple(self.written), tuple(self.failed), tuple(self.skipped), work_remains)
+
+    def _job(self, job: SummaryJob, previous: str | None, failure: JobFailure | None) -> _JobEnd:
+        first, previous_covers = job.first_seq, (job.previous.covers_seq if job.previous else None)
+        refused: PromptTooLong | None = None  # the model's answer to the last request, when it was too long
+        refused_tokens = 0
+        while first <= job.through_seq:
+            if self.remaining_s() < self.call_s + FINISH_MARGIN_S:
+                return "unfinished"
+            step, request = self._plan(job, first, previous)
+            if refused is not None and prompt_tokens(request) >= refused_tokens:
+                # Nothing left to cut (the system prompt and the previous summary alone are too long): sending it
+                # would be the same request again.
+                return self._fail(job, step, request, refused, failure, previous_covers)
+            try:
+                result = self.engine.summarize(request)
+            except PromptTooLong as exc:
+                refused, refused_tokens = exc, prompt_tokens(request)
+                self.limit = max(1, refused_tokens // 2)
+                logger.warning("prompt too long for the model; halving the input budget", extra={
+                    "session": self.session_id, "summary_type": job.summary_type, "prompt_tokens": refused_tokens})
+                continue
+            except EngineError as exc:
+                if exc.retryable:
+                    metrics.add_metric(name="SummarizerErrors", unit=MetricUnit.Count, value=1)
+                    raise
+                return self._fail(job, step, request, exc, failure, previous_covers)
+            except Exception:
+                metrics.add_metric(name="SummarizerErrors", unit=MetricUnit.Count, value=1)
+                raise
+            put = self._store(job, step, request, result, previous_covers)
+            if put is not Put.WRITTEN:
+                return "gone" if put is Put.SESSION_GONE else "stale"  # stale: another invocation is ahead of us
+            previous, previous_covers, first = result.text, step.through_seq, step.through_seq + 1
+            refused = None
+            self._contents = {s: c for s, c in self._contents.items() if s >= first}
+        if failure is not None:
+            clear_failure(self.db, self.ws, self.session_id, job.summary_type)
+        return "done"
+
+    def _plan(self, job: SummaryJob, first: int, previous: str | None) -> tuple[Step, SummaryRequest]:
+        """The next step from `first` and its request: whole runs within `limit` (a too-large run cut to fit)."""
+        left = self.remaining_s() - FINISH_MARGIN_S
+        base = SummaryRequest(
+            summary_type=job.summary_type, previous=previous, messages=[], instructions=self.config.instructions,
+            word_limit=word_limit(self.config.max_output_tokens), max_output_tokens=self.config.max_output_tokens,
+            model=self.config.model, temperature=self.config.temperature,
+            time_limit_s=max(0.001, left) if math.isfinite(left) else None)
+        refs = [MessageRef(seq, self._line_estimate(seq), self.by_seq[seq].get("run_id"))
+                for seq in range(first, job.through_seq + 1)]
+        room = self.limit - prompt_tokens(base)
+        for _ in range(3):
+            step = next_step(refs, room)
+            request = replace(base, messages=self._messages(step))
+            over = prompt_tokens(request) - self.limit
+            if over <= 0 or room <= 0:
+                break
+            room -= over  # a line's estimate can be a token or two short (tokens merge): fit the exact count
+        return step, request
+
+    def _line_estimate(self, seq: int) -> int:
+        """A message's cost in the prompt from its stored token count, without reading its body."""
+        item = self.by_seq[seq]
+        return self._prefix(item["peer_id"]) + item["token_count"] + 1
+
+    def _prefix(self, peer: str) -> int:
+        if peer not in self._prefix_tokens:
+            self._prefix_tokens[peer] = line_tokens(peer, "")
+        return self._prefix_tokens[peer]
+
+    def _messages(self, step: Step) -> list[tuple[str, str]]:
+        """(peer, content) of the step's messages, each message in `step.keep` cut to its share of tokens."""
+        seqs = range(step.first_seq, step.through_seq + 1)
+        missing = [self.by_seq[s] for s in seqs if s not in self._contents]
+        if missing:
+            views = with_bodies(self.db, missing, self.ws, self.session_id)
+            self._contents.update({v["seq"]: v["content"] for v in views})
+        out = []
+        for seq in seqs:
+            peer, content = self.by_seq[seq]["peer_id"], self._contents[seq]
+            if seq in step.keep:
+                content = _cut(content, step.keep[seq] - self._prefix(peer))
+            out.append((peer, content))
+        return out
+
+    def _store(self, job: SummaryJob, step: Step, request: SummaryRequest, result, previous_covers: int | None) -> Put:
+        last = self.by_seq[step.through_seq]
+        token_count = count_text(result.text)
+        # A step short of the job's end carries that end: the next invocation continues the job from here.
+        extra = {"job_through_seq": job.through_seq} if step.through_seq < job.through_seq else None
+        put = put_summary(self.db, self.ws, self.session_id, incarnation=self.incarnation,
+                          summary_type=job.summary_type, content=result.text, token_count=token_count,
+                          covers_seq=step.through_seq, end_tokens=last["start_tokens"] + last["token_count"],
+                          message_id=last["id"], extra=extra)
+        self.written.append(Written(job.summary_type, step.through_seq, bool(put)))
+        if put:
+            self._audit(job.summary_type, step.through_seq, "", {
+                **self._covers(job, step, previous_covers), "outcome": "written", "engine": self.engine.name,
+                "model": result.model, "prompt": result.prompt, "output": result.text, "token_count": token_count,
+                "usage": {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens},
+                "latency_ms": result.latency_ms, "attempts": result.attempts})
+            metrics.add_metric(name="SummariesWritten", unit=MetricUnit.Count, value=1)
+            metrics.add_metric(name="SummarizerInputTokens", unit=MetricUnit.Count, value=result.input_tokens)
+            metrics.add_metric(name="SummarizerOutputTokens", unit=MetricUnit.Count, value=result.output_tokens)
+            metrics.add_metric(name="SummarizerLatency", unit=MetricUnit.Milliseconds, value=result.latency_ms)
+        elif put is Put.SESSION_GONE:
+            logger.warning("summary dropped: the session was deleted or created again since it was read", extra={
+                "session": self.session_id, "incarnation": self.incarnation, "summary_type": job.summary_type})
+        logger.info("summary", extra={"session": self.session_id, "summary_type": job.summary_type,
+                                      "covers_seq": step.through_seq, "job_through_seq": job.through_seq,
+                                      "stored": bool(put), "outcome": put.value})
+        return put
+
+    def _fail(self, job: SummaryJob, step: Step, request: SummaryRequest, exc: EngineError,
+              failure: JobFailure | None, previous_covers: int | None) -> _JobEnd:
+        """Give the job up for good: remember it (with its back-off), audit it, log it, count it."""
+        again = failure is not None and failure.first_seq == step.first_seq and failure.fingerprint == self.fingerprint
+        failures = failure.failures + 1 if again else 1
+        retry_at = self.clock() + retry_backoff_s(failures)
+        put = put_failure(self.db, self.ws, self.session_id, incarnation=self.incarnation,
+                          summary_type=job.summary_type, first_seq=step.first_seq, through_seq=job.through_seq,
+                          fingerprint=self.fingerprint, failures=failures, retry_at=retry_at, reason=str(exc))
+        if put is Put.SESSION_GONE:
+            return "gone"  # nothing to keep current any more
+        self._audit(job.summary_type, job.through_seq, "failed-", {
+            **self._covers(job, step, previous_covers), "outcome": "failed", "engine": self.engine.name,
+            "error": str(exc), "error_type": type(exc).__name__, "failures": failures,
+            "retry_at": datetime.fromtimestamp(retry_at, UTC).isoformat(),
+            "prompt": json.dumps(build_messages(request), ensure_ascii=False)})
+        logger.error("summary job failed for good; it is retried when it changes or after its back-off", extra={
+            "session": self.session_id, "summary_type": job.summary_type, "first_seq": step.first_seq,
+            "through_seq": job.through_seq, "error": str(exc), "failures": failures, "retry_at": retry_at})
+        metrics.add_metric(name="SummaryJobsFailed", unit=MetricUnit.Count, value=1)
+        self.failed.append(Failed(job.summary_type, step.first_seq, job.through_seq, str(exc)))
+        return "failed"
+
+    def _covers(self, job: SummaryJob, step: Step, previous_covers: int | None) -> dict[str, Any]:
+        return {"workspace_id": self.ws, "session_id": self.session_id, "incarnation": self.incarnation,
+                "summary_type": job.summary_type,
+                "covers": {"first_seq": step.first_seq, "through_seq": step.through_seq,
+                           "previous_covers_seq": previous_covers},
+                "job": {"first_seq": job.first_seq, "through_seq": job.through_seq},
+                "cut": {str(seq): tokens for seq, tokens in step.keep.items()}}
+
+    def _audit(self, summary_type: str, covers_seq: int, prefix: str, record: dict[str, Any]) -> None:
+        record["created_at"] = datetime.now(UTC).isoformat()
+        key = keys.audit_object(self.ws, self.session_id, summary_type, covers_seq,
+                                prefix + secrets.token_hex(4), incarnation=self.incarnation or "_")
+        self.db.s3.put_object(Bucket=self.db.bucket, Key=key, Body=json.dumps(record, ensure_ascii=False).encode(),
+                              ContentType="application/json")
+
+
+def _job_failure(marker: dict[str, Any] | None) -> JobFailure | None:
+    if marker is None:
+        return None
+    return JobFailure(marker["first_seq"], marker["fingerprint"], marker["failures"], float(marker["retry_at"]))
+
+
+def _fingerprint(engine: Engine, config: SummaryConfig, settings: Settings) -> str:
+    """What a job's failure may depend on besides its messages: the engine and the settings that shape requests."""
+    shape = [engine.name, config.model or settings.llm_model, settings.llm_base_url, config.instructions,
+             config.max_output_tokens, config.temperature, settings.llm_max_input_tokens]
+    return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
+
+
+def _cut(text: str, tokens: int) -> str:
+    """`text` in about `tokens` tokens: its start and its end around a marker saying how much was left out.
+
+    A message too long for any request keeps its head (what it is: the question, the command, the file) and its
+    tail (how it ended: the answer, the error); its middle is what a summary would drop first. Splitting it over
+    several requests instead would cost an unbounded number of calls for one paste.
+    """
+    enc = encoding()
+    ids = enc.encode_ordinary(text)
+    if len(ids) <= tokens:
+        return text
+    marker = f" [… {len(ids)} tokens omitted …] "
+    keep = max(0, tokens - count_text(marker))
+    head, tail = keep - keep // 3, keep // 3
+    marker = f" [… {len(ids) - keep} tokens omitted …] "
+    # A cut can fall inside a multi-byte character: drop the replacement characters decoding leaves there.
+    start = enc.decode(ids[:head]).rstrip("\ufffd") if head else ""
+    end = enc.decode(ids[len(ids) - tail:]).lstrip("\ufffd") if tail else ""
+    return (start + marker + end).strip()

@@ -24,11 +24,14 @@ class SummaryRequest:
     max_output_tokens: int = 512
     model: str | None = None
     temperature: float | None = None
+    time_limit_s: float | None = None  # seconds this summary may take, retries included (None: the engine's own)
 
     def __post_init__(self) -> None:
         if self.word_limit < 1 or self.max_output_tokens < 1:
             raise ValueError(f"word_limit and max_output_tokens must be at least 1, got {self.word_limit}, "
                              f"{self.max_output_tokens}")
+        if self.time_limit_s is not None and self.time_limit_s <= 0:
+            raise ValueError(f"time_limit_s: must be positive, got {self.time_limit_s}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +55,20 @@ class EngineError(Exception):
         self.retryable = retryable
 
 
+class PromptTooLong(EngineError):
+    """The model's context window cannot hold the prompt: send less, never the same request again."""
+
+    def __init__(self, message: str):
+        super().__init__(message, retryable=False)
+
+
 class Engine(Protocol):
+    """Turns a SummaryRequest into a SummaryResult, raising EngineError.
+
+    An engine that calls a backend also has `timeout`: the seconds one call may take (the summarizer starts no
+    call that could not finish before its deadline); an engine without one needs no time worth counting.
+    """
+
     name: str
 
     def summarize(self, request: SummaryRequest) -> SummaryResult: ...

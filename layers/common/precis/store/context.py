@@ -17,7 +17,7 @@ from precis.configuration import summary_config
 from precis.errors import Invalid, NotFound, Throttled
 from precis.store import keys
 from precis.store.db import Db, batch_get, from_item, projection, query_all, to_item
-from precis.store.messages import _with_content, is_fence, last_message
+from precis.store.messages import with_bodies, is_fence, last_message
 from precis.store.resources import _json
 
 SHORT, LONG, ROLLING = "honcho_chat_summary_short", "honcho_chat_summary_long", "rolling"
@@ -116,7 +116,7 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
     selection = select_messages(plan, map(_cost, items), whole_runs=whole_runs)
     return {
         "id": session_id,
-        "messages": _with_content(db, [by_seq[m.seq] for m in selection.messages], ws, session_id),
+        "messages": with_bodies(db, [by_seq[m.seq] for m in selection.messages], ws, session_id),
         "summary": summary_view(summary),
         "peer_representation": None,
         "peer_card": None,

@@ -48,6 +48,12 @@ def summary(ws: str, session_id: str, summary_type: str) -> dict[str, str]:
     return {"PK": session_pk(ws, session_id), "SK": f"SUMMARY#{summary_type}"}
 
 
+def summary_failure(ws: str, session_id: str, summary_type: str) -> dict[str, str]:
+    """A failed summary job's marker: under SUMMARY#, so the summarizer reads markers with the summaries in one query
+    (readers of a summary use its exact key, which a marker never has)."""
+    return {"PK": session_pk(ws, session_id), "SK": f"SUMMARY#{summary_type}#FAILED"}
+
+
 def idempotency(ws: str, session_id: str, key: str) -> dict[str, str]:
     return {"PK": f"{session_pk(ws, session_id)}#IDEM#{key}", "SK": "IDEM"}
 

@@ -276,7 +276,7 @@ def _delete_bodies(db: Db, bodies: list[tuple[str, str | None]]) -> None:
         pass
 
 
-def _with_content(db: Db, items: list[dict[str, Any]], ws: str, session_id: str) -> list[dict[str, Any]]:
+def with_bodies(db: Db, items: list[dict[str, Any]], ws: str, session_id: str) -> list[dict[str, Any]]:
     """Views of `items`, reading the bodies that live in S3 (in parallel: a context may hold several)."""
     def body(item: dict[str, Any]) -> str | None:
         if not item.get("body_key"):
@@ -288,8 +288,8 @@ def _with_content(db: Db, items: list[dict[str, Any]], ws: str, session_id: str)
     return [message_view(item, ws, session_id, bodies.get(item["seq"])) for item in items]
 
 
-def _range(db: Db, ws: str, session_id: str, first: int, last: int, *, limit: int | None = None,
-           forward: bool = True) -> list[dict[str, Any]]:
+def read_range(db: Db, ws: str, session_id: str, first: int, last: int, *, limit: int | None = None,
+               forward: bool = True) -> list[dict[str, Any]]:
     """The messages first..last (at most `limit` of them, from the first or the last end), without the fence."""
     request: dict[str, Any] = {
         "KeyConditionExpression": "PK = :pk AND SK BETWEEN :a AND :b", "ConsistentRead": True,
@@ -308,8 +308,6 @@ def _range(db: Db, ws: str, session_id: str, first: int, last: int, *, limit: in
             request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
     return [i for i in items if i.get("kind") == "message"]
 
-
-read_range = _range
 
 # A filtered list examines at most this many messages per request (a filter is not an index): a request's cost is
 # bounded whatever the session's length. `seq` bounds in the filter narrow the examined range through the key.
@@ -349,16 +347,16 @@ def _filtered_page(db: Db, ws: str, session_id: str, filters: dict[str, Any], to
     if not isinstance(filters, dict):
         raise Invalid("filters: must be an object")
     first, last = _seq_bounds(filters, total)
-    items = _range(db, ws, session_id, first, last, limit=scan_limit, forward=not reverse) if first <= last else []
+    items = read_range(db, ws, session_id, first, last, limit=scan_limit, forward=not reverse) if first <= last else []
     scan_limited = len(items) == scan_limit and last - first + 1 > scan_limit
     if _mentions_content(filters):
         # Bodies in S3 are read only when the filter looks at content.
-        matched = [v for v in _with_content(db, items, ws, session_id) if filtering.matches(filters, v)]
+        matched = [v for v in with_bodies(db, items, ws, session_id) if filtering.matches(filters, v)]
         answer = page(matched, page_no, size)  # already in the requested order
     else:
         chosen = [i for i in items if filtering.matches(filters, message_view(i, ws, session_id))]
         start = (page_no - 1) * size
-        answer = {"items": _with_content(db, chosen[start:start + size], ws, session_id), "total": len(chosen),
+        answer = {"items": with_bodies(db, chosen[start:start + size], ws, session_id), "total": len(chosen),
                   "page": page_no, "size": size, "pages": -(-len(chosen) // size)}
     if scan_limited:
         answer["scan_limited"] = True  # (ext) more messages lie beyond the examined ones: narrow with seq bounds
@@ -377,10 +375,10 @@ def list_messages(db: Db, ws: str, session_id: str, filters, page_no: int, size:
     items: list[dict[str, Any]] = []
     if start < total:
         first, last = (total - start - size + 1, total - start) if reverse else (start + 1, start + size)
-        items = _range(db, ws, session_id, max(first, 1), min(last, total))
+        items = read_range(db, ws, session_id, max(first, 1), min(last, total))
         if reverse:
             items.reverse()
-    return fit_page({"items": _with_content(db, items, ws, session_id), "total": total, "page": page_no, "size": size,
+    return fit_page({"items": with_bodies(db, items, ws, session_id), "total": total, "page": page_no, "size": size,
                      "pages": -(-total // size)})
 
 
@@ -424,7 +422,7 @@ def _locate(db: Db, ws: str, session_id: str, message_id: str) -> dict[str, Any]
 
 def get_message(db: Db, ws: str, session_id: str, message_id: str) -> dict[str, Any]:
     require_session(db, ws, session_id)
-    return _with_content(db, [_locate(db, ws, session_id, message_id)], ws, session_id)[0]
+    return with_bodies(db, [_locate(db, ws, session_id, message_id)], ws, session_id)[0]
 
 
 def update_message_metadata(db: Db, ws: str, session_id: str, message_id: str, metadata: dict[str, Any]):
@@ -439,7 +437,7 @@ def update_message_metadata(db: Db, ws: str, session_id: str, message_id: str, m
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
         raise NotFound(f"message '{message_id}' not found in session '{session_id}'") from None
-    return _with_content(db, [from_item(out["Attributes"])], ws, session_id)[0]
+    return with_bodies(db, [from_item(out["Attributes"])], ws, session_id)[0]
 
 
 def check_text(content: str, where: str) -> None:

@@ -1,0 +1,50 @@
+"""Which stream records wake the summarizer, and what each asks of it: the template's filters and the pure target."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from precis.errors import Invalid
+from precis.stream import StreamTarget, stream_target
+
+from local.poller import matches
+from local.template import template
+
+MESSAGE = {"PK": "WS#w#S#s", "SK": "MSG#000000000001", "kind": "message", "seq": 1}
+STEP = {"PK": "WS#w#S#s", "SK": "SUMMARY#rolling", "kind": "summary", "covers_seq": 10, "job_through_seq": 40}
+FINAL = {"PK": "WS#w#S#s", "SK": "SUMMARY#rolling", "kind": "summary", "covers_seq": 40}
+DELETED = {"PK": "WS#w", "SK": "SESSION#s", "kind": "session", "id": "s", "incarnation": "abc",
+           "deleted_at": "2026-01-01T00:00:00+00:00"}
+LIVE = {"PK": "WS#w", "SK": "SESSION#s", "kind": "session", "id": "s", "incarnation": "abc"}
+
+
+def typed(image: dict) -> dict:
+    return {k: {"N": str(v)} if isinstance(v, int) else {"S": v} for k, v in image.items()}
+
+
+def wakes(event_name: str, image: dict) -> bool:
+    props = template().resource("SummarizeFunction")["Properties"]["Events"]["MessageStream"]["Properties"]
+    record = {"eventName": event_name, "dynamodb": {"NewImage": typed(image)}}
+    return any(matches(json.loads(f["Pattern"]), record) for f in props["FilterCriteria"]["Filters"])
+
+
+@pytest.mark.parametrize(("event_name", "image", "target"), [
+    ("INSERT", MESSAGE, StreamTarget("summarize", "w", "s")),
+    ("INSERT", STEP, StreamTarget("summarize", "w", "s")),  # a stored step: the job's next step follows
+    ("MODIFY", STEP, StreamTarget("summarize", "w", "s")),
+    ("MODIFY", DELETED, StreamTarget("purge", "w", "s", "abc")),  # bound to the incarnation that was deleted
+])
+def test_what_wakes_the_summarizer_and_what_it_is_asked(event_name, image, target):
+    assert wakes(event_name, image)
+    assert stream_target(image) == target
+
+
+@pytest.mark.parametrize(("event_name", "image"), [
+    ("MODIFY", FINAL), ("INSERT", FINAL), ("MODIFY", LIVE), ("INSERT", LIVE), ("MODIFY", MESSAGE),
+])
+def test_finished_summaries_live_sessions_and_edits_wake_nothing(event_name, image):
+    assert not wakes(event_name, image)
+    if image is not MESSAGE:
+        with pytest.raises(Invalid):
+            stream_target(image)
