@@ -1,7 +1,8 @@
 """`make dev`: moto, the HTTP gateway and the stream poller in one process, until Ctrl-C or SIGTERM.
 
 PRECIS_PORT picks the port (8000); PRECIS_LOCAL_CONCURRENCY the workers per function (4);
-PRECIS_DEV_JSON where the running stack is announced (.precis/dev.json), for `make invoke`.
+PRECIS_DEV_JSON where the running stack is announced (.precis/dev.json), for `make invoke`;
+PRECIS_LOCAL_CHAOS (with _THROTTLE and _SEED) how much harsher than moto it is (local/chaos.py).
 """
 
 from __future__ import annotations
@@ -12,13 +13,18 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
+from local.chaos import Chaos, ChaosError
 from local.gateway import Gateway
 from local.moto_backend import dev_json_path, start_moto
 from local.poller import StreamPoller
 from local.template import LAYER_DIR, template
 from local.worker import start_pools
+
+# Stopping takes a second or two; past this something is stuck, and a developer must never have to kill -9.
+STOP_DEADLINE_S = 8.0
 
 
 def admin_key(secret: str) -> str:
@@ -38,8 +44,59 @@ def _remove_if_ours(path: Path) -> None:
         pass  # gone already, or another stack's
 
 
+class _StopSignal:
+    """Waits for Ctrl-C or SIGTERM; a second Ctrl-C while stopping exits at once.
+
+    Not `threading.Event().wait()`: a signal sent to the process group is delivered to whichever thread the kernel
+    picks, and unless that is the main thread, a main thread asleep on a lock is never woken to run the handler
+    (the stack then ignored SIGTERM until killed). The C-level handler writes every signal to a wakeup pipe,
+    whatever thread took it; the main thread sleeps on that pipe instead.
+    """
+
+    _STOP = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self._read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write)
+        self.received = 0
+        for sig in self._STOP:
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.received += 1
+        # Only an impatient human repeats Ctrl-C; a SIGTERM often comes twice (to the group, then forwarded by
+        # `make`), and the stop is bounded anyway (STOP_DEADLINE_S).
+        if self.received > 1 and signum == signal.SIGINT:
+            os._exit(128 + signum)
+
+    def wait(self) -> None:
+        while not self.received:
+            if any(sig in self._STOP for sig in os.read(self._read, 64)):  # the pipe carries the signal numbers
+                return
+
+
+class _Watchdog:
+    """Names the step the stop is in; exits with status 1 if the stop outlasts STOP_DEADLINE_S."""
+
+    def __init__(self) -> None:
+        self.step = "starting to stop"
+        self._started = time.monotonic()
+        threading.Thread(target=self._watch, name="stop-watchdog", daemon=True).start()
+
+    def _watch(self) -> None:
+        time.sleep(STOP_DEADLINE_S)
+        logging.error("still stopping after %.0f s (%s): exiting anyway", time.monotonic() - self._started, self.step)
+        os._exit(1)
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        chaos = Chaos.from_env(os.environ)
+    except ChaosError as exc:
+        logging.error("%s", exc)
+        return 2
     port = int(os.environ.get("PRECIS_PORT") or 8000)
     tpl = template()
     try:
@@ -47,14 +104,13 @@ def main() -> int:
     except OSError as exc:
         logging.error("cannot listen on 127.0.0.1:%s: %s (set PRECIS_PORT)", port, exc)
         return 1
-    stopping = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stopping.set())
+    stop_signal = _StopSignal()
 
-    moto = start_moto(tpl)
-    pools = start_pools(tpl, moto.endpoint)
+    moto = start_moto(tpl, chaos)
+    pools = start_pools(tpl, moto.functions_endpoint)
     gateway.invokers = {name: pool.invoke for name, pool in pools.items()}
-    poller = StreamPoller.from_template(tpl, moto.endpoint, pools[tpl.stream_function().logical_id].invoke)
+    poller = StreamPoller.from_template(tpl, moto.endpoint, pools[tpl.stream_function().logical_id].invoke,
+                                        chaos=chaos)
     poller.start()
     serving = threading.Thread(target=gateway.serve_forever, name="gateway", daemon=True)
     serving.start()
@@ -63,6 +119,8 @@ def main() -> int:
     dev_json = dev_json_path()
     dev_json.parent.mkdir(parents=True, exist_ok=True)
     dev_json.write_text(json.dumps({"url": url, "moto_endpoint": moto.endpoint, "pid": os.getpid()}))
+    if chaos.modes:
+        logging.info("%s", chaos.describe())
     print(f"Precis local stack: {url}", flush=True)
     if os.environ.get("PRECIS_AUTH", "").strip().lower() in {"1", "true", "yes", "on"}:
         secret = os.environ.get("PRECIS_JWT_SECRET")
@@ -70,15 +128,21 @@ def main() -> int:
             print(f"admin key: {admin_key(secret)}", flush=True)
         else:
             logging.warning("PRECIS_AUTH is on but PRECIS_JWT_SECRET is not set: no key can be verified")
-    stopping.wait()
+    stop_signal.wait()
 
     logging.info("stopping")
+    watchdog = _Watchdog()
+    poller.stop()  # first, so that an invocation cut short below is not retried
+    watchdog.step = "closing the gateway"
     gateway.shutdown()
-    gateway.server_close()
-    poller.stop()
+    gateway.server_close()  # its connection threads are daemons: idle keep-alive clients do not hold the stop
+    watchdog.step = "stopping the workers"
     for pool in pools.values():
-        pool.close()  # cuts short whatever is in flight, so the poller ends promptly
-    poller.join()
+        pool.close()  # cuts short whatever is in flight (starting workers too), so the poller ends promptly
+    watchdog.step = "waiting for the stream poller"
+    if not poller.join(timeout=3):
+        logging.warning("the stream poller is still delivering; leaving it behind")
+    watchdog.step = "stopping moto"
     moto.stop()
     _remove_if_ours(dev_json)
     return 0

@@ -14,11 +14,12 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from local.template import LocalNames, Route
-from local.worker import Invoker
+from local.worker import REQUEST_TOO_LARGE, Invoker
 
-MAX_BODY_BYTES = 10 * 1024 * 1024  # HTTP API's payload limit
+MAX_BODY_BYTES = 10 * 1024 * 1024  # HTTP API's payload limit; Lambda's 6 MB (of event JSON) is the worker pool's
 API_ID = "local"
 _JSON = [("content-type", "application/json")]
+_TOO_LARGE = b'{"message":"Request Entity Too Large"}'
 log = logging.getLogger(__name__)
 
 
@@ -152,7 +153,7 @@ class _Handler(BaseHTTPRequestHandler):
         if length > MAX_BODY_BYTES:
             for start in range(0, length, 1 << 20):  # drained, so the client gets to read the answer
                 self.rfile.read(min(1 << 20, length - start))
-            status = self._reply(413, _JSON, b'{"message":"Request Entity Too Large"}')
+            status = self._reply(413, _JSON, _TOO_LARGE)
         elif found is None:
             self.rfile.read(length)
             status = self._reply(404, _JSON, b'{"message":"Not Found"}')
@@ -166,11 +167,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _invoke(self, function: str, event: dict[str, Any]) -> int:
         result = self.server.invokers[function](event)
         error = result.error
+        if not result.ok and isinstance(result.payload, dict) and result.payload.get("errorType") == REQUEST_TOO_LARGE:
+            # Lambda refused the event (over 6 MB of JSON, headers and base64 included): API Gateway answers 413.
+            log.warning("%s refused the event of %s: %s", function, event["routeKey"], error)
+            return self._reply(413, _JSON, _TOO_LARGE)
         if result.ok:
             try:
                 return self._reply(*http_response(result.payload), request_id=event["requestContext"]["requestId"])
             except (KeyError, TypeError, ValueError) as exc:
                 error = f"malformed response: {exc!r}"
+        # A function error, Function.ResponseSizeTooLarge (a result over 6 MB) included: HTTP APIs answer a bare 500.
         log.error("%s failed on %s: %s", function, event["routeKey"], error)
         return self._reply(500, _JSON, b'{"message":"Internal Server Error"}')
 

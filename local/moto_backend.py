@@ -11,6 +11,7 @@ from pathlib import Path
 
 import boto3
 
+from local.chaos import Chaos
 from local.moto_server import SerializedMotoServer
 from local.template import ROOT, Template, create_resources
 
@@ -41,23 +42,29 @@ def client(service: str, endpoint: str):
 @dataclass
 class MotoBackend:
     server: SerializedMotoServer
-    endpoint: str
+    endpoint: str  # moto itself: the stack's own clients (poller, `make invoke`, tests)
+    functions_endpoint: str  # what the functions are pointed at: throttled with `throttle` chaos, else `endpoint`
 
     def stop(self) -> None:
         self.server.stop()
 
 
-def start_moto(tpl: Template) -> MotoBackend:
-    """Start an empty moto on 127.0.0.1 (a free port) and create the template's table, bucket and queues."""
+def start_moto(tpl: Template, chaos: Chaos | None = None) -> MotoBackend:
+    """Start an empty moto on 127.0.0.1 (a free port) and create the template's table, bucket and queues.
+
+    With `throttle` chaos the functions get a port of their own that refuses some of their DynamoDB calls.
+    """
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access line per moto call drowns the stack's logs
-    server = SerializedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    throttle = (chaos.throttle_rate, chaos.seed) if chaos and chaos.throttle else None
+    server = SerializedMotoServer(ip_address="127.0.0.1", port=0, verbose=False, throttle=throttle)
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
+    functions_host, functions_port = server.functions_address
     # moto's state belongs to the process, shared by every server in it: start from a clean slate.
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")).close()
     create_resources(tpl, client("dynamodb", endpoint), client("s3", endpoint), client("sqs", endpoint))
-    return MotoBackend(server, endpoint)
+    return MotoBackend(server, endpoint, f"http://{functions_host}:{functions_port}")
 
 
 def dev_json_path() -> Path:

@@ -1,5 +1,9 @@
 """Lambda's DynamoDB stream event-source mapping, locally: read the table's stream on moto, invoke the stream
 function with Lambda-shaped batches, honouring the template's filter, batching, retry and failure settings.
+
+moto's stream has one shard and the mapping delivers each batch once: kinder than AWS, where a table's stream
+has many shards read independently and a batch may come again. PRECIS_LOCAL_CHAOS's `shards` and `replay`
+take that kindness away (see StreamPoller).
 """
 
 from __future__ import annotations
@@ -10,11 +14,13 @@ import logging
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from local.chaos import Chaos
 from local.moto_backend import REGION, client
 from local.template import LocalNames, Template
 from local.worker import InvokeResult, Invoker, function_name
@@ -146,6 +152,46 @@ class StreamSettings:
         )
 
 
+class _Lane:
+    """Matching records waiting for delivery, in stream order: a shard's own, or (with `shards` chaos) those of
+    the partitions that hash to one virtual shard. Batches are cut from its head, so order holds within a lane."""
+
+    def __init__(self, lane_id: str):
+        self.id = lane_id
+        self.pending: list[dict[str, Any]] = []
+        self.pending_since = 0.0
+        self.ready = threading.Condition()
+
+    def add(self, record: dict[str, Any]) -> None:
+        with self.ready:
+            if not self.pending:
+                self.pending_since = time.monotonic()
+            self.pending.append(record)
+            self.ready.notify()
+
+    def take(self, settings: StreamSettings, flush: bool = False) -> list[dict[str, Any]] | None:
+        """The next batch if one is due (full, its window elapsed, or `flush`), else None."""
+        with self.ready:
+            if self.pending and (flush or len(self.pending) >= settings.batch_size
+                                 or time.monotonic() - self.pending_since >= settings.window_s):
+                batch = self.pending[: settings.batch_size]
+                del self.pending[: settings.batch_size]
+                return batch
+            return None
+
+    def wait(self, settings: StreamSettings, timeout: float) -> None:
+        """Sleep until a batch may be due (a record arrives, the window elapses) or `timeout` passes."""
+        with self.ready:
+            if self.pending:
+                timeout = min(timeout, max(0.0, self.pending_since + settings.window_s - time.monotonic()))
+            if timeout > 0:
+                self.ready.wait(timeout)
+
+    def wake(self) -> None:
+        with self.ready:
+            self.ready.notify_all()
+
+
 @dataclass
 class _Shard:
     id: str
@@ -153,16 +199,20 @@ class _Shard:
     starting_position: str
     iterator: str | None = None
     closed: bool = False  # read to its end: the stream closed it and GetRecords gave no next iterator
-    pending: list[dict[str, Any]] = field(default_factory=list)  # matching records not yet delivered
-    pending_since: float = 0.0
+    lane: _Lane | None = None  # its own lane; None when its records go to virtual shards
 
     @property
     def done(self) -> bool:
-        return self.closed and not self.pending
+        return self.closed and not (self.lane and self.lane.pending)
 
 
 class StreamPoller:
-    """Reads the table's stream and invokes `invoke` with Lambda-shaped batches, one shard at a time, in order."""
+    """Reads the table's stream and invokes `invoke` with Lambda-shaped batches, each shard's in order.
+
+    Chaos makes it as harsh as Lambda (see local/chaos.py): with `replay` every batch is invoked twice; with
+    `shards` the records are spread over virtual shards by partition key, each delivered by its own thread, so
+    only records of one partition keep their order, as on AWS.
+    """
 
     def __init__(
         self,
@@ -173,16 +223,21 @@ class StreamPoller:
         function_arn: str,
         poll_interval_s: float = POLL_INTERVAL_S,
         backoff: Callable[[int], float] = default_backoff,
+        chaos: Chaos | None = None,
     ):
         self.table_name, self.settings, self.invoke, self.function_arn = table_name, settings, invoke, function_arn
         self.poll_interval_s, self.backoff = poll_interval_s, backoff
+        self.chaos = chaos or Chaos()
         self._dynamodb, self._streams, self._sqs = (client(s, endpoint) for s in ("dynamodb", "dynamodbstreams", "sqs"))
         self._stream_arn: str | None = None
+        self._hash_key = "PK"
         self._shards: dict[str, _Shard] = {}
+        virtual = self.chaos.virtual_shards if self.chaos.shards else 0
+        self._lanes = [_Lane(f"shardId-virtual-{i:02d}") for i in range(virtual)]
         self._refreshed_at = float("-inf")
         self._queue_url: str | None = None
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     @classmethod
     def from_template(
@@ -198,16 +253,25 @@ class StreamPoller:
     # -- lifecycle
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="stream-poller", daemon=True)
-        self._thread.start()
+        """Poll in the background: one reader thread, plus one delivering thread per virtual shard if any."""
+        self._threads = [threading.Thread(target=self._run, name="stream-poller", daemon=True)]
+        self._threads += [threading.Thread(target=self._run_lane, args=(lane,), name=f"stream-{lane.id}", daemon=True)
+                          for lane in self._lanes]
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
-        """No new invocations; the one in flight, if any, still ends (see `join`)."""
+        """No new invocations; those in flight still end (see `join`)."""
         self._stop.set()
+        for lane in self._lanes:
+            lane.wake()
 
-    def join(self, timeout: float = 10.0) -> None:
-        if self._thread:
-            self._thread.join(timeout)
+    def join(self, timeout: float = 10.0) -> bool:
+        """Wait up to `timeout` s in all for the threads to end; whether they all did."""
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._threads)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -219,17 +283,40 @@ class StreamPoller:
             if not busy:
                 self._stop.wait(self.poll_interval_s)
 
+    def _run_lane(self, lane: _Lane) -> None:
+        while not self._stop.is_set():
+            try:
+                batch = lane.take(self.settings)
+                if batch:
+                    self._deliver(lane.id, batch)
+                else:
+                    lane.wait(self.settings, self.poll_interval_s)
+            except Exception:  # noqa: BLE001 - as in _run: log and go on
+                log.exception("stream poller (%s)", lane.id)
+                self._stop.wait(self.poll_interval_s)
+
     # -- polling
 
+    def virtual_shard(self, keys: dict[str, Any]) -> int:
+        """The virtual shard of a record with these (typed) keys: a seeded hash of its partition key alone."""
+        partition = json.dumps(keys[self._hash_key], sort_keys=True)
+        return zlib.crc32(f"{self.chaos.seed}:{partition}".encode()) % len(self._lanes)
+
     def poll_once(self) -> bool:
-        """One pass over the stream's shards; True if records were read or delivered."""
+        """One pass over the stream's shards; True if records were read or delivered.
+
+        With virtual shards this only reads: their threads deliver (see `start`).
+        """
         self._refresh_shards()
         progressed = False
         for shard in list(self._shards.values()):
             parent = self._shards.get(shard.parent or "")
             if shard.done or (parent is not None and not parent.done):
                 continue  # a child shard waits until its parent is finished, as Lambda keeps per-key order
-            progressed |= self._poll_shard(shard)
+            progressed |= self._read(shard)
+            while shard.lane and (batch := shard.lane.take(self.settings, flush=shard.closed)):
+                self._deliver(shard.lane.id, batch)
+                progressed = True
         return progressed
 
     def _refresh_shards(self) -> None:
@@ -237,68 +324,64 @@ class StreamPoller:
         if now - self._refreshed_at < SHARD_REFRESH_S:
             return
         self._refreshed_at = now
-        arn = self._dynamodb.describe_table(TableName=self.table_name)["Table"]["LatestStreamArn"]
+        table = self._dynamodb.describe_table(TableName=self.table_name)["Table"]
+        arn = table["LatestStreamArn"]
         if arn != self._stream_arn:  # a new table (or first look): start over on its stream
             self._stream_arn, self._shards = arn, {}
+            self._hash_key = next(k["AttributeName"] for k in table["KeySchema"] if k["KeyType"] == "HASH")
             position = self.settings.starting_position
         else:
             position = "TRIM_HORIZON"  # shards opened later are read from their start, so nothing is skipped
         for desc in self._streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
             if desc["ShardId"] not in self._shards:
-                self._shards[desc["ShardId"]] = _Shard(desc["ShardId"], desc.get("ParentShardId"), position)
+                lane = None if self._lanes else _Lane(desc["ShardId"])
+                self._shards[desc["ShardId"]] = _Shard(desc["ShardId"], desc.get("ParentShardId"), position, lane=lane)
 
-    def _poll_shard(self, shard: _Shard) -> bool:
-        read = False
-        if not shard.closed:
-            if shard.iterator is None:
-                shard.iterator = self._streams.get_shard_iterator(
-                    StreamArn=self._stream_arn, ShardId=shard.id, ShardIteratorType=shard.starting_position
-                )["ShardIterator"]
-            page = self._streams.get_records(ShardIterator=shard.iterator, Limit=1000)
-            shard.iterator = page.get("NextShardIterator")
-            shard.closed = shard.iterator is None
-            read = bool(page["Records"])
-            for raw in page["Records"]:
-                record = lambda_record(raw, self._stream_arn)
-                if self.settings.filters and not any(matches(p, record) for p in self.settings.filters):
-                    continue  # filtered out: consumed without an invocation, as Lambda does
-                if not shard.pending:
-                    shard.pending_since = time.monotonic()
-                shard.pending.append(record)
-        delivered = False
-        while shard.pending and (
-            len(shard.pending) >= self.settings.batch_size
-            or time.monotonic() - shard.pending_since >= self.settings.window_s
-            or shard.closed
-        ):
-            batch = shard.pending[: self.settings.batch_size]
-            del shard.pending[: self.settings.batch_size]
-            self._deliver(shard, batch)
-            delivered = True
-        return read or delivered
+    def _read(self, shard: _Shard) -> bool:
+        """Read the shard's next page into the lanes; True if it held records."""
+        if shard.closed:
+            return False
+        if shard.iterator is None:
+            shard.iterator = self._streams.get_shard_iterator(
+                StreamArn=self._stream_arn, ShardId=shard.id, ShardIteratorType=shard.starting_position
+            )["ShardIterator"]
+        page = self._streams.get_records(ShardIterator=shard.iterator, Limit=1000)
+        shard.iterator = page.get("NextShardIterator")
+        shard.closed = shard.iterator is None
+        for raw in page["Records"]:
+            record = lambda_record(raw, self._stream_arn)
+            if self.settings.filters and not any(matches(p, record) for p in self.settings.filters):
+                continue  # filtered out: consumed without an invocation, as Lambda does
+            lane = shard.lane or self._lanes[self.virtual_shard(record["dynamodb"]["Keys"])]
+            lane.add(record)
+        return bool(page["Records"])
 
     # -- delivery
 
-    def _deliver(self, shard: _Shard, batch: list[dict[str, Any]]) -> None:
+    def _deliver(self, shard_id: str, batch: list[dict[str, Any]]) -> None:
         """Invoke until every record of `batch` is processed or handed to the on-failure destination, in order.
 
         Bisecting a batch does not use up a retry attempt; a partial failure retries from the lowest failed
-        record and does.
+        record and does. With `replay` each invocation is followed by a second one with the same records, and
+        the second's outcome is the one that counts (as if the first's had been lost).
         """
         todo: list[tuple[list[dict[str, Any]], int]] = [(batch, 0)]
         while todo:
             records, retries = todo.pop(0)
-            records = self._drop_expired(shard, records, retries)
+            records = self._drop_expired(shard_id, records, retries)
             if not records:
                 continue
             started = time.monotonic()
             result = self.invoke({"Records": records})
+            replayed = self.chaos.replay and not self._stop.is_set()
+            if replayed:
+                result = self.invoke({"Records": records})
             if self._stop.is_set():
                 return  # the stack is going away; its in-memory stream goes with it
             failed_from, function_error = self._outcome(result, records)
             outcome = "ok" if failed_from is None else result.error or f"{len(records) - failed_from} failed"
-            log.info("stream -> %s: %d record(s) %.0fms %s", self.function_arn.rsplit(":", 1)[-1], len(records),
-                     (time.monotonic() - started) * 1000, outcome)
+            log.info("stream -> %s: %d record(s) %.0fms %s%s", self.function_arn.rsplit(":", 1)[-1], len(records),
+                     (time.monotonic() - started) * 1000, outcome, " (delivered twice)" if replayed else "")
             if failed_from is None:
                 continue
             if function_error and self.settings.bisect and len(records) > 1:
@@ -306,7 +389,7 @@ class StreamPoller:
                 todo[:0] = [(records[:half], retries), (records[half:], retries)]
                 continue
             if 0 <= self.settings.max_retries <= retries:
-                self._give_up(shard, records[failed_from:], "RetryAttemptsExhausted", retries + 1, result)
+                self._give_up(shard_id, records[failed_from:], "RetryAttemptsExhausted", retries + 1, result)
                 continue
             if self._stop.wait(self.backoff(retries + 1)):
                 return
@@ -327,17 +410,17 @@ class StreamPoller:
             return 0, True
         return min(seqs.index(i) for i in ids), False
 
-    def _drop_expired(self, shard: _Shard, records: list[dict[str, Any]], invokes: int) -> list[dict[str, Any]]:
+    def _drop_expired(self, shard_id: str, records: list[dict[str, Any]], invokes: int) -> list[dict[str, Any]]:
         if self.settings.max_age_s < 0:
             return records
         cutoff = time.time() - self.settings.max_age_s
         expired = [r for r in records if r["dynamodb"]["ApproximateCreationDateTime"] < cutoff]
         if expired:
-            self._give_up(shard, expired, "RecordAgeExceeded", invokes, None)
+            self._give_up(shard_id, expired, "RecordAgeExceeded", invokes, None)
         return records[len(expired):]
 
     def _give_up(
-        self, shard: _Shard, records: list[dict[str, Any]], condition: str, invokes: int, result: InvokeResult | None
+        self, shard_id: str, records: list[dict[str, Any]], condition: str, invokes: int, result: InvokeResult | None
     ) -> None:
         """Send Lambda's on-failure record for `records` to the destination queue and move past them."""
         response = {"statusCode": 200, "executedVersion": "$LATEST"}
@@ -355,7 +438,7 @@ class StreamPoller:
             "version": "1.0",
             "timestamp": _iso(time.time(), millis=True),
             "DDBStreamBatchInfo": {
-                "shardId": shard.id,
+                "shardId": shard_id,
                 "startSequenceNumber": first["SequenceNumber"],
                 "endSequenceNumber": last["SequenceNumber"],
                 "approximateArrivalOfFirstRecord": _iso(first["ApproximateCreationDateTime"]),

@@ -26,6 +26,13 @@ from local.template import ENCODINGS_DIR, LAYER_DIR, ROOT, Function, LocalNames,
 
 # Lambda gives init 10 s; a cold import on a busy 2-core laptop can take longer, and locally that is no bug.
 INIT_TIMEOUT_S = 30
+# Lambda's synchronous payload limits ("6 MB", API_Invoke), in bytes of JSON as measured by Zac Charles, "Deep Dive:
+# Lambda's Response/Request Payload Size Limit" (zaccharles.medium.com, 2022): the Invoke API refuses a larger event
+# ("Request must be smaller than 6291456 bytes for the InvokeFunction operation"), and a larger result is the
+# function error Function.ResponseSizeTooLarge ("... exceeded maximum allowed payload size (6291556 bytes).").
+MAX_EVENT_BYTES = 6 * 1024 * 1024
+MAX_RESPONSE_BYTES = 6 * 1024 * 1024 + 100
+REQUEST_TOO_LARGE = "RequestEntityTooLargeException"  # the Invoke API's error: the function never ran
 # Knobs a developer sets in the shell for `make dev`; they win over the template's values.
 PASS_THROUGH = (
     "PRECIS_AUTH",
@@ -64,6 +71,10 @@ def _error(error_type: str, message: str, exc: BaseException | None = None) -> d
 
 def _failure(error: dict[str, Any]) -> InvokeResult:
     return InvokeResult(False, error, f"{error.get('errorType')}: {error.get('errorMessage')}")
+
+
+def _stopping() -> InvokeResult:
+    return _failure(_error("Local.Stopping", "the local stack is stopping"))
 
 
 def function_name(tpl: Template, fn: Function) -> str:
@@ -117,8 +128,8 @@ class _Worker:
             raise EOFError
         return json.loads(line)
 
-    def send(self, request: dict[str, Any]) -> None:
-        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+    def send(self, line: bytes) -> None:
+        self.proc.stdin.write(line)
         self.proc.stdin.flush()
 
     def stop(self) -> None:
@@ -145,36 +156,47 @@ class FunctionPool:
 
     def invoke(self, event: dict[str, Any]) -> InvokeResult:
         """Run the handler on `event` in a free worker (waiting for one if all are busy)."""
+        data = _json_bytes(event)  # measured as it is sent
+        if len(data) > MAX_EVENT_BYTES:
+            return _failure(_error(REQUEST_TOO_LARGE, f"Request must be smaller than {MAX_EVENT_BYTES} bytes for the "
+                                                      f"InvokeFunction operation"))
+        line = b'{"timeout_s": %d, "event": %s}\n' % (self.fn.timeout, data)
         with self._slots:
             with self._lock:
                 if self._closed:
-                    return _failure(_error("Local.Stopping", "the local stack is stopping"))
+                    return _stopping()
                 worker = self._idle.pop() if self._idle else None
+                if worker is not None:
+                    self._busy.add(worker)
             if worker is None:
-                worker, failure = self._spawn()
+                worker = _Worker(self.fn, self.env)
+                with self._lock:
+                    # Busy from its first instant, so that `close` kills it even while it is still importing.
+                    if self._closed:
+                        worker.proc.kill()
+                    self._busy.add(worker)
+                failure = self._init(worker)
                 if failure:
-                    return failure
-            with self._lock:
-                self._busy.add(worker)
-            return self._call(worker, event)
+                    with self._lock:
+                        self._busy.discard(worker)
+                    worker.stop()
+                    return _stopping() if self._closed else failure
+            return self._call(worker, line)
 
-    def _spawn(self) -> tuple[_Worker, InvokeResult | None]:
-        worker = _Worker(self.fn, self.env)
+    def _init(self, worker: _Worker) -> InvokeResult | None:
+        """None once the worker has imported the handler; else Lambda's init failure."""
         try:
             hello = worker.read(INIT_TIMEOUT_S)
-            failure = None if hello.get("ready") else _failure(hello["payload"])
+            return None if hello.get("ready") else _failure(hello["payload"])
         except TimeoutError:
-            failure = _failure(_error("Runtime.InitTimeout", f"init took over {INIT_TIMEOUT_S} s"))
+            return _failure(_error("Runtime.InitTimeout", f"init took over {INIT_TIMEOUT_S} s"))
         except (EOFError, ValueError):
-            failure = _failure(_error("Runtime.ExitError", f"Runtime exited during init: {worker.proc.poll()}"))
-        if failure:
-            worker.stop()
-        return worker, failure
+            return _failure(_error("Runtime.ExitError", f"Runtime exited during init: {worker.proc.poll()}"))
 
-    def _call(self, worker: _Worker, event: dict[str, Any]) -> InvokeResult:
+    def _call(self, worker: _Worker, line: bytes) -> InvokeResult:
         healthy = False
         try:
-            worker.send({"event": event, "timeout_s": self.fn.timeout})
+            worker.send(line)
             reply = worker.read(self.fn.timeout)
             healthy = True
             result = InvokeResult(True, reply["payload"]) if reply["ok"] else _failure(reply["payload"])
@@ -200,7 +222,7 @@ class FunctionPool:
             idle, self._idle = self._idle, []
             busy = list(self._busy)
         for worker in busy:
-            worker.proc.kill()  # its invoking thread sees EOF and cleans up
+            worker.proc.kill()  # its invoking thread (starting it or waiting for its answer) sees EOF and cleans up
         for worker in idle:
             worker.stop()
 
@@ -211,15 +233,42 @@ def start_pools(tpl: Template, endpoint: str, size: int | None = None) -> dict[s
     return {lid: FunctionPool(fn, function_environment(tpl, fn, endpoint), size) for lid, fn in tpl.functions.items()}
 
 
+def _json_bytes(value: Any) -> bytes:
+    """`value` as JSON the way the python3.12 runtime marshals it: UTF-8, not ASCII-escaped (TypeError, ValueError
+    if it is no JSON)."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: only escaped JSON can carry it
+        return json.dumps(value).encode()
+
+
+def _reply(result: Any) -> str:
+    """The protocol line for a handler's result: the result, or the error Lambda's runtime makes of it."""
+    try:
+        payload = _json_bytes(result)
+    except (TypeError, ValueError) as exc:
+        error = _error("Runtime.MarshalError", f"Unable to marshal response: {exc}")
+        return json.dumps({"ok": False, "payload": error})
+    if len(payload) > MAX_RESPONSE_BYTES:
+        message = (f"Response payload size ({len(payload)} bytes) exceeded maximum allowed payload size "
+                   f"({MAX_RESPONSE_BYTES} bytes).")
+        return json.dumps({"ok": False, "payload": _error("Function.ResponseSizeTooLarge", message)})
+    return '{"ok": true, "payload": ' + payload.decode() + "}"
+
+
 def serve() -> int:
     """The worker's main loop (runs in the subprocess; the logical id on its command line names it in `ps`)."""
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout.reconfigure(line_buffering=True)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the parent stops us
+    # Ctrl-C and a SIGTERM to `make dev`'s process group reach us too. The parent stops us (EOF on stdin, or a kill
+    # for an invocation cut short): dying on our own would look like a crash to the poller, which would retry.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
-    def send(message: dict[str, Any]) -> None:
-        protocol.write(json.dumps(message) + "\n")
+    def send(line: str) -> None:
+        protocol.write(line + "\n")
         protocol.flush()
 
     module_name, attr = os.environ["_HANDLER"].rsplit(".", 1)
@@ -228,9 +277,9 @@ def serve() -> int:
     except Exception as exc:  # noqa: BLE001 - any init failure is reported like Lambda does
         traceback.print_exc()
         kind = "Runtime.ImportModuleError" if isinstance(exc, ImportError) else type(exc).__name__
-        send({"ok": False, "payload": _error(kind, f"Unable to import module '{module_name}': {exc}", exc)})
+        send(json.dumps({"ok": False, "payload": _error(kind, f"Unable to import module '{module_name}': {exc}", exc)}))
         return 1
-    send({"ready": True})
+    send(json.dumps({"ready": True}))
     for line in sys.stdin.buffer:
         request = json.loads(line)
         context = LambdaContext(function_name=os.environ["AWS_LAMBDA_FUNCTION_NAME"], timeout_s=request["timeout_s"])
@@ -239,13 +288,9 @@ def serve() -> int:
         except Exception as exc:  # noqa: BLE001 - a function error, reported to the caller; the worker stays warm
             traceback.print_exc()
             error = _error(type(exc).__name__, str(exc), exc)
-            reply = {"ok": False, "payload": {**error, "requestId": context.aws_request_id}}
+            send(json.dumps({"ok": False, "payload": {**error, "requestId": context.aws_request_id}}))
         else:
-            reply = {"ok": True, "payload": result}
-        try:
-            send(reply)
-        except (TypeError, ValueError) as exc:
-            send({"ok": False, "payload": _error("Runtime.MarshalError", f"Unable to marshal response: {exc}")})
+            send(_reply(result))
     return 0
 
 

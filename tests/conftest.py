@@ -34,8 +34,10 @@ def aws():
     import boto3
     from moto import mock_aws
 
+    from local import moto_patches
     from local.template import create_resources
 
+    moto_patches.install()  # DynamoDB's limits and stream semantics in-process too, whatever the test order
     with mock_aws():
         clients = {name: boto3.client(name) for name in ("dynamodb", "s3", "sqs", "dynamodbstreams")}
         create_resources(template(), clients["dynamodb"], clients["s3"], clients["sqs"])
@@ -63,11 +65,13 @@ def moto_server():
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    """The local stack (`make dev`) running for the tests of one module, on a free port."""
+def stack(request, tmp_path_factory):
+    """The local stack (`make dev`) running for the tests of one module, on a free port, with the chaos of
+    `tests.stack.DEFAULT_CHAOS` (every stream batch twice, partitions in either order). A module changes its
+    environment with STACK_ENV, e.g. STACK_ENV = {"PRECIS_LOCAL_CHAOS": ""} to opt out."""
     from tests.stack import Stack
 
-    running = Stack(tmp_path_factory.mktemp("stack"))
+    running = Stack(tmp_path_factory.mktemp("stack"), env=getattr(request.module, "STACK_ENV", None))
     try:
         running.wait_healthy()
         yield running

@@ -13,6 +13,10 @@ from pathlib import Path
 
 from local.template import ROOT
 
+# The end-to-end flows run as harsh as AWS delivers streams: every batch twice, partitions in either order.
+# A test opts out with env={"PRECIS_LOCAL_CHAOS": ""}.
+DEFAULT_CHAOS = "replay,shards"
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -31,16 +35,23 @@ def request(port: int, method: str, path: str, headers: dict | None = None, body
 
 
 class Stack:
-    """`python -m local` in a subprocess on a free port, its announcement file and logs under `tmp`."""
+    """`python -m local` in a subprocess on a free port, its announcement file and logs under `tmp`.
 
-    def __init__(self, tmp: Path, env: dict[str, str] | None = None):
+    With `own_group` it leads a process group of its own (its workers are in it), as `make dev` does in a
+    terminal, so that `signal_group` reaches the stack and its workers but not pytest.
+    """
+
+    def __init__(self, tmp: Path, env: dict[str, str] | None = None, own_group: bool = False):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.dev_json = tmp / "dev.json"
         self.log = tmp / "stack.log"
-        env = {**os.environ, **(env or {}), "PRECIS_PORT": str(self.port), "PRECIS_DEV_JSON": str(self.dev_json)}
+        env = {**os.environ, "PRECIS_LOCAL_CHAOS": DEFAULT_CHAOS, **(env or {}),
+               "PRECIS_PORT": str(self.port), "PRECIS_DEV_JSON": str(self.dev_json)}
         with self.log.open("wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "local"], cwd=ROOT, env=env, stdout=log, stderr=log)
+            self.proc = subprocess.Popen([sys.executable, "-m", "local"], cwd=ROOT, env=env, stdout=log, stderr=log,
+                                         start_new_session=own_group)
+        self.own_group = own_group
 
     def wait_healthy(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -53,7 +64,16 @@ class Stack:
                 time.sleep(0.1)
         raise AssertionError(f"no /health within {timeout} s:\n{self.log.read_text()}")
 
+    def signal_group(self, sig: int = signal.SIGTERM) -> None:
+        """Send `sig` to the stack's whole process group, as a terminal's Ctrl-C or a supervisor's stop does."""
+        assert self.own_group, "Stack(own_group=True): else the group is pytest's"
+        os.killpg(self.proc.pid, sig)
+
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=15)
+        try:
+            return self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # never leave a stack behind a failed test (its workers see EOF and exit)
+            raise
