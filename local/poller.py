@@ -65,13 +65,21 @@ def matches(pattern: dict[str, Any], event: Any) -> bool:
         present = key in event
         value = event.get(key)
         if isinstance(rule, dict):
-            if not (present and matches(rule, value)):
+            # An absent object matches only a rule all of whose leaves ask for absence ({"exists": false}): exists
+            # matching works on leaves, so `{"purged_at": {"S": [{"exists": false}]}}` holds when purged_at is absent.
+            if not (matches(rule, value) if present else _wants_absence(rule)):
                 return False
             continue
         values = value if isinstance(value, list) else [value]
         if not any(_matches_value(m, v, present) for m in rule for v in values):
             return False
     return True
+
+
+def _wants_absence(rule: Any) -> bool:
+    if isinstance(rule, dict):
+        return all(_wants_absence(r) for r in rule.values())
+    return all(isinstance(m, dict) and m == {"exists": False} for m in rule)
 
 
 # ---------------------------------------------------------------- records

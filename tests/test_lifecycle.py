@@ -222,3 +222,14 @@ def test_a_purge_that_ends_after_its_workspace_was_deleted_leaves_no_tombstone(w
     assert call("DELETE", W).status == 202  # the session was deleted, not yet purged: it does not block
     assert run_stream(record) == {"batchItemFailures": []}
     assert partition(ws, "WS#ws1") == [] and partition(ws) == []
+
+
+def test_a_purge_asked_again_after_it_finished_does_nothing(ws):
+    post("hello")
+    call("DELETE", S)
+    record = delete_record(ws)
+    run_stream(record)
+    incarnation = session_item(ws)["incarnation"]
+    again = purge_session(get_db(), "ws1", "s1", incarnation)
+    assert (again.done, again.deleted_items, again.deleted_objects) == (True, 0, 0)
+    assert session_item(ws)["purged_at"]  # not rewritten: no new stream record

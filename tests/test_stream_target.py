@@ -16,6 +16,7 @@ STEP = {"PK": "WS#w#S#s", "SK": "SUMMARY#rolling", "kind": "summary", "covers_se
 FINAL = {"PK": "WS#w#S#s", "SK": "SUMMARY#rolling", "kind": "summary", "covers_seq": 40}
 DELETED = {"PK": "WS#w", "SK": "SESSION#s", "kind": "session", "id": "s", "incarnation": "abc",
            "deleted_at": "2026-01-01T00:00:00+00:00"}
+PURGED = {**DELETED, "purged_at": "2026-01-01T00:00:01+00:00"}
 LIVE = {"PK": "WS#w", "SK": "SESSION#s", "kind": "session", "id": "s", "incarnation": "abc"}
 
 
@@ -42,9 +43,10 @@ def test_what_wakes_the_summarizer_and_what_it_is_asked(event_name, image, targe
 
 @pytest.mark.parametrize(("event_name", "image"), [
     ("MODIFY", FINAL), ("INSERT", FINAL), ("MODIFY", LIVE), ("INSERT", LIVE), ("MODIFY", MESSAGE),
+    ("MODIFY", PURGED),  # the purge's own mark of completion: waking on it would purge forever
 ])
 def test_finished_summaries_live_sessions_and_edits_wake_nothing(event_name, image):
     assert not wakes(event_name, image)
-    if image is not MESSAGE:
+    if image not in (MESSAGE, PURGED):
         with pytest.raises(Invalid):
             stream_target(image)

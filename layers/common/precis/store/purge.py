@@ -43,6 +43,8 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None, *,
                                            ConsistentRead=True).get("Item"))
     if session is None or session.get("incarnation") != incarnation or "deleted_at" not in session:
         return PurgeResult(True, 0, 0)  # gone, created again, or never deleted: nothing of `incarnation` to remove
+    if session.get("purged_at"):
+        return PurgeResult(True, 0, 0)  # done already (a replayed record); asking again clears purged_at first
     fence = keys.fence(ws, session_id, session["fence_seq"]) if session.get("fence_seq") else None
     deleted = 0
     request: dict[str, Any] = {"TableName": db.table, "KeyConditionExpression": "PK = :pk", "Limit": page_size,
