@@ -1,8 +1,10 @@
 """Keeping a session's summaries current: read what the strategy needs, decide, summarize in steps, store, audit.
 
-Called by the stream consumer once per session touched by a batch. Stream delivery is at-least-once and
-invocations may overlap, so every summary write is conditional and bound to the session's incarnation (see
-`store.summaries.put_summary`).
+Called by the stream consumer once per session touched by a batch, through `summarize_under_lease`: one invocation
+at a time summarizes a session (with ParallelizationFactor > 1 a session's records reach several concurrent batches),
+and one that finds it busy leaves the work to the holder instead of paying for the same LLM call. Stream delivery is
+at-least-once and a lease can outlive its holder's view of the session, so every summary write is still conditional
+and bound to the session's incarnation (see `store.summaries.put_summary`).
 
 Size: no request holds more than `llm_max_input_tokens` of prompt (system, previous summary, messages). A larger
 job runs as steps (previous summary + the next whole runs that fit → intermediate summary → …), and each step's
@@ -30,15 +32,16 @@ import json
 import math
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, Literal
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit
 
+from precis.concurrency import add_metric
 from precis.config import Settings
 from precis.configuration import summary_config
 from precis.engines import Engine, EngineError, PromptTooLong, SummaryRequest, default_engine, get_engine, word_limit
@@ -49,7 +52,16 @@ from precis.store import keys
 from precis.store.db import Db, batch_get
 from precis.store.messages import read_range, with_bodies
 from precis.store.resources import _json
-from precis.store.summaries import Put, clear_failure, put_failure, put_summary, read_summary_state
+from precis.store.summaries import (
+    Put,
+    clear_failure,
+    drop_summary_lease,
+    put_failure,
+    put_summary,
+    read_summary_state,
+    release_summary_lease,
+    take_summary_lease,
+)
 from precis.strategies import (
     JobFailure,
     MessageRef,
@@ -66,10 +78,11 @@ from precis.strategies import (
 from precis.tokens import count_text, encoding
 
 logger = Logger(child=True)
-metrics = Metrics()
 
 # Left after a request for storing and auditing its summary; no request starts with less than its timeout + this.
 FINISH_MARGIN_S = 10.0
+# The lease of a caller with no deadline: Lambda's longest invocation.
+MAX_LEASE_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,7 @@ class Written:
     summary_type: str
     covers_seq: int
     stored: bool  # False: a concurrent or earlier invocation already stored one covering as much
+    job_through_seq: int | None = None  # a step short of its job's end: its item's stream record continues the job
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,12 @@ class SummaryOutcome:
     failed: tuple[Failed, ...] = ()
     skipped: tuple[str, ...] = ()  # summary types not tried: a remembered failure's back-off is running
     work_remains: bool = False  # stopped for time; what was stored stays, and the next call continues from it
+    runs: int = 1  # under a lease: 0 when another invocation held it (marked to run again), >1 when marks came
+
+    @property
+    def continues_by_itself(self) -> bool:
+        """A stored step short of its job's end: its summary item's stream record wakes the next invocation."""
+        return any(w.stored and w.job_through_seq for w in self.written)
 
 
 def _session_and_workspace(db: Db, ws: str, session_id: str) -> tuple[dict | None, dict | None]:
@@ -144,6 +164,64 @@ def summarize_session(db: Db, settings: Settings, ws: str, session_id: str, *,
     runner = _Runner(db, ws, session_id, session.get("incarnation"), config, settings, engine,
                      {i["seq"]: i for i in items}, remaining_s, clock)
     return runner.run(jobs, raw, markers)
+
+
+def summarize_under_lease(db: Db, settings: Settings, ws: str, session_id: str, *, records: Sequence[str] = (),
+                          engine_for: Callable[[str], Engine] | None = None,
+                          remaining_s: Callable[[], float] = lambda: math.inf,
+                          clock: Callable[[], float] = time.time) -> SummaryOutcome:
+    """`summarize_session`, by one invocation at a time per session: the stream consumer's way in.
+
+    `records`: the stream sequence numbers of the caller's records for this session. The caller takes the session's
+    lease until its own deadline; if another invocation holds it, the caller marks it dirty and returns at once
+    (`runs` 0), and may acknowledge its records. The holder, done, lets go only if no mark came meanwhile; else it
+    clears the mark and summarizes again. A mark is made only while the lease is held, and a holder lets go only
+    unmarked, so every record acknowledged this way is followed by a read of the session (the holder's next run)
+    that sees its message. When the holder cannot run again (no time left, an error, a crash), its own records are
+    retried, and their retry reads the session after every mark:
+    - out of time with work left that no stored step continues, or marked with under FINISH_MARGIN_S left: the
+      lease is dropped and TimeoutError raised, so its records fail and are retried at once (a record of one's own
+      comes back; waiting for a message that may never come, or for the lease to expire, would leave the marks
+      unserved);
+    - any other error: the lease is dropped and the error raised, as before;
+    - a crash: the invocation ends without letting go; Lambda retries its batch, and the first retried record the
+      lease was taken for takes it over (`take_summary_lease`); otherwise the lease expires at the deadline.
+    Raises what summarize_session raises. `clock`: epoch seconds, for the lease and failure back-offs.
+    """
+    owner = secrets.token_hex(8)
+    until = clock() + min(remaining_s(), MAX_LEASE_S)
+    if not take_summary_lease(db, ws, session_id, owner=owner, until=until, clock=clock, records=records):
+        logger.info("session being summarized by another invocation: marked to run again", extra={
+            "session": session_id})
+        return SummaryOutcome(runs=0)
+    outcomes: list[SummaryOutcome] = []
+    try:
+        while True:
+            outcome = summarize_session(db, settings, ws, session_id, engine_for=engine_for, remaining_s=remaining_s,
+                                        clock=clock)
+            outcomes.append(outcome)
+            if outcome.work_remains and not outcome.continues_by_itself:
+                raise TimeoutError(f"session '{session_id}': no summary step fit the time left")
+            if release_summary_lease(db, ws, session_id, owner=owner):
+                return _merged(outcomes)
+            if remaining_s() < FINISH_MARGIN_S:
+                raise TimeoutError(f"session '{session_id}': marked to run again with no time left")
+            logger.info("session marked while being summarized: summarizing again", extra={
+                "session": session_id, "runs": len(outcomes)})
+    except BaseException:
+        try:
+            drop_summary_lease(db, ws, session_id, owner=owner)
+        except Exception as exc:  # the crash case: the retry of the records takes the lease over
+            logger.warning("summarizer lease not dropped", extra={"session": session_id, "error": str(exc)})
+        raise
+
+
+def _merged(outcomes: list[SummaryOutcome]) -> SummaryOutcome:
+    """One outcome for the runs made under one lease."""
+    return SummaryOutcome(written=tuple(w for o in outcomes for w in o.written),
+                          failed=tuple(f for o in outcomes for f in o.failed),
+                          skipped=tuple(dict.fromkeys(t for o in outcomes for t in o.skipped)),
+                          work_remains=outcomes[-1].work_remains, runs=len(outcomes))
 
 
 def _with_secret_key(settings: Settings) -> Settings:
@@ -209,7 +287,7 @@ class _Runner:
                 continue
             end = self._job(job, raw[job.summary_type]["content"] if job.previous else None, failure)
             if end == "unfinished":
-                metrics.add_metric(name="SummaryJobsUnfinished", unit=MetricUnit.Count, value=len(jobs) - index)
+                add_metric(name="SummaryJobsUnfinished", unit=MetricUnit.Count, value=len(jobs) - index)
                 logger.info("summary jobs left for the next invocation: no time for another request", extra={
                     "session": self.session_id, "summary_types": [j.summary_type for j in jobs[index:]]})
                 return self._outcome(work_remains=True)
@@ -242,11 +320,11 @@ class _Runner:
                 continue
             except EngineError as exc:
                 if exc.retryable:
-                    metrics.add_metric(name="SummarizerErrors", unit=MetricUnit.Count, value=1)
+                    add_metric(name="SummarizerErrors", unit=MetricUnit.Count, value=1)
                     raise
                 return self._fail(job, step, request, exc, failure, previous_covers)
             except Exception:
-                metrics.add_metric(name="SummarizerErrors", unit=MetricUnit.Count, value=1)
+                add_metric(name="SummarizerErrors", unit=MetricUnit.Count, value=1)
                 raise
             put = self._store(job, step, request, result, previous_covers)
             if put is not Put.WRITTEN:
@@ -312,17 +390,18 @@ class _Runner:
                           summary_type=job.summary_type, content=result.text, token_count=token_count,
                           covers_seq=step.through_seq, end_tokens=last["start_tokens"] + last["token_count"],
                           message_id=last["id"], extra=extra)
-        self.written.append(Written(job.summary_type, step.through_seq, bool(put)))
+        self.written.append(Written(job.summary_type, step.through_seq, bool(put),
+                                    job.through_seq if extra else None))
         if put:
             self._audit(job.summary_type, step.through_seq, "", {
                 **self._covers(job, step, previous_covers), "outcome": "written", "engine": self.engine.name,
                 "model": result.model, "prompt": result.prompt, "output": result.text, "token_count": token_count,
                 "usage": {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens},
                 "latency_ms": result.latency_ms, "attempts": result.attempts})
-            metrics.add_metric(name="SummariesWritten", unit=MetricUnit.Count, value=1)
-            metrics.add_metric(name="SummarizerInputTokens", unit=MetricUnit.Count, value=result.input_tokens)
-            metrics.add_metric(name="SummarizerOutputTokens", unit=MetricUnit.Count, value=result.output_tokens)
-            metrics.add_metric(name="SummarizerLatency", unit=MetricUnit.Milliseconds, value=result.latency_ms)
+            add_metric(name="SummariesWritten", unit=MetricUnit.Count, value=1)
+            add_metric(name="SummarizerInputTokens", unit=MetricUnit.Count, value=result.input_tokens)
+            add_metric(name="SummarizerOutputTokens", unit=MetricUnit.Count, value=result.output_tokens)
+            add_metric(name="SummarizerLatency", unit=MetricUnit.Milliseconds, value=result.latency_ms)
         elif put is Put.SESSION_GONE:
             logger.warning("summary dropped: the session was deleted or created again since it was read", extra={
                 "session": self.session_id, "incarnation": self.incarnation, "summary_type": job.summary_type})
@@ -350,7 +429,7 @@ class _Runner:
         logger.error("summary job failed for good; it is retried when it changes or after its back-off", extra={
             "session": self.session_id, "summary_type": job.summary_type, "first_seq": step.first_seq,
             "through_seq": job.through_seq, "error": str(exc), "failures": failures, "retry_at": retry_at})
-        metrics.add_metric(name="SummaryJobsFailed", unit=MetricUnit.Count, value=1)
+        add_metric(name="SummaryJobsFailed", unit=MetricUnit.Count, value=1)
         self.failed.append(Failed(job.summary_type, step.first_seq, job.through_seq, str(exc)))
         return "failed"
 

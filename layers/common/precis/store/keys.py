@@ -54,6 +54,12 @@ def summary_failure(ws: str, session_id: str, summary_type: str) -> dict[str, st
     return {"PK": session_pk(ws, session_id), "SK": f"SUMMARY#{summary_type}#FAILED"}
 
 
+def summary_lease(ws: str, session_id: str) -> dict[str, str]:
+    """The lease that lets one invocation at a time summarize the session: in its partition, so a purge removes it,
+    and outside SUMMARY#, so the summary query never reads it."""
+    return {"PK": session_pk(ws, session_id), "SK": "LEASE#summarize"}
+
+
 def idempotency(ws: str, session_id: str, key: str) -> dict[str, str]:
     return {"PK": f"{session_pk(ws, session_id)}#IDEM#{key}", "SK": "IDEM"}
 

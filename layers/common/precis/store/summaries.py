@@ -1,17 +1,22 @@
-"""Summary items and failed-job markers, written only for the session incarnation they were computed for.
+"""Summary items and failed-job markers, written only for the session incarnation they were computed for, and the
+lease that lets one invocation at a time summarize a session.
 
 A summary is written only when it covers a later message than the stored one (monotonic), and only while the
 session item still carries the incarnation the summarizer read (not deleted, purged or created again since).
+The lease is bound to no incarnation: it lives only while its holder runs, and a purge removes it with the rest of
+the partition (a lease taken after a purge, by a late record of the deleted incarnation, is what `_reincarnate` finds
+as a write that slipped past the purge: the id waits for another purge).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from enum import Enum
 from typing import Any
 
 from botocore.exceptions import ClientError
 from precis.store import keys
-from precis.store.db import Db, cancellation_codes, from_item, to_item, transact
+from precis.store.db import Db, cancellation_codes, error_code, from_item, to_item, transact
 from precis.store.resources import utcnow
 
 
@@ -95,3 +100,101 @@ def _bound_put(db: Db, ws: str, session_id: str, incarnation: str | None, put: d
             raise
         return Put.SESSION_GONE if codes[0] == "ConditionalCheckFailed" else Put.STALE
     return Put.WRITTEN
+
+
+# --- the summarizer's lease ---------------------------------------------------------------------------------------
+
+# Times a take may find the lease changing hands (let go, expired, taken) before the caller's records fail instead.
+LEASE_ATTEMPTS = 8
+# Placeholders for the lease's attributes: OWNER is a DynamoDB reserved word.
+_LEASE_NAMES = {"#owner": "owner", "#until": "lease_until", "#dirty": "dirty", "#record": "record"}
+
+
+def take_summary_lease(db: Db, ws: str, session_id: str, *, owner: str, until: float, clock: Callable[[], float],
+                       records: Collection[str] = ()) -> bool:
+    """Take the session's summarizer lease for `owner` until `until` (epoch seconds, `clock`'s); False when another
+    invocation holds it.
+
+    A holder found is marked `dirty` (only while it still holds the lease), so it summarizes once more before letting
+    go: the caller may acknowledge its records. A lease held for one of `records` (stream sequence numbers of the
+    caller's batch for this session) is taken over at once: Lambda sends a batch again only after the invocation
+    that had it ended, so that holder ended without letting go (it crashed) and will not run again.
+    """
+    key = keys.summary_lease(ws, session_id)
+    item = {**key, "kind": "summary_lease", "owner": owner, "lease_until": until, "record": next(iter(records), None)}
+    for _ in range(LEASE_ATTEMPTS):
+        now = clock()
+        held = _put_lease(db, item, "attribute_not_exists(PK) OR #until < :now", {":now": now})
+        if held is None:
+            return True
+        if not held:
+            continue  # let go between the put and its answer
+        if held.get("record") in records:
+            if _put_lease(db, item, "#owner = :holder", {":holder": held["owner"]}) is None:
+                return True
+        elif _update_lease(db, key, "SET #dirty = :yes", "#owner = :holder AND #until >= :now",
+                           {":yes": True, ":holder": held["owner"], ":now": now}):
+            return False
+        # The holder let go, or its lease expired, or someone else took it over meanwhile: look again.
+    raise RuntimeError(f"session '{session_id}': its summarizer lease changed hands {LEASE_ATTEMPTS} times while "
+                       "being taken")
+
+
+def release_summary_lease(db: Db, ws: str, session_id: str, *, owner: str) -> bool:
+    """Let go of the lease unless it was marked dirty; then clear the mark and answer False: summarize again (what
+    the marks were for), then release again.
+
+    True as well when the lease is no longer `owner`'s (it expired and was taken over, or a purge removed it): its
+    new holder took it after every mark made on this one, so its own run reads what they were for.
+    """
+    key = keys.summary_lease(ws, session_id)
+    held = _delete_lease(db, key, "#owner = :me AND attribute_not_exists(#dirty)", {":me": owner})
+    if held is None or held.get("owner") != owner:
+        return True
+    return not _update_lease(db, key, "REMOVE #dirty", "#owner = :me", {":me": owner})
+
+
+def drop_summary_lease(db: Db, ws: str, session_id: str, *, owner: str) -> None:
+    """Let go of the lease, marked or not (the holder failed its records: their retry summarizes again)."""
+    _delete_lease(db, keys.summary_lease(ws, session_id), "#owner = :me", {":me": owner})
+
+
+def _lease_request(condition: str, values: dict[str, Any]) -> dict[str, Any]:
+    return {"ConditionExpression": condition, "ExpressionAttributeValues": to_item(values),
+            "ExpressionAttributeNames": {n: a for n, a in _LEASE_NAMES.items() if n in condition},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+
+
+def _put_lease(db: Db, item: dict[str, Any], condition: str, values: dict[str, Any]) -> dict[str, Any] | None:
+    """Put the lease item if `condition` holds: None when it did, else the item in the way ({} if there is none)."""
+    try:
+        db.client.put_item(TableName=db.table, Item=to_item(item), **_lease_request(condition, values))
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        return from_item(exc.response.get("Item")) or {}
+    return None
+
+
+def _delete_lease(db: Db, key: dict[str, str], condition: str, values: dict[str, Any]) -> dict[str, Any] | None:
+    """Delete the lease item if `condition` holds: None when it did, else the item in the way ({} if there is none)."""
+    try:
+        db.client.delete_item(TableName=db.table, Key=to_item(key), **_lease_request(condition, values))
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        return from_item(exc.response.get("Item")) or {}
+    return None
+
+
+def _update_lease(db: Db, key: dict[str, str], update: str, condition: str, values: dict[str, Any]) -> bool:
+    """Update the lease item if `condition` holds; whether it did."""
+    request = _lease_request(condition, values)
+    request["ExpressionAttributeNames"] = {n: a for n, a in _LEASE_NAMES.items() if n in condition or n in update}
+    try:
+        db.client.update_item(TableName=db.table, Key=to_item(key), UpdateExpression=update, **request)
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        return False
+    return True
