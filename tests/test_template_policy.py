@@ -33,17 +33,25 @@ TABLE_ACTIONS = {
                        "dynamodb:ConditionCheckItem"},
     "ContextFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem"},
     "SummarizeFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
-                          "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"},
+                          "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
+                          "dynamodb:ConditionCheckItem"},
 }
 TABLE_WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
                 "dynamodb:TransactWriteItems", "dynamodb:PartiQLInsert", "dynamodb:PartiQLUpdate",
                 "dynamodb:PartiQLDelete", "dynamodb:RestoreTableFromBackup", "dynamodb:ImportTable"}
 # Every bucket action each function may be granted, by key prefix: message bodies and audit records.
 BUCKET_ACCESS = {
-    "IngestFunction": {("s3:PutObject", "bodies/"), ("s3:GetObject", "bodies/")},
+    # The ingest function deletes the bodies of a batch DynamoDB refused.
+    "IngestFunction": {("s3:PutObject", "bodies/"), ("s3:GetObject", "bodies/"), ("s3:DeleteObject", "bodies/"),
+                       ("s3:DeleteObjectVersion", "bodies/")},
     "ContextFunction": {("s3:GetObject", "bodies/")},
-    "SummarizeFunction": {("s3:GetObject", "bodies/"), ("s3:DeleteObject", "bodies/"), ("s3:PutObject", "audit/")},
+    # The summarizer writes audit records; its purge deletes every version of a deleted incarnation's objects.
+    "SummarizeFunction": {("s3:GetObject", "bodies/"), ("s3:DeleteObject", "bodies/"),
+                          ("s3:DeleteObjectVersion", "bodies/"), ("s3:PutObject", "audit/"), ("s3:DeleteObject", "audit/"),
+                          ("s3:DeleteObjectVersion", "audit/")},
 }
+# Listing is a bucket action: allowed only to the purge, and only under the prefixes it purges.
+BUCKET_LISTING = {"SummarizeFunction": ("s3:ListBucketVersions", {"bodies/*", "audit/*"})}
 SECRET_ARN = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretName}-*"
 QUEUES = {"${SummarizeDLQ.Arn}"}
 # Environment variable names made of these words carry secrets, unless the name says it holds the secret's name.
@@ -152,8 +160,13 @@ def test_the_context_function_cannot_write():
 @pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
 def test_each_function_reaches_only_its_own_key_prefixes_in_the_bucket(logical_id):
     access = set()
+    for statement in statements(logical_id):
+        if [_text(r) for r in _listed(statement["Resource"])] == ["${Bucket.Arn}"]:
+            action, prefixes = BUCKET_LISTING[logical_id]
+            assert _listed(statement["Action"]) == [action], statement
+            assert set(statement["Condition"]["StringLike"]["s3:prefix"]) == prefixes, statement
     for action, resource in granted(logical_id):
-        if action.startswith("s3:"):
+        if action.startswith("s3:") and resource != "${Bucket.Arn}":
             match = re.fullmatch(r"\$\{Bucket\.Arn\}/([a-z]+/)\*", resource)
             assert match, f"{logical_id}: {action} on {resource}, not on a key prefix of the bucket"
             access.add((action, match.group(1)))
@@ -290,8 +303,13 @@ def test_the_api_is_throttled_and_its_access_logged():
 def test_the_summarizer_has_reserved_concurrency():
     (summarizer,) = [lid for lid, p in FUNCTIONS.items()
                      if any(e["Type"] == "DynamoDB" for e in p.get("Events", {}).values())]
-    assert isinstance(FUNCTIONS[summarizer].get("ReservedConcurrentExecutions"), int)
-    assert FUNCTIONS[summarizer]["ReservedConcurrentExecutions"] >= 1
+    reserved = FUNCTIONS[summarizer].get("ReservedConcurrentExecutions")
+    if isinstance(reserved, _Tag):  # a parameter: its default and its floor
+        assert reserved.name == "Ref"
+        parameter = PARAMETERS[reserved.value]
+        reserved = parameter["Default"]
+        assert parameter["MinValue"] >= 1
+    assert isinstance(reserved, int) and reserved >= 10  # ParallelizationFactor 10: one shard's batches at least
 
 
 # ---------------------------------------------------------------- auth and secrets
@@ -314,7 +332,9 @@ def _variables() -> list[tuple[str, str, Any]]:
 
 def test_no_secret_is_in_an_environment_variable():
     for owner, name, value in _variables():
-        if set(name.upper().split("_")) & SENSITIVE_WORDS:
+        counted = (isinstance(value, _Tag) and value.name == "Ref"
+                   and PARAMETERS.get(value.value, {}).get("Type") == "Number")
+        if set(name.upper().split("_")) & SENSITIVE_WORDS and not counted:  # a number of tokens is no token
             # Only the secret's name may be here (PRECIS_SECRET_NAME); the value is read at run time.
             assert name.endswith(("_NAME", "_ARN")), f"{owner}: {name} looks like it carries a secret"
             assert isinstance(value, _Tag) and value.name == "Ref" and value.value in PARAMETERS, (owner, name)
