@@ -208,6 +208,13 @@ def load_template(path: Path = TEMPLATE, names: LocalNames | None = None) -> Tem
             elif event["Type"] == "DynamoDB":
                 fn.stream = resolve(event["Properties"])
         functions[logical_id] = fn
+    # A stream trigger may also be an event-source mapping of its own (so no managed policy comes with it).
+    for res in raw["Resources"].values():
+        if res.get("Type") == "AWS::Lambda::EventSourceMapping":
+            target = res["Properties"]["FunctionName"]
+            if isinstance(target, _Tag) and target.name == "Ref" and target.value in functions:
+                functions[target.value].stream = resolve(
+                    {k: v for k, v in res["Properties"].items() if k not in ("FunctionName", "EventSourceArn")})
     resolver = _Resolver(raw, names)
     queues = {lid: resolver.queue_name(lid) for lid, r in raw["Resources"].items() if r["Type"] == "AWS::SQS::Queue"}
     return Template(raw=raw, functions=functions, table_name=names.table, bucket_name=names.bucket, queue_names=queues)

@@ -44,6 +44,9 @@ PASS_THROUGH = (
     "PRECIS_INLINE_BODY_MAX_BYTES",
     "PRECIS_LLM_TIMEOUT_S",
     "PRECIS_LLM_MAX_ATTEMPTS",
+    "PRECIS_LLM_MAX_INPUT_TOKENS",
+    "PRECIS_PURGE_GRACE_S",
+    "PRECIS_SUMMARIZE_CONCURRENCY",
 )
 # The deployed stack reads its signing secret from Secrets Manager; locally auth is off unless turned on with
 # PRECIS_AUTH and PRECIS_JWT_SECRET.

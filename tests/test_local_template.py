@@ -50,7 +50,7 @@ def test_stream_settings_come_from_the_template():
     fn = template().stream_function()
     assert fn.logical_id == "SummarizeFunction"
     settings = StreamSettings.from_properties(fn.stream)
-    raw = template().resource("SummarizeFunction")["Properties"]["Events"]["MessageStream"]["Properties"]
+    raw = template().resource("SummarizeStream")["Properties"]
     assert settings.batch_size == int(raw["BatchSize"])  # tuned by `make bench`; whatever it is, it is read
     assert settings.starting_position == "TRIM_HORIZON"
     assert settings.window_s == 0.25  # the template's 1 s, capped locally

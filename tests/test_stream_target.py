@@ -25,7 +25,7 @@ def typed(image: dict) -> dict:
 
 
 def wakes(event_name: str, image: dict) -> bool:
-    props = template().resource("SummarizeFunction")["Properties"]["Events"]["MessageStream"]["Properties"]
+    props = template().stream_function().stream
     record = {"eventName": event_name, "dynamodb": {"NewImage": typed(image)}}
     return any(matches(json.loads(f["Pattern"]), record) for f in props["FilterCriteria"]["Filters"])
 

@@ -141,9 +141,20 @@ def test_every_action_is_spelled_out_and_every_resource_named(logical_id):
         assert resource != "*" and not resource.startswith("arn:*"), f"{logical_id}: {action} on {resource}"
 
 
+STREAM_ACTIONS = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}
+STREAM_READERS = {"SummarizeFunction"}
+
+
+@pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
+def test_only_the_stream_consumer_reads_the_stream_and_only_this_tables(logical_id):
+    reads = {(a, r) for a, r in granted(logical_id) if a in STREAM_ACTIONS}
+    expected = {(a, "${Table.Arn}/stream/*") for a in STREAM_ACTIONS} if logical_id in STREAM_READERS else set()
+    assert reads == expected
+
+
 @pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
 def test_each_function_gets_only_its_table_actions_on_the_table_alone(logical_id):
-    table = {(a, r) for a, r in granted(logical_id) if a.startswith("dynamodb:")}
+    table = {(a, r) for a, r in granted(logical_id) if a.startswith("dynamodb:") and a not in STREAM_ACTIONS}
     assert {a for a, _ in table} <= TABLE_ACTIONS[logical_id]
     assert {r for _, r in table} <= TABLE
 
@@ -214,13 +225,12 @@ _BASIC = "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
 # From Tracing: Active. X-Ray's write actions (PutTraceSegments, PutTelemetryRecords, GetSamplingRules...) support no
 # resource-level permissions: AWS requires "*".
 _XRAY = "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess"
-# For the DynamoDB event source: the stream reads (GetRecords, GetShardIterator, DescribeStream, ListStreams) on "*".
-# Wider than needed (any stream in the account); a role of our own naming ${Table.StreamArn} alone would narrow it.
-_STREAM = "arn:aws:iam::aws:policy/service-role/AWSLambdaDynamoDBExecutionRole"
+# No AWSLambdaDynamoDBExecutionRole (stream reads on "*", any stream in the account): the stream trigger is an
+# event-source mapping of its own, and the summarizer's policy names this table's stream alone.
 MANAGED_POLICIES = {
     "IngestFunctionRole": {_BASIC, _XRAY},
     "ContextFunctionRole": {_BASIC, _XRAY},
-    "SummarizeFunctionRole": {_BASIC, _XRAY, _STREAM},
+    "SummarizeFunctionRole": {_BASIC, _XRAY},
 }
 
 
@@ -301,8 +311,8 @@ def test_the_api_is_throttled_and_its_access_logged():
 
 
 def test_the_summarizer_has_reserved_concurrency():
-    (summarizer,) = [lid for lid, p in FUNCTIONS.items()
-                     if any(e["Type"] == "DynamoDB" for e in p.get("Events", {}).values())]
+    (summarizer,) = [r["Properties"]["FunctionName"].value for r in RESOURCES.values()
+                     if r["Type"] == "AWS::Lambda::EventSourceMapping"]
     reserved = FUNCTIONS[summarizer].get("ReservedConcurrentExecutions")
     if isinstance(reserved, _Tag):  # a parameter: its default and its floor
         assert reserved.name == "Ref"
