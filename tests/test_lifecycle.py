@@ -233,3 +233,24 @@ def test_a_purge_asked_again_after_it_finished_does_nothing(ws):
     again = purge_session(get_db(), "ws1", "s1", incarnation)
     assert (again.done, again.deleted_items, again.deleted_objects) == (True, 0, 0)
     assert session_item(ws)["purged_at"]  # not rewritten: no new stream record
+
+
+def test_a_purge_that_s3_refuses_fails_its_record_and_is_retried_not_forgotten(ws):
+    post("a body long enough to live in S3 " * 10)
+    call("DELETE", S)
+    record = delete_record(ws)
+    db = get_db()
+
+    def refuse(parsed, **_):
+        parsed["Errors"] = [{"Key": "bodies/x", "Code": "AccessDenied", "Message": "Access Denied"}]
+
+    db.s3.meta.events.register("after-call.s3.DeleteObjects", refuse)
+    try:
+        failed = run_stream(record)
+    finally:
+        db.s3.meta.events.unregister("after-call.s3.DeleteObjects", refuse)
+    assert failed["batchItemFailures"] == [{"itemIdentifier": record["dynamodb"]["SequenceNumber"]}]
+    assert "purged_at" not in session_item(ws)  # not done: the id cannot be created again yet
+    assert call("POST", f"{W}/sessions", {"id": "s1"}).status == 409
+    assert run_stream(record) == {"batchItemFailures": []}  # the stream's retry
+    assert session_item(ws)["purged_at"]

@@ -64,10 +64,23 @@ def test_unknown_route_is_api_gateways_404(stack):
 
 
 def test_query_string_and_headers_reach_the_handler(stack):
-    status, _, body = request(stack.port, "GET", "/openapi.json?format=json&x=1&x=2",
-                              headers={"Accept": "application/json", "X-Trace": "abc"})
-    assert status == 200
-    assert json.loads(body)["info"]["title"] == "Precis"
+    for ws in ("qs-a", "qs-b", "qs-c"):
+        assert request(stack.port, "POST", "/v3/workspaces", body=json.dumps({"id": ws}).encode())[0] in (200, 201)
+    status, _, body = request(stack.port, "POST", "/v3/workspaces/list?page=2&size=1&reverse=true")
+    page = json.loads(body)
+    assert status == 200 and (page["page"], page["size"]) == (2, 1) and len(page["items"]) == 1
+    ids = [w["id"] for w in json.loads(request(stack.port, "POST", "/v3/workspaces/list?size=100")[2])["items"]]
+    assert page["items"][0]["id"] == ids[::-1][1]  # reverse order, second page of one
+    # A repeated parameter reaches the function joined with a comma, as API Gateway does: not an int.
+    status, _, body = request(stack.port, "POST", "/v3/workspaces/list?size=1&size=2")
+    assert status == 422 and "size" in json.dumps(json.loads(body)["detail"])
+    # Headers: the Idempotency-Key of a repeated post makes it replay the first answer.
+    batch = json.dumps({"messages": [{"content": "hi", "peer_id": "p"}]}).encode()
+    path = "/v3/workspaces/qs-a/sessions/s/messages"
+    first = request(stack.port, "POST", path, headers={"Idempotency-Key": "qs-1"}, body=batch)
+    again = request(stack.port, "POST", path, headers={"Idempotency-Key": "qs-1"}, body=batch)
+    assert first[0] == again[0] == 201 and json.loads(first[2]) == json.loads(again[2])
+    assert json.loads(request(stack.port, "POST", f"{path}/list")[2])["total"] == 1
 
 
 def test_a_body_over_10_mb_is_refused(stack):
