@@ -237,7 +237,7 @@ def test_reused_run_id_after_another_run_is_a_new_run():
 
 
 @settings(max_examples=300)
-@given(st.data(), sessions(), st.integers(100, 20_000), st.integers(1, 8), st.integers(0, 3000), st.booleans())
+@given(st.data(), sessions(), st.integers(256, 20_000), st.integers(1, 8), st.integers(0, 3000), st.booleans())
 def test_rolling_matches_reference(data, session, threshold, keep, summary_tokens, read_all):
     config = SummaryConfig(strategy="rolling", token_threshold=threshold, keep_recent_runs=keep)
     covers = data.draw(boundary(session))
@@ -257,7 +257,7 @@ def test_rolling_matches_reference(data, session, threshold, keep, summary_token
 
 @settings(max_examples=100)
 @given(sessions(1, 120, ("a", "b")),
-       st.integers(100, 3000), st.integers(1, 6))
+       st.integers(256, 3000), st.integers(1, 6))
 def test_rolling_one_message_at_a_time_keeps_the_recent_runs_and_stays_under_threshold(session, threshold, keep):
     config = SummaryConfig(strategy="rolling", token_threshold=threshold, keep_recent_runs=keep)
     summaries: dict[str, SummaryCost] = {}
@@ -295,7 +295,7 @@ def test_rolling_counts_the_previous_summary_tokens():
 
 def test_rolling_needs_more_than_keep_recent_runs_after_the_summary():
     session = Session(["a"] * 30 + ["b"] * 30 + [None], [100] * 61)
-    config = SummaryConfig(strategy="rolling", token_threshold=100, keep_recent_runs=3)
+    config = SummaryConfig(strategy="rolling", token_threshold=256, keep_recent_runs=3)
     assert call(config, {}, session) == []  # three complete runs: nothing to fold
 
 

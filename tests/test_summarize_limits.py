@@ -249,11 +249,12 @@ def test_an_engine_that_cannot_be_built_fails_its_jobs_for_good(db):
 
 
 def test_a_job_that_fails_for_good_is_no_poison_pill_for_the_stream(aws, llm_server, monkeypatch):  # noqa: F811
+    # The environment first: settings are read once (a cold start), here by the first configuration check.
+    monkeypatch.setenv("OPENAI_BASE_URL", llm_server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     db = Db(client=aws["dynamodb"], s3=aws["s3"], table=template().table_name, bucket=template().bucket_name)
     get_or_create_workspace(db, WS)
     post(db, [message(i, 1) for i in range(20)])
-    monkeypatch.setenv("OPENAI_BASE_URL", llm_server.url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     llm_server.mode = "400"
     out = invoke("SummarizeFunction", {"Records": message_records(aws["dynamodb"])})
     assert out == {"batchItemFailures": []}

@@ -1,11 +1,33 @@
-"""Settings, read once per cold start from the environment (the template, or the local stack)."""
+"""Settings, read once per cold start from the environment (the template, or the local stack).
+
+A bad value fails the cold start with a message naming the variable (and the template parameter it comes from),
+never a silent fallback.
+"""
 
 from __future__ import annotations
 
 import os
 from functools import lru_cache
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from precis.strategies import SummaryConfig
+
+# The deployment's summary defaults (template parameters): SummaryConfig field -> (variable, parameter).
+SUMMARY_ENV = {
+    "strategy": ("PRECIS_SUMMARY_STRATEGY", "SummaryStrategy"),
+    "engine": ("PRECIS_SUMMARY_ENGINE", "SummaryEngine"),
+    "token_threshold": ("PRECIS_SUMMARY_TOKEN_THRESHOLD", "SummaryTokenThreshold"),
+    "keep_recent_runs": ("PRECIS_SUMMARY_KEEP_RECENT_RUNS", "SummaryKeepRecentRuns"),
+    "keep_runs": ("PRECIS_SUMMARY_KEEP_RUNS", "SummaryKeepRuns"),
+    "max_output_tokens": ("PRECIS_SUMMARY_MAX_OUTPUT_TOKENS", "SummaryMaxOutputTokens"),
+    "whole_runs": ("PRECIS_SUMMARY_WHOLE_RUNS", "SummaryWholeRuns"),
+}
+
+
+class SettingsError(RuntimeError):
+    """The environment holds a value Precis cannot run with (a bad template parameter or `make dev` variable)."""
 
 
 class Settings(BaseModel):
@@ -39,10 +61,54 @@ class Settings(BaseModel):
     # partition's ceiling (12.5k; `make bench`, scale). At most 32: the DynamoDB and S3 clients keep 32 connections
     # each (store.db), and more threads would open connections they cannot reuse.
     summarize_concurrency: int = Field(16, ge=1, le=32)
+    # The deployment's summary defaults, under the workspace's and the session's configuration.summarizer. None:
+    # the built-in default. Checked together as a SummaryConfig when read (e.g. a rolling max_output_tokens over a
+    # quarter of token_threshold fails the cold start).
+    summary_strategy: Literal["cadence", "rolling", "sliding_window"] | None = None
+    summary_engine: Literal["llm", "extractive"] | None = None  # None (auto): llm when one is configured
+    summary_token_threshold: int | None = None
+    summary_keep_recent_runs: int | None = None
+    summary_keep_runs: int | None = None
+    summary_max_output_tokens: int | None = None  # None (0 in the template): derived from the strategy
+    summary_whole_runs: bool | None = None
+
+    @field_validator("summary_engine", mode="before")
+    @classmethod
+    def _auto_engine(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and value.strip().lower() in ("", "auto") else value
+
+    @field_validator("summary_max_output_tokens", mode="before")
+    @classmethod
+    def _derived_output(cls, value: Any) -> Any:
+        return None if str(value).strip() == "0" else value
+
+    @model_validator(mode="after")
+    def _summary_defaults_valid(self) -> Settings:
+        try:
+            SummaryConfig.model_validate(self.summary_defaults)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = str(error["loc"][0]) if error["loc"] else ""
+            variable, parameter = SUMMARY_ENV.get(field, ("PRECIS_SUMMARY_*", "Summary*"))
+            value = self.summary_defaults.get(field, error.get("input"))
+            raise ValueError(f"{variable}={value} (template parameter {parameter}): {error['msg']}") from None
+        return self
+
+    @property
+    def summary_defaults(self) -> dict[str, Any]:
+        """The SummaryConfig fields the deployment sets (the layer between the built-in defaults and a workspace's)."""
+        return {field: value for field in SUMMARY_ENV if (value := getattr(self, f"summary_{field}")) is not None}
 
 
 def _env_bool(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_flag(value: str | None) -> bool | str | None:
+    """A strict boolean for settings where a typo must not read as false: true/false (any case), else the text
+    itself, which validation refuses."""
+    text = (value or "").strip().lower()
+    return {"": None, "true": True, "false": False}.get(text, value)
 
 
 @lru_cache(maxsize=1)
@@ -65,5 +131,29 @@ def get_settings() -> Settings:
         "llm_max_input_tokens": env.get("PRECIS_LLM_MAX_INPUT_TOKENS"),
         "purge_grace_s": env.get("PRECIS_PURGE_GRACE_S"),
         "summarize_concurrency": env.get("PRECIS_SUMMARIZE_CONCURRENCY"),
+        **{f"summary_{field}": env.get(variable) for field, (variable, _) in SUMMARY_ENV.items()},
     }
-    return Settings(**{k: v for k, v in raw.items() if v not in (None, "")})
+    raw["summary_whole_runs"] = _env_flag(raw["summary_whole_runs"])
+    try:
+        return Settings(**{k: v for k, v in raw.items() if v not in (None, "")})
+    except ValidationError as exc:
+        raise SettingsError(f"invalid settings in the environment: {_explain(exc)}") from None
+
+
+_VARIABLES = {
+    "inline_body_max_bytes": "PRECIS_INLINE_BODY_MAX_BYTES", "max_message_chars": "PRECIS_MAX_MESSAGE_CHARS",
+    "llm_timeout": "PRECIS_LLM_TIMEOUT_S", "llm_max_attempts": "PRECIS_LLM_MAX_ATTEMPTS",
+    "llm_max_input_tokens": "PRECIS_LLM_MAX_INPUT_TOKENS", "purge_grace_s": "PRECIS_PURGE_GRACE_S",
+    "summarize_concurrency": "PRECIS_SUMMARIZE_CONCURRENCY",
+    **{f"summary_{field}": variable for field, (variable, _) in SUMMARY_ENV.items()},
+}
+
+
+def _explain(exc: ValidationError) -> str:
+    """Each error as `VARIABLE=value: what is wrong`."""
+    parts = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        message = error["msg"].removeprefix("Value error, ")
+        parts.append(f"{_VARIABLES[field]}={error['input']!r}: {message}" if field in _VARIABLES else message)
+    return "; ".join(parts)

@@ -3,14 +3,19 @@
 Honcho's own keys live in `configuration.summary` (enabled, messages_per_short_summary,
 messages_per_long_summary, custom_instructions); Precis-only keys live in `configuration.summarizer`,
 a top-level section the honcho-ai SDK never parses (it rejects unknown keys inside its known sections).
+
+Precedence, lowest first: SummaryConfig's built-in defaults < the deployment's defaults (template parameters, read
+into Settings) < the workspace's configuration < the session's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
+from precis.config import SUMMARY_ENV, get_settings
 from precis.errors import Invalid
 from precis.strategies import SummaryConfig, merge_config
 
@@ -33,11 +38,26 @@ def _level(configuration: dict[str, Any] | None) -> dict[str, Any]:
     return {**{_HONCHO[k]: v for k, v in honcho.items()}, **ours}
 
 
-def summary_config(workspace: dict[str, Any] | None, session: dict[str, Any] | None = None) -> SummaryConfig:
-    """The effective summary settings of a session; Invalid (422) naming the field when a value is bad."""
+def summary_config(workspace: dict[str, Any] | None, session: dict[str, Any] | None = None, *,
+                   deployment: Mapping[str, Any] | None = None) -> SummaryConfig:
+    """The effective summary settings of a session over `deployment` (default: this deployment's, from Settings);
+    Invalid (422) naming the field, and the deployment's variable when the value came from there."""
+    deployment = get_settings().summary_defaults if deployment is None else deployment
+    levels = (_level(workspace), _level(session))
     try:
-        return merge_config(_level(workspace), _level(session))
+        return merge_config(deployment, *levels)
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(p) for p in error["loc"]) or "summary settings"
-        raise Invalid(f"configuration.{SECTION}.{where}: {error['msg']}") from None
+        message = error["msg"].removeprefix("Value error, ")
+        field = str(error["loc"][0]) if error["loc"] else ""
+        if field in deployment and all(level.get(field) is None for level in levels):
+            variable, parameter = SUMMARY_ENV[field]
+            message += (f" ({field} {deployment[field]} is this deployment's default, {variable} / template parameter "
+                        f"{parameter}; set configuration.{SECTION}.{field} to override it)")
+        raise Invalid(f"configuration.{SECTION}.{where}: {message}") from None
+
+
+# Every function imports this module while it starts: reading the settings here makes a bad deployment value fail
+# the cold start with its message (Lambda's init error), not each request later.
+get_settings()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import UTC
 from typing import Any
 
@@ -12,7 +13,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from precis.config import Settings
 from precis.errors import Invalid, TooLarge
-from precis.models import MessageBatch
+from precis.models import ID_MAX, ID_PATTERN, MessageBatch, MessageIn
 from precis.store import idempotency
 from precis.store.db import Db
 from precis.store.messages import (
@@ -47,8 +48,25 @@ def _prepare(batch: MessageBatch, settings: Settings) -> list[NewMessage]:
         prepared.append(NewMessage(
             content=message.content, peer_id=message.peer_id, token_count=count_text(message.content),
             metadata=message.metadata, created_at=created_at.isoformat() if created_at else None,
-            run_id=message.run_id))
+            run_id=_run_of(message, index)))
     return prepared
+
+
+def _run_of(message: MessageIn, index: int) -> str | None:
+    """A message's run: its `run_id` (ext), else `metadata.run_id` (what the honcho-ai SDK can send:
+    `peer.message(text, metadata={"run_id": r})`), held to the same rules (null: no run); fixed once stored."""
+    value = (message.metadata or {}).get("run_id")
+    if message.run_id is not None or value is None:
+        return message.run_id
+    if not isinstance(value, str) or not 1 <= len(value) <= ID_MAX or not re.fullmatch(ID_PATTERN, value):
+        if isinstance(value, str):
+            shown = f"{len(value)} characters" if len(value) > ID_MAX else repr(value)
+        else:
+            text = repr(value)
+            shown = f"{type(value).__name__} {text if len(text) <= 40 else text[:39] + '…'}"
+        raise Invalid(f"messages[{index}].metadata.run_id: a string of 1-{ID_MAX} characters of letters, digits, "
+                      f"'_' and '-' (as run_id), got {shown}")
+    return value
 
 
 def _fingerprint(batch: MessageBatch) -> str:

@@ -24,3 +24,6 @@ SessionIds = Annotated[list[str] | None, Query(max_length=1000)]
 TopK = Annotated[int | None, Query(ge=1, le=100)]
 Distance = Annotated[float | None, Query(ge=0, le=1)]
 MaxConclusions = Annotated[int | None, Query(ge=1, le=100)]
+# Absent: the session's configuration.summarizer.whole_runs (over the workspace's and the deployment's default).
+WholeRuns = Annotated[bool | None, Query(description="never return part of a run (ext); absent: the session's "
+                                                      "configuration.summarizer.whole_runs")]

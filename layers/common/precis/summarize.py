@@ -6,6 +6,13 @@ and one that finds it busy leaves the work to the holder instead of paying for t
 at-least-once and a lease can outlive its holder's view of the session, so every summary write is still conditional
 and bound to the session's incarnation (see `store.summaries.put_summary`).
 
+Output: no stored summary holds more tokens (tiktoken o200k, as the context counts them) than the request's cap: the
+configured `max_output_tokens`, or the tokens of what the summary replaces (the previous summary + the step's
+messages) when that is less, so a summary never takes more of a context than the history it stands for. The cap is
+sent to the engine (the LLM's max_tokens, the extractive word limit), and a text still over it (a model whose
+tokenizer differs from o200k, a server that ignores max_tokens) is cut to it here; a step that replaces nothing
+(empty messages only) stores an empty summary without a request.
+
 Size: no request holds more than `llm_max_input_tokens` of prompt (system, previous summary, messages). A larger
 job runs as steps (previous summary + the next whole runs that fit → intermediate summary → …), and each step's
 summary is stored as soon as it ends, with the job's end on it, so a later invocation continues from it
@@ -44,7 +51,16 @@ from aws_lambda_powertools.metrics import MetricUnit
 from precis.concurrency import add_metric
 from precis.config import Settings
 from precis.configuration import summary_config
-from precis.engines import Engine, EngineError, PromptTooLong, SummaryRequest, default_engine, get_engine, word_limit
+from precis.engines import (
+    Engine,
+    EngineError,
+    PromptTooLong,
+    SummaryRequest,
+    SummaryResult,
+    default_engine,
+    get_engine,
+    word_limit,
+)
 from precis.engines.prompt import build_messages, line_tokens, prompt_tokens
 from precis.errors import Invalid
 from precis.secrets import llm_api_key
@@ -311,7 +327,7 @@ class _Runner:
                 # would be the same request again.
                 return self._fail(job, step, request, refused, failure, previous_covers)
             try:
-                result = self.engine.summarize(request)
+                result, cut_from = self._summarize(step, previous, request)
             except PromptTooLong as exc:
                 refused, refused_tokens = exc, prompt_tokens(request)
                 self.limit = max(1, refused_tokens // 2)
@@ -326,7 +342,7 @@ class _Runner:
             except Exception:
                 add_metric(name="SummarizerErrors", unit=MetricUnit.Count, value=1)
                 raise
-            put = self._store(job, step, request, result, previous_covers)
+            put = self._store(job, step, request, result, previous_covers, cut_from)
             if put is not Put.WRITTEN:
                 return "gone" if put is Put.SESSION_GONE else "stale"  # stale: another invocation is ahead of us
             previous, previous_covers, first = result.text, step.through_seq, step.through_seq + 1
@@ -349,12 +365,33 @@ class _Runner:
         room = self.limit - prompt_tokens(base)
         for _ in range(3):
             step = next_step(refs, room)
-            request = replace(base, messages=self._messages(step))
+            cap = max(1, min(self.config.max_output_tokens, self._replaced(step, previous)))
+            request = replace(base, messages=self._messages(step), word_limit=word_limit(cap), max_output_tokens=cap)
             over = prompt_tokens(request) - self.limit
             if over <= 0 or room <= 0:
                 break
             room -= over  # a line's estimate can be a token or two short (tokens merge): fit the exact count
         return step, request
+
+    def _replaced(self, step: Step, previous: str | None) -> int:
+        """Tokens of what the step's summary replaces in a context: the previous summary and the step's messages."""
+        return (count_text(previous) if previous else 0) + sum(
+            self.by_seq[seq]["token_count"] for seq in range(step.first_seq, step.through_seq + 1))
+
+    def _summarize(self, step: Step, previous: str | None, request: SummaryRequest) -> tuple[SummaryResult, int | None]:
+        """The engine's summary held to `request.max_output_tokens`, and the tokens it had when it had to be cut."""
+        if self._replaced(step, previous) == 0:  # only empty messages: nothing to say, nothing to ask
+            return SummaryResult(text="", prompt="[]", model="none", input_tokens=0, output_tokens=0,
+                                 latency_ms=0.0), None
+        result = self.engine.summarize(request)
+        tokens = count_text(result.text)
+        if tokens <= request.max_output_tokens:
+            return result, None
+        logger.warning("summary longer than its cap: cut to it", extra={
+            "session": self.session_id, "summary_type": request.summary_type, "engine": self.engine.name,
+            "tokens": tokens, "max_output_tokens": request.max_output_tokens})
+        add_metric(name="SummariesCut", unit=MetricUnit.Count, value=1)
+        return replace(result, text=cut_to_tokens(result.text, request.max_output_tokens)), tokens
 
     def _line_estimate(self, seq: int) -> int:
         """A message's cost in the prompt from its stored token count, without reading its body."""
@@ -381,7 +418,8 @@ class _Runner:
             out.append((peer, content))
         return out
 
-    def _store(self, job: SummaryJob, step: Step, request: SummaryRequest, result, previous_covers: int | None) -> Put:
+    def _store(self, job: SummaryJob, step: Step, request: SummaryRequest, result, previous_covers: int | None,
+               cut_from: int | None = None) -> Put:
         last = self.by_seq[step.through_seq]
         token_count = count_text(result.text)
         # A step short of the job's end carries that end: the next invocation continues the job from here.
@@ -396,6 +434,7 @@ class _Runner:
             self._audit(job.summary_type, step.through_seq, "", {
                 **self._covers(job, step, previous_covers), "outcome": "written", "engine": self.engine.name,
                 "model": result.model, "prompt": result.prompt, "output": result.text, "token_count": token_count,
+                "max_output_tokens": request.max_output_tokens, "output_cut_from_tokens": cut_from,
                 "usage": {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens},
                 "latency_ms": result.latency_ms, "attempts": result.attempts})
             add_metric(name="SummariesWritten", unit=MetricUnit.Count, value=1)
@@ -460,6 +499,21 @@ def _fingerprint(engine: Engine, config: SummaryConfig, settings: Settings) -> s
     shape = [engine.name, config.model or settings.llm_model, settings.llm_base_url, config.instructions,
              config.max_output_tokens, config.temperature, settings.llm_max_input_tokens]
     return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
+
+
+def cut_to_tokens(text: str, tokens: int) -> str:
+    """`text` cut to at most `tokens` tokens (at least 1), ending in an ellipsis that marks the cut."""
+    enc = encoding()
+    ids = enc.encode_ordinary(text)
+    if len(ids) <= tokens:
+        return text
+    keep = max(0, tokens - 1)
+    while True:
+        # A cut can fall inside a multi-byte character: drop the replacement characters decoding leaves there.
+        cut = enc.decode(ids[:keep]).rstrip("\ufffd").rstrip() + "…"
+        if count_text(cut) <= tokens or keep == 0:
+            return cut
+        keep -= 1  # tokens can merge differently once decoded and encoded again
 
 
 def _cut(text: str, tokens: int) -> str:

@@ -18,6 +18,7 @@ from precis.params import (
     SessionIds,
     Tokens,
     TopK,
+    WholeRuns,
     WorkspaceId,
 )
 from precis.store import context, messages, resources
@@ -76,7 +77,7 @@ def get_message(workspace_id: WorkspaceId, session_id: SessionId, message_id: Me
 
 @router.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/context")
 def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens = None, summary: bool = True,
-                whole_runs: bool = False, peer_target: OptionalId = None, peer_perspective: OptionalId = None,
+                whole_runs: WholeRuns = None, peer_target: OptionalId = None, peer_perspective: OptionalId = None,
                 scope: str | None = None, sessions: SessionIds = None, limit_to_session: bool = False,
                 search_query: str | None = None, search_top_k: TopK = None, search_max_distance: Distance = None,
                 include_most_frequent: bool = False, max_conclusions: MaxConclusions = None):

@@ -73,8 +73,12 @@ def _window(db: Db, ws: str, session_id: str, plan: ContextPlan) -> list[dict[st
 
 
 def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: bool = True,
-                 whole_runs: bool = False) -> dict[str, Any]:
-    """The context of a session within `limit` tokens (summary + newest messages), Honcho's shape + ext."""
+                 whole_runs: bool | None = None) -> dict[str, Any]:
+    """The context of a session within `limit` tokens (summary + newest messages), Honcho's shape + ext.
+
+    `whole_runs` None: the session's setting (configuration.summarizer.whole_runs, over the workspace's and the
+    deployment's), read with the session in round 1.
+    """
     for _ in range(3):
         answer = _read_once(db, ws, session_id, limit, use_summary, whole_runs)
         if answer is not None:
@@ -82,7 +86,7 @@ def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: b
     raise Throttled(f"the summaries of session '{session_id}' are being rewritten; retry the request")
 
 
-def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, whole_runs: bool,
+def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, whole_runs: bool | None,
                ) -> dict[str, Any] | None:
     """One two-round read; None when the chosen summary was replaced between the rounds (then read again)."""
     first = _pool.submit(_session_and_summaries, db, ws, session_id, _ROUND_ONE)
@@ -113,6 +117,7 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
     if plan.summary and (summary is None or summary["covers_seq"] != plan.summary.covers_seq):
         return None  # a newer summary landed after round 1: its boundary and size differ from the plan
     by_seq = {i["seq"]: i for i in items}
+    whole_runs = config.whole_runs if whole_runs is None else whole_runs
     selection = select_messages(plan, map(_cost, items), whole_runs=whole_runs)
     return {
         "id": session_id,
