@@ -23,11 +23,13 @@ help:
 	@echo "make bench    run the benchmarks (tables, plots under bench/out/)"
 	@echo "make invoke FN=ContextFunction EVENT=events/context_health.json   one handler, one event"
 
-$(VENV)/.installed: requirements-dev.txt layers/common/requirements.txt
+# The `precis` command (cli/, editable: it validates settings with the layer as it stands) comes with the virtualenv.
+$(VENV)/.installed: requirements-dev.txt layers/common/requirements.txt pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "python3.12 not found (set PYTHON312=/path/to/python3.12)"; exit 1; }
 	test -d $(VENV) || $(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
 $(SAM_VENV)/.installed: requirements-sam.txt

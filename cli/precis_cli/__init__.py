@@ -1,0 +1,1 @@
+"""`precis`: the command line of a Precis service (any URL, any key)."""

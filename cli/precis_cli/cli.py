@@ -1,0 +1,445 @@
+"""The `precis` command: settings, keys, context, summaries, import and export against any Precis URL.
+
+Exit codes: 0 done, 1 the service refused (or is unreachable), 2 a usage error (caught before anything is sent).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+
+from precis_cli import render, settings, transfer
+from precis_cli.client import DEFAULT_URL, Precis, ServiceError, Unreachable, dev_stack_url
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class Failure(click.ClickException):
+    """One line on stderr and an exit code: 1 for the service's refusals, 2 for what the caller got wrong."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class PrecisGroup(click.Group):
+    """One line and an exit code for what goes wrong anywhere in a command: the service's refusals (1), and settings
+    or files that cannot be sent (2)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (ServiceError, Unreachable) as exc:
+            raise Failure(str(exc), 1) from None
+        except (settings.SettingError, transfer.ImportFileError) as exc:
+            raise Failure(str(exc), 2) from None
+
+
+def target_options(command: Callable) -> Callable:
+    """--url, --key and --workspace on a command too, so they may follow it (`precis context s1 -w demo`)."""
+
+    @click.option("--url", "url_", metavar="URL", help="Precis base URL (as on `precis`).")
+    @click.option("--key", "key_", metavar="KEY", help="Bearer key (as on `precis`).")
+    @click.option("-w", "--workspace", "workspace_", metavar="ID", help="Workspace (as on `precis`).")
+    @functools.wraps(command)
+    def wrapper(*args: Any, url_: str | None, key_: str | None, workspace_: str | None, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        root = ctx.find_root().params
+        url = url_ or root.get("url") or dev_stack_url() or DEFAULT_URL
+        workspace = workspace_ or root.get("workspace") or "default"
+        with Precis(url, key_ or root.get("key"), workspace) as client:
+            return command(client, *args, **kwargs)
+
+    return wrapper
+
+
+def _use_color(flag: bool | None) -> bool:
+    if flag is not None:
+        return flag
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+color_option = click.option("--color/--no-color", "color", default=None,
+                            help="Colour the output (default: when stdout is a terminal and NO_COLOR is unset).")
+
+
+@click.group("precis", cls=PrecisGroup, context_settings=CONTEXT_SETTINGS)
+@click.option("--url", envvar="PRECIS_URL", metavar="URL",
+              help=f"Precis base URL [env PRECIS_URL; default: the running `make dev` stack (.precis/dev.json), "
+                   f"else {DEFAULT_URL}].")
+@click.option("--key", envvar="PRECIS_KEY", metavar="KEY", help="Bearer key [env PRECIS_KEY].")
+@click.option("-w", "--workspace", envvar="PRECIS_WORKSPACE", metavar="ID",
+              help="Workspace [env PRECIS_WORKSPACE; default 'default'].")
+def main(url: str | None, key: str | None, workspace: str | None) -> None:
+    """Precis from the command line: summary settings, keys, a session's context, its summaries, import and
+    export. Works with any Precis URL and key; `precis COMMAND --help` for each."""
+
+
+# ---------------------------------------------------------------- config
+
+
+@main.group(context_settings=CONTEXT_SETTINGS)
+def config() -> None:
+    """Summary settings of a workspace or session.
+
+    Honcho's keys (enabled, messages_per_short_summary, messages_per_long_summary, custom_instructions) live in
+    `configuration.summary`, Precis's (strategy, engine, token_threshold, keep_recent_runs, keep_runs,
+    instructions, model, max_output_tokens, temperature, ...) in `configuration.summarizer`. A session's settings
+    override its workspace's.
+    """
+
+
+def _level(client: Precis, session: str | None) -> tuple[dict | None, dict | None]:
+    """(workspace, session) resources as they stand; None for one that does not exist."""
+    workspace = client.read_workspace()
+    if session is None or workspace is None:
+        return workspace, None
+    return workspace, client.read_session(session)
+
+
+def _shown(client: Precis, session: str | None, ws_conf: dict | None, s_conf: dict | None) -> dict[str, Any]:
+    own = s_conf if session else ws_conf
+    return {"workspace": client.workspace, "session": session, **settings.sections(own),
+            "effective": settings.effective(ws_conf, s_conf if session else None)}
+
+
+@config.command("get", context_settings=CONTEXT_SETTINGS)
+@click.option("-s", "--session", metavar="ID", help="The session's settings (default: the workspace's).")
+@target_options
+def config_get(client: Precis, session: str | None) -> None:
+    """Print the settings as JSON: this level's `summary` and `summarizer` sections and the `effective` settings
+    (the workspace's merged with the session's, as the service uses them)."""
+    workspace, found = _level(client, session)
+    if workspace is None:
+        raise Failure(f"workspace '{client.workspace}' not found", 1)
+    if session and found is None:
+        raise Failure(f"session '{session}' not found in workspace '{client.workspace}'", 1)
+    shown = _shown(client, session, workspace.get("configuration"), (found or {}).get("configuration"))
+    click.echo(json.dumps(shown, indent=2, ensure_ascii=False))
+
+
+@config.command("set", context_settings=CONTEXT_SETTINGS)
+@click.argument("assignments", nargs=-1, required=True, metavar="KEY=VALUE...")
+@click.option("-s", "--session", metavar="ID", help="Set the session's settings (default: the workspace's).")
+@click.option("--dry-run", is_flag=True, help="Validate and print the result without sending it.")
+@target_options
+def config_set(client: Precis, assignments: tuple[str, ...], session: str | None, dry_run: bool) -> None:
+    """Change settings: `strategy=rolling token_threshold=4000`, `summary.enabled=false`, `model=null` (removes
+    the key: the level inherits it).
+
+    A bare key is Precis's (`summarizer.KEY`), except Honcho's `custom_instructions`; values are JSON (numbers,
+    true/false) unless the setting takes text. The result is validated as the service validates it (a session's
+    settings merged with its workspace's) before anything is sent; a workspace or session that does not exist yet
+    is created with the settings. Prints the new settings as `config get` does.
+    """
+    changes = [settings.parse_assignment(a) for a in assignments]
+    workspace, found = _level(client, session)
+    ws_conf = (workspace or {}).get("configuration") or {}
+    # `_shown` validates: a SettingError (exit 2) comes before anything is sent.
+    if session is None:
+        new_conf = settings.apply(ws_conf, changes)
+        shown = _shown(client, None, new_conf, None)
+    else:
+        new_conf = settings.apply((found or {}).get("configuration") or {}, changes)
+        shown = _shown(client, session, ws_conf, new_conf)  # merged with the workspace's
+    if not dry_run:
+        if session is None:
+            if workspace is None:
+                client.create_workspace(new_conf)
+            else:
+                client.update_workspace(new_conf)
+        else:
+            if workspace is None:
+                client.create_workspace()
+            if found is None:
+                client.create_session(session, new_conf)
+            else:
+                client.update_session(session, new_conf)
+    click.echo(json.dumps(shown, indent=2, ensure_ascii=False))
+
+
+# ---------------------------------------------------------------- keys
+
+
+@main.group(context_settings=CONTEXT_SETTINGS)
+def keys() -> None:
+    """Scoped keys (needs an admin key)."""
+
+
+def _expiry(text: str | None) -> str | None:
+    """`30m`, `12h`, `7d` from now, or an ISO 8601 time, as the ISO 8601 the service takes."""
+    if text is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if text[:-1].isdigit() and text[-1:] in units:
+        return (datetime.now(UTC) + timedelta(seconds=int(text[:-1]) * units[text[-1]])).isoformat()
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter("a duration (30m, 12h, 7d) or an ISO 8601 time", param_hint="--expires") from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).isoformat()
+
+
+@keys.command("mint", context_settings=CONTEXT_SETTINGS)
+@click.option("--peer", metavar="ID", help="Narrow the key to this peer of the workspace.")
+@click.option("--session", metavar="ID", help="Narrow the key to this session of the workspace.")
+@click.option("--expires", metavar="WHEN", help="Expiry: 30m, 12h, 7d or an ISO 8601 time (default: never).")
+@click.option("--admin", is_flag=True, help="An admin key (every workspace) instead of a workspace key.")
+@target_options
+def keys_mint(client: Precis, peer: str | None, session: str | None, expires: str | None, admin: bool) -> None:
+    """Mint a key for the workspace (-w), or one of its peers or sessions, and print it."""
+    if admin and (peer or session):
+        raise click.UsageError("--admin cannot be combined with --peer or --session")
+    click.echo(client.mint_key(workspace=None if admin else client.workspace, peer=peer, session=session,
+                               expires_at=_expiry(expires)))
+
+
+# ---------------------------------------------------------------- context and summaries
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("session")
+@click.option("-t", "--tokens", type=click.IntRange(1, 100_000), required=True, help="The budget, in tokens.")
+@click.option("--whole-runs/--split-runs", default=None,
+              help="Never return part of a run / allow it; default: the session's configured whole_runs.")
+@click.option("--no-summary", is_flag=True, help="Messages only, no summary.")
+@click.option("--json", "as_json", is_flag=True, help="Print the service's answer as JSON.")
+@color_option
+@target_options
+def context(client: Precis, session: str, tokens: int, whole_runs: bool | None, no_summary: bool, as_json: bool,
+            color: bool | None) -> None:
+    """A session's context for a token budget.
+
+    Draws a bar of what the context holds (summary, messages, unused — to scale, with token counts), then lists the
+    summary and the messages. Plain text when stdout is not a terminal or with --no-color."""
+    answer = client.context(session, tokens, summary=not no_summary, whole_runs=whole_runs)
+    if as_json:
+        click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+        return
+    use_color = _use_color(color)
+    width = min(shutil.get_terminal_size((80, 24)).columns, 100) - 2
+    lines = render.budget_bar(render.budget_of(answer, tokens), width, use_color)
+    if answer.get("summary"):
+        lines += ["", *render.summary_block(answer["summary"], _through_seq(client, session, answer["summary"]),
+                                            use_color)]
+    if answer.get("messages"):
+        lines.append("")
+    for message in answer.get("messages") or []:
+        lines += render.message_block(message, use_color)
+    click.echo("\n".join(lines), color=use_color)
+
+
+def _through_seq(client: Precis, session: str, summary: dict[str, Any]) -> int | None:
+    """The seq of the last message a summary covers (None when it cannot be read)."""
+    try:
+        return client.message(session, summary["message_id"]).get("seq")
+    except (ServiceError, KeyError):
+        return None
+
+
+def _summary_lines(client: Precis, session: str, answer: dict[str, Any], color: bool) -> list[str]:
+    lines: list[str] = []
+    for slot in ("short_summary", "long_summary"):
+        if answer.get(slot):
+            lines += [*([""] if lines else []),
+                      *render.summary_block(answer[slot], _through_seq(client, session, answer[slot]), color)]
+    return lines
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("session")
+@click.option("--json", "as_json", is_flag=True, help="Print the service's answer as JSON.")
+@color_option
+@target_options
+def summaries(client: Precis, session: str, as_json: bool, color: bool | None) -> None:
+    """A session's current summaries.
+
+    Which type each is, what it covers and its text."""
+    answer = client.summaries(session)
+    if as_json:
+        click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+        return
+    use_color = _use_color(color)
+    click.echo("\n".join(_summary_lines(client, session, answer, use_color)) or "no summaries yet", color=use_color)
+
+
+def _fingerprint(summary: dict[str, Any] | None) -> tuple | None:
+    if not summary:
+        return None
+    return summary.get("summary_type"), summary.get("message_id"), summary.get("content")
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("session")
+@click.option("--interval", type=click.FloatRange(0.05), default=2.0, show_default=True,
+              help="Seconds between polls.")
+@click.option("--count", type=click.IntRange(1), help="Exit after printing this many summaries.")
+@click.option("--once", is_flag=True, help="Poll once, print the current summaries and exit.")
+@color_option
+@target_options
+def tail(client: Precis, session: str, interval: float, count: int | None, once: bool, color: bool | None) -> None:
+    """Watch a session's summaries change.
+
+    Polls the session and prints each summary as it appears or changes (the current ones first) until Ctrl-C,
+    --count or --once. A session that does not exist yet is waited for."""
+    use_color = _use_color(color)
+    seen: dict[str, tuple | None] = {}
+    printed = 0
+    waiting_said = False
+    try:
+        while True:
+            try:
+                answer = client.summaries(session)
+            except ServiceError as exc:
+                if exc.status != 404:
+                    raise
+                if not waiting_said:
+                    click.echo(f"waiting for session '{session}' ({exc.detail})", err=True)
+                    waiting_said = True
+                answer = {}
+            for slot in ("short_summary", "long_summary"):
+                summary = answer.get(slot)
+                if _fingerprint(summary) in (None, seen.get(slot)):
+                    continue
+                seen[slot] = _fingerprint(summary)
+                stamp = datetime.now().strftime("%H:%M:%S")
+                block = render.summary_block(summary, _through_seq(client, session, summary), use_color)
+                click.echo("\n".join([f"[{stamp}] {block[0]}", *block[1:]]), color=use_color)
+                printed += 1
+                if count is not None and printed >= count:
+                    return
+            if once:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return  # Ctrl-C is how a tail ends
+
+
+# ---------------------------------------------------------------- import and export
+
+
+@main.command("import", context_settings=CONTEXT_SETTINGS)
+@click.argument("session")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--peer-map", metavar="ROLE=PEER,...", help="Peer ids for roles or peer ids: user=alice,assistant=bot.")
+@click.option("--batch-size", type=click.IntRange(1, transfer.MAX_BATCH), default=transfer.MAX_BATCH,
+              show_default=True, help="Messages per post.")
+@click.option("--max-batches", type=click.IntRange(1), help="Stop after posting this many batches (resume later).")
+@target_options
+def import_(client: Precis, session: str, file: Path, peer_map: str | None, batch_size: int,
+            max_batches: int | None) -> None:
+    """Import a conversation file into a session, in order.
+
+    FILE: JSONL of {peer_id, content, created_at?, run_id?, metadata?} (what `precis export` writes) or JSON/JSONL
+    of OpenAI-style messages ({role, content}, alone or in {"messages": [...]}); the role is the peer unless
+    --peer-map says otherwise.
+
+    Each batch carries an Idempotency-Key made from the file's content hash and the batch's index, so running the
+    same import again (after Ctrl-C, a crash, a lost connection) never stores a message twice; batches a previous
+    run finished are skipped (progress kept under PRECIS_STATE_DIR, default ~/.local/state/precis).
+    """
+    data = file.read_bytes()
+    mapping = transfer.parse_peer_map(peer_map)
+    batches = transfer.make_batches(transfer.read_messages(data, mapping), max_count=batch_size)
+    import_key = transfer.import_id(data, mapping, batch_size)
+    state = transfer.ImportState.load(client.url, client.workspace, session, import_key)
+    client.ensure_workspace()
+    start = _verified_start(client, session, batches, state)
+    before = client.last_seq(session)  # a batch answered with seqs at or below this was stored by an earlier run
+    total = sum(map(len, batches))
+    skipped = sum(map(len, batches[:start]))
+    imported = already = posted = 0
+    try:
+        with click.progressbar(length=total, label="importing", file=sys.stderr, show_pos=True) as bar:
+            bar.update(skipped)
+            for index in range(start, len(batches)):
+                if max_batches is not None and posted >= max_batches:
+                    break
+                answer = client.post_messages(session, batches[index], transfer.batch_key(import_key, index))
+                if answer and answer[0].get("seq", before + 1) <= before:
+                    already += len(answer)
+                else:
+                    imported += len(answer)
+                    posted += 1
+                state.save(index + 1, answer[-1]["id"])
+                bar.update(len(batches[index]))
+    except KeyboardInterrupt:
+        raise Failure(f"interrupted: imported {imported} messages in {posted} batches, "
+                      f"{skipped + already} already there; run the same command again to resume", 130) from None
+    line = f"imported {imported} messages in {posted} batches, {skipped + already} already there"
+    if state.done < len(batches):
+        line += f"; {total - sum(map(len, batches[:state.done]))} to go (run the same command again to continue)"
+    click.echo(line)
+
+
+def _verified_start(client: Precis, session: str, batches: list[list[dict]], state: transfer.ImportState) -> int:
+    """How many batches a previous run stored, as its state says and the service confirms (the last message it
+    stored is there, with the same content); 0 when anything disagrees (the keys still prevent doubles)."""
+    if not state.done or state.done > len(batches) or not state.last_message_id:
+        return 0
+    expected = batches[state.done - 1][-1]
+    try:
+        stored = client.message(session, state.last_message_id)
+    except ServiceError as exc:
+        if exc.status != 404:
+            raise
+        stored = None
+    if stored and stored.get("content") == expected["content"] and stored.get("peer_id") == expected["peer_id"]:
+        return state.done
+    click.echo("the session no longer holds what this import's last run stored: posting every batch again "
+               "(batches the service still remembers are not stored twice)", err=True)
+    state.forget()
+    return 0
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("session")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path),
+              help="Write to this file (default: stdout).")
+@target_options
+def export(client: Precis, session: str, output: Path | None) -> None:
+    """Write a session's messages as JSONL.
+
+    Oldest first, one message per line as the API returns it (paged through `messages/list`); `precis import`
+    reads it back."""
+    out = output.open("w", encoding="utf-8") if output else sys.stdout
+    count = 0
+    try:
+        for message in _all_messages(client, session):
+            out.write(transfer.export_line(message) + "\n")
+            count += 1
+    except BrokenPipeError:  # `precis export s1 | head`: the reader has had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the interpreter's last flush is quiet
+        return
+    finally:
+        if output:
+            out.close()
+    if output:
+        click.echo(f"exported {count} messages to {output}", err=True)
+
+
+def _all_messages(client: Precis, session: str, size: int = 100):
+    """Every message, page by page (`POST …/messages/list`); a page the service shortened to fit its answer limit
+    (`truncated`) is finished by seq before the next page."""
+    page_no, pages = 1, 1
+    while page_no <= pages:
+        answer = client.messages_page(session, page_no, size)
+        pages = answer["pages"]
+        items = answer["items"]
+        yield from items
+        end = page_no * size
+        while answer.get("truncated") and items and items[-1]["seq"] < end:
+            answer = client.messages_page(session, 1, size, {"seq": {"gt": items[-1]["seq"], "lte": end}})
+            items = answer["items"]
+            yield from items
+        page_no += 1

@@ -1,0 +1,283 @@
+"""The `precis` command against the local stack (keys checked): settings, keys, context, summaries, tail, errors.
+
+Fast cases run in-process through click's CliRunner; the installed entry point runs as a real subprocess where a
+terminal's view matters (no TTY: plain output), for `tail` and its Ctrl-C, and for the help of every command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from precis.auth import mint_key
+from precis.configuration import summary_config
+from precis.errors import Invalid
+from precis_cli.cli import main
+
+from tests.stack import free_port
+
+pytestmark = pytest.mark.stack
+SECRET = "cli-test-secret-0123456789abcdef"
+STACK_ENV = {"PRECIS_AUTH": "true", "PRECIS_JWT_SECRET": SECRET}
+ADMIN = mint_key(SECRET, admin=True)
+PRECIS = Path(sys.executable).with_name("precis")
+
+
+@pytest.fixture
+def env(stack, tmp_path):
+    return {"PRECIS_URL": stack.url, "PRECIS_KEY": ADMIN, "PRECIS_STATE_DIR": str(tmp_path / "state"),
+            "PRECIS_WORKSPACE": None, "NO_COLOR": None}
+
+
+def precis(env, *args):
+    """The command in-process (click's runner): its result, stdout and stderr apart."""
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def precis_process(env, *args, **kwargs) -> subprocess.Popen:
+    """The installed `precis` entry point as a subprocess (stdout and stderr piped: not a terminal)."""
+    assert PRECIS.exists(), f"{PRECIS} is missing: `make dev` or `pip install -e . --no-deps` installs it"
+    full = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
+    return subprocess.Popen([str(PRECIS), *args], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kwargs)
+
+
+def run_process(env, *args, timeout: float = 60) -> tuple[int, str, str]:
+    proc = precis_process(env, *args)
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def api(stack, method: str, path: str, **kwargs):
+    response = httpx.request(method, f"{stack.url}{path}", headers={"Authorization": f"Bearer {ADMIN}"},
+                             timeout=30, **kwargs)
+    response.raise_for_status()
+    return response.json() if response.content else None
+
+
+def post_messages(stack, ws: str, session: str, texts: list[str]) -> None:
+    api(stack, "POST", "/v3/workspaces", json={"id": ws})
+    for start in range(0, len(texts), 100):
+        batch = [{"peer_id": "alice" if i % 2 else "bot", "content": t}
+                 for i, t in enumerate(texts[start:start + 100], start)]
+        api(stack, "POST", f"/v3/workspaces/{ws}/sessions/{session}/messages", json={"messages": batch})
+
+
+def workspace_configuration(stack, ws: str) -> dict | None:
+    items = api(stack, "POST", "/v3/workspaces/list", json={"filters": {"id": ws}})["items"]
+    return items[0]["configuration"] if items else None
+
+
+def wait_for(predicate, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not true within {timeout} s")
+
+
+# ---------------------------------------------------------------- help, usage, reaching the service
+
+
+@pytest.mark.parametrize("command", [[], ["config"], ["config", "get"], ["config", "set"], ["keys"],
+                                     ["keys", "mint"], ["context"], ["summaries"], ["tail"], ["import"],
+                                     ["export"]])
+def test_every_command_has_help(command):
+    result = CliRunner().invoke(main, [*command, "--help"])
+    assert result.exit_code == 0 and result.output.startswith("Usage: precis")
+
+
+def test_the_installed_entry_point_runs():
+    code, out, _ = run_process({}, "--help")
+    assert code == 0 and all(c in out for c in ("config", "keys", "context", "summaries", "tail", "import", "export"))
+
+
+@pytest.mark.parametrize("args", [
+    ["context", "s1", "--tokens", "0"], ["context", "s1"], ["config", "set", "novalue"],
+    ["config", "set", "deriver.batch=3"], ["import", "s1", "/no/such/file.jsonl"],
+    ["keys", "mint", "--admin", "--session", "s1"], ["keys", "mint", "--expires", "soon"]])
+def test_usage_errors_exit_2_before_anything_is_sent(args):
+    unreachable = {"PRECIS_URL": f"http://127.0.0.1:{free_port()}"}  # any request would be exit 1 instead
+    result = CliRunner().invoke(main, args, env=unreachable)
+    assert result.exit_code == 2, result.output
+
+
+def test_no_service_at_the_url_is_one_clear_line():
+    url = f"http://127.0.0.1:{free_port()}"
+    result = precis({"PRECIS_URL": url}, "summaries", "s1")
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: no Precis at {url} (is `make dev` running?)\n"
+
+
+def test_the_running_stack_is_found_through_its_announcement(stack, env):
+    assert f"export PRECIS_URL={stack.url}" in stack.log.read_text()  # what `make dev` prints about the command
+    announced = {**env, "PRECIS_URL": None, "PRECIS_DEV_JSON": str(stack.dev_json)}
+    result = precis(announced, "config", "set", "-w", "found", "keep_runs=4")
+    assert result.exit_code == 0, result.output
+    assert workspace_configuration(stack, "found") == {"summarizer": {"keep_runs": 4}}
+
+
+# ---------------------------------------------------------------- service errors: one line, exit 1
+
+
+def test_service_refusals_are_one_line_with_the_services_detail(stack, env):
+    post_messages(stack, "errs", "mine", ["hello"])
+    session_key = precis(env, "keys", "mint", "-w", "errs", "--session", "mine").stdout.strip()
+
+    assert precis({**env, "PRECIS_KEY": session_key}, "summaries", "-w", "errs", "mine").exit_code == 0
+    cases = [
+        ({"PRECIS_KEY": session_key}, ["summaries", "-w", "errs", "other"], "403 Forbidden: "),
+        ({"PRECIS_KEY": "not-a-key"}, ["summaries", "-w", "errs", "mine"], "401 Unauthorized: "),
+        ({}, ["summaries", "-w", "errs", "nosuch"], "404 Not Found: session 'nosuch' not found"),
+        ({}, ["context", "-w", "errs", "bad id", "--tokens", "10"], "Error: 4"),
+    ]
+    for extra, args, expected in cases:
+        result = precis({**env, **extra}, *args)
+        assert result.exit_code == 1, (args, result.output)
+        assert expected in result.stderr and result.stderr.count("\n") == 1, result.stderr
+        assert "Traceback" not in result.output
+
+
+# ---------------------------------------------------------------- config
+
+
+def test_config_set_and_get_typed_values_for_a_workspace_and_its_session(stack, env):
+    result = precis(env, "config", "set", "-w", "cfg", "strategy=rolling", "token_threshold=4000", "temperature=0.2",
+                    "summary.enabled=true", "instructions=Keep names.", "model=gpt-4o-mini")
+    assert result.exit_code == 0, result.output
+    stored = workspace_configuration(stack, "cfg")
+    assert stored == {"summarizer": {"strategy": "rolling", "token_threshold": 4000, "temperature": 0.2,
+                                     "instructions": "Keep names.", "model": "gpt-4o-mini"},
+                      "summary": {"enabled": True}}
+    got = json.loads(precis(env, "config", "get", "-w", "cfg").stdout)
+    assert got["summarizer"] == stored["summarizer"] and got["summary"] == stored["summary"]
+    assert got["effective"] == summary_config(stored).model_dump(mode="json")
+
+    result = precis(env, "config", "set", "-w", "cfg", "-s", "s1", "keep_recent_runs=2", "model=null")
+    assert result.exit_code == 0, result.output
+    got = json.loads(precis(env, "config", "get", "-w", "cfg", "--session", "s1").stdout)
+    assert got["session"] == "s1" and got["summarizer"] == {"keep_recent_runs": 2}
+    assert got["effective"]["strategy"] == "rolling" and got["effective"]["keep_recent_runs"] == 2  # merged
+
+    assert precis(env, "config", "set", "-w", "cfg", "model=null").exit_code == 0
+    assert "model" not in workspace_configuration(stack, "cfg")["summarizer"]
+
+
+def test_config_get_of_what_does_not_exist_is_an_error(env):
+    result = precis(env, "config", "get", "-w", "never-made")
+    assert result.exit_code == 1 and "workspace 'never-made' not found" in result.stderr
+
+
+def _layer_says(workspace, session=None) -> str:
+    with pytest.raises(Invalid) as refused:
+        summary_config(workspace, session)
+    return refused.value.detail
+
+
+def test_an_invalid_setting_exits_2_with_the_layers_message_and_sends_nothing(stack, env):
+    assert precis(env, "config", "set", "-w", "strict", "token_threshold=1000").exit_code == 0
+
+    result = precis(env, "config", "set", "-w", "strict", "token_threshold=5")
+    assert result.exit_code == 2
+    assert result.stderr == f"Error: {_layer_says({'summarizer': {'token_threshold': 5}})}\n"
+    assert "token_threshold" in result.stderr
+    assert workspace_configuration(stack, "strict") == {"summarizer": {"token_threshold": 1000}}
+
+    # A session's settings are checked merged with its workspace's, as the service does.
+    precis(env, "config", "set", "-w", "strict", "messages_per_short_summary=30")
+    result = precis(env, "config", "set", "-w", "strict", "-s", "s1", "messages_per_long_summary=25")
+    assert result.exit_code == 2
+    expected = _layer_says({"summarizer": {"token_threshold": 1000, "messages_per_short_summary": 30}},
+                           {"summarizer": {"messages_per_long_summary": 25}})
+    assert result.stderr == f"Error: {expected}\n"
+    assert api(stack, "POST", "/v3/workspaces/strict/sessions/list")["items"] == []  # not even created
+
+    result = precis(env, "config", "set", "-w", "fresh-ws", "strategy=sometimes")
+    assert result.exit_code == 2 and "configuration.summarizer.strategy" in result.stderr
+    assert workspace_configuration(stack, "fresh-ws") is None
+
+
+# ---------------------------------------------------------------- keys
+
+
+def test_keys_mint_scoped_keys(stack, env):
+    post_messages(stack, "keyed", "s1", ["hi"])
+    api(stack, "POST", "/v3/workspaces/keyed/sessions/s1/peers", json={"alice": {}})
+    peer_key = precis(env, "keys", "mint", "-w", "keyed", "--peer", "alice", "--expires", "1h").stdout.strip()
+    workspace_key = precis(env, "keys", "mint", "-w", "keyed").stdout.strip()
+    admin_key = precis(env, "keys", "mint", "--admin").stdout.strip()
+    assert peer_key.count(".") == workspace_key.count(".") == admin_key.count(".") == 2
+    assert precis({**env, "PRECIS_KEY": workspace_key}, "export", "-w", "keyed", "s1").exit_code == 0
+    assert precis({**env, "PRECIS_KEY": peer_key}, "export", "-w", "keyed", "s1").exit_code == 0  # alice is in it
+    assert precis({**env, "PRECIS_KEY": admin_key}, "keys", "mint", "-w", "other").exit_code == 0
+    refused = precis({**env, "PRECIS_KEY": workspace_key}, "keys", "mint", "-w", "keyed")
+    assert refused.exit_code == 1 and "403 Forbidden: this route needs an admin key" in refused.stderr
+
+
+# ---------------------------------------------------------------- context, summaries, tail
+
+
+def test_context_draws_the_budget_bar_with_its_numbers(stack, env):
+    texts = [f"message {i}: the rent in Lisbon was {i * 10} euros" for i in range(30)]
+    post_messages(stack, "ctx", "s1", texts[:20])
+    wait_for(lambda: json.loads(precis(env, "summaries", "-w", "ctx", "s1", "--json").stdout)["short_summary"])
+    post_messages(stack, "ctx", "s1", texts[20:])  # after the summary of 1-20
+    answer = json.loads(precis(env, "context", "-w", "ctx", "s1", "--tokens", "1000", "--json").stdout)
+    summary = answer["summary"]["token_count"]
+    messages = sum(m["token_count"] for m in answer["messages"])
+    assert summary > 0 and messages > 0
+
+    code, out, err = run_process(env, "context", "-w", "ctx", "s1", "--tokens", "1000")  # a pipe: plain
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"context: {summary + messages:,} of 1,000 tokens"
+    assert lines[1].startswith("[=") and lines[1].endswith("]") and "#" in lines[1] and "\x1b[" not in out
+    assert lines[2] == (f"= summary {summary:,}  # messages {messages:,} in {len(answer['messages'])} messages  "
+                        f". unused {1000 - summary - messages:,}")
+    assert "short summary (honcho_chat_summary_short) · covers messages 1–20" in out
+    assert all(m["content"] in out for m in answer["messages"])
+
+    coloured = precis(env, "context", "-w", "ctx", "s1", "--tokens", "1000", "--color")
+    assert "\x1b[" in coloured.stdout
+    assert "\x1b[" not in precis(env, "context", "-w", "ctx", "s1", "--tokens", "1000").stdout  # not a TTY
+
+    no_summary = precis(env, "context", "-w", "ctx", "s1", "--tokens", "1000", "--no-summary").stdout
+    assert "= summary 0 " in no_summary and "short summary" not in no_summary
+
+
+def test_tail_sees_a_summary_appear(stack, env):
+    tail = precis_process(env, "tail", "-w", "tailed", "s1", "--count", "1", "--interval", "0.2")
+    try:
+        post_messages(stack, "tailed", "s1", [f"turn {i}: we planned the move to Lisbon" for i in range(20)])
+        out, err = tail.communicate(timeout=60)
+    finally:
+        tail.kill()
+    assert tail.returncode == 0, err
+    assert "short summary (honcho_chat_summary_short) · covers messages 1–20" in out
+    assert "turn" in out  # its text
+    shown = precis(env, "summaries", "-w", "tailed", "s1").stdout
+    assert "covers messages 1–20" in shown
+    once = precis(env, "tail", "-w", "tailed", "s1", "--once")
+    assert once.exit_code == 0 and "covers messages 1–20" in once.stdout
+
+
+def test_tail_ends_cleanly_on_ctrl_c(env):
+    tail = precis_process(env, "tail", "-w", "quiet", "nobody-yet", "--interval", "0.1")
+    try:
+        time.sleep(1.5)  # started and polling (a signal during the interpreter's start would be another story)
+        tail.send_signal(signal.SIGINT)
+        _, err = tail.communicate(timeout=10)
+    finally:
+        tail.kill()
+    assert tail.returncode == 0 and "Traceback" not in err
+    assert "waiting for session 'nobody-yet'" in err
