@@ -11,9 +11,9 @@ import json
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 from precis.config import get_settings
-from precis.ingest import create_messages
+from precis.ingest import _fingerprint, create_messages
 from precis.models import MessageBatch
-from precis.store import idempotency, keys
+from precis.store import keys
 from precis.store.db import from_item, get_db
 
 from tests.handlers import call
@@ -89,7 +89,7 @@ def test_a_refused_transaction_releases_the_key_for_a_retry(db):
 def claim_of_a_crashed_request(db, lease_until: float, first_seq: int | None, token: str = "dead") -> None:
     item = {"PK": {"S": "WS#ws1#S#s1#IDEM#k"}, "SK": {"S": "IDEM"}, "kind": {"S": "idempotency"},
             "state": {"S": "in_progress"}, "token": {"S": token},
-            "fingerprint": {"S": __import__("precis.ingest", fromlist=["_fingerprint"])._fingerprint(batch("one"))},
+            "fingerprint": {"S": _fingerprint(batch("one"))},
             "expires_at": {"N": str(2_000_000_000)}, "lease_until": {"N": str(lease_until)}}
     if first_seq is not None:
         item["first_seq"] = {"N": str(first_seq)}

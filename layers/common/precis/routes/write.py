@@ -84,29 +84,32 @@ def delete_session(workspace_id: WorkspaceId, session_id: SessionId):
     return json_response(202, {"detail": f"session '{session_id}' deleted; its data is removed in the background"})
 
 
-def _members_changed(workspace_id: str, session_id: str, change, *args):
+def _members_changed(workspace_id: str, session_id: str, change):
+    """`change(db, incarnation)` on a live session (its writes bound to the incarnation read here), then the session."""
     db = get_db()
-    resources.require_session(db, workspace_id, session_id)
-    change(db, workspace_id, session_id, *args)
+    change(db, resources.require_session(db, workspace_id, session_id)["incarnation"])
     return resources.session_view(resources.require_session(db, workspace_id, session_id))
 
 
 @router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers")
 def add_session_peers(workspace_id: WorkspaceId, session_id: SessionId, body: dict[Id, PeerFlags]):
     flags = {p: f.model_dump() for p, f in body.items()}
-    return _members_changed(workspace_id, session_id, resources.add_members, flags)
+    return _members_changed(workspace_id, session_id, lambda db, incarnation: resources.add_members(
+        db, workspace_id, session_id, flags, incarnation=incarnation))
 
 
 @router.put("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers")
 def set_session_peers(workspace_id: WorkspaceId, session_id: SessionId, body: dict[Id, PeerFlags]):
     flags = {p: f.model_dump() for p, f in body.items()}
-    return _members_changed(workspace_id, session_id, resources.set_members, flags)
+    return _members_changed(workspace_id, session_id, lambda db, incarnation: resources.set_members(
+        db, workspace_id, session_id, flags, incarnation=incarnation))
 
 
 @router.delete("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers")
 def remove_session_peers(workspace_id: WorkspaceId, session_id: SessionId,
                          body: Annotated[list[Id], Body(max_length=100)]):
-    return _members_changed(workspace_id, session_id, resources.remove_members, body)
+    return _members_changed(workspace_id, session_id,
+                            lambda db, _: resources.remove_members(db, workspace_id, session_id, body))
 
 
 @router.put("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers/<peer_id>/config")

@@ -488,8 +488,10 @@ def remove_members(db: Db, ws: str, session_id: str, peer_ids: Iterable[str]) ->
     delete_keys(db, [k for p in peer_ids for k in (keys.member(ws, session_id, p), keys.peer_session(ws, p, session_id))])
 
 
-def set_members(db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any]]) -> None:
-    incarnation = require_session(db, ws, session_id)["incarnation"]
+def set_members(db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any]], *,
+                incarnation: str | None = None) -> None:
+    if incarnation is None:
+        incarnation = require_session(db, ws, session_id)["incarnation"]
     current = members(db, ws, session_id)
     remove_members(db, ws, session_id, [p for p in current if p not in peers])
     add_members(db, ws, session_id, peers, incarnation=incarnation)
