@@ -9,20 +9,30 @@
 - moto accepts a transaction of any size; DynamoDB refuses one whose items add up to more than 4 MB
   ("The aggregate size of the items in the transaction cannot exceed 4 MB", TransactWriteItems API reference)
   with a ValidationException, before writing anything.
+- moto 5.2.5 accepts a table's VectorIndexes and ignores them, and knows no SearchVectors. The indexes given to
+  CreateTable (and UpdateTable's VectorIndexUpdates) are kept on the table and described; writes are checked as
+  DynamoDB checks them; SearchVectors answers exactly, by brute force over the table (see `search_vectors`).
 """
 
 from __future__ import annotations
 
 import copy as _copy
+import math
+import re
 import threading
+from array import array
 from typing import Any
 
+import moto.backend_index as _backend_index
 import moto.dynamodb.models as _backend_module
-from moto.dynamodb.exceptions import MockValidationException
+import moto.dynamodb.urls as _dynamodb_urls
+from moto.dynamodb.exceptions import MockValidationException, ResourceNotFoundException
 from moto.dynamodb.models import DynamoDBBackend
-from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.models.utilities import bytesize
+from moto.dynamodb.parsing.reserved_keywords import ReservedKeywords
+from moto.dynamodb.responses import DynamoHandler, DynamoResult, ProjectionExpressionParser
 
 MAX_TRANSACTION_BYTES = 4 * 1024 * 1024
 _local = threading.local()
@@ -83,7 +93,335 @@ def _transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, 
         _local.backups = None
 
 
+# ---------------------------------------------------------------- vector indexes and SearchVectors
+
+# SearchVectors goes to its own host (botocore's endpoint rules: IsSearchOperation), which mock_aws must answer too.
+_SEARCH_URLS = (r"https?://search-dynamodb\.(.+)\.amazonaws\.com", r"https?://(.+)\.search-ddb\.(.+)\.amazonaws\.com")
+_F32_MAX = 3.4028234663852886e38
+_TOKEN = re.compile(r"\s*(?:(?P<value>:[A-Za-z0-9_]+)|(?P<name>#?[A-Za-z0-9_.\[\]]+)|(?P<op><>|<=|>=|[=<>(),]))")
+_original_create_table = DynamoHandler.create_table
+_original_update_table = DynamoHandler.update_table
+_original_validate_table_creation = DynamoHandler._validate_table_creation
+_original_describe = Table.describe
+_original_put_item = Table.put_item
+
+
+def vector_indexes(table: Table) -> list[dict[str, Any]]:
+    """The vector indexes a table was created with (or given by UpdateTable), as CreateTable took them."""
+    return getattr(table, "vector_indexes", [])
+
+
+def _search_schema(index: dict[str, Any], kind: str) -> list[str]:
+    return [e["AttributeName"] for e in index.get("SearchSchema") or [] if e["SearchSchemaElementType"] == kind]
+
+
+def _check_vector_index(index: dict[str, Any], attribute_types: dict[str, str]) -> None:
+    """Refuse a vector index DynamoDB refuses: its search schema attributes must be declared, each once."""
+    names = [e["AttributeName"] for e in index.get("SearchSchema") or []]
+    missing = [n for n in names if n not in attribute_types]
+    if missing:
+        raise MockValidationException(
+            "One or more parameter values were invalid: Some index key attributes are not defined in "
+            f"AttributeDefinitions. Keys: [{', '.join(missing)}], AttributeDefinitions: "
+            f"[{', '.join(sorted(attribute_types))}]")
+    if len(_search_schema(index, "HASH")) > 1:
+        raise MockValidationException(
+            f"One or more parameter values were invalid: vector index {index['IndexName']} has more than one HASH")
+    if len(set(names)) != len(names) or index["VectorAttribute"]["AttributeName"] in names:
+        raise MockValidationException(
+            f"One or more parameter values were invalid: vector index {index['IndexName']} names an attribute twice")
+
+
+def _key_attributes(body: dict[str, Any]) -> set[str]:
+    schemas = [body.get("KeySchema") or []]
+    schemas += [i["KeySchema"] for kind in ("GlobalSecondaryIndexes", "LocalSecondaryIndexes")
+                for i in body.get(kind) or []]
+    return {key["AttributeName"] for schema in schemas for key in schema}
+
+
+def _validate_table_creation(self: DynamoHandler, **kwargs: Any) -> None:
+    # Attributes only a vector index uses are declared too (DynamoDB requires it); moto would call them unused.
+    indexes = self.body.get("VectorIndexes") or []
+    only_vector = {n for i in indexes for n in _search_schema(i, "HASH") + _search_schema(i, "INLINE_FILTER")}
+    only_vector -= _key_attributes(self.body)
+    kwargs["attr"] = [a for a in kwargs["attr"] if a["AttributeName"] not in only_vector]
+    return _original_validate_table_creation(self, **kwargs)
+
+
+def _create_table(self: DynamoHandler) -> Any:
+    indexes = self.body.get("VectorIndexes") or []
+    types = {a["AttributeName"]: a["AttributeType"] for a in self.body.get("AttributeDefinitions") or []}
+    for index in indexes:
+        _check_vector_index(index, types)
+    if len({i["IndexName"] for i in indexes}) != len(indexes):
+        raise MockValidationException("One or more parameter values were invalid: Duplicate index name")
+    _original_create_table(self)
+    table = self.dynamodb_backend.get_table(self.body["TableName"])
+    table.vector_indexes = _copy.deepcopy(indexes)
+    return DynamoResult(table.describe())
+
+
+def _update_table(self: DynamoHandler) -> Any:
+    _original_update_table(self)
+    table = self.dynamodb_backend.get_table(self.body["TableName"])
+    indexes = list(vector_indexes(table))
+    types = {a["AttributeName"]: a["AttributeType"] for a in table.attr}
+    for update in self.body.get("VectorIndexUpdates") or []:
+        if "Create" in update:
+            index = update["Create"]
+            if any(i["IndexName"] == index["IndexName"] for i in indexes):
+                raise MockValidationException(
+                    f"One or more parameter values were invalid: Index {index['IndexName']} already exists")
+            _check_vector_index(index, types)
+            indexes.append(_copy.deepcopy(index))
+        elif "Delete" in update:
+            name = update["Delete"]["IndexName"]
+            if not any(i["IndexName"] == name for i in indexes):
+                raise ResourceNotFoundException(f"Requested resource not found: Index: {name} not found")
+            indexes = [i for i in indexes if i["IndexName"] != name]
+    table.vector_indexes = indexes
+    return DynamoResult(table.describe())
+
+
+def _describe(self: Table, base_key: str = "TableDescription") -> dict[str, Any]:
+    description = _original_describe(self, base_key)
+    if vector_indexes(self):
+        description[base_key]["VectorIndexes"] = [
+            {**_copy.deepcopy(i), "IndexStatus": "ACTIVE", "Backfilling": False, "IndexSizeBytes": 0, "ItemCount": 0,
+             "IndexArn": f"{self.table_arn}/index/{i['IndexName']}"} for i in vector_indexes(self)]
+    return description
+
+
+def _numbers(value: Any) -> list[float] | None:
+    """The floats of a list-of-numbers AttributeValue (a DynamoType or its JSON), else None."""
+    value = value if isinstance(value, DynamoType) else DynamoType(value)
+    if value.type != "L" or not all(v.type == "N" for v in value.value):
+        return None
+    return [float(v.value) for v in value.value]
+
+
+def _check_vector(numbers: list[float] | None, dimensions: int, what: str) -> list[float]:
+    if numbers is None:
+        raise MockValidationException(f"One or more parameter values were invalid: {what} must be a list of numbers")
+    if len(numbers) != dimensions:
+        raise MockValidationException(
+            f"One or more parameter values were invalid: {what} has {len(numbers)} dimensions, the vector index "
+            f"expects {dimensions}")
+    if any(not math.isfinite(x) or abs(x) > _F32_MAX for x in numbers):
+        raise MockValidationException(
+            f"One or more parameter values were invalid: {what} holds a number outside 32-bit float range")
+    return list(array("f", numbers))  # the index keeps f32
+
+
+def _put_item(self: Table, item_attrs: dict[str, Any], *args: Any, **kwargs: Any) -> Item:
+    # DynamoDB refuses a write whose vector or search schema attributes do not fit the table's vector indexes.
+    types = {a["AttributeName"]: a["AttributeType"] for a in self.attr}
+    for index in vector_indexes(self):
+        vector = index["VectorAttribute"]["AttributeName"]
+        if vector in item_attrs:
+            _check_vector(_numbers(item_attrs[vector]), index["Dimensions"], f"vector attribute {vector}")
+        for name in _search_schema(index, "HASH") + _search_schema(index, "INLINE_FILTER"):
+            if name in item_attrs and next(iter(item_attrs[name])) != types[name]:
+                raise MockValidationException(
+                    "One or more parameter values were invalid: Type mismatch for Index Key "
+                    f"{name} Expected: {types[name]} Actual: {next(iter(item_attrs[name]))} IndexName: "
+                    f"{index['IndexName']}")
+    return _original_put_item(self, item_attrs, *args, **kwargs)
+
+
+def parse_search_condition(expression: str | None, names: dict[str, str], values: dict[str, Any],
+                           allowed: set[str]) -> tuple[dict[str, list[DynamoType]], set[str], set[str]]:
+    """The equalities of a SearchConditionExpression: attribute -> values it must equal (all of them), plus the
+    expression attribute names and values it used. Only `=` between an attribute of `allowed` (top level) and a
+    value, joined by AND and grouped by parentheses, is accepted: anything else is DynamoDB's ValidationException."""
+    equalities: dict[str, list[DynamoType]] = {}
+    used_names: set[str] = set()
+    used_values: set[str] = set()
+    if expression is None:
+        return equalities, used_names, used_values
+    if not expression.strip():
+        raise MockValidationException("Invalid SearchConditionExpression: The expression can not be empty;")
+    tokens, position, text = [], 0, expression.rstrip()
+    while position < len(text):
+        match = _TOKEN.match(text, position)
+        if not match:
+            raise MockValidationException(
+                f"Invalid SearchConditionExpression: Syntax error; token: \"{text[position:].strip()[:1]}\"")
+        kind = match.lastgroup
+        word = match.group(kind)
+        tokens.append(("and", word) if kind == "name" and word.upper() == "AND" else (kind, word))
+        position = match.end()
+
+    def refuse(reason: str) -> MockValidationException:
+        return MockValidationException(f"Invalid SearchConditionExpression: {reason}")
+
+    def operand(token: tuple[str, str]) -> tuple[str, Any]:
+        kind, word = token
+        if kind == "value":
+            if word not in values:
+                raise refuse(f"An expression attribute value used in expression is not defined; attribute value: "
+                             f"{word}")
+            used_values.add(word)
+            return "value", DynamoType(values[word])
+        if kind != "name":
+            raise refuse("only the equality operator (=) between a search schema attribute and a value, joined by "
+                         "AND, is supported")
+        if word.startswith("#"):
+            if word not in names:
+                raise refuse(f"An expression attribute name used in the document path is not defined; attribute "
+                             f"name: {word}")
+            used_names.add(word)
+            attribute = names[word]
+        else:
+            if word.upper() in ReservedKeywords.get_reserved_keywords():
+                raise refuse(f"Attribute name is a reserved keyword; reserved keyword: {word}")
+            if "." in word or "[" in word:
+                raise refuse("only top-level attributes of the search schema can be referenced")
+            attribute = word
+        if attribute not in allowed:
+            raise refuse(f"attribute {attribute} is not a HASH or INLINE_FILTER attribute of the vector index")
+        return "name", attribute
+
+    def conjunction(at: int, depth: int) -> int:
+        while True:
+            if at < len(tokens) and tokens[at] == ("op", "("):
+                at = conjunction(at + 1, depth + 1)
+                if at >= len(tokens) or tokens[at] != ("op", ")"):
+                    raise refuse("Syntax error; unbalanced parentheses")
+                at += 1
+            else:
+                if at + 3 > len(tokens):
+                    raise refuse("Syntax error; the expression ends too early")
+                left, op, right = tokens[at:at + 3]
+                if op != ("op", "="):
+                    raise refuse("only the equality operator (=) between a search schema attribute and a value, "
+                                 "joined by AND, is supported")
+                sides = dict([operand(left), operand(right)]) if {left[0], right[0]} == {"name", "value"} else None
+                if sides is None:
+                    raise refuse("an equality compares one search schema attribute with one value")
+                equalities.setdefault(sides["name"], []).append(sides["value"])
+                at += 3
+            if at < len(tokens) and tokens[at][0] == "and":
+                at += 1
+                continue
+            if at == len(tokens) or (depth and tokens[at] == ("op", ")")):
+                return at
+            raise refuse("only the equality operator (=) between a search schema attribute and a value, joined by "
+                         "AND, is supported")
+
+    conjunction(0, 0)
+    return equalities, used_names, used_values
+
+
+def _score(metric: str, query: list[float], vector: list[float]) -> float:
+    if metric == "EUCLIDEAN":
+        return math.sqrt(sum((a - b) ** 2 for a, b in zip(query, vector)))
+    dot = sum(a * b for a, b in zip(query, vector))
+    if metric == "DOT_PRODUCT":
+        return dot
+    norms = math.sqrt(sum(a * a for a in query)) * math.sqrt(sum(b * b for b in vector))
+    return 1.0 - dot / norms if norms else 1.0
+
+
+def _vector_index(table: Table, index_name: str) -> dict[str, Any]:
+    index = next((i for i in vector_indexes(table) if i["IndexName"] == index_name), None)
+    if index is None:
+        raise MockValidationException(f"The table does not have the specified index: {index_name}")
+    return index
+
+
+def search_vectors(self: DynamoDBBackend, table_name: str, index_name: str, search_vector: list[Any], top_k: int,
+                   equalities: dict[str, list[DynamoType]],
+                   projection: list[list[str]]) -> list[tuple[dict[str, Any], float]]:
+    """SearchVectors, exactly (no approximation): the `top_k` items of the index nearest to `search_vector`
+    (smallest COSINE or EUCLIDEAN score, largest DOT_PRODUCT) whose search schema attributes equal the values of
+    `equalities` (parse_search_condition's); each as (its projected attributes, its score)."""
+    table = self.get_table(table_name)
+    index = _vector_index(table, index_name)
+    if top_k < 1:
+        raise MockValidationException(
+            f"1 validation error detected: Value '{top_k}' at 'topK' failed to satisfy constraint: Member must have "
+            "value greater than or equal to 1")
+    query = _check_vector(_numbers({"L": search_vector}), index["Dimensions"], "SearchVector")
+    hashes = _search_schema(index, "HASH")
+    missing = [h for h in hashes if h not in equalities]
+    if missing:
+        raise MockValidationException(
+            f"Invalid SearchConditionExpression: the HASH attribute {missing[0]} of vector index {index_name} must be "
+            "given a value with =")
+    vector_name, metric = index["VectorAttribute"]["AttributeName"], index["DistanceFunction"]
+    scored = []
+    for item in table.all_items():
+        attrs = item.attrs
+        if vector_name not in attrs or any(h not in attrs for h in hashes):
+            continue  # not in the index (sparse, like a GSI)
+        if not all(name in attrs and all(attrs[name] == v for v in wanted) for name, wanted in equalities.items()):
+            continue
+        vector = _numbers(attrs[vector_name])
+        if vector is None or len(vector) != index["Dimensions"]:
+            continue  # written before the index existed: DynamoDB does not index it
+        scored.append((_score(metric, query, list(array("f", vector))), item))
+    scored.sort(key=lambda pair: -pair[0] if metric == "DOT_PRODUCT" else pair[0])
+    projected = _projected_names(table, index)
+    results = []
+    for score, item in scored[:top_k]:
+        attributes = (item.project(projection) if projection else item).to_json()["Attributes"]
+        if projected is not None:
+            attributes = {k: v for k, v in attributes.items() if k in projected}
+        results.append((attributes, score))
+    return results
+
+
+def _projected_names(table: Table, index: dict[str, Any]) -> set[str] | None:
+    """The attributes a vector index holds (None: all of them)."""
+    projection = index.get("Projection") or {}
+    if projection.get("ProjectionType") == "ALL":
+        return None
+    names = {k["AttributeName"] for k in table.schema} | {index["VectorAttribute"]["AttributeName"]}
+    names |= {e["AttributeName"] for e in index.get("SearchSchema") or []}
+    return names | set(projection.get("NonKeyAttributes") or [])
+
+
+def _search_vectors_action(self: DynamoHandler) -> Any:
+    body = self.body
+    names = body.get("ExpressionAttributeNames") or {}
+    values = self._get_expr_attr_values()
+    index = _vector_index(self.dynamodb_backend.get_table(body["TableName"]), body["IndexName"])
+    parser = ProjectionExpressionParser(self._get_projection_expression(), names)
+    projection = parser.parse()
+    equalities, used_names, used_values = parse_search_condition(
+        body.get("SearchConditionExpression"), names, values,
+        set(_search_schema(index, "HASH") + _search_schema(index, "INLINE_FILTER")))
+    # As in every DynamoDB request, each expression attribute name and value given must be used.
+    for kind, unused in (("Names", set(names) - used_names - set(parser.expr_attr_names_found)),
+                         ("Values", set(values) - used_values)):
+        if unused:
+            keys = ", ".join(sorted(unused))
+            raise MockValidationException(f"Value provided in ExpressionAttribute{kind} unused in expressions: "
+                                          f"keys: {{{keys}}}")
+    results = self.dynamodb_backend.search_vectors(body["TableName"], body["IndexName"], body["SearchVector"],
+                                                   int(body["TopK"]), equalities, projection)
+    return DynamoResult({"SearchResults": [{"Item": item, "Score": score} for item, score in results]})
+
+
+def _route_search_host() -> None:
+    routed = {p.pattern for service, p in _backend_index.backend_url_patterns if service == "dynamodb"}
+    for pattern in _SEARCH_URLS:
+        if pattern not in _dynamodb_urls.url_bases:
+            _dynamodb_urls.url_bases.append(pattern)
+        if pattern not in routed:
+            _backend_index.backend_url_patterns.append(("dynamodb", re.compile(pattern)))
+
+
 def install() -> None:
     """Apply the repairs to this process's moto (idempotent): call it before using mock_aws or a moto server."""
     DynamoDBBackend.transact_write_items = _transact_write_items
     _backend_module.copy = _CopyOncePerTransaction()
+    DynamoHandler._validate_table_creation = _validate_table_creation
+    DynamoHandler.create_table = _create_table
+    DynamoHandler.update_table = _update_table
+    DynamoHandler.search_vectors = _search_vectors_action
+    DynamoDBBackend.search_vectors = search_vectors
+    Table.describe = _describe
+    Table.put_item = _put_item
+    _route_search_host()

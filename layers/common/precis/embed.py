@@ -1,0 +1,250 @@
+"""Embedders turn conclusion texts into unit vectors for the table's vector index.
+
+`hashed` (the default) needs no network: feature hashing of stemmed words, word pairs and character n-grams, so
+texts that share words are near. `openai` asks an OpenAI-compatible embeddings endpoint, with the retries of the
+summary engine. Importing this module stays cheap: `openai` is loaded by the first OpenAIEmbedder call alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import time
+from collections.abc import Callable
+from functools import lru_cache
+from hashlib import blake2b
+from typing import Any, Protocol
+
+from precis.engines import EngineError
+
+_WORD = re.compile(r"[^\W_]+")
+# Words that say little about a peer: dropped from the word features so "where did" cannot outweigh "moved".
+_STOPWORDS = frozenset(
+    "a an and are as at be been being but by can could did do does doing done for from had has have having he her "
+    "hers him his how i if in into is it its me my no not of on or our ours s she so t than that the their theirs "
+    "them then there these they this those to too up us very was we were what when where which who whom why will "
+    "with would you your yours".split()
+)
+_SUFFIXES = ("ing", "ed", "es", "s")
+_RETRYABLE_STATUS = {408, 409, 429}  # and every 5xx
+_BATCH = 256  # texts per embeddings request (OpenAI takes up to 2048; a smaller request fails faster)
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalised vectors of `dimensions` floats, one per text, in order."""
+
+    dimensions: int
+
+    def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+
+def stem(word: str) -> str:
+    """A light suffix stemmer: "move", "moved", "moves" and "moving" all become "mov"."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
+            word = word[: -len(suffix)]
+            if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiouls":
+                word = word[:-1]  # stopped -> stop, but not fell -> fel
+            break
+    return word[:-1] if len(word) > 3 and word.endswith("e") else word
+
+
+def features(text: str) -> dict[str, float]:
+    """The weighted features of a text: stemmed content words, adjacent word pairs, character 3- and 4-grams."""
+    words = _WORD.findall(text.casefold())
+    content = [w for w in words if w not in _STOPWORDS] or words  # a text of stopwords alone still says something
+    stems = [stem(w) for w in content]
+    weights: dict[str, float] = {}
+
+    def add(feature: str, weight: float) -> None:
+        weights[feature] = weights.get(feature, 0.0) + weight
+
+    for s in stems:
+        add("w:" + s, 1.0)
+    for left, right in zip(stems, stems[1:]):
+        add(f"b:{left} {right}", 0.5)
+    for word in content:
+        padded = f" {word} "
+        grams = [padded[i:i + n] for n in (3, 4) for i in range(len(padded) - n + 1)]
+        for gram in grams:  # a word's n-grams together weigh as much as half of the word
+            add("c:" + gram, 0.5 / len(grams))
+    return weights
+
+
+@lru_cache(maxsize=65_536)
+def _slot(feature: str, dimensions: int) -> tuple[int, float]:
+    """Where a feature lands and with which sign: a stable hash (blake2b), never Python's per-process hash()."""
+    digest = blake2b(feature.encode(), digest_size=8).digest()
+    return int.from_bytes(digest[:6], "big") % dimensions, 1.0 if digest[7] & 1 else -1.0
+
+
+def fallback_vector(dimensions: int) -> list[float]:
+    """The unit vector of a text with no features (empty, or punctuation alone): never the zero vector."""
+    vector = [0.0] * dimensions
+    index, sign = _slot("\0empty", dimensions)
+    vector[index] = sign
+    return vector
+
+
+def normalised(vector: list[float]) -> list[float]:
+    """`vector` scaled to length 1 (the fallback vector when it is zero)."""
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector] if norm > 0 else fallback_vector(len(vector))
+
+
+class HashedEmbedder:
+    """Offline, deterministic, lexical embeddings: signed feature hashing into `dimensions` slots."""
+
+    name = "hashed"
+
+    def __init__(self, dimensions: int = 256):
+        if dimensions < 1:
+            raise ValueError(f"dimensions: must be at least 1, got {dimensions}")
+        self.dimensions = dimensions
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [self._one(text) for text in texts]
+
+    def _one(self, text: str) -> list[float]:
+        vector = [0.0] * self.dimensions
+        for feature, weight in features(text).items():
+            index, sign = _slot(feature, self.dimensions)
+            vector[index] += sign * weight
+        return normalised(vector)
+
+
+class _BadAnswer(Exception):
+    """A 200 answer that holds no usable embeddings."""
+
+    def __init__(self, message: str, *, retryable: bool = True):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class OpenAIEmbedder:
+    """Embeddings from an OpenAI-compatible endpoint, asked for `dimensions` floats, normalised.
+
+    The client's own retries are off: 408/409/429/5xx, timeouts, connection errors and unusable answers are retried
+    here with exponential backoff and jitter, honouring Retry-After, up to `max_attempts`; then EngineError.
+    """
+
+    name = "openai"
+
+    def __init__(self, *, model: str, dimensions: int, base_url: str | None = None, api_key: str | None = None,
+                 timeout: float = 30.0, max_attempts: int = 4, backoff_base: float = 0.5, backoff_max: float = 20.0,
+                 sleep: Callable[[float], None] = time.sleep, rng: Callable[[], float] = random.random):
+        if not (base_url or api_key):
+            raise EngineError("openai embedder: neither OPENAI_BASE_URL nor OPENAI_API_KEY is configured",
+                              retryable=False)
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts: must be at least 1, got {max_attempts}")
+        self.model, self.dimensions = model, dimensions
+        self.base_url, self.api_key = base_url, api_key
+        self.timeout, self.max_attempts = timeout, max_attempts
+        self.backoff_base, self.backoff_max = backoff_base, backoff_max
+        self._sleep, self._rng = sleep, rng
+        self._client: Any = None
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """One vector per text; raises EngineError when the endpoint fails or answers nothing usable."""
+        vectors = [fallback_vector(self.dimensions) for _ in texts]
+        asked = [i for i, text in enumerate(texts) if text.strip()]  # the API refuses empty input
+        for start in range(0, len(asked), _BATCH):
+            batch = asked[start:start + _BATCH]
+            for i, vector in zip(batch, self._request([texts[i] for i in batch])):
+                vectors[i] = vector
+        return vectors
+
+    def _request(self, texts: list[str]) -> list[list[float]]:
+        import openai  # about 0.7 s: only when an embedding is asked for
+
+        if self._client is None:
+            # Local OpenAI-compatible servers often need no key, but the client insists on one.
+            self._client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key or "unused",
+                                         timeout=self.timeout, max_retries=0)
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                answer = self._client.embeddings.create(model=self.model, input=texts, dimensions=self.dimensions,
+                                                        encoding_format="float")
+                return self._vectors_of(answer, len(texts))
+            except (openai.APIError, json.JSONDecodeError, _BadAnswer) as exc:
+                retryable, wait, reason = _classify(openai, exc)
+                if not retryable:
+                    raise EngineError(f"openai embedder: {reason}", retryable=False) from exc
+                if attempt == self.max_attempts:
+                    raise EngineError(f"openai embedder: gave up after {attempt} attempts: {reason}",
+                                      retryable=True) from exc
+                ceiling = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
+                self._sleep(min(self.backoff_max, max(ceiling / 2 + self._rng() * ceiling / 2, wait or 0.0)))
+        raise AssertionError("unreachable")
+
+    def _vectors_of(self, answer: Any, count: int) -> list[list[float]]:
+        data = sorted(getattr(answer, "data", None) or [], key=lambda d: getattr(d, "index", 0))
+        if len(data) != count:
+            raise _BadAnswer(f"{len(data)} embeddings for {count} texts")
+        vectors = []
+        for item in data:
+            vector = getattr(item, "embedding", None)
+            if not isinstance(vector, list) or not all(isinstance(x, (int, float)) for x in vector):
+                raise _BadAnswer("an embedding that is not a list of numbers")
+            if len(vector) != self.dimensions:
+                # The model ignores `dimensions` (or has fewer): asking again cannot help.
+                raise _BadAnswer(f"model {self.model} answered {len(vector)} dimensions, not {self.dimensions}",
+                                 retryable=False)
+            if not all(math.isfinite(x) for x in vector):
+                raise _BadAnswer("an embedding with a non-finite number")
+            vectors.append(normalised([float(x) for x in vector]))
+        return vectors
+
+
+def _classify(openai: Any, exc: Exception) -> tuple[bool, float | None, str]:
+    """(retryable, seconds the server asked to wait, reason) for a failed attempt."""
+    if isinstance(exc, _BadAnswer):
+        return exc.retryable, None, f"unusable answer: {exc}"
+    if isinstance(exc, openai.APITimeoutError):
+        return True, None, "request timed out"
+    if isinstance(exc, openai.APIConnectionError):
+        return True, None, f"connection failed: {exc}"
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        return status in _RETRYABLE_STATUS or status >= 500, _retry_after(exc.response.headers), \
+            f"HTTP {status}: {exc.message}"
+    return True, None, f"unusable answer: {exc}"  # a body that is not JSON
+
+
+def _retry_after(headers: Any) -> float | None:
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        try:
+            return float(headers.get(name)) / scale
+        except (TypeError, ValueError):
+            continue  # absent, or an HTTP date: fall back to backoff
+    return None
+
+
+def get_embedder(settings: Any) -> Embedder:
+    """The embedder `settings` (precis.config.Settings) configure, one per distinct configuration."""
+    return _embedder(settings.embedder, settings.embed_model, settings.embed_dimensions,
+                     getattr(settings, "llm_base_url", None), getattr(settings, "llm_api_key", None),
+                     getattr(settings, "llm_timeout", None), getattr(settings, "llm_max_attempts", None))
+
+
+@lru_cache(maxsize=8)
+def _embedder(kind: str, model: str, dimensions: int, base_url: str | None, api_key: str | None,
+              timeout: float | None, max_attempts: int | None) -> Embedder:
+    if kind == "hashed":
+        return HashedEmbedder(dimensions)
+    if kind == "openai":
+        return OpenAIEmbedder(model=model, dimensions=dimensions, base_url=base_url, api_key=api_key,
+                              timeout=timeout or 30.0, max_attempts=max_attempts or 4)
+    raise ValueError(f"embedder: must be hashed or openai, got {kind!r}")
+
+
+def cosine_distance(a: list[float], b: list[float]) -> float:
+    """1 - cosine similarity (0 same direction, 2 opposite); 1 when either vector is zero."""
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norms = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return 1.0 - dot / norms if norms > 0 else 1.0
