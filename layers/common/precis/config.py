@@ -26,6 +26,14 @@ SUMMARY_ENV = {
 }
 
 
+# Derived-memory settings: Settings field -> variable.
+DERIVED_ENV = {
+    "embedder": "PRECIS_EMBEDDER", "embed_model": "PRECIS_EMBED_MODEL", "embed_dimensions": "PRECIS_EMBED_DIMENSIONS",
+    "derive_engine": "PRECIS_DERIVE_ENGINE", "derive_model": "PRECIS_DERIVE_MODEL",
+    "derive_batch_tokens": "PRECIS_DERIVE_BATCH_TOKENS", "derive_max_wait_s": "PRECIS_DERIVE_MAX_WAIT_S",
+}
+
+
 class SettingsError(RuntimeError):
     """The environment holds a value Precis cannot run with (a bad template parameter or `make dev` variable)."""
 
@@ -71,6 +79,24 @@ class Settings(BaseModel):
     summary_keep_runs: int | None = None
     summary_max_output_tokens: int | None = None  # None (0 in the template): derived from the strategy
     summary_whole_runs: bool | None = None
+    # Derived memory. Conclusions are embedded by `embedder`: "hashed" (offline, lexical) or "openai" (the
+    # OpenAI-compatible embeddings endpoint, `embed_model`). `embed_dimensions` is the vector index's dimension
+    # (template parameter EmbedDimensions): changing it means a new index and re-embedding every conclusion.
+    embedder: Literal["hashed", "openai"] = "hashed"
+    embed_model: str = "text-embedding-3-small"
+    embed_dimensions: int = Field(256, ge=8, le=4096)
+    # The deriver's defaults, under configuration.deriver of workspaces and sessions. None (auto): llm when one is
+    # configured, else extractive. An llm batch waits for `derive_batch_tokens` of a sender's messages or until its
+    # oldest has waited `derive_max_wait_s` (Honcho's 512 tokens and 30 minutes); extractive derives at once.
+    derive_engine: Literal["llm", "extractive"] | None = None
+    derive_model: str | None = None
+    derive_batch_tokens: int = Field(512, ge=0, le=100_000)
+    derive_max_wait_s: float = Field(1800.0, ge=0, le=86_400)
+
+    @field_validator("derive_engine", mode="before")
+    @classmethod
+    def _auto_derive_engine(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and value.strip().lower() in ("", "auto") else value
 
     @field_validator("summary_engine", mode="before")
     @classmethod
@@ -132,6 +158,7 @@ def get_settings() -> Settings:
         "purge_grace_s": env.get("PRECIS_PURGE_GRACE_S"),
         "summarize_concurrency": env.get("PRECIS_SUMMARIZE_CONCURRENCY"),
         **{f"summary_{field}": env.get(variable) for field, (variable, _) in SUMMARY_ENV.items()},
+        **{field: env.get(variable) for field, variable in DERIVED_ENV.items()},
     }
     raw["summary_whole_runs"] = _env_flag(raw["summary_whole_runs"])
     try:
@@ -146,6 +173,7 @@ _VARIABLES = {
     "llm_max_input_tokens": "PRECIS_LLM_MAX_INPUT_TOKENS", "purge_grace_s": "PRECIS_PURGE_GRACE_S",
     "summarize_concurrency": "PRECIS_SUMMARIZE_CONCURRENCY",
     **{f"summary_{field}": variable for field, (variable, _) in SUMMARY_ENV.items()},
+    **DERIVED_ENV,
 }
 
 

@@ -82,6 +82,61 @@ def audit_prefix(ws: str, session_id: str, incarnation: str) -> str:
     return f"audit/{ws}/{session_id}/{incarnation}/"
 
 
+# ---------------------------------------------------------------- derived memory (see MEMORY.md)
+def collection_pk(ws: str, observer: str, observed: str) -> str:
+    """Partition of one collection (what `observer` has concluded about `observed`): conclusions, their vectors,
+    dedupe keys, the card and the head."""
+    return f"WS#{ws}#C#{observer}#{observed}"
+
+
+def collection_name(ws: str, observer: str, observed: str) -> str:
+    """The vector index's HASH value of a collection."""
+    return f"{ws}#{observer}#{observed}"
+
+
+def conclusion(ws: str, observer: str, observed: str, conclusion_id: str) -> dict[str, str]:
+    return {"PK": collection_pk(ws, observer, observed), "SK": f"C#{conclusion_id}"}
+
+
+def conclusion_vector(ws: str, observer: str, observed: str, conclusion_id: str) -> dict[str, str]:
+    """A conclusion's embedding, in an item of its own so reads of the text never pay for it."""
+    return {"PK": collection_pk(ws, observer, observed), "SK": f"V#{conclusion_id}"}
+
+
+def conclusion_dedupe(ws: str, observer: str, observed: str, level: str, session_id: str | None,
+                      digest: str) -> dict[str, str]:
+    return {"PK": collection_pk(ws, observer, observed), "SK": f"D#{level}#{session_id or '-'}#{digest}"}
+
+
+def conclusion_pointer(ws: str, conclusion_id: str) -> dict[str, str]:
+    """Where a conclusion id lives (GET/DELETE /conclusions/{id} name only the workspace)."""
+    return {"PK": f"WS#{ws}#CID#{conclusion_id}", "SK": "CID"}
+
+
+def conclusion_provenance(ws: str, session_id: str, conclusion_id: str) -> dict[str, str]:
+    """A conclusion drawn from a session, listed in the session's partition: the session's purge deletes it."""
+    return {"PK": session_pk(ws, session_id), "SK": f"DERIVED#{conclusion_id}"}
+
+
+def card(ws: str, observer: str, observed: str) -> dict[str, str]:
+    return {"PK": collection_pk(ws, observer, observed), "SK": "CARD"}
+
+
+def collection_head(ws: str, observer: str, observed: str) -> dict[str, str]:
+    """Version (an optimistic lock over the collection's writes, so dedupe holds under concurrency) and count."""
+    return {"PK": collection_pk(ws, observer, observed), "SK": "HEAD"}
+
+
+def collection_registry(ws: str, observer: str, observed: str) -> dict[str, str]:
+    """A collection listed in its workspace's partition, so a workspace delete finds it."""
+    return {"PK": f"WS#{ws}", "SK": f"COLL#{observer}#{observed}"}
+
+
+def derive_cursor(ws: str, session_id: str, sender: str) -> dict[str, str]:
+    """How far the deriver has come through `sender`'s messages in the session (in its partition: purged with it)."""
+    return {"PK": session_pk(ws, session_id), "SK": f"DERIVE#{sender}"}
+
+
 def parse_session_pk(pk: str) -> tuple[str, str]:
     """(workspace, session) of a session partition key."""
     ws, session_id = pk.removeprefix("WS#").split("#S#", 1)

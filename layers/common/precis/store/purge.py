@@ -2,8 +2,9 @@
 
 The stream delivers the delete (a MODIFY of the session item carrying `deleted_at` and the `incarnation`) at
 least once, maybe long after a newer incarnation of the same id exists: a purge whose incarnation is no longer
-the session item's does nothing. What it removes: every item of the session's partition but the fence (messages,
-summaries, members and their reverse items), the incarnation's large bodies and summary audit records in S3 (all
+the session item's does nothing. What it removes: the conclusions derived from the session (with their vectors,
+dedupe keys and pointers), every item of the session's partition but the fence (messages, summaries, members and
+their reverse items), the incarnation's large bodies and summary audit records in S3 (all
 versions: the bucket is versioned), then it marks the session item `purged_at`. The session item and the fence stay
 as a tombstone until the id is created again (store.resources), or go at once when the workspace is gone.
 
@@ -21,6 +22,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 from precis.store import keys
+from precis.store.conclusions import purge_session_conclusions
 from precis.store.db import Db, error_code, from_item, to_item
 from precis.store.resources import delete_keys, utcnow
 
@@ -46,7 +48,11 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None, *,
     if session.get("purged_at"):
         return PurgeResult(True, 0, 0)  # done already (a replayed record); asking again clears purged_at first
     fence = keys.fence(ws, session_id, session["fence_seq"]) if session.get("fence_seq") else None
-    deleted = 0
+    # The conclusions drawn from the session go first: their DERIVED# items, which name them, are in the partition.
+    deleted, done = purge_session_conclusions(db, ws, session_id, time_left=lambda: time_left() - MARGIN_S)
+    if not done:
+        _continue_later(db, ws, session_id, incarnation)
+        return PurgeResult(False, deleted, 0)
     request: dict[str, Any] = {"TableName": db.table, "KeyConditionExpression": "PK = :pk", "Limit": page_size,
                                "ProjectionExpression": "PK, SK", "ConsistentRead": True,
                                "ExpressionAttributeValues": {":pk": {"S": keys.session_pk(ws, session_id)}}}

@@ -14,7 +14,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from precis import filters as filtering
 from precis.config import get_settings
-from precis.configuration import summary_config
+from precis.configuration import check_configuration
 from precis.errors import Conflict, Invalid, NotFound, Throttled
 from precis.store import keys
 from precis.store.db import (
@@ -122,6 +122,17 @@ def _dump(value: dict[str, Any] | None) -> str | None:
 DELETE_LEASE_S = 60
 
 
+def require_peers(db: Db, ws: str, *peer_ids: str | None) -> None:
+    """NotFound (404) naming the workspace or the first of `peer_ids` (None skipped) that does not exist: one read."""
+    wanted = list(dict.fromkeys(p for p in peer_ids if p))
+    found = {i["SK"] for i in batch_get(db, [keys.workspace(ws), *(keys.peer(ws, p) for p in wanted)])}
+    if "WS" not in found:
+        raise NotFound(f"workspace '{ws}' not found")
+    for peer_id in wanted:
+        if f"PEER#{peer_id}" not in found:
+            raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
+
+
 def require_workspace(db: Db, ws: str) -> dict[str, Any]:
     item = _get(db, keys.workspace(ws))
     if item is None:
@@ -130,7 +141,7 @@ def require_workspace(db: Db, ws: str) -> dict[str, Any]:
 
 
 def get_or_create_workspace(db: Db, ws: str, metadata=None, configuration=None) -> tuple[dict[str, Any], bool]:
-    summary_config(configuration)
+    check_configuration(configuration)
     item, created = _create(db, keys.workspace(ws), {
         "kind": "workspace", "list_key": "workspaces", "id": ws, "metadata": _dump(metadata or {}),
         "configuration": _dump(configuration or {}), "created_at": utcnow()})
@@ -138,7 +149,7 @@ def get_or_create_workspace(db: Db, ws: str, metadata=None, configuration=None) 
 
 
 def update_workspace(db: Db, ws: str, metadata=None, configuration=None) -> dict[str, Any]:
-    summary_config(configuration)
+    check_configuration(configuration)
     if configuration is not None:
         _check_sessions_under(db, ws, configuration)
     item = _update(db, keys.workspace(ws), {"metadata": _dump(metadata), "configuration": _dump(configuration)})
@@ -158,7 +169,7 @@ def _check_sessions_under(db: Db, ws: str, configuration: dict[str, Any]) -> Non
         if "deleted_at" in session or not own:
             continue
         try:
-            summary_config(configuration, own)
+            check_configuration(configuration, own)
         except Invalid as exc:
             raise Invalid(f"{exc.detail} (with the configuration of session '{session['id']}'; change that "
                           "session first)") from None
@@ -204,6 +215,9 @@ def delete_workspace(db: Db, ws: str) -> None:
     fences = [keys.fence(ws, t["id"], t["fence_seq"]) for t in tombstones if t.get("fence_seq")]
     rest = [{"PK": i["PK"], "SK": i["SK"]} for i in items
             if i["SK"].startswith("PEER#") or i["SK"] == "WS" or i in tombstones]
+    from precis.store.conclusions import delete_collections  # conclusions builds on this module
+
+    delete_collections(db, ws)
     delete_keys(db, [*fences, *rest])
 
 
@@ -329,7 +343,7 @@ def require_session(db: Db, ws: str, session_id: str) -> dict[str, Any]:
 def get_or_create_session(db: Db, ws: str, session_id: str, metadata=None, configuration=None,
                           peers: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], bool]:
     workspace = require_workspace(db, ws)
-    summary_config(_json(workspace.get("configuration")), configuration)
+    check_configuration(_json(workspace.get("configuration")), configuration)
     item, created = create_session_item(db, ws, session_id, metadata, configuration)
     if peers:
         add_members(db, ws, session_id, peers, incarnation=item.get("incarnation"))
@@ -391,7 +405,7 @@ def _deleted_epoch(item: dict[str, Any]) -> float:
 
 def update_session(db: Db, ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
     if configuration is not None:
-        summary_config(_json(require_workspace(db, ws).get("configuration")), configuration)
+        check_configuration(_json(require_workspace(db, ws).get("configuration")), configuration)
     item = _update(db, keys.session(ws, session_id), {"metadata": _dump(metadata), "configuration": _dump(configuration)},
                    condition="attribute_exists(PK) AND attribute_not_exists(deleted_at)")
     if item is None:
@@ -468,8 +482,9 @@ def add_members(db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any
     puts = []
     for peer_id, flags in peers.items():
         flags = {k: v for k, v in (flags or {}).items() if v is not None}
+        # Only the flags given are stored: an unset observe_me falls back to the peer's configuration (deriver).
         puts.append({**keys.member(ws, session_id, peer_id), "kind": "member", "peer_id": peer_id, "joined_at": now,
-                     **{**{"observe_me": True, "observe_others": False}, **flags}})
+                     **flags})
         puts.append({**keys.peer_session(ws, peer_id, session_id), "kind": "peer_session", "session_id": session_id})
     live = {"ConditionCheck": {"TableName": db.table, "Key": to_item(keys.session(ws, session_id)),
                                "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
