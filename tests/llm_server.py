@@ -6,7 +6,12 @@
 
 Modes: ok, 400 (a request the server refuses), 429 (with Retry-After), 500, garbage (a body that is not JSON),
 nochoices (JSON with an error and no choices), empty (empty content), nousage (ok without a usage block),
-hang (answers after `hang_seconds`), context_length (OpenAI's 400 `context_length_exceeded`, whatever the size).
+hang (answers after `hang_seconds`), context_length (OpenAI's 400 `context_length_exceeded`, whatever the size),
+401 (a rejected API key).
+
+Structured output: `answer` is a function of the request body, so a test scripts JSON answers with it; with
+`structured_output = False` the server refuses a `response_format` of type json_schema with a 400, as servers
+without structured output support do (recorded with mode "unsupported").
 
 A model with a small context window: `max_context_tokens` (None: unlimited) answers any prompt longer than that
 (`prompt_tokens`, about four characters a token) with the `context_length_exceeded` 400, as OpenAI does, and
@@ -29,7 +34,7 @@ from typing import Any
 
 import pytest
 
-MODES = ("ok", "400", "429", "500", "garbage", "nochoices", "empty", "nousage", "hang", "context_length")
+MODES = ("ok", "400", "401", "429", "500", "garbage", "nochoices", "empty", "nousage", "hang", "context_length")
 PATHS = ("/v1/chat/completions", "/chat/completions")
 
 
@@ -70,6 +75,7 @@ class LLMServer:
                  hang_seconds: float = 5.0, max_context_tokens: int | None = None):
         self.mode = mode
         self.max_context_tokens = max_context_tokens
+        self.structured_output = True
         self.retry_after = retry_after
         self.hang_seconds = hang_seconds
         self.answer: Callable[[dict[str, Any]], str] = summary_text
@@ -168,12 +174,22 @@ class _Handler(BaseHTTPRequestHandler):
         if (isinstance(body, dict) and llm.max_context_tokens is not None and mode in ("ok", "nousage")
                 and prompt_tokens(body) > llm.max_context_tokens):
             mode = "context_length"
+        if (isinstance(body, dict) and not llm.structured_output and mode in ("ok", "nousage")
+                and (body.get("response_format") or {}).get("type") == "json_schema"):
+            mode = "unsupported"
         llm.record(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body, mode))
         if not isinstance(body, dict):
             self._json(400, {"error": {"message": "body must be a JSON object", "type": "invalid_request_error"}})
         elif mode == "400":
             self._json(400, {"error": {"message": f"model {body.get('model')!r} does not exist",
                                        "type": "invalid_request_error", "code": "model_not_found"}})
+        elif mode == "401":
+            self._json(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                                       "code": "invalid_api_key"}})
+        elif mode == "unsupported":
+            self._json(400, {"error": {"message": "response_format of type 'json_schema' is not supported by this "
+                                                  "model", "type": "invalid_request_error", "param": "response_format",
+                                       "code": None}})
         elif mode == "context_length":
             size, window = prompt_tokens(body), llm.max_context_tokens or 0
             self._json(400, {"error": {

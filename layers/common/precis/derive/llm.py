@@ -1,0 +1,131 @@
+"""The `llm` deriver: conclusions and peer cards from one chat completion against any OpenAI-compatible endpoint.
+
+It is the summarizer's LLMEngine (same client, timeouts, retries with backoff, time budget, error classification)
+asking for JSON: structured output with a strict schema where the server supports it, else the JSON shape in the
+prompt, read from the text. An answer that is not that JSON (not JSON, the wrong shape, an empty conclusion) is
+retried like a server error, then raised as a retryable EngineError; a refused request (400, 401, 404) is final.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import openai
+
+from precis.derive import DeriveRequest
+from precis.derive.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, norm, validate_entries
+from precis.derive.prompt import CARD_FORMAT, EXPLICIT_FORMAT, build_card_messages, build_messages
+from precis.engines import EngineError, PromptTooLong
+from precis.engines.llm import LLMEngine, _BadAnswer, _classify, _context_exceeded, _text_of
+
+T = TypeVar("T")
+CARD_MAX_TOKENS = MAX_ENTRIES * MAX_ENTRY_CHARS // 3  # a full card, with room for the JSON around it
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+# How servers without structured output refuse it (OpenAI: param "response_format"; vLLM, llama.cpp: in words).
+_UNSUPPORTED = re.compile(r"response_format|json_schema|structured output", re.I)
+
+
+class LLMDeriver(LLMEngine):
+    """Conclusions and cards from an OpenAI-compatible chat-completions endpoint."""
+
+    name = "llm"
+
+    def __init__(self, **options: Any):
+        super().__init__(**options)
+        self.structured = True  # off once the server refuses response_format: it is not asked again
+
+    @classmethod
+    def from_settings(cls, settings: Any, model: str | None = None, **overrides: Any) -> LLMDeriver:
+        """A deriver from precis.config.Settings: `model`, else derive_model, else llm_model."""
+        model = model or getattr(settings, "derive_model", None)  # LLMEngine falls back to llm_model
+        return super().from_settings(settings, **({"model": model} if model else {}), **overrides)  # type: ignore
+
+    def derive(self, request: DeriveRequest) -> list[str]:
+        """The explicit conclusions about the observed peer, without repeats; raises EngineError."""
+        if not request.messages:
+            return []
+        return self._ask(build_messages(request), EXPLICIT_FORMAT, request.max_output_tokens, _conclusions)
+
+    def update_card(self, observed: str, card: list[str] | None, counts: dict[str, int],
+                    new: list[str]) -> tuple[list[str], dict[str, int]] | None:
+        """The card the model proposes from the old one and the new conclusions, validated; None when it holds
+        nothing valid or nothing new. Counts are kept for the entries that stay."""
+        if not new:
+            return None
+        entries = validate_entries(self._ask(build_card_messages(observed, card, new), CARD_FORMAT, CARD_MAX_TOKENS,
+                                             _card))
+        if not entries or entries == (card or []):
+            return None
+        return entries, {entry: counts[entry] for entry in entries if entry in counts}
+
+    def _ask(self, messages: list[dict[str, str]], response_format: dict[str, Any], max_tokens: int,
+             parse: Callable[[Any], T]) -> T:
+        """One answer parsed by `parse`, retried as LLMEngine.summarize retries (a bad answer like a 5xx)."""
+        params: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens}
+        deadline = self._clock() + self.time_budget
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return parse(_json_of(_text_of(self._create(params, response_format, deadline))))
+            except (openai.APIError, json.JSONDecodeError, _BadAnswer) as exc:
+                if _context_exceeded(exc):
+                    raise PromptTooLong(f"llm: prompt over the model's context window: {exc.message}") from exc
+                retryable, wait, reason = _classify(exc)
+                if not retryable:
+                    raise EngineError(f"llm: {reason}", retryable=False) from exc
+                delay = self._delay(attempt, wait)
+                if attempt == self.max_attempts or self._clock() + delay + min(1.0, self.timeout) > deadline:
+                    raise EngineError(f"llm: gave up after {attempt} attempts: {reason}", retryable=True) from exc
+                self._sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _create(self, params: dict[str, Any], response_format: dict[str, Any], deadline: float) -> Any:
+        create = self._client.chat.completions.create
+        if self.structured:
+            try:
+                return create(**params, response_format=response_format, timeout=self._timeout(deadline))
+            except openai.BadRequestError as exc:
+                if exc.param != "response_format" and not _UNSUPPORTED.search(exc.message or ""):
+                    raise
+                self.structured = False  # the prompt asks for the same JSON shape: read it from the text
+        return create(**params, timeout=self._timeout(deadline))
+
+    def _timeout(self, deadline: float) -> float:
+        return max(0.001, min(self.timeout, deadline - self._clock()))
+
+
+def _json_of(text: str) -> Any:
+    """The JSON in an answer: the whole text, a fenced block, or the outermost {...} of a chatty answer."""
+    fenced = _FENCE.match(text)
+    body = fenced.group(1) if fenced else text
+    start, end = body.find("{"), body.rfind("}")
+    for candidate in (body, body[start:end + 1] if 0 <= start < end else None):
+        if candidate is not None:
+            try:
+                return json.loads(candidate)
+            except ValueError:
+                continue
+    raise _BadAnswer(f"answer is not JSON: {text[:80]!r}")
+
+
+def _conclusions(answer: Any) -> list[str]:
+    items = answer.get("explicit") if isinstance(answer, dict) else None
+    if not isinstance(items, list):
+        raise _BadAnswer('answer without an "explicit" list')
+    found: dict[str, str] = {}
+    for item in items:
+        content = item.get("content") if isinstance(item, dict) else None
+        if not isinstance(content, str) or not content.strip():
+            raise _BadAnswer(f"conclusion without content: {json.dumps(item)[:80]}")
+        text = " ".join(content.split())
+        found.setdefault(norm(text), text)
+    return list(found.values())
+
+
+def _card(answer: Any) -> list[str]:
+    entries = answer.get("peer_card") if isinstance(answer, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        raise _BadAnswer('answer without a "peer_card" list of strings')
+    return entries
