@@ -51,7 +51,10 @@ def moto(*, stream: bool = True) -> Iterator[dict[str, Any]]:
     import boto3
     from moto import mock_aws
 
+    from local import moto_patches
     from precis.config import get_settings
+
+    moto_patches.install()  # the table's vector index (SearchVectors) and DynamoDB's limits, as in the tests
 
     get_settings.cache_clear()
     with mock_aws():

@@ -1,6 +1,8 @@
-"""`make dev`: moto, the HTTP gateway and the stream poller in one process, until Ctrl-C or SIGTERM.
+"""`make dev`: moto, the HTTP gateway, a stream poller per stream consumer and the schedules in one process, until
+Ctrl-C or SIGTERM.
 
-PRECIS_PORT picks the port (8000); PRECIS_LOCAL_CONCURRENCY the workers per function (4);
+PRECIS_PORT picks the port (8000); PRECIS_LOCAL_CONCURRENCY the workers per function (4); PRECIS_LOCAL_SCHEDULE_S
+the period of every schedule (the template's: the deriver's flush runs every five minutes);
 PRECIS_DEV_JSON where the running stack is announced (.precis/dev.json), for `make invoke`;
 PRECIS_LOCAL_CHAOS (with _THROTTLE and _SEED) how much harsher than moto it is (local/chaos.py).
 """
@@ -20,6 +22,7 @@ from local.chaos import Chaos, ChaosError
 from local.gateway import Gateway
 from local.moto_backend import dev_json_path, start_moto
 from local.poller import StreamPoller
+from local.scheduler import Scheduler
 from local.template import LAYER_DIR, template
 from local.worker import start_pools
 
@@ -109,9 +112,13 @@ def main() -> int:
     moto = start_moto(tpl, chaos)
     pools = start_pools(tpl, moto.functions_endpoint)
     gateway.invokers = {name: pool.invoke for name, pool in pools.items()}
-    poller = StreamPoller.from_template(tpl, moto.endpoint, pools[tpl.stream_function().logical_id].invoke,
-                                        chaos=chaos)
-    poller.start()
+    pollers = [StreamPoller.from_template(tpl, moto.endpoint, pools[fn.logical_id].invoke, function=fn.logical_id,
+                                          chaos=chaos) for fn in tpl.stream_functions()]
+    for poller in pollers:
+        poller.start()
+    scheduler = Scheduler.from_template(tpl, {name: pool.invoke for name, pool in pools.items()},
+                                        every_s=float(os.environ.get("PRECIS_LOCAL_SCHEDULE_S") or 0) or None)
+    scheduler.start()
     serving = threading.Thread(target=gateway.serve_forever, name="gateway", daemon=True)
     serving.start()
 
@@ -134,16 +141,19 @@ def main() -> int:
 
     logging.info("stopping")
     watchdog = _Watchdog()
-    poller.stop()  # first, so that an invocation cut short below is not retried
+    scheduler.stop()
+    for poller in pollers:
+        poller.stop()  # first, so that an invocation cut short below is not retried
     watchdog.step = "closing the gateway"
     gateway.shutdown()
     gateway.server_close()  # its connection threads are daemons: idle keep-alive clients do not hold the stop
     watchdog.step = "stopping the workers"
     for pool in pools.values():
         pool.close()  # cuts short whatever is in flight (starting workers too), so the poller ends promptly
-    watchdog.step = "waiting for the stream poller"
-    if not poller.join(timeout=3):
-        logging.warning("the stream poller is still delivering; leaving it behind")
+    watchdog.step = "waiting for the stream pollers"
+    if not all([poller.join(timeout=3) for poller in pollers]):
+        logging.warning("a stream poller is still delivering; leaving it behind")
+    scheduler.join(timeout=1)
     watchdog.step = "stopping moto"
     moto.stop()
     _remove_if_ours(dev_json)

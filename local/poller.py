@@ -249,10 +249,11 @@ class StreamPoller:
 
     @classmethod
     def from_template(
-        cls, tpl: Template, endpoint: str, invoke: Invoker, max_window_s: float = MAX_WINDOW_S, **kwargs: Any
+        cls, tpl: Template, endpoint: str, invoke: Invoker, max_window_s: float = MAX_WINDOW_S,
+        function: str = "SummarizeFunction", **kwargs: Any
     ) -> StreamPoller:
-        """A poller for the template's stream function, its table and its on-failure destination."""
-        fn = tpl.stream_function()
+        """A poller for one of the template's stream functions, its table and its on-failure destination."""
+        fn = tpl.stream_function(function)
         names = LocalNames()
         arn = f"arn:aws:lambda:{names.region}:{names.account}:function:{function_name(tpl, fn)}"
         settings = StreamSettings.from_properties(fn.stream, max_window_s)

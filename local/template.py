@@ -7,6 +7,9 @@ from the template; intrinsic functions are resolved against local values.
 from __future__ import annotations
 
 import copy
+import json
+import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -54,6 +57,27 @@ class Route:
     function: str
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """An EventBridge Scheduler schedule that invokes a function: every `every_s` seconds with `input`."""
+
+    name: str
+    every_s: float
+    input: dict[str, Any]
+
+
+_RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|second|seconds)\)$")
+_UNIT_S = {"second": 1, "minute": 60, "hour": 3600}
+
+
+def rate_seconds(expression: str) -> float:
+    """Seconds between runs of a `rate(...)` schedule expression (the only kind the template uses)."""
+    m = _RATE.match(expression.strip())
+    if not m:
+        raise ValueError(f"unsupported schedule expression {expression!r}: the local stack runs rate(...) only")
+    return int(m.group(1)) * _UNIT_S[m.group(2).rstrip("s")]
+
+
 @dataclass
 class Function:
     logical_id: str
@@ -63,6 +87,7 @@ class Function:
     timeout: int
     routes: list[Route] = field(default_factory=list)
     stream: dict[str, Any] | None = None  # the DynamoDB event's Properties
+    schedules: list[Schedule] = field(default_factory=list)
 
 
 @dataclass
@@ -80,8 +105,13 @@ class Template:
     def resource(self, logical_id: str) -> dict[str, Any]:
         return self.raw["Resources"][logical_id]
 
-    def stream_function(self) -> Function:
-        (fn,) = [f for f in self.functions.values() if f.stream is not None]
+    def stream_functions(self) -> list[Function]:
+        """Every consumer of the table's stream (each has a mapping of its own, as on AWS)."""
+        return [f for f in self.functions.values() if f.stream is not None]
+
+    def stream_function(self, logical_id: str = "SummarizeFunction") -> Function:
+        fn = self.functions[logical_id]
+        assert fn.stream is not None, f"{logical_id} has no stream trigger"
         return fn
 
 
@@ -207,6 +237,10 @@ def load_template(path: Path = TEMPLATE, names: LocalNames | None = None) -> Tem
                 fn.routes.append(Route(p["Method"].upper(), p["Path"], logical_id))
             elif event["Type"] == "DynamoDB":
                 fn.stream = resolve(event["Properties"])
+            elif event["Type"] in ("ScheduleV2", "Schedule"):
+                p = resolve(event["Properties"])
+                fn.schedules.append(Schedule(p.get("Name") or logical_id, rate_seconds(p["ScheduleExpression"]),
+                                             json.loads(p.get("Input") or "{}")))
         functions[logical_id] = fn
     # A stream trigger may also be an event-source mapping of its own (so no managed policy comes with it).
     for res in raw["Resources"].values():
@@ -234,9 +268,14 @@ def table_definition(tpl: Template) -> dict[str, Any]:
         "KeySchema": props["KeySchema"],
         "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
     }
-    for index_kind in ("LocalSecondaryIndexes", "GlobalSecondaryIndexes"):
+    for index_kind in ("LocalSecondaryIndexes", "GlobalSecondaryIndexes", "VectorIndexes"):
         if props.get(index_kind):
             args[index_kind] = props[index_kind]
+    for index in args.get("VectorIndexes", ()):
+        # The parameter's default, or the dimension the local stack's functions are told (PRECIS_EMBED_DIMENSIONS).
+        dimensions = os.environ.get("PRECIS_EMBED_DIMENSIONS") or _Resolver(tpl.raw, LocalNames()).resolve(
+            index["Dimensions"])
+        index["Dimensions"] = int(dimensions)
     if props.get("StreamSpecification"):
         args["StreamSpecification"] = {"StreamEnabled": True, **props["StreamSpecification"]}
     return args

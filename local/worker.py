@@ -54,6 +54,13 @@ PASS_THROUGH = (
     "PRECIS_SUMMARY_KEEP_RUNS",
     "PRECIS_SUMMARY_MAX_OUTPUT_TOKENS",
     "PRECIS_SUMMARY_WHOLE_RUNS",
+    "PRECIS_EMBEDDER",
+    "PRECIS_EMBED_MODEL",
+    "PRECIS_EMBED_DIMENSIONS",
+    "PRECIS_DERIVE_ENGINE",
+    "PRECIS_DERIVE_MODEL",
+    "PRECIS_DERIVE_BATCH_TOKENS",
+    "PRECIS_DERIVE_MAX_WAIT_S",
 )
 # The deployed stack reads its signing secret from Secrets Manager; locally auth is off unless turned on with
 # PRECIS_AUTH and PRECIS_JWT_SECRET.

@@ -15,6 +15,10 @@ DEEP_ARRAYS = "[" * 5000 + "]" * 5000  # ~10 KB: the JSON parser itself runs out
 DEEP_OBJECTS = '{"a":' * 3000 + "1" + "}" * 3000
 
 
+CONCLUSION = {"content": "alice likes tea", "observer_id": "alice", "observed_id": "alice"}
+VIEW = {"observer_id": "alice", "observed_id": "alice"}
+
+
 def nested_filters(levels: int) -> dict:
     """`{"filters": {"AND": [{"AND": [... {"id": "x"}]}]}}`: each level nests an object and an array."""
     filters: dict = {"id": "x"}
@@ -132,6 +136,48 @@ CASES = [
      {}, {}, 422),
     ("POST", f"{S}/messages/list", DEEP_OBJECTS, {}, {}, 422),
     ("PUT", f"{S}/messages/{'A' * 21}", '{"metadata":' + DEEP_ARRAYS + "}", {}, {}, 422),
+    # derived memory: conclusions, cards, queue status
+    ("POST", f"{W}/conclusions", {"conclusions": []}, {}, {}, 422),
+    ("POST", f"{W}/conclusions", {"conclusions": [CONCLUSION] * 101}, {}, {}, 422),
+    ("POST", f"{W}/conclusions", {"conclusions": [{**CONCLUSION, "content": ""}]}, {}, {}, 422),
+    ("POST", f"{W}/conclusions", {"conclusions": [{**CONCLUSION, "content": "x" * 65536}]}, {}, {}, 422),
+    ("POST", f"{W}/conclusions", {"conclusions": [{**CONCLUSION, "observer_id": "bad id"}]}, {}, {}, 422),
+    ("POST", f"{W}/conclusions", {"conclusions": [{**CONCLUSION, "level": "deductive"}]}, {}, {}, 422),
+    ("POST", f"{W}/conclusions", {"conclusions": [{"content": "x", "observer_id": "alice"}]}, {}, {}, 422),
+    ("POST", f"{W}/conclusions", {"conclusions": [{**CONCLUSION, "observer_id": "nobody"}]}, {}, {}, 404),
+    ("POST", f"{W}/conclusions", {"conclusions": [{**CONCLUSION, "session_id": "nope"}]}, {}, {}, 404),
+    ("POST", "/v3/workspaces/nope/conclusions", {"conclusions": [CONCLUSION]}, {}, {}, 404),
+    ("POST", f"{W}/conclusions", {"conclusions": [{**CONCLUSION, "content": "\ud800"}]}, {}, {}, 422),
+    ("POST", f"{W}/conclusions", '{"conclusions": [' + DEEP_ARRAYS + "]}", {}, {}, 422),
+    ("POST", f"{W}/conclusions/list", {"filters": {"colour": "red"}}, {}, {}, 422),
+    ("POST", f"{W}/conclusions/list", {"filters": {"id": {"in": "x"}}}, {}, {}, 422),
+    ("POST", f"{W}/conclusions/list", None, {"size": 0}, {}, 422),
+    ("POST", "/v3/workspaces/nope/conclusions/list", None, {}, {}, 404),
+    ("POST", f"{W}/conclusions/query", {"query": "x"}, {}, {}, 422),  # no observer_id / observed_id
+    ("POST", f"{W}/conclusions/query", {"query": "x", "filters": {"observer_id": "alice"}}, {}, {}, 422),
+    ("POST", f"{W}/conclusions/query", {"query": "", "filters": VIEW}, {}, {}, 422),
+    ("POST", f"{W}/conclusions/query", {"query": "x", "top_k": 0, "filters": VIEW}, {}, {}, 422),
+    ("POST", f"{W}/conclusions/query", {"query": "x", "top_k": 101, "filters": VIEW}, {}, {}, 422),
+    ("POST", f"{W}/conclusions/query", {"query": "x", "distance": 1.5, "filters": VIEW}, {}, {}, 422),
+    ("POST", "/v3/workspaces/nope/conclusions/query", {"query": "x", "filters": VIEW}, {}, {}, 404),
+    ("GET", f"{W}/conclusions/{'A' * 21}", None, {}, {}, 404),
+    ("GET", f"{W}/conclusions/short", None, {}, {}, 422),
+    ("DELETE", f"{W}/conclusions/{'A' * 21}", None, {}, {}, 404),
+    ("DELETE", f"{W}/conclusions/bad%20id", None, {}, {}, 422),
+    ("GET", f"{W}/peers/nobody/card", None, {}, {}, 404),
+    ("GET", f"{W}/peers/alice/card", None, {"target": "nobody"}, {}, 404),
+    ("GET", f"{W}/peers/alice/card", None, {"target": "bad id"}, {}, 422),
+    ("PUT", f"{W}/peers/nobody/card", {"peer_card": ["IDENTITY: x"]}, {}, {}, 404),
+    ("PUT", f"{W}/peers/alice/card", {"peer_card": "IDENTITY: x"}, {}, {}, 422),
+    ("PUT", f"{W}/peers/alice/card", {"peer_card": [1]}, {}, {}, 422),
+    ("PUT", f"{W}/peers/alice/card", {"peer_card": ["x" * 201]}, {}, {}, 422),
+    ("PUT", f"{W}/peers/alice/card", {"peer_card": ["x"] * 41}, {}, {}, 422),
+    ("PUT", f"{W}/peers/alice/card", {"peer_card": None}, {}, {}, 422),
+    ("PUT", f"{W}/peers/alice/card", {}, {}, {}, 422),
+    ("GET", f"{W}/queue/status", None, {"session_id": "nope"}, {}, 404),
+    ("GET", f"{W}/queue/status", None, {"sender_id": "nobody"}, {}, 404),
+    ("GET", f"{W}/queue/status", None, {"observer_id": "bad id"}, {}, 422),
+    ("GET", "/v3/workspaces/nope/queue/status", None, {}, {}, 404),
 ]
 
 

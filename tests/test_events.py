@@ -26,6 +26,8 @@ EXPECTED = {
     "ingest_create_messages_bad.json": ("IngestFunction", 422),
     "summarize_stream_batch.json": ("SummarizeFunction", "batch"),
     "summarize_session_deleted.json": ("SummarizeFunction", "batch"),
+    "derive_stream_batch.json": ("DeriveFunction", "batch"),
+    "derive_flush.json": ("DeriveFunction", "flush"),
 }
 
 # What must exist before each event for it to mean what it says: nothing, the workspace, or the session with
@@ -37,6 +39,8 @@ NEEDS = {
     "ingest_create_messages_bad.json": "session",
     "summarize_stream_batch.json": "stream",
     "summarize_session_deleted.json": "stream",
+    "derive_stream_batch.json": "stream",
+    "derive_flush.json": "workspace",
 }
 
 # Response shapes by route: keys every 2xx body of that route carries.
@@ -58,10 +62,13 @@ def load(name: str) -> dict:
     return json.loads((EVENTS / name).read_text())
 
 
-def function_for(event: dict) -> str:
-    """The template function an event reaches: the stream consumer for a Records batch, else by route key."""
+def function_for(event: dict, name: str | None = None) -> str:
+    """The template function an event reaches: a stream consumer for a Records batch (the summarizer, or the one its
+    file is named after), the deriver for its schedule's event, else by route key."""
     if "Records" in event:
-        return template().stream_function().logical_id
+        return "DeriveFunction" if (name or "").startswith("derive_") else template().stream_function().logical_id
+    if event.get("precis") == "flush":
+        return "DeriveFunction"
     (route,) = [r for r in template().routes if f"{r.method} {r.path}" == event["routeKey"]]
     return route.function
 
@@ -93,7 +100,11 @@ def test_every_event_file_is_listed():
 def test_event_is_well_formed_for_its_source(name):
     event = load(name)
     logical_id, _ = EXPECTED[name]
-    assert function_for(event) == logical_id
+    assert function_for(event, name) == logical_id
+    if "precis" in event:
+        assert event == {"precis": "flush"}  # the DeriveFunction's Flush schedule Input, exactly
+        assert template().functions[logical_id].schedules[0].input == event
+        return
     if "Records" in event:
         for record in event["Records"]:
             assert record["eventSource"] == "aws:dynamodb"
@@ -128,7 +139,10 @@ def test_event_runs_through_its_handler_with_the_documented_status(aws, name):
     event = load(name)
     logical_id, expected = EXPECTED[name]
     seed(aws, NEEDS.get(name, "session"), event)
-    result = invoke(function_for(event), event)
+    result = invoke(function_for(event, name), event)
+    if expected == "flush":
+        assert result == {"flushed": 0, "failed": 0}
+        return
     if expected == "batch":
         assert result == {"batchItemFailures": []}
         if name == "summarize_session_deleted.json":  # the purge ran: only the tombstone's fence is left
@@ -137,6 +151,10 @@ def test_event_runs_through_its_handler_with_the_documented_status(aws, name):
             assert left == []  # its member is gone (the seed wrote no fence)
             assert "purged_at" in aws["dynamodb"].get_item(TableName=template().table_name, Key={
                 "PK": {"S": "WS#demo"}, "SK": {"S": "SESSION#s1"}})["Item"]
+        if name == "derive_stream_batch.json":  # what alice said became her conclusions
+            listed = call("POST", "/v3/workspaces/demo/conclusions/list", {"filters": {"observer_id": "alice"}})
+            assert sorted(c["content"] for c in listed.body["items"]) == [
+                "alice moved to Lisbon last spring", "alice's sister is Ana"]
         return
     assert result["statusCode"] == expected, result
     assert result["headers"]["Content-Type"].startswith("application/json")

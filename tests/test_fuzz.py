@@ -70,7 +70,7 @@ def test_the_document_covers_every_route_of_the_template(document):
 
 
 def test_every_documented_operation_refuses_a_missing_or_forged_key(stack, document):
-    ids = {"workspace_id": "w1", "peer_id": "p1", "session_id": "s1", "message_id": "m1"}
+    ids = {"workspace_id": "w1", "peer_id": "p1", "session_id": "s1", "message_id": "m1", "conclusion_id": "c" * 21}
     forged = mint_key("not-" + SECRET, admin=True)
     for method, path in sorted(_operations(document)):
         target = path.format(**ids)
@@ -157,7 +157,10 @@ def _seed(stack, admin: str) -> dict[str, list[str]]:
         sent = post(f"/v3/workspaces/{ws}/sessions/{session}/messages",
                     {"messages": [{"content": f"message {i}", "peer_id": SEEDED["peer_id"][i % 2]} for i in range(3)]})
         message_ids += [m["id"] for m in sent]
-    return {**SEEDED, "message_id": message_ids}
+    made = post(f"/v3/workspaces/{ws}/conclusions", {"conclusions": [
+        {"content": f"alice likes tea number {i}", "observer_id": "bob", "observed_id": "alice", "session_id": "s1"}
+        for i in range(3)]})
+    return {**SEEDED, "message_id": message_ids, "conclusion_id": [c["id"] for c in made]}
 
 
 def _config(ids: dict[str, list[str]]) -> str:

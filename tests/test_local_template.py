@@ -15,6 +15,8 @@ LISTING_POSTS = {
     "/v3/workspaces/{workspace_id}/peers/{peer_id}/sessions",
     "/v3/workspaces/{workspace_id}/sessions/list",
     "/v3/workspaces/{workspace_id}/sessions/{session_id}/messages/list",
+    "/v3/workspaces/{workspace_id}/conclusions/list",
+    "/v3/workspaces/{workspace_id}/conclusions/query",
 }
 
 
@@ -122,3 +124,13 @@ def test_the_developer_can_turn_auth_on(monkeypatch):
     monkeypatch.setenv("PRECIS_JWT_SECRET", "s3cret")
     env = function_environment(template(), template().functions["IngestFunction"], "http://127.0.0.1:5555")
     assert (env["PRECIS_AUTH"], env["PRECIS_JWT_SECRET"]) == ("true", "s3cret")
+
+
+def test_the_deriver_consumes_the_stream_on_a_mapping_of_its_own_and_runs_on_a_schedule():
+    tpl = template()
+    assert [fn.logical_id for fn in tpl.stream_functions()] == ["SummarizeFunction", "DeriveFunction"]
+    deriver = tpl.stream_function("DeriveFunction")
+    assert deriver.stream["FilterCriteria"]["Filters"] == [
+        {"Pattern": '{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["message"]}}}}'}]
+    (flush,) = deriver.schedules
+    assert (flush.every_s, flush.input) == (300, {"precis": "flush"})

@@ -30,11 +30,15 @@ TABLE = {"${Table.Arn}", "${Table.Arn}/index/*"}
 TABLE_ACTIONS = {
     "IngestFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
                        "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
-                       "dynamodb:ConditionCheckItem"},
-    "ContextFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem"},
+                       "dynamodb:ConditionCheckItem", "dynamodb:SearchVectors"},
+    "ContextFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:SearchVectors"},
     "SummarizeFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
                           "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
                           "dynamodb:ConditionCheckItem"},
+    # The deriver reads messages and members, writes conclusions in transactions, and looks for near duplicates.
+    "DeriveFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
+                       "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem",
+                       "dynamodb:SearchVectors"},
 }
 TABLE_WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
                 "dynamodb:TransactWriteItems", "dynamodb:PartiQLInsert", "dynamodb:PartiQLUpdate",
@@ -49,11 +53,12 @@ BUCKET_ACCESS = {
     "SummarizeFunction": {("s3:GetObject", "bodies/"), ("s3:DeleteObject", "bodies/"),
                           ("s3:DeleteObjectVersion", "bodies/"), ("s3:PutObject", "audit/"), ("s3:DeleteObject", "audit/"),
                           ("s3:DeleteObjectVersion", "audit/")},
+    "DeriveFunction": {("s3:GetObject", "bodies/")},
 }
 # Listing is a bucket action: allowed only to the purge, and only under the prefixes it purges.
 BUCKET_LISTING = {"SummarizeFunction": ("s3:ListBucketVersions", {"bodies/*", "audit/*"})}
 SECRET_ARN = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretName}-*"
-QUEUES = {"${SummarizeDLQ.Arn}"}
+QUEUES = {"${SummarizeDLQ.Arn}", "${DeriveDLQ.Arn}"}
 # Environment variable names made of these words carry secrets, unless the name says it holds the secret's name.
 SENSITIVE_WORDS = {"SECRET", "SECRETS", "PASSWORD", "PASSWD", "TOKEN", "TOKENS", "KEY", "KEYS", "APIKEY",
                    "CREDENTIAL", "CREDENTIALS", "PRIVATE"}
@@ -142,7 +147,7 @@ def test_every_action_is_spelled_out_and_every_resource_named(logical_id):
 
 
 STREAM_ACTIONS = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}
-STREAM_READERS = {"SummarizeFunction"}
+STREAM_READERS = {"SummarizeFunction", "DeriveFunction"}
 
 
 @pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
@@ -162,7 +167,7 @@ def test_each_function_gets_only_its_table_actions_on_the_table_alone(logical_id
 def test_the_context_function_cannot_write():
     actions = {a for a, _ in granted("ContextFunction")}
     assert not actions & TABLE_WRITES
-    reads = ("dynamodb:Get", "dynamodb:BatchGet", "dynamodb:Query")
+    reads = ("dynamodb:Get", "dynamodb:BatchGet", "dynamodb:Query", "dynamodb:SearchVectors")
     assert all(a.startswith(reads) for a in actions if a.startswith("dynamodb:"))
     assert not actions & {"s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObjectAcl"}
     assert not {a for a in actions if a.startswith(("sqs:", "sns:", "lambda:", "iam:"))}
@@ -231,7 +236,12 @@ MANAGED_POLICIES = {
     "IngestFunctionRole": {_BASIC, _XRAY},
     "ContextFunctionRole": {_BASIC, _XRAY},
     "SummarizeFunctionRole": {_BASIC, _XRAY},
+    "DeriveFunctionRole": {_BASIC, _XRAY},
+    "DeriveFunctionFlushRole": set(),  # EventBridge Scheduler's: lambda:InvokeFunction on the deriver alone
 }
+# The roles SAM makes for services other than Lambda, and the one thing each may do.
+SERVICE_ROLES = {"DeriveFunctionFlushRole": ("scheduler.amazonaws.com", "lambda:InvokeFunction",
+                                             {"Fn::GetAtt": ["DeriveFunction", "Arn"]})}
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +256,13 @@ def test_sam_adds_only_the_managed_policies_aws_requires(deployed):
     assert {lid: set(p.get("ManagedPolicyArns", [])) for lid, p in roles.items()} == MANAGED_POLICIES
     for lid, props in roles.items():
         (assume,) = props["AssumeRolePolicyDocument"]["Statement"]
+        if lid in SERVICE_ROLES:
+            service, action, resource = SERVICE_ROLES[lid]
+            assert assume["Principal"] == {"Service": [service]}, lid
+            (policy,) = props["Policies"]
+            assert policy["PolicyDocument"]["Statement"] == [{"Action": action, "Effect": "Allow",
+                                                              "Resource": resource}], lid
+            continue
         assert assume["Principal"] == {"Service": ["lambda.amazonaws.com"]}, lid
         for policy in props.get("Policies", []):  # ours, and the ones SAM writes (the DLQ destination's)
             for statement in policy["PolicyDocument"]["Statement"]:
@@ -310,10 +327,10 @@ def test_the_api_is_throttled_and_its_access_logged():
         assert target.name == "GetAtt" and target.value.split(".")[0] in resources_of("AWS::Logs::LogGroup"), lid
 
 
-def test_the_summarizer_has_reserved_concurrency():
-    (summarizer,) = [r["Properties"]["FunctionName"].value for r in RESOURCES.values()
-                     if r["Type"] == "AWS::Lambda::EventSourceMapping"]
-    reserved = FUNCTIONS[summarizer].get("ReservedConcurrentExecutions")
+@pytest.mark.parametrize("consumer", sorted(r["Properties"]["FunctionName"].value for r in RESOURCES.values()
+                                             if r["Type"] == "AWS::Lambda::EventSourceMapping"))
+def test_each_stream_consumer_has_reserved_concurrency(consumer):
+    reserved = FUNCTIONS[consumer].get("ReservedConcurrentExecutions")
     if isinstance(reserved, _Tag):  # a parameter: its default and its floor
         assert reserved.name == "Ref"
         parameter = PARAMETERS[reserved.value]

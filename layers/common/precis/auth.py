@@ -70,6 +70,16 @@ ROUTES: dict[str, Access] = {
     f"PUT {_S}/messages/{{message_id}}": Access.SESSION_WRITE,
     f"GET {_S}/context": Access.SESSION_READ,
     f"GET {_S}/summaries": Access.SESSION_READ,
+    # Derived memory: conclusions span a workspace's peers and sessions (a workspace key); a peer's own key reads and
+    # sets its cards.
+    f"POST {_W}/conclusions": Access.WORKSPACE,
+    f"POST {_W}/conclusions/list": Access.WORKSPACE,
+    f"POST {_W}/conclusions/query": Access.WORKSPACE,
+    f"GET {_W}/conclusions/{{conclusion_id}}": Access.WORKSPACE,
+    f"DELETE {_W}/conclusions/{{conclusion_id}}": Access.WORKSPACE,
+    f"GET {_W}/peers/{{peer_id}}/card": Access.PEER,
+    f"PUT {_W}/peers/{{peer_id}}/card": Access.PEER,
+    f"GET {_W}/queue/status": Access.WORKSPACE,
 }
 
 

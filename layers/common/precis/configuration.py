@@ -11,6 +11,7 @@ into Settings) < the workspace's configuration < the session's.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -56,6 +57,83 @@ def summary_config(workspace: dict[str, Any] | None, session: dict[str, Any] | N
             message += (f" ({field} {deployment[field]} is this deployment's default, {variable} / template parameter "
                         f"{parameter}; set configuration.{SECTION}.{field} to override it)")
         raise Invalid(f"configuration.{SECTION}.{where}: {message}") from None
+
+
+# ---------------------------------------------------------------- the deriver
+
+DERIVER_SECTION = "deriver"
+_DERIVER_KEYS = {"engine", "model", "batch_tokens", "max_wait_s"}
+_REASONING_KEYS = {"enabled", "custom_instructions"}
+
+
+@dataclass(frozen=True)
+class DeriveConfig:
+    """What the deriver does for one session: Honcho's configuration.reasoning (enabled, custom_instructions) and
+    Precis's configuration.deriver (engine, model, batch_tokens, max_wait_s), session over workspace over deployment."""
+
+    enabled: bool = True
+    custom_instructions: str | None = None
+    engine: str = "extractive"
+    model: str | None = None
+    batch_tokens: int = 512
+    max_wait_s: float = 1800.0
+
+
+def _derive_level(configuration: dict[str, Any] | None) -> dict[str, Any]:
+    configuration = configuration or {}
+    reasoning = configuration.get("reasoning") or {}
+    ours = configuration.get(DERIVER_SECTION) or {}
+    if not isinstance(reasoning, dict) or not isinstance(ours, dict):
+        raise Invalid(f"configuration.reasoning and configuration.{DERIVER_SECTION} must be objects")
+    for section, allowed, value in (("reasoning", _REASONING_KEYS, reasoning), (DERIVER_SECTION, _DERIVER_KEYS, ours)):
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            known = ", ".join(sorted(allowed))
+            raise Invalid(f"configuration.{section}.{unknown[0]}: unknown setting (known: {known})")
+    level: dict[str, Any] = {}
+    checks = (
+        ("reasoning.enabled", reasoning, "enabled", lambda v: v is None or isinstance(v, bool), "true or false"),
+        ("reasoning.custom_instructions", reasoning, "custom_instructions",
+         lambda v: v is None or (isinstance(v, str) and len(v) <= 10_000), "a string of at most 10000 characters"),
+        ("deriver.engine", ours, "engine", lambda v: v is None or v in ("auto", "llm", "extractive"),
+         "auto, llm or extractive"),
+        ("deriver.model", ours, "model", lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 200),
+         "a model name"),
+        ("deriver.batch_tokens", ours, "batch_tokens",
+         lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 100_000),
+         "an integer from 0 to 100000"),
+        ("deriver.max_wait_s", ours, "max_wait_s",
+         lambda v: v is None or (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 86_400),
+         "a number of seconds from 0 to 86400"),
+    )
+    for where, section, key, ok, what in checks:
+        value = section.get(key)
+        if not ok(value):
+            raise Invalid(f"configuration.{where}: must be {what}, not {value!r}")
+        if value is not None and not (key == "engine" and value == "auto"):
+            level[key] = value
+    return level
+
+
+def derive_config(workspace: dict[str, Any] | None, session: dict[str, Any] | None = None,
+                  settings: Any = None) -> DeriveConfig:
+    """The effective deriver settings of a session; Invalid (422) naming a bad field."""
+    settings = settings or get_settings()
+    from precis.engines import default_engine
+
+    engine = settings.derive_engine or ("llm" if default_engine(settings) == "llm" else "extractive")
+    merged: dict[str, Any] = {"engine": engine, "model": settings.derive_model or settings.llm_model,
+                              "batch_tokens": settings.derive_batch_tokens, "max_wait_s": settings.derive_max_wait_s}
+    for level in (_derive_level(workspace), _derive_level(session)):
+        merged.update(level)
+    return DeriveConfig(**merged)
+
+
+def check_configuration(workspace: dict[str, Any] | None, session: dict[str, Any] | None = None, *,
+                        deployment: Mapping[str, Any] | None = None) -> None:
+    """Invalid (422) when a workspace's or session's configuration holds a bad summary or deriver setting."""
+    summary_config(workspace, session, deployment=deployment)
+    derive_config(workspace, session)
 
 
 # Every function imports this module while it starts: reading the settings here makes a bad deployment value fail

@@ -117,3 +117,33 @@ class MessageUpdate(_Body):
 
 class ListBody(_Body):
     filters: dict[str, Any] | None = None
+
+
+# ---------------------------------------------------------------- derived memory (MEMORY.md)
+
+CONCLUSION_MAX_CHARS = 65_535
+
+
+class ConclusionIn(_Body):
+    content: Annotated[str, StringConstraints(min_length=1, max_length=CONCLUSION_MAX_CHARS)]
+    observer_id: Id
+    observed_id: Id
+    session_id: Id | None = None
+
+
+class ConclusionBatch(BaseModel):
+    """`conclusions` (Honcho's key; `observations` accepted as an alias), 1-100 items."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    conclusions: list[ConclusionIn] = Field(min_length=1, max_length=MAX_BATCH, alias="observations")
+
+
+class ConclusionQuery(_Body):
+    query: Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
+    top_k: int = Field(10, ge=1, le=100)
+    distance: float | None = Field(None, ge=0, le=1)
+    filters: dict[str, Any] | None = None
+
+
+class PeerCard(_Body):
+    peer_card: list[Any]

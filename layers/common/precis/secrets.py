@@ -39,3 +39,11 @@ def jwt_secret() -> str:
 def llm_api_key() -> str | None:
     """The summarizer's LLM API key, if one is configured."""
     return get_settings().llm_api_key or _secret_field("llm_api_key")
+
+
+def with_llm_key(settings):
+    """`settings` with the LLM API key from Secrets Manager when the environment has none (deployed stacks)."""
+    if settings.llm_api_key:
+        return settings
+    key = llm_api_key()
+    return settings.model_copy(update={"llm_api_key": key}) if key else settings

@@ -182,6 +182,23 @@ def summarize_session(db: Db, settings: Settings, ws: str, session_id: str, *,
     return runner.run(jobs, raw, markers)
 
 
+def summaries_due(db: Db, ws: str, session_id: str, session: dict[str, Any], workspace: dict[str, Any]) -> int:
+    """How many summaries the session's strategy says are due and not yet written (the queue status counts them)."""
+    try:
+        config = summary_config(_json(workspace.get("configuration")), _json(session.get("configuration")))
+    except Invalid:
+        return 0
+    raw, _markers = read_summary_state(db, ws, session_id)
+    stored = {t: SummaryCost(t, s["covers_seq"], s["end_tokens"], s["token_count"]) for t, s in raw.items()}
+    first = needed_from(config, stored)
+    if first is None:
+        return 0
+    items = read_range(db, ws, session_id, first, keys.MAX_SEQ)
+    unfinished = {t: s["job_through_seq"] for t, s in raw.items() if s.get("job_through_seq")}
+    return len(decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items],
+                      unfinished))
+
+
 def summarize_under_lease(db: Db, settings: Settings, ws: str, session_id: str, *, records: Sequence[str] = (),
                           engine_for: Callable[[str], Engine] | None = None,
                           remaining_s: Callable[[], float] = lambda: math.inf,

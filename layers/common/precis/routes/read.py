@@ -3,7 +3,7 @@
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from precis.context import check_context_params
-from precis.models import ListBody
+from precis.models import ConclusionQuery, ListBody
 from precis.params import (
     MAX_CONTEXT_TOKENS,
     Distance,
@@ -21,6 +21,7 @@ from precis.params import (
     WholeRuns,
     WorkspaceId,
 )
+from precis.params import ConclusionId
 from precis.store import context, messages, resources
 from precis.store.db import get_db
 
@@ -90,3 +91,54 @@ def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens
 @router.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/summaries")
 def get_summaries(workspace_id: WorkspaceId, session_id: SessionId):
     return context.read_summaries(get_db(), workspace_id, session_id)
+
+
+# ---------------------------------------------------------------- derived memory (MEMORY.md)
+
+def _embedder():
+    from precis.config import get_settings
+    from precis.embed import get_embedder
+    from precis.secrets import with_llm_key
+
+    return get_embedder(with_llm_key(get_settings()))
+
+
+@router.post("/v3/workspaces/<workspace_id>/conclusions/list")
+def list_conclusions(workspace_id: WorkspaceId, body: ListBody | None = None, page: PageNo = 1, size: PageSize = 50,
+                     reverse: Reverse = False):
+    from precis.store import conclusions
+
+    return conclusions.list_conclusions(get_db(), workspace_id, _filters(body), page, size, reverse)
+
+
+@router.post("/v3/workspaces/<workspace_id>/conclusions/query")
+def query_conclusions(workspace_id: WorkspaceId, body: ConclusionQuery):
+    from precis.store import conclusions
+
+    return conclusions.query(get_db(), workspace_id, body.query, body.top_k, body.distance, body.filters,
+                             embedder=_embedder())
+
+
+@router.get("/v3/workspaces/<workspace_id>/conclusions/<conclusion_id>")
+def get_conclusion(workspace_id: WorkspaceId, conclusion_id: ConclusionId):
+    from precis.store import conclusions
+
+    return conclusions.get(get_db(), workspace_id, conclusion_id)
+
+
+@router.get("/v3/workspaces/<workspace_id>/peers/<peer_id>/card")
+def get_peer_card(workspace_id: WorkspaceId, peer_id: PeerId, target: OptionalId = None):
+    from precis.store import conclusions
+
+    db = get_db()
+    resources.require_peers(db, workspace_id, peer_id, target)
+    return {"peer_card": conclusions.get_card(db, workspace_id, peer_id, target or peer_id)}
+
+
+@router.get("/v3/workspaces/<workspace_id>/queue/status")
+def queue_status(workspace_id: WorkspaceId, observer_id: OptionalId = None, sender_id: OptionalId = None,
+                 session_id: OptionalId = None):
+    from precis.store import queue
+
+    return queue.queue_status(get_db(), workspace_id, observer_id=observer_id, sender_id=sender_id,
+                              session_id=session_id)

@@ -10,16 +10,18 @@ from precis.auth import mint_key
 from precis.config import get_settings
 from precis.ingest import create_messages
 from precis.models import (
+    ConclusionBatch,
     Id,
     MessageBatch,
     MessageUpdate,
+    PeerCard,
     PeerCreate,
     PeerFlags,
     ResourceUpdate,
     SessionCreate,
     WorkspaceCreate,
 )
-from precis.params import MessageId, OptionalId, PeerId, SessionId, WorkspaceId
+from precis.params import ConclusionId, MessageId, OptionalId, PeerId, SessionId, WorkspaceId
 from precis.secrets import jwt_secret
 from precis.store import messages, resources
 from precis.store.db import get_db
@@ -141,3 +143,40 @@ def create_key(workspace_id: OptionalId = None, peer_id: OptionalId = None, sess
     key = mint_key(jwt_secret(), workspace=workspace_id, peer=peer_id, session=session_id, expires=expires,
                    admin=not (workspace_id or peer_id or session_id))
     return {"key": key}
+
+
+# ---------------------------------------------------------------- derived memory (MEMORY.md)
+
+def _embedder():
+    from precis.embed import get_embedder
+    from precis.secrets import with_llm_key
+
+    return get_embedder(with_llm_key(get_settings()))
+
+
+@router.post("/v3/workspaces/<workspace_id>/conclusions")
+def create_conclusions(workspace_id: WorkspaceId, body: ConclusionBatch):
+    from precis.store import conclusions
+
+    made = conclusions.create(get_db(), workspace_id, [c.model_dump() for c in body.conclusions], embedder=_embedder())
+    return json_response(201, made)
+
+
+@router.delete("/v3/workspaces/<workspace_id>/conclusions/<conclusion_id>")
+def delete_conclusion(workspace_id: WorkspaceId, conclusion_id: ConclusionId):
+    from precis.store import conclusions
+
+    conclusions.delete(get_db(), workspace_id, conclusion_id)
+    return json_response(204, None)
+
+
+@router.put("/v3/workspaces/<workspace_id>/peers/<peer_id>/card")
+def set_peer_card(workspace_id: WorkspaceId, peer_id: PeerId, body: PeerCard, target: OptionalId = None):
+    from precis.derive.cards import check_client_card
+    from precis.store import conclusions
+
+    entries = check_client_card(body.peer_card)
+    db = get_db()
+    resources.require_peers(db, workspace_id, peer_id, target)
+    conclusions.put_card(db, workspace_id, peer_id, target or peer_id, entries, source="client")
+    return {"peer_card": entries}

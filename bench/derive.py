@@ -1,0 +1,177 @@
+"""Derived memory's cost: LLM input tokens per 1,000 messages, and what a conclusion query reads.
+
+1. Derivation: 1,000 messages (a user and an agent taking turns, batches of 10 as the stream delivers them) run
+   through the real deriver (`derive_target`) on in-process moto, with the llm engine's batching (512 tokens).
+   The engine answers extractively (offline) but every request is priced as the prompt the `llm` engine would
+   send (`precis.derive.prompt.build_messages`, counted with tiktoken). The baseline, in the same run, prices
+   re-deriving the sender's whole history at every derivation the deriver made.
+2. Query: `POST /conclusions/query`'s store call on collections of 100, 1,000 and 10,000 conclusions: DynamoDB
+   requests and response bytes per query, against reading the whole collection (what a store without a vector
+   index would do). moto answers SearchVectors with the local stack's exact emulation.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from bench.common import Requests, moto, print_table, write_json
+
+MESSAGES = 1_000
+BATCH = 10
+SIZES = (100, 1_000, 10_000)
+WORDS = ("budget invoice Lisbon studio design river deadline client proposal meeting contract schedule "
+         "review draft figures launch supplier quote travel team agreed decided asked confirmed moved "
+         "next week because the and with for about after before").split()
+FACTS = ("I moved to {w} last spring.", "My sister works on the {w} team.", "I like {w} in the morning.",
+         "I have a {w} meeting every week.", "I prefer short answers about the {w}.")
+
+
+def _user_text(rng: random.Random) -> str:
+    filler = " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 30))).capitalize() + "."
+    return f"{rng.choice(FACTS).format(w=rng.choice(WORDS))} {filler}"
+
+
+class _PricedDeriver:
+    """The extractive deriver, with each request priced as the llm engine's prompt."""
+
+    name = "priced"
+
+    def __init__(self):
+        from precis.derive.extractive import ExtractiveDeriver
+
+        self.inner, self.input_tokens, self.requests = ExtractiveDeriver(), 0, []
+
+    def derive(self, request):
+        from precis.derive.prompt import build_messages
+        from precis.tokens import count_messages
+
+        self.input_tokens += count_messages(build_messages(request))
+        self.requests.append(request)
+        return self.inner.derive(request)
+
+    def update_card(self, observed, card, counts, new):
+        return self.inner.update_card(observed, card, counts, new)
+
+
+def _derivation() -> dict:
+    from precis.config import get_settings
+    from precis.derive import DeriveMessage, DeriveRequest
+    from precis.derive.prompt import build_messages
+    from precis.deriver import DeriveTarget, derive_target
+    from precis.embed import HashedEmbedder
+    from precis.store.db import Db
+    from precis.store.messages import NewMessage, append_messages
+    from precis.store.resources import get_or_create_session, get_or_create_workspace
+    from precis.tokens import count_messages, count_text
+
+    rng = random.Random(11)
+    with moto(stream=False) as clients:
+        db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
+        get_or_create_workspace(db, "bench", configuration={"deriver": {"engine": "llm", "batch_tokens": 512}})
+        get_or_create_session(db, "bench", "s")
+        engine, embedder = _PricedDeriver(), HashedEmbedder(get_settings().embed_dimensions)
+        history: list = []
+        conclusions = 0
+        for start in range(0, MESSAGES, BATCH):
+            batch = []
+            for i in range(start, start + BATCH):
+                peer = "alice" if i % 2 == 0 else "agent"
+                text = _user_text(rng) if peer == "alice" else " ".join(rng.choice(WORDS) for _ in range(40))
+                batch.append(NewMessage(text, peer, count_text(text)))
+            stored = append_messages(db, "bench", "s", batch, inline_max_bytes=16_384)
+            history += stored
+            for sender in ("alice", "agent"):
+                outcome = derive_target(db, get_settings(), DeriveTarget("bench", "s", sender),
+                                        engine_for=lambda _config: engine, embedder=embedder)
+                conclusions += outcome.conclusions
+        message_tokens = sum(m["token_count"] for m in history)
+        # The baseline: every derivation re-sends all of the sender's messages so far.
+        from_scratch = 0
+        for request in engine.requests:
+            last = request.messages[-1].seq
+            everything = [DeriveMessage(m["id"], m["seq"], m["peer_id"], m["content"], m["created_at"])
+                          for m in history if m["peer_id"] == request.observed and m["seq"] <= last]
+            from_scratch += count_messages(build_messages(DeriveRequest(request.observed, everything)))
+    return {"messages": MESSAGES, "message_tokens": message_tokens, "requests": len(engine.requests),
+            "incremental": engine.input_tokens, "from_scratch": from_scratch, "conclusions": conclusions}
+
+
+def _load(db, ws: str, observer: str, observed: str, texts: list[str], embedder) -> None:
+    """Store a collection as the store writes it (conclusion, vector, dedupe key, pointer), by BatchWriteItem: the
+    write path's near-duplicate search would make loading 10,000 quadratic in moto's brute-force emulation."""
+    from precis.store import conclusions, keys
+    from precis.store.db import to_item
+    from precis.store.vectors import vector_attribute
+
+    now = "2026-11-30T00:00:00.000000+00:00"
+    requests = []
+    for text, vector in zip(texts, embedder.embed(texts)):
+        cid = conclusions.new_conclusion_id()
+        digest = conclusions._digest(text)
+        item = {**keys.conclusion(ws, observer, observed, cid), "kind": "conclusion", "id": cid, "content": text,
+                "observer_id": observer, "observed_id": observed, "level": "explicit", "created_at": now,
+                "times_derived": 1, "source_message_ids": [], "source_at": now, "norm": digest, "cws": ws,
+                "cid": cid}
+        vector_item = {**conclusions._vector_item(ws, observer, observed, cid, "explicit", None)}
+        for put in (item, {**to_item(vector_item), "vec": vector_attribute(vector)},
+                    {**keys.conclusion_dedupe(ws, observer, observed, "explicit", None, digest), "kind": "cdedupe",
+                     "id": cid},
+                    {**keys.conclusion_pointer(ws, cid), "kind": "cpointer", "observer_id": observer,
+                     "observed_id": observed}):
+            requests.append({"PutRequest": {"Item": put if "vec" in put else to_item(put)}})
+    for start in range(0, len(requests), 25):
+        db.client.batch_write_item(RequestItems={db.table: requests[start:start + 25]})
+
+
+def _query_costs() -> list[dict]:
+    from precis.config import get_settings
+    from precis.embed import HashedEmbedder
+    from precis.store import conclusions, keys
+    from precis.store.db import Db, query_all, to_item
+    from precis.store.resources import get_or_create_peer, get_or_create_workspace
+
+    rng = random.Random(5)
+    rows = []
+    for size in SIZES:
+        with moto(stream=False) as clients:
+            db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
+            get_or_create_workspace(db, "bench")
+            get_or_create_peer(db, "bench", "alice")
+            embedder = HashedEmbedder(get_settings().embed_dimensions)
+            texts = [f"alice {rng.choice(WORDS)} {rng.choice(WORDS)} {rng.choice(WORDS)} {i}" for i in range(size)]
+            started = time.perf_counter()
+            _load(db, "bench", "alice", "alice", texts, embedder)
+            load_s = time.perf_counter() - started
+            filters = {"observer_id": "alice", "observed_id": "alice"}
+            with Requests(db.client) as counted:
+                found = conclusions.query(db, "bench", "where did alice move", 10, None, filters, embedder=embedder)
+                query_ops, query_requests, query_bytes = counted.by_op(), len(counted.ops), counted.bytes
+                counted.reset()
+                everything = query_all(db, KeyConditionExpression="PK = :pk",
+                                       ExpressionAttributeValues=to_item(
+                                           {":pk": keys.collection_pk("bench", "alice", "alice")}))
+                scan_requests, scan_bytes = len(counted.ops), counted.bytes
+            rows.append({"conclusions": size, "returned": len(found), "query_ops": query_ops,
+                         "query_requests": query_requests, "query_bytes": query_bytes,
+                         "collection_items": len(everything),
+                         "read_all_requests": scan_requests, "read_all_bytes": scan_bytes, "load_s": load_s})
+    return rows
+
+
+def run() -> None:
+    derived = _derivation()
+    print_table("LLM input tokens per 1,000 messages (llm batching: 512 tokens per sender and session)",
+                ["messages", "message tokens", "derive requests", "incremental input", "x messages",
+                 "re-derive-all input", "x messages", "conclusions"],
+                [(derived["messages"], derived["message_tokens"], derived["requests"], derived["incremental"],
+                  derived["incremental"] / derived["message_tokens"], derived["from_scratch"],
+                  derived["from_scratch"] / derived["message_tokens"], derived["conclusions"])])
+    queries = _query_costs()
+    print_table("Conclusion query (top 10): DynamoDB requests and response bytes per query, against reading the "
+                "collection",
+                ["conclusions", "returned", "query requests", "query bytes", "read-all requests", "read-all bytes",
+                 "bytes saved x"],
+                [(q["conclusions"], q["returned"], q["query_requests"], q["query_bytes"], q["read_all_requests"],
+                  q["read_all_bytes"], q["read_all_bytes"] / max(1, q["query_bytes"])) for q in queries])
+    write_json("derive", {"derivation": derived, "queries": queries})

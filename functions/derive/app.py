@@ -1,0 +1,97 @@
+"""Deriver: the table stream's second consumer (message inserts) and the five-minute flush (EventBridge Scheduler).
+
+A stream batch is grouped by (session, sender); each group is derived once, PRECIS_SUMMARIZE_CONCURRENCY of them at
+once. A group that fails reports every record of it as a batch-item failure (the stream retries them, then
+dead-letters them) and is marked due again, so the schedule retries it later: the sender's cursor never moved, so no
+message is skipped. The scheduled event `{"precis": "flush"}` derives every cursor whose batch is due.
+"""
+
+import math
+from contextlib import suppress
+from datetime import UTC, datetime
+from functools import lru_cache
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+from precis import concurrency
+from precis.config import get_settings
+from precis.secrets import with_llm_key
+from precis.deriver import DeriveTarget, all_workspaces, derive_target, due_targets, mark_failed, target_of
+from precis.store.db import get_db
+
+logger = Logger()
+metrics = Metrics()
+processor = BatchProcessor(event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False)
+_failures: dict[DeriveTarget, Exception | None] = {}
+
+
+@lru_cache(maxsize=8)
+def _engine(name: str, model: str | None, settings):
+    """One engine (and HTTP client) per cold start and configuration."""
+    from precis.derive import get_deriver_engine
+
+    return get_deriver_engine(name, settings, model=model)
+
+
+def _engine_for(config):
+    return _engine(config.engine, config.model if config.engine == "llm" else None, with_llm_key(get_settings()))
+
+
+def _derive(db, target: DeriveTarget, time_left, flush: bool = False) -> None:
+    from precis.embed import get_embedder
+
+    settings = get_settings()
+    try:
+        outcome = derive_target(db, settings, target, engine_for=_engine_for,
+                                embedder=get_embedder(with_llm_key(settings)),
+                                flush=flush, time_left=time_left)
+    except Exception:
+        concurrency.add_metric(name="DerivationsFailed", unit=MetricUnit.Count, value=1)
+        mark_failed(db, target, settings, datetime.now(UTC))
+        raise
+    if outcome.conclusions:
+        concurrency.add_metric(name="ConclusionsWritten", unit=MetricUnit.Count, value=outcome.conclusions)
+    logger.info("derive", extra={"session": target.session, "sender": target.sender, "derived": outcome.derived,
+                                 "conclusions": outcome.conclusions, "pending": outcome.pending})
+
+
+def record_handler(record: DynamoDBRecord) -> None:
+    target = target_of(record.dynamodb.new_image if record.dynamodb else {})
+    if target is None:
+        return  # not a message: nothing to derive (the mapping's filter lets none through)
+    failure = _failures.get(target)
+    if failure is not None:
+        raise failure
+
+
+def _flush(db, time_left) -> dict:
+    targets = due_targets(db, all_workspaces(db), datetime.now(UTC))
+    failures = concurrency.run_each(targets, lambda t: _derive(db, t, time_left, flush=True),
+                                    workers=get_settings().summarize_concurrency)
+    failed = [t for t, exc in failures.items() if exc is not None]
+    return {"flushed": len(targets) - len(failed), "failed": len(failed)}
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics
+def lambda_handler(event: dict, context) -> dict:
+    def time_left() -> float:
+        return context.get_remaining_time_in_millis() / 1000 if context else math.inf
+
+    db = get_db()  # made here: boto3 builds clients safely from one thread only
+    if event.get("precis") == "flush":
+        result = _flush(db, time_left)
+        return result
+    targets: set[DeriveTarget] = set()
+    for record in map(DynamoDBRecord, event.get("Records") or ()):
+        with suppress(Exception):
+            target = target_of(record.dynamodb.new_image if record.dynamodb else {})
+            if target is not None:
+                targets.add(target)
+    _failures.clear()
+    _failures.update(concurrency.run_each(sorted(targets, key=lambda t: (t.workspace, t.session, t.sender)),
+                                          lambda t: _derive(db, t, time_left),
+                                          workers=get_settings().summarize_concurrency))
+    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

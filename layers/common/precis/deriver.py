@@ -1,0 +1,386 @@
+"""The deriver: turns each sender's new messages into conclusions for every observer, exactly once.
+
+State lives in one cursor per (session, sender) (`keys.derive_cursor`, in the session's partition, so a purge removes
+it): `through_seq` (every message of the sender up to it is derived, or was not to be), `derived` (how many), and
+while a batch waits for more tokens `pending`/`due_at` (the ByDue index: the schedule flushes it, the queue status
+counts it). A derivation runs in three conditional steps, so a redelivered, replayed or concurrent record never
+derives a message twice and a failure never skips one:
+
+1. the engine's answer is stored on the cursor as its `job`, on condition that `through_seq` has not moved and no job
+   is stored (a concurrent deriver that lost this race applies the winner's job instead);
+2. the job is written into each observer's collection in chunks; each chunk's transaction adds the chunk's name to
+   the cursor's `applied` set on condition it is not there yet (a chunk is written at most once), then the cards;
+3. the cursor moves past the job's messages and drops it, on condition the job is still the one stored.
+
+An engine that fails leaves the cursor where it was (the record is retried by the stream, then dead-lettered; the
+schedule tries the cursor again later): nothing is half-written, nothing skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from precis.config import Settings
+from precis.configuration import DeriveConfig, derive_config
+from precis.store import conclusions, keys
+from precis.errors import NotFound
+from precis.store.db import Db, batch_get, error_code, query_all, raise_if_throttled, to_item
+from precis.store.messages import read_range, with_bodies
+
+log = logging.getLogger("precis.deriver")
+NOTHING_DUE = "~"  # due_at of a cursor with nothing waiting: sorts after every timestamp
+CHUNK = 16  # conclusions per transaction (conclusions.write's own chunk)
+MAX_JOB_MESSAGES = 200  # the most messages of one sender one job derives; more run as further jobs
+
+
+@dataclass(frozen=True)
+class DeriveTarget:
+    workspace: str
+    session: str
+    sender: str
+
+
+@dataclass
+class Outcome:
+    derived: int = 0  # messages derived in this call (or skipped as unobserved)
+    conclusions: int = 0
+    pending: int = 0  # messages left waiting for their batch
+    jobs: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def target_of(image: dict[str, Any]) -> DeriveTarget | None:
+    """The (session, sender) a message insert's new image asks to derive; None for any other item."""
+    if image.get("kind") != "message" or "peer_id" not in image:
+        return None
+    ws, session_id = keys.parse_session_pk(image.get("PK", ""))
+    return DeriveTarget(ws, session_id, image["peer_id"])
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat()
+
+
+def _parse(value: str) -> datetime:
+    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _json(value: Any) -> dict[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+# ---------------------------------------------------------------- who observes whom
+
+def observers(sender: str, peer: dict[str, Any] | None, members: dict[str, dict[str, Any]]) -> list[str]:
+    """MEMORY.md's rule: nobody when the sender is not observed (the session-peer config's observe_me if set, else
+    the peer's configuration.observe_me, else true); else the sender and each other member with observe_others."""
+    member = members.get(sender) or {}
+    observe_me = member.get("observe_me")
+    if observe_me is None:
+        observe_me = _json((peer or {}).get("configuration")).get("observe_me")
+    if observe_me is False:
+        return []
+    others = sorted(p for p, m in members.items() if p != sender and m.get("observe_others") is True)
+    return [sender, *others]
+
+
+# ---------------------------------------------------------------- the cursor
+
+def _cursor_key(target: DeriveTarget) -> dict[str, Any]:
+    return to_item(keys.derive_cursor(target.workspace, target.session, target.sender))
+
+
+def _read_state(db: Db, target: DeriveTarget) -> tuple[dict | None, dict | None, dict | None, dict | None]:
+    """(session, workspace, sender peer, cursor), one BatchGetItem (strongly consistent)."""
+    ws, s = target.workspace, target.session
+    wanted = [keys.session(ws, s), keys.workspace(ws), keys.peer(ws, target.sender),
+              keys.derive_cursor(ws, s, target.sender)]
+    found = {(i["PK"], i["SK"]): i for i in batch_get(db, wanted)}
+    return tuple(found.get((k["PK"], k["SK"])) for k in wanted)  # type: ignore[return-value]
+
+
+def _members(db: Db, ws: str, session_id: str) -> dict[str, dict[str, Any]]:
+    items = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+                      ConsistentRead=True, ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id),
+                                                                             ":p": "PEER#"}))
+    return {i["SK"].removeprefix("PEER#"): i for i in items}
+
+
+class _Moved(Exception):
+    """The cursor changed under us (another deriver moved it): read it again."""
+
+
+def _update_cursor(db: Db, target: DeriveTarget, update: str, condition: str, values: dict[str, Any],
+                   names: dict[str, str] | None = None) -> None:
+    request: dict[str, Any] = {"TableName": db.table, "Key": _cursor_key(target), "UpdateExpression": update,
+                               "ConditionExpression": condition, "ExpressionAttributeValues": to_item(values)}
+    if names:
+        request["ExpressionAttributeNames"] = names
+    try:
+        db.client.update_item(**request)
+    except ClientError as exc:
+        raise_if_throttled(exc)
+        if error_code(exc) == "ConditionalCheckFailedException":
+            raise _Moved() from None
+        raise
+
+
+def _at(cursor: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """A condition that the cursor is still where `cursor` saw it (absent, or at its through_seq with no job)."""
+    if cursor is None:
+        return "attribute_not_exists(PK)", {}
+    return "through_seq = :seen AND attribute_not_exists(job)", {":seen": cursor.get("through_seq", 0)}
+
+
+# ---------------------------------------------------------------- one (session, sender)
+
+def derive_target(db: Db, settings: Settings, target: DeriveTarget, *, engine_for: Callable[[DeriveConfig], Any],
+                  embedder: Any, flush: bool = False, now: Callable[[], datetime] = _now,
+                  time_left: Callable[[], float] = lambda: float("inf")) -> Outcome:
+    """Derive what is due of `target`'s underived messages: all of them with the extractive engine (or when `flush`
+    finds the batch old enough), else once they hold the batch's tokens or the oldest waited past its age."""
+    outcome = Outcome()
+    for _ in range(1000):  # each round is a job or a decision; a lost race re-reads
+        session, workspace, peer, cursor = _read_state(db, target)
+        if session is None or workspace is None or "deleted_at" in session:
+            return outcome  # deleted: the purge removes the cursor and what was derived
+        incarnation = session["incarnation"]  # (a cursor of an earlier incarnation was purged with it)
+        config = derive_config(_json(workspace.get("configuration")), _json(session.get("configuration")), settings)
+        try:
+            if cursor is not None and cursor.get("job"):
+                _apply(db, target, incarnation, cursor, engine_for(config), embedder, now(), outcome)
+                continue
+            decided = _decide(db, settings, config, target, session, peer, cursor, engine_for, embedder, flush,
+                              now(), outcome)
+        except _Moved:
+            continue
+        except NotFound:
+            return outcome  # the session was deleted while we wrote: its purge removes what landed
+        if not decided or time_left() < 10:
+            return outcome
+    return outcome
+
+
+def _decide(db: Db, settings: Settings, config: DeriveConfig, target: DeriveTarget, session: dict, peer: dict | None,
+            cursor: dict | None, engine_for, embedder, flush: bool, now: datetime, outcome: Outcome) -> bool:
+    """Read the sender's underived messages and derive them, mark them waiting, or skip them; whether to go on."""
+    ws, s = target.workspace, target.session
+    through = int((cursor or {}).get("through_seq", 0))
+    window = read_range(db, ws, s, through + 1, keys.MAX_SEQ, limit=MAX_JOB_MESSAGES * 5)
+    mine = [m for m in window if m["peer_id"] == target.sender][:MAX_JOB_MESSAGES]
+    condition, values = _at(cursor)
+    if not mine:
+        if cursor is not None and cursor.get("due_at", NOTHING_DUE) != NOTHING_DUE:
+            _update_cursor(db, target, "SET due_at = :none, pending = :zero", condition,
+                           {**values, ":none": NOTHING_DUE, ":zero": 0})
+        return False
+    last_seq = mine[-1]["seq"]
+    watchers = observers(target.sender, peer, _members(db, ws, s)) if config.enabled else []
+    if not watchers:
+        # Not observed: nothing is derived from these messages, by anyone; they are done.
+        _finish(db, target, session["incarnation"], cursor, last_seq, len(mine), condition, values, now)
+        outcome.derived += len(mine)
+        return len(mine) == MAX_JOB_MESSAGES
+    oldest = _parse(mine[0]["created_at"])
+    tokens = sum(int(m.get("token_count") or 0) for m in mine)
+    due = oldest + timedelta(seconds=config.max_wait_s)
+    batch_tokens = 0 if config.engine == "extractive" else config.batch_tokens
+    if tokens < batch_tokens and now < due and len(mine) < MAX_JOB_MESSAGES:
+        _update_cursor(db, target,
+                       "SET due_ws = :ws, due_at = :due, pending = :n, incarnation = :inc, sender = :sender, "
+                       "kind = :kind, through_seq = if_not_exists(through_seq, :zero), "
+                       "derived = if_not_exists(derived, :zero), session_id = :s",
+                       condition, {**values, ":ws": ws, ":due": _iso(due), ":n": len(mine),
+                                   ":inc": session["incarnation"], ":sender": target.sender, ":kind": "derive_cursor",
+                                   ":zero": 0, ":s": s})
+        outcome.pending = len(mine)
+        return False
+    del flush  # a flush derives what is due, as any other delivery does once the age is past
+    engine = engine_for(config)
+    mine = with_bodies(db, mine, ws, s)
+    context = _context_message(db, ws, s, mine[0], window, through)
+    found = _extract(engine, target.sender, mine, context, config)
+    job = {"token": secrets.token_hex(8), "to_seq": last_seq, "count": len(mine), "observers": watchers,
+           "conclusions": found}
+    _update_cursor(db, target,
+                   "SET job = :job, due_ws = :ws, due_at = if_not_exists(due_at, :none), incarnation = :inc, "
+                   "sender = :sender, kind = :kind, through_seq = if_not_exists(through_seq, :zero), "
+                   "derived = if_not_exists(derived, :zero), session_id = :s",
+                   condition, {**values, ":job": job, ":ws": ws, ":none": NOTHING_DUE, ":inc": session["incarnation"],
+                               ":sender": target.sender, ":kind": "derive_cursor", ":zero": 0, ":s": s})
+    outcome.jobs += 1
+    return True  # the next round applies the stored job
+
+
+def _context_message(db: Db, ws: str, s: str, first: dict, window: list[dict], through: int) -> dict | None:
+    """The message just before the sender's first new one, when another peer sent it (Honcho's context line)."""
+    before = [m for m in window if m["seq"] < first["seq"]]
+    if not before and first["seq"] - 1 > 0:
+        before = read_range(db, ws, s, max(1, through - 4), first["seq"] - 1, limit=5, forward=False)[::-1]
+    candidate = before[-1] if before else None
+    if candidate is None or candidate["peer_id"] == first["peer_id"]:
+        return None
+    return with_bodies(db, [candidate], ws, s)[0]
+
+
+def _extract(engine: Any, sender: str, mine: list[dict], context: dict | None, config: DeriveConfig) -> list[dict]:
+    """The engine's conclusions with their provenance. The extractive engine reads one message at a time, so each
+    conclusion names the message it came from; an LLM batch's conclusions name every message of the batch."""
+    from precis.derive import DeriveMessage, DeriveRequest
+
+    def as_message(m: dict) -> DeriveMessage:
+        return DeriveMessage(m["id"], m["seq"], m["peer_id"], m.get("content") or "", m["created_at"])
+
+    if config.engine == "extractive":
+        groups = [[m] for m in mine]
+    else:
+        groups = [mine]
+    found: list[dict] = []
+    for group in groups:
+        request = DeriveRequest(observed=sender, messages=[as_message(m) for m in group],
+                                context=as_message(context) if context is not None and group is groups[0] else None,
+                                custom_instructions=config.custom_instructions)
+        for text in engine.derive(request):
+            found.append({"content": text, "source_message_ids": [m["id"] for m in group],
+                          "source_at": max(m["created_at"] for m in group)})
+    return found
+
+
+def _apply(db: Db, target: DeriveTarget, incarnation: str, cursor: dict, engine: Any, embedder: Any, now: datetime,
+           outcome: Outcome) -> None:
+    """Write a stored job into each observer's collection (each chunk once), update the cards, move the cursor."""
+    job = cursor["job"]
+    applied = set(cursor.get("applied") or ())
+    items = [conclusions.Derived(c["content"], session_id=target.session,
+                                 source_message_ids=tuple(c["source_message_ids"]), source_at=c["source_at"])
+             for c in job["conclusions"]]
+    written = 0
+    for observer in job["observers"]:
+        for start in range(0, len(items), CHUNK):
+            name = f"{observer}#{start}"
+            if name in applied:
+                continue
+            extra = [_mark_applied(db, target, job["token"], name)]
+            try:
+                conclusions.write(db, target.workspace, observer, target.sender, items[start:start + CHUNK],
+                                  embedder=embedder, extra=extra, incarnation=incarnation)
+                written += len(items[start:start + CHUNK])
+            except conclusions.ExtraConditionFailed:
+                pass  # applied already, by us before a crash or by a concurrent deriver
+        card_name = f"{observer}#card"
+        if card_name not in applied and items:
+            _update_card(db, target, observer, job["token"], card_name, engine, [i.content for i in items])
+    condition = "job.#token = :token"
+    _finish(db, target, incarnation, cursor, int(job["to_seq"]), int(job["count"]), condition,
+            {":token": job["token"]}, now, names={"#token": "token"})
+    outcome.derived += int(job["count"])
+    outcome.conclusions += written
+
+
+def _mark_applied(db: Db, target: DeriveTarget, token: str, name: str) -> dict[str, Any]:
+    return {"Update": {"TableName": db.table, "Key": _cursor_key(target), "UpdateExpression": "ADD applied :name",
+                       "ConditionExpression": "job.#token = :token AND NOT contains(applied, :one)",
+                       "ExpressionAttributeNames": {"#token": "token"},
+                       "ExpressionAttributeValues": {":name": {"SS": [name]}, ":token": {"S": token},
+                                                     ":one": {"S": name}}}}
+
+
+def _update_card(db: Db, target: DeriveTarget, observer: str, token: str, name: str, engine: Any,
+                 new: list[str]) -> None:
+    """The observer's card of the sender, proposed by the engine from the old card and the new conclusions; written
+    with the chunk marker, so a replay never counts the same conclusions twice. Nothing valid: left unchanged."""
+    ws = target.workspace
+    entries, counts, _source = conclusions.card_state(db, ws, observer, target.sender)
+    try:
+        proposed = engine.update_card(target.sender, entries, counts or {}, new)
+    except Exception as exc:  # noqa: BLE001 - a card is a convenience: its failure never blocks the conclusions
+        log.warning("card update failed for %s/%s: %s", observer, target.sender, exc)
+        proposed = None
+    extra = [_mark_applied(db, target, token, name)]
+    try:
+        if proposed is None:
+            db.client.transact_write_items(TransactItems=extra)
+        else:
+            card_entries, card_counts = proposed
+            conclusions.write_card(db, ws, observer, target.sender, card_entries, card_counts, previous=entries,
+                                   extra=extra)
+    except conclusions.ExtraConditionFailed:
+        pass
+    except ClientError as exc:
+        raise_if_throttled(exc)
+        if error_code(exc) != "TransactionCanceledException":
+            raise
+
+
+def _finish(db: Db, target: DeriveTarget, incarnation: str, cursor: dict | None, to_seq: int, count: int,
+            condition: str, values: dict[str, Any], now: datetime, names: dict[str, str] | None = None) -> None:
+    _update_cursor(db, target,
+                   "SET through_seq = :to, derived = if_not_exists(derived, :zero) + :n, due_ws = :ws, "
+                   "due_at = :none, pending = :zero, incarnation = :inc, sender = :sender, kind = :kind, "
+                   "session_id = :s, updated_at = :now REMOVE job, applied",
+                   condition, {**values, ":to": to_seq, ":n": count, ":zero": 0, ":ws": target.workspace,
+                               ":none": NOTHING_DUE, ":inc": incarnation, ":sender": target.sender,
+                               ":kind": "derive_cursor", ":s": target.session, ":now": _iso(now)}, names)
+
+
+def mark_failed(db: Db, target: DeriveTarget, settings: Settings, now: datetime) -> None:
+    """After a failed derivation: make the cursor due again in a few minutes, so the schedule retries it even when
+    the stream has given up on its records (best effort: the stream's own retry comes first)."""
+    retry = _iso(now + timedelta(minutes=5))
+    try:
+        db.client.update_item(
+            TableName=db.table, Key=_cursor_key(target),
+            UpdateExpression="SET due_ws = :ws, due_at = :due, sender = :sender, kind = :kind, session_id = :s, "
+                             "through_seq = if_not_exists(through_seq, :zero), derived = if_not_exists(derived, :zero)",
+            ExpressionAttributeValues=to_item({":ws": target.workspace, ":due": retry, ":sender": target.sender,
+                                               ":kind": "derive_cursor", ":s": target.session, ":zero": 0}))
+    except ClientError as exc:
+        log.warning("could not mark %s as due again: %s", target, error_code(exc))
+    del settings
+
+
+# ---------------------------------------------------------------- the schedule's flush
+
+def due_targets(db: Db, workspaces: Iterable[str], now: datetime) -> list[DeriveTarget]:
+    """Cursors whose waiting batch (or failed derivation) is due by `now`."""
+    found = []
+    for ws in workspaces:
+        items = query_all(db, IndexName="ByDue",
+                          KeyConditionExpression="due_ws = :ws AND due_at <= :now",
+                          ExpressionAttributeValues=to_item({":ws": ws, ":now": _iso(now)}))
+        found += [DeriveTarget(ws, i["session_id"], i["sender"]) for i in items if i.get("session_id")]
+    return found
+
+
+def all_workspaces(db: Db) -> list[str]:
+    items = query_all(db, IndexName="ByListKey", KeyConditionExpression="list_key = :k",
+                      ExpressionAttributeValues=to_item({":k": "workspaces"}), ProjectionExpression="id")
+    return [i["id"] for i in items]
+
+
+def cursors(db: Db, ws: str, session_id: str | None = None) -> list[dict[str, Any]]:
+    """A session's cursors (strongly consistent), or a workspace's (the ByDue index)."""
+    if session_id is not None:
+        return query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+                         ConsistentRead=True, ExpressionAttributeValues=to_item(
+                             {":pk": keys.session_pk(ws, session_id), ":p": "DERIVE#"}))
+    return query_all(db, IndexName="ByDue", KeyConditionExpression="due_ws = :ws",
+                     ExpressionAttributeValues=to_item({":ws": ws}))

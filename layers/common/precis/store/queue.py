@@ -1,0 +1,94 @@
+"""GET /queue/status: the background work still to do, counted as Precis does it (MEMORY.md, "Search, chat, queue").
+
+A work unit is a message to derive (per sender; messages of an unobserved sender count as done once the deriver has
+passed them) or a summary that is due and not yet written. For one session the count is exact: the session's
+cursors and the messages after them are read (strongly consistent), so a message just posted counts as pending at
+once. For a whole workspace the deriver's cursors are summed (the ByDue index): work the deriver has not yet seen
+(a few hundred milliseconds of stream delay) is not counted there, and summaries are counted per session only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from precis.deriver import cursors
+from precis.errors import NotFound
+from precis.store import keys
+from precis.store.db import Db, batch_get, query_all, to_item
+from precis.store.resources import require_workspace
+
+
+def _units(total_done: int, in_progress: int, pending: int) -> dict[str, int]:
+    return {"total_work_units": total_done + in_progress + pending, "completed_work_units": total_done,
+            "in_progress_work_units": in_progress, "pending_work_units": pending}
+
+
+def _observed_by(observer: str | None, members: dict[str, dict[str, Any]], sender: str) -> bool:
+    """Whether `observer` derives from `sender`'s messages here (itself, or a member observing others)."""
+    if observer is None or observer == sender:
+        return True
+    return (members.get(observer) or {}).get("observe_others") is True
+
+
+def _session_status(db: Db, ws: str, session_id: str, observer: str | None, sender: str | None,
+                    workspace: dict[str, Any]) -> dict[str, int]:
+    session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
+    if session is None or "deleted_at" in session:
+        raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
+    by_sender = {c["sender"]: c for c in cursors(db, ws, session_id) if c.get("sender")}
+    members = {i["SK"].removeprefix("PEER#"): i for i in query_all(
+        db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)", ConsistentRead=True,
+        ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":p": "PEER#"}))}
+    # Messages after the least advanced cursor (a sender the deriver has not met yet has messages after it too).
+    start = min((int(c.get("through_seq", 0)) for c in by_sender.values()), default=0) + 1
+    pending = in_progress = 0
+    messages = query_all(db, KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b",
+                         ConsistentRead=True, ProjectionExpression="seq, peer_id, kind",
+                         ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id),
+                                                            ":a": keys.message_sk(start),
+                                                            ":b": keys.message_sk(keys.MAX_SEQ)}))
+    for m in messages:
+        peer = m.get("peer_id")
+        if m.get("kind") != "message" or (sender and peer != sender) or not _observed_by(observer, members, peer):
+            continue
+        cursor = by_sender.get(peer) or {}
+        if m["seq"] <= int(cursor.get("through_seq", 0)):
+            continue
+        job = cursor.get("job") or {}
+        if job and m["seq"] <= int(job.get("to_seq", 0)):
+            in_progress += 1
+        else:
+            pending += 1
+    done = sum(int(c.get("derived", 0)) for p, c in by_sender.items()
+               if (not sender or p == sender) and _observed_by(observer, members, p))
+    if not sender and not observer:
+        from precis.summarize import summaries_due  # the summary strategies: only this route's requests pay for them
+
+        pending += summaries_due(db, ws, session_id, session, workspace)
+    return _units(done, in_progress, pending)
+
+
+def queue_status(db: Db, ws: str, *, observer_id: str | None = None, sender_id: str | None = None,
+                 session_id: str | None = None) -> dict[str, Any]:
+    workspace = require_workspace(db, ws)
+    for peer_id in {p for p in (observer_id, sender_id) if p}:
+        if not batch_get(db, [keys.peer(ws, peer_id)]):
+            raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
+    if session_id is not None:
+        counts = _session_status(db, ws, session_id, observer_id, sender_id, workspace)
+        return {**counts, "sessions": {session_id: counts}}
+    sessions: dict[str, list[int]] = {}
+    for cursor in cursors(db, ws):
+        sender = cursor.get("sender")
+        if sender_id and sender != sender_id:
+            continue
+        if observer_id and observer_id != sender:
+            continue  # a workspace-wide count by observer counts its own messages; a session's counts the rest too
+        job = cursor.get("job") or {}
+        counts = sessions.setdefault(cursor["session_id"], [0, 0, 0])
+        counts[0] += int(cursor.get("derived", 0))
+        counts[1] += int(job.get("count", 0)) if job else 0
+        counts[2] += int(cursor.get("pending", 0))
+    per_session = {s: _units(*c) for s, c in sorted(sessions.items())}
+    total = [sum(c[i] for c in sessions.values()) for i in range(3)]
+    return {**_units(*total), "sessions": per_session}

@@ -1,0 +1,69 @@
+"""Derived memory through the honcho-ai SDK (2.7.0, unchanged) on the local stack, with no LLM configured:
+conclusions appear within seconds of a message, are found by a question, and the queue reports the work done."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from honcho import Honcho
+from honcho.http.exceptions import NotFoundError
+
+pytestmark = pytest.mark.stack
+STACK_ENV = {"PRECIS_LOCAL_SCHEDULE_S": "1"}
+
+
+def wait_for(predicate, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not true within {timeout} s")
+
+
+def test_a_statement_becomes_a_conclusion_the_question_finds_first(stack):
+    honcho = Honcho(base_url=stack.url, api_key="local", workspace_id="derived")
+    alice, bob = honcho.peer("alice"), honcho.peer("bob")
+    session = honcho.session("s1")
+    session.add_peers([alice, bob])
+    session.add_messages([bob.message("Where are you living these days?"),
+                          alice.message("I moved to Lisbon last spring. My sister is Ana. I like green tea.")])
+    found = wait_for(lambda: alice.conclusions.query("where did alice move?"))
+    assert found[0].content == "alice moved to Lisbon last spring"
+    assert (found[0].observer_id, found[0].observed_id, found[0].session_id) == ("alice", "alice", "s1")
+    status = wait_for(lambda: (s := honcho.queue_status()) and s.pending_work_units == 0
+                      and s.in_progress_work_units == 0 and s.completed_work_units >= 1 and s)
+    assert status.total_work_units == status.completed_work_units
+    assert {c.content for c in alice.conclusions.list()} >= {"alice moved to Lisbon last spring",
+                                                            "alice's sister is Ana"}
+    # bob does not observe others: he has no view of alice
+    assert list(bob.conclusions_of(alice).list()) == []
+    card = wait_for(lambda: alice.get_card())
+    assert any("Ana" in entry for entry in card)
+
+
+def test_the_sdk_creates_lists_gets_and_deletes_conclusions_and_sets_cards(stack):
+    honcho = Honcho(base_url=stack.url, api_key="local", workspace_id="derived-crud")
+    alice, bob = honcho.peer("alice"), honcho.peer("bob")
+    honcho.session("s1").add_peers([alice, bob])
+    view = bob.conclusions_of(alice)
+    made = view.create([{"content": "alice prefers short answers", "session_id": "s1"},
+                        {"content": "alice is a vegetarian"}])
+    assert [c.content for c in made] == ["alice prefers short answers", "alice is a vegetarian"]
+    assert made[0].session_id == "s1" and made[1].session_id is None
+    assert [c.id for c in view.list()] == [made[1].id, made[0].id]  # newest first
+    assert view.get(made[0].id).content == "alice prefers short answers"
+    assert view.query("vegetarian food")[0].id == made[1].id
+    assert {c.id for c in view.get_many([made[0].id, made[1].id, "x" * 21])} == {made[0].id, made[1].id}
+    view.delete(made[1].id)
+    with pytest.raises(NotFoundError):
+        view.get(made[1].id)
+    assert [c.id for c in view.list()] == [made[0].id]
+    assert [c.id for c in honcho.conclusions.list()] == [made[0].id]
+
+    assert bob.get_card(target=alice) is None
+    assert bob.set_card(["IDENTITY: alice is a nurse"], target=alice) == ["IDENTITY: alice is a nurse"]
+    assert bob.get_card(target=alice) == ["IDENTITY: alice is a nurse"]
+    assert alice.get_card() is None

@@ -1,0 +1,159 @@
+"""The deriver end to end through its handler on moto: who observes whom, exactly once, batching, purge, status."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.handlers import call, invoke
+from tests.stream import message_records
+
+W = "/v3/workspaces/ws1"
+S = f"{W}/sessions/s1"
+
+
+def post(*messages: tuple[str, str], session: str = "s1") -> list[dict]:
+    reply = call("POST", f"{W}/sessions/{session}/messages",
+                 {"messages": [{"peer_id": peer, "content": content} for peer, content in messages]})
+    assert reply.status == 201, reply.body
+    return reply.body
+
+
+def derive(client, session: str = "s1", first: int = 1) -> dict:
+    return invoke("DeriveFunction", {"Records": message_records(client, session_id=session, first=first)})
+
+
+def conclusions(observer: str | None = None, observed: str | None = None, **filters) -> list[dict]:
+    if observer:
+        filters["observer_id"] = observer
+    if observed:
+        filters["observed_id"] = observed
+    reply = call("POST", f"{W}/conclusions/list?size=100", {"filters": filters} if filters else None)
+    assert reply.status == 200, reply.body
+    return reply.body["items"]
+
+
+def status(**query) -> dict:
+    suffix = "&".join(f"{k}={v}" for k, v in query.items())
+    reply = call("GET", f"{W}/queue/status" + (f"?{suffix}" if suffix else ""))
+    assert reply.status == 200, reply.body
+    return reply.body
+
+
+@pytest.fixture
+def ws(aws):
+    assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
+    return aws
+
+
+def test_a_first_person_statement_becomes_a_conclusion_of_the_sender(ws):
+    (posted,) = post(("alice", "I moved to Lisbon last spring."))
+    assert derive(ws["dynamodb"]) == {"batchItemFailures": []}
+    (found,) = conclusions("alice", "alice")
+    assert found["content"] == "alice moved to Lisbon last spring"
+    assert (found["session_id"], found["level"], found["times_derived"], found["source_ids"]) == ("s1", "explicit",
+                                                                                                   1, None)
+    assert len(found["id"]) == 21
+    assert call("GET", f"{W}/conclusions/{found['id']}").body == found
+    counts = status(session_id="s1")
+    assert counts["pending_work_units"] == 0 and counts["in_progress_work_units"] == 0
+    assert counts["completed_work_units"] >= 1
+    del posted
+
+
+def test_nothing_is_derived_from_an_unobserved_sender_by_anyone(ws):
+    assert call("POST", f"{W}/sessions", {"id": "s1", "peers": {"alice": {"observe_me": False},
+                                                               "bob": {"observe_others": True}}}).status == 201
+    post(("alice", "I have two cats."), ("bob", "I live in Porto."))
+    assert derive(ws["dynamodb"]) == {"batchItemFailures": []}
+    assert conclusions(observed="alice") == []
+    assert [c["content"] for c in conclusions("bob", "bob")] == ["bob lives in Porto"]
+    # alice's messages are done (skipped), not pending forever
+    assert status(session_id="s1")["pending_work_units"] == 0
+
+
+def test_the_peer_configuration_decides_when_the_session_leaves_observe_me_unset(ws):
+    assert call("POST", f"{W}/peers", {"id": "alice", "configuration": {"observe_me": False}}).status == 201
+    post(("alice", "I have two cats."))
+    derive(ws["dynamodb"])
+    assert conclusions(observed="alice") == []
+    # the session-peer config wins over the peer's
+    assert call("PUT", f"{S}/peers/alice/config", {"observe_me": True}).status in (200, 204)
+    post(("alice", "I work as a nurse."))
+    derive(ws["dynamodb"], first=2)
+    assert [c["content"] for c in conclusions("alice", "alice")] == ["alice works as a nurse"]
+
+
+def test_members_observing_others_get_copies_of_their_own(ws):
+    assert call("POST", f"{W}/sessions", {"id": "s1", "peers": {"alice": {}, "bob": {"observe_others": True},
+                                                               "carol": {}}}).status == 201
+    post(("alice", "My sister is Ana."))
+    derive(ws["dynamodb"])
+    own, bobs = conclusions("alice", "alice"), conclusions("bob", "alice")
+    assert [c["content"] for c in own] == [c["content"] for c in bobs] == ["alice's sister is Ana"]
+    assert own[0]["id"] != bobs[0]["id"]
+    assert conclusions("carol", "alice") == []
+
+
+def test_a_redelivered_or_concurrent_batch_derives_each_message_once(ws):
+    post(("alice", "I moved to Lisbon last spring."), ("alice", "I have a dog named Rover."))
+    records = message_records(ws["dynamodb"])
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(invoke("DeriveFunction", {"Records": records})))
+               for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [{"batchItemFailures": []}] * 3
+    invoke("DeriveFunction", {"Records": records})  # and once more, after the others
+    found = conclusions("alice", "alice")
+    assert sorted(c["content"] for c in found) == ["alice has a dog named Rover", "alice moved to Lisbon last spring"]
+    assert all(c["times_derived"] == 1 for c in found)
+
+
+def test_saying_the_same_thing_again_counts_it_instead_of_copying_it(ws):
+    post(("alice", "I have a dog named Rover."))
+    derive(ws["dynamodb"])
+    post(("alice", "I have a dog named Rover."))
+    derive(ws["dynamodb"], first=2)
+    (found,) = conclusions("alice", "alice")
+    assert found["times_derived"] == 2
+
+
+def test_deleting_a_session_removes_what_was_derived_only_from_it(ws):
+    post(("alice", "I moved to Lisbon last spring."))
+    post(("alice", "I have a dog named Rover."), session="s2")
+    derive(ws["dynamodb"])
+    derive(ws["dynamodb"], session="s2")
+    assert len(conclusions("alice", "alice")) == 2
+    assert call("DELETE", S).status in (200, 202, 204)
+    # the summarizer's purge (its stream record: the session item marked deleted)
+    session_item = ws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1"},
+                                                                          "SK": {"S": "SESSION#s1"}})["Item"]
+    from tests.stream import stream_record
+
+    assert invoke("SummarizeFunction", {"Records": [stream_record(session_item, "MODIFY")]}) == {
+        "batchItemFailures": []}
+    assert [c["content"] for c in conclusions("alice", "alice")] == ["alice has a dog named Rover"]
+
+
+def test_the_queue_counts_a_message_the_deriver_has_not_seen_as_pending(ws):
+    post(("alice", "I moved to Lisbon last spring."))
+    before = status(session_id="s1")
+    assert before["pending_work_units"] >= 1
+    assert set(before["sessions"]) == {"s1"}
+    derive(ws["dynamodb"])
+    after = status(session_id="s1")
+    assert after["pending_work_units"] == 0 and after["completed_work_units"] == 1
+    assert status()["sessions"]["s1"]["completed_work_units"] == 1
+
+
+@pytest.mark.parametrize("query, code", [
+    ("session_id=nope", 404), ("observer_id=nobody", 404), ("sender_id=bad%20id", 422),
+])
+def test_queue_status_bad_inputs(ws, query, code):
+    reply = call("GET", f"{W}/queue/status?{query}")
+    assert reply.status == code, reply.body
+    assert reply.body["detail"]
