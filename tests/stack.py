@@ -77,3 +77,14 @@ class Stack:
         except subprocess.TimeoutExpired:
             self.proc.kill()  # never leave a stack behind a failed test (its workers see EOF and exit)
             raise
+
+
+def wait_for(predicate, timeout: float = 20.0):
+    """Poll `predicate` until it returns something truthy (the stack's background work: summaries, conclusions)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not true within {timeout} s")

@@ -22,7 +22,7 @@ from precis.configuration import summary_config
 from precis.errors import Invalid
 from precis_cli.cli import main
 
-from tests.stack import free_port
+from tests.stack import free_port, wait_for
 
 pytestmark = pytest.mark.stack
 SECRET = "cli-test-secret-0123456789abcdef"
@@ -74,16 +74,6 @@ def post_messages(stack, ws: str, session: str, texts: list[str]) -> None:
 def workspace_configuration(stack, ws: str) -> dict | None:
     items = api(stack, "POST", "/v3/workspaces/list", json={"filters": {"id": ws}})["items"]
     return items[0]["configuration"] if items else None
-
-
-def wait_for(predicate, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not true within {timeout} s")
 
 
 # ---------------------------------------------------------------- help, usage, reaching the service
@@ -230,7 +220,7 @@ def test_keys_mint_scoped_keys(stack, env):
 def test_context_draws_the_budget_bar_with_its_numbers(stack, env):
     texts = [f"message {i}: the rent in Lisbon was {i * 10} euros" for i in range(30)]
     post_messages(stack, "ctx", "s1", texts[:20])
-    wait_for(lambda: json.loads(precis(env, "summaries", "-w", "ctx", "s1", "--json").stdout)["short_summary"])
+    wait_for(lambda: json.loads(precis(env, "summaries", "-w", "ctx", "s1", "--json").stdout)["short_summary"], 30)
     post_messages(stack, "ctx", "s1", texts[20:])  # after the summary of 1-20
     answer = json.loads(precis(env, "context", "-w", "ctx", "s1", "--tokens", "1000", "--json").stdout)
     summary = answer["summary"]["token_count"]

@@ -3,24 +3,15 @@ conclusions appear within seconds of a message, are found by a question, and the
 
 from __future__ import annotations
 
-import time
 
 import pytest
 from honcho import Honcho
 from honcho.http.exceptions import NotFoundError
 
+from tests.stack import wait_for
+
 pytestmark = pytest.mark.stack
 STACK_ENV = {"PRECIS_LOCAL_SCHEDULE_S": "1"}
-
-
-def wait_for(predicate, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not true within {timeout} s")
 
 
 def test_a_statement_becomes_a_conclusion_the_question_finds_first(stack):

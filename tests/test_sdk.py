@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 from honcho import Honcho
@@ -10,21 +9,10 @@ from honcho.http.exceptions import AuthenticationError, PermissionDeniedError
 from precis.auth import mint_key
 from precis.tokens import count_text
 
-from tests.stack import Stack
+from tests.stack import Stack, wait_for
 
 pytestmark = pytest.mark.stack
 SECRET = "sdk-test-secret-0123456789abcdef"
-
-
-def wait_for(predicate, timeout: float = 20.0):
-    """Poll `predicate` until it returns something truthy (summaries are written in the background)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not true within {timeout} s")
 
 
 def test_sdk_flow_over_workspaces_peers_sessions_and_messages(stack):

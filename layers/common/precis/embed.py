@@ -17,7 +17,7 @@ from functools import lru_cache
 from hashlib import blake2b
 from typing import Any, Protocol
 
-from precis.engines import EngineError
+from precis.engines import BadAnswer, EngineError
 
 _WORD = re.compile(r"[^\W_]+")
 # Words that say little about a peer: dropped from the word features so "where did" cannot outweigh "moved".
@@ -28,7 +28,6 @@ _STOPWORDS = frozenset(
     "with would you your yours".split()
 )
 _SUFFIXES = ("ing", "ed", "es", "s")
-_RETRYABLE_STATUS = {408, 409, 429}  # and every 5xx
 _BATCH = 256  # texts per embeddings request (OpenAI takes up to 2048; a smaller request fails faster)
 
 
@@ -117,14 +116,6 @@ class HashedEmbedder:
         return normalised(vector)
 
 
-class _BadAnswer(Exception):
-    """A 200 answer that holds no usable embeddings."""
-
-    def __init__(self, message: str, *, retryable: bool = True):
-        super().__init__(message)
-        self.retryable = retryable
-
-
 class OpenAIEmbedder:
     """Embeddings from an OpenAI-compatible endpoint, asked for `dimensions` floats, normalised.
 
@@ -162,6 +153,8 @@ class OpenAIEmbedder:
     def _request(self, texts: list[str]) -> list[list[float]]:
         import openai  # about 0.7 s: only when an embedding is asked for
 
+        from precis.engines.llm import classify
+
         if self._client is None:
             # Local OpenAI-compatible servers often need no key, but the client insists on one.
             self._client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key or "unused",
@@ -171,8 +164,8 @@ class OpenAIEmbedder:
                 answer = self._client.embeddings.create(model=self.model, input=texts, dimensions=self.dimensions,
                                                         encoding_format="float")
                 return self._vectors_of(answer, len(texts))
-            except (openai.APIError, json.JSONDecodeError, _BadAnswer) as exc:
-                retryable, wait, reason = _classify(openai, exc)
+            except (openai.APIError, json.JSONDecodeError, BadAnswer) as exc:
+                retryable, wait, reason = classify(exc)
                 if not retryable:
                     raise EngineError(f"openai embedder: {reason}", retryable=False) from exc
                 if attempt == self.max_attempts:
@@ -185,44 +178,20 @@ class OpenAIEmbedder:
     def _vectors_of(self, answer: Any, count: int) -> list[list[float]]:
         data = sorted(getattr(answer, "data", None) or [], key=lambda d: getattr(d, "index", 0))
         if len(data) != count:
-            raise _BadAnswer(f"{len(data)} embeddings for {count} texts")
+            raise BadAnswer(f"{len(data)} embeddings for {count} texts")
         vectors = []
         for item in data:
             vector = getattr(item, "embedding", None)
             if not isinstance(vector, list) or not all(isinstance(x, (int, float)) for x in vector):
-                raise _BadAnswer("an embedding that is not a list of numbers")
+                raise BadAnswer("an embedding that is not a list of numbers")
             if len(vector) != self.dimensions:
                 # The model ignores `dimensions` (or has fewer): asking again cannot help.
-                raise _BadAnswer(f"model {self.model} answered {len(vector)} dimensions, not {self.dimensions}",
+                raise BadAnswer(f"model {self.model} answered {len(vector)} dimensions, not {self.dimensions}",
                                  retryable=False)
             if not all(math.isfinite(x) for x in vector):
-                raise _BadAnswer("an embedding with a non-finite number")
+                raise BadAnswer("an embedding with a non-finite number")
             vectors.append(normalised([float(x) for x in vector]))
         return vectors
-
-
-def _classify(openai: Any, exc: Exception) -> tuple[bool, float | None, str]:
-    """(retryable, seconds the server asked to wait, reason) for a failed attempt."""
-    if isinstance(exc, _BadAnswer):
-        return exc.retryable, None, f"unusable answer: {exc}"
-    if isinstance(exc, openai.APITimeoutError):
-        return True, None, "request timed out"
-    if isinstance(exc, openai.APIConnectionError):
-        return True, None, f"connection failed: {exc}"
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        return status in _RETRYABLE_STATUS or status >= 500, _retry_after(exc.response.headers), \
-            f"HTTP {status}: {exc.message}"
-    return True, None, f"unusable answer: {exc}"  # a body that is not JSON
-
-
-def _retry_after(headers: Any) -> float | None:
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        try:
-            return float(headers.get(name)) / scale
-        except (TypeError, ValueError):
-            continue  # absent, or an HTTP date: fall back to backoff
-    return None
 
 
 def get_embedder(settings: Any) -> Embedder:

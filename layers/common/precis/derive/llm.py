@@ -18,8 +18,8 @@ import openai
 from precis.derive import DeriveRequest
 from precis.derive.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, norm, validate_entries
 from precis.derive.prompt import CARD_FORMAT, EXPLICIT_FORMAT, build_card_messages, build_messages
-from precis.engines import EngineError, PromptTooLong
-from precis.engines.llm import LLMEngine, _BadAnswer, _classify, _context_exceeded, _text_of
+from precis.engines import BadAnswer
+from precis.engines.llm import LLMEngine, text_of
 
 T = TypeVar("T")
 CARD_MAX_TOKENS = MAX_ENTRIES * MAX_ENTRY_CHARS // 3  # a full card, with room for the JSON around it
@@ -65,35 +65,20 @@ class LLMDeriver(LLMEngine):
              parse: Callable[[Any], T]) -> T:
         """One answer parsed by `parse`, retried as LLMEngine.summarize retries (a bad answer like a 5xx)."""
         params: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens}
-        deadline = self._clock() + self.time_budget
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                return parse(_json_of(_text_of(self._create(params, response_format, deadline))))
-            except (openai.APIError, json.JSONDecodeError, _BadAnswer) as exc:
-                if _context_exceeded(exc):
-                    raise PromptTooLong(f"llm: prompt over the model's context window: {exc.message}") from exc
-                retryable, wait, reason = _classify(exc)
-                if not retryable:
-                    raise EngineError(f"llm: {reason}", retryable=False) from exc
-                delay = self._delay(attempt, wait)
-                if attempt == self.max_attempts or self._clock() + delay + min(1.0, self.timeout) > deadline:
-                    raise EngineError(f"llm: gave up after {attempt} attempts: {reason}", retryable=True) from exc
-                self._sleep(delay)
-        raise AssertionError("unreachable")
+        answer, _attempts = self.retrying(
+            lambda timeout: parse(_json_of(text_of(self._create(params, response_format, timeout)))), self.time_budget)
+        return answer
 
-    def _create(self, params: dict[str, Any], response_format: dict[str, Any], deadline: float) -> Any:
+    def _create(self, params: dict[str, Any], response_format: dict[str, Any], timeout: float) -> Any:
         create = self._client.chat.completions.create
         if self.structured:
             try:
-                return create(**params, response_format=response_format, timeout=self._timeout(deadline))
+                return create(**params, response_format=response_format, timeout=timeout)
             except openai.BadRequestError as exc:
                 if exc.param != "response_format" and not _UNSUPPORTED.search(exc.message or ""):
                     raise
                 self.structured = False  # the prompt asks for the same JSON shape: read it from the text
-        return create(**params, timeout=self._timeout(deadline))
-
-    def _timeout(self, deadline: float) -> float:
-        return max(0.001, min(self.timeout, deadline - self._clock()))
+        return create(**params, timeout=timeout)
 
 
 def _json_of(text: str) -> Any:
@@ -107,18 +92,18 @@ def _json_of(text: str) -> Any:
                 return json.loads(candidate)
             except ValueError:
                 continue
-    raise _BadAnswer(f"answer is not JSON: {text[:80]!r}")
+    raise BadAnswer(f"answer is not JSON: {text[:80]!r}")
 
 
 def _conclusions(answer: Any) -> list[str]:
     items = answer.get("explicit") if isinstance(answer, dict) else None
     if not isinstance(items, list):
-        raise _BadAnswer('answer without an "explicit" list')
+        raise BadAnswer('answer without an "explicit" list')
     found: dict[str, str] = {}
     for item in items:
         content = item.get("content") if isinstance(item, dict) else None
         if not isinstance(content, str) or not content.strip():
-            raise _BadAnswer(f"conclusion without content: {json.dumps(item)[:80]}")
+            raise BadAnswer(f"conclusion without content: {json.dumps(item)[:80]}")
         text = " ".join(content.split())
         found.setdefault(norm(text), text)
     return list(found.values())
@@ -127,5 +112,5 @@ def _conclusions(answer: Any) -> list[str]:
 def _card(answer: Any) -> list[str]:
     entries = answer.get("peer_card") if isinstance(answer, dict) else None
     if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
-        raise _BadAnswer('answer without a "peer_card" list of strings')
+        raise BadAnswer('answer without a "peer_card" list of strings')
     return entries

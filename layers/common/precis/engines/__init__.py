@@ -55,6 +55,15 @@ class EngineError(Exception):
         self.retryable = retryable
 
 
+class BadAnswer(Exception):
+    """A 200 answer that holds nothing usable (no text, not the JSON asked for, the wrong number of vectors): retried
+    like a server error unless `retryable` is False (asking again cannot help)."""
+
+    def __init__(self, message: str, *, retryable: bool = True):
+        super().__init__(message)
+        self.retryable = retryable
+
+
 class PromptTooLong(EngineError):
     """The model's context window cannot hold the prompt: send less, never the same request again."""
 

@@ -14,11 +14,11 @@ import random
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import openai
 
-from precis.engines import EngineError, PromptTooLong, SummaryRequest, SummaryResult
+from precis.engines import BadAnswer, EngineError, PromptTooLong, SummaryRequest, SummaryResult
 from precis.engines.prompt import build_messages
 from precis.tokens import count_messages, count_text
 
@@ -30,8 +30,7 @@ _CONTEXT_CODE = "context_length_exceeded"
 _CONTEXT_WORDS = re.compile(r"context length|context window|context size|prompt is too long|too many tokens", re.I)
 
 
-class _BadAnswer(Exception):
-    """A 200 answer that holds no usable summary."""
+T = TypeVar("T")
 
 
 class LLMEngine:
@@ -81,34 +80,43 @@ class LLMEngine:
         if request.temperature is not None:
             params["temperature"] = request.temperature
         budget = self.time_budget if request.time_limit_s is None else min(self.time_budget, request.time_limit_s)
-        started, deadline = time.perf_counter(), self._clock() + budget
-        for attempt in range(1, self.max_attempts + 1):
+        started = time.perf_counter()
+
+        def attempt(timeout: float) -> tuple[Any, str]:
+            completion = self._client.chat.completions.create(**params, timeout=timeout)
+            return completion, text_of(completion)
+
+        (completion, text), attempts = self.retrying(attempt, budget)
+        usage = getattr(completion, "usage", None)
+        return SummaryResult(
+            text=text,
+            prompt=json.dumps(messages, ensure_ascii=False),
+            model=getattr(completion, "model", None) or params["model"],
+            input_tokens=_usage(usage, "prompt_tokens") or count_messages(messages),
+            output_tokens=_usage(usage, "completion_tokens") or count_text(text),
+            latency_ms=(time.perf_counter() - started) * 1000,
+            attempts=attempts,
+        )
+
+    def retrying(self, attempt: Callable[[float], T], budget: float) -> tuple[T, int]:
+        """`attempt(timeout)`'s result and how many attempts it took: 408/409/429/5xx, timeouts, connection errors and
+        bad answers are retried with backoff within `budget` seconds; a prompt over the context window raises
+        PromptTooLong, a refusal or the last failure EngineError."""
+        deadline = self._clock() + budget
+        for number in range(1, self.max_attempts + 1):
             try:
-                timeout = max(0.001, min(self.timeout, deadline - self._clock()))
-                completion = self._client.chat.completions.create(**params, timeout=timeout)
-                text = _text_of(completion)
-            except (openai.APIError, json.JSONDecodeError, _BadAnswer) as exc:
+                return attempt(max(0.001, min(self.timeout, deadline - self._clock()))), number
+            except (openai.APIError, json.JSONDecodeError, BadAnswer) as exc:
                 if _context_exceeded(exc):
                     raise PromptTooLong(f"llm: prompt over the model's context window: {exc.message}") from exc
-                retryable, wait, reason = _classify(exc)
+                retryable, wait, reason = classify(exc)
                 if not retryable:
                     raise EngineError(f"llm: {reason}", retryable=False) from exc
-                delay = self._delay(attempt, wait)
+                delay = self._delay(number, wait)
                 # Another attempt needs the sleep plus a useful share of a request's timeout.
-                if attempt == self.max_attempts or self._clock() + delay + min(1.0, self.timeout) > deadline:
-                    raise EngineError(f"llm: gave up after {attempt} attempts: {reason}", retryable=True) from exc
+                if number == self.max_attempts or self._clock() + delay + min(1.0, self.timeout) > deadline:
+                    raise EngineError(f"llm: gave up after {number} attempts: {reason}", retryable=True) from exc
                 self._sleep(delay)
-                continue
-            usage = getattr(completion, "usage", None)
-            return SummaryResult(
-                text=text,
-                prompt=json.dumps(messages, ensure_ascii=False),
-                model=getattr(completion, "model", None) or params["model"],
-                input_tokens=_usage(usage, "prompt_tokens") or count_messages(messages),
-                output_tokens=_usage(usage, "completion_tokens") or count_text(text),
-                latency_ms=(time.perf_counter() - started) * 1000,
-                attempts=attempt,
-            )
         raise AssertionError("unreachable")
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
@@ -118,22 +126,25 @@ class LLMEngine:
         return min(self.backoff_max, max(backoff, retry_after or 0.0))
 
 
-def _text_of(completion: Any) -> str:
+def text_of(completion: Any) -> str:
+    """The text of a chat completion, without a reasoning model's <think> block; BadAnswer when there is none."""
     choices = getattr(completion, "choices", None)  # a JSON error body parses into a completion without choices
     if not choices:
-        raise _BadAnswer("answer without choices")
+        raise BadAnswer("answer without choices")
     message = getattr(choices[0], "message", None)
     content = getattr(message, "content", None)
     if not isinstance(content, str):
-        raise _BadAnswer(f"answer without text (finish_reason {getattr(choices[0], 'finish_reason', None)!r})")
+        raise BadAnswer(f"answer without text (finish_reason {getattr(choices[0], 'finish_reason', None)!r})")
     text = _THINKING.sub("", content).strip()
     if not text:
-        raise _BadAnswer(f"empty answer (finish_reason {getattr(choices[0], 'finish_reason', None)!r})")
+        raise BadAnswer(f"empty answer (finish_reason {getattr(choices[0], 'finish_reason', None)!r})")
     return text
 
 
-def _classify(exc: Exception) -> tuple[bool, float | None, str]:
+def classify(exc: Exception) -> tuple[bool, float | None, str]:
     """(retryable, seconds the server asked to wait, reason) for a failed attempt."""
+    if isinstance(exc, BadAnswer):
+        return exc.retryable, None, f"unusable answer: {exc}"
     if isinstance(exc, openai.APITimeoutError):
         return True, None, "request timed out"
     if isinstance(exc, openai.APIConnectionError):
@@ -141,7 +152,7 @@ def _classify(exc: Exception) -> tuple[bool, float | None, str]:
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         retryable = status in _RETRYABLE_STATUS or status >= 500
-        return retryable, _retry_after(exc.response.headers), f"HTTP {status}: {exc.message}"
+        return retryable, retry_after(exc.response.headers), f"HTTP {status}: {exc.message}"
     # A body that is not JSON, JSON without choices, an empty or non-text answer: a proxy or an overloaded server.
     return True, None, f"unusable answer: {exc}"
 
@@ -153,7 +164,8 @@ def _context_exceeded(exc: Exception) -> bool:
     return exc.code == _CONTEXT_CODE or bool(_CONTEXT_WORDS.search(exc.message or ""))
 
 
-def _retry_after(headers: Any) -> float | None:
+def retry_after(headers: Any) -> float | None:
+    """Seconds a 429/503 asks to wait (Retry-After-Ms, or Retry-After in seconds); None for an HTTP date or none."""
     for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
         try:
             return float(headers.get(name)) / scale
