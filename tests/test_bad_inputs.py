@@ -178,6 +178,15 @@ CASES = [
     ("GET", f"{W}/queue/status", None, {"sender_id": "nobody"}, {}, 404),
     ("GET", f"{W}/queue/status", None, {"observer_id": "bad id"}, {}, 422),
     ("GET", "/v3/workspaces/nope/queue/status", None, {}, {}, 404),
+    # representations (tests/test_representation.py has more)
+    ("GET", f"{W}/peers/nobody/context", None, {}, {}, 404),
+    ("GET", f"{W}/peers/alice/context", None, {"max_conclusions": 0}, {}, 422),
+    ("GET", f"{W}/peers/alice/context", None, {"include_most_frequent": "maybe"}, {}, 422),
+    ("POST", f"{W}/peers/nobody/representation", {}, {}, {}, 404),
+    ("POST", f"{W}/peers/alice/representation", {"filters": {"session_id": {"gt": "s1"}}}, {}, {}, 422),
+    ("POST", f"{W}/peers/alice/representation", {"search_top_k": 0}, {}, {}, 422),
+    ("POST", f"{W}/peers/alice/representation", DEEP_ARRAYS, {}, {}, 422),
+    ("GET", f"{S}/context", None, {"peer_target": "nobody"}, {}, 404),
 ]
 
 

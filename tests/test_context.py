@@ -23,7 +23,8 @@ from tests.handlers import call
 WS = "ws1"
 W = f"/v3/workspaces/{WS}"
 SHORT, LONG, ROLLING = "honcho_chat_summary_short", "honcho_chat_summary_long", "rolling"
-CONTEXT_KEYS = {"id", "messages", "summary", "peer_representation", "peer_card", "messages_skipped", "token_count"}
+CONTEXT_KEYS = {"id", "messages", "summary", "peer_representation", "peer_card", "messages_skipped", "token_count",
+                "representation_skipped"}
 SUMMARY_KEYS = {"content", "message_id", "summary_type", "created_at", "token_count"}
 INLINE_MAX_BYTES = 16_384  # the default; the largest generated messages go to S3
 
@@ -321,7 +322,7 @@ def test_empty_session_has_empty_context(ws):
     new_session("s1")
     body = context("s1", tokens=10)
     assert body == {"id": "s1", "messages": [], "summary": None, "peer_representation": None, "peer_card": None,
-                    "messages_skipped": 0, "token_count": 0}
+                    "messages_skipped": 0, "token_count": 0, "representation_skipped": 0}
 
 
 def test_zero_token_messages_cost_nothing_and_are_returned(ws):
@@ -528,9 +529,6 @@ def test_honchos_parameter_rules_answer_422_naming_the_parameter(seeded, query, 
     {},
     {"tokens": 1},
     {"tokens": 100_000},
-    {"peer_target": "alice"},
-    {"peer_target": "alice", "peer_perspective": "bob"},
-    {"peer_target": "alice", "scope": "local"},
     {"sessions": "s1"},
     {"sessions": ["s1", "s2"]},
     {"limit_to_session": "true"},
@@ -584,3 +582,18 @@ def test_a_rolling_summary_is_reported_as_the_long_summary(seeded):
     assert body["long_summary"]["summary_type"] == "rolling"
     assert body["long_summary"]["content"] == "rolled up: they greeted each other"
     assert body["long_summary"]["message_id"] == stored[1]["id"]
+
+
+@pytest.mark.parametrize("query, card", [
+    ({"peer_target": "alice"}, None),
+    ({"peer_target": "alice", "peer_perspective": "bob"}, None),
+    ({"peer_target": "alice", "limit_to_session": "true"}, None),
+    ({"peer_target": "alice", "sessions": "s1,s2", "search_query": "weather", "include_most_frequent": "true"}, None),
+])
+def test_a_peer_with_no_conclusions_has_an_empty_representation(seeded, query, card):
+    for peer in ("alice", "bob"):
+        assert call("POST", "/v3/workspaces/ws1/peers", {"id": peer}).status in (200, 201)
+    reply = call("GET", context_url("s1"), **query)
+    assert reply.status == 200, reply.body
+    assert (reply.body["peer_representation"], reply.body["peer_card"]) == ("", card)
+    assert [m["content"] for m in reply.body["messages"]] == ["hello there", "general kenobi"]

@@ -58,3 +58,36 @@ def test_the_sdk_creates_lists_gets_and_deletes_conclusions_and_sets_cards(stack
     assert bob.set_card(["IDENTITY: alice is a nurse"], target=alice) == ["IDENTITY: alice is a nurse"]
     assert bob.get_card(target=alice) == ["IDENTITY: alice is a nurse"]
     assert alice.get_card() is None
+
+
+def test_the_session_context_carries_the_representation_within_the_budget(stack):
+    import httpx
+    from precis.tokens import count_text
+
+    honcho = Honcho(base_url=stack.url, api_key="local", workspace_id="derived-context")
+    alice, bob = honcho.peer("alice"), honcho.peer("bob")
+    session = honcho.session("s1")
+    session.add_peers([alice, bob])
+    session.add_messages([alice.message("I moved to Lisbon last spring."), alice.message("My sister is Ana."),
+                          alice.message("I work as a nurse.")])
+    wait_for(lambda: len(list(alice.conclusions.list())) == 3)
+    context = session.context(tokens=300, peer_target="alice")
+    lines = context.peer_representation.split("\n")
+    assert lines[:2] == ["## Explicit Observations", ""]
+    assert sorted(line.split("] ", 1)[1] for line in lines[2:]) == [
+        "alice moved to Lisbon last spring", "alice works as a nurse", "alice's sister is Ana"]
+    assert all(line.startswith("[20") and line[20:22] == "] " for line in lines[2:])
+    url = f"{stack.url}/v3/workspaces/derived-context/sessions/s1/context"
+    for tokens in (300, 60):
+        body = httpx.get(url, params={"tokens": tokens, "peer_target": "alice"}).json()
+        card = body["peer_card"]
+        assert body["token_count"] == (count_text(body["peer_representation"])
+                                       + (count_text("\n".join(card)) if card else 0)
+                                       + sum(m["token_count"] for m in body["messages"])) <= tokens
+    assert body["representation_skipped"] > 0  # the 60-token answer holds fewer conclusions
+
+    assert "Lisbon" in alice.representation()
+    assert alice.representation(target=bob) == ""
+    assert "Lisbon" in session.representation(alice)
+    peer_context = alice.context(search_query="where does alice live", search_top_k=1)
+    assert peer_context.target_id == "alice" and "Lisbon" in peer_context.representation

@@ -17,6 +17,7 @@ LISTING_POSTS = {
     "/v3/workspaces/{workspace_id}/sessions/{session_id}/messages/list",
     "/v3/workspaces/{workspace_id}/conclusions/list",
     "/v3/workspaces/{workspace_id}/conclusions/query",
+    "/v3/workspaces/{workspace_id}/peers/{peer_id}/representation",
 }
 
 

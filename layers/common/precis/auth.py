@@ -80,6 +80,9 @@ ROUTES: dict[str, Access] = {
     f"GET {_W}/peers/{{peer_id}}/card": Access.PEER,
     f"PUT {_W}/peers/{{peer_id}}/card": Access.PEER,
     f"GET {_W}/queue/status": Access.WORKSPACE,
+    # A peer's own view (of itself or of others): the peer's key, or the workspace's.
+    f"GET {_W}/peers/{{peer_id}}/context": Access.PEER,
+    f"POST {_W}/peers/{{peer_id}}/representation": Access.PEER,
 }
 
 

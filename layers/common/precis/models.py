@@ -147,3 +147,21 @@ class ConclusionQuery(_Body):
 
 class PeerCard(_Body):
     peer_card: list[Any]
+
+
+class RepresentationFilters(_Body):
+    session_id: Id | list[Id] | dict[str, list[Id]] | None = None
+
+
+class RepresentationQuery(_Body):
+    """POST /peers/{p}/representation (MEMORY.md): Honcho's defaults are 25 conclusions, no most-frequent share."""
+
+    session_id: Id | None = None
+    target: Id | None = None
+    search_query: Annotated[str, StringConstraints(min_length=1, max_length=10_000)] | None = None
+    search_top_k: int | None = Field(None, ge=1, le=100)
+    search_max_distance: float | None = Field(None, ge=0, le=1)
+    include_most_frequent: bool = False
+    max_conclusions: int = Field(25, ge=1, le=100)
+    filters: RepresentationFilters | None = None
+    scope: Id | None = None

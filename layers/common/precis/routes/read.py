@@ -3,7 +3,7 @@
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from precis.context import check_context_params
-from precis.models import ConclusionQuery, ListBody
+from precis.models import ConclusionQuery, ListBody, RepresentationQuery
 from precis.params import (
     MAX_CONTEXT_TOKENS,
     Distance,
@@ -22,7 +22,8 @@ from precis.params import (
     WorkspaceId,
 )
 from precis.params import ConclusionId
-from precis.store import context, messages, resources
+from precis.errors import Invalid, NotFound
+from precis.store import context, messages, representation, resources
 from precis.store.db import get_db
 
 router = Router()
@@ -84,8 +85,19 @@ def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens
                 include_most_frequent: bool = False, max_conclusions: MaxConclusions = None):
     check_context_params(session_id, peer_target=peer_target, peer_perspective=peer_perspective, scope=scope,
                          sessions=sessions, limit_to_session=limit_to_session)
+    peer = None
+    if peer_target:
+        if scope is not None:
+            raise NotFound(f"scope '{scope}' not found in workspace '{workspace_id}'")
+        allowlist = ((session_id,) if limit_to_session else
+                     tuple(s for part in sessions for s in part.split(",")) if sessions is not None else None)
+        peer = context.PeerView(representation.Request(
+            observer=peer_perspective or peer_target, observed=peer_target,
+            max_conclusions=max_conclusions or 100, include_most_frequent=include_most_frequent,
+            search_query=search_query, search_top_k=search_top_k, search_max_distance=search_max_distance,
+            sessions=allowlist), _embed)
     return context.read_context(get_db(), workspace_id, session_id, tokens or MAX_CONTEXT_TOKENS,
-                                use_summary=summary, whole_runs=whole_runs)
+                                use_summary=summary, whole_runs=whole_runs, peer=peer)
 
 
 @router.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/summaries")
@@ -101,6 +113,10 @@ def _embedder():
     from precis.secrets import with_llm_key
 
     return get_embedder(with_llm_key(get_settings()))
+
+
+def _embed(text: str) -> list[float]:
+    return _embedder().embed([text])[0]
 
 
 @router.post("/v3/workspaces/<workspace_id>/conclusions/list")
@@ -142,3 +158,56 @@ def queue_status(workspace_id: WorkspaceId, observer_id: OptionalId = None, send
 
     return queue.queue_status(get_db(), workspace_id, observer_id=observer_id, sender_id=sender_id,
                               session_id=session_id)
+
+
+def _representation(workspace_id: str, request: representation.Request, tokens: int | None):
+    """(text, card) of a peer's view of another, within `tokens` when given (else whole)."""
+    from precis.representation import fit
+    from precis.tokens import count_text
+
+    db = get_db()
+    resources.require_peers(db, workspace_id, request.observer, request.observed)
+    read = representation.start(db, workspace_id, request, _embed)()
+    fitted = fit(read.conclusions, read.card, tokens if tokens is not None else 10**9, count_text)
+    return fitted.text, fitted.card
+
+
+@router.get("/v3/workspaces/<workspace_id>/peers/<peer_id>/context")
+def get_peer_context(workspace_id: WorkspaceId, peer_id: PeerId, target: OptionalId = None,
+                     search_query: str | None = None, search_top_k: TopK = None, search_max_distance: Distance = None,
+                     include_most_frequent: bool = True, max_conclusions: MaxConclusions = None, tokens: Tokens = None):
+    request = representation.Request(peer_id, target or peer_id, max_conclusions or 100, include_most_frequent,
+                                      search_query or None, search_top_k, search_max_distance)
+    text, card = _representation(workspace_id, request, tokens)
+    return {"peer_id": peer_id, "target_id": target or peer_id, "representation": text, "peer_card": card}
+
+
+@router.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/representation")
+def get_peer_representation(workspace_id: WorkspaceId, peer_id: PeerId, body: RepresentationQuery):
+    if body.scope is not None:
+        raise NotFound(f"scope '{body.scope}' not found in workspace '{workspace_id}'")
+    allowlist = _allowlist(body)
+    request = representation.Request(peer_id, body.target or peer_id, body.max_conclusions, body.include_most_frequent,
+                                      body.search_query, body.search_top_k, body.search_max_distance, allowlist)
+    text, _card = _representation(workspace_id, request, None)
+    return {"representation": text}
+
+
+def _allowlist(body: RepresentationQuery) -> tuple[str, ...] | None:
+    """The sessions a representation may draw on: `session_id`, and `filters.session_id` (str, list, {"in": list});
+    both given: those in both."""
+    sets = []
+    if body.session_id is not None:
+        sets.append({body.session_id})
+    chosen = body.filters.session_id if body.filters else None
+    if isinstance(chosen, str):
+        sets.append({chosen})
+    elif isinstance(chosen, list):
+        sets.append(set(chosen))
+    elif isinstance(chosen, dict):
+        if set(chosen) != {"in"}:
+            raise Invalid(f"filters.session_id: only {{'in': [...]}} is accepted, got keys {sorted(chosen)}")
+        sets.append(set(chosen["in"]))
+    if not sets:
+        return None
+    return tuple(sorted(set.intersection(*sets)))

@@ -7,7 +7,9 @@ local index (strongly consistent), so only messages that can be returned are rea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -15,10 +17,12 @@ from aws_lambda_powertools import Logger
 from precis.budget import ContextPlan, MessageCost, SummaryCost, plan_context, select_messages
 from precis.configuration import summary_config
 from precis.errors import Invalid, NotFound, Throttled
-from precis.store import keys
+from precis.representation import fit
+from precis.store import keys, representation
 from precis.store.db import Db, batch_get, from_item, projection, query_all, to_item
 from precis.store.messages import with_bodies, is_fence, last_message
 from precis.store.resources import _json
+from precis.tokens import count_text
 
 SHORT, LONG, ROLLING = "honcho_chat_summary_short", "honcho_chat_summary_long", "rolling"
 SUMMARY_TYPES = (SHORT, LONG, ROLLING)
@@ -49,10 +53,13 @@ WINDOW_FIELDS = ("id", "seq", "peer_id", "content", "body_key", "metadata", "cre
 
 
 def _session_and_summaries(db: Db, ws: str, session_id: str, fields: tuple[str, ...] | None = None,
-                           ) -> tuple[dict | None, dict[str, dict], dict | None]:
+                           peers: tuple[str, ...] = ()) -> tuple[dict | None, dict[str, dict], dict | None]:
     wanted = [keys.session(ws, session_id), keys.workspace(ws),
-              *(keys.summary(ws, session_id, t) for t in SUMMARY_TYPES)]
+              *(keys.summary(ws, session_id, t) for t in SUMMARY_TYPES), *(keys.peer(ws, p) for p in peers)]
     found = batch_get(db, wanted, fields)
+    missing = sorted(set(peers) - {i["SK"].removeprefix("PEER#") for i in found if i["SK"].startswith("PEER#")})
+    if missing and any(i["SK"] == "WS" for i in found):
+        raise NotFound(f"peer '{missing[0]}' not found in workspace '{ws}'")
     session = next((i for i in found if i["SK"].startswith("SESSION#")), None)
     workspace = next((i for i in found if i["SK"] == "WS"), None)
     return session, {i["summary_type"]: i for i in found if i["SK"].startswith("SUMMARY#")}, workspace
@@ -73,27 +80,34 @@ def _window(db: Db, ws: str, session_id: str, plan: ContextPlan) -> list[dict[st
 
 
 def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: bool = True,
-                 whole_runs: bool | None = None) -> dict[str, Any]:
-    """The context of a session within `limit` tokens (summary + newest messages), Honcho's shape + ext.
+                 whole_runs: bool | None = None, peer: PeerView | None = None) -> dict[str, Any]:
+    """The context of a session within `limit` tokens (summary + newest messages, and with `peer` the
+    representation and card), Honcho's shape + ext.
 
     `whole_runs` None: the session's setting (configuration.summarizer.whole_runs, over the workspace's and the
-    deployment's), read with the session in round 1.
+    deployment's), read with the session in round 1. The representation and card take at most half of `limit`
+    (whole conclusions, then card entries, dropped until they fit); the summary 40% of the rest.
     """
     for _ in range(3):
-        answer = _read_once(db, ws, session_id, limit, use_summary, whole_runs)
+        answer = _read_once(db, ws, session_id, limit, use_summary, whole_runs, peer)
         if answer is not None:
             return answer
     raise Throttled(f"the summaries of session '{session_id}' are being rewritten; retry the request")
 
 
 def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, whole_runs: bool | None,
-               ) -> dict[str, Any] | None:
-    """One two-round read; None when the chosen summary was replaced between the rounds (then read again)."""
-    first = _pool.submit(_session_and_summaries, db, ws, session_id, _ROUND_ONE)
+               peer: PeerView | None) -> dict[str, Any] | None:
+    """One two-round read (three with a search query); None when the chosen summary was replaced between the
+    rounds (then read again)."""
+    peers = tuple(dict.fromkeys((peer.request.observer, peer.request.observed))) if peer else ()
+    first = _pool.submit(_session_and_summaries, db, ws, session_id, _ROUND_ONE, peers)
+    finish = representation.start(db, ws, peer.request, peer.embed) if peer else None
     last = last_message(db, ws, session_id, _COST_FIELDS)
     session, summaries, workspace = first.result()
     if session is None or workspace is None or "deleted_at" in session or is_fence(last):
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
+    fitted = fit(*_read_peer(finish), limit // 2, count_text) if finish else None
+    limit -= fitted.tokens if fitted else 0
     try:
         config = summary_config(_json(workspace.get("configuration")), _json(session.get("configuration")))
     except Invalid:  # settings broken by a later workspace change: read as if no strategy were set
@@ -123,11 +137,26 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
         "id": session_id,
         "messages": with_bodies(db, [by_seq[m.seq] for m in selection.messages], ws, session_id),
         "summary": summary_view(summary),
-        "peer_representation": None,
-        "peer_card": None,
+        "peer_representation": fitted.text if fitted else None,
+        "peer_card": fitted.card if fitted else None,
         "messages_skipped": selection.messages_skipped,
-        "token_count": selection.token_count,
+        "representation_skipped": fitted.skipped if fitted else 0,
+        "token_count": selection.token_count + (fitted.tokens if fitted else 0),
     }
+
+
+@dataclass(frozen=True)
+class PeerView:
+    """The representation a context read adds: whose view of whom (a representation.Request) and the embedder of
+    its search query."""
+
+    request: representation.Request
+    embed: Callable[[str], list[float]]
+
+
+def _read_peer(finish: Callable[[], representation.Read]) -> tuple[list, list[str] | None]:
+    read = finish()
+    return read.conclusions, read.card
 
 
 def read_summaries(db: Db, ws: str, session_id: str) -> dict[str, Any]:

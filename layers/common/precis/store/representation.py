@@ -1,0 +1,154 @@
+"""Reading a peer's working representation (what `observer` has concluded about `observed`) and card.
+
+The shares are read at once: the newest conclusions (the collection's partition, newest first), the most derived
+(the sparse ByFrequency index), the card, and the query's nearest (the vector index) — each bounded by its share,
+so the bytes read grow with what is returned, not with the collection. The nearest need one more request (their
+text, by key). A session allowlist keeps explicit conclusions of those sessions only; it examines at most
+ALLOWLIST_SCAN_LIMIT conclusions per share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from precis.representation import Chosen, Shares, merge, shares
+from precis.store import keys, vectors
+from precis.store.db import Db, batch_get, from_item, to_item
+
+FREQUENCY_INDEX = "ByFrequency"
+ALLOWLIST_SCAN_LIMIT = 2_000
+_FIELDS = ("id", "content", "level", "source_at", "created_at", "session_id", "source_ids")
+_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="representation")
+
+
+@dataclass(frozen=True)
+class Request:
+    observer: str
+    observed: str
+    max_conclusions: int
+    include_most_frequent: bool
+    search_query: str | None = None
+    search_top_k: int | None = None
+    search_max_distance: float | None = None
+    sessions: tuple[str, ...] | None = None  # an allowlist: explicit conclusions of these sessions only
+
+
+@dataclass
+class Read:
+    conclusions: list[Chosen]
+    card: list[str] | None
+
+
+def _chosen(item: dict[str, Any]) -> Chosen:
+    return Chosen(item["id"], item["content"], item.get("level", "explicit"),
+                  item.get("source_at") or item["created_at"])
+
+
+def _allowed(request: Request, item: dict[str, Any]) -> bool:
+    return request.sessions is None or (item.get("level") == "explicit" and item.get("session_id") in request.sessions)
+
+
+def _query(db: Db, request: Request, limit: int, **query: Any) -> list[dict[str, Any]]:
+    """Up to `limit` conclusions a query yields that the allowlist keeps, newest (or most derived) first."""
+    if limit <= 0:
+        return []
+    names = {f"#f{i}": f for i, f in enumerate(_FIELDS)}
+    params: dict[str, Any] = {"TableName": db.table, "ScanIndexForward": False,
+                              "ProjectionExpression": ", ".join(names), "ExpressionAttributeNames": names, **query}
+    found: list[dict[str, Any]] = []
+    examined = 0
+    while len(found) < limit:
+        params["Limit"] = limit - len(found) if request.sessions is None else min(200, ALLOWLIST_SCAN_LIMIT)
+        out = db.client.query(**params)
+        items = [from_item(i) for i in out["Items"]]
+        examined += len(items)
+        found += [i for i in items if _allowed(request, i)]
+        if "LastEvaluatedKey" not in out or examined >= ALLOWLIST_SCAN_LIMIT:
+            break
+        params["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+    return found[:limit]
+
+
+def _recent(db: Db, ws: str, request: Request, limit: int) -> list[dict[str, Any]]:
+    pk = keys.collection_pk(ws, request.observer, request.observed)
+    return _query(db, request, limit, KeyConditionExpression="PK = :pk AND begins_with(SK, :c)",
+                  ConsistentRead=True, ExpressionAttributeValues=to_item({":pk": pk, ":c": "C#"}))
+
+
+def _frequent(db: Db, ws: str, request: Request, limit: int) -> list[dict[str, Any]]:
+    pk = keys.collection_pk(ws, request.observer, request.observed)
+    items = _query(db, request, limit, IndexName=FREQUENCY_INDEX, KeyConditionExpression="PK = :pk",
+                   ExpressionAttributeValues=to_item({":pk": pk}))
+    return items
+
+
+def _nearest(db: Db, ws: str, request: Request, limit: int, embed: Callable[[str], list[float]]
+             ) -> list[tuple[str, float]]:
+    if limit <= 0 or not request.search_query:
+        return []
+    sessions = request.sessions
+    one_session = sessions[0] if sessions is not None and len(sessions) == 1 else None
+    hits = vectors.search(db, keys.collection_name(ws, request.observer, request.observed),
+                          embed(request.search_query), limit if sessions is None else min(100, limit * 4),
+                          level="explicit" if sessions is not None else None, session_key=one_session,
+                          max_distance=request.search_max_distance)
+    return hits
+
+
+def start(db: Db, ws: str, request: Request, embed: Callable[[str], list[float]]) -> Callable[[], Read]:
+    """Begin the reads (in threads) and return what finishes them: the chosen conclusions, oldest first, and the
+    card (None under an allowlist: a card is not session-scoped)."""
+    split = shares(request.max_conclusions, search=bool(request.search_query), search_top_k=request.search_top_k,
+                   include_most_frequent=request.include_most_frequent)
+    if request.sessions is not None and not request.sessions:
+        return lambda: Read([], None)
+    # Each share fetches as many as the whole representation may hold: repeats across shares are refilled.
+    recent: Future = _pool.submit(_recent, db, ws, request, request.max_conclusions)
+    frequent: Future | None = (_pool.submit(_frequent, db, ws, request, split.frequent + split.semantic)
+                               if split.frequent else None)
+    nearest: Future | None = (_pool.submit(_nearest, db, ws, request, split.semantic, embed)
+                              if split.semantic else None)
+    card: Future | None = (_pool.submit(_card, db, ws, request) if request.sessions is None else None)
+
+    def finish() -> Read:
+        semantic = _semantic(db, ws, request, nearest.result(), split) if nearest else []
+        chosen = merge(split, semantic, [_chosen(i) for i in (frequent.result() if frequent else [])],
+                       [_chosen(i) for i in recent.result()])
+        chosen = _with_premises(db, ws, request, chosen)
+        return Read(chosen, card.result() if card else None)
+
+    return finish
+
+
+def _semantic(db: Db, ws: str, request: Request, hits: list[tuple[str, float]], split: Shares) -> list[Chosen]:
+    if not hits:
+        return []
+    found = {i["id"]: i for i in batch_get(
+        db, [keys.conclusion(ws, request.observer, request.observed, cid) for cid, _ in hits], _FIELDS + ("PK", "SK"))}
+    return [_chosen(found[cid]) for cid, _ in hits if cid in found and _allowed(request, found[cid])][:split.semantic]
+
+
+def _with_premises(db: Db, ws: str, request: Request, chosen: list[Chosen]) -> list[Chosen]:
+    """Deductive conclusions with the contents of their sources (rendered as premises); one read when any."""
+    wanted = {c.id for c in chosen if c.level != "explicit"}
+    if not wanted:
+        return chosen
+    items = {i["id"]: i for i in batch_get(
+        db, [keys.conclusion(ws, request.observer, request.observed, cid) for cid in wanted],
+        ("PK", "SK", "id", "source_ids"))}
+    sources = {s for i in items.values() for s in i.get("source_ids") or ()}
+    contents = {i["id"]: i["content"] for i in batch_get(
+        db, [keys.conclusion(ws, request.observer, request.observed, s) for s in sources],
+        ("PK", "SK", "id", "content"))} if sources else {}
+    return [Chosen(c.id, c.content, c.level, c.at, c.share,
+                   tuple(contents[s] for s in (items.get(c.id) or {}).get("source_ids") or () if s in contents))
+            if c.id in wanted else c for c in chosen]
+
+
+def _card(db: Db, ws: str, request: Request) -> list[str] | None:
+    item = db.client.get_item(TableName=db.table, Key=to_item(keys.card(ws, request.observer, request.observed)),
+                              ConsistentRead=True, ProjectionExpression="entries").get("Item")
+    return (from_item(item) or {}).get("entries")
