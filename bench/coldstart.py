@@ -19,7 +19,8 @@ from bench.common import FAKE_AWS, ROOT, median, print_table, write_json
 from local.template import ENCODINGS_DIR, LAYER_DIR, template
 
 REPEATS = 7
-FUNCTIONS = {"context": "ContextFunction", "ingest": "IngestFunction", "summarize": "SummarizeFunction"}
+FUNCTIONS = {"context": "ContextFunction", "ingest": "IngestFunction", "summarize": "SummarizeFunction",
+             "derive": "DeriveFunction"}
 HEAVY = ("openai", "tiktoken")
 # Imported, then ready to talk to DynamoDB: the handlers defer boto3 to their first request, so the clients
 # are part of what a cold request waits for.

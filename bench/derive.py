@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import time
 
@@ -159,6 +160,48 @@ def _query_costs() -> list[dict]:
     return rows
 
 
+def _context_costs() -> list[dict]:
+    """The session context with peer_target (and with a search query) on collections of 100 → 10,000 conclusions:
+    DynamoDB requests and bytes per call, against the same call without peer_target and reading the collection."""
+    from precis.config import get_settings
+    from precis.embed import HashedEmbedder
+    from precis.store import context, keys, representation
+    from precis.store.db import Db, query_all, to_item
+    from precis.store.messages import NewMessage, append_messages
+    from precis.store.resources import get_or_create_peer, get_or_create_workspace
+
+    rng = random.Random(9)
+    rows = []
+    for size in SIZES:
+        with moto(stream=False) as clients:
+            db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
+            get_or_create_workspace(db, "bench")
+            get_or_create_peer(db, "bench", "alice")
+            embedder = HashedEmbedder(get_settings().embed_dimensions)
+            _load(db, "bench", "alice", "alice",
+                  [f"alice {rng.choice(WORDS)} {rng.choice(WORDS)} {rng.choice(WORDS)} {i}" for i in range(size)],
+                  embedder)
+            append_messages(db, "bench", "s", [NewMessage(f"message {i} about the budget review", "alice", 8)
+                                               for i in range(100)], inline_max_bytes=16_384)
+
+            def peer(search: str | None) -> context.PeerView:
+                return context.PeerView(representation.Request("alice", "alice", 100, True, search),
+                                        lambda text: embedder.embed([text])[0])
+
+            row: dict = {"conclusions": size}
+            for name, view in (("plain", None), ("peer_target", peer(None)), ("search", peer("budget review"))):
+                with Requests(db.client) as counted:
+                    answer = context.read_context(db, "bench", "s", 8_000, peer=view)
+                    row[f"{name}_requests"], row[f"{name}_bytes"] = len(counted.ops), counted.bytes
+                    row[f"{name}_returned"] = len(json.dumps(answer).encode())
+            with Requests(db.client) as counted:
+                query_all(db, KeyConditionExpression="PK = :pk", ExpressionAttributeValues=to_item(
+                    {":pk": keys.collection_pk("bench", "alice", "alice")}))
+                row["read_all_requests"], row["read_all_bytes"] = len(counted.ops), counted.bytes
+            rows.append(row)
+    return rows
+
+
 def run() -> None:
     derived = _derivation()
     print_table("LLM input tokens per 1,000 messages (llm batching: 512 tokens per sender and session)",
@@ -174,4 +217,11 @@ def run() -> None:
                  "bytes saved x"],
                 [(q["conclusions"], q["returned"], q["query_requests"], q["query_bytes"], q["read_all_requests"],
                   q["read_all_bytes"], q["read_all_bytes"] / max(1, q["query_bytes"])) for q in queries])
-    write_json("derive", {"derivation": derived, "queries": queries})
+    contexts = _context_costs()
+    print_table("Session context (8,000 tokens, 100 messages) with peer_target: DynamoDB requests and bytes per call",
+                ["conclusions", "plain req", "plain bytes", "peer_target req", "peer_target bytes", "search req",
+                 "search bytes", "answer bytes", "read-collection bytes"],
+                [(r["conclusions"], r["plain_requests"], r["plain_bytes"], r["peer_target_requests"],
+                  r["peer_target_bytes"], r["search_requests"], r["search_bytes"], r["search_returned"],
+                  r["read_all_bytes"]) for r in contexts])
+    write_json("derive", {"derivation": derived, "queries": queries, "context": contexts})
