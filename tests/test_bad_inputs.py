@@ -187,6 +187,17 @@ CASES = [
     ("POST", f"{W}/peers/alice/representation", {"search_top_k": 0}, {}, {}, 422),
     ("POST", f"{W}/peers/alice/representation", DEEP_ARRAYS, {}, {}, 422),
     ("GET", f"{S}/context", None, {"peer_target": "nobody"}, {}, 404),
+    # scopes (tests/test_scopes.py has more)
+    ("POST", f"{W}/scopes", {"id": "scope.x"}, {}, {}, 422),
+    ("POST", f"{W}/scopes", DEEP_OBJECTS, {}, {}, 422),
+    ("GET", f"{W}/scopes/nope", None, {}, {}, 404),
+    ("POST", f"{W}/scopes/list", None, {"size": 0}, {}, 422),
+    ("POST", f"{W}/scopes/nope/sessions", {"session_ids": ["s1"]}, {}, {}, 404),
+    ("POST", f"{W}/scopes/nope/sessions", {"session_ids": "s1"}, {}, {}, 422),
+    ("DELETE", f"{W}/scopes/nope/sessions/s1", None, {}, {}, 404),
+    ("POST", f"{W}/scopes/nope/sessions/list", None, {}, {}, 404),
+    ("GET", f"{W}/scopes/nope/status", None, {}, {}, 404),
+    ("GET", f"{W}/scopes/bad%20id/status", None, {}, {}, 422),
 ]
 
 

@@ -91,3 +91,27 @@ def test_the_session_context_carries_the_representation_within_the_budget(stack)
     assert "Lisbon" in session.representation(alice)
     peer_context = alice.context(search_query="where does alice live", search_top_k=1)
     assert peer_context.target_id == "alice" and "Lisbon" in peer_context.representation
+
+
+def test_scopes_through_the_sdk(stack):
+    honcho = Honcho(base_url=stack.url, api_key="local", workspace_id="derived-scopes")
+    alice = honcho.peer("alice")
+    home, clinic = honcho.session("home"), honcho.session("clinic")
+    home.add_messages([alice.message("I have a dog named Rover.")])
+    clinic.add_messages([alice.message("I work as a nurse.")])
+    wait_for(lambda: len(list(alice.conclusions.list())) == 2)
+    therapy = honcho.scope("therapy", metadata={"kind": "care"})
+    therapy.add_sessions([clinic])
+    status = wait_for(lambda: (s := therapy.status()).get("clinic") and s["clinic"].state == "completed" and s)
+    assert status["clinic"].docs_copied == 1
+    assert [s.id for s in therapy.sessions()] == ["clinic"]
+    seen = alice.representation(scope="therapy")
+    assert "nurse" in seen and "Rover" not in seen
+    context = clinic.context(peer_target="alice", scope="therapy")
+    assert "nurse" in context.peer_representation
+    later = honcho.session("later", scopes=["therapy"])
+    later.add_messages([alice.message("My sister is Ana.")])
+    wait_for(lambda: "Ana" in alice.representation(scope="therapy"))
+    therapy.remove_session(clinic)
+    wait_for(lambda: "nurse" not in alice.representation(scope="therapy"))
+    assert [s.id for s in honcho.scopes()] == ["therapy"]

@@ -18,6 +18,8 @@ LISTING_POSTS = {
     "/v3/workspaces/{workspace_id}/conclusions/list",
     "/v3/workspaces/{workspace_id}/conclusions/query",
     "/v3/workspaces/{workspace_id}/peers/{peer_id}/representation",
+    "/v3/workspaces/{workspace_id}/scopes/list",
+    "/v3/workspaces/{workspace_id}/scopes/{scope_id}/sessions/list",
 }
 
 
@@ -131,7 +133,8 @@ def test_the_deriver_consumes_the_stream_on_a_mapping_of_its_own_and_runs_on_a_s
     tpl = template()
     assert [fn.logical_id for fn in tpl.stream_functions()] == ["SummarizeFunction", "DeriveFunction"]
     deriver = tpl.stream_function("DeriveFunction")
-    assert deriver.stream["FilterCriteria"]["Filters"] == [
-        {"Pattern": '{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["message"]}}}}'}]
+    assert [f["Pattern"] for f in deriver.stream["FilterCriteria"]["Filters"]] == [
+        '{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["message"]}}}}',
+        '{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["scope_session"]}}}}']
     (flush,) = deriver.schedules
     assert (flush.every_s, flush.input) == (300, {"precis": "flush"})

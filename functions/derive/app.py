@@ -18,13 +18,21 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from precis import concurrency
 from precis.config import get_settings
 from precis.secrets import with_llm_key
-from precis.deriver import DeriveTarget, all_workspaces, derive_target, due_targets, mark_failed, target_of
+from precis.deriver import (
+    BackfillTarget,
+    DeriveTarget,
+    all_workspaces,
+    derive_target,
+    due_targets,
+    mark_failed,
+    target_of,
+)
 from precis.store.db import get_db
 
 logger = Logger()
 metrics = Metrics()
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False)
-_failures: dict[DeriveTarget, Exception | None] = {}
+_failures: dict[DeriveTarget | BackfillTarget, Exception | None] = {}
 
 
 @lru_cache(maxsize=8)
@@ -39,7 +47,23 @@ def _engine_for(config):
     return _engine(config.engine, config.model if config.engine == "llm" else None, with_llm_key(get_settings()))
 
 
-def _derive(db, target: DeriveTarget, time_left, flush: bool = False) -> None:
+def _backfill(db, target: BackfillTarget) -> None:
+    from precis.embed import get_embedder
+    from precis.store import scopes
+
+    try:
+        copied = scopes.backfill(db, target.workspace, target.scope, target.session,
+                                 embedder=get_embedder(with_llm_key(get_settings())))
+    except Exception:
+        scopes.mark_failed(db, target.workspace, target.scope, target.session)
+        raise  # the stream retries the record; the copy resumes where it stopped
+    logger.info("backfill", extra={"scope": target.scope, "session": target.session, "copied": copied})
+
+
+def _derive(db, target: DeriveTarget | BackfillTarget, time_left, flush: bool = False) -> None:
+    if isinstance(target, BackfillTarget):
+        _backfill(db, target)
+        return
     from precis.embed import get_embedder
 
     settings = get_settings()
@@ -84,14 +108,14 @@ def lambda_handler(event: dict, context) -> dict:
     if event.get("precis") == "flush":
         result = _flush(db, time_left)
         return result
-    targets: set[DeriveTarget] = set()
+    targets: set[DeriveTarget | BackfillTarget] = set()
     for record in map(DynamoDBRecord, event.get("Records") or ()):
         with suppress(Exception):
             target = target_of(record.dynamodb.new_image if record.dynamodb else {})
             if target is not None:
                 targets.add(target)
     _failures.clear()
-    _failures.update(concurrency.run_each(sorted(targets, key=lambda t: (t.workspace, t.session, t.sender)),
+    _failures.update(concurrency.run_each(sorted(targets, key=repr),
                                           lambda t: _derive(db, t, time_left),
                                           workers=get_settings().summarize_concurrency))
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

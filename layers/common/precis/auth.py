@@ -80,6 +80,14 @@ ROUTES: dict[str, Access] = {
     f"GET {_W}/peers/{{peer_id}}/card": Access.PEER,
     f"PUT {_W}/peers/{{peer_id}}/card": Access.PEER,
     f"GET {_W}/queue/status": Access.WORKSPACE,
+    # Scopes: a workspace key.
+    f"POST {_W}/scopes": Access.WORKSPACE,
+    f"POST {_W}/scopes/list": Access.WORKSPACE,
+    f"GET {_W}/scopes/{{scope_id}}": Access.WORKSPACE,
+    f"POST {_W}/scopes/{{scope_id}}/sessions": Access.WORKSPACE,
+    f"DELETE {_W}/scopes/{{scope_id}}/sessions/{{session_id}}": Access.WORKSPACE,
+    f"POST {_W}/scopes/{{scope_id}}/sessions/list": Access.WORKSPACE,
+    f"GET {_W}/scopes/{{scope_id}}/status": Access.WORKSPACE,
     # A peer's own view (of itself or of others): the peer's key, or the workspace's.
     f"GET {_W}/peers/{{peer_id}}/context": Access.PEER,
     f"POST {_W}/peers/{{peer_id}}/representation": Access.PEER,

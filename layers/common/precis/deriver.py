@@ -57,8 +57,20 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
 
 
-def target_of(image: dict[str, Any]) -> DeriveTarget | None:
-    """The (session, sender) a message insert's new image asks to derive; None for any other item."""
+@dataclass(frozen=True)
+class BackfillTarget:
+    """A session just added to a scope: its conclusions are to be copied into the scope's collections."""
+
+    workspace: str
+    scope: str
+    session: str
+
+
+def target_of(image: dict[str, Any]) -> DeriveTarget | BackfillTarget | None:
+    """The (session, sender) a message insert's new image asks to derive, or the backfill a new scope membership
+    asks for; None for any other item."""
+    if image.get("kind") == "scope_session" and image.get("state") == "pending":
+        return BackfillTarget(image["workspace_id"], image["scope_id"], image["session_id"])
     if image.get("kind") != "message" or "peer_id" not in image:
         return None
     ws, session_id = keys.parse_session_pk(image.get("PK", ""))
@@ -194,6 +206,10 @@ def _decide(db: Db, settings: Settings, config: DeriveConfig, target: DeriveTarg
         return False
     last_seq = mine[-1]["seq"]
     watchers = observers(target.sender, peer, _members(db, ws, s)) if config.enabled else []
+    if watchers:  # the session's scopes observe what it says too (explicit conclusions, no cards)
+        from precis.store import scopes
+
+        watchers += [scopes.observer(scope_id) for scope_id in scopes.session_scopes(db, ws, s)]
     if not watchers:
         # Not observed: nothing is derived from these messages, by anyone; they are done.
         _finish(db, target, session["incarnation"], cursor, last_seq, len(mine), condition, values, now)
@@ -286,7 +302,7 @@ def _apply(db: Db, target: DeriveTarget, incarnation: str, cursor: dict, engine:
             except conclusions.ExtraConditionFailed:
                 pass  # applied already, by us before a crash or by a concurrent deriver
         card_name = f"{observer}#card"
-        if card_name not in applied and items:
+        if card_name not in applied and items and not observer.startswith("scope."):
             _update_card(db, target, observer, job["token"], card_name, engine, [i.content for i in items])
     condition = "job.#token = :token"
     _finish(db, target, incarnation, cursor, int(job["to_seq"]), int(job["count"]), condition,

@@ -17,6 +17,8 @@ METADATA_MAX_DEPTH = 5
 JSON_MAX_BYTES = 65_536  # metadata/configuration as JSON; with the inline body cap (config) an item stays under 400 KB
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]
+SCOPE_ID_MAX = 506
+ScopeId = Annotated[str, StringConstraints(min_length=1, max_length=SCOPE_ID_MAX, pattern=ID_PATTERN)]
 MESSAGE_ID_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 
 
@@ -95,7 +97,7 @@ class SessionCreate(_Body):
     metadata: Metadata | None = None
     configuration: Configuration | None = None
     peers: dict[Id, PeerFlags] | None = None
-    scopes: list[str] | None = None  # sent by the SDK; Precis has no scopes yet
+    scopes: list[ScopeId] | None = Field(None, max_length=100)
 
 
 class MessageIn(_Body):
@@ -164,4 +166,14 @@ class RepresentationQuery(_Body):
     include_most_frequent: bool = False
     max_conclusions: int = Field(25, ge=1, le=100)
     filters: RepresentationFilters | None = None
-    scope: Id | None = None
+    scope: ScopeId | None = None
+
+
+
+class ScopeCreate(_Body):
+    id: ScopeId
+    metadata: Metadata | None = None
+
+
+class ScopeSessions(_Body):
+    session_ids: list[Id] = Field(min_length=1, max_length=MAX_BATCH)

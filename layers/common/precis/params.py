@@ -12,6 +12,8 @@ WorkspaceId = Annotated[str, Path(min_length=1, max_length=ID_MAX, pattern=ID_PA
 PeerId = Annotated[str, Path(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]
 SessionId = Annotated[str, Path(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]
 MessageId = Annotated[str, Path(pattern=MESSAGE_ID_PATTERN)]
+ScopeIdPath = Annotated[str, Path(min_length=1, max_length=506, pattern=ID_PATTERN)]
+OptionalScope = Annotated[str | None, Query(min_length=1, max_length=506, pattern=ID_PATTERN)]
 ConclusionId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{21}$", description="a conclusion id (21 characters)")]
 PageNo = Annotated[int, Query(ge=1, le=10**9, description="page number, from 1")]
 PageSize = Annotated[int, Query(ge=1, le=100, description="items per page, 1-100")]

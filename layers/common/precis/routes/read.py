@@ -21,8 +21,8 @@ from precis.params import (
     WholeRuns,
     WorkspaceId,
 )
-from precis.params import ConclusionId
-from precis.errors import Invalid, NotFound
+from precis.params import ConclusionId, OptionalScope, ScopeIdPath
+from precis.errors import Invalid
 from precis.store import context, messages, representation, resources
 from precis.store.db import get_db
 
@@ -80,19 +80,23 @@ def get_message(workspace_id: WorkspaceId, session_id: SessionId, message_id: Me
 @router.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/context")
 def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens = None, summary: bool = True,
                 whole_runs: WholeRuns = None, peer_target: OptionalId = None, peer_perspective: OptionalId = None,
-                scope: str | None = None, sessions: SessionIds = None, limit_to_session: bool = False,
+                scope: OptionalScope = None, sessions: SessionIds = None, limit_to_session: bool = False,
                 search_query: str | None = None, search_top_k: TopK = None, search_max_distance: Distance = None,
                 include_most_frequent: bool = False, max_conclusions: MaxConclusions = None):
     check_context_params(session_id, peer_target=peer_target, peer_perspective=peer_perspective, scope=scope,
                          sessions=sessions, limit_to_session=limit_to_session)
     peer = None
     if peer_target:
+        observer = peer_perspective or peer_target
         if scope is not None:
-            raise NotFound(f"scope '{scope}' not found in workspace '{workspace_id}'")
+            from precis.store import scopes
+
+            scopes.require(get_db(), workspace_id, scope)
+            observer = scopes.observer(scope)
         allowlist = ((session_id,) if limit_to_session else
                      tuple(s for part in sessions for s in part.split(",")) if sessions is not None else None)
         peer = context.PeerView(representation.Request(
-            observer=peer_perspective or peer_target, observed=peer_target,
+            observer=observer, observed=peer_target,
             max_conclusions=max_conclusions or 100, include_most_frequent=include_most_frequent,
             search_query=search_query, search_top_k=search_top_k, search_max_distance=search_max_distance,
             sessions=allowlist), _embed)
@@ -166,7 +170,8 @@ def _representation(workspace_id: str, request: representation.Request, tokens: 
     from precis.tokens import count_text
 
     db = get_db()
-    resources.require_peers(db, workspace_id, request.observer, request.observed)
+    observer = None if request.observer.startswith("scope.") else request.observer  # a scope's view: no peer
+    resources.require_peers(db, workspace_id, observer, request.observed)
     read = representation.start(db, workspace_id, request, _embed)()
     fitted = fit(read.conclusions, read.card, tokens if tokens is not None else 10**9, count_text)
     return fitted.text, fitted.card
@@ -184,10 +189,16 @@ def get_peer_context(workspace_id: WorkspaceId, peer_id: PeerId, target: Optiona
 
 @router.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/representation")
 def get_peer_representation(workspace_id: WorkspaceId, peer_id: PeerId, body: RepresentationQuery):
+    observer = peer_id
     if body.scope is not None:
-        raise NotFound(f"scope '{body.scope}' not found in workspace '{workspace_id}'")
+        from precis.store import scopes
+
+        if body.session_id is not None or (body.filters and body.filters.session_id is not None):
+            raise Invalid("scope: cannot be combined with session_id or filters.session_id")
+        scopes.require(get_db(), workspace_id, body.scope)
+        observer = scopes.observer(body.scope)
     allowlist = _allowlist(body)
-    request = representation.Request(peer_id, body.target or peer_id, body.max_conclusions, body.include_most_frequent,
+    request = representation.Request(observer, body.target or peer_id, body.max_conclusions, body.include_most_frequent,
                                       body.search_query, body.search_top_k, body.search_max_distance, allowlist)
     text, _card = _representation(workspace_id, request, None)
     return {"representation": text}
@@ -211,3 +222,39 @@ def _allowlist(body: RepresentationQuery) -> tuple[str, ...] | None:
     if not sets:
         return None
     return tuple(sorted(set.intersection(*sets)))
+
+
+# ---------------------------------------------------------------- scopes (MEMORY.md)
+
+@router.get("/v3/workspaces/<workspace_id>/scopes/<scope_id>")
+def get_scope(workspace_id: WorkspaceId, scope_id: ScopeIdPath):
+    from precis.store import scopes
+
+    return scopes.view(scopes.require(get_db(), workspace_id, scope_id))
+
+
+@router.post("/v3/workspaces/<workspace_id>/scopes/list")
+def list_scopes(workspace_id: WorkspaceId, body: ListBody | None = None, page: PageNo = 1, size: PageSize = 50,
+                reverse: Reverse = False):
+    from precis.store import scopes
+
+    if _filters(body):
+        raise Invalid("filters: scopes are listed without filters")
+    return scopes.list_scopes(get_db(), workspace_id, page, size, reverse)
+
+
+@router.post("/v3/workspaces/<workspace_id>/scopes/<scope_id>/sessions/list")
+def list_scope_sessions(workspace_id: WorkspaceId, scope_id: ScopeIdPath, body: ListBody | None = None,
+                        page: PageNo = 1, size: PageSize = 50, reverse: Reverse = False):
+    from precis.store import scopes
+
+    if _filters(body):
+        raise Invalid("filters: a scope's sessions are listed without filters")
+    return scopes.list_sessions(get_db(), workspace_id, scope_id, page, size, reverse)
+
+
+@router.get("/v3/workspaces/<workspace_id>/scopes/<scope_id>/status")
+def scope_status(workspace_id: WorkspaceId, scope_id: ScopeIdPath):
+    from precis.store import scopes
+
+    return scopes.status(get_db(), workspace_id, scope_id)

@@ -18,10 +18,12 @@ from precis.models import (
     PeerCreate,
     PeerFlags,
     ResourceUpdate,
+    ScopeCreate,
+    ScopeSessions,
     SessionCreate,
     WorkspaceCreate,
 )
-from precis.params import ConclusionId, MessageId, OptionalId, PeerId, SessionId, WorkspaceId
+from precis.params import ConclusionId, MessageId, ScopeIdPath, OptionalId, PeerId, SessionId, WorkspaceId
 from precis.secrets import jwt_secret
 from precis.store import messages, resources
 from precis.store.db import get_db
@@ -71,8 +73,16 @@ def update_peer(workspace_id: WorkspaceId, peer_id: PeerId, body: ResourceUpdate
 @router.post("/v3/workspaces/<workspace_id>/sessions")
 def create_session(workspace_id: WorkspaceId, body: SessionCreate):
     peers = {p: flags.model_dump() for p, flags in (body.peers or {}).items()}
-    return _created(resources.get_or_create_session(get_db(), workspace_id, body.id, body.metadata,
-                                                    body.configuration, peers))
+    db = get_db()
+    if body.scopes:
+        from precis.store import scopes
+
+        for scope_id in dict.fromkeys(body.scopes):
+            scopes.require(db, workspace_id, scope_id)  # before the session exists: nothing half-made
+    answer = resources.get_or_create_session(db, workspace_id, body.id, body.metadata, body.configuration, peers)
+    for scope_id in dict.fromkeys(body.scopes or ()):
+        scopes.add_sessions(db, workspace_id, scope_id, [body.id])
+    return _created(answer)
 
 
 @router.put("/v3/workspaces/<workspace_id>/sessions/<session_id>")
@@ -180,3 +190,28 @@ def set_peer_card(workspace_id: WorkspaceId, peer_id: PeerId, body: PeerCard, ta
     resources.require_peers(db, workspace_id, peer_id, target)
     conclusions.put_card(db, workspace_id, peer_id, target or peer_id, entries, source="client")
     return {"peer_card": entries}
+
+
+# ---------------------------------------------------------------- scopes (MEMORY.md)
+
+@router.post("/v3/workspaces/<workspace_id>/scopes")
+def create_scope(workspace_id: WorkspaceId, body: ScopeCreate):
+    from precis.store import scopes
+
+    return _created(scopes.get_or_create(get_db(), workspace_id, body.id, body.metadata))
+
+
+@router.post("/v3/workspaces/<workspace_id>/scopes/<scope_id>/sessions")
+def add_scope_sessions(workspace_id: WorkspaceId, scope_id: ScopeIdPath, body: ScopeSessions):
+    from precis.store import scopes
+
+    scopes.add_sessions(get_db(), workspace_id, scope_id, body.session_ids)
+    return json_response(204, None)
+
+
+@router.delete("/v3/workspaces/<workspace_id>/scopes/<scope_id>/sessions/<session_id>")
+def remove_scope_session(workspace_id: WorkspaceId, scope_id: ScopeIdPath, session_id: SessionId):
+    from precis.store import scopes
+
+    scopes.remove_session(get_db(), workspace_id, scope_id, session_id)
+    return json_response(204, None)

@@ -598,9 +598,7 @@ def purge_session_conclusions(db: Db, ws: str, session_id: str, *,
                               time_left: Callable[[], float] = lambda: math.inf) -> tuple[int, bool]:
     """Delete the conclusions drawn from the session (its DERIVED# items name them): (how many, done?). Stops when
     `time_left()` runs under zero between collections; what it did is gone from the list, so a new call resumes."""
-    provenance = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :d)", ConsistentRead=True,
-                           ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id),
-                                                              ":d": "DERIVED#"}))
+    provenance = _provenance(db, ws, session_id)
     by_collection: dict[tuple[str, str], list[str]] = {}
     for item in provenance:
         by_collection.setdefault((item["observer_id"], item["observed_id"]), []).append(
@@ -611,6 +609,35 @@ def purge_session_conclusions(db: Db, ws: str, session_id: str, *,
             return removed, False
         removed += _remove(db, ws, observer, observed, ids)
     return removed, True
+
+
+def _provenance(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
+    return query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :d)", ConsistentRead=True,
+                     ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":d": "DERIVED#"}))
+
+
+def remove_session_copies(db: Db, ws: str, session_id: str, observer: str) -> int:
+    """Delete the conclusions `observer` holds from the session (a scope losing a member session)."""
+    by_observed: dict[str, list[str]] = {}
+    for item in _provenance(db, ws, session_id):
+        if item["observer_id"] == observer:
+            by_observed.setdefault(item["observed_id"], []).append(item["SK"].removeprefix("DERIVED#"))
+    return sum(_remove(db, ws, observer, observed, ids) for observed, ids in by_observed.items())
+
+
+def session_explicit(db: Db, ws: str, session_id: str) -> dict[str, list[Derived]]:
+    """The explicit conclusions derived in the session, one per fact (each observed peer's view of itself), by
+    observed peer, oldest first: what a scope that gains the session copies in."""
+    own = [i for i in _provenance(db, ws, session_id) if i["observer_id"] == i["observed_id"]]
+    found = batch_get(db, [keys.conclusion(ws, i["observer_id"], i["observed_id"], i["SK"].removeprefix("DERIVED#"))
+                           for i in own])
+    by_observed: dict[str, list[Derived]] = {}
+    for item in sorted(found, key=lambda i: i["id"]):
+        if item.get("level") == "explicit":
+            by_observed.setdefault(item["observed_id"], []).append(Derived(
+                item["content"], session_id=session_id, source_message_ids=tuple(item.get("source_message_ids") or ()),
+                source_at=item.get("source_at")))
+    return by_observed
 
 
 def delete_collections(db: Db, ws: str) -> int:

@@ -99,7 +99,8 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
                peer: PeerView | None) -> dict[str, Any] | None:
     """One two-round read (three with a search query); None when the chosen summary was replaced between the
     rounds (then read again)."""
-    peers = tuple(dict.fromkeys((peer.request.observer, peer.request.observed))) if peer else ()
+    peers = tuple(p for p in dict.fromkeys((peer.request.observer, peer.request.observed))
+                  if not p.startswith("scope.")) if peer else ()
     first = _pool.submit(_session_and_summaries, db, ws, session_id, _ROUND_ONE, peers)
     finish = representation.start(db, ws, peer.request, peer.embed) if peer else None
     last = last_message(db, ws, session_id, _COST_FIELDS)
