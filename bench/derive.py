@@ -156,50 +156,31 @@ def _query_costs() -> list[dict]:
             rows.append({"conclusions": size, "returned": len(found), "query_ops": query_ops,
                          "query_requests": query_requests, "query_bytes": query_bytes,
                          "collection_items": len(everything),
-                         "read_all_requests": scan_requests, "read_all_bytes": scan_bytes, "load_s": load_s})
+                         "read_all_requests": scan_requests, "read_all_bytes": scan_bytes, "load_s": load_s,
+                         "context": _context_cost(db, embedder, size)})
     return rows
 
 
-def _context_costs() -> list[dict]:
-    """The session context with peer_target (and with a search query) on collections of 100 → 10,000 conclusions:
-    DynamoDB requests and bytes per call, against the same call without peer_target and reading the collection."""
-    from precis.config import get_settings
-    from precis.embed import HashedEmbedder
-    from precis.store import context, keys, representation
-    from precis.store.db import Db, query_all, to_item
+def _context_cost(db, embedder, size: int) -> dict:
+    """The session context with peer_target (and with a search query) on the loaded collection: DynamoDB requests
+    and bytes per call, against the same call without peer_target."""
+    from precis.store import context, representation
     from precis.store.messages import NewMessage, append_messages
-    from precis.store.resources import get_or_create_peer, get_or_create_workspace
 
-    rng = random.Random(9)
-    rows = []
-    for size in SIZES:
-        with moto(stream=False) as clients:
-            db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
-            get_or_create_workspace(db, "bench")
-            get_or_create_peer(db, "bench", "alice")
-            embedder = HashedEmbedder(get_settings().embed_dimensions)
-            _load(db, "bench", "alice", "alice",
-                  [f"alice {rng.choice(WORDS)} {rng.choice(WORDS)} {rng.choice(WORDS)} {i}" for i in range(size)],
-                  embedder)
-            append_messages(db, "bench", "s", [NewMessage(f"message {i} about the budget review", "alice", 8)
-                                               for i in range(100)], inline_max_bytes=16_384)
+    append_messages(db, "bench", "s", [NewMessage(f"message {i} about the budget review", "alice", 8)
+                                       for i in range(100)], inline_max_bytes=16_384)
 
-            def peer(search: str | None) -> context.PeerView:
-                return context.PeerView(representation.Request("alice", "alice", 100, True, search),
-                                        lambda text: embedder.embed([text])[0])
+    def peer(search: str | None) -> context.PeerView:
+        return context.PeerView(representation.Request("alice", "alice", 100, True, search),
+                                lambda text: embedder.embed([text])[0])
 
-            row: dict = {"conclusions": size}
-            for name, view in (("plain", None), ("peer_target", peer(None)), ("search", peer("budget review"))):
-                with Requests(db.client) as counted:
-                    answer = context.read_context(db, "bench", "s", 8_000, peer=view)
-                    row[f"{name}_requests"], row[f"{name}_bytes"] = len(counted.ops), counted.bytes
-                    row[f"{name}_returned"] = len(json.dumps(answer).encode())
-            with Requests(db.client) as counted:
-                query_all(db, KeyConditionExpression="PK = :pk", ExpressionAttributeValues=to_item(
-                    {":pk": keys.collection_pk("bench", "alice", "alice")}))
-                row["read_all_requests"], row["read_all_bytes"] = len(counted.ops), counted.bytes
-            rows.append(row)
-    return rows
+    row: dict = {"conclusions": size}
+    for name, view in (("plain", None), ("peer_target", peer(None)), ("search", peer("budget review"))):
+        with Requests(db.client) as counted:
+            answer = context.read_context(db, "bench", "s", 8_000, peer=view)
+            row[f"{name}_requests"], row[f"{name}_bytes"] = len(counted.ops), counted.bytes
+            row[f"{name}_returned"] = len(json.dumps(answer).encode())
+    return row
 
 
 def run() -> None:
@@ -217,7 +198,7 @@ def run() -> None:
                  "bytes saved x"],
                 [(q["conclusions"], q["returned"], q["query_requests"], q["query_bytes"], q["read_all_requests"],
                   q["read_all_bytes"], q["read_all_bytes"] / max(1, q["query_bytes"])) for q in queries])
-    contexts = _context_costs()
+    contexts = [{**q["context"], "read_all_bytes": q["read_all_bytes"]} for q in queries]
     print_table("Session context (8,000 tokens, 100 messages) with peer_target: DynamoDB requests and bytes per call",
                 ["conclusions", "plain req", "plain bytes", "peer_target req", "peer_target bytes", "search req",
                  "search bytes", "answer bytes", "read-collection bytes"],

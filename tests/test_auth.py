@@ -290,3 +290,18 @@ def test_deployed_stacks_read_the_signing_secret_from_secrets_manager(aws, monke
     call("POST", "/v3/workspaces", {"id": "ws1"}, headers={"Authorization": f"Bearer {KEYS['admin']}"})
     assert call("POST", "/v3/workspaces/list", headers={"Authorization": f"Bearer {KEYS['admin']}"}).status == 200
     assert call("POST", "/v3/workspaces/list", headers={"Authorization": f"Bearer {KEYS['workspace']}"}).status == 403
+
+
+@pytest.mark.parametrize("method, path, body, query", [
+    ("GET", f"{S}/context", None, {"peer_target": "carol"}),
+    ("GET", f"{S}/context", None, {"peer_target": "carol", "peer_perspective": "carol"}),
+    ("GET", f"{S}/context", None, {"peer_target": "alice", "scope": "therapy"}),
+    ("POST", f"{W}/peers/alice/representation", {"scope": "therapy"}, {}),
+])
+def test_a_peer_key_reads_only_its_own_perspective_and_never_through_a_scope(auth_on, method, path, body, query):
+    reply = call(method, path, body, headers=_as("peer_member"), **query)
+    assert reply.status == 403, reply.body
+    assert reply.body["detail"]
+    # its own perspective, of another peer, is fine
+    own = call("GET", f"{S}/context", headers=_as("peer_member"), peer_target="carol", peer_perspective="alice")
+    assert own.status == 200 and own.body["peer_representation"] == ""

@@ -230,3 +230,16 @@ def _authorize_session_create(principal: Principal, body: Any, is_member: Callab
     if not is_member(session_id):
         raise Forbidden(f"a key for peer '{principal.peer}' cannot create sessions: it may only get a live session "
                         f"it belongs to, and '{principal.peer}' is not a member of session '{session_id}'")
+
+
+def authorize_view(principal: Principal, query: dict[str, str], body: dict[str, Any] | None = None) -> None:
+    """Forbidden (403) when a peer's key asks for another peer's perspective (`peer_perspective`, or `peer_target`
+    alone, in a session context) or for a scope's view: a peer key reads only its own perspective, and scopes need
+    a workspace key (MEMORY.md)."""
+    if principal.peer is None:
+        return
+    if query.get("scope") or (body or {}).get("scope"):
+        raise Forbidden("a peer key cannot read through a scope: scopes need a workspace key")
+    observer = query.get("peer_perspective") or query.get("peer_target")
+    if observer is not None and observer != principal.peer:
+        raise Forbidden(f"a key for peer '{principal.peer}' reads only its own perspective, not '{observer}''s")

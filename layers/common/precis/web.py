@@ -13,7 +13,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.shared.json_encoder import Encoder
 
-from precis.auth import ROUTES, Access, authorize, bearer, verify_key
+from precis.auth import ROUTES, Access, authorize, authorize_view, bearer, verify_key
 from precis.config import get_settings
 from precis.errors import PrecisError, Throttled
 from precis.secrets import jwt_secret
@@ -22,7 +22,8 @@ logger = Logger(child=True)
 
 MAX_BODY_DEPTH = 32  # the deepest legitimate body (a message's metadata, nested filters) is well under this
 INTERNAL_ERROR = "internal error; it has been logged"
-_BODY_READERS = {Access.CREATE_WORKSPACE, Access.CREATE_PEER, Access.CREATE_SESSION}  # decide on the body's id
+_BODY_READERS = {Access.CREATE_WORKSPACE, Access.CREATE_PEER, Access.CREATE_SESSION,  # decide on the body's id
+                 Access.PEER}  # a peer key may not read through a scope (authorize_view)
 
 
 def to_json(value: Any) -> str:
@@ -145,6 +146,7 @@ def authenticate(event: dict) -> None:
     body = _body(event) if access in _BODY_READERS and not principal.admin else None
     authorize(principal, access, workspace=workspace, peer=ids.get("peer_id"), session=ids.get("session_id"),
               body=body, is_member=is_member)
+    authorize_view(principal, event.get("queryStringParameters") or {}, body if isinstance(body, dict) else None)
 
 
 def _body_problem(event: dict) -> tuple[int, Any] | None:
