@@ -8,7 +8,7 @@ import pytest
 from honcho import Honcho
 from honcho.http.exceptions import UnprocessableEntityError
 
-from tests.test_sdk import wait_for
+from tests.stack import wait_for
 
 pytestmark = pytest.mark.stack
 # What an operator sets for every SDK user (the SDK itself cannot send `summarizer` settings or `whole_runs`).
@@ -17,16 +17,19 @@ STACK_ENV = {"PRECIS_SUMMARY_STRATEGY": "rolling", "PRECIS_SUMMARY_TOKEN_THRESHO
 
 
 def post_runs(session, user, agent, runs: range) -> None:
-    """One agent execution per call: the user's question, a tool call and the answer, sharing a run in metadata."""
+    """Agent executions (the user's question, a tool call and the answer, sharing a run in metadata), in one batch:
+    the summarizer sees them all at once, so where its fold ends does not depend on how fast it runs."""
+    batch = []
     for r in runs:
         run = {"run_id": f"turn-{r}"}
-        session.add_messages([
+        batch.extend([
             user.message(f"Question {r}: what did the supplier quote for batch {r}, and does it fit the budget?",
                          metadata=run),
             agent.message(f'{{"tool": "quotes.lookup", "batch": {r}, "result": "{r * 120} euros, delivery in '
                           f'{r + 3} days, valid until Friday"}}', metadata=run),
             agent.message(f"Batch {r} costs {r * 120} euros; that fits the remaining budget, so I approved it.",
                           metadata=run)])
+    session.add_messages(batch)
 
 
 def starts_a_run(history: list, first_id: str) -> bool:
