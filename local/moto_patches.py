@@ -9,6 +9,8 @@
 - moto accepts a transaction of any size; DynamoDB refuses one whose items add up to more than 4 MB
   ("The aggregate size of the items in the transaction cannot exceed 4 MB", TransactWriteItems API reference)
   with a ValidationException, before writing anything.
+- moto's in-process backend is not thread-safe; DynamoDB requests are served one at a time, as the moto server
+  serves them.
 - moto 5.2.5 accepts a table's VectorIndexes and ignores them, and knows no SearchVectors. The indexes given to
   CreateTable (and UpdateTable's VectorIndexUpdates) are kept on the table and described; writes are checked as
   DynamoDB checks them; SearchVectors answers exactly, by brute force over the table (see `search_vectors`).
@@ -413,8 +415,21 @@ def _route_search_host() -> None:
             _backend_index.backend_url_patterns.append(("dynamodb", re.compile(pattern)))
 
 
+_serial = threading.RLock()
+_call_action = DynamoHandler.call_action
+
+
+def _serialized_call_action(self: DynamoHandler) -> Any:
+    """One DynamoDB request at a time in this process, as the moto server already does: moto's backend is not
+    thread-safe (a transaction deep-copies a table another thread is writing: "dictionary changed size during
+    iteration"), and the functions run their work in threads (precis.concurrency), as they do on Lambda."""
+    with _serial:
+        return _call_action(self)
+
+
 def install() -> None:
     """Apply the repairs to this process's moto (idempotent): call it before using mock_aws or a moto server."""
+    DynamoHandler.call_action = _serialized_call_action
     DynamoDBBackend.transact_write_items = _transact_write_items
     _backend_module.copy = _CopyOncePerTransaction()
     DynamoHandler._validate_table_creation = _validate_table_creation

@@ -187,6 +187,14 @@ CASES = [
     ("POST", f"{W}/peers/alice/representation", {"search_top_k": 0}, {}, {}, 422),
     ("POST", f"{W}/peers/alice/representation", DEEP_ARRAYS, {}, {}, 422),
     ("GET", f"{S}/context", None, {"peer_target": "nobody"}, {}, 404),
+    # message search (tests/test_search.py has more)
+    ("POST", f"{W}/search", {"query": ""}, {}, {}, 422),
+    ("POST", f"{W}/search", {"query": "x", "limit": 101}, {}, {}, 422),
+    ("POST", "/v3/workspaces/nope/search", {"query": "x"}, {}, {}, 404),
+    ("POST", f"{W}/sessions/nope/search", {"query": "x"}, {}, {}, 404),
+    ("POST", f"{S}/search", {"query": "x", "filters": "x"}, {}, {}, 422),
+    ("POST", f"{W}/peers/nobody/search", {"query": "x"}, {}, {}, 404),
+    ("POST", f"{W}/peers/alice/search", DEEP_ARRAYS, {}, {}, 422),
     # scopes (tests/test_scopes.py has more)
     ("POST", f"{W}/scopes", {"id": "scope.x"}, {}, {}, 422),
     ("POST", f"{W}/scopes", DEEP_OBJECTS, {}, {}, 422),

@@ -115,3 +115,17 @@ def test_scopes_through_the_sdk(stack):
     therapy.remove_session(clinic)
     wait_for(lambda: "nurse" not in alice.representation(scope="therapy"))
     assert [s.id for s in honcho.scopes()] == ["therapy"]
+
+
+def test_search_through_the_sdk(stack):
+    honcho = Honcho(base_url=stack.url, api_key="local", workspace_id="derived-search")
+    alice, bob = honcho.peer("alice"), honcho.peer("bob")
+    session, other = honcho.session("s1"), honcho.session("s2")
+    session.add_messages([bob.message("Where do you live now?"), alice.message("I moved to Lisbon last spring.")])
+    other.add_messages([bob.message("Lisbon has great tiles.", metadata={"topic": "travel"})])
+    found = wait_for(lambda: (r := honcho.search("Lisbon")) and len(r) == 2 and r)
+    assert {m.content for m in found} == {"I moved to Lisbon last spring.", "Lisbon has great tiles."}
+    assert [m.content for m in session.search("Lisbon")] == ["I moved to Lisbon last spring."]
+    assert [m.content for m in bob.search("Lisbon")] == ["Lisbon has great tiles."]
+    assert [m.session_id for m in honcho.search("Lisbon", filters={"metadata": {"topic": "travel"}})] == ["s2"]
+    assert honcho.search("moved", limit=1)[0].content == "I moved to Lisbon last spring."

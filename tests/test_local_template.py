@@ -19,6 +19,9 @@ LISTING_POSTS = {
     "/v3/workspaces/{workspace_id}/conclusions/query",
     "/v3/workspaces/{workspace_id}/peers/{peer_id}/representation",
     "/v3/workspaces/{workspace_id}/scopes/list",
+    "/v3/workspaces/{workspace_id}/search",
+    "/v3/workspaces/{workspace_id}/sessions/{session_id}/search",
+    "/v3/workspaces/{workspace_id}/peers/{peer_id}/search",
     "/v3/workspaces/{workspace_id}/scopes/{scope_id}/sessions/list",
 }
 

@@ -60,13 +60,26 @@ def _backfill(db, target: BackfillTarget) -> None:
     logger.info("backfill", extra={"scope": target.scope, "session": target.session, "copied": copied})
 
 
-def _derive(db, target: DeriveTarget | BackfillTarget, time_left, flush: bool = False) -> None:
+def _index(db, images: list[dict]) -> None:
+    """Embed the messages for search, once each (a replayed record finds its vector written)."""
+    from precis.embed import get_embedder
+    from precis.store.message_search import index_messages
+
+    settings = with_llm_key(get_settings())
+    semantic = get_embedder(settings) if settings.embedder != "hashed" else None
+    index_messages(db, images, dimensions=settings.embed_dimensions, semantic=semantic)
+
+
+def _derive(db, target: DeriveTarget | BackfillTarget, time_left, flush: bool = False,
+            images: list[dict] | None = None) -> None:
     if isinstance(target, BackfillTarget):
         _backfill(db, target)
         return
     from precis.embed import get_embedder
 
     settings = get_settings()
+    if images:
+        _index(db, images)
     try:
         outcome = derive_target(db, settings, target, engine_for=_engine_for,
                                 embedder=get_embedder(with_llm_key(settings)),
@@ -108,14 +121,15 @@ def lambda_handler(event: dict, context) -> dict:
     if event.get("precis") == "flush":
         result = _flush(db, time_left)
         return result
-    targets: set[DeriveTarget | BackfillTarget] = set()
+    targets: dict[DeriveTarget | BackfillTarget, list[dict]] = {}
     for record in map(DynamoDBRecord, event.get("Records") or ()):
         with suppress(Exception):
-            target = target_of(record.dynamodb.new_image if record.dynamodb else {})
+            image = record.dynamodb.new_image if record.dynamodb else {}
+            target = target_of(image)
             if target is not None:
-                targets.add(target)
+                targets.setdefault(target, []).append(image)
     _failures.clear()
     _failures.update(concurrency.run_each(sorted(targets, key=repr),
-                                          lambda t: _derive(db, t, time_left),
+                                          lambda t: _derive(db, t, time_left, images=targets[t]),
                                           workers=get_settings().summarize_concurrency))
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -80,6 +80,10 @@ ROUTES: dict[str, Access] = {
     f"GET {_W}/peers/{{peer_id}}/card": Access.PEER,
     f"PUT {_W}/peers/{{peer_id}}/card": Access.PEER,
     f"GET {_W}/queue/status": Access.WORKSPACE,
+    # Message search: the workspace's key; a session's (and its members') keys; the peer's own key.
+    f"POST {_W}/search": Access.WORKSPACE,
+    f"POST {_S}/search": Access.SESSION_READ,
+    f"POST {_W}/peers/{{peer_id}}/search": Access.PEER,
     # Scopes: a workspace key.
     f"POST {_W}/scopes": Access.WORKSPACE,
     f"POST {_W}/scopes/list": Access.WORKSPACE,

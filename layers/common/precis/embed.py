@@ -52,6 +52,13 @@ def stem(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("e") else word
 
 
+def terms(text: str) -> set[str]:
+    """The stemmed content words of a text (its stopwords only when it has nothing else): what a lexical match
+    shares."""
+    words = _WORD.findall(text.casefold())
+    return {stem(w) for w in ([w for w in words if w not in _STOPWORDS] or words)}
+
+
 def features(text: str) -> dict[str, float]:
     """The weighted features of a text: stemmed content words, adjacent word pairs, character 3- and 4-grams."""
     words = _WORD.findall(text.casefold())

@@ -177,3 +177,11 @@ class ScopeCreate(_Body):
 
 class ScopeSessions(_Body):
     session_ids: list[Id] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class SearchQuery(_Body):
+    """POST …/search (MEMORY.md): the query, the message list's filters, 1-100 results."""
+
+    query: Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
+    filters: dict[str, Any] | None = None
+    limit: int = Field(10, ge=1, le=100)

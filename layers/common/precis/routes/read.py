@@ -3,7 +3,7 @@
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from precis.context import check_context_params
-from precis.models import ConclusionQuery, ListBody, RepresentationQuery
+from precis.models import ConclusionQuery, ListBody, RepresentationQuery, SearchQuery
 from precis.params import (
     MAX_CONTEXT_TOKENS,
     Distance,
@@ -258,3 +258,37 @@ def scope_status(workspace_id: WorkspaceId, scope_id: ScopeIdPath):
     from precis.store import scopes
 
     return scopes.status(get_db(), workspace_id, scope_id)
+
+
+# ---------------------------------------------------------------- message search (MEMORY.md)
+
+def _search(workspace_id: str, body: SearchQuery, **within: str):
+    from precis.config import get_settings
+    from precis.store.message_search import search
+
+    settings = get_settings()
+    db = get_db()
+    if "peer_id" in within:
+        resources.require_peers(db, workspace_id, within["peer_id"])
+    elif "session_id" in within:
+        resources.require_session(db, workspace_id, within["session_id"])
+    else:
+        resources.require_workspace(db, workspace_id)
+    semantic = _embed if settings.embedder != "hashed" else None
+    return search(db, workspace_id, body.query, body.limit, body.filters, dimensions=settings.embed_dimensions,
+                  semantic=semantic, **within)
+
+
+@router.post("/v3/workspaces/<workspace_id>/search")
+def search_workspace(workspace_id: WorkspaceId, body: SearchQuery):
+    return _search(workspace_id, body)
+
+
+@router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/search")
+def search_session(workspace_id: WorkspaceId, session_id: SessionId, body: SearchQuery):
+    return _search(workspace_id, body, session_id=session_id)
+
+
+@router.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/search")
+def search_peer(workspace_id: WorkspaceId, peer_id: PeerId, body: SearchQuery):
+    return _search(workspace_id, body, peer_id=peer_id)

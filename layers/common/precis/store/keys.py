@@ -132,6 +132,12 @@ def collection_registry(ws: str, observer: str, observed: str) -> dict[str, str]
     return {"PK": f"WS#{ws}", "SK": f"COLL#{observer}#{observed}"}
 
 
+def message_vectors_pk(ws: str, session_id: str) -> str:
+    """Partition of a session's message embeddings (search): beside the session's, outside its local index's
+    10 GB item collection, and never read by the context."""
+    return f"{session_pk(ws, session_id)}#MV"
+
+
 def derive_cursor(ws: str, session_id: str, sender: str) -> dict[str, str]:
     """How far the deriver has come through `sender`'s messages in the session (in its partition: purged with it)."""
     return {"PK": session_pk(ws, session_id), "SK": f"DERIVE#{sender}"}

@@ -50,6 +50,10 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None, *,
     fence = keys.fence(ws, session_id, session["fence_seq"]) if session.get("fence_seq") else None
     # The conclusions drawn from the session go first: their DERIVED# items, which name them, are in the partition.
     deleted, done = purge_session_conclusions(db, ws, session_id, time_left=lambda: time_left() - MARGIN_S)
+    if done:
+        from precis.store.message_search import purge_vectors
+
+        deleted += purge_vectors(db, ws, session_id)
     if not done:
         _continue_later(db, ws, session_id, incarnation)
         return PurgeResult(False, deleted, 0)

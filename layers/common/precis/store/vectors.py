@@ -34,17 +34,26 @@ def search(db: Db, collection: str, vector: list[float], top_k: int, *, level: s
     """(conclusion id, cosine distance) of the `top_k` vectors of `collection` nearest to `vector`, nearest first;
     only those of `level` and of `session_key` (a session id, or NO_SESSION) when given, and within
     `max_distance` when given."""
-    names = {"#c": HASH_ATTRIBUTE, "#i": "id"}
-    values: dict[str, Any] = {":c": {"S": collection}}
-    condition = "#c = :c"
-    for token, attribute, value in (("l", LEVEL_ATTRIBUTE, level), ("s", SESSION_ATTRIBUTE, session_key)):
-        if value is not None:
-            names[f"#{token}"], values[f":{token}"] = attribute, {"S": value}
-            condition += f" AND #{token} = :{token}"
-    answer = db.client.search_vectors(
-        TableName=db.table, IndexName=VECTOR_INDEX, SearchVector=vector_attribute(vector)["L"], TopK=top_k,
-        SearchConditionExpression=condition, ExpressionAttributeNames=names, ExpressionAttributeValues=values,
-        ProjectionExpression="#i")
-    # The index's metric is COSINE: its score is already the cosine distance (0 identical, 2 opposite).
-    hits = [(result["Item"]["id"]["S"], float(result["Score"])) for result in answer.get("SearchResults", [])]
+    found = search_index(db, VECTOR_INDEX, {HASH_ATTRIBUTE: collection, LEVEL_ATTRIBUTE: level,
+                                            SESSION_ATTRIBUTE: session_key}, vector, top_k, ("id",))
+    hits = [(item["id"]["S"], score) for item, score in found]
     return [hit for hit in hits if max_distance is None or hit[1] <= max_distance]
+
+
+def search_index(db: Db, index: str, equal: dict[str, str | None], vector: list[float], top_k: int,
+                 fields: tuple[str, ...]) -> list[tuple[dict[str, Any], float]]:
+    """One SearchVectors request on `index`: the `top_k` items nearest `vector` whose attributes equal `equal`'s
+    (the first is the index's HASH; None values are left out), as (`fields` of the item, raw AttributeValues;
+    cosine distance), nearest first."""
+    names, values, terms = {}, {}, []
+    for i, (attribute, value) in enumerate(equal.items()):
+        if value is not None:
+            names[f"#a{i}"], values[f":a{i}"] = attribute, {"S": value}
+            terms.append(f"#a{i} = :a{i}")
+    names.update({f"#f{i}": f for i, f in enumerate(fields)})
+    answer = db.client.search_vectors(
+        TableName=db.table, IndexName=index, SearchVector=vector_attribute(vector)["L"], TopK=top_k,
+        SearchConditionExpression=" AND ".join(terms), ExpressionAttributeNames=names,
+        ExpressionAttributeValues=values, ProjectionExpression=", ".join(f"#f{i}" for i in range(len(fields))))
+    # A COSINE index's score is already the cosine distance (0 identical, 2 opposite).
+    return [(result["Item"], float(result["Score"])) for result in answer.get("SearchResults", [])]

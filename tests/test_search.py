@@ -1,0 +1,117 @@
+"""Message search: embedded once by the deriver, ranked lexically (reciprocal rank fusion with a semantic ranking
+when an embedder is configured), within a workspace, a session or a peer's messages, with the list's filters."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.handlers import call, invoke
+from tests.stream import message_records, stream_record
+
+W = "/v3/workspaces/ws1"
+
+
+def post(session: str, *messages: tuple[str, str], metadata: dict | None = None) -> list[dict]:
+    reply = call("POST", f"{W}/sessions/{session}/messages", {"messages": [
+        {"peer_id": peer, "content": text, **({"metadata": metadata} if metadata else {})} for peer, text in messages]})
+    assert reply.status == 201, reply.body
+    return reply.body
+
+
+def index(aws, session: str) -> None:
+    assert invoke("DeriveFunction", {"Records": message_records(aws["dynamodb"], session_id=session)}) == {
+        "batchItemFailures": []}
+
+
+def search(path: str, query: str, **body) -> list[dict]:
+    reply = call("POST", path, {"query": query, **body})
+    assert reply.status == 200, reply.body
+    return reply.body
+
+
+def vectors(aws) -> list[dict]:
+    return [i for i in aws["dynamodb"].scan(TableName="precis-local")["Items"] if i.get("kind") == {"S": "mvector"}]
+
+
+@pytest.fixture
+def ws(aws):
+    assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
+    post("s1", ("bob", "Where are you living these days?"), ("alice", "I moved to Lisbon last spring."),
+         ("bob", "The budget review moved to Thursday."))
+    post("s2", ("alice", "My sister Ana visits Lisbon in May."), ("carol", "I bake bread on Sundays."),
+         metadata={"topic": "family"})
+    index(aws, "s1")
+    index(aws, "s2")
+    return aws
+
+
+def test_the_best_match_comes_first_across_the_workspace(ws):
+    found = search(f"{W}/search", "Lisbon")
+    assert found[0]["content"] in ("I moved to Lisbon last spring.", "My sister Ana visits Lisbon in May.")
+    assert {m["content"] for m in found[:2]} == {"I moved to Lisbon last spring.",
+                                                 "My sister Ana visits Lisbon in May."}
+    assert set(found[0]) >= {"id", "content", "peer_id", "session_id", "workspace_id", "metadata", "created_at"}
+    assert search(f"{W}/search", "bread")[0]["content"] == "I bake bread on Sundays."
+    assert len(search(f"{W}/search", "Lisbon", limit=1)) == 1
+
+
+def test_session_and_peer_routes_stay_within_their_messages(ws):
+    assert {m["session_id"] for m in search(f"{W}/sessions/s1/search", "Lisbon")} == {"s1"}
+    assert {m["peer_id"] for m in search(f"{W}/peers/alice/search", "moved")} == {"alice"}
+    assert search(f"{W}/peers/carol/search", "Lisbon") == []  # a lexical ranking: no shared word, no match
+    assert [m["peer_id"] for m in search(f"{W}/peers/carol/search", "baking bread")] == ["carol"]
+
+
+def test_filters_use_the_message_lists_grammar(ws):
+    found = search(f"{W}/search", "Lisbon", filters={"metadata": {"topic": "family"}})
+    assert [m["content"] for m in found][:1] == ["My sister Ana visits Lisbon in May."]
+    assert all(m["metadata"] == {"topic": "family"} for m in found)
+    assert search(f"{W}/search", "Lisbon", filters={"peer_id": "nobody"}) == []
+
+
+def test_each_message_is_embedded_once_and_edits_never_re_embed(ws):
+    assert len(vectors(ws)) == 5
+    index(ws, "s1")  # a redelivered batch
+    first = vectors(ws)
+    assert len(first) == 5
+    message = search(f"{W}/sessions/s1/search", "Lisbon")[0]
+    assert call("PUT", f"{W}/sessions/s1/messages/{message['id']}", {"metadata": {"x": 1}}).status == 200
+    item = ws["dynamodb"].scan(TableName="precis-local")["Items"]
+    edited = [i for i in item if i.get("kind") == {"S": "message"} and i["id"]["S"] == message["id"]][0]
+    assert invoke("DeriveFunction", {"Records": [stream_record(edited, "MODIFY")]}) == {"batchItemFailures": []}
+    assert vectors(ws) == first
+
+
+def test_the_context_read_never_touches_message_vectors(ws):
+    from precis.store import keys
+
+    assert all(v["PK"]["S"].endswith("#MV") for v in vectors(ws))
+    assert all(v["PK"]["S"] != keys.session_pk("ws1", "s1") for v in vectors(ws))
+
+
+def test_deleting_a_session_removes_its_vectors(ws):
+    assert call("DELETE", f"{W}/sessions/s1").status == 202
+    session_item = ws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1"},
+                                                                          "SK": {"S": "SESSION#s1"}})["Item"]
+    assert invoke("SummarizeFunction", {"Records": [stream_record(session_item, "MODIFY")]}) == {
+        "batchItemFailures": []}
+    assert {v["msession"]["S"] for v in vectors(ws)} == {"s2"}
+    assert {m["session_id"] for m in search(f"{W}/search", "Lisbon")} == {"s2"}
+
+
+@pytest.mark.parametrize("path, body, status", [
+    (f"{W}/search", {}, 422),
+    (f"{W}/search", {"query": ""}, 422),
+    (f"{W}/search", {"query": "x", "limit": 0}, 422),
+    (f"{W}/search", {"query": "x", "limit": 101}, 422),
+    (f"{W}/search", {"query": "x", "filters": []}, 422),
+    (f"{W}/search", {"query": "x", "surprise": 1}, 422),
+    ("/v3/workspaces/nope/search", {"query": "x"}, 404),
+    (f"{W}/sessions/nope/search", {"query": "x"}, 404),
+    (f"{W}/peers/nobody/search", {"query": "x"}, 404),
+    (f"{W}/peers/bad%20id/search", {"query": "x"}, 422),
+])
+def test_search_bad_inputs(ws, path, body, status):
+    reply = call("POST", path, body)
+    assert reply.status == status, reply.body
+    assert reply.body["detail"]
