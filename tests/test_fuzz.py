@@ -70,7 +70,8 @@ def test_the_document_covers_every_route_of_the_template(document):
 
 
 def test_every_documented_operation_refuses_a_missing_or_forged_key(stack, document):
-    ids = {"workspace_id": "w1", "peer_id": "p1", "session_id": "s1", "message_id": "m1", "conclusion_id": "c" * 21}
+    ids = {"workspace_id": "w1", "peer_id": "p1", "session_id": "s1", "message_id": "m1", "conclusion_id": "c" * 21,
+           "scope_id": "sc1"}
     forged = mint_key("not-" + SECRET, admin=True)
     for method, path in sorted(_operations(document)):
         target = path.format(**ids)
@@ -160,7 +161,8 @@ def _seed(stack, admin: str) -> dict[str, list[str]]:
     made = post(f"/v3/workspaces/{ws}/conclusions", {"conclusions": [
         {"content": f"alice likes tea number {i}", "observer_id": "bob", "observed_id": "alice", "session_id": "s1"}
         for i in range(3)]})
-    return {**SEEDED, "message_id": message_ids, "conclusion_id": [c["id"] for c in made]}
+    post(f"/v3/workspaces/{ws}/scopes", {"id": "therapy"})
+    return {**SEEDED, "message_id": message_ids, "conclusion_id": [c["id"] for c in made], "scope_id": ["therapy"]}
 
 
 def _config(ids: dict[str, list[str]]) -> str:
