@@ -19,6 +19,8 @@ from precis_cli.cli import main
 from tests.stack import Stack
 
 pytestmark = pytest.mark.stack
+# The deriver would share the one moto server with 10,000 imported messages; this module tests the import alone.
+STACK_ENV = {"PRECIS_LOCAL_IDLE": "DeriveFunction"}
 PRECIS = Path(sys.executable).with_name("precis")
 STOP_WAIT_S = 120
 
@@ -27,7 +29,7 @@ STOP_WAIT_S = 120
 def stack(tmp_path_factory):
     """The local stack (as conftest's), given longer to stop: after 10,000 messages its moto holds gigabytes (moto
     deep-copies the whole table for every TransactWriteItems) and exiting takes longer than Stack.stop waits."""
-    running = Stack(tmp_path_factory.mktemp("stack"))
+    running = Stack(tmp_path_factory.mktemp("stack"), env=STACK_ENV)
     try:
         running.wait_healthy()
         yield running

@@ -15,12 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from precis import filters as filtering
 from precis.embed import Embedder, HashedEmbedder, terms
 from precis.store import keys
-from precis.store.db import Db, batch_get, cancellation_codes, raise_if_throttled, to_item, transact
+from precis.store.db import Db, batch_get, to_item
 from precis.store.messages import message_view, with_bodies
 from precis.store.vectors import search_index, vector_attribute
 
@@ -67,17 +65,19 @@ def _write(db: Db, ws: str, session_id: str, incarnation: str, images: list[dict
                            "mpeer": image["peer_id"]}), "lvec": vector_attribute(text_vector)}
         if meaning_vector is not None:
             item["svec"] = vector_attribute(meaning_vector)
-        puts.append({"Put": {"TableName": db.table, "Item": item}})
-    live = {"ConditionCheck": {"TableName": db.table, "Key": to_item(keys.session(ws, session_id)),
-                               "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
-                               "ExpressionAttributeValues": {":inc": {"S": incarnation}}}}
-    try:
-        transact(db, [*puts, live])
-    except ClientError as exc:
-        raise_if_throttled(exc)
-        if cancellation_codes(exc)[-1:] == ["ConditionalCheckFailed"]:
-            return 0  # deleted meanwhile: its purge removes the partition
-        raise
+        puts.append({"PutRequest": {"Item": item}})
+    # A batch write, not a transaction: vectors are derived data, rewritten identically by a replay. A session
+    # deleted meanwhile is checked after the write: what landed after its purge is deleted here.
+    for start in range(0, len(puts), 25):
+        pending = {db.table: puts[start:start + 25]}
+        while pending:
+            pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or None
+    session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
+    if session is None or session.get("incarnation") != incarnation or "deleted_at" in session:
+        from precis.store.resources import delete_keys
+
+        delete_keys(db, [_vector_key(ws, session_id, int(i["seq"])) for i in images])
+        return 0
     return len(puts)
 
 
