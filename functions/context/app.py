@@ -1,4 +1,4 @@
-"""Context function: the read routes of the v3 API, /health and /openapi.json.
+"""Context function: the read routes of the v3 API, /health, /openapi.json and the console page.
 
 No Powertools Tracer here: importing the X-Ray SDK costs ~0.2 s of every cold start on the path agents wait
 on; the function's active tracing (template) still traces each invocation.
@@ -23,6 +23,20 @@ def health() -> dict:
 @app.get("/openapi.json", include_in_schema=False)
 def openapi() -> dict:
     return openapi_document()
+
+
+@app.get("/console", include_in_schema=False)
+def console_page():  # no return annotation: the validating resolver would try to build a schema of Response
+    from precis import console  # off the read path: its files are read on the first request for them
+
+    return console.serve(console.PAGE)
+
+
+@app.get("/console/<name>", include_in_schema=False)
+def console_file(name: str):
+    from precis import console
+
+    return console.serve(name)
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)

@@ -45,6 +45,9 @@ _S = f"{_W}/sessions/{{session_id}}"
 ROUTES: dict[str, Access] = {
     "GET /health": Access.PUBLIC,
     "GET /openapi.json": Access.PUBLIC,
+    # The console holds no data: its page reads the API with the key the user pastes, so it needs none itself.
+    "GET /console": Access.PUBLIC,
+    "GET /console/{name}": Access.PUBLIC,
     "POST /v3/keys": Access.ADMIN,
     "POST /v3/workspaces/list": Access.ADMIN,
     "POST /v3/workspaces": Access.CREATE_WORKSPACE,
