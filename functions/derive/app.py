@@ -48,12 +48,11 @@ def _engine_for(config):
 
 
 def _backfill(db, target: BackfillTarget) -> None:
-    from precis.embed import get_embedder
+    from precis.embed import configured_embedder
     from precis.store import scopes
 
     try:
-        copied = scopes.backfill(db, target.workspace, target.scope, target.session,
-                                 embedder=get_embedder(with_llm_key(get_settings())))
+        copied = scopes.backfill(db, target.workspace, target.scope, target.session, embedder=configured_embedder())
     except Exception:
         scopes.mark_failed(db, target.workspace, target.scope, target.session)
         raise  # the stream retries the record; the copy resumes where it stopped
@@ -62,31 +61,28 @@ def _backfill(db, target: BackfillTarget) -> None:
 
 def _index(db, images: list[dict]) -> None:
     """Embed the messages for search, once each (a replayed record finds its vector written)."""
-    from precis.embed import get_embedder
+    from precis.embed import configured_embedder
     from precis.store.message_search import index_messages
 
-    settings = with_llm_key(get_settings())
-    semantic = get_embedder(settings) if settings.embedder != "hashed" else None
+    settings = get_settings()
+    semantic = configured_embedder() if settings.embedder != "hashed" else None
     index_messages(db, images, dimensions=settings.embed_dimensions, semantic=semantic)
 
 
-def _derive(db, target: DeriveTarget | BackfillTarget, time_left, flush: bool = False,
-            images: list[dict] | None = None) -> None:
+def _derive(db, target: DeriveTarget | BackfillTarget, time_left, images: list[dict] | None = None) -> None:
     if isinstance(target, BackfillTarget):
         _backfill(db, target)
         return
-    from precis.embed import get_embedder
+    from precis.embed import configured_embedder
 
-    settings = get_settings()
     if images:
         _index(db, images)
     try:
-        outcome = derive_target(db, settings, target, engine_for=_engine_for,
-                                embedder=get_embedder(with_llm_key(settings)),
-                                flush=flush, time_left=time_left)
+        outcome = derive_target(db, get_settings(), target, engine_for=_engine_for, embedder=configured_embedder(),
+                                time_left=time_left)
     except Exception:
         concurrency.add_metric(name="DerivationsFailed", unit=MetricUnit.Count, value=1)
-        mark_failed(db, target, settings, datetime.now(UTC))
+        mark_failed(db, target, datetime.now(UTC))
         raise
     if outcome.conclusions:
         concurrency.add_metric(name="ConclusionsWritten", unit=MetricUnit.Count, value=outcome.conclusions)
@@ -105,7 +101,7 @@ def record_handler(record: DynamoDBRecord) -> None:
 
 def _flush(db, time_left) -> dict:
     targets = due_targets(db, all_workspaces(db), datetime.now(UTC))
-    failures = concurrency.run_each(targets, lambda t: _derive(db, t, time_left, flush=True),
+    failures = concurrency.run_each(targets, lambda t: _derive(db, t, time_left),
                                     workers=get_settings().summarize_concurrency)
     failed = [t for t, exc in failures.items() if exc is not None]
     return {"flushed": len(targets) - len(failed), "failed": len(failed)}

@@ -34,6 +34,7 @@ from precis.store import conclusions, keys
 from precis.errors import NotFound
 from precis.store.db import Db, batch_get, error_code, query_all, raise_if_throttled, to_item
 from precis.store.messages import read_range, with_bodies
+from precis.store.resources import members
 
 log = logging.getLogger("precis.deriver")
 NOTHING_DUE = "~"  # due_at of a cursor with nothing waiting: sorts after every timestamp
@@ -129,13 +130,6 @@ def _read_state(db: Db, target: DeriveTarget) -> tuple[dict | None, dict | None,
     return tuple(found.get((k["PK"], k["SK"])) for k in wanted)  # type: ignore[return-value]
 
 
-def _members(db: Db, ws: str, session_id: str) -> dict[str, dict[str, Any]]:
-    items = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
-                      ConsistentRead=True, ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id),
-                                                                             ":p": "PEER#"}))
-    return {i["SK"].removeprefix("PEER#"): i for i in items}
-
-
 class _Moved(Exception):
     """The cursor changed under us (another deriver moved it): read it again."""
 
@@ -155,6 +149,17 @@ def _update_cursor(db: Db, target: DeriveTarget, update: str, condition: str, va
         raise
 
 
+# What every write of a cursor sets, so that whichever writes it first makes a whole cursor: whose it is (and its
+# place in the ByDue index), and its counts from zero.
+_WHO = "due_ws = :ws, sender = :sender, kind = :kind, session_id = :s"
+_FROM_ZERO = "through_seq = if_not_exists(through_seq, :zero), derived = if_not_exists(derived, :zero)"
+
+
+def _who(target: DeriveTarget) -> dict[str, Any]:
+    return {":ws": target.workspace, ":sender": target.sender, ":kind": "derive_cursor", ":s": target.session,
+            ":zero": 0}
+
+
 def _at(cursor: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
     """A condition that the cursor is still where `cursor` saw it (absent, or at its through_seq with no job)."""
     if cursor is None:
@@ -165,10 +170,10 @@ def _at(cursor: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
 # ---------------------------------------------------------------- one (session, sender)
 
 def derive_target(db: Db, settings: Settings, target: DeriveTarget, *, engine_for: Callable[[DeriveConfig], Any],
-                  embedder: Any, flush: bool = False, now: Callable[[], datetime] = _now,
+                  embedder: Any, now: Callable[[], datetime] = _now,
                   time_left: Callable[[], float] = lambda: float("inf")) -> Outcome:
-    """Derive what is due of `target`'s underived messages: all of them with the extractive engine (or when `flush`
-    finds the batch old enough), else once they hold the batch's tokens or the oldest waited past its age."""
+    """Derive what is due of `target`'s underived messages: all of them with the extractive engine, else once they
+    hold the batch's tokens or the oldest has waited past its age (the schedule's flush comes back for those)."""
     outcome = Outcome()
     for _ in range(1000):  # each round is a job or a decision; a lost race re-reads
         session, workspace, peer, cursor = _read_state(db, target)
@@ -180,8 +185,7 @@ def derive_target(db: Db, settings: Settings, target: DeriveTarget, *, engine_fo
             if cursor is not None and cursor.get("job"):
                 _apply(db, target, incarnation, cursor, engine_for(config), embedder, now(), outcome)
                 continue
-            decided = _decide(db, settings, config, target, session, peer, cursor, engine_for, embedder, flush,
-                              now(), outcome)
+            decided = _decide(db, config, target, session, peer, cursor, engine_for, now(), outcome)
         except _Moved:
             continue
         except NotFound:
@@ -191,8 +195,8 @@ def derive_target(db: Db, settings: Settings, target: DeriveTarget, *, engine_fo
     return outcome
 
 
-def _decide(db: Db, settings: Settings, config: DeriveConfig, target: DeriveTarget, session: dict, peer: dict | None,
-            cursor: dict | None, engine_for, embedder, flush: bool, now: datetime, outcome: Outcome) -> bool:
+def _decide(db: Db, config: DeriveConfig, target: DeriveTarget, session: dict, peer: dict | None,
+            cursor: dict | None, engine_for, now: datetime, outcome: Outcome) -> bool:
     """Read the sender's underived messages and derive them, mark them waiting, or skip them; whether to go on."""
     ws, s = target.workspace, target.session
     through = int((cursor or {}).get("through_seq", 0))
@@ -205,14 +209,14 @@ def _decide(db: Db, settings: Settings, config: DeriveConfig, target: DeriveTarg
                            {**values, ":none": NOTHING_DUE, ":zero": 0})
         return False
     last_seq = mine[-1]["seq"]
-    watchers = observers(target.sender, peer, _members(db, ws, s)) if config.enabled else []
+    watchers = observers(target.sender, peer, members(db, ws, s)) if config.enabled else []
     if watchers:  # the session's scopes observe what it says too (explicit conclusions, no cards)
         from precis.store import scopes
 
         watchers += [scopes.observer(scope_id) for scope_id in scopes.session_scopes(db, ws, s)]
     if not watchers:
         # Not observed: nothing is derived from these messages, by anyone; they are done.
-        _finish(db, target, session["incarnation"], cursor, last_seq, len(mine), condition, values, now)
+        _finish(db, target, session["incarnation"], last_seq, len(mine), condition, values, now)
         outcome.derived += len(mine)
         return len(mine) == MAX_JOB_MESSAGES
     oldest = _parse(mine[0]["created_at"])
@@ -220,16 +224,11 @@ def _decide(db: Db, settings: Settings, config: DeriveConfig, target: DeriveTarg
     due = oldest + timedelta(seconds=config.max_wait_s)
     batch_tokens = 0 if config.engine == "extractive" else config.batch_tokens
     if tokens < batch_tokens and now < due and len(mine) < MAX_JOB_MESSAGES:
-        _update_cursor(db, target,
-                       "SET due_ws = :ws, due_at = :due, pending = :n, incarnation = :inc, sender = :sender, "
-                       "kind = :kind, through_seq = if_not_exists(through_seq, :zero), "
-                       "derived = if_not_exists(derived, :zero), session_id = :s",
-                       condition, {**values, ":ws": ws, ":due": _iso(due), ":n": len(mine),
-                                   ":inc": session["incarnation"], ":sender": target.sender, ":kind": "derive_cursor",
-                                   ":zero": 0, ":s": s})
+        _update_cursor(db, target, f"SET due_at = :due, pending = :n, incarnation = :inc, {_WHO}, {_FROM_ZERO}",
+                       condition, {**values, **_who(target), ":inc": session["incarnation"], ":due": _iso(due),
+                                   ":n": len(mine)})
         outcome.pending = len(mine)
         return False
-    del flush  # a flush derives what is due, as any other delivery does once the age is past
     engine = engine_for(config)
     mine = with_bodies(db, mine, ws, s)
     context = _context_message(db, ws, s, mine[0], window, through)
@@ -237,11 +236,9 @@ def _decide(db: Db, settings: Settings, config: DeriveConfig, target: DeriveTarg
     job = {"token": secrets.token_hex(8), "to_seq": last_seq, "count": len(mine), "observers": watchers,
            "conclusions": found}
     _update_cursor(db, target,
-                   "SET job = :job, due_ws = :ws, due_at = if_not_exists(due_at, :none), incarnation = :inc, "
-                   "sender = :sender, kind = :kind, through_seq = if_not_exists(through_seq, :zero), "
-                   "derived = if_not_exists(derived, :zero), session_id = :s",
-                   condition, {**values, ":job": job, ":ws": ws, ":none": NOTHING_DUE, ":inc": session["incarnation"],
-                               ":sender": target.sender, ":kind": "derive_cursor", ":zero": 0, ":s": s})
+                   f"SET job = :job, due_at = if_not_exists(due_at, :none), incarnation = :inc, {_WHO}, {_FROM_ZERO}",
+                   condition, {**values, **_who(target), ":inc": session["incarnation"], ":job": job,
+                               ":none": NOTHING_DUE})
     outcome.jobs += 1
     return True  # the next round applies the stored job
 
@@ -305,7 +302,7 @@ def _apply(db: Db, target: DeriveTarget, incarnation: str, cursor: dict, engine:
         if card_name not in applied and items and not observer.startswith("scope."):
             _update_card(db, target, observer, job["token"], card_name, engine, [i.content for i in items])
     condition = "job.#token = :token"
-    _finish(db, target, incarnation, cursor, int(job["to_seq"]), int(job["count"]), condition,
+    _finish(db, target, incarnation, int(job["to_seq"]), int(job["count"]), condition,
             {":token": job["token"]}, now, names={"#token": "token"})
     outcome.derived += int(job["count"])
     outcome.conclusions += written
@@ -346,31 +343,24 @@ def _update_card(db: Db, target: DeriveTarget, observer: str, token: str, name: 
             raise
 
 
-def _finish(db: Db, target: DeriveTarget, incarnation: str, cursor: dict | None, to_seq: int, count: int,
-            condition: str, values: dict[str, Any], now: datetime, names: dict[str, str] | None = None) -> None:
+def _finish(db: Db, target: DeriveTarget, incarnation: str, to_seq: int, count: int, condition: str,
+            values: dict[str, Any], now: datetime, names: dict[str, str] | None = None) -> None:
     _update_cursor(db, target,
-                   "SET through_seq = :to, derived = if_not_exists(derived, :zero) + :n, due_ws = :ws, "
-                   "due_at = :none, pending = :zero, incarnation = :inc, sender = :sender, kind = :kind, "
-                   "session_id = :s, updated_at = :now REMOVE job, applied",
-                   condition, {**values, ":to": to_seq, ":n": count, ":zero": 0, ":ws": target.workspace,
-                               ":none": NOTHING_DUE, ":inc": incarnation, ":sender": target.sender,
-                               ":kind": "derive_cursor", ":s": target.session, ":now": _iso(now)}, names)
+                   "SET through_seq = :to, derived = if_not_exists(derived, :zero) + :n, due_at = :none, "
+                   f"pending = :zero, updated_at = :now, incarnation = :inc, {_WHO} REMOVE job, applied",
+                   condition, {**values, **_who(target), ":inc": incarnation, ":to": to_seq, ":n": count,
+                               ":none": NOTHING_DUE, ":now": _iso(now)}, names)
 
 
-def mark_failed(db: Db, target: DeriveTarget, settings: Settings, now: datetime) -> None:
+def mark_failed(db: Db, target: DeriveTarget, now: datetime) -> None:
     """After a failed derivation: make the cursor due again in a few minutes, so the schedule retries it even when
     the stream has given up on its records (best effort: the stream's own retry comes first)."""
-    retry = _iso(now + timedelta(minutes=5))
     try:
         db.client.update_item(
-            TableName=db.table, Key=_cursor_key(target),
-            UpdateExpression="SET due_ws = :ws, due_at = :due, sender = :sender, kind = :kind, session_id = :s, "
-                             "through_seq = if_not_exists(through_seq, :zero), derived = if_not_exists(derived, :zero)",
-            ExpressionAttributeValues=to_item({":ws": target.workspace, ":due": retry, ":sender": target.sender,
-                                               ":kind": "derive_cursor", ":s": target.session, ":zero": 0}))
+            TableName=db.table, Key=_cursor_key(target), UpdateExpression=f"SET due_at = :due, {_WHO}, {_FROM_ZERO}",
+            ExpressionAttributeValues=to_item({**_who(target), ":due": _iso(now + timedelta(minutes=5))}))
     except ClientError as exc:
         log.warning("could not mark %s as due again: %s", target, error_code(exc))
-    del settings
 
 
 # ---------------------------------------------------------------- the schedule's flush

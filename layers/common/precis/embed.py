@@ -208,6 +208,14 @@ def get_embedder(settings: Any) -> Embedder:
                      getattr(settings, "llm_timeout", None), getattr(settings, "llm_max_attempts", None))
 
 
+def configured_embedder() -> Embedder:
+    """This deployment's embedder (with the LLM API key from Secrets Manager when the environment has none)."""
+    from precis.config import get_settings
+    from precis.secrets import with_llm_key
+
+    return get_embedder(with_llm_key(get_settings()))
+
+
 @lru_cache(maxsize=8)
 def _embedder(kind: str, model: str, dimensions: int, base_url: str | None, api_key: str | None,
               timeout: float | None, max_attempts: int | None) -> Embedder:

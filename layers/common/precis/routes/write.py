@@ -157,18 +157,13 @@ def create_key(workspace_id: OptionalId = None, peer_id: OptionalId = None, sess
 
 # ---------------------------------------------------------------- derived memory (MEMORY.md)
 
-def _embedder():
-    from precis.embed import get_embedder
-    from precis.secrets import with_llm_key
-
-    return get_embedder(with_llm_key(get_settings()))
-
-
 @router.post("/v3/workspaces/<workspace_id>/conclusions")
 def create_conclusions(workspace_id: WorkspaceId, body: ConclusionBatch):
+    from precis.embed import configured_embedder
     from precis.store import conclusions
 
-    made = conclusions.create(get_db(), workspace_id, [c.model_dump() for c in body.conclusions], embedder=_embedder())
+    made = conclusions.create(get_db(), workspace_id, [c.model_dump() for c in body.conclusions],
+                              embedder=configured_embedder())
     return json_response(201, made)
 
 

@@ -107,7 +107,8 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
     session, summaries, workspace = first.result()
     if session is None or workspace is None or "deleted_at" in session or is_fence(last):
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
-    fitted = fit(*_read_peer(finish), limit // 2, count_text) if finish else None
+    read = finish() if finish else None
+    fitted = fit(read.conclusions, read.card, limit // 2, count_text) if read else None
     limit -= fitted.tokens if fitted else 0
     try:
         config = summary_config(_json(workspace.get("configuration")), _json(session.get("configuration")))
@@ -154,10 +155,6 @@ class PeerView:
     request: representation.Request
     embed: Callable[[str], list[float]]
 
-
-def _read_peer(finish: Callable[[], representation.Read]) -> tuple[list, list[str] | None]:
-    read = finish()
-    return read.conclusions, read.card
 
 
 def read_summaries(db: Db, ws: str, session_id: str) -> dict[str, Any]:

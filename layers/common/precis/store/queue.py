@@ -15,6 +15,7 @@ from precis.deriver import cursors
 from precis.errors import NotFound
 from precis.store import keys
 from precis.store.db import Db, batch_get, query_all, to_item
+from precis.store import resources
 from precis.store.resources import require_workspace
 
 
@@ -36,9 +37,7 @@ def _session_status(db: Db, ws: str, session_id: str, observer: str | None, send
     if session is None or "deleted_at" in session:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
     by_sender = {c["sender"]: c for c in cursors(db, ws, session_id) if c.get("sender")}
-    members = {i["SK"].removeprefix("PEER#"): i for i in query_all(
-        db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)", ConsistentRead=True,
-        ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":p": "PEER#"}))}
+    members = resources.members(db, ws, session_id)
     # Messages after the least advanced cursor (a sender the deriver has not met yet has messages after it too).
     start = min((int(c.get("through_seq", 0)) for c in by_sender.values()), default=0) + 1
     pending = in_progress = 0
