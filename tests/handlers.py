@@ -101,5 +101,7 @@ def call(method: str, url: str, body: Any = None, *, headers: dict[str, str] | N
     function, event = http_event(method, url, body, headers, raw)
     out = invoke(function, event)
     text = out.get("body")
-    return Reply(out["statusCode"], json.loads(text) if text else None, out.get("headers") or {},
+    headers = out.get("headers") or {}
+    is_json = "json" in {k.lower(): v for k, v in headers.items()}.get("content-type", "application/json")
+    return Reply(out["statusCode"], (json.loads(text) if is_json else text) if text else None, headers,
                  len(json.dumps(out, ensure_ascii=False).encode("utf-8")))  # python3.12 marshals unescaped

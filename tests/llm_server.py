@@ -9,6 +9,9 @@ nochoices (JSON with an error and no choices), empty (empty content), nousage (o
 hang (answers after `hang_seconds`), context_length (OpenAI's 400 `context_length_exceeded`, whatever the size),
 401 (a rejected API key).
 
+Tool calls: `answer` may return `{"tool_calls": [{"name", "arguments"}]}` instead of text, and the server answers
+with those calls (finish_reason "tool_calls"), as a model calling tools does.
+
 Structured output: `answer` is a function of the request body, so a test scripts JSON answers with it; with
 `structured_output = False` the server refuses a `response_format` of type json_schema with a 400, as servers
 without structured output support do (recorded with mode "unsupported").
@@ -78,7 +81,7 @@ class LLMServer:
         self.structured_output = True
         self.retry_after = retry_after
         self.hang_seconds = hang_seconds
-        self.answer: Callable[[dict[str, Any]], str] = summary_text
+        self.answer: Callable[[dict[str, Any]], str | dict[str, Any]] = summary_text
         self.requests: list[Recorded] = []
         self._script: deque[str] = deque()
         self._lock = threading.Lock()
@@ -113,13 +116,21 @@ class LLMServer:
             self.requests.append(recorded)
 
     def completion(self, body: dict[str, Any], *, usage: bool = True, content: str | None = None) -> dict[str, Any]:
-        text = self.answer(body) if content is None else content
+        answer = self.answer(body) if content is None else content
+        if isinstance(answer, dict):  # {"tool_calls": [{"name", "arguments"}]}: the model calls tools
+            calls = [{"id": f"call_{next(self._ids)}", "type": "function",
+                      "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments", {}))}}
+                     for c in answer["tool_calls"]]
+            message, finish, text = {"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls", ""
+        else:
+            text = answer
+            message, finish = {"role": "assistant", "content": text}, "stop"
         reply: dict[str, Any] = {
             "id": f"chatcmpl-local-{next(self._ids)}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": f"{body.get('model', 'local')}-local",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         }
         if usage:
             prompt = prompt_tokens(body)

@@ -129,3 +129,32 @@ def test_search_through_the_sdk(stack):
     assert [m.content for m in bob.search("Lisbon")] == ["Lisbon has great tiles."]
     assert [m.session_id for m in honcho.search("Lisbon", filters={"metadata": {"topic": "travel"}})] == ["s2"]
     assert honcho.search("moved", limit=1)[0].content == "I moved to Lisbon last spring."
+
+
+def test_chat_offline_through_the_sdk(stack):
+    from pydantic import BaseModel
+
+    honcho = Honcho(base_url=stack.url, api_key="local", workspace_id="derived-chat")
+    alice, bob = honcho.peer("alice"), honcho.peer("bob")
+    session = honcho.session("s1")
+    session.add_messages([bob.message("Where are you living these days?"),
+                          alice.message("I moved to Lisbon last spring.")])
+    assert wait_for(lambda: honcho.search("Lisbon"))[0].content == "I moved to Lisbon last spring."
+    wait_for(lambda: alice.get_card())  # the memory settles: the card follows the conclusions
+    answer = alice.chat("where did alice move?")
+    assert "alice moved to Lisbon last spring" in answer
+    streamed = alice.chat_stream("where did alice move?", include_evidence=True)
+    chunks = list(streamed)
+    assert len(chunks) > 1 and "".join(chunks) == answer == streamed.get_final_response()["content"]
+    assert any(c.content == "alice moved to Lisbon last spring" for c in streamed.evidence.conclusions)
+    with_evidence = alice.chat("where did alice move?", session=session, include_evidence=True)
+    # a session: only what was said in it (conclusions of s1, its messages; a card is not of one session)
+    assert with_evidence.content == "From alice's memory of alice:\n- alice moved to Lisbon last spring"
+    assert {m.session_id for m in with_evidence.evidence.messages} == {"s1"}
+
+    class Facts(BaseModel):
+        facts: list[str]
+
+    assert "alice moved to Lisbon last spring" in alice.chat("where?", response_format=Facts).facts
+    assert "Lisbon" in honcho.chat("who moved to Lisbon?", reasoning_level="minimal")
+    assert bob.chat("what does bob like?") is None  # nothing concluded about bob

@@ -44,8 +44,11 @@ def test_every_http_route_is_read_with_its_function():
     assert len(template().routes) == len(expected)
 
 
-def test_writes_go_to_ingest_and_reads_to_context():
+def test_writes_go_to_ingest_reads_to_context_and_chat_to_its_own_function():
     for route in template().routes:
+        if route.path.endswith("/chat"):
+            assert route.function == "ChatFunction", route
+            continue
         is_write = route.method in {"POST", "PUT", "DELETE"} and route.path not in LISTING_POSTS
         assert route.function == ("IngestFunction" if is_write else "ContextFunction"), route
 

@@ -32,6 +32,7 @@ TABLE_ACTIONS = {
                        "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
                        "dynamodb:ConditionCheckItem", "dynamodb:SearchVectors"},
     "ContextFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:SearchVectors"},
+    "ChatFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:SearchVectors"},
     "SummarizeFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
                           "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
                           "dynamodb:ConditionCheckItem"},
@@ -49,6 +50,7 @@ BUCKET_ACCESS = {
     "IngestFunction": {("s3:PutObject", "bodies/"), ("s3:GetObject", "bodies/"), ("s3:DeleteObject", "bodies/"),
                        ("s3:DeleteObjectVersion", "bodies/")},
     "ContextFunction": {("s3:GetObject", "bodies/")},
+    "ChatFunction": {("s3:GetObject", "bodies/")},
     # The summarizer writes audit records; its purge deletes every version of a deleted incarnation's objects.
     "SummarizeFunction": {("s3:GetObject", "bodies/"), ("s3:DeleteObject", "bodies/"),
                           ("s3:DeleteObjectVersion", "bodies/"), ("s3:PutObject", "audit/"), ("s3:DeleteObject", "audit/"),
@@ -164,8 +166,9 @@ def test_each_function_gets_only_its_table_actions_on_the_table_alone(logical_id
     assert {r for _, r in table} <= TABLE
 
 
-def test_the_context_function_cannot_write():
-    actions = {a for a, _ in granted("ContextFunction")}
+@pytest.mark.parametrize("logical_id", ["ContextFunction", "ChatFunction"])
+def test_the_read_functions_cannot_write(logical_id):
+    actions = {a for a, _ in granted(logical_id)}
     assert not actions & TABLE_WRITES
     reads = ("dynamodb:Get", "dynamodb:BatchGet", "dynamodb:Query", "dynamodb:SearchVectors")
     assert all(a.startswith(reads) for a in actions if a.startswith("dynamodb:"))
@@ -235,6 +238,7 @@ _XRAY = "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess"
 MANAGED_POLICIES = {
     "IngestFunctionRole": {_BASIC, _XRAY},
     "ContextFunctionRole": {_BASIC, _XRAY},
+    "ChatFunctionRole": {_BASIC, _XRAY},
     "SummarizeFunctionRole": {_BASIC, _XRAY},
     "DeriveFunctionRole": {_BASIC, _XRAY},
     "DeriveFunctionFlushRole": set(),  # EventBridge Scheduler's: lambda:InvokeFunction on the deriver alone

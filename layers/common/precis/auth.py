@@ -95,6 +95,9 @@ ROUTES: dict[str, Access] = {
     f"DELETE {_W}/scopes/{{scope_id}}/sessions/{{session_id}}": Access.WORKSPACE,
     f"POST {_W}/scopes/{{scope_id}}/sessions/list": Access.WORKSPACE,
     f"GET {_W}/scopes/{{scope_id}}/status": Access.WORKSPACE,
+    # Chat: a peer key chats only as itself; the workspace's chat needs the workspace's key.
+    f"POST {_W}/peers/{{peer_id}}/chat": Access.PEER,
+    f"POST {_W}/chat": Access.WORKSPACE,
     # A peer's own view (of itself or of others): the peer's key, or the workspace's.
     f"GET {_W}/peers/{{peer_id}}/context": Access.PEER,
     f"POST {_W}/peers/{{peer_id}}/representation": Access.PEER,

@@ -30,3 +30,23 @@ def check_context_params(session_id: str, *, peer_target: str | None, peer_persp
             raise Invalid(f"sessions: {bad[0]!r} is not a session id")
         if session_id not in ids:
             raise Invalid(f"sessions: must include this session ('{session_id}')")
+
+
+def session_allowlist(session_id: str | None, chosen: str | list[str] | dict[str, list[str]] | None
+                      ) -> tuple[str, ...] | None:
+    """The sessions a representation or chat may draw on: `session_id`, and `filters.session_id` (`chosen`: str,
+    list, {"in": list}); both given: those in both; neither: None (no allowlist)."""
+    sets = []
+    if session_id is not None:
+        sets.append({session_id})
+    if isinstance(chosen, str):
+        sets.append({chosen})
+    elif isinstance(chosen, list):
+        sets.append(set(chosen))
+    elif isinstance(chosen, dict):
+        if set(chosen) != {"in"}:
+            raise Invalid(f"filters.session_id: only {{'in': [...]}} is accepted, got keys {sorted(chosen)}")
+        sets.append(set(chosen["in"]))
+    if not sets:
+        return None
+    return tuple(sorted(set.intersection(*sets)))

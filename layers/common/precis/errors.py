@@ -45,3 +45,9 @@ class Unavailable(PrecisError):
     """The service lacks something it needs (e.g. a signing secret); not the caller's fault, nor a crash."""
 
     status = 503
+
+
+class BadGateway(PrecisError):
+    """A backend the request needs (the LLM endpoint) refused it or answered nothing usable; not the caller's fault."""
+
+    status = 502

@@ -10,7 +10,7 @@ before frequent before semantic, oldest first within each) and then card entries
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 SEMANTIC, FREQUENT, RECENT = 2, 1, 0  # relevance of a share: the least relevant is dropped first
@@ -26,6 +26,10 @@ class Chosen:
     at: str  # ISO time of the newest source message (or of its creation)
     share: int = RECENT
     premises: tuple[str, ...] = ()  # the contents of a deductive conclusion's sources
+    # Provenance, for a chat's evidence: not part of the rendering.
+    created_at: str | None = None
+    session_id: str | None = None
+    source_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,8 +73,7 @@ def merge(split: Shares, semantic: Sequence[Chosen], frequent: Sequence[Chosen],
                 break
             if conclusion.id in chosen:
                 continue
-            chosen[conclusion.id] = Chosen(conclusion.id, conclusion.content, conclusion.level, conclusion.at, share,
-                                           conclusion.premises)
+            chosen[conclusion.id] = replace(conclusion, share=share)
             taken += 1
     return sorted(chosen.values(), key=lambda c: (c.at, c.id))
 

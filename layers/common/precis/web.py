@@ -210,11 +210,12 @@ def _throttled(exc: Exception) -> PrecisError | None:
 @lru_cache(maxsize=1)
 def openapi_document() -> dict:
     """The OpenAPI document of the whole API (both functions' routers), built once, on first request."""
-    from precis.routes import read, write  # the write routes are imported here only, off the read path
+    from precis.routes import chat, read, write  # the write and chat routes are imported here only, off the read path
 
     app = create_resolver()
     app.include_router(read.router)
     app.include_router(write.router)
+    app.include_router(chat.router)
     schema = app.get_openapi_schema(title="Precis", version="3.0.0",
                                     description="Conversation memory, wire-compatible with Honcho v3")
     return _with_error_responses(schema.model_dump(mode="json", by_alias=True, exclude_none=True))

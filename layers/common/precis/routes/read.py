@@ -2,7 +2,7 @@
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
-from precis.context import check_context_params
+from precis.context import check_context_params, session_allowlist
 from precis.models import ConclusionQuery, ListBody, RepresentationQuery, SearchQuery
 from precis.params import (
     MAX_CONTEXT_TOKENS,
@@ -111,16 +111,10 @@ def get_summaries(workspace_id: WorkspaceId, session_id: SessionId):
 
 # ---------------------------------------------------------------- derived memory (MEMORY.md)
 
-def _embedder():
-    from precis.config import get_settings
-    from precis.embed import get_embedder
-    from precis.secrets import with_llm_key
-
-    return get_embedder(with_llm_key(get_settings()))
-
-
 def _embed(text: str) -> list[float]:
-    return _embedder().embed([text])[0]
+    from precis.embed import configured_embedder
+
+    return configured_embedder().embed([text])[0]
 
 
 @router.post("/v3/workspaces/<workspace_id>/conclusions/list")
@@ -133,10 +127,11 @@ def list_conclusions(workspace_id: WorkspaceId, body: ListBody | None = None, pa
 
 @router.post("/v3/workspaces/<workspace_id>/conclusions/query")
 def query_conclusions(workspace_id: WorkspaceId, body: ConclusionQuery):
+    from precis.embed import configured_embedder
     from precis.store import conclusions
 
     return conclusions.query(get_db(), workspace_id, body.query, body.top_k, body.distance, body.filters,
-                             embedder=_embedder())
+                             embedder=configured_embedder())
 
 
 @router.get("/v3/workspaces/<workspace_id>/conclusions/<conclusion_id>")
@@ -197,31 +192,11 @@ def get_peer_representation(workspace_id: WorkspaceId, peer_id: PeerId, body: Re
             raise Invalid("scope: cannot be combined with session_id or filters.session_id")
         scopes.require(get_db(), workspace_id, body.scope)
         observer = scopes.observer(body.scope)
-    allowlist = _allowlist(body)
+    allowlist = session_allowlist(body.session_id, body.filters.session_id if body.filters else None)
     request = representation.Request(observer, body.target or peer_id, body.max_conclusions, body.include_most_frequent,
                                       body.search_query, body.search_top_k, body.search_max_distance, allowlist)
     text, _card = _representation(workspace_id, request, None)
     return {"representation": text}
-
-
-def _allowlist(body: RepresentationQuery) -> tuple[str, ...] | None:
-    """The sessions a representation may draw on: `session_id`, and `filters.session_id` (str, list, {"in": list});
-    both given: those in both."""
-    sets = []
-    if body.session_id is not None:
-        sets.append({body.session_id})
-    chosen = body.filters.session_id if body.filters else None
-    if isinstance(chosen, str):
-        sets.append({chosen})
-    elif isinstance(chosen, list):
-        sets.append(set(chosen))
-    elif isinstance(chosen, dict):
-        if set(chosen) != {"in"}:
-            raise Invalid(f"filters.session_id: only {{'in': [...]}} is accepted, got keys {sorted(chosen)}")
-        sets.append(set(chosen["in"]))
-    if not sets:
-        return None
-    return tuple(sorted(set.intersection(*sets)))
 
 
 # ---------------------------------------------------------------- scopes (MEMORY.md)

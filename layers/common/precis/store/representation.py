@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from precis.representation import Chosen, Shares, merge, shares
@@ -44,7 +44,8 @@ class Read:
 
 def _chosen(item: dict[str, Any]) -> Chosen:
     return Chosen(item["id"], item["content"], item.get("level", "explicit"),
-                  item.get("source_at") or item["created_at"])
+                  item.get("source_at") or item["created_at"], created_at=item["created_at"],
+                  session_id=item.get("session_id"), source_ids=tuple(item.get("source_ids") or ()))
 
 
 def _allowed(request: Request, item: dict[str, Any]) -> bool:
@@ -80,9 +81,8 @@ def _recent(db: Db, ws: str, request: Request, limit: int) -> list[dict[str, Any
 
 def _frequent(db: Db, ws: str, request: Request, limit: int) -> list[dict[str, Any]]:
     pk = keys.collection_pk(ws, request.observer, request.observed)
-    items = _query(db, request, limit, IndexName=FREQUENCY_INDEX, KeyConditionExpression="PK = :pk",
-                   ExpressionAttributeValues=to_item({":pk": pk}))
-    return items
+    return _query(db, request, limit, IndexName=FREQUENCY_INDEX, KeyConditionExpression="PK = :pk",
+                  ExpressionAttributeValues=to_item({":pk": pk}))
 
 
 def _nearest(db: Db, ws: str, request: Request, limit: int, embed: Callable[[str], list[float]]
@@ -91,11 +91,10 @@ def _nearest(db: Db, ws: str, request: Request, limit: int, embed: Callable[[str
         return []
     sessions = request.sessions
     one_session = sessions[0] if sessions is not None and len(sessions) == 1 else None
-    hits = vectors.search(db, keys.collection_name(ws, request.observer, request.observed),
+    return vectors.search(db, keys.collection_name(ws, request.observer, request.observed),
                           embed(request.search_query), limit if sessions is None else min(100, limit * 4),
                           level="explicit" if sessions is not None else None, session_key=one_session,
                           max_distance=request.search_max_distance)
-    return hits
 
 
 def start(db: Db, ws: str, request: Request, embed: Callable[[str], list[float]]) -> Callable[[], Read]:
@@ -143,8 +142,8 @@ def _with_premises(db: Db, ws: str, request: Request, chosen: list[Chosen]) -> l
     contents = {i["id"]: i["content"] for i in batch_get(
         db, [keys.conclusion(ws, request.observer, request.observed, s) for s in sources],
         ("PK", "SK", "id", "content"))} if sources else {}
-    return [Chosen(c.id, c.content, c.level, c.at, c.share,
-                   tuple(contents[s] for s in (items.get(c.id) or {}).get("source_ids") or () if s in contents))
+    return [replace(c, premises=tuple(contents[s] for s in (items.get(c.id) or {}).get("source_ids") or ()
+                                      if s in contents))
             if c.id in wanted else c for c in chosen]
 
 

@@ -313,10 +313,15 @@ def list_peers(db: Db, ws: str, filters, page_no: int, size: int, reverse: bool)
     return page(views, page_no, size, reverse)
 
 
+def peer_session_ids(db: Db, ws: str, peer_id: str) -> list[str]:
+    """The ids of the sessions the peer has joined (a deleted session's id lingers until its purge)."""
+    return [i["SK"].removeprefix("SESSION#") for i in _query_all(db, keys.peer_sessions_pk(ws, peer_id), "SESSION#")]
+
+
 def list_peer_sessions(db: Db, ws: str, peer_id: str, filters, page_no: int, size: int, reverse: bool):
     if _get(db, keys.peer(ws, peer_id)) is None:
         raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
-    ids = [i["SK"].removeprefix("SESSION#") for i in _query_all(db, keys.peer_sessions_pk(ws, peer_id), "SESSION#")]
+    ids = peer_session_ids(db, ws, peer_id)
     sessions = batch_get(db, [keys.session(ws, s) for s in ids])
     views = [session_view(s) for s in sessions if "deleted_at" not in s]
     views.sort(key=lambda v: v["id"])
@@ -465,7 +470,10 @@ def _member_flags(item: dict[str, Any]) -> dict[str, bool]:
 
 
 def members(db: Db, ws: str, session_id: str) -> dict[str, dict[str, Any]]:
-    return {i["SK"].removeprefix("PEER#"): i for i in _query_all(db, keys.session_pk(ws, session_id), "PEER#")}
+    """The session's member items by peer id (strongly consistent: the deriver decides who observes from them)."""
+    return {i["SK"].removeprefix("PEER#"): i for i in query_all(
+        db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)", ConsistentRead=True,
+        ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":p": {"S": "PEER#"}})}
 
 
 def add_members(db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any]],

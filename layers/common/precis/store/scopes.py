@@ -94,6 +94,13 @@ def _members(db: Db, ws: str, scope_id: str) -> list[dict[str, Any]]:
                      ExpressionAttributeValues=to_item({":pk": f"WS#{ws}#SCOPE#{scope_id}", ":p": "SESSION#"}))
 
 
+def member_sessions(db: Db, ws: str, scope_ids: list[str]) -> tuple[str, ...]:
+    """The ids of the sessions in any of the scopes (404 for a scope that does not exist)."""
+    for scope_id in scope_ids:
+        require(db, ws, scope_id)
+    return tuple(sorted({m["session_id"] for scope_id in scope_ids for m in _members(db, ws, scope_id)}))
+
+
 def add_sessions(db: Db, ws: str, scope_id: str, session_ids: list[str]) -> None:
     """Make the sessions members (live ones only: 404 naming the first that is not); each new membership starts
     a backfill."""

@@ -1,0 +1,47 @@
+"""Chat routes of the v3 API (served by the chat function): a peer's and the workspace's dialectic (MEMORY.md)."""
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+
+from precis.chat.service import ChatAnswer, answer_chat
+from precis.config import get_settings
+from precis.models import ChatQuery
+from precis.params import PeerId, WorkspaceId
+from precis.secrets import with_llm_key
+from precis.store.db import get_db
+
+router = Router()
+# Documented for the OpenAPI document: a JSON answer, or (stream: true) its Server-Sent Events.
+_ANSWERS = {200: {"description": "The answer: `{content, evidence?}`, or with `stream: true` Server-Sent Events "
+                                 "(`data: {\"delta\": {\"content\"}, \"done\": false}` … `data: {\"done\": true}`)",
+                  "content": {"application/json": {"schema": {"type": "object", "required": ["content"], "properties": {
+                      "content": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                      "evidence": {"type": "object"}}}},
+                              # each event: a `data` line of JSON
+                              "text/event-stream": {"schema": {"type": "object", "required": ["data"], "properties": {
+                                  "data": {"type": "string"}, "event": {"type": "string"}}}}}}}
+
+
+def _embed(text: str) -> list[float]:
+    from precis.embed import configured_embedder
+
+    return configured_embedder().embed([text])[0]
+
+
+def _respond(answer: ChatAnswer):
+    if answer.stream:  # API Gateway HTTP APIs buffer it: the client gets every event at once (README)
+        return Response(status_code=200, content_type="text/event-stream", body=answer.body,
+                        headers={"Cache-Control": "no-cache"})
+    return answer.body
+
+
+@router.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/chat", responses=_ANSWERS)
+def peer_chat(workspace_id: WorkspaceId, peer_id: PeerId, body: ChatQuery):
+    return _respond(answer_chat(get_db(), with_llm_key(get_settings()), workspace_id, body, peer_id=peer_id,
+                                embed=_embed))
+
+
+@router.post("/v3/workspaces/<workspace_id>/chat", responses=_ANSWERS)
+def workspace_chat(workspace_id: WorkspaceId, body: ChatQuery):
+    return _respond(answer_chat(get_db(), with_llm_key(get_settings()), workspace_id, body, peer_id=None,
+                                embed=_embed))
