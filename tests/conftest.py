@@ -77,3 +77,12 @@ def stack(request, tmp_path_factory):
         yield running
     finally:
         running.stop()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say in one line whether the console's browser tests ran, and in which browser, or why they were skipped."""
+    from tests.browser import summary_line
+
+    line = summary_line()
+    if line:
+        terminalreporter.write_line(line, bold=True)

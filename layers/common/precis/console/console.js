@@ -201,6 +201,14 @@
       label));
   }
 
+  /** Mark the chosen item in place, so the button just pressed keeps the focus. */
+  function markCurrent(listId, current) {
+    for (const button of $(listId).querySelectorAll("button")) {
+      if (button.textContent === current) button.setAttribute("aria-current", "true");
+      else button.removeAttribute("aria-current");
+    }
+  }
+
   async function loadWorkspaces() {
     const wanted = ticket("workspaces");
     try {
@@ -211,7 +219,7 @@
         state.wsPage = Math.max(1, page.pages);
         return;
       }
-      if (!changed("workspaces", [page, state.ws])) return;
+      if (!changed("workspaces", page)) return;
       note("workspaces-note", page.total ? `${plural(page.total, "workspace")}.` : "No workspaces yet.");
       show("workspace-list", page.items.map((ws) => pick(ws.id, ws.id === state.ws, () => navigate(ws.id, null, false))));
       pager("workspaces", page);
@@ -242,7 +250,7 @@
         state.sessionsPage = Math.max(1, page.pages);
         return;
       }
-      if (!changed("sessions", [page, state.session])) return;
+      if (!changed("sessions", [state.ws, page])) return;
       note("sessions-note", page.total
         ? `${plural(page.total, "session")}${filter ? ` with “${filter}” in the id` : ""}.`
         : filter ? `No session id contains “${filter}”.` : "No sessions in this workspace yet.");
@@ -460,6 +468,10 @@
       return seg;
     }));
     bar.dataset.budget = String(limit);
+    // The parameters this drawing answers, for whoever checks it against the API (the browser tests).
+    bar.dataset.params = JSON.stringify(Object.fromEntries(Object.entries(query)
+      .filter(([, v]) => v !== undefined && v !== null && v !== "").map(([k, v]) => [k, String(v)])
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))));
     bar.dataset.tokenCount = String(context.token_count);
     const approx = (part) => (parts.estimated && (part === "representation" || part === "card") ? "≈" : "");
     const spoken = order.filter((p) => parts[p] > 0).map((p) => `${PART_LABELS[p]} ${approx(p)}${fmt(parts[p])}`);
@@ -686,11 +698,17 @@
       show("search-results");
       note("search-note", "");
     }
+    if (ws !== state.ws) {
+      show("session-list");
+      note("sessions-note", "Loading…");
+      $("sessions-pager").hidden = true;
+      state.rendered.delete("sessions");
+    }
     state.ws = ws;
     state.session = session;
     state.generation += 1;
-    state.rendered.delete("workspaces");
-    state.rendered.delete("sessions");
+    markCurrent("workspace-list", ws);
+    markCurrent("session-list", session);
     $("sessions-section").hidden = !ws;
     $("welcome").hidden = Boolean(session);
     $("session-view").hidden = !session;
