@@ -82,6 +82,14 @@ def test_any_other_console_name_is_404(name):
 
 
 @pytest.mark.stack
+def test_make_dev_prints_the_console_url_beside_the_api_s(stack):
+    log = stack.log.read_text()
+    assert f"Precis local stack: {stack.url}\nconsole: {stack.url}/console " in log
+    status, headers, body = request(stack.port, "GET", "/console")
+    assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8" and b"<title>Precis console" in body
+
+
+@pytest.mark.stack
 def test_no_path_through_the_gateway_reaches_another_file(stack):
     for path in ("/console/../functions/context/app.py", "/console/..%2F__init__.py", "/console/%2e%2e%2fauth.py",
                  "/console/..%2f..%2f..%2ftemplate.yaml", "/console//etc/passwd", "/console/console.js/..%2f..%2fauth.py",
