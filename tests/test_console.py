@@ -197,7 +197,7 @@ def _api(url: str, key: str | None = None) -> httpx.Client:
 
 @pytest.fixture(scope="module")
 def seeded(stack):
-    """Workspace `console`: s1 (45 messages in runs of two, alice then bot, its short summary through #44, alice's
+    """Workspace `console`: s1 (58 messages in runs of two, alice then bot, its short summary through #44, alice's
     conclusions and card), `hostile` (HTML in a message), `live`, and p-01…p-24 (for paging)."""
     api = _api(stack.url)
     api.post("/v3/workspaces", json={"id": WS}).raise_for_status()
@@ -223,6 +223,11 @@ def seeded(stack):
         return covers is None or api.get(f"{s}/{session_id}/messages/{summary['message_id']}").json()["seq"] == covers
 
     wait_for(lambda: settled("s1", 44) and settled("hostile"), timeout=60)
+    # Then messages the summary does not cover: the window holds the summary and these (no summary is due yet).
+    api.post(f"{s}/s1/messages", json={"messages": [
+        {"peer_id": "alice" if i % 2 else "bot", "run_id": f"turn-{(i + 1) // 2}",
+         "content": f"Later message {i}: the weather in Lisbon stays mild."} for i in range(46, 59)]}).raise_for_status()
+    wait_for(lambda: settled("s1", 44), timeout=60)
     wait_for(lambda: api.get(f"/v3/workspaces/{WS}/peers/alice/card").json()["peer_card"], timeout=30)
     return api
 
@@ -257,7 +262,7 @@ def test_the_page_lists_the_workspace_and_a_seeded_session_and_opens_it(tab):
     tab.page.wait_for_selector("#bar[data-budget='2000']")
     assert tab.page.url.endswith(f"/console#/w/{WS}/s/s1")
     assert tab.page.locator("#session-title").text_content() == f"Session s1 · workspace {WS}"
-    assert tab.page.locator("#timeline .msg").count() == 45
+    assert tab.page.locator("#timeline .msg").count() == 58
     assert tab.page.locator("#problem").is_hidden()
 
 
@@ -467,18 +472,26 @@ def test_readable_wide_and_narrow_without_sideways_scrolling(chromium, stack, se
     try:
         tab.session("s1")
         tab.page.select_option("#ctx-peer-target", "alice")
-        tab.drawn({"tokens": "2000", "peer_target": "alice"})
+        _set_budget(tab, 3000)  # every part of the bar: representation, card, summary, messages, unused
+        tab.drawn({"tokens": "3000", "peer_target": "alice"})
         tab.page.wait_for_selector("#timeline .msg.in-window")
         assert tab.page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
         bar = tab.page.locator("#bar").bounding_box()
         assert bar["width"] >= viewport["width"] * 0.6 and bar["x"] >= 0
         assert tab.page.evaluate("parseFloat(getComputedStyle(document.querySelector('.msg .text')).fontSize)") >= 13
+        # The timeline opens scrolled to where the window starts.
+        assert tab.page.evaluate("""() => {
+            const box = document.getElementById('timeline').getBoundingClientRect();
+            const start = document.querySelector('.boundary.window-start').getBoundingClientRect();
+            return start.top >= box.top && start.bottom <= box.bottom;
+        }""")
+        tab.page.locator("#budget").blur()
         shot = tmp_path / "console.png"
         tab.page.screenshot(path=str(shot))
         assert shot.stat().st_size > 10_000
-        target = os.environ.get("PRECIS_CONSOLE_SCREENSHOT")  # README's picture: docs/console.png
+        target = os.environ.get("PRECIS_CONSOLE_SCREENSHOT")  # the README's picture: docs/console.png
         if target and viewport["width"] == 1280:
-            shutil.copyfile(shot, ROOT / target)
+            tab.page.screenshot(path=str(ROOT / target), full_page=True)
         assert not tab.unexpected_errors(), tab.errors
     finally:
         tab.close()

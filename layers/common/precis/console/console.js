@@ -36,6 +36,7 @@
     lastStart: 0,
     timer: null,
     focusSession: false,
+    scrolled: false, // whether the timeline was scrolled to the window once for this session
   };
 
   // ---------------------------------------------------------------- DOM, safely
@@ -601,6 +602,21 @@
       el("p", { className: "text" }, m.content)));
     }
     show("timeline", blocks);
+    if (!state.scrolled && windowStart !== null) {
+      state.scrolled = true; // once per session opened: a later refresh never moves what the reader is looking at
+      scrollToWindow();
+    }
+  }
+
+  /** Scroll the timeline (not the page) so the start of the context window is at its top. */
+  function scrollToWindow() {
+    const timeline = $("timeline");
+    let start = timeline.querySelector(".boundary.window-start");
+    // A summary ending just before the window is part of the picture: keep its mark in view too.
+    if (start && start.previousElementSibling && start.previousElementSibling.classList.contains("boundary")) {
+      start = start.previousElementSibling;
+    }
+    if (start) timeline.scrollTop += start.getBoundingClientRect().top - timeline.getBoundingClientRect().top - 4;
   }
 
   function renderSummaries() {
@@ -695,6 +711,7 @@
         state.rendered.delete(panel);
       }
       state.problems.delete("session");
+      state.scrolled = false;
       show("search-results");
       note("search-note", "");
     }
@@ -855,6 +872,7 @@
       loadSession().then(showProblems);
     });
     $("search-form").addEventListener("submit", search);
+    $("to-window").addEventListener("click", scrollToWindow);
     $("peer-select").addEventListener("change", () => loadPeerMemory());
     $("conclusions-this-session").addEventListener("change", () => loadPeerMemory());
   }
