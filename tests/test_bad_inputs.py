@@ -216,6 +216,10 @@ CASES = [
     ("POST", "/v3/workspaces/nope/chat", {"query": "x"}, {}, {}, 404),
     ("POST", f"{W}/chat", {"query": "x", "scope": "nope"}, {}, {}, 404),
     ("POST", f"{W}/chat", None, {}, {}, 422),
+    # dreams (tests/test_dreams.py has more)
+    ("POST", f"{W}/schedule_dream", {"observer": "nobody"}, {}, {}, 404),
+    ("POST", f"{W}/schedule_dream", {"observer": "alice", "dream_type": "nap"}, {}, {}, 422),
+    ("POST", f"{W}/schedule_dream", None, {}, {}, 422),
     # scopes (tests/test_scopes.py has more)
     ("POST", f"{W}/scopes", {"id": "scope.x"}, {}, {}, 422),
     ("POST", f"{W}/scopes", DEEP_OBJECTS, {}, {}, 422),

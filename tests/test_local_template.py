@@ -141,6 +141,8 @@ def test_the_deriver_consumes_the_stream_on_a_mapping_of_its_own_and_runs_on_a_s
     deriver = tpl.stream_function("DeriveFunction")
     assert [f["Pattern"] for f in deriver.stream["FilterCriteria"]["Filters"]] == [
         '{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["message"]}}}}',
-        '{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["scope_session"]}}}}']
+        '{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["scope_session"]}}}}',
+        '{"eventName": ["INSERT", "MODIFY"], "dynamodb": {"NewImage": {"kind": {"S": ["dream"]}, '
+        '"requested": {"S": [{"exists": true}]}}}}']
     (flush,) = deriver.schedules
     assert (flush.every_s, flush.input) == (300, {"precis": "flush"})

@@ -27,12 +27,15 @@ from precis.deriver import (
     mark_failed,
     target_of,
 )
+from precis.dreamer import DreamTarget, dreams_due
+from precis.dreamer import target_of as dream_of
 from precis.store.db import get_db
 
 logger = Logger()
 metrics = Metrics()
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False)
-_failures: dict[DeriveTarget | BackfillTarget, Exception | None] = {}
+Target = DeriveTarget | BackfillTarget | DreamTarget
+_failures: dict[Target, Exception | None] = {}
 
 
 @lru_cache(maxsize=8)
@@ -69,9 +72,34 @@ def _index(db, images: list[dict]) -> None:
     index_messages(db, images, dimensions=settings.embed_dimensions, semantic=semantic)
 
 
-def _derive(db, target: DeriveTarget | BackfillTarget, time_left, images: list[dict] | None = None) -> None:
+def _dream(db, target: DreamTarget) -> None:
+    from precis.configuration import derive_config
+    from precis.dreamer import run
+    from precis.embed import configured_embedder
+    from precis.store import keys
+    from precis.store.db import batch_get
+
+    workspace = next(iter(batch_get(db, [keys.workspace(target.workspace)])), None)
+    if workspace is None:
+        return  # deleted: its collections go with it
+    config = derive_config(_configuration(workspace), {}, get_settings())
+    written = run(db, target, engine=_engine_for(config), embedder=configured_embedder(), now=datetime.now(UTC))
+    logger.info("dream", extra={"observer": target.observer, "observed": target.observed, "deductive": written})
+
+
+def _configuration(item: dict) -> dict:
+    import json
+
+    value = item.get("configuration")
+    return (json.loads(value) if isinstance(value, str) else value) or {}
+
+
+def _derive(db, target: Target, time_left, images: list[dict] | None = None) -> None:
     if isinstance(target, BackfillTarget):
         _backfill(db, target)
+        return
+    if isinstance(target, DreamTarget):
+        _dream(db, target)
         return
     from precis.embed import configured_embedder
 
@@ -91,7 +119,8 @@ def _derive(db, target: DeriveTarget | BackfillTarget, time_left, images: list[d
 
 
 def record_handler(record: DynamoDBRecord) -> None:
-    target = target_of(record.dynamodb.new_image if record.dynamodb else {})
+    image = record.dynamodb.new_image if record.dynamodb else {}
+    target = target_of(image) or dream_of(image)
     if target is None:
         return  # not a message: nothing to derive (the mapping's filter lets none through)
     failure = _failures.get(target)
@@ -100,7 +129,10 @@ def record_handler(record: DynamoDBRecord) -> None:
 
 
 def _flush(db, time_left) -> dict:
-    targets = due_targets(db, all_workspaces(db), datetime.now(UTC))
+    now = datetime.now(UTC)
+    workspaces = all_workspaces(db)
+    targets: list[Target] = [*due_targets(db, workspaces, now)]
+    targets += [dream for ws in workspaces for dream in dreams_due(db, ws, now)]
     failures = concurrency.run_each(targets, lambda t: _derive(db, t, time_left),
                                     workers=get_settings().summarize_concurrency)
     failed = [t for t, exc in failures.items() if exc is not None]
@@ -117,11 +149,11 @@ def lambda_handler(event: dict, context) -> dict:
     if event.get("precis") == "flush":
         result = _flush(db, time_left)
         return result
-    targets: dict[DeriveTarget | BackfillTarget, list[dict]] = {}
+    targets: dict[Target, list[dict]] = {}
     for record in map(DynamoDBRecord, event.get("Records") or ()):
         with suppress(Exception):
             image = record.dynamodb.new_image if record.dynamodb else {}
-            target = target_of(image)
+            target = target_of(image) or dream_of(image)
             if target is not None:
                 targets.setdefault(target, []).append(image)
     _failures.clear()

@@ -31,6 +31,7 @@ DERIVED_ENV = {
     "embedder": "PRECIS_EMBEDDER", "embed_model": "PRECIS_EMBED_MODEL", "embed_dimensions": "PRECIS_EMBED_DIMENSIONS",
     "derive_engine": "PRECIS_DERIVE_ENGINE", "derive_model": "PRECIS_DERIVE_MODEL",
     "derive_batch_tokens": "PRECIS_DERIVE_BATCH_TOKENS", "derive_max_wait_s": "PRECIS_DERIVE_MAX_WAIT_S",
+    "dream_min_conclusions": "PRECIS_DREAM_MIN_CONCLUSIONS", "dream_idle_s": "PRECIS_DREAM_IDLE_S",
 }
 
 
@@ -92,6 +93,10 @@ class Settings(BaseModel):
     derive_model: str | None = None
     derive_batch_tokens: int = Field(512, ge=0, le=100_000)
     derive_max_wait_s: float = Field(1800.0, ge=0, le=86_400)
+    # A collection dreams once it has `dream_min_conclusions` new explicit conclusions and has been idle for
+    # `dream_idle_s` (Honcho's 50 and an hour); POST /schedule_dream asks for one at once.
+    dream_min_conclusions: int = Field(50, ge=1, le=100_000)
+    dream_idle_s: int = Field(3600, ge=0, le=7 * 86_400)
 
     @field_validator("derive_engine", mode="before")
     @classmethod

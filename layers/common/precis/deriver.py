@@ -183,7 +183,7 @@ def derive_target(db: Db, settings: Settings, target: DeriveTarget, *, engine_fo
         config = derive_config(_json(workspace.get("configuration")), _json(session.get("configuration")), settings)
         try:
             if cursor is not None and cursor.get("job"):
-                _apply(db, target, incarnation, cursor, engine_for(config), embedder, now(), outcome)
+                _apply(db, settings, target, incarnation, cursor, engine_for(config), embedder, now(), outcome)
                 continue
             decided = _decide(db, config, target, session, peer, cursor, engine_for, now(), outcome)
         except _Moved:
@@ -277,9 +277,12 @@ def _extract(engine: Any, sender: str, mine: list[dict], context: dict | None, c
     return found
 
 
-def _apply(db: Db, target: DeriveTarget, incarnation: str, cursor: dict, engine: Any, embedder: Any, now: datetime,
-           outcome: Outcome) -> None:
-    """Write a stored job into each observer's collection (each chunk once), update the cards, move the cursor."""
+def _apply(db: Db, settings: Settings, target: DeriveTarget, incarnation: str, cursor: dict, engine: Any,
+           embedder: Any, now: datetime, outcome: Outcome) -> None:
+    """Write a stored job into each observer's collection (each chunk once), update the cards, move the cursor;
+    each collection counts its new explicit conclusions towards its next dream."""
+    from precis.dreamer import DreamTarget, note_explicit
+
     job = cursor["job"]
     applied = set(cursor.get("applied") or ())
     items = [conclusions.Derived(c["content"], session_id=target.session,
@@ -296,6 +299,9 @@ def _apply(db: Db, target: DeriveTarget, incarnation: str, cursor: dict, engine:
                 conclusions.write(db, target.workspace, observer, target.sender, items[start:start + CHUNK],
                                   embedder=embedder, extra=extra, incarnation=incarnation)
                 written += len(items[start:start + CHUNK])
+                note_explicit(db, DreamTarget(target.workspace, observer, target.sender),
+                              len(items[start:start + CHUNK]), now, min_conclusions=settings.dream_min_conclusions,
+                              idle_s=settings.dream_idle_s)
             except conclusions.ExtraConditionFailed:
                 pass  # applied already, by us before a crash or by a concurrent deriver
         card_name = f"{observer}#card"
@@ -372,7 +378,8 @@ def due_targets(db: Db, workspaces: Iterable[str], now: datetime) -> list[Derive
         items = query_all(db, IndexName="ByDue",
                           KeyConditionExpression="due_ws = :ws AND due_at <= :now",
                           ExpressionAttributeValues=to_item({":ws": ws, ":now": _iso(now)}))
-        found += [DeriveTarget(ws, i["session_id"], i["sender"]) for i in items if i.get("session_id")]
+        found += [DeriveTarget(ws, i["session_id"], i["sender"]) for i in items
+                  if i.get("kind", "derive_cursor") == "derive_cursor" and i.get("session_id")]
     return found
 
 

@@ -200,3 +200,12 @@ class ChatQuery(_Body):
     reasoning_level: Literal["minimal", "low", "medium", "high", "max"] = "low"
     response_format: dict[str, Any] | None = None
     include_evidence: bool = False
+
+
+class DreamRequest(_Body):
+    """POST /schedule_dream (the SDK's schedule_dream): a dream of observer's collection about observed."""
+
+    observer: Id
+    observed: Id | None = None
+    session_id: Id | None = None
+    dream_type: Literal["omni"] = "omni"

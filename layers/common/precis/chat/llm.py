@@ -91,7 +91,8 @@ class LLMChat(LLMEngine):
         ]
         tools = [_TOOLS["search_conclusions"]] if memory.searches_conclusions else []
         tools.append(_TOOLS["search_messages"])
-        run = {"search_conclusions": lambda a: _conclusions(memory, a), "search_messages": lambda a: _messages(memory, a)}
+        run = {"search_conclusions": lambda a: _conclusions(memory, a),
+               "search_messages": lambda a: _messages(memory, a)}
         for round_no in range(request.rounds + 1):
             offer = round_no < request.rounds and self._fits_another_round(messages, request)
             message = self._ask(messages, request, tools if offer else None, deadline)

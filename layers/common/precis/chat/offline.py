@@ -73,7 +73,8 @@ def _instance(schema: Any, text: str, lines: list[str], depth: int, root: dict[s
     kind = schema.get("type")
     kind = kind[0] if isinstance(kind, list) and kind else kind
     if kind == "object" or "properties" in schema:
-        return {name: _instance(sub, text, lines, depth + 1, root) for name, sub in (schema.get("properties") or {}).items()}
+        properties = schema.get("properties") or {}
+        return {name: _instance(sub, text, lines, depth + 1, root) for name, sub in properties.items()}
     if kind == "array":
         items = schema.get("items") or {}
         if isinstance(items, dict) and items.get("type") == "string":

@@ -9,6 +9,7 @@ most often (a count per entry), so a stray sentence does not push out what the p
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from precis.derive import DeriveRequest
 from precis.derive.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, norm, validate_entries
@@ -267,3 +268,12 @@ class ExtractiveDeriver:
     def update_card(self, observed: str, card: list[str] | None, counts: dict[str, int],
                     new: list[str]) -> tuple[list[str], dict[str, int]] | None:
         return update_card(observed, card, counts, new)
+
+    def dream(self, observed: str, premises: list[dict[str, str]], known: list[str]) -> list[dict[str, Any]]:
+        """No model, no deductions: an offline dream refreshes the card only."""
+        return []
+
+    def refresh_card(self, observed: str, card: list[str] | None, counts: dict[str, int],
+                     conclusions: list[str]) -> tuple[list[str], dict[str, int]] | None:
+        """The card rebuilt from the collection's conclusions alone (counts from scratch)."""
+        return update_card(observed, None, {}, conclusions)

@@ -17,12 +17,20 @@ import openai
 
 from precis.derive import DeriveRequest
 from precis.derive.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, norm, validate_entries
-from precis.derive.prompt import CARD_FORMAT, EXPLICIT_FORMAT, build_card_messages, build_messages
+from precis.derive.prompt import (
+    CARD_FORMAT,
+    DREAM_FORMAT,
+    EXPLICIT_FORMAT,
+    build_card_messages,
+    build_dream_messages,
+    build_messages,
+)
 from precis.engines import BadAnswer
 from precis.engines.llm import LLMEngine, text_of
 
 T = TypeVar("T")
 CARD_MAX_TOKENS = MAX_ENTRIES * MAX_ENTRY_CHARS // 3  # a full card, with room for the JSON around it
+DREAM_MAX_TOKENS = 2_000
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 # How servers without structured output refuse it (OpenAI: param "response_format"; vLLM, llama.cpp: in words).
 _UNSUPPORTED = re.compile(r"response_format|json_schema|structured output", re.I)
@@ -60,6 +68,15 @@ class LLMDeriver(LLMEngine):
         if not entries or entries == (card or []):
             return None
         return entries, {entry: counts[entry] for entry in entries if entry in counts}
+
+    def dream(self, observed: str, premises: list[dict[str, str]], known: list[str]) -> list[dict[str, Any]]:
+        """Deductive conclusions with the ids of their premises (`source_ids`), without repeats."""
+        return self._ask(build_dream_messages(observed, premises, known), DREAM_FORMAT, DREAM_MAX_TOKENS, _deductions)
+
+    def refresh_card(self, observed: str, card: list[str] | None, counts: dict[str, int],
+                     conclusions: list[str]) -> tuple[list[str], dict[str, int]] | None:
+        """The card the model proposes from the old one and the collection's conclusions."""
+        return self.update_card(observed, card, counts, conclusions)
 
     def _ask(self, messages: list[dict[str, str]], response_format: dict[str, Any], max_tokens: int,
              parse: Callable[[Any], T]) -> T:
@@ -106,6 +123,21 @@ def _conclusions(answer: Any) -> list[str]:
             raise BadAnswer(f"conclusion without content: {json.dumps(item)[:80]}")
         text = " ".join(content.split())
         found.setdefault(norm(text), text)
+    return list(found.values())
+
+
+def _deductions(answer: Any) -> list[dict[str, Any]]:
+    items = answer.get("deductive") if isinstance(answer, dict) else None
+    if not isinstance(items, list):
+        raise BadAnswer('answer without a "deductive" list')
+    found: dict[str, dict[str, Any]] = {}
+    for item in items:
+        content = item.get("content") if isinstance(item, dict) else None
+        premises = item.get("premises") if isinstance(item, dict) else None
+        if not isinstance(content, str) or not content.strip() or not isinstance(premises, list):
+            raise BadAnswer(f"deduction without content or premises: {json.dumps(item)[:80]}")
+        text = " ".join(content.split())
+        found.setdefault(norm(text), {"content": text, "source_ids": [p for p in premises if isinstance(p, str)]})
     return list(found.values())
 
 

@@ -11,6 +11,7 @@ from precis.config import get_settings
 from precis.ingest import create_messages
 from precis.models import (
     ConclusionBatch,
+    DreamRequest,
     Id,
     MessageBatch,
     MessageUpdate,
@@ -209,4 +210,19 @@ def remove_scope_session(workspace_id: WorkspaceId, scope_id: ScopeIdPath, sessi
     from precis.store import scopes
 
     scopes.remove_session(get_db(), workspace_id, scope_id, session_id)
+    return json_response(204, None)
+
+
+# ---------------------------------------------------------------- dreams (MEMORY.md)
+
+@router.post("/v3/workspaces/<workspace_id>/schedule_dream")
+def schedule_dream(workspace_id: WorkspaceId, body: DreamRequest):
+    from precis.dreamer import DreamTarget, schedule
+
+    db = get_db()
+    resources.require_peers(db, workspace_id, body.observer, body.observed)
+    if body.session_id is not None:
+        resources.require_session(db, workspace_id, body.session_id)
+    schedule(db, DreamTarget(workspace_id, body.observer, body.observed or body.observer), body.session_id,
+             datetime.now(UTC))
     return json_response(204, None)

@@ -127,6 +127,11 @@ def collection_head(ws: str, observer: str, observed: str) -> dict[str, str]:
     return {"PK": collection_pk(ws, observer, observed), "SK": "HEAD"}
 
 
+def dream(ws: str, observer: str, observed: str) -> dict[str, str]:
+    """A collection's dream state: new explicit conclusions since its last dream, and a dream due or running."""
+    return {"PK": collection_pk(ws, observer, observed), "SK": "DREAM"}
+
+
 def collection_registry(ws: str, observer: str, observed: str) -> dict[str, str]:
     """A collection listed in its workspace's partition, so a workspace delete finds it."""
     return {"PK": f"WS#{ws}", "SK": f"COLL#{observer}#{observed}"}

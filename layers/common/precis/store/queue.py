@@ -5,6 +5,7 @@ passed them) or a summary that is due and not yet written. For one session the c
 cursors and the messages after them are read (strongly consistent), so a message just posted counts as pending at
 once. For a whole workspace the deriver's cursors are summed (the ByDue index): work the deriver has not yet seen
 (a few hundred milliseconds of stream delay) is not counted there, and summaries are counted per session only.
+Dreams (scheduled, or armed and waiting for an idle collection) count in the workspace's totals while due or running.
 """
 
 from __future__ import annotations
@@ -77,7 +78,12 @@ def queue_status(db: Db, ws: str, *, observer_id: str | None = None, sender_id: 
         counts = _session_status(db, ws, session_id, observer_id, sender_id, workspace)
         return {**counts, "sessions": {session_id: counts}}
     sessions: dict[str, list[int]] = {}
+    dreams = [0, 0, 0]
     for cursor in cursors(db, ws):
+        if cursor.get("kind") == "dream":  # a dream due or running: one work unit of its observer's
+            if not sender_id and observer_id in (None, cursor.get("observer")):
+                dreams[1 if cursor.get("job") else 2] += 1
+            continue
         sender = cursor.get("sender")
         if sender_id and sender != sender_id:
             continue
@@ -89,5 +95,5 @@ def queue_status(db: Db, ws: str, *, observer_id: str | None = None, sender_id: 
         counts[1] += int(job.get("count", 0)) if job else 0
         counts[2] += int(cursor.get("pending", 0))
     per_session = {s: _units(*c) for s, c in sorted(sessions.items())}
-    total = [sum(c[i] for c in sessions.values()) for i in range(3)]
+    total = [sum(c[i] for c in sessions.values()) + dreams[i] for i in range(3)]
     return {**_units(*total), "sessions": per_session}
