@@ -420,7 +420,7 @@ def test_live_refresh_shows_a_new_message_polling_at_most_every_2_s(tab, seeded)
     tab.page.on("request", lambda r: "/sessions/live/context" in r.url and reads.append(time.monotonic()))
     seeded.post(f"/v3/workspaces/{WS}/sessions/live/messages",
                 json={"messages": [{"peer_id": "alice", "content": "second, posted while the page is open"}]})
-    tab.page.wait_for_selector("#timeline .msg[data-seq='2'].in-window", timeout=8000)
+    tab.page.wait_for_selector("#timeline .msg[data-seq='2'].in-window", timeout=15000)
     tab.page.wait_for_timeout(3000)
     gaps = [b - a for a, b in zip(reads, reads[1:])]
     assert len(reads) >= 2 and min(gaps) >= 1.9, gaps
@@ -509,7 +509,7 @@ def test_a_missing_session_and_a_stopped_stack_get_a_clear_message(tab):
     tab.page.wait_for_function("() => document.getElementById('problem').textContent.startsWith('Cannot reach')")
     assert "the stack may be stopped (start it with make dev)" in problem.text_content()
     tab.page.unroute("**/v3/**")
-    problem.wait_for(state="hidden", timeout=8000)  # live refresh notices the stack is back
+    problem.wait_for(state="hidden", timeout=15000)  # live refresh notices the stack is back
 
 
 @pytest.fixture(scope="module")
