@@ -14,7 +14,7 @@ WORDS = ("budget invoice Lisbon studio design river deadline client proposal mee
          "draft figures launch supplier quote travel team agreed decided asked confirmed moved week").split()
 
 
-def _load(db, ws: str, count: int, rng: random.Random) -> list[str]:
+def load_messages(db, ws: str, count: int, rng: random.Random) -> list[str]:
     """Messages and their lexical vectors, written as the ingest function and the deriver write them, by
     BatchWriteItem (the write path's transactions would make loading 100,000 slow in moto)."""
     from precis.config import get_settings
@@ -58,7 +58,7 @@ def run() -> None:
         with moto(stream=False) as clients:
             db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
             get_or_create_workspace(db, "bench")
-            sessions = _load(db, "bench", size, rng)
+            sessions = load_messages(db, "bench", size, rng)
             with Requests(db.client) as counted:
                 found = search(db, "bench", "Lisbon budget deadline", 10, None,
                                dimensions=get_settings().embed_dimensions)

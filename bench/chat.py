@@ -1,0 +1,95 @@
+"""Chat's cost: LLM input tokens per answer by reasoning level, and the DynamoDB reads of its first retrieval.
+
+A peer with 500 conclusions and a card, asked in a session of 1,000 messages, answered by the real `llm` engine
+through the openai client against the local OpenAI-compatible server. The server's model calls a search tool every
+round it may (the worst case: every follow-up round is used), so each level shows its ceiling; `minimal` is the
+floor, one request and no tools. Tokens are counted with the model's tokenizer over every request the chat sent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+from bench.common import Requests, moto, print_table, write_json
+
+LEVELS = ("minimal", "low", "medium", "high", "max")
+CONCLUSIONS = 500
+MESSAGES = 1_000
+FACTS = ("lives in Lisbon", "works as a nurse", "has a sister called Ana", "likes green tea", "runs on Sundays",
+         "is learning Portuguese", "has a dog called Miso", "prefers short answers", "plays the cello",
+         "moved flats in spring", "bakes bread", "travels to Porto monthly")
+
+
+def _request_tokens(body: dict) -> int:
+    """Tokens of one chat-completions request: every message's text and tool calls, and the tool definitions."""
+    from precis.tokens import count_text
+
+    total = 3
+    for message in body["messages"]:
+        total += 4 + count_text(message.get("content") or "")
+        if message.get("tool_calls"):
+            total += count_text(json.dumps(message["tool_calls"]))
+    return total + (count_text(json.dumps(body["tools"])) if body.get("tools") else 0)
+
+
+def _load(db, embedder, rng: random.Random) -> None:
+    from bench.search import load_messages
+    from precis.store import conclusions
+    from precis.store.resources import get_or_create_peer, get_or_create_session, get_or_create_workspace
+
+    get_or_create_workspace(db, "bench")
+    get_or_create_peer(db, "bench", "alice")
+    for session in load_messages(db, "bench", MESSAGES, rng):  # sessions s0..s9, sent by alice
+        get_or_create_session(db, "bench", session)
+    items = [conclusions.Derived(f"alice {rng.choice(FACTS)} (note {n})", session_id=f"s{n % 10}")
+             for n in range(CONCLUSIONS)]
+    for start in range(0, len(items), 100):
+        conclusions.write(db, "bench", "alice", "alice", items[start:start + 100], embedder=embedder)
+    conclusions.put_card(db, "bench", "alice", "alice", [f"ATTRIBUTE: alice {fact}" for fact in FACTS])
+
+
+def run() -> None:
+    from tests.llm_server import LLMServer
+
+    from precis.config import get_settings
+    from precis.embed import HashedEmbedder
+    from precis.models import ChatQuery
+    from precis.store.db import Db
+
+    rows = []
+    with LLMServer() as server, moto(stream=False) as clients:
+        server.answer = lambda body: ({"tool_calls": [{"name": "search_conclusions", "arguments": {"query": "Lisbon"}}]}
+                                      if body.get("tools") else "alice lives in Lisbon.")
+        os.environ.update(OPENAI_BASE_URL=server.url, OPENAI_API_KEY="bench")
+        get_settings.cache_clear()
+        try:
+            from precis.chat.service import answer_chat
+
+            db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
+            embedder = HashedEmbedder(get_settings().embed_dimensions)
+            _load(db, embedder, random.Random(5))
+            for level in LEVELS:
+                server.requests.clear()
+                body = ChatQuery(query="where does alice live?", session_id="s0", reasoning_level=level)
+                with Requests(db.client) as counted:
+                    answer_chat(db, get_settings(), "bench", body, peer_id="alice",
+                                embed=lambda text: embedder.embed([text])[0])
+                sent = [r.body for r in server.requests]
+                tokens = [_request_tokens(b) for b in sent]
+                rows.append({"level": level, "model_requests": len(sent), "tool_rounds": len(sent) - 1,
+                             "first_prompt_tokens": tokens[0], "input_tokens": sum(tokens),
+                             "answer_max_tokens": sent[0]["max_tokens"], "dynamodb_requests": len(counted.ops),
+                             "dynamodb_bytes": counted.bytes})
+        finally:
+            for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
+                os.environ.pop(var, None)
+            get_settings.cache_clear()
+    print_table(f"Chat: LLM input tokens per answer by reasoning level ({CONCLUSIONS} conclusions, a card, a session "
+                f"of {MESSAGES // 10} messages; the model uses every tool round it may)",
+                ["level", "model requests", "tool rounds", "first prompt tokens", "input tokens", "answer max tokens",
+                 "DynamoDB requests", "DynamoDB bytes"],
+                [(r["level"], r["model_requests"], r["tool_rounds"], r["first_prompt_tokens"], r["input_tokens"],
+                  r["answer_max_tokens"], r["dynamodb_requests"], r["dynamodb_bytes"]) for r in rows])
+    write_json("chat", rows)
