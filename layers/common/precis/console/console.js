@@ -73,16 +73,12 @@
     return true;
   }
 
+  /** A stored time as UTC, to the second (absolute: a panel left unchanged by a poll is not redrawn). */
   function when(iso) {
     if (!iso) return "";
     const date = new Date(iso);
     if (Number.isNaN(date.getTime())) return String(iso);
-    const text = date.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
-    const ago = Math.round((Date.now() - date.getTime()) / 1000);
-    if (ago < 0) return text;
-    const rel = ago < 60 ? `${ago} s ago` : ago < 3600 ? `${Math.round(ago / 60)} min ago`
-      : ago < 86400 ? `${Math.round(ago / 3600)} h ago` : `${Math.round(ago / 86400)} days ago`;
-    return `${text} (${rel})`;
+    return date.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
   }
 
   // ---------------------------------------------------------------- the API
