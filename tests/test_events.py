@@ -28,6 +28,8 @@ EXPECTED = {
     "summarize_session_deleted.json": ("SummarizeFunction", "batch"),
     "derive_stream_batch.json": ("DeriveFunction", "batch"),
     "derive_flush.json": ("DeriveFunction", "flush"),
+    "chat_peer.json": ("ChatFunction", 200),
+    "ingest_schedule_dream.json": ("IngestFunction", 204),
 }
 
 # What must exist before each event for it to mean what it says: nothing, the workspace, or the session with
@@ -41,11 +43,14 @@ NEEDS = {
     "summarize_session_deleted.json": "stream",
     "derive_stream_batch.json": "stream",
     "derive_flush.json": "workspace",
+    "chat_peer.json": "session",
+    "ingest_schedule_dream.json": "session",
 }
 
 # Response shapes by route: keys every 2xx body of that route carries.
 SHAPES = {
     "GET /health": {"status"},
+    "POST /v3/workspaces/{workspace_id}/peers/{peer_id}/chat": {"content", "evidence"},
     "GET /v3/workspaces/{workspace_id}/sessions/{session_id}/context": {
         "id", "messages", "summary", "peer_representation", "peer_card", "messages_skipped", "token_count"},
     "GET /v3/workspaces/{workspace_id}/sessions/{session_id}/summaries": {"id", "short_summary", "long_summary"},
@@ -157,6 +162,9 @@ def test_event_runs_through_its_handler_with_the_documented_status(aws, name):
                 "alice moved to Lisbon last spring", "alice's sister is Ana"]
         return
     assert result["statusCode"] == expected, result
+    if expected == 204:  # accepted, nothing to say (schedule_dream)
+        assert not result.get("body")
+        return
     assert result["headers"]["Content-Type"].startswith("application/json")
     body = json.loads(result["body"])
     if expected >= 400:
