@@ -114,6 +114,7 @@ MATRIX = [
     ("POST", f"{W}/peers/alice/chat", {"query": "hello"}, WS_ONLY | {"peer_member"}, 200, {"content": None}),
     ("POST", f"{W}/chat", {"query": "hello"}, WS_ONLY, 200, {"content": None}),
     ("POST", f"{W}/schedule_dream", {"observer": "alice"}, WS_ONLY, 204, None),
+    ("POST", f"{S}/clone", None, SESSION_WRITERS, 201, lambda body: body["id"].startswith("s1-clone-")),
     ("POST", f"{W}/scopes", {"id": "therapy"}, WS_ONLY, CREATED, {"id": "therapy", "metadata": {}}),
     ("POST", f"{W}/scopes/list", None, WS_ONLY, 200, {"items": [], "total": 0}),
     ("GET", f"{W}/scopes/nope", None, WS_ONLY, 404, {"detail": "scope 'nope' not found in workspace 'ws1'"}),

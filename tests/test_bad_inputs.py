@@ -216,6 +216,10 @@ CASES = [
     ("POST", "/v3/workspaces/nope/chat", {"query": "x"}, {}, {}, 404),
     ("POST", f"{W}/chat", {"query": "x", "scope": "nope"}, {}, {}, 404),
     ("POST", f"{W}/chat", None, {}, {}, 422),
+    # clones (tests/test_clone.py has more)
+    ("POST", f"{S}/clone", None, {"message_id": "bad id!"}, {}, 422),
+    ("POST", f"{S}/clone", None, {"message_id": "AAAAAAA_nope_nope_nope"}, {}, 404),
+    ("POST", f"{W}/sessions/nope/clone", None, {}, {}, 404),
     # dreams (tests/test_dreams.py has more)
     ("POST", f"{W}/schedule_dream", {"observer": "nobody"}, {}, {}, 404),
     ("POST", f"{W}/schedule_dream", {"observer": "alice", "dream_type": "nap"}, {}, {}, 422),

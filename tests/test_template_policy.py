@@ -52,7 +52,7 @@ BUCKET_ACCESS = {
     "ContextFunction": {("s3:GetObject", "bodies/")},
     "ChatFunction": {("s3:GetObject", "bodies/")},
     # The summarizer writes audit records; its purge deletes every version of a deleted incarnation's objects.
-    "SummarizeFunction": {("s3:GetObject", "bodies/"), ("s3:DeleteObject", "bodies/"),
+    "SummarizeFunction": {("s3:GetObject", "bodies/"), ("s3:PutObject", "bodies/"), ("s3:DeleteObject", "bodies/"),
                           ("s3:DeleteObjectVersion", "bodies/"), ("s3:PutObject", "audit/"), ("s3:DeleteObject", "audit/"),
                           ("s3:DeleteObjectVersion", "audit/")},
     "DeriveFunction": {("s3:GetObject", "bodies/")},

@@ -42,7 +42,12 @@ def record_handler(record: DynamoDBRecord) -> None:
 
 
 def _serve(db: Db, target: StreamTarget, records: list[str], time_left: Callable[[], float]) -> None:
-    if target.action == "purge":
+    if target.action == "copy":
+        from precis.store.clones import copy_base
+
+        done = copy_base(db, target.workspace, target.session, time_left=time_left)
+        logger.info("clone copy", extra={"session": target.session, "done": done})
+    elif target.action == "purge":
         result = purge_session(db, target.workspace, target.session, target.incarnation, time_left=time_left)
         logger.info("purge", extra={"session": target.session, "done": result.done,
                                     "items": result.deleted_items, "objects": result.deleted_objects})

@@ -71,6 +71,7 @@ ROUTES: dict[str, Access] = {
     f"POST {_S}/messages/list": Access.SESSION_READ,
     f"GET {_S}/messages/{{message_id}}": Access.SESSION_READ,
     f"PUT {_S}/messages/{{message_id}}": Access.SESSION_WRITE,
+    f"POST {_S}/clone": Access.SESSION_WRITE,
     f"GET {_S}/context": Access.SESSION_READ,
     f"GET {_S}/summaries": Access.SESSION_READ,
     # Derived memory: conclusions span a workspace's peers and sessions (a workspace key); a peer's own key reads and

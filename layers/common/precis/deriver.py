@@ -199,7 +199,8 @@ def _decide(db: Db, config: DeriveConfig, target: DeriveTarget, session: dict, p
             cursor: dict | None, engine_for, now: datetime, outcome: Outcome) -> bool:
     """Read the sender's underived messages and derive them, mark them waiting, or skip them; whether to go on."""
     ws, s = target.workspace, target.session
-    through = int((cursor or {}).get("through_seq", 0))
+    # A clone derives from its own point on: what it inherited was derived in its parent (MEMORY.md's provenance).
+    through = int((cursor or {}).get("through_seq", session.get("derive_from", 1) - 1))
     window = read_range(db, ws, s, through + 1, keys.MAX_SEQ, limit=MAX_JOB_MESSAGES * 5)
     mine = [m for m in window if m["peer_id"] == target.sender][:MAX_JOB_MESSAGES]
     condition, values = _at(cursor)

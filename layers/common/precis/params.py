@@ -30,3 +30,4 @@ MaxConclusions = Annotated[int | None, Query(ge=1, le=100)]
 # Absent: the session's configuration.summarizer.whole_runs (over the workspace's and the deployment's default).
 WholeRuns = Annotated[bool | None, Query(description="never return part of a run (ext); absent: the session's "
                                                       "configuration.summarizer.whole_runs")]
+OptionalMessageId = Annotated[str | None, Query(pattern=MESSAGE_ID_PATTERN)]

@@ -11,8 +11,8 @@ from precis.store import keys
 
 @dataclass(frozen=True)
 class StreamTarget:
-    """`summarize` a session after a message insert (or a step of a long summary job), or `purge` the incarnation a
-    delete marked."""
+    """`summarize` a session after a message insert (or a step of a long summary job), `purge` the incarnation a
+    delete marked, or `copy` what a clone inherited into its own partition."""
 
     action: str
     workspace: str
@@ -29,4 +29,7 @@ def stream_target(image: dict[str, Any]) -> StreamTarget:
         return StreamTarget("summarize", ws, session_id)
     if kind == "session" and image.get("deleted_at"):
         return StreamTarget("purge", pk.removeprefix("WS#"), image["id"], image.get("incarnation"))
-    raise Invalid(f"stream record is neither a message, a summary step nor a deleted session: kind={kind!r}")
+    if kind == "session" and image.get("base_session"):
+        # A clone created (or a step of its copy stored): copy the next messages it inherited.
+        return StreamTarget("copy", pk.removeprefix("WS#"), image["id"], image.get("incarnation"))
+    raise Invalid(f"stream record is neither a message, a summary step, a deleted session nor a clone: kind={kind!r}")

@@ -66,7 +66,7 @@ from precis.errors import Invalid
 from precis.secrets import llm_api_key
 from precis.store import keys
 from precis.store.db import Db, batch_get
-from precis.store.messages import read_range, with_bodies
+from precis.store.messages import base_of, read_range, with_bodies
 from precis.store.resources import _json
 from precis.store.summaries import (
     Put,
@@ -163,7 +163,8 @@ def summarize_session(db: Db, settings: Settings, ws: str, session_id: str, *,
     first = needed_from(config, stored)
     if first is None:
         return SummaryOutcome()
-    items = read_range(db, ws, session_id, first, keys.MAX_SEQ)  # first..newest: bounded by the strategy's cadence
+    # first..newest: bounded by the strategy's cadence
+    items = read_range(db, ws, session_id, first, keys.MAX_SEQ, base=base_of(session))
     unfinished = {t: s["job_through_seq"] for t, s in raw.items() if s.get("job_through_seq")}
     jobs = decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items],
                   unfinished)
@@ -193,7 +194,7 @@ def summaries_due(db: Db, ws: str, session_id: str, session: dict[str, Any], wor
     first = needed_from(config, stored)
     if first is None:
         return 0
-    items = read_range(db, ws, session_id, first, keys.MAX_SEQ)
+    items = read_range(db, ws, session_id, first, keys.MAX_SEQ, base=base_of(session))
     unfinished = {t: s["job_through_seq"] for t, s in raw.items() if s.get("job_through_seq")}
     return len(decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items],
                       unfinished))

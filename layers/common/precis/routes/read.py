@@ -243,15 +243,16 @@ def _search(workspace_id: str, body: SearchQuery, **within: str):
 
     settings = get_settings()
     db = get_db()
+    base = None
     if "peer_id" in within:
         resources.require_peers(db, workspace_id, within["peer_id"])
     elif "session_id" in within:
-        resources.require_session(db, workspace_id, within["session_id"])
+        base = messages.base_of(resources.require_session(db, workspace_id, within["session_id"]))
     else:
         resources.require_workspace(db, workspace_id)
     semantic = _embed if settings.embedder != "hashed" else None
     return search(db, workspace_id, body.query, body.limit, body.filters, dimensions=settings.embed_dimensions,
-                  semantic=semantic, **within)
+                  semantic=semantic, base=base, **within)
 
 
 @router.post("/v3/workspaces/<workspace_id>/search")

@@ -24,7 +24,16 @@ from precis.models import (
     SessionCreate,
     WorkspaceCreate,
 )
-from precis.params import ConclusionId, MessageId, ScopeIdPath, OptionalId, PeerId, SessionId, WorkspaceId
+from precis.params import (
+    ConclusionId,
+    MessageId,
+    OptionalId,
+    OptionalMessageId,
+    PeerId,
+    ScopeIdPath,
+    SessionId,
+    WorkspaceId,
+)
 from precis.secrets import jwt_secret
 from precis.store import messages, resources
 from precis.store.db import get_db
@@ -226,3 +235,10 @@ def schedule_dream(workspace_id: WorkspaceId, body: DreamRequest):
     schedule(db, DreamTarget(workspace_id, body.observer, body.observed or body.observer), body.session_id,
              datetime.now(UTC))
     return json_response(204, None)
+
+
+@router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/clone")
+def clone_session(workspace_id: WorkspaceId, session_id: SessionId, message_id: OptionalMessageId = None):
+    from precis.store.clones import clone_session
+
+    return json_response(201, clone_session(get_db(), workspace_id, session_id, message_id))

@@ -20,7 +20,7 @@ from precis.errors import Invalid, NotFound, Throttled
 from precis.representation import fit
 from precis.store import keys, representation
 from precis.store.db import Db, batch_get, from_item, projection, query_all, to_item
-from precis.store.messages import with_bodies, is_fence, last_message
+from precis.store.messages import Base, base_of, is_fence, last_message, with_bodies
 from precis.store.resources import _json
 from precis.tokens import count_text
 
@@ -47,7 +47,8 @@ def summary_view(item: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 # Round 1 reads the summaries' costs, not their text: only the chosen summary's content is fetched, in round 2.
-_ROUND_ONE = ("PK", "SK", "summary_type", "covers_seq", "end_tokens", "token_count", "deleted_at", "configuration")
+_ROUND_ONE = ("PK", "SK", "summary_type", "covers_seq", "end_tokens", "token_count", "deleted_at", "configuration",
+              "base_session", "base_through")
 WINDOW_FIELDS = ("id", "seq", "peer_id", "content", "body_key", "metadata", "created_at", "token_count", "run_id",
                    "start_tokens", "run_start_seq", "run_index")
 
@@ -70,13 +71,22 @@ def _summary(db: Db, ws: str, session_id: str, summary_type: str) -> dict[str, A
     return from_item(db.client.get_item(TableName=db.table, Key=key, ConsistentRead=True).get("Item"))
 
 
-def _window(db: Db, ws: str, session_id: str, plan: ContextPlan) -> list[dict[str, Any]]:
-    return query_all(db, IndexName="ByStartTokens", ConsistentRead=True,
-                     KeyConditionExpression="PK = :pk AND start_tokens BETWEEN :lo AND :hi",
-                     ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)},
-                                                ":lo": {"N": str(plan.min_start_tokens)},
-                                                ":hi": {"N": str(plan.total_tokens)}},
-                     **projection(WINDOW_FIELDS))
+def _window(db: Db, ws: str, session_id: str, plan: ContextPlan, base: Base | None) -> list[dict[str, Any]]:
+    """The messages the plan's token range holds; a clone's base fills in what it holds no copy of yet (a clone and
+    its parent agree on seq and start_tokens up to the clone's point)."""
+    def query(pk: str) -> list[dict[str, Any]]:
+        return query_all(db, IndexName="ByStartTokens", ConsistentRead=True,
+                         KeyConditionExpression="PK = :pk AND start_tokens BETWEEN :lo AND :hi",
+                         ExpressionAttributeValues={":pk": {"S": pk}, ":lo": {"N": str(plan.min_start_tokens)},
+                                                    ":hi": {"N": str(plan.total_tokens)}},
+                         **projection(WINDOW_FIELDS))
+
+    own = query(keys.session_pk(ws, session_id))
+    if base is None:
+        return own
+    inherited = [i for i in query(keys.session_pk(ws, base.session)) if i["seq"] <= base.through]
+    merged = {i["seq"]: i for i in inherited} | {i["seq"]: i for i in own}
+    return [merged[s] for s in sorted(merged)]
 
 
 def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: bool = True,
@@ -125,7 +135,8 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
                          extra={"session": session_id})
         plan = plan_context(limit, [], _cost(last) if last else None, use_summary=False)
     chosen = _pool.submit(_summary, db, ws, session_id, plan.summary.summary_type) if plan.summary else None
-    items = _window(db, ws, session_id, plan) if plan.last_seq > plan.after_seq and plan.message_budget > 0 else []
+    items = (_window(db, ws, session_id, plan, base_of(session))
+             if plan.last_seq > plan.after_seq and plan.message_budget > 0 else [])
     if sliding and last:
         # Only the newest `keep_runs` runs exist for the model; older messages are never returned.
         items = [i for i in items if i["run_index"] > last["run_index"] - config.keep_runs]

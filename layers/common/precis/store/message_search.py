@@ -19,7 +19,7 @@ from precis import filters as filtering
 from precis.embed import Embedder, HashedEmbedder, terms
 from precis.store import keys
 from precis.store.db import Db, batch_get, to_item
-from precis.store.messages import message_view, with_bodies
+from precis.store.messages import Base, message_view, with_bodies
 from precis.store.vectors import search_index, vector_attribute
 
 TEXT_INDEX, MEANING_INDEX = "ByMessageText", "ByMessageMeaning"
@@ -83,17 +83,31 @@ def _write(db: Db, ws: str, session_id: str, incarnation: str, images: list[dict
 
 def search(db: Db, ws: str, query: str, limit: int, filters: dict[str, Any] | None, *, dimensions: int,
            semantic: Callable[[str], list[float]] | None = None, session_id: str | None = None,
-           peer_id: str | None = None) -> list[dict[str, Any]]:
+           peer_id: str | None = None, base: Base | None = None) -> list[dict[str, Any]]:
     """The messages that best match `query`, best first, `limit` at most, within the session or from the peer
-    when given and matching `filters` (the message list's grammar)."""
+    when given and matching `filters` (the message list's grammar). A clone's `base`: its parent's messages it holds
+    no copy of yet are searched too, as the clone's."""
     filters = filters or {}
     filtering.matches(filters, {})  # a malformed filter is 422 before any read
     wanted = min(100, limit * 4 if filters else limit * 2)
     equal = {"mcoll": ws, "msession": session_id, "mpeer": peer_id}
-    rankings = [search_index(db, TEXT_INDEX, equal, HashedEmbedder(dimensions).embed([query])[0], wanted,
-                             ("msession", "seq"))]
+
+    def ranking(index: str, vector: list[float]) -> list[tuple[dict[str, Any], float]]:
+        found = search_index(db, index, equal, vector, wanted, ("msession", "seq"))
+        if base is None or session_id is None:
+            return found
+        # One ranking of the clone's messages: its own and its base's (nearest first; its own copy wins).
+        inherited = [(item, score) for item, score in search_index(
+            db, index, {**equal, "msession": base.session}, vector, wanted, ("msession", "seq"))
+            if int(item["seq"]["N"]) <= base.through]
+        best: dict[int, tuple[dict[str, Any], float]] = {}
+        for item, score in inherited + found:
+            best[int(item["seq"]["N"])] = ({**item, "msession": {"S": session_id}}, score)
+        return sorted(best.values(), key=lambda hit: hit[1])[:wanted]
+
+    rankings = [ranking(TEXT_INDEX, HashedEmbedder(dimensions).embed([query])[0])]
     if semantic is not None:
-        rankings.append(search_index(db, MEANING_INDEX, equal, semantic(query), wanted, ("msession", "seq")))
+        rankings.append(ranking(MEANING_INDEX, semantic(query)))
     fused: dict[tuple[str, int], float] = {}
     semantic_hits = {(i["msession"]["S"], int(i["seq"]["N"])) for i, _ in rankings[1]} if semantic else set()
     for ranking in rankings:
@@ -103,6 +117,11 @@ def search(db: Db, ws: str, query: str, limit: int, filters: dict[str, Any] | No
     order = sorted(fused, key=lambda k: (-fused[k], k))
     found = {(keys.parse_session_pk(i["PK"])[1], i["seq"]): i for i in batch_get(
         db, [keys.message(ws, s, seq) for s, seq in order], _MESSAGE_FIELDS) if i.get("kind") == "message"}
+    if base is not None and session_id is not None:  # a clone's messages not copied yet: read from its parent
+        missing = [seq for s, seq in order if (s, seq) not in found and seq <= base.through]
+        found |= {(session_id, i["seq"]): i for i in batch_get(
+            db, [keys.message(ws, base.session, seq) for seq in missing], _MESSAGE_FIELDS)
+            if i.get("kind") == "message"} if missing else {}
     answer = []
     wanted_terms = terms(query)
     bodies = {k: with_bodies(db, [found[k]], ws, k[0])[0].get("content") or "" for k in order if k in found}

@@ -49,6 +49,25 @@ class NewMessage:
 
 
 @dataclass(frozen=True)
+class Base:
+    """A clone's messages 1..`through` are its parent's (`session`), read from the parent's partition until the
+    clone's own copy of them is complete (store.clones): reads take the clone's own item when there is one."""
+
+    session: str
+    through: int
+
+
+BASE_FIELDS = ("base_session", "base_through")
+
+
+def base_of(session: dict[str, Any] | None) -> Base | None:
+    """The base a session item names (a clone whose copy is not complete), else None."""
+    if not session or not session.get("base_session"):
+        return None
+    return Base(session["base_session"], int(session["base_through"]))
+
+
+@dataclass(frozen=True)
 class Tail:
     """What the next message's seq, start_tokens and run start derive from."""
 
@@ -289,12 +308,24 @@ def with_bodies(db: Db, items: list[dict[str, Any]], ws: str, session_id: str) -
 
 
 def read_range(db: Db, ws: str, session_id: str, first: int, last: int, *, limit: int | None = None,
-               forward: bool = True) -> list[dict[str, Any]]:
-    """The messages first..last (at most `limit` of them, from the first or the last end), without the fence."""
+               forward: bool = True, base: Base | None = None) -> list[dict[str, Any]]:
+    """The messages first..last (at most `limit` of them, from the first or the last end), without the fence; with a
+    clone's `base`, its parent's messages fill in what the clone holds no copy of yet."""
+    own = _read_partition(db, keys.session_pk(ws, session_id), first, last, limit, forward)
+    if base is None or first > base.through:
+        return own
+    inherited = _read_partition(db, keys.session_pk(ws, base.session), first, min(last, base.through), limit, forward)
+    merged = {i["seq"]: i for i in inherited} | {i["seq"]: i for i in own}
+    ordered = [merged[s] for s in sorted(merged, reverse=not forward)]
+    return ordered[:limit] if limit is not None else ordered
+
+
+def _read_partition(db: Db, pk: str, first: int, last: int, limit: int | None, forward: bool
+                    ) -> list[dict[str, Any]]:
     request: dict[str, Any] = {
         "KeyConditionExpression": "PK = :pk AND SK BETWEEN :a AND :b", "ConsistentRead": True,
         "ScanIndexForward": forward,
-        "ExpressionAttributeValues": {":pk": {"S": keys.session_pk(ws, session_id)}, ":a": {"S": keys.message_sk(first)},
+        "ExpressionAttributeValues": {":pk": {"S": pk}, ":a": {"S": keys.message_sk(first)},
                                       ":b": {"S": keys.message_sk(last)}}}
     if limit is None:
         items = query_all(db, **request)
@@ -343,11 +374,12 @@ def _mentions_content(filters: Any) -> bool:
 
 
 def _filtered_page(db: Db, ws: str, session_id: str, filters: dict[str, Any], total: int, page_no: int, size: int,
-                   reverse: bool, scan_limit: int) -> dict[str, Any]:
+                   reverse: bool, scan_limit: int, base: Base | None) -> dict[str, Any]:
     if not isinstance(filters, dict):
         raise Invalid("filters: must be an object")
     first, last = _seq_bounds(filters, total)
-    items = read_range(db, ws, session_id, first, last, limit=scan_limit, forward=not reverse) if first <= last else []
+    items = (read_range(db, ws, session_id, first, last, limit=scan_limit, forward=not reverse, base=base)
+             if first <= last else [])
     scan_limited = len(items) == scan_limit and last - first + 1 > scan_limit
     if _mentions_content(filters):
         # Bodies in S3 are read only when the filter looks at content.
@@ -367,15 +399,15 @@ def list_messages(db: Db, ws: str, session_id: str, filters, page_no: int, size:
                   scan_limit: int = FILTER_SCAN_LIMIT):
     """A page of messages. Without filters a page is a seq range: page N costs what page 1 costs; with filters, at
     most `scan_limit` messages are examined (from the oldest, or the newest with `reverse`)."""
-    require_session(db, ws, session_id)
+    base = base_of(require_session(db, ws, session_id))
     total = read_tail(db, ws, session_id).seq
     if filters:
-        return fit_page(_filtered_page(db, ws, session_id, filters, total, page_no, size, reverse, scan_limit))
+        return fit_page(_filtered_page(db, ws, session_id, filters, total, page_no, size, reverse, scan_limit, base))
     start = (page_no - 1) * size
     items: list[dict[str, Any]] = []
     if start < total:
         first, last = (total - start - size + 1, total - start) if reverse else (start + 1, start + size)
-        items = read_range(db, ws, session_id, max(first, 1), min(last, total))
+        items = read_range(db, ws, session_id, max(first, 1), min(last, total), base=base)
         if reverse:
             items.reverse()
     return fit_page({"items": with_bodies(db, items, ws, session_id), "total": total, "page": page_no, "size": size,
@@ -409,25 +441,37 @@ def fit_page(answer: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def _locate(db: Db, ws: str, session_id: str, message_id: str) -> dict[str, Any]:
+def locate_message(db: Db, ws: str, session_id: str, message_id: str, base: Base | None = None) -> dict[str, Any]:
     seq = seq_of(message_id)
     item = None
     if seq is not None:
         item = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.message(ws, session_id, seq)),
                                             ConsistentRead=True).get("Item"))
+        if item is None and base is not None and seq <= base.through:  # not copied yet: the parent's
+            item = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.message(ws, base.session, seq)),
+                                                ConsistentRead=True).get("Item"))
     if item is None or item.get("id") != message_id:
         raise NotFound(f"message '{message_id}' not found in session '{session_id}'")
     return item
 
 
 def get_message(db: Db, ws: str, session_id: str, message_id: str) -> dict[str, Any]:
-    require_session(db, ws, session_id)
-    return with_bodies(db, [_locate(db, ws, session_id, message_id)], ws, session_id)[0]
+    base = base_of(require_session(db, ws, session_id))
+    return with_bodies(db, [locate_message(db, ws, session_id, message_id, base)], ws, session_id)[0]
 
 
 def update_message_metadata(db: Db, ws: str, session_id: str, message_id: str, metadata: dict[str, Any]):
-    require_session(db, ws, session_id)
-    item = _locate(db, ws, session_id, message_id)
+    base = base_of(require_session(db, ws, session_id))
+    item = locate_message(db, ws, session_id, message_id, base)
+    if keys.parse_session_pk(item["PK"])[1] != session_id:
+        # A clone's message still in its parent: copy on write (the clone's copy job never overwrites a copy).
+        copy = {**item, **keys.message(ws, session_id, item["seq"]), "metadata": _dump(metadata)}
+        try:
+            db.client.put_item(TableName=db.table, Item=to_item(copy), ConditionExpression="attribute_not_exists(PK)")
+            return with_bodies(db, [copy], ws, session_id)[0]
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise  # copied meanwhile: update the copy below
     try:
         out = db.client.update_item(
             TableName=db.table, Key=to_item(keys.message(ws, session_id, item["seq"])),

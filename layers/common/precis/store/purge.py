@@ -47,6 +47,11 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None, *,
         return PurgeResult(True, 0, 0)  # gone, created again, or never deleted: nothing of `incarnation` to remove
     if session.get("purged_at"):
         return PurgeResult(True, 0, 0)  # done already (a replayed record); asking again clears purged_at first
+    from precis.store.clones import copying_clones
+
+    if copying_clones(db, ws, session_id, incarnation):
+        # A clone still reads its inherited messages from here: the end of its copy asks for this purge again.
+        return PurgeResult(False, 0, 0)
     fence = keys.fence(ws, session_id, session["fence_seq"]) if session.get("fence_seq") else None
     # The conclusions drawn from the session go first: their DERIVED# items, which name them, are in the partition.
     deleted, done = purge_session_conclusions(db, ws, session_id, time_left=lambda: time_left() - MARGIN_S)

@@ -40,7 +40,10 @@ def _session_status(db: Db, ws: str, session_id: str, observer: str | None, send
     by_sender = {c["sender"]: c for c in cursors(db, ws, session_id) if c.get("sender")}
     members = resources.members(db, ws, session_id)
     # Messages after the least advanced cursor (a sender the deriver has not met yet has messages after it too).
-    start = min((int(c.get("through_seq", 0)) for c in by_sender.values()), default=0) + 1
+    # A clone's inherited messages were derived in its parent: its senders start at its own point.
+    inherited = int(session.get("derive_from", 1)) - 1
+    start = min((int(c.get("through_seq", 0)) for c in by_sender.values()), default=inherited) + 1
+    start = max(start, inherited + 1)
     pending = in_progress = 0
     messages = query_all(db, KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b",
                          ConsistentRead=True, ProjectionExpression="seq, peer_id, kind",
@@ -52,7 +55,7 @@ def _session_status(db: Db, ws: str, session_id: str, observer: str | None, send
         if m.get("kind") != "message" or (sender and peer != sender) or not _observed_by(observer, members, peer):
             continue
         cursor = by_sender.get(peer) or {}
-        if m["seq"] <= int(cursor.get("through_seq", 0)):
+        if m["seq"] <= max(int(cursor.get("through_seq", 0)), inherited):
             continue
         job = cursor.get("job") or {}
         if job and m["seq"] <= int(job.get("to_seq", 0)):

@@ -1,0 +1,242 @@
+"""Session clones: copy-on-write over the parent's messages, complete for every read the moment the clone exists.
+
+A clone of session P at message N is a new session (new id, P's peers and their session configs, metadata and
+configuration) whose messages 1..N are P's: seqs, ids and start_tokens agree, so every read routes by seq. The request
+writes a handful of items, whatever N: the clone's session item naming its base (`base_session` = P, `base_through`
+= N, `base_incarnation`), P's summaries that cover only messages up to N, a copy of message N (the clone's tail, so
+appends continue from it), its members, and a reference in P's partition (`CLONE#{id}`). Reads take the clone's own
+item of a seq when it has one and P's otherwise (`messages.Base`).
+
+The stream then copies 1..N into the clone's partition in the background (`copy_base`, run by the summarizer's
+consumer: pages of conditional puts bound to the clone's incarnation, resumable, never overwriting a copy a metadata
+edit made), with the message vectors and large bodies, and drops the base when done. P's purge waits while a clone
+still reads from it; the copy's end restarts that purge. So deleting P never breaks a clone, and a clone's reads cost
+what an ordinary session's cost once its copy is done. The clone derives from N+1 on (`derive_from`): what it
+inherited was derived in P.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from precis.errors import Conflict, NotFound
+from precis.store import keys
+from precis.store.db import Db, cancellation_codes, error_code, from_item, query_all, to_item, transact
+from precis.store.messages import base_of, locate_message, read_tail, seq_of
+from precis.store.resources import (
+    _json,
+    _session_values,
+    _workspace_open,
+    add_members,
+    members,
+    require_session,
+    session_view,
+    utcnow,
+)
+
+PAGE = 200  # messages per copy step
+_TRANSACTION_ITEMS = 24  # conditional puts per transaction, with the clone's liveness check
+_TRANSACTION_BYTES = 3_500_000
+MARGIN_S = 10.0
+_MEMBER_META = {"PK", "SK", "kind", "peer_id", "joined_at"}
+
+
+def _new_id(parent: str) -> str:
+    return f"{parent[:70]}-clone-{secrets.token_hex(6)}"
+
+
+def clone_session(db: Db, ws: str, session_id: str, message_id: str | None = None) -> dict[str, Any]:
+    """Clone `session_id` up to and including `message_id` (all of it when None); the new session's view."""
+    parent = require_session(db, ws, session_id)
+    if base_of(parent) is not None:
+        raise Conflict(f"session '{session_id}' is a clone still being copied from '{parent['base_session']}'; "
+                       "clone it once that finishes (seconds for most sessions)")
+    if message_id is not None:
+        through = seq_of(message_id) or 0
+        locate_message(db, ws, session_id, message_id)  # 404 when the session has no such message
+    else:
+        through = read_tail(db, ws, session_id).seq
+    new_id = _new_id(session_id)
+    values = _session_values(ws, new_id, _json(parent.get("metadata")), _json(parent.get("configuration")))
+    values |= {"cloned_from": session_id, "derive_from": through + 1}
+    actions: list[dict[str, Any]] = [_workspace_open(db, ws), {"ConditionCheck": {
+        "TableName": db.table, "Key": to_item(keys.session(ws, session_id)),
+        "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
+        "ExpressionAttributeValues": {":inc": {"S": parent["incarnation"]}}}}]
+    if through:
+        values |= {"base_session": session_id, "base_through": through, "base_incarnation": parent["incarnation"]}
+        tail = _copy_item(db, ws, new_id, values["incarnation"],
+                          from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.message(ws, session_id,
+                                                                                                    through)),
+                                                       ConsistentRead=True)["Item"]))
+        summaries = [i for i in _summaries(db, ws, session_id) if int(i["covers_seq"]) <= through]
+        puts = [tail, *({**s, **keys.summary(ws, new_id, s["summary_type"])} for s in summaries),
+                {"PK": keys.session_pk(ws, session_id), "SK": f"CLONE#{new_id}", "kind": "clone_ref",
+                 "session_id": new_id, "created_at": utcnow()}]
+        actions += [{"Put": {"TableName": db.table, "Item": to_item(p)}} for p in puts]
+    session = {**keys.session(ws, new_id), **values}
+    actions.append({"Put": {"TableName": db.table, "Item": to_item(session),
+                            "ConditionExpression": "attribute_not_exists(PK)"}})
+    try:
+        transact(db, actions)
+    except ClientError as exc:
+        codes = cancellation_codes(exc)
+        if not codes:
+            raise
+        if codes[0] == "ConditionalCheckFailed":
+            raise Conflict(f"workspace '{ws}' is being deleted") from None
+        raise NotFound(f"session '{session_id}' not found in workspace '{ws}'") from None
+    peers = {p: {k: v for k, v in m.items() if k not in _MEMBER_META} for p, m in members(db, ws, session_id).items()}
+    if peers:
+        add_members(db, ws, new_id, peers, known_peers=set(peers), incarnation=values["incarnation"])
+    return session_view(session)
+
+
+def _summaries(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
+    items = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :s)", ConsistentRead=True,
+                      ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":s": "SUMMARY#"}))
+    # A finished summary only: a step of a job in progress belongs to the parent's summarizer.
+    return [{k: v for k, v in i.items() if not k.startswith("job_")} for i in items if i.get("kind") == "summary"]
+
+
+def _copy_item(db: Db, ws: str, clone: str, incarnation: str, item: dict[str, Any]) -> dict[str, Any]:
+    """The clone's copy of a parent's message item (its large body copied into the clone's own prefix)."""
+    copy = {**item, **keys.message(ws, clone, int(item["seq"]))}
+    if item.get("body_key"):
+        key = keys.body_object(ws, clone, incarnation, secrets.token_hex(16))
+        db.s3.copy_object(Bucket=db.bucket, Key=key, CopySource={"Bucket": db.bucket, "Key": item["body_key"]})
+        copy["body_key"] = key
+    return copy
+
+
+# ---------------------------------------------------------------- the background copy
+
+def copy_base(db: Db, ws: str, session_id: str, *, time_left: Callable[[], float] = lambda: math.inf) -> bool:
+    """Copy the clone's inherited messages (with vectors and bodies) into its partition, from where the last step
+    stopped; drop its base when done and restart its parent's purge if one waits. Whether it is done."""
+    session = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)),
+                                           ConsistentRead=True).get("Item"))
+    base = base_of(session)
+    if base is None or "deleted_at" in session:
+        return True  # done already, or deleted (its purge removes what was copied)
+    copied = int(session.get("copied_through", 0))
+    while copied < base.through:
+        if time_left() < MARGIN_S:
+            _progress(db, ws, session_id, session, copied)  # a MODIFY: the next invocation goes on from here
+            return False
+        last = min(copied + PAGE, base.through)
+        _copy_page(db, ws, session_id, session["incarnation"], base.session, copied + 1, last)
+        copied = last
+    _finish(db, ws, session_id, session)
+    return True
+
+
+def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first: int, last: int) -> None:
+    def range_query(pk: str, prefix: str, fields: str | None = None) -> list[dict[str, Any]]:
+        request: dict[str, Any] = {"KeyConditionExpression": "PK = :pk AND SK BETWEEN :a AND :b",
+                                   "ConsistentRead": True, "ExpressionAttributeValues": to_item({
+                                       ":pk": pk, ":a": f"{prefix}{first:0{keys.SEQ_DIGITS}d}",
+                                       ":b": f"{prefix}{last:0{keys.SEQ_DIGITS}d}"})}
+        if fields:
+            request["ProjectionExpression"] = fields
+        return query_all(db, **request)
+
+    have = {i["SK"] for i in range_query(keys.session_pk(ws, clone), "MSG#", "PK, SK")}
+    messages = [i for i in range_query(keys.session_pk(ws, parent), "MSG#")
+                if i.get("kind") == "message" and i["SK"] not in have]
+    copies = [_copy_item(db, ws, clone, incarnation, m) for m in messages]
+    vectors = [{**v, "PK": keys.message_vectors_pk(ws, clone), "msession": clone}
+               for v in range_query(keys.message_vectors_pk(ws, parent), "MV#")]
+    _put_all(db, ws, clone, incarnation, copies + vectors)
+
+
+def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: list[dict[str, Any]]) -> None:
+    """Conditional puts (a copy never replaces an item the clone already has) bound to the clone's incarnation, in
+    transactions under DynamoDB's limits; a transaction refused for an item copied meanwhile goes item by item."""
+    live = {"ConditionCheck": {"TableName": db.table, "Key": to_item(keys.session(ws, clone)),
+                               "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
+                               "ExpressionAttributeValues": {":inc": {"S": incarnation}}}}
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for item in items + [None]:  # type: ignore[list-item]
+        weight = len(json.dumps(item, default=str)) if item is not None else 0
+        if chunk and (item is None or len(chunk) == _TRANSACTION_ITEMS or size + weight > _TRANSACTION_BYTES):
+            _put_chunk(db, chunk, live)
+            chunk, size = [], 0
+        if item is not None:
+            chunk.append(item)
+            size += weight
+
+
+def _put_chunk(db: Db, chunk: list[dict[str, Any]], live: dict[str, Any]) -> None:
+    def put(item: dict[str, Any]) -> dict[str, Any]:
+        return {"Put": {"TableName": db.table, "Item": to_item(item), "ConditionExpression": "attribute_not_exists(PK)"}}
+
+    try:
+        transact(db, [*map(put, chunk), live])
+        return
+    except ClientError as exc:
+        codes = cancellation_codes(exc)
+        if not codes:
+            raise
+        if codes[-1] == "ConditionalCheckFailed":
+            raise NotFound("the clone was deleted while it was being copied") from None
+    for item in chunk:  # one of them exists already (a metadata edit copied it, or a concurrent step)
+        try:
+            transact(db, [put(item), live])
+        except ClientError as exc:
+            codes = cancellation_codes(exc)
+            if not codes:
+                raise
+            if codes[-1] == "ConditionalCheckFailed":
+                raise NotFound("the clone was deleted while it was being copied") from None
+
+
+def _progress(db: Db, ws: str, session_id: str, session: dict[str, Any], copied: int) -> None:
+    try:
+        db.client.update_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)),
+                              UpdateExpression="SET copied_through = :c", ConditionExpression="incarnation = :inc",
+                              ExpressionAttributeValues=to_item({":c": copied, ":inc": session["incarnation"]}))
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+
+
+def _finish(db: Db, ws: str, session_id: str, session: dict[str, Any]) -> None:
+    from precis.store.purge import request_purge
+
+    try:
+        db.client.update_item(
+            TableName=db.table, Key=to_item(keys.session(ws, session_id)),
+            UpdateExpression="SET copied_at = :now REMOVE base_session, base_through, base_incarnation, copied_through",
+            ConditionExpression="incarnation = :inc", ExpressionAttributeValues=to_item({
+                ":now": utcnow(), ":inc": session["incarnation"]}))
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        return
+    parent = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, session["base_session"])),
+                                          ConsistentRead=True).get("Item"))
+    if (parent and parent.get("incarnation") == session["base_incarnation"] and "deleted_at" in parent
+            and not parent.get("purged_at")):
+        request_purge(db, ws, session["base_session"], parent["incarnation"])  # it waited for this copy
+
+
+def copying_clones(db: Db, ws: str, session_id: str, incarnation: str | None) -> list[str]:
+    """The clones of this incarnation of the session still reading from it (its purge waits for them)."""
+    refs = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :c)", ConsistentRead=True,
+                     ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":c": "CLONE#"}))
+    waiting = []
+    for ref in refs:
+        clone = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, ref["session_id"])),
+                                             ConsistentRead=True).get("Item"))
+        if (clone and "deleted_at" not in clone and clone.get("base_session") == session_id
+                and clone.get("base_incarnation") == incarnation):
+            waiting.append(ref["session_id"])
+    return waiting
