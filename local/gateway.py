@@ -109,10 +109,16 @@ def build_event(
     if params:
         event["pathParameters"] = params
     if body:
-        try:
-            event["body"] = body.decode("utf-8")
-        except UnicodeDecodeError:
+        text = None
+        if not merged.get("content-type", "").lower().startswith("multipart/"):  # API Gateway base64-encodes these
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+        if text is None:
             event["body"], event["isBase64Encoded"] = base64.b64encode(body).decode(), True
+        else:
+            event["body"] = text
     return event
 
 

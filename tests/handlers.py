@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import sys
@@ -69,6 +70,25 @@ class Reply:
         return self.body
 
 
+@dataclass
+class Form:
+    """A multipart/form-data body encoded as the honcho-ai SDK encodes it (httpx): `call` sends it base64-encoded,
+    as API Gateway hands multipart bodies over. `files`: name -> (filename, bytes, content type)."""
+
+    fields: dict[str, str]
+    files: dict[str, tuple[str, bytes, str]]
+
+    def encode(self) -> tuple[bytes, str]:
+        import httpx
+
+        if not self.files:  # httpx would send it urlencoded
+            parts = "".join(f'--b0undary\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+                            for name, value in self.fields.items())
+            return f"{parts}--b0undary--\r\n".encode(), "multipart/form-data; boundary=b0undary"
+        request = httpx.Request("POST", "http://precis.test/", data=self.fields, files=self.files)
+        return request.read(), request.headers["content-type"]
+
+
 def http_event(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None,
                raw: str | None = None) -> tuple[str, dict]:
     parts = urlsplit(url)
@@ -78,7 +98,7 @@ def http_event(method: str, url: str, body: Any = None, headers: dict[str, str] 
     query: dict[str, str] = {}
     for k, v in parse_qsl(parts.query, keep_blank_values=True):
         query[k] = f"{query[k]},{v}" if k in query else v
-    text = raw if raw is not None else (None if body is None else json.dumps(body))
+    text = raw if raw is not None else (None if body is None or isinstance(body, Form) else json.dumps(body))
     event = {
         "version": "2.0", "routeKey": f"{route.method} {route.path}", "rawPath": parts.path,
         "rawQueryString": parts.query, "headers": {"content-type": "application/json",
@@ -91,6 +111,10 @@ def http_event(method: str, url: str, body: Any = None, headers: dict[str, str] 
                            "apiId": "local", "domainName": "localhost"},
         "body": text, "isBase64Encoded": False,
     }
+    if isinstance(body, Form):
+        data, content_type = body.encode()
+        event["headers"]["content-type"] = content_type
+        event["body"], event["isBase64Encoded"] = base64.b64encode(data).decode(), True
     return route.function, event
 
 

@@ -103,6 +103,8 @@ ROUTES: dict[str, Access] = {
     # A peer's own view (of itself or of others): the peer's key, or the workspace's.
     f"GET {_W}/peers/{{peer_id}}/context": Access.PEER,
     f"POST {_W}/peers/{{peer_id}}/representation": Access.PEER,
+    # A file upload is a message post: the same keys may make it.
+    f"POST {_S}/messages/upload": Access.SESSION_WRITE,
 }
 
 

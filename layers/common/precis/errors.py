@@ -51,3 +51,9 @@ class BadGateway(PrecisError):
     """A backend the request needs (the LLM endpoint) refused it or answered nothing usable; not the caller's fault."""
 
     status = 502
+
+
+class UnsupportedMediaType(PrecisError):
+    """A request or uploaded file of a type Precis does not read (e.g. an image uploaded as a message)."""
+
+    status = 415

@@ -7,7 +7,7 @@ import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 ID_PATTERN = r"^[a-zA-Z0-9_-]+$"
 ID_MAX = 100
@@ -209,3 +209,27 @@ class DreamRequest(_Body):
     observed: Id | None = None
     session_id: Id | None = None
     dream_type: Literal["omni"] = "omni"
+
+
+# ---------------------------------------------------------------- file upload (issue 14)
+
+
+def _json_text(value: Any) -> Any:
+    """A form field holding JSON (the SDK sends metadata and configuration as `json.dumps` text)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except RecursionError:
+        raise ValueError("nests too deeply") from None
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
+
+
+class UploadFields(_Body):
+    """The form fields of `POST …/messages/upload` besides `file`; every message of the upload gets them."""
+
+    peer_id: Id
+    metadata: Annotated[Metadata | None, BeforeValidator(_json_text)] = None
+    configuration: Annotated[Configuration | None, BeforeValidator(_json_text)] = None
+    created_at: datetime | None = None

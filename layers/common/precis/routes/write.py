@@ -1,11 +1,13 @@
 """Write routes of the v3 API (served by the ingest function): workspaces, peers, sessions, messages, keys."""
 
+import time
 from datetime import UTC, datetime
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 
+from precis import upload
 from precis.auth import mint_key
 from precis.config import get_settings
 from precis.ingest import create_messages
@@ -242,3 +244,23 @@ def clone_session(workspace_id: WorkspaceId, session_id: SessionId, message_id: 
     from precis.store.clones import clone_session
 
     return json_response(201, clone_session(get_db(), workspace_id, session_id, message_id))
+
+
+# ---------------------------------------------------------------- file upload (issue 14)
+
+_STORE_RESERVE_S = 5.0  # of the invocation's time, kept for storing the batch after reading the file
+
+
+@router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages/upload",
+             # the body is a multipart form that precis.upload reads (not Powertools): OpenAPI is told its shape here
+             openapi_extensions={"requestBody": upload.OPENAPI_BODY})
+def upload_session_file(workspace_id: WorkspaceId, session_id: SessionId,
+                        idempotency_key: Annotated[str | None, Header()] = None):
+    event, db, settings = router.current_event, get_db(), get_settings()
+    form = upload.read_form(event.body, event.is_base64_encoded, event.headers.get("content-type"))
+    resources.require_session(db, workspace_id, session_id)
+    batch = upload.to_batch(form, settings.max_message_chars,
+                            deadline=time.monotonic() + _remaining_s() - 1 - _STORE_RESERVE_S)
+    status, views = create_messages(db, settings, workspace_id, session_id, batch, idempotency_key,
+                                    lease_s=_remaining_s())
+    return json_response(status, views)
