@@ -186,3 +186,21 @@ def test_cloning_an_empty_session(ws):
     assert call("POST", f"{W}/sessions", {"id": "empty"}).status == 201
     clone = call("POST", f"{W}/sessions/empty/clone").body["id"]
     assert messages(clone) == [] and "base_session" not in session_item(ws, clone)
+
+
+def test_a_copied_message_wakes_no_stream_consumer_but_a_new_one_does(ws):
+    from local.poller import StreamSettings, matches
+    from local.template import template
+    from precis.store.db import to_item
+
+    clone = call("POST", f"{W}/sessions/s1/clone").body["id"]
+    run_stream(ws, clone, "INSERT")
+    copied = item(ws, f"WS#ws1#S#{clone}", "MSG#000000000001")
+    assert copied["copy_of"] == "s1"
+    post(clone, ("alice", "New here."))
+    fresh = item(ws, f"WS#ws1#S#{clone}", "MSG#000000000006")
+    for fn in template().stream_functions():
+        filters = StreamSettings.from_properties(fn.stream).filters
+        for image, wakes in ((copied, False), (fresh, True)):
+            event = {"eventName": "INSERT", "dynamodb": {"NewImage": to_item(image)}}
+            assert any(matches(f, event) for f in filters) is wakes, (fn.logical_id, image["SK"])

@@ -70,7 +70,8 @@ def test_stream_settings_come_from_the_template():
     assert settings.report_item_failures is True
     assert settings.max_age_s == 3600
     assert settings.filters == [json.loads(f["Pattern"]) for f in raw["FilterCriteria"]["Filters"]]
-    assert {"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["message"]}}}} in settings.filters
+    assert {"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["message"]},
+                                                               "copy_of": {"S": [{"exists": False}]}}}} in settings.filters
     assert settings.on_failure_arn.endswith(":" + template().queue_names["SummarizeDLQ"])
 
 
@@ -140,7 +141,8 @@ def test_the_deriver_consumes_the_stream_on_a_mapping_of_its_own_and_runs_on_a_s
     assert [fn.logical_id for fn in tpl.stream_functions()] == ["SummarizeFunction", "DeriveFunction"]
     deriver = tpl.stream_function("DeriveFunction")
     assert [f["Pattern"] for f in deriver.stream["FilterCriteria"]["Filters"]] == [
-        '{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["message"]}}}}',
+        '{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["message"]}, '
+        '"copy_of": {"S": [{"exists": false}]}}}}',
         '{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["scope_session"]}}}}',
         '{"eventName": ["INSERT", "MODIFY"], "dynamodb": {"NewImage": {"kind": {"S": ["dream"]}, '
         '"requested": {"S": [{"exists": true}]}}}}']

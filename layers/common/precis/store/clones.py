@@ -107,7 +107,8 @@ def _summaries(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
 
 def _copy_item(db: Db, ws: str, clone: str, incarnation: str, item: dict[str, Any]) -> dict[str, Any]:
     """The clone's copy of a parent's message item (its large body copied into the clone's own prefix)."""
-    copy = {**item, **keys.message(ws, clone, int(item["seq"]))}
+    # `copy_of`: the stream's consumers skip it (its summaries, vectors and derivations came from the parent).
+    copy = {**item, **keys.message(ws, clone, int(item["seq"])), "copy_of": keys.parse_session_pk(item["PK"])[1]}
     if item.get("body_key"):
         key = keys.body_object(ws, clone, incarnation, secrets.token_hex(16))
         db.s3.copy_object(Bucket=db.bucket, Key=key, CopySource={"Bucket": db.bucket, "Key": item["body_key"]})

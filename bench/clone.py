@@ -1,0 +1,78 @@
+"""Session clone's cost: the clone request's latency and DynamoDB requests for sessions of 100 → 100,000 messages,
+the context read on a clone (while it reads through its parent, and once its background copy is done) against the
+same read on the ordinary session, and what the background copy costs."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+from bench.common import Requests, moto, print_table, write_json
+from bench.context import WS, add_summaries, seed_session, text_pool
+
+SIZES = tuple(int(s) for s in os.environ.get("PRECIS_BENCH_CLONE_SIZES", "100,1000,10000,100000").split(","))
+COPY_UP_TO = 10_000  # moto copies its table per transaction: the background copy of 100,000 is not timed here
+BUDGET = 8_000
+
+
+def _context(db, session: str) -> tuple[int, int, float]:
+    from precis.store.context import read_context
+
+    read_context(db, WS, session, BUDGET)  # warm
+    with Requests(db.client) as counted:
+        started = time.perf_counter()
+        read_context(db, WS, session, BUDGET)
+        seconds = time.perf_counter() - started
+    return len(counted.ops), counted.bytes, seconds * 1000
+
+
+def run() -> None:
+    from precis.store import resources
+    from precis.store.clones import clone_session, copy_base
+    from precis.store.db import get_db
+
+    rows = []
+    rng = random.Random(11)
+    for size in SIZES:
+        with moto(stream=False) as clients:
+            db = get_db()
+            resources.get_or_create_workspace(db, WS)
+            session = f"s{size}"
+            resources.get_or_create_session(db, WS, session, peers={"alice": {}, "assistant": {}})
+            costs = seed_session(clients["dynamodb"], db.table, session, size, text_pool(rng), rng)
+            add_summaries(db, session, costs, rng)
+            with Requests(db.client) as counted:
+                started = time.perf_counter()
+                clone = clone_session(db, WS, session)["id"]
+                clone_ms = (time.perf_counter() - started) * 1000
+            clone_requests, clone_bytes = len(counted.ops), counted.bytes
+            plain = _context(db, session)
+            through = _context(db, clone)
+            copy_requests, copy_s, copied = None, None, (None, 0, None)
+            if size <= COPY_UP_TO:
+                with Requests(db.client) as counted:
+                    started = time.perf_counter()
+                    assert copy_base(db, WS, clone)
+                    copy_s = time.perf_counter() - started
+                copy_requests = len(counted.ops)
+                copied = _context(db, clone)
+            rows.append({"messages": size, "clone_ms": clone_ms, "clone_requests": clone_requests,
+                         "clone_bytes": clone_bytes, "context_requests": plain[0], "context_bytes": plain[1],
+                         "context_ms": plain[2], "clone_context_requests": through[0],
+                         "clone_context_bytes": through[1], "clone_context_ms": through[2],
+                         "copied_context_requests": copied[0], "copied_context_bytes": copied[1],
+                         "copy_requests": copy_requests, "copy_s": copy_s})
+            print(f"  {size:,} messages done", flush=True)
+    print_table("Session clone: the request (whatever the length), and the context read (8,000 tokens) on the session, "
+                "on its clone while it reads through, and once copied",
+                ["messages", "clone ms", "clone requests", "context requests / KB", "clone's context requests / KB",
+                 "after copy requests / KB", "background copy requests", "copy s"],
+                [(r["messages"], r["clone_ms"], r["clone_requests"],
+                  f"{r['context_requests']} / {r['context_bytes'] / 1024:.0f}",
+                  f"{r['clone_context_requests']} / {r['clone_context_bytes'] / 1024:.0f}",
+                  f"{r['copied_context_requests']} / {r['copied_context_bytes'] / 1024:.0f}"
+                  if r["copied_context_requests"] is not None else "—",
+                  r["copy_requests"] if r["copy_requests"] is not None else "—",
+                  r["copy_s"] if r["copy_s"] is not None else "—") for r in rows])
+    write_json("clone", rows)
