@@ -10,7 +10,7 @@ from precis.auth import Principal, mint_key, verify_key
 from precis.config import get_settings
 from precis.errors import Unauthorized
 
-from tests.handlers import call
+from tests.handlers import Form, call
 
 SECRET = "test-signing-secret-0123456789abcdef"
 W = "/v3/workspaces/ws1"
@@ -82,6 +82,8 @@ MATRIX = [
     ("PUT", f"{S}/peers/alice/config", {"observe_me": False}, SESSION_WRITERS, 204, None),
     ("POST", f"{S}/messages", {"messages": [{"content": "hi", "peer_id": "alice"}]}, SESSION_WRITERS, 201,
      [{"content": "hi", "peer_id": "alice", "session_id": "s1", "workspace_id": "ws1", "token_count": 1}]),
+    ("POST", f"{S}/messages/upload", Form({"peer_id": "alice"}, {"file": ("a.txt", b"hi", "text/plain")}),
+     SESSION_WRITERS, 201, [{"content": "hi", "peer_id": "alice", "session_id": "s1", "token_count": 1}]),
     ("POST", f"{S}/messages/list", None, SESSION_READERS, 200,
      {"items": [{"id": "MESSAGE_ID", "content": "hello", "peer_id": "alice"}], "total": 1}),
     ("GET", f"{S}/context", None, SESSION_READERS, 200,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.handlers import call
+from tests.handlers import Form, call
 
 W = "/v3/workspaces/ws1"
 S = f"{W}/sessions/s1"
@@ -235,6 +235,18 @@ CASES = [
     ("POST", f"{W}/scopes/nope/sessions/list", None, {}, {}, 404),
     ("GET", f"{W}/scopes/nope/status", None, {}, {}, 404),
     ("GET", f"{W}/scopes/bad%20id/status", None, {}, {}, 422),
+    # file upload (tests/test_upload.py has more)
+    ("POST", f"{S}/messages/upload", '{"messages": []}', {}, {}, 415),  # not a form
+    ("POST", f"{S}/messages/upload", Form({"peer_id": "alice"}, {"file": ("a.png", b"\x89PNG", "image/png")}), {}, {},
+     415),
+    ("POST", f"{S}/messages/upload", Form({"peer_id": "alice"}, {"file": ("a.pdf", b"%PDF-1 x", "application/pdf")}),
+     {}, {}, 422),
+    ("POST", f"{S}/messages/upload", Form({}, {"file": ("a.txt", b"hi", "text/plain")}), {}, {}, 422),
+    ("POST", f"{S}/messages/upload", Form({"peer_id": "alice"}, {}), {}, {}, 422),
+    ("POST", f"{S}/messages/upload",
+     Form({"peer_id": "alice"}, {"file": ("a.txt", b"x" * (4 * 2**20 + 1), "text/plain")}), {}, {}, 413),
+    ("POST", f"{W}/sessions/nope/messages/upload", Form({"peer_id": "alice"}, {"file": ("a.txt", b"hi", "text/plain")}),
+     {}, {}, 404),
 ]
 
 

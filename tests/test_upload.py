@@ -1,5 +1,5 @@
-"""File upload (issue 14): POST …/messages/upload turns a text, Markdown, JSON or PDF file into consecutive messages of
-one batch — split where a reader would, stored all or nothing, at most once per Idempotency-Key."""
+"""File upload (issue 14): POST …/messages/upload turns a text, Markdown, JSON or PDF file into consecutive
+messages of one batch — split where a reader would, stored all or nothing, at most once per Idempotency-Key."""
 
 from __future__ import annotations
 
@@ -353,3 +353,52 @@ def test_an_upload_event_at_the_file_limit_fits_lambdas_6_mb():
     form = _file(b"x" * upload.MAX_FILE_BYTES, metadata=json.dumps({f"k{i}": "v" * 500 for i in range(100)}))
     _, event = http_event("POST", UPLOAD, form)
     assert len(json.dumps(event).encode()) < MAX_EVENT_BYTES
+
+
+# ---------------------------------------------------------------- the honcho-ai SDK on the local stack
+
+STACK_ENV = {"PRECIS_MAX_MESSAGE_CHARS": "100"}
+
+
+@pytest.mark.stack
+def test_the_sdk_uploads_text_and_pdf_files_unchanged(stack):
+    from honcho import Honcho
+    from honcho.http.exceptions import APIError
+
+    client = Honcho(base_url=stack.url, api_key="local", workspace_id="sdk-upload")
+    alice = client.peer("alice")
+    session = client.session("docs")
+    made = session.upload_file(("essay.txt", ESSAY.encode(), "text/plain"), alice, metadata={"source": "essay"},
+                               created_at="2025-03-01T10:00:00+00:00")
+    assert [m.content for m in made] == [
+        "Lisbon sits on seven hills. Its light is famous.",
+        "Trams climb the hills all day. The 28 is the oldest line, and the busiest by far.",
+        "Fado started in Alfama."]
+    assert all(m.peer_id == "alice" and m.metadata == {"source": "essay"} and m.token_count > 0 for m in made)
+    assert made[0].created_at.year == 2025
+
+    pdf = io.BytesIO(make_pdf([["Page one says hello."], ["Page two says goodbye."]]))
+    pdf.name = "pages.pdf"  # a file object: the SDK guesses application/pdf from the name
+    (page,) = session.upload_file(pdf, "alice")
+    assert page.content == "Page one says hello.\n\nPage two says goodbye."
+    assert [m.id for m in session.messages()] == [m.id for m in made] + [page.id]
+
+    with pytest.raises(APIError) as refused:
+        session.upload_file(("photo.png", b"\x89PNG\r\n", "image/png"), alice)
+    assert refused.value.status == 415 and "image/png" in str(refused.value.body)
+
+
+@pytest.mark.stack
+def test_the_async_sdk_uploads_a_file(stack):
+    import asyncio
+
+    from honcho import Honcho
+
+    async def flow():
+        client = Honcho(base_url=stack.url, api_key="local", workspace_id="sdk-upload-aio")
+        session = await client.aio.session("docs")
+        made = await session.aio.upload_file(("notes.md", b"# Notes\n\nOne point.", "text/markdown"), "bob")
+        return [m.content for m in made], [m.content async for m in await session.aio.messages()]
+
+    uploaded, listed = asyncio.run(flow())
+    assert uploaded == listed == ["# Notes\n\nOne point."]
