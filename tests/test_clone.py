@@ -204,3 +204,14 @@ def test_a_copied_message_wakes_no_stream_consumer_but_a_new_one_does(ws):
         for image, wakes in ((copied, False), (fresh, True)):
             event = {"eventName": "INSERT", "dynamodb": {"NewImage": to_item(image)}}
             assert any(matches(f, event) for f in filters) is wakes, (fn.logical_id, image["SK"])
+
+
+def test_a_chat_in_a_clone_finds_what_it_inherited(ws):
+    from tests.stream import message_records
+
+    assert invoke("DeriveFunction", {"Records": message_records(ws["dynamodb"], session_id="s1")}) == {
+        "batchItemFailures": []}
+    clone = call("POST", f"{W}/sessions/s1/clone").body["id"]
+    body = call("POST", f"{W}/chat", {"query": "Lisbon", "session_id": clone, "include_evidence": True}).body
+    assert "I moved to Lisbon last spring." in body["content"]
+    assert {m["session_id"] for m in body["evidence"]["messages"]} == {clone}

@@ -57,8 +57,11 @@ def answer_chat(db: Db, settings: Any, ws: str, body: ChatQuery, *, peer_id: str
     if peer_id is None and body.target is not None:
         raise Invalid("target: a workspace chat has no target; ask a peer (POST /peers/{peer_id}/chat)")
     resources.require_peers(db, ws, observer, observed)  # the workspace, and the peers of a peer chat
+    base = None
     if body.session_id is not None:
-        resources.require_session(db, ws, body.session_id)
+        from precis.store.messages import base_of
+
+        base = base_of(resources.require_session(db, ws, body.session_id))  # a clone searches what it inherited
     allowlist = session_allowlist(body.session_id, chosen)
     if scopes is not None:
         from precis.store import scopes as scope_store
@@ -71,7 +74,7 @@ def answer_chat(db: Db, settings: Any, ws: str, body: ChatQuery, *, peer_id: str
     request = ChatRequest(body.query, observer, observed, body.session_id, body.reasoning_level, body.response_format)
     semantic = embed if settings.embedder != "hashed" else None
     memory = Recall(db, ws, observer=observer, observed=observed, session_id=body.session_id, sessions=allowlist,
-                    embed=embed, dimensions=settings.embed_dimensions, semantic=semantic)
+                    embed=embed, dimensions=settings.embed_dimensions, semantic=semantic, base=base)
     gathered = memory.gather(body.query, MEMORY_TOKENS[body.reasoning_level])
     content = _ask(_engine(chat_engine_name(settings), settings), request, memory, gathered)
     evidence = memory.evidence if body.include_evidence else None

@@ -17,6 +17,7 @@ from precis.chat import TOOL_RESULT_TOKENS, Evidence, Gathered, conclusion_line,
 from precis.representation import SEMANTIC, Chosen, fit
 from precis.store import conclusions, context, message_search, representation, resources
 from precis.store.db import Db
+from precis.store.messages import Base
 from precis.tokens import count_text
 
 MAX_CONCLUSIONS = 30  # chosen for the first retrieval before fitting
@@ -29,11 +30,12 @@ class Recall:
 
     def __init__(self, db: Db, ws: str, *, observer: str | None, observed: str | None, session_id: str | None,
                  sessions: tuple[str, ...] | None, embed: Callable[[str], list[float]], dimensions: int,
-                 semantic: Callable[[str], list[float]] | None):
+                 semantic: Callable[[str], list[float]] | None, base: Base | None = None):
         self.db, self.ws = db, ws
         self.observer, self.observed = observer, observed
         self.session_id, self.sessions = session_id, sessions
         self._embed, self._dimensions, self._semantic = embed, dimensions, semantic
+        self._base = base  # a clone's: the parent's messages it inherited are searched as its own
         self.evidence = Evidence()
         self.searches_conclusions = observer is not None
         self._observer_sessions: list[str] | None = None
@@ -119,7 +121,7 @@ class Recall:
         if allowed is not None and not allowed:
             return []
         found = message_search.search(self.db, self.ws, query, limit, filters, dimensions=self._dimensions,
-                                      semantic=self._semantic, **within)
+                                      semantic=self._semantic, base=self._base if self.session_id else None, **within)
         found = _within(found, message_line)
         self.evidence.read_messages(found)
         return found
