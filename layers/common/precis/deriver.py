@@ -32,7 +32,7 @@ from precis.config import Settings
 from precis.configuration import DeriveConfig, derive_config
 from precis.store import conclusions, keys
 from precis.errors import NotFound
-from precis.store.db import Db, batch_get, error_code, query_all, raise_if_throttled, to_item
+from precis.store.db import Db, batch_get, error_code, mark_applied, query_all, raise_if_throttled, to_item
 from precis.store.messages import read_range, with_bodies
 from precis.store.resources import members
 
@@ -316,11 +316,7 @@ def _apply(db: Db, settings: Settings, target: DeriveTarget, incarnation: str, c
 
 
 def _mark_applied(db: Db, target: DeriveTarget, token: str, name: str) -> dict[str, Any]:
-    return {"Update": {"TableName": db.table, "Key": _cursor_key(target), "UpdateExpression": "ADD applied :name",
-                       "ConditionExpression": "job.#token = :token AND NOT contains(applied, :one)",
-                       "ExpressionAttributeNames": {"#token": "token"},
-                       "ExpressionAttributeValues": {":name": {"SS": [name]}, ":token": {"S": token},
-                                                     ":one": {"S": name}}}}
+    return mark_applied(db, _cursor_key(target), token, name)
 
 
 def _update_card(db: Db, target: DeriveTarget, observer: str, token: str, name: str, engine: Any,

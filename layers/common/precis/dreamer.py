@@ -26,7 +26,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from precis.store import conclusions, keys
-from precis.store.db import Db, error_code, from_item, query_all, raise_if_throttled, to_item
+from precis.store.db import Db, error_code, from_item, mark_applied, query_all, raise_if_throttled, to_item
 
 log = logging.getLogger("precis.dreamer")
 CHUNK = 16
@@ -149,11 +149,7 @@ def _decide(db: Db, target: DreamTarget, item: dict[str, Any], engine: Any) -> d
 
 
 def _mark(db: Db, target: DreamTarget, token: str, name: str) -> dict[str, Any]:
-    return {"Update": {"TableName": db.table, "Key": _key(target), "UpdateExpression": "ADD applied :name",
-                       "ConditionExpression": "job.#token = :token AND NOT contains(applied, :one)",
-                       "ExpressionAttributeNames": {"#token": "token"},
-                       "ExpressionAttributeValues": {":name": {"SS": [name]}, ":token": {"S": token},
-                                                     ":one": {"S": name}}}}
+    return mark_applied(db, _key(target), token, name)
 
 
 def _apply(db: Db, target: DreamTarget, item: dict[str, Any], engine: Any, embedder: Any, now: datetime) -> int:

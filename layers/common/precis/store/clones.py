@@ -176,27 +176,23 @@ def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: list[dict[str
 
 
 def _put_chunk(db: Db, chunk: list[dict[str, Any]], live: dict[str, Any]) -> None:
-    def put(item: dict[str, Any]) -> dict[str, Any]:
-        return {"Put": {"TableName": db.table, "Item": to_item(item), "ConditionExpression": "attribute_not_exists(PK)"}}
-
-    try:
-        transact(db, [*map(put, chunk), live])
-        return
-    except ClientError as exc:
-        codes = cancellation_codes(exc)
-        if not codes:
-            raise
-        if codes[-1] == "ConditionalCheckFailed":
-            raise NotFound("the clone was deleted while it was being copied") from None
-    for item in chunk:  # one of them exists already (a metadata edit copied it, or a concurrent step)
+    def put(items: list[dict[str, Any]]) -> bool:
+        """Whether the puts were written; False when one of the items exists (NotFound for a deleted clone)."""
         try:
-            transact(db, [put(item), live])
+            transact(db, [*({"Put": {"TableName": db.table, "Item": to_item(i),
+                                     "ConditionExpression": "attribute_not_exists(PK)"}} for i in items), live])
+            return True
         except ClientError as exc:
             codes = cancellation_codes(exc)
             if not codes:
                 raise
             if codes[-1] == "ConditionalCheckFailed":
                 raise NotFound("the clone was deleted while it was being copied") from None
+            return False
+
+    if not put(chunk):
+        for item in chunk:  # one of them exists already (a metadata edit copied it, or a concurrent step)
+            put([item])
 
 
 def _progress(db: Db, ws: str, session_id: str, session: dict[str, Any], copied: int) -> None:

@@ -156,3 +156,13 @@ def transact(db: Db, actions: list[dict[str, Any]], *, attempts: int = 4) -> Non
             if not conflict or attempt == attempts - 1:
                 raise
             time.sleep(random.uniform(0, 0.02 * 2 ** attempt))
+
+
+def mark_applied(db: Db, key: dict[str, Any], token: str, name: str) -> dict[str, Any]:
+    """A transaction action adding `name` to the `applied` set of the item at `key` (AttributeValues) while its
+    stored `job` is `token` and `name` is not there yet: a step of a stored job is written at most once."""
+    return {"Update": {"TableName": db.table, "Key": key, "UpdateExpression": "ADD applied :name",
+                       "ConditionExpression": "job.#token = :token AND NOT contains(applied, :one)",
+                       "ExpressionAttributeNames": {"#token": "token"},
+                       "ExpressionAttributeValues": {":name": {"SS": [name]}, ":token": {"S": token},
+                                                     ":one": {"S": name}}}}
