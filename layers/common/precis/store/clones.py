@@ -71,10 +71,11 @@ def clone_session(db: Db, ws: str, session_id: str, message_id: str | None = Non
         "ExpressionAttributeValues": {":inc": {"S": parent["incarnation"]}}}}]
     if through:
         values |= {"base_session": session_id, "base_through": through, "base_incarnation": parent["incarnation"]}
-        tail = _copy_item(db, ws, new_id, values["incarnation"],
-                          from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.message(ws, session_id,
-                                                                                                    through)),
-                                                       ConsistentRead=True)["Item"]))
+        last = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.message(ws, session_id, through)),
+                                            ConsistentRead=True).get("Item"))
+        if last is None:
+            raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")  # deleted and purged meanwhile
+        tail = _copy_item(db, ws, new_id, values["incarnation"], last)
         summaries = [i for i in _summaries(db, ws, session_id) if int(i["covers_seq"]) <= through]
         puts = [tail, *({**s, **keys.summary(ws, new_id, s["summary_type"])} for s in summaries),
                 {"PK": keys.session_pk(ws, session_id), "SK": f"CLONE#{new_id}", "kind": "clone_ref",
