@@ -20,7 +20,7 @@ from local.template import ENCODINGS_DIR, LAYER_DIR, template
 
 REPEATS = 7
 FUNCTIONS = {"context": "ContextFunction", "ingest": "IngestFunction", "summarize": "SummarizeFunction",
-             "derive": "DeriveFunction"}
+             "derive": "DeriveFunction", "chat": "ChatFunction"}
 HEAVY = ("openai", "tiktoken")
 # Imported, then ready to talk to DynamoDB: the handlers defer boto3 to their first request, so the clients
 # are part of what a cold request waits for.
