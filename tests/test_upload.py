@@ -402,3 +402,16 @@ def test_the_async_sdk_uploads_a_file(stack):
 
     uploaded, listed = asyncio.run(flow())
     assert uploaded == listed == ["# Notes\n\nOne point."]
+
+
+def test_the_openapi_document_describes_the_form_so_it_can_be_fuzzed():
+    from precis.web import openapi_document
+
+    operation = openapi_document()["paths"][
+        "/v3/workspaces/{workspace_id}/sessions/{session_id}/messages/upload"]["post"]
+    form = operation["requestBody"]["content"]["multipart/form-data"]
+    assert form["schema"]["required"] == ["file", "peer_id"]
+    assert form["schema"]["properties"]["file"] == {"type": "string", "format": "binary",
+                                                    "description": form["schema"]["properties"]["file"]["description"]}
+    assert form["encoding"]["metadata"] == {"contentType": "application/json"}
+    assert {p["name"] for p in operation["parameters"]} == {"workspace_id", "session_id", "idempotency-key"}

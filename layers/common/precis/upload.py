@@ -43,12 +43,15 @@ OPENAPI_BODY = {
                 "file": {"type": "string", "format": "binary",
                          "description": f"{SUPPORTED}, at most {MAX_FILE_BYTES} bytes"},
                 "peer_id": {"type": "string", "minLength": 1, "maxLength": ID_MAX, "pattern": ID_PATTERN},
-                "metadata": {"type": "string", "description": "a JSON object, given to every message"},
-                "configuration": {"type": "string", "description": "a JSON object"},
+                "metadata": {"type": "object", "description": "given to every message"},
+                "configuration": {"type": "object"},
                 "created_at": {"type": "string", "format": "date-time"},
             },
         },
-        "encoding": {"file": {"contentType": "text/plain, text/markdown, application/json, application/pdf"}},
+        # An object part is JSON text (OpenAPI's default for a multipart object, and what the SDK sends).
+        "encoding": {"file": {"contentType": "text/plain, text/markdown, application/json, application/pdf"},
+                     "metadata": {"contentType": "application/json"},
+                     "configuration": {"contentType": "application/json"}},
     }},
 }
 
