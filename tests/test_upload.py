@@ -266,6 +266,9 @@ def test_markdown_json_and_pdf_files_are_read(session):
     assert reply.status == 201 and [m["content"] for m in reply.body] == [
         "Page one says hello.\n\nPage two says goodbye."]
 
+    reply = call("POST", UPLOAD, _file(b"Notes.", "r\u00e9sum\u00e9 \u7b80\u5386.md", "application/octet-stream"))
+    assert reply.status == 201 and reply.body[0]["content"] == "Notes."  # a non-ASCII name, as httpx sends it
+
     latin = "Café au lait.".encode("latin-1")
     reply = call("POST", UPLOAD, _file(latin, "a.txt", "text/plain; charset=latin-1"))
     assert reply.status == 201 and reply.body[0]["content"] == "Café au lait."
