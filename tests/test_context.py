@@ -24,7 +24,7 @@ WS = "ws1"
 W = f"/v3/workspaces/{WS}"
 SHORT, LONG, ROLLING = "honcho_chat_summary_short", "honcho_chat_summary_long", "rolling"
 CONTEXT_KEYS = {"id", "messages", "summary", "peer_representation", "peer_card", "messages_skipped", "token_count",
-                "representation_skipped"}
+                "representation_skipped", "card_token_count"}
 SUMMARY_KEYS = {"content", "message_id", "summary_type", "created_at", "token_count"}
 INLINE_MAX_BYTES = 16_384  # the default; the largest generated messages go to S3
 
@@ -322,7 +322,7 @@ def test_empty_session_has_empty_context(ws):
     new_session("s1")
     body = context("s1", tokens=10)
     assert body == {"id": "s1", "messages": [], "summary": None, "peer_representation": None, "peer_card": None,
-                    "messages_skipped": 0, "token_count": 0, "representation_skipped": 0}
+                    "messages_skipped": 0, "token_count": 0, "representation_skipped": 0, "card_token_count": 0}
 
 
 def test_zero_token_messages_cost_nothing_and_are_returned(ws):

@@ -431,15 +431,18 @@
   function contextParts(context, limit) {
     const summary = context.summary ? context.summary.token_count : 0;
     const messages = context.messages.reduce((sum, m) => sum + m.token_count, 0);
-    // The API counts the representation and the card together (token_count less summary and messages); when both
-    // are present their split is estimated from their lengths.
+    // The representation and the card take what token_count holds beyond summary and messages; the card's share is
+    // card_token_count (Precis's ext). From a server without it their split is estimated from their lengths.
     const peerTokens = Math.max(0, context.token_count - summary - messages);
     const representationText = context.peer_representation || "";
     const cardText = (context.peer_card || []).join("\n");
     let representation = peerTokens;
     let card = 0;
     let estimated = false;
-    if (cardText && !representationText) {
+    if (typeof context.card_token_count === "number") {
+      card = Math.min(peerTokens, context.card_token_count);
+      representation = peerTokens - card;
+    } else if (cardText && !representationText) {
       representation = 0;
       card = peerTokens;
     } else if (cardText && representationText && peerTokens > 0) {

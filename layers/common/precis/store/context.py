@@ -17,7 +17,7 @@ from aws_lambda_powertools import Logger
 from precis.budget import ContextPlan, MessageCost, SummaryCost, plan_context, select_messages
 from precis.configuration import summary_config
 from precis.errors import Invalid, NotFound, Throttled
-from precis.representation import fit
+from precis.representation import card_text, fit
 from precis.store import keys, representation
 from precis.store.db import Db, batch_get, from_item, projection, query_all, to_item
 from precis.store.messages import Base, base_of, is_fence, last_message, with_bodies
@@ -154,6 +154,8 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
         "peer_card": fitted.card if fitted else None,
         "messages_skipped": selection.messages_skipped,
         "representation_skipped": fitted.skipped if fitted else 0,
+        # (ext) of token_count, what the card takes (the rest of the peer part is the representation's)
+        "card_token_count": count_text(card_text(fitted.card)) if fitted and fitted.card else 0,
         "token_count": selection.token_count + (fitted.tokens if fitted else 0),
     }
 
