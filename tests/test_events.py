@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -30,6 +31,7 @@ EXPECTED = {
     "derive_flush.json": ("DeriveFunction", "flush"),
     "chat_peer.json": ("ChatFunction", 200),
     "ingest_schedule_dream.json": ("IngestFunction", 204),
+    "ingest_upload_file.json": ("IngestFunction", 201),
 }
 
 # What must exist before each event for it to mean what it says: nothing, the workspace, or the session with
@@ -45,6 +47,7 @@ NEEDS = {
     "derive_flush.json": "workspace",
     "chat_peer.json": "session",
     "ingest_schedule_dream.json": "session",
+    "ingest_upload_file.json": "session",
 }
 
 # Response shapes by route: keys every 2xx body of that route carries.
@@ -134,7 +137,10 @@ def test_event_is_well_formed_for_its_source(name):
     path_params = {p[1:-1]: v for p, v in zip(parts, event["rawPath"].strip("/").split("/")) if p.startswith("{")}
     assert (event.get("pathParameters") or {}) == path_params
     assert path_params.get("workspace_id", "demo") == "demo" and path_params.get("session_id", "s1") == "s1"
-    if "body" in event:
+    if "body" in event and event.get("isBase64Encoded"):  # a multipart upload, as API Gateway hands it over
+        assert event["headers"]["content-type"].startswith("multipart/form-data; boundary=")
+        assert int(event["headers"]["content-length"]) == len(base64.b64decode(event["body"]))
+    elif "body" in event:
         assert int(event["headers"]["content-length"]) == len(event["body"].encode())
         json.loads(event["body"])
 
@@ -169,6 +175,10 @@ def test_event_runs_through_its_handler_with_the_documented_status(aws, name):
     body = json.loads(result["body"])
     if expected >= 400:
         assert body["detail"], "an error says what is wrong"
+        return
+    if event.get("isBase64Encoded"):  # an uploaded file: its paragraphs, in order, as alice's messages
+        assert [m["peer_id"] for m in body] == ["alice"] * len(body) and body
+        assert "Lisbon" in "".join(m["content"] for m in body)
         return
     if isinstance(body, list):  # a message batch answers with the stored messages, in order
         assert [m["content"] for m in body] == [m["content"] for m in json.loads(event["body"])["messages"]]
