@@ -164,4 +164,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is stopped and flushed: leave without the interpreter's teardown, which frees the in-process moto
+    # state object by object (13 s and more after a few minutes of traffic, with no thread left to watch it).
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

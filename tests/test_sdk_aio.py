@@ -27,34 +27,6 @@ from pydantic import BaseModel
 
 pytestmark = pytest.mark.stack
 STACK_ENV = {"PRECIS_LOCAL_SCHEDULE_S": "1"}
-STOP_PATIENCE_S = 90
-
-
-def stopped_patiently(tmp_path_factory, env: dict[str, str]):
-    """conftest's `stack`, given time to stop. After a few minutes of traffic the stack's process spends 10-15 s in
-    interpreter finalization once its own stop is done (tearing down the in-process moto state; its 8 s stop watchdog
-    cannot fire then), past the 15 s `Stack.stop` waits before it kills and fails the teardown."""
-    import signal
-
-    from tests.stack import Stack
-
-    running = Stack(tmp_path_factory.mktemp("stack"), env=env)
-    try:
-        running.wait_healthy()
-        yield running
-    finally:
-        if running.proc.poll() is None:
-            running.proc.send_signal(signal.SIGTERM)
-        try:
-            running.proc.wait(timeout=STOP_PATIENCE_S)
-        except BaseException:
-            running.proc.kill()
-            raise
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    yield from stopped_patiently(tmp_path_factory, STACK_ENV)
 
 
 async def settled(probe, timeout: float = 30.0):

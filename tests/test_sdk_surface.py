@@ -612,11 +612,6 @@ class Runs:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    yield from aio_flow.stopped_patiently(tmp_path_factory, STACK_ENV)
-
-
-@pytest.fixture(scope="module")
 def runs(stack) -> Runs:
     """Both flows, once and side by side (each its steps in order, in a workspace of its own), with every
     HTTP-making method recorded; the SDK's classes and httpx are restored before any test reads the result."""
