@@ -215,3 +215,22 @@ def test_a_chat_in_a_clone_finds_what_it_inherited(ws):
     body = call("POST", f"{W}/chat", {"query": "Lisbon", "session_id": clone, "include_evidence": True}).body
     assert "I moved to Lisbon last spring." in body["content"]
     assert {m["session_id"] for m in body["evidence"]["messages"]} == {clone}
+
+
+def test_large_bodies_outlive_the_parent_whether_copied_or_edited(ws, monkeypatch):
+    from precis.config import get_settings
+
+    monkeypatch.setenv("PRECIS_INLINE_BODY_MAX_BYTES", "64")  # these bodies go to S3
+    get_settings.cache_clear()
+    long_texts = [f"{n}: " + "the river light in Lisbon " * 10 for n in range(2)]
+    post("big", *(("alice", t) for t in long_texts))
+    assert item(ws, "WS#ws1#S#big", "MSG#000000000001").get("body_key")
+    clone = call("POST", f"{W}/sessions/big/clone").body["id"]
+    first = messages(clone)[0]["id"]
+    assert call("PUT", f"{W}/sessions/{clone}/messages/{first}", {"metadata": {"kept": True}}).status == 200
+    assert run_stream(ws, clone, "INSERT") == {"batchItemFailures": []}
+    assert call("DELETE", f"{W}/sessions/big").status == 202
+    assert run_stream(ws, "big") == {"batchItemFailures": []}
+    assert "purged_at" in session_item(ws, "big")  # the parent's bodies are gone from S3
+    assert [m["content"] for m in messages(clone)] == long_texts
+    assert messages(clone)[0]["metadata"] == {"kept": True}

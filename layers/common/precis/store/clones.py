@@ -75,7 +75,7 @@ def clone_session(db: Db, ws: str, session_id: str, message_id: str | None = Non
                                             ConsistentRead=True).get("Item"))
         if last is None:
             raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")  # deleted and purged meanwhile
-        tail = _copy_item(db, ws, new_id, values["incarnation"], last)
+        tail = copy_item(db, ws, new_id, values["incarnation"], last)
         summaries = [i for i in _summaries(db, ws, session_id) if int(i["covers_seq"]) <= through]
         puts = [tail, *({**s, **keys.summary(ws, new_id, s["summary_type"])} for s in summaries),
                 {"PK": keys.session_pk(ws, session_id), "SK": f"CLONE#{new_id}", "kind": "clone_ref",
@@ -106,7 +106,7 @@ def _summaries(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
     return [{k: v for k, v in i.items() if not k.startswith("job_")} for i in items if i.get("kind") == "summary"]
 
 
-def _copy_item(db: Db, ws: str, clone: str, incarnation: str, item: dict[str, Any]) -> dict[str, Any]:
+def copy_item(db: Db, ws: str, clone: str, incarnation: str, item: dict[str, Any]) -> dict[str, Any]:
     """The clone's copy of a parent's message item (its large body copied into the clone's own prefix)."""
     # `copy_of`: the stream's consumers skip it (its summaries, vectors and derivations came from the parent).
     copy = {**item, **keys.message(ws, clone, int(item["seq"])), "copy_of": keys.parse_session_pk(item["PK"])[1]}
@@ -152,7 +152,7 @@ def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first
     have = {i["SK"] for i in range_query(keys.session_pk(ws, clone), "MSG#", "PK, SK")}
     messages = [i for i in range_query(keys.session_pk(ws, parent), "MSG#")
                 if i.get("kind") == "message" and i["SK"] not in have]
-    copies = [_copy_item(db, ws, clone, incarnation, m) for m in messages]
+    copies = [copy_item(db, ws, clone, incarnation, m) for m in messages]
     vectors = [{**v, "PK": keys.message_vectors_pk(ws, clone), "msession": clone}
                for v in range_query(keys.message_vectors_pk(ws, parent), "MV#")]
     _put_all(db, ws, clone, incarnation, copies + vectors)

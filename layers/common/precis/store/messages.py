@@ -461,11 +461,14 @@ def get_message(db: Db, ws: str, session_id: str, message_id: str) -> dict[str, 
 
 
 def update_message_metadata(db: Db, ws: str, session_id: str, message_id: str, metadata: dict[str, Any]):
-    base = base_of(require_session(db, ws, session_id))
-    item = locate_message(db, ws, session_id, message_id, base)
+    session = require_session(db, ws, session_id)
+    item = locate_message(db, ws, session_id, message_id, base_of(session))
     if keys.parse_session_pk(item["PK"])[1] != session_id:
-        # A clone's message still in its parent: copy on write (the clone's copy job never overwrites a copy).
-        copy = {**item, **keys.message(ws, session_id, item["seq"]), "metadata": _dump(metadata)}
+        # A clone's message still in its parent: copy on write, its large body too (the parent's goes with its
+        # purge); the clone's copy job never overwrites a copy.
+        from precis.store.clones import copy_item
+
+        copy = {**copy_item(db, ws, session_id, session["incarnation"], item), "metadata": _dump(metadata)}
         try:
             db.client.put_item(TableName=db.table, Item=to_item(copy), ConditionExpression="attribute_not_exists(PK)")
             return with_bodies(db, [copy], ws, session_id)[0]
