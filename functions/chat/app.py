@@ -4,6 +4,8 @@ A function of its own: an answer may take several LLM rounds (a longer timeout t
 `openai` import stays off the context function's cold start. The offline engine never imports it.
 """
 
+from precis import startup  # first: no garbage collection while the imports run (precis.startup)
+
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
 from precis.routes.chat import router
@@ -19,3 +21,6 @@ app.include_router(router)
 @metrics.log_metrics
 def lambda_handler(event: dict, context) -> dict:
     return serve(app, event, context)
+
+
+startup.done()  # the module is built: freeze what it made (precis.startup)

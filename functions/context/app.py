@@ -4,6 +4,8 @@ No Powertools Tracer here: importing the X-Ray SDK costs ~0.2 s of every cold st
 on; the function's active tracing (template) still traces each invocation.
 """
 
+from precis import startup  # first: no garbage collection while the imports run (precis.startup)
+
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
 from precis.routes.read import router
@@ -43,3 +45,6 @@ def console_file(name: str):
 @metrics.log_metrics
 def lambda_handler(event: dict, context) -> dict:
     return serve(app, event, context)
+
+
+startup.done()  # the module is built: freeze what it made (precis.startup)

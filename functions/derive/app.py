@@ -6,6 +6,8 @@ dead-letters them) and is marked due again, so the schedule retries it later: th
 message is skipped. The scheduled event `{"precis": "flush"}` derives every cursor whose batch is due.
 """
 
+from precis import startup  # first: no garbage collection while the imports run (precis.startup)
+
 import math
 from contextlib import suppress
 from datetime import UTC, datetime
@@ -161,3 +163,6 @@ def lambda_handler(event: dict, context) -> dict:
                                           lambda t: _derive(db, t, time_left, images=targets[t]),
                                           workers=get_settings().summarize_concurrency))
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+
+
+startup.done()  # the module is built: freeze what it made (precis.startup)

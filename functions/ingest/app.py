@@ -1,5 +1,7 @@
 """Ingest function: the write routes of the v3 API (workspaces, peers, sessions, messages, keys)."""
 
+from precis import startup  # first: no garbage collection while the imports run (precis.startup)
+
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging import correlation_paths
 from precis.routes.write import router
@@ -17,3 +19,6 @@ app.include_router(router)
 @metrics.log_metrics
 def lambda_handler(event: dict, context) -> dict:
     return serve(app, event, context)
+
+
+startup.done()  # the module is built: freeze what it made (precis.startup)

@@ -7,6 +7,8 @@ target fails alone. Both actions are idempotent: summary writes are conditional,
 invocation at a time (its lease), and a purge is bound to the incarnation its record names.
 """
 
+from precis import startup  # first: no garbage collection while the imports run (precis.startup)
+
 import math
 from collections.abc import Callable
 from contextlib import suppress
@@ -72,3 +74,6 @@ def lambda_handler(event: dict, context) -> dict:
     _failures.update(run_each(list(targets), lambda t: _serve(db, t, targets[t], time_left),
                               workers=get_settings().summarize_concurrency))
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+
+
+startup.done()  # the module is built: freeze what it made (precis.startup)
