@@ -1,0 +1,55 @@
+"""What a cold start imports: no handler imports `openai` (≈0.7 s) at import, and the read path (the context and chat
+functions, and /health) imports neither `openai` nor `tiktoken`. Each function is imported in a fresh interpreter
+with the environment Lambda gives it (bench.coldstart.lambda_environment)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bench.coldstart import lambda_environment
+from local.template import ROOT
+
+PROBE = r"""
+import json, sys
+import app
+imported = {name: name in sys.modules for name in ("openai", "tiktoken")}
+event = {"version": "2.0", "routeKey": "GET /health", "rawPath": "/health", "rawQueryString": "", "headers": {},
+         "requestContext": {"http": {"method": "GET", "path": "/health", "protocol": "HTTP/1.1",
+                                     "sourceIp": "127.0.0.1", "userAgent": "probe"},
+                            "requestId": "probe", "routeKey": "GET /health", "stage": "$default"},
+         "isBase64Encoded": False}
+from local.lambda_context import LambdaContext
+context = LambdaContext(function_name="precis-context", timeout_s=15)
+health = app.lambda_handler(event, context)["statusCode"] if sys.argv[1] == "health" else None
+print(json.dumps({"import": imported, "health": health,
+                  "after": {name: name in sys.modules for name in ("openai", "tiktoken")}}))
+"""
+
+
+def cold(logical_id: str, health: bool = False) -> dict:
+    env, cwd = lambda_environment(logical_id)
+    env["PYTHONPATH"] += f":{ROOT}"  # the probe's Lambda context comes from the local stack's package
+    out = subprocess.run([sys.executable, "-c", PROBE, "health" if health else "import"], env=env, cwd=cwd,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("logical_id", ["ContextFunction", "ChatFunction", "IngestFunction", "SummarizeFunction",
+                                        "DeriveFunction"])
+def test_no_function_imports_openai_when_it_starts(logical_id):
+    assert cold(logical_id)["import"]["openai"] is False
+
+
+@pytest.mark.parametrize("logical_id", ["ContextFunction", "ChatFunction"])
+def test_the_read_path_imports_neither_openai_nor_tiktoken(logical_id):
+    assert cold(logical_id)["import"] == {"openai": False, "tiktoken": False}
+
+
+def test_health_answers_without_openai_or_tiktoken():
+    probe = cold("ContextFunction", health=True)
+    assert probe["health"] == 200 and probe["after"] == {"openai": False, "tiktoken": False}
