@@ -67,7 +67,8 @@ Configuration = Annotated[dict[str, Any], AfterValidator(_check_configuration)]
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Built on first use, not at import: the context function's cold start pays only for the bodies it validates.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class PeerFlags(_Body):
@@ -136,7 +137,7 @@ class ConclusionIn(_Body):
 class ConclusionBatch(BaseModel):
     """`conclusions` (Honcho's key; `observations` accepted as an alias), 1-100 items."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
     conclusions: list[ConclusionIn] = Field(min_length=1, max_length=MAX_BATCH, alias="observations")
 
 
