@@ -67,9 +67,9 @@ def run() -> None:
                          "copied_context_requests": copied[0], "copied_context_bytes": copied[1],
                          "copy_requests": copy_requests, "copy_s": copy_s})
             print(f"  {size:,} messages done", flush=True)
-    print_table("Session clone: the request (7 DynamoDB requests whatever the length; its ms grow with moto's table "
-                "copies, not DynamoDB's), and the context read (8,000 tokens) on the session, on its clone while it reads "
-                "through, and once copied",
+    print_table("Session clone: the request (7 DynamoDB requests whatever the length; its ms grow with moto's "
+                "table copies, not DynamoDB's), and the context read (8,000 tokens) on the session, on its clone while "
+                "it reads through, and once copied",
                 ["messages", "clone ms", "clone requests", "context requests / KB", "clone's context requests / KB",
                  "after copy requests / KB", "background copy requests", "copy s"],
                 [(r["messages"], r["clone_ms"], r["clone_requests"],
