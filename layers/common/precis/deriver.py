@@ -330,20 +330,8 @@ def _update_card(db: Db, target: DeriveTarget, observer: str, token: str, name: 
     except Exception as exc:  # noqa: BLE001 - a card is a convenience: its failure never blocks the conclusions
         log.warning("card update failed for %s/%s: %s", observer, target.sender, exc)
         proposed = None
-    extra = [_mark_applied(db, target, token, name)]
-    try:
-        if proposed is None:
-            db.client.transact_write_items(TransactItems=extra)
-        else:
-            card_entries, card_counts = proposed
-            conclusions.write_card(db, ws, observer, target.sender, card_entries, card_counts, previous=entries,
-                                   extra=extra)
-    except conclusions.ExtraConditionFailed:
-        pass
-    except ClientError as exc:
-        raise_if_throttled(exc)
-        if error_code(exc) != "TransactionCanceledException":
-            raise
+    conclusions.write_card_step(db, ws, observer, target.sender, proposed, entries,
+                                _mark_applied(db, target, token, name))
 
 
 def _finish(db: Db, target: DeriveTarget, incarnation: str, to_seq: int, count: int, condition: str,

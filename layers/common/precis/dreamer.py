@@ -188,18 +188,7 @@ def _refresh_card(db: Db, target: DreamTarget, job: dict[str, Any], engine: Any,
     except Exception as exc:  # noqa: BLE001 - a card is a convenience: its failure never blocks the dream
         log.warning("card refresh failed for %s/%s: %s", observer, observed, exc)
         proposed = None
-    extra = [_mark(db, target, job["token"], "card")]
-    try:
-        if proposed is None:
-            db.client.transact_write_items(TransactItems=extra)
-        else:
-            conclusions.write_card(db, ws, observer, observed, *proposed, previous=entries, extra=extra)
-    except conclusions.ExtraConditionFailed:
-        pass
-    except ClientError as exc:
-        raise_if_throttled(exc)
-        if error_code(exc) != "TransactionCanceledException":
-            raise
+    conclusions.write_card_step(db, ws, observer, observed, proposed, entries, _mark(db, target, job["token"], "card"))
 
 
 def dreams_due(db: Db, ws: str, now: datetime) -> list[DreamTarget]:

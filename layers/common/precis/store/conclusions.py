@@ -27,7 +27,18 @@ from botocore.exceptions import ClientError
 from precis import filters as filtering
 from precis.errors import Invalid, NotFound, Throttled
 from precis.store import keys, vectors
-from precis.store.db import Db, batch_get, cancellation_codes, from_item, projection, query_all, to_item, transact
+from precis.store.db import (
+    Db,
+    batch_get,
+    cancellation_codes,
+    error_code,
+    from_item,
+    projection,
+    query_all,
+    raise_if_throttled,
+    to_item,
+    transact,
+)
 from precis.store.messages import check_text, fit_page
 from precis.store.resources import delete_keys, page, require_peers, require_workspace
 
@@ -704,3 +715,20 @@ def _write_card(db: Db, ws: str, observer: str, observed: str, entries: list[str
             return False
         raise
     return True
+
+
+def write_card_step(db: Db, ws: str, observer: str, observed: str, proposed: tuple[list[str], dict[str, int]] | None,
+                    previous: list[str] | None, marker: dict[str, Any]) -> None:
+    """A stored job's card step: the proposed card (or, with none, the step's `marker` alone) in one transaction with
+    the marker; a step applied already, or a card a client replaced meanwhile, leaves things as they are."""
+    try:
+        if proposed is None:
+            db.client.transact_write_items(TransactItems=[marker])
+        else:
+            write_card(db, ws, observer, observed, *proposed, previous=previous, extra=[marker])
+    except ExtraConditionFailed:
+        pass
+    except ClientError as exc:
+        raise_if_throttled(exc)
+        if error_code(exc) != "TransactionCanceledException":
+            raise
