@@ -19,24 +19,54 @@ _THROTTLING = {"ThrottlingException", "ProvisionedThroughputExceededException", 
 
 @dataclass
 class Db:
-    client: Any  # boto3 DynamoDB client
-    s3: Any  # boto3 S3 client
+    client: Any  # botocore DynamoDB client
+    s3: Any  # botocore S3 client
     table: str
     bucket: str
 
 
+SERVICES = ("dynamodb", "s3")
+
+
+def _session() -> Any:
+    """A botocore session whose data loader knows it needs only SERVICES.
+
+    botocore checks a service name against a listing of every service it ships (400-odd directories, a stat of
+    each version's files: ~10 ms per kind of data file, twice per cold start) before it loads the one model asked
+    for. Precis asks for two it ships with; a name botocore lacked would still fail, as DataNotFoundError.
+    """
+    import os
+
+    from botocore.loaders import Loader
+    from botocore.session import get_session
+
+    class KnownServices(Loader):
+        def list_available_services(self, type_name: str) -> list[str]:
+            return list(SERVICES)
+
+    session = get_session()
+    paths = session.get_config_variable("data_path")  # AWS_DATA_PATH, as botocore's own loader reads it
+    extra = [os.path.expanduser(os.path.expandvars(p)) for p in paths.split(os.pathsep)] if paths else []
+    session.register_component("data_loader", KnownServices(extra_search_paths=extra))
+    return session
+
+
 @lru_cache(maxsize=1)
 def get_db() -> Db:
-    """Clients for the configured table and bucket (boto3 honours AWS_ENDPOINT_URL for the local stack)."""
-    import boto3
+    """Clients for the configured table and bucket (botocore honours AWS_ENDPOINT_URL for the local stack).
+
+    Made by botocore itself, not boto3: `import boto3` also imports s3transfer and boto3's resource layer (~15 ms
+    of every cold start), none of which Precis uses; a boto3 client is this same botocore client.
+    """
     from botocore.config import Config
 
     settings = get_settings()
     config = Config(retries={"mode": "standard", "max_attempts": 4}, max_pool_connections=32,
                     connect_timeout=2, read_timeout=10)
+    session = _session()
     return Db(
-        client=boto3.client("dynamodb", config=config),
-        s3=boto3.client("s3", config=config),
+        client=session.create_client("dynamodb", config=config),
+        s3=session.create_client("s3", config=config),
         table=settings.table_name,
         bucket=settings.bucket_name,
     )
