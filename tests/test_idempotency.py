@@ -12,9 +12,9 @@ import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 from precis.config import get_settings
 from precis.ingest import _fingerprint, create_messages
-from precis.models import MessageBatch
 from precis.store import keys
 from precis.store.db import from_item, get_db
+from precis.write_models import MessageBatch
 
 from tests.handlers import call
 

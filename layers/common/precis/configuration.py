@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from precis.config import SUMMARY_ENV, get_settings
 from precis.errors import Invalid
-from precis.strategies import SummaryConfig, merge_config
+from precis.summary_config import SummaryConfig, merge_config
 
 SECTION = "summarizer"
 _HONCHO = {"enabled": "enabled", "messages_per_short_summary": "messages_per_short_summary",

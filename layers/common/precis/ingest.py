@@ -13,7 +13,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from precis.config import Settings
 from precis.errors import Invalid, TooLarge
-from precis.models import ID_MAX, ID_PATTERN, MessageBatch, MessageIn
+from precis.models import ID_MAX, ID_PATTERN
 from precis.store import idempotency
 from precis.store.db import Db
 from precis.store.messages import (
@@ -26,6 +26,7 @@ from precis.store.messages import (
     read_range,
 )
 from precis.tokens import count_text
+from precis.write_models import MessageBatch, MessageIn
 
 IDEMPOTENCY_KEY_MAX = 255
 MESSAGE_JSON_MAX_BYTES = 5_000_000  # one message, read back alone, fits Lambda's 6 MB response

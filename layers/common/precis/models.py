@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 ID_PATTERN = r"^[a-zA-Z0-9_-]+$"
 ID_MAX = 100
@@ -66,97 +65,29 @@ Metadata = Annotated[dict[str, Any], AfterValidator(_check_metadata)]
 Configuration = Annotated[dict[str, Any], AfterValidator(_check_configuration)]
 
 
-class _Body(BaseModel):
+class Body(BaseModel):
     # Built on first use, not at import: the context function's cold start pays only for the bodies it validates.
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
-class PeerFlags(_Body):
-    observe_me: bool | None = None
-    observe_others: bool | None = None
-
-
-class WorkspaceCreate(_Body):
-    id: Id
-    metadata: Metadata | None = None
-    configuration: Configuration | None = None
-
-
-class ResourceUpdate(_Body):
-    metadata: Metadata | None = None
-    configuration: Configuration | None = None
-
-
-class PeerCreate(_Body):
-    id: Id
-    metadata: Metadata | None = None
-    configuration: Configuration | None = None
-
-
-class SessionCreate(_Body):
-    id: Id
-    metadata: Metadata | None = None
-    configuration: Configuration | None = None
-    peers: dict[Id, PeerFlags] | None = None
-    scopes: list[ScopeId] | None = Field(None, max_length=100)
-
-
-class MessageIn(_Body):
-    content: str
-    peer_id: Id
-    metadata: Metadata | None = None
-    configuration: dict[str, Any] | None = None  # sent by the SDK; no message-level settings yet
-    created_at: datetime | None = None
-    run_id: Id | None = None
-
-
-class MessageBatch(_Body):
-    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_BATCH)
-
-
-class MessageUpdate(_Body):
-    metadata: Metadata
-
-
-class ListBody(_Body):
+class ListBody(Body):
     filters: dict[str, Any] | None = None
 
 
 # ---------------------------------------------------------------- derived memory (MEMORY.md)
 
-CONCLUSION_MAX_CHARS = 65_535
-
-
-class ConclusionIn(_Body):
-    content: Annotated[str, StringConstraints(min_length=1, max_length=CONCLUSION_MAX_CHARS)]
-    observer_id: Id
-    observed_id: Id
-    session_id: Id | None = None
-
-
-class ConclusionBatch(BaseModel):
-    """`conclusions` (Honcho's key; `observations` accepted as an alias), 1-100 items."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
-    conclusions: list[ConclusionIn] = Field(min_length=1, max_length=MAX_BATCH, alias="observations")
-
-
-class ConclusionQuery(_Body):
+class ConclusionQuery(Body):
     query: Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
     top_k: int = Field(10, ge=1, le=100)
     distance: float | None = Field(None, ge=0, le=1)
     filters: dict[str, Any] | None = None
 
 
-class PeerCard(_Body):
-    peer_card: list[Any]
-
-
-class RepresentationFilters(_Body):
+class RepresentationFilters(Body):
     session_id: Id | list[Id] | dict[str, list[Id]] | None = None
 
 
-class RepresentationQuery(_Body):
+class RepresentationQuery(Body):
     """POST /peers/{p}/representation (MEMORY.md): Honcho's defaults are 25 conclusions, no most-frequent share."""
 
     session_id: Id | None = None
@@ -171,16 +102,7 @@ class RepresentationQuery(_Body):
 
 
 
-class ScopeCreate(_Body):
-    id: ScopeId
-    metadata: Metadata | None = None
-
-
-class ScopeSessions(_Body):
-    session_ids: list[Id] = Field(min_length=1, max_length=MAX_BATCH)
-
-
-class SearchQuery(_Body):
+class SearchQuery(Body):
     """POST …/search (MEMORY.md): the query, the message list's filters, 1-100 results."""
 
     query: Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
@@ -188,7 +110,7 @@ class SearchQuery(_Body):
     limit: int = Field(10, ge=1, le=100)
 
 
-class ChatQuery(_Body):
+class ChatQuery(Body):
     """POST /peers/{p}/chat and POST /chat (MEMORY.md): a question to the memory. `scope` is one scope (its own view)
     or several (their sessions as an allowlist); `filters.session_id` is the SDK's `sessions` allowlist."""
 
@@ -201,36 +123,3 @@ class ChatQuery(_Body):
     reasoning_level: Literal["minimal", "low", "medium", "high", "max"] = "low"
     response_format: dict[str, Any] | None = None
     include_evidence: bool = False
-
-
-class DreamRequest(_Body):
-    """POST /schedule_dream (the SDK's schedule_dream): a dream of observer's collection about observed."""
-
-    observer: Id
-    observed: Id | None = None
-    session_id: Id | None = None
-    dream_type: Literal["omni"] = "omni"
-
-
-# ---------------------------------------------------------------- file upload (issue 14)
-
-
-def _json_text(value: Any) -> Any:
-    """A form field holding JSON (the SDK sends metadata and configuration as `json.dumps` text)."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value)
-    except RecursionError:
-        raise ValueError("nests too deeply") from None
-    except ValueError as exc:
-        raise ValueError(f"not valid JSON ({exc})") from None
-
-
-class UploadFields(_Body):
-    """The form fields of `POST …/messages/upload` besides `file`; every message of the upload gets them."""
-
-    peer_id: Id
-    metadata: Annotated[Metadata | None, BeforeValidator(_json_text)] = None
-    configuration: Annotated[Configuration | None, BeforeValidator(_json_text)] = None
-    created_at: datetime | None = None

@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from email import policy
-from email.parser import BytesParser
 from io import BytesIO
 from typing import Any
 
@@ -24,8 +22,9 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from pydantic import ValidationError
 
 from precis.errors import Invalid, TooLarge, UnsupportedMediaType
-from precis.models import ID_MAX, ID_PATTERN, MAX_BATCH, MessageBatch, MessageIn, UploadFields
+from precis.models import ID_MAX, ID_PATTERN, MAX_BATCH
 from precis.split import split_text
+from precis.write_models import MessageBatch, MessageIn, UploadFields
 
 # The file, base64-encoded by API Gateway (4/3) with the form around it, stays inside Lambda's 6 MB event.
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -109,6 +108,9 @@ def _parts(raw: bytes, content_type: str) -> tuple[dict[str, str], UploadedFile 
     """The form's text fields and its file, read with the standard library's MIME parser (bytes kept exactly)."""
     if "\r" in content_type or "\n" in content_type:
         raise Invalid("Content-Type: a single header line expected")
+    from email import policy  # here, not at import: ~3 ms of the ingest function's cold start for a rare route
+    from email.parser import BytesParser
+
     head = f"Content-Type: {content_type}\r\n\r\n".encode("utf-8", "replace")
     message = BytesParser(policy=policy.HTTP).parsebytes(head + raw)
     if not message.is_multipart() or message.defects:

@@ -11,21 +11,7 @@ from precis import upload
 from precis.auth import mint_key
 from precis.config import get_settings
 from precis.ingest import create_messages
-from precis.models import (
-    ConclusionBatch,
-    DreamRequest,
-    Id,
-    MessageBatch,
-    MessageUpdate,
-    PeerCard,
-    PeerCreate,
-    PeerFlags,
-    ResourceUpdate,
-    ScopeCreate,
-    ScopeSessions,
-    SessionCreate,
-    WorkspaceCreate,
-)
+from precis.models import Id
 from precis.params import (
     ConclusionId,
     MessageId,
@@ -40,6 +26,20 @@ from precis.secrets import jwt_secret
 from precis.store import messages, resources
 from precis.store.db import get_db
 from precis.web import json_response
+from precis.write_models import (
+    ConclusionBatch,
+    DreamRequest,
+    MessageBatch,
+    MessageUpdate,
+    PeerCard,
+    PeerCreate,
+    PeerFlags,
+    ResourceUpdate,
+    ScopeCreate,
+    ScopeSessions,
+    SessionCreate,
+    WorkspaceCreate,
+)
 
 router = Router()
 

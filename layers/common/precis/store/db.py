@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
@@ -63,13 +66,29 @@ def get_db() -> Db:
     settings = get_settings()
     config = Config(retries={"mode": "standard", "max_attempts": 4}, max_pool_connections=32,
                     connect_timeout=2, read_timeout=10)
-    session = _session()
-    return Db(
-        client=session.create_client("dynamodb", config=config),
-        s3=session.create_client("s3", config=config),
-        table=settings.table_name,
-        bucket=settings.bucket_name,
-    )
+    with _no_collection():
+        session = _session()
+        return Db(
+            client=session.create_client("dynamodb", config=config),
+            s3=session.create_client("s3", config=config),
+            table=settings.table_name,
+            bucket=settings.bucket_name,
+        )
+
+
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """No garbage collection while the clients are built, then freeze what was built (as precis.startup does for
+    the imports): the service models are ~100,000 objects that live as long as the process, and collecting while
+    they are made costs ~14 ms of a cold request for nothing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+        gc.freeze()
 
 
 def to_attr(value: Any) -> dict[str, Any]:

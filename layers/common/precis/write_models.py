@@ -1,0 +1,122 @@
+"""The bodies of the write routes (the ingest function's), kept apart from `precis.models` so that the functions that
+only read (context, chat) build none of these classes on their cold start."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+
+from precis.models import MAX_BATCH, Body, Configuration, Id, Metadata, ScopeId
+
+
+class PeerFlags(Body):
+    observe_me: bool | None = None
+    observe_others: bool | None = None
+
+
+class WorkspaceCreate(Body):
+    id: Id
+    metadata: Metadata | None = None
+    configuration: Configuration | None = None
+
+
+class ResourceUpdate(Body):
+    metadata: Metadata | None = None
+    configuration: Configuration | None = None
+
+
+class PeerCreate(Body):
+    id: Id
+    metadata: Metadata | None = None
+    configuration: Configuration | None = None
+
+
+class SessionCreate(Body):
+    id: Id
+    metadata: Metadata | None = None
+    configuration: Configuration | None = None
+    peers: dict[Id, PeerFlags] | None = None
+    scopes: list[ScopeId] | None = Field(None, max_length=100)
+
+
+class MessageIn(Body):
+    content: str
+    peer_id: Id
+    metadata: Metadata | None = None
+    configuration: dict[str, Any] | None = None  # sent by the SDK; no message-level settings yet
+    created_at: datetime | None = None
+    run_id: Id | None = None
+
+
+class MessageBatch(Body):
+    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class MessageUpdate(Body):
+    metadata: Metadata
+
+
+CONCLUSION_MAX_CHARS = 65_535
+
+
+class ConclusionIn(Body):
+    content: Annotated[str, StringConstraints(min_length=1, max_length=CONCLUSION_MAX_CHARS)]
+    observer_id: Id
+    observed_id: Id
+    session_id: Id | None = None
+
+
+class ConclusionBatch(BaseModel):
+    """`conclusions` (Honcho's key; `observations` accepted as an alias), 1-100 items."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
+    conclusions: list[ConclusionIn] = Field(min_length=1, max_length=MAX_BATCH, alias="observations")
+
+
+class PeerCard(Body):
+    peer_card: list[Any]
+
+
+class ScopeCreate(Body):
+    id: ScopeId
+    metadata: Metadata | None = None
+
+
+class ScopeSessions(Body):
+    session_ids: list[Id] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class DreamRequest(Body):
+    """POST /schedule_dream (the SDK's schedule_dream): a dream of observer's collection about observed."""
+
+    observer: Id
+    observed: Id | None = None
+    session_id: Id | None = None
+    dream_type: Literal["omni"] = "omni"
+
+
+# ---------------------------------------------------------------- file upload (issue 14)
+
+
+def _json_text(value: Any) -> Any:
+    """A form field holding JSON (the SDK sends metadata and configuration as `json.dumps` text)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except RecursionError:
+        raise ValueError("nests too deeply") from None
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
+
+
+class UploadFields(Body):
+    """The form fields of `POST …/messages/upload` besides `file`; every message of the upload gets them."""
+
+    peer_id: Id
+    metadata: Annotated[Metadata | None, BeforeValidator(_json_text)] = None
+    configuration: Annotated[Configuration | None, BeforeValidator(_json_text)] = None
+    created_at: datetime | None = None
