@@ -1,6 +1,7 @@
 """What a cold start imports: no handler imports `openai` (≈0.7 s) at import, and the read path (the context and chat
-functions, and /health) imports neither `openai` nor `tiktoken`. Each function is imported in a fresh interpreter
-with the environment Lambda gives it (bench.coldstart.lambda_environment)."""
+functions, and /health) imports neither `openai` nor `tiktoken`, nor the write bodies or the summary planner. Making
+the clients imports botocore, never boto3 (and s3transfer). Each function is imported in a fresh interpreter with the
+environment Lambda gives it (bench.coldstart.lambda_environment)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,15 @@ import pytest
 from bench.coldstart import lambda_environment
 from local.template import ROOT
 
+WATCHED = ("openai", "tiktoken", "boto3", "s3transfer", "precis.write_models", "precis.strategies")
 PROBE = r"""
 import json, sys
+watched = sys.argv[2].split(",")
 import app
-imported = {name: name in sys.modules for name in ("openai", "tiktoken")}
+imported = {name: name in sys.modules for name in watched}
+from precis.store.db import get_db
+get_db()
+clients = {name: name in sys.modules for name in watched}
 event = {"version": "2.0", "routeKey": "GET /health", "rawPath": "/health", "rawQueryString": "", "headers": {},
          "requestContext": {"http": {"method": "GET", "path": "/health", "protocol": "HTTP/1.1",
                                      "sourceIp": "127.0.0.1", "userAgent": "probe"},
@@ -25,7 +31,7 @@ event = {"version": "2.0", "routeKey": "GET /health", "rawPath": "/health", "raw
 from local.lambda_context import LambdaContext
 context = LambdaContext(function_name="precis-context", timeout_s=15)
 health = app.lambda_handler(event, context)["statusCode"] if sys.argv[1] == "health" else None
-print(json.dumps({"import": imported, "health": health,
+print(json.dumps({"import": imported, "clients": clients, "health": health,
                   "after": {name: name in sys.modules for name in ("openai", "tiktoken")}}))
 """
 
@@ -33,7 +39,7 @@ print(json.dumps({"import": imported, "health": health,
 def cold(logical_id: str, health: bool = False) -> dict:
     env, cwd = lambda_environment(logical_id)
     env["PYTHONPATH"] += f":{ROOT}"  # the probe's Lambda context comes from the local stack's package
-    out = subprocess.run([sys.executable, "-c", PROBE, "health" if health else "import"], env=env, cwd=cwd,
+    out = subprocess.run([sys.executable, "-c", PROBE, "health" if health else "import", ",".join(WATCHED)], env=env, cwd=cwd,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -46,8 +52,16 @@ def test_no_function_imports_openai_when_it_starts(logical_id):
 
 
 @pytest.mark.parametrize("logical_id", ["ContextFunction", "ChatFunction"])
-def test_the_read_path_imports_neither_openai_nor_tiktoken(logical_id):
-    assert cold(logical_id)["import"] == {"openai": False, "tiktoken": False}
+def test_the_read_path_imports_no_llm_client_tokenizer_write_bodies_or_planner(logical_id):
+    imported = cold(logical_id)["import"]
+    assert not any(imported[name] for name in ("openai", "tiktoken", "precis.write_models", "precis.strategies"))
+
+
+@pytest.mark.parametrize("logical_id", ["ContextFunction", "ChatFunction", "IngestFunction", "SummarizeFunction",
+                                        "DeriveFunction"])
+def test_the_clients_come_from_botocore_without_boto3(logical_id):
+    clients = cold(logical_id)["clients"]
+    assert clients["boto3"] is False and clients["s3transfer"] is False
 
 
 def test_health_answers_without_openai_or_tiktoken():
