@@ -39,8 +39,8 @@ print(json.dumps({"import": imported, "clients": clients, "health": health,
 def cold(logical_id: str, health: bool = False) -> dict:
     env, cwd = lambda_environment(logical_id)
     env["PYTHONPATH"] += f":{ROOT}"  # the probe's Lambda context comes from the local stack's package
-    out = subprocess.run([sys.executable, "-c", PROBE, "health" if health else "import", ",".join(WATCHED)], env=env, cwd=cwd,
-                         capture_output=True, text=True, timeout=60)
+    argv = [sys.executable, "-c", PROBE, "health" if health else "import", ",".join(WATCHED)]
+    out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
