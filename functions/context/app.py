@@ -10,6 +10,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
 from precis.routes.read import router
 from precis.web import create_resolver, openapi_document, serve
+from precis.telemetry import log_metrics
 
 logger = Logger()
 metrics = Metrics()
@@ -42,7 +43,7 @@ def console_file(name: str):
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
-@metrics.log_metrics
+@log_metrics(metrics)
 def lambda_handler(event: dict, context) -> dict:
     return serve(app, event, context)
 

@@ -32,6 +32,7 @@ from precis.deriver import (
 from precis.dreamer import DreamTarget, dreams_due
 from precis.dreamer import target_of as dream_of
 from precis.store.db import get_db
+from precis.telemetry import log_metrics
 
 logger = Logger()
 metrics = Metrics()
@@ -142,7 +143,7 @@ def _flush(db, time_left) -> dict:
 
 
 @logger.inject_lambda_context
-@metrics.log_metrics
+@log_metrics(metrics)
 def lambda_handler(event: dict, context) -> dict:
     def time_left() -> float:
         return context.get_remaining_time_in_millis() / 1000 if context else math.inf

@@ -6,6 +6,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging import correlation_paths
 from precis.routes.write import router
 from precis.web import create_resolver, serve
+from precis.telemetry import log_metrics
 
 logger = Logger()
 tracer = Tracer(patch_modules=("botocore",))  # not patch_all: it imports httpx, requests and click (~30 ms cold)
@@ -16,7 +17,7 @@ app.include_router(router)
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
 @tracer.capture_lambda_handler
-@metrics.log_metrics
+@log_metrics(metrics)
 def lambda_handler(event: dict, context) -> dict:
     return serve(app, event, context)
 

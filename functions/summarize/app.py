@@ -23,6 +23,7 @@ from precis.store.db import Db, get_db
 from precis.store.purge import purge_session
 from precis.stream import StreamTarget, stream_target
 from precis.summarize import summarize_under_lease
+from precis.telemetry import log_metrics
 
 logger = Logger()
 tracer = Tracer(patch_modules=("botocore",))  # not patch_all: it imports httpx, requests and click (~30 ms cold)
@@ -60,7 +61,7 @@ def _serve(db: Db, target: StreamTarget, records: list[str], time_left: Callable
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
-@metrics.log_metrics
+@log_metrics(metrics)
 def lambda_handler(event: dict, context) -> dict:
     def time_left() -> float:
         return context.get_remaining_time_in_millis() / 1000 if context else math.inf
