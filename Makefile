@@ -74,7 +74,7 @@ test: $(VENV)/.installed $(ENCODINGS) lint build security
 test-fast: $(VENV)/.installed $(ENCODINGS)
 	$(PY) -m pytest -x -q $(ARGS)
 
-bench: $(VENV)/.installed $(ENCODINGS)
+bench: $(VENV)/.installed $(ENCODINGS) build  # build: the cold-start bench times the layer as it deploys
 	$(PY) -m bench
 
 invoke: $(VENV)/.installed $(ENCODINGS)
