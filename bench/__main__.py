@@ -8,7 +8,7 @@ import time
 
 from bench.common import use_fake_aws
 
-BENCHMARKS = ("coldstart", "ingest", "context", "summarize", "derive", "search", "chat", "clone", "scale")
+BENCHMARKS = ("coldstart", "ingest", "context", "summarize", "derive", "search", "chat", "clone", "cost", "scale")
 
 
 def main(argv: list[str]) -> int:

@@ -11,11 +11,16 @@ Neither changes what moto answers (the context benchmark checks that on its 1,00
   and rebuilt when the partition's size changes: fine for a benchmark that seeds, then only reads.
 - `copy_tables_once_per_transaction`: moto backs up (deep-copies) the whole table once per *item* of a
   TransactWriteItems; `local/moto_patches.py` (which the local stack uses too) copies it once per transaction.
+
+Two more for benchmarks whose table keeps changing (bench/cost.py): `query_one_partition` (a Query looks at its
+partition only; nothing cached) and `back_up_written_partitions` (a transaction's backup copies only the partitions
+it writes).
 """
 
 from __future__ import annotations
 
 import bisect
+import copy
 import itertools
 import threading
 from collections.abc import Iterator
@@ -150,3 +155,100 @@ def copy_tables_once_per_transaction() -> Iterator[None]:
     """moto backs a table up once per transaction, as the local stack's moto does (local/moto_patches.py)."""
     moto_patches.install()
     yield
+
+
+@contextmanager
+def query_one_partition() -> Iterator[None]:
+    """moto sorts the whole table for every Query, then deep-copies every item that matches (before its Limit);
+    while installed, a Query keyed on the table's partition key (the table itself, a local index, or a global index
+    that shares the key) looks only at that partition's items, in the same order, and the matches are not copied
+    (what follows only reads them or projects them into new items). Safe while the table changes, unlike
+    `narrow_queries`: nothing is cached."""
+    from moto.dynamodb.models import table as table_module
+
+    original_query, original_all_items, original_copy = Table.query, Table.all_items, table_module.copy
+
+    class _Copy:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(original_copy, name)
+
+        @staticmethod
+        def deepcopy(obj: Any, memo: dict | None = None) -> Any:
+            return list(obj) if isinstance(obj, list) else original_copy.deepcopy(obj, memo)
+
+    def all_items(self):
+        narrowed = getattr(_local, "partition", None)
+        return narrowed if narrowed is not None else original_all_items(self)
+
+    def query(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key, scan_index_forward,
+              projection_expressions, index_name=None, *args, **kwargs):
+        call = (hash_key, range_comparison, range_objs, limit, exclusive_start_key, scan_index_forward,
+                projection_expressions, index_name, *args)
+        attribute = self.hash_key_attr
+        if index_name:
+            schema = self.get_index(index_name).schema
+            attribute = next(k["AttributeName"] for k in schema if k["KeyType"] == "HASH")
+        if hash_key is None or attribute != self.hash_key_attr or len(kwargs.get("hash_key_conditions") or ()) > 1:
+            return original_query(self, *call, **kwargs)
+        partition = self.items.get(hash_key) or {}
+        _local.partition = (sorted(partition.values(), key=lambda item: item.range_key) if self.range_key_attr
+                            else [partition])
+        try:
+            return original_query(self, *call, **kwargs)
+        finally:
+            _local.partition = None
+
+    Table.query, Table.all_items, table_module.copy = query, all_items, _Copy()
+    try:
+        yield
+    finally:
+        Table.query, Table.all_items, table_module.copy = original_query, original_all_items, original_copy
+
+
+@contextmanager
+def back_up_written_partitions() -> Iterator[None]:
+    """moto deep-copies every table a TransactWriteItems names, to roll back a cancelled one: a table full of vectors
+    makes that most of a benchmark's time. While installed, the backup deep-copies only the partitions the
+    transaction writes and shares the rest, which cannot change under it (moto serves one request at a time,
+    local/moto_patches.py), so a rollback restores the same state."""
+    from moto.dynamodb import models as backend_module
+    from moto.dynamodb.models import DynamoDBBackend
+
+    moto_patches.install()
+    original_copy, original_transact = backend_module.copy, DynamoDBBackend.transact_write_items
+
+    class _Copy:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(original_copy, name)
+
+        @staticmethod
+        def deepcopy(obj: Any, memo: dict | None = None) -> Any:
+            written = getattr(_local, "written", None)
+            if written is None or not isinstance(obj, Table):
+                return original_copy.deepcopy(obj, memo)
+            if id(obj) not in _local.backups:  # moto asks once per action: one backup per transaction
+                backup = copy.copy(obj)
+                backup.items = {key: copy.deepcopy(part) if key in written.get(obj.name, ()) else part
+                                for key, part in obj.items.items()}
+                _local.backups[id(obj)] = backup
+            return _local.backups[id(obj)]
+
+    def transact_write_items(self, transact_items: list[dict[str, Any]]) -> None:
+        written: dict[str, set] = {}
+        for action in transact_items:
+            (_, spec), = action.items()
+            table = self.tables.get(spec.get("TableName"))
+            key = spec.get("Key") or spec.get("Item") or {}
+            if table is not None and table.hash_key_attr in key:
+                written.setdefault(table.name, set()).add(DynamoType(key[table.hash_key_attr]))
+        _local.written, _local.backups = written, {}
+        try:
+            return original_transact(self, transact_items)
+        finally:
+            _local.written = _local.backups = None
+
+    backend_module.copy, DynamoDBBackend.transact_write_items = _Copy(), transact_write_items
+    try:
+        yield
+    finally:
+        backend_module.copy, DynamoDBBackend.transact_write_items = original_copy, original_transact
