@@ -55,7 +55,7 @@ def run() -> None:
 
     from precis.config import get_settings
     from precis.embed import HashedEmbedder
-    from precis.models import ChatQuery
+    from precis.chat.query import ChatQuery
     from precis.store.db import Db
 
     rows = []

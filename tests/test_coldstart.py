@@ -14,7 +14,8 @@ import pytest
 from bench.coldstart import lambda_environment
 from local.template import ROOT
 
-WATCHED = ("openai", "tiktoken", "boto3", "s3transfer", "precis.write_models", "precis.strategies")
+WATCHED = ("openai", "tiktoken", "boto3", "s3transfer", "precis.write_models", "precis.strategies",
+           "precis.store.representation")
 PROBE = r"""
 import json, sys
 watched = sys.argv[2].split(",")
@@ -62,6 +63,10 @@ def test_the_read_path_imports_no_llm_client_tokenizer_write_bodies_or_planner(l
 def test_the_clients_come_from_botocore_without_boto3(logical_id):
     clients = cold(logical_id)["clients"]
     assert clients["boto3"] is False and clients["s3transfer"] is False
+
+
+def test_the_context_function_loads_the_representation_only_for_a_peer_target():
+    assert cold("ContextFunction")["import"]["precis.store.representation"] is False
 
 
 def test_health_answers_without_openai_or_tiktoken():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
@@ -108,18 +108,3 @@ class SearchQuery(Body):
     query: Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
     filters: dict[str, Any] | None = None
     limit: int = Field(10, ge=1, le=100)
-
-
-class ChatQuery(Body):
-    """POST /peers/{p}/chat and POST /chat (MEMORY.md): a question to the memory. `scope` is one scope (its own view)
-    or several (their sessions as an allowlist); `filters.session_id` is the SDK's `sessions` allowlist."""
-
-    query: Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
-    session_id: Id | None = None
-    target: Id | None = None
-    filters: RepresentationFilters | None = None
-    scope: ScopeId | Annotated[list[ScopeId], Field(min_length=1, max_length=10)] | None = None
-    stream: bool = False
-    reasoning_level: Literal["minimal", "low", "medium", "high", "max"] = "low"
-    response_format: dict[str, Any] | None = None
-    include_evidence: bool = False

@@ -24,7 +24,7 @@ from precis.chat import (
 from precis.context import session_allowlist
 from precis.engines import EngineError, PromptTooLong
 from precis.errors import BadGateway, Invalid, Unavailable
-from precis.models import ChatQuery
+from precis.chat.query import ChatQuery
 from precis.store import resources
 from precis.store.db import Db
 

@@ -5,7 +5,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from precis.chat.service import ChatAnswer, answer_chat
 from precis.config import get_settings
-from precis.models import ChatQuery
+from precis.chat.query import ChatQuery
 from precis.params import PeerId, WorkspaceId
 from precis.secrets import with_llm_key
 from precis.store.db import get_db

@@ -1,4 +1,9 @@
-"""Read routes of the v3 API (served by the context function): context, summaries, lists, message reads."""
+"""Read routes of the v3 API (served by the context function): context, summaries, lists, message reads.
+
+A route imports what only it runs (scopes, conclusions, the queue, the representation) when first asked, so a cold
+context read without `peer_target` loads none of it."""
+
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
@@ -23,8 +28,11 @@ from precis.params import (
 )
 from precis.params import ConclusionId, OptionalScope, ScopeIdPath
 from precis.errors import Invalid
-from precis.store import context, messages, representation, resources
+from precis.store import context, messages, resources
 from precis.store.db import get_db
+
+if TYPE_CHECKING:
+    from precis.store import representation
 
 router = Router()
 
@@ -95,6 +103,8 @@ def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens
             observer = scopes.observer(scope)
         allowlist = ((session_id,) if limit_to_session else
                      tuple(s for part in sessions for s in part.split(",")) if sessions is not None else None)
+        from precis.store import representation
+
         peer = context.PeerView(representation.Request(
             observer=observer, observed=peer_target,
             max_conclusions=max_conclusions or 100, include_most_frequent=include_most_frequent,
@@ -159,9 +169,10 @@ def queue_status(workspace_id: WorkspaceId, observer_id: OptionalId = None, send
                               session_id=session_id)
 
 
-def _representation(workspace_id: str, request: representation.Request, tokens: int | None):
+def _representation(workspace_id: str, request: "representation.Request", tokens: int | None):
     """(text, card) of a peer's view of another, within `tokens` when given (else whole)."""
     from precis.representation import fit
+    from precis.store import representation
     from precis.tokens import count_text
 
     db = get_db()
@@ -176,6 +187,8 @@ def _representation(workspace_id: str, request: representation.Request, tokens: 
 def get_peer_context(workspace_id: WorkspaceId, peer_id: PeerId, target: OptionalId = None,
                      search_query: str | None = None, search_top_k: TopK = None, search_max_distance: Distance = None,
                      include_most_frequent: bool = True, max_conclusions: MaxConclusions = None, tokens: Tokens = None):
+    from precis.store import representation
+
     request = representation.Request(peer_id, target or peer_id, max_conclusions or 100, include_most_frequent,
                                       search_query or None, search_top_k, search_max_distance)
     text, card = _representation(workspace_id, request, tokens)
@@ -193,6 +206,8 @@ def get_peer_representation(workspace_id: WorkspaceId, peer_id: PeerId, body: Re
         scopes.require(get_db(), workspace_id, body.scope)
         observer = scopes.observer(body.scope)
     allowlist = session_allowlist(body.session_id, body.filters.session_id if body.filters else None)
+    from precis.store import representation
+
     request = representation.Request(observer, body.target or peer_id, body.max_conclusions, body.include_most_frequent,
                                       body.search_query, body.search_top_k, body.search_max_distance, allowlist)
     text, _card = _representation(workspace_id, request, None)

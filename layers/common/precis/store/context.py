@@ -10,19 +10,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
 from precis.budget import ContextPlan, MessageCost, SummaryCost, plan_context, select_messages
 from precis.configuration import summary_config
 from precis.errors import Invalid, NotFound, Throttled
-from precis.representation import card_text, fit
-from precis.store import keys, representation
+from precis.store import keys
 from precis.store.db import Db, batch_get, from_item, projection, query_all, to_item
 from precis.store.messages import Base, base_of, is_fence, last_message, with_bodies
 from precis.store.resources import _json
 from precis.tokens import count_text
+
+if TYPE_CHECKING:  # the representation's modules load with the first read that has a peer_target (_read_once)
+    from precis.store import representation
 
 SHORT, LONG, ROLLING = "honcho_chat_summary_short", "honcho_chat_summary_long", "rolling"
 SUMMARY_TYPES = (SHORT, LONG, ROLLING)
@@ -112,6 +114,9 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
     peers = tuple(p for p in dict.fromkeys((peer.request.observer, peer.request.observed))
                   if not p.startswith("scope.")) if peer else ()
     first = _pool.submit(_session_and_summaries, db, ws, session_id, _ROUND_ONE, peers)
+    if peer:
+        from precis.representation import card_text, fit
+        from precis.store import representation
     finish = representation.start(db, ws, peer.request, peer.embed) if peer else None
     last = last_message(db, ws, session_id, _COST_FIELDS)
     session, summaries, workspace = first.result()
