@@ -20,7 +20,7 @@ help:
 	@echo "make dev      run Precis locally on 127.0.0.1:\$${PRECIS_PORT:-8000} (moto, no Docker)"
 	@echo "make test     lint the template, sam build, checkov, run the whole test suite"
 	@echo "make security checkov on the template (offline; skips justified in .checkov.yaml)"
-	@echo "make bench    run the benchmarks (tables, plots under bench/out/)"
+	@echo "make bench    run the benchmarks (tables, plots under bench/out/); BENCH=\"coldstart cost\" for some"
 	@echo "make invoke FN=ContextFunction EVENT=events/context_health.json   one handler, one event"
 
 # The `precis` command (cli/, editable: it validates settings with the layer as it stands) comes with the virtualenv.
@@ -74,8 +74,11 @@ test: $(VENV)/.installed $(ENCODINGS) lint build security
 test-fast: $(VENV)/.installed $(ENCODINGS)
 	$(PY) -m pytest -x -q $(ARGS)
 
-bench: $(VENV)/.installed $(ENCODINGS) build  # build: the cold-start bench times the layer as it deploys
-	$(PY) -m bench
+# The cold-start bench also times the layer as it deploys: build it first, quietly (the output is tables only).
+bench: $(VENV)/.installed $(ENCODINGS) $(SAM_VENV)/.installed
+	@mkdir -p .aws-sam && $(MAKE) --no-print-directory build > .aws-sam/build.log 2>&1 || \
+		{ cat .aws-sam/build.log; echo "sam build failed (.aws-sam/build.log)"; exit 1; }
+	@$(PY) -m bench $(BENCH)
 
 invoke: $(VENV)/.installed $(ENCODINGS)
 	@test -n "$(FN)" -a -n "$(EVENT)" || { echo "usage: make invoke FN=<LogicalId> EVENT=events/<file>.json"; exit 2; }
