@@ -28,6 +28,8 @@ FUNCTIONS = {"context": "ContextFunction", "ingest": "IngestFunction", "summariz
 HEAVY = ("openai", "tiktoken")
 READY_TARGET = 1.3  # issue 16: ready (imported + clients) within 1.3x a bare boto3 + the same clients
 CONTEXT_IMPORT_TARGET = 1.15
+BUILT_LAYER = ROOT / ".aws-sam" / "build" / "CommonLayer" / "python"  # sam build's output (layers/common/Makefile)
+BUILT_CONTEXT = ROOT / ".aws-sam" / "build" / "ContextFunction"
 # Imported, then ready to talk to DynamoDB: the handlers defer boto3 to their first request, so the clients
 # are part of what a cold request waits for.
 PROBE = """
@@ -94,7 +96,7 @@ def largest_imports(env: dict[str, str], cwd: str, top: int = 6) -> list[tuple[s
 def as_deployed() -> dict | None:
     """The context handler from `sam build`'s output, as Lambda runs it (nothing can be written next to /opt): with
     the bytecode the layer ships (layers/common/Makefile), and from source only, as SAM's python builder shipped it."""
-    layer, function = ROOT / ".aws-sam" / "build" / "CommonLayer" / "python", ROOT / ".aws-sam" / "build" / "ContextFunction"
+    layer, function = BUILT_LAYER, BUILT_CONTEXT
     if not layer.is_dir() or not function.is_dir():
         print("\n(no sam build output: run make build to time the built layer with and without its bytecode)")
         return None
@@ -147,7 +149,8 @@ def run() -> dict:
     slow = [name for name, r in results.items() if r["ready_x_boto3"] > READY_TARGET]
     heavy_anywhere = any(r["openai"] or r["tiktoken"] for r in results.values())
     print(f"\nready within {READY_TARGET}x for every function: {'yes' if not slow else 'no: ' + ', '.join(slow)}")
-    print(f"context import within {CONTEXT_IMPORT_TARGET}x: {'yes' if context['import_x_boto3'] <= CONTEXT_IMPORT_TARGET else 'no'} "
+    import_met = context["import_x_boto3"] <= CONTEXT_IMPORT_TARGET
+    print(f"context import within {CONTEXT_IMPORT_TARGET}x: {'yes' if import_met else 'no'} "
           f"({context['import_x_boto3']:.2f}x; its import holds no boto3, which comes with the clients)")
     print(f"openai or tiktoken on a cold path: {'yes' if heavy_anywhere else 'no'}")
     top_rows = []

@@ -65,7 +65,7 @@ def test_the_clients_come_from_botocore_without_boto3(logical_id):
     assert clients["boto3"] is False and clients["s3transfer"] is False
 
 
-def test_the_context_function_loads_the_representation_only_for_a_peer_target():
+def test_the_context_function_starts_without_the_representation():  # it loads with the first peer_target
     assert cold("ContextFunction")["import"]["precis.store.representation"] is False
 
 

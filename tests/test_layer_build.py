@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from local.template import ROOT
-
-LAYER = ROOT / ".aws-sam" / "build" / "CommonLayer" / "python"
-FUNCTION = ROOT / ".aws-sam" / "build" / "ContextFunction"
+from bench.coldstart import BUILT_CONTEXT as FUNCTION
+from bench.coldstart import BUILT_LAYER as LAYER
+from local.template import LAYER_DIR
 
 pytestmark = pytest.mark.skipif(not LAYER.is_dir(), reason="no sam build output (.aws-sam/build): run make build")
 
@@ -38,7 +37,9 @@ def test_every_module_of_the_layer_has_unchecked_python312_bytecode():
 def test_the_layer_carries_the_encodings_and_its_own_botocore():
     assert sorted(p.name for p in (LAYER / "precis" / "encodings").iterdir()) == [
         "9b5ad71b2ce5302211f9c61530b329a4922fc6a4", "fb374d419588a4632f3f557e76b4b70aebbca790"]
-    assert (LAYER / "botocore-1.44.8.dist-info").is_dir()  # SearchVectors; never the runtime's older one
+    pinned = next(line.split("==")[1].strip() for line in (LAYER_DIR / "requirements.txt").read_text().splitlines()
+                  if line.startswith("botocore=="))
+    assert (LAYER / f"botocore-{pinned}.dist-info").is_dir()  # SearchVectors; never the runtime's older one
 
 
 def test_the_built_context_handler_imports_without_compiling_a_module_of_the_layer():
