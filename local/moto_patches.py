@@ -1,11 +1,8 @@
-"""Repairs to moto's DynamoDB TransactWriteItems, so the local stack and the tests behave like DynamoDB.
+"""Repairs to moto's DynamoDB, so the local stack and the tests behave like DynamoDB.
 
-- A cancelled transaction (a lost seq race, a peer that already exists) makes moto restore deep copies of
-  the tables, stream shard included: every stream reader then holds an iterator on a shard nobody writes to
-  any more, and summaries silently stop. After a rollback the live shard is put back, without the records of
-  the rolled-back writes (DynamoDB emits none for a cancelled transaction).
-- moto backs a table up once per *item* of a transaction (a 100-message batch copies the table 100 times);
-  it is backed up once per transaction instead. The backup is used exactly as before.
+- Writes and queries cost what they touch (local/moto_storage.py): a transaction rolls back from an undo log instead
+  of deep copies of its tables (which also kept moto's rollback from swapping the table's stream shard for a copy
+  nobody reads), and a Query reads the partition or index value it names.
 - moto accepts a transaction of any size; DynamoDB refuses one whose items add up to more than 4 MB
   ("The aggregate size of the items in the transaction cannot exceed 4 MB", TransactWriteItems API reference)
   with a ValidationException, before writing anything.
@@ -13,7 +10,8 @@
   serves them.
 - moto 5.2.5 accepts a table's VectorIndexes and ignores them, and knows no SearchVectors. The indexes given to
   CreateTable (and UpdateTable's VectorIndexUpdates) are kept on the table and described; writes are checked as
-  DynamoDB checks them; SearchVectors answers exactly, by brute force over the table (see `search_vectors`).
+  DynamoDB checks them; SearchVectors answers exactly, from per-partition matrices kept current by every write
+  (local/moto_vectors.py, see `search_vectors`).
 """
 
 from __future__ import annotations
@@ -23,10 +21,10 @@ import math
 import re
 import threading
 from array import array
+from collections.abc import Callable
 from typing import Any
 
 import moto.backend_index as _backend_index
-import moto.dynamodb.models as _backend_module
 import moto.dynamodb.urls as _dynamodb_urls
 from moto.dynamodb.exceptions import MockValidationException, ResourceNotFoundException
 from moto.dynamodb.models import DynamoDBBackend
@@ -36,25 +34,13 @@ from moto.dynamodb.models.utilities import bytesize
 from moto.dynamodb.parsing.reserved_keywords import ReservedKeywords
 from moto.dynamodb.responses import DynamoHandler, DynamoResult, ProjectionExpressionParser
 
+from local import moto_storage, moto_vectors
+from local.moto_vectors import numbers as _numbers
+from local.moto_vectors import search_schema as _search_schema
+from local.moto_vectors import vector_indexes
+
 MAX_TRANSACTION_BYTES = 4 * 1024 * 1024
-_local = threading.local()
-_original = DynamoDBBackend.transact_write_items
-
-
-class _CopyOncePerTransaction:
-    """Stands in for `copy` inside moto's DynamoDB backend: a table is deep-copied once per transaction."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(_copy, name)
-
-    @staticmethod
-    def deepcopy(obj: Any, memo: dict | None = None) -> Any:
-        backups = getattr(_local, "backups", None)
-        if backups is None or not isinstance(obj, Table):
-            return _copy.deepcopy(obj, memo)
-        if id(obj) not in backups:
-            backups[id(obj)] = _copy.deepcopy(obj)
-        return backups[id(obj)]
+_undoable_transaction = moto_storage.transact_write_items
 
 
 def _attributes_size(attributes: dict[str, Any]) -> int:
@@ -79,20 +65,7 @@ def transaction_size(transact_items: list[dict[str, Any]]) -> int:
 def _transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> None:
     if transaction_size(transact_items) > MAX_TRANSACTION_BYTES:
         raise MockValidationException("Transaction request cannot be larger than 4 MB")
-    live = {name: (table.stream_shard, len(table.stream_shard.items))
-            for name, table in self.tables.items() if table.stream_shard is not None}
-    _local.backups = {}
-    try:
-        return _original(self, transact_items)
-    except Exception:
-        for name, (shard, length) in live.items():
-            table = self.tables.get(name)
-            if table is not None and table.stream_shard is not shard:
-                del shard.items[length:]
-                shard.table, table.stream_shard = table, shard
-        raise
-    finally:
-        _local.backups = None
+    return _undoable_transaction(self, transact_items)
 
 
 # ---------------------------------------------------------------- vector indexes and SearchVectors
@@ -105,16 +78,6 @@ _original_create_table = DynamoHandler.create_table
 _original_update_table = DynamoHandler.update_table
 _original_validate_table_creation = DynamoHandler._validate_table_creation
 _original_describe = Table.describe
-_original_put_item = Table.put_item
-
-
-def vector_indexes(table: Table) -> list[dict[str, Any]]:
-    """The vector indexes a table was created with (or given by UpdateTable), as CreateTable took them."""
-    return getattr(table, "vector_indexes", [])
-
-
-def _search_schema(index: dict[str, Any], kind: str) -> list[str]:
-    return [e["AttributeName"] for e in index.get("SearchSchema") or [] if e["SearchSchemaElementType"] == kind]
 
 
 def _check_vector_index(index: dict[str, Any], attribute_types: dict[str, str]) -> None:
@@ -194,14 +157,6 @@ def _describe(self: Table, base_key: str = "TableDescription") -> dict[str, Any]
     return description
 
 
-def _numbers(value: Any) -> list[float] | None:
-    """The floats of a list-of-numbers AttributeValue (a DynamoType or its JSON), else None."""
-    value = value if isinstance(value, DynamoType) else DynamoType(value)
-    if value.type != "L" or not all(v.type == "N" for v in value.value):
-        return None
-    return [float(v.value) for v in value.value]
-
-
 def _check_vector(numbers: list[float] | None, dimensions: int, what: str) -> list[float]:
     if numbers is None:
         raise MockValidationException(f"One or more parameter values were invalid: {what} must be a list of numbers")
@@ -228,7 +183,7 @@ def _put_item(self: Table, item_attrs: dict[str, Any], *args: Any, **kwargs: Any
                     "One or more parameter values were invalid: Type mismatch for Index Key "
                     f"{name} Expected: {types[name]} Actual: {next(iter(item_attrs[name]))} IndexName: "
                     f"{index['IndexName']}")
-    return _original_put_item(self, item_attrs, *args, **kwargs)
+    return moto_storage.put_item(self, item_attrs, *args, **kwargs)
 
 
 def parse_search_condition(expression: str | None, names: dict[str, str], values: dict[str, Any],
@@ -315,16 +270,6 @@ def parse_search_condition(expression: str | None, names: dict[str, str], values
     return equalities, used_names, used_values
 
 
-def _score(metric: str, query: list[float], vector: list[float]) -> float:
-    if metric == "EUCLIDEAN":
-        return math.sqrt(sum((a - b) ** 2 for a, b in zip(query, vector)))
-    dot = sum(a * b for a, b in zip(query, vector))
-    if metric == "DOT_PRODUCT":
-        return dot
-    norms = math.sqrt(sum(a * a for a in query)) * math.sqrt(sum(b * b for b in vector))
-    return 1.0 - dot / norms if norms else 1.0
-
-
 def _vector_index(table: Table, index_name: str) -> dict[str, Any]:
     index = next((i for i in vector_indexes(table) if i["IndexName"] == index_name), None)
     if index is None:
@@ -332,12 +277,33 @@ def _vector_index(table: Table, index_name: str) -> dict[str, Any]:
     return index
 
 
+Nearest = Callable[[Table, dict[str, Any], list[float], int, dict[str, list[DynamoType]]],
+                   list[tuple[Item, float]]]
+
+
 def search_vectors(self: DynamoDBBackend, table_name: str, index_name: str, search_vector: list[Any], top_k: int,
                    equalities: dict[str, list[DynamoType]],
                    projection: list[list[str]]) -> list[tuple[dict[str, Any], float]]:
     """SearchVectors, exactly (no approximation): the `top_k` items of the index nearest to `search_vector`
     (smallest COSINE or EUCLIDEAN score, largest DOT_PRODUCT) whose search schema attributes equal the values of
-    `equalities` (parse_search_condition's); each as (its projected attributes, its score)."""
+    `equalities` (parse_search_condition's); each as (its projected attributes, its score). It reads the
+    partition the HASH attribute's value names, from matrices kept current by every write (moto_vectors)."""
+    return _search_vectors(self, table_name, index_name, search_vector, top_k, equalities, projection,
+                           moto_vectors.nearest)
+
+
+def search_vectors_reference(self: DynamoDBBackend, table_name: str, index_name: str, search_vector: list[Any],
+                             top_k: int, equalities: dict[str, list[DynamoType]],
+                             projection: list[list[str]]) -> list[tuple[dict[str, Any], float]]:
+    """`search_vectors` by brute force over the whole table, as it was first written: what the tests compare it
+    with."""
+    return _search_vectors(self, table_name, index_name, search_vector, top_k, equalities, projection,
+                           moto_vectors.nearest_reference)
+
+
+def _search_vectors(self: DynamoDBBackend, table_name: str, index_name: str, search_vector: list[Any], top_k: int,
+                    equalities: dict[str, list[DynamoType]], projection: list[list[str]],
+                    nearest: Nearest) -> list[tuple[dict[str, Any], float]]:
     table = self.get_table(table_name)
     index = _vector_index(table, index_name)
     if top_k < 1:
@@ -345,28 +311,14 @@ def search_vectors(self: DynamoDBBackend, table_name: str, index_name: str, sear
             f"1 validation error detected: Value '{top_k}' at 'topK' failed to satisfy constraint: Member must have "
             "value greater than or equal to 1")
     query = _check_vector(_numbers({"L": search_vector}), index["Dimensions"], "SearchVector")
-    hashes = _search_schema(index, "HASH")
-    missing = [h for h in hashes if h not in equalities]
+    missing = [h for h in _search_schema(index, "HASH") if h not in equalities]
     if missing:
         raise MockValidationException(
             f"Invalid SearchConditionExpression: the HASH attribute {missing[0]} of vector index {index_name} must be "
             "given a value with =")
-    vector_name, metric = index["VectorAttribute"]["AttributeName"], index["DistanceFunction"]
-    scored = []
-    for item in table.all_items():
-        attrs = item.attrs
-        if vector_name not in attrs or any(h not in attrs for h in hashes):
-            continue  # not in the index (sparse, like a GSI)
-        if not all(name in attrs and all(attrs[name] == v for v in wanted) for name, wanted in equalities.items()):
-            continue
-        vector = _numbers(attrs[vector_name])
-        if vector is None or len(vector) != index["Dimensions"]:
-            continue  # written before the index existed: DynamoDB does not index it
-        scored.append((_score(metric, query, list(array("f", vector))), item))
-    scored.sort(key=lambda pair: -pair[0] if metric == "DOT_PRODUCT" else pair[0])
     projected = _projected_names(table, index)
     results = []
-    for score, item in scored[:top_k]:
+    for item, score in nearest(table, index, query, top_k, equalities):
         attributes = (item.project(projection) if projection else item).to_json()["Attributes"]
         if projected is not None:
             attributes = {k: v for k, v in attributes.items() if k in projected}
@@ -429,9 +381,10 @@ def _serialized_call_action(self: DynamoHandler) -> Any:
 
 def install() -> None:
     """Apply the repairs to this process's moto (idempotent): call it before using mock_aws or a moto server."""
+    moto_storage.install()
+    moto_storage.listen(moto_vectors.on_write)
     DynamoHandler.call_action = _serialized_call_action
     DynamoDBBackend.transact_write_items = _transact_write_items
-    _backend_module.copy = _CopyOncePerTransaction()
     DynamoHandler._validate_table_creation = _validate_table_creation
     DynamoHandler.create_table = _create_table
     DynamoHandler.update_table = _update_table

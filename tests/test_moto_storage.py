@@ -1,0 +1,222 @@
+"""The local stack's moto answers exactly as moto does, while reading only what a request touches (local/moto_storage).
+
+The reference is moto's own walk over the whole table (`moto_reference`): after random writes (puts, updates that
+add and drop index attributes, deletes, batches, committed and cancelled transactions), every Query of the
+template's table and indexes — key conditions, Limit, both directions, every page by ExclusiveStartKey, filters,
+projections — answers the same both ways, and a cancelled transaction leaves the table and its stream as they were.
+"""
+
+from __future__ import annotations
+
+import pytest
+from botocore.exceptions import ClientError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from local.moto_storage import moto_reference
+from local.template import template
+
+TABLE = template().table_name
+PARTITIONS = ("WS#a#S#s1", "WS#a#S#s2", "WS#b")
+SKS = [f"MSG#{n:012d}" for n in range(1, 13)] + ["PEER#alice", "PEER#bob", "SESSION#s1", "SUMMARY#short"]
+
+_key = st.tuples(st.sampled_from(PARTITIONS), st.sampled_from(SKS))
+_optional = {
+    "start_tokens": st.integers(0, 400).map(lambda n: {"N": str(n)}),
+    "cws": st.sampled_from(["a", "b"]).map(lambda v: {"S": v}),
+    "cid": st.sampled_from(["c1", "c2", "c3", "c4"]).map(lambda v: {"S": v}),
+    "due_ws": st.sampled_from(["a", "b"]).map(lambda v: {"S": v}),
+    "due_at": st.sampled_from(["2026-01-01", "2026-06-01", "~"]).map(lambda v: {"S": v}),
+    "times_derived": st.integers(0, 5).map(lambda n: {"N": str(n)}),
+    "list_key": st.just({"S": "workspaces"}),
+    "content": st.text("ab ", max_size=20).map(lambda v: {"S": v or "-"}),
+}
+
+
+@st.composite
+def _item(draw):
+    pk, sk = draw(_key)
+    item = {"PK": {"S": pk}, "SK": {"S": sk}}
+    for name in draw(st.sets(st.sampled_from(sorted(_optional)))):
+        item[name] = draw(_optional[name])
+    return item
+
+
+def _key_of(pk_sk):
+    return {"PK": {"S": pk_sk[0]}, "SK": {"S": pk_sk[1]}}
+
+
+_write = st.one_of(
+    st.tuples(st.just("put"), _item()),
+    st.tuples(st.just("delete"), _key),
+    st.tuples(st.just("update"), _key, st.sampled_from(sorted(_optional)), st.booleans()),
+    st.tuples(st.just("batch"), st.lists(_item(), min_size=1, max_size=5, unique_by=lambda i: (i["PK"]["S"], i["SK"]["S"]))),
+    st.tuples(st.just("transact"), st.lists(_item(), min_size=1, max_size=4, unique_by=lambda i: (i["PK"]["S"], i["SK"]["S"])),
+              st.booleans()),
+)
+
+
+def _apply(dynamodb, write, data) -> None:
+    kind = write[0]
+    if kind == "put":
+        dynamodb.put_item(TableName=TABLE, Item=write[1])
+    elif kind == "delete":
+        dynamodb.delete_item(TableName=TABLE, Key=_key_of(write[1]))
+    elif kind == "update":
+        _, key, name, remove = write
+        if remove:
+            dynamodb.update_item(TableName=TABLE, Key=_key_of(key), UpdateExpression="REMOVE #a",
+                                 ExpressionAttributeNames={"#a": name})
+        else:
+            value = data.draw(_optional[name])
+            dynamodb.update_item(TableName=TABLE, Key=_key_of(key), UpdateExpression="SET #a = :v",
+                                 ExpressionAttributeNames={"#a": name}, ExpressionAttributeValues={":v": value})
+    elif kind == "batch":
+        dynamodb.batch_write_item(RequestItems={TABLE: [{"PutRequest": {"Item": i}} for i in write[1]]})
+    else:
+        _, items, cancel = write
+        actions = [{"Put": {"TableName": TABLE, "Item": i}} for i in items]
+        if cancel:  # the last action's condition cannot hold: nothing of the transaction may remain
+            actions[-1]["Put"]["ConditionExpression"] = "attribute_exists(never_set)"
+        before = _everything(dynamodb)
+        try:
+            dynamodb.transact_write_items(TransactItems=actions)
+        except ClientError as exc:
+            assert cancel and exc.response["Error"]["Code"] == "TransactionCanceledException"
+            assert _everything(dynamodb) == before
+        else:
+            assert not cancel
+
+
+def _everything(dynamodb) -> list:
+    items = []
+    for page in dynamodb.get_paginator("scan").paginate(TableName=TABLE):
+        items += page["Items"]
+    return sorted(items, key=lambda i: (i["PK"]["S"], i["SK"]["S"]))
+
+
+_N = st.integers(0, 400).map(lambda n: {"N": str(n)})
+_S = st.sampled_from(SKS + ["MSG#", "MSG#0000000000", "P", "T"]).map(lambda v: {"S": v})
+
+
+@st.composite
+def _query(draw):
+    """A Query of the table or one of its indexes, as a dict of boto3 arguments."""
+    index = draw(st.sampled_from([None, "ByStartTokens", "ByFrequency", "ByConclusion", "ByDue", "ByListKey"]))
+    hash_attr, range_attr, hash_values, range_values = {
+        None: ("PK", "SK", PARTITIONS, _S),
+        "ByStartTokens": ("PK", "start_tokens", PARTITIONS, _N),
+        "ByFrequency": ("PK", "times_derived", PARTITIONS, st.integers(0, 5).map(lambda n: {"N": str(n)})),
+        "ByConclusion": ("cws", "cid", ("a", "b"), st.sampled_from(["c1", "c2", "c3", "c4"]).map(lambda v: {"S": v})),
+        "ByDue": ("due_ws", "due_at", ("a", "b"), st.sampled_from(["2026-01-01", "2026-06-01", "~"]).map(
+            lambda v: {"S": v})),
+        "ByListKey": ("list_key", "PK", ("workspaces",), st.sampled_from(PARTITIONS).map(lambda v: {"S": v})),
+    }[index]
+    values = {":h": {"S": draw(st.sampled_from(hash_values))}}
+    condition = "#h = :h"
+    op = draw(st.sampled_from([None, "=", "<", "<=", ">", ">=", "between", "begins_with"]))
+    if op == "between":
+        low, high = sorted([draw(range_values), draw(range_values)], key=lambda v: float(v["N"]) if "N" in v else v["S"])
+        values[":a"], values[":b"] = low, high
+        condition += " AND #r BETWEEN :a AND :b"
+    elif op == "begins_with":
+        value = draw(range_values)
+        if "S" in value:
+            values[":a"] = {"S": value["S"][: draw(st.integers(0, 6))] or "M"}
+            condition += " AND begins_with(#r, :a)"
+    elif op:
+        values[":a"] = draw(range_values)
+        condition += f" AND #r {op} :a"
+    names = {"#h": hash_attr}
+    if ":a" in values:
+        names["#r"] = range_attr
+    query = {"TableName": TABLE, "KeyConditionExpression": condition, "ExpressionAttributeNames": names,
+             "ExpressionAttributeValues": values, "ScanIndexForward": draw(st.booleans())}
+    if index:
+        query["IndexName"] = index
+    if draw(st.booleans()):
+        query["Limit"] = draw(st.integers(1, 6))
+    if draw(st.booleans()):
+        query["FilterExpression"] = "attribute_exists(content)"
+    if draw(st.booleans()):
+        query["ProjectionExpression"] = "PK, SK, content"
+    if index is None and draw(st.booleans()):
+        query["ConsistentRead"] = True
+    return query
+
+
+def _all_pages(dynamodb, query: dict) -> list:
+    pages, start = [], None
+    for _ in range(200):
+        page = dynamodb.query(**query, **({"ExclusiveStartKey": start} if start else {}))
+        pages.append((page["Items"], page.get("LastEvaluatedKey"), page["Count"], page["ScannedCount"]))
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            return pages
+    raise AssertionError("paging did not end")
+
+
+@pytest.fixture(scope="module")
+def dynamodb():
+    import boto3
+    from moto import mock_aws
+
+    from local import moto_patches
+    from local.template import create_resources
+
+    moto_patches.install()
+    with mock_aws():
+        clients = {name: boto3.client(name) for name in ("dynamodb", "s3", "sqs")}
+        create_resources(template(), clients["dynamodb"], clients["s3"], clients["sqs"])
+        yield clients["dynamodb"]
+
+
+def _empty(dynamodb) -> None:
+    for item in _everything(dynamodb):
+        dynamodb.delete_item(TableName=TABLE, Key={"PK": item["PK"], "SK": item["SK"]})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(writes=st.lists(_write, min_size=1, max_size=25), queries=st.lists(_query(), min_size=1, max_size=8),
+       data=st.data())
+def test_every_query_answers_as_moto_walking_the_whole_table(dynamodb, writes, queries, data):
+    _empty(dynamodb)
+    for i, write in enumerate(writes):
+        _apply(dynamodb, write, data)
+        if i % 5 == 4:  # queries between writes too: what the first query cached must follow later writes
+            query = data.draw(_query())
+            with moto_reference():
+                expected = _all_pages(dynamodb, query)
+            assert _all_pages(dynamodb, query) == expected, query
+    for query in queries:
+        with moto_reference():
+            expected = _all_pages(dynamodb, query)
+        assert _all_pages(dynamodb, query) == expected, query
+
+
+def test_a_cancelled_transaction_restores_updated_and_deleted_items_and_their_stream(dynamodb):
+    _empty(dynamodb)
+    base = {"PK": {"S": "WS#a#S#s1"}, "SK": {"S": "MSG#000000000001"}, "start_tokens": {"N": "5"},
+            "content": {"S": "kept"}}
+    doomed = {"PK": {"S": "WS#a#S#s1"}, "SK": {"S": "MSG#000000000002"}, "content": {"S": "kept too"}}
+    dynamodb.put_item(TableName=TABLE, Item=base)
+    dynamodb.put_item(TableName=TABLE, Item=doomed)
+    before = _everything(dynamodb)
+    with moto_reference():
+        index_before = _all_pages(dynamodb, {"TableName": TABLE, "IndexName": "ByStartTokens",
+                                             "KeyConditionExpression": "PK = :p",
+                                             "ExpressionAttributeValues": {":p": base["PK"]}})
+    with pytest.raises(ClientError, match="TransactionCanceled"):
+        dynamodb.transact_write_items(TransactItems=[
+            {"Update": {"TableName": TABLE, "Key": {"PK": base["PK"], "SK": base["SK"]},
+                        "UpdateExpression": "SET content = :c REMOVE start_tokens",
+                        "ExpressionAttributeValues": {":c": {"S": "changed"}}}},
+            {"Delete": {"TableName": TABLE, "Key": {"PK": doomed["PK"], "SK": doomed["SK"]}}},
+            {"Put": {"TableName": TABLE, "Item": {"PK": {"S": "WS#new"}, "SK": {"S": "WS"}}}},
+            {"ConditionCheck": {"TableName": TABLE, "Key": {"PK": {"S": "WS#b"}, "SK": {"S": "WS"}},
+                                "ConditionExpression": "attribute_exists(PK)"}},
+        ])
+    assert _everything(dynamodb) == before
+    assert _all_pages(dynamodb, {"TableName": TABLE, "IndexName": "ByStartTokens",
+                                 "KeyConditionExpression": "PK = :p",
+                                 "ExpressionAttributeValues": {":p": base["PK"]}}) == index_before
