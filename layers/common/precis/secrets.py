@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from aws_lambda_powertools import Logger
 
 from precis.config import get_settings
@@ -10,11 +12,17 @@ from precis.errors import Unavailable
 logger = Logger(child=True)
 
 _MAX_AGE_S = 300  # a rotated secret is picked up within five minutes
+# A secret found missing, and when: not looked up again for _MAX_AGE_S (every call would otherwise ask Secrets Manager
+# and log), and said once per cold start.
+_missing: dict[str, float] = {}
 
 
 def _secret_field(name: str) -> str | None:
     settings = get_settings()
     if not settings.secret_name:
+        return None
+    missing_since = _missing.get(settings.secret_name)
+    if missing_since is not None and time.monotonic() - missing_since < _MAX_AGE_S:
         return None
     from aws_lambda_powertools.utilities import parameters  # deferred: only cold starts that need it pay
 
@@ -22,8 +30,11 @@ def _secret_field(name: str) -> str | None:
         value = parameters.get_secret(settings.secret_name, transform="json", max_age=_MAX_AGE_S)
     except parameters.exceptions.GetParameterError as exc:
         # No such secret (the local stack has none): the caller decides whether that is fatal.
-        logger.warning("secret unavailable", extra={"secret": settings.secret_name, "error": str(exc)})
+        if missing_since is None:
+            logger.warning("secret unavailable", extra={"secret": settings.secret_name, "error": str(exc)})
+        _missing[settings.secret_name] = time.monotonic()
         return None
+    _missing.pop(settings.secret_name, None)
     return value.get(name) if isinstance(value, dict) else None
 
 

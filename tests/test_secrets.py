@@ -1,0 +1,37 @@
+"""A secret that is not there (the local stack has none) is said once per cold start and not looked up per call."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from precis import secrets
+from precis.config import get_settings
+
+
+def _use_secret(monkeypatch, name: str) -> None:
+    monkeypatch.setenv("PRECIS_SECRET_NAME", name)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    get_settings.cache_clear()
+
+
+def test_a_missing_secret_is_said_once_and_not_asked_for_again(aws, monkeypatch, caplog):
+    name = f"precis/missing-{uuid.uuid4().hex[:8]}"
+    _use_secret(monkeypatch, name)
+    assert [secrets.llm_api_key() for _ in range(50)] == [None] * 50
+    said = [r for r in caplog.records if r.getMessage() == "secret unavailable"]
+    assert len(said) == 1 and said[0].secret == name
+
+    # Created now, it is still taken as missing: the miss is remembered, so no call asked Secrets Manager again.
+    boto3 = __import__("boto3")
+    boto3.client("secretsmanager").create_secret(Name=name, SecretString=json.dumps({"llm_api_key": "sk-x"}))
+    assert secrets.llm_api_key() is None
+    assert len([r for r in caplog.records if r.getMessage() == "secret unavailable"]) == 1
+
+
+def test_a_secret_that_exists_is_read(aws, monkeypatch):
+    name = f"precis/present-{uuid.uuid4().hex[:8]}"
+    __import__("boto3").client("secretsmanager").create_secret(
+        Name=name, SecretString=json.dumps({"llm_api_key": "sk-present"}))
+    _use_secret(monkeypatch, name)
+    assert secrets.llm_api_key() == "sk-present"
