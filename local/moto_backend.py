@@ -43,7 +43,8 @@ def client(service: str, endpoint: str):
 class MotoBackend:
     server: SerializedMotoServer
     endpoint: str  # moto itself: the stack's own clients (poller, `make invoke`, tests)
-    functions_endpoint: str  # what the functions are pointed at: throttled with `throttle` chaos, else `endpoint`
+    functions_endpoint: str  # what the API functions are pointed at: throttled with `throttle` chaos, else `endpoint`
+    background_endpoint: str  # what the stream consumers are pointed at: served after any waiting API request
 
     def stop(self) -> None:
         self.server.stop()
@@ -52,7 +53,8 @@ class MotoBackend:
 def start_moto(tpl: Template, chaos: Chaos | None = None) -> MotoBackend:
     """Start an empty moto on 127.0.0.1 (a free port) and create the template's table, bucket and queues.
 
-    With `throttle` chaos the functions get a port of their own that refuses some of their DynamoDB calls.
+    With `throttle` chaos the functions get a port of their own that refuses some of their DynamoDB calls; the stream
+    consumers always get one of their own, served after the API (local/moto_server.py).
     """
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access line per moto call drowns the stack's logs
     throttle = (chaos.throttle_rate, chaos.seed) if chaos and chaos.throttle else None
@@ -61,10 +63,12 @@ def start_moto(tpl: Template, chaos: Chaos | None = None) -> MotoBackend:
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
     functions_host, functions_port = server.functions_address
+    background_host, background_port = server.background_address
     # moto's state belongs to the process, shared by every server in it: start from a clean slate.
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")).close()
     create_resources(tpl, client("dynamodb", endpoint), client("s3", endpoint), client("sqs", endpoint))
-    return MotoBackend(server, endpoint, f"http://{functions_host}:{functions_port}")
+    return MotoBackend(server, endpoint, f"http://{functions_host}:{functions_port}",
+                       f"http://{background_host}:{background_port}")
 
 
 def dev_json_path() -> Path:

@@ -1,9 +1,14 @@
-"""A moto server that answers one AWS request at a time, with an optional throttling front for the functions.
+"""A moto server that answers one AWS request at a time, the API's first, with an optional throttling front.
 
 moto's backends are not thread-safe: two concurrent TransactWriteItems can both pass their conditions
 (or crash iterating a dict another thread changes). DynamoDB serializes conflicting writes; a global
 lock around moto's WSGI app gives the local stack and the tests the same guarantee, while clients stay
 concurrent.
+
+DynamoDB serves every caller at once; here one request runs at a time, so a backlog of the stream consumers'
+writes (a deriver storing a hundred vectors) would make every API request wait its turn behind them. The stream
+consumers therefore get a port of their own (`background_address`), and whenever a request of the API's port waits,
+it goes before any waiting on that one: an API request waits for at most the one request in progress.
 
 DynamoDB refuses requests for capacity; moto never does. With `throttle` chaos the functions talk to a
 second port whose requests pass through `Throttling` first, while the stack's own clients (the stream
@@ -12,12 +17,16 @@ poller, `make invoke`, tests that seed or inspect) keep the direct port.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from moto import backends as _moto_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
@@ -25,6 +34,10 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from local import moto_patches
 
 moto_patches.install()  # every moto server of the local stack and the tests gets DynamoDB's stream semantics
+# moto's dispatcher lists its package directory on every request to recognise a service name: they never change.
+if not hasattr(_moto_backends.list_of_moto_modules, "cache_info"):
+    _moto_backends.list_of_moto_modules = functools.cache(
+        lambda listed=_moto_backends.list_of_moto_modules: tuple(listed()))
 
 _DYNAMODB = "DynamoDB_20120810."
 # DynamoDB's own words (API reference, TransactionCanceledException: the ThrottlingError reason of an on-demand
@@ -40,13 +53,43 @@ PROVISIONED_MESSAGE = (
 )
 
 
+class Turns:
+    """One request at a time; a waiting foreground request (the API's, the stack's own) goes before every waiting
+    background one (the stream consumers')."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition()
+        self._busy = False
+        self._waiting = [0, 0]  # foreground, background
+
+    def waiting(self) -> tuple[int, int]:
+        """(foreground, background) requests waiting for their turn."""
+        with self._ready:
+            return self._waiting[False], self._waiting[True]
+
+    @contextmanager
+    def turn(self, background: bool) -> Iterator[None]:
+        with self._ready:
+            self._waiting[background] += 1
+            while self._busy or (background and self._waiting[False]):
+                self._ready.wait()
+            self._waiting[background] -= 1
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._ready:
+                self._busy = False
+                self._ready.notify_all()
+
+
 class _Serialized:
-    def __init__(self, app):
-        self.app, self.lock = app, threading.Lock()
+    def __init__(self, app, turns: Turns, background: bool = False):
+        self.app, self.turns, self.background = app, turns, background
 
     def __call__(self, environ, start_response):
-        with self.lock:
-            # Materialize the body inside the lock: moto builds it lazily from backend state.
+        with self.turns.turn(self.background):
+            # Materialize the body inside the turn: moto builds it lazily from backend state.
             return list(self.app(environ, start_response))
 
 
@@ -106,41 +149,64 @@ class Throttling:
         }
 
 
+class _RequestHandler(MotoRequestHandler):
+    # werkzeug writes an answer's head and body apart: without this the body can wait for a delayed ACK (40 ms).
+    disable_nagle_algorithm = True
+
+
 class SerializedMotoServer(ThreadedMotoServer):
     """ThreadedMotoServer whose requests run one at a time (start/stop/get_host_and_port as usual).
 
-    With `throttle` (a rate and a seed), a second port serves the same moto through `Throttling`:
-    `functions_address` is where the functions should send their AWS calls.
+    A second port serves the same moto in the background's turns (`background_address`, for the stream consumers).
+    With `throttle` (a rate and a seed), the API functions get a port of their own that serves it through
+    `Throttling` (`functions_address`), and the background port throttles the same way.
     """
 
     def __init__(self, *args: Any, throttle: tuple[float, int] | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._throttle = throttle
-        self._front: BaseWSGIServer | None = None
-        self._front_thread: threading.Thread | None = None
+        self._fronts: dict[str, BaseWSGIServer] = {}
+        self._front_threads: list[threading.Thread] = []
         self.throttling: Throttling | None = None
+        self.turns = Turns()
+
+    def _serve(self, name: str, app) -> None:
+        server = make_server(self._ip_address, 0, app, True, request_handler=_RequestHandler)
+        self._fronts[name] = server
+        thread = threading.Thread(target=server.serve_forever, name=f"moto-{name}", daemon=True)
+        thread.start()
+        self._front_threads.append(thread)
 
     def _server_entry(self) -> None:
-        app = _Serialized(DomainDispatcherApplication(create_backend_app))
-        self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
+        moto = DomainDispatcherApplication(create_backend_app)
+        app, background = _Serialized(moto, self.turns), _Serialized(moto, self.turns, background=True)
+        self._server = make_server(self._ip_address, self._port, app, True, request_handler=_RequestHandler)
         if self._throttle is not None:
             self.throttling = Throttling(app, *self._throttle)
-            self._front = make_server(self._ip_address, 0, self.throttling, True, request_handler=MotoRequestHandler)
-            self._front_thread = threading.Thread(target=self._front.serve_forever, name="moto-functions", daemon=True)
-            self._front_thread.start()
+            self._serve("functions", self.throttling)
+            background = Throttling(background, self._throttle[0], self._throttle[1] + 1)
+        self._serve("background", background)
         self._server_ready_event.set()
         self._server.serve_forever()
 
-    @property
-    def functions_address(self) -> tuple[str, int]:
-        """(host, port) the functions use: the throttling front if there is one, else moto itself."""
-        server = self._front or self._server
+    def _address(self, server: BaseWSGIServer | None) -> tuple[str, int]:
         assert server is not None, "Make sure to call start() first"
         host, port = server.server_address[:2]
         return str(host), port
 
+    @property
+    def functions_address(self) -> tuple[str, int]:
+        """(host, port) the API functions use: the throttling front if there is one, else moto itself."""
+        return self._address(self._fronts.get("functions") or self._server)
+
+    @property
+    def background_address(self) -> tuple[str, int]:
+        """(host, port) the stream consumers use: served after every waiting request of the other ports."""
+        return self._address(self._fronts.get("background"))
+
     def stop(self) -> None:
-        if self._front is not None:
-            self._front.shutdown()
-            self._front_thread.join()
+        for front in self._fronts.values():
+            front.shutdown()
+        for thread in self._front_threads:
+            thread.join()
         super().stop()

@@ -61,10 +61,14 @@ PASS_THROUGH = (
     "PRECIS_DERIVE_MODEL",
     "PRECIS_DERIVE_BATCH_TOKENS",
     "PRECIS_DERIVE_MAX_WAIT_S",
+    "POWERTOOLS_LOG_LEVEL",
+    "POWERTOOLS_METRICS_DISABLED",
 )
 # The deployed stack reads its signing secret from Secrets Manager; locally auth is off unless turned on with
-# PRECIS_AUTH and PRECIS_JWT_SECRET.
-LOCAL_DEFAULTS = {"PRECIS_AUTH": "false"}
+# PRECIS_AUTH and PRECIS_JWT_SECRET. A terminal gets one line per request and per stream batch (the gateway's and the
+# poller's): the functions' INFO logs and EMF metric lines stay off unless the developer turns them on
+# (POWERTOOLS_LOG_LEVEL=INFO, POWERTOOLS_METRICS_DISABLED=false).
+LOCAL_DEFAULTS = {"PRECIS_AUTH": "false", "POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_DISABLED": "true"}
 # What a process needs to run; nothing else leaks from the shell (no AWS_PROFILE pointing at a real account).
 _BASE = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
 
@@ -244,10 +248,24 @@ class FunctionPool:
             worker.stop()
 
 
-def start_pools(tpl: Template, endpoint: str, size: int | None = None) -> dict[str, FunctionPool]:
-    """One pool per function of the template, its workers talking to the moto server at `endpoint`."""
+# The stream consumers' workers run at a lower CPU priority: on a two-core laptop a deriver working through a backlog
+# would otherwise take the cores an API request needs (in AWS each function has its own).
+BACKGROUND_NICE = 10
+
+
+def start_pools(tpl: Template, endpoint: str, size: int | None = None,
+                background_endpoint: str | None = None) -> dict[str, FunctionPool]:
+    """One pool per function of the template, its workers talking to the moto server at `endpoint`; the stream
+    consumers' at `background_endpoint` (served after the API's requests), niced."""
     size = size or int(os.environ.get("PRECIS_LOCAL_CONCURRENCY", "4"))
-    return {lid: FunctionPool(fn, function_environment(tpl, fn, endpoint), size) for lid, fn in tpl.functions.items()}
+    background = {fn.logical_id for fn in tpl.stream_functions()} if background_endpoint else set()
+    pools = {}
+    for lid, fn in tpl.functions.items():
+        env = function_environment(tpl, fn, background_endpoint if lid in background else endpoint)
+        if lid in background:
+            env["PRECIS_LOCAL_NICE"] = str(BACKGROUND_NICE)
+        pools[lid] = FunctionPool(fn, env, size)
+    return pools
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -283,6 +301,8 @@ def serve() -> int:
     # for an invocation cut short): dying on our own would look like a crash to the poller, which would retry.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.environ.get("PRECIS_LOCAL_NICE"):
+        os.nice(int(os.environ["PRECIS_LOCAL_NICE"]))
 
     def send(line: str) -> None:
         protocol.write(line + "\n")

@@ -432,3 +432,77 @@ def test_a_response_over_6_mb_is_api_gateways_500(pooled_gateway, caplog):
     assert "Function.ResponseSizeTooLarge: Response payload size (7000031 bytes) exceeded" in caplog.text
     status, _, body = request(pooled_gateway, "GET", "/health?action=big&size=6000000")
     assert (status, len(body)) == (200, 6_000_000)
+
+
+# ---------------------------------------------------------------- the API before the stream consumers
+
+
+def _wait_until(condition, what: str) -> None:
+    """Poll `condition` until it holds; the bound (minutes) only keeps a broken build from hanging."""
+    deadline = time.monotonic() + 300
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.01)
+
+
+def test_a_waiting_api_request_goes_before_every_waiting_stream_consumer_request():
+    from local.moto_server import Turns
+
+    turns, order, release = Turns(), [], threading.Event()
+
+    def take(name: str, background: bool) -> None:
+        with turns.turn(background):
+            order.append(name)
+            if name == "first":
+                release.wait()
+
+    first = threading.Thread(target=take, args=("first", False))
+    first.start()
+    _wait_until(lambda: order == ["first"], "the first request holds the turn")
+    consumers = [threading.Thread(target=take, args=(f"consumer-{i}", True)) for i in range(3)]
+    for thread in consumers:
+        thread.start()
+    _wait_until(lambda: turns.waiting() == (0, 3), "three consumer requests wait")
+    api = threading.Thread(target=take, args=("api", False))
+    api.start()
+    _wait_until(lambda: turns.waiting() == (1, 3), "the API request waits too")
+    release.set()
+    for thread in (first, api, *consumers):
+        thread.join()
+    assert order[:2] == ["first", "api"] and sorted(order[2:]) == ["consumer-0", "consumer-1", "consumer-2"]
+
+
+def test_the_stream_consumers_use_the_background_port_at_a_lower_priority():
+    from local.worker import BACKGROUND_NICE, start_pools
+
+    tpl = template()
+    pools = start_pools(tpl, "http://127.0.0.1:1", background_endpoint="http://127.0.0.1:2")
+    consumers = {fn.logical_id for fn in tpl.stream_functions()}
+    assert consumers == {"SummarizeFunction", "DeriveFunction"}
+    for name, pool in pools.items():
+        background = name in consumers
+        assert pool.env["AWS_ENDPOINT_URL"] == ("http://127.0.0.1:2" if background else "http://127.0.0.1:1")
+        assert pool.env.get("PRECIS_LOCAL_NICE") == (str(BACKGROUND_NICE) if background else None)
+
+
+def test_make_dev_prints_one_line_per_request_and_per_stream_batch(stack):
+    """No EMF metric lines, no functions' INFO logs: the gateway's line per request, the poller's per batch."""
+    ws = f"quiet-{time.monotonic_ns()}"
+    body = json.dumps({"messages": [{"peer_id": "alice", "content": f"fact {i}"} for i in range(5)]}).encode()
+    assert request(stack.port, "POST", "/v3/workspaces", {"content-type": "application/json"},
+                   json.dumps({"id": ws}).encode())[0] in (200, 201)
+    assert request(stack.port, "POST", f"/v3/workspaces/{ws}/sessions/s/messages",
+                   {"content-type": "application/json"}, body)[0] == 201
+
+    def settled() -> bool:
+        status, _, answer = request(stack.port, "GET", f"/v3/workspaces/{ws}/queue/status")
+        done = json.loads(answer)
+        log = stack.log.read_text()
+        return status == 200 and not done["pending_work_units"] and not done["in_progress_work_units"] \
+            and "stream -> precis-derive-local" in log and "stream -> precis-summarize-local" in log
+
+    _wait_until(settled, "the queue is empty and both consumers got a batch")
+    log = stack.log.read_text()
+    assert f'"POST /v3/workspaces/{ws}/sessions/s/messages" 201' in log
+    assert '"_aws"' not in log  # EMF metrics
+    assert '"level":"INFO"' not in log
