@@ -20,7 +20,7 @@ help:
 	@echo "make dev      run Precis locally on 127.0.0.1:\$${PRECIS_PORT:-8000} (moto, no Docker)"
 	@echo "make test     lint the template, sam build, checkov, run the whole test suite"
 	@echo "make security checkov on the template (offline; skips justified in .checkov.yaml)"
-	@echo "make bench    run the benchmarks (tables, plots under bench/out/); BENCH=\"coldstart cost\" for some"
+	@echo "make bench    run the benchmarks (tables, plots under bench/out/); make bench local (or BENCH=\"local cost\") for some"
 	@echo "make invoke FN=ContextFunction EVENT=events/context_health.json   one handler, one event"
 
 # The `precis` command (cli/, editable: it validates settings with the layer as it stands) comes with the virtualenv.
@@ -73,6 +73,16 @@ test: $(VENV)/.installed $(ENCODINGS) lint build security
 
 test-fast: $(VENV)/.installed $(ENCODINGS)
 	$(PY) -m pytest -x -q $(ARGS)
+
+# `make bench local cost` runs those benchmarks (as BENCH="local cost" does): the words after `bench` are names, not goals.
+ifeq (bench,$(firstword $(MAKECMDGOALS)))
+  BENCH_NAMES := $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS))
+  ifneq ($(BENCH_NAMES),)
+    BENCH := $(BENCH_NAMES)
+    .PHONY: $(BENCH_NAMES)
+    $(eval $(BENCH_NAMES):;@:)
+  endif
+endif
 
 # The cold-start bench also times the layer as it deploys: build it first, quietly (the output is tables only).
 bench: $(VENV)/.installed $(ENCODINGS) $(SAM_VENV)/.installed

@@ -8,7 +8,8 @@ import time
 
 from bench.common import use_fake_aws
 
-BENCHMARKS = ("coldstart", "ingest", "context", "summarize", "derive", "search", "chat", "clone", "cost", "scale")
+BENCHMARKS = ("coldstart", "ingest", "context", "summarize", "derive", "search", "chat", "clone", "cost", "scale",
+              "local")
 
 
 def main(argv: list[str]) -> int:

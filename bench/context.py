@@ -12,7 +12,7 @@ skewed small, a third of them in agent runs of 2-6 messages, a short summary (~6
 leaves them. Each budget is read with `summary=true` (the baseline then reads only the messages after the
 chosen summary) and `summary=false` (it reads the whole session).
 
-Latency is in-process moto with its Query narrowed to the key range it reads (bench/motofast.py; without it
+Latency is in-process moto with its Query narrowed to the key range it reads (local/moto_storage.py; without it
 moto walks the whole table per request and per page, whatever DynamoDB would read). Absolute times are
 moto's; requests and bytes are what DynamoDB would serve.
 """
@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from bench.common import ROOT, OUT, Requests, median, moto, print_table, write_json
-from bench.motofast import narrow_queries
+from local.moto_storage import moto_reference
 
 SESSION_LENGTHS = (100, 1_000, 10_000, 100_000)
 BUDGETS = (2_000, 8_000, 100_000)
@@ -207,17 +207,17 @@ def check_narrowing(db, session: str) -> None:
     from precis.store.context import read_context
 
     plain = {}
-    for limit in BUDGETS:
-        for use_summary in MODES:
-            for read in (read_context, naive_context):
-                plain[read.__name__, limit, use_summary] = measure(read, db, session, limit, use_summary, 1, 1)
-    with narrow_queries():
-        for (name, limit, use_summary), expected in plain.items():
-            read = read_context if name == "read_context" else naive_context
-            got = measure(read, db, session, limit, use_summary, 1, 1)
-            if (got["answer"], got["bytes_read"], got["requests"]) != (
-                    expected["answer"], expected["bytes_read"], expected["requests"]):
-                raise RuntimeError(f"narrowed moto differs from moto: {name} tokens={limit} summary={use_summary}")
+    with moto_reference():
+        for limit in BUDGETS:
+            for use_summary in MODES:
+                for read in (read_context, naive_context):
+                    plain[read.__name__, limit, use_summary] = measure(read, db, session, limit, use_summary, 1, 1)
+    for (name, limit, use_summary), expected in plain.items():
+        read = read_context if name == "read_context" else naive_context
+        got = measure(read, db, session, limit, use_summary, 1, 1)
+        if (got["answer"], got["bytes_read"], got["requests"]) != (
+                expected["answer"], expected["bytes_read"], expected["requests"]):
+            raise RuntimeError(f"narrowed moto differs from moto: {name} tokens={limit} summary={use_summary}")
     print(f"  narrowed moto checked against plain moto on {session}: same answers, requests and bytes", flush=True)
 
 
@@ -274,33 +274,32 @@ def run() -> dict:
         print(f"  seeded {sum(SESSION_LENGTHS):,} messages in {seed_seconds:.0f} s", flush=True)
 
         check_narrowing(db, sessions[1_000])
-        with narrow_queries():
-            for length, session in sessions.items():
-                baseline_reads: dict[tuple[str, int], dict] = {}
-                for use_summary in MODES:
-                    for budget in BUDGETS:
-                        read_context(db, WS, session, budget, use_summary=use_summary)  # warm caches
-                        precis = measure(read_context, db, session, budget, use_summary, MAX_REPEATS, 3)
-                        after = boundary(precis["answer"], length)
-                        if (session, after) in baseline_reads:  # the same read as an earlier budget's
-                            naive = dict(baseline_reads[session, after], reused=True)
-                            naive["answer"] = naive_context(db, WS, session, budget, use_summary=use_summary,
-                                                            items=naive["items"])
-                            naive["answer"].pop("_items")
-                            naive["bytes_returned"] = size_of(naive["answer"])
-                        else:
-                            naive = measure(naive_context, db, session, budget, use_summary, MAX_REPEATS, 1)
-                            baseline_reads[session, after] = naive
-                        if not same_answer(precis["answer"], naive["answer"]):
-                            raise RuntimeError(f"baseline and Precis disagree on {session}, tokens={budget}, "
-                                               f"summary={use_summary}")
-                        row = {"messages": length, "budget": budget, "summary": use_summary,
-                               "returned_messages": len(precis["answer"]["messages"]),
-                               "summary_type": (precis["answer"]["summary"] or {}).get("summary_type"),
-                               "precis": {k: v for k, v in precis.items() if k not in ("answer", "items")},
-                               "baseline": {k: v for k, v in naive.items() if k not in ("answer", "items")}}
-                        results.append(row)
-                print(f"  measured {session}", flush=True)
+        for length, session in sessions.items():
+            baseline_reads: dict[tuple[str, int], dict] = {}
+            for use_summary in MODES:
+                for budget in BUDGETS:
+                    read_context(db, WS, session, budget, use_summary=use_summary)  # warm caches
+                    precis = measure(read_context, db, session, budget, use_summary, MAX_REPEATS, 3)
+                    after = boundary(precis["answer"], length)
+                    if (session, after) in baseline_reads:  # the same read as an earlier budget's
+                        naive = dict(baseline_reads[session, after], reused=True)
+                        naive["answer"] = naive_context(db, WS, session, budget, use_summary=use_summary,
+                                                        items=naive["items"])
+                        naive["answer"].pop("_items")
+                        naive["bytes_returned"] = size_of(naive["answer"])
+                    else:
+                        naive = measure(naive_context, db, session, budget, use_summary, MAX_REPEATS, 1)
+                        baseline_reads[session, after] = naive
+                    if not same_answer(precis["answer"], naive["answer"]):
+                        raise RuntimeError(f"baseline and Precis disagree on {session}, tokens={budget}, "
+                                           f"summary={use_summary}")
+                    row = {"messages": length, "budget": budget, "summary": use_summary,
+                           "returned_messages": len(precis["answer"]["messages"]),
+                           "summary_type": (precis["answer"]["summary"] or {}).get("summary_type"),
+                           "precis": {k: v for k, v in precis.items() if k not in ("answer", "items")},
+                           "baseline": {k: v for k, v in naive.items() if k not in ("answer", "items")}}
+                    results.append(row)
+            print(f"  measured {session}", flush=True)
 
     for use_summary in MODES:
         rows = []

@@ -4,8 +4,8 @@ Ingestion: sessions of 200 messages (two peers taking turns, agent runs of four)
 through the real ingest handler, in-process on moto with the template's table and bucket. After each post the
 table's stream (NEW_IMAGE records of the writes the meter saw, see `Capacity._stream`) is delivered, filtered by each
 mapping's FilterCriteria, to the real summarizer and deriver handlers (their default engines: extractive, offline),
-so each message carries the background work it causes. moto's Query and transaction backups are narrowed to the
-partitions they touch (bench/motofast.py): same answers, a fraction of the time.
+so each message carries the background work it causes. moto's Query and transaction rollbacks touch only the
+partitions they name (local/moto_storage.py): same answers, a fraction of the time.
 Context reads: the context handler on a 200-message session from that run (summaries, conclusions and card in place),
 at 2,000 and 8,000 tokens, with and without `peer_target`.
 
@@ -746,12 +746,9 @@ def ingest(batch: int, rng: random.Random) -> dict[str, Any]:
     smallest batch size, the context reads too (on a session it wrote)."""
     from precis.config import get_settings
 
-    from bench.motofast import back_up_written_partitions, query_one_partition
-
     # The table's stream is built from the writes the meter sees (Capacity._stream): moto's own stream would
     # serialize every image it records, vectors included, which makes up most of the run's time.
-    with (moto(stream=False) as clients, back_up_written_partitions(), query_one_partition(),
-          recorded_summaries() as summaries):
+    with moto(stream=False) as clients, recorded_summaries() as summaries:
         stack = Stack(clients)
         try:
             stack.http("POST", "/v3/workspaces", {"id": WS})

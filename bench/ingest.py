@@ -5,7 +5,7 @@ counts, one transaction per batch) against in-process moto with the template's t
 size starts from an empty table; rates are from the median batch. Time spent inside DynamoDB calls
 (moto's work plus botocore's parsing) is measured apart from the rest, which is what the function itself spends:
 moto's storage times say little about DynamoDB's, while the function's own time and the request counts carry
-over. moto backs up the table once per transaction instead of once per item (bench/motofast.py).
+over. moto rolls a transaction back from an undo log, not copies of the table (local/moto_storage.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import threading
 import time
 
 from bench.common import ROOT, Requests, median, moto, print_table, write_json
-from bench.motofast import copy_tables_once_per_transaction
 
 BATCHES = {1: 300, 10: 60, 100: 20}  # timed batches per batch size
 NEW_PEERS = (1, 10, 100)
@@ -66,7 +65,7 @@ def run() -> dict:
     rng = random.Random(42)
     rows, results = [], {}
     for size, batches in BATCHES.items():
-        with moto(), copy_tables_once_per_transaction():
+        with moto():
             assert call("POST", "/v3/workspaces", {"id": WS}).status == 201
             url = f"/v3/workspaces/{WS}/sessions/s-{size}/messages"
             call("POST", f"/v3/workspaces/{WS}/sessions/warm/messages", batch_body(rng, 1, 0))  # tiktoken loaded
@@ -107,7 +106,7 @@ def run() -> dict:
           f"first batch of a new session: {results[100]['first_batch_ops']}")
 
     peer_rows = []
-    with moto(), copy_tables_once_per_transaction():
+    with moto():
         assert call("POST", "/v3/workspaces", {"id": WS}).status == 201
         with Requests(get_db().client) as requests:
             for peers in NEW_PEERS:
