@@ -94,6 +94,8 @@ def test_the_dream_is_armed_by_new_conclusions_and_waits_for_an_idle_collection(
     assert armed["fresh"] == 4 and armed["due_at"] > datetime.now(UTC).isoformat()  # waits for the idle minute
     assert invoke("DeriveFunction", {"precis": "flush"}) == {"flushed": 0, "failed": 0}
     assert "due_at" in dream_item(ws)  # not yet idle: the flush left it
+    status = call("GET", f"{W}/queue/status").body  # armed, not due: nothing for a client to wait for
+    assert status["pending_work_units"] == 0 and status["in_progress_work_units"] == 0, status
     from precis.dreamer import DreamTarget, run
     from precis.store.db import get_db
     from precis.derive.extractive import ExtractiveDeriver

@@ -5,11 +5,13 @@ passed them) or a summary that is due and not yet written. For one session the c
 cursors and the messages after them are read (strongly consistent), so a message just posted counts as pending at
 once. For a whole workspace the deriver's cursors are summed (the ByDue index): work the deriver has not yet seen
 (a few hundred milliseconds of stream delay) is not counted there, and summaries are counted per session only.
-Dreams (scheduled, or armed and waiting for an idle collection) count in the workspace's totals while due or running.
+Dreams count in the workspace's totals while due or running: one armed and waiting for its collection to be idle
+(an hour) is not work a client waiting for the queue to empty should wait for.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from precis.deriver import cursors
@@ -82,9 +84,11 @@ def queue_status(db: Db, ws: str, *, observer_id: str | None = None, sender_id: 
         return {**counts, "sessions": {session_id: counts}}
     sessions: dict[str, list[int]] = {}
     dreams = [0, 0, 0]
+    now = datetime.now(UTC).isoformat()
     for cursor in cursors(db, ws):
         if cursor.get("kind") == "dream":  # a dream due or running: one work unit of its observer's
-            if not sender_id and observer_id in (None, cursor.get("observer")):
+            due = cursor.get("job") or cursor.get("due_at", "~") <= now
+            if due and not sender_id and observer_id in (None, cursor.get("observer")):
                 dreams[1 if cursor.get("job") else 2] += 1
             continue
         sender = cursor.get("sender")
