@@ -127,7 +127,10 @@ def main() -> int:
     url = f"http://127.0.0.1:{gateway.server_address[1]}"
     dev_json = dev_json_path()
     dev_json.parent.mkdir(parents=True, exist_ok=True)
-    dev_json.write_text(json.dumps({"url": url, "moto_endpoint": moto.endpoint, "pid": os.getpid()}))
+    # Whole or not at all: a reader polling for the file (make invoke, a benchmark) never sees it half written.
+    partial = dev_json.with_name(f".{dev_json.name}.{os.getpid()}")
+    partial.write_text(json.dumps({"url": url, "moto_endpoint": moto.endpoint, "pid": os.getpid()}))
+    partial.replace(dev_json)
     if chaos.modes:
         logging.info("%s", chaos.describe())
     print(f"Precis local stack: {url}", flush=True)
