@@ -4,9 +4,8 @@ Three scenarios, each on a fresh stack with its default settings (no chaos), ove
 
 - **import**: one client imports 10 workspaces × 20 sessions × 30 messages of realistic sentences, one request at a
   time (each session created with its two peers, then its turns in one batch of 30 — the targets' row — and, again
-  on a fresh stack, in batches of 10), then waits for every
-  workspace's queue status to be empty: messages/s, request latency (p50, p99, max), non-2xx answers, and the
-  seconds from the last post until the queues are empty.
+  on a fresh stack, in batches of 10), then waits for every session's queue status to be empty: messages/s,
+  request latency (p50, p99, max), non-2xx answers, and the seconds from the last post until the queues are empty.
 - **writers**: 8 concurrent writers × 10 batches of 10 messages into one session, each batch sent twice with its
   `Idempotency-Key`: messages stored (and whether their seqs are dense), non-2xx, batch latency.
 - **scale**: a 10-message batch's latency with 1,000 and with 100,000 items already in the table (seeded straight
@@ -126,9 +125,11 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def _queues_empty(client: Client, workspaces: list[str]) -> bool:
-    for ws in workspaces:
-        status = client.call("GET", f"/v3/workspaces/{ws}/queue/status")
+def _queues_empty(client: Client, sessions: list[tuple[str, str]]) -> bool:
+    """Every session's queue status is empty: the exact count (a workspace's sums the deriver's cursors, so it misses
+    what the deriver has not seen yet)."""
+    for ws, session in sessions:
+        status = client.call("GET", f"/v3/workspaces/{ws}/queue/status?session_id={session}")
         if status is None or status.get("pending_work_units") or status.get("in_progress_work_units"):
             return False
     return True
@@ -154,7 +155,7 @@ def import_conversations(port: int, batch_size: int) -> dict[str, Any]:
     posting_s = time.perf_counter() - started
     latencies = list(client.latencies)
     waited = time.perf_counter()
-    while not _queues_empty(client, workspaces) and time.perf_counter() - waited < QUEUE_DEADLINE_S:
+    while not _queues_empty(client, [(ws, f"s{s}") for ws in workspaces for s in range(sessions)]) and time.perf_counter() - waited < QUEUE_DEADLINE_S:
         time.sleep(0.5)
     return {"batch": batch_size, "messages": posted, "seconds": posting_s, "messages_per_s": posted / posting_s,
             "requests": len(latencies), "p50_ms": _pct(latencies, 0.5) * 1000, "p99_ms": _pct(latencies, 0.99) * 1000,
