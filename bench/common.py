@@ -109,6 +109,12 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank q-quantile (0 < q <= 1): a value that was measured, never an interpolation between two."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
 def fmt(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"

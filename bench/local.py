@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, print_table, write_json
+from bench.common import ROOT, percentile, print_table, write_json
 
 SCALE = float(os.environ.get("PRECIS_BENCH_LOCAL_SCALE") or 1.0)
 WORKSPACES, SESSIONS, MESSAGES = 10, 20, 30
@@ -120,11 +120,6 @@ def stack(**env: str) -> Iterator[tuple[int, str]]:
             log.close()
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
 def _queues_empty(client: Client, sessions: list[tuple[str, str]]) -> bool:
     """Every session's queue status is empty: the exact count (a workspace's sums the deriver's cursors, so it misses
     what the deriver has not seen yet)."""
@@ -158,7 +153,8 @@ def import_conversations(port: int, batch_size: int) -> dict[str, Any]:
     while not _queues_empty(client, [(ws, f"s{s}") for ws in workspaces for s in range(sessions)]) and time.perf_counter() - waited < QUEUE_DEADLINE_S:
         time.sleep(0.5)
     return {"batch": batch_size, "messages": posted, "seconds": posting_s, "messages_per_s": posted / posting_s,
-            "requests": len(latencies), "p50_ms": _pct(latencies, 0.5) * 1000, "p99_ms": _pct(latencies, 0.99) * 1000,
+            "requests": len(latencies), "p50_ms": percentile(latencies, 0.5) * 1000,
+            "p99_ms": percentile(latencies, 0.99) * 1000,
             "max_ms": max(latencies) * 1000, "non_2xx": len(client.failures), "failures": client.failures[:5],
             "queues_empty_s": time.perf_counter() - waited}
 
@@ -201,8 +197,8 @@ def concurrent_writers(port: int) -> dict[str, Any]:
     dense = sorted(s for s in seqs if s is not None) == list(range(1, stored + 1))
     failures = [f for c in (setup, *clients) for f in c.failures]
     return {"stored": stored, "expected": WRITERS * WRITER_BATCHES * 10, "dense": dense, "seconds": elapsed,
-            "non_2xx": len(failures), "failures": failures[:5], "p50_ms": _pct(batch_latencies, 0.5) * 1000,
-            "p99_ms": _pct(batch_latencies, 0.99) * 1000, "max_ms": max(batch_latencies) * 1000}
+            "non_2xx": len(failures), "failures": failures[:5], "p50_ms": percentile(batch_latencies, 0.5) * 1000,
+            "p99_ms": percentile(batch_latencies, 0.99) * 1000, "max_ms": max(batch_latencies) * 1000}
 
 
 def _seed(endpoint: str, count: int) -> None:
@@ -233,7 +229,7 @@ def batch_latency_at_scale(port: int, endpoint: str, seeded: int) -> dict[str, A
     for _ in range(30):
         batch = [{"peer_id": ("user", "assistant")[i % 2], "content": sentence(rng)} for i in range(10)]
         client.call("POST", "/v3/workspaces/scale/sessions/s/messages", {"messages": batch})
-    return {"seeded": seeded, "p50_ms": _pct(client.latencies, 0.5) * 1000, "non_2xx": len(client.failures)}
+    return {"seeded": seeded, "p50_ms": percentile(client.latencies, 0.5) * 1000, "non_2xx": len(client.failures)}
 
 
 def _verdict(ok: bool) -> str:

@@ -44,7 +44,7 @@ import moto.dynamodb.models as _backend_module
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.exceptions import ItemSizeTooLarge
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
-from moto.dynamodb.models.table import RESULT_SIZE_LIMIT, GlobalSecondaryIndex, Table
+from moto.dynamodb.models.table import RESULT_SIZE_LIMIT, Table
 from moto.dynamodb.models.utilities import bytesize
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
 
@@ -157,7 +157,7 @@ def _global_bucket(table: Table, index_name: str, value: DynamoType) -> set[Key]
 # ---------------------------------------------------------------- writes
 
 
-def _put_item(self: Table, item_attrs: dict[str, Any], *args: Any, **kwargs: Any) -> Item:
+def put_item(self: Table, item_attrs: dict[str, Any], *args: Any, **kwargs: Any) -> Item:
     item = _MOTO["put_item"](self, item_attrs, *args, **kwargs)
     touched(self, item.hash_key, item.range_key)
     return item
@@ -205,7 +205,7 @@ class _NoTableCopies:
         return copy.deepcopy(obj, memo)
 
 
-def _transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> None:
+def transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> None:
     undo: list[tuple[Table, Key, Item | None, bool]] = []
     for action in transact_items:
         for kind, op in action.items():
@@ -267,10 +267,9 @@ def _sorted_partition(table: Table, hash_key: DynamoType, index_name: str | None
     if cached is None or cached[0] != version:
         partition = table.items.get(hash_key) or {}
         values = partition.values() if table.range_key_attr else [partition]
-        if index_name:
+        if index_name and range_attr:
             keyed = [((v.cast_value, item.range_key.cast_value), item) for item in values
-                     if (v := item.attrs.get(range_attr)) is not None] if range_attr else \
-                    [((item.range_key.cast_value,), item) for item in values]
+                     if (v := item.attrs.get(range_attr)) is not None]
         else:
             keyed = [((item.range_key.cast_value,), item) for item in values]
         keyed.sort(key=lambda pair: pair[0])
@@ -349,8 +348,6 @@ def _candidates(table: Table, hash_key: DynamoType | None, comparison: str | Non
     if not table.range_key_attr:
         item = table.items.get(hash_key)
         return [item] if item is not None else []
-    if index_name and range_attr is None and not isinstance(table.get_index(index_name), GlobalSecondaryIndex):
-        return None
     return _partition_candidates(table, hash_key, comparison, values, limit, exclusive_start_key, forward, index_name,
                                  range_attr)
 
@@ -444,12 +441,9 @@ def install() -> None:
     Table.query = _query
     Table.all_items = _all_items
     DynamoDBBackend.update_item = _update_item
-    DynamoDBBackend.transact_write_items = _transact_write_items
+    DynamoDBBackend.transact_write_items = transact_write_items
     _backend_module.copy = _NoTableCopies()
     Item.__init__ = _item_init
     DynamoResult.execute_result = _execute_result
     DynamoHandler.parse_parameters = _parse_parameters
 
-
-put_item = _put_item
-transact_write_items = _transact_write_items

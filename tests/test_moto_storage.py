@@ -30,6 +30,9 @@ _optional = {
     "times_derived": st.integers(0, 5).map(lambda n: {"N": str(n)}),
     "list_key": st.just({"S": "workspaces"}),
     "content": st.text("ab ", max_size=20).map(lambda v: {"S": v or "-"}),
+    # Binary values take moto's own parser and serializer, not the JSON fast path: the answers must still agree.
+    "blob": st.binary(max_size=6).map(lambda v: {"B": v}),
+    "blobs": st.sets(st.binary(min_size=1, max_size=3), min_size=1, max_size=3).map(lambda v: {"BS": sorted(v)}),
 }
 
 
