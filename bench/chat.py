@@ -53,8 +53,8 @@ def _load(db, embedder, rng: random.Random) -> None:
 def run() -> None:
     from tests.llm_server import LLMServer
 
-    from precis.config import get_settings
-    from precis.embed import HashedEmbedder
+    from precis.settings import get_settings
+    from precis.memory.embeddings import HashedEmbedder
     from precis.chat.query import ChatQuery
     from precis.store.db import Db
 

@@ -20,7 +20,7 @@ BUDGET = 8_000
 
 
 def _context(db, session: str) -> tuple[int, int, float]:
-    from precis.store.context import read_context
+    from precis.context.compose import read_context
 
     read_context(db, WS, session, BUDGET)  # warm
     with Requests(db.client) as counted:

@@ -52,7 +52,7 @@ def moto(*, stream: bool = True) -> Iterator[dict[str, Any]]:
     from moto import mock_aws
 
     from local import moto_patches
-    from precis.config import get_settings
+    from precis.settings import get_settings
 
     moto_patches.install()  # the table's vector index (SearchVectors) and DynamoDB's limits, as in the tests
 

@@ -1,6 +1,6 @@
 """The context read against a naive baseline, on sessions of 100 to 100,000 messages.
 
-Precis: `precis.store.context.read_context`, two rounds (session + summaries and the last message's cost, then
+Precis: `precis.context.compose.read_context`, two rounds (session + summaries and the last message's cost, then
 the messages whose `start_tokens` lie in the budget's window on the ByStartTokens index).
 Baseline, written here: the same first request for the session and summaries, then every message after the
 chosen summary with a paginated Query on the base table, trimmed newest-first to the budget (Honcho's way).
@@ -124,7 +124,7 @@ def naive_context(db, ws: str, session_id: str, limit: int, *, use_summary: bool
     """
     from precis.errors import NotFound
     from precis.store import keys
-    from precis.store.context import SUMMARY_TYPES, summary_view
+    from precis.context.compose import SUMMARY_TYPES, summary_view
     from precis.store.db import from_item, to_item
     from precis.store.messages import with_bodies
 
@@ -204,7 +204,7 @@ def same_answer(a: dict, b: dict) -> bool:
 
 def check_narrowing(db, session: str) -> None:
     """The narrowed moto answers exactly what plain moto answers, with the same bytes."""
-    from precis.store.context import read_context
+    from precis.context.compose import read_context
 
     plain = {}
     with moto_reference():
@@ -252,7 +252,7 @@ def plot(results: list[dict]) -> None:
 
 def run() -> dict:
     from precis.store import resources
-    from precis.store.context import read_context
+    from precis.context.compose import read_context
     from precis.store.db import get_db
 
     rng = random.Random(7)

@@ -632,7 +632,7 @@ def batch_body(rng: random.Random, size: int, start: int) -> dict:
 @contextmanager
 def recorded_summaries() -> Iterator[list]:
     """The extractive summarizer's requests and answers, kept to be priced as LLM tokens after the run."""
-    from precis.engines.extractive import ExtractiveEngine
+    from precis.summaries.engines.extractive import ExtractiveEngine
 
     seen: list = []
     original = ExtractiveEngine.summarize
@@ -652,7 +652,7 @@ def recorded_summaries() -> Iterator[list]:
 def summary_tokens(seen: list) -> dict[str, int]:
     """LLM calls and tokens the `llm` summary engine would have spent on the same requests (output: the length of
     the extractive answer, under the same word cap)."""
-    from precis.engines.prompt import prompt_tokens
+    from precis.summaries.engines.prompt import prompt_tokens
     from precis.tokens import count_text
 
     return {"calls": len(seen), "input": sum(prompt_tokens(r) for r, _ in seen),
@@ -664,9 +664,9 @@ def derive_tokens(plain, sessions: list[str], post: int, batch_tokens: int) -> d
     after each post, a sender's underived messages are extracted in one request once they hold `batch_tokens` (the
     schedule flushes the rest), and each extraction is followed by a card update (its prompt holds the model's
     answer: calls counted, tokens not)."""
-    from precis.derive import DeriveMessage, DeriveRequest
-    from precis.derive.prompt import prompt_tokens
-    from precis.deriver import MAX_JOB_MESSAGES
+    from precis.memory.engines import DeriveMessage, DeriveRequest
+    from precis.memory.engines.prompt import prompt_tokens
+    from precis.memory.deriver import MAX_JOB_MESSAGES
     from precis.store import keys
     from precis.store.db import Db
     from precis.store.messages import read_range
@@ -744,7 +744,7 @@ def _components(stack: Stack, units: int) -> dict[str, Any]:
 def ingest(batch: int, rng: random.Random) -> dict[str, Any]:
     """Sessions of SESSION_MESSAGES posted in batches of `batch`, with the work the stream makes of them; after the
     smallest batch size, the context reads too (on a session it wrote)."""
-    from precis.config import get_settings
+    from precis.settings import get_settings
 
     # The table's stream is built from the writes the meter sees (Capacity._stream): moto's own stream would
     # serialize every image it records, vectors included, which makes up most of the run's time.

@@ -3,7 +3,7 @@
 1. Derivation: 1,000 messages (a user and an agent taking turns, batches of 10 as the stream delivers them) run
    through the real deriver (`derive_target`) on in-process moto, with the llm engine's batching (512 tokens).
    The engine answers extractively (offline) but every request is priced as the prompt the `llm` engine would
-   send (`precis.derive.prompt.build_messages`, counted with tiktoken). The baseline, in the same run, prices
+   send (`precis.memory.engines.prompt.build_messages`, counted with tiktoken). The baseline, in the same run, prices
    re-deriving the sender's whole history at every derivation the deriver made.
 2. Query: `POST /conclusions/query`'s store call on collections of 100, 1,000 and 10,000 conclusions: DynamoDB
    requests and response bytes per query, against reading the whole collection (what a store without a vector
@@ -39,12 +39,12 @@ class _PricedDeriver:
     name = "priced"
 
     def __init__(self):
-        from precis.derive.extractive import ExtractiveDeriver
+        from precis.memory.engines.extractive import ExtractiveDeriver
 
         self.inner, self.input_tokens, self.requests = ExtractiveDeriver(), 0, []
 
     def derive(self, request):
-        from precis.derive.prompt import build_messages
+        from precis.memory.engines.prompt import build_messages
         from precis.tokens import count_messages
 
         self.input_tokens += count_messages(build_messages(request))
@@ -56,11 +56,11 @@ class _PricedDeriver:
 
 
 def _derivation() -> dict:
-    from precis.config import get_settings
-    from precis.derive import DeriveMessage, DeriveRequest
-    from precis.derive.prompt import build_messages
-    from precis.deriver import DeriveTarget, derive_target
-    from precis.embed import HashedEmbedder
+    from precis.settings import get_settings
+    from precis.memory.engines import DeriveMessage, DeriveRequest
+    from precis.memory.engines.prompt import build_messages
+    from precis.memory.deriver import DeriveTarget, derive_target
+    from precis.memory.embeddings import HashedEmbedder
     from precis.store.db import Db
     from precis.store.messages import NewMessage, append_messages
     from precis.store.resources import get_or_create_session, get_or_create_workspace
@@ -126,8 +126,8 @@ def _load(db, ws: str, observer: str, observed: str, texts: list[str], embedder)
 
 
 def _query_costs() -> list[dict]:
-    from precis.config import get_settings
-    from precis.embed import HashedEmbedder
+    from precis.settings import get_settings
+    from precis.memory.embeddings import HashedEmbedder
     from precis.store import conclusions, keys
     from precis.store.db import Db, query_all, to_item
     from precis.store.resources import get_or_create_peer, get_or_create_workspace
@@ -164,20 +164,21 @@ def _query_costs() -> list[dict]:
 def _context_cost(db, embedder, size: int) -> dict:
     """The session context with peer_target (and with a search query) on the loaded collection: DynamoDB requests
     and bytes per call, against the same call without peer_target."""
-    from precis.store import context, representation
+    from precis.context import compose
+    from precis.store import representation
     from precis.store.messages import NewMessage, append_messages
 
     append_messages(db, "bench", "s", [NewMessage(f"message {i} about the budget review", "alice", 8)
                                        for i in range(100)], inline_max_bytes=16_384)
 
-    def peer(search: str | None) -> context.PeerView:
-        return context.PeerView(representation.Request("alice", "alice", 100, True, search),
+    def peer(search: str | None) -> compose.PeerView:
+        return compose.PeerView(representation.Request("alice", "alice", 100, True, search),
                                 lambda text: embedder.embed([text])[0])
 
     row: dict = {"conclusions": size}
     for name, view in (("plain", None), ("peer_target", peer(None)), ("search", peer("budget review"))):
         with Requests(db.client) as counted:
-            answer = context.read_context(db, "bench", "s", 8_000, peer=view)
+            answer = compose.read_context(db, "bench", "s", 8_000, peer=view)
             row[f"{name}_requests"], row[f"{name}_bytes"] = len(counted.ops), counted.bytes
             row[f"{name}_returned"] = len(json.dumps(answer).encode())
     return row

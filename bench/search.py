@@ -17,8 +17,8 @@ WORDS = ("budget invoice Lisbon studio design river deadline client proposal mee
 def load_messages(db, ws: str, count: int, rng: random.Random) -> list[str]:
     """Messages and their lexical vectors, written as the ingest function and the deriver write them, by
     BatchWriteItem (the write path's transactions would make loading 100,000 slow in moto)."""
-    from precis.config import get_settings
-    from precis.embed import HashedEmbedder
+    from precis.settings import get_settings
+    from precis.memory.embeddings import HashedEmbedder
     from precis.store import keys
     from precis.store.db import to_item
     from precis.store.messages import make_message_id
@@ -46,7 +46,7 @@ def load_messages(db, ws: str, count: int, rng: random.Random) -> list[str]:
 
 
 def run() -> None:
-    from precis.config import get_settings
+    from precis.settings import get_settings
     from precis.store import keys
     from precis.store.db import Db, query_all, to_item
     from precis.store.message_search import search

@@ -32,12 +32,12 @@ class _PricedEngine:
     name = "priced"
 
     def __init__(self):
-        from precis.engines.extractive import ExtractiveEngine
+        from precis.summaries.engines.extractive import ExtractiveEngine
 
         self.inner, self.input_tokens = ExtractiveEngine(), {}
 
     def summarize(self, request):
-        from precis.engines.llm import build_messages
+        from precis.summaries.engines.llm import build_messages
         from precis.tokens import count_messages
 
         price = count_messages(build_messages(request))
@@ -46,13 +46,13 @@ class _PricedEngine:
 
 
 def _run_strategy(strategy: str, settings: dict) -> dict:
-    from precis.config import get_settings
-    from precis.engines import SummaryRequest
-    from precis.engines.llm import build_messages
+    from precis.settings import get_settings
+    from precis.summaries.engines import SummaryRequest
+    from precis.summaries.engines.llm import build_messages
     from precis.store.db import Db
     from precis.store.messages import NewMessage, append_messages
     from precis.store.resources import get_or_create_session, get_or_create_workspace
-    from precis.summarize import summarize_session
+    from precis.summaries.runner import summarize_session
     from precis.tokens import count_messages, count_text
 
     rng = random.Random(7)

@@ -47,7 +47,7 @@ def aws():
 @pytest.fixture(autouse=True)
 def _fresh_settings():
     """Settings are read once per cold start; each test is a cold start."""
-    from precis.config import get_settings
+    from precis.settings import get_settings
 
     get_settings.cache_clear()
     yield

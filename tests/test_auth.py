@@ -7,7 +7,7 @@ import time
 import jwt as pyjwt
 import pytest
 from precis.auth import Principal, mint_key, verify_key
-from precis.config import get_settings
+from precis.settings import get_settings
 from precis.errors import Unauthorized
 
 from tests.handlers import Form, call

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from precis.auth import MAX_KEY_CHARS, Principal, mint_key, verify_key
-from precis.config import get_settings
+from precis.settings import get_settings
 from precis.errors import Unauthorized
 
 from tests.handlers import call

@@ -306,7 +306,7 @@ def test_minting_a_key_without_a_signing_secret_is_503_not_a_crash(seeded):
 
 
 def test_a_body_at_the_nesting_limit_is_read(seeded):
-    from precis.web import MAX_BODY_DEPTH
+    from precis.api.app import MAX_BODY_DEPTH
 
     assert MAX_BODY_DEPTH == 32
     assert call("POST", f"{W}/peers/list", nested_filters(15)).body["total"] == 0  # 32 levels: accepted

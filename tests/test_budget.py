@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from precis.budget import (
+from precis.context.budget import (
     ContextPlan,
     ContextSelection,
     IncompleteCandidates,

@@ -149,7 +149,7 @@ def llm(ws, llm_server, monkeypatch):  # noqa: F811
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     monkeypatch.setenv("PRECIS_LLM_MAX_ATTEMPTS", "2")
     monkeypatch.setenv("PRECIS_LLM_TIMEOUT_S", "5")
-    from precis.config import get_settings
+    from precis.settings import get_settings
 
     get_settings.cache_clear()  # the memory was derived offline (ws); the chat asks the model: a new cold start
     return llm_server

@@ -218,7 +218,7 @@ def test_a_chat_in_a_clone_finds_what_it_inherited(ws):
 
 
 def test_large_bodies_outlive_the_parent_whether_copied_or_edited(ws, monkeypatch):
-    from precis.config import get_settings
+    from precis.settings import get_settings
 
     monkeypatch.setenv("PRECIS_INLINE_BODY_MAX_BYTES", "64")  # these bodies go to S3
     get_settings.cache_clear()

@@ -14,7 +14,7 @@ import pytest
 from bench.coldstart import lambda_environment
 from local.template import ROOT
 
-WATCHED = ("openai", "tiktoken", "boto3", "s3transfer", "precis.write_models", "precis.strategies",
+WATCHED = ("openai", "tiktoken", "boto3", "s3transfer", "precis.api.bodies", "precis.summaries.strategies",
            "precis.store.representation")
 PROBE = r"""
 import json, sys
@@ -55,7 +55,7 @@ def test_no_function_imports_openai_when_it_starts(logical_id):
 @pytest.mark.parametrize("logical_id", ["ContextFunction", "ChatFunction"])
 def test_the_read_path_imports_no_llm_client_tokenizer_write_bodies_or_planner(logical_id):
     imported = cold(logical_id)["import"]
-    assert not any(imported[name] for name in ("openai", "tiktoken", "precis.write_models", "precis.strategies"))
+    assert not any(imported[name] for name in ("openai", "tiktoken", "precis.api.bodies", "precis.summaries.strategies"))
 
 
 @pytest.mark.parametrize("logical_id", ["ContextFunction", "ChatFunction", "IngestFunction", "SummarizeFunction",

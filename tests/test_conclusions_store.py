@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 from botocore.config import Config
-from precis.config import get_settings
+from precis.settings import get_settings
 from precis.errors import Invalid, NotFound
 from precis.store import conclusions, keys, resources
 from precis.store.conclusions import Derived, ExtraConditionFailed, SessionGone

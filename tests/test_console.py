@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from precis import console
+from precis.api import console
 from precis.auth import ROUTES, Access, mint_key
 
 from local.template import LAYER_DIR, ROOT, template
@@ -51,7 +51,7 @@ def test_console_files_are_served_with_their_type_and_a_strict_csp(path, name, c
     headers = _headers(answer)
     assert answer["statusCode"] == 200
     assert headers["content-type"] == content_type
-    assert answer["body"] == (LAYER_DIR / "precis" / "console" / name).read_text(encoding="utf-8")
+    assert answer["body"] == (LAYER_DIR / "precis" / "api" / "console" / name).read_text(encoding="utf-8")
     policy = dict(part.strip().split(" ", 1) for part in headers["content-security-policy"].split(";"))
     assert policy["default-src"] == "'none'" and policy["script-src"] == "'self'"
     assert policy["style-src"] == "'self'" and policy["connect-src"] == "'self'"
@@ -61,13 +61,13 @@ def test_console_files_are_served_with_their_type_and_a_strict_csp(path, name, c
 
 
 def test_the_page_loads_nothing_from_elsewhere_and_nothing_inline():
-    page = (LAYER_DIR / "precis" / "console" / "index.html").read_text()
+    page = (LAYER_DIR / "precis" / "api" / "console" / "index.html").read_text()
     assert "<style" not in page and not re.search(r"\sstyle\s*=", page)
     assert not re.search(r"\son[a-z]+\s*=", page)  # no inline event handler
     assert not re.search(r"(https?:)?//", page)  # no URL of another origin, no protocol-relative one
     assert re.findall(r'(?:src|href)="([^"#]+)"', page) == ["/console/favicon.svg", "/console/console.css",
                                                            "/console/console.js"]
-    script = (LAYER_DIR / "precis" / "console" / "console.js").read_text()
+    script = (LAYER_DIR / "precis" / "api" / "console" / "console.js").read_text()
     assert "innerHTML" not in script and "insertAdjacentHTML" not in script and "eval(" not in script
     assert "outerHTML" not in script and "document.write" not in script
 
@@ -100,7 +100,7 @@ def test_no_path_through_the_gateway_reaches_another_file(stack):
 
 
 def test_the_console_needs_no_key_and_every_v3_route_still_does(aws, monkeypatch):
-    from precis.config import get_settings
+    from precis.settings import get_settings
 
     monkeypatch.setenv("PRECIS_AUTH", "true")
     monkeypatch.setenv("PRECIS_JWT_SECRET", SECRET)
@@ -120,7 +120,7 @@ def test_the_context_function_reads_the_console_files_only_when_asked():
     """Its cold start imports no console module and reads no console file; the first request reads one file."""
     code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('app', 'functions/context/app.py');"
             "app = importlib.util.module_from_spec(spec); spec.loader.exec_module(app);"
-            "assert 'precis.console' not in sys.modules, 'imported at cold start'")
+            "assert 'precis.api.console' not in sys.modules, 'imported at cold start'")
     env = {**os.environ, "PYTHONPATH": str(LAYER_DIR), "POWERTOOLS_METRICS_NAMESPACE": "Precis"}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]

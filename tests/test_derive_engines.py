@@ -10,12 +10,12 @@ import subprocess
 import sys
 
 import pytest
-from precis.config import Settings
-from precis.derive import DeriveMessage, DeriveRequest, default_deriver_engine, get_deriver_engine
-from precis.derive.cards import check_client_card, validate_entries
-from precis.derive.extractive import ExtractiveDeriver, classify, extract, split_sentences, update_card
-from precis.derive.prompt import CARD_FORMAT, EXPLICIT_FORMAT, build_messages, format_line, prompt_tokens
-from precis.engines import EngineError
+from precis.settings import Settings
+from precis.memory.engines import DeriveMessage, DeriveRequest, default_deriver_engine, get_deriver_engine
+from precis.memory.cards import check_client_card, validate_entries
+from precis.memory.engines.extractive import ExtractiveDeriver, classify, extract, split_sentences, update_card
+from precis.memory.engines.prompt import CARD_FORMAT, EXPLICIT_FORMAT, build_messages, format_line, prompt_tokens
+from precis.summaries.engines import EngineError
 from precis.errors import Invalid
 from precis.tokens import count_messages
 
@@ -110,7 +110,7 @@ def test_extractive_derives_only_the_observed_senders_messages_without_repeats()
 
 def test_extractive_is_deterministic_whatever_the_hash_seed():
     text = "\n".join(sentence for sentence, _ in KEPT) + "\n" + " ".join(SKIPPED)
-    code = ("import sys; from precis.derive.extractive import extract, update_card; "
+    code = ("import sys; from precis.memory.engines.extractive import extract, update_card; "
             f"found = extract('alice', {text!r}); print(found, update_card('alice', None, {{}}, found))")
     outputs = {
         subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
@@ -243,11 +243,11 @@ def test_llm_model_is_the_given_one_else_derive_model_else_llm_model():
 
 
 def test_openai_is_imported_only_by_the_llm_deriver():
-    code = ("import sys; from precis.derive import get_deriver_engine, DeriveRequest, DeriveMessage; "
+    code = ("import sys; from precis.memory.engines import get_deriver_engine, DeriveRequest, DeriveMessage; "
             "e = get_deriver_engine('extractive'); "
             "e.derive(DeriveRequest('a', [DeriveMessage('1', 1, 'a', 'I like tea.', '2025-01-01T00:00:00+00:00')])); "
-            "import precis.derive.prompt, precis.derive.cards; assert 'openai' not in sys.modules, 'openai imported'; "
-            "from precis.config import Settings; "
+            "import precis.memory.engines.prompt, precis.memory.cards; assert 'openai' not in sys.modules, 'openai imported'; "
+            "from precis.settings import Settings; "
             "get_deriver_engine('llm', Settings(llm_base_url='http://127.0.0.1:1')); "
             "assert 'openai' in sys.modules")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
@@ -264,7 +264,7 @@ def sleeps() -> list[float]:
 
 @pytest.fixture
 def deriver(llm_server, sleeps):  # noqa: F811 - the fixture
-    from precis.derive.llm import LLMDeriver
+    from precis.memory.engines.llm import LLMDeriver
 
     return LLMDeriver(model="derive-model", base_url=llm_server.url, api_key="sk-test", timeout=2.0, max_attempts=3,
                       sleep=sleeps.append, rng=lambda: 0.5)

@@ -111,7 +111,7 @@ class _SlowExtractive:
     """The extractive engine, slowed so that concurrent derivers of one sender overlap in every step."""
 
     def __init__(self):
-        from precis.derive.extractive import ExtractiveDeriver
+        from precis.memory.engines.extractive import ExtractiveDeriver
 
         self.inner = ExtractiveDeriver()
 
@@ -128,9 +128,9 @@ def test_concurrent_derivers_of_one_sender_derive_each_message_once_with_no_gap(
     while messages keep arriving; every message is derived exactly once."""
     import boto3
     from botocore.config import Config
-    from precis.config import get_settings
-    from precis.deriver import DeriveTarget, derive_target
-    from precis.embed import HashedEmbedder
+    from precis.settings import get_settings
+    from precis.memory.deriver import DeriveTarget, derive_target
+    from precis.memory.embeddings import HashedEmbedder
     from precis.store import conclusions as store
     from precis.store.db import Db
     from precis.store.messages import NewMessage, append_messages

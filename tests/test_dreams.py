@@ -82,7 +82,7 @@ def test_schedule_dream_bad_inputs(ws, body, status):
 
 
 def test_the_dream_is_armed_by_new_conclusions_and_waits_for_an_idle_collection(ws, monkeypatch):
-    from precis.config import get_settings
+    from precis.settings import get_settings
 
     monkeypatch.setenv("PRECIS_DREAM_MIN_CONCLUSIONS", "4")
     monkeypatch.setenv("PRECIS_DREAM_IDLE_S", "60")
@@ -96,10 +96,10 @@ def test_the_dream_is_armed_by_new_conclusions_and_waits_for_an_idle_collection(
     assert "due_at" in dream_item(ws)  # not yet idle: the flush left it
     status = call("GET", f"{W}/queue/status").body  # armed, not due: nothing for a client to wait for
     assert status["pending_work_units"] == 0 and status["in_progress_work_units"] == 0, status
-    from precis.dreamer import DreamTarget, run
+    from precis.memory.dreams import DreamTarget, run
     from precis.store.db import get_db
-    from precis.derive.extractive import ExtractiveDeriver
-    from precis.embed import HashedEmbedder
+    from precis.memory.engines.extractive import ExtractiveDeriver
+    from precis.memory.embeddings import HashedEmbedder
 
     later = datetime.now(UTC) + timedelta(seconds=61)
     run(get_db(), DreamTarget("ws1", "alice", "alice"), engine=ExtractiveDeriver(), embedder=HashedEmbedder(256),
@@ -132,7 +132,7 @@ def llm(ws, llm_server, monkeypatch):  # noqa: F811
     monkeypatch.setenv("OPENAI_BASE_URL", llm_server.url)
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     monkeypatch.setenv("PRECIS_LLM_MAX_ATTEMPTS", "2")
-    from precis.config import get_settings
+    from precis.settings import get_settings
 
     get_settings.cache_clear()  # the memory was derived offline (ws); the dream asks the model
     llm_server.answer = deduce

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from precis.config import Settings
-from precis.embed import HashedEmbedder, OpenAIEmbedder, cosine_distance, get_embedder, stem
-from precis.engines import EngineError
+from precis.settings import Settings
+from precis.memory.embeddings import HashedEmbedder, OpenAIEmbedder, cosine_distance, get_embedder, stem
+from precis.summaries.engines import EngineError
 
 
 def _norm(vector: list[float]) -> float:
@@ -28,7 +28,7 @@ def _norm(vector: list[float]) -> float:
 
 
 def test_hashed_embeddings_are_the_same_in_every_process():
-    code = ("import json; from precis.embed import HashedEmbedder; "
+    code = ("import json; from precis.memory.embeddings import HashedEmbedder; "
             "print(json.dumps(HashedEmbedder(64).embed(['alice moved to Lisbon'])[0]))")
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": seed, "PYTHONPATH": ":".join(sys.path)}).stdout
@@ -200,7 +200,7 @@ def test_openai_embedder_does_not_retry_what_cannot_pass(endpoint, mode, words):
 
 
 def test_importing_embed_does_not_import_openai():
-    code = "import sys, precis.embed; print('openai' in sys.modules)"
+    code = "import sys, precis.memory.embeddings; print('openai' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": ":".join(sys.path)}).stdout
     assert out.strip() == "False"

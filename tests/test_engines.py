@@ -12,10 +12,10 @@ import urllib.request
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from precis.config import Settings
-from precis.engines import EngineError, PromptTooLong, SummaryRequest, default_engine, get_engine, word_limit
-from precis.engines.extractive import ExtractiveEngine, count_words
-from precis.engines.prompt import build_messages, prompt_tokens
+from precis.settings import Settings
+from precis.summaries.engines import EngineError, PromptTooLong, SummaryRequest, default_engine, get_engine, word_limit
+from precis.summaries.engines.extractive import ExtractiveEngine, count_words
+from precis.summaries.engines.prompt import build_messages, prompt_tokens
 from precis.tokens import count_messages, count_text
 
 from tests.llm_server import LLMServer, llm_server  # noqa: F401 - the fixture
@@ -50,7 +50,7 @@ def test_extractive_is_deterministic_and_reports_its_tokens():
 
 def test_extractive_does_not_depend_on_the_hash_seed():
     # Set iteration order changes with PYTHONHASHSEED; the chosen sentences must not.
-    code = ("from precis.engines.extractive import ExtractiveEngine; from tests.test_engines import request; "
+    code = ("from precis.summaries.engines.extractive import ExtractiveEngine; from tests.test_engines import request; "
             "print(ExtractiveEngine().summarize(request(word_limit=25)).text)")
     texts = {
         subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
@@ -135,10 +135,10 @@ def test_get_engine_and_default_engine():
 
 
 def test_openai_is_imported_only_by_the_llm_engine():
-    code = ("import sys; from precis.engines import get_engine, SummaryRequest; import precis.strategies; "
+    code = ("import sys; from precis.summaries.engines import get_engine, SummaryRequest; import precis.summaries.strategies; "
             "get_engine('extractive').summarize(SummaryRequest('s', None, [('a', 'Hello there.')])); "
             "assert 'openai' not in sys.modules, 'openai imported'; "
-            "from precis.config import Settings; get_engine('llm', Settings(llm_base_url='http://127.0.0.1:1/v1')); "
+            "from precis.settings import Settings; get_engine('llm', Settings(llm_base_url='http://127.0.0.1:1/v1')); "
             "assert 'openai' in sys.modules")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
                    env={**os.environ, "PYTHONPATH": f"layers/common{os.pathsep}."})
@@ -154,7 +154,7 @@ def sleeps() -> list[float]:
 
 @pytest.fixture
 def engine(llm_server, sleeps):  # noqa: F811 - the fixture
-    from precis.engines.llm import LLMEngine
+    from precis.summaries.engines.llm import LLMEngine
 
     return LLMEngine(model="test-model", base_url=llm_server.url, api_key="sk-test", timeout=2.0, max_attempts=4,
                      sleep=sleeps.append, rng=lambda: 0.5)
@@ -256,7 +256,7 @@ def test_llm_does_not_retry_a_request_the_server_refuses(engine, llm_server, sle
 
 
 def test_llm_times_out_a_hanging_server_and_retries(llm_server, sleeps):  # noqa: F811
-    from precis.engines.llm import LLMEngine
+    from precis.summaries.engines.llm import LLMEngine
 
     engine = LLMEngine(model="m", base_url=llm_server.url, timeout=0.3, sleep=sleeps.append, rng=lambda: 0.0)
     llm_server.script(["hang", "ok"])
@@ -266,7 +266,7 @@ def test_llm_times_out_a_hanging_server_and_retries(llm_server, sleeps):  # noqa
 
 
 def test_llm_stops_retrying_when_the_time_budget_is_spent(llm_server, sleeps):  # noqa: F811
-    from precis.engines.llm import LLMEngine
+    from precis.summaries.engines.llm import LLMEngine
 
     engine = LLMEngine(model="m", base_url=llm_server.url, timeout=0.3, time_budget=0.5, sleep=sleeps.append)
     llm_server.mode = "hang"
@@ -276,7 +276,7 @@ def test_llm_stops_retrying_when_the_time_budget_is_spent(llm_server, sleeps):  
 
 
 def test_llm_last_attempt_gets_only_the_time_left(llm_server):  # noqa: F811
-    from precis.engines.llm import LLMEngine
+    from precis.summaries.engines.llm import LLMEngine
 
     now = [0.0]  # a fake clock that only the (fake) sleeps move: the test asserts computed timeouts, not wall time
     engine = LLMEngine(model="m", base_url=llm_server.url, timeout=3.0, time_budget=4.0, clock=lambda: now[0],
@@ -289,7 +289,7 @@ def test_llm_last_attempt_gets_only_the_time_left(llm_server):  # noqa: F811
 
 
 def test_llm_request_time_limit_bounds_attempts_and_retries(llm_server):  # noqa: F811
-    from precis.engines.llm import LLMEngine
+    from precis.summaries.engines.llm import LLMEngine
 
     now, sleeps = [0.0], []
 
@@ -309,7 +309,7 @@ def test_llm_request_time_limit_bounds_attempts_and_retries(llm_server):  # noqa
 
 
 def test_llm_prompt_over_the_context_window_is_prompt_too_long_and_not_retried(llm_server, sleeps):  # noqa: F811
-    from precis.engines.llm import LLMEngine
+    from precis.summaries.engines.llm import LLMEngine
 
     llm_server.max_context_tokens = 400
     engine = LLMEngine(model="m", base_url=llm_server.url, sleep=sleeps.append)
@@ -321,7 +321,7 @@ def test_llm_prompt_over_the_context_window_is_prompt_too_long_and_not_retried(l
 
 
 def test_llm_refusal_not_about_size_is_final_but_not_prompt_too_long(llm_server):  # noqa: F811
-    from precis.engines.llm import LLMEngine
+    from precis.summaries.engines.llm import LLMEngine
 
     engine = LLMEngine(model="m", base_url=llm_server.url)
     llm_server.script(["400"])
@@ -343,7 +343,7 @@ def test_request_time_limit_must_be_positive():
 
 
 def test_llm_connection_refused_is_retryable(sleeps):
-    from precis.engines.llm import LLMEngine
+    from precis.summaries.engines.llm import LLMEngine
 
     with LLMServer() as server:
         url = server.url  # nothing listens here once the server is closed

@@ -10,11 +10,11 @@ import json
 
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
-from precis.config import get_settings
-from precis.ingest import _fingerprint, create_messages
+from precis.settings import get_settings
+from precis.messages.ingest import _fingerprint, create_messages
 from precis.store import keys
 from precis.store.db import from_item, get_db
-from precis.write_models import MessageBatch
+from precis.api.bodies import MessageBatch
 
 from tests.handlers import call
 

@@ -6,7 +6,7 @@ import threading
 
 import boto3
 import pytest
-from precis.config import get_settings
+from precis.settings import get_settings
 from precis.store import keys
 from precis.store.db import Db, from_item
 from precis.store.messages import NewMessage, append_messages

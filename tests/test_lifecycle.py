@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from precis.config import get_settings
+from precis.settings import get_settings
 from precis.errors import Conflict, NotFound
 from precis.store import keys
 from precis.store.db import from_item, get_db

@@ -7,9 +7,9 @@ import json
 
 import pytest
 from pydantic import ValidationError
-from precis.config import Settings, get_settings
+from precis.settings import Settings, get_settings
 from precis.store import keys, messages
-from precis.store.context import WINDOW_FIELDS
+from precis.context.compose import WINDOW_FIELDS
 from precis.store.db import from_item, get_db
 
 from local.template import template

@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
-from precis.config import SUMMARY_ENV, Settings, SettingsError, get_settings
+from precis.settings import SUMMARY_ENV, Settings, SettingsError, get_settings
 from precis.configuration import summary_config
-from precis.strategies import SummaryConfig
+from precis.summaries.strategies import SummaryConfig
 
 from local.template import TEMPLATE, _parse, _Tag, template
 from local.worker import PASS_THROUGH, function_environment

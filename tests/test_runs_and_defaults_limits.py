@@ -10,14 +10,14 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from precis.config import Settings
-from precis.engines.extractive import ExtractiveEngine
+from precis.settings import Settings
+from precis.summaries.engines.extractive import ExtractiveEngine
 from precis.store.db import Db
 from precis.store.messages import NewMessage, append_messages, read_range
 from precis.store.resources import get_or_create_session, get_or_create_workspace, require_session
 from precis.store.summaries import put_summary, read_summary_state
-from precis.strategies import SummaryConfig, default_max_output_tokens, merge_config
-from precis.summarize import cut_to_tokens, summarize_session
+from precis.summaries.strategies import SummaryConfig, default_max_output_tokens, merge_config
+from precis.summaries.runner import cut_to_tokens, summarize_session
 from precis.tokens import count_text
 from pydantic import ValidationError
 

@@ -6,7 +6,7 @@ import json
 import uuid
 
 from precis import secrets
-from precis.config import get_settings
+from precis.settings import get_settings
 
 
 def _use_secret(monkeypatch, name: str) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from precis.strategies import (
+from precis.summaries.strategies import (
     LONG,
     ROLLING,
     SHORT,
@@ -27,7 +27,7 @@ from precis.strategies import (
 )
 from pydantic import ValidationError
 
-# --- brute-force references (deliberately not sharing code with precis.strategies) ----------------------------
+# --- brute-force references (deliberately not sharing code with precis.summaries.strategies) ----------------------------
 
 
 def labels(run_ids: list[str | None]) -> list[int]:

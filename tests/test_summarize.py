@@ -6,10 +6,10 @@ import json
 import threading
 
 import pytest
-from precis.config import get_settings
-from precis.engines import EngineError, SummaryResult
+from precis.settings import get_settings
+from precis.summaries.engines import EngineError, SummaryResult
 from precis.store.db import Db
-from precis.summarize import summarize_session
+from precis.summaries.runner import summarize_session
 
 from tests.handlers import call, invoke
 from tests.stream import message_records, stream_record

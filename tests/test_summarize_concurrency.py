@@ -9,17 +9,17 @@ import threading
 import pytest
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit
-from precis import summarize as summarize_module
+from precis.summaries import runner as summarize_module
 from precis.concurrency import add_metric, run_each
-from precis.config import get_settings
-from precis.engines import EngineError, SummaryResult
+from precis.settings import get_settings
+from precis.summaries.engines import EngineError, SummaryResult
 from precis.store import keys
 from precis.store.db import Db, from_item, get_db, to_item
 from precis.store.messages import NewMessage, append_messages
 from precis.store.purge import purge_session
 from precis.store.resources import delete_session, get_or_create_workspace
 from precis.store.summaries import read_summary_state, take_summary_lease
-from precis.summarize import summarize_under_lease
+from precis.summaries.runner import summarize_under_lease
 
 from tests.handlers import invoke
 from tests.stream import message_records, stream_record

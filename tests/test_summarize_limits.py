@@ -7,14 +7,14 @@ import json
 
 import pytest
 from aws_lambda_powertools import Metrics
-from precis.config import Settings
-from precis.engines import SummaryResult
-from precis.engines.extractive import ExtractiveEngine
+from precis.settings import Settings
+from precis.summaries.engines import SummaryResult
+from precis.summaries.engines.extractive import ExtractiveEngine
 from precis.store.db import Db
 from precis.store.messages import NewMessage, append_messages
 from precis.store.resources import get_or_create_workspace, update_workspace
 from precis.store.summaries import Put, put_failure, put_summary, read_summary_state
-from precis.summarize import FINISH_MARGIN_S, summarize_session
+from precis.summaries.runner import FINISH_MARGIN_S, summarize_session
 from precis.tokens import count_messages, count_text
 
 from local.template import template

@@ -347,7 +347,7 @@ def test_each_stream_consumer_has_reserved_concurrency(consumer):
 
 
 def test_auth_is_always_on_where_it_deploys():
-    from precis.config import _env_bool
+    from precis.settings import _env_bool
 
     value = environment()["PRECIS_AUTH"]
     assert value == "true" and _env_bool(value)  # a literal: no !Ref, !If or !Sub, so no parameter can turn it off

@@ -11,10 +11,10 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from precis import upload
-from precis.config import get_settings
+from precis.messages import upload
+from precis.settings import get_settings
 from precis.errors import Invalid, TooLarge, UnsupportedMediaType
-from precis.split import LEVELS, split_text
+from precis.messages.split import LEVELS, split_text
 
 from tests.handlers import Form, call, http_event
 
@@ -202,7 +202,7 @@ def test_pypdf_is_imported_only_when_a_pdf_is_uploaded():
 
     from local.template import ROOT
 
-    code = "import sys; import precis.routes.write; print('pypdf' in sys.modules)"
+    code = "import sys; import precis.api.write; print('pypdf' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={"PYTHONPATH": str(ROOT / "layers/common")},
                           capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
@@ -409,7 +409,7 @@ def test_the_async_sdk_uploads_a_file(stack):
 
 
 def test_the_openapi_document_describes_the_form_so_it_can_be_fuzzed():
-    from precis.web import openapi_document
+    from precis.api.app import openapi_document
 
     operation = openapi_document()["paths"][
         "/v3/workspaces/{workspace_id}/sessions/{session_id}/messages/upload"]["post"]

@@ -8,8 +8,8 @@ from decimal import Decimal
 
 import pytest
 from honcho.api_types import MessageResponse, SessionContextResponse
-from precis.config import get_settings
-from precis.web import INTERNAL_ERROR, create_resolver, serve, to_json
+from precis.settings import get_settings
+from precis.api.app import INTERNAL_ERROR, create_resolver, serve, to_json
 
 from tests.handlers import http_event, invoke
 
@@ -88,7 +88,7 @@ def test_an_error_raised_while_authenticating_is_the_json_500(auth_on, monkeypat
     def broken(*_args, **_kwargs):
         raise RuntimeError("key store exploded")
 
-    monkeypatch.setattr("precis.web.verify_key", broken)
+    monkeypatch.setattr("precis.api.app.verify_key", broken)
     out = _raw(*route, {"id": "s1"} if route[0] == "POST" else None, headers={"Authorization": "Bearer x.y.z"})
     _assert_logged_500(out, caplog, RuntimeError)
 

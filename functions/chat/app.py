@@ -8,8 +8,8 @@ from precis import startup  # first: no garbage collection while the imports run
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
-from precis.routes.chat import router
-from precis.web import create_resolver, serve
+from precis.api.chat import router
+from precis.api.app import create_resolver, serve
 from precis.telemetry import log_metrics
 
 logger = Logger()

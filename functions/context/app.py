@@ -8,8 +8,8 @@ from precis import startup  # first: no garbage collection while the imports run
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
-from precis.routes.read import router
-from precis.web import create_resolver, openapi_document, serve
+from precis.api.read import router
+from precis.api.app import create_resolver, openapi_document, serve
 from precis.telemetry import log_metrics
 
 logger = Logger()
@@ -30,14 +30,14 @@ def openapi() -> dict:
 
 @app.get("/console", include_in_schema=False)
 def console_page():  # no return annotation: the validating resolver would try to build a schema of Response
-    from precis import console  # off the read path: its files are read on the first request for them
+    from precis.api import console  # off the read path: its files are read on the first request for them
 
     return console.serve(console.PAGE)
 
 
 @app.get("/console/<name>", include_in_schema=False)
 def console_file(name: str):
-    from precis import console
+    from precis.api import console
 
     return console.serve(name)
 

@@ -18,9 +18,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from precis import concurrency
-from precis.config import get_settings
+from precis.settings import get_settings
 from precis.secrets import with_llm_key
-from precis.deriver import (
+from precis.memory.deriver import (
     BackfillTarget,
     DeriveTarget,
     all_workspaces,
@@ -29,8 +29,8 @@ from precis.deriver import (
     mark_failed,
     target_of,
 )
-from precis.dreamer import DreamTarget, dreams_due
-from precis.dreamer import target_of as dream_of
+from precis.memory.dreams import DreamTarget, dreams_due
+from precis.memory.dreams import target_of as dream_of
 from precis.store.db import get_db
 from precis.telemetry import log_metrics
 
@@ -44,7 +44,7 @@ _failures: dict[Target, Exception | None] = {}
 @lru_cache(maxsize=8)
 def _engine(name: str, model: str | None, settings):
     """One engine (and HTTP client) per cold start and configuration."""
-    from precis.derive import get_deriver_engine
+    from precis.memory.engines import get_deriver_engine
 
     return get_deriver_engine(name, settings, model=model)
 
@@ -54,7 +54,7 @@ def _engine_for(config):
 
 
 def _backfill(db, target: BackfillTarget) -> None:
-    from precis.embed import configured_embedder
+    from precis.memory.embeddings import configured_embedder
     from precis.store import scopes
 
     try:
@@ -67,7 +67,7 @@ def _backfill(db, target: BackfillTarget) -> None:
 
 def _index(db, images: list[dict]) -> None:
     """Embed the messages for search, once each (a replayed record finds its vector written)."""
-    from precis.embed import configured_embedder
+    from precis.memory.embeddings import configured_embedder
     from precis.store.message_search import index_messages
 
     settings = get_settings()
@@ -77,8 +77,8 @@ def _index(db, images: list[dict]) -> None:
 
 def _dream(db, target: DreamTarget) -> None:
     from precis.configuration import derive_config
-    from precis.dreamer import run
-    from precis.embed import configured_embedder
+    from precis.memory.dreams import run
+    from precis.memory.embeddings import configured_embedder
     from precis.store import keys
     from precis.store.db import batch_get
 
@@ -104,7 +104,7 @@ def _derive(db, target: Target, time_left, images: list[dict] | None = None) -> 
     if isinstance(target, DreamTarget):
         _dream(db, target)
         return
-    from precis.embed import configured_embedder
+    from precis.memory.embeddings import configured_embedder
 
     if images:
         _index(db, images)

@@ -20,12 +20,12 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from precis.concurrency import run_each
-from precis.config import get_settings
+from precis.settings import get_settings
 from precis.errors import Invalid
 from precis.store.db import Db, get_db
 from precis.store.purge import purge_session
 from precis.stream import StreamTarget, stream_target
-from precis.summarize import summarize_under_lease
+from precis.summaries.runner import summarize_under_lease
 from precis.telemetry import log_metrics
 
 logger = Logger()

@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from precis.config import SUMMARY_ENV, get_settings
+from precis.settings import SUMMARY_ENV, get_settings
 from precis.errors import Invalid
-from precis.summary_config import SummaryConfig, merge_config
+from precis.summaries.config import SummaryConfig, merge_config
 
 SECTION = "summarizer"
 _HONCHO = {"enabled": "enabled", "messages_per_short_summary": "messages_per_short_summary",
@@ -119,7 +119,7 @@ def derive_config(workspace: dict[str, Any] | None, session: dict[str, Any] | No
                   settings: Any = None) -> DeriveConfig:
     """The effective deriver settings of a session; Invalid (422) naming a bad field."""
     settings = settings or get_settings()
-    from precis.engines import default_engine
+    from precis.summaries.engines import default_engine
 
     engine = settings.derive_engine or ("llm" if default_engine(settings) == "llm" else "extractive")
     merged: dict[str, Any] = {"engine": engine, "model": settings.derive_model or settings.llm_model,

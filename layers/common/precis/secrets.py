@@ -6,7 +6,7 @@ import time
 
 from aws_lambda_powertools import Logger
 
-from precis.config import get_settings
+from precis.settings import get_settings
 from precis.errors import Unavailable
 
 logger = Logger(child=True)

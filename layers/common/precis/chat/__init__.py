@@ -1,6 +1,6 @@
 """Chat (Honcho's dialectic): answer a question from what an observer's memory holds about a peer.
 
-The pure part: reasoning levels, what a chat may read (`Memory`, implemented by `precis.store.recall`), the evidence
+The pure part: reasoning levels, what a chat may read (`Memory`, implemented by `precis.chat.recall`), the evidence
 it collects, the answer's shapes (JSON and Server-Sent Events) and `response_format` checks. Engines answer:
 `offline` lists the card and the conclusions nearest the query (no LLM), `llm` asks a model that may call search
 tools for follow-up rounds. `get_chat_engine` imports an engine only when asked for it (`openai` costs ~0.7 s).
@@ -106,7 +106,7 @@ class ChatEngine(Protocol):
 
 
 def get_chat_engine(name: str, settings: Any = None, **options: Any) -> ChatEngine:
-    """The engine called `name`, configured from `settings` (precis.config.Settings)."""
+    """The engine called `name`, configured from `settings` (precis.settings.Settings)."""
     if name == "offline":
         from precis.chat.offline import OfflineChat
 

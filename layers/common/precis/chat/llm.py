@@ -26,8 +26,8 @@ from precis.chat import (
     message_line,
     schema_problem,
 )
-from precis.engines import BadAnswer
-from precis.engines.llm import LLMEngine, text_of
+from precis.summaries.engines import BadAnswer
+from precis.summaries.engines.llm import LLMEngine, text_of
 from precis.tokens import count_messages, count_text
 
 CHAT_TIME_BUDGET = 25.0  # seconds for the whole answer, every round and retry: inside API Gateway's 30 s

@@ -21,8 +21,8 @@ from precis.chat import (
     get_chat_engine,
     sse_body,
 )
-from precis.context import session_allowlist
-from precis.engines import EngineError, PromptTooLong
+from precis.context.rules import session_allowlist
+from precis.summaries.engines import EngineError, PromptTooLong
 from precis.errors import BadGateway, Invalid, Unavailable
 from precis.chat.query import ChatQuery
 from precis.store import resources
@@ -46,7 +46,7 @@ def _engine(name: str, settings: Any) -> ChatEngine:
 def answer_chat(db: Db, settings: Any, ws: str, body: ChatQuery, *, peer_id: str | None,
                 embed: Callable[[str], list[float]]) -> ChatAnswer:
     """Answer `body` as `peer_id` (a peer chat) or the workspace (peer_id None)."""
-    from precis.store.recall import Recall
+    from precis.chat.recall import Recall
 
     check_response_format(body.response_format)
     chosen = body.filters.session_id if body.filters else None

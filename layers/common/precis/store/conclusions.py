@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
-from precis import filters as filtering
+from precis.store import filters as filtering
 from precis.errors import Invalid, NotFound, Throttled
 from precis.store import keys, vectors
 from precis.store.db import (

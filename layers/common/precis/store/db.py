@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from botocore.exceptions import ClientError
-from precis.config import get_settings
+from precis.settings import get_settings
 from precis.errors import Throttled
 
 _THROTTLING = {"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded",

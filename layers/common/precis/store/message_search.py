@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from precis import filters as filtering
-from precis.embed import Embedder, HashedEmbedder, terms
+from precis.store import filters as filtering
+from precis.memory.embeddings import Embedder, HashedEmbedder, terms
 from precis.store import keys
 from precis.store.db import Db, batch_get, to_item
 from precis.store.messages import Base, message_view, with_bodies

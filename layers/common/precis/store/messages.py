@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
-from precis import filters as filtering
+from precis.store import filters as filtering
 from precis.errors import Invalid, NotFound, Throttled, TooLarge
 from precis.store import keys
 from precis.store.db import Db, batch_get, error_code, from_item, projection, query_all, raise_if_throttled, to_item

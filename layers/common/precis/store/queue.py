@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from precis.deriver import cursors
+from precis.memory.deriver import cursors
 from precis.errors import NotFound
 from precis.store import keys
 from precis.store.db import Db, batch_get, query_all, to_item
@@ -67,7 +67,7 @@ def _session_status(db: Db, ws: str, session_id: str, observer: str | None, send
     done = sum(int(c.get("derived", 0)) for p, c in by_sender.items()
                if (not sender or p == sender) and _observed_by(observer, members, p))
     if not sender and not observer:
-        from precis.summarize import summaries_due  # the summary strategies: only this route's requests pay for them
+        from precis.summaries.runner import summaries_due  # the summary strategies: only this route's requests pay for them
 
         pending += summaries_due(db, ws, session_id, session, workspace)
     return _units(done, in_progress, pending)

@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from precis.representation import Chosen, Shares, merge, shares
+from precis.context.fit import Chosen, Shares, merge, shares
 from precis.store import keys, vectors
 from precis.store.db import Db, batch_get, from_item, to_item
 

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
-from precis import filters as filtering
-from precis.config import get_settings
+from precis.store import filters as filtering
+from precis.settings import get_settings
 from precis.configuration import check_configuration
 from precis.errors import Conflict, Invalid, NotFound, Throttled
 from precis.store import keys

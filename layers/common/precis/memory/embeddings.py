@@ -17,7 +17,7 @@ from functools import lru_cache
 from hashlib import blake2b
 from typing import Any, Protocol
 
-from precis.engines import BadAnswer, EngineError
+from precis.summaries.engines import BadAnswer, EngineError
 
 _WORD = re.compile(r"[^\W_]+")
 # Words that say little about a peer: dropped from the word features so "where did" cannot outweigh "moved".
@@ -160,7 +160,7 @@ class OpenAIEmbedder:
     def _request(self, texts: list[str]) -> list[list[float]]:
         import openai  # about 0.7 s: only when an embedding is asked for
 
-        from precis.engines.llm import classify
+        from precis.summaries.engines.llm import classify
 
         if self._client is None:
             # Local OpenAI-compatible servers often need no key, but the client insists on one.
@@ -202,7 +202,7 @@ class OpenAIEmbedder:
 
 
 def get_embedder(settings: Any) -> Embedder:
-    """The embedder `settings` (precis.config.Settings) configure, one per distinct configuration."""
+    """The embedder `settings` (precis.settings.Settings) configure, one per distinct configuration."""
     return _embedder(settings.embedder, settings.embed_model, settings.embed_dimensions,
                      getattr(settings, "llm_base_url", None), getattr(settings, "llm_api_key", None),
                      getattr(settings, "llm_timeout", None), getattr(settings, "llm_max_attempts", None))
@@ -210,7 +210,7 @@ def get_embedder(settings: Any) -> Embedder:
 
 def configured_embedder() -> Embedder:
     """This deployment's embedder (with the LLM API key from Secrets Manager when the environment has none)."""
-    from precis.config import get_settings
+    from precis.settings import get_settings
     from precis.secrets import with_llm_key
 
     return get_embedder(with_llm_key(get_settings()))

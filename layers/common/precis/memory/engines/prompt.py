@@ -9,8 +9,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from precis.derive import DeriveMessage, DeriveRequest
-from precis.derive.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, PREFIXES
+from precis.memory.engines import DeriveMessage, DeriveRequest
+from precis.memory.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, PREFIXES
 from precis.tokens import count_messages
 
 

@@ -28,7 +28,7 @@ from botocore.exceptions import ClientError
 from precis.store import conclusions, keys
 from precis.store.db import Db, error_code, from_item, mark_applied, query_all, raise_if_throttled, to_item
 
-log = logging.getLogger("precis.dreamer")
+log = logging.getLogger("precis.memory.dreams")
 CHUNK = 16
 MAX_PREMISES = 200  # explicit conclusions a dream reasons over (the newest)
 

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from precis.chat import TOOL_RESULT_TOKENS, Evidence, Gathered, conclusion_line, message_line
-from precis.representation import SEMANTIC, Chosen, fit
-from precis.store import conclusions, context, message_search, representation, resources
+from precis.context.fit import SEMANTIC, Chosen, fit
+from precis.context import compose
+from precis.store import conclusions, message_search, representation, resources
 from precis.store.db import Db
 from precis.store.messages import Base
 from precis.tokens import count_text
@@ -49,7 +50,7 @@ class Recall:
         else:
             gathered = self._gather_peer(query, budget - session_share)
         if self.session_id:
-            read = context.read_context(self.db, self.ws, self.session_id, session_share)
+            read = compose.read_context(self.db, self.ws, self.session_id, session_share)
             gathered.summary = (read.get("summary") or {}).get("content")
             shown = {m["id"] for m in read["messages"]}
             gathered.messages = read["messages"] + [m for m in gathered.messages if m["id"] not in shown]

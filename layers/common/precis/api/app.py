@@ -14,7 +14,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from aws_lambda_powertools.shared.json_encoder import Encoder
 
 from precis.auth import ROUTES, Access, authorize, authorize_view, bearer, verify_key
-from precis.config import get_settings
+from precis.settings import get_settings
 from precis.errors import PrecisError, Throttled
 from precis.secrets import jwt_secret
 
@@ -213,7 +213,7 @@ def _throttled(exc: Exception) -> PrecisError | None:
 @lru_cache(maxsize=1)
 def openapi_document() -> dict:
     """The OpenAPI document of the whole API (both functions' routers), built once, on first request."""
-    from precis.routes import chat, read, write  # the write and chat routes are imported here only, off the read path
+    from precis.api import chat, read, write  # the write and chat routes are imported here only, off the read path
 
     app = create_resolver()
     app.include_router(read.router)

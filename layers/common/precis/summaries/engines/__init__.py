@@ -94,13 +94,13 @@ def default_engine(settings: Any) -> str:
 
 
 def get_engine(name: str, settings: Any = None) -> Engine:
-    """The engine called `name`, configured from `settings` (precis.config.Settings)."""
+    """The engine called `name`, configured from `settings` (precis.settings.Settings)."""
     if name == "extractive":
-        from precis.engines.extractive import ExtractiveEngine
+        from precis.summaries.engines.extractive import ExtractiveEngine
 
         return ExtractiveEngine()
     if name == "llm":
-        from precis.engines.llm import LLMEngine
+        from precis.summaries.engines.llm import LLMEngine
 
         return LLMEngine.from_settings(settings)
     raise ValueError(f"engine: must be one of {', '.join(ENGINES)}, got {name!r}")

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from precis.engines import SummaryRequest, SummaryResult
+from precis.summaries.engines import SummaryRequest, SummaryResult
 from precis.tokens import count_text
 
 # Scripts written without spaces: each character counts as a word.

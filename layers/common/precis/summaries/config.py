@@ -1,5 +1,5 @@
 """A session's summary settings (`SummaryConfig`) and how its layers merge: what the context read and the settings
-check need from the strategies, without the planning (`precis.strategies`) that only the summarizer runs."""
+check need from the strategies, without the planning (`precis.summaries.strategies`) that only the summarizer runs."""
 
 from __future__ import annotations
 

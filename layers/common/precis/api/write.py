@@ -7,12 +7,12 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 
-from precis import upload
+from precis.messages import upload
 from precis.auth import mint_key
-from precis.config import get_settings
-from precis.ingest import create_messages
+from precis.settings import get_settings
+from precis.messages.ingest import create_messages
 from precis.models import Id
-from precis.params import (
+from precis.api.params import (
     ConclusionId,
     MessageId,
     OptionalId,
@@ -25,8 +25,8 @@ from precis.params import (
 from precis.secrets import jwt_secret
 from precis.store import messages, resources
 from precis.store.db import get_db
-from precis.web import json_response
-from precis.write_models import (
+from precis.api.app import json_response
+from precis.api.bodies import (
     ConclusionBatch,
     DreamRequest,
     MessageBatch,
@@ -171,7 +171,7 @@ def create_key(workspace_id: OptionalId = None, peer_id: OptionalId = None, sess
 
 @router.post("/v3/workspaces/<workspace_id>/conclusions")
 def create_conclusions(workspace_id: WorkspaceId, body: ConclusionBatch):
-    from precis.embed import configured_embedder
+    from precis.memory.embeddings import configured_embedder
     from precis.store import conclusions
 
     made = conclusions.create(get_db(), workspace_id, [c.model_dump() for c in body.conclusions],
@@ -189,7 +189,7 @@ def delete_conclusion(workspace_id: WorkspaceId, conclusion_id: ConclusionId):
 
 @router.put("/v3/workspaces/<workspace_id>/peers/<peer_id>/card")
 def set_peer_card(workspace_id: WorkspaceId, peer_id: PeerId, body: PeerCard, target: OptionalId = None):
-    from precis.derive.cards import check_client_card
+    from precis.memory.cards import check_client_card
     from precis.store import conclusions
 
     entries = check_client_card(body.peer_card)
@@ -228,7 +228,7 @@ def remove_scope_session(workspace_id: WorkspaceId, scope_id: ScopeIdPath, sessi
 
 @router.post("/v3/workspaces/<workspace_id>/schedule_dream")
 def schedule_dream(workspace_id: WorkspaceId, body: DreamRequest):
-    from precis.dreamer import DreamTarget, schedule
+    from precis.memory.dreams import DreamTarget, schedule
 
     db = get_db()
     resources.require_peers(db, workspace_id, body.observer, body.observed)
@@ -252,7 +252,7 @@ _STORE_RESERVE_S = 5.0  # of the invocation's time, kept for storing the batch a
 
 
 @router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages/upload",
-             # the body is a multipart form that precis.upload reads (not Powertools): OpenAPI is told its shape here
+             # the body is a multipart form that precis.messages.upload reads (not Powertools): OpenAPI is told its shape here
              openapi_extensions={"requestBody": upload.OPENAPI_BODY})
 def upload_session_file(workspace_id: WorkspaceId, session_id: SessionId,
                         idempotency_key: Annotated[str | None, Header()] = None):

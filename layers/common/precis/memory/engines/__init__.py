@@ -1,7 +1,7 @@
 """Deriver engines turn a sender's new messages into explicit conclusions about them, and keep their peer card.
 
 `get_deriver_engine` imports an engine's module only when asked for it: `openai` (about 0.7 s to import) is loaded by
-the `llm` engine alone. Both engines raise `precis.engines.EngineError`: `retryable` says whether the same request
+the `llm` engine alone. Both engines raise `precis.summaries.engines.EngineError`: `retryable` says whether the same request
 may succeed later.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from precis.engines import default_engine
+from precis.summaries.engines import default_engine
 
 DERIVER_ENGINES = ("llm", "extractive")
 
@@ -65,11 +65,11 @@ def default_deriver_engine(settings: Any) -> str:
 def get_deriver_engine(name: str, settings: Any = None, model: str | None = None) -> DeriverEngine:
     """The engine called `name`; the llm engine uses `model`, else settings.derive_model, else settings.llm_model."""
     if name == "extractive":
-        from precis.derive.extractive import ExtractiveDeriver
+        from precis.memory.engines.extractive import ExtractiveDeriver
 
         return ExtractiveDeriver()
     if name == "llm":
-        from precis.derive.llm import LLMDeriver
+        from precis.memory.engines.llm import LLMDeriver
 
         return LLMDeriver.from_settings(settings, model=model)
     raise ValueError(f"deriver engine: must be one of {', '.join(DERIVER_ENGINES)}, got {name!r}")

@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import openai
 
-from precis.derive import DeriveRequest
-from precis.derive.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, norm, validate_entries
-from precis.derive.prompt import (
+from precis.memory.engines import DeriveRequest
+from precis.memory.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, norm, validate_entries
+from precis.memory.engines.prompt import (
     CARD_FORMAT,
     DREAM_FORMAT,
     EXPLICIT_FORMAT,
@@ -25,8 +25,8 @@ from precis.derive.prompt import (
     build_dream_messages,
     build_messages,
 )
-from precis.engines import BadAnswer
-from precis.engines.llm import LLMEngine, text_of
+from precis.summaries.engines import BadAnswer
+from precis.summaries.engines.llm import LLMEngine, text_of
 
 T = TypeVar("T")
 CARD_MAX_TOKENS = MAX_ENTRIES * MAX_ENTRY_CHARS // 3  # a full card, with room for the JSON around it
@@ -47,7 +47,7 @@ class LLMDeriver(LLMEngine):
 
     @classmethod
     def from_settings(cls, settings: Any, model: str | None = None, **overrides: Any) -> LLMDeriver:
-        """A deriver from precis.config.Settings: `model`, else derive_model, else llm_model."""
+        """A deriver from precis.settings.Settings: `model`, else derive_model, else llm_model."""
         model = model or getattr(settings, "derive_model", None)  # LLMEngine falls back to llm_model
         return super().from_settings(settings, **({"model": model} if model else {}), **overrides)  # type: ignore
 

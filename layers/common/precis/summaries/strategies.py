@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from precis.budget import SummaryCost  # a stored summary's position and size, as the context budget sees it
-from precis.summary_config import (  # noqa: F401  (the settings the strategies decide by; re-exported)
+from precis.context.budget import SummaryCost  # a stored summary's position and size, as the context budget sees it
+from precis.summaries.config import (  # noqa: F401  (the settings the strategies decide by; re-exported)
     CADENCE_OUTPUT_TOKENS,
     LONG,
     MAX_OUTPUT_TOKENS,

@@ -11,7 +11,7 @@ from typing import Any
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from precis.config import Settings
+from precis.settings import Settings
 from precis.errors import Invalid, TooLarge
 from precis.models import ID_MAX, ID_PATTERN
 from precis.store import idempotency
@@ -26,7 +26,7 @@ from precis.store.messages import (
     read_range,
 )
 from precis.tokens import count_text
-from precis.write_models import MessageBatch, MessageIn
+from precis.api.bodies import MessageBatch, MessageIn
 
 IDEMPOTENCY_KEY_MAX = 255
 MESSAGE_JSON_MAX_BYTES = 5_000_000  # one message, read back alone, fits Lambda's 6 MB response

@@ -49,9 +49,9 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit
 
 from precis.concurrency import add_metric
-from precis.config import Settings
+from precis.settings import Settings
 from precis.configuration import summary_config
-from precis.engines import (
+from precis.summaries.engines import (
     Engine,
     EngineError,
     PromptTooLong,
@@ -61,7 +61,7 @@ from precis.engines import (
     get_engine,
     word_limit,
 )
-from precis.engines.prompt import build_messages, line_tokens, prompt_tokens
+from precis.summaries.engines.prompt import build_messages, line_tokens, prompt_tokens
 from precis.errors import Invalid
 from precis.secrets import llm_api_key
 from precis.store import keys
@@ -78,7 +78,7 @@ from precis.store.summaries import (
     release_summary_lease,
     take_summary_lease,
 )
-from precis.strategies import (
+from precis.summaries.strategies import (
     JobFailure,
     MessageRef,
     Step,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from precis.derive import DeriveRequest
-from precis.derive.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, norm, validate_entries
+from precis.memory.engines import DeriveRequest
+from precis.memory.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, norm, validate_entries
 
 MAX_WORDS = 60  # longer sentences are rarely one fact
 MAX_COUNTS = 4 * MAX_ENTRIES  # entries whose counts are kept (so a fact can climb back onto a full card)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from precis.summary_config import SummaryConfig
+from precis.summaries.config import SummaryConfig
 
 # The deployment's summary defaults (template parameters): SummaryConfig field -> (variable, parameter).
 SUMMARY_ENV = {

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
-from precis.budget import ContextPlan, MessageCost, SummaryCost, plan_context, select_messages
+from precis.context.budget import ContextPlan, MessageCost, SummaryCost, plan_context, select_messages
 from precis.configuration import summary_config
 from precis.errors import Invalid, NotFound, Throttled
 from precis.store import keys
@@ -115,7 +115,7 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
                   if not p.startswith("scope.")) if peer else ()
     first = _pool.submit(_session_and_summaries, db, ws, session_id, _ROUND_ONE, peers)
     if peer:
-        from precis.representation import card_text, fit
+        from precis.context.fit import card_text, fit
         from precis.store import representation
     finish = representation.start(db, ws, peer.request, peer.embed) if peer else None
     last = last_message(db, ws, session_id, _COST_FIELDS)

@@ -4,9 +4,9 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from precis.chat.service import ChatAnswer, answer_chat
-from precis.config import get_settings
+from precis.settings import get_settings
 from precis.chat.query import ChatQuery
-from precis.params import PeerId, WorkspaceId
+from precis.api.params import PeerId, WorkspaceId
 from precis.secrets import with_llm_key
 from precis.store.db import get_db
 
@@ -23,7 +23,7 @@ _ANSWERS = {200: {"description": "The answer: `{content, evidence?}`, or with `s
 
 
 def _embed(text: str) -> list[float]:
-    from precis.embed import configured_embedder
+    from precis.memory.embeddings import configured_embedder
 
     return configured_embedder().embed([text])[0]
 

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 import openai
 
-from precis.engines import BadAnswer, EngineError, PromptTooLong, SummaryRequest, SummaryResult
-from precis.engines.prompt import build_messages
+from precis.summaries.engines import BadAnswer, EngineError, PromptTooLong, SummaryRequest, SummaryResult
+from precis.summaries.engines.prompt import build_messages
 from precis.tokens import count_messages, count_text
 
 _RETRYABLE_STATUS = {408, 409, 429}  # and every 5xx
@@ -60,7 +60,7 @@ class LLMEngine:
 
     @classmethod
     def from_settings(cls, settings: Any, **overrides: Any) -> LLMEngine:
-        """An engine from precis.config.Settings; honours optional llm_timeout, llm_max_attempts, llm_time_budget."""
+        """An engine from precis.settings.Settings; honours optional llm_timeout, llm_max_attempts, llm_time_budget."""
         options: dict[str, Any] = {
             "model": getattr(settings, "llm_model", None) or "gpt-4o-mini",
             "base_url": getattr(settings, "llm_base_url", None),

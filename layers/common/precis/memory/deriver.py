@@ -28,7 +28,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from precis.config import Settings
+from precis.settings import Settings
 from precis.configuration import DeriveConfig, derive_config
 from precis.store import conclusions, keys
 from precis.errors import NotFound
@@ -36,7 +36,7 @@ from precis.store.db import Db, batch_get, error_code, mark_applied, query_all, 
 from precis.store.messages import read_range, with_bodies
 from precis.store.resources import members
 
-log = logging.getLogger("precis.deriver")
+log = logging.getLogger("precis.memory.deriver")
 NOTHING_DUE = "~"  # due_at of a cursor with nothing waiting: sorts after every timestamp
 CHUNK = 16  # conclusions per transaction (conclusions.write's own chunk)
 MAX_JOB_MESSAGES = 200  # the most messages of one sender one job derives; more run as further jobs
@@ -258,7 +258,7 @@ def _context_message(db: Db, ws: str, s: str, first: dict, window: list[dict], t
 def _extract(engine: Any, sender: str, mine: list[dict], context: dict | None, config: DeriveConfig) -> list[dict]:
     """The engine's conclusions with their provenance. The extractive engine reads one message at a time, so each
     conclusion names the message it came from; an LLM batch's conclusions name every message of the batch."""
-    from precis.derive import DeriveMessage, DeriveRequest
+    from precis.memory.engines import DeriveMessage, DeriveRequest
 
     def as_message(m: dict) -> DeriveMessage:
         return DeriveMessage(m["id"], m["seq"], m["peer_id"], m.get("content") or "", m["created_at"])
@@ -282,7 +282,7 @@ def _apply(db: Db, settings: Settings, target: DeriveTarget, incarnation: str, c
            embedder: Any, now: datetime, outcome: Outcome) -> None:
     """Write a stored job into each observer's collection (each chunk once), update the cards, move the cursor;
     each collection counts its new explicit conclusions towards its next dream."""
-    from precis.dreamer import DreamTarget, note_explicit
+    from precis.memory.dreams import DreamTarget, note_explicit
 
     job = cursor["job"]
     applied = set(cursor.get("applied") or ())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from precis.engines import SummaryRequest
+from precis.summaries.engines import SummaryRequest
 from precis.tokens import count_messages, count_text
 
 _STYLES = {

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
-from precis.context import check_context_params, session_allowlist
+from precis.context.rules import check_context_params, session_allowlist
 from precis.models import ConclusionQuery, ListBody, RepresentationQuery, SearchQuery
-from precis.params import (
+from precis.api.params import (
     MAX_CONTEXT_TOKENS,
     Distance,
     MaxConclusions,
@@ -26,9 +26,10 @@ from precis.params import (
     WholeRuns,
     WorkspaceId,
 )
-from precis.params import ConclusionId, OptionalScope, ScopeIdPath
+from precis.api.params import ConclusionId, OptionalScope, ScopeIdPath
 from precis.errors import Invalid
-from precis.store import context, messages, resources
+from precis.context import compose
+from precis.store import messages, resources
 from precis.store.db import get_db
 
 if TYPE_CHECKING:
@@ -105,24 +106,24 @@ def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens
                      tuple(s for part in sessions for s in part.split(",")) if sessions is not None else None)
         from precis.store import representation
 
-        peer = context.PeerView(representation.Request(
+        peer = compose.PeerView(representation.Request(
             observer=observer, observed=peer_target,
             max_conclusions=max_conclusions or 100, include_most_frequent=include_most_frequent,
             search_query=search_query, search_top_k=search_top_k, search_max_distance=search_max_distance,
             sessions=allowlist), _embed)
-    return context.read_context(get_db(), workspace_id, session_id, tokens or MAX_CONTEXT_TOKENS,
+    return compose.read_context(get_db(), workspace_id, session_id, tokens or MAX_CONTEXT_TOKENS,
                                 use_summary=summary, whole_runs=whole_runs, peer=peer)
 
 
 @router.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/summaries")
 def get_summaries(workspace_id: WorkspaceId, session_id: SessionId):
-    return context.read_summaries(get_db(), workspace_id, session_id)
+    return compose.read_summaries(get_db(), workspace_id, session_id)
 
 
 # ---------------------------------------------------------------- derived memory (MEMORY.md)
 
 def _embed(text: str) -> list[float]:
-    from precis.embed import configured_embedder
+    from precis.memory.embeddings import configured_embedder
 
     return configured_embedder().embed([text])[0]
 
@@ -137,7 +138,7 @@ def list_conclusions(workspace_id: WorkspaceId, body: ListBody | None = None, pa
 
 @router.post("/v3/workspaces/<workspace_id>/conclusions/query")
 def query_conclusions(workspace_id: WorkspaceId, body: ConclusionQuery):
-    from precis.embed import configured_embedder
+    from precis.memory.embeddings import configured_embedder
     from precis.store import conclusions
 
     return conclusions.query(get_db(), workspace_id, body.query, body.top_k, body.distance, body.filters,
@@ -171,7 +172,7 @@ def queue_status(workspace_id: WorkspaceId, observer_id: OptionalId = None, send
 
 def _representation(workspace_id: str, request: "representation.Request", tokens: int | None):
     """(text, card) of a peer's view of another, within `tokens` when given (else whole)."""
-    from precis.representation import fit
+    from precis.context.fit import fit
     from precis.store import representation
     from precis.tokens import count_text
 
@@ -253,7 +254,7 @@ def scope_status(workspace_id: WorkspaceId, scope_id: ScopeIdPath):
 # ---------------------------------------------------------------- message search (MEMORY.md)
 
 def _search(workspace_id: str, body: SearchQuery, **within: str):
-    from precis.config import get_settings
+    from precis.settings import get_settings
     from precis.store.message_search import search
 
     settings = get_settings()
