@@ -6,18 +6,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 from precis.api import console
 from precis.auth import ROUTES, Access, mint_key
 
-from local.template import LAYER_DIR, ROOT, template
+from local.template import LAYER_DIR, ROOT
 from tests import browser
 from tests.handlers import http_event, invoke
 from tests.stack import Stack, request, wait_for

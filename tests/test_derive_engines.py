@@ -15,7 +15,7 @@ from precis.memory.engines import DeriveMessage, DeriveRequest, default_deriver_
 from precis.memory.cards import check_client_card, validate_entries
 from precis.memory.engines.extractive import ExtractiveDeriver, classify, extract, split_sentences, update_card
 from precis.memory.engines.prompt import CARD_FORMAT, EXPLICIT_FORMAT, build_messages, format_line, prompt_tokens
-from precis.summaries.engines import EngineError
+from precis.llm import EngineError
 from precis.errors import Invalid
 from precis.tokens import count_messages
 

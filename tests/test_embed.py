@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from precis.settings import Settings
 from precis.memory.embeddings import HashedEmbedder, OpenAIEmbedder, cosine_distance, get_embedder, stem
-from precis.summaries.engines import EngineError
+from precis.llm import EngineError
 
 
 def _norm(vector: list[float]) -> float:

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from precis.settings import Settings
-from precis.summaries.engines import EngineError, PromptTooLong, SummaryRequest, default_engine, get_engine, word_limit
+from precis.llm import EngineError, PromptTooLong
+from precis.summaries.engines import SummaryRequest, default_engine, get_engine, word_limit
 from precis.summaries.engines.extractive import ExtractiveEngine, count_words
 from precis.summaries.engines.prompt import build_messages, prompt_tokens
 from precis.tokens import count_messages, count_text
@@ -215,7 +216,7 @@ def test_llm_counts_tokens_when_the_response_has_no_usage(engine, llm_server):  
 
 def test_llm_retries_429_500_and_garbage_then_succeeds(engine, llm_server, sleeps):  # noqa: F811
     llm_server.script(["429", "500", "garbage", "nochoices", "ok"])
-    engine.max_attempts = 5
+    engine.llm.max_attempts = 5
     result = engine.summarize(request())
     assert [r.mode for r in llm_server.requests] == ["429", "500", "garbage", "nochoices", "ok"]
     assert result.attempts == 5

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 from precis.settings import get_settings
-from precis.summaries.engines import EngineError, SummaryResult
+from precis.llm import EngineError
+from precis.summaries.engines import SummaryResult
 from precis.store.db import Db
 from precis.summaries.runner import summarize_session
 

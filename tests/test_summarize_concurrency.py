@@ -12,7 +12,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from precis.summaries import runner as summarize_module
 from precis.concurrency import add_metric, run_each
 from precis.settings import get_settings
-from precis.summaries.engines import EngineError, SummaryResult
+from precis.llm import EngineError
+from precis.summaries.engines import SummaryResult
 from precis.store import keys
 from precis.store.db import Db, from_item, get_db, to_item
 from precis.store.messages import NewMessage, append_messages

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from precis.errors import Invalid
+from precis.llm import configured
 
 ReasoningLevel = Literal["minimal", "low", "medium", "high", "max"]
 # Follow-up rounds in which the model may call search tools, after the first retrieval.
@@ -120,7 +121,7 @@ def get_chat_engine(name: str, settings: Any = None, **options: Any) -> ChatEngi
 
 def chat_engine_name(settings: Any) -> str:
     """`llm` when an endpoint or key is configured, else `offline` (chat works on the local stack with no LLM)."""
-    return "llm" if getattr(settings, "llm_base_url", None) or getattr(settings, "llm_api_key", None) else "offline"
+    return "llm" if configured(settings) else "offline"
 
 
 # ---------------------------------------------------------------- the prompt's memory

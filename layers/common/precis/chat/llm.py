@@ -1,7 +1,7 @@
 """The `llm` chat engine: the first retrieval in the prompt, then up to the level's rounds of search tools.
 
-It is the summarizer's LLMEngine (same client, retries with backoff, error classification) within one deadline for
-the whole answer (API Gateway gives a request 30 s). Each round the model may call `search_conclusions` (a peer chat)
+It asks the configured chat model through the LLM seam (`precis.llm`: retries with backoff, error classes), within
+one deadline for the whole answer (API Gateway gives a request 30 s). Each round the model may call `search_conclusions` (a peer chat)
 and `search_messages`; their results are capped at TOOL_RESULT_TOKENS each, and when the next round could not fit the
 input budget the model is asked to answer from what it has. With a `response_format` the answer must validate
 against the schema (structured output where the server supports it): one that does not is asked for again, and
@@ -14,8 +14,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import openai
-
 from precis.chat import (
     TOOL_RESULT_TOKENS,
     ChatRequest,
@@ -26,8 +24,7 @@ from precis.chat import (
     message_line,
     schema_problem,
 )
-from precis.summaries.engines import BadAnswer
-from precis.summaries.engines.llm import LLMEngine, text_of
+from precis.llm import BadAnswer, Model, Reply, model_from, model_of
 from precis.tokens import count_messages, count_text
 
 CHAT_TIME_BUDGET = 25.0  # seconds for the whole answer, every round and retry: inside API Gateway's 30 s
@@ -65,23 +62,25 @@ class SchemaMismatch(BadAnswer):
     """The answer is not JSON valid against the request's response_format."""
 
 
-class LLMChat(LLMEngine):
+class LLMChat:
     name = "llm"
 
-    def __init__(self, *, max_input_tokens: int = 16_000, **options: Any):
-        super().__init__(**options)
+    def __init__(self, llm: Model | None = None, *, max_input_tokens: int = 16_000, **options: Any):
+        self.llm = llm or model_of(**options)  # options: the provider's (model, base_url, api_key, timeout, ...)
         self.max_input_tokens = max_input_tokens
-        self._structured = True  # off once the server refuses response_format: it is not asked again
 
     @classmethod
     def from_settings(cls, settings: Any, **overrides: Any) -> LLMChat:
-        options = {"time_budget": CHAT_TIME_BUDGET,
-                   "max_input_tokens": getattr(settings, "llm_max_input_tokens", None) or 16_000}
-        return super().from_settings(settings, **(options | overrides))  # type: ignore[return-value]
+        max_input = overrides.pop("max_input_tokens", None) or getattr(settings, "llm_max_input_tokens", None) or 16_000
+        return cls(model_from(settings, **({"time_budget": CHAT_TIME_BUDGET} | overrides)), max_input_tokens=max_input)
+
+    @property
+    def model(self) -> str:
+        return self.llm.model
 
     def answer(self, request: ChatRequest, memory: Memory, gathered: Gathered) -> str | None:
         """The model's answer; EngineError (with a SchemaMismatch cause for a schema never met) when it fails."""
-        deadline = self._clock() + self.time_budget
+        deadline = self.llm.clock() + self.llm.time_budget
         who = (f"You speak for {request.observer}: what {request.observer} knows about {request.observed}."
                if request.observer else "You can see the whole workspace: every peer and session.")
         known = memory_text(request, gathered) or "(nothing remembered yet)"
@@ -95,17 +94,16 @@ class LLMChat(LLMEngine):
                "search_messages": lambda a: _messages(memory, a)}
         for round_no in range(request.rounds + 1):
             offer = round_no < request.rounds and self._fits_another_round(messages, request)
-            message = self._ask(messages, request, tools if offer else None, deadline)
-            calls = getattr(message, "tool_calls", None) if offer else None
+            reply = self._ask(messages, request, tools if offer else None, deadline)
+            calls = reply.tool_calls if offer else ()
             if not calls:
-                return _text(message)
-            messages.append({"role": "assistant", "content": getattr(message, "content", None) or "",
+                return reply.text or None
+            messages.append({"role": "assistant", "content": reply.text or "",
                              "tool_calls": [{"id": c.id, "type": "function",
-                                             "function": {"name": c.function.name,
-                                                          "arguments": c.function.arguments or "{}"}} for c in calls]})
+                                             "function": {"name": c.name, "arguments": c.arguments}} for c in calls]})
             for call in calls:
                 messages.append({"role": "tool", "tool_call_id": call.id,
-                                 "content": _run(memory, run, call.function.name, call.function.arguments)})
+                                 "content": _run(memory, run, call.name, call.arguments)})
         raise AssertionError("unreachable: the last round offers no tools")
 
     def _fits_another_round(self, messages: list[dict[str, Any]], request: ChatRequest) -> bool:
@@ -114,51 +112,28 @@ class LLMChat(LLMEngine):
         return spent + 2 * TOOL_RESULT_TOKENS + request.answer_tokens <= self.max_input_tokens
 
     def _ask(self, messages: list[dict[str, Any]], request: ChatRequest, tools: list[dict[str, Any]] | None,
-             deadline: float) -> Any:
-        params: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": request.answer_tokens}
-        if tools:
-            params["tools"] = tools
+             deadline: float) -> Reply:
         schema = request.response_format
-        if schema is not None:
-            params["response_format"] = {"type": "json_schema",
-                                         "json_schema": {"name": "answer", "schema": schema, "strict": False}}
+        response_format = schema_prompt = None
+        if schema is not None:  # structured output where the server supports it, else the schema in the prompt
+            response_format = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": False}}
+            schema_prompt = ("Answer with one JSON object, and nothing else, valid against this JSON Schema:\n"
+                             + json.dumps(schema))
 
-        def attempt(timeout: float) -> Any:
-            completion = self._create(params, timeout)
-            message = completion.choices[0].message if getattr(completion, "choices", None) else None
-            if tools and getattr(message, "tool_calls", None):
-                return message
-            text = text_of(completion)
+        def attempt(timeout: float) -> Reply:
+            reply = self.llm.complete(messages, max_tokens=request.answer_tokens, tools=tools, timeout=timeout,
+                                      response_format=response_format, schema_prompt=schema_prompt)
+            if tools and reply.tool_calls:
+                return reply
+            text = reply.require_text()
             if schema is not None:
                 problem = schema_problem(text, schema)
                 if problem is not None:
                     raise SchemaMismatch(f"the answer does not match response_format: {problem}")
-            return message
+            return reply
 
-        message, _attempts = self.retrying(attempt, max(0.001, deadline - self._clock()))
-        return message
-
-    def _create(self, params: dict[str, Any], timeout: float) -> Any:
-        create = self._client.chat.completions.create
-        if "response_format" in params and self._structured:
-            try:
-                return create(**params, timeout=timeout)
-            except openai.BadRequestError as exc:
-                if exc.param != "response_format" and "response_format" not in (exc.message or ""):
-                    raise
-                self._structured = False  # the schema goes in the prompt instead, and the answer is still checked
-        rest = {k: v for k, v in params.items() if k != "response_format"}
-        if "response_format" in params:
-            schema = params["response_format"]["json_schema"]["schema"]
-            rest["messages"] = [*params["messages"], {"role": "system", "content": (
-                "Answer with one JSON object, and nothing else, valid against this JSON Schema:\n"
-                + json.dumps(schema))}]
-        return create(**rest, timeout=timeout)
-
-
-def _text(message: Any) -> str | None:
-    content = getattr(message, "content", None)
-    return content.strip() or None if isinstance(content, str) else None
+        reply, _attempts = self.llm.retrying(attempt, max(0.001, deadline - self.llm.clock()))
+        return reply
 
 
 def _run(memory: Memory, run: dict[str, Callable[[dict[str, Any]], str]], name: str, arguments: str | None) -> str:

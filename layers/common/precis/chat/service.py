@@ -22,7 +22,7 @@ from precis.chat import (
     sse_body,
 )
 from precis.context.rules import session_allowlist
-from precis.summaries.engines import EngineError, PromptTooLong
+from precis.llm import EngineError, PromptTooLong
 from precis.errors import BadGateway, Invalid, Unavailable
 from precis.chat.query import ChatQuery
 from precis.store import resources

@@ -1,13 +1,13 @@
 """Embedders turn conclusion texts into unit vectors for the table's vector index.
 
 `hashed` (the default) needs no network: feature hashing of stemmed words, word pairs and character n-grams, so
-texts that share words are near. `openai` asks an OpenAI-compatible embeddings endpoint, with the retries of the
-summary engine. Importing this module stays cheap: `openai` is loaded by the first OpenAIEmbedder call alone.
+texts that share words are near. `openai` asks an OpenAI-compatible embeddings endpoint through the LLM seam
+(`precis.llm`), with its retries. Importing this module stays cheap: `openai` is loaded by the first OpenAIEmbedder
+call alone.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import re
@@ -17,7 +17,7 @@ from functools import lru_cache
 from hashlib import blake2b
 from typing import Any, Protocol
 
-from precis.summaries.engines import BadAnswer, EngineError
+from precis.llm import BadAnswer, EngineError, Model
 
 _WORD = re.compile(r"[^\W_]+")
 # Words that say little about a peer: dropped from the word features so "where did" cannot outweigh "moved".
@@ -126,8 +126,9 @@ class HashedEmbedder:
 class OpenAIEmbedder:
     """Embeddings from an OpenAI-compatible endpoint, asked for `dimensions` floats, normalised.
 
-    The client's own retries are off: 408/409/429/5xx, timeouts, connection errors and unusable answers are retried
-    here with exponential backoff and jitter, honouring Retry-After, up to `max_attempts`; then EngineError.
+    408/409/429/5xx, timeouts, connection errors and unusable answers are retried by the seam with exponential backoff
+    and jitter, honouring Retry-After, up to `max_attempts` (no time budget beyond each call's timeout); then
+    EngineError.
     """
 
     name = "openai"
@@ -145,7 +146,7 @@ class OpenAIEmbedder:
         self.timeout, self.max_attempts = timeout, max_attempts
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self._sleep, self._rng = sleep, rng
-        self._client: Any = None
+        self._llm: Model | None = None
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         """One vector per text; raises EngineError when the endpoint fails or answers nothing usable."""
@@ -158,37 +159,25 @@ class OpenAIEmbedder:
         return vectors
 
     def _request(self, texts: list[str]) -> list[list[float]]:
-        import openai  # about 0.7 s: only when an embedding is asked for
+        if self._llm is None:
+            from precis.llm import model_of  # the provider's client (openai, about 0.7 s): only when asked for
 
-        from precis.summaries.engines.llm import classify
+            self._llm = model_of("openai", model=self.model, base_url=self.base_url, api_key=self.api_key,
+                                 timeout=self.timeout, max_attempts=self.max_attempts, backoff_base=self.backoff_base,
+                                 backoff_max=self.backoff_max, sleep=self._sleep, rng=self._rng)
+        llm = self._llm
 
-        if self._client is None:
-            # Local OpenAI-compatible servers often need no key, but the client insists on one.
-            self._client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key or "unused",
-                                         timeout=self.timeout, max_retries=0)
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                answer = self._client.embeddings.create(model=self.model, input=texts, dimensions=self.dimensions,
-                                                        encoding_format="float")
-                return self._vectors_of(answer, len(texts))
-            except (openai.APIError, json.JSONDecodeError, BadAnswer) as exc:
-                retryable, wait, reason = classify(exc)
-                if not retryable:
-                    raise EngineError(f"openai embedder: {reason}", retryable=False) from exc
-                if attempt == self.max_attempts:
-                    raise EngineError(f"openai embedder: gave up after {attempt} attempts: {reason}",
-                                      retryable=True) from exc
-                ceiling = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
-                self._sleep(min(self.backoff_max, max(ceiling / 2 + self._rng() * ceiling / 2, wait or 0.0)))
-        raise AssertionError("unreachable")
+        def attempt(timeout: float) -> list[list[float]]:
+            return self._vectors_of(llm.embed(texts, dimensions=self.dimensions, timeout=timeout), len(texts))
 
-    def _vectors_of(self, answer: Any, count: int) -> list[list[float]]:
-        data = sorted(getattr(answer, "data", None) or [], key=lambda d: getattr(d, "index", 0))
+        vectors, _attempts = llm.retrying(attempt, math.inf, name="openai embedder")
+        return vectors
+
+    def _vectors_of(self, data: list[Any], count: int) -> list[list[float]]:
         if len(data) != count:
             raise BadAnswer(f"{len(data)} embeddings for {count} texts")
         vectors = []
-        for item in data:
-            vector = getattr(item, "embedding", None)
+        for vector in data:
             if not isinstance(vector, list) or not all(isinstance(x, (int, float)) for x in vector):
                 raise BadAnswer("an embedding that is not a list of numbers")
             if len(vector) != self.dimensions:

@@ -51,16 +51,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from precis.concurrency import add_metric
 from precis.settings import Settings
 from precis.configuration import summary_config
-from precis.summaries.engines import (
-    Engine,
-    EngineError,
-    PromptTooLong,
-    SummaryRequest,
-    SummaryResult,
-    default_engine,
-    get_engine,
-    word_limit,
-)
+from precis.llm import EngineError, PromptTooLong
+from precis.summaries.engines import Engine, SummaryRequest, SummaryResult, default_engine, get_engine, word_limit
 from precis.summaries.engines.prompt import build_messages, line_tokens, prompt_tokens
 from precis.errors import Invalid
 from precis.secrets import llm_api_key

@@ -1,7 +1,7 @@
 """Deriver engines turn a sender's new messages into explicit conclusions about them, and keep their peer card.
 
 `get_deriver_engine` imports an engine's module only when asked for it: `openai` (about 0.7 s to import) is loaded by
-the `llm` engine alone. Both engines raise `precis.summaries.engines.EngineError`: `retryable` says whether the same request
+the `llm` engine alone. Both engines raise `precis.llm.EngineError`: `retryable` says whether the same request
 may succeed later.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from precis.summaries.engines import default_engine
+from precis.llm import configured
 
 DERIVER_ENGINES = ("llm", "extractive")
 
@@ -59,7 +59,7 @@ class DeriverEngine(Protocol):
 
 def default_deriver_engine(settings: Any) -> str:
     """`settings.derive_engine` when set, else `llm` when an endpoint or key is configured (as for summaries)."""
-    return getattr(settings, "derive_engine", None) or default_engine(settings)
+    return getattr(settings, "derive_engine", None) or ("llm" if configured(settings) else "extractive")
 
 
 def get_deriver_engine(name: str, settings: Any = None, model: str | None = None) -> DeriverEngine:

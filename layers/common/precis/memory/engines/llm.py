@@ -1,7 +1,7 @@
 """The `llm` deriver: conclusions and peer cards from one chat completion against any OpenAI-compatible endpoint.
 
-It is the summarizer's LLMEngine (same client, timeouts, retries with backoff, time budget, error classification)
-asking for JSON: structured output with a strict schema where the server supports it, else the JSON shape in the
+It asks the configured chat model, through the LLM seam (`precis.llm`: the same timeouts, retries with backoff,
+time budget and error classes as every model call), for JSON: structured output with a strict schema where the server supports it, else the JSON shape in the
 prompt, read from the text. An answer that is not that JSON (not JSON, the wrong shape, an empty conclusion) is
 retried like a server error, then raised as a retryable EngineError; a refused request (400, 401, 404) is final.
 """
@@ -13,8 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import openai
-
+from precis.llm import BadAnswer, Model, model_from, model_of
 from precis.memory.engines import DeriveRequest
 from precis.memory.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, norm, validate_entries
 from precis.memory.engines.prompt import (
@@ -25,31 +24,29 @@ from precis.memory.engines.prompt import (
     build_dream_messages,
     build_messages,
 )
-from precis.summaries.engines import BadAnswer
-from precis.summaries.engines.llm import LLMEngine, text_of
 
 T = TypeVar("T")
 CARD_MAX_TOKENS = MAX_ENTRIES * MAX_ENTRY_CHARS // 3  # a full card, with room for the JSON around it
 DREAM_MAX_TOKENS = 2_000
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
-# How servers without structured output refuse it (OpenAI: param "response_format"; vLLM, llama.cpp: in words).
-_UNSUPPORTED = re.compile(r"response_format|json_schema|structured output", re.I)
 
 
-class LLMDeriver(LLMEngine):
-    """Conclusions and cards from an OpenAI-compatible chat-completions endpoint."""
+class LLMDeriver:
+    """Conclusions and cards from the configured chat model."""
 
     name = "llm"
 
-    def __init__(self, **options: Any):
-        super().__init__(**options)
-        self.structured = True  # off once the server refuses response_format: it is not asked again
+    def __init__(self, llm: Model | None = None, **options: Any):
+        self.llm = llm or model_of(**options)  # options: the provider's (model, base_url, api_key, timeout, ...)
 
     @classmethod
     def from_settings(cls, settings: Any, model: str | None = None, **overrides: Any) -> LLMDeriver:
         """A deriver from precis.settings.Settings: `model`, else derive_model, else llm_model."""
-        model = model or getattr(settings, "derive_model", None)  # LLMEngine falls back to llm_model
-        return super().from_settings(settings, **({"model": model} if model else {}), **overrides)  # type: ignore
+        return cls(model_from(settings, model=model or getattr(settings, "derive_model", None), **overrides))
+
+    @property
+    def model(self) -> str:
+        return self.llm.model
 
     def derive(self, request: DeriveRequest) -> list[str]:
         """The explicit conclusions about the observed peer, without repeats; raises EngineError."""
@@ -80,22 +77,14 @@ class LLMDeriver(LLMEngine):
 
     def _ask(self, messages: list[dict[str, str]], response_format: dict[str, Any], max_tokens: int,
              parse: Callable[[Any], T]) -> T:
-        """One answer parsed by `parse`, retried as LLMEngine.summarize retries (a bad answer like a 5xx)."""
-        params: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens}
-        answer, _attempts = self.retrying(
-            lambda timeout: parse(_json_of(text_of(self._create(params, response_format, timeout)))), self.time_budget)
-        return answer
+        """One answer parsed by `parse`, retried as every model call is (a bad answer like a 5xx). Where the server
+        refuses structured output the prompt, which asks for the same JSON shape, is sent without it."""
+        def attempt(timeout: float) -> T:
+            reply = self.llm.complete(messages, max_tokens=max_tokens, response_format=response_format, timeout=timeout)
+            return parse(_json_of(reply.require_text()))
 
-    def _create(self, params: dict[str, Any], response_format: dict[str, Any], timeout: float) -> Any:
-        create = self._client.chat.completions.create
-        if self.structured:
-            try:
-                return create(**params, response_format=response_format, timeout=timeout)
-            except openai.BadRequestError as exc:
-                if exc.param != "response_format" and not _UNSUPPORTED.search(exc.message or ""):
-                    raise
-                self.structured = False  # the prompt asks for the same JSON shape: read it from the text
-        return create(**params, timeout=timeout)
+        answer, _attempts = self.llm.retrying(attempt, self.llm.time_budget)
+        return answer
 
 
 def _json_of(text: str) -> Any:

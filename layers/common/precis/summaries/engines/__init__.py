@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from precis.llm import configured
+
 ENGINES = ("llm", "extractive")
 
 
@@ -47,32 +49,8 @@ class SummaryResult:
     attempts: int = 1
 
 
-class EngineError(Exception):
-    """Summarizing failed; `retryable` says whether trying the same request later may succeed."""
-
-    def __init__(self, message: str, *, retryable: bool):
-        super().__init__(message)
-        self.retryable = retryable
-
-
-class BadAnswer(Exception):
-    """A 200 answer that holds nothing usable (no text, not the JSON asked for, the wrong number of vectors): retried
-    like a server error unless `retryable` is False (asking again cannot help)."""
-
-    def __init__(self, message: str, *, retryable: bool = True):
-        super().__init__(message)
-        self.retryable = retryable
-
-
-class PromptTooLong(EngineError):
-    """The model's context window cannot hold the prompt: send less, never the same request again."""
-
-    def __init__(self, message: str):
-        super().__init__(message, retryable=False)
-
-
 class Engine(Protocol):
-    """Turns a SummaryRequest into a SummaryResult, raising EngineError.
+    """Turns a SummaryRequest into a SummaryResult, raising precis.llm.EngineError.
 
     An engine that calls a backend also has `timeout`: the seconds one call may take (the summarizer starts no
     call that could not finish before its deadline); an engine without one needs no time worth counting.
@@ -90,7 +68,7 @@ def word_limit(max_output_tokens: int) -> int:
 
 def default_engine(settings: Any) -> str:
     """`llm` when an endpoint or key is configured, else `extractive` (offline summaries on the local stack)."""
-    return "llm" if getattr(settings, "llm_base_url", None) or getattr(settings, "llm_api_key", None) else "extractive"
+    return "llm" if configured(settings) else "extractive"
 
 
 def get_engine(name: str, settings: Any = None) -> Engine:

@@ -1,0 +1,192 @@
+"""The one seam every model call goes through: summaries, derivation, dreams, chat and embeddings.
+
+A provider is a `Model`: `complete` (one chat answer, with tools and structured output) and `embed`. This class owns
+what every provider shares: retries of 408/409/429/5xx, timeouts, connection errors and unusable answers with
+exponential backoff and jitter, honouring the server's Retry-After, within a time budget (or the caller's deadline,
+whichever is shorter); each call's timeout; and the error classes (EngineError, PromptTooLong, BadAnswer). A provider
+module says what its client's failures mean (`failure`) and translates the chat-completions shape that messages,
+tools and `response_format` are written in. Today's provider is `openai` (any OpenAI-compatible endpoint).
+
+Importing this package is cheap: a provider's module, and its client library (`openai` ≈ 0.7 s), is imported by
+`model_from`/`model_of` alone.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+PROVIDERS = ("openai",)
+DEFAULT_MODEL = "gpt-4o-mini"
+
+
+class EngineError(Exception):
+    """A model call failed; `retryable` says whether trying the same request later may succeed."""
+
+    def __init__(self, message: str, *, retryable: bool):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class BadAnswer(Exception):
+    """A 200 answer that holds nothing usable (no text, not the JSON asked for, the wrong number of vectors): retried
+    like a server error unless `retryable` is False (asking again cannot help)."""
+
+    def __init__(self, message: str, *, retryable: bool = True):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class PromptTooLong(EngineError):
+    """The model's context window cannot hold the prompt: send less, never the same request again."""
+
+    def __init__(self, message: str):
+        super().__init__(message, retryable=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What a failed attempt means: retry it (after `wait` seconds when the server asked), or not; `too_long` when the
+    prompt does not fit the model."""
+
+    retryable: bool
+    wait: float | None
+    reason: str
+    too_long: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text, as the model wrote it
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One chat answer: its text (a reasoning model's <think> block removed; None when it has none), the tools it
+    calls, the model that answered and the tokens it counted (None when the server did not say)."""
+
+    text: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+
+    def require_text(self) -> str:
+        """The text; BadAnswer when the answer has none."""
+        if self.text is None:
+            raise BadAnswer(f"answer without text (finish_reason {self.finish_reason!r})")
+        if not self.text:
+            raise BadAnswer(f"empty answer (finish_reason {self.finish_reason!r})")
+        return self.text
+
+
+class Model:
+    """A provider's chat and embedding calls, with the retries, deadlines and error classes every caller shares."""
+
+    provider = "none"
+
+    def __init__(self, *, model: str, timeout: float = 30.0, max_attempts: int = 4, time_budget: float = 50.0,
+                 backoff_base: float = 0.5, backoff_max: float = 20.0, sleep: Callable[[float], None] = time.sleep,
+                 rng: Callable[[], float] = random.random, clock: Callable[[], float] = time.monotonic):
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts: must be at least 1, got {max_attempts}")
+        self.model = model
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.time_budget = time_budget
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.sleep = sleep
+        self.rng = rng
+        self.clock = clock
+
+    def complete(self, messages: list[dict[str, Any]], *, max_tokens: int, timeout: float, model: str | None = None,
+                 temperature: float | None = None, tools: list[dict[str, Any]] | None = None,
+                 response_format: dict[str, Any] | None = None, schema_prompt: str | None = None) -> Reply:
+        """One answer to chat-completions `messages`. With `response_format` (a json_schema format) the provider asks
+        for structured output; where the server refuses it, once and for all, the request goes without it and with
+        `schema_prompt` (if any) as a last system message."""
+        raise NotImplementedError
+
+    def embed(self, texts: list[str], *, dimensions: int, timeout: float, model: str | None = None) -> list[Any]:
+        """One raw embedding per text, in order (the caller checks and normalises them)."""
+        raise NotImplementedError
+
+    def failure(self, exc: Exception) -> Failure | None:
+        """What the provider's failure `exc` means; None when it is not a model failure (it is raised as it is)."""
+        return None
+
+    def retrying(self, attempt: Callable[[float], T], budget: float, *, name: str = "llm") -> tuple[T, int]:
+        """`attempt(timeout)`'s result and how many attempts it took, retried with backoff within `budget` seconds; a
+        prompt over the context window raises PromptTooLong, a refusal or the last failure EngineError (messages
+        begin with `name`)."""
+        deadline = self.clock() + budget
+        for number in range(1, self.max_attempts + 1):
+            try:
+                return attempt(max(0.001, min(self.timeout, deadline - self.clock()))), number
+            except Exception as exc:
+                failure = self._classify(exc)
+                if failure is None:
+                    raise
+                if failure.too_long:
+                    raise PromptTooLong(f"{name}: prompt over the model's context window: {failure.reason}") from exc
+                if not failure.retryable:
+                    raise EngineError(f"{name}: {failure.reason}", retryable=False) from exc
+                delay = self._delay(number, failure.wait)
+                # Another attempt needs the sleep plus a useful share of a request's timeout.
+                if number == self.max_attempts or self.clock() + delay + min(1.0, self.timeout) > deadline:
+                    raise EngineError(f"{name}: gave up after {number} attempts: {failure.reason}",
+                                      retryable=True) from exc
+                self.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _classify(self, exc: Exception) -> Failure | None:
+        if isinstance(exc, BadAnswer):
+            return Failure(exc.retryable, None, f"unusable answer: {exc}")
+        if isinstance(exc, json.JSONDecodeError):  # a body that is not JSON: a proxy or an overloaded server
+            return Failure(True, None, f"unusable answer: {exc}")
+        return self.failure(exc)
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        """Exponential backoff with equal jitter, or the server's Retry-After if longer; capped."""
+        ceiling = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
+        backoff = ceiling / 2 + self.rng() * ceiling / 2
+        return min(self.backoff_max, max(backoff, retry_after or 0.0))
+
+
+def configured(settings: Any) -> bool:
+    """Whether `settings` name a model endpoint or key: the `llm` engines are the default only then."""
+    return bool(getattr(settings, "llm_base_url", None) or getattr(settings, "llm_api_key", None))
+
+
+def model_of(provider: str = "openai", **options: Any) -> Model:
+    """A `provider` model built from `options` (model, timeouts, retries and the provider's own)."""
+    if provider == "openai":
+        from precis.llm.openai import OpenAIModel
+
+        return OpenAIModel(**options)
+    raise ValueError(f"llm provider: must be one of {', '.join(PROVIDERS)}, got {provider!r}")
+
+
+def model_from(settings: Any, **overrides: Any) -> Model:
+    """The model `settings` (precis.settings.Settings) configure: llm_model, the endpoint and key, and the optional
+    llm_timeout, llm_max_attempts and llm_time_budget; `overrides` win."""
+    options: dict[str, Any] = {
+        "model": getattr(settings, "llm_model", None) or DEFAULT_MODEL,
+        "base_url": getattr(settings, "llm_base_url", None),
+        "api_key": getattr(settings, "llm_api_key", None),
+    }
+    for name, option in (("llm_timeout", "timeout"), ("llm_max_attempts", "max_attempts"),
+                         ("llm_time_budget", "time_budget")):
+        if getattr(settings, name, None) is not None:
+            options[option] = getattr(settings, name)
+    options |= {k: v for k, v in overrides.items() if k != "model" or v}
+    return model_of(**options)
