@@ -13,7 +13,7 @@ import pytest
 from botocore.config import Config
 from precis.settings import get_settings
 from precis.errors import Invalid, NotFound
-from precis.store import conclusions, keys, resources
+from precis.store import conclusions, keys, purge, resources
 from precis.store.conclusions import Derived, ExtraConditionFailed, SessionGone
 from precis.store.db import Db, from_item, query_all, to_item
 from precis.store.purge import purge_session
@@ -146,7 +146,7 @@ def test_create_answers_conclusions_that_get_reads_back(db):
 def test_create_needs_existing_peers_and_a_live_session(db, entry, missing):
     with pytest.raises(NotFound, match=missing):
         conclusions.create(db, "ws1", [{"content": "x", **entry}], embedder=Embedder())
-    resources.delete_session(db, "ws1", "s1")
+    purge.delete_session(db, "ws1", "s1")
     with pytest.raises(NotFound, match="session 's1'"):
         conclusions.create(db, "ws1", [{"content": "x", "observer_id": "alice", "observed_id": "bob",
                                         "session_id": "s1"}], embedder=Embedder())
@@ -264,7 +264,7 @@ def test_an_extra_condition_that_fails_surfaces_and_writes_nothing(db):
 
 def test_a_deleted_or_recreated_session_gets_nothing(db):
     old = incarnation(db)
-    resources.delete_session(db, "ws1", "s1")
+    purge.delete_session(db, "ws1", "s1")
     with pytest.raises(SessionGone, match="session 's1'"):
         write(db, ["bob likes tea"], incarnation=old)
     with pytest.raises(SessionGone):
@@ -382,7 +382,7 @@ def test_a_session_purge_removes_only_the_conclusions_drawn_from_it(db):
     write(db, ["bob likes tea"], observer="carol")
     kept = write(db, [Derived("bob likes tea", session_id="s2"), Derived("bob is kind", level="deductive")])
     old = incarnation(db)
-    resources.delete_session(db, "ws1", "s1")
+    purge.delete_session(db, "ws1", "s1")
     result = purge_session(db, "ws1", "s1", old)
     assert result.done
     left = conclusions.list_conclusions(db, "ws1", None, 1, 50, False)["items"]
@@ -398,7 +398,7 @@ def test_a_session_purge_out_of_time_resumes(db):
     write(db, ["bob likes tea"])
     write(db, ["bob likes tea"], observer="carol")
     old = incarnation(db)
-    resources.delete_session(db, "ws1", "s1")
+    purge.delete_session(db, "ws1", "s1")
     removed, done = conclusions.purge_session_conclusions(db, "ws1", "s1", time_left=iter([1, -1]).__next__)
     assert (removed, done) == (1, False)
     assert purge_session(db, "ws1", "s1", old).done
@@ -410,9 +410,9 @@ def test_a_workspace_delete_removes_its_collections(db):
     conclusions.put_card(db, "ws1", "bob", "alice", ["IDENTITY: alice"])
     for session in ("s1", "s2"):
         before = incarnation(db, session)
-        resources.delete_session(db, "ws1", session)
+        purge.delete_session(db, "ws1", session)
         purge_session(db, "ws1", session, before)
-    resources.delete_workspace(db, "ws1")
+    purge.delete_workspace(db, "ws1")
     everything = db.client.scan(TableName=TABLE)["Items"]
     assert [i for i in everything if "#C#" in i["PK"]["S"] or "#CID#" in i["PK"]["S"]
             or i["SK"]["S"].startswith("COLL#")] == []

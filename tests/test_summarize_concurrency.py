@@ -17,8 +17,8 @@ from precis.summaries.engines import SummaryResult
 from precis.store import keys
 from precis.store.db import Db, from_item, get_db, to_item
 from precis.store.messages import NewMessage, append_messages
-from precis.store.purge import purge_session
-from precis.store.resources import delete_session, get_or_create_workspace
+from precis.store.purge import delete_session, purge_session
+from precis.store.resources import get_or_create_workspace
 from precis.store.summaries import read_summary_state, take_summary_lease
 from precis.summaries.runner import summarize_under_lease
 

@@ -9,10 +9,10 @@ from functools import lru_cache
 from typing import Any
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
-from aws_lambda_powertools.shared.json_encoder import Encoder
 
+from precis.api.answers import json_response, to_json
 from precis.auth import ROUTES, Access, authorize, authorize_view, bearer, verify_key
 from precis.settings import get_settings
 from precis.errors import PrecisError, Throttled
@@ -27,17 +27,6 @@ INTERNAL_ERROR = "internal error; it has been logged"
 FORM_ROUTES = {"POST /v3/workspaces/{workspace_id}/sessions/{session_id}/messages/upload"}
 _BODY_READERS = {Access.CREATE_WORKSPACE, Access.CREATE_PEER, Access.CREATE_SESSION,  # decide on the body's id
                  Access.PEER}  # a peer key may not read through a scope (authorize_view)
-
-
-def to_json(value: Any) -> str:
-    """Compact JSON with text as UTF-8: a CJK character costs 3 bytes on the wire, not a 6-byte \\u escape."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), cls=Encoder)
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate has no UTF-8 form: escape it, as ensure_ascii does
-            text = json.dumps(value, separators=(",", ":"), cls=Encoder)
-    return text
 
 
 def _nesting(value: Any) -> int:
@@ -65,10 +54,6 @@ def load_json(text: str | bytes) -> Any:
     return value
 
 
-def _json(status: int, body: Any) -> Response:
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
-
-
 def _describe(error: dict) -> dict:
     """A pydantic error without the echoed input: where, a sentence a person can act on, and the type."""
     msg = error.get("msg") or error.get("type", "invalid")
@@ -83,36 +68,27 @@ def create_resolver() -> APIGatewayHttpResolver:
 
     @app.exception_handler(PrecisError)
     def _precis_error(exc: PrecisError) -> Response:
-        return _json(exc.status, {"detail": exc.detail})
+        return json_response(exc.status, {"detail": exc.detail})
 
     @app.exception_handler(RequestValidationError)
     def _validation_error(exc: RequestValidationError) -> Response:
-        return _json(422, {"detail": [_describe(e) for e in exc.errors()]})
+        return json_response(422, {"detail": [_describe(e) for e in exc.errors()]})
 
     @app.not_found
     def _not_found(_exc: Exception) -> Response:
         event = app.current_event
-        return _json(404, {"detail": f"no route {event.http_method} {event.path}"})
+        return json_response(404, {"detail": f"no route {event.http_method} {event.path}"})
 
     @app.exception_handler(Exception)
     def _unexpected(exc: Exception) -> Response:
         throttled = _throttled(exc)
         if throttled is not None:
-            return _json(throttled.status, {"detail": throttled.detail})
+            return json_response(throttled.status, {"detail": throttled.detail})
         # Every one of these is a bug: the client gets a generic answer, the log gets the traceback.
         logger.exception("unhandled error")
-        return _json(500, {"detail": INTERNAL_ERROR})
+        return json_response(500, {"detail": INTERNAL_ERROR})
 
     return app
-
-
-def json_response(status: int, body: Any) -> Response:
-    """A JSON answer with an explicit status (201 created vs 200 existing, 202 accepted); a 204 has no body."""
-    if status == 204:
-        # Not `null`: bytes after a 204's headers are read as the start of the next response on a kept-alive
-        # connection.
-        return Response(status_code=204, body="")
-    return _json(status, body)
 
 
 def _body(event: dict) -> Any:

@@ -25,7 +25,7 @@ from precis.api.params import (
 from precis.secrets import jwt_secret
 from precis.store import messages, resources
 from precis.store.db import get_db
-from precis.api.app import json_response
+from precis.api.answers import json_response
 from precis.api.bodies import (
     ConclusionBatch,
     DreamRequest,
@@ -68,7 +68,9 @@ def update_workspace(workspace_id: WorkspaceId, body: ResourceUpdate):
 
 @router.delete("/v3/workspaces/<workspace_id>")
 def delete_workspace(workspace_id: WorkspaceId):
-    resources.delete_workspace(get_db(), workspace_id)
+    from precis.store import purge  # deletes set the purge in motion: loaded by the delete routes alone
+
+    purge.delete_workspace(get_db(), workspace_id)
     return json_response(202, {"detail": f"workspace '{workspace_id}' deleted"})
 
 
@@ -104,7 +106,9 @@ def update_session(workspace_id: WorkspaceId, session_id: SessionId, body: Resou
 
 @router.delete("/v3/workspaces/<workspace_id>/sessions/<session_id>")
 def delete_session(workspace_id: WorkspaceId, session_id: SessionId):
-    resources.delete_session(get_db(), workspace_id, session_id)
+    from precis.store import purge
+
+    purge.delete_session(get_db(), workspace_id, session_id)
     return json_response(202, {"detail": f"session '{session_id}' deleted; its data is removed in the background"})
 
 

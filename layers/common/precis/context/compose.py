@@ -20,7 +20,7 @@ from precis.errors import Invalid, NotFound, Throttled
 from precis.store import keys
 from precis.store.db import Db, batch_get, from_item, projection, query_all, to_item
 from precis.store.messages import Base, base_of, is_fence, last_message, with_bodies
-from precis.store.resources import _json
+from precis.store.records import json_object
 from precis.tokens import count_text
 
 if TYPE_CHECKING:  # the representation's modules load with the first read that has a peer_target (_read_once)
@@ -126,7 +126,7 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
     fitted = fit(read.conclusions, read.card, limit // 2, count_text) if read else None
     limit -= fitted.tokens if fitted else 0
     try:
-        config = summary_config(_json(workspace.get("configuration")), _json(session.get("configuration")))
+        config = summary_config(json_object(workspace.get("configuration")), json_object(session.get("configuration")))
     except Invalid:  # settings broken by a later workspace change: read as if no strategy were set
         config = summary_config(None)
     sliding = config.enabled and config.strategy == "sliding_window"

@@ -28,16 +28,16 @@ from botocore.exceptions import ClientError
 from precis.errors import Conflict, NotFound
 from precis.store import keys
 from precis.store.db import Db, cancellation_codes, error_code, from_item, query_all, to_item, transact
-from precis.store.messages import base_of, locate_message, read_tail, seq_of
+from precis.store.messages import base_of, copy_item, locate_message, read_tail, seq_of
+from precis.store.records import json_object, utcnow
 from precis.store.resources import (
-    _json,
-    _session_values,
-    _workspace_open,
     add_members,
     members,
+    request_purge,
     require_session,
+    session_values,
     session_view,
-    utcnow,
+    workspace_open,
 )
 
 PAGE = 200  # messages per copy step
@@ -63,9 +63,9 @@ def clone_session(db: Db, ws: str, session_id: str, message_id: str | None = Non
     else:
         through = read_tail(db, ws, session_id).seq
     new_id = _new_id(session_id)
-    values = _session_values(ws, new_id, _json(parent.get("metadata")), _json(parent.get("configuration")))
+    values = session_values(ws, new_id, json_object(parent.get("metadata")), json_object(parent.get("configuration")))
     values |= {"cloned_from": session_id, "derive_from": through + 1}
-    actions: list[dict[str, Any]] = [_workspace_open(db, ws), {"ConditionCheck": {
+    actions: list[dict[str, Any]] = [workspace_open(db, ws), {"ConditionCheck": {
         "TableName": db.table, "Key": to_item(keys.session(ws, session_id)),
         "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
         "ExpressionAttributeValues": {":inc": {"S": parent["incarnation"]}}}}]
@@ -104,17 +104,6 @@ def _summaries(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
                       ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":s": "SUMMARY#"}))
     # A finished summary only: a step of a job in progress belongs to the parent's summarizer.
     return [{k: v for k, v in i.items() if not k.startswith("job_")} for i in items if i.get("kind") == "summary"]
-
-
-def copy_item(db: Db, ws: str, clone: str, incarnation: str, item: dict[str, Any]) -> dict[str, Any]:
-    """The clone's copy of a parent's message item (its large body copied into the clone's own prefix)."""
-    # `copy_of`: the stream's consumers skip it (its summaries, vectors and derivations came from the parent).
-    copy = {**item, **keys.message(ws, clone, int(item["seq"])), "copy_of": keys.parse_session_pk(item["PK"])[1]}
-    if item.get("body_key"):
-        key = keys.body_object(ws, clone, incarnation, secrets.token_hex(16))
-        db.s3.copy_object(Bucket=db.bucket, Key=key, CopySource={"Bucket": db.bucket, "Key": item["body_key"]})
-        copy["body_key"] = key
-    return copy
 
 
 # ---------------------------------------------------------------- the background copy
@@ -207,8 +196,6 @@ def _progress(db: Db, ws: str, session_id: str, session: dict[str, Any], copied:
 
 
 def _finish(db: Db, ws: str, session_id: str, session: dict[str, Any]) -> None:
-    from precis.store.purge import request_purge
-
     try:
         db.client.update_item(
             TableName=db.table, Key=to_item(keys.session(ws, session_id)),
@@ -226,15 +213,3 @@ def _finish(db: Db, ws: str, session_id: str, session: dict[str, Any]) -> None:
         request_purge(db, ws, session["base_session"], parent["incarnation"])  # it waited for this copy
 
 
-def copying_clones(db: Db, ws: str, session_id: str, incarnation: str | None) -> list[str]:
-    """The clones of this incarnation of the session still reading from it (its purge waits for them)."""
-    refs = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :c)", ConsistentRead=True,
-                     ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":c": "CLONE#"}))
-    waiting = []
-    for ref in refs:
-        clone = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, ref["session_id"])),
-                                             ConsistentRead=True).get("Item"))
-        if (clone and "deleted_at" not in clone and clone.get("base_session") == session_id
-                and clone.get("base_incarnation") == incarnation):
-            waiting.append(ref["session_id"])
-    return waiting

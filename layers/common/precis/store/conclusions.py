@@ -40,7 +40,8 @@ from precis.store.db import (
     transact,
 )
 from precis.store.messages import check_text, fit_page
-from precis.store.resources import delete_keys, page, require_peers, require_workspace
+from precis.store.records import delete_keys, page
+from precis.store.resources import require_peers, require_workspace
 
 ID_LEN = 21
 _ALPHABET = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"  # ASCII order: ids sort by time

@@ -74,7 +74,7 @@ def _write(db: Db, ws: str, session_id: str, incarnation: str, images: list[dict
             pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or None
     session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
     if session is None or session.get("incarnation") != incarnation or "deleted_at" in session:
-        from precis.store.resources import delete_keys
+        from precis.store.records import delete_keys
 
         delete_keys(db, [_vector_key(ws, session_id, int(i["seq"])) for i in images])
         return 0
@@ -142,7 +142,7 @@ def search(db: Db, ws: str, query: str, limit: int, filters: dict[str, Any] | No
 def purge_vectors(db: Db, ws: str, session_id: str) -> int:
     """Delete every message vector of the session (its purge)."""
     from precis.store.db import query_all
-    from precis.store.resources import delete_keys
+    from precis.store.records import delete_keys
 
     found = query_all(db, KeyConditionExpression="PK = :pk", ProjectionExpression="PK, SK", ConsistentRead=True,
                       ExpressionAttributeValues=to_item({":pk": keys.message_vectors_pk(ws, session_id)}))

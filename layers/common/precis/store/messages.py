@@ -15,15 +15,8 @@ from precis.store import filters as filtering
 from precis.errors import Invalid, NotFound, Throttled, TooLarge
 from precis.store import keys
 from precis.store.db import Db, batch_get, error_code, from_item, projection, query_all, raise_if_throttled, to_item
-from precis.store.resources import (
-    _dump,
-    _json,
-    add_members,
-    create_session_item,
-    page,
-    require_session,
-    utcnow,
-)
+from precis.store.records import json_object, json_text, page, utcnow
+from precis.store.resources import add_members, create_session_item, require_session
 
 ID_LEN = 21
 _SEQ_CHARS = 7  # base64url digits of seq at the front of a message id: 64**7 ≈ 4.4e12 messages per session
@@ -96,7 +89,7 @@ def seq_of(message_id: str) -> int | None:
 def message_view(item: dict[str, Any], ws: str, session_id: str, content: str | None = None) -> dict[str, Any]:
     view = {"id": item["id"], "content": item.get("content", "") if content is None else content,
             "peer_id": item["peer_id"], "session_id": session_id, "workspace_id": ws,
-            "metadata": _json(item.get("metadata")), "created_at": item["created_at"],
+            "metadata": json_object(item.get("metadata")), "created_at": item["created_at"],
             "token_count": item["token_count"], "seq": item["seq"]}
     if item.get("run_id"):
         view["run_id"] = item["run_id"]
@@ -147,7 +140,7 @@ def _items(ws: str, session_id: str, batch: Sequence[NewMessage], tail: Tail, bo
         run_id = message.run_id
         item = {**keys.message(ws, session_id, seq), "kind": "message", "id": make_message_id(seq), "seq": seq,
                 "peer_id": message.peer_id, "token_count": message.token_count, "start_tokens": tokens,
-                "run_id": message.run_id, "run_start_seq": run_start, "run_index": run_index, "metadata": _dump(message.metadata or {}),
+                "run_id": message.run_id, "run_start_seq": run_start, "run_index": run_index, "metadata": json_text(message.metadata or {}),
                 "created_at": message.created_at or now, "batch_token": batch_token}
         if index in bodies:
             item["body_key"] = bodies[index]
@@ -241,7 +234,7 @@ def _not_stored(exc: Exception) -> bool:
 
 def _item_bytes(message: NewMessage, inline: bool) -> int:
     """An upper estimate of a message item's size in DynamoDB (names + values; content only when inline)."""
-    metadata = len(_dump(message.metadata or {}).encode("utf-8"))
+    metadata = len(json_text(message.metadata or {}).encode("utf-8"))
     return 400 + metadata + len(message.peer_id) + len(message.run_id or "") + (
         len(message.content.encode("utf-8")) if inline else 80)
 
@@ -466,9 +459,7 @@ def update_message_metadata(db: Db, ws: str, session_id: str, message_id: str, m
     if keys.parse_session_pk(item["PK"])[1] != session_id:
         # A clone's message still in its parent: copy on write, its large body too (the parent's goes with its
         # purge); the clone's copy job never overwrites a copy.
-        from precis.store.clones import copy_item
-
-        copy = {**copy_item(db, ws, session_id, session["incarnation"], item), "metadata": _dump(metadata)}
+        copy = {**copy_item(db, ws, session_id, session["incarnation"], item), "metadata": json_text(metadata)}
         try:
             db.client.put_item(TableName=db.table, Item=to_item(copy), ConditionExpression="attribute_not_exists(PK)")
             return with_bodies(db, [copy], ws, session_id)[0]
@@ -479,7 +470,7 @@ def update_message_metadata(db: Db, ws: str, session_id: str, message_id: str, m
         out = db.client.update_item(
             TableName=db.table, Key=to_item(keys.message(ws, session_id, item["seq"])),
             UpdateExpression="SET metadata = :m", ConditionExpression="id = :id", ReturnValues="ALL_NEW",
-            ExpressionAttributeValues=to_item({":m": _dump(metadata), ":id": message_id}))
+            ExpressionAttributeValues=to_item({":m": json_text(metadata), ":id": message_id}))
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
@@ -493,3 +484,14 @@ def check_text(content: str, where: str) -> None:
         content.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise Invalid(f"{where}: not valid UTF-8 text (lone surrogate at index {exc.start})") from exc
+
+
+def copy_item(db: Db, ws: str, clone: str, incarnation: str, item: dict[str, Any]) -> dict[str, Any]:
+    """The clone's copy of a parent's message item (its large body copied into the clone's own prefix)."""
+    # `copy_of`: the stream's consumers skip it (its summaries, vectors and derivations came from the parent).
+    copy = {**item, **keys.message(ws, clone, int(item["seq"])), "copy_of": keys.parse_session_pk(item["PK"])[1]}
+    if item.get("body_key"):
+        key = keys.body_object(ws, clone, incarnation, secrets.token_hex(16))
+        db.s3.copy_object(Bucket=db.bucket, Key=key, CopySource={"Bucket": db.bucket, "Key": item["body_key"]})
+        copy["body_key"] = key
+    return copy

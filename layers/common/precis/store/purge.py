@@ -1,4 +1,5 @@
-"""Removing a deleted session's data: by keys only, resumably, and only for the incarnation that was deleted.
+"""Deleting a workspace or a session, and removing a deleted session's data: by keys only, resumably, and only for
+the incarnation that was deleted.
 
 The stream delivers the delete (a MODIFY of the session item carrying `deleted_at` and the `incarnation`) at
 least once, maybe long after a newer incarnation of the same id exists: a purge whose incarnation is no longer
@@ -15,16 +16,29 @@ next invocation where this one stopped, without spending one of the stream's ret
 from __future__ import annotations
 
 import math
+import random
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
+from precis.errors import Conflict, Throttled
 from precis.store import keys
-from precis.store.conclusions import purge_session_conclusions
-from precis.store.db import Db, error_code, from_item, to_item
-from precis.store.resources import delete_keys, utcnow
+from precis.store.conclusions import delete_collections, purge_session_conclusions
+from precis.store.db import Db, cancellation_codes, from_item, query_all, to_item, transact
+from precis.store.messages import tail_seq
+from precis.store.records import delete_keys, utcnow
+from precis.store.resources import (
+    DELETE_LEASE_S,
+    is_condition_failure,
+    partition_items,
+    request_purge,
+    require_session,
+    require_workspace,
+    update_deleted_session,
+)
 
 PAGE = 1000  # keys per query page: one page's deletes take well under the margin
 MARGIN_S = 10.0  # stop when less than this is left of the invocation
@@ -47,8 +61,6 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None, *,
         return PurgeResult(True, 0, 0)  # gone, created again, or never deleted: nothing of `incarnation` to remove
     if session.get("purged_at"):
         return PurgeResult(True, 0, 0)  # done already (a replayed record); asking again clears purged_at first
-    from precis.store.clones import copying_clones
-
     if copying_clones(db, ws, session_id, incarnation):
         # A clone still reads its inherited messages from here: the end of its copy asks for this purge again.
         return PurgeResult(False, 0, 0)
@@ -60,7 +72,7 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None, *,
 
         deleted += purge_vectors(db, ws, session_id)
     if not done:
-        _continue_later(db, ws, session_id, incarnation)
+        request_purge(db, ws, session_id, incarnation)
         return PurgeResult(False, deleted, 0)
     request: dict[str, Any] = {"TableName": db.table, "KeyConditionExpression": "PK = :pk", "Limit": page_size,
                                "ProjectionExpression": "PK, SK", "ConsistentRead": True,
@@ -76,7 +88,7 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None, *,
             break
         request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
         if time_left() < MARGIN_S:
-            _continue_later(db, ws, session_id, incarnation)
+            request_purge(db, ws, session_id, incarnation)
             return PurgeResult(False, deleted, 0)
     objects = sum(_delete_versions(db, prefix) for prefix in (keys.body_prefix(ws, session_id, incarnation or "_"),
                                                               keys.audit_prefix(ws, session_id, incarnation or "_")))
@@ -110,31 +122,76 @@ def _delete_versions(db: Db, prefix: str) -> int:
     return deleted
 
 
-def _continue_later(db: Db, ws: str, session_id: str, incarnation: str | None) -> None:
-    """Touch the session item: its MODIFY record (still carrying deleted_at) runs the purge again."""
-    _conditional_update(db, ws, session_id, incarnation, "ADD purge_rounds :one REMOVE purged_at", {":one": 1})
-
-
 def _mark_purged(db: Db, ws: str, session_id: str, incarnation: str | None) -> None:
-    _conditional_update(db, ws, session_id, incarnation, "SET purged_at = :now", {":now": utcnow()})
+    update_deleted_session(db, ws, session_id, incarnation, "SET purged_at = :now", {":now": utcnow()})
 
 
-def _conditional_update(db: Db, ws: str, session_id: str, incarnation: str | None, expression: str,
-                        values: dict[str, Any]) -> None:
-    condition = "attribute_exists(deleted_at) AND " + (
-        "incarnation = :inc" if incarnation is not None else "attribute_not_exists(incarnation)")
-    if incarnation is not None:
-        values = {**values, ":inc": incarnation}
+def copying_clones(db: Db, ws: str, session_id: str, incarnation: str | None) -> list[str]:
+    """The clones of this incarnation of the session still reading from it (its purge waits for them)."""
+    refs = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :c)", ConsistentRead=True,
+                     ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":c": "CLONE#"}))
+    waiting = []
+    for ref in refs:
+        clone = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, ref["session_id"])),
+                                             ConsistentRead=True).get("Item"))
+        if (clone and "deleted_at" not in clone and clone.get("base_session") == session_id
+                and clone.get("base_incarnation") == incarnation):
+            waiting.append(ref["session_id"])
+    return waiting
+
+
+# ---------------------------------------------------------------- deletes
+
+def delete_workspace(db: Db, ws: str) -> None:
+    """Delete a workspace that has no live sessions: mark it (creates inside it then fail), check, remove."""
+    now = int(time.time())
     try:
-        db.client.update_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)),
-                              UpdateExpression=expression, ConditionExpression=condition,
-                              ExpressionAttributeValues=to_item(values))
+        db.client.update_item(
+            TableName=db.table, Key=to_item(keys.workspace(ws)), UpdateExpression="SET deleting_until = :until",
+            ConditionExpression="attribute_exists(PK) AND (attribute_not_exists(deleting_until) OR deleting_until < :now)",
+            ExpressionAttributeValues=to_item({":until": now + DELETE_LEASE_S, ":now": now}))
     except ClientError as exc:
-        if error_code(exc) != "ConditionalCheckFailedException":
+        if not is_condition_failure(exc):
             raise
-        # The id was created again meanwhile: what this purge was for is done.
+        require_workspace(db, ws)
+        raise Conflict(f"workspace '{ws}' is already being deleted; retry in a minute") from None
+    items = partition_items(db, f"WS#{ws}")
+    # Sessions already deleted do not block: the stream consumer is purging them.
+    sessions = [i["id"] for i in items if i["SK"].startswith("SESSION#") and "deleted_at" not in i]
+    if sessions:
+        db.client.update_item(TableName=db.table, Key=to_item(keys.workspace(ws)), UpdateExpression="REMOVE deleting_until")
+        shown = ", ".join(sessions[:5]) + (", …" if len(sessions) > 5 else "")
+        raise Conflict(f"workspace '{ws}' still has {len(sessions)} session(s) ({shown}); delete them first")
+    # Purged sessions leave a tombstone (and its fence) until the id is reused; a workspace delete removes them.
+    tombstones = [i for i in items if i["SK"].startswith("SESSION#") and i.get("purged_at")]
+    fences = [keys.fence(ws, t["id"], t["fence_seq"]) for t in tombstones if t.get("fence_seq")]
+    rest = [{"PK": i["PK"], "SK": i["SK"]} for i in items
+            if i["SK"].startswith("PEER#") or i["SK"] == "WS" or i in tombstones]
+    delete_collections(db, ws)
+    delete_keys(db, [*fences, *rest])
 
 
-def request_purge(db: Db, ws: str, session_id: str, incarnation: str | None) -> None:
-    """Ask the stream consumer to purge (again) what `incarnation` left, e.g. writes found after its purge."""
-    _continue_later(db, ws, session_id, incarnation)
+def delete_session(db: Db, ws: str, session_id: str) -> None:
+    """Mark the session deleted and fence its messages in one transaction (it answers 404 at once); the stream
+    consumer purges its data."""
+    for _ in range(25):
+        session = require_session(db, ws, session_id)
+        fence_seq = tail_seq(db, ws, session_id) + 1
+        try:
+            transact(db, [
+                {"Update": {"TableName": db.table, "Key": to_item(keys.session(ws, session_id)),
+                            "UpdateExpression": "SET deleted_at = :now, is_active = :f, fence_seq = :fence",
+                            "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
+                            "ExpressionAttributeValues": to_item({":now": utcnow(), ":f": False, ":fence": fence_seq,
+                                                                  ":inc": session["incarnation"]})}},
+                {"Put": {"TableName": db.table, "Item": to_item({
+                    **keys.fence(ws, session_id, fence_seq), "kind": "fence", "seq": fence_seq,
+                    "incarnation": session["incarnation"]}), "ConditionExpression": "attribute_not_exists(SK)"}}])
+            return
+        except ClientError as exc:
+            codes = cancellation_codes(exc)
+            if not codes:
+                raise
+            # The session changed, or a message took the fence's seq: read again and retry.
+            time.sleep(random.uniform(0, 0.05))
+    raise Throttled(f"session '{session_id}' is busy; retry the delete")

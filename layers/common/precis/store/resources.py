@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import math
-import random
 import secrets
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
 from precis.store import filters as filtering
 from precis.settings import get_settings
 from precis.configuration import check_configuration
-from precis.errors import Conflict, Invalid, NotFound, Throttled
+from precis.errors import Conflict, Invalid, NotFound
 from precis.store import keys
+from precis.store.records import delete_keys, json_object, json_text, page, utcnow
 from precis.store.db import (
     Db,
+    error_code,
     batch_get,
     cancellation_codes,
     from_item,
@@ -29,44 +29,27 @@ from precis.store.db import (
 )
 
 
-def utcnow() -> str:
-    return datetime.now(UTC).isoformat()
-
-
-def _is_condition_failure(exc: ClientError) -> bool:
+def is_condition_failure(exc: ClientError) -> bool:
     return exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
 
 
-def _json(raw: str | None) -> dict[str, Any]:
-    return json.loads(raw) if raw else {}
-
-
 def workspace_view(item: dict[str, Any]) -> dict[str, Any]:
-    return {"id": item["id"], "metadata": _json(item.get("metadata")),
-            "configuration": _json(item.get("configuration")), "created_at": item["created_at"]}
+    return {"id": item["id"], "metadata": json_object(item.get("metadata")),
+            "configuration": json_object(item.get("configuration")), "created_at": item["created_at"]}
 
 
 def peer_view(item: dict[str, Any]) -> dict[str, Any]:
-    return {"id": item["id"], "workspace_id": item["workspace_id"], "metadata": _json(item.get("metadata")),
-            "configuration": _json(item.get("configuration")), "created_at": item["created_at"]}
+    return {"id": item["id"], "workspace_id": item["workspace_id"], "metadata": json_object(item.get("metadata")),
+            "configuration": json_object(item.get("configuration")), "created_at": item["created_at"]}
 
 
 def session_view(item: dict[str, Any]) -> dict[str, Any]:
     return {"id": item["id"], "is_active": item.get("is_active", True), "workspace_id": item["workspace_id"],
-            "metadata": _json(item.get("metadata")), "configuration": _json(item.get("configuration")),
+            "metadata": json_object(item.get("metadata")), "configuration": json_object(item.get("configuration")),
             "created_at": item["created_at"]}
 
 
-def page(records: list[dict[str, Any]], page_no: int, size: int, reverse: bool = False) -> dict[str, Any]:
-    """A Honcho page of already-filtered records (pages are exact)."""
-    if reverse:
-        records = records[::-1]
-    start = (page_no - 1) * size
-    return {"items": records[start:start + size] if start < len(records) else [], "total": len(records),
-            "page": page_no, "size": size, "pages": math.ceil(len(records) / size)}
-
-
-def _query_all(db: Db, pk: str, prefix: str = "") -> list[dict[str, Any]]:
+def partition_items(db: Db, pk: str, prefix: str = "") -> list[dict[str, Any]]:
     """Every item of partition `pk` whose SK starts with `prefix` (all of them for "")."""
     if not prefix:
         return query_all(db, KeyConditionExpression="PK = :pk", ExpressionAttributeValues={":pk": {"S": pk}})
@@ -86,7 +69,7 @@ def _create(db: Db, key: dict[str, str], values: dict[str, Any]) -> tuple[dict[s
                            ReturnValuesOnConditionCheckFailure="ALL_OLD")
         return item, True
     except ClientError as exc:
-        if not _is_condition_failure(exc):
+        if not is_condition_failure(exc):
             raise
         old = from_item(exc.response.get("Item")) or _get(db, key)
         return old, False
@@ -105,14 +88,10 @@ def _update(db: Db, key: dict[str, str], changes: dict[str, Any], *, condition: 
         out = db.client.update_item(TableName=db.table, Key=to_item(key), ConditionExpression=condition,
                                     ReturnValues="ALL_NEW", **kwargs)
     except ClientError as exc:
-        if _is_condition_failure(exc):
+        if is_condition_failure(exc):
             return None
         raise
     return from_item(out["Attributes"])
-
-
-def _dump(value: dict[str, Any] | None) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 # ---------------------------------------------------------------- workspaces
@@ -143,8 +122,8 @@ def require_workspace(db: Db, ws: str) -> dict[str, Any]:
 def get_or_create_workspace(db: Db, ws: str, metadata=None, configuration=None) -> tuple[dict[str, Any], bool]:
     check_configuration(configuration)
     item, created = _create(db, keys.workspace(ws), {
-        "kind": "workspace", "list_key": "workspaces", "id": ws, "metadata": _dump(metadata or {}),
-        "configuration": _dump(configuration or {}), "created_at": utcnow()})
+        "kind": "workspace", "list_key": "workspaces", "id": ws, "metadata": json_text(metadata or {}),
+        "configuration": json_text(configuration or {}), "created_at": utcnow()})
     return workspace_view(item), created
 
 
@@ -152,7 +131,7 @@ def update_workspace(db: Db, ws: str, metadata=None, configuration=None) -> dict
     check_configuration(configuration)
     if configuration is not None:
         _check_sessions_under(db, ws, configuration)
-    item = _update(db, keys.workspace(ws), {"metadata": _dump(metadata), "configuration": _dump(configuration)})
+    item = _update(db, keys.workspace(ws), {"metadata": json_text(metadata), "configuration": json_text(configuration)})
     if item is None:
         raise NotFound(f"workspace '{ws}' not found")
     return workspace_view(item)
@@ -165,7 +144,7 @@ def _check_sessions_under(db: Db, ws: str, configuration: dict[str, Any]) -> Non
                          ExpressionAttributeValues={":pk": {"S": f"WS#{ws}"}, ":p": {"S": "SESSION#"}},
                          **projection(("id", "configuration", "deleted_at")))
     for session in sessions:
-        own = _json(session.get("configuration"))
+        own = json_object(session.get("configuration"))
         if "deleted_at" in session or not own:
             continue
         try:
@@ -182,7 +161,7 @@ def list_workspaces(db: Db, filters, page_no: int, size: int, reverse: bool) -> 
     return page(views, page_no, size, reverse)
 
 
-def _workspace_open(db: Db, ws: str) -> dict[str, Any]:
+def workspace_open(db: Db, ws: str) -> dict[str, Any]:
     """A transaction action that holds only while the workspace exists and no delete of it is under way."""
     return {"ConditionCheck": {
         "TableName": db.table, "Key": to_item(keys.workspace(ws)),
@@ -190,67 +169,11 @@ def _workspace_open(db: Db, ws: str) -> dict[str, Any]:
         "ExpressionAttributeValues": {":now": {"N": str(int(time.time()))}}}}
 
 
-def delete_workspace(db: Db, ws: str) -> None:
-    """Delete a workspace that has no live sessions: mark it (creates inside it then fail), check, remove."""
-    now = int(time.time())
-    try:
-        db.client.update_item(
-            TableName=db.table, Key=to_item(keys.workspace(ws)), UpdateExpression="SET deleting_until = :until",
-            ConditionExpression="attribute_exists(PK) AND (attribute_not_exists(deleting_until) OR deleting_until < :now)",
-            ExpressionAttributeValues=to_item({":until": now + DELETE_LEASE_S, ":now": now}))
-    except ClientError as exc:
-        if not _is_condition_failure(exc):
-            raise
-        require_workspace(db, ws)
-        raise Conflict(f"workspace '{ws}' is already being deleted; retry in a minute") from None
-    items = _query_all(db, f"WS#{ws}")
-    # Sessions already deleted do not block: the stream consumer is purging them.
-    sessions = [i["id"] for i in items if i["SK"].startswith("SESSION#") and "deleted_at" not in i]
-    if sessions:
-        db.client.update_item(TableName=db.table, Key=to_item(keys.workspace(ws)), UpdateExpression="REMOVE deleting_until")
-        shown = ", ".join(sessions[:5]) + (", …" if len(sessions) > 5 else "")
-        raise Conflict(f"workspace '{ws}' still has {len(sessions)} session(s) ({shown}); delete them first")
-    # Purged sessions leave a tombstone (and its fence) until the id is reused; a workspace delete removes them.
-    tombstones = [i for i in items if i["SK"].startswith("SESSION#") and i.get("purged_at")]
-    fences = [keys.fence(ws, t["id"], t["fence_seq"]) for t in tombstones if t.get("fence_seq")]
-    rest = [{"PK": i["PK"], "SK": i["SK"]} for i in items
-            if i["SK"].startswith("PEER#") or i["SK"] == "WS" or i in tombstones]
-    from precis.store.conclusions import delete_collections  # conclusions builds on this module
-
-    delete_collections(db, ws)
-    delete_keys(db, [*fences, *rest])
-
-
-def delete_keys(db: Db, key_iter: Iterable[dict[str, str]]) -> int:
-    """Delete the items at these keys (25 a request, unprocessed ones retried); how many were asked."""
-    batch: list[dict[str, Any]] = []
-    count = 0
-    for key in key_iter:
-        batch.append({"DeleteRequest": {"Key": to_item(key)}})
-        count += 1
-        if len(batch) == 25:
-            _write_batch(db, batch)
-            batch = []
-    if batch:
-        _write_batch(db, batch)
-    return count
-
-
-def _write_batch(db: Db, requests: list[dict[str, Any]]) -> None:
-    pending = {db.table: requests}
-    for attempt in range(20):
-        pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or {}
-        if not pending:
-            return
-        time.sleep(min(0.05 * 2 ** attempt, 1.0))  # unprocessed items mean throttling: back off before retrying
-    raise Throttled("the table is throttling writes; retry with backoff")
-
-
 # ---------------------------------------------------------------- peers
 
 def _peer_values(ws: str, peer_id: str, metadata=None, configuration=None) -> dict[str, Any]:
-    return {"kind": "peer", "id": peer_id, "workspace_id": ws, "metadata": _dump(metadata or {}),
-            "configuration": _dump(configuration or {}), "created_at": utcnow()}
+    return {"kind": "peer", "id": peer_id, "workspace_id": ws, "metadata": json_text(metadata or {}),
+            "configuration": json_text(configuration or {}), "created_at": utcnow()}
 
 
 def get_or_create_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None):
@@ -264,7 +187,7 @@ def _create_in_workspace(db: Db, ws: str, key: dict[str, str], values: dict[str,
     item = {**key, **values}
     try:
         transact(db, [{"Put": {"TableName": db.table, "Item": to_item(item),
-                               "ConditionExpression": "attribute_not_exists(PK)"}}, _workspace_open(db, ws)])
+                               "ConditionExpression": "attribute_not_exists(PK)"}}, workspace_open(db, ws)])
         return item, True
     except ClientError as exc:
         codes = cancellation_codes(exc)
@@ -291,7 +214,7 @@ def ensure_peers(db: Db, ws: str, peer_ids: Iterable[str], known: set[str] = fro
         try:
             transact(db, [*({"Put": {"TableName": db.table, "Item": to_item({**keys.peer(ws, p), **_peer_values(ws, p)}),
                                      "ConditionExpression": "attribute_not_exists(PK)"}} for p in chunk),
-                          _workspace_open(db, ws)])
+                          workspace_open(db, ws)])
         except ClientError as exc:
             codes = cancellation_codes(exc)
             if not codes:
@@ -301,7 +224,7 @@ def ensure_peers(db: Db, ws: str, peer_ids: Iterable[str], known: set[str] = fro
 
 
 def update_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None) -> dict[str, Any]:
-    item = _update(db, keys.peer(ws, peer_id), {"metadata": _dump(metadata), "configuration": _dump(configuration)})
+    item = _update(db, keys.peer(ws, peer_id), {"metadata": json_text(metadata), "configuration": json_text(configuration)})
     if item is None:
         raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
     return peer_view(item)
@@ -309,13 +232,13 @@ def update_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None
 
 def list_peers(db: Db, ws: str, filters, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
     require_workspace(db, ws)
-    views = [v for v in map(peer_view, _query_all(db, f"WS#{ws}", "PEER#")) if filtering.matches(filters, v)]
+    views = [v for v in map(peer_view, partition_items(db, f"WS#{ws}", "PEER#")) if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
 
 
 def peer_session_ids(db: Db, ws: str, peer_id: str) -> list[str]:
     """The ids of the sessions the peer has joined (a deleted session's id lingers until its purge)."""
-    return [i["SK"].removeprefix("SESSION#") for i in _query_all(db, keys.peer_sessions_pk(ws, peer_id), "SESSION#")]
+    return [i["SK"].removeprefix("SESSION#") for i in partition_items(db, keys.peer_sessions_pk(ws, peer_id), "SESSION#")]
 
 
 def list_peer_sessions(db: Db, ws: str, peer_id: str, filters, page_no: int, size: int, reverse: bool):
@@ -348,23 +271,23 @@ def require_session(db: Db, ws: str, session_id: str) -> dict[str, Any]:
 def get_or_create_session(db: Db, ws: str, session_id: str, metadata=None, configuration=None,
                           peers: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], bool]:
     workspace = require_workspace(db, ws)
-    check_configuration(_json(workspace.get("configuration")), configuration)
+    check_configuration(json_object(workspace.get("configuration")), configuration)
     item, created = create_session_item(db, ws, session_id, metadata, configuration)
     if peers:
         add_members(db, ws, session_id, peers, incarnation=item.get("incarnation"))
     return session_view(item), created
 
 
-def _session_values(ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
+def session_values(ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
     return {"kind": "session", "id": session_id, "workspace_id": ws, "is_active": True,
-            "metadata": _dump(metadata or {}), "configuration": _dump(configuration or {}), "created_at": utcnow(),
+            "metadata": json_text(metadata or {}), "configuration": json_text(configuration or {}), "created_at": utcnow(),
             "incarnation": secrets.token_hex(8)}
 
 
 def create_session_item(db: Db, ws: str, session_id: str, metadata=None, configuration=None,
                         ) -> tuple[dict[str, Any], bool]:
     """Get or create the session item (a new incarnation); Conflict while an earlier one is being purged."""
-    values = _session_values(ws, session_id, metadata, configuration)
+    values = session_values(ws, session_id, metadata, configuration)
     item, created = _create_in_workspace(db, ws, keys.session(ws, session_id), values)
     if "deleted_at" in item:
         item, created = _reincarnate(db, ws, session_id, item, values), True
@@ -383,8 +306,6 @@ def _reincarnate(db: Db, ws: str, session_id: str, tombstone: dict[str, Any], va
     # the tail before the delete and committed after the purge removed its keys) is purged again first.
     fence = keys.fence(ws, session_id, tombstone["fence_seq"]) if tombstone.get("fence_seq") else None
     if any(k != fence for k in partition_keys(db, ws, session_id, limit=2)):
-        from precis.store.purge import request_purge  # purge builds on this module
-
         request_purge(db, ws, session_id, tombstone.get("incarnation"))
         raise Conflict(f"session '{session_id}' is being deleted; create it again once that finishes")
     item = {**keys.session(ws, session_id), **values}
@@ -392,7 +313,7 @@ def _reincarnate(db: Db, ws: str, session_id: str, tombstone: dict[str, Any], va
         {"Put": {"TableName": db.table, "Item": to_item(item),
                  "ConditionExpression": "incarnation = :old AND attribute_exists(purged_at)",
                  "ExpressionAttributeValues": {":old": {"S": tombstone["incarnation"]}}}},
-        _workspace_open(db, ws)]
+        workspace_open(db, ws)]
     if fence:
         actions.append({"Delete": {"TableName": db.table, "Key": to_item(fence)}})
     try:
@@ -410,40 +331,12 @@ def _deleted_epoch(item: dict[str, Any]) -> float:
 
 def update_session(db: Db, ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
     if configuration is not None:
-        check_configuration(_json(require_workspace(db, ws).get("configuration")), configuration)
-    item = _update(db, keys.session(ws, session_id), {"metadata": _dump(metadata), "configuration": _dump(configuration)},
+        check_configuration(json_object(require_workspace(db, ws).get("configuration")), configuration)
+    item = _update(db, keys.session(ws, session_id), {"metadata": json_text(metadata), "configuration": json_text(configuration)},
                    condition="attribute_exists(PK) AND attribute_not_exists(deleted_at)")
     if item is None:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
     return session_view(item)
-
-
-def delete_session(db: Db, ws: str, session_id: str) -> None:
-    """Mark the session deleted and fence its messages in one transaction (it answers 404 at once); the stream
-    consumer purges its data."""
-    from precis.store.messages import tail_seq  # messages builds on this module
-
-    for _ in range(25):
-        session = require_session(db, ws, session_id)
-        fence_seq = tail_seq(db, ws, session_id) + 1
-        try:
-            transact(db, [
-                {"Update": {"TableName": db.table, "Key": to_item(keys.session(ws, session_id)),
-                            "UpdateExpression": "SET deleted_at = :now, is_active = :f, fence_seq = :fence",
-                            "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
-                            "ExpressionAttributeValues": to_item({":now": utcnow(), ":f": False, ":fence": fence_seq,
-                                                                  ":inc": session["incarnation"]})}},
-                {"Put": {"TableName": db.table, "Item": to_item({
-                    **keys.fence(ws, session_id, fence_seq), "kind": "fence", "seq": fence_seq,
-                    "incarnation": session["incarnation"]}), "ConditionExpression": "attribute_not_exists(SK)"}}])
-            return
-        except ClientError as exc:
-            codes = cancellation_codes(exc)
-            if not codes:
-                raise
-            # The session changed, or a message took the fence's seq: read again and retry.
-            time.sleep(random.uniform(0, 0.05))
-    raise Throttled(f"session '{session_id}' is busy; retry the delete")
 
 
 def partition_keys(db: Db, ws: str, session_id: str, limit: int | None = None) -> list[dict[str, str]]:
@@ -458,7 +351,7 @@ def partition_keys(db: Db, ws: str, session_id: str, limit: int | None = None) -
 
 def list_sessions(db: Db, ws: str, filters, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
     require_workspace(db, ws)
-    items = [i for i in _query_all(db, f"WS#{ws}", "SESSION#") if "deleted_at" not in i]
+    items = [i for i in partition_items(db, f"WS#{ws}", "SESSION#") if "deleted_at" not in i]
     views = [v for v in map(session_view, items) if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
 
@@ -550,3 +443,28 @@ def is_member(db: Db, ws: str, session_id: str, peer_id: str | None) -> bool:
                                            ("SK", "deleted_at"))}
     session = found.get(f"SESSION#{session_id}")
     return f"PEER#{peer_id}" in found and session is not None and "deleted_at" not in session
+
+
+# ---------------------------------------------------------------- deleted sessions
+
+def request_purge(db: Db, ws: str, session_id: str, incarnation: str | None) -> None:
+    """Ask the stream consumer to purge (again) what `incarnation` left, e.g. writes found after its purge: touch the
+    session item, whose MODIFY record (still carrying deleted_at) runs the purge again."""
+    update_deleted_session(db, ws, session_id, incarnation, "ADD purge_rounds :one REMOVE purged_at", {":one": 1})
+
+
+def update_deleted_session(db: Db, ws: str, session_id: str, incarnation: str | None, expression: str,
+                           values: dict[str, Any]) -> None:
+    """Update a deleted session item, only while it is incarnation `incarnation` and still deleted."""
+    condition = "attribute_exists(deleted_at) AND " + (
+        "incarnation = :inc" if incarnation is not None else "attribute_not_exists(incarnation)")
+    if incarnation is not None:
+        values = {**values, ":inc": incarnation}
+    try:
+        db.client.update_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)),
+                              UpdateExpression=expression, ConditionExpression=condition,
+                              ExpressionAttributeValues=to_item(values))
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        # The id was created again meanwhile: what this purge was for is done.

@@ -22,7 +22,8 @@ from botocore.exceptions import ClientError
 from precis.errors import NotFound
 from precis.store import conclusions, keys
 from precis.store.db import Db, batch_get, error_code, from_item, query_all, raise_if_throttled, to_item
-from precis.store.resources import _dump, _json, page, require_workspace, session_view
+from precis.store.records import json_object, json_text, page
+from precis.store.resources import require_workspace, session_view
 
 PREFIX = "scope."  # the observer of a scope's collections; no peer id can start with it (ids have no ".")
 CHUNK = 16
@@ -49,12 +50,12 @@ def _reverse_key(ws: str, scope_id: str, session_id: str) -> dict[str, str]:
 
 
 def view(item: dict[str, Any]) -> dict[str, Any]:
-    return {"id": item["id"], "metadata": _json(item.get("metadata")), "created_at": item["created_at"]}
+    return {"id": item["id"], "metadata": json_object(item.get("metadata")), "created_at": item["created_at"]}
 
 
 def get_or_create(db: Db, ws: str, scope_id: str, metadata: dict | None = None) -> tuple[dict[str, Any], bool]:
     require_workspace(db, ws)
-    item = {**_scope_key(ws, scope_id), "kind": "scope", "id": scope_id, "metadata": _dump(metadata or {}),
+    item = {**_scope_key(ws, scope_id), "kind": "scope", "id": scope_id, "metadata": json_text(metadata or {}),
             "created_at": _now()}
     try:
         db.client.put_item(TableName=db.table, Item=to_item(item), ConditionExpression="attribute_not_exists(PK)")
@@ -64,11 +65,11 @@ def get_or_create(db: Db, ws: str, scope_id: str, metadata: dict | None = None) 
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
     existing = require(db, ws, scope_id)
-    if metadata is not None and _json(existing.get("metadata")) != metadata:
+    if metadata is not None and json_object(existing.get("metadata")) != metadata:
         db.client.update_item(TableName=db.table, Key=to_item(_scope_key(ws, scope_id)),
                               UpdateExpression="SET metadata = :m", ExpressionAttributeValues=to_item(
-                                  {":m": _dump(metadata)}))
-        existing["metadata"] = _dump(metadata)
+                                  {":m": json_text(metadata)}))
+        existing["metadata"] = json_text(metadata)
     return view(existing), False
 
 

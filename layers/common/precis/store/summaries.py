@@ -17,7 +17,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from precis.store import keys
 from precis.store.db import Db, cancellation_codes, error_code, from_item, to_item, transact
-from precis.store.resources import utcnow
+from precis.store.records import utcnow
 
 
 class Put(Enum):

@@ -59,7 +59,7 @@ from precis.secrets import llm_api_key
 from precis.store import keys
 from precis.store.db import Db, batch_get
 from precis.store.messages import base_of, read_range, with_bodies
-from precis.store.resources import _json
+from precis.store.records import json_object
 from precis.store.summaries import (
     Put,
     clear_failure,
@@ -146,7 +146,7 @@ def summarize_session(db: Db, settings: Settings, ws: str, session_id: str, *,
     if session is None or workspace is None or "deleted_at" in session:
         return SummaryOutcome()  # deleted since the message was written: nothing to keep current
     try:
-        config = summary_config(_json(workspace.get("configuration")), _json(session.get("configuration")))
+        config = summary_config(json_object(workspace.get("configuration")), json_object(session.get("configuration")))
     except Invalid as exc:
         logger.warning("summary settings invalid; session skipped", extra={"detail": exc.detail})
         return SummaryOutcome()
@@ -178,7 +178,7 @@ def summarize_session(db: Db, settings: Settings, ws: str, session_id: str, *,
 def summaries_due(db: Db, ws: str, session_id: str, session: dict[str, Any], workspace: dict[str, Any]) -> int:
     """How many summaries the session's strategy says are due and not yet written (the queue status counts them)."""
     try:
-        config = summary_config(_json(workspace.get("configuration")), _json(session.get("configuration")))
+        config = summary_config(json_object(workspace.get("configuration")), json_object(session.get("configuration")))
     except Invalid:
         return 0
     raw, _markers = read_summary_state(db, ws, session_id)

@@ -1,0 +1,61 @@
+"""What every item family of the table shares: timestamps, JSON attributes, Honcho pages and batched deletes."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from precis.errors import Throttled
+from precis.store.db import Db, to_item
+
+
+def utcnow() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def json_object(raw: str | None) -> dict[str, Any]:
+    """A JSON attribute as a dict ({} when absent)."""
+    return json.loads(raw) if raw else {}
+
+
+def json_text(value: dict[str, Any] | None) -> str | None:
+    """A dict as the compact JSON text stored in an attribute (None stays None)."""
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def page(records: list[dict[str, Any]], page_no: int, size: int, reverse: bool = False) -> dict[str, Any]:
+    """A Honcho page of already-filtered records (pages are exact)."""
+    if reverse:
+        records = records[::-1]
+    start = (page_no - 1) * size
+    return {"items": records[start:start + size] if start < len(records) else [], "total": len(records),
+            "page": page_no, "size": size, "pages": math.ceil(len(records) / size)}
+
+
+def delete_keys(db: Db, key_iter: Iterable[dict[str, str]]) -> int:
+    """Delete the items at these keys (25 a request, unprocessed ones retried); how many were asked."""
+    batch: list[dict[str, Any]] = []
+    count = 0
+    for key in key_iter:
+        batch.append({"DeleteRequest": {"Key": to_item(key)}})
+        count += 1
+        if len(batch) == 25:
+            _write_batch(db, batch)
+            batch = []
+    if batch:
+        _write_batch(db, batch)
+    return count
+
+
+def _write_batch(db: Db, requests: list[dict[str, Any]]) -> None:
+    pending = {db.table: requests}
+    for attempt in range(20):
+        pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or {}
+        if not pending:
+            return
+        time.sleep(min(0.05 * 2 ** attempt, 1.0))  # unprocessed items mean throttling: back off before retrying
+    raise Throttled("the table is throttling writes; retry with backoff")
