@@ -64,7 +64,7 @@ build: $(SAM_VENV)/.installed $(ENCODINGS)
 # test module, so the IAM roles SAM generates are scanned too). Offline: no API key, --skip-download.
 security: $(VENV)/.installed $(SAM_VENV)/.installed $(SECURITY_VENV)/.installed
 	@mkdir -p .aws-sam/security
-	$(PY) -m tests.test_template_policy --sam-transform > .aws-sam/security/template.json
+	$(PY) -m tests.deploy.test_template_policy --sam-transform > .aws-sam/security/template.json
 	env -u BC_API_KEY BC_SKIP_MAPPING=TRUE $(SECURITY_VENV)/bin/checkov --config-file .checkov.yaml \
 		-f template.yaml -f .aws-sam/security/template.json
 

@@ -79,7 +79,7 @@ _KB, _READ_BLOCK = 1024, 4096
 _STREAM_FUNCTIONS = ("SummarizeFunction", "DeriveFunction")
 
 
-# --- DynamoDB request units (pure; tests/test_cost_units.py checks them against the developer guide) ------------
+# --- DynamoDB request units (pure; tests/deploy/test_cost_units.py checks them against the developer guide) -----
 
 
 def number_size(text: str) -> int:

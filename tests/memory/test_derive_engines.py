@@ -21,7 +21,7 @@ from precis.tokens import count_messages
 
 from tests.llm_server import llm_server  # noqa: F401 - the fixture
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def message(content: str, peer: str = "alice", seq: int = 1, at: str = "2025-06-26T14:03:12.123456+00:00"):

@@ -21,7 +21,7 @@ from precis.tokens import count_messages, count_text
 
 from tests.llm_server import LLMServer, llm_server  # noqa: F401 - the fixture
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CONVERSATION = [
     ("alice", "I just moved to Lisbon for a new job. The job is at a small robotics startup."),
@@ -51,7 +51,7 @@ def test_extractive_is_deterministic_and_reports_its_tokens():
 
 def test_extractive_does_not_depend_on_the_hash_seed():
     # Set iteration order changes with PYTHONHASHSEED; the chosen sentences must not.
-    code = ("from precis.summaries.engines.extractive import ExtractiveEngine; from tests.test_engines import request; "
+    code = ("from precis.summaries.engines.extractive import ExtractiveEngine; from tests.summaries.test_engines import request; "
             "print(ExtractiveEngine().summarize(request(word_limit=25)).text)")
     texts = {
         subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,

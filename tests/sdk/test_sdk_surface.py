@@ -19,7 +19,7 @@ Which methods make requests — the rule, applied to the installed SDK's source,
 What was exercised is recorded, not declared: while the steps run, every such method is wrapped on its class (and
 restored after) and httpx's `Client.send`/`AsyncClient.send` count the answers. A call counts when it returned
 without raising and at least one request made while it ran — or while the stream it returned was read — was answered
-below 400, and only if the whole step it ran in passed. The steps are the async flow of tests/test_sdk_aio.py and its
+below 400, and only if the whole step it ran in passed. The steps are the async flow of tests/sdk/test_sdk_aio.py and its
 sync twin below, each in a workspace of its own.
 """
 
@@ -51,7 +51,7 @@ from honcho.api_types import (
 from honcho.http.exceptions import NotFoundError
 from honcho.types import AsyncDialecticStreamResponse, DialecticStreamResponse
 
-import tests.test_sdk_aio as aio_flow
+import tests.sdk.test_sdk_aio as aio_flow
 from tests.stack import wait_for
 
 pytestmark = pytest.mark.stack
@@ -297,7 +297,7 @@ async def _areading(chunks, call: Call):
         yield chunk
 
 
-# ---------------------------------------------------------------- the sync flow: tests/test_sdk_aio.py's steps, sync
+# ---------------------------------------------------------------- the sync flow: tests/sdk/test_sdk_aio.py's steps, sync
 
 def drained(status):
     return status.pending_work_units == 0 and status.in_progress_work_units == 0 and status

@@ -3,7 +3,7 @@
 
 The flow is a list of steps (`STEPS`), plain coroutines that take a `Honcho` client and assert what the SDK returns.
 Each step names its own peers and sessions, so it runs alone or after the others in one workspace; what a step reads
-workspace-wide (lists, search, chat, queue status) it narrows to its own ids or words. tests/test_sdk_surface.py runs
+workspace-wide (lists, search, chat, queue status) it narrows to its own ids or words. tests/sdk/test_sdk_surface.py runs
 the same steps (and their sync twins) to show that every HTTP-making method of the SDK has a passing test.
 """
 
@@ -272,7 +272,7 @@ async def conclusions_created_listed_queried_and_deleted(honcho: Honcho) -> None
     many = await view.get_many([made[0].id, made[1].id, "x" * 21])
     assert {c.id for c in many} == {made[0].id, made[1].id}
     # offline, nothing is deduced: no conclusion names these as premises (the llm engine's are tested with the
-    # local model in tests/test_chat_sdk.py)
+    # local model in tests/chat/test_chat_sdk.py)
     assert await listed(view.derived(made[0].id)) == []
     represented = await view.representation(search_query="food", max_conclusions=10)
     assert represented.startswith("## Explicit Observations") and "conc-alice is a vegetarian" in represented

@@ -179,7 +179,7 @@ CASES = [
     ("GET", f"{W}/queue/status", None, {"sender_id": "nobody"}, {}, 404),
     ("GET", f"{W}/queue/status", None, {"observer_id": "bad id"}, {}, 422),
     ("GET", "/v3/workspaces/nope/queue/status", None, {}, {}, 404),
-    # representations (tests/test_representation.py has more)
+    # representations (tests/context/test_representation.py has more)
     ("GET", f"{W}/peers/nobody/context", None, {}, {}, 404),
     ("GET", f"{W}/peers/alice/context", None, {"max_conclusions": 0}, {}, 422),
     ("GET", f"{W}/peers/alice/context", None, {"include_most_frequent": "maybe"}, {}, 422),
@@ -188,7 +188,7 @@ CASES = [
     ("POST", f"{W}/peers/alice/representation", {"search_top_k": 0}, {}, {}, 422),
     ("POST", f"{W}/peers/alice/representation", DEEP_ARRAYS, {}, {}, 422),
     ("GET", f"{S}/context", None, {"peer_target": "nobody"}, {}, 404),
-    # message search (tests/test_search.py has more)
+    # message search (tests/memory/test_search.py has more)
     ("POST", f"{W}/search", {"query": ""}, {}, {}, 422),
     ("POST", f"{W}/search", {"query": "x", "limit": 101}, {}, {}, 422),
     ("POST", "/v3/workspaces/nope/search", {"query": "x"}, {}, {}, 404),
@@ -196,7 +196,7 @@ CASES = [
     ("POST", f"{S}/search", {"query": "x", "filters": "x"}, {}, {}, 422),
     ("POST", f"{W}/peers/nobody/search", {"query": "x"}, {}, {}, 404),
     ("POST", f"{W}/peers/alice/search", DEEP_ARRAYS, {}, {}, 422),
-    # chat (tests/test_chat.py has more)
+    # chat (tests/chat/test_chat.py has more)
     ("POST", f"{W}/peers/alice/chat", {"query": ""}, {}, {}, 422),
     ("POST", f"{W}/peers/alice/chat", {"query": "x" * 10_001}, {}, {}, 422),
     ("POST", f"{W}/peers/alice/chat", {"query": "x", "reasoning_level": "extreme"}, {}, {}, 422),
@@ -216,15 +216,15 @@ CASES = [
     ("POST", "/v3/workspaces/nope/chat", {"query": "x"}, {}, {}, 404),
     ("POST", f"{W}/chat", {"query": "x", "scope": "nope"}, {}, {}, 404),
     ("POST", f"{W}/chat", None, {}, {}, 422),
-    # clones (tests/test_clone.py has more)
+    # clones (tests/store/test_clone.py has more)
     ("POST", f"{S}/clone", None, {"message_id": "bad id!"}, {}, 422),
     ("POST", f"{S}/clone", None, {"message_id": "AAAAAAA_nope_nope_nope"}, {}, 404),
     ("POST", f"{W}/sessions/nope/clone", None, {}, {}, 404),
-    # dreams (tests/test_dreams.py has more)
+    # dreams (tests/memory/test_dreams.py has more)
     ("POST", f"{W}/schedule_dream", {"observer": "nobody"}, {}, {}, 404),
     ("POST", f"{W}/schedule_dream", {"observer": "alice", "dream_type": "nap"}, {}, {}, 422),
     ("POST", f"{W}/schedule_dream", None, {}, {}, 422),
-    # scopes (tests/test_scopes.py has more)
+    # scopes (tests/store/test_scopes.py has more)
     ("POST", f"{W}/scopes", {"id": "scope.x"}, {}, {}, 422),
     ("POST", f"{W}/scopes", DEEP_OBJECTS, {}, {}, 422),
     ("GET", f"{W}/scopes/nope", None, {}, {}, 404),
@@ -235,7 +235,7 @@ CASES = [
     ("POST", f"{W}/scopes/nope/sessions/list", None, {}, {}, 404),
     ("GET", f"{W}/scopes/nope/status", None, {}, {}, 404),
     ("GET", f"{W}/scopes/bad%20id/status", None, {}, {}, 422),
-    # file upload (tests/test_upload.py has more)
+    # file upload (tests/messages/test_upload.py has more)
     ("POST", f"{S}/messages/upload", '{"messages": []}', {}, {}, 415),  # not a form
     ("POST", f"{S}/messages/upload", Form({"peer_id": "alice"}, {"file": ("a.png", b"\x89PNG", "image/png")}), {}, {},
      415),

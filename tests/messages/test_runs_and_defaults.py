@@ -15,7 +15,7 @@ from local.template import TEMPLATE, _parse, _Tag, template
 from local.worker import PASS_THROUGH, function_environment
 from tests.handlers import call, invoke
 from tests.stream import message_records
-from tests.test_context import assert_two_rounds, measured_context
+from tests.context.test_context import assert_two_rounds, measured_context
 
 WS = "ws1"
 W = f"/v3/workspaces/{WS}"

@@ -1,6 +1,6 @@
 """Least privilege and hardening, read from template.yaml: what each function may touch, and what deploys encrypted.
 
-`python -m tests.test_template_policy --sam-transform` prints the template as CloudFormation deploys it (SAM's own
+`python -m tests.deploy.test_template_policy --sam-transform` prints the template as CloudFormation deploys it (SAM's own
 transform, offline, in .venv-sam), for checkov (`make security`), so the roles SAM generates are scanned too.
 """
 
@@ -384,5 +384,5 @@ def test_events_are_never_logged():
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--sam-transform"]:
-        sys.exit("usage: python -m tests.test_template_policy --sam-transform > template.json")
+        sys.exit("usage: python -m tests.deploy.test_template_policy --sam-transform > template.json")
     json.dump(sam_transform(), sys.stdout, indent=1)
