@@ -26,18 +26,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from precis.settings import Settings
 from precis.configuration import DeriveConfig, derive_config
-from precis.store import conclusions, keys
+from precis.store import conclusions, derive_cursors, keys
 from precis.errors import NotFound
-from precis.store.db import Db, batch_get, error_code, mark_applied, query_all, raise_if_throttled, to_item
+from precis.store.db import Db
 from precis.store.messages import read_range, with_bodies
-from precis.store.resources import members
+from precis.store.resources import members, workspace_ids
 
 log = logging.getLogger("precis.memory.deriver")
-NOTHING_DUE = "~"  # due_at of a cursor with nothing waiting: sorts after every timestamp
+NOTHING_DUE = derive_cursors.NOTHING_DUE
 CHUNK = 16  # conclusions per transaction (conclusions.write's own chunk)
 MAX_JOB_MESSAGES = 200  # the most messages of one sender one job derives; more run as further jobs
 
@@ -115,58 +113,6 @@ def observers(sender: str, peer: dict[str, Any] | None, members: dict[str, dict[
     return [sender, *others]
 
 
-# ---------------------------------------------------------------- the cursor
-
-def _cursor_key(target: DeriveTarget) -> dict[str, Any]:
-    return to_item(keys.derive_cursor(target.workspace, target.session, target.sender))
-
-
-def _read_state(db: Db, target: DeriveTarget) -> tuple[dict | None, dict | None, dict | None, dict | None]:
-    """(session, workspace, sender peer, cursor), one BatchGetItem (strongly consistent)."""
-    ws, s = target.workspace, target.session
-    wanted = [keys.session(ws, s), keys.workspace(ws), keys.peer(ws, target.sender),
-              keys.derive_cursor(ws, s, target.sender)]
-    found = {(i["PK"], i["SK"]): i for i in batch_get(db, wanted)}
-    return tuple(found.get((k["PK"], k["SK"])) for k in wanted)  # type: ignore[return-value]
-
-
-class _Moved(Exception):
-    """The cursor changed under us (another deriver moved it): read it again."""
-
-
-def _update_cursor(db: Db, target: DeriveTarget, update: str, condition: str, values: dict[str, Any],
-                   names: dict[str, str] | None = None) -> None:
-    request: dict[str, Any] = {"TableName": db.table, "Key": _cursor_key(target), "UpdateExpression": update,
-                               "ConditionExpression": condition, "ExpressionAttributeValues": to_item(values)}
-    if names:
-        request["ExpressionAttributeNames"] = names
-    try:
-        db.client.update_item(**request)
-    except ClientError as exc:
-        raise_if_throttled(exc)
-        if error_code(exc) == "ConditionalCheckFailedException":
-            raise _Moved() from None
-        raise
-
-
-# What every write of a cursor sets, so that whichever writes it first makes a whole cursor: whose it is (and its
-# place in the ByDue index), and its counts from zero.
-_WHO = "due_ws = :ws, sender = :sender, kind = :kind, session_id = :s"
-_FROM_ZERO = "through_seq = if_not_exists(through_seq, :zero), derived = if_not_exists(derived, :zero)"
-
-
-def _who(target: DeriveTarget) -> dict[str, Any]:
-    return {":ws": target.workspace, ":sender": target.sender, ":kind": "derive_cursor", ":s": target.session,
-            ":zero": 0}
-
-
-def _at(cursor: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
-    """A condition that the cursor is still where `cursor` saw it (absent, or at its through_seq with no job)."""
-    if cursor is None:
-        return "attribute_not_exists(PK)", {}
-    return "through_seq = :seen AND attribute_not_exists(job)", {":seen": cursor.get("through_seq", 0)}
-
-
 # ---------------------------------------------------------------- one (session, sender)
 
 def derive_target(db: Db, settings: Settings, target: DeriveTarget, *, engine_for: Callable[[DeriveConfig], Any],
@@ -176,7 +122,7 @@ def derive_target(db: Db, settings: Settings, target: DeriveTarget, *, engine_fo
     hold the batch's tokens or the oldest has waited past its age (the schedule's flush comes back for those)."""
     outcome = Outcome()
     for _ in range(1000):  # each round is a job or a decision; a lost race re-reads
-        session, workspace, peer, cursor = _read_state(db, target)
+        session, workspace, peer, cursor = derive_cursors.read_state(db, target)
         if session is None or workspace is None or "deleted_at" in session:
             return outcome  # deleted: the purge removes the cursor and what was derived
         incarnation = session["incarnation"]  # (a cursor of an earlier incarnation was purged with it)
@@ -186,7 +132,7 @@ def derive_target(db: Db, settings: Settings, target: DeriveTarget, *, engine_fo
                 _apply(db, settings, target, incarnation, cursor, engine_for(config), embedder, now(), outcome)
                 continue
             decided = _decide(db, config, target, session, peer, cursor, engine_for, now(), outcome)
-        except _Moved:
+        except derive_cursors.Moved:
             continue
         except NotFound:
             return outcome  # the session was deleted while we wrote: its purge removes what landed
@@ -203,11 +149,9 @@ def _decide(db: Db, config: DeriveConfig, target: DeriveTarget, session: dict, p
     through = int((cursor or {}).get("through_seq", session.get("derive_from", 1) - 1))
     window = read_range(db, ws, s, through + 1, keys.MAX_SEQ, limit=MAX_JOB_MESSAGES * 5)
     mine = [m for m in window if m["peer_id"] == target.sender][:MAX_JOB_MESSAGES]
-    condition, values = _at(cursor)
     if not mine:
         if cursor is not None and cursor.get("due_at", NOTHING_DUE) != NOTHING_DUE:
-            _update_cursor(db, target, "SET due_at = :none, pending = :zero", condition,
-                           {**values, ":none": NOTHING_DUE, ":zero": 0})
+            derive_cursors.clear_due(db, target, cursor)
         return False
     last_seq = mine[-1]["seq"]
     watchers = observers(target.sender, peer, members(db, ws, s)) if config.enabled else []
@@ -217,7 +161,7 @@ def _decide(db: Db, config: DeriveConfig, target: DeriveTarget, session: dict, p
         watchers += [scopes.observer(scope_id) for scope_id in scopes.session_scopes(db, ws, s)]
     if not watchers:
         # Not observed: nothing is derived from these messages, by anyone; they are done.
-        _finish(db, target, session["incarnation"], last_seq, len(mine), condition, values, now)
+        derive_cursors.finish(db, target, session["incarnation"], last_seq, len(mine), _iso(now), seen=cursor)
         outcome.derived += len(mine)
         return len(mine) == MAX_JOB_MESSAGES
     oldest = _parse(mine[0]["created_at"])
@@ -225,9 +169,7 @@ def _decide(db: Db, config: DeriveConfig, target: DeriveTarget, session: dict, p
     due = oldest + timedelta(seconds=config.max_wait_s)
     batch_tokens = 0 if config.engine == "extractive" else config.batch_tokens
     if tokens < batch_tokens and now < due and len(mine) < MAX_JOB_MESSAGES:
-        _update_cursor(db, target, f"SET due_at = :due, pending = :n, incarnation = :inc, {_WHO}, {_FROM_ZERO}",
-                       condition, {**values, **_who(target), ":inc": session["incarnation"], ":due": _iso(due),
-                                   ":n": len(mine)})
+        derive_cursors.wait(db, target, cursor, session["incarnation"], _iso(due), len(mine))
         outcome.pending = len(mine)
         return False
     engine = engine_for(config)
@@ -236,10 +178,7 @@ def _decide(db: Db, config: DeriveConfig, target: DeriveTarget, session: dict, p
     found = _extract(engine, target.sender, mine, context, config)
     job = {"token": secrets.token_hex(8), "to_seq": last_seq, "count": len(mine), "observers": watchers,
            "conclusions": found}
-    _update_cursor(db, target,
-                   f"SET job = :job, due_at = if_not_exists(due_at, :none), incarnation = :inc, {_WHO}, {_FROM_ZERO}",
-                   condition, {**values, **_who(target), ":inc": session["incarnation"], ":job": job,
-                               ":none": NOTHING_DUE})
+    derive_cursors.store_job(db, target, cursor, session["incarnation"], job)
     outcome.jobs += 1
     return True  # the next round applies the stored job
 
@@ -295,7 +234,7 @@ def _apply(db: Db, settings: Settings, target: DeriveTarget, incarnation: str, c
             name = f"{observer}#{start}"
             if name in applied:
                 continue
-            extra = [_mark_applied(db, target, job["token"], name)]
+            extra = [derive_cursors.applied_mark(db, target, job["token"], name)]
             try:
                 conclusions.write(db, target.workspace, observer, target.sender, items[start:start + CHUNK],
                                   embedder=embedder, extra=extra, incarnation=incarnation)
@@ -308,15 +247,9 @@ def _apply(db: Db, settings: Settings, target: DeriveTarget, incarnation: str, c
         card_name = f"{observer}#card"
         if card_name not in applied and items and not observer.startswith("scope."):
             _update_card(db, target, observer, job["token"], card_name, engine, [i.content for i in items])
-    condition = "job.#token = :token"
-    _finish(db, target, incarnation, int(job["to_seq"]), int(job["count"]), condition,
-            {":token": job["token"]}, now, names={"#token": "token"})
+    derive_cursors.finish(db, target, incarnation, int(job["to_seq"]), int(job["count"]), _iso(now), token=job["token"])
     outcome.derived += int(job["count"])
     outcome.conclusions += written
-
-
-def _mark_applied(db: Db, target: DeriveTarget, token: str, name: str) -> dict[str, Any]:
-    return mark_applied(db, _cursor_key(target), token, name)
 
 
 def _update_card(db: Db, target: DeriveTarget, observer: str, token: str, name: str, engine: Any,
@@ -331,54 +264,23 @@ def _update_card(db: Db, target: DeriveTarget, observer: str, token: str, name: 
         log.warning("card update failed for %s/%s: %s", observer, target.sender, exc)
         proposed = None
     conclusions.write_card_step(db, ws, observer, target.sender, proposed, entries,
-                                _mark_applied(db, target, token, name))
-
-
-def _finish(db: Db, target: DeriveTarget, incarnation: str, to_seq: int, count: int, condition: str,
-            values: dict[str, Any], now: datetime, names: dict[str, str] | None = None) -> None:
-    _update_cursor(db, target,
-                   "SET through_seq = :to, derived = if_not_exists(derived, :zero) + :n, due_at = :none, "
-                   f"pending = :zero, updated_at = :now, incarnation = :inc, {_WHO} REMOVE job, applied",
-                   condition, {**values, **_who(target), ":inc": incarnation, ":to": to_seq, ":n": count,
-                               ":none": NOTHING_DUE, ":now": _iso(now)}, names)
+                                derive_cursors.applied_mark(db, target, token, name))
 
 
 def mark_failed(db: Db, target: DeriveTarget, now: datetime) -> None:
     """After a failed derivation: make the cursor due again in a few minutes, so the schedule retries it even when
     the stream has given up on its records (best effort: the stream's own retry comes first)."""
-    try:
-        db.client.update_item(
-            TableName=db.table, Key=_cursor_key(target), UpdateExpression=f"SET due_at = :due, {_WHO}, {_FROM_ZERO}",
-            ExpressionAttributeValues=to_item({**_who(target), ":due": _iso(now + timedelta(minutes=5))}))
-    except ClientError as exc:
-        log.warning("could not mark %s as due again: %s", target, error_code(exc))
+    code = derive_cursors.mark_due(db, target, _iso(now + timedelta(minutes=5)))
+    if code is not None:
+        log.warning("could not mark %s as due again: %s", target, code)
 
 
 # ---------------------------------------------------------------- the schedule's flush
 
 def due_targets(db: Db, workspaces: Iterable[str], now: datetime) -> list[DeriveTarget]:
     """Cursors whose waiting batch (or failed derivation) is due by `now`."""
-    found = []
-    for ws in workspaces:
-        items = query_all(db, IndexName="ByDue",
-                          KeyConditionExpression="due_ws = :ws AND due_at <= :now",
-                          ExpressionAttributeValues=to_item({":ws": ws, ":now": _iso(now)}))
-        found += [DeriveTarget(ws, i["session_id"], i["sender"]) for i in items
-                  if i.get("kind", "derive_cursor") == "derive_cursor" and i.get("session_id")]
-    return found
+    return [DeriveTarget(*due) for due in derive_cursors.due(db, workspaces, _iso(now))]
 
 
 def all_workspaces(db: Db) -> list[str]:
-    items = query_all(db, IndexName="ByListKey", KeyConditionExpression="list_key = :k",
-                      ExpressionAttributeValues=to_item({":k": "workspaces"}), ProjectionExpression="id")
-    return [i["id"] for i in items]
-
-
-def cursors(db: Db, ws: str, session_id: str | None = None) -> list[dict[str, Any]]:
-    """A session's cursors (strongly consistent), or a workspace's (the ByDue index)."""
-    if session_id is not None:
-        return query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
-                         ConsistentRead=True, ExpressionAttributeValues=to_item(
-                             {":pk": keys.session_pk(ws, session_id), ":p": "DERIVE#"}))
-    return query_all(db, IndexName="ByDue", KeyConditionExpression="due_ws = :ws",
-                     ExpressionAttributeValues=to_item({":ws": ws}))
+    return workspace_ids(db)

@@ -23,10 +23,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from precis.store import conclusions, keys
-from precis.store.db import Db, error_code, from_item, mark_applied, query_all, raise_if_throttled, to_item
+from precis.store import conclusions, dream_state
+from precis.store.db import Db
 
 log = logging.getLogger("precis.memory.dreams")
 CHUNK = 16
@@ -51,46 +49,11 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat()
 
 
-def _key(target: DreamTarget) -> dict[str, Any]:
-    return to_item(keys.dream(target.workspace, target.observer, target.observed))
-
-
-_WHO = "kind = :kind, workspace_id = :ws, observer = :observer, observed = :observed"
-
-
-def _who(target: DreamTarget) -> dict[str, Any]:
-    return {":kind": "dream", ":ws": target.workspace, ":observer": target.observer, ":observed": target.observed}
-
-
-def _update(db: Db, target: DreamTarget, update: str, values: dict[str, Any], condition: str | None = None,
-            names: dict[str, str] | None = None, returns: bool = False) -> dict[str, Any] | None:
-    request: dict[str, Any] = {"TableName": db.table, "Key": _key(target), "UpdateExpression": update,
-                               "ExpressionAttributeValues": to_item(values)}
-    if condition:
-        request["ConditionExpression"] = condition
-    if names:
-        request["ExpressionAttributeNames"] = names
-    if returns:
-        request["ReturnValues"] = "ALL_NEW"
-    try:
-        out = db.client.update_item(**request)
-    except ClientError as exc:
-        raise_if_throttled(exc)
-        if error_code(exc) == "ConditionalCheckFailedException":
-            return None
-        raise
-    return from_item(out.get("Attributes")) if returns else {}
-
-
 # ---------------------------------------------------------------- scheduling
 
 def schedule(db: Db, target: DreamTarget, session_id: str | None, now: datetime) -> None:
     """Make the collection's dream due now and wake the deriver (a dream already due or running is that dream)."""
-    update = f"SET {_WHO}, due_ws = :ws, due_at = :now, requested = :now"
-    values = {**_who(target), ":now": _iso(now)}
-    if session_id is not None:
-        update, values[":s"] = update + ", session_id = :s", session_id
-    _update(db, target, update, values, condition="attribute_not_exists(job)")
+    dream_state.request(db, target, session_id, _iso(now))
 
 
 def note_explicit(db: Db, target: DreamTarget, count: int, now: datetime, *, min_conclusions: int,
@@ -100,19 +63,16 @@ def note_explicit(db: Db, target: DreamTarget, count: int, now: datetime, *, min
     dream forward."""
     if count <= 0 or target.observer.startswith("scope."):
         return
-    state = _update(db, target, f"SET {_WHO}, last_at = :now ADD fresh :n", {**_who(target), ":now": _iso(now),
-                                                                              ":n": count}, returns=True)
+    state = dream_state.count_fresh(db, target, count, _iso(now))
     if state and int(state.get("fresh", 0)) >= min_conclusions and not state.get("requested"):
-        _update(db, target, "SET due_ws = :ws, due_at = :due", {":ws": target.workspace,
-                                                                 ":due": _iso(now + timedelta(seconds=idle_s))},
-                condition="attribute_not_exists(job) AND attribute_not_exists(requested)")
+        dream_state.arm(db, target, _iso(now + timedelta(seconds=idle_s)))
 
 
 # ---------------------------------------------------------------- running
 
 def run(db: Db, target: DreamTarget, *, engine: Any, embedder: Any, now: datetime) -> int:
     """Run the dream if it is due by `now` (or a stored job of it); the deductive conclusions written."""
-    item = from_item(db.client.get_item(TableName=db.table, Key=_key(target), ConsistentRead=True).get("Item"))
+    item = dream_state.read(db, target)
     if not item or "due_at" not in item:
         return 0
     if not item.get("job"):
@@ -126,10 +86,7 @@ def run(db: Db, target: DreamTarget, *, engine: Any, embedder: Any, now: datetim
 
 def _explicit(db: Db, target: DreamTarget) -> tuple[list[dict[str, Any]], list[str]]:
     """(the newest explicit conclusions, oldest first: id and content) and the deductive contents already held."""
-    items = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :c)", ConsistentRead=True,
-                      ProjectionExpression="id, content, #l", ExpressionAttributeNames={"#l": "level"},
-                      ExpressionAttributeValues=to_item({":pk": keys.collection_pk(target.workspace, target.observer,
-                                                                                    target.observed), ":c": "C#"}))
+    items = conclusions.collection_contents(db, target.workspace, target.observer, target.observed)
     explicit = [{"id": i["id"], "content": i["content"]} for i in items if i.get("level", "explicit") == "explicit"]
     deductive = [i["content"] for i in items if i.get("level") == "deductive"]
     return explicit[-MAX_PREMISES:], deductive
@@ -143,13 +100,7 @@ def _decide(db: Db, target: DreamTarget, item: dict[str, Any], engine: Any) -> d
            "deductions": [{"content": d["content"], "source_ids": [s for s in d["source_ids"] if s in ids]}
                           for d in deductions if any(s in ids for s in d["source_ids"])],
            "card_from": [p["content"] for p in premises]}
-    stored = _update(db, target, "SET job = :job REMOVE requested", {":job": job, ":seen": item["due_at"]},
-                     condition="attribute_not_exists(job) AND due_at = :seen", returns=True)
-    return stored
-
-
-def _mark(db: Db, target: DreamTarget, token: str, name: str) -> dict[str, Any]:
-    return mark_applied(db, _key(target), token, name)
+    return dream_state.store_job(db, target, job, item["due_at"])
 
 
 def _apply(db: Db, target: DreamTarget, item: dict[str, Any], engine: Any, embedder: Any, now: datetime) -> int:
@@ -165,16 +116,13 @@ def _apply(db: Db, target: DreamTarget, item: dict[str, Any], engine: Any, embed
             continue
         try:
             conclusions.write(db, ws, observer, observed, items[start:start + CHUNK], embedder=embedder,
-                              extra=[_mark(db, target, job["token"], name)], now=now)
+                              extra=[dream_state.applied_mark(db, target, job["token"], name)], now=now)
             written += len(items[start:start + CHUNK])
         except conclusions.ExtraConditionFailed:
             pass  # written already, by this dream before a crash or by a concurrent run
     if "card" not in applied:
         _refresh_card(db, target, job, engine, [i.content for i in items])
-    _update(db, target, "SET fresh = :zero, dreamed_at = :now, updated_at = :now ADD dreams :one "
-                        "REMOVE job, applied, due_ws, due_at, requested, session_id",
-            {":zero": 0, ":one": 1, ":now": _iso(now), ":token": job["token"]}, condition="job.#token = :token",
-            names={"#token": "token"})
+    dream_state.finish(db, target, job["token"], _iso(now))
     return written
 
 
@@ -188,11 +136,9 @@ def _refresh_card(db: Db, target: DreamTarget, job: dict[str, Any], engine: Any,
     except Exception as exc:  # noqa: BLE001 - a card is a convenience: its failure never blocks the dream
         log.warning("card refresh failed for %s/%s: %s", observer, observed, exc)
         proposed = None
-    conclusions.write_card_step(db, ws, observer, observed, proposed, entries, _mark(db, target, job["token"], "card"))
+    conclusions.write_card_step(db, ws, observer, observed, proposed, entries, dream_state.applied_mark(db, target, job["token"], "card"))
 
 
 def dreams_due(db: Db, ws: str, now: datetime) -> list[DreamTarget]:
     """The workspace's dreams due by `now` (the ByDue index)."""
-    items = query_all(db, IndexName="ByDue", KeyConditionExpression="due_ws = :ws AND due_at <= :now",
-                      ExpressionAttributeValues=to_item({":ws": ws, ":now": _iso(now)}))
-    return [DreamTarget(ws, i["observer"], i["observed"]) for i in items if i.get("kind") == "dream"]
+    return [DreamTarget(ws, observer, observed) for observer, observed in dream_state.due(db, ws, _iso(now))]

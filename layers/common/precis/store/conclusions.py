@@ -669,6 +669,13 @@ def delete_collections(db: Db, ws: str) -> int:
 
 # ---------------------------------------------------------------- cards
 
+def collection_contents(db: Db, ws: str, observer: str, observed: str) -> list[dict[str, Any]]:
+    """Every conclusion of the collection, oldest first: its id, content and level (strongly consistent)."""
+    return query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :c)", ConsistentRead=True,
+                     ProjectionExpression="id, content, #l", ExpressionAttributeNames={"#l": "level"},
+                     ExpressionAttributeValues=to_item({":pk": keys.collection_pk(ws, observer, observed), ":c": "C#"}))
+
+
 def card_state(db: Db, ws: str, observer: str, observed: str) -> tuple[list[str] | None, dict[str, int], str | None]:
     """(entries, counts, source) of the collection's card: what the deriver updates from."""
     item = _get(db, keys.card(ws, observer, observed))

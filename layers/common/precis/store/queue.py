@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from precis.memory.deriver import cursors
+from precis.store.derive_cursors import cursors
 from precis.errors import NotFound
 from precis.store import keys
 from precis.store.db import Db, batch_get, query_all, to_item

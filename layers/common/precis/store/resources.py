@@ -154,6 +154,13 @@ def _check_sessions_under(db: Db, ws: str, configuration: dict[str, Any]) -> Non
                           "session first)") from None
 
 
+def workspace_ids(db: Db) -> list[str]:
+    """Every workspace's id (the ByListKey index)."""
+    items = query_all(db, IndexName="ByListKey", KeyConditionExpression="list_key = :k",
+                      ExpressionAttributeValues=to_item({":k": "workspaces"}), ProjectionExpression="id")
+    return [i["id"] for i in items]
+
+
 def list_workspaces(db: Db, filters, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
     items = query_all(db, IndexName="ByListKey", KeyConditionExpression="list_key = :k",
                       ExpressionAttributeValues={":k": {"S": "workspaces"}})

@@ -1,0 +1,150 @@
+"""The deriver's cursors: one item per (session, sender) in the session's partition (`keys.derive_cursor`), so a
+purge removes it with the session.
+
+A cursor holds `through_seq` (every message of the sender up to it is derived, or was not to be), `derived` (how
+many), while a batch waits `pending`/`due_at` (the ByDue index), and during a derivation the stored `job` and the
+`applied` set of its written chunks. Every write but the failure mark is conditional on the cursor being where the
+deriver saw it (`seen`: the cursor as read, or None when there was none) or on the job's token: a write that finds
+it moved raises `Moved`, and the deriver reads it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from botocore.exceptions import ClientError
+
+from precis.store import keys
+from precis.store.db import Db, batch_get, error_code, mark_applied, query_all, raise_if_throttled, to_item
+
+NOTHING_DUE = "~"  # due_at of a cursor with nothing waiting: sorts after every timestamp
+
+# What every write of a cursor sets, so that whichever writes it first makes a whole cursor: whose it is (and its
+# place in the ByDue index), and its counts from zero.
+_WHO = "due_ws = :ws, sender = :sender, kind = :kind, session_id = :s"
+_FROM_ZERO = "through_seq = if_not_exists(through_seq, :zero), derived = if_not_exists(derived, :zero)"
+
+
+class Target(Protocol):
+    workspace: str
+    session: str
+    sender: str
+
+
+class Moved(Exception):
+    """The cursor changed under us (another deriver moved it): read it again."""
+
+
+def _key(target: Target) -> dict[str, Any]:
+    return to_item(keys.derive_cursor(target.workspace, target.session, target.sender))
+
+
+def _who(target: Target) -> dict[str, Any]:
+    return {":ws": target.workspace, ":sender": target.sender, ":kind": "derive_cursor", ":s": target.session,
+            ":zero": 0}
+
+
+def _at(seen: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """A condition that the cursor is still where `seen` saw it (absent, or at its through_seq with no job)."""
+    if seen is None:
+        return "attribute_not_exists(PK)", {}
+    return "through_seq = :seen AND attribute_not_exists(job)", {":seen": seen.get("through_seq", 0)}
+
+
+def _update(db: Db, target: Target, update: str, condition: str, values: dict[str, Any],
+            names: dict[str, str] | None = None) -> None:
+    request: dict[str, Any] = {"TableName": db.table, "Key": _key(target), "UpdateExpression": update,
+                               "ConditionExpression": condition, "ExpressionAttributeValues": to_item(values)}
+    if names:
+        request["ExpressionAttributeNames"] = names
+    try:
+        db.client.update_item(**request)
+    except ClientError as exc:
+        raise_if_throttled(exc)
+        if error_code(exc) == "ConditionalCheckFailedException":
+            raise Moved() from None
+        raise
+
+
+def read_state(db: Db, target: Target) -> tuple[dict | None, dict | None, dict | None, dict | None]:
+    """(session, workspace, sender peer, cursor), one BatchGetItem (strongly consistent)."""
+    ws, s = target.workspace, target.session
+    wanted = [keys.session(ws, s), keys.workspace(ws), keys.peer(ws, target.sender),
+              keys.derive_cursor(ws, s, target.sender)]
+    found = {(i["PK"], i["SK"]): i for i in batch_get(db, wanted)}
+    return tuple(found.get((k["PK"], k["SK"])) for k in wanted)  # type: ignore[return-value]
+
+
+def clear_due(db: Db, target: Target, seen: dict[str, Any] | None) -> None:
+    """Nothing waits any more."""
+    condition, values = _at(seen)
+    _update(db, target, "SET due_at = :none, pending = :zero", condition, {**values, ":none": NOTHING_DUE, ":zero": 0})
+
+
+def wait(db: Db, target: Target, seen: dict[str, Any] | None, incarnation: str, due_at: str, pending: int) -> None:
+    """`pending` messages wait for their batch until `due_at` (the schedule's flush comes back for them)."""
+    condition, values = _at(seen)
+    _update(db, target, f"SET due_at = :due, pending = :n, incarnation = :inc, {_WHO}, {_FROM_ZERO}", condition,
+            {**values, **_who(target), ":inc": incarnation, ":due": due_at, ":n": pending})
+
+
+def store_job(db: Db, target: Target, seen: dict[str, Any] | None, incarnation: str, job: dict[str, Any]) -> None:
+    """Step 1: the engine's answer, stored before anything of it is written."""
+    condition, values = _at(seen)
+    _update(db, target, f"SET job = :job, due_at = if_not_exists(due_at, :none), incarnation = :inc, {_WHO}, "
+                        f"{_FROM_ZERO}", condition,
+            {**values, **_who(target), ":inc": incarnation, ":job": job, ":none": NOTHING_DUE})
+
+
+def applied_mark(db: Db, target: Target, token: str, name: str) -> dict[str, Any]:
+    """Step 2: the transaction action that records chunk `name` of job `token` as written (at most once)."""
+    return mark_applied(db, _key(target), token, name)
+
+
+def finish(db: Db, target: Target, incarnation: str, to_seq: int, count: int, now: str, *,
+           seen: dict[str, Any] | None = None, token: str | None = None) -> None:
+    """Step 3: move past `count` messages to `to_seq` and drop the job: on condition the job `token` is still the one
+    stored, or (no job: messages nobody observes) that the cursor is where `seen` saw it."""
+    if token is not None:
+        condition, values, names = "job.#token = :token", {":token": token}, {"#token": "token"}
+    else:
+        (condition, values), names = _at(seen), None
+    _update(db, target,
+            "SET through_seq = :to, derived = if_not_exists(derived, :zero) + :n, due_at = :none, "
+            f"pending = :zero, updated_at = :now, incarnation = :inc, {_WHO} REMOVE job, applied",
+            condition, {**values, **_who(target), ":inc": incarnation, ":to": to_seq, ":n": count,
+                        ":none": NOTHING_DUE, ":now": now}, names)
+
+
+def mark_due(db: Db, target: Target, due_at: str) -> str | None:
+    """Make the cursor due at `due_at` whatever it holds (after a failed derivation); the error code when the write
+    failed (best effort), else None."""
+    try:
+        db.client.update_item(
+            TableName=db.table, Key=_key(target), UpdateExpression=f"SET due_at = :due, {_WHO}, {_FROM_ZERO}",
+            ExpressionAttributeValues=to_item({**_who(target), ":due": due_at}))
+    except ClientError as exc:
+        return error_code(exc)
+    return None
+
+
+def due(db: Db, workspaces: Iterable[str], now: str) -> list[tuple[str, str, str]]:
+    """(workspace, session, sender) of the cursors whose waiting batch (or failed derivation) is due by `now`."""
+    found = []
+    for ws in workspaces:
+        items = query_all(db, IndexName="ByDue", KeyConditionExpression="due_ws = :ws AND due_at <= :now",
+                          ExpressionAttributeValues=to_item({":ws": ws, ":now": now}))
+        found += [(ws, i["session_id"], i["sender"]) for i in items
+                  if i.get("kind", "derive_cursor") == "derive_cursor" and i.get("session_id")]
+    return found
+
+
+def cursors(db: Db, ws: str, session_id: str | None = None) -> list[dict[str, Any]]:
+    """A session's cursors (strongly consistent), or a workspace's (the ByDue index)."""
+    if session_id is not None:
+        return query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+                         ConsistentRead=True, ExpressionAttributeValues=to_item(
+                             {":pk": keys.session_pk(ws, session_id), ":p": "DERIVE#"}))
+    return query_all(db, IndexName="ByDue", KeyConditionExpression="due_ws = :ws",
+                     ExpressionAttributeValues=to_item({":ws": ws}))
