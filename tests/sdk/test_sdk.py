@@ -45,6 +45,23 @@ def test_sdk_flow_over_workspaces_peers_sessions_and_messages(stack):
     assert [s.id for s in client.sessions()] == []
 
 
+def test_one_sessions_queue_status_is_flat_with_sessions_null_and_a_workspaces_keeps_its_map(stack):
+    client = Honcho(base_url=stack.url, api_key="local", workspace_id="sdk-queue")
+    alice = client.peer("alice")
+    session = client.session("s1")
+    session.add_messages([alice.message("I moved to Lisbon last spring."), alice.message("I have a dog, Rover.")])
+    status = session.queue_status()
+    assert status.sessions is None  # Honcho's answer for one session: its counts, flattened
+    assert status.total_work_units >= 2 and status.pending_work_units + status.in_progress_work_units >= 1
+    by_sender = session.queue_status(sender="alice")
+    assert by_sender.sessions is None and by_sender.total_work_units == 2
+    done = wait_for(lambda: (s := session.queue_status(observer="alice")).pending_work_units == 0
+                    and s.in_progress_work_units == 0 and s, timeout=60)
+    assert done.sessions is None and done.completed_work_units == 2
+    workspace = wait_for(lambda: (w := client.queue_status()).sessions and w, timeout=60)
+    assert set(workspace.sessions) == {"s1"} and workspace.sessions["s1"].completed_work_units == 2
+
+
 def test_sdk_context_summaries_and_openai_format(stack):
     client = Honcho(base_url=stack.url, api_key="local", workspace_id="sdk-context")
     alice, bot = client.peer("alice"), client.peer("bot")

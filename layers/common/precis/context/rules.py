@@ -19,6 +19,8 @@ def check_context_params(session_id: str, *, peer_target: str | None, peer_persp
         if peer_perspective:
             raise Invalid("scope: cannot be combined with peer_perspective")
     if sessions is not None:
+        if not peer_target:
+            raise Invalid("sessions: needs peer_target")
         if scope is not None:
             raise Invalid("sessions: cannot be combined with scope")
         if limit_to_session:

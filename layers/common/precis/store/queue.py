@@ -1,7 +1,7 @@
 """GET /queue/status: the background work still to do, counted as Precis does it (MEMORY.md, "Search, chat, queue").
 
 A work unit is a message to derive (per sender; messages of an unobserved sender count as done once the deriver has
-passed them) or a summary that is due and not yet written. For one session the count is exact: the session's
+passed them) or a summary that is due and not yet written. For one session the count is exact, answered flat with `sessions: null` as Honcho does: the session's
 cursors and the messages after them are read (strongly consistent), so a message just posted counts as pending at
 once. For a whole workspace the deriver's cursors are summed (the ByDue index): work the deriver has not yet seen
 (a few hundred milliseconds of stream delay) is not counted there, and summaries are counted per session only.
@@ -80,8 +80,8 @@ def queue_status(db: Db, ws: str, *, observer_id: str | None = None, sender_id: 
         if not batch_get(db, [keys.peer(ws, peer_id)]):
             raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
     if session_id is not None:
-        counts = _session_status(db, ws, session_id, observer_id, sender_id, workspace)
-        return {**counts, "sessions": {session_id: counts}}
+        # Honcho's shape for one session: its counts, flattened, and no per-session map.
+        return {**_session_status(db, ws, session_id, observer_id, sender_id, workspace), "sessions": None}
     sessions: dict[str, list[int]] = {}
     dreams = [0, 0, 0]
     now = datetime.now(UTC).isoformat()
