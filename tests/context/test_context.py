@@ -530,8 +530,6 @@ def test_honchos_parameter_rules_answer_422_naming_the_parameter(seeded, query, 
     {},
     {"tokens": 1},
     {"tokens": 100_000},
-    {"sessions": "s1"},
-    {"sessions": ["s1", "s2"]},
     {"limit_to_session": "true"},
     {"summary": "true", "limit_to_session": "false", "tokens": 2_000},  # what honcho-ai sends
     {"search_query": "weather", "search_top_k": 5, "search_max_distance": 0.5, "include_most_frequent": "true",
