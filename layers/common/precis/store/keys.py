@@ -137,6 +137,16 @@ def collection_registry(ws: str, observer: str, observed: str) -> dict[str, str]
     return {"PK": f"WS#{ws}", "SK": f"COLL#{observer}#{observed}"}
 
 
+def message_terms(ws: str) -> dict[str, str]:
+    """The term statistics of a workspace's messages (BM25's idf): a partition of its own, as every batch adds to it."""
+    return {"PK": f"WS#{ws}#TERMS", "SK": "MESSAGES"}
+
+
+def collection_terms(ws: str, observer: str, observed: str) -> dict[str, str]:
+    """The term statistics of a collection's conclusions, in the collection's partition (its delete takes it)."""
+    return {"PK": collection_pk(ws, observer, observed), "SK": "TERMS"}
+
+
 def message_vectors_pk(ws: str, session_id: str) -> str:
     """Partition of a session's message embeddings (search): beside the session's, outside its local index's
     10 GB item collection, and never read by the context."""
