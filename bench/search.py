@@ -15,38 +15,34 @@ WORDS = ("budget invoice Lisbon studio design river deadline client proposal mee
 
 
 def load_messages(db, ws: str, count: int, rng: random.Random) -> list[str]:
-    """Messages and their lexical vectors, written as the ingest function and the deriver write them, by
-    BatchWriteItem (the write path's transactions would make loading 100,000 slow in moto)."""
-    from precis.settings import get_settings
-    from precis.memory.embeddings import HashedEmbedder
-    from precis.store import keys
+    """Messages, their search items and the workspace's term statistics, written as the ingest function writes them,
+    by BatchWriteItem (the write path's transactions would make loading 100,000 slow in moto)."""
+    from precis.lexical import Document
+    from precis.store import keys, term_stats
     from precis.store.db import to_item
+    from precis.store.message_search import vector_item
     from precis.store.messages import make_message_id
-    from precis.store.vectors import vector_attribute
 
-    embedder = HashedEmbedder(get_settings().embed_dimensions)
     sessions, requests = [], []
     for start in range(0, count, PER_SESSION):
         session = f"s{start // PER_SESSION}"
         sessions.append(session)
         texts = [" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(PER_SESSION)]
-        for offset, (text, vector) in enumerate(zip(texts, embedder.embed(texts)), start=1):
+        for offset, text in enumerate(texts, start=1):
             message = {**keys.message(ws, session, offset), "kind": "message", "id": make_message_id(offset),
                        "seq": offset, "peer_id": "alice", "content": text, "token_count": 12,
                        "start_tokens": 12 * (offset - 1), "run_start_seq": offset, "run_index": offset,
                        "metadata": "{}", "created_at": "2026-11-30T00:00:00+00:00"}
-            vector_item = {**to_item({"PK": keys.message_vectors_pk(ws, session), "SK": f"MV#{offset:012d}",
-                                      "kind": "mvector", "seq": offset, "mcoll": ws, "msession": session,
-                                      "mpeer": "alice"}), "lvec": vector_attribute(vector)}
-            requests += [{"PutRequest": {"Item": to_item(message)}}, {"PutRequest": {"Item": vector_item}}]
+            requests += [{"PutRequest": {"Item": to_item(message)}},
+                         {"PutRequest": {"Item": vector_item(ws, session, offset, "alice", text)}}]
         for i in range(0, len(requests), 25):
             db.client.batch_write_item(RequestItems={db.table: requests[i:i + 25]})
         requests = []
+        term_stats.count(db, keys.message_terms(ws), (Document.of(t) for t in texts))
     return sessions
 
 
 def run() -> None:
-    from precis.settings import get_settings
     from precis.store import keys
     from precis.store.db import Db, query_all, to_item
     from precis.store.message_search import search
@@ -60,8 +56,7 @@ def run() -> None:
             get_or_create_workspace(db, "bench")
             sessions = load_messages(db, "bench", size, rng)
             with Requests(db.client) as counted:
-                found = search(db, "bench", "Lisbon budget deadline", 10, None,
-                               dimensions=get_settings().embed_dimensions)
+                found = search(db, "bench", "Lisbon budget deadline", 10, None)
                 requests, read = len(counted.ops), counted.bytes
                 counted.reset()
                 for session in sessions:

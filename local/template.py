@@ -272,7 +272,10 @@ def table_definition(tpl: Template) -> dict[str, Any]:
         if props.get(index_kind):
             args[index_kind] = props[index_kind]
     for index in args.get("VectorIndexes", ()):
-        # The parameter's default, or the dimension the local stack's functions are told (PRECIS_EMBED_DIMENSIONS).
+        # The embedder's indexes: the parameter's default, or the dimension the local stack's functions are told
+        # (PRECIS_EMBED_DIMENSIONS); a fixed number (the BM25 index) stays as written.
+        if isinstance(index["Dimensions"], int):
+            continue
         dimensions = os.environ.get("PRECIS_EMBED_DIMENSIONS") or _Resolver(tpl.raw, LocalNames()).resolve(
             index["Dimensions"])
         index["Dimensions"] = int(dimensions)

@@ -72,7 +72,7 @@ def _index(db, images: list[dict]) -> None:
 
     settings = get_settings()
     semantic = configured_embedder() if settings.embedder != "hashed" else None
-    index_messages(db, images, dimensions=settings.embed_dimensions, semantic=semantic)
+    index_messages(db, images, semantic=semantic)
 
 
 def _dream(db, target: DreamTarget) -> None:

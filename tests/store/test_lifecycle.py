@@ -181,8 +181,9 @@ def test_deleting_an_empty_workspace_removes_its_peers_and_purged_sessions(ws):
     post("hello")
     call("DELETE", S)
     run_stream(delete_record(ws))
+    assert partition(ws, "WS#ws1#TERMS")  # the post counted its words for search
     assert call("DELETE", W).status == 202
-    assert partition(ws, "WS#ws1") == [] and partition(ws) == []
+    assert partition(ws, "WS#ws1") == [] and partition(ws) == [] and partition(ws, "WS#ws1#TERMS") == []
     assert call("POST", "/v3/workspaces/list").body["total"] == 0
     assert call("POST", f"{W}/peers/list").status == 404
 

@@ -111,8 +111,13 @@ def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens
             max_conclusions=max_conclusions or 100, include_most_frequent=include_most_frequent,
             search_query=search_query, search_top_k=search_top_k, search_max_distance=search_max_distance,
             sessions=allowlist), _embed)
+    recall = None
+    if search_query:
+        from precis.settings import get_settings
+
+        recall = compose.Recall(search_query, _embed if get_settings().embedder != "hashed" else None)
     return compose.read_context(get_db(), workspace_id, session_id, tokens or MAX_CONTEXT_TOKENS,
-                                use_summary=summary, whole_runs=whole_runs, peer=peer)
+                                use_summary=summary, whole_runs=whole_runs, peer=peer, recall=recall)
 
 
 @router.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/summaries")
@@ -267,8 +272,7 @@ def _search(workspace_id: str, body: SearchQuery, **within: str):
     else:
         resources.require_workspace(db, workspace_id)
     semantic = _embed if settings.embedder != "hashed" else None
-    return search(db, workspace_id, body.query, body.limit, body.filters, dimensions=settings.embed_dimensions,
-                  semantic=semantic, base=base, **within)
+    return search(db, workspace_id, body.query, body.limit, body.filters, semantic=semantic, base=base, **within)
 
 
 @router.post("/v3/workspaces/<workspace_id>/search")

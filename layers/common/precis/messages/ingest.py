@@ -16,6 +16,7 @@ from precis.errors import Invalid, TooLarge
 from precis.models import ID_MAX, ID_PATTERN
 from precis.store import idempotency
 from precis.store.db import Db
+from precis.store.message_search import index_stored
 from precis.store.messages import (
     RESPONSE_BUDGET_BYTES,
     NewMessage,
@@ -88,6 +89,9 @@ def create_messages(db: Db, settings: Settings, ws: str, session_id: str, batch:
     def store(batch_token: str | None = None, on_attempt=None) -> tuple[int, list[dict[str, Any]]]:
         views = append_messages(db, ws, session_id, prepared, inline_max_bytes=settings.inline_body_max_bytes,
                                 batch_token=batch_token, on_attempt=on_attempt)
+        # Searchable when answered (read-your-writes): the lexical index is written before the answer, not by the
+        # stream consumer.
+        index_stored(db, ws, session_id, [(v["seq"], v["peer_id"], m.content) for v, m in zip(views, prepared)])
         metrics.add_metric(name="MessagesIngested", unit=MetricUnit.Count, value=len(views))
         metrics.add_metric(name="TokensIngested", unit=MetricUnit.Count, value=sum(m.token_count for m in prepared))
         return 201, views

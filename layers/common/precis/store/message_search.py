@@ -1,87 +1,133 @@
-"""Message search (MEMORY.md, "Search, chat, queue"): a lexical ranking and, with a semantic embedder, a semantic
-one, fused by reciprocal rank (k = 60).
+"""Message search (MEMORY.md, "Search, chat, queue"): BM25 over the messages' words and, with a semantic embedder, a
+semantic ranking, fused by weighted reciprocal rank.
 
-Each message is embedded once, by the deriver as its insert comes down the stream, into an item of its own in a
-partition beside the session's (`keys.message_vectors_pk`): the context read never touches it, a message's
-metadata edit never re-embeds it, and a session's purge deletes the partition. The lexical vector is the offline
-`hashed` embedding (feature-hashed stemmed words and n-grams: a lexical ranking, searched through the
-`ByMessageText` vector index); the semantic one exists when the deployment's embedder is `openai`
-(`ByMessageMeaning`). Both indexes are HASHed on the workspace and filter on session and peer inline; a search
-reads the top candidates' messages by key, so its cost grows with `limit`, not with the workspace.
+Each message has an item of its own in a partition beside the session's (`keys.message_vectors_pk`): the context read
+never touches it and a metadata edit never rewrites it. Its lexical part (`precis.lexical`: the BM25 vector `tvec`,
+searched through the DOT_PRODUCT index `ByMessageTerms`, and the term signature `tsig`/`tlen` projected beside it) is
+written by the request that stores the message, so an answered write is searchable at once; the same request adds the
+batch to the workspace's term statistics (idf). The semantic vector `svec` (`ByMessageMeaning`) is the deriver's, as
+its insert comes down the stream, when the deployment's embedder is semantic; the deriver also writes the lexical part
+of any message whose request died before writing it. Both indexes are HASHed on the workspace and filter on session
+and peer inline; a search reads the statistics, asks each index for a few candidates per result, ranks the lexical
+ones again exactly from their signatures and reads the best messages by key: its cost grows with `limit`, not with
+the workspace.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
+from precis.lexical import Document, Query, Stats
 from precis.store import filters as filtering
-from precis.memory.embeddings import Embedder, HashedEmbedder, terms
-from precis.store import keys
+from precis.store import keys, term_stats
 from precis.store.db import Db, batch_get, to_item
 from precis.store.messages import Base, message_view, with_bodies
-from precis.store.vectors import search_index, vector_attribute
+from precis.store.vectors import lexical_attribute, search_index, vector_attribute
 
-TEXT_INDEX, MEANING_INDEX = "ByMessageText", "ByMessageMeaning"
+if TYPE_CHECKING:
+    from precis.memory.embeddings import Embedder
+
+TERMS_INDEX, MEANING_INDEX = "ByMessageTerms", "ByMessageMeaning"
 RRF_K = 60
+# The lexical ranking's share of the fused score when a semantic one exists; chosen on `make bench retrieval`.
+LEXICAL_WEIGHT = 0.5
+CANDIDATES = 4  # candidates asked of an index per result wanted (8 with filters, which apply after the read)
 _MESSAGE_FIELDS = ("PK", "SK", "id", "seq", "peer_id", "content", "body_key", "metadata", "created_at",
                    "token_count", "run_id", "kind")
+_CANDIDATE_FIELDS = ("msession", "seq", "tsig", "tlen")
 
 
 def _vector_key(ws: str, session_id: str, seq: int) -> dict[str, str]:
     return {"PK": keys.message_vectors_pk(ws, session_id), "SK": f"MV#{seq:0{keys.SEQ_DIGITS}d}"}
 
 
-def index_messages(db: Db, images: Iterable[dict[str, Any]], *, dimensions: int,
-                   semantic: Embedder | None = None) -> int:
-    """Embed the inserted messages (stream images) not embedded yet, bound to their session's incarnation (nothing
-    lands in a deleted session); how many were written."""
+def vector_item(ws: str, session_id: str, seq: int, peer_id: str, text: str,
+          meaning: list[float] | None = None) -> dict[str, Any]:
+    document = Document.of(text)
+    item = {**to_item({**_vector_key(ws, session_id, seq), "kind": "mvector", "seq": seq, "mcoll": ws,
+                       "msession": session_id, "mpeer": peer_id, "tsig": document.signature(),
+                       "tlen": document.length}), "tvec": lexical_attribute(document.vector())}
+    if meaning is not None:
+        item["svec"] = vector_attribute(meaning)
+    return item
+
+
+def index_stored(db: Db, ws: str, session_id: str, messages: Sequence[tuple[int, str, str]]) -> int:
+    """The lexical items of a batch just stored ((seq, peer_id, text) each), and its terms counted: searchable when
+    the request answers. How many were written (0 if the session was deleted meanwhile)."""
+    if not messages:
+        return 0
+    puts = [vector_item(ws, session_id, seq, peer, text) for seq, peer, text in messages]
+    term_stats.count(db, keys.message_terms(ws), (Document.of(text) for _, _, text in messages))
+    return _put(db, ws, session_id, None, puts)
+
+
+def index_messages(db: Db, images: Iterable[dict[str, Any]], *, semantic: Embedder | None = None) -> int:
+    """The deriver's part, once per inserted message (stream images): the semantic vector when there is a semantic
+    embedder, and the lexical item of a message whose request died before writing it. Bound to the session's
+    incarnation (nothing lands in a deleted session); how many items were written."""
     by_session: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for image in images:
         ws, session_id = keys.parse_session_pk(image["PK"])
         by_session.setdefault((ws, session_id), {})[int(image["seq"])] = image
-    lexical, written = HashedEmbedder(dimensions), 0
+    written = 0
     for (ws, session_id), messages in by_session.items():
         session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
         if session is None or "deleted_at" in session:
             continue
-        done = {int(i["SK"].removeprefix("MV#")) for i in batch_get(
-            db, [_vector_key(ws, session_id, seq) for seq in messages], ("PK", "SK"))}
-        todo = [messages[seq] for seq in sorted(messages) if seq not in done]
+        stored = {int(i["SK"].removeprefix("MV#")): i for i in batch_get(
+            db, [_vector_key(ws, session_id, seq) for seq in messages], ("PK", "SK", "semantic"))}
+        todo = [messages[seq] for seq in sorted(messages)
+                if seq not in stored or (semantic is not None and "semantic" not in stored[seq])]
         for start in range(0, len(todo), 99):
-            written += _write(db, ws, session_id, session["incarnation"], todo[start:start + 99], lexical, semantic)
+            chunk = todo[start:start + 99]
+            texts = [m.get("content") or "" for m in with_bodies(db, chunk, ws, session_id)]
+            missing = [Document.of(t) for m, t in zip(chunk, texts) if int(m["seq"]) not in stored]
+            term_stats.count(db, keys.message_terms(ws), missing)  # their request never counted them
+            meanings = semantic.embed(texts) if semantic is not None else [None] * len(texts)
+            puts = []
+            for image, text, meaning in zip(chunk, texts, meanings):
+                item = vector_item(ws, session_id, int(image["seq"]), image["peer_id"], text, meaning)
+                if meaning is not None:
+                    item["semantic"] = {"BOOL": True}
+                puts.append(item)
+            written += _put(db, ws, session_id, session["incarnation"], puts)
     return written
 
 
-def _write(db: Db, ws: str, session_id: str, incarnation: str, images: list[dict[str, Any]], lexical: Embedder,
-           semantic: Embedder | None) -> int:
-    texts = [m.get("content") or "" for m in with_bodies(db, images, ws, session_id)]
-    lexical_vectors = lexical.embed(texts)
-    semantic_vectors = semantic.embed(texts) if semantic is not None else [None] * len(texts)
-    puts = []
-    for image, text_vector, meaning_vector in zip(images, lexical_vectors, semantic_vectors):
-        item = {**to_item({**_vector_key(ws, session_id, int(image["seq"])), "kind": "mvector",
-                           "seq": int(image["seq"]), "mcoll": ws, "msession": session_id,
-                           "mpeer": image["peer_id"]}), "lvec": vector_attribute(text_vector)}
-        if meaning_vector is not None:
-            item["svec"] = vector_attribute(meaning_vector)
-        puts.append({"PutRequest": {"Item": item}})
-    # A batch write, not a transaction: vectors are derived data, rewritten identically by a replay. A session
+def _put(db: Db, ws: str, session_id: str, incarnation: str | None, items: list[dict[str, Any]]) -> int:
+    # A batch write, not a transaction: these items are derived data, rewritten identically by a replay. A session
     # deleted meanwhile is checked after the write: what landed after its purge is deleted here.
+    puts = [{"PutRequest": {"Item": item}} for item in items]
     for start in range(0, len(puts), 25):
         pending = {db.table: puts[start:start + 25]}
         while pending:
             pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or None
     session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
-    if session is None or session.get("incarnation") != incarnation or "deleted_at" in session:
+    if (session is None or "deleted_at" in session
+            or (incarnation is not None and session.get("incarnation") != incarnation)):
         from precis.store.records import delete_keys
 
-        delete_keys(db, [_vector_key(ws, session_id, int(i["seq"])) for i in images])
+        delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
         return 0
-    return len(puts)
+    return len(items)
 
 
-def search(db: Db, ws: str, query: str, limit: int, filters: dict[str, Any] | None, *, dimensions: int,
+def fuse(lexical: Sequence[tuple[str, int]], semantic: Sequence[tuple[str, int]] | None,
+         weight: float = LEXICAL_WEIGHT) -> list[tuple[str, int]]:
+    """One ranking from the lexical and semantic ones (best first): weighted reciprocal rank (k = 60); the lexical
+    ranking alone when there is no semantic one."""
+    if semantic is None:
+        return list(lexical)
+    fused: dict[tuple[str, int], float] = {}
+    for share, ranking in ((weight, lexical), (1.0 - weight, semantic)):
+        for rank, key in enumerate(ranking, start=1):
+            fused[key] = fused.get(key, 0.0) + share / (RRF_K + rank)
+    return sorted(fused, key=lambda k: (-fused[k], k))
+
+
+def search(db: Db, ws: str, query: str, limit: int, filters: dict[str, Any] | None, *,
            semantic: Callable[[str], list[float]] | None = None, session_id: str | None = None,
            peer_id: str | None = None, base: Base | None = None) -> list[dict[str, Any]]:
     """The messages that best match `query`, best first, `limit` at most, within the session or from the peer
@@ -89,32 +135,55 @@ def search(db: Db, ws: str, query: str, limit: int, filters: dict[str, Any] | No
     no copy of yet are searched too, as the clone's."""
     filters = filters or {}
     filtering.matches(filters, {})  # a malformed filter is 422 before any read
-    wanted = min(100, limit * 4 if filters else limit * 2)
+    order = rank(db, ws, query, min(100, limit * (2 * CANDIDATES if filters else CANDIDATES)), semantic=semantic,
+                 session_id=session_id, peer_id=peer_id, base=base)
+    return [view for view in read_views(db, ws, order, base=base, session_id=session_id)
+            if filtering.matches(filters, view)][:limit]
+
+
+def rank(db: Db, ws: str, query: str, wanted: int, *, semantic: Callable[[str], list[float]] | None = None,
+         session_id: str | None = None, peer_id: str | None = None, base: Base | None = None,
+         stats: Stats | None = None) -> list[tuple[str, int]]:
+    """(session id, seq) of the messages nearest `query`, best first, at most `wanted`: BM25, fused with the semantic
+    ranking when `semantic` embeds the query. A message with none of the query's words is found only semantically."""
+    stats = stats if stats is not None else term_stats.read(db, keys.message_terms(ws))
+    lexical_query = Query.of(query, stats)
     equal = {"mcoll": ws, "msession": session_id, "mpeer": peer_id}
 
-    def ranking(index: str, vector: list[float]) -> list[tuple[dict[str, Any], float]]:
-        found = search_index(db, index, equal, vector, wanted, ("msession", "seq"))
+    def candidates(index: str, vector: list[float]) -> list[tuple[dict[str, Any], float]]:
+        found = search_index(db, index, equal, vector, wanted * CANDIDATES // 2 + wanted, _CANDIDATE_FIELDS)
         if base is None or session_id is None:
             return found
-        # One ranking of the clone's messages: its own and its base's (nearest first; its own copy wins).
+        # One ranking of the clone's messages: its own and its base's (its own copy wins).
         inherited = [(item, score) for item, score in search_index(
-            db, index, {**equal, "msession": base.session}, vector, wanted, ("msession", "seq"))
-            if int(item["seq"]["N"]) <= base.through]
+            db, index, {**equal, "msession": base.session}, vector, wanted * CANDIDATES // 2 + wanted,
+            _CANDIDATE_FIELDS) if int(item["seq"]["N"]) <= base.through]
         best: dict[int, tuple[dict[str, Any], float]] = {}
         for item, score in inherited + found:
             best[int(item["seq"]["N"])] = ({**item, "msession": {"S": session_id}}, score)
-        return sorted(best.values(), key=lambda hit: hit[1])[:wanted]
+        return list(best.values())
 
-    rankings = [ranking(TEXT_INDEX, HashedEmbedder(dimensions).embed([query])[0])]
+    lexical: list[tuple[str, int]] = []
+    if lexical_query:
+        scored = []
+        average = stats.average_length
+        for item, _dot in candidates(TERMS_INDEX, lexical_query.vector()):
+            document = Document.parse(item.get("tsig", {}).get("S", ""), int(item.get("tlen", {}).get("N", 0)))
+            score = lexical_query.score(document, average)
+            if score > 0:  # shares a word: the vector's slots can bring in a text that shares none
+                scored.append((-score, -int(item["seq"]["N"]), item["msession"]["S"], int(item["seq"]["N"])))
+        lexical = [(session, seq) for _, _, session, seq in sorted(scored)][:wanted]
+    meaning = None
     if semantic is not None:
-        rankings.append(ranking(MEANING_INDEX, semantic(query)))
-    fused: dict[tuple[str, int], float] = {}
-    semantic_hits = {(i["msession"]["S"], int(i["seq"]["N"])) for i, _ in rankings[1]} if semantic else set()
-    for ranking in rankings:
-        for rank, (item, _score) in enumerate(ranking, start=1):
-            key = (item["msession"]["S"], int(item["seq"]["N"]))
-            fused[key] = fused.get(key, 0.0) + 1.0 / (RRF_K + rank)
-    order = sorted(fused, key=lambda k: (-fused[k], k))
+        hits = sorted(candidates(MEANING_INDEX, semantic(query)), key=lambda hit: hit[1])
+        meaning = [(item["msession"]["S"], int(item["seq"]["N"])) for item, _ in hits][:wanted]
+    return fuse(lexical, meaning)[:wanted]
+
+
+def read_views(db: Db, ws: str, order: Sequence[tuple[str, int]], *, base: Base | None = None,
+               session_id: str | None = None) -> list[dict[str, Any]]:
+    """The messages at `order`'s keys, in that order, as the API shows them (one BatchGetItem, and the large bodies);
+    those deleted since they were indexed are left out."""
     found = {(keys.parse_session_pk(i["PK"])[1], i["seq"]): i for i in batch_get(
         db, [keys.message(ws, s, seq) for s, seq in order], _MESSAGE_FIELDS) if i.get("kind") == "message"}
     if base is not None and session_id is not None:  # a clone's messages not copied yet: read from its parent
@@ -122,21 +191,13 @@ def search(db: Db, ws: str, query: str, limit: int, filters: dict[str, Any] | No
         found |= {(session_id, i["seq"]): i for i in batch_get(
             db, [keys.message(ws, base.session, seq) for seq in missing], _MESSAGE_FIELDS)
             if i.get("kind") == "message"} if missing else {}
-    answer = []
-    wanted_terms = terms(query)
-    bodies = {k: with_bodies(db, [found[k]], ws, k[0])[0].get("content") or "" for k in order if k in found}
+    views = []
     for session, seq in order:
         item = found.get((session, seq))
-        if item is None:
-            continue  # deleted since it was embedded
-        if (session, seq) not in semantic_hits and not wanted_terms & terms(bodies[(session, seq)]):
-            continue  # the lexical side matches words: a hashed vector near by n-grams alone is no match
-        view = message_view(item, ws, session, bodies[(session, seq)])
-        if filtering.matches(filters, view):
-            answer.append((session, item))
-        if len(answer) == limit:
-            break
-    return [message_view(i, ws, s, bodies[(s, i["seq"])]) for s, i in answer]
+        if item is not None:
+            body = with_bodies(db, [item], ws, session)[0].get("content") or ""
+            views.append(message_view(item, ws, session, body))
+    return views
 
 
 def purge_vectors(db: Db, ws: str, session_id: str) -> int:

@@ -168,7 +168,7 @@ def delete_workspace(db: Db, ws: str) -> None:
     rest = [{"PK": i["PK"], "SK": i["SK"]} for i in items
             if i["SK"].startswith("PEER#") or i["SK"] == "WS" or i in tombstones]
     delete_collections(db, ws)
-    delete_keys(db, [*fences, *rest])
+    delete_keys(db, [*fences, *rest, keys.message_terms(ws)])
 
 
 def delete_session(db: Db, ws: str, session_id: str) -> None:
