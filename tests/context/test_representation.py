@@ -168,6 +168,32 @@ def test_search_query_puts_the_nearest_first_in_line(seeded):
     assert answer["peer_representation"].count("\n[") == 1
 
 
+ALICE = ["alice lives in Lisbon", "alice has a dog named Rover", "alice works as a nurse at the city hospital",
+         "alice's favourite food is ramen", "alice plays the guitar in a band", "alice's sister Ana is a teacher",
+         "alice goes hiking with Rover on weekends", "alice is learning Portuguese", "alice drives a blue car",
+         "alice was born in 1990", "alice visited Tokyo in March", "alice drinks green tea every morning"]
+
+
+@pytest.mark.parametrize("tokens", [40, 60, 100, 200, 400, 2000])
+def test_the_conclusion_nearest_the_query_is_the_last_to_go(aws, tokens):
+    """Every conclusion names alice: the word asked about ("food") must outweigh her name, and when the budget drops
+    lines, the nearest is dropped last (issue 24, item 5)."""
+    assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
+    assert call("POST", f"{W}/sessions", {"id": "s1", "peers": {"alice": {}}}).status == 201
+    assert call("POST", f"{W}/conclusions", {"conclusions": [
+        {"content": text, "observer_id": "alice", "observed_id": "alice", "session_id": "s1"}
+        for text in ALICE]}).status == 201
+    answer = context(tokens=tokens, peer_target="alice", search_query="what food does alice like", max_conclusions=3)
+    lines = [line for line in (answer["peer_representation"] or "").splitlines() if line.startswith("[")]
+    assert answer["token_count"] <= tokens
+    assert len(lines) + answer["representation_skipped"] == 3
+    if lines:
+        assert any(line.endswith("] alice's favourite food is ramen") for line in lines), lines
+    query = call("POST", f"{W}/conclusions/query", {"query": "what food does alice like", "top_k": 1, "filters": {
+        "observer_id": "alice", "observed_id": "alice"}})
+    assert [c["content"] for c in query.body] == ["alice's favourite food is ramen"]
+
+
 def test_without_peer_target_nothing_is_added(seeded):
     answer = context(tokens=300)
     assert (answer["peer_representation"], answer["peer_card"], answer["representation_skipped"]) == (None, None, 0)

@@ -26,7 +26,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 from precis.store import filters as filtering
 from precis.errors import Invalid, NotFound, Throttled
-from precis.store import keys, vectors
+from precis.lexical import Document
+from precis.store import keys, term_stats, vectors
 from precis.store.db import (
     Db,
     batch_get,
@@ -289,6 +290,8 @@ def _write_chunk(db: Db, ws: str, observer: str, observed: str, chunk: list[_Can
         actions += extra
         try:
             transact(db, actions)
+            new = [c for c, r in zip(chunk, results) if r.get("id") == c.new_id]
+            term_stats.count(db, keys.collection_terms(ws, observer, observed), (Document.of(c.content) for c in new))
             return results
         except ClientError as exc:
             codes = cancellation_codes(exc)
@@ -340,10 +343,12 @@ def _plan(db: Db, ws: str, observer: str, observed: str, chunk: list[_Candidate]
 
 
 def _put(db: Db, item: dict[str, Any], condition: str | None = None, values: dict[str, Any] | None = None,
-         vector: list[float] | None = None) -> dict[str, Any]:
+         vector: list[float] | None = None, content: str | None = None) -> dict[str, Any]:
     stored = to_item(item)
     if vector is not None:
         stored["vec"] = vectors.vector_attribute(vector)
+    if content is not None:
+        stored.update(vectors.lexical_fields(content))
     put: dict[str, Any] = {"TableName": db.table, "Item": stored}
     if condition:
         put["ConditionExpression"] = condition
@@ -379,7 +384,8 @@ def _new_actions(db: Db, ws: str, observer: str, observed: str, members: list[_C
     dedupe_condition = "attribute_not_exists(SK)" + (" OR id = :orphan" if orphan else "")
     actions = [
         _put(db, item, "attribute_not_exists(PK)"),
-        _put(db, _vector_item(ws, observer, observed, cid, first.level, first.session_id), vector=first.vector),
+        _put(db, _vector_item(ws, observer, observed, cid, first.level, first.session_id), vector=first.vector,
+             content=first.content),
         _put(db, {**keys.conclusion_dedupe(ws, observer, observed, first.level, first.session_id, digest),
                   "kind": "cdedupe", "id": cid}, dedupe_condition, {":orphan": orphan} if orphan else None),
         _put(db, {**keys.conclusion_pointer(ws, cid), "kind": "cpointer", "observer_id": observer,
@@ -421,7 +427,7 @@ def _merged_actions(db: Db, ws: str, stored: dict[str, Any], members: list[_Cand
     if vector is not None:
         level, session_id = stored["level"], stored.get("session_id")
         actions += [
-            _put(db, _vector_item(ws, observer, observed, cid, level, session_id), vector=vector),
+            _put(db, _vector_item(ws, observer, observed, cid, level, session_id), vector=vector, content=content),
             {"Delete": {"TableName": db.table, "Key": to_item(
                 keys.conclusion_dedupe(ws, observer, observed, level, session_id, stored["norm"]))}},
             _put(db, {**keys.conclusion_dedupe(ws, observer, observed, level, session_id, item["norm"]),
@@ -533,11 +539,11 @@ def query(db: Db, ws: str, text: str, top_k: int, distance: float | None, filter
     rest = {k: v for k, v in filters.items() if k not in ("observer_id", "observed_id")
             and not (k == "level" and level) and not (k == "session_id" and session_id)}
     # Filters the index cannot apply are applied after it: ask it for more so that top_k usually survive.
-    hits = vectors.search(db, keys.collection_name(ws, observer, observed), embedder.embed([text])[0],
-                          min(100, top_k * 4) if rest else top_k, level=level, session_key=session_id,
-                          max_distance=distance)
-    found = {i["id"]: i for i in batch_get(db, [keys.conclusion(ws, observer, observed, cid) for cid, _ in hits])}
-    nearest = [found[cid] for cid, _ in hits if cid in found]
+    hits = vectors.nearest(db, ws, observer, observed, text, embedder.embed([text])[0],
+                           min(100, top_k * 4) if rest else top_k, level=level, session_key=session_id,
+                           max_distance=distance)
+    found = {i["id"]: i for i in batch_get(db, [keys.conclusion(ws, observer, observed, cid) for cid in hits])}
+    nearest = [found[cid] for cid in hits if cid in found]
     return [view(i) for i in nearest if filtering.matches(rest, _filter_view(i))][:top_k]
 
 

@@ -85,16 +85,15 @@ def _frequent(db: Db, ws: str, request: Request, limit: int) -> list[dict[str, A
                   ExpressionAttributeValues=to_item({":pk": pk}))
 
 
-def _nearest(db: Db, ws: str, request: Request, limit: int, embed: Callable[[str], list[float]]
-             ) -> list[tuple[str, float]]:
+def _nearest(db: Db, ws: str, request: Request, limit: int, embed: Callable[[str], list[float]]) -> list[str]:
     if limit <= 0 or not request.search_query:
         return []
     sessions = request.sessions
     one_session = sessions[0] if sessions is not None and len(sessions) == 1 else None
-    return vectors.search(db, keys.collection_name(ws, request.observer, request.observed),
-                          embed(request.search_query), limit if sessions is None else min(100, limit * 4),
-                          level="explicit" if sessions is not None else None, session_key=one_session,
-                          max_distance=request.search_max_distance)
+    return vectors.nearest(db, ws, request.observer, request.observed, request.search_query,
+                           embed(request.search_query), limit if sessions is None else min(100, limit * 4),
+                           level="explicit" if sessions is not None else None, session_key=one_session,
+                           max_distance=request.search_max_distance)
 
 
 def start(db: Db, ws: str, request: Request, embed: Callable[[str], list[float]]) -> Callable[[], Read]:
@@ -122,12 +121,12 @@ def start(db: Db, ws: str, request: Request, embed: Callable[[str], list[float]]
     return finish
 
 
-def _semantic(db: Db, ws: str, request: Request, hits: list[tuple[str, float]], split: Shares) -> list[Chosen]:
+def _semantic(db: Db, ws: str, request: Request, hits: list[str], split: Shares) -> list[Chosen]:
     if not hits:
         return []
     found = {i["id"]: i for i in batch_get(
-        db, [keys.conclusion(ws, request.observer, request.observed, cid) for cid, _ in hits], _FIELDS + ("PK", "SK"))}
-    return [_chosen(found[cid]) for cid, _ in hits if cid in found and _allowed(request, found[cid])][:split.semantic]
+        db, [keys.conclusion(ws, request.observer, request.observed, cid) for cid in hits], _FIELDS + ("PK", "SK"))}
+    return [_chosen(found[cid]) for cid in hits if cid in found and _allowed(request, found[cid])][:split.semantic]
 
 
 def _with_premises(db: Db, ws: str, request: Request, chosen: list[Chosen]) -> list[Chosen]:

@@ -1,8 +1,11 @@
-"""Conclusion vectors in the table's vector index: how they are stored and how the nearest are found.
+"""Conclusion vectors in the table's vector indexes: how they are stored and how the nearest are found.
 
-A vector item carries the embedding in `vec` (a list of numbers: what a DynamoDB vector index reads), the
-collection in `vcoll` (the index's HASH attribute: a search reads one collection) and the inline filters `level` and
-`vsession` (the session id, or "-" for none). SearchVectors does not paginate: TopK results come in one answer.
+A vector item carries the embedding in `vec` (a list of numbers: what a DynamoDB vector index reads; `ByVector`,
+cosine), the conclusion's BM25 vector in `tvec` and its term signature in `tsig`/`tlen` (`precis.lexical`;
+`ByConclusionTerms`, dot product), the collection in `vcoll` (each index's HASH attribute: a search reads one
+collection) and the inline filters `level` and `vsession` (the session id, or "-" for none). A query ranks by BM25
+(idf from the collection's term statistics) fused with the embedding's ranking. SearchVectors does not paginate: TopK
+results come in one answer.
 """
 
 from __future__ import annotations
@@ -11,9 +14,17 @@ import math
 from array import array
 from typing import Any
 
+from precis.lexical import Document, Query
+from precis.store import keys, term_stats
 from precis.store.db import Db
 
 VECTOR_INDEX = "ByVector"
+TERMS_INDEX = "ByConclusionTerms"
+RRF_K = 60
+# BM25's share of the fused ranking, beside the embedder's (the hashed one's character n-grams, or a semantic one):
+# chosen on `make bench retrieval`.
+LEXICAL_WEIGHT = 0.5
+CANDIDATES = 4  # BM25 candidates asked of the index per result wanted, ranked again exactly
 VECTOR_ATTRIBUTE = "vec"
 HASH_ATTRIBUTE = "vcoll"
 LEVEL_ATTRIBUTE = "level"
@@ -27,6 +38,61 @@ def vector_attribute(vector: list[float]) -> dict[str, Any]:
     if not all(math.isfinite(x) for x in vector):
         raise ValueError("vector: every component must be a finite number")
     return {"L": [{"N": format(x + 0.0, ".9g")} for x in array("f", vector)]}  # + 0.0: no "-0"
+
+
+def lexical_attribute(vector: list[float]) -> dict[str, Any]:
+    """The AttributeValue of a BM25 vector (`precis.lexical`): few non-zero slots of three digits, so zeros and short
+    numbers keep the item near 1 KB."""
+    return {"L": [{"N": "0"} if x == 0 else {"N": format(x, ".3g")} for x in vector]}
+
+
+def lexical_fields(content: str) -> dict[str, Any]:
+    """The lexical attributes of a text's vector item (raw AttributeValues): BM25's vector and term signature."""
+    document = Document.of(content)
+    return {"tvec": lexical_attribute(document.vector()), "tsig": {"S": document.signature()},
+            "tlen": {"N": str(document.length)}}
+
+
+def nearest(db: Db, ws: str, observer: str, observed: str, text: str, vector: list[float], top_k: int, *,
+            level: str | None = None, session_key: str | None = None,
+            max_distance: float | None = None) -> list[str]:
+    """Ids of the collection's `top_k` conclusions nearest `text` (whose embedding is `vector`), best first: BM25 and
+    the embedding's cosine ranking fused by weighted reciprocal rank. With `max_distance`, only conclusions within that
+    cosine distance (BM25 reorders them; a conclusion that shares words but not meaning is left out)."""
+    from precis.settings import get_settings
+
+    # The hashed embedding is lexical too, without idf: fused with BM25 it would bring back what idf sets aside
+    # ("alice" in every conclusion about alice). It only follows BM25's ranking (a word's other forms, by its
+    # character n-grams) and bounds `max_distance`.
+    weight = 1.0 if get_settings().embedder == "hashed" else LEXICAL_WEIGHT
+    collection = keys.collection_name(ws, observer, observed)
+    stats = term_stats.read(db, keys.collection_terms(ws, observer, observed))
+    query = Query.of(text, stats)
+    semantic = search(db, collection, vector, top_k if max_distance is None else min(100, top_k * CANDIDATES),
+                      level=level, session_key=session_key,
+                      max_distance=max_distance)
+    lexical: list[str] = []
+    if query:
+        found = search_index(db, TERMS_INDEX, {HASH_ATTRIBUTE: collection, LEVEL_ATTRIBUTE: level,
+                                               SESSION_ATTRIBUTE: session_key}, query.vector(),
+                             min(100, top_k * CANDIDATES), ("id", "tsig", "tlen"))
+        scored = []
+        for item, _dot in found:
+            document = Document.parse(item.get("tsig", {}).get("S", ""), int(item.get("tlen", {}).get("N", 0)))
+            score = query.score(document, stats.average_length)
+            if score > 0:
+                scored.append((-score, item["id"]["S"]))
+        lexical = [cid for _, cid in sorted(scored)]
+    if max_distance is not None:
+        within = {cid for cid, _ in semantic}
+        lexical = [cid for cid in lexical if cid in within]
+    if weight == 1.0:
+        return list(dict.fromkeys(lexical + [cid for cid, _ in semantic]))[:top_k]
+    fused: dict[str, float] = {}
+    for share, ranking in ((weight, lexical), (1.0 - weight, [cid for cid, _ in semantic])):
+        for rank, cid in enumerate(ranking, start=1):
+            fused[cid] = fused.get(cid, 0.0) + share / (RRF_K + rank)
+    return sorted(fused, key=lambda cid: (-fused[cid], cid))[:top_k]
 
 
 def search(db: Db, collection: str, vector: list[float], top_k: int, *, level: str | None = None,
