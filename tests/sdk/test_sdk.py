@@ -196,3 +196,34 @@ def test_a_failing_llm_dead_letters_the_records_and_loses_nothing(tmp_path):
             assert [m.id for m in session.messages()] == [m.id for m in posted]
         finally:
             running.stop()
+
+
+def test_a_message_is_searchable_as_soon_as_add_messages_returns(stack):
+    """Read-your-writes (issue 24, item 3): no waiting for the deriver, on any of the three search routes."""
+    client = Honcho(base_url=stack.url, api_key="local", workspace_id="sdk-search-now")
+    alice = client.peer("alice")
+    session = client.session("s1")
+    session.add_messages([alice.message("We had gelato by the river in Florence."),
+                          alice.message("The train was late again.")])
+    assert [m.content for m in session.search("gelato")] == ["We had gelato by the river in Florence."]
+    assert [m.content for m in client.search("gelato")] == ["We had gelato by the river in Florence."]
+    assert [m.content for m in alice.search("gelato")] == ["We had gelato by the river in Florence."]
+
+
+def test_the_context_with_a_search_query_recalls_what_the_newest_window_lacks(stack):
+    """Issue 23: the message that answers the question is far older than the newest window; with search_query the
+    SDK's context holds it (first, in time order), within the budget."""
+    client = Honcho(base_url=stack.url, api_key="local", workspace_id="sdk-recall")
+    alice, bot = client.peer("alice"), client.peer("bot")
+    session = client.session("s1")
+    filler = ["How was the commute today?", "Busy, the bridge was closed again.", "Did the printer get fixed?",
+              "Not yet, IT said maybe tomorrow.", "Lunch at the usual place?", "Sure, around one."]
+    turns = [alice.message("My sister Maria adopted a greyhound called Biscuit from the shelter.")]
+    turns += [(alice if i % 2 else bot).message(f"{filler[i % len(filler)]} ({i})") for i in range(299)]
+    for start in range(0, len(turns), 100):
+        session.add_messages(turns[start:start + 100])
+    newest = session.context(tokens=2000)
+    assert not any("Biscuit" in m.content for m in newest.messages)
+    found = session.context(tokens=2000, peer_target="alice", search_query="What dog did Maria adopt?")
+    assert "Biscuit" in found.messages[0].content
+    assert sum(m.token_count for m in found.messages) <= 2000

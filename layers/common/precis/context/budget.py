@@ -145,6 +145,28 @@ def select_messages(
     )
 
 
+def recall_budget(limit: int, message_budget: int) -> int:
+    """Tokens that recalled messages may take: a quarter of the limit, out of the messages' share."""
+    return max(0, min(limit // 4, message_budget))
+
+
+def select_recalled(runs: Iterable[list[MessageCost]], budget: int, before_seq: int) -> list[MessageCost]:
+    """The recalled messages: whole `runs` (best first; a message alone is a run of one) that fit `budget`, all
+    older than `before_seq` (the newest window's first message), in ascending seq, none twice. A run that does not
+    fit is passed over for a smaller one further down."""
+    chosen: dict[int, MessageCost] = {}
+    used = 0
+    for run in runs:
+        run = [m for m in run if m.seq not in chosen]
+        if not run or any(m.seq >= before_seq for m in run):
+            continue
+        cost = sum(m.token_count for m in run)
+        if used + cost <= budget:
+            used += cost
+            chosen.update((m.seq, m) for m in run)
+    return [chosen[seq] for seq in sorted(chosen)]
+
+
 def _rank(summary: SummaryCost) -> tuple[int, int, str]:
     # Largest first, then the one covering more; the type only makes exact ties independent of input order.
     return summary.token_count, summary.covers_seq, summary.summary_type

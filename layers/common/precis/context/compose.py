@@ -3,23 +3,27 @@
 Round 1 (in parallel): the session and its summaries in one BatchGetItem, and the last message's cost.
 Round 2: the messages whose `start_tokens` lies in the window the budget allows, from the ByStartTokens
 local index (strongly consistent), so only messages that can be returned are read.
+With a search query, in parallel with round 2: the session's messages that best match it (message search's
+ranking), of which those older than the newest window are recalled into up to a quarter of the budget.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
-from precis.context.budget import ContextPlan, MessageCost, SummaryCost, plan_context, select_messages
+from precis.context.budget import (
+    ContextPlan, MessageCost, SummaryCost, plan_context, recall_budget, select_messages, select_recalled,
+)
 from precis.configuration import summary_config
 from precis.errors import Invalid, NotFound, Throttled
 from precis.store import keys
 from precis.store.db import Db, batch_get, from_item, projection, query_all, to_item
-from precis.store.messages import Base, base_of, is_fence, last_message, with_bodies
+from precis.store.messages import Base, base_of, is_fence, last_message, read_range, with_bodies
 from precis.store.records import json_object
 from precis.tokens import count_text
 
@@ -92,23 +96,26 @@ def _window(db: Db, ws: str, session_id: str, plan: ContextPlan, base: Base | No
 
 
 def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: bool = True,
-                 whole_runs: bool | None = None, peer: PeerView | None = None) -> dict[str, Any]:
+                 whole_runs: bool | None = None, peer: PeerView | None = None,
+                 recall: Recall | None = None) -> dict[str, Any]:
     """The context of a session within `limit` tokens (summary + newest messages, and with `peer` the
     representation and card), Honcho's shape + ext.
 
     `whole_runs` None: the session's setting (configuration.summarizer.whole_runs, over the workspace's and the
     deployment's), read with the session in round 1. The representation and card take at most half of `limit`
-    (whole conclusions, then card entries, dropped until they fit); the summary 40% of the rest.
+    (whole conclusions, then card entries, dropped until they fit); the summary 40% of the rest. With `recall`, the
+    messages best matching its query that are older than the newest window may take up to a quarter of `limit` from
+    the messages' share (ext `recalled`: their ids); they come first, in time order.
     """
     for _ in range(3):
-        answer = _read_once(db, ws, session_id, limit, use_summary, whole_runs, peer)
+        answer = _read_once(db, ws, session_id, limit, use_summary, whole_runs, peer, recall)
         if answer is not None:
             return answer
     raise Throttled(f"the summaries of session '{session_id}' are being rewritten; retry the request")
 
 
 def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, whole_runs: bool | None,
-               peer: PeerView | None) -> dict[str, Any] | None:
+               peer: PeerView | None, recall: Recall | None = None) -> dict[str, Any] | None:
     """One two-round read (three with a search query); None when the chosen summary was replaced between the
     rounds (then read again)."""
     peers = tuple(p for p in dict.fromkeys((peer.request.observer, peer.request.observed))
@@ -122,7 +129,9 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
     session, summaries, workspace = first.result()
     if session is None or workspace is None or "deleted_at" in session or is_fence(last):
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
+    ranked = _pool.submit(_rank, db, ws, session_id, recall, base_of(session)) if recall else None
     read = finish() if finish else None
+    tokens = limit
     fitted = fit(read.conclusions, read.card, limit // 2, count_text) if read else None
     limit -= fitted.tokens if fitted else 0
     try:
@@ -151,9 +160,20 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
     by_seq = {i["seq"]: i for i in items}
     whole_runs = config.whole_runs if whole_runs is None else whole_runs
     selection = select_messages(plan, map(_cost, items), whole_runs=whole_runs)
-    return {
+    recalled: list[dict[str, Any]] = []
+    if ranked is not None and not sliding:  # a sliding window's older runs are never returned, recalled or not
+        before = selection.messages[0].seq if selection.messages else plan.last_seq + 1
+        recalled = _recalled(db, ws, session_id, ranked.result(), recall_budget(tokens, plan.message_budget), before,
+                             whole_runs, base_of(session))
+        if recalled:  # the window gives up what they take (it only shrinks: no overlap)
+            smaller = replace(plan, message_budget=plan.message_budget - sum(i["token_count"] for i in recalled))
+            selection = select_messages(smaller, map(_cost, items), whole_runs=whole_runs)
+            after_summary = sum(1 for i in recalled if i["seq"] > plan.after_seq)
+            selection = replace(selection, messages_skipped=selection.messages_skipped - after_summary,
+                                token_count=selection.token_count + sum(i["token_count"] for i in recalled))
+    answer = {
         "id": session_id,
-        "messages": with_bodies(db, [by_seq[m.seq] for m in selection.messages], ws, session_id),
+        "messages": with_bodies(db, recalled + [by_seq[m.seq] for m in selection.messages], ws, session_id),
         "summary": summary_view(summary),
         "peer_representation": fitted.text if fitted else None,
         "peer_card": fitted.card if fitted else None,
@@ -163,6 +183,60 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
         "card_token_count": count_text(card_text(fitted.card)) if fitted and fitted.card else 0,
         "token_count": selection.token_count + (fitted.tokens if fitted else 0),
     }
+    if recall is not None:
+        answer["recalled"] = [i["id"] for i in recalled]
+    return answer
+
+
+@dataclass(frozen=True)
+class Recall:
+    """What a context read recalls by: the search query, and its semantic embedding function (None: lexical only)."""
+
+    query: str
+    semantic: Callable[[str], list[float]] | None = None
+
+
+_RECALL_CANDIDATES = 20  # ranked messages looked at; those inside the newest window are passed over
+
+
+def _rank(db: Db, ws: str, session_id: str, recall: Recall, base: Base | None) -> list[int]:
+    from precis.store.message_search import rank
+
+    return [seq for _, seq in rank(db, ws, recall.query, _RECALL_CANDIDATES, semantic=recall.semantic,
+                                   session_id=session_id, base=base)]
+
+
+def _recalled(db: Db, ws: str, session_id: str, ranked: list[int], budget: int, before: int, whole_runs: bool,
+              base: Base | None) -> list[dict[str, Any]]:
+    """The recalled messages' items, ascending: the best-ranked older than `before` that fit `budget` (with
+    `whole_runs`, each with its whole run, or not at all)."""
+    ranked = [seq for seq in ranked if seq < before]
+    if budget <= 0 or not ranked:
+        return []
+    found = {i["seq"]: i for i in batch_get(db, [keys.message(ws, session_id, seq) for seq in ranked],
+                                            WINDOW_FIELDS + ("kind",)) if i.get("kind") == "message"}
+    if base is not None:
+        missing = [seq for seq in ranked if seq not in found and seq <= base.through]
+        if missing:
+            found |= {i["seq"]: i for i in batch_get(db, [keys.message(ws, base.session, seq) for seq in missing],
+                                                     WINDOW_FIELDS + ("kind",)) if i.get("kind") == "message"}
+    runs: list[list[dict[str, Any]]] = []
+    for seq in ranked:
+        item = found.get(seq)
+        if item is None:
+            continue
+        if whole_runs:
+            # The run's messages: from its start, as far as it goes (a run is one agent execution: short).
+            start = item["run_start_seq"]
+            run = [i for i in read_range(db, ws, session_id, start, min(start + 199, before - 1), base=base)
+                   if i.get("run_start_seq") == start]
+            if run:  # it ends before the window, whose first message starts a run when runs are kept whole
+                runs.append(run)
+        else:
+            runs.append([item])
+    by_seq = {i["seq"]: i for run in runs for i in run}
+    chosen = select_recalled(([_cost(i) for i in run] for run in runs), budget, before)
+    return [by_seq[m.seq] for m in chosen]
 
 
 @dataclass(frozen=True)
