@@ -38,7 +38,7 @@ def load_messages(db, ws: str, count: int, rng: random.Random) -> list[str]:
         for i in range(0, len(requests), 25):
             db.client.batch_write_item(RequestItems={db.table: requests[i:i + 25]})
         requests = []
-        term_stats.count(db, keys.message_terms(ws), (Document.of(t) for t in texts))
+        term_stats.count(db, keys.message_terms(ws), (Document.of(t, "alice") for t in texts))
     return sessions
 
 

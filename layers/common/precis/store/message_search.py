@@ -2,7 +2,8 @@
 semantic ranking, fused by weighted reciprocal rank.
 
 Each message has an item of its own in a partition beside the session's (`keys.message_vectors_pk`): the context read
-never touches it and a metadata edit never rewrites it. Its lexical part (`precis.lexical`: the BM25 vector `tvec`,
+never touches it and a metadata edit never rewrites it. Its lexical part (`precis.lexical`: the BM25 vector `tvec` of
+the message's words and its speaker's name,
 searched through the DOT_PRODUCT index `ByMessageTerms`, and the term signature `tsig`/`tlen` projected beside it) is
 written by the request that stores the message, so an answered write is searchable at once; the same request adds the
 batch to the workspace's term statistics (idf). The semantic vector `svec` (`ByMessageMeaning`) is the deriver's, as
@@ -32,7 +33,8 @@ TERMS_INDEX, MEANING_INDEX = "ByMessageTerms", "ByMessageMeaning"
 RRF_K = 60
 # The lexical ranking's share of the fused score when a semantic one exists; chosen on `make bench retrieval`.
 LEXICAL_WEIGHT = 0.5
-CANDIDATES = 4  # candidates asked of an index per result wanted (8 with filters, which apply after the read)
+CANDIDATES = 4  # candidates asked of the BM25 index per result wanted, ranked again exactly
+_MAX_CANDIDATES = 200
 _MESSAGE_FIELDS = ("PK", "SK", "id", "seq", "peer_id", "content", "body_key", "metadata", "created_at",
                    "token_count", "run_id", "kind")
 _CANDIDATE_FIELDS = ("msession", "seq", "tsig", "tlen")
@@ -44,7 +46,7 @@ def _vector_key(ws: str, session_id: str, seq: int) -> dict[str, str]:
 
 def vector_item(ws: str, session_id: str, seq: int, peer_id: str, text: str,
           meaning: list[float] | None = None) -> dict[str, Any]:
-    document = Document.of(text)
+    document = Document.of(text, speaker=peer_id)
     item = {**to_item({**_vector_key(ws, session_id, seq), "kind": "mvector", "seq": seq, "mcoll": ws,
                        "msession": session_id, "mpeer": peer_id, "tsig": document.signature(),
                        "tlen": document.length}), "tvec": lexical_attribute(document.vector())}
@@ -59,7 +61,7 @@ def index_stored(db: Db, ws: str, session_id: str, messages: Sequence[tuple[int,
     if not messages:
         return 0
     puts = [vector_item(ws, session_id, seq, peer, text) for seq, peer, text in messages]
-    term_stats.count(db, keys.message_terms(ws), (Document.of(text) for _, _, text in messages))
+    term_stats.count(db, keys.message_terms(ws), (Document.of(text, peer) for _, peer, text in messages))
     return _put(db, ws, session_id, None, puts)
 
 
@@ -83,7 +85,7 @@ def index_messages(db: Db, images: Iterable[dict[str, Any]], *, semantic: Embedd
         for start in range(0, len(todo), 99):
             chunk = todo[start:start + 99]
             texts = [m.get("content") or "" for m in with_bodies(db, chunk, ws, session_id)]
-            missing = [Document.of(t) for m, t in zip(chunk, texts) if int(m["seq"]) not in stored]
+            missing = [Document.of(t, m["peer_id"]) for m, t in zip(chunk, texts) if int(m["seq"]) not in stored]
             term_stats.count(db, keys.message_terms(ws), missing)  # their request never counted them
             meanings = semantic.embed(texts) if semantic is not None else [None] * len(texts)
             puts = []
@@ -135,7 +137,8 @@ def search(db: Db, ws: str, query: str, limit: int, filters: dict[str, Any] | No
     no copy of yet are searched too, as the clone's."""
     filters = filters or {}
     filtering.matches(filters, {})  # a malformed filter is 422 before any read
-    order = rank(db, ws, query, min(100, limit * (2 * CANDIDATES if filters else CANDIDATES)), semantic=semantic,
+    # Filters apply after the read: ask for more so that `limit` usually survive.
+    order = rank(db, ws, query, min(100, limit * 4 if filters else limit), semantic=semantic,
                  session_id=session_id, peer_id=peer_id, base=base)
     return [view for view in read_views(db, ws, order, base=base, session_id=session_id)
             if filtering.matches(filters, view)][:limit]
@@ -150,14 +153,14 @@ def rank(db: Db, ws: str, query: str, wanted: int, *, semantic: Callable[[str], 
     lexical_query = Query.of(query, stats)
     equal = {"mcoll": ws, "msession": session_id, "mpeer": peer_id}
 
-    def candidates(index: str, vector: list[float]) -> list[tuple[dict[str, Any], float]]:
-        found = search_index(db, index, equal, vector, wanted * CANDIDATES // 2 + wanted, _CANDIDATE_FIELDS)
+    def candidates(index: str, vector: list[float], count: int) -> list[tuple[dict[str, Any], float]]:
+        found = search_index(db, index, equal, vector, count, _CANDIDATE_FIELDS)
         if base is None or session_id is None:
             return found
         # One ranking of the clone's messages: its own and its base's (its own copy wins).
         inherited = [(item, score) for item, score in search_index(
-            db, index, {**equal, "msession": base.session}, vector, wanted * CANDIDATES // 2 + wanted,
-            _CANDIDATE_FIELDS) if int(item["seq"]["N"]) <= base.through]
+            db, index, {**equal, "msession": base.session}, vector, count, _CANDIDATE_FIELDS)
+            if int(item["seq"]["N"]) <= base.through]
         best: dict[int, tuple[dict[str, Any], float]] = {}
         for item, score in inherited + found:
             best[int(item["seq"]["N"])] = ({**item, "msession": {"S": session_id}}, score)
@@ -167,7 +170,7 @@ def rank(db: Db, ws: str, query: str, wanted: int, *, semantic: Callable[[str], 
     if lexical_query:
         scored = []
         average = stats.average_length
-        for item, _dot in candidates(TERMS_INDEX, lexical_query.vector()):
+        for item, _dot in candidates(TERMS_INDEX, lexical_query.vector(), min(_MAX_CANDIDATES, wanted * CANDIDATES)):
             document = Document.parse(item.get("tsig", {}).get("S", ""), int(item.get("tlen", {}).get("N", 0)))
             score = lexical_query.score(document, average)
             if score > 0:  # shares a word: the vector's slots can bring in a text that shares none
@@ -175,7 +178,7 @@ def rank(db: Db, ws: str, query: str, wanted: int, *, semantic: Callable[[str], 
         lexical = [(session, seq) for _, _, session, seq in sorted(scored)][:wanted]
     meaning = None
     if semantic is not None:
-        hits = sorted(candidates(MEANING_INDEX, semantic(query)), key=lambda hit: hit[1])
+        hits = sorted(candidates(MEANING_INDEX, semantic(query), wanted), key=lambda hit: hit[1])
         meaning = [(item["msession"]["S"], int(item["seq"]["N"])) for item, _ in hits][:wanted]
     return fuse(lexical, meaning)[:wanted]
 
