@@ -71,6 +71,27 @@ def prompt_tokens(body: dict[str, Any]) -> int:
     return sum(_rough_tokens(str(m.get("content", ""))) + 4 for m in body.get("messages", []) if isinstance(m, dict))
 
 
+_PUNCTUATION = ".,!?;:()[]'\""
+
+
+def test_embedding(text: str, dimensions: int = 256) -> list[float]:
+    """The test embedder: a unit vector of the text's character trigrams (hashed, signed). Near for texts that share
+    spellings ("relocate", "relocation"), blind to meaning: a stand-in with a signal of its own beside BM25's words,
+    not a model."""
+    import hashlib
+    import math
+
+    vector = [0.0] * dimensions
+    for word in text.casefold().split():
+        padded = " " + word.strip(_PUNCTUATION) + " "
+        for i in range(len(padded) - 2):
+            digest = hashlib.blake2b(padded[i:i + 3].encode(), digest_size=4).digest()
+            slot = int.from_bytes(digest[:3], "big") % dimensions
+            vector[slot] += 1.0 if digest[3] & 1 else -1.0
+    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    return [x / norm for x in vector] if any(vector) else [1.0] + [0.0] * (dimensions - 1)
+
+
 class LLMServer:
     """A threaded HTTP server on 127.0.0.1 that records requests and answers as scripted."""
 
@@ -173,6 +194,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode("utf-8", "replace")
+        if self.path.split("?")[0].rstrip("/") in ("/v1/embeddings", "/embeddings"):
+            self._embeddings(raw)
+            return
         if self.path.split("?")[0] not in PATHS:
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
             return
@@ -223,6 +247,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, llm.completion(body))
         else:
             self._json(200, llm.completion(body, usage=mode != "nousage"))
+
+    def _embeddings(self, raw: str) -> None:
+        """OpenAI's embeddings route, answered by `test_embedding` (what the semantic side of search is tested
+        and benchmarked with)."""
+        try:
+            body = json.loads(raw)
+            texts = [body["input"]] if isinstance(body["input"], str) else list(body["input"])
+            dimensions = int(body.get("dimensions") or 256)
+        except (ValueError, KeyError, TypeError):
+            self._json(400, {"error": {"message": "input: a string or a list of strings", "type": "invalid_request_error"}})
+            return
+        self.llm.record(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body, "ok"))
+        data = [{"object": "embedding", "index": i, "embedding": test_embedding(t, dimensions)}
+                for i, t in enumerate(texts)]
+        self._json(200, {"object": "list", "data": data, "model": body.get("model", "local"),
+                         "usage": {"prompt_tokens": sum(_rough_tokens(t) for t in texts),
+                                   "total_tokens": sum(_rough_tokens(t) for t in texts)}})
 
     def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(payload).encode(), "application/json", headers)

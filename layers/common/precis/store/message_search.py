@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 TERMS_INDEX, MEANING_INDEX = "ByMessageTerms", "ByMessageMeaning"
 RRF_K = 60
 # The lexical ranking's share of the fused score when a semantic one exists; chosen on `make bench retrieval`.
-LEXICAL_WEIGHT = 0.5
+LEXICAL_WEIGHT = 0.9
 CANDIDATES = 4  # candidates asked of the BM25 index per result wanted, ranked again exactly
 _MAX_CANDIDATES = 200
 _MESSAGE_FIELDS = ("PK", "SK", "id", "seq", "peer_id", "content", "body_key", "metadata", "created_at",

@@ -23,7 +23,7 @@ TERMS_INDEX = "ByConclusionTerms"
 RRF_K = 60
 # BM25's share of the fused ranking, beside the embedder's (the hashed one's character n-grams, or a semantic one):
 # chosen on `make bench retrieval`.
-LEXICAL_WEIGHT = 0.5
+LEXICAL_WEIGHT = 0.9
 CANDIDATES = 4  # BM25 candidates asked of the index per result wanted, ranked again exactly
 VECTOR_ATTRIBUTE = "vec"
 HASH_ATTRIBUTE = "vcoll"
