@@ -18,7 +18,9 @@ from precis.lexical import DF_SLOTS, Document, Stats
 from precis.store.db import Db, to_item
 
 _COUNTER = "x"  # counters are x0 … x3ff (hex): short names keep the item, and each update, small
-_MAX_EXPRESSION = 3_800  # DynamoDB caps an expression at 4 KB: a larger count is sent in several updates
+# DynamoDB allows 300 operators in an expression (and 4 KB): a count touching more counters is sent in several
+# updates of at most this many ADDs (moto's parser also recurses once per ADD).
+_MAX_ADDS = 120
 
 
 def _name(slot: int) -> str:
@@ -37,10 +39,7 @@ def count(db: Db, key: dict[str, str], documents: Iterable[Document]) -> None:
         values.setdefault(f":{increment}", increment)
         pending.append(f"{_name(slot)} :{increment}")
     while pending:
-        expression, size = [], 4
-        while pending and size + len(pending[0]) + 2 <= _MAX_EXPRESSION:
-            size += len(pending[0]) + 2
-            expression.append(pending.pop(0))
+        expression, pending = pending[:_MAX_ADDS], pending[_MAX_ADDS:]
         used = {p.split()[1] for p in expression}
         db.client.update_item(TableName=db.table, Key=to_item(key), UpdateExpression="ADD " + ", ".join(expression),
                               ExpressionAttributeValues=to_item({k: v for k, v in values.items() if k in used}))
