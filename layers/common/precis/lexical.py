@@ -2,9 +2,9 @@
 
 BM25's score of a text d for a query q is a sum over the query's terms t of idf(t) x sat(t, d), where sat is the
 term's saturated, length-normalised frequency in d. That is a dot product: a text's vector holds sat(t, d) in the slot
-its term hashes to (with a sign, so collisions cancel on average) and the query's vector holds idf(t) in the same
-slots. A DOT_PRODUCT vector index then returns candidates in (nearly) BM25 order; hashing can bring a stranger in or
-push a match down a little, so the search asks for several times the candidates it needs and ranks them again exactly
+its term hashes to and the query's vector holds idf(t) in the same slots. A DOT_PRODUCT vector index then returns
+candidates in (nearly) BM25 order; a slot shared by two terms can only raise a text, never lower it, so a stranger may
+come in but no match is lost, and the search asks for several times the candidates it needs and ranks them again exactly
 from each text's term signature (`signature`: every term's 32-bit hash and count, a few bytes a term), projected into
 the index beside the vector. Document frequencies come from a corpus's `Stats` (`precis.store.term_stats`): counts per
 hashed term, kept as texts are written, so idf needs no scan. Everything here is pure: no I/O.
@@ -22,7 +22,7 @@ from hashlib import blake2b
 # Lucene's (Anserini's) defaults: chat messages are short, so length normalisation weighs less than in the textbook's
 # 1.2 / 0.75 (on `make bench retrieval`: recall@10 0.48 with those, 0.49 with these).
 K1, B = 0.9, 0.4
-DIMENSIONS = 512  # slots of a text's vector: its terms rarely share one, and the item stays about 1.5 KB
+DIMENSIONS = 256  # slots of a text's vector: enough that the exact rescoring of 4 candidates a result loses nothing
 DF_SLOTS = 1024  # document-frequency counters of a corpus (precis.store.term_stats): one small item
 _DF_ROWS = 2  # a term's frequency is the least of its counters in two rows (a count-min sketch)
 _DF_ROW = DF_SLOTS // _DF_ROWS
@@ -152,9 +152,10 @@ def term_hash(term: str) -> int:
     return int.from_bytes(blake2b(term.encode(), digest_size=4).digest(), "big")
 
 
-def _slot(hashed: int) -> tuple[int, float]:
-    """Where a term lands in a text's vector, and with which sign."""
-    return (hashed >> 1) % DIMENSIONS, 1.0 if hashed & 1 else -1.0
+def _slot(hashed: int) -> int:
+    """Where a term lands in a text's vector. Unsigned: terms sharing a slot add up, never cancel, so a match is never
+    pushed down (a stranger pulled up is dropped by the exact rescoring)."""
+    return (hashed >> 1) % DIMENSIONS
 
 
 def df_slots(hashed: int) -> tuple[int, ...]:
@@ -189,11 +190,10 @@ class Document:
         return cls(counts, length)
 
     def vector(self, average_length: float = AVERAGE_LENGTH) -> list[float]:
-        """Each term's saturated frequency in its slot (signed): the text's side of BM25's dot product."""
+        """Each term's saturated frequency in its slot: the text's side of BM25's dot product."""
         vector = [0.0] * DIMENSIONS
         for hashed, count in self.counts.items():
-            index, sign = _slot(hashed)
-            vector[index] += sign * saturation(count, self.length, average_length)
+            vector[_slot(hashed)] += saturation(count, self.length, average_length)
         return [round(x, 3) for x in vector]  # three digits rank as well and keep the item small
 
     def df_slots(self) -> set[int]:
@@ -255,8 +255,7 @@ class Query:
         """The query's side of the dot product (all zeros for a query with no words)."""
         vector = [0.0] * DIMENSIONS
         for hashed, weight in self.weights.items():
-            index, sign = _slot(hashed)
-            vector[index] += sign * weight
+            vector[_slot(hashed)] += weight
         return vector
 
     def score(self, document: Document, average_length: float) -> float:

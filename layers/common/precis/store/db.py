@@ -64,8 +64,10 @@ def get_db() -> Db:
     from botocore.config import Config
 
     settings = get_settings()
+    # No client-side validation: DynamoDB checks every request itself, and walking a batch of vectors' AttributeValues
+    # in Python (tens of thousands of them) cost more than the request.
     config = Config(retries={"mode": "standard", "max_attempts": 4}, max_pool_connections=32,
-                    connect_timeout=2, read_timeout=10)
+                    connect_timeout=2, read_timeout=10, parameter_validation=False)
     with _no_collection():
         session = _session()
         return Db(

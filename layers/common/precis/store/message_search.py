@@ -5,8 +5,8 @@ Each message has an item of its own in a partition beside the session's (`keys.m
 never touches it and a metadata edit never rewrites it. Its lexical part (`precis.lexical`: the BM25 vector `tvec` of
 the message's words and its speaker's name,
 searched through the DOT_PRODUCT index `ByMessageTerms`, and the term signature `tsig`/`tlen` projected beside it) is
-written by the request that stores the message, so an answered write is searchable at once; the same request adds the
-batch to the workspace's term statistics (idf). The semantic vector `svec` (`ByMessageMeaning`) is the deriver's, as
+written by the request that stores the message, so an answered write is searchable at once; the deriver adds its
+words to the workspace's term statistics (idf) as its insert comes down the stream. The semantic vector `svec` (`ByMessageMeaning`) is the deriver's, as
 its insert comes down the stream, when the deployment's embedder is semantic; the deriver also writes the lexical part
 of any message whose request died before writing it. Both indexes are HASHed on the workspace and filter on session
 and peer inline; a search reads the statistics, asks each index for a few candidates per result, ranks the lexical
@@ -56,19 +56,18 @@ def vector_item(ws: str, session_id: str, seq: int, peer_id: str, text: str,
 
 
 def index_stored(db: Db, ws: str, session_id: str, messages: Sequence[tuple[int, str, str]]) -> int:
-    """The lexical items of a batch just stored ((seq, peer_id, text) each), and its terms counted: searchable when
-    the request answers. How many were written (0 if the session was deleted meanwhile)."""
+    """The lexical items of a batch just stored ((seq, peer_id, text) each): searchable when the request answers. How
+    many were written (0 if the session was deleted meanwhile)."""
     if not messages:
         return 0
-    puts = [vector_item(ws, session_id, seq, peer, text) for seq, peer, text in messages]
-    term_stats.count(db, keys.message_terms(ws), (Document.of(text, peer) for _, peer, text in messages))
-    return _put(db, ws, session_id, None, puts)
+    return _put(db, ws, session_id, None, [vector_item(ws, session_id, seq, peer, text) for seq, peer, text in messages])
 
 
 def index_messages(db: Db, images: Iterable[dict[str, Any]], *, semantic: Embedder | None = None) -> int:
-    """The deriver's part, once per inserted message (stream images): the semantic vector when there is a semantic
-    embedder, and the lexical item of a message whose request died before writing it. Bound to the session's
-    incarnation (nothing lands in a deleted session); how many items were written."""
+    """The deriver's part, as inserted messages come down the stream (their images): their words counted in the
+    workspace's term statistics (off the request's path: idf may lag a write by a moment), the semantic vector when
+    there is a semantic embedder, and the lexical item of a message whose request died before writing it. Bound to the
+    session's incarnation (nothing lands in a deleted session); how many items were written."""
     by_session: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for image in images:
         ws, session_id = keys.parse_session_pk(image["PK"])
@@ -78,15 +77,19 @@ def index_messages(db: Db, images: Iterable[dict[str, Any]], *, semantic: Embedd
         session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
         if session is None or "deleted_at" in session:
             continue
+        ordered = [messages[seq] for seq in sorted(messages)]
+        texts_of = {int(m["seq"]): view.get("content") or ""
+                    for m, view in zip(ordered, with_bodies(db, ordered, ws, session_id))}
+        # Each delivery counts (a redelivered batch counts twice: idf is an estimate, and moves very little).
+        term_stats.count(db, keys.message_terms(ws), (Document.of(texts_of[int(m["seq"])], m["peer_id"])
+                                                      for m in ordered))
         stored = {int(i["SK"].removeprefix("MV#")): i for i in batch_get(
             db, [_vector_key(ws, session_id, seq) for seq in messages], ("PK", "SK", "semantic"))}
-        todo = [messages[seq] for seq in sorted(messages)
-                if seq not in stored or (semantic is not None and "semantic" not in stored[seq])]
+        todo = [m for m in ordered
+                if int(m["seq"]) not in stored or (semantic is not None and "semantic" not in stored[int(m["seq"])])]
         for start in range(0, len(todo), 99):
             chunk = todo[start:start + 99]
-            texts = [m.get("content") or "" for m in with_bodies(db, chunk, ws, session_id)]
-            missing = [Document.of(t, m["peer_id"]) for m, t in zip(chunk, texts) if int(m["seq"]) not in stored]
-            term_stats.count(db, keys.message_terms(ws), missing)  # their request never counted them
+            texts = [texts_of[int(m["seq"])] for m in chunk]
             meanings = semantic.embed(texts) if semantic is not None else [None] * len(texts)
             puts = []
             for image, text, meaning in zip(chunk, texts, meanings):

@@ -20,7 +20,7 @@ from precis.store.db import Db, to_item
 _COUNTER = "x"  # counters are x0 … x3ff (hex): short names keep the item, and each update, small
 # DynamoDB allows 300 operators in an expression (and 4 KB): a count touching more counters is sent in several
 # updates of at most this many ADDs (moto's parser also recurses once per ADD).
-_MAX_ADDS = 120
+_MAX_ADDS = 100
 
 
 def _name(slot: int) -> str:
