@@ -165,9 +165,10 @@ def audits(db: Db, session: str) -> list[dict]:
     return [r for r in records if r["session_id"] == session and r["outcome"] == "written"]
 
 
-def check_summaries(db: Db, session: str, config: SummaryConfig, tokens: dict[int, int]) -> int:
+def check_summaries(db: Db, session: str, config: SummaryConfig, tokens: dict[int, int], quarter: bool = False) -> int:
     """Every summary written: within its cap, a rolling one within a quarter of the threshold, and none larger than
-    what it replaced (previous summary + its messages). Returns how many were checked."""
+    what it replaced (previous summary + its messages), nor, with `quarter` (the extractive engine), larger than a
+    quarter of it. Returns how many were checked."""
     written = audits(db, session)
     by_end = {(r["summary_type"], r["covers"]["through_seq"]): r for r in written}
     for record in written:
@@ -179,6 +180,8 @@ def check_summaries(db: Db, session: str, config: SummaryConfig, tokens: dict[in
         assert record["token_count"] <= record["max_output_tokens"] <= config.max_output_tokens
         assert record["max_output_tokens"] == max(1, min(config.max_output_tokens, replaced))
         assert record["token_count"] <= replaced, record
+        if quarter:
+            assert record["token_count"] * 4 <= replaced, record
         if config.strategy == "rolling":
             assert record["token_count"] * 4 <= config.token_threshold
     stored, _ = read_summary_state(db, WS, session)
@@ -196,7 +199,7 @@ def test_extractive_summaries_stay_within_their_bounds(db, raw, drawn, seed):
     config = merge_config(raw)
     for tokens in post_batches(db, session, drawn, seed):
         summarize_session(db, plain_settings(), WS, session, engine_for=lambda _: ExtractiveEngine())
-        check_summaries(db, session, config, tokens)
+        check_summaries(db, session, config, tokens, quarter=True)
 
 
 @pytest.fixture
@@ -261,9 +264,9 @@ def test_empty_messages_get_an_empty_summary_without_a_request(db, llm):
     assert (short["content"], short["token_count"]) == ("", 0)
 
 
-def test_an_extractive_summary_over_its_cap_in_tokens_is_cut(db):
-    # The extractive engine counts words; a previous summary made of one long unbroken "word" (a pasted blob)
-    # keeps that word whole, ~1,000 tokens under a 64-token cap. The summarizer cuts it.
+def test_an_extractive_summary_holds_its_cap_in_tokens_even_for_a_blob(db):
+    # A previous summary made of one long unbroken "word" (a pasted blob, ~1,000 tokens) under a 64-token cap: the
+    # extractive engine counts tokens itself (a quarter of what it covers, within the cap), so nothing is cut after.
     blob = WORDS[-1] * 20
     get_or_create_session(db, WS, "s1", configuration={"summarizer": {
         "messages_per_short_summary": 10, "messages_per_long_summary": 1000, "max_output_tokens": 64}})
@@ -285,6 +288,8 @@ def test_an_extractive_summary_over_its_cap_in_tokens_is_cut(db):
             return result
 
     summarize_session(db, plain_settings(), WS, "s1", engine_for=lambda _: Watching())
-    assert request_seen and request_seen[0] > 64  # what the engine gave
+    assert request_seen and 0 < request_seen[0] <= 64  # what the engine gave
     short = read_summary_state(db, WS, "s1")[0][SHORT]
-    assert short["covers_seq"] == 20 and short["token_count"] <= 64 and short["content"].endswith("…")
+    assert short["covers_seq"] == 20 and short["token_count"] == request_seen[0]
+    (record,) = audits(db, "s1")
+    assert record["output_cut_from_tokens"] is None

@@ -257,3 +257,13 @@ def test_sliding_window_keeps_only_the_newest_runs_and_writes_no_summary(ws):
     session_override = call("PUT", S, {"configuration": {"summarizer": {"keep_runs": 5}}})
     assert session_override.status == 200
     assert len(call("GET", f"{S}/context", tokens=100_000).body["messages"]) == 5
+
+
+def test_a_summary_dates_its_lines_with_their_messages_day(ws):
+    # The runner gives the engine each message's created_at; the extractive summary starts with that day.
+    post(20, created_at="2025-06-01T09:30:00Z")
+    run_stream(ws["dynamodb"])
+    short = summaries()["short_summary"]["content"]
+    assert short.startswith("2025-06-01 alice: Message ")
+    (audit,) = audits(ws["s3"])
+    assert json.loads(audit["prompt"])["dates"] == ["2025-06-01T09:30:00+00:00"] * 20

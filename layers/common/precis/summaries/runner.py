@@ -376,7 +376,9 @@ class _Runner:
         for _ in range(3):
             step = next_step(refs, room)
             cap = max(1, min(self.config.max_output_tokens, self._replaced(step, previous)))
-            request = replace(base, messages=self._messages(step), word_limit=word_limit(cap), max_output_tokens=cap)
+            request = replace(base, messages=self._messages(step), word_limit=word_limit(cap), max_output_tokens=cap,
+                              dates=[self.by_seq[s].get("created_at") for s in range(step.first_seq,
+                                                                                     step.through_seq + 1)])
             over = prompt_tokens(request) - self.limit
             if over <= 0 or room <= 0:
                 break

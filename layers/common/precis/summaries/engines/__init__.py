@@ -7,6 +7,7 @@ by the `llm` engine alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from precis.llm import configured
@@ -27,6 +28,7 @@ class SummaryRequest:
     model: str | None = None
     temperature: float | None = None
     time_limit_s: float | None = None  # seconds this summary may take, retries included (None: the engine's own)
+    dates: Sequence[str | None] | None = None  # per message, when it was written (ISO 8601), if known
 
     def __post_init__(self) -> None:
         if self.word_limit < 1 or self.max_output_tokens < 1:
@@ -34,6 +36,8 @@ class SummaryRequest:
                              f"{self.max_output_tokens}")
         if self.time_limit_s is not None and self.time_limit_s <= 0:
             raise ValueError(f"time_limit_s: must be positive, got {self.time_limit_s}")
+        if self.dates is not None and len(self.dates) != len(self.messages):
+            raise ValueError(f"dates: one per message, got {len(self.dates)} for {len(self.messages)}")
 
 
 @dataclass(frozen=True, slots=True)
