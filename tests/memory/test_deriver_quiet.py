@@ -154,7 +154,8 @@ def test_with_an_injected_clock_a_quiet_flush_ends_a_young_batch_and_the_age_an_
     flushed = run(created + timedelta(seconds=5), flush=True)
     assert (flushed.pending, flushed.derived, flushed.conclusions) == (0, 1, 1)
     assert quiet_targets(db, QuietWake("ws1", "s1", 1)) == []  # nothing waits any more
-    post(("alice", "I work on the budget review."))
+    (later,) = post(("alice", "I work on the budget review."))
+    created = datetime.fromisoformat(later["created_at"].replace("Z", "+00:00")).astimezone(UTC)
     assert run(created + timedelta(seconds=30)).pending == 1
     aged = run(created + timedelta(seconds=settings.derive_max_wait_s + 1))  # the age alone, no wake-up
     assert (aged.pending, aged.derived) == (0, 1)
