@@ -1,9 +1,11 @@
 """Derived memory's cost: LLM input tokens per 1,000 messages, and what a conclusion query reads.
 
-1. Derivation: 1,000 messages (a user and an agent taking turns, batches of 10 as the stream delivers them) run
-   through the real deriver (`derive_target`) on in-process moto, with the llm engine's batching (512 tokens).
-   The engine answers extractively (offline) but every request is priced as the prompt the `llm` engine would
-   send (`precis.memory.engines.prompt.build_messages`, counted with tiktoken). The baseline, in the same run, prices
+1. Derivation: 1,000 messages (a user and an agent taking turns, in bursts of one to three exchanges with pauses
+   between them, each burst delivered by the stream as one batch) run through the real deriver (`derive_target`) on
+   in-process moto, with the llm engine's batching (512 tokens), twice in one run: without the quiet flush, and
+   with it (a pause of QUIET_S or more fires the session's wake-up: `quiet_targets`, then `flush=True`). The engine
+   answers extractively (offline) but every request is priced as the prompt the `llm` engine would send
+   (`precis.memory.engines.prompt.build_messages`, counted with tiktoken). The baseline, in the same run, prices
    re-deriving the sender's whole history at every derivation the deriver made.
 2. Query: `POST /conclusions/query`'s store call on collections of 100, 1,000 and 10,000 conclusions: DynamoDB
    requests and response bytes per query, against reading the whole collection (what a store without a vector
@@ -19,7 +21,11 @@ import time
 from bench.common import Requests, moto, print_table, write_json
 
 MESSAGES = 1_000
-BATCH = 10
+QUIET_S = 10.0  # the default PRECIS_DERIVE_QUIET_S
+# The conversation's rhythm: bursts of 1-3 exchanges, seconds apart inside a burst; between bursts a pause of 3 to
+# 90 s (the user reads, thinks, types), so some pauses are shorter than QUIET_S and most are longer.
+BURST_EXCHANGES = (1, 3)
+PAUSE_S = (3.0, 90.0)
 SIZES = (100, 1_000, 10_000)
 WORDS = ("budget invoice Lisbon studio design river deadline client proposal meeting contract schedule "
          "review draft figures launch supplier quote travel team agreed decided asked confirmed moved "
@@ -55,11 +61,12 @@ class _PricedDeriver:
         return self.inner.update_card(observed, card, counts, new)
 
 
-def _derivation() -> dict:
+def _derivation(quiet: bool) -> dict:
     from precis.settings import get_settings
     from precis.memory.engines import DeriveMessage, DeriveRequest
     from precis.memory.engines.prompt import build_messages
-    from precis.memory.deriver import DeriveTarget, derive_target
+    from precis.memory.deriver import DeriveTarget, derive_target, quiet_targets
+    from precis.memory.wakeups import QuietWake
     from precis.memory.embeddings import HashedEmbedder
     from precis.store.db import Db
     from precis.store.messages import NewMessage, append_messages
@@ -73,10 +80,10 @@ def _derivation() -> dict:
         get_or_create_session(db, "bench", "s")
         engine, embedder = _PricedDeriver(), HashedEmbedder(get_settings().embed_dimensions)
         history: list = []
-        conclusions = 0
-        for start in range(0, MESSAGES, BATCH):
+        conclusions = flushes = 0
+        while len(history) < MESSAGES:
             batch = []
-            for i in range(start, start + BATCH):
+            for i in range(len(history), min(MESSAGES, len(history) + 2 * rng.randint(*BURST_EXCHANGES))):
                 peer = "alice" if i % 2 == 0 else "agent"
                 text = _user_text(rng) if peer == "alice" else " ".join(rng.choice(WORDS) for _ in range(40))
                 batch.append(NewMessage(text, peer, count_text(text)))
@@ -86,6 +93,12 @@ def _derivation() -> dict:
                 outcome = derive_target(db, get_settings(), DeriveTarget("bench", "s", sender),
                                         engine_for=lambda _config: engine, embedder=embedder)
                 conclusions += outcome.conclusions
+            pause = rng.uniform(*PAUSE_S)  # drawn in both runs, so both see the same messages
+            if quiet and pause >= QUIET_S:  # the burst's wake-up fires and finds no newer message
+                for target in quiet_targets(db, QuietWake("bench", "s", stored[-1]["seq"])):
+                    flushes += 1
+                    conclusions += derive_target(db, get_settings(), target, engine_for=lambda _config: engine,
+                                                 embedder=embedder, flush=True).conclusions
         message_tokens = sum(m["token_count"] for m in history)
         # The baseline: every derivation re-sends all of the sender's messages so far.
         from_scratch = 0
@@ -94,8 +107,9 @@ def _derivation() -> dict:
             everything = [DeriveMessage(m["id"], m["seq"], m["peer_id"], m["content"], m["created_at"])
                           for m in history if m["peer_id"] == request.observed and m["seq"] <= last]
             from_scratch += count_messages(build_messages(DeriveRequest(request.observed, everything)))
-    return {"messages": MESSAGES, "message_tokens": message_tokens, "requests": len(engine.requests),
-            "incremental": engine.input_tokens, "from_scratch": from_scratch, "conclusions": conclusions}
+    return {"quiet_s": QUIET_S if quiet else None, "messages": MESSAGES, "message_tokens": message_tokens,
+            "requests": len(engine.requests), "quiet_flushes": flushes, "incremental": engine.input_tokens,
+            "from_scratch": from_scratch, "conclusions": conclusions}
 
 
 def _load(db, ws: str, observer: str, observed: str, texts: list[str], embedder) -> None:
@@ -185,13 +199,16 @@ def _context_cost(db, embedder, size: int) -> dict:
 
 
 def run() -> None:
-    derived = _derivation()
-    print_table("LLM input tokens per 1,000 messages (llm batching: 512 tokens per sender and session)",
-                ["messages", "message tokens", "derive requests", "incremental input", "x messages",
-                 "re-derive-all input", "x messages", "conclusions"],
-                [(derived["messages"], derived["message_tokens"], derived["requests"], derived["incremental"],
-                  derived["incremental"] / derived["message_tokens"], derived["from_scratch"],
-                  derived["from_scratch"] / derived["message_tokens"], derived["conclusions"])])
+    derived = [_derivation(quiet=False), _derivation(quiet=True)]
+    print_table("LLM input tokens per 1,000 messages (llm batching: 512 tokens per sender and session; bursts of "
+                f"1-3 exchanges, pauses of {PAUSE_S[0]:.0f}-{PAUSE_S[1]:.0f} s)",
+                ["batch ends at", "messages", "message tokens", "derive requests", "quiet flushes",
+                 "incremental input", "x messages", "tokens per message", "re-derive-all input", "x messages",
+                 "conclusions"],
+                [("512 tokens" if d["quiet_s"] is None else f"512 tokens or {d['quiet_s']:.0f} s quiet",
+                  d["messages"], d["message_tokens"], d["requests"], d["quiet_flushes"], d["incremental"],
+                  d["incremental"] / d["message_tokens"], d["incremental"] / d["messages"], d["from_scratch"],
+                  d["from_scratch"] / d["message_tokens"], d["conclusions"]) for d in derived])
     queries = _query_costs()
     print_table("Conclusion query (top 10): DynamoDB requests and response bytes per query, against reading the "
                 "collection",
@@ -206,4 +223,5 @@ def run() -> None:
                 [(r["conclusions"], r["plain_requests"], r["plain_bytes"], r["peer_target_requests"],
                   r["peer_target_bytes"], r["search_requests"], r["search_bytes"], r["search_returned"],
                   r["read_all_bytes"]) for r in contexts])
-    write_json("derive", {"derivation": derived, "queries": queries, "context": contexts})
+    write_json("derive", {"derivation": derived[0], "derivation_quiet": derived[1], "queries": queries,
+                          "context": contexts})

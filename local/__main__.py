@@ -1,5 +1,5 @@
-"""`make dev`: moto, the HTTP gateway, a stream poller per stream consumer and the schedules in one process, until
-Ctrl-C or SIGTERM.
+"""`make dev`: moto, the HTTP gateway, a poller per stream consumer and per SQS trigger and the schedules in one
+process, until Ctrl-C or SIGTERM.
 
 PRECIS_PORT picks the port (8000); PRECIS_LOCAL_CONCURRENCY the workers per function (4); PRECIS_LOCAL_SCHEDULE_S
 the period of every schedule (the template's: the deriver's flush runs every five minutes);
@@ -23,6 +23,7 @@ from local.gateway import Gateway
 from local.moto_backend import dev_json_path, start_moto
 from local.poller import StreamPoller
 from local.scheduler import Scheduler
+from local.sqs_poller import QueuePoller
 from local.template import LAYER_DIR, template
 from local.worker import start_pools
 
@@ -116,6 +117,8 @@ def main() -> int:
     idle = set(filter(None, os.environ.get("PRECIS_LOCAL_IDLE", "").split(",")))
     pollers = [StreamPoller.from_template(tpl, moto.endpoint, pools[fn.logical_id].invoke, function=fn.logical_id,
                                           chaos=chaos) for fn in tpl.stream_functions() if fn.logical_id not in idle]
+    pollers += QueuePoller.from_template(tpl, moto.endpoint, {n: p.invoke for n, p in pools.items() if n not in idle},
+                                         chaos=chaos)  # the SQS triggers (the deriver's quiet wake-ups)
     for poller in pollers:
         poller.start()
     scheduler = Scheduler.from_template(tpl, {name: pool.invoke for name, pool in pools.items()},

@@ -245,13 +245,23 @@ def load_template(path: Path = TEMPLATE, names: LocalNames | None = None) -> Tem
     # A stream trigger may also be an event-source mapping of its own (so no managed policy comes with it).
     for res in raw["Resources"].values():
         if res.get("Type") == "AWS::Lambda::EventSourceMapping":
-            target = res["Properties"]["FunctionName"]
+            target, source = res["Properties"]["FunctionName"], res["Properties"].get("EventSourceArn")
+            if is_queue_source(raw, source):
+                continue  # a queue's mapping: local/sqs_poller.py delivers it
             if isinstance(target, _Tag) and target.name == "Ref" and target.value in functions:
                 functions[target.value].stream = resolve(
                     {k: v for k, v in res["Properties"].items() if k not in ("FunctionName", "EventSourceArn")})
     resolver = _Resolver(raw, names)
     queues = {lid: resolver.queue_name(lid) for lid, r in raw["Resources"].items() if r["Type"] == "AWS::SQS::Queue"}
     return Template(raw=raw, functions=functions, table_name=names.table, bucket_name=names.bucket, queue_names=queues)
+
+
+def is_queue_source(raw: dict[str, Any], source: Any) -> bool:
+    """Whether an event-source mapping's EventSourceArn is `!GetAtt <an SQS queue of the template>.Arn`."""
+    if not (isinstance(source, _Tag) and source.name == "GetAtt"):
+        return False
+    logical_id = (source.value if isinstance(source.value, str) else ".".join(source.value)).split(".", 1)[0]
+    return raw["Resources"].get(logical_id, {}).get("Type") == "AWS::SQS::Queue"
 
 
 @lru_cache(maxsize=1)

@@ -60,7 +60,14 @@ BUCKET_ACCESS = {
 # Listing is a bucket action: allowed only to the purge, and only under the prefixes it purges.
 BUCKET_LISTING = {"SummarizeFunction": ("s3:ListBucketVersions", {"bodies/*", "audit/*"})}
 SECRET_ARN = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretName}-*"
-QUEUES = {"${SummarizeDLQ.Arn}", "${DeriveDLQ.Arn}"}
+# Every queue action each function may be granted: the stream consumers dead-letter what they gave up on; the
+# deriver alone sends its quiet wake-ups, and alone receives them (its SQS trigger).
+WAKE = "${DeriveWakeQueue.Arn}"
+QUEUE_ACCESS = {
+    "SummarizeFunction": {("sqs:SendMessage", "${SummarizeDLQ.Arn}")},
+    "DeriveFunction": {("sqs:SendMessage", "${DeriveDLQ.Arn}"), ("sqs:SendMessage", WAKE),
+                       ("sqs:ReceiveMessage", WAKE), ("sqs:DeleteMessage", WAKE), ("sqs:GetQueueAttributes", WAKE)},
+}
 # Environment variable names made of these words carry secrets, unless the name says it holds the secret's name.
 SENSITIVE_WORDS = {"SECRET", "SECRETS", "PASSWORD", "PASSWD", "TOKEN", "TOKENS", "KEY", "KEYS", "APIKEY",
                    "CREDENTIAL", "CREDENTIALS", "PRIVATE"}
@@ -199,8 +206,26 @@ def test_secrets_and_queues_are_reached_by_name(logical_id):
         assert service in {"dynamodb", "s3", "secretsmanager", "sqs"}, f"{logical_id}: unexpected {action}"
         if service == "secretsmanager":
             assert (action, resource) == ("secretsmanager:GetSecretValue", SECRET_ARN)
-        if service == "sqs":
-            assert action == "sqs:SendMessage" and resource in QUEUES
+    queues = {(action, resource) for action, resource in granted(logical_id) if action.startswith("sqs:")}
+    assert queues == QUEUE_ACCESS.get(logical_id, set())
+
+
+def test_each_queue_trigger_reports_its_failures_and_dead_letters_what_keeps_failing():
+    mappings = [r["Properties"] for r in RESOURCES.values() if r["Type"] == "AWS::Lambda::EventSourceMapping"
+                and r["Properties"]["EventSourceArn"].value.split(".")[0] in resources_of("AWS::SQS::Queue")]
+    assert [m["FunctionName"].value for m in mappings] == ["DeriveFunction"]
+    alarmed = {a["Dimensions"][0]["Value"].value.split(".")[0] for a in resources_of("AWS::CloudWatch::Alarm").values()
+               if a.get("Namespace") == "AWS/SQS"}
+    for mapping in mappings:
+        assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+        queue = resources_of("AWS::SQS::Queue")[mapping["EventSourceArn"].value.split(".")[0]]
+        # Longer than the function may run, so a wake-up in flight is not handed to a second invocation.
+        assert queue["VisibilityTimeout"] >= FUNCTIONS[mapping["FunctionName"].value]["Timeout"]
+        dead = queue["RedrivePolicy"]["deadLetterTargetArn"].value.split(".")[0]
+        assert 1 < queue["RedrivePolicy"]["maxReceiveCount"] <= 10 and dead in alarmed
+        assert resources_of("AWS::SQS::Queue")[dead]["MessageRetentionPeriod"] >= queue["MessageRetentionPeriod"]
+    quiet = PARAMETERS["DeriveQuietSeconds"]
+    assert quiet["MaxValue"] <= 900 and quiet["MinValue"] == 0  # SQS delays a message 900 s at most
 
 
 def sam_transform() -> dict[str, Any]:
@@ -331,8 +356,8 @@ def test_the_api_is_throttled_and_its_access_logged():
         assert target.name == "GetAtt" and target.value.split(".")[0] in resources_of("AWS::Logs::LogGroup"), lid
 
 
-@pytest.mark.parametrize("consumer", sorted(r["Properties"]["FunctionName"].value for r in RESOURCES.values()
-                                             if r["Type"] == "AWS::Lambda::EventSourceMapping"))
+@pytest.mark.parametrize("consumer", sorted({r["Properties"]["FunctionName"].value for r in RESOURCES.values()
+                                             if r["Type"] == "AWS::Lambda::EventSourceMapping"}))
 def test_each_stream_consumer_has_reserved_concurrency(consumer):
     reserved = FUNCTIONS[consumer].get("ReservedConcurrentExecutions")
     if isinstance(reserved, _Tag):  # a parameter: its default and its floor

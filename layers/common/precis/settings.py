@@ -31,6 +31,7 @@ DERIVED_ENV = {
     "embedder": "PRECIS_EMBEDDER", "embed_model": "PRECIS_EMBED_MODEL", "embed_dimensions": "PRECIS_EMBED_DIMENSIONS",
     "derive_engine": "PRECIS_DERIVE_ENGINE", "derive_model": "PRECIS_DERIVE_MODEL",
     "derive_batch_tokens": "PRECIS_DERIVE_BATCH_TOKENS", "derive_max_wait_s": "PRECIS_DERIVE_MAX_WAIT_S",
+    "derive_quiet_s": "PRECIS_DERIVE_QUIET_S", "derive_wake_queue_url": "PRECIS_DERIVE_WAKE_QUEUE_URL",
     "dream_min_conclusions": "PRECIS_DREAM_MIN_CONCLUSIONS", "dream_idle_s": "PRECIS_DREAM_IDLE_S",
 }
 
@@ -93,6 +94,10 @@ class Settings(BaseModel):
     derive_model: str | None = None
     derive_batch_tokens: int = Field(512, ge=0, le=100_000)
     derive_max_wait_s: float = Field(1800.0, ge=0, le=86_400)
+    # ... or until its session has been quiet for `derive_quiet_s` (0: never early): a wake-up delayed that long on
+    # `derive_wake_queue_url` (the template's DeriveWakeQueue; at most SQS's 900 s delay) derives it after a pause.
+    derive_quiet_s: float = Field(10.0, ge=0, le=900)
+    derive_wake_queue_url: str | None = None
     # A collection dreams once it has `dream_min_conclusions` new explicit conclusions and has been idle for
     # `dream_idle_s` (Honcho's 50 and an hour); POST /schedule_dream asks for one at once.
     dream_min_conclusions: int = Field(50, ge=1, le=100_000)

@@ -14,6 +14,11 @@ derives a message twice and a failure never skips one:
 
 An engine that fails leaves the cursor where it was (the record is retried by the stream, then dead-lettered; the
 schedule tries the cursor again later): nothing is half-written, nothing skipped.
+
+A batch also ends when its session goes quiet: after each stream batch of an llm session a wake-up is sent, delayed by
+the quiet period, naming the newest message seen (`quiet_wakes`); when it fires and no newer message came
+(`quiet_targets`), the session's waiting batches are derived at once (`derive_target(..., flush=True)`) by the same
+three steps, so a duplicate or late wake-up finds nothing left to do.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from precis.configuration import DeriveConfig, derive_config
 from precis.store import conclusions, derive_cursors, keys
 from precis.errors import NotFound
 from precis.store.db import Db
-from precis.store.messages import read_range, with_bodies
+from precis.memory.wakeups import QuietWake
+from precis.store.messages import read_range, tail_seq, with_bodies
 from precis.store.resources import members, workspace_ids
 
 log = logging.getLogger("precis.memory.deriver")
@@ -53,6 +59,7 @@ class Outcome:
     conclusions: int = 0
     pending: int = 0  # messages left waiting for their batch
     jobs: int = 0
+    batched: bool = False  # the session's batches wait for tokens (an llm engine): a quiet wake-up may end them
     notes: list[str] = field(default_factory=list)
 
 
@@ -117,9 +124,10 @@ def observers(sender: str, peer: dict[str, Any] | None, members: dict[str, dict[
 
 def derive_target(db: Db, settings: Settings, target: DeriveTarget, *, engine_for: Callable[[DeriveConfig], Any],
                   embedder: Any, now: Callable[[], datetime] = _now,
-                  time_left: Callable[[], float] = lambda: float("inf")) -> Outcome:
-    """Derive what is due of `target`'s underived messages: all of them with the extractive engine, else once they
-    hold the batch's tokens or the oldest has waited past its age (the schedule's flush comes back for those)."""
+                  time_left: Callable[[], float] = lambda: float("inf"), flush: bool = False) -> Outcome:
+    """Derive what is due of `target`'s underived messages: all of them with the extractive engine or when `flush`
+    (the session went quiet), else once they hold the batch's tokens or the oldest has waited past its age (the
+    schedule's flush comes back for those)."""
     outcome = Outcome()
     for _ in range(1000):  # each round is a job or a decision; a lost race re-reads
         session, workspace, peer, cursor = derive_cursors.read_state(db, target)
@@ -127,11 +135,12 @@ def derive_target(db: Db, settings: Settings, target: DeriveTarget, *, engine_fo
             return outcome  # deleted: the purge removes the cursor and what was derived
         incarnation = session["incarnation"]  # (a cursor of an earlier incarnation was purged with it)
         config = derive_config(_json(workspace.get("configuration")), _json(session.get("configuration")), settings)
+        outcome.batched = config.engine != "extractive" and config.batch_tokens > 0
         try:
             if cursor is not None and cursor.get("job"):
                 _apply(db, settings, target, incarnation, cursor, engine_for(config), embedder, now(), outcome)
                 continue
-            decided = _decide(db, config, target, session, peer, cursor, engine_for, now(), outcome)
+            decided = _decide(db, config, target, session, peer, cursor, engine_for, now(), outcome, flush)
         except derive_cursors.Moved:
             continue
         except NotFound:
@@ -142,7 +151,7 @@ def derive_target(db: Db, settings: Settings, target: DeriveTarget, *, engine_fo
 
 
 def _decide(db: Db, config: DeriveConfig, target: DeriveTarget, session: dict, peer: dict | None,
-            cursor: dict | None, engine_for, now: datetime, outcome: Outcome) -> bool:
+            cursor: dict | None, engine_for, now: datetime, outcome: Outcome, flush: bool = False) -> bool:
     """Read the sender's underived messages and derive them, mark them waiting, or skip them; whether to go on."""
     ws, s = target.workspace, target.session
     # A clone derives from its own point on: what it inherited was derived in its parent (MEMORY.md's provenance).
@@ -168,7 +177,7 @@ def _decide(db: Db, config: DeriveConfig, target: DeriveTarget, session: dict, p
     tokens = sum(int(m.get("token_count") or 0) for m in mine)
     due = oldest + timedelta(seconds=config.max_wait_s)
     batch_tokens = 0 if config.engine == "extractive" else config.batch_tokens
-    if tokens < batch_tokens and now < due and len(mine) < MAX_JOB_MESSAGES:
+    if not flush and tokens < batch_tokens and now < due and len(mine) < MAX_JOB_MESSAGES:
         derive_cursors.wait(db, target, cursor, session["incarnation"], _iso(due), len(mine))
         outcome.pending = len(mine)
         return False
@@ -273,6 +282,33 @@ def mark_failed(db: Db, target: DeriveTarget, now: datetime) -> None:
     code = derive_cursors.mark_due(db, target, _iso(now + timedelta(minutes=5)))
     if code is not None:
         log.warning("could not mark %s as due again: %s", target, code)
+
+
+# ---------------------------------------------------------------- a quiet session's wake-up
+
+def quiet_wakes(derived: Iterable[tuple[DeriveTarget, Iterable[dict[str, Any]], Outcome | None]]
+                ) -> list[QuietWake]:
+    """After a stream batch: one wake-up per session whose batches wait (an llm engine), naming the newest message of
+    it the batch brought, whichever sender's and whether its derivation succeeded (None) or not, so that the
+    session's last message always has a wake-up naming it or a newer one."""
+    newest: dict[tuple[str, str], int] = {}
+    batched: set[tuple[str, str]] = set()
+    for target, images, outcome in derived:
+        key = (target.workspace, target.session)
+        newest[key] = max([newest.get(key, 0), *(int(i["seq"]) for i in images if "seq" in i)])
+        if outcome is not None and outcome.batched:
+            batched.add(key)
+    return [QuietWake(ws, s, seq) for (ws, s), seq in sorted(newest.items()) if (ws, s) in batched]
+
+
+def quiet_targets(db: Db, wake: QuietWake) -> list[DeriveTarget]:
+    """When `wake` fires: the senders whose batch waits in its session, if no message came after the one it names
+    (the session has been quiet for the wake-up's delay); none when one did (that message's wake-up comes later)."""
+    if tail_seq(db, wake.workspace, wake.session) > wake.seq:
+        return []
+    return [DeriveTarget(wake.workspace, wake.session, c["sender"])
+            for c in derive_cursors.cursors(db, wake.workspace, wake.session)
+            if c.get("sender") and (c.get("job") or c.get("due_at", NOTHING_DUE) != NOTHING_DUE)]
 
 
 # ---------------------------------------------------------------- the schedule's flush

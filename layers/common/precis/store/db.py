@@ -28,7 +28,7 @@ class Db:
     bucket: str
 
 
-SERVICES = ("dynamodb", "s3")
+SERVICES = ("dynamodb", "s3", "sqs")
 
 
 def _session() -> Any:
@@ -36,7 +36,7 @@ def _session() -> Any:
 
     botocore checks a service name against a listing of every service it ships (400-odd directories, a stat of
     each version's files: ~10 ms per kind of data file, twice per cold start) before it loads the one model asked
-    for. Precis asks for two it ships with; a name botocore lacked would still fail, as DataNotFoundError.
+    for. Precis asks for three it ships with; a name botocore lacked would still fail, as DataNotFoundError.
     """
     import os
 
@@ -76,6 +76,16 @@ def get_db() -> Db:
             table=settings.table_name,
             bucket=settings.bucket_name,
         )
+
+
+@lru_cache(maxsize=1)
+def get_queue_client() -> Any:
+    """The SQS client the deriver sends its quiet wake-ups with (made on first use: only the deriver needs it)."""
+    from botocore.config import Config
+
+    config = Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=2, read_timeout=10)
+    with _no_collection():
+        return _session().create_client("sqs", config=config)
 
 
 @contextmanager
