@@ -131,9 +131,8 @@ ORDINALS = {1: "first", 2: "second", 3: "third"}
 FILLER = (
     "Morning! I just got back from {activity_place}.", "It has been {weather} here all week, I'm over it.",
     "We {activity} on Saturday, it was lovely.", "I {activity} yesterday, honestly needed that.",
-    "Have you watched anything good lately? We started {show}.", "I'm making {food} for dinner tonight.",
-    "Work has been a lot this week, but I'm hanging in there.", "Do you have any plans for the weekend?",
-    "Not much planned, maybe a quiet one at home.", "That sounds nice, you deserve a rest.",
+    "I'm making {food} for dinner tonight.",
+    "Work has been a lot this week, but I'm hanging in there.", "That sounds nice, you deserve a rest.",
     "Ha, same here. I'm trying to get more sleep.", "I keep meaning to call my parents more often.",
     "Did you see the news about the storm? Crazy.", "Totally agree with you there.",
     "I know what you mean, it's been a strange few weeks.", "We should catch up properly soon.",
@@ -143,14 +142,26 @@ FILLER = (
     "The farmers market had amazing peaches this week.", "I spent way too long on my phone today.",
     "I've been trying to stretch every morning.", "We had a power cut for two hours, so dramatic.",
     "Honestly, I just want a holiday.", "Thanks for asking, it means a lot.", "Haha, that's so you.",
-    "That reminds me, I need to book a dentist appointment.", "How are your family doing?",
-    "They're good, busy as always.", "I can't believe how fast this year is going.",
+    "That reminds me, I need to book a dentist appointment.", "I can't believe how fast this year is going.",
     "I tried a new cafe near work, the cinnamon buns were great.", "My phone screen cracked again, ugh.",
     "I'm thinking of rearranging the living room.", "Sounds like a plan!", "Oh wow, I had no idea.",
     "I'll send you the link later.", "I'm so glad to hear that.",
     "We went to {place} for brunch, the pancakes were huge.", "It's finally warming up a bit.",
     "I need to stop buying books before I finish the ones I have.", "My sleep has been all over the place.",
     "I've started walking to work when it's dry.", "Our building's lift is broken again.",
+)
+# A question and the other peer's answer.
+EXCHANGES = (
+    ("Do you have any plans for the weekend?", "Not much planned, maybe a quiet one at home."),
+    ("Any plans for the weekend?", "We {activity} last weekend, so this one will be quiet."),
+    ("How are your family doing?", "They're good, busy as always."),
+    ("How's your family?", "All well, my mum says hi!"),
+    ("Have you watched anything good lately?", "We started {show}, it's pretty good so far."),
+    ("What did you have for dinner?", "Just {food}, nothing fancy."),
+    ("How was your weekend?", "Lovely, we {activity}."),
+    ("How's the weather over there?", "It has been {weather} all week."),
+    ("Did you sleep well?", "Not really, the neighbours had a party."),
+    ("Seen any good films lately?", "Nothing great, I mostly rewatch old favourites."),
 )
 GREETINGS = ("Hey {other}! How has your week been?", "Hi! Long time no chat, how are things?",
              "Hey you! Got a minute to catch up?", "Hello {other}, hope you're doing well!", "Hi {other}! What's new?",
@@ -477,7 +488,7 @@ def _race(plan: _Plan, me: str, other: str) -> None:
     minutes = rng.randint(25, 130)
     said = plan.say(s, me, rng.choice((
         f"I did the {race} {phrase}! Finished in {minutes} minutes, legs are dead.",
-        f"Ran the {race} {phrase}, my time was {minutes} minutes. Not bad for a first go.",
+        f"Took part in the {race} {phrase}, my time was {minutes} minutes. Not bad for a first go.",
         f"{phrase.capitalize()} I completed the {race}. {minutes} minutes, a personal best.",
     )), "good")
     plan.ask("temporal", me, ("When did {P} do the {race}?", "When was {P}'s {race}?"), when, said, race=race)
@@ -566,7 +577,7 @@ def _conversation(index: int, seed: int, sessions_scale: float) -> Conversation:
         session_id = f"session-{s + 1}"
         sessions.append((session_id, date.isoformat() + "+00:00"))
         facts = sorted(by_session.get(s, []), key=lambda st: st.order)
-        fillers = max(4, rng.randint(14, 26) - 2 * len(facts))
+        fillers = max(4, rng.randint(12, 22) - 2 * len(facts))
         cuts = sorted(rng.randint(1, fillers - 1) for _ in facts)  # after the greeting, before the farewell  # a fact goes before filler turn number `cut`
         speaker, turn_no = rng.choice((a, b)), 0
 
@@ -586,9 +597,16 @@ def _conversation(index: int, seed: int, sessions_scale: float) -> Conversation:
                 emit(listener, rng.choice(REACTIONS[statement.mood]))  # the other peer reacts
                 speaker = statement.speaker if rng.random() < 0.5 else listener
             if i < fillers:
+                listener = b if speaker == a else a
+                if 0 < i < fillers - 1 and rng.random() < 0.25:  # a question and its answer
+                    ask, reply = rng.choice(EXCHANGES)
+                    emit(speaker, _filler(rng, listener, (ask,)))
+                    emit(listener, _filler(rng, speaker, (reply,)))
+                    speaker = speaker if rng.random() < 0.85 else listener
+                    continue
                 pool = GREETINGS if i == 0 else FAREWELLS if i == fillers - 1 else FILLER
-                emit(speaker, _filler(rng, b if speaker == a else a, pool))
-                speaker = (b if speaker == a else a) if rng.random() < 0.85 else speaker
+                emit(speaker, _filler(rng, listener, pool))
+                speaker = listener if rng.random() < 0.85 else speaker
     questions = []
     for n, q in enumerate(plan.questions, start=1):
         questions.append(Question(f"c{index + 1}-q{n}", q.kind, q.about, q.text, q.answer,
