@@ -74,10 +74,12 @@ def test_porter_stems_as_the_paper_does():
 
 def test_bm25_ranks_an_exact_match_first_and_weighs_rare_words():
     docs = [("t1", "Caroline said the weather was nice"), ("t2", "Caroline adopted a beagle named Biscuit"),
-            ("t3", "Caroline went to the park with Caroline's sister"), ("t4", "Melanie likes the park")]
+            ("t3", "Caroline went to the park with Caroline's sister"), ("t4", "Melanie likes the park"),
+            ("t5", "Caroline! Caroline, Caroline, are you there?"), ("t6", "The puppy sleeps a lot")]
     index = BM25(docs)
     assert index.rank("Caroline adopted a beagle named Biscuit")[0] == "t2"
-    assert index.rank("what did Caroline adopt")[0] == "t2"  # "adopt" is rare, "Caroline" is everywhere
+    assert index.rank("what did Caroline adopt")[0] == "t2"
+    assert index.rank("Caroline puppy")[0] == "t6"  # "puppy" is rare, "Caroline" is everywhere (idf)
     assert index.rank("nothing matches here") == []
     scores = index.scores("park")
     assert scores[3] > scores[2] > 0 == scores[0]  # the shorter document first (length normalisation)
