@@ -16,7 +16,7 @@ writes conclusions and message vectors. Then, for every question:
   multi-turn questions);
 - the session context of the conversation's last session at 1,000, 2,000 and 4,000 tokens: `summary=false` (the
   newest messages), the default, and `peer_target` + `search_query=<question>`. Score: the share of the answer's
-  content words (stemmed, stopwords and the question's own words removed) found in the text the context returns
+  content words (stemmed; stopwords, the question's own words and the year removed) found in the text the context returns
   (summary, messages with their dates, representation, card, and a `recalled` list when the answer has one).
 
 `evaluate(rank_fn)` scores any ranking (rank_fn(query, conversation) -> turn ids) on the same data, for sweeps.
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -111,8 +112,13 @@ def bm25_rank(query: str, conversation: Conversation) -> list[str]:
 
 
 def answer_words(question: Question) -> set[str]:
-    """The answer's content words that the question does not already say."""
-    return set(words(question.answer)) - set(words(question.text)) or set(words(question.answer))
+    """The answer's content words that the question does not already say, without the year when the answer has more
+    (every turn is dated in the same year, so any context's message dates would hold it)."""
+    wanted = set(words(question.answer)) - set(words(question.text)) or set(words(question.answer))
+    return {w for w in wanted if not _YEAR.fullmatch(w)} or wanted
+
+
+_YEAR = re.compile(r"(19|20)\d\d")
 
 
 def _date(iso: str | None) -> str:
@@ -285,10 +291,11 @@ def measure(conversation: Conversation) -> dict:
             listed = _ok(call("POST", f"/v3/workspaces/{ws}/conclusions/list", {"filters": {
                 "observer_id": peer_id(name), "observed_id": peer_id(name)}}, size=1), "conclusions")
             conclusion_count += listed.get("total") or 0
-        base = {}
+        base, window = {}, {}
         for budget in BUDGETS:
-            base["window", budget] = context_text(_ok(call(
-                "GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=budget, summary="false"), "context"))
+            window = _ok(call("GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=budget, summary="false"),
+                         "context")
+            base["window", budget] = context_text(window)
             base["default", budget] = context_text(_ok(call(
                 "GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=budget), "context"))
         sources: dict[str, set[str]] = {}
@@ -322,6 +329,8 @@ def measure(conversation: Conversation) -> dict:
             rows.append(row)
     return {"conversation": ws, "turns": len(conversation.turns), "sessions": len(conversation.sessions),
             "questions": len(conversation.questions), "conclusions": conclusion_count, "load_s": load_s,
+            "last_session": {"messages": len(window["messages"]), "skipped": window.get("messages_skipped"),
+                             "tokens": window.get("token_count")},
             "rows": rows, "search_requests": search_requests, "context_requests": context_requests}
 
 
@@ -349,7 +358,9 @@ def _run_all(data: list[Conversation]) -> list[dict]:
         result = measure(conversation)
         print(f"  {conversation.id}: {result['sessions']} sessions, {result['turns']} turns, "
               f"{result['questions']} questions, {result['conclusions']} conclusions "
-              f"(loaded in {result['load_s']:.0f} s)", flush=True)
+              f"(loaded in {result['load_s']:.0f} s); the last session's newest window at "
+              f"{BUDGETS[-1]:,} tokens: {result['last_session']['messages']} messages, "
+              f"{result['last_session']['tokens']} tokens, {result['last_session']['skipped']} left out", flush=True)
         results.append(result)
     return results
 
