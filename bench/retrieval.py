@@ -132,7 +132,11 @@ def context_text(answer: dict) -> str:
     """Everything a context answer gives the model: summary, messages (with their dates), representation, card, and
     the recalled messages when the answer has them."""
     parts = [(answer.get("summary") or {}).get("content") or ""]
-    for message in [*(answer.get("messages") or []), *(answer.get("recalled") or [])]:
+    messages = list(answer.get("messages") or [])
+    shown = {m["id"] for m in messages if m.get("id")}
+    # `recalled` may list messages, or name (by id) messages that `messages` already holds: each counts once
+    messages += [m for m in answer.get("recalled") or [] if isinstance(m, dict) and (m.get("id") or 0) not in shown]
+    for message in messages:
         parts.append(f"{_date(message.get('created_at'))} {message.get('content') or ''}")
     parts.append(answer.get("peer_representation") or "")
     parts += answer.get("peer_card") or []

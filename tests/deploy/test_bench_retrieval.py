@@ -97,6 +97,9 @@ def test_recall_and_the_context_score():
     text = context_text({"summary": None, "messages": [{"content": "hello", "created_at": "2023-03-07T10:00:00Z"}],
                          "recalled": [{"content": question.answer, "created_at": None}], "peer_card": ["x"]})
     assert "7 March 2023 hello" in text and question.answer in text
+    by_id = context_text({"messages": [{"id": "m1", "content": "hello"}], "recalled": ["m1", {"id": "m1",
+                                                                                      "content": "hello"}]})
+    assert by_id.count("hello") == 1
 
 
 def test_evaluate_scores_any_ranking(data):
