@@ -9,7 +9,7 @@ import time
 from bench.common import use_fake_aws
 
 BENCHMARKS = ("coldstart", "ingest", "context", "summarize", "derive", "search", "chat", "clone", "cost", "scale",
-              "local")
+              "local", "retrieval")
 
 
 def main(argv: list[str]) -> int:
