@@ -458,6 +458,67 @@ def report(results: list[dict], label: str = "") -> dict:
             "context_requests": {"median": statistics.median(context_req), "max": max(context_req)}}
 
 
+def precis_ranking(weight: float | None = None) -> Callable[[str, Conversation], list[str]]:
+    """Precis's message ranking offline (what the search computes, without DynamoDB): BM25 from `precis.lexical` over
+    the conversation's turns and their speakers; with `weight`, fused with the test embedder's cosine ranking
+    (tests/llm_server.py) as the search fuses a semantic one."""
+    import numpy as np
+
+    from precis.lexical import Document, Query, Stats
+    from precis.store.message_search import fuse
+    from tests.llm_server import test_embedding
+
+    prepared: dict[str, tuple] = {}
+
+    def rank(query: str, conversation: Conversation) -> list[str]:
+        if conversation.id not in prepared:
+            docs = [Document.of(t.text, t.speaker) for t in conversation.turns]
+            df: dict[int, int] = {}
+            for d in docs:
+                for slot in d.df_slots():
+                    df[slot] = df.get(slot, 0) + 1
+            stats = Stats(len(docs), sum(d.length for d in docs), df)
+            vectors = np.array([test_embedding(t.text) for t in conversation.turns]) if weight is not None else None
+            prepared[conversation.id] = (docs, stats, vectors)
+        docs, stats, vectors = prepared[conversation.id]
+        terms = Query.of(query, stats)
+        scored = sorted((-terms.score(d, stats.average_length), i) for i, d in enumerate(docs)
+                        if terms.score(d, stats.average_length) > 0)
+        lexical = [("c", i) for _, i in scored[:10]]
+        semantic = None
+        if weight is not None:
+            nearest = np.argsort(-(vectors @ np.array(test_embedding(query))), kind="stable")[:10]
+            semantic = [("c", int(i)) for i in nearest]
+        return [conversation.turns[i].id for _, i in fuse(lexical, semantic, weight or 1.0)[:10]]
+
+    return rank
+
+
+FUSION_WEIGHTS = (0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def fusion_sweep(full: list[Conversation], reference: dict) -> dict:
+    """BM25's share of the fused ranking, chosen here: the weight with the best recall@10, then @5, then @1, with the
+    test embedder (a weight of 1 would ignore the embedder, so it is not a candidate)."""
+    from precis.store.message_search import LEXICAL_WEIGHT
+
+    lexical = evaluate(precis_ranking(), full)["overall"]
+    rows, best = [], None
+    for weight in FUSION_WEIGHTS:
+        r = evaluate(precis_ranking(weight), full)["overall"]
+        rows.append((weight, r["r@1"], r["r@5"], r["r@10"], r["r@10"] / reference["overall"]["r@10"]))
+        if best is None or (r["r@10"], r["r@5"], r["r@1"]) > best[1]:
+            best = (weight, (r["r@10"], r["r@5"], r["r@1"]))
+    print_table(f"Precis's ranking offline, every question ({len(full)} conversations): BM25 alone, then fused with the "
+                "test embedder at each weight (BM25's share)",
+                ["weight", "recall@1", "recall@5", "recall@10", "x BM25 reference"],
+                [("BM25 alone", lexical["r@1"], lexical["r@5"], lexical["r@10"],
+                  lexical["r@10"] / reference["overall"]["r@10"]), *rows])
+    print(f"  chosen weight: {best[0]} (best recall@10, then @5, then @1); message search and the conclusion query use "
+          f"{LEXICAL_WEIGHT}{'' if LEXICAL_WEIGHT == best[0] else ' -- NOT the chosen one'}", flush=True)
+    return {"lexical": lexical, "sweep": rows, "chosen": best[0], "used": LEXICAL_WEIGHT}
+
+
 def run() -> dict:
     full = conversations()
     reference = evaluate(bm25_rank, full)
@@ -465,11 +526,12 @@ def run() -> dict:
                 f"{sum(len(c.turns) for c in full):,} turns; what evaluate(rank_fn) scores)",
                 ["questions", "n", "recall@1", "recall@5", "recall@10", "all@10"],
                 [(kind, r["questions"], r["r@1"], r["r@5"], r["r@10"], r["all@10"]) for kind, r in reference.items()])
+    fusion = fusion_sweep(full, reference)
     data = http_sample()
     print(f"\n  through the handlers: {len(data)} conversations, {sum(len(c.turns) for c in data):,} turns, "
           f"{sum(len(c.questions) for c in data)} questions (PRECIS_BENCH_RETRIEVAL_SCALE={scale():g})", flush=True)
     results = _run_all(data)
-    out = {"reference": reference, "lexical": report(results), "per_conversation": [
+    out = {"reference": reference, "fusion": fusion, "lexical": report(results), "per_conversation": [
         {k: v for k, v in r.items() if k not in ("rows",)} for r in results], "rows": _flat(results)}
     if os.environ.get("PRECIS_BENCH_SEMANTIC") == "1":
         semantic = _semantic(data)
