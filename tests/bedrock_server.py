@@ -19,7 +19,7 @@ user turn and alternate; toolUse/toolResult blocks need a toolConfig; `inference
 forced tool use refuse it (recorded with mode "no_tool_choice"). `max_context_tokens` (None: unlimited) answers a
 longer prompt (about four characters a token) with the too_long ValidationException.
 
-Answers: `answer(body)` (body: the Converse request) returns text, or `{"tool_calls": [{"name", "arguments"}]}`. When
+Answers: `answer(body)` (body: the Converse request; `default_answer` unless a test sets it) returns text, or `{"tool_calls": [{"name", "arguments"}]}`. When
 the request forces a tool (toolChoice `tool`, or `any` and the answer is text), the text must be JSON and becomes that
 tool's input: the last tool configured for `any`, as precis.llm.bedrock offers its answer tool last. Embeddings are
 the texts' hashed feature vectors (precis.memory.embeddings.HashedEmbedder), so texts that share words are near.
@@ -83,6 +83,33 @@ def summary_text(body: dict[str, Any]) -> str:
     return "Summary: " + " ".join(words[:cap])
 
 
+def example(schema: dict[str, Any], text: str) -> Any:
+    """A value valid against a simple JSON Schema, its strings `text`: what the default model puts in a forced tool
+    (a conclusion, a card entry), so `make dev` derives something without a scripted answer."""
+    kind = schema.get("type")
+    if kind == "object":
+        properties = schema.get("properties") or {}
+        return {name: example(properties[name], text) for name in schema.get("required") or list(properties)}
+    if kind == "array":
+        return [example(schema.get("items") or {"type": "string"}, text)]
+    if kind in ("integer", "number"):
+        return schema.get("minimum", 1)
+    if kind == "boolean":
+        return True
+    return (schema.get("enum") or [text])[0]
+
+
+def default_answer(body: dict[str, Any]) -> str:
+    """summary_text, or for a forced tool a JSON value of its input schema whose strings are that text's words."""
+    config = body.get("toolConfig") or {}
+    forced = (config.get("toolChoice") or {}).get("tool", {}).get("name")
+    for tool in config.get("tools", []):
+        if tool["toolSpec"]["name"] == forced:
+            words = summary_text(body).removeprefix("Summary: ")
+            return json.dumps(example(tool["toolSpec"]["inputSchema"]["json"], words))
+    return summary_text(body)
+
+
 def _rough_tokens(text: str) -> int:
     return len(text) // 4 + 1
 
@@ -128,7 +155,7 @@ class BedrockServer:
         self.mode = mode
         self.max_context_tokens = max_context_tokens
         self.structured_output = True
-        self.answer: Callable[[dict[str, Any]], str | dict[str, Any]] = summary_text
+        self.answer: Callable[[dict[str, Any]], str | dict[str, Any]] = default_answer
         self.requests: list[Recorded] = []
         self._script: deque[str] = deque()
         self._lock = threading.Lock()
@@ -173,8 +200,11 @@ class BedrockServer:
             stop, text = "tool_use", json.dumps(content)
         elif "tool" in choice or ("any" in choice and tools):
             name = choice["tool"]["name"] if "tool" in choice else tools[-1]
-            content = [{"toolUse": {"toolUseId": f"tooluse_{next(self._ids)}", "name": name,
-                                    "input": json.loads(answer)}}]
+            try:
+                given = json.loads(answer)
+            except ValueError:
+                given = {"answer": answer}  # a tool's input is always a JSON object
+            content = [{"toolUse": {"toolUseId": f"tooluse_{next(self._ids)}", "name": name, "input": given}}]
             stop, text = "tool_use", answer
         else:
             content = [{"text": answer}] if answer else []
