@@ -19,10 +19,11 @@ user turn and alternate; toolUse/toolResult blocks need a toolConfig; `inference
 forced tool use refuse it (recorded with mode "no_tool_choice"). `max_context_tokens` (None: unlimited) answers a
 longer prompt (about four characters a token) with the too_long ValidationException.
 
-Answers: `answer(body)` (body: the Converse request; `default_answer` unless a test sets it) returns text, or `{"tool_calls": [{"name", "arguments"}]}`. When
-the request forces a tool (toolChoice `tool`, or `any` and the answer is text), the text must be JSON and becomes that
-tool's input: the last tool configured for `any`, as precis.llm.bedrock offers its answer tool last. Embeddings are
-the texts' hashed feature vectors (precis.memory.embeddings.HashedEmbedder), so texts that share words are near.
+Answers: `answer(body)` (body: the Converse request; `default_answer` unless a test sets it) returns text, or
+`{"tool_calls": [{"name", "arguments"}]}`. When the request forces a tool (toolChoice `tool`, or `any` and the
+answer is text), the text is JSON and becomes that tool's input: the last tool configured for `any`, as
+precis.llm.bedrock offers its answer tool last. Embeddings are the texts' hashed feature vectors
+(precis.memory.embeddings.HashedEmbedder), so texts that share words are near.
 Standalone: `python -m tests.bedrock_server --port 8002`.
 """
 
@@ -129,7 +130,8 @@ def converse_problem(body: Any) -> str | None:
     if not isinstance(messages, list) or not messages:
         return "messages: at least one message is required"
     if messages[0].get("role") != "user":
-        return "A conversation must start with a user message. Try again with a conversation that starts with a user message."
+        return ("A conversation must start with a user message. Try again with a conversation that starts with a "
+                "user message.")
     for before, after in zip(messages, messages[1:]):
         if before.get("role") == after.get("role"):
             return "A conversation must alternate between user and assistant roles."

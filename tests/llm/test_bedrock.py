@@ -76,9 +76,9 @@ def test_tool_rounds_become_tool_config_tool_use_and_tool_results(endpoint, slee
         "name": "search_messages", "description": "Search the messages.",
         "inputSchema": {"json": TOOL["function"]["parameters"]}}}]}
     call = first.tool_calls[0]
+    asked = {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
     history = question + [
-        {"role": "assistant", "content": "", "tool_calls": [{"id": call.id, "type": "function",
-                                                             "function": {"name": call.name, "arguments": call.arguments}}]},
+        {"role": "assistant", "content": "", "tool_calls": [asked]},
         {"role": "tool", "tool_call_id": call.id, "content": "[m1] alice: I moved to Lisbon."}]
     second, _ = ask(llm, history, tools=[TOOL])
     assert second.text == "alice lives in Lisbon" and second.tool_calls == ()

@@ -187,12 +187,12 @@ class BedrockModel(Model):
 
 
 def converse_messages(messages: list[dict[str, Any]], *, keep_tools: bool,
-                      extra_system: list[str] = ()) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                      extra_system: list[str] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Converse's system blocks and turns from chat-completions `messages`: consecutive messages of one role merge
     (Converse wants turns to alternate), a tool result is a user turn's toolResult. Without `keep_tools` (a request
     without toolConfig, which Converse then refuses tool blocks in) earlier tool calls and results become text."""
     system = [{"text": m["content"]} for m in messages if m.get("role") == "system" and m.get("content")]
-    system += [{"text": text} for text in extra_system]
+    system += [{"text": text} for text in extra_system or ()]
     turns: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role")
@@ -277,7 +277,8 @@ def _reply(answer: dict[str, Any], asked: str, answer_tool: str | None) -> Reply
             if use.get("name") == answer_tool:
                 answer_text = json.dumps(use.get("input"))
             else:
-                calls.append(ToolCall(str(use.get("toolUseId")), str(use.get("name")), json.dumps(use.get("input") or {})))
+                calls.append(ToolCall(str(use.get("toolUseId")), str(use.get("name")),
+                                      json.dumps(use.get("input") or {})))
     usage = answer.get("usage") or {}
     if answer_text is not None:
         text: str | None = answer_text  # the structured answer; words around it are not the answer
