@@ -40,6 +40,14 @@ PASS_THROUGH = (
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
     "PRECIS_LLM_MODEL",
+    "PRECIS_LLM_PROVIDER",
+    "PRECIS_SUMMARIES_PROVIDER",
+    "PRECIS_DERIVE_PROVIDER",
+    "PRECIS_CHAT_PROVIDER",
+    "PRECIS_BEDROCK_REGION",
+    # Bedrock's endpoint override (botocore's own variable): a local Bedrock-compatible server, e.g.
+    # tests/bedrock_server.py. The rest of AWS stays on moto.
+    "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
     "PRECIS_MAX_MESSAGE_CHARS",
     "PRECIS_INLINE_BODY_MAX_BYTES",
     "PRECIS_LLM_TIMEOUT_S",

@@ -68,6 +68,19 @@ QUEUE_ACCESS = {
     "DeriveFunction": {("sqs:SendMessage", "${DeriveDLQ.Arn}"), ("sqs:SendMessage", WAKE),
                        ("sqs:ReceiveMessage", WAKE), ("sqs:DeleteMessage", WAKE), ("sqs:GetQueueAttributes", WAKE)},
 }
+# Bedrock: the functions that ask the chat model (LlmProvider bedrock) and the ones that embed (Embedder bedrock).
+# Each grant exists only under its condition: an openai deployment's roles invoke no model.
+BEDROCK_LLM = {"ChatFunction", "SummarizeFunction", "DeriveFunction"}
+BEDROCK_EMBED = {"IngestFunction", "ContextFunction", "ChatFunction", "DeriveFunction"}
+FOUNDATION_MODEL = "arn:${AWS::Partition}:bedrock:${Region}::foundation-model/${%s}"
+PROFILE = "arn:${AWS::Partition}:bedrock:${Region}:${AWS::AccountId}:inference-profile/${LlmModel}"
+BEDROCK_GRANTS = {  # Sid -> (condition, resources, condition block)
+    "BedrockModel": ("BedrockLlm", {FOUNDATION_MODEL % "LlmModel", PROFILE}, None),
+    # A cross-region profile reaches its foundation models in other regions: only through that profile.
+    "BedrockProfileRoutes": ("BedrockLlm", {"arn:${AWS::Partition}:bedrock:*::foundation-model/*"},
+                             {"StringEquals": {"bedrock:InferenceProfileArn": PROFILE}}),
+    "BedrockEmbeddings": ("BedrockEmbedder", {FOUNDATION_MODEL % "EmbedModel"}, None),
+}
 # Environment variable names made of these words carry secrets, unless the name says it holds the secret's name.
 SENSITIVE_WORDS = {"SECRET", "SECRETS", "PASSWORD", "PASSWD", "TOKEN", "TOKENS", "KEY", "KEYS", "APIKEY",
                    "CREDENTIAL", "CREDENTIALS", "PRIVATE"}
@@ -83,9 +96,33 @@ def _text(value: Any) -> str:
             return "${%s}" % value.value
         if value.name == "Sub" and isinstance(value.value, str):
             return value.value
+        if value.name == "Sub" and isinstance(value.value, list):  # [template, {Region: the Bedrock region}]
+            template, variables = value.value
+            assert set(variables) == {"Region"} and _is_bedrock_region(variables["Region"]), value
+            return template
         raise AssertionError(f"an intrinsic this test cannot read in a policy: {value!r}")
     assert isinstance(value, str), value
     return value
+
+
+def _is_bedrock_region(value: Any) -> bool:
+    """`!If [HasBedrockRegion, !Ref BedrockRegion, !Ref AWS::Region]`: the region the functions call."""
+    if not (isinstance(value, _Tag) and value.name == "If"):
+        return False
+    condition, chosen, otherwise = value.value
+    return (condition == "HasBedrockRegion" and (chosen.name, chosen.value) == ("Ref", "BedrockRegion")
+            and (otherwise.name, otherwise.value) == ("Ref", "AWS::Region"))
+
+
+def conditional(logical_id: str) -> dict[str, str]:
+    """Sid -> condition of the function's statements that exist under a condition (`!If [C, statement, NoValue]`)."""
+    found = {}
+    for policy in _listed(FUNCTIONS[logical_id].get("Policies", [])):
+        for statement in policy["Statement"]:
+            if isinstance(statement, _Tag):
+                condition, chosen, _ = statement.value
+                found[chosen["Sid"]] = condition
+    return found
 
 
 def _listed(value: Any) -> list:
@@ -102,7 +139,14 @@ def statements(logical_id: str) -> list[dict[str, Any]]:
         assert isinstance(policy, dict) and set(policy) == {"Statement"}, (
             f"{logical_id}: {policy!r} is not an inline statement list (managed policies and SAM policy templates "
             "hide their actions from this test)")
-        out += policy["Statement"]
+        for statement in policy["Statement"]:
+            if isinstance(statement, _Tag):  # a grant under a condition: the statement, or nothing
+                assert statement.name == "If", statement
+                condition, chosen, otherwise = statement.value
+                assert condition in RAW["Conditions"], statement
+                assert isinstance(otherwise, _Tag) and (otherwise.name, otherwise.value) == ("Ref", "AWS::NoValue")
+                statement = chosen
+            out.append(statement)
     return out
 
 
@@ -203,7 +247,7 @@ def test_each_function_reaches_only_its_own_key_prefixes_in_the_bucket(logical_i
 def test_secrets_and_queues_are_reached_by_name(logical_id):
     for action, resource in granted(logical_id):
         service = action.split(":", 1)[0]
-        assert service in {"dynamodb", "s3", "secretsmanager", "sqs"}, f"{logical_id}: unexpected {action}"
+        assert service in {"dynamodb", "s3", "secretsmanager", "sqs", "bedrock"}, f"{logical_id}: unexpected {action}"
         if service == "secretsmanager":
             assert (action, resource) == ("secretsmanager:GetSecretValue", SECRET_ARN)
     queues = {(action, resource) for action, resource in granted(logical_id) if action.startswith("sqs:")}
@@ -226,6 +270,35 @@ def test_each_queue_trigger_reports_its_failures_and_dead_letters_what_keeps_fai
         assert resources_of("AWS::SQS::Queue")[dead]["MessageRetentionPeriod"] >= queue["MessageRetentionPeriod"]
     quiet = PARAMETERS["DeriveQuietSeconds"]
     assert quiet["MaxValue"] <= 900 and quiet["MinValue"] == 0  # SQS delays a message 900 s at most
+
+
+@pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
+def test_bedrock_is_granted_on_the_configured_models_alone_and_only_when_chosen(logical_id):
+    expected = ({"BedrockModel", "BedrockProfileRoutes"} if logical_id in BEDROCK_LLM else set()) | (
+        {"BedrockEmbeddings"} if logical_id in BEDROCK_EMBED else set())
+    bedrock = [s for s in statements(logical_id) if any(a.startswith("bedrock:") for a in _listed(s["Action"]))]
+    assert {s["Sid"] for s in bedrock} == expected and len(bedrock) == len(expected)
+    conditions = conditional(logical_id)
+    for statement in bedrock:
+        condition, resources, block = BEDROCK_GRANTS[statement["Sid"]]
+        assert conditions.get(statement["Sid"]) == condition, statement["Sid"]
+        # InvokeModel alone: nothing streams, so no InvokeModelWithResponseStream.
+        assert _listed(statement["Action"]) == ["bedrock:InvokeModel"], statement
+        assert {_text(r) for r in _listed(statement["Resource"])} == resources, statement
+        if block is None:
+            assert "Condition" not in statement
+        else:
+            ((operator, keys),) = statement["Condition"].items()
+            assert {operator: {k: _text(v) for k, v in keys.items()}} == block
+    assert conditions.keys() <= expected  # no other grant hangs on a condition
+
+
+def test_the_bedrock_conditions_follow_the_provider_parameters():
+    conditions = RAW["Conditions"]
+    for name, parameter in (("BedrockLlm", "LlmProvider"), ("BedrockEmbedder", "Embedder")):
+        (ref, value) = conditions[name].value
+        assert conditions[name].name == "Equals" and (ref.name, ref.value, value) == ("Ref", parameter, "bedrock")
+        assert "bedrock" in PARAMETERS[parameter]["AllowedValues"] and PARAMETERS[parameter]["Default"] != "bedrock"
 
 
 def sam_transform() -> dict[str, Any]:
@@ -295,6 +368,9 @@ def test_sam_adds_only_the_managed_policies_aws_requires(deployed):
         assert assume["Principal"] == {"Service": ["lambda.amazonaws.com"]}, lid
         for policy in props.get("Policies", []):  # ours, and the ones SAM writes (the DLQ destination's)
             for statement in policy["PolicyDocument"]["Statement"]:
+                if set(statement) == {"Fn::If"}:  # a Bedrock grant, under its condition
+                    condition, statement, otherwise = statement["Fn::If"]
+                    assert condition in ("BedrockLlm", "BedrockEmbedder") and otherwise == {"Ref": "AWS::NoValue"}
                 assert statement["Effect"] == "Allow" and "NotAction" not in statement, (lid, statement)
                 assert all("*" not in a for a in _listed(statement["Action"])), (lid, statement)
                 assert "*" not in _listed(statement["Resource"]), (lid, statement)

@@ -35,3 +35,15 @@ def test_a_secret_that_exists_is_read(aws, monkeypatch):
         Name=name, SecretString=json.dumps({"llm_api_key": "sk-present"}))
     _use_secret(monkeypatch, name)
     assert secrets.llm_api_key() == "sk-present"
+
+
+def test_a_deployment_on_bedrock_alone_never_reads_the_llm_key(aws, monkeypatch):
+    name = f"precis/bedrock-{uuid.uuid4().hex[:8]}"
+    __import__("boto3").client("secretsmanager").create_secret(
+        Name=name, SecretString=json.dumps({"llm_api_key": "sk-present"}))
+    _use_secret(monkeypatch, name)
+    bedrock = get_settings().model_copy(update={"llm_provider": "bedrock", "llm_model": "amazon.nova-lite-v1:0"})
+    assert secrets.with_llm_key(bedrock) is bedrock  # IAM signs its calls: no key, no Secrets Manager call
+    # One role on openai (or the openai embedder) still needs it.
+    assert secrets.with_llm_key(bedrock.model_copy(update={"chat_provider": "openai"})).llm_api_key == "sk-present"
+    assert secrets.with_llm_key(bedrock.model_copy(update={"embedder": "openai"})).llm_api_key == "sk-present"

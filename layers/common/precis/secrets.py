@@ -53,8 +53,11 @@ def llm_api_key() -> str | None:
 
 
 def with_llm_key(settings):
-    """`settings` with the LLM API key from Secrets Manager when the environment has none (deployed stacks)."""
-    if settings.llm_api_key:
+    """`settings` with the LLM API key from Secrets Manager when the environment has none (deployed stacks) and a role
+    uses the openai provider (Bedrock needs no key: its calls are signed with the function's role)."""
+    providers = {getattr(settings, f"{role}_provider", None) or settings.llm_provider
+                 for role in ("summaries", "derive", "chat")}
+    if settings.llm_api_key or ("openai" not in providers and settings.embedder != "openai"):
         return settings
     key = llm_api_key()
     return settings.model_copy(update={"llm_api_key": key}) if key else settings

@@ -7,6 +7,7 @@ never a silent fallback.
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -36,6 +37,21 @@ DERIVED_ENV = {
 }
 
 
+# Model providers: the default for every role, each role's own (None: the default), the Bedrock region.
+PROVIDER_ENV = {
+    "llm_provider": ("PRECIS_LLM_PROVIDER", "LlmProvider"), "summaries_provider": ("PRECIS_SUMMARIES_PROVIDER", None),
+    "derive_provider": ("PRECIS_DERIVE_PROVIDER", None), "chat_provider": ("PRECIS_CHAT_PROVIDER", None),
+    "bedrock_region": ("PRECIS_BEDROCK_REGION", "BedrockRegion"),
+}
+# A Bedrock model id (amazon.titan-..., anthropic.claude-...), a cross-region inference profile id
+# (us.anthropic.claude-...), or the ARN of a model or inference profile.
+BEDROCK_MODEL = re.compile(r"^(arn:aws[a-z-]*:bedrock:[a-z0-9-]*:\d{0,12}:[a-z-]+/\S+|"
+                           r"([a-z]{2,4}\.)?[a-z][a-z0-9]*\.[A-Za-z0-9._:-]+)$")
+# The Bedrock embedding models Precis speaks to, and the dimensions each can answer.
+BEDROCK_EMBED_DIMENSIONS = {"amazon.titan-embed-text-v2": (256, 512, 1024), "amazon.titan-embed-text-v1": (1536,),
+                            "cohere.embed-v4": (256, 512, 1024, 1536), "cohere.embed-": (1024,)}
+
+
 class SettingsError(RuntimeError):
     """The environment holds a value Precis cannot run with (a bad template parameter or `make dev` variable)."""
 
@@ -55,6 +71,13 @@ class Settings(BaseModel):
     max_message_chars: int = Field(25_000, ge=1, le=1024 * 1024)
     auth: bool = False
     jwt_secret: str | None = None
+    # Which provider answers each role's model calls: openai (an OpenAI-compatible endpoint and key) or bedrock (Amazon
+    # Bedrock through the function's IAM role, in bedrock_region, else the function's own). None: llm_provider.
+    llm_provider: Literal["openai", "bedrock"] = "openai"
+    summaries_provider: Literal["openai", "bedrock"] | None = None
+    derive_provider: Literal["openai", "bedrock"] | None = None
+    chat_provider: Literal["openai", "bedrock"] | None = None
+    bedrock_region: str | None = Field(None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
     llm_model: str = "gpt-4o-mini"
     llm_base_url: str | None = None
     llm_api_key: str | None = None
@@ -82,9 +105,10 @@ class Settings(BaseModel):
     summary_max_output_tokens: int | None = None  # None (0 in the template): derived from the strategy
     summary_whole_runs: bool | None = None
     # Derived memory. Conclusions are embedded by `embedder`: "hashed" (offline, lexical) or "openai" (the
-    # OpenAI-compatible embeddings endpoint, `embed_model`). `embed_dimensions` is the vector index's dimension
+    # OpenAI-compatible embeddings endpoint, `embed_model`) or "bedrock" (Titan Text Embeddings or Cohere Embed on
+    # Bedrock, `embed_model`). `embed_dimensions` is the vector index's dimension
     # (template parameter EmbedDimensions): changing it means a new index and re-embedding every conclusion.
-    embedder: Literal["hashed", "openai"] = "hashed"
+    embedder: Literal["hashed", "openai", "bedrock"] = "hashed"
     embed_model: str = "text-embedding-3-small"
     embed_dimensions: int = Field(256, ge=8, le=4096)
     # The deriver's defaults, under configuration.deriver of workspaces and sessions. None (auto): llm when one is
@@ -117,6 +141,31 @@ class Settings(BaseModel):
     @classmethod
     def _derived_output(cls, value: Any) -> Any:
         return None if str(value).strip() == "0" else value
+
+    @model_validator(mode="after")
+    def _bedrock_models_valid(self) -> Settings:
+        """A role on Bedrock needs a Bedrock model id; a Bedrock embedder a model it can speak to, at a dimension
+        that model answers."""
+        roles = [r for r in ("summaries", "derive", "chat") if (getattr(self, f"{r}_provider") or self.llm_provider)
+                 == "bedrock"]
+        # derive asks derive_model when one is set; every other Bedrock role asks llm_model.
+        models = [("derive_model", self.derive_model)] if "derive" in roles and self.derive_model else []
+        if set(roles) - ({"derive"} if self.derive_model else set()):
+            models.insert(0, ("llm_model", self.llm_model))
+        for field, model in models:
+            if not BEDROCK_MODEL.match(model):
+                raise ValueError(f"{_VARIABLES[field]}={model!r}{_parameter(field)}: not a Bedrock model id or "
+                                 f"inference profile (the {', '.join(roles)} role(s) use Bedrock)")
+        if self.embedder == "bedrock":
+            family = next((f for f in BEDROCK_EMBED_DIMENSIONS if self.embed_model.startswith(f)), None)
+            if family is None:
+                raise ValueError(f"PRECIS_EMBED_MODEL={self.embed_model!r} (template parameter EmbedModel): not a "
+                                 "Bedrock embedding model (amazon.titan-embed-text-v2:0, cohere.embed-*)")
+            if self.embed_dimensions not in BEDROCK_EMBED_DIMENSIONS[family]:
+                raise ValueError(f"PRECIS_EMBED_DIMENSIONS={self.embed_dimensions} (template parameter "
+                                 f"EmbedDimensions): {self.embed_model} answers "
+                                 f"{', '.join(map(str, BEDROCK_EMBED_DIMENSIONS[family]))} dimensions")
+        return self
 
     @model_validator(mode="after")
     def _summary_defaults_valid(self) -> Settings:
@@ -160,6 +209,7 @@ def get_settings() -> Settings:
         "auth": _env_bool(env.get("PRECIS_AUTH")),
         "jwt_secret": env.get("PRECIS_JWT_SECRET"),
         "llm_model": env.get("PRECIS_LLM_MODEL"),
+        **{field: env.get(variable) for field, (variable, _) in PROVIDER_ENV.items()},
         "llm_base_url": env.get("OPENAI_BASE_URL"),
         "llm_api_key": env.get("OPENAI_API_KEY"),
         "llm_timeout": env.get("PRECIS_LLM_TIMEOUT_S"),
@@ -181,10 +231,18 @@ _VARIABLES = {
     "inline_body_max_bytes": "PRECIS_INLINE_BODY_MAX_BYTES", "max_message_chars": "PRECIS_MAX_MESSAGE_CHARS",
     "llm_timeout": "PRECIS_LLM_TIMEOUT_S", "llm_max_attempts": "PRECIS_LLM_MAX_ATTEMPTS",
     "llm_max_input_tokens": "PRECIS_LLM_MAX_INPUT_TOKENS", "purge_grace_s": "PRECIS_PURGE_GRACE_S",
-    "summarize_concurrency": "PRECIS_SUMMARIZE_CONCURRENCY",
+    "summarize_concurrency": "PRECIS_SUMMARIZE_CONCURRENCY", "llm_model": "PRECIS_LLM_MODEL",
+    **{field: variable for field, (variable, _) in PROVIDER_ENV.items()},
     **{f"summary_{field}": variable for field, (variable, _) in SUMMARY_ENV.items()},
     **DERIVED_ENV,
 }
+
+
+_PARAMETERS = {"llm_model": "LlmModel", **{f: p for f, (_, p) in PROVIDER_ENV.items() if p}}
+
+
+def _parameter(field: str) -> str:
+    return f" (template parameter {_PARAMETERS[field]})" if field in _PARAMETERS else ""
 
 
 def _explain(exc: ValidationError) -> str:
@@ -193,5 +251,6 @@ def _explain(exc: ValidationError) -> str:
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
         message = error["msg"].removeprefix("Value error, ")
-        parts.append(f"{_VARIABLES[field]}={error['input']!r}: {message}" if field in _VARIABLES else message)
+        parts.append(f"{_VARIABLES[field]}={error['input']!r}{_parameter(field)}: {message}" if field in _VARIABLES
+                     else message)
     return "; ".join(parts)

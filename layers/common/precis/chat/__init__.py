@@ -120,8 +120,8 @@ def get_chat_engine(name: str, settings: Any = None, **options: Any) -> ChatEngi
 
 
 def chat_engine_name(settings: Any) -> str:
-    """`llm` when an endpoint or key is configured, else `offline` (chat works on the local stack with no LLM)."""
-    return "llm" if configured(settings) else "offline"
+    """`llm` when the chat role has a model (Bedrock, or an endpoint or key), else `offline` (chat works on the local stack with no LLM)."""
+    return "llm" if configured(settings, "chat") else "offline"
 
 
 # ---------------------------------------------------------------- the prompt's memory

@@ -72,7 +72,7 @@ class LLMChat:
     @classmethod
     def from_settings(cls, settings: Any, **overrides: Any) -> LLMChat:
         max_input = overrides.pop("max_input_tokens", None) or getattr(settings, "llm_max_input_tokens", None) or 16_000
-        return cls(model_from(settings, **({"time_budget": CHAT_TIME_BUDGET} | overrides)), max_input_tokens=max_input)
+        return cls(model_from(settings, "chat", **({"time_budget": CHAT_TIME_BUDGET} | overrides)), max_input_tokens=max_input)
 
     @property
     def model(self) -> str:

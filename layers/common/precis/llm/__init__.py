@@ -5,10 +5,11 @@ what every provider shares: retries of 408/409/429/5xx, timeouts, connection err
 exponential backoff and jitter, honouring the server's Retry-After, within a time budget (or the caller's deadline,
 whichever is shorter); each call's timeout; and the error classes (EngineError, PromptTooLong, BadAnswer). A provider
 module says what its client's failures mean (`failure`) and translates the chat-completions shape that messages,
-tools and `response_format` are written in. Today's provider is `openai` (any OpenAI-compatible endpoint).
+tools and `response_format` are written in. The providers: `openai` (any OpenAI-compatible endpoint, with a key) and
+`bedrock` (Amazon Bedrock through the function's IAM role); each role (summaries, derive, chat) may use its own.
 
-Importing this package is cheap: a provider's module, and its client library (`openai` ≈ 0.7 s), is imported by
-`model_from`/`model_of` alone.
+Importing this package is cheap: a provider's module, and its client library (`openai` ≈ 0.7 s, botocore's
+bedrock-runtime client), is imported by `model_from`/`model_of` alone.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-PROVIDERS = ("openai",)
+PROVIDERS = ("openai", "bedrock")
+ROLES = ("summaries", "derive", "chat")  # the roles that ask a chat model; embeddings choose by `embedder`
 DEFAULT_MODEL = "gpt-4o-mini"
 
 
@@ -120,6 +122,10 @@ class Model:
         """One raw embedding per text, in order (the caller checks and normalises them)."""
         raise NotImplementedError
 
+    def batch_size(self, model: str | None = None) -> int:
+        """The most texts one `embed` call should carry (OpenAI takes up to 2048; a smaller request fails faster)."""
+        return 256
+
     def failure(self, exc: Exception) -> Failure | None:
         """What the provider's failure `exc` means; None when it is not a model failure (it is raised as it is)."""
         return None
@@ -162,8 +168,17 @@ class Model:
         return min(self.backoff_max, max(backoff, retry_after or 0.0))
 
 
-def configured(settings: Any) -> bool:
-    """Whether `settings` name a model endpoint or key: the `llm` engines are the default only then."""
+def provider_of(settings: Any, role: str | None = None) -> str:
+    """The provider `settings` choose for `role` (its own, else llm_provider, else openai)."""
+    own = getattr(settings, f"{role}_provider", None) if role else None
+    return own or getattr(settings, "llm_provider", None) or "openai"
+
+
+def configured(settings: Any, role: str | None = None) -> bool:
+    """Whether `settings` configure a model for `role`: Bedrock (IAM needs no key), or an OpenAI-compatible endpoint
+    or key. The `llm` engines are the default only then."""
+    if provider_of(settings, role) == "bedrock":
+        return True
     return bool(getattr(settings, "llm_base_url", None) or getattr(settings, "llm_api_key", None))
 
 
@@ -173,17 +188,24 @@ def model_of(provider: str = "openai", **options: Any) -> Model:
         from precis.llm.openai import OpenAIModel
 
         return OpenAIModel(**options)
+    if provider == "bedrock":
+        from precis.llm.bedrock import BedrockModel
+
+        return BedrockModel(**options)
     raise ValueError(f"llm provider: must be one of {', '.join(PROVIDERS)}, got {provider!r}")
 
 
-def model_from(settings: Any, **overrides: Any) -> Model:
-    """The model `settings` (precis.settings.Settings) configure: llm_model, the endpoint and key, and the optional
-    llm_timeout, llm_max_attempts and llm_time_budget; `overrides` win."""
-    options: dict[str, Any] = {
-        "model": getattr(settings, "llm_model", None) or DEFAULT_MODEL,
-        "base_url": getattr(settings, "llm_base_url", None),
-        "api_key": getattr(settings, "llm_api_key", None),
-    }
+def model_from(settings: Any, role: str | None = None, **overrides: Any) -> Model:
+    """The model `settings` (precis.settings.Settings) configure for `role`: its provider, llm_model, the endpoint
+    and key (openai) or region (bedrock), and the optional llm_timeout, llm_max_attempts and llm_time_budget;
+    `overrides` win."""
+    provider = provider_of(settings, role)
+    options: dict[str, Any] = {"provider": provider, "model": getattr(settings, "llm_model", None) or DEFAULT_MODEL}
+    if provider == "bedrock":
+        options["region"] = getattr(settings, "bedrock_region", None)
+    else:
+        options |= {"base_url": getattr(settings, "llm_base_url", None),
+                    "api_key": getattr(settings, "llm_api_key", None)}
     for name, option in (("llm_timeout", "timeout"), ("llm_max_attempts", "max_attempts"),
                          ("llm_time_budget", "time_budget")):
         if getattr(settings, name, None) is not None:

@@ -1,9 +1,9 @@
 """Embedders turn conclusion texts into unit vectors for the table's vector index.
 
 `hashed` (the default) needs no network: feature hashing of stemmed words, word pairs and character n-grams, so
-texts that share words are near. `openai` asks an OpenAI-compatible embeddings endpoint through the LLM seam
-(`precis.llm`), with its retries. Importing this module stays cheap: `openai` is loaded by the first OpenAIEmbedder
-call alone.
+texts that share words are near. `openai` asks an OpenAI-compatible embeddings endpoint, `bedrock` Amazon Bedrock
+(Titan Text Embeddings, one text a request, or Cohere Embed, up to 96), through the LLM seam (`precis.llm`), with
+its retries. Importing this module stays cheap: a provider's client is loaded by the embedder's first call alone.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ _STOPWORDS = frozenset(
     "with would you your yours".split()
 )
 _SUFFIXES = ("ing", "ed", "es", "s")
-_BATCH = 256  # texts per embeddings request (OpenAI takes up to 2048; a smaller request fails faster)
 
 
 class Embedder(Protocol):
@@ -123,54 +122,54 @@ class HashedEmbedder:
         return normalised(vector)
 
 
-class OpenAIEmbedder:
-    """Embeddings from an OpenAI-compatible endpoint, asked for `dimensions` floats, normalised.
+class ModelEmbedder:
+    """Embeddings from a provider of the LLM seam, asked for `dimensions` floats, normalised.
 
-    408/409/429/5xx, timeouts, connection errors and unusable answers are retried by the seam with exponential backoff
-    and jitter, honouring Retry-After, up to `max_attempts` (no time budget beyond each call's timeout); then
+    Throttling, 5xx, timeouts, connection errors and unusable answers are retried by the seam with exponential
+    backoff and jitter, honouring Retry-After, up to `max_attempts` (no time budget beyond each call's timeout); then
     EngineError.
     """
 
-    name = "openai"
+    name = "none"
 
-    def __init__(self, *, model: str, dimensions: int, base_url: str | None = None, api_key: str | None = None,
-                 timeout: float = 30.0, max_attempts: int = 4, backoff_base: float = 0.5, backoff_max: float = 20.0,
-                 sleep: Callable[[float], None] = time.sleep, rng: Callable[[], float] = random.random):
-        if not (base_url or api_key):
-            raise EngineError("openai embedder: neither OPENAI_BASE_URL nor OPENAI_API_KEY is configured",
-                              retryable=False)
+    def __init__(self, *, model: str, dimensions: int, timeout: float = 30.0, max_attempts: int = 4,
+                 backoff_base: float = 0.5, backoff_max: float = 20.0, sleep: Callable[[float], None] = time.sleep,
+                 rng: Callable[[], float] = random.random, **provider_options: Any):
         if max_attempts < 1:
             raise ValueError(f"max_attempts: must be at least 1, got {max_attempts}")
         self.model, self.dimensions = model, dimensions
-        self.base_url, self.api_key = base_url, api_key
         self.timeout, self.max_attempts = timeout, max_attempts
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self._sleep, self._rng = sleep, rng
+        self._provider_options = provider_options
         self._llm: Model | None = None
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         """One vector per text; raises EngineError when the endpoint fails or answers nothing usable."""
         vectors = [fallback_vector(self.dimensions) for _ in texts]
-        asked = [i for i, text in enumerate(texts) if text.strip()]  # the API refuses empty input
-        for start in range(0, len(asked), _BATCH):
-            batch = asked[start:start + _BATCH]
-            for i, vector in zip(batch, self._request([texts[i] for i in batch])):
+        asked = [i for i, text in enumerate(texts) if text.strip()]  # the APIs refuse empty input
+        llm = self._model()
+        batch = llm.batch_size()
+        for start in range(0, len(asked), batch):
+            chunk = asked[start:start + batch]
+            for i, vector in zip(chunk, self._request(llm, [texts[i] for i in chunk])):
                 vectors[i] = vector
         return vectors
 
-    def _request(self, texts: list[str]) -> list[list[float]]:
+    def _model(self) -> Model:
         if self._llm is None:
             from precis.llm import model_of  # the provider's client (openai, about 0.7 s): only when asked for
 
-            self._llm = model_of("openai", model=self.model, base_url=self.base_url, api_key=self.api_key,
-                                 timeout=self.timeout, max_attempts=self.max_attempts, backoff_base=self.backoff_base,
-                                 backoff_max=self.backoff_max, sleep=self._sleep, rng=self._rng)
-        llm = self._llm
+            self._llm = model_of(self.name, model=self.model, timeout=self.timeout, max_attempts=self.max_attempts,
+                                 backoff_base=self.backoff_base, backoff_max=self.backoff_max, sleep=self._sleep,
+                                 rng=self._rng, **self._provider_options)
+        return self._llm
 
+    def _request(self, llm: Model, texts: list[str]) -> list[list[float]]:
         def attempt(timeout: float) -> list[list[float]]:
             return self._vectors_of(llm.embed(texts, dimensions=self.dimensions, timeout=timeout), len(texts))
 
-        vectors, _attempts = llm.retrying(attempt, math.inf, name="openai embedder")
+        vectors, _attempts = llm.retrying(attempt, math.inf, name=f"{self.name} embedder")
         return vectors
 
     def _vectors_of(self, data: list[Any], count: int) -> list[list[float]]:
@@ -190,30 +189,58 @@ class OpenAIEmbedder:
         return vectors
 
 
+class OpenAIEmbedder(ModelEmbedder):
+    """Embeddings from an OpenAI-compatible endpoint (256 texts a request)."""
+
+    name = "openai"
+
+    def __init__(self, *, model: str, dimensions: int, base_url: str | None = None, api_key: str | None = None,
+                 **options: Any):
+        if not (base_url or api_key):
+            raise EngineError("openai embedder: neither OPENAI_BASE_URL nor OPENAI_API_KEY is configured",
+                              retryable=False)
+        super().__init__(model=model, dimensions=dimensions, base_url=base_url, api_key=api_key, **options)
+
+
+class BedrockEmbedder(ModelEmbedder):
+    """Embeddings from Amazon Bedrock through the function's IAM role: Titan Text Embeddings V2 (256, 512 or 1024
+    dimensions, one text a request) or Cohere Embed (up to 96 texts a request)."""
+
+    name = "bedrock"
+
+    def __init__(self, *, model: str, dimensions: int, region: str | None = None, **options: Any):
+        super().__init__(model=model, dimensions=dimensions, region=region, **options)
+
+
 def get_embedder(settings: Any) -> Embedder:
     """The embedder `settings` (precis.settings.Settings) configure, one per distinct configuration."""
     return _embedder(settings.embedder, settings.embed_model, settings.embed_dimensions,
                      getattr(settings, "llm_base_url", None), getattr(settings, "llm_api_key", None),
-                     getattr(settings, "llm_timeout", None), getattr(settings, "llm_max_attempts", None))
+                     getattr(settings, "llm_timeout", None), getattr(settings, "llm_max_attempts", None),
+                     getattr(settings, "bedrock_region", None))
 
 
 def configured_embedder() -> Embedder:
-    """This deployment's embedder (with the LLM API key from Secrets Manager when the environment has none)."""
+    """This deployment's embedder (openai: with the LLM API key from Secrets Manager when the environment has none)."""
     from precis.settings import get_settings
     from precis.secrets import with_llm_key
 
-    return get_embedder(with_llm_key(get_settings()))
+    settings = get_settings()
+    return get_embedder(with_llm_key(settings) if settings.embedder == "openai" else settings)
 
 
 @lru_cache(maxsize=8)
 def _embedder(kind: str, model: str, dimensions: int, base_url: str | None, api_key: str | None,
-              timeout: float | None, max_attempts: int | None) -> Embedder:
+              timeout: float | None, max_attempts: int | None, region: str | None = None) -> Embedder:
     if kind == "hashed":
         return HashedEmbedder(dimensions)
     if kind == "openai":
         return OpenAIEmbedder(model=model, dimensions=dimensions, base_url=base_url, api_key=api_key,
                               timeout=timeout or 30.0, max_attempts=max_attempts or 4)
-    raise ValueError(f"embedder: must be hashed or openai, got {kind!r}")
+    if kind == "bedrock":
+        return BedrockEmbedder(model=model, dimensions=dimensions, region=region, timeout=timeout or 30.0,
+                               max_attempts=max_attempts or 4)
+    raise ValueError(f"embedder: must be hashed, openai or bedrock, got {kind!r}")
 
 
 def cosine_distance(a: list[float], b: list[float]) -> float:

@@ -55,7 +55,7 @@ from precis.llm import EngineError, PromptTooLong
 from precis.summaries.engines import Engine, SummaryRequest, SummaryResult, default_engine, get_engine, word_limit
 from precis.summaries.engines.prompt import build_messages, line_tokens, prompt_tokens
 from precis.errors import Invalid
-from precis.secrets import llm_api_key
+from precis.secrets import with_llm_key
 from precis.store import keys
 from precis.store.db import Db, batch_get
 from precis.store.messages import base_of, read_range, with_bodies
@@ -251,10 +251,9 @@ def _merged(outcomes: list[SummaryOutcome]) -> SummaryOutcome:
 
 
 def _with_secret_key(settings: Settings) -> Settings:
-    """Settings with the LLM API key from Secrets Manager when the environment has none (deployed stacks)."""
-    if settings.llm_api_key:
-        return settings
-    return settings.model_copy(update={"llm_api_key": llm_api_key()})
+    """Settings with the LLM API key from Secrets Manager when the environment has none (deployed stacks) and a role
+    needs it (precis.secrets.with_llm_key)."""
+    return with_llm_key(settings)
 
 
 @lru_cache(maxsize=4)
@@ -510,6 +509,8 @@ def _fingerprint(engine: Engine, config: SummaryConfig, settings: Settings) -> s
     """What a job's failure may depend on besides its messages: the engine and the settings that shape requests."""
     shape = [engine.name, config.model or settings.llm_model, settings.llm_base_url, config.instructions,
              config.max_output_tokens, config.temperature, settings.llm_max_input_tokens]
+    if (settings.summaries_provider or settings.llm_provider) == "bedrock":  # openai's fingerprints stay as they were
+        shape += ["bedrock", settings.bedrock_region]
     return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
 
 

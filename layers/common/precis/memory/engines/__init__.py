@@ -58,8 +58,8 @@ class DeriverEngine(Protocol):
 
 
 def default_deriver_engine(settings: Any) -> str:
-    """`settings.derive_engine` when set, else `llm` when an endpoint or key is configured (as for summaries)."""
-    return getattr(settings, "derive_engine", None) or ("llm" if configured(settings) else "extractive")
+    """`settings.derive_engine` when set, else `llm` when derivation has a model (Bedrock, or an endpoint or key)."""
+    return getattr(settings, "derive_engine", None) or ("llm" if configured(settings, "derive") else "extractive")
 
 
 def get_deriver_engine(name: str, settings: Any = None, model: str | None = None) -> DeriverEngine:

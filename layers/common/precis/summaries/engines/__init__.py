@@ -71,8 +71,8 @@ def word_limit(max_output_tokens: int) -> int:
 
 
 def default_engine(settings: Any) -> str:
-    """`llm` when an endpoint or key is configured, else `extractive` (offline summaries on the local stack)."""
-    return "llm" if configured(settings) else "extractive"
+    """`llm` when summaries have a model (Bedrock, or an endpoint or key), else `extractive` (offline summaries on the local stack)."""
+    return "llm" if configured(settings, "summaries") else "extractive"
 
 
 def get_engine(name: str, settings: Any = None) -> Engine:

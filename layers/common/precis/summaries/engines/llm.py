@@ -29,7 +29,7 @@ class LLMEngine:
     @classmethod
     def from_settings(cls, settings: Any, **overrides: Any) -> LLMEngine:
         """An engine from precis.settings.Settings (precis.llm.model_from); `overrides` win."""
-        return cls(model_from(settings, **overrides))
+        return cls(model_from(settings, "summaries", **overrides))
 
     @property
     def model(self) -> str:
