@@ -18,6 +18,7 @@ poller, `make invoke`, tests that seed or inspect) keep the direct port.
 from __future__ import annotations
 
 import functools
+import io
 import json
 import random
 import threading
@@ -150,8 +151,43 @@ class Throttling:
 
 
 class _RequestHandler(MotoRequestHandler):
+    """moto's request handler, keeping the connection open between requests.
+
+    werkzeug closes every connection after its answer (it cannot tell whether the app read the whole body), so each
+    AWS call of every function and poller paid a new TCP connection and a new server thread. A request whose body has
+    a Content-Length is read whole before moto sees it, so the next request starts where it ends; any other request
+    (a chunked body) still closes its connection.
+    """
+
     # werkzeug writes an answer's head and body apart: without this the body can wait for a delayed ACK (40 ms).
     disable_nagle_algorithm = True
+    _keep_alive = False
+
+    def run_wsgi(self) -> None:
+        connection = self.rfile
+        try:
+            super().run_wsgi()
+        finally:
+            self.rfile = connection
+
+    def make_environ(self) -> dict[str, Any]:
+        environ = super().make_environ()
+        length = self.headers.get("Content-Length", "")
+        self._keep_alive = length.isdigit() and "Transfer-Encoding" not in self.headers
+        if self._keep_alive:
+            environ["wsgi.input"] = io.BytesIO(self.rfile.read(int(length)))
+            # After its answer werkzeug reads whatever else the socket holds (it expects to close it): here that would
+            # be the client's next request, so for this request it reads from an empty stream.
+            self.rfile = io.BytesIO()
+        return environ
+
+    def send_header(self, keyword: str, value: str) -> None:
+        if self._keep_alive and keyword.lower() == "connection" and value.lower() == "close":
+            return
+        super().send_header(keyword, value)
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """Not a line per AWS call: the gateway and the pollers say what the stack did."""
 
 
 class SerializedMotoServer(ThreadedMotoServer):

@@ -20,7 +20,8 @@ slow as a Scan. DynamoDB costs what a request touches; so does this:
   above the same 400 KB; and a data-plane request and its answer (items, keys, counts) are read with `json.loads` and
   written with `json.dumps` instead of moto's shape-walking parser and serializer, which took a third of each request
   and most of a vector's write (anything holding binary values, timestamps or numbers JSON cannot carry exactly goes
-  the old way).
+  the old way). So is a page of the stream (GetRecords): the stream pollers read every image twice, the deriver's
+  vectors included, and moto's serializer walked each of a vector's 256 numbers against the API's shapes.
 
 Nothing is cached before it is first needed: a table's indexes are built on its first Query that uses them, from the
 items then stored, and every write after that (put, update, delete, batch, transaction and rollback) keeps them
@@ -38,15 +39,19 @@ import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import moto.dynamodb.models as _backend_module
+from moto.core.responses import ActionResult
+from moto.core.serialize import TimestampSerializer
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.exceptions import ItemSizeTooLarge
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 from moto.dynamodb.models.table import RESULT_SIZE_LIMIT, Table
 from moto.dynamodb.models.utilities import bytesize
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
+from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
 
 Key = tuple[DynamoType, "DynamoType | None"]
 Listener = Callable[[Table, DynamoType, "DynamoType | None"], None]
@@ -61,6 +66,7 @@ _MOTO = {
     "item_init": Item.__init__,
     "execute_result": DynamoResult.execute_result,
     "parse_parameters": DynamoHandler.parse_parameters,
+    "get_records": DynamoDBStreamsHandler.get_records,
 }
 _local = threading.local()
 _listeners: list[Listener] = []
@@ -423,6 +429,34 @@ def _unwritable(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
+class _StreamRecords(ActionResult):
+    """GetRecords' answer, written with `json.dumps`: moto's serializer walks every attribute value of every image
+    against the API's shapes, and a page of the deriver's vector items (257 values each) took most of the stack's
+    time. The same JSON: timestamps as moto writes them (epoch seconds, to the millisecond); a nested binary value
+    goes moto's way."""
+
+    def execute_result(self, context: Any) -> Any:
+        if not getattr(_local, "reference", False):
+            try:
+                body = json.dumps(self.result, default=_epoch)
+            except TypeError:
+                pass  # a nested binary value is bytes (a top-level one is already base64, as moto writes it)
+            else:
+                return 200, {"Content-Type": "application/x-amz-json-1.0"}, body
+        return super().execute_result(context)
+
+
+def _epoch(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return TimestampSerializer._timestamp_unixtimestamp(value)
+    raise TypeError(type(value).__name__)
+
+
+def _get_records(self: DynamoDBStreamsHandler) -> ActionResult:
+    result = _MOTO["get_records"](self)
+    return _StreamRecords(result.result)
+
+
 @contextmanager
 def moto_reference() -> Iterator[None]:
     """Queries in this thread walk the whole table and answers are written by moto's serializer, as moto does
@@ -446,4 +480,5 @@ def install() -> None:
     Item.__init__ = _item_init
     DynamoResult.execute_result = _execute_result
     DynamoHandler.parse_parameters = _parse_parameters
+    DynamoDBStreamsHandler.get_records = _get_records
 

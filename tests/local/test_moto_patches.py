@@ -96,3 +96,30 @@ def test_moto_refuses_an_item_over_400_kb(dynamodb, write):
                 call()
             assert refused.value.response["Error"]["Code"] == "ValidationException"
             assert refused.value.response["Error"]["Message"] == "Item size has exceeded the maximum allowed size"
+
+
+def test_the_moto_server_answers_many_calls_on_one_connection(moto_server):
+    """Keep-alive: each AWS call used to cost a new connection (and a server thread). Bodies are read whole, so the
+    next request on the connection starts where the last one ended, whatever the body held."""
+    import http.client
+    import json
+    from urllib.parse import urlsplit
+
+    split = urlsplit(moto_server[0])
+    conn = http.client.HTTPConnection(split.hostname, split.port, timeout=30)
+    headers = {"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "DynamoDB_20120810.GetItem",
+               "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/dynamodb/aws4_request, "
+                                "SignedHeaders=host, Signature=0"}
+    moto_server[1]["dynamodb"].put_item(TableName="precis-local", Item={"PK": {"S": "k"}, "SK": {"S": "x"},
+                                                                       "content": {"S": "kept"}})
+    sockets = set()
+    for padding in (0, 5, 70_000):  # a body longer than one read of the socket
+        body = json.dumps({"TableName": "precis-local", "Key": {"PK": {"S": "k"}, "SK": {"S": "x"}}}) + " " * padding
+        conn.request("POST", "/", body=body, headers=headers)
+        sockets.add(id(conn.sock))
+        response = conn.getresponse()
+        answer = json.loads(response.read())
+        assert response.status == 200 and answer["Item"]["content"] == {"S": "kept"}
+        assert response.getheader("Connection") != "close"
+    assert len(sockets) == 1 and conn.sock is not None
+    conn.close()
