@@ -23,6 +23,9 @@ WS = "console"
 SECRET = "console-test-secret-0123456789abcdef"
 HOSTILE = """<script>window.__pwned = "script"</script> I like <img src=x onerror="window.__pwned = 'img'"> a lot"""
 SETTLE_S = 600
+# A hang guard, not a speed limit: the first browser test also pays for seeding the stack (summaries, conclusions),
+# which on a busy machine takes longer than the suite's default timeout.
+pytestmark = pytest.mark.timeout(1200)
 BUDGETS = (300, 1000, 2000)  # messages only and skipping; no summary (40% < its size); the summary and messages
 
 
