@@ -8,6 +8,8 @@ import json
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -129,3 +131,22 @@ def call(method: str, url: str, body: Any = None, *, headers: dict[str, str] | N
     is_json = "json" in {k.lower(): v for k, v in headers.items()}.get("content-type", "application/json")
     return Reply(out["statusCode"], (json.loads(text) if is_json else text) if text else None, headers,
                  len(json.dumps(out, ensure_ascii=False).encode("utf-8")))  # python3.12 marshals unescaped
+
+
+@contextmanager
+def dynamodb_requests() -> Iterator[list[tuple[str, dict]]]:
+    """Every DynamoDB request the handlers make meanwhile, as (operation, parameters), recorded by botocore's own
+    event hook on the handlers' client: the code under test runs unchanged."""
+    from precis.store.db import get_db
+
+    client = get_db().client
+    seen: list[tuple[str, dict]] = []
+
+    def record(params: dict, model, **_) -> None:
+        seen.append((model.name, params))
+
+    client.meta.events.register("provide-client-params.dynamodb", record)
+    try:
+        yield seen
+    finally:
+        client.meta.events.unregister("provide-client-params.dynamodb", record)

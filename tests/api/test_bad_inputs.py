@@ -293,11 +293,29 @@ def test_every_route_has_bad_input_cases():
 
 
 def test_a_put_that_changes_nothing_is_fine(seeded):
-    assert call("PUT", W, {}).status == 200
-    assert call("PUT", f"{W}/peers/alice", {"metadata": None}).status == 200
-    assert call("PUT", S, {}).status == 200
+    def stored() -> list[dict]:  # what the table holds, but when it was last written
+        return [{k: v for k, v in item.items() if k != "updated_at"} for item in _scan(seeded)]
+
+    # Values other than the defaults, so that an empty PUT resetting them would show.
+    assert call("PUT", W, {"metadata": {"team": "a"}, "configuration": {"deriver": {"max_wait_s": 60}}}).status == 200
+    assert call("PUT", f"{W}/peers/alice", {"metadata": {"role": "user"}}).status == 200
+    assert call("PUT", S, {"metadata": {"topic": "moving"}}).status == 200
+    assert call("PUT", f"{S}/peers/alice/config", {"observe_others": True}).status == 204
+    shown = call("GET", f"{S}/peers/alice/config").body
+    assert shown["observe_others"] is True
+    before = stored()
+    reply = call("PUT", W, {})
+    assert reply.status == 200 and (reply.body["metadata"], reply.body["configuration"]) == (
+        {"team": "a"}, {"deriver": {"max_wait_s": 60}}), reply.body
+    reply = call("PUT", f"{W}/peers/alice", {"metadata": None})
+    assert reply.status == 200 and reply.body["metadata"] == {"role": "user"}, reply.body
+    reply = call("PUT", S, {})
+    assert reply.status == 200 and reply.body["metadata"] == {"topic": "moving"}, reply.body
     assert call("PUT", f"{S}/peers/alice/config", {}).status == 204
-    assert call("PUT", "/v3/workspaces/nope", {}).status == 404
+    assert call("GET", f"{S}/peers/alice/config").body == shown
+    reply = call("PUT", "/v3/workspaces/nope", {})
+    assert reply.status == 404 and "nope" in reply.body["detail"]
+    assert stored() == before
 
 
 def test_minting_a_key_without_a_signing_secret_is_503_not_a_crash(seeded):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -92,14 +92,19 @@ def test_the_installed_entry_point_runs():
     assert code == 0 and all(c in out for c in ("config", "keys", "context", "summaries", "tail", "import", "export"))
 
 
-@pytest.mark.parametrize("args", [
-    ["context", "s1", "--tokens", "0"], ["context", "s1"], ["config", "set", "novalue"],
-    ["config", "set", "deriver.batch=3"], ["import", "s1", "/no/such/file.jsonl"],
-    ["keys", "mint", "--admin", "--session", "s1"], ["keys", "mint", "--expires", "soon"]])
-def test_usage_errors_exit_2_before_anything_is_sent(args):
+@pytest.mark.parametrize("args, says", [
+    (["context", "s1", "--tokens", "0"], "Invalid value for '-t' / '--tokens': 0 is not in the range 1<=x<=100000."),
+    (["context", "s1"], "Missing option '-t' / '--tokens'."),
+    (["config", "set", "novalue"], "'novalue': expected key=value (e.g. strategy=rolling)"),
+    (["config", "set", "deriver.batch=3"], "'deriver.batch': a setting is key, summarizer.key or summary.key"),
+    (["import", "s1", "/no/such/file.jsonl"], "Invalid value for 'FILE': File '/no/such/file.jsonl' does not exist."),
+    (["keys", "mint", "--admin", "--session", "s1"], "--admin cannot be combined with --peer or --session"),
+    (["keys", "mint", "--expires", "soon"],
+     "Invalid value for --expires: a duration (30m, 12h, 7d) or an ISO 8601 time")])
+def test_usage_errors_exit_2_before_anything_is_sent(args, says):
     unreachable = {"PRECIS_URL": f"http://127.0.0.1:{free_port()}"}  # any request would be exit 1 instead
     result = CliRunner().invoke(main, args, env=unreachable)
-    assert result.exit_code == 2, result.output
+    assert (result.exit_code, result.output.strip().splitlines()[-1]) == (2, f"Error: {says}"), result.output
 
 
 def test_no_service_at_the_url_is_one_clear_line():
@@ -264,10 +269,13 @@ def test_tail_sees_a_summary_appear(stack, env):
 def test_tail_ends_cleanly_on_ctrl_c(env):
     tail = precis_process(env, "tail", "-w", "quiet", "nobody-yet", "--interval", "0.1")
     try:
-        time.sleep(1.5)  # started and polling (a signal during the interpreter's start would be another story)
+        # Polling once it says so (a signal during the interpreter's start would be another story).
+        assert select.select([tail.stderr], [], [], 120)[0], "tail never started polling"
+        said = tail.stderr.readline()
+        assert said.startswith("waiting for session 'nobody-yet'"), said
         tail.send_signal(signal.SIGINT)
-        _, err = tail.communicate(timeout=10)
+        _, err = tail.communicate(timeout=60)
     finally:
         tail.kill()
-    assert tail.returncode == 0 and "Traceback" not in err
-    assert "waiting for session 'nobody-yet'" in err
+        tail.wait()
+    assert tail.returncode == 0 and "Traceback" not in err, err

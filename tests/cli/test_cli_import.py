@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
 from precis_cli.cli import main
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.stack
 STACK_ENV = {"PRECIS_LOCAL_IDLE": "DeriveFunction"}
 PRECIS = Path(sys.executable).with_name("precis")
 STOP_WAIT_S = 120
+STALL_S = 600  # no batch done for this long: the import is stuck (a batch takes well under a second)
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +55,18 @@ def precis(env, *args):
     return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
 
 
-def precis_process(env, *args) -> subprocess.Popen:
+def precis_process(env, outputs: Path, *args) -> subprocess.Popen:
+    """`precis` as a process of its own, its stdout and stderr in files under `outputs` (a pipe nobody reads while
+    the test polls could fill and stall it)."""
     assert PRECIS.exists(), f"{PRECIS} is missing: `make dev` or `pip install -e . --no-deps` installs it"
     full = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
-    return subprocess.Popen([str(PRECIS), *args], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    outputs.mkdir()
+    with open(outputs / "stdout", "w") as stdout, open(outputs / "stderr", "w") as stderr:
+        return subprocess.Popen([str(PRECIS), *args], env=full, stdout=stdout, stderr=stderr, text=True)
+
+
+def output(outputs: Path) -> tuple[str, str]:
+    return (outputs / "stdout").read_text(), (outputs / "stderr").read_text()
 
 
 def conversation(n: int, tag: str = "") -> list[dict]:
@@ -152,10 +162,35 @@ def test_a_bad_line_is_refused_before_anything_is_posted(env, tmp_path):
     source.write_text('{"peer_id": "alice", "content": "fine"}\n{"peer_id": "alice"}\n')
     result = precis(env, "import", "-w", "bad", "s1", str(source))
     assert result.exit_code == 2 and result.stderr == "Error: line 2: content must be a string\n"
-    assert precis(env, "export", "-w", "bad", "s1").exit_code == 1  # nothing was created
+    export = precis(env, "export", "-w", "bad", "s1")
+    assert (export.exit_code, export.stdout) == (1, ""), export.stderr
+    assert export.stderr == "Error: 404 Not Found: session 's1' not found in workspace 'bad'\n"  # nothing was created
+    workspaces = httpx.post(f"{env['PRECIS_URL']}/v3/workspaces/list", json={}, timeout=30).json()["items"]
+    assert "bad" not in [w["id"] for w in workspaces]
 
 
-@pytest.mark.timeout(600)  # ~50 s with moto's table copies gone, ~160 s with them (see the stack fixture)
+def wait_for_batches(process: subprocess.Popen, state_dir: Path, wanted: int) -> int:
+    """Batches done (the import's state file) once `wanted` are or the process has ended. Waits on progress, not on
+    the clock: a slow machine only slows it; it fails when no batch at all is done for STALL_S (a stuck import)."""
+    done, moved = state_done(state_dir), time.monotonic()
+    while done < wanted and process.poll() is None:
+        time.sleep(0.05)
+        now = state_done(state_dir)
+        if now != done:
+            done, moved = now, time.monotonic()
+        assert time.monotonic() - moved < STALL_S, f"no batch done in {STALL_S} s (stuck after {done})"
+    return done
+
+
+def ended(process: subprocess.Popen) -> None:
+    """The child is gone, whatever happened: a leftover import would keep posting into the next test's stack."""
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+
+
+# ~50 s idle (~160 s with moto's table copies); the timeout is a hang guard only: the test waits on progress.
+@pytest.mark.timeout(3600)
 def test_import_of_10000_messages_killed_halfway_resumes_with_nothing_lost_or_doubled(env, tmp_path):
     lines = conversation(10_000)
     source = write_jsonl(tmp_path / "big.jsonl", lines)
@@ -164,22 +199,22 @@ def test_import_of_10000_messages_killed_halfway_resumes_with_nothing_lost_or_do
     state_dir = Path(env["PRECIS_STATE_DIR"])
 
     started = time.monotonic()
-    first = precis_process(env, "import", "-w", "bulk", "s1", str(source))
+    first = precis_process(env, tmp_path / "first", "import", "-w", "bulk", "s1", str(source))
     try:
-        deadline = time.monotonic() + 240
-        while state_done(state_dir) < 40 and first.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert first.poll() is None, first.communicate()
+        assert wait_for_batches(first, state_dir, 40) >= 40 and first.poll() is None, output(tmp_path / "first")
         first.send_signal(signal.SIGKILL)  # a crash: no clean-up, a batch possibly in flight
-        first.wait(timeout=10)
     finally:
-        first.kill()
+        ended(first)
     done_before = state_done(state_dir)
     assert 40 <= done_before < 100
 
-    second = precis_process(env, "import", "-w", "bulk", "s1", str(source))
-    out, err = second.communicate(timeout=300)
+    second = precis_process(env, tmp_path / "second", "import", "-w", "bulk", "s1", str(source))
+    try:
+        wait_for_batches(second, state_dir, 10**9)  # until it ends
+    finally:
+        ended(second)
     elapsed = time.monotonic() - started
+    out, err = output(tmp_path / "second")
     assert second.returncode == 0, err
     summary = out.strip().splitlines()[-1]
     imported, batches, already = (int(w) for w in summary.replace(",", "").split() if w.isdigit())

@@ -323,7 +323,7 @@ def test_search_reads_only_its_partition(aws, monkeypatch):
     monkeypatch.setattr(Table, "all_items", lambda self: pytest.fail("the search walked the table"))
     found = _search(dynamodb, table, TopK=10)["SearchResults"]
     assert sorted(r["Item"]["id"]["S"] for r in found) == ["mine0", "mine1", "mine2", "mine3"]
-    assert len(scored) <= 4 and all(vector[1] == 1.0 for vector in scored)
+    assert 1 <= len(scored) <= 4 and all(vector[1] == 1.0 for vector in scored), scored
 
 
 # ---------------------------------------------------------------- DynamoDB's refusals

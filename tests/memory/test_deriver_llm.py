@@ -4,7 +4,6 @@ batching by tokens and age, the prompt's lines and instructions, failures retrie
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -86,12 +85,26 @@ def test_a_batch_waits_for_512_tokens_then_one_request_carries_every_line(ws, ll
 
 
 def test_the_schedule_flushes_a_batch_that_waited_past_its_age(ws, llm_server):  # noqa: F811
+    """The deriver's clock is injected (derive_target's `now`), and the flush's query (due_targets) asked at chosen
+    moments; then the scheduled flush itself, once the machine's clock has passed the batch's age (waited on)."""
+    from datetime import UTC, datetime, timedelta
+
+    from precis.memory.deriver import DeriveTarget, derive_target, due_targets
+    from precis.memory.embeddings import configured_embedder
+    from precis.settings import get_settings
+    from precis.store.db import get_db
+
+    from tests.stack import wait_for
+
     assert call("PUT", W, {"configuration": {"deriver": {"max_wait_s": 1}}}).status == 200
-    post(("alice", "I moved to Lisbon."))
-    derive(ws["dynamodb"])
-    assert llm_server.requests == []
-    assert invoke("DeriveFunction", {"precis": "flush"}) == {"flushed": 0, "failed": 0}  # not yet due
-    time.sleep(1.2)
+    (message,) = post(("alice", "I moved to Lisbon."))
+    posted, db, alice = datetime.fromisoformat(message["created_at"]), get_db(), DeriveTarget("ws1", "s1", "alice")
+    outcome = derive_target(db, get_settings(), alice, engine_for=lambda _: pytest.fail("derived before its age"),
+                            embedder=configured_embedder(), now=lambda: posted)
+    assert outcome.pending == 1 and llm_server.requests == []  # one message, far from the batch's tokens: it waits
+    assert due_targets(db, ["ws1"], posted + timedelta(seconds=0.999)) == []  # not yet due
+    assert due_targets(db, ["ws1"], posted + timedelta(seconds=1)) == [alice]
+    wait_for(lambda: due_targets(db, ["ws1"], datetime.now(UTC)), 60)
     assert invoke("DeriveFunction", {"precis": "flush"}) == {"flushed": 1, "failed": 0}
     assert [c["content"] for c in found()] == ["alice moved to Lisbon in spring 2026"]
     assert invoke("DeriveFunction", {"precis": "flush"}) == {"flushed": 0, "failed": 0}

@@ -82,29 +82,46 @@ def test_schedule_dream_bad_inputs(ws, body, status):
 
 
 def test_the_dream_is_armed_by_new_conclusions_and_waits_for_an_idle_collection(ws, monkeypatch):
+    """The deriver's clock is injected (derive_target's `now`): conclusions written hours ago, each pushing the dream
+    back; the flush's query (dreams_due) at chosen moments; then the scheduled flush itself runs the due dream."""
+    from precis.memory.deriver import DeriveTarget, derive_target
+    from precis.memory.dreams import DreamTarget, dreams_due
+    from precis.memory.embeddings import configured_embedder
+    from precis.memory.engines import get_deriver_engine
     from precis.settings import get_settings
+    from precis.store.db import get_db
 
     monkeypatch.setenv("PRECIS_DREAM_MIN_CONCLUSIONS", "4")
-    monkeypatch.setenv("PRECIS_DREAM_IDLE_S", "60")
+    monkeypatch.setenv("PRECIS_DREAM_IDLE_S", "3600")
     get_settings.cache_clear()
-    assert dream_item(ws)["fresh"] == 3 and "due_at" not in dream_item(ws)
-    post("s1", ("alice", "I like green tea."))
-    derive(ws)
-    armed = dream_item(ws)
-    assert armed["fresh"] == 4 and armed["due_at"] > datetime.now(UTC).isoformat()  # waits for the idle minute
-    assert invoke("DeriveFunction", {"precis": "flush"}) == {"flushed": 0, "failed": 0}
-    assert "due_at" in dream_item(ws)  # not yet idle: the flush left it
-    status = call("GET", f"{W}/queue/status").body  # armed, not due: nothing for a client to wait for
-    assert status["pending_work_units"] == 0 and status["in_progress_work_units"] == 0, status
-    from precis.memory.dreams import DreamTarget, run
-    from precis.store.db import get_db
-    from precis.memory.engines.extractive import ExtractiveDeriver
-    from precis.memory.embeddings import HashedEmbedder
+    settings, db, hour = get_settings(), get_db(), timedelta(hours=1)
+    engine = get_deriver_engine("extractive", settings)
+    alice = DreamTarget("ws1", "alice", "alice")
 
-    later = datetime.now(UTC) + timedelta(seconds=61)
-    run(get_db(), DreamTarget("ws1", "alice", "alice"), engine=ExtractiveDeriver(), embedder=HashedEmbedder(256),
-        now=later)
-    assert dream_item(ws)["fresh"] == 0 and "due_at" not in dream_item(ws)
+    def said_at(moment: datetime, text: str) -> None:
+        post("s1", ("alice", text))
+        outcome = derive_target(db, settings, DeriveTarget("ws1", "s1", "alice"), engine_for=lambda _: engine,
+                                embedder=configured_embedder(), now=lambda: moment)
+        assert outcome.conclusions == 1, outcome
+
+    assert dream_item(ws)["fresh"] == 3 and "due_at" not in dream_item(ws)
+    assert invoke("DeriveFunction", {"precis": "flush"}) == {"flushed": 0, "failed": 0}  # not armed: nothing to run
+    first = datetime.now(UTC) - 3 * hour
+    said_at(first, "I like green tea.")
+    assert dream_item(ws)["fresh"] == 4 and dream_item(ws)["due_at"] == (first + hour).isoformat()
+    assert dreams_due(db, "ws1", first + hour - timedelta(seconds=1)) == []  # waits for an idle hour
+    assert dreams_due(db, "ws1", first + hour) == [alice]
+    second = first + hour / 2
+    said_at(second, "I play the cello on Fridays.")
+    assert dream_item(ws)["fresh"] == 5 and dream_item(ws)["due_at"] == (second + hour).isoformat()  # pushed back
+    assert dreams_due(db, "ws1", first + hour) == []
+    assert dreams_due(db, "ws1", second + hour) == [alice]
+    assert call("GET", f"{W}/queue/status").body["pending_work_units"] == 1  # due: a client sees it waiting
+
+    assert invoke("DeriveFunction", {"precis": "flush"}) == {"flushed": 1, "failed": 0}  # the schedule runs it
+    dreamt = dream_item(ws)
+    assert dreamt["fresh"] == 0 and dreamt["dreams"] == 1 and "due_at" not in dreamt
+    assert invoke("DeriveFunction", {"precis": "flush"}) == {"flushed": 0, "failed": 0}  # ran once
 
 
 # ---------------------------------------------------------------- the llm engine

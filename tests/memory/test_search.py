@@ -3,9 +3,11 @@ when an embedder is configured), within a workspace, a session or a peer's messa
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from tests.handlers import call, invoke
+from tests.handlers import call, dynamodb_requests, invoke
 from tests.stream import message_records, stream_record
 
 W = "/v3/workspaces/ws1"
@@ -69,24 +71,61 @@ def test_filters_use_the_message_lists_grammar(ws):
     assert search(f"{W}/search", "Lisbon", filters={"peer_id": "nobody"}) == []
 
 
+def embedded(requests: list[tuple[str, dict]]) -> list[tuple[str, str]]:
+    """The message vectors (partition, sort key) the recorded requests wrote, however they wrote them."""
+    from precis.store import keys
+
+    partitions = {keys.message_vectors_pk("ws1", s) for s in ("s1", "s2", "s3")}
+    written = []
+    for operation, params in requests:
+        if operation == "BatchWriteItem":
+            items = [r["PutRequest"]["Item"] for rs in params["RequestItems"].values() for r in rs if "PutRequest" in r]
+        elif operation == "TransactWriteItems":
+            items = [a.get("Put", {}).get("Item") or a.get("Update", {}).get("Key") for a in params["TransactItems"]]
+        else:
+            items = [params.get("Item") or params.get("Key")] if operation in ("PutItem", "UpdateItem") else []
+        written += [(i["PK"]["S"], i["SK"]["S"]) for i in items if i and i["PK"]["S"] in partitions]
+    return written
+
+
 def test_each_message_is_embedded_once_and_edits_never_re_embed(ws):
-    assert len(vectors(ws)) == 5
-    index(ws, "s1")  # a redelivered batch
-    first = vectors(ws)
-    assert len(first) == 5
+    from precis.store import keys
+
+    partition = keys.message_vectors_pk("ws1", "s1")
+    assert sorted(v["SK"]["S"] for v in vectors(ws) if v["PK"]["S"] == partition) == [
+        f"MV#{seq:012d}" for seq in (1, 2, 3)]  # the fixture's delivery embedded each of s1's messages
+    with dynamodb_requests() as replay:
+        index(ws, "s1")  # the same batch redelivered
+    post("s1", ("alice", "I take the tram to work."))
+    with dynamodb_requests() as grown:
+        index(ws, "s1")  # redelivered with one new message
     message = search(f"{W}/sessions/s1/search", "Lisbon")[0]
     assert call("PUT", f"{W}/sessions/s1/messages/{message['id']}", {"metadata": {"x": 1}}).status == 200
-    item = ws["dynamodb"].scan(TableName="precis-local")["Items"]
-    edited = [i for i in item if i.get("kind") == {"S": "message"} and i["id"]["S"] == message["id"]][0]
-    assert invoke("DeriveFunction", {"Records": [stream_record(edited, "MODIFY")]}) == {"batchItemFailures": []}
-    assert vectors(ws) == first
+    items = ws["dynamodb"].scan(TableName="precis-local")["Items"]
+    edited = [i for i in items if i.get("kind") == {"S": "message"} and i["id"]["S"] == message["id"]][0]
+    assert json.loads(edited["metadata"]["S"]) == {"x": 1}  # the stream's MODIFY image carries the edit
+    with dynamodb_requests() as edit:
+        assert invoke("DeriveFunction", {"Records": [stream_record(edited, "MODIFY")]}) == {"batchItemFailures": []}
+    assert embedded(replay) == [] and embedded(edit) == []
+    assert embedded(grown) == [(partition, f"MV#{4:012d}")]  # the recording sees a write: the new message's alone
 
 
 def test_the_context_read_never_touches_message_vectors(ws):
     from precis.store import keys
+    from precis.store.message_search import MEANING_INDEX, TEXT_INDEX
 
-    assert all(v["PK"]["S"].endswith("#MV") for v in vectors(ws))
-    assert all(v["PK"]["S"] != keys.session_pk("ws1", "s1") for v in vectors(ws))
+    partition = keys.message_vectors_pk("ws1", "s1")
+    assert len([v for v in vectors(ws) if v["PK"]["S"] == partition]) == 3  # there are vectors to touch
+    with dynamodb_requests() as plain:
+        reply = call("GET", f"{W}/sessions/s1/context")
+    assert reply.status == 200 and [m["content"] for m in reply.body["messages"]][1] == "I moved to Lisbon last spring."
+    with dynamodb_requests() as searched:  # the peer's representation, searched by its conclusions' vectors
+        reply = call("GET", f"{W}/sessions/s1/context", peer_target="alice", search_query="Lisbon")
+    assert reply.status == 200 and reply.body["messages"], reply.body
+    for requests in (plain, searched):
+        assert any(op == "Query" for op, _ in requests)  # the recording saw the read
+        text = [json.dumps(params) for _, params in requests]
+        assert not [t for t in text if partition in t or TEXT_INDEX in t or MEANING_INDEX in t], text
 
 
 def test_deleting_a_session_removes_its_vectors(ws):

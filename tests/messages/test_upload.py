@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import re
 
 import pytest
@@ -196,16 +197,51 @@ def test_a_pdf_too_slow_or_too_long_to_read_is_413_and_a_damaged_one_422():
             upload.pdf_text(broken, deadline=float("inf"), max_chars=10_000)
 
 
-def test_pypdf_is_imported_only_when_a_pdf_is_uploaded():
+# A fresh interpreter with the tests' environment and moto: uploads a text file, then a PDF, through the real
+# handler, and says after each whether pypdf is loaded.
+_UPLOADS = """
+import json, sys
+import tests.conftest  # the tests' environment (fake credentials, the template's table and bucket), before boto3
+import boto3
+from moto import mock_aws
+from local import moto_patches
+from local.template import create_resources, template
+from tests.handlers import Form, call
+
+moto_patches.install()
+seen = {"at start": "pypdf" in sys.modules}
+with mock_aws():
+    clients = {name: boto3.client(name) for name in ("dynamodb", "s3", "sqs")}
+    create_resources(template(), clients["dynamodb"], clients["s3"], clients["sqs"])
+    assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
+    assert call("POST", "/v3/workspaces/ws1/sessions", {"id": "s1", "peers": {"alice": {}}}).status == 201
+    for name, media in (("notes.txt", "text/plain"), ("a.pdf", "application/pdf")):
+        form = Form({"peer_id": "alice"}, {"file": (name, open(sys.argv[1] + name, "rb").read(), media)})
+        reply = call("POST", "/v3/workspaces/ws1/sessions/s1/messages/upload", form)
+        seen[name] = [reply.status, reply.body, "pypdf" in sys.modules]
+print(json.dumps(seen))
+"""
+
+
+def test_pypdf_is_imported_only_when_a_pdf_is_uploaded(tmp_path):
     import subprocess
     import sys
 
     from local.template import ROOT
 
-    code = "import sys; import precis.api.write; print('pypdf' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={"PYTHONPATH": str(ROOT / "layers/common")},
-                          capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip() == "False", done.stderr
+    (tmp_path / "notes.txt").write_bytes(b"Plain notes.")
+    (tmp_path / "a.pdf").write_bytes(make_pdf([["A page of text."]]))
+    path = os.pathsep.join(str(ROOT / p) for p in (".", "layers/common", "cli"))
+    done = subprocess.run([sys.executable, "-c", _UPLOADS, f"{tmp_path}/"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": path}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["at start"] is False, seen
+    (text_status, text_body, after_text), (pdf_status, pdf_body, after_pdf) = seen["notes.txt"], seen["a.pdf"]
+    assert (text_status, after_text) == (201, False), seen  # a text file's upload never loads pypdf
+    assert [m["content"] for m in text_body] == ["Plain notes."]
+    assert (pdf_status, after_pdf) == (201, True), seen  # a PDF's does
+    assert [m["content"] for m in pdf_body] == ["A page of text."]
 
 
 # ---------------------------------------------------------------- the route, in process
@@ -314,7 +350,10 @@ def test_a_bad_upload_says_what_is_wrong_and_writes_nothing(session, case, form,
 
 def test_a_deleted_session_is_404(session):
     assert call("DELETE", S).status == 202
-    assert call("POST", UPLOAD, _file(b"hi")).status == 404
+    before, objects = _scan(session), _objects(session)
+    reply = call("POST", UPLOAD, _file(b"hi"))
+    assert reply.status == 404 and "session 's1'" in reply.body["detail"], reply.body
+    assert _scan(session) == before and _objects(session) == objects  # nothing stored
 
 
 def test_a_body_that_is_not_a_form_is_415_and_json_routes_still_read_json(session):
@@ -408,14 +447,31 @@ def test_the_async_sdk_uploads_a_file(stack):
     assert uploaded == listed == ["# Notes\n\nOne point."]
 
 
-def test_the_openapi_document_describes_the_form_so_it_can_be_fuzzed():
+def test_the_openapi_document_describes_the_form_so_it_can_be_fuzzed(session):
     from precis.api.app import openapi_document
+    from precis.api.bodies import UploadFields
+    from precis.models import ID_MAX, ID_PATTERN
 
     operation = openapi_document()["paths"][
         "/v3/workspaces/{workspace_id}/sessions/{session_id}/messages/upload"]["post"]
     form = operation["requestBody"]["content"]["multipart/form-data"]
-    assert form["schema"]["required"] == ["file", "peer_id"]
-    assert form["schema"]["properties"]["file"] == {"type": "string", "format": "binary",
-                                                    "description": form["schema"]["properties"]["file"]["description"]}
-    assert form["encoding"]["metadata"] == {"contentType": "application/json"}
+    schema = form["schema"]
+    # The fields the route reads, each described, none missing and none made up; required as the route requires.
+    assert set(schema["properties"]) == {"file", *UploadFields.model_fields}
+    assert schema["required"] == ["file", *(n for n, f in UploadFields.model_fields.items() if f.is_required())]
+    assert schema["properties"]["peer_id"] == {"type": "string", "minLength": 1, "maxLength": ID_MAX,
+                                               "pattern": ID_PATTERN}
+    file = schema["properties"]["file"]
+    assert (file["type"], file["format"]) == ("string", "binary")
+    assert upload.SUPPORTED in file["description"] and f"at most {upload.MAX_FILE_BYTES} bytes" in file["description"]
+    assert form["encoding"]["metadata"] == form["encoding"]["configuration"] == {"contentType": "application/json"}
+    # Each file type the document names is one the route reads, with the other parts encoded as it says.
+    samples = {"text/plain": b"Plain notes.", "text/markdown": b"# Notes", "application/json": b'{"a": 1}',
+               "application/pdf": make_pdf([["A page of text."]])}
+    named = form["encoding"]["file"]["contentType"].split(", ")
+    assert set(named) == set(samples)
+    for media in named:
+        reply = call("POST", UPLOAD, _file(samples[media], "upload", media, metadata='{"via": "the document"}'))
+        assert reply.status == 201, (media, reply.body)
+        assert [m["metadata"] for m in reply.body] == [{"via": "the document"}], media
     assert {p["name"] for p in operation["parameters"]} == {"workspace_id", "session_id", "idempotency-key"}

@@ -235,7 +235,7 @@ def test_a_prompt_that_cannot_shrink_enough_fails_the_job_for_good(db, llm_serve
     post(db, [message(i, 1) for i in range(20)])
     outcome = summarize_session(db, settings_for(llm_server), WS, S)
     assert outcome.failed and "context window" in outcome.failed[0].reason
-    assert all(r.mode == "context_length" for r in llm_server.requests)
+    assert llm_server.requests and all(r.mode == "context_length" for r in llm_server.requests)
     sizes = [prompt_tokens(r.body) for r in llm_server.requests]
     assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == len(sizes)  # each smaller, then it gave up
 
