@@ -93,12 +93,13 @@ def test_each_message_is_embedded_once_and_edits_never_re_embed(ws):
 
     partition = keys.message_vectors_pk("ws1", "s1")
     assert sorted(v["SK"]["S"] for v in vectors(ws) if v["PK"]["S"] == partition) == [
-        f"MV#{seq:012d}" for seq in (1, 2, 3)]  # the fixture's delivery embedded each of s1's messages
+        f"MV#{seq:012d}" for seq in (1, 2, 3)]  # the fixture's posts wrote each of s1's search items
     with dynamodb_requests() as replay:
-        index(ws, "s1")  # the same batch redelivered
-    post("s1", ("alice", "I take the tram to work."))
+        index(ws, "s1")  # the deriver's delivery, again: it counts words, and writes no item
     with dynamodb_requests() as grown:
-        index(ws, "s1")  # redelivered with one new message
+        post("s1", ("alice", "I take the tram to work."))  # the post writes the new message's item, before answering
+    with dynamodb_requests() as delivered:
+        index(ws, "s1")  # the deriver then gets the batch with the new message: nothing left to write
     message = search(f"{W}/sessions/s1/search", "Lisbon")[0]
     assert call("PUT", f"{W}/sessions/s1/messages/{message['id']}", {"metadata": {"x": 1}}).status == 200
     items = ws["dynamodb"].scan(TableName="precis-local")["Items"]
@@ -106,26 +107,30 @@ def test_each_message_is_embedded_once_and_edits_never_re_embed(ws):
     assert json.loads(edited["metadata"]["S"]) == {"x": 1}  # the stream's MODIFY image carries the edit
     with dynamodb_requests() as edit:
         assert invoke("DeriveFunction", {"Records": [stream_record(edited, "MODIFY")]}) == {"batchItemFailures": []}
-    assert embedded(replay) == [] and embedded(edit) == []
+    assert embedded(replay) == [] and embedded(delivered) == [] and embedded(edit) == []
     assert embedded(grown) == [(partition, f"MV#{4:012d}")]  # the recording sees a write: the new message's alone
 
 
 def test_the_context_read_never_touches_message_vectors(ws):
+    """The plain context never reads the search items; with a search query it asks their index (to recall), and
+    never reads their partition by key."""
     from precis.store import keys
-    from precis.store.message_search import MEANING_INDEX, TEXT_INDEX
+    from precis.store.message_search import MEANING_INDEX, TERMS_INDEX
 
     partition = keys.message_vectors_pk("ws1", "s1")
     assert len([v for v in vectors(ws) if v["PK"]["S"] == partition]) == 3  # there are vectors to touch
     with dynamodb_requests() as plain:
         reply = call("GET", f"{W}/sessions/s1/context")
     assert reply.status == 200 and [m["content"] for m in reply.body["messages"]][1] == "I moved to Lisbon last spring."
-    with dynamodb_requests() as searched:  # the peer's representation, searched by its conclusions' vectors
+    with dynamodb_requests() as searched:  # the representation's conclusions, and the recalled messages
         reply = call("GET", f"{W}/sessions/s1/context", peer_target="alice", search_query="Lisbon")
     assert reply.status == 200 and reply.body["messages"], reply.body
     for requests in (plain, searched):
         assert any(op == "Query" for op, _ in requests)  # the recording saw the read
         text = [json.dumps(params) for _, params in requests]
-        assert not [t for t in text if partition in t or TEXT_INDEX in t or MEANING_INDEX in t], text
+        assert not [t for t in text if partition in t], text
+    assert not [p for _, p in plain if TERMS_INDEX in json.dumps(p) or MEANING_INDEX in json.dumps(p)]
+    assert [op for op, p in searched if p.get("IndexName") == TERMS_INDEX] == ["SearchVectors"]
 
 
 def test_deleting_a_session_removes_its_vectors(ws):
