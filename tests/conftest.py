@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
 
 from local.template import ENCODINGS_DIR, template
 
@@ -31,6 +32,12 @@ for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "OPENAI_API_KEY", "OPENAI_BASE_UR
 # The tests' own boto3 clients, made once: a client costs ~50 ms of CPU to make (its endpoint rules), and the `aws`
 # fixture runs for some thousand tests. moto's mock answers a client whenever it was made; each test's moto is fresh.
 _AWS_CLIENTS: dict = {}
+
+
+# hypothesis's default 200 ms deadline per example is a wall-clock threshold: on two busy cores (other work, or `make
+# test`'s second worker) a pure example can take longer. The examples and their number stay hypothesis's defaults.
+settings.register_profile("precis", deadline=None)
+settings.load_profile("precis")
 
 
 @pytest.fixture
