@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
 
 from local.template import ENCODINGS_DIR, template
 
@@ -28,6 +29,17 @@ for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "OPENAI_API_KEY", "OPENAI_BASE_UR
     os.environ.pop(var, None)
 
 
+# The tests' own boto3 clients, made once: a client costs ~50 ms of CPU to make (its endpoint rules), and the `aws`
+# fixture runs for some thousand tests. moto's mock answers a client whenever it was made; each test's moto is fresh.
+_AWS_CLIENTS: dict = {}
+
+
+# hypothesis's default 200 ms deadline per example is a wall-clock threshold: on two busy cores (other work, or `make
+# test`'s second worker) a pure example can take longer. The examples and their number stay hypothesis's defaults.
+settings.register_profile("precis", deadline=None)
+settings.load_profile("precis")
+
+
 @pytest.fixture
 def aws():
     """In-process moto with the template's table, bucket and queues; yields the boto3 clients."""
@@ -39,7 +51,9 @@ def aws():
 
     moto_patches.install()  # DynamoDB's limits and stream semantics in-process too, whatever the test order
     with mock_aws():
-        clients = {name: boto3.client(name) for name in ("dynamodb", "s3", "sqs", "dynamodbstreams")}
+        if not _AWS_CLIENTS:
+            _AWS_CLIENTS.update({name: boto3.client(name) for name in ("dynamodb", "s3", "sqs", "dynamodbstreams")})
+        clients = dict(_AWS_CLIENTS)
         create_resources(template(), clients["dynamodb"], clients["s3"], clients["sqs"])
         yield clients
 
@@ -77,6 +91,32 @@ def stack(request, tmp_path_factory):
         yield running
     finally:
         running.stop()
+
+
+def pytest_collection_modifyitems(items):
+    """Files that start a local stack (marked `stack`) run first, each file's tests in their order: under
+    pytest-xdist's --dist loadfile (`make test`) the long files then start early instead of trailing the run."""
+    stack_files = {item.path for item in items if item.get_closest_marker("stack")}
+    items.sort(key=lambda item: item.path not in stack_files)
+
+
+def pytest_sessionfinish(session):
+    """Under pytest-xdist (`make test`) the browser tests run in a worker: it hands its line to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        from tests.browser import summary_line
+
+        workeroutput["browser_line"] = summary_line()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller's side of pytest_sessionfinish: keep the line of the worker that ran the browser tests."""
+    from tests import browser
+
+    line = getattr(node, "workeroutput", {}).get("browser_line")
+    if line:
+        browser.outcome["line"] = line
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -53,7 +53,8 @@ class Stack:
                                          start_new_session=own_group)
         self.own_group = own_group
 
-    def wait_healthy(self, timeout: float = 60.0) -> None:
+    def wait_healthy(self, timeout: float = 120.0) -> None:
+        # Generous: on two busy cores (other work, or `make test`'s second worker) a stack took 30-40 s to answer.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"the stack exited:\n{self.log.read_text()}"
