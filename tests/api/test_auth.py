@@ -110,11 +110,12 @@ MATRIX = [
      {"representation": ""}),
     ("GET", f"{S}/context?peer_target=alice", None, SESSION_READERS, 200,
      {"id": "s1", "peer_representation": "", "peer_card": None}),
-    ("POST", f"{W}/search", {"query": "hello"}, WS_ONLY, 200, []),
-    ("POST", f"{S}/search", {"query": "hello"}, SESSION_READERS, 200, []),
-    ("POST", f"{W}/peers/alice/search", {"query": "hello"}, WS_ONLY | {"peer_member"}, 200, []),
+    ("POST", f"{W}/search", {"query": "hello"}, WS_ONLY, 200, [{"id": "MESSAGE_ID", "content": "hello"}]),  # searchable once posted
+    ("POST", f"{S}/search", {"query": "hello"}, SESSION_READERS, 200, [{"id": "MESSAGE_ID", "content": "hello"}]),
+    ("POST", f"{W}/peers/alice/search", {"query": "hello"}, WS_ONLY | {"peer_member"}, 200, [{"id": "MESSAGE_ID", "content": "hello"}]),
     ("POST", f"{W}/peers/alice/chat", {"query": "hello"}, WS_ONLY | {"peer_member"}, 200, {"content": None}),
-    ("POST", f"{W}/chat", {"query": "hello"}, WS_ONLY, 200, {"content": None}),
+    ("POST", f"{W}/chat", {"query": "hello"}, WS_ONLY, 200,
+     {"content": lambda text: text is not None and "alice: hello" in text}),  # the workspace chat searches messages
     ("POST", f"{W}/schedule_dream", {"observer": "alice"}, WS_ONLY, 204, None),
     ("POST", f"{S}/clone", None, SESSION_WRITERS, 201, lambda body: body["id"].startswith("s1-clone-")),
     ("POST", f"{W}/scopes", {"id": "therapy"}, WS_ONLY, CREATED, {"id": "therapy", "metadata": {}}),
