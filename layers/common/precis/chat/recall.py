@@ -30,12 +30,12 @@ class Recall:
     messages of those sessions only)."""
 
     def __init__(self, db: Db, ws: str, *, observer: str | None, observed: str | None, session_id: str | None,
-                 sessions: tuple[str, ...] | None, embed: Callable[[str], list[float]], dimensions: int,
+                 sessions: tuple[str, ...] | None, embed: Callable[[str], list[float]],
                  semantic: Callable[[str], list[float]] | None, base: Base | None = None):
         self.db, self.ws = db, ws
         self.observer, self.observed = observer, observed
         self.session_id, self.sessions = session_id, sessions
-        self._embed, self._dimensions, self._semantic = embed, dimensions, semantic
+        self._embed, self._semantic = embed, semantic
         self._base = base  # a clone's: the parent's messages it inherited are searched as its own
         self.evidence = Evidence()
         self.searches_conclusions = observer is not None

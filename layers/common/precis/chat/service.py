@@ -74,7 +74,7 @@ def answer_chat(db: Db, settings: Any, ws: str, body: ChatQuery, *, peer_id: str
     request = ChatRequest(body.query, observer, observed, body.session_id, body.reasoning_level, body.response_format)
     semantic = embed if settings.embedder != "hashed" else None
     memory = Recall(db, ws, observer=observer, observed=observed, session_id=body.session_id, sessions=allowlist,
-                    embed=embed, dimensions=settings.embed_dimensions, semantic=semantic, base=base)
+                    embed=embed, semantic=semantic, base=base)
     gathered = memory.gather(body.query, MEMORY_TOKENS[body.reasoning_level])
     content = _ask(_engine(chat_engine_name(settings), settings), request, memory, gathered)
     evidence = memory.evidence if body.include_evidence else None

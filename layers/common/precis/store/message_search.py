@@ -24,15 +24,12 @@ from precis.store import filters as filtering
 from precis.store import keys, term_stats
 from precis.store.db import Db, batch_get, to_item
 from precis.store.messages import Base, message_view, with_bodies
-from precis.store.vectors import lexical_attribute, search_index, vector_attribute
+from precis.store.vectors import fuse, lexical_attribute, search_index, vector_attribute
 
 if TYPE_CHECKING:
     from precis.memory.embeddings import Embedder
 
 TERMS_INDEX, MEANING_INDEX = "ByMessageTerms", "ByMessageMeaning"
-RRF_K = 60
-# The lexical ranking's share of the fused score when a semantic one exists; chosen on `make bench retrieval`.
-LEXICAL_WEIGHT = 0.9
 CANDIDATES = 4  # candidates asked of the BM25 index per result wanted, ranked again exactly
 _MAX_CANDIDATES = 200
 _MESSAGE_FIELDS = ("PK", "SK", "id", "seq", "peer_id", "content", "body_key", "metadata", "created_at",
@@ -117,19 +114,6 @@ def _put(db: Db, ws: str, session_id: str, incarnation: str | None, items: list[
         delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
         return 0
     return len(items)
-
-
-def fuse(lexical: Sequence[tuple[str, int]], semantic: Sequence[tuple[str, int]] | None,
-         weight: float = LEXICAL_WEIGHT) -> list[tuple[str, int]]:
-    """One ranking from the lexical and semantic ones (best first): weighted reciprocal rank (k = 60); the lexical
-    ranking alone when there is no semantic one."""
-    if semantic is None:
-        return list(lexical)
-    fused: dict[tuple[str, int], float] = {}
-    for share, ranking in ((weight, lexical), (1.0 - weight, semantic)):
-        for rank, key in enumerate(ranking, start=1):
-            fused[key] = fused.get(key, 0.0) + share / (RRF_K + rank)
-    return sorted(fused, key=lambda k: (-fused[k], k))
 
 
 def search(db: Db, ws: str, query: str, limit: int, filters: dict[str, Any] | None, *,

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import math
 from array import array
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 from precis.lexical import Document, Query
 from precis.store import keys, term_stats
 from precis.store.db import Db
 
+K = TypeVar("K")
+
 VECTOR_INDEX = "ByVector"
 TERMS_INDEX = "ByConclusionTerms"
 RRF_K = 60
-# BM25's share of the fused ranking, beside the embedder's (the hashed one's character n-grams, or a semantic one):
-# chosen on `make bench retrieval`.
+# BM25's share of a fused ranking (messages' and conclusions'), beside a semantic embedder's: chosen on
+# `make bench retrieval`.
 LEXICAL_WEIGHT = 0.9
 CANDIDATES = 4  # BM25 candidates asked of the index per result wanted, ranked again exactly
 VECTOR_ATTRIBUTE = "vec"
@@ -88,11 +91,19 @@ def nearest(db: Db, ws: str, observer: str, observed: str, text: str, vector: li
         lexical = [cid for cid in lexical if cid in within]
     if weight == 1.0:
         return list(dict.fromkeys(lexical + [cid for cid, _ in semantic]))[:top_k]
-    fused: dict[str, float] = {}
-    for share, ranking in ((weight, lexical), (1.0 - weight, [cid for cid, _ in semantic])):
-        for rank, cid in enumerate(ranking, start=1):
-            fused[cid] = fused.get(cid, 0.0) + share / (RRF_K + rank)
-    return sorted(fused, key=lambda cid: (-fused[cid], cid))[:top_k]
+    return fuse(lexical, [cid for cid, _ in semantic], weight)[:top_k]
+
+
+def fuse(lexical: Sequence[K], semantic: Sequence[K] | None, weight: float = LEXICAL_WEIGHT) -> list[K]:
+    """One ranking from a lexical and a semantic one (best first): weighted reciprocal rank (k = 60), ties in key
+    order; the lexical ranking alone when there is no semantic one."""
+    if semantic is None:
+        return list(lexical)
+    fused: dict[K, float] = {}
+    for share, ranking in ((weight, lexical), (1.0 - weight, semantic)):
+        for rank, key in enumerate(ranking, start=1):
+            fused[key] = fused.get(key, 0.0) + share / (RRF_K + rank)
+    return sorted(fused, key=lambda k: (-fused[k], k))
 
 
 def search(db: Db, collection: str, vector: list[float], top_k: int, *, level: str | None = None,
