@@ -67,6 +67,10 @@ _MOTO = {
     "update_item": DynamoDBBackend.update_item,
     "transact_write_items": DynamoDBBackend.transact_write_items,
     "item_init": Item.__init__,
+    "item_to_json": Item.to_json,
+    "item_project": Item.project,
+    "type_init": DynamoType.__init__,
+    "limited_setitem": LimitedSizeDict.__setitem__,
     "execute_result": DynamoResult.execute_result,
     "parse_parameters": DynamoHandler.parse_parameters,
     "get_records": DynamoDBStreamsHandler.get_records,
@@ -467,13 +471,107 @@ _JSON_ANSWERS = {"GetItem", "BatchGetItem", "Query", "Scan", "PutItem", "UpdateI
 
 def _item_init(self: Item, hash_key: DynamoType, range_key: DynamoType | None, attrs: dict[str, Any]) -> None:
     """moto's Item, sized once: its check after each attribute fails exactly when the whole item is over the limit
-    (sizes only add up), so one check of the whole is the same check."""
+    (sizes only add up), so one check of the whole is the same check. A vector is kept packed (`PackedNumbers`)."""
     self.hash_key, self.range_key = hash_key, range_key
-    values = {key: DynamoType(value) for key, value in attrs.items()}
+    pack = PackedNumbers.of if not getattr(_local, "reference", False) else (lambda _value: None)
+    values = {key: pack(value) or DynamoType(value) for key, value in attrs.items()}
     if sum(bytesize(key) + value.size() for key, value in values.items()) > _ITEM_LIMIT:
         raise ItemSizeTooLarge
     self.attrs = LimitedSizeDict.__new__(LimitedSizeDict)
     dict.update(self.attrs, values)
+
+
+class PackedNumbers(DynamoType):
+    """A list of numbers (a vector: 256 for a text's terms, more for an embedding) as the request wrote it, one object
+    instead of a DynamoType per number, which was most of a vector's write, copy and stream record. It is sized,
+    copied, written out (`Item.to_json`) and read by the vector search from its strings; anything that wants the
+    elements themselves (a condition on it, an update into it, an equality) gets moto's list, which it then stays."""
+
+    _SMALLEST = 16  # shorter lists are not worth it
+
+    def __init__(self, strings: tuple[str, ...]) -> None:  # noqa: super().__init__ would build the elements
+        self.type = "L"
+        self._strings: tuple[str, ...] | None = strings
+        self._elements: list[DynamoType] | None = None
+
+    @classmethod
+    def of(cls, value: Any) -> PackedNumbers | None:
+        """A packed list for the JSON of a long enough list of numbers (`{"L": [{"N": "0.5"}, ...]}`), else None."""
+        if type(value) is not dict or len(value) != 1:
+            return None
+        elements = value.get("L")
+        if type(elements) is not list or len(elements) < cls._SMALLEST:
+            return None
+        strings = []
+        for element in elements:
+            if type(element) is not dict or len(element) != 1 or type(number := element.get("N")) is not str:
+                return None
+            strings.append(number)
+        return cls(tuple(strings))
+
+    @property  # type: ignore[override]
+    def value(self) -> list[DynamoType]:
+        if self._strings is not None:
+            self._elements, self._strings = [DynamoType({"N": n}) for n in self._strings], None
+        return self._elements  # type: ignore[return-value]
+
+    @value.setter
+    def value(self, elements: list[DynamoType]) -> None:
+        self._elements, self._strings = elements, None
+
+    def strings(self) -> tuple[str, ...] | None:
+        """The numbers as written, while nothing has unpacked them."""
+        return self._strings
+
+    def size(self) -> int:
+        return sum(map(len, self._strings)) if self._strings is not None else super().size()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> DynamoType:
+        if self._strings is None:
+            return super().__deepcopy__(memo)
+        return memo.setdefault(id(self), PackedNumbers(self._strings))  # the strings never change: shared
+
+
+def _type_init(self: DynamoType, value: Any) -> None:
+    # moto copies a DynamoType given to it by its type and value: a packed one's elements are unpacked for the copy.
+    if type(value) is PackedNumbers:
+        value = DynamoType({"L": value.value})
+    _MOTO["type_init"](self, value)
+
+
+def _limited_setitem(self: LimitedSizeDict, key: str, value: Any) -> None:
+    # moto sizes a value by `type(v) is DynamoType` (else by its repr): a packed list is sized as the list it is.
+    if type(value) is not PackedNumbers and not any(type(v) is PackedNumbers for v in self.values()):
+        _MOTO["limited_setitem"](self, key, value)
+        return
+    if sum(bytesize(k) + _size(v) for k, v in (*self.items(), (key, value))) > _ITEM_LIMIT:
+        raise ItemSizeTooLarge
+    dict.__setitem__(self, key, value)
+
+
+def _size(value: Any) -> int:
+    return value.size() if isinstance(value, DynamoType) else bytesize(str(value))
+
+
+def _item_to_json(self: Item, root_attr_name: str = "Attributes") -> dict[str, Any]:
+    packed = {name: strings for name, value in self.attrs.items()
+              if type(value) is PackedNumbers and (strings := value.strings()) is not None}
+    if not packed:
+        return _MOTO["item_to_json"](self, root_attr_name)
+    rest = copy.copy(self)
+    rest.attrs = {name: value for name, value in self.attrs.items() if name not in packed}
+    written = _MOTO["item_to_json"](rest, root_attr_name)[root_attr_name]
+    return {root_attr_name: {name: {"L": [{"N": n} for n in packed[name]]} if name in packed else written[name]
+                             for name in self.attrs}}
+
+
+def _item_project(self: Item, projection_expressions: list[list[str]]) -> Item:
+    # moto turns the whole item into Python values (a Decimal per vector number) to pick the paths from it: only the
+    # top-level attributes the paths start with can be picked.
+    named = {path[0] for path in projection_expressions if path}
+    rest = copy.copy(self)
+    rest.attrs = {name: value for name, value in self.attrs.items() if name in named}
+    return _MOTO["item_project"](rest, projection_expressions)
 
 
 def _execute_result(self: DynamoResult, context: Any) -> Any:
@@ -537,8 +635,9 @@ def _get_records(self: DynamoDBStreamsHandler) -> ActionResult:
 
 @contextmanager
 def moto_reference() -> Iterator[None]:
-    """Queries in this thread walk the whole table, counter bumps take moto's expression machinery and answers are
-    written by moto's serializer, as moto does unpatched: the reference the tests compare with."""
+    """Queries in this thread walk the whole table, counter bumps take moto's expression machinery, vectors are
+    stored as moto's lists and answers are written by moto's serializer, as moto does unpatched: the reference the
+    tests compare with."""
     _local.reference = True
     try:
         yield
@@ -556,6 +655,10 @@ def install() -> None:
     DynamoDBBackend.transact_write_items = transact_write_items
     _backend_module.copy = _NoTableCopies()
     Item.__init__ = _item_init
+    Item.to_json = _item_to_json
+    Item.project = _item_project
+    DynamoType.__init__ = _type_init
+    LimitedSizeDict.__setitem__ = _limited_setitem
     DynamoResult.execute_result = _execute_result
     DynamoHandler.parse_parameters = _parse_parameters
     DynamoDBStreamsHandler.get_records = _get_records

@@ -51,6 +51,21 @@ def search_schema(index: dict[str, Any], kind: str) -> list[str]:
 
 def numbers(value: Any) -> list[float] | None:
     """The floats of a list-of-numbers AttributeValue (a DynamoType or its JSON), else None."""
+    strings = getattr(value, "strings", None)
+    if strings is not None and (strings := strings()) is not None:  # a packed list (local/moto_storage.py)
+        try:
+            return [float(n) for n in strings]
+        except ValueError:
+            pass
+    if isinstance(value, dict):  # JSON, as a request carries it: read as it is (a DynamoType per number is slow)
+        elements = value.get("L") if len(value) == 1 else None
+        if not isinstance(elements, list) or not all(isinstance(v, dict) and len(v) == 1 and "N" in v
+                                                     for v in elements):
+            return None
+        try:
+            return [float(v["N"]) for v in elements]
+        except (TypeError, ValueError):
+            pass  # not a number DynamoDB accepts: DynamoType's way below decides as before
     if not isinstance(value, DynamoType):  # (wrapping a DynamoType again would copy every element)
         value = DynamoType(value)
     if value.type != "L" or not all(v.type == "N" for v in value.value):

@@ -330,3 +330,70 @@ def test_a_counter_bump_past_400_kb_is_refused_and_changes_nothing(dynamodb):
         dynamodb.update_item(TableName=TABLE, Key=key, UpdateExpression="ADD " + ", ".join(
             f"x{i} :one" for i in range(200)), ExpressionAttributeValues={":one": {"N": "1"}})
     assert _everything(dynamodb) == before
+
+
+def _vector(seed: int) -> dict:
+    return {"L": [{"N": str((seed * 7 + i) % 13 / 4)} for i in range(256)]}
+
+
+def _vector_life(dynamodb) -> list:
+    """What a vector item goes through: put, read, projected, copied into a cancelled transaction, updated beside
+    and into, compared, removed; every answer, then the table and the stream's images."""
+    streams = _streams(dynamodb)
+    arn = dynamodb.describe_table(TableName=TABLE)["Table"]["LatestStreamArn"]
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][-1]["ShardId"]
+    start = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="LATEST")["ShardIterator"]
+    key = {"PK": {"S": PARTITIONS[0]}, "SK": {"S": "MSG#000000000001"}}
+    answers: list = []
+
+    def call(name, **request):
+        try:
+            answer = getattr(dynamodb, name)(**request)
+            answer.pop("ResponseMetadata", None)
+            answers.append(answer)
+        except ClientError as exc:
+            answers.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+
+    call("put_item", TableName=TABLE, Item={**key, "vec": _vector(1), "content": {"S": "a"}})
+    call("batch_write_item", RequestItems={TABLE: [{"PutRequest": {"Item": {
+        "PK": {"S": PARTITIONS[0]}, "SK": {"S": f"MSG#00000000000{n}"}, "vec": _vector(n)}}} for n in (2, 3)]})
+    call("get_item", TableName=TABLE, Key=key)
+    call("query", TableName=TABLE, KeyConditionExpression="PK = :p", ProjectionExpression="SK, vec[2], content",
+         ExpressionAttributeValues={":p": key["PK"]})
+    call("transact_write_items", TransactItems=[
+        {"Update": {"TableName": TABLE, "Key": key, "UpdateExpression": "SET content = :c",
+                    "ExpressionAttributeValues": {":c": {"S": "b"}}}},
+        {"ConditionCheck": {"TableName": TABLE, "Key": {"PK": {"S": "WS#b"}, "SK": {"S": "WS"}},
+                            "ConditionExpression": "attribute_exists(PK)"}}])
+    call("update_item", TableName=TABLE, Key=key, UpdateExpression="SET content = :c", ReturnValues="ALL_OLD",
+         ExpressionAttributeValues={":c": {"S": "c"}})
+    call("update_item", TableName=TABLE, Key=key, UpdateExpression="SET content = :c",
+         ConditionExpression="vec = :v", ExpressionAttributeValues={":c": {"S": "d"}, ":v": _vector(1)})
+    call("update_item", TableName=TABLE, Key=key, UpdateExpression="SET content = :c",
+         ConditionExpression="vec = :v", ExpressionAttributeValues={":c": {"S": "e"}, ":v": _vector(9)})
+    call("update_item", TableName=TABLE, Key=key, UpdateExpression="SET vec[1] = :n", ReturnValues="UPDATED_NEW",
+         ExpressionAttributeValues={":n": {"N": "42"}})
+    call("update_item", TableName=TABLE, Key={**key, "SK": {"S": "MSG#000000000002"}}, ReturnValues="ALL_NEW",
+         UpdateExpression="SET big = :b", ExpressionAttributeValues={":b": {"S": "x" * 404_200}})
+    call("delete_item", TableName=TABLE, Key={**key, "SK": {"S": "MSG#000000000003"}}, ReturnValues="ALL_OLD")
+    records = streams.get_records(ShardIterator=start, Limit=1000)["Records"]
+    images = [(r["eventName"], r["dynamodb"].get("OldImage"), r["dynamodb"].get("NewImage")) for r in records]
+    return [answers, _everything(dynamodb), images]
+
+
+def test_vectors_packed_in_moto_answer_as_moto_lists_of_numbers(dynamodb):
+    """A vector is stored as one packed object, not a DynamoType per number: every answer, item and stream image of
+    its life is what moto's own lists give (sizes included), and updating into it unpacks it."""
+    outcomes = []
+    for reference in (True, False):
+        _empty(dynamodb)
+        if reference:
+            with moto_reference():
+                outcomes.append(_vector_life(dynamodb))
+        else:
+            outcomes.append(_vector_life(dynamodb))
+    assert outcomes[1] == outcomes[0]
+    answers = outcomes[1][0]
+    assert "ConsumedCapacity" in answers[6] and answers[7][0] == "ConditionalCheckFailedException"  # vec = :v compares every number
+    assert answers[8]["Attributes"]["vec"]["L"][1] == {"N": "42"}
+    assert answers[9][0] == "ValidationException", answers[9]  # over 400 KB with the vector counted
