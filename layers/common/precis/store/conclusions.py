@@ -19,6 +19,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -53,6 +54,7 @@ MAX_CREATE = 100
 NEAR_DISTANCE = 0.05  # cosine distance within which two conclusions say the same thing (MEMORY.md)
 CHUNK = 16  # conclusions per transaction: 5 actions each, leaving room for the head, the checks and `extra`
 _MAX_ACTIONS = 100  # DynamoDB's TransactWriteItems limit
+_searches = ThreadPoolExecutor(max_workers=CHUNK, thread_name_prefix="near-duplicates")  # a chunk's at once
 _CHUNK_BYTES = 3_500_000  # under DynamoDB's 4 MB per transaction, with room for what the estimate misses
 _ATTEMPTS = 25  # lost races (the head moved) before a write gives up with Throttled
 _KEEP_SOURCES = 100  # source message ids kept per conclusion (the newest): a conclusion derived often stays small
@@ -313,15 +315,17 @@ def _plan(db: Db, ws: str, observer: str, observed: str, chunk: list[_Candidate]
     dedupe = [keys.conclusion_dedupe(ws, observer, observed, c.level, c.session_id, _digest(c.content)) for c in chunk]
     seen = {i["SK"]: i["id"] for i in batch_get(db, dedupe)}
     collection = keys.collection_name(ws, observer, observed)
-    matched: list[str | None] = []
-    for candidate, key in zip(chunk, dedupe):
-        found = seen.get(key["SK"])
-        if found is None:
-            hits = vectors.search(db, collection, candidate.vector, 1, level=candidate.level,
-                                  session_key=(candidate.session_id or "-") if candidate.level == "explicit" else None,
-                                  max_distance=NEAR_DISTANCE)
-            found = hits[0][0] if hits else None
-        matched.append(found)
+
+    def twin(candidate: _Candidate) -> str | None:
+        hits = vectors.search(db, collection, candidate.vector, 1, level=candidate.level,
+                              session_key=(candidate.session_id or "-") if candidate.level == "explicit" else None,
+                              max_distance=NEAR_DISTANCE)
+        return hits[0][0] if hits else None
+
+    # The near-duplicate searches of the candidates no exact key matched, at once: one SearchVectors each.
+    unmatched = [c for c, key in zip(chunk, dedupe) if key["SK"] not in seen]
+    twins = iter(list(_searches.map(twin, unmatched)) if len(unmatched) > 1 else map(twin, unmatched))
+    matched = [seen[key["SK"]] if key["SK"] in seen else next(twins) for key in dedupe]
     ids = list(dict.fromkeys(m for m in matched if m))
     stored = {i["id"]: i for i in batch_get(db, [keys.conclusion(ws, observer, observed, i) for i in ids])}
     targets = [m if m in stored else c.new_id for c, m in zip(chunk, matched)]
