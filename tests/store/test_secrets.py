@@ -29,6 +29,28 @@ def test_a_missing_secret_is_said_once_and_not_asked_for_again(aws, monkeypatch,
     assert len([r for r in caplog.records if r.getMessage() == "secret unavailable"]) == 1
 
 
+def test_threads_of_a_cold_start_look_a_missing_secret_up_once(aws, monkeypatch, caplog):
+    """A derive batch's targets run on threads: all asking at once, one of them looks it up and says it is missing."""
+    import threading
+
+    name = f"precis/missing-{uuid.uuid4().hex[:8]}"
+    _use_secret(monkeypatch, name)
+    start = threading.Barrier(8)
+    answers: list = []
+
+    def ask() -> None:
+        start.wait()
+        answers.append(secrets.llm_api_key())
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [None] * 8
+    assert len([r for r in caplog.records if r.getMessage() == "secret unavailable"]) == 1
+
+
 def test_a_secret_that_exists_is_read(aws, monkeypatch):
     name = f"precis/present-{uuid.uuid4().hex[:8]}"
     __import__("boto3").client("secretsmanager").create_secret(

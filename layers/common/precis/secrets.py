@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 from aws_lambda_powertools import Logger
@@ -15,26 +16,34 @@ _MAX_AGE_S = 300  # a rotated secret is picked up within five minutes
 # A secret found missing, and when: not looked up again for _MAX_AGE_S (every call would otherwise ask Secrets Manager
 # and log), and said once per cold start.
 _missing: dict[str, float] = {}
+_lookup = threading.Lock()
 
 
 def _secret_field(name: str) -> str | None:
     settings = get_settings()
     if not settings.secret_name:
         return None
-    missing_since = _missing.get(settings.secret_name)
+    # One lookup at a time: the threads of a cold start (a derive batch's targets) would each build a Secrets Manager
+    # client and ask, before the first answer (or its absence) is remembered.
+    with _lookup:
+        return _looked_up(settings.secret_name, name)
+
+
+def _looked_up(secret_name: str, name: str) -> str | None:
+    missing_since = _missing.get(secret_name)
     if missing_since is not None and time.monotonic() - missing_since < _MAX_AGE_S:
         return None
     from aws_lambda_powertools.utilities import parameters  # deferred: only cold starts that need it pay
 
     try:
-        value = parameters.get_secret(settings.secret_name, transform="json", max_age=_MAX_AGE_S)
+        value = parameters.get_secret(secret_name, transform="json", max_age=_MAX_AGE_S)
     except parameters.exceptions.GetParameterError as exc:
         # No such secret (the local stack has none): the caller decides whether that is fatal.
         if missing_since is None:
-            logger.warning("secret unavailable", extra={"secret": settings.secret_name, "error": str(exc)})
-        _missing[settings.secret_name] = time.monotonic()
+            logger.warning("secret unavailable", extra={"secret": secret_name, "error": str(exc)})
+        _missing[secret_name] = time.monotonic()
         return None
-    _missing.pop(settings.secret_name, None)
+    _missing.pop(secret_name, None)
     return value.get(name) if isinstance(value, dict) else None
 
 
