@@ -45,7 +45,8 @@ _undoable_transaction = moto_storage.transact_write_items
 
 def _attributes_size(attributes: dict[str, Any]) -> int:
     """Bytes of `attributes` as DynamoDB counts an item: names plus values (moto's own item-size rule)."""
-    return sum(bytesize(name) + DynamoType(value).size() for name, value in attributes.items())
+    return sum(bytesize(name) + (moto_storage.PackedNumbers.of(value) or DynamoType(value)).size()
+               for name, value in attributes.items())  # a vector sized from its strings (a DynamoType per number)
 
 
 def transaction_size(transact_items: list[dict[str, Any]]) -> int:

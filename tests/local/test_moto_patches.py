@@ -81,6 +81,17 @@ def test_updates_count_toward_the_4_mb_by_the_values_they_write(dynamodb):
         dynamodb.transact_write_items(TransactItems=updates)
 
 
+def test_a_vector_counts_toward_the_4_mb_as_moto_sizes_a_list_of_numbers():
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.utilities import bytesize
+
+    from local.moto_patches import transaction_size
+
+    item = {**_item("vec", 10), "vec": {"L": [{"N": str(n / 7)} for n in range(1536)]}}  # sized from its strings
+    assert transaction_size([{"Put": {"TableName": "precis-local", "Item": item}}]) == sum(
+        bytesize(name) + DynamoType(value).size() for name, value in item.items()) > 1536 * 3
+
+
 @pytest.mark.parametrize("write", ["put_item", "transact_write_items"])
 def test_moto_refuses_an_item_over_400_kb(dynamodb, write):
     # moto's own rule (not patched): refused from 405,000 bytes, a little under DynamoDB's 409,600, and as a plain
