@@ -305,6 +305,61 @@ def test_each_worker_takes_one_invocation_at_a_time(fake_pool):
     assert results[0].payload["pid"] != results[1].payload["pid"]
 
 
+GATED_APP = """
+import os, pathlib, time
+here = pathlib.Path(__file__).parent
+(here / f"importing-{os.getpid()}").touch()
+while (here / "hold-imports").exists():  # a slow cold start, for as long as the test holds it
+    time.sleep(0.01)
+
+def handler(event, context):
+    if event.get("gate"):
+        (here / "serving").touch()
+        while (here / event["gate"]).exists():
+            time.sleep(0.01)
+    return {"pid": os.getpid()}
+"""
+
+
+def _wait_for(condition) -> None:
+    while not condition():  # progress, not the clock: pytest's timeout ends a test that never gets there
+        time.sleep(0.01)
+
+
+def test_an_invocation_waiting_for_a_cold_start_takes_a_worker_freed_first(tmp_path):
+    (tmp_path / "app.py").write_text(GATED_APP)
+    fn = Function("Gated", tmp_path, "app.handler", {}, timeout=60)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path), "_HANDLER": fn.handler,
+           "AWS_LAMBDA_FUNCTION_NAME": "gated"}
+    pool = FunctionPool(fn, env, size=2)
+    try:
+        warm = pool.invoke({}).payload["pid"]
+        (tmp_path / "hold-imports").touch()
+        (tmp_path / "gate").touch()
+        with ThreadPoolExecutor(2) as ex:
+            busy = ex.submit(pool.invoke, {"gate": "gate"})  # takes the warm worker and keeps it
+            _wait_for((tmp_path / "serving").exists)
+            waiting = ex.submit(pool.invoke, {})  # no idle worker: a second one starts, held in its import
+            _wait_for(lambda: len(list(tmp_path.glob("importing-*"))) == 2)
+            (tmp_path / "gate").unlink()
+            assert busy.result().payload["pid"] == warm
+            assert waiting.result().payload["pid"] == warm  # the freed warm worker, not the cold start still held
+        (tmp_path / "hold-imports").unlink()
+        (tmp_path / "gate").touch()
+        with ThreadPoolExecutor(2) as ex:  # the worker started meanwhile serves too, once ready
+            first = ex.submit(pool.invoke, {"gate": "gate"})
+            _wait_for((tmp_path / "serving").exists)
+            second = ex.submit(pool.invoke, {})
+            second_pid = second.result().payload["pid"]
+            (tmp_path / "gate").unlink()
+            pids = {first.result().payload["pid"], second_pid}
+            assert len(pids) == 2 and warm in pids
+    finally:
+        (tmp_path / "hold-imports").unlink(missing_ok=True)
+        (tmp_path / "gate").unlink(missing_ok=True)
+        pool.close()
+
+
 def test_an_import_error_fails_the_invocation(tmp_path):
     fn = Function("Broken", tmp_path, "missing.handler", {}, timeout=2)
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path), "_HANDLER": fn.handler,
