@@ -22,8 +22,9 @@ import io
 import json
 import random
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -56,31 +57,73 @@ PROVISIONED_MESSAGE = (
 
 class Turns:
     """One request at a time; a waiting foreground request (the API's, the stack's own) goes before every waiting
-    background one (the stream consumers')."""
+    background one (the stream consumers'), and the background gets at most a share of moto while the foreground is
+    busy.
 
-    def __init__(self) -> None:
+    An API request makes its DynamoDB calls a few milliseconds apart (its handler works in between): background
+    requests slipped into every such gap make each next call wait, and a bulk import ran at a third of its speed
+    while the deriver caught up. A background request therefore starts once the foreground has been quiet for
+    `quiet_s`, or on its budget: `share` of the time passing accrues to it (up to `burst_s`) and what it runs on that
+    permission is spent. Under a steady stream of API requests the consumers get about `share` of moto; with the API
+    idle, all of it (in AWS each function has capacity of its own).
+    """
+
+    def __init__(self, quiet_s: float = 0.02, share: float = 0.35, burst_s: float = 0.1,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._ready = threading.Condition()
         self._busy = False
         self._waiting = [0, 0]  # foreground, background
+        self._quiet_s, self._share, self._burst_s = quiet_s, share, burst_s
+        self._clock = clock
+        self._foreground_ended = float("-inf")
+        self._budget, self._budget_at = burst_s, clock()
 
     def waiting(self) -> tuple[int, int]:
         """(foreground, background) requests waiting for their turn."""
         with self._ready:
             return self._waiting[False], self._waiting[True]
 
+    def background_may_start(self) -> tuple[bool, bool, float]:
+        """Whether a background request may start now (the turn being free): (may start, on its budget, seconds until
+        it may)."""
+        now = self._clock()
+        self._budget = min(self._burst_s, self._budget + (now - self._budget_at) * self._share)
+        self._budget_at = now
+        quiet_in = self._foreground_ended + self._quiet_s - now
+        if quiet_in <= 0:
+            return True, False, 0.0
+        if self._budget > 0:
+            return True, True, 0.0
+        return False, False, min(quiet_in, -self._budget / self._share)
+
     @contextmanager
     def turn(self, background: bool) -> Iterator[None]:
+        charged = False
         with self._ready:
             self._waiting[background] += 1
-            while self._busy or (background and self._waiting[False]):
-                self._ready.wait()
+            while True:
+                if self._busy or (background and self._waiting[False]):
+                    self._ready.wait()
+                    continue
+                if background:
+                    may, charged, wait_s = self.background_may_start()
+                    if not may:
+                        self._ready.wait(wait_s)
+                        continue
+                break
             self._waiting[background] -= 1
             self._busy = True
+        started = self._clock()
         try:
             yield
         finally:
             with self._ready:
                 self._busy = False
+                ended = self._clock()
+                if not background:
+                    self._foreground_ended = ended
+                elif charged:
+                    self._budget -= ended - started
                 self._ready.notify_all()
 
 

@@ -527,6 +527,35 @@ def test_a_waiting_api_request_goes_before_every_waiting_stream_consumer_request
     assert order[:2] == ["first", "api"] and sorted(order[2:]) == ["consumer-0", "consumer-1", "consumer-2"]
 
 
+def test_stream_consumers_get_a_share_of_moto_while_the_api_is_busy_and_all_of_it_when_quiet():
+    """The decision, on a clock the test moves: a consumer's request slips in on its budget, spends it, then waits
+    for a pause in the API's requests or for its share of the time passing to pay the budget back."""
+    from local.moto_server import Turns
+
+    now = [1000.0]
+    turns = Turns(quiet_s=0.02, share=0.25, burst_s=0.1, clock=lambda: now[0])
+    with turns.turn(background=False):  # the API is busy: one request, and the next comes at once
+        now[0] += 0.005
+    assert turns.background_may_start() == (True, True, 0.0)  # on its budget
+    with turns.turn(background=True):
+        now[0] += 0.3  # a long one: 0.2 s more than its budget held
+    with turns.turn(background=False):
+        now[0] += 0.005
+    may, _, wait_s = turns.background_may_start()
+    assert not may and wait_s == pytest.approx(0.02)  # the API's next call gets moto; the consumer waits for a pause
+    for _ in range(40):  # a steady API: a request every 5 ms for 0.2 s
+        with turns.turn(background=False):
+            now[0] += 0.005
+        assert not turns.background_may_start()[0]
+    # ... 0.2 s of share 0.25 paid back 0.05 of the 0.2 s owed; 0.6 s more of a busy API pays the rest
+    for _ in range(120):
+        with turns.turn(background=False):
+            now[0] += 0.005
+    assert turns.background_may_start()[:2] == (True, True)
+    now[0] += 0.02  # and whatever its budget, a consumer goes as soon as the API pauses
+    assert turns.background_may_start() == (True, False, 0.0)
+
+
 def test_the_stream_consumers_use_the_background_port_at_a_lower_priority():
     from local.worker import BACKGROUND_NICE, start_pools
 
