@@ -239,3 +239,31 @@ def test_the_templates_filters_wake_the_summarizer_for_message_inserts(event_nam
     settings = StreamSettings.from_properties(template().stream_function().stream)
     record = {"eventName": event_name, "dynamodb": {"NewImage": image}}
     assert any(matches(p, record) for p in settings.filters) is wakes
+
+
+def test_the_pollers_json_read_of_get_records_shapes_records_as_botocores_parse_does(moto_server):
+    """The pollers read GetRecords with json.loads (botocore's parse of a big stream took the stack's process): the
+    Lambda records are the same as from boto3's answer, binary values, vectors, nested maps, old and new images."""
+    from local.moto_backend import client
+    from local.poller import _RecordsReader, lambda_record, lambda_record_json
+
+    endpoint, clients = moto_server
+    dynamodb, table = clients["dynamodb"], template().table_name
+    streams = client("dynamodbstreams", endpoint)
+    arn = dynamodb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    key = {"PK": {"S": "WS#w#S#s"}, "SK": {"S": "MSG#000000000001"}}
+    dynamodb.put_item(TableName=table, Item={**key, "blob": {"B": b"\x00\xff"}, "tvec": {"L": [
+        {"N": str(n / 8)} for n in range(256)]}, "meta": {"M": {"tags": {"SS": ["a", "b"]}, "n": {"N": "1.5"}}}})
+    dynamodb.update_item(TableName=table, Key=key, UpdateExpression="SET content = :c",
+                         ExpressionAttributeValues={":c": {"S": "héllo"}})
+    dynamodb.delete_item(TableName=table, Key=key)
+    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard,
+                                          ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    page = _RecordsReader(endpoint).get_records(iterator, 1000)
+    assert page is not None  # read as JSON, not handed back to boto3
+    parsed = streams.get_records(ShardIterator=iterator, Limit=1000)
+    assert [r["eventName"] for r in parsed["Records"]] == ["INSERT", "MODIFY", "REMOVE"]
+    assert [lambda_record_json(r, arn) for r in page["Records"]] == [lambda_record(r, arn)
+                                                                     for r in parsed["Records"]]
+    assert _RecordsReader(endpoint).get_records("not-an-iterator", 1000) is None  # an error: boto3 says what
