@@ -104,10 +104,14 @@ def _attribute_json(value: dict[str, Any]) -> dict[str, Any]:
 def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
     """A GetRecords record (as boto3 parses it) shaped as Lambda delivers it to the function."""
     src = record["dynamodb"]
-    ddb: dict[str, Any] = {"ApproximateCreationDateTime": int(src["ApproximateCreationDateTime"].timestamp())}
-    for key in ("Keys", "NewImage", "OldImage"):
-        if key in src:
-            ddb[key] = {name: _attribute_json(v) for name, v in src[key].items()}
+    images = {key: {name: _attribute_json(v) for name, v in src[key].items()}
+              for key in ("Keys", "NewImage", "OldImage") if key in src}
+    return _lambda_shaped(record, int(src["ApproximateCreationDateTime"].timestamp()), images, stream_arn)
+
+
+def _lambda_shaped(record: dict[str, Any], created: int, images: dict[str, Any], stream_arn: str) -> dict[str, Any]:
+    src = record["dynamodb"]
+    ddb: dict[str, Any] = {"ApproximateCreationDateTime": created, **images}
     ddb.update(SequenceNumber=src["SequenceNumber"], SizeBytes=src["SizeBytes"], StreamViewType=src["StreamViewType"])
     return {
         "eventID": record["eventID"],
@@ -124,20 +128,8 @@ def lambda_record_json(record: dict[str, Any], stream_arn: str) -> dict[str, Any
     """A GetRecords record as its JSON has it (`_RecordsReader`) shaped as Lambda delivers it: the same as
     `lambda_record` gives for botocore's parse of it."""
     src = record["dynamodb"]
-    ddb: dict[str, Any] = {"ApproximateCreationDateTime": int(src["ApproximateCreationDateTime"])}
-    for key in ("Keys", "NewImage", "OldImage"):
-        if key in src:
-            ddb[key] = src[key]
-    ddb.update(SequenceNumber=src["SequenceNumber"], SizeBytes=src["SizeBytes"], StreamViewType=src["StreamViewType"])
-    return {
-        "eventID": record["eventID"],
-        "eventName": record["eventName"],
-        "eventVersion": "1.1",
-        "eventSource": "aws:dynamodb",
-        "awsRegion": record.get("awsRegion", REGION),
-        "dynamodb": ddb,
-        "eventSourceARN": stream_arn,
-    }
+    images = {key: src[key] for key in ("Keys", "NewImage", "OldImage") if key in src}
+    return _lambda_shaped(record, int(src["ApproximateCreationDateTime"]), images, stream_arn)
 
 
 class _RecordsReader:
