@@ -161,6 +161,8 @@ class _RecordsReader:
             response = connection.getresponse()
             data = response.read()
         except (OSError, http.client.HTTPException):
+            if connection is not None:
+                connection.close()
             self._local.connection = None
             return None
         if response.status != 200:

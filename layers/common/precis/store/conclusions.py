@@ -324,7 +324,7 @@ def _plan(db: Db, ws: str, observer: str, observed: str, chunk: list[_Candidate]
 
     # The near-duplicate searches of the candidates no exact key matched, at once: one SearchVectors each.
     unmatched = [c for c, key in zip(chunk, dedupe) if key["SK"] not in seen]
-    twins = iter(list(_searches.map(twin, unmatched)) if len(unmatched) > 1 else map(twin, unmatched))
+    twins = _searches.map(twin, unmatched)  # in the chunk's order
     matched = [seen[key["SK"]] if key["SK"] in seen else next(twins) for key in dedupe]
     ids = list(dict.fromkeys(m for m in matched if m))
     stored = {i["id"]: i for i in batch_get(db, [keys.conclusion(ws, observer, observed, i) for i in ids])}
