@@ -3,6 +3,10 @@
 - Writes and queries cost what they touch (local/moto_storage.py): a transaction rolls back from an undo log instead
   of deep copies of its tables (which also kept moto's rollback from swapping the table's stream shard for a copy
   nobody reads), and a Query reads the partition or index value it names.
+- moto accepts a BatchWriteItem of any number of requests, and two requests for one item when they differ (a put and
+  a delete of it, or two puts with other attributes): DynamoDB refuses more than 25 requests and any item named
+  twice, with a ValidationException, writing nothing. (moto compared whole requests by serializing every item to JSON:
+  most of a batch of vector items' time.)
 - moto accepts a transaction of any size; DynamoDB refuses one whose items add up to more than 4 MB
   ("The aggregate size of the items in the transaction cannot exceed 4 MB", TransactWriteItems API reference)
   with a ValidationException, before writing anything.
@@ -32,7 +36,8 @@ from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.models.utilities import bytesize
 from moto.dynamodb.parsing.reserved_keywords import ReservedKeywords
-from moto.dynamodb.responses import DynamoHandler, DynamoResult, ProjectionExpressionParser
+from moto.core.responses import ActionResult
+from moto.dynamodb.responses import DynamoHandler, DynamoResult, ProjectionExpressionParser, validate_put_has_empty_keys
 
 from local import moto_storage, moto_vectors
 from local.moto_vectors import numbers as _numbers
@@ -368,6 +373,43 @@ def _route_search_host() -> None:
             _backend_index.backend_url_patterns.append(("dynamodb", re.compile(pattern)))
 
 
+MAX_BATCH_WRITES = 25
+_BATCH_TOO_LARGE = ("1 validation error detected: Value at 'requestItems' failed to satisfy constraint: Map value must "
+                    "satisfy constraint: [Member must have length less than or equal to 25, Member must have length "
+                    "greater than or equal to 1]")
+
+
+def _batch_write_item(self: DynamoHandler) -> Any:
+    """moto's BatchWriteItem, with DynamoDB's refusals: more than 25 requests, or one item named twice."""
+    batches = self.body["RequestItems"]
+    if not 1 <= sum(map(len, batches.values())) <= MAX_BATCH_WRITES:
+        raise MockValidationException(_BATCH_TOO_LARGE)
+    puts, deletes, named = [], [], set()
+    for table_name, requests in batches.items():
+        table = self.dynamodb_backend.get_table(table_name)
+        key_names = [n for n in (table.hash_key_attr, table.range_key_attr) if n]
+        for request in requests:
+            (kind, body), = request.items()
+            attributes = body["Item"] if kind == "PutRequest" else body["Key"]
+            if kind == "PutRequest":
+                validate_put_has_empty_keys(attributes, table, custom_error_msg=(
+                    "One or more parameter values are not valid. The AttributeValue for a key attribute cannot "
+                    "contain an empty string value. Key: {}"))
+                puts.append((table_name, attributes))
+            else:
+                deletes.append((table_name, attributes))
+            key = (table_name, *(repr(sorted((attributes.get(n) or {}).items())) for n in key_names))
+            if key in named:
+                raise MockValidationException("Provided list of item keys contains duplicates")
+            named.add(key)
+    for table_name, item in puts:
+        self.dynamodb_backend.put_item(table_name, item)
+    for table_name, key in deletes:
+        self.dynamodb_backend.delete_item(table_name, key)
+    return ActionResult({"ConsumedCapacity": [{"TableName": name, "CapacityUnits": 1.0, "Table": {"CapacityUnits": 1.0}}
+                                              for name in batches], "ItemCollectionMetrics": {}, "UnprocessedItems": {}})
+
+
 _serial = threading.RLock()
 _call_action = DynamoHandler.call_action
 
@@ -390,6 +432,7 @@ def install() -> None:
     DynamoHandler.create_table = _create_table
     DynamoHandler.update_table = _update_table
     DynamoHandler.search_vectors = _search_vectors_action
+    DynamoHandler.batch_write_item = _batch_write_item
     DynamoDBBackend.search_vectors = search_vectors
     Table.describe = _describe
     Table.put_item = _put_item

@@ -134,3 +134,50 @@ def test_the_moto_server_answers_many_calls_on_one_connection(moto_server):
         assert response.getheader("Connection") != "close"
     assert len(sockets) == 1 and conn.sock is not None
     conn.close()
+
+
+# ---------------------------------------------------------------- BatchWriteItem's refusals
+
+
+def _batch(dynamodb, *requests: dict) -> dict:
+    return dynamodb.batch_write_item(RequestItems={"precis-local": list(requests)})
+
+
+def _put_request(key: str, content: str = "x") -> dict:
+    return {"PutRequest": {"Item": {**_item(key, 0), "content": {"S": content}}}}
+
+
+def _delete_request(key: str) -> dict:
+    return {"DeleteRequest": {"Key": {"PK": {"S": key}, "SK": {"S": "x"}}}}
+
+
+@pytest.mark.parametrize("twice", [
+    [_put_request("a", "first"), _put_request("b"), _put_request("a", "second")],  # moto took differing puts
+    [_put_request("a"), _delete_request("a")],  # and a put and a delete of one item
+    [_delete_request("a"), _put_request("b"), _delete_request("a")],
+], ids=["two-puts", "put-and-delete", "two-deletes"])
+def test_a_batch_naming_an_item_twice_is_refused_and_writes_nothing(dynamodb, twice):
+    _batch(dynamodb, _put_request("a", "stored"))
+    with pytest.raises(ClientError) as refused:
+        _batch(dynamodb, *twice)
+    assert refused.value.response["Error"] == {"Code": "ValidationException",
+                                               "Message": "Provided list of item keys contains duplicates"}
+    stored = dynamodb.get_item(TableName="precis-local", Key={"PK": {"S": "a"}, "SK": {"S": "x"}})["Item"]
+    assert stored["content"] == {"S": "stored"} and _count(dynamodb) == 1
+
+
+def test_a_batch_of_more_than_25_requests_is_refused_and_writes_nothing(dynamodb):
+    with pytest.raises(ClientError) as refused:
+        _batch(dynamodb, *(_put_request(f"k{n}") for n in range(26)))
+    assert refused.value.response["Error"]["Code"] == "ValidationException"
+    assert "less than or equal to 25" in refused.value.response["Error"]["Message"]
+    assert _count(dynamodb) == 0
+
+
+def test_a_batch_of_25_puts_and_deletes_of_distinct_items_is_written(dynamodb):
+    _batch(dynamodb, *(_put_request(f"old{n}") for n in range(5)))
+    answer = _batch(dynamodb, *(_put_request(f"new{n}") for n in range(20)), *(_delete_request(f"old{n}") for n in range(5)))
+    assert answer["UnprocessedItems"] == {}
+    assert _count(dynamodb) == 20
+    with pytest.raises(ClientError, match="cannot contain an empty string value"):
+        _batch(dynamodb, {"PutRequest": {"Item": {"PK": {"S": ""}, "SK": {"S": "x"}}}})
