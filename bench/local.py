@@ -8,11 +8,14 @@ Three scenarios, each on a fresh stack with its default settings (no chaos), ove
   request latency (p50, p99, max), non-2xx answers, and the seconds from the last post until the queues are empty.
 - **writers**: 8 concurrent writers × 10 batches of 10 messages into one session, each batch sent twice with its
   `Idempotency-Key`: messages stored (and whether their seqs are dense), non-2xx, batch latency.
+- **reader**: while one client imports (a third of the import's workspaces, batches of 30), an SDK client (honcho-ai,
+  over HTTP) pages through a 300-message session 50 at a time and clones it, again and again: the longest it waited.
 - **scale**: a 10-message batch's latency with 1,000 and with 100,000 items already in the table (seeded straight
   into moto as other sessions' copied messages, which wake no stream consumer), and their ratio.
 
 Targets (issue 21): import ≥ 300 messages/s, 0 non-2xx, max request ≤ 2 s, queues empty ≤ 60 s after the last post;
-writers 800/800 dense, 0 non-2xx, p99 ≤ 2 s; a batch at 100k items ≤ 1.5x its latency at 1k.
+writers 800/800 dense, 0 non-2xx, p99 ≤ 2 s; a batch at 100k items ≤ 1.5x its latency at 1k; the reader never waits
+past a few seconds (≤ 3 s) for a page or a clone.
 PRECIS_BENCH_LOCAL_SCALE=0.2 runs a fifth of each (a quick look; the targets are for the full size).
 """
 
@@ -29,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,8 @@ WORKSPACES, SESSIONS, MESSAGES = 10, 20, 30
 BATCHES = (30, 10)  # a session's turns in one add_messages call (as an importer posts them), and in threes
 WRITERS, WRITER_BATCHES = 8, 10
 SEEDED = (1_000, 100_000)
+READER_MESSAGES, READER_PAGE = 300, 50
+READER_WAIT_S = 3.0
 QUEUE_DEADLINE_S = 600.0
 
 _SUBJECTS = ("I", "My sister", "The team", "Our landlord", "My doctor", "Alice", "Bob", "The new manager", "We")
@@ -120,24 +125,35 @@ def stack(**env: str) -> Iterator[tuple[int, str]]:
             log.close()
 
 
-def _queues_empty(client: Client, sessions: list[tuple[str, str]]) -> bool:
-    """Every session's queue status is empty: the exact count (a workspace's sums the deriver's cursors, so it misses
-    what the deriver has not seen yet)."""
-    for ws, session in sessions:
-        status = client.call("GET", f"/v3/workspaces/{ws}/queue/status?session_id={session}")
-        if status is None or status.get("pending_work_units") or status.get("in_progress_work_units"):
-            return False
-    return True
+def _wait_for_queues(client: Client, sessions: list[tuple[str, str]]) -> None:
+    """Until every session's queue status is empty: the exact count (a workspace's sums the deriver's cursors, so it
+    misses what the deriver has not seen yet). Nothing more is posted, so a session seen empty is not asked again
+    until a last round confirms them all (the waiting client's own requests are load the stack serves)."""
+    deadline = time.perf_counter() + QUEUE_DEADLINE_S
+    left = list(sessions)
+    while time.perf_counter() < deadline:
+        left = [s for s in left if not _queue_empty(client, *s)]
+        if not left:
+            left = [s for s in sessions if not _queue_empty(client, *s)]
+            if not left:
+                return
+        time.sleep(0.5)
 
 
-def import_conversations(port: int, batch_size: int) -> dict[str, Any]:
+def _queue_empty(client: Client, ws: str, session: str) -> bool:
+    status = client.call("GET", f"/v3/workspaces/{ws}/queue/status?session_id={session}")
+    return status is not None and not status.get("pending_work_units") and not status.get("in_progress_work_units")
+
+
+def import_conversations(port: int, batch_size: int, workspaces: int = WORKSPACES, prefix: str = "import",
+                         wait: bool = True) -> dict[str, Any]:
     rng = random.Random(21)
     client = Client(port)
-    workspaces = [f"import-{w}" for w in range(max(1, round(WORKSPACES * SCALE)))]
+    names = [f"{prefix}-{w}" for w in range(max(1, round(workspaces * SCALE)))]
     sessions = max(1, round(SESSIONS * SCALE))
     posted = 0
     started = time.perf_counter()
-    for ws in workspaces:
+    for ws in names:
         client.call("POST", "/v3/workspaces", {"id": ws})
         for s in range(sessions):
             peers = ("user", f"assistant-{s % 3}")
@@ -150,13 +166,59 @@ def import_conversations(port: int, batch_size: int) -> dict[str, Any]:
     posting_s = time.perf_counter() - started
     latencies = list(client.latencies)
     waited = time.perf_counter()
-    while not _queues_empty(client, [(ws, f"s{s}") for ws in workspaces for s in range(sessions)]) and time.perf_counter() - waited < QUEUE_DEADLINE_S:
-        time.sleep(0.5)
+    if wait:
+        _wait_for_queues(client, [(ws, f"s{s}") for ws in names for s in range(sessions)])
     return {"batch": batch_size, "messages": posted, "seconds": posting_s, "messages_per_s": posted / posting_s,
             "requests": len(latencies), "p50_ms": percentile(latencies, 0.5) * 1000,
             "p99_ms": percentile(latencies, 0.99) * 1000,
             "max_ms": max(latencies) * 1000, "non_2xx": len(client.failures), "failures": client.failures[:5],
-            "queues_empty_s": time.perf_counter() - waited}
+            "queues_empty_s": time.perf_counter() - waited if wait else None}
+
+
+def sdk_reader_mid_import(port: int) -> dict[str, Any]:
+    """An SDK client paging through a long session and cloning it while another client imports."""
+    from honcho import Honcho
+
+    setup = Client(port)
+    setup.call("POST", "/v3/workspaces", {"id": "reader"})
+    setup.call("POST", "/v3/workspaces/reader/sessions", {"id": "long", "peers": {"user": {}, "assistant": {}}})
+    rng = random.Random(300)
+    for start in range(0, READER_MESSAGES, 100):
+        setup.call("POST", "/v3/workspaces/reader/sessions/long/messages", {"messages": [
+            {"peer_id": ("user", "assistant")[i % 2], "content": sentence(rng)} for i in range(start, start + 100)]})
+    imported: dict[str, Any] = {}
+    importer = threading.Thread(target=lambda: imported.update(
+        import_conversations(port, 30, workspaces=max(1, WORKSPACES // 3), prefix="busy", wait=False)))
+    session = Honcho(base_url=f"http://127.0.0.1:{port}", api_key="local", workspace_id="reader",
+                     timeout=120, max_retries=0).session("long")
+    waits: dict[str, list[float]] = {"page": [], "clone": []}
+    failures: list[tuple[int, str]] = []
+
+    def timed(kind: str, call: Callable[[], Any]) -> Any:
+        started = time.perf_counter()
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - the SDK raises its own errors for any non-2xx; each is counted
+            failures.append((getattr(exc, "status_code", 0), f"{kind}: {exc!r}"[:200]))
+            return None
+        finally:
+            waits[kind].append(time.perf_counter() - started)
+
+    importer.start()
+    rounds, complete = 0, 0
+    while importer.is_alive():
+        pages = [timed("page", lambda n=n: session.messages(page=n, size=READER_PAGE))
+                 for n in range(1, READER_MESSAGES // READER_PAGE + 1)]
+        complete += sum(len(p.items) if p is not None else 0 for p in pages) == READER_MESSAGES
+        timed("clone", session.clone)
+        rounds += 1
+    importer.join()
+    every = waits["page"] + waits["clone"]
+    return {"rounds": rounds, "complete_listings": complete, "import_messages": imported.get("messages"),
+            "import_msg_per_s": imported.get("messages_per_s"), "page_p50_ms": percentile(waits["page"], 0.5) * 1000,
+            "page_max_ms": max(waits["page"]) * 1000, "clone_p50_ms": percentile(waits["clone"], 0.5) * 1000,
+            "clone_max_ms": max(waits["clone"]) * 1000, "max_s": max(every), "failures": failures[:5],
+            "non_2xx": len(failures)}
 
 
 def concurrent_writers(port: int) -> dict[str, Any]:
@@ -255,6 +317,14 @@ def run() -> None:
                 ["stored", "dense", "seconds", "non-2xx", "p50 ms", "p99 ms", "max ms"],
                 [[f"{wr['stored']}/{wr['expected']}", wr["dense"], wr["seconds"], wr["non_2xx"], wr["p50_ms"],
                   wr["p99_ms"], wr["max_ms"]]])
+    with stack() as (port, _):
+        results["reader"] = rd = sdk_reader_mid_import(port)
+    print_table(f"reader: an SDK client pages through {READER_MESSAGES} messages ({READER_PAGE} a page) and clones the "
+                f"session while another client imports",
+                ["rounds", "complete listings", "page p50 ms", "page max ms", "clone p50 ms", "clone max ms", "errors",
+                 "import msg/s"],
+                [[rd["rounds"], rd["complete_listings"], rd["page_p50_ms"], rd["page_max_ms"], rd["clone_p50_ms"],
+                  rd["clone_max_ms"], rd["non_2xx"], rd["import_msg_per_s"]]])
     rows = []
     for seeded in SEEDED:
         with stack() as (port, endpoint):
@@ -272,9 +342,11 @@ def run() -> None:
         ("writers: 0 non-2xx", wr["non_2xx"], wr["non_2xx"] == 0),
         ("writers: p99 batch ≤ 2 s", f"{wr['p99_ms'] / 1000:.2f} s", wr["p99_ms"] <= 2000),
         ("batch at 100k ≤ 1.5x at 1k", f"{ratio:.2f}x", ratio <= 1.5),
+        (f"reader mid-import: no wait past {READER_WAIT_S:.0f} s, no error", f"{rd['max_s']:.2f} s, {rd['non_2xx']}",
+         rd["max_s"] <= READER_WAIT_S and rd["non_2xx"] == 0 and rd["complete_listings"] == rd["rounds"]),
     ]
     print_table("targets (issue 21)", ["target", "measured", "verdict"], [[t, m, _verdict(ok)] for t, m, ok in checks])
-    for kind, result in [*(("import", i) for i in imports), ("writers", wr)]:
+    for kind, result in [*(("import", i) for i in imports), ("writers", wr), ("reader", rd)]:
         for status, what in result["failures"]:
             print(f"  {kind}: {status} {what}")
     write_json("local", results)
