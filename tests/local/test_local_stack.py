@@ -527,6 +527,31 @@ def test_a_waiting_api_request_goes_before_every_waiting_stream_consumer_request
     assert order[:2] == ["first", "api"] and sorted(order[2:]) == ["consumer-0", "consumer-1", "consumer-2"]
 
 
+def test_turns_are_taken_one_at_a_time_and_no_waiter_is_left_behind():
+    """Each ending turn wakes one waiter: under a crowd of both kinds, every request still gets its turn, alone."""
+    from local.moto_server import Turns
+
+    turns, inside, most, done = Turns(quiet_s=0.001, share=0.5, burst_s=0.002), [0], [0], []
+    lock = threading.Lock()
+
+    def take(background: bool) -> None:
+        for _ in range(40):
+            with turns.turn(background):
+                with lock:
+                    inside[0] += 1
+                    most[0] = max(most[0], inside[0])
+                time.sleep(0.0002)
+                with lock:
+                    inside[0] -= 1
+        done.append(background)
+
+    threads = [threading.Thread(target=take, args=(i % 2 == 1,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    _wait_until(lambda: len(done) == 12, "every request of both kinds had its turn")
+    assert most[0] == 1 and turns.waiting() == (0, 0)
+
+
 def test_stream_consumers_get_a_share_of_moto_while_the_api_is_busy_and_all_of_it_when_quiet():
     """The decision, on a clock the test moves: a consumer's request slips in on its budget, spends it, then waits
     for a pause in the API's requests or for its share of the time passing to pay the budget back."""
