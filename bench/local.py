@@ -127,12 +127,15 @@ def stack(**env: str) -> Iterator[tuple[int, str]]:
 
 def _wait_for_queues(client: Client, sessions: list[tuple[str, str]]) -> None:
     """Until every session's queue status is empty: the exact count (a workspace's sums the deriver's cursors, so it
-    misses what the deriver has not seen yet). Nothing more is posted, so a session seen empty is not asked again
-    until a last round confirms them all (the waiting client's own requests are load the stack serves)."""
+    misses what the deriver has not seen yet). Nothing more is posted, so a session seen empty is not asked again until
+    a last round confirms them all; while one is not empty the client asks again every half second, one request at a
+    time: the waiting client's own requests are load the stack serves (asking all 200 sessions in turn, without a
+    pause, kept the API busy and the stream consumers to their share of moto)."""
     deadline = time.perf_counter() + QUEUE_DEADLINE_S
     left = list(sessions)
     while time.perf_counter() < deadline:
-        left = [s for s in left if not _queue_empty(client, *s)]
+        while left and _queue_empty(client, *left[0]):
+            left.pop(0)
         if not left:
             left = [s for s in sessions if not _queue_empty(client, *s)]
             if not left:
