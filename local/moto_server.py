@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from moto import backends as _moto_backends
+from moto.core import responses as _moto_responses
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
@@ -40,6 +41,10 @@ moto_patches.install()  # every moto server of the local stack and the tests get
 if not hasattr(_moto_backends.list_of_moto_modules, "cache_info"):
     _moto_backends.list_of_moto_modules = functools.cache(
         lambda listed=_moto_backends.list_of_moto_modules: tuple(listed()))
+# ... and lists a handler class's methods (inspect.getmembers) to check the action is one: after moto_patches.install
+# (which adds SearchVectors) they never change either.
+if not hasattr(_moto_responses.method_names_from_class, "cache_info"):
+    _moto_responses.method_names_from_class = functools.cache(_moto_responses.method_names_from_class)
 
 _DYNAMODB = "DynamoDB_20120810."
 # DynamoDB's own words (API reference, TransactionCanceledException: the ThrottlingError reason of an on-demand
