@@ -8,6 +8,8 @@ projections — answers the same both ways, and a cancelled transaction leaves t
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, given, settings
@@ -401,3 +403,72 @@ def test_vectors_packed_in_moto_answer_as_moto_lists_of_numbers(dynamodb):
     assert "ConsumedCapacity" in answers[6] and answers[7][0] == "ConditionalCheckFailedException"  # vec = :v compares every number
     assert answers[8]["Attributes"]["vec"]["L"][1] == {"N": "42"}
     assert answers[9][0] == "ValidationException", answers[9]  # over 400 KB with the vector counted
+
+
+_CONDITIONS = (  # the same few expressions again and again, with other names and values: a parse is reused
+    ("attribute_not_exists(PK)", {}, {}),
+    ("#n = :v", {"#n": "start_tokens"}, {":v": "N"}),
+    ("#n = :v", {"#n": "content"}, {":v": "S"}),
+    ("start_tokens < :v OR attribute_not_exists(start_tokens)", {}, {":v": "N"}),
+    ("begins_with(content, :v)", {}, {":v": "S"}),
+    ("attribute_exists(#n) AND start_tokens >= :v", {"#n": "content"}, {":v": "N"}),
+    ("attribute_exists(PK)", {}, {":v": "N"}),  # a value it does not use: refused each time
+)
+
+
+@st.composite
+def _conditional_write(draw):
+    expression, names, kinds = draw(st.sampled_from(_CONDITIONS))
+    values = {name: {"N": str(draw(st.integers(0, 400)))} if kind == "N" else {"S": draw(st.sampled_from(["", "a", "b"]))}
+              for name, kind in kinds.items()}
+    request = {"ConditionExpression": expression, **({"ExpressionAttributeNames": names} if names else {}),
+               **({"ExpressionAttributeValues": values} if values else {})}
+    return draw(st.sampled_from(["put", "delete", "transact"])), draw(_item()), request
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(writes=st.lists(_conditional_write(), min_size=1, max_size=10))
+def test_conditions_answer_as_moto_parses_each_of_them(dynamodb, writes):
+    outcomes = []
+    for reference in (True, False):
+        _empty(dynamodb)
+        answers = []
+        with moto_reference() if reference else _nothing():
+            for kind, item, request in writes:
+                try:
+                    if kind == "put":
+                        dynamodb.put_item(TableName=TABLE, Item=item, **request)
+                    elif kind == "delete":
+                        dynamodb.delete_item(TableName=TABLE, Key={"PK": item["PK"], "SK": item["SK"]}, **request)
+                    else:
+                        dynamodb.transact_write_items(TransactItems=[{"Put": {"TableName": TABLE, "Item": item,
+                                                                              **request}}])
+                    answers.append("ok")
+                except ClientError as exc:
+                    answers.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+        outcomes.append([answers, _everything(dynamodb)])
+    assert outcomes[1] == outcomes[0]
+
+
+@contextmanager
+def _nothing():
+    yield
+
+
+def test_a_condition_parsed_before_is_evaluated_with_this_requests_names_and_values(dynamodb):
+    _empty(dynamodb)
+    key = {"PK": {"S": PARTITIONS[0]}, "SK": {"S": SKS[0]}}
+    dynamodb.put_item(TableName=TABLE, Item={**key, "start_tokens": {"N": "5"}, "content": {"S": "4"}})
+
+    def holds(name: str, value: dict) -> bool:
+        try:
+            dynamodb.put_item(TableName=TABLE, Item={**key, "start_tokens": {"N": "5"}, "content": {"S": "4"}},
+                              ConditionExpression="#n = :v", ExpressionAttributeNames={"#n": name},
+                              ExpressionAttributeValues={":v": value})
+            return True
+        except ClientError as exc:
+            assert exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
+            return False
+
+    assert [holds("start_tokens", {"N": "4"}), holds("start_tokens", {"N": "5"}), holds("content", {"N": "5"}),
+            holds("content", {"S": "4"}), holds("start_tokens", {"N": "4"})] == [False, True, False, True, False]
