@@ -1,9 +1,9 @@
 """Lambda-like execution environments: each worker is a subprocess serving one invocation at a time.
 
-`python -m local.worker <LogicalId>` imports the handler named by `_HANDLER` (as Lambda's runtime does) once,
-then answers one JSON line per request ({"event", "timeout_s"}) read from stdin. The protocol runs on a
-duplicate of the original stdout; fd 1 is pointed at stderr, so whatever the handler prints (Powertools
-logs, EMF metrics) goes to the log stream, as in Lambda.
+A worker (forked from `local.zygote`, or started as `python -m local.worker <LogicalId>` when PRECIS_LOCAL_ZYGOTE=0)
+imports the handler named by `_HANDLER` (as Lambda's runtime does) once, then answers one JSON line per request
+({"event", "timeout_s"}) read from stdin. The protocol runs on a duplicate of the original stdout; fd 1 is pointed at
+stderr, so whatever the handler prints (Powertools logs, EMF metrics) goes to the log stream, as in Lambda.
 """
 
 from __future__ import annotations
@@ -140,6 +140,11 @@ def function_environment(tpl: Template, fn: Function, endpoint: str) -> dict[str
 
 class _Worker:
     def __init__(self, fn: Function, env: dict[str, str]):
+        from local import zygote
+
+        if zygote.enabled():  # forked with the libraries imported (`local.zygote`); its handler it imports itself
+            self.proc: subprocess.Popen[bytes] | zygote.ForkedProcess = zygote.shared().spawn(env)
+            return
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "local.worker", fn.logical_id],
             stdin=subprocess.PIPE,
@@ -309,6 +314,10 @@ def start_pools(tpl: Template, endpoint: str, size: int | None = None,
     """One pool per function of the template, its workers talking to the moto server at `endpoint`; the stream
     consumers' at `background_endpoint` (served after the API's requests), niced."""
     size = size or int(os.environ.get("PRECIS_LOCAL_CONCURRENCY", "4"))
+    from local import zygote
+
+    if zygote.enabled():
+        zygote.shared()  # it imports the libraries while the stack starts, before the first request needs a worker
     background = {fn.logical_id for fn in tpl.stream_functions()} if background_endpoint else set()
     pools = {}
     for lid, fn in tpl.functions.items():

@@ -237,8 +237,10 @@ def handler(event, context):
 """
 
 
-@pytest.fixture
-def fake_pool(tmp_path):
+@pytest.fixture(params=["zygote", "new interpreter"])
+def fake_pool(tmp_path, request, monkeypatch):
+    """Workers forked from the zygote (the default), or each a new interpreter (PRECIS_LOCAL_ZYGOTE=0)."""
+    monkeypatch.setenv("PRECIS_LOCAL_ZYGOTE", "1" if request.param == "zygote" else "0")
     (tmp_path / "app.py").write_text(FAKE_APP)
     fn = Function("Fake", tmp_path, "app.handler", {"MY_VAR": "v"}, timeout=2)
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path), "_HANDLER": fn.handler,
@@ -246,6 +248,52 @@ def fake_pool(tmp_path):
     pool = FunctionPool(fn, env, size=2)
     yield pool
     pool.close()
+
+
+SEES_APP = """
+import os, sys, warnings
+AT_IMPORT = {"var": os.environ.get("MY_VAR"), "parent_only": os.environ.get("PRECIS_TEST_PARENT_ONLY"),
+             "home": os.environ.get("HOME"),
+             "botocore_imported": "botocore.client" in sys.modules, "cwd": os.getcwd()}
+print("printed at import")
+
+def handler(event, context):
+    print("printed by the handler")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.warn("a warning PYTHONWARNINGS ignores", UserWarning)
+        warnings.warn("a warning it shows", UserWarning)
+    return {**AT_IMPORT, "pid": os.getpid(), "ppid": os.getppid(), "nice": os.nice(0),
+            "code_dir_on_path": os.environ["LAMBDA_TASK_ROOT"] in sys.path, "shown": [str(w.message) for w in caught]}
+"""
+
+
+@pytest.mark.parametrize("mode", ["zygote", "new interpreter"])
+def test_a_worker_starts_with_the_functions_environment_descriptors_and_warnings(tmp_path, monkeypatch, capfd, mode):
+    """What the handler's import sees is the function's environment alone, whichever way its worker started; only
+    a forked one finds the libraries imported already (its parent is the zygote, not the stack)."""
+    monkeypatch.setenv("PRECIS_LOCAL_ZYGOTE", "1" if mode == "zygote" else "0")
+    monkeypatch.setenv("PRECIS_TEST_PARENT_ONLY", "leaked")
+    monkeypatch.setenv("HOME", "/a/home/the/function/was/not/given")
+    (tmp_path / "app.py").write_text(SEES_APP)
+    fn = Function("Sees", tmp_path, "app.handler", {"MY_VAR": "v"}, timeout=10)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path), "_HANDLER": fn.handler, "PRECIS_LOCAL_NICE": "3",
+           "AWS_LAMBDA_FUNCTION_NAME": "sees", "LAMBDA_TASK_ROOT": str(tmp_path),
+           "PYTHONWARNINGS": "ignore:a warning PYTHONWARNINGS ignores:UserWarning", **fn.environment}
+    pool = FunctionPool(fn, env, size=1)
+    try:
+        result = pool.invoke({})
+    finally:
+        pool.close()
+    assert result.ok, result.error
+    seen = result.payload
+    assert seen["var"] == "v" and seen["parent_only"] is None and seen["home"] is None and seen["code_dir_on_path"]
+    assert seen["cwd"] == str(ROOT) and seen["nice"] >= 3
+    assert seen["shown"] == ["a warning it shows"]
+    forked = mode == "zygote"
+    assert seen["botocore_imported"] is forked
+    assert (seen["ppid"] != os.getpid()) is forked
+    printed = capfd.readouterr().err  # what the worker printed reaches the stderr of the process that started it
+    assert "printed at import" in printed and "printed by the handler" in printed
 
 
 def test_a_warm_worker_serves_again(fake_pool):
