@@ -211,3 +211,84 @@ def test_queue_status_bad_inputs(ws, query, code):
     reply = call("GET", f"{W}/queue/status?{query}")
     assert reply.status == code, reply.body
     assert reply.body["detail"]
+
+
+class _FailingOnce:
+    """An embedder whose first call fails (the deriver stops between storing its job and writing it), then works."""
+
+    def __init__(self, inner):
+        self.inner, self.failed = inner, False
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def embed(self, texts):
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("the embedder is down")
+        return self.inner.embed(texts)
+
+
+def _stored(db, sender: str) -> tuple[dict | None, dict | None]:
+    """(cursor, job item) of `sender` in ws1/s1."""
+    from precis.store import keys
+    from precis.store.db import batch_get
+
+    found = {i["SK"]: i for i in batch_get(db, [keys.derive_cursor("ws1", "s1", sender),
+                                                keys.derive_job("ws1", "s1", sender)])}
+    return found.get(f"DERIVE#{sender}"), found.get(f"JOB#DERIVE#{sender}")
+
+
+def test_a_job_stopped_after_it_was_stored_is_written_by_the_next_derivation_once(ws):
+    """The cursor keeps the job's head (token, messages, observers); its conclusions wait in an item of their own,
+    which the next derivation writes from and the finish deletes with the head."""
+    from precis.memory.deriver import DeriveTarget, derive_target
+    from precis.memory.embeddings import HashedEmbedder
+    from precis.memory.engines.extractive import ExtractiveDeriver
+    from precis.settings import get_settings
+    from precis.store.db import get_db
+
+    post(("alice", "I moved to Lisbon last spring."), ("alice", "I have a dog named Rover."))
+    db, settings, engine = get_db(), get_settings(), ExtractiveDeriver()
+    embedder = HashedEmbedder(settings.embed_dimensions)
+    alice = DeriveTarget("ws1", "s1", "alice")
+    with pytest.raises(RuntimeError, match="the embedder is down"):
+        derive_target(db, settings, alice, engine_for=lambda _: engine, embedder=_FailingOnce(embedder))
+    cursor, job = _stored(db, "alice")
+    assert set(cursor["job"]) == {"token", "to_seq", "count", "observers"} and cursor["job"]["count"] == 2
+    assert job["token"] == cursor["job"]["token"]
+    assert sorted(c["content"] for c in job["conclusions"]) == ["alice has a dog named Rover",
+                                                                "alice moved to Lisbon last spring"]
+    assert conclusions("alice", "alice") == []
+
+    derive_target(db, settings, alice, engine_for=lambda _: engine, embedder=embedder)
+    found = conclusions("alice", "alice")
+    assert sorted(c["content"] for c in found) == ["alice has a dog named Rover", "alice moved to Lisbon last spring"]
+    assert all(c["times_derived"] == 1 for c in found)
+    cursor, job = _stored(db, "alice")
+    assert job is None and "job" not in cursor and cursor["through_seq"] == 2 and cursor["derived"] == 2
+
+
+def test_a_job_stored_whole_on_the_cursor_by_an_earlier_version_is_still_written(ws):
+    """Cursors stored before the conclusions had an item of their own hold them in the job: an upgrade mid-job
+    writes them."""
+    from precis.memory.deriver import DeriveTarget, derive_target
+    from precis.memory.embeddings import HashedEmbedder
+    from precis.memory.engines.extractive import ExtractiveDeriver
+    from precis.settings import get_settings
+    from precis.store import keys
+    from precis.store.db import get_db, to_item
+
+    posted = post(("alice", "I moved to Lisbon last spring."))
+    db, settings = get_db(), get_settings()
+    job = {"token": "0123456789abcdef", "to_seq": 1, "count": 1, "observers": ["alice"],
+           "conclusions": [{"content": "alice moved to Lisbon last spring", "source_message_ids": [posted[0]["id"]],
+                            "source_at": posted[0]["created_at"]}]}
+    db.client.put_item(TableName=db.table, Item=to_item({
+        **keys.derive_cursor("ws1", "s1", "alice"), "kind": "derive_cursor", "job": job, "through_seq": 0,
+        "derived": 0, "due_at": "~", "due_ws": "ws1", "sender": "alice", "session_id": "s1"}))
+    derive_target(db, settings, DeriveTarget("ws1", "s1", "alice"), engine_for=lambda _: ExtractiveDeriver(),
+                  embedder=HashedEmbedder(settings.embed_dimensions))
+    assert [c["content"] for c in conclusions("alice", "alice")] == ["alice moved to Lisbon last spring"]
+    cursor, _ = _stored(db, "alice")
+    assert "job" not in cursor and cursor["through_seq"] == 1
