@@ -472,3 +472,108 @@ def test_a_condition_parsed_before_is_evaluated_with_this_requests_names_and_val
 
     assert [holds("start_tokens", {"N": "4"}), holds("start_tokens", {"N": "5"}), holds("content", {"N": "5"}),
             holds("content", {"S": "4"}), holds("start_tokens", {"N": "4"})] == [False, True, False, True, False]
+
+
+# ---------------------------------------------------------------- update expressions, parsed and checked once each
+
+# (expression, names, value kinds): SETs of many clauses, functions, arithmetic, nested paths, REMOVE, ADD, DELETE,
+# and ones moto refuses for the expression alone (two actions on one path, a key attribute, two SET clauses) or for the
+# names it is given (the same expression, overlapping only under some names).
+_UPDATES = (
+    ("SET a = :v", {}, {":v": "S"}),
+    ("SET a = :v, b = :w, c = :v, due_ws = :w, cws = :v, cid = :w", {}, {":v": "S", ":w": "N"}),
+    ("SET #x = :v, #y = :w", {"#x": "a", "#y": "b"}, {":v": "S", ":w": "S"}),
+    ("SET #x = :v, #y = :w", {"#x": "a", "#y": "a"}, {":v": "S", ":w": "S"}),
+    ("SET #x = :v, #y = :w", {"#x": "a", "#y": "SK"}, {":v": "S", ":w": "S"}),
+    ("SET n = if_not_exists(n, :zero) + :one, a = if_not_exists(a, :v)", {}, {":zero": "N", ":one": "N", ":v": "S"}),
+    ("SET l = list_append(if_not_exists(l, :empty), :more)", {}, {":empty": "L", ":more": "L"}),
+    ("SET m.k = :v", {}, {":v": "S"}),
+    ("SET m = :map", {}, {":map": "M"}),
+    ("REMOVE a, b", {}, {}),
+    ("SET a = :v REMOVE b, c", {}, {":v": "N"}),
+    ("ADD n :one, s :set", {}, {":one": "N", ":set": "SS"}),
+    ("DELETE s :set", {}, {":set": "SS"}),
+    ("SET a = :v, a = :w", {}, {":v": "S", ":w": "S"}),
+    ("SET a = :v SET b = :w", {}, {":v": "S", ":w": "S"}),
+    ("SET PK = :v", {}, {":v": "S"}),
+    ("SET a = :v ADD n :one REMOVE c", {}, {":v": "S", ":one": "N"}),
+)
+_VALUES = {
+    "S": st.sampled_from(["x", "y"]).map(lambda v: {"S": v}),
+    "N": st.integers(-2, 3).map(lambda n: {"N": str(n)}),
+    "L": st.lists(st.sampled_from([{"S": "p"}, {"N": "1"}]), max_size=2).map(lambda v: {"L": v}),
+    "M": st.just({"M": {"k": {"S": "v"}}}),
+    "SS": st.sets(st.sampled_from(["p", "q", "r"]), min_size=1).map(lambda v: {"SS": sorted(v)}),
+}
+_SEEDS = (None, {"n": {"S": "text"}}, {"n": {"N": "4"}, "s": {"SS": ["p"]}, "m": {"M": {}}, "l": {"L": []}},
+          {"a": {"N": "1"}, "b": {"S": "x"}, "c": {"S": "y"}})
+
+
+@st.composite
+def _update(draw):
+    expression, names, kinds = draw(st.sampled_from(_UPDATES))
+    request = {"UpdateExpression": expression, **({"ExpressionAttributeNames": names} if names else {}),
+               **({"ExpressionAttributeValues": {n: draw(_VALUES[k]) for n, k in kinds.items()}} if kinds else {})}
+    if draw(st.booleans()):
+        request["ConditionExpression"] = "attribute_not_exists(never_set)"
+    return draw(st.sampled_from(["update", "transact"])), draw(st.sampled_from(SKS[:3])), request
+
+
+def _updates_outcome(dynamodb, updates, seed) -> list:
+    streams = _streams(dynamodb)
+    arn = dynamodb.describe_table(TableName=TABLE)["Table"]["LatestStreamArn"]
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][-1]["ShardId"]
+    start = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="LATEST")["ShardIterator"]
+    if seed:
+        dynamodb.put_item(TableName=TABLE, Item={"PK": {"S": PARTITIONS[0]}, "SK": {"S": SKS[0]}, **seed})
+    answers = []
+    for kind, sk, request in updates:
+        key = {"PK": {"S": PARTITIONS[0]}, "SK": {"S": sk}}
+        try:
+            if kind == "update":
+                answer = dynamodb.update_item(TableName=TABLE, Key=key, ReturnValues="ALL_NEW", **request)
+                answer.pop("ResponseMetadata")
+            else:
+                answer = dynamodb.transact_write_items(TransactItems=[{"Update": {"TableName": TABLE, "Key": key,
+                                                                                  **request}}])
+                answer.pop("ResponseMetadata")
+            answers.append(answer)
+        except ClientError as exc:
+            answers.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+    records = streams.get_records(ShardIterator=start, Limit=1000)["Records"]
+    images = [(r["eventName"], r["dynamodb"].get("NewImage")) for r in records]
+    return [answers, _everything(dynamodb), images]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(updates=st.lists(_update(), min_size=1, max_size=10), seed=st.sampled_from(_SEEDS))
+def test_update_expressions_answer_as_moto_parses_and_checks_each_of_them(dynamodb, updates, seed):
+    """An expression is parsed once and its checks that read only it, its names and the table's keys pass once: the
+    answers (or errors), items and stream images are moto's, request after request, whatever the items hold."""
+    outcomes = []
+    for reference in (True, False):
+        _empty(dynamodb)
+        with moto_reference() if reference else _nothing():
+            outcomes.append(_updates_outcome(dynamodb, updates, seed))
+    assert outcomes[1] == outcomes[0]
+
+
+def test_an_expression_that_passed_under_some_names_is_checked_again_under_others(dynamodb):
+    """The same SET overlaps, or names a key attribute, only under some names: each request is refused as its own
+    names make it, after the expression passed under others (and the other way round)."""
+    _empty(dynamodb)
+    key = {"PK": {"S": PARTITIONS[0]}, "SK": {"S": SKS[0]}}
+
+    def code(names: dict) -> str:
+        try:
+            dynamodb.update_item(TableName=TABLE, Key=key, UpdateExpression="SET #x = :v, #y = :w",
+                                 ExpressionAttributeNames=names,
+                                 ExpressionAttributeValues={":v": {"S": "1"}, ":w": {"S": "2"}})
+            return "ok"
+        except ClientError as exc:
+            return exc.response["Error"]["Code"]
+
+    overlapping, on_a_key, fine = {"#x": "a", "#y": "a"}, {"#x": "a", "#y": "SK"}, {"#x": "a", "#y": "b"}
+    assert [code(n) for n in (fine, overlapping, on_a_key, fine, overlapping, fine)] == [
+        "ok", "ValidationException", "ValidationException", "ok", "ValidationException", "ok"]
+    assert dynamodb.get_item(TableName=TABLE, Key=key)["Item"] == {**key, "a": {"S": "1"}, "b": {"S": "2"}}
