@@ -110,7 +110,7 @@ def main() -> int:
         return 1
     stop_signal = _StopSignal()
 
-    moto = start_moto(tpl, chaos)
+    moto = start_moto(tpl, chaos, freeze_heap=True)
     pools = start_pools(tpl, moto.functions_endpoint, background_endpoint=moto.background_endpoint)
     gateway.invokers = {name: pool.invoke for name, pool in pools.items()}
     # PRECIS_LOCAL_IDLE names stream consumers left without their trigger (a test of bulk ingest on a small machine).

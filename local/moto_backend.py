@@ -50,15 +50,19 @@ class MotoBackend:
         self.server.stop()
 
 
-def start_moto(tpl: Template, chaos: Chaos | None = None) -> MotoBackend:
+def start_moto(tpl: Template, chaos: Chaos | None = None, freeze_heap: bool = False) -> MotoBackend:
     """Start an empty moto on 127.0.0.1 (a free port) and create the template's table, bucket and queues.
+
+    `freeze_heap` for a process that is moto's (the stack's): what survives a full garbage collection is frozen
+    (local/moto_server.py, `HeapFreezer`).
 
     With `throttle` chaos the functions get a port of their own that refuses some of their DynamoDB calls; the stream
     consumers always get one of their own, served after the API (local/moto_server.py).
     """
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access line per moto call drowns the stack's logs
     throttle = (chaos.throttle_rate, chaos.seed) if chaos and chaos.throttle else None
-    server = SerializedMotoServer(ip_address="127.0.0.1", port=0, verbose=False, throttle=throttle)
+    server = SerializedMotoServer(ip_address="127.0.0.1", port=0, verbose=False, throttle=throttle,
+                                  freeze_heap=freeze_heap)
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"

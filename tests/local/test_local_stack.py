@@ -575,6 +575,41 @@ def test_a_waiting_api_request_goes_before_every_waiting_stream_consumer_request
     assert order[:2] == ["first", "api"] and sorted(order[2:]) == ["consumer-0", "consumer-1", "consumer-2"]
 
 
+class _Cycle:
+    def __init__(self):
+        self.me = self
+
+
+def test_what_survives_a_full_collection_is_frozen_and_what_comes_after_is_still_collected():
+    """The stack's heap is moto's tables: survivors of a full collection are frozen at the end of the next request,
+    out of later collections' sight; garbage made afterwards, even a reference cycle, is still collected."""
+    import gc
+    import weakref
+
+    from local.moto_server import HeapFreezer
+
+    gc.unfreeze()
+    heap = HeapFreezer()
+    try:
+        frozen_at_start = gc.get_freeze_count()
+        assert frozen_at_start > 0  # what the process had imported
+        survivor = _Cycle()
+        heap.after_request()
+        assert gc.get_freeze_count() == frozen_at_start  # no full collection since: nothing new frozen
+        gc.collect()
+        heap.after_request()
+        assert gc.get_freeze_count() > frozen_at_start
+        assert not any(o is survivor for o in gc.get_objects())  # frozen: no collection walks it any more
+        later = _Cycle()
+        gone = weakref.ref(later)
+        del later
+        gc.collect(0)
+        assert gone() is None  # a cycle made after the freeze: collected
+    finally:
+        gc.callbacks.remove(heap._collected)
+        gc.unfreeze()
+
+
 def test_turns_are_taken_one_at_a_time_and_no_waiter_is_left_behind():
     """Each ending turn wakes one waiter: under a crowd of both kinds, every request still gets its turn, alone."""
     from local.moto_server import Turns
