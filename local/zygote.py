@@ -144,12 +144,23 @@ def shared() -> Zygote:
 # ---------------------------------------------------------------- the zygote process
 
 
+def _name(name: str) -> None:
+    """The worker's name in `ps -o comm` and /proc/<pid>/comm (its command line stays the zygote's)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 def _become_worker(env: dict[str, str], stdin: int, protocol: int, stderr: int) -> None:
     """In the forked child: the descriptors and environment a new interpreter would have had, then the worker."""
     for fd, target in ((stdin, 0), (protocol, 1), (stderr, 2)):
         os.dup2(fd, target)
         os.close(fd)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote's reaping is not the worker's
+    _name(env.get("AWS_LAMBDA_FUNCTION_NAME", "worker"))
     os.environ.clear()
     os.environ.update(env)
     sys.path[1:1] = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
