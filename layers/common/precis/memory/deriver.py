@@ -236,7 +236,7 @@ def _apply(db: Db, settings: Settings, target: DeriveTarget, incarnation: str, c
     applied = set(cursor.get("applied") or ())
     items = [conclusions.Derived(c["content"], session_id=target.session,
                                  source_message_ids=tuple(c["source_message_ids"]), source_at=c["source_at"])
-             for c in job.get("conclusions") or derive_cursors.job_conclusions(db, target, job["token"])]
+             for c in job["conclusions"]]
     written = 0
     for observer in job["observers"]:
         for start in range(0, len(items), CHUNK):

@@ -2,11 +2,8 @@
 purge removes it with the session.
 
 A cursor holds `through_seq` (every message of the sender up to it is derived, or was not to be), `derived` (how
-many), while a batch waits `pending`/`due_at` (the ByDue index), and during a derivation the stored `job` (its head:
-token, messages, observers) and the `applied` set of its written chunks. The job's conclusions are in an item of their
-own (`keys.derive_job`), written and deleted with the head: every chunk and the finish write the cursor again, and a
-cursor holding the conclusions made each of those writes cost what the conclusions weigh (DynamoDB bills a write by
-the whole item, and streams it whole). Every write but the failure mark is conditional on the cursor being where the
+many), while a batch waits `pending`/`due_at` (the ByDue index), and during a derivation the stored `job` and the
+`applied` set of its written chunks. Every write but the failure mark is conditional on the cursor being where the
 deriver saw it (`seen`: the cursor as read, or None when there was none) or on the job's token: a write that finds
 it moved raises `Moved`, and the deriver reads it again.
 """
@@ -19,8 +16,7 @@ from typing import Any, Protocol
 from botocore.exceptions import ClientError
 
 from precis.store import keys
-from precis.store.db import (Db, batch_get, cancellation_codes, error_code, from_item, mark_applied, query_all,
-                             raise_if_throttled, to_item, transact)
+from precis.store.db import Db, batch_get, error_code, mark_applied, query_all, raise_if_throttled, to_item
 
 NOTHING_DUE = "~"  # due_at of a cursor with nothing waiting: sorts after every timestamp
 
@@ -56,9 +52,12 @@ def _at(seen: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
     return "through_seq = :seen AND attribute_not_exists(job)", {":seen": seen.get("through_seq", 0)}
 
 
-def _update(db: Db, target: Target, update: str, condition: str, values: dict[str, Any]) -> None:
+def _update(db: Db, target: Target, update: str, condition: str, values: dict[str, Any],
+            names: dict[str, str] | None = None) -> None:
     request: dict[str, Any] = {"TableName": db.table, "Key": _key(target), "UpdateExpression": update,
                                "ConditionExpression": condition, "ExpressionAttributeValues": to_item(values)}
+    if names:
+        request["ExpressionAttributeNames"] = names
     try:
         db.client.update_item(**request)
     except ClientError as exc:
@@ -90,44 +89,12 @@ def wait(db: Db, target: Target, seen: dict[str, Any] | None, incarnation: str, 
             {**values, **_who(target), ":inc": incarnation, ":due": due_at, ":n": pending})
 
 
-def _job_key(target: Target) -> dict[str, Any]:
-    return to_item(keys.derive_job(target.workspace, target.session, target.sender))
-
-
-def _transact(db: Db, actions: list[dict[str, Any]]) -> None:
-    """The cursor's write (first) with the job item's; Moved when the cursor's condition failed."""
-    try:
-        transact(db, actions)
-    except ClientError as exc:
-        if cancellation_codes(exc)[:1] == ["ConditionalCheckFailed"]:
-            raise Moved() from None
-        raise
-
-
 def store_job(db: Db, target: Target, seen: dict[str, Any] | None, incarnation: str, job: dict[str, Any]) -> None:
-    """Step 1: the engine's answer, stored before anything of it is written: the head on the cursor, the conclusions
-    (`job["conclusions"]`) in the job item, in one transaction."""
+    """Step 1: the engine's answer, stored before anything of it is written."""
     condition, values = _at(seen)
-    head = {k: v for k, v in job.items() if k != "conclusions"}
-    cursor = {"Update": {
-        "TableName": db.table, "Key": _key(target), "ConditionExpression": condition,
-        "UpdateExpression": f"SET job = :job, due_at = if_not_exists(due_at, :none), incarnation = :inc, {_WHO}, "
-                            f"{_FROM_ZERO}",
-        "ExpressionAttributeValues": to_item({**values, **_who(target), ":inc": incarnation, ":job": head,
-                                              ":none": NOTHING_DUE})}}
-    item = {**keys.derive_job(target.workspace, target.session, target.sender), "kind": "derive_job",
-            "token": job["token"], "conclusions": job["conclusions"]}
-    _transact(db, [cursor, {"Put": {"TableName": db.table, "Item": to_item(item)}}])
-
-
-def job_conclusions(db: Db, target: Target, token: str) -> list[dict[str, Any]]:
-    """The conclusions of the stored job `token` (strongly consistent); Moved when the job item is another job's or
-    gone (the job was finished meanwhile). A job stored before the conclusions had an item of their own holds them
-    itself (`job["conclusions"]`): its reader uses those."""
-    item = from_item(db.client.get_item(TableName=db.table, Key=_job_key(target), ConsistentRead=True).get("Item"))
-    if item is None or item.get("token") != token:
-        raise Moved()
-    return list(item.get("conclusions") or [])
+    _update(db, target, f"SET job = :job, due_at = if_not_exists(due_at, :none), incarnation = :inc, {_WHO}, "
+                        f"{_FROM_ZERO}", condition,
+            {**values, **_who(target), ":inc": incarnation, ":job": job, ":none": NOTHING_DUE})
 
 
 def applied_mark(db: Db, target: Target, token: str, name: str) -> dict[str, Any]:
@@ -139,17 +106,15 @@ def finish(db: Db, target: Target, incarnation: str, to_seq: int, count: int, no
            seen: dict[str, Any] | None = None, token: str | None = None) -> None:
     """Step 3: move past `count` messages to `to_seq` and drop the job: on condition the job `token` is still the one
     stored, or (no job: messages nobody observes) that the cursor is where `seen` saw it."""
-    update = ("SET through_seq = :to, derived = if_not_exists(derived, :zero) + :n, due_at = :none, "
-              f"pending = :zero, updated_at = :now, incarnation = :inc, {_WHO} REMOVE job, applied")
-    values = {**_who(target), ":inc": incarnation, ":to": to_seq, ":n": count, ":none": NOTHING_DUE, ":now": now}
-    if token is None:
-        condition, seen_values = _at(seen)
-        _update(db, target, update, condition, {**values, **seen_values})
-        return
-    cursor = {"Update": {"TableName": db.table, "Key": _key(target), "UpdateExpression": update,
-                         "ConditionExpression": "job.#token = :token", "ExpressionAttributeNames": {"#token": "token"},
-                         "ExpressionAttributeValues": to_item({**values, ":token": token})}}
-    _transact(db, [cursor, {"Delete": {"TableName": db.table, "Key": _job_key(target)}}])
+    if token is not None:
+        condition, values, names = "job.#token = :token", {":token": token}, {"#token": "token"}
+    else:
+        (condition, values), names = _at(seen), None
+    _update(db, target,
+            "SET through_seq = :to, derived = if_not_exists(derived, :zero) + :n, due_at = :none, "
+            f"pending = :zero, updated_at = :now, incarnation = :inc, {_WHO} REMOVE job, applied",
+            condition, {**values, **_who(target), ":inc": incarnation, ":to": to_seq, ":n": count,
+                        ":none": NOTHING_DUE, ":now": now}, names)
 
 
 def mark_due(db: Db, target: Target, due_at: str) -> str | None:

@@ -158,11 +158,6 @@ def derive_cursor(ws: str, session_id: str, sender: str) -> dict[str, str]:
     return {"PK": session_pk(ws, session_id), "SK": f"DERIVE#{sender}"}
 
 
-def derive_job(ws: str, session_id: str, sender: str) -> dict[str, str]:
-    """The conclusions of the job stored on `sender`'s derive cursor, while it is applied (beside the cursor)."""
-    return {"PK": session_pk(ws, session_id), "SK": f"JOB#DERIVE#{sender}"}
-
-
 def parse_session_pk(pk: str) -> tuple[str, str]:
     """(workspace, session) of a session partition key."""
     ws, session_id = pk.removeprefix("WS#").split("#S#", 1)
