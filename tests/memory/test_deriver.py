@@ -211,3 +211,58 @@ def test_queue_status_bad_inputs(ws, query, code):
     reply = call("GET", f"{W}/queue/status?{query}")
     assert reply.status == code, reply.body
     assert reply.body["detail"]
+
+
+class _FailingOnce:
+    """An embedder whose first call fails (the deriver stops between storing its job and writing it), then works."""
+
+    def __init__(self, inner):
+        self.inner, self.failed = inner, False
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def embed(self, texts):
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("the embedder is down")
+        return self.inner.embed(texts)
+
+
+def test_a_job_stopped_after_it_was_stored_is_written_by_the_next_derivation_once(ws):
+    """The engine's answer is stored on the cursor before anything of it is written: a derivation that fails after
+    that leaves the job there, and the next one writes it (without asking the engine again), each conclusion once."""
+    from precis.memory.deriver import DeriveTarget, derive_target
+    from precis.memory.embeddings import HashedEmbedder
+    from precis.memory.engines.extractive import ExtractiveDeriver
+    from precis.settings import get_settings
+    from precis.store import keys
+    from precis.store.db import batch_get, get_db
+
+    post(("alice", "I moved to Lisbon last spring."), ("alice", "I have a dog named Rover."))
+    db, settings, engine = get_db(), get_settings(), ExtractiveDeriver()
+    embedder = HashedEmbedder(settings.embed_dimensions)
+    alice = DeriveTarget("ws1", "s1", "alice")
+
+    def cursor() -> dict:
+        return batch_get(db, [keys.derive_cursor("ws1", "s1", "alice")])[0]
+
+    with pytest.raises(RuntimeError, match="the embedder is down"):
+        derive_target(db, settings, alice, engine_for=lambda _: engine, embedder=_FailingOnce(embedder))
+    stored = cursor()["job"]
+    assert stored["count"] == 2 and sorted(c["content"] for c in stored["conclusions"]) == [
+        "alice has a dog named Rover", "alice moved to Lisbon last spring"]
+    assert conclusions("alice", "alice") == []
+
+    class _Unasked:
+        def derive(self, request):
+            raise AssertionError("the stored answer is applied; the engine is not asked again")
+
+        def update_card(self, *args):
+            return engine.update_card(*args)
+
+    derive_target(db, settings, alice, engine_for=lambda _: _Unasked(), embedder=embedder)
+    found = conclusions("alice", "alice")
+    assert sorted(c["content"] for c in found) == ["alice has a dog named Rover", "alice moved to Lisbon last spring"]
+    assert all(c["times_derived"] == 1 for c in found)
+    assert "job" not in cursor() and cursor()["through_seq"] == 2 and cursor()["derived"] == 2
