@@ -211,6 +211,13 @@ def _body(sent: dict[str, Any]) -> Any:
         return data.decode("utf-8", "replace")
 
 
+def _hypothesis_raced(output: str) -> bool:
+    """hypothesis, describing a strategy in schemathesis's worker thread, iterated sys.modules while another worker
+    imported a module ("RuntimeError: dictionary changed size during iteration" in its lambda_sources): a race
+    inside schemathesis's process, reported as a run error; it says nothing about the API."""
+    return "dictionary changed size during iteration" in output and "hypothesis/internal/lambda_sources.py" in output
+
+
 @pytest.mark.skipif(not ST.exists(), reason="needs .venv-security (make security)")
 def test_fuzzing_finds_no_server_error_and_no_undocumented_response(stack, tmp_path):
     admin = mint_key(SECRET, admin=True)
@@ -222,6 +229,10 @@ def test_fuzzing_finds_no_server_error_and_no_undocumented_response(stack, tmp_p
                "--continue-on-failure", "--workers", "4", "--request-timeout", "30", "--no-color",
                "--report", "ndjson,json", "--report-dir", str(tmp_path)]
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    if _hypothesis_raced(done.stdout + done.stderr):  # schemathesis's own error, not an answer of ours: once more
+        for report in tmp_path.glob("*json-*.*json"):
+            report.unlink()
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     (tmp_path / "schemathesis.log").write_text(done.stdout + done.stderr)
     tail = (done.stdout + done.stderr)[-6000:]
     summaries = list(tmp_path.glob("json-*.json"))
