@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from local import zygote
 from local.lambda_context import LambdaContext
 from local.template import ENCODINGS_DIR, LAYER_DIR, ROOT, Function, LocalNames, Template, _Resolver
 
@@ -140,8 +141,6 @@ def function_environment(tpl: Template, fn: Function, endpoint: str) -> dict[str
 
 class _Worker:
     def __init__(self, fn: Function, env: dict[str, str]):
-        from local import zygote
-
         if zygote.enabled():  # forked with the libraries imported (`local.zygote`); its handler it imports itself
             self.proc: subprocess.Popen[bytes] | zygote.ForkedProcess = zygote.shared().spawn(env)
             return
@@ -314,8 +313,6 @@ def start_pools(tpl: Template, endpoint: str, size: int | None = None,
     """One pool per function of the template, its workers talking to the moto server at `endpoint`; the stream
     consumers' at `background_endpoint` (served after the API's requests), niced."""
     size = size or int(os.environ.get("PRECIS_LOCAL_CONCURRENCY", "4"))
-    from local import zygote
-
     if zygote.enabled():
         zygote.shared()  # it imports the libraries while the stack starts, before the first request needs a worker
     background = {fn.logical_id for fn in tpl.stream_functions()} if background_endpoint else set()

@@ -32,6 +32,8 @@ import threading
 import warnings
 from typing import IO, Any
 
+from local.template import ENCODINGS_DIR, ROOT
+
 # What every function imports (about 0.6 s of a 0.7 s cold import; the rest is the layer and the handler).
 PRELOAD = (
     "boto3",
@@ -97,11 +99,12 @@ class Zygote:
     """The parent's side: `spawn` a worker with an environment. One per process (`shared`), started on first use."""
 
     def __init__(self) -> None:
+        from local.worker import _BASE  # what a process needs to run, as every worker gets it
+
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")}
+        env = {k: v for k, v in os.environ.items() if k in _BASE}
         self.proc = subprocess.Popen([sys.executable, "-m", "local.zygote", str(theirs.fileno())],
-                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, cwd=root, env=env)
+                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, cwd=ROOT, env=env)
         theirs.close()
         self._socket, self._lock = ours, threading.Lock()
 
@@ -184,8 +187,6 @@ def _load_encoding() -> None:
     """The layer's default tiktoken encoding, from the files that ship with it (0.7 s of each writer's first call
     otherwise). tiktoken keeps it by name: a worker's `get_encoding` gets it, after its own checks of the files. Only
     once `make encodings` has verified the files: tiktoken would download a missing one."""
-    from local.template import ENCODINGS_DIR
-
     if not (ENCODINGS_DIR / ".verified").exists():
         return
     os.environ["TIKTOKEN_CACHE_DIR"] = str(ENCODINGS_DIR)

@@ -296,6 +296,31 @@ def test_a_worker_starts_with_the_functions_environment_descriptors_and_warnings
     assert "printed at import" in printed and "printed by the handler" in printed
 
 
+def test_a_zygote_that_died_is_started_again_for_the_next_cold_start(tmp_path, monkeypatch):
+    """Killing the zygote loses no warm worker (they are its children, not its threads), and the next cold start
+    forks from a new one."""
+    from local import zygote
+
+    monkeypatch.setenv("PRECIS_LOCAL_ZYGOTE", "1")
+    (tmp_path / "app.py").write_text(FAKE_APP)
+    fn = Function("Fake", tmp_path, "app.handler", {}, timeout=10)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path), "_HANDLER": fn.handler,
+           "AWS_LAMBDA_FUNCTION_NAME": "fake-fn"}
+    pool = FunctionPool(fn, env, size=1)
+    try:
+        warm = pool.invoke({}).payload["pid"]
+        first = zygote.shared()
+        first.proc.kill()
+        first.proc.wait(timeout=10)
+        assert pool.invoke({}).payload["pid"] == warm
+        assert not pool.invoke({"action": "exit"}).ok  # the warm worker is gone: the next call is a cold start
+        again = pool.invoke({})
+        assert again.ok and again.payload["pid"] != warm
+        assert zygote.shared() is not first and zygote.shared().proc.poll() is None
+    finally:
+        pool.close()
+
+
 def test_a_warm_worker_serves_again(fake_pool):
     first = fake_pool.invoke({})
     assert first.ok, first.error
