@@ -69,7 +69,8 @@ def transaction_size(transact_items: list[dict[str, Any]]) -> int:
 
 
 def _transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> None:
-    if transaction_size(transact_items) > MAX_TRANSACTION_BYTES:
+    body = moto_storage.request_bytes(transact_items)  # a request of at most 4 MB carries at most 4 MB of items
+    if (body is None or body > MAX_TRANSACTION_BYTES) and transaction_size(transact_items) > MAX_TRANSACTION_BYTES:
         raise MockValidationException("Transaction request cannot be larger than 4 MB")
     return _undoable_transaction(self, transact_items)
 
@@ -179,10 +180,12 @@ def _check_vector(numbers: list[float] | None, dimensions: int, what: str) -> li
 def _put_item(self: Table, item_attrs: dict[str, Any], *args: Any, **kwargs: Any) -> Item:
     # DynamoDB refuses a write whose vector or search schema attributes do not fit the table's vector indexes.
     types = {a["AttributeName"]: a["AttributeType"] for a in self.attr}
+    checked: set[tuple[str, int]] = set()  # indexes on one attribute (the text's terms) check it once
     for index in vector_indexes(self):
         vector = index["VectorAttribute"]["AttributeName"]
-        if vector in item_attrs:
+        if vector in item_attrs and (vector, index["Dimensions"]) not in checked:
             _check_vector(_numbers(item_attrs[vector]), index["Dimensions"], f"vector attribute {vector}")
+            checked.add((vector, index["Dimensions"]))
         for name in _search_schema(index, "HASH") + _search_schema(index, "INLINE_FILTER"):
             if name in item_attrs and next(iter(item_attrs[name])) != types[name]:
                 raise MockValidationException(

@@ -37,23 +37,27 @@ import itertools
 import json
 import re
 import threading
+import uuid
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from json.encoder import encode_basestring_ascii as _encode_string  # json.dumps's own
 from typing import Any
 
 import moto.dynamodb.comparisons as _comparisons
 import moto.dynamodb.models as _backend_module
 import moto.dynamodb.responses as _responses_module
 from moto.core.responses import ActionResult
+from moto.core.utils import utcnow
+from moto.moto_api._internal import mock_random
 from moto.core.serialize import TimestampSerializer
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.exceptions import ItemSizeTooLarge, ItemSizeToUpdateTooLarge
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
-from moto.dynamodb.models.table import RESULT_SIZE_LIMIT, Table
-from moto.dynamodb.models.utilities import bytesize
+from moto.dynamodb.models.table import RESULT_SIZE_LIMIT, StreamRecord, Table
+from moto.dynamodb.models.utilities import bytesize, dynamo_json_dump
 from moto.dynamodb.parsing import validators as _validators
 from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser, Node
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser
@@ -81,6 +85,7 @@ _MOTO = {
     "update_item_action": DynamoHandler.update_item,
     "condition_parser": _comparisons.create_condition_expression_parser,
     "get_records": DynamoDBStreamsHandler.get_records,
+    "stream_record_init": StreamRecord.__init__,
     "update_make": UpdateExpressionParser.make,
     "validator_init": _validators.Validator.__init__,
 }
@@ -515,6 +520,14 @@ def _item_init(self: Item, hash_key: DynamoType, range_key: DynamoType | None, a
     dict.update(self.attrs, values)
 
 
+def number_strings(elements: Any) -> tuple[str, ...] | None:
+    """The strings of a JSON list of numbers as a request carries it (`[{"N": "0.5"}, ...]`), else None."""
+    if type(elements) is not list:
+        return None
+    strings = tuple([n for e in elements if type(e) is dict and len(e) == 1 and type(n := e.get("N")) is str])
+    return strings if len(strings) == len(elements) else None
+
+
 class PackedNumbers(DynamoType):
     """A list of numbers (a vector: 256 for a text's terms, more for an embedding) as the request wrote it, one object
     instead of a DynamoType per number, which was most of a vector's write, copy and stream record. It is sized,
@@ -523,25 +536,19 @@ class PackedNumbers(DynamoType):
 
     _SMALLEST = 16  # shorter lists are not worth it
 
-    def __init__(self, strings: tuple[str, ...]) -> None:  # noqa: super().__init__ would build the elements
-        self.type = "L"
+    def __init__(self, strings: tuple[str, ...], text: str | None = None) -> None:  # noqa: super().__init__ would
+        self.type = "L"                                                                # build the elements
         self._strings: tuple[str, ...] | None = strings
         self._elements: list[DynamoType] | None = None
+        self._text = text
 
     @classmethod
     def of(cls, value: Any) -> PackedNumbers | None:
         """A packed list for the JSON of a long enough list of numbers (`{"L": [{"N": "0.5"}, ...]}`), else None."""
         if type(value) is not dict or len(value) != 1:
             return None
-        elements = value.get("L")
-        if type(elements) is not list or len(elements) < cls._SMALLEST:
-            return None
-        strings = []
-        for element in elements:
-            if type(element) is not dict or len(element) != 1 or type(number := element.get("N")) is not str:
-                return None
-            strings.append(number)
-        return cls(tuple(strings))
+        strings = number_strings(value.get("L"))
+        return cls(strings) if strings is not None and len(strings) >= cls._SMALLEST else None
 
     @property  # type: ignore[override]
     def value(self) -> list[DynamoType]:
@@ -557,13 +564,22 @@ class PackedNumbers(DynamoType):
         """The numbers as written, while nothing has unpacked them."""
         return self._strings
 
+    def json_text(self) -> str | None:
+        """The list's JSON as `json.dumps` writes it (`{"L": [{"N": "0.5"}, ...]}`), while nothing has unpacked it:
+        written once, for every stream record and page that carries it."""
+        if self._strings is None:
+            return None
+        if self._text is None:
+            self._text = '{"L": [' + ", ".join(['{"N": ' + _encode_string(n) + "}" for n in self._strings]) + "]}"
+        return self._text
+
     def size(self) -> int:
         return sum(map(len, self._strings)) if self._strings is not None else super().size()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> DynamoType:
         if self._strings is None:
             return super().__deepcopy__(memo)
-        return memo.setdefault(id(self), PackedNumbers(self._strings))  # the strings never change: shared
+        return memo.setdefault(id(self), PackedNumbers(self._strings, self._text))  # they never change: shared
 
 
 def _type_init(self: DynamoType, value: Any) -> None:
@@ -631,8 +647,17 @@ def _parse_parameters(self: DynamoHandler, request: Any) -> None:
             params = None  # moto's parser says what is wrong with it
         if isinstance(params, dict):
             self.params = params
+            _local.request = (params, len(data))
             return
     _MOTO["parse_parameters"](self, request)
+
+
+def request_bytes(parameter: Any) -> int | None:
+    """The length of the JSON body this thread's request was read from, if `parameter` is one of its parameters (the
+    object itself) and it was read here: every item size DynamoDB counts in it is at most that (a value's JSON is
+    never shorter than its size)."""
+    read = getattr(_local, "request", None)
+    return read[1] if read is not None and any(value is parameter for value in read[0].values()) else None
 
 
 def _unwritable(value: Any) -> Any:
@@ -646,14 +671,22 @@ class _StreamRecords(ActionResult):
     goes moto's way."""
 
     def execute_result(self, context: Any) -> Any:
-        if not getattr(_local, "reference", False):
-            try:
-                body = json.dumps(self.result, default=_epoch)
-            except TypeError:
-                pass  # a nested binary value is bytes (a top-level one is already base64, as moto writes it)
-            else:
-                return 200, {"Content-Type": "application/x-amz-json-1.0"}, body
-        return super().execute_result(context)
+        texts: list[str] = []
+        marker = uuid.uuid4().hex  # no value of a request can know it
+
+        def default(value: Any) -> Any:
+            if type(value) is _RawJson:
+                texts.append(value.text)
+                return f"{marker}{len(texts) - 1}"
+            return _epoch(value)
+
+        try:
+            body = json.dumps(self.result, default=default)
+        except TypeError:  # a nested binary value is bytes (a top-level one is already base64, as moto writes it)
+            return ActionResult(_plain_page(self.result)).execute_result(context)
+        if texts:
+            body = re.sub(f'"{marker}([0-9]+)"', lambda m: texts[int(m[1])], body)
+        return 200, {"Content-Type": "application/x-amz-json-1.0"}, body
 
 
 def _epoch(value: Any) -> Any:
@@ -664,7 +697,93 @@ def _epoch(value: Any) -> Any:
 
 def _get_records(self: DynamoDBStreamsHandler) -> ActionResult:
     result = _MOTO["get_records"](self)
+    if getattr(_local, "reference", False):
+        return ActionResult(_plain_page(result.result))
     return _StreamRecords(result.result)
+
+
+class _RawJson:
+    """An attribute of a stream record's image kept as its JSON text (a packed vector's, `PackedNumbers.json_text`):
+    moto renders each image as dicts, a dict per number of a vector, then dumps the record to size it, and GetRecords
+    dumps it again for each stream poller. The text is spliced into each page (`_StreamRecords`); anything else that
+    reads the record (`StreamRecord.record`, moto's own serializer) gets the value itself."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def to_json(self) -> Any:
+        return json.loads(self.text)
+
+
+def _image(item: Item) -> dict[str, Any]:
+    """An item's image as moto's stream record holds it (`Item.to_json`), its packed vectors as their JSON text."""
+    packed = {name: text for name, value in item.attrs.items()
+              if type(value) is PackedNumbers and (text := value.json_text()) is not None}
+    if not packed:
+        return item.to_json()["Attributes"]
+    rest = copy.copy(item)
+    rest.attrs = {name: value for name, value in item.attrs.items() if name not in packed}
+    written = _MOTO["item_to_json"](rest)["Attributes"]
+    return {name: _RawJson(packed[name]) if name in packed else written[name] for name in item.attrs}
+
+
+def _stream_record_init(self: StreamRecord, table: Table, stream_type: str, event_name: str, old: Item | None,
+                        new: Item | None, seq: int) -> None:
+    """moto's StreamRecord, its images' vectors kept as JSON text (`_RawJson`) and its size counted from that text:
+    the same record and the same SizeBytes (moto's length of the record's JSON)."""
+    if getattr(_local, "reference", False):
+        _MOTO["stream_record_init"](self, table, stream_type, event_name, old, new, seq)
+        return
+    rec = old if old is not None else new
+    keys = {table.hash_key_attr: rec.hash_key.to_json()}  # type: ignore[union-attr]
+    if table.range_key_attr is not None and rec is not None:
+        keys[table.range_key_attr] = rec.range_key.to_json()  # type: ignore[union-attr]
+    dynamodb: dict[str, Any] = {"StreamViewType": stream_type, "ApproximateCreationDateTime": utcnow(),
+                                "SequenceNumber": str(seq), "SizeBytes": 1, "Keys": keys}
+    record = {"eventID": mock_random.uuid4().hex, "eventName": event_name, "eventSource": "aws:dynamodb",
+              "eventVersion": "1.0", "awsRegion": "us-east-1", "dynamodb": dynamodb}
+    if stream_type in ("NEW_IMAGE", "NEW_AND_OLD_IMAGES") and new is not None:
+        dynamodb["NewImage"] = _image(new)
+    if stream_type in ("OLD_IMAGE", "NEW_AND_OLD_IMAGES") and old is not None:
+        dynamodb["OldImage"] = _image(old)
+    # moto sizes a record by its JSON (dynamo_json_dump): a text spliced in counts its length, a placeholder 0 none
+    texts = [len(v.text) - 1 for image in ("NewImage", "OldImage") for v in dynamodb.get(image, {}).values()
+             if type(v) is _RawJson]
+    dynamodb["SizeBytes"] = len(dynamo_json_dump(_placeheld(dynamodb) if texts else dynamodb)) + sum(texts)
+    self._raw = record
+    self._packed = bool(texts)
+
+
+def _placeheld(dynamodb: dict[str, Any]) -> dict[str, Any]:
+    return {**dynamodb, **{image: {k: 0 if type(v) is _RawJson else v for k, v in dynamodb[image].items()}
+                           for image in ("NewImage", "OldImage") if image in dynamodb}}
+
+
+def _plain(record: dict[str, Any]) -> dict[str, Any]:
+    """A stream record with its images' JSON texts read back into values: moto's record exactly."""
+    dynamodb = record["dynamodb"]
+    return {**record, "dynamodb": {**dynamodb, **{
+        image: {k: v.to_json() if type(v) is _RawJson else v for k, v in dynamodb[image].items()}
+        for image in ("NewImage", "OldImage") if image in dynamodb}}}
+
+
+def _record_get(self: StreamRecord) -> dict[str, Any]:
+    return _plain(self._raw) if self._packed else self._raw
+
+
+def _record_set(self: StreamRecord, record: dict[str, Any]) -> None:  # moto's own __init__ (the reference)
+    self._raw, self._packed = record, False
+
+
+def _record_to_json(self: StreamRecord) -> dict[str, Any]:
+    """What GetRecords' page is made of: the record with its JSON texts (`_StreamRecords` splices them in)."""
+    return self._raw
+
+
+def _plain_page(result: dict[str, Any]) -> dict[str, Any]:
+    return {**result, "Records": [_plain(r) for r in result.get("Records") or []]}
 
 
 class _ParsedCondition:
@@ -829,6 +948,9 @@ def install() -> None:
     for module in (_comparisons, _responses_module, _backend_module):
         module.create_condition_expression_parser = _condition_parser
     DynamoDBStreamsHandler.get_records = _get_records
+    StreamRecord.__init__ = _stream_record_init
+    StreamRecord.record = property(_record_get, _record_set)
+    StreamRecord.to_json = _record_to_json
     UpdateExpressionParser.make = classmethod(_make_update)
     _validators.Validator.__init__ = _validator_init
     _validators.UpdateExpressionValidator.validate = _validate_update

@@ -30,6 +30,8 @@ import numpy as np  # noqa: E402
 from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.models.table import Table
 
+from local.moto_storage import number_strings
+
 Key = tuple[DynamoType, "DynamoType | None"]
 
 # How far the matrix-vector product's score of a row may be from the brute force's, per dimension, in units of
@@ -54,16 +56,17 @@ def numbers(value: Any) -> list[float] | None:
     strings = getattr(value, "strings", None)
     if strings is not None and (strings := strings()) is not None:  # a packed list (local/moto_storage.py)
         try:
-            return [float(n) for n in strings]
+            return list(map(float, strings))
         except ValueError:
             pass
     if isinstance(value, dict):  # JSON, as a request carries it: read as it is (a DynamoType per number is slow)
         elements = value.get("L") if len(value) == 1 else None
-        if not isinstance(elements, list) or not all(isinstance(v, dict) and len(v) == 1 and "N" in v
-                                                     for v in elements):
+        strings = number_strings(elements)  # the common case, checked with builtins; any other goes element by element
+        if strings is None and (not isinstance(elements, list) or not all(
+                isinstance(v, dict) and len(v) == 1 and "N" in v for v in elements)):
             return None
         try:
-            return [float(v["N"]) for v in elements]
+            return list(map(float, strings if strings is not None else [v["N"] for v in elements]))
         except (TypeError, ValueError):
             pass  # not a number DynamoDB accepts: DynamoType's way below decides as before
     if not isinstance(value, DynamoType):  # (wrapping a DynamoType again would copy every element)

@@ -237,14 +237,19 @@ _VALUE = st.recursive(
     max_leaves=8)
 
 
+# Long enough to be kept packed, and written into stream records as their JSON text (local/moto_storage.py).
+_VECTOR = st.lists(st.sampled_from(["0", "-1.5", "0.25", "3e-05", "12"]), min_size=16, max_size=20).map(
+    lambda ns: {"L": [{"N": n} for n in ns]})
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(writes=st.lists(_write, min_size=1, max_size=12),
-       nested=st.lists(st.tuples(_key, st.dictionaries(st.sampled_from(["vector", "meta"]), _VALUE, min_size=1)),
-                       max_size=4),
+       nested=st.lists(st.tuples(_key, st.dictionaries(st.sampled_from(["vector", "meta"]), _VALUE | _VECTOR,
+                                                       min_size=1)), max_size=4),
        data=st.data())
 def test_stream_records_answer_as_moto_writes_them(dynamodb, writes, nested, data):
     """GetRecords' JSON fast path: the same records as moto's serializer gives, binary values (top level and nested),
-    lists of numbers and maps included."""
+    lists of numbers (vectors kept as JSON text among them: their SizeBytes too) and maps included."""
     streams = _streams(dynamodb)
     arn = dynamodb.describe_table(TableName=TABLE)["Table"]["LatestStreamArn"]
     shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][-1]["ShardId"]
@@ -387,6 +392,14 @@ def _vector_life(dynamodb) -> list:
     return [answers, _everything(dynamodb), images]
 
 
+def _stored_records() -> list[dict]:
+    """The table's stream records as moto holds them (`StreamRecord.record`)."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+
+    return [r.record for r in dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].get_table(TABLE).stream_shard.items]
+
+
 def test_vectors_packed_in_moto_answer_as_moto_lists_of_numbers(dynamodb):
     """A vector is stored as one packed object, not a DynamoType per number: every answer, item and stream image of
     its life is what moto's own lists give (sizes included), and updating into it unpacks it."""
@@ -399,6 +412,13 @@ def test_vectors_packed_in_moto_answer_as_moto_lists_of_numbers(dynamodb):
         else:
             outcomes.append(_vector_life(dynamodb))
     assert outcomes[1] == outcomes[0]
+    # Its records' sizes are moto's: the length of the record's JSON with the size itself at 1, vectors written out.
+    from moto.dynamodb.models.utilities import dynamo_json_dump
+
+    records = _stored_records()[-len(outcomes[1][2]):]
+    assert [r["dynamodb"]["SizeBytes"] for r in records] == [
+        len(dynamo_json_dump({**r["dynamodb"], "SizeBytes": 1})) for r in records]
+    assert any(len(r["dynamodb"].get("NewImage", {}).get("vec", {}).get("L", [])) == 256 for r in records)
     answers = outcomes[1][0]
     assert "ConsumedCapacity" in answers[6] and answers[7][0] == "ConditionalCheckFailedException"  # vec = :v compares every number
     assert answers[8]["Attributes"]["vec"]["L"][1] == {"N": "42"}
