@@ -521,11 +521,19 @@ def _item_init(self: Item, hash_key: DynamoType, range_key: DynamoType | None, a
 
 
 def number_strings(elements: Any) -> tuple[str, ...] | None:
-    """The strings of a JSON list of numbers as a request carries it (`[{"N": "0.5"}, ...]`), else None."""
+    """The strings of a JSON list of numbers as a request carries it (`[{"N": "0.5"}, ...]`), else None.
+
+    A vector is read here twice in a row (checked for its indexes, then packed into the item): the last list read is
+    remembered, by identity (a request's parameters are not changed while it is served)."""
     if type(elements) is not list:
         return None
+    last = getattr(_local, "strings", None)
+    if last is not None and last[0] is elements and last[1] == len(elements):
+        return last[2]
     strings = tuple([n for e in elements if type(e) is dict and len(e) == 1 and type(n := e.get("N")) is str])
-    return strings if len(strings) == len(elements) else None
+    strings = strings if len(strings) == len(elements) else None
+    _local.strings = (elements, len(elements), strings)
+    return strings
 
 
 class PackedNumbers(DynamoType):
@@ -536,11 +544,10 @@ class PackedNumbers(DynamoType):
 
     _SMALLEST = 16  # shorter lists are not worth it
 
-    def __init__(self, strings: tuple[str, ...], text: str | None = None) -> None:  # noqa: super().__init__ would
-        self.type = "L"                                                                # build the elements
+    def __init__(self, strings: tuple[str, ...]) -> None:  # noqa: super().__init__ would build the elements
+        self.type = "L"
         self._strings: tuple[str, ...] | None = strings
         self._elements: list[DynamoType] | None = None
-        self._text = text
 
     @classmethod
     def of(cls, value: Any) -> PackedNumbers | None:
@@ -564,22 +571,13 @@ class PackedNumbers(DynamoType):
         """The numbers as written, while nothing has unpacked them."""
         return self._strings
 
-    def json_text(self) -> str | None:
-        """The list's JSON as `json.dumps` writes it (`{"L": [{"N": "0.5"}, ...]}`), while nothing has unpacked it:
-        written once, for every stream record and page that carries it."""
-        if self._strings is None:
-            return None
-        if self._text is None:
-            self._text = '{"L": [' + ", ".join(['{"N": ' + _encode_string(n) + "}" for n in self._strings]) + "]}"
-        return self._text
-
     def size(self) -> int:
         return sum(map(len, self._strings)) if self._strings is not None else super().size()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> DynamoType:
         if self._strings is None:
             return super().__deepcopy__(memo)
-        return memo.setdefault(id(self), PackedNumbers(self._strings, self._text))  # they never change: shared
+        return memo.setdefault(id(self), PackedNumbers(self._strings))  # the strings never change: shared
 
 
 def _type_init(self: DynamoType, value: Any) -> None:
@@ -703,15 +701,32 @@ def _get_records(self: DynamoDBStreamsHandler) -> ActionResult:
 
 
 class _RawJson:
-    """An attribute of a stream record's image kept as its JSON text (a packed vector's, `PackedNumbers.json_text`):
-    moto renders each image as dicts, a dict per number of a vector, then dumps the record to size it, and GetRecords
-    dumps it again for each stream poller. The text is spliced into each page (`_StreamRecords`); anything else that
-    reads the record (`StreamRecord.record`, moto's own serializer) gets the value itself."""
+    """An attribute of a stream record's image kept as the numbers it was written with (a packed vector's strings),
+    its JSON written when a page first carries it: moto renders each image as dicts, a dict per number of a vector,
+    then dumps the record to size it, and GetRecords dumps it again for each stream poller. The text is spliced into
+    each page (`_StreamRecords`); anything else that reads the record (`StreamRecord.record`, moto's own serializer)
+    gets the value itself."""
 
-    __slots__ = ("text",)
+    __slots__ = ("strings", "_text")
 
-    def __init__(self, text: str) -> None:
-        self.text = text
+    def __init__(self, strings: tuple[str, ...]) -> None:
+        self.strings, self._text = strings, None  # a tuple: the item's list may be unpacked and changed later
+
+    @property
+    def text(self) -> str:
+        """`{"L": [{"N": "0.5"}, ...]}`, as `json.dumps` writes it."""
+        if self._text is None:
+            self._text = '{"L": [' + ", ".join(['{"N": ' + _encode_string(n) + "}" for n in self.strings]) + "]}"
+        return self._text
+
+    def length(self) -> int:
+        """The length of `text`, counted without writing it when no number needs escaping."""
+        if self._text is None:
+            joined = "".join(self.strings)
+            if joined.isascii() and joined.isprintable() and '"' not in joined and "\\" not in joined:
+                n = len(self.strings)  # {"L": [...]} around n of {"N": "..."}, ", " between them
+                return len(joined) + 9 * n + 9 + 2 * max(n - 1, 0)
+        return len(self.text)
 
     def to_json(self) -> Any:
         return json.loads(self.text)
@@ -719,8 +734,8 @@ class _RawJson:
 
 def _image(item: Item) -> dict[str, Any]:
     """An item's image as moto's stream record holds it (`Item.to_json`), its packed vectors as their JSON text."""
-    packed = {name: text for name, value in item.attrs.items()
-              if type(value) is PackedNumbers and (text := value.json_text()) is not None}
+    packed = {name: strings for name, value in item.attrs.items()
+              if type(value) is PackedNumbers and (strings := value.strings()) is not None}
     if not packed:
         return item.to_json()["Attributes"]
     rest = copy.copy(item)
@@ -749,16 +764,26 @@ def _stream_record_init(self: StreamRecord, table: Table, stream_type: str, even
     if stream_type in ("OLD_IMAGE", "NEW_AND_OLD_IMAGES") and old is not None:
         dynamodb["OldImage"] = _image(old)
     # moto sizes a record by its JSON (dynamo_json_dump): a text spliced in counts its length, a placeholder 0 none
-    texts = [len(v.text) - 1 for image in ("NewImage", "OldImage") for v in dynamodb.get(image, {}).values()
-             if type(v) is _RawJson]
-    dynamodb["SizeBytes"] = len(dynamo_json_dump(_placeheld(dynamodb) if texts else dynamodb)) + sum(texts)
+    texts = [v.length() - 1 for image in ("NewImage", "OldImage")
+             for v in dynamodb.get(image, {}).values() if type(v) is _RawJson]
+    dynamodb["SizeBytes"] = len(dynamo_json_dump(_placeheld(dynamodb))) + sum(texts)
     self._raw = record
     self._packed = bool(texts)
 
 
 def _placeheld(dynamodb: dict[str, Any]) -> dict[str, Any]:
-    return {**dynamodb, **{image: {k: 0 if type(v) is _RawJson else v for k, v in dynamodb[image].items()}
-                           for image in ("NewImage", "OldImage") if image in dynamodb}}
+    """The record moto sizes, its JSON texts as a 0 and its time as the number moto's encoder writes for it."""
+    return {**dynamodb, "ApproximateCreationDateTime": _unix_time(dynamodb["ApproximateCreationDateTime"]),
+            **{image: {k: 0 if type(v) is _RawJson else v for k, v in dynamodb[image].items()}
+               for image in ("NewImage", "OldImage") if image in dynamodb}}
+
+
+_EPOCH = datetime(1970, 1, 1)
+
+
+def _unix_time(value: datetime) -> float:
+    delta = value - _EPOCH  # moto's unix_time, which builds its epoch again on each call
+    return (delta.days * 86400) + (delta.seconds + (delta.microseconds / 1e6))
 
 
 def _plain(record: dict[str, Any]) -> dict[str, Any]:
