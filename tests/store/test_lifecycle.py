@@ -260,3 +260,29 @@ def test_a_purge_that_s3_refuses_fails_its_record_and_is_retried_not_forgotten(w
     assert call("POST", f"{W}/sessions", {"id": "s1"}).status == 409
     assert run_stream(record) == {"batchItemFailures": []}  # the stream's retry
     assert session_item(ws)["purged_at"]
+
+
+def test_a_session_with_peers_that_exist_writes_only_the_session_and_its_members(ws):
+    """An importer names the same peers in every session: they are read, not written again (a conditional put that
+    fails still costs DynamoDB write units), and a peer that is new is created."""
+    assert call("POST", f"{W}/sessions", {"id": "s1", "peers": {"alice": {}, "bob": {}}}).status == 201
+    written: list[tuple[str, str]] = []
+
+    def record(params, **_):
+        for action in params.get("TransactItems", []):
+            for kind, op in action.items():
+                if kind != "ConditionCheck":
+                    key = op.get("Item") or op.get("Key")
+                    written.append((key["PK"]["S"], key["SK"]["S"]))
+
+    client = get_db().client
+    client.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", record)
+    try:
+        reply = call("POST", f"{W}/sessions", {"id": "s2", "peers": {"alice": {}, "bob": {}, "carol": {}}})
+    finally:
+        client.meta.events.unregister("provide-client-params.dynamodb.TransactWriteItems", record)
+    assert reply.status == 201, reply.body
+    peers_written = [sk for pk, sk in written if pk == "WS#ws1" and sk.startswith("PEER#")]
+    assert peers_written == ["PEER#carol"]
+    members = call("GET", f"{W}/sessions/s2/peers")
+    assert sorted(p["id"] for p in members.body["items"]) == ["alice", "bob", "carol"]

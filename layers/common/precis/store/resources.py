@@ -277,11 +277,16 @@ def require_session(db: Db, ws: str, session_id: str) -> dict[str, Any]:
 
 def get_or_create_session(db: Db, ws: str, session_id: str, metadata=None, configuration=None,
                           peers: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], bool]:
-    workspace = require_workspace(db, ws)
-    check_configuration(json_object(workspace.get("configuration")), configuration)
+    # One read for the workspace and the peers that exist already (an importer names the same two in every session):
+    # only the others are created, instead of a create per peer that fails and a read after it.
+    found = {i["SK"]: i for i in batch_get(db, [keys.workspace(ws), *(keys.peer(ws, p) for p in peers or {})])}
+    if "WS" not in found:
+        raise NotFound(f"workspace '{ws}' not found")
+    check_configuration(json_object(found["WS"].get("configuration")), configuration)
     item, created = create_session_item(db, ws, session_id, metadata, configuration)
     if peers:
-        add_members(db, ws, session_id, peers, incarnation=item.get("incarnation"))
+        add_members(db, ws, session_id, peers, {p for p in peers if keys.peer(ws, p)["SK"] in found},
+                    incarnation=item.get("incarnation"))
     return session_view(item), created
 
 
