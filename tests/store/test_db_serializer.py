@@ -52,8 +52,13 @@ def test_the_client_uses_it():
     assert type(BOTOCORE._serializer).__name__ == "JSONSerializer"
 
 
-@given(item=ITEMS, key=ATTRIBUTE_VALUES, value=ATTRIBUTE_VALUES, vector=st.lists(_SCALARS, max_size=6))
-def test_every_operation_slot_serializes_as_botocore_does(item, key, value, vector):
+@given(item=ITEMS, key=ATTRIBUTE_VALUES, value=ATTRIBUTE_VALUES, vector=st.lists(_SCALARS, max_size=6),
+       numbers=st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=8))
+def test_every_operation_slot_serializes_as_botocore_does(item, key, value, vector, numbers):
+    from precis.store.vectors import lexical_attribute, vector_attribute
+
+    # Vectors as the store builds them (a list it marks as numbers only, written without a look at each element).
+    item = {**item, "vec": vector_attribute(numbers), "tvec": lexical_attribute([round(x, 2) for x in numbers])}
     requests = {
         "PutItem": {"TableName": "table", "Item": item, "ExpressionAttributeValues": {":v": value},
                     "ConditionExpression": "a <> :v"},

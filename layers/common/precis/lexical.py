@@ -194,7 +194,7 @@ class Document:
         vector = [0.0] * DIMENSIONS
         for hashed, count in self.counts.items():
             vector[_slot(hashed)] += saturation(count, self.length, average_length)
-        return [round(x, 3) for x in vector]  # three digits rank as well and keep the item small
+        return [round(x, 3) if x else x for x in vector]  # three digits rank as well and keep the item small
 
     def df_slots(self) -> set[int]:
         return {slot for h in self.counts for slot in df_slots(h)}

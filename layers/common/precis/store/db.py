@@ -115,10 +115,17 @@ def attribute_values_as_they_are(client: Any) -> Any:
     return client
 
 
+class Numbers(list):
+    """The elements of a list AttributeValue that are numbers only (`{"N": "0.5"}` each, a vector's): no binary
+    among them, so `_wire` writes the list as it is instead of looking at each of its hundreds of elements."""
+
+
 def _wire(value: dict[str, Any]) -> dict[str, Any]:
     """An AttributeValue as DynamoDB's JSON protocol writes it, as botocore's serializer would: the value itself (not
     a copy) unless it holds binaries, which go as base64."""
     if "L" in value:
+        if type(value["L"]) is Numbers:
+            return value
         return {**value, "L": [_wire(v) for v in value["L"]]}
     if "M" in value:
         return {**value, "M": {k: _wire(v) for k, v in value["M"].items()}}

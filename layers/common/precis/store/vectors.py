@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from precis.lexical import Document, Query
 from precis.store import keys, term_stats
-from precis.store.db import Db
+from precis.store.db import Db, Numbers
 
 K = TypeVar("K")
 
@@ -40,13 +40,13 @@ def vector_attribute(vector: list[float]) -> dict[str, Any]:
     name an f32 exactly, and keep the item small)."""
     if not all(math.isfinite(x) for x in vector):
         raise ValueError("vector: every component must be a finite number")
-    return {"L": [{"N": format(x + 0.0, ".9g")} for x in array("f", vector)]}  # + 0.0: no "-0"
+    return {"L": Numbers([{"N": format(x + 0.0, ".9g")} for x in array("f", vector)])}  # + 0.0: no "-0"
 
 
 def lexical_attribute(vector: list[float]) -> dict[str, Any]:
     """The AttributeValue of a BM25 vector (`precis.lexical`): few non-zero slots of three digits, so zeros and short
     numbers keep the item near 1 KB."""
-    return {"L": [{"N": "0"} if x == 0 else {"N": format(x, ".3g")} for x in vector]}
+    return {"L": Numbers([{"N": "0"} if x == 0 else {"N": format(x, ".3g")} for x in vector])}
 
 
 def lexical_fields(content: str) -> dict[str, Any]:
