@@ -61,7 +61,7 @@ def numbers(value: Any) -> list[float] | None:
             pass
     if isinstance(value, dict):  # JSON, as a request carries it: read as it is (a DynamoType per number is slow)
         elements = value.get("L") if len(value) == 1 else None
-        strings = number_strings(elements)  # the common case, checked with builtins; any other goes element by element
+        strings = number_strings(elements)  # the common case, in one pass; any other element by element
         if strings is None and (not isinstance(elements, list) or not all(
                 isinstance(v, dict) and len(v) == 1 and "N" in v for v in elements)):
             return None

@@ -237,15 +237,19 @@ def handler(event, context):
 """
 
 
+def _worker_env(fn: Function, name: str, **extra: str) -> dict[str, str]:
+    """A test function's worker environment: its code on the path, its handler and name, its own variables."""
+    return {"PATH": os.environ["PATH"], "PYTHONPATH": str(fn.code_dir), "_HANDLER": fn.handler,
+            "AWS_LAMBDA_FUNCTION_NAME": name, **extra, **fn.environment}
+
+
 @pytest.fixture(params=["zygote", "new interpreter"])
 def fake_pool(tmp_path, request, monkeypatch):
     """Workers forked from the zygote (the default), or each a new interpreter (PRECIS_LOCAL_ZYGOTE=0)."""
     monkeypatch.setenv("PRECIS_LOCAL_ZYGOTE", "1" if request.param == "zygote" else "0")
     (tmp_path / "app.py").write_text(FAKE_APP)
     fn = Function("Fake", tmp_path, "app.handler", {"MY_VAR": "v"}, timeout=2)
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path), "_HANDLER": fn.handler,
-           "AWS_LAMBDA_FUNCTION_NAME": "fake-fn", **fn.environment}
-    pool = FunctionPool(fn, env, size=2)
+    pool = FunctionPool(fn, _worker_env(fn, "fake-fn"), size=2)
     yield pool
     pool.close()
 
@@ -276,9 +280,8 @@ def test_a_worker_starts_with_the_functions_environment_descriptors_and_warnings
     monkeypatch.setenv("HOME", "/a/home/the/function/was/not/given")
     (tmp_path / "app.py").write_text(SEES_APP)
     fn = Function("Sees", tmp_path, "app.handler", {"MY_VAR": "v"}, timeout=10)
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path), "_HANDLER": fn.handler, "PRECIS_LOCAL_NICE": "3",
-           "AWS_LAMBDA_FUNCTION_NAME": "sees", "LAMBDA_TASK_ROOT": str(tmp_path),
-           "PYTHONWARNINGS": "ignore:a warning PYTHONWARNINGS ignores:UserWarning", **fn.environment}
+    env = _worker_env(fn, "sees", PRECIS_LOCAL_NICE="3", LAMBDA_TASK_ROOT=str(tmp_path),
+                      PYTHONWARNINGS="ignore:a warning PYTHONWARNINGS ignores:UserWarning")
     pool = FunctionPool(fn, env, size=1)
     try:
         result = pool.invoke({})
@@ -304,9 +307,7 @@ def test_a_zygote_that_died_is_started_again_for_the_next_cold_start(tmp_path, m
     monkeypatch.setenv("PRECIS_LOCAL_ZYGOTE", "1")
     (tmp_path / "app.py").write_text(FAKE_APP)
     fn = Function("Fake", tmp_path, "app.handler", {}, timeout=10)
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path), "_HANDLER": fn.handler,
-           "AWS_LAMBDA_FUNCTION_NAME": "fake-fn"}
-    pool = FunctionPool(fn, env, size=1)
+    pool = FunctionPool(fn, _worker_env(fn, "fake-fn"), size=1)
     try:
         warm = pool.invoke({}).payload["pid"]
         first = zygote.shared()
@@ -402,9 +403,7 @@ def _wait_for(condition) -> None:
 def test_an_invocation_waiting_for_a_cold_start_takes_a_worker_freed_first(tmp_path):
     (tmp_path / "app.py").write_text(GATED_APP)
     fn = Function("Gated", tmp_path, "app.handler", {}, timeout=60)
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path), "_HANDLER": fn.handler,
-           "AWS_LAMBDA_FUNCTION_NAME": "gated"}
-    pool = FunctionPool(fn, env, size=2)
+    pool = FunctionPool(fn, _worker_env(fn, "gated"), size=2)
     try:
         warm = pool.invoke({}).payload["pid"]
         (tmp_path / "hold-imports").touch()
@@ -435,9 +434,7 @@ def test_an_invocation_waiting_for_a_cold_start_takes_a_worker_freed_first(tmp_p
 
 def test_an_import_error_fails_the_invocation(tmp_path):
     fn = Function("Broken", tmp_path, "missing.handler", {}, timeout=2)
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path), "_HANDLER": fn.handler,
-           "AWS_LAMBDA_FUNCTION_NAME": "broken"}
-    pool = FunctionPool(fn, env, size=1)
+    pool = FunctionPool(fn, _worker_env(fn, "broken"), size=1)
     try:
         failed = pool.invoke({})
     finally:
