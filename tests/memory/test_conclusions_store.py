@@ -220,6 +220,52 @@ def test_near_duplicate_needs_the_same_session_and_level_for_explicit(db):
     assert again["id"] == deductive["id"] and again["times_derived"] == 2
 
 
+class Counting:
+    """A DynamoDB client that counts the requests it sends, by operation."""
+
+    def __init__(self, client):
+        self.client, self.calls = client, []
+
+    def __getattr__(self, name):
+        method = getattr(self.client, name)
+        if not callable(method) or name.startswith("_") or name in ("meta", "exceptions"):
+            return method
+
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            return method(*args, **kwargs)
+        return call
+
+
+@pytest.mark.parametrize("before", [0, 3, conclusions._LOCAL_TWINS + 4])
+def test_a_near_duplicate_is_found_however_many_conclusions_its_session_holds(db, before):
+    embedder = Embedder(near={"bob owns a big dog": ("bob owns a dog", 0.01),
+                              "bob owns a dog and a cat": ("bob owns a dog", 0.2)})
+    first = write(db, [f"bob fact number {i}" for i in range(before)] + ["bob owns a dog"], embedder=embedder)[-1]
+    # Another observer's collection holds the same text in the same session: never a twin here.
+    other = write(db, ["bob owns a big dog"], observer="carol", embedder=embedder)[0]
+    counting = Counting(db.client)
+    spied = Db(client=counting, s3=db.s3, table=db.table, bucket=db.bucket)
+    again, apart = write(spied, ["bob owns a big dog", "bob owns a dog and a cat"], embedder=embedder)
+    assert (again["id"], again["content"], again["times_derived"]) == (first["id"], "bob owns a big dog", 2)
+    assert apart["id"] not in (first["id"], other["id"])  # 0.2 away: a conclusion of its own
+    # A session's few conclusions are compared without the index; past _LOCAL_TWINS each candidate asks it.
+    assert counting.calls.count("search_vectors") == (2 if before + 1 > conclusions._LOCAL_TWINS else 0)
+    assert head(db)["count"] == before + 2
+
+
+def test_a_chunk_of_both_levels_finds_each_twin(db):
+    embedder = Embedder(near={"bob owns a big dog": ("bob owns a dog", 0.01),
+                              "bob drinks green tea": ("bob drinks tea", 0.02)})
+    explicit = write(db, ["bob owns a dog"], embedder=embedder)[0]
+    deductive = write(db, [Derived("bob drinks tea", level="deductive", session_id="s1")], embedder=embedder)[0]
+    views = write(db, [Derived("bob drinks green tea", level="deductive", session_id="s2"), "bob owns a big dog",
+                       Derived("bob owns a big dog", session_id="s2"), "bob drinks green tea"], embedder=embedder)
+    assert [v["id"] for v in views[:2]] == [deductive["id"], explicit["id"]]
+    # Another session's explicit conclusion, and an explicit one near a deductive one: not twins.
+    assert len({views[2]["id"], views[3]["id"], explicit["id"], deductive["id"]}) == 4
+
+
 class Recording:
     """A DynamoDB client that remembers the size of each transaction it sends."""
 

@@ -55,6 +55,8 @@ NEAR_DISTANCE = 0.05  # cosine distance within which two conclusions say the sam
 CHUNK = 16  # conclusions per transaction: 5 actions each, leaving room for the head, the checks and `extra`
 _MAX_ACTIONS = 100  # DynamoDB's TransactWriteItems limit
 _searches = ThreadPoolExecutor(max_workers=CHUNK, thread_name_prefix="near-duplicates")  # a chunk's at once
+_LOCAL_TWINS = 32  # a session's explicit conclusions in a collection compared here, not by the index, up to this many
+_PROVENANCE_PAGE = 200  # DERIVED# items read to find them (a session's, every collection's); more: the index
 _CHUNK_BYTES = 3_500_000  # under DynamoDB's 4 MB per transaction, with room for what the estimate misses
 _ATTEMPTS = 25  # lost races (the head moved) before a write gives up with Throttled
 _KEEP_SOURCES = 100  # source message ids kept per conclusion (the newest): a conclusion derived often stays small
@@ -314,17 +316,7 @@ def _plan(db: Db, ws: str, observer: str, observed: str, chunk: list[_Candidate]
     many conclusions it adds."""
     dedupe = [keys.conclusion_dedupe(ws, observer, observed, c.level, c.session_id, _digest(c.content)) for c in chunk]
     seen = {i["SK"]: i["id"] for i in batch_get(db, dedupe)}
-    collection = keys.collection_name(ws, observer, observed)
-
-    def twin(candidate: _Candidate) -> str | None:
-        hits = vectors.search(db, collection, candidate.vector, 1, level=candidate.level,
-                              session_key=(candidate.session_id or "-") if candidate.level == "explicit" else None,
-                              max_distance=NEAR_DISTANCE)
-        return hits[0][0] if hits else None
-
-    # The near-duplicate searches of the candidates no exact key matched, at once: one SearchVectors each.
-    unmatched = [c for c, key in zip(chunk, dedupe) if key["SK"] not in seen]
-    twins = _searches.map(twin, unmatched)  # in the chunk's order
+    twins = iter(_twins(db, ws, observer, observed, [c for c, key in zip(chunk, dedupe) if key["SK"] not in seen]))
     matched = [seen[key["SK"]] if key["SK"] in seen else next(twins) for key in dedupe]
     ids = list(dict.fromkeys(m for m in matched if m))
     stored = {i["id"]: i for i in batch_get(db, [keys.conclusion(ws, observer, observed, i) for i in ids])}
@@ -344,6 +336,69 @@ def _plan(db: Db, ws: str, observer: str, observed: str, chunk: list[_Candidate]
         actions += more
         views[target] = view(item)
     return actions, [views[t] for t in targets], sum(1 for t in groups if t not in stored)
+
+
+def _twins(db: Db, ws: str, observer: str, observed: str, candidates: list[_Candidate]) -> list[str | None]:
+    """The id of each candidate's stored near duplicate (or None), in order.
+
+    An explicit conclusion's twin can only be an explicit conclusion of the same session in this collection, and the
+    session's DERIVED# items name those: while they are few, their vectors are read (one Query and one BatchGetItem
+    for the chunk, nothing more when the session has none yet, as for its first conclusions) and compared here.
+    Otherwise each candidate asks the vector index, all at once: one SearchVectors each."""
+    sessions = {c.session_id for c in candidates if c.level == "explicit" and c.session_id}
+    local = {s: _session_vectors(db, ws, observer, observed, s) for s in sessions}
+    collection = keys.collection_name(ws, observer, observed)
+
+    def search(candidate: _Candidate) -> str | None:
+        hits = vectors.search(db, collection, candidate.vector, 1, level=candidate.level,
+                              session_key=(candidate.session_id or "-") if candidate.level == "explicit" else None,
+                              max_distance=NEAR_DISTANCE)
+        return hits[0][0] if hits else None
+
+    found: dict[int, str | None] = {}
+    asked: list[int] = []
+    for index, candidate in enumerate(candidates):
+        stored = local.get(candidate.session_id) if candidate.level == "explicit" else None
+        if stored is None:
+            asked.append(index)
+        else:
+            found[index] = _nearest_within(candidate.vector, stored, NEAR_DISTANCE)
+    found.update(zip(asked, _searches.map(lambda i: search(candidates[i]), asked)))
+    return [found[i] for i in range(len(candidates))]
+
+
+def _session_vectors(db: Db, ws: str, observer: str, observed: str, session_id: str,
+                     ) -> list[tuple[str, list[float]]] | None:
+    """(id, vector) of the explicit conclusions `session_id` holds in the collection, or None when there are more than
+    _LOCAL_TWINS (or the session's DERIVED# items, all collections', fill more than a page of _PROVENANCE_PAGE)."""
+    out = db.client.query(
+        TableName=db.table, KeyConditionExpression="PK = :pk AND begins_with(SK, :d)", ConsistentRead=True,
+        Limit=_PROVENANCE_PAGE, ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id),
+                                                                    ":d": "DERIVED#"}),
+        **projection(("SK", "observer_id", "observed_id")))
+    if "LastEvaluatedKey" in out:
+        return None
+    ids = [i["SK"]["S"].removeprefix("DERIVED#") for i in out["Items"]
+           if i["observer_id"]["S"] == observer and i["observed_id"]["S"] == observed]
+    if len(ids) > _LOCAL_TWINS:
+        return None
+    found = batch_get(db, [keys.conclusion_vector(ws, observer, observed, cid) for cid in ids],
+                      ("id", "level", vectors.SESSION_ATTRIBUTE, vectors.VECTOR_ATTRIBUTE))
+    return [(i["id"], i[vectors.VECTOR_ATTRIBUTE]) for i in found
+            if i.get("level") == "explicit" and i.get(vectors.SESSION_ATTRIBUTE) == session_id]
+
+
+def _nearest_within(vector: list[float], stored: list[tuple[str, list[float]]], distance: float) -> str | None:
+    """The id of the stored vector nearest `vector` by cosine distance (as the index measures it), if within
+    `distance`."""
+    norm = math.sqrt(sum(a * a for a in vector))
+    best, best_id = math.inf, None
+    for stored_id, other in stored:
+        norms = norm * math.sqrt(sum(b * b for b in other))
+        d = 1.0 - sum(a * b for a, b in zip(vector, other)) / norms if norms else 1.0
+        if d < best:
+            best, best_id = d, stored_id
+    return best_id if best <= distance else None
 
 
 def _put(db: Db, item: dict[str, Any], condition: str | None = None, values: dict[str, Any] | None = None,
