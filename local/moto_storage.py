@@ -668,6 +668,10 @@ class _StreamRecords(ActionResult):
     time. The same JSON: timestamps as moto writes them (epoch seconds, to the millisecond); a nested binary value
     goes moto's way."""
 
+    def __init__(self, result: Any, headers: dict[str, str] | None = None) -> None:
+        super().__init__(result)
+        self._headers = headers or {}
+
     def execute_result(self, context: Any) -> Any:
         texts: list[str] = []
         marker = uuid.uuid4().hex  # no value of a request can know it
@@ -684,7 +688,7 @@ class _StreamRecords(ActionResult):
             return ActionResult(_plain_page(self.result)).execute_result(context)
         if texts:
             body = re.sub(f'"{marker}([0-9]+)"', lambda m: texts[int(m[1])], body)
-        return 200, {"Content-Type": "application/x-amz-json-1.0"}, body
+        return 200, {"Content-Type": "application/x-amz-json-1.0", **self._headers}, body
 
 
 def _epoch(value: Any) -> Any:
@@ -693,11 +697,48 @@ def _epoch(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
+# A local stream poller (local/poller.py) names its event filter in this header: the page then holds only the records
+# that pass it, and the other says how many the page read (its iterator moves past them all). Lambda filters before a
+# function sees a record too; here the filter runs before the page is written, so the records a filter drops (most of
+# them: every item the deriver writes) are never written out and read back by each poller.
+FILTER_HEADER = "X-Precis-Stream-Filter"
+READ_HEADER = "X-Precis-Records-Read"
+
+
 def _get_records(self: DynamoDBStreamsHandler) -> ActionResult:
     result = _MOTO["get_records"](self)
     if getattr(_local, "reference", False):
         return ActionResult(_plain_page(result.result))
-    return _StreamRecords(result.result)
+    wanted = next((v for k, v in (self.headers or {}).items() if k.lower() == FILTER_HEADER.lower()), None)
+    if not wanted:
+        return _StreamRecords(result.result)
+    records = result.result.get("Records") or []
+    passes = _stream_filter(wanted)
+    return _StreamRecords({**result.result, "Records": [r for r in records if passes(r)]},
+                          {READ_HEADER: str(len(records))})
+
+
+@functools.lru_cache(maxsize=16)
+def _stream_filter(wanted: str) -> Callable[[dict[str, Any]], bool]:
+    """Whether a record (as a page holds it) passes the filter a poller sent: `{"arn": its stream, "patterns": [...]}`,
+    matched as the poller matches (`local.poller.matches`) against the record Lambda would deliver."""
+    from local.poller import lambda_record_json, matches  # (the poller imports this module's server)
+
+    spec = json.loads(wanted)
+    arn, patterns = spec["arn"], spec["patterns"]
+    named = {name for p in patterns for image in ("NewImage", "OldImage")
+             for name in ((p.get("dynamodb") or {}).get(image) or {})}
+
+    def passes(record: dict[str, Any]) -> bool:
+        dynamodb = record["dynamodb"]
+        if any(type(v) is _RawJson and k in named for image in ("NewImage", "OldImage")
+               for k, v in (dynamodb.get(image) or {}).items()):
+            record = _plain(record)  # a pattern names an attribute kept as text: match its value
+        shaped = {**record, "dynamodb": {**record["dynamodb"], "ApproximateCreationDateTime": _epoch(
+            dynamodb["ApproximateCreationDateTime"])}}  # the time as the page writes it
+        event = lambda_record_json(shaped, arn)
+        return any(matches(p, event) for p in patterns)
+    return passes
 
 
 class _RawJson:

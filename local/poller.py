@@ -24,6 +24,7 @@ from typing import Any
 
 from local.chaos import Chaos
 from local.moto_backend import REGION, client
+from local.moto_storage import FILTER_HEADER, READ_HEADER
 from local.template import LocalNames, Template
 from local.worker import InvokeResult, Invoker, function_name
 
@@ -142,7 +143,9 @@ class _RecordsReader:
         self._address = urllib.parse.urlsplit(endpoint).netloc
         self._local = threading.local()
 
-    def get_records(self, iterator: str, limit: int) -> dict[str, Any] | None:
+    def get_records(self, iterator: str, limit: int, wanted: str | None = None) -> tuple[dict[str, Any], int] | None:
+        """The page and how many records it read. With `wanted` (`filter_header`'s value) the page holds only the
+        records that pass the filter: the local moto matches them before writing the page (moto_storage)."""
         body = json.dumps({"ShardIterator": iterator, "Limit": limit})
         now = datetime.now(UTC)
         headers = {
@@ -152,6 +155,7 @@ class _RecordsReader:
             # moto routes by the credential scope and does not check the signature
             "Authorization": f"AWS4-HMAC-SHA256 Credential=testing/{now:%Y%m%d}/{REGION}/dynamodb/aws4_request, "
                              "SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=0",
+            **({FILTER_HEADER: wanted} if wanted else {}),
         }
         connection = getattr(self._local, "connection", None)
         try:
@@ -171,7 +175,15 @@ class _RecordsReader:
             page = json.loads(data)
         except ValueError:
             return None
-        return page if isinstance(page, dict) and isinstance(page.get("Records"), list) else None
+        if not isinstance(page, dict) or not isinstance(page.get("Records"), list):
+            return None
+        read = response.getheader(READ_HEADER)
+        return page, int(read) if read and read.isdigit() else len(page["Records"])
+
+
+def filter_header(stream_arn: str, patterns: list[dict[str, Any]]) -> str | None:
+    """What `_RecordsReader.get_records` sends for a poller's filter (None: no filter, every record)."""
+    return json.dumps({"arn": stream_arn, "patterns": patterns}) if patterns else None
 
 
 def _seq(record: dict[str, Any]) -> str:
@@ -411,9 +423,12 @@ class StreamPoller:
             shard.iterator = self._streams.get_shard_iterator(
                 StreamArn=self._stream_arn, ShardId=shard.id, ShardIteratorType=shard.starting_position
             )["ShardIterator"]
-        page, shaped = self._records.get_records(shard.iterator, 1000), lambda_record_json
-        if page is None:
+        read = self._records.get_records(shard.iterator, 1000, filter_header(self._stream_arn, self.settings.filters))
+        if read is not None:
+            (page, count), shaped = read, lambda_record_json
+        else:
             page, shaped = self._streams.get_records(ShardIterator=shard.iterator, Limit=1000), lambda_record
+            count = len(page["Records"])
         shard.iterator = page.get("NextShardIterator")
         shard.closed = shard.iterator is None
         for raw in page["Records"]:
@@ -422,7 +437,7 @@ class StreamPoller:
                 continue  # filtered out: consumed without an invocation, as Lambda does
             lane = shard.lane or self._lanes[self.virtual_shard(record["dynamodb"]["Keys"])]
             lane.add(record)
-        return bool(page["Records"])
+        return count > 0
 
     # -- delivery
 

@@ -260,10 +260,60 @@ def test_the_pollers_json_read_of_get_records_shapes_records_as_botocores_parse_
     dynamodb.delete_item(TableName=table, Key=key)
     iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard,
                                           ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
-    page = _RecordsReader(endpoint).get_records(iterator, 1000)
-    assert page is not None  # read as JSON, not handed back to boto3
+    page, read = _RecordsReader(endpoint).get_records(iterator, 1000)
+    assert read == 3  # read as JSON, not handed back to boto3
     parsed = streams.get_records(ShardIterator=iterator, Limit=1000)
     assert [r["eventName"] for r in parsed["Records"]] == ["INSERT", "MODIFY", "REMOVE"]
     assert [lambda_record_json(r, arn) for r in page["Records"]] == [lambda_record(r, arn)
                                                                      for r in parsed["Records"]]
     assert _RecordsReader(endpoint).get_records("not-an-iterator", 1000) is None  # an error: boto3 says what
+
+
+def test_a_filtered_page_holds_what_the_pollers_filter_passes_and_reads_past_the_rest(moto_server):
+    """The pollers send their filter with GetRecords, and the local moto leaves out what it drops: the records that
+    pass are those the poller's own match of the whole page passes, shaped alike, and the page says how many it
+    read. A pattern naming a vector attribute (kept as JSON text in the stream) is matched against its value."""
+    from local.moto_backend import client
+    from local.poller import _RecordsReader, filter_header, lambda_record_json
+
+    endpoint, clients = moto_server
+    dynamodb, table = clients["dynamodb"], template().table_name
+    streams = client("dynamodbstreams", endpoint)
+    arn = dynamodb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    vector = {"L": [{"N": str(n / 8)} for n in range(256)]}
+    for seq in range(1, 7):
+        key = {"PK": {"S": "WS#w#S#s"}, "SK": {"S": f"MSG#{seq:012d}"}}
+        kind = ("message", "search", "message")[seq % 3]
+        dynamodb.put_item(TableName=table, Item={**key, "kind": {"S": kind}, **({"tvec": vector} if seq % 3 else {}),
+                                                 **({"copy_of": {"S": "x"}} if seq == 4 else {})})
+        dynamodb.update_item(TableName=table, Key=key, UpdateExpression="SET n = :n",
+                             ExpressionAttributeValues={":n": {"N": str(seq)}})
+    dynamodb.delete_item(TableName=table, Key={"PK": {"S": "WS#w#S#s"}, "SK": {"S": f"MSG#{1:012d}"}})
+    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard,
+                                          ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    reader = _RecordsReader(endpoint)
+    everything, total = reader.get_records(iterator, 1000)
+    assert total == len(everything["Records"]) == 13
+    patterns_cases = [
+        StreamSettings.from_properties(template().stream_function().stream).filters,  # the summarizer's
+        [{"eventName": ["MODIFY"], "dynamodb": {"NewImage": {"n": {"N": ["5", "6"]}}}}],
+        [{"dynamodb": {"NewImage": {"tvec": {"L": [{"exists": True}]}}}}, {"eventName": ["REMOVE"]}],
+        [{"dynamodb": {"NewImage": {"tvec": [{"exists": False}]}}}],
+    ]
+    for patterns in patterns_cases:
+        expected = [lambda_record_json(r, arn) for r in everything["Records"]]
+        expected = [r for r in expected if any(matches(p, r) for p in patterns)]
+        page, read = reader.get_records(iterator, 1000, filter_header(arn, patterns))
+        assert read == 13 and reader.get_records(page["NextShardIterator"], 1000)[1] == 0  # past them all
+        assert [lambda_record_json(r, arn) for r in page["Records"]] == expected
+        assert 0 < len(expected) < 13
+
+
+def test_a_page_its_filter_drops_whole_still_counts_as_progress(endpoint):
+    """The poller reads on without waiting while the stream holds records, even when none of a page is for it."""
+    put_session(endpoint)  # a session item: the summarizer's filter drops it
+    recorder = Recorder()
+    poller = make_poller(endpoint, recorder)
+    assert poller.poll_once() is True
+    assert poller.poll_once() is False and recorder.events == []
