@@ -80,6 +80,7 @@ _MOTO = {
     "item_project": Item.project,
     "type_init": DynamoType.__init__,
     "limited_setitem": LimitedSizeDict.__setitem__,
+    "type_size": DynamoType.size,
     "execute_result": DynamoResult.execute_result,
     "parse_parameters": DynamoHandler.parse_parameters,
     "update_item_action": DynamoHandler.update_item,
@@ -601,6 +602,29 @@ def _size(value: Any) -> int:
     return value.size() if isinstance(value, DynamoType) else bytesize(str(value))
 
 
+_SET_ELEMENT = {"NS": "N", "SS": "S", "BS": "B"}
+
+
+def _type_size(self: DynamoType) -> int:
+    """moto's `DynamoType.size`, the same number: moto wraps each value of a map in a new DynamoType to size it, which
+    copies the value's whole subtree, at every level of nesting (a stored job of conclusions, a map of lists of maps,
+    was built again several times over by each sizing, and an update sizes the whole item once per attribute set)."""
+    kind, value = self.type, self.value
+    if kind == "N":
+        return len(str(value))
+    if kind in _SET_ELEMENT:
+        element = _SET_ELEMENT[kind]  # moto sizes each element as a DynamoType of the set's element type
+        return sum(len(str(v)) if element == "N" else 1 if isinstance(v, bool) else bytesize(v) for v in value)
+    if kind == "L":
+        return sum([v.size() for v in value])
+    if kind == "M":
+        return sum([bytesize(k) + (v.size() if type(v) is DynamoType else DynamoType(v).size())
+                    for k, v in value.items()])
+    if isinstance(value, bool):
+        return 1
+    return bytesize(value)
+
+
 def _item_to_json(self: Item, root_attr_name: str = "Attributes") -> dict[str, Any]:
     packed = {name: strings for name, value in self.attrs.items()
               if type(value) is PackedNumbers and (strings := value.strings()) is not None}
@@ -1008,6 +1032,7 @@ def install() -> None:
     Item.project = _item_project
     DynamoType.__init__ = _type_init
     LimitedSizeDict.__setitem__ = _limited_setitem
+    DynamoType.size = _type_size
     DynamoResult.execute_result = _execute_result
     DynamoHandler.parse_parameters = _parse_parameters
     DynamoHandler.update_item = _update_item_action

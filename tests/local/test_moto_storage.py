@@ -605,3 +605,32 @@ def test_an_expression_that_passed_under_some_names_is_checked_again_under_other
     assert [code(n) for n in (fine, overlapping, on_a_key, fine, overlapping, fine)] == [
         "ok", "ValidationException", "ValidationException", "ok", "ValidationException", "ok"]
     assert dynamodb.get_item(TableName=TABLE, Key=key)["Item"] == {**key, "a": {"S": "1"}, "b": {"S": "2"}}
+
+
+_scalar = st.one_of(
+    st.integers(-10**6, 10**6).map(lambda n: {"N": str(n)}),
+    st.text(max_size=8).map(lambda v: {"S": v}),
+    st.binary(max_size=6).map(lambda v: {"B": v}),
+    st.booleans().map(lambda v: {"BOOL": v}),
+    st.just({"NULL": True}),
+    st.sets(st.text(min_size=1, max_size=4), min_size=1, max_size=3).map(lambda v: {"SS": sorted(v)}),
+    st.sets(st.integers(-99, 99), min_size=1, max_size=3).map(lambda v: {"NS": [str(n) for n in sorted(v)]}),
+    st.sets(st.binary(min_size=1, max_size=3), min_size=1, max_size=3).map(lambda v: {"BS": sorted(v)}),
+)
+_attribute_value = st.recursive(_scalar, lambda inner: st.one_of(
+    st.lists(inner, max_size=4).map(lambda v: {"L": v}),
+    st.dictionaries(st.text(max_size=5), inner, max_size=4).map(lambda v: {"M": v})), max_leaves=25)
+
+
+@given(_attribute_value)
+@settings(max_examples=300, deadline=None)
+def test_a_values_size_is_motos_to_the_byte(value):
+    """DynamoType.size is moto's number (which builds each map value again to size it, at every level)."""
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    from local import moto_patches
+    from local.moto_storage import _MOTO
+
+    moto_patches.install()
+    typed = DynamoType(value)
+    assert typed.size() == _MOTO["type_size"](typed)
