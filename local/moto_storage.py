@@ -259,7 +259,11 @@ def _update_item(self: DynamoDBBackend, table_name: str, key: dict[str, Any], *a
                               kwargs.get("expected"), kwargs.get("condition_expression"))
             if bumps is not None:
                 return _add_counters(table, key, keys, item, bumps)
-        return _MOTO["update_item"](self, table_name, key, *args, **kwargs)
+        _local.updating = table  # the one Item moto's update_item deep-copies: the item before it (`_before`)
+        try:
+            return _MOTO["update_item"](self, table_name, key, *args, **kwargs)
+        finally:
+            _local.updating = None
     finally:
         keys = _keys_of(table, key) if table is not None else None
         if keys is not None:
@@ -296,7 +300,7 @@ def _add_counters(table: Table, key: dict[str, Any], keys: Key, item: Item | Non
     """What moto's update_item does for a counter bump, step for step: a missing item is put first (its key alone,
     through Table.put_item, with moto's stream record), each counter is added to (absent counts as 0), the same
     400 KB refusal, then the stream record of the update."""
-    original = copy.deepcopy(item)
+    original = _before(table, item)
     totals = [(a, DynamoType({"N": str((int(item.attrs[a].value) if item is not None and a in item.attrs else 0)
                                         + n)})) for a, n in bumps]
     # moto's LimitedSizeDict check for each attribute set (the item as it is, plus the new name and value), without
@@ -319,9 +323,22 @@ def _add_counters(table: Table, key: dict[str, Any], keys: Key, item: Item | Non
     return item
 
 
+def _before(table: Table, item: Item | None) -> Item | None:
+    """The item as it was before an update, for the update's stream record: a copy when the stream carries old images;
+    else only its keys (the record takes its keys and its event name from it), not a copy of every attribute (the
+    deriver's cursor holds its job, the term statistics a thousand counters)."""
+    view = (table.stream_specification or {}).get("StreamViewType") if table.stream_shard is not None else None
+    if item is None or view in ("OLD_IMAGE", "NEW_AND_OLD_IMAGES") or getattr(_local, "reference", False):
+        return copy.deepcopy(item)
+    keys = Item.__new__(Item)
+    keys.hash_key, keys.range_key, keys.attrs = item.hash_key, item.range_key, LimitedSizeDict()
+    return keys
+
+
 class _NoTableCopies:
     """Stands in for `copy` in moto's backend module: inside a transaction a table is not deep-copied (the undo log
-    restores what the transaction changed); every other copy is made as before."""
+    restores what the transaction changed); the item update_item copies for its stream record is `_before`'s; every
+    other copy is made as before."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(copy, name)
@@ -330,6 +347,9 @@ class _NoTableCopies:
     def deepcopy(obj: Any, memo: dict | None = None) -> Any:
         if isinstance(obj, Table) and getattr(_local, "transaction", False):
             return obj
+        updating = getattr(_local, "updating", None)
+        if type(obj) is Item and updating is not None and memo is None:
+            return _before(updating, obj)
         return copy.deepcopy(obj, memo)
 
 

@@ -569,8 +569,43 @@ def _updates_outcome(dynamodb, updates, seed) -> list:
         except ClientError as exc:
             answers.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
     records = streams.get_records(ShardIterator=start, Limit=1000)["Records"]
-    images = [(r["eventName"], r["dynamodb"].get("NewImage")) for r in records]
+    images = [(r["eventName"], r["dynamodb"]["Keys"], r["dynamodb"].get("NewImage")) for r in records]
     return [answers, _everything(dynamodb), images]
+
+
+@pytest.mark.parametrize("view", ["NEW_AND_OLD_IMAGES", "OLD_IMAGE", "NEW_IMAGE", "KEYS_ONLY"])
+def test_an_updates_stream_record_is_motos_whatever_images_the_stream_carries(dynamodb, view):
+    """An update's record takes the item before it from a copy when the stream carries old images, from its keys
+    alone when not: the records (ordinary updates, counter bumps, a first write) are moto's either way."""
+    streams = _streams(dynamodb)
+    outcomes = []
+    for reference in (True, False):
+        table = f"images-{view}-{reference}"
+        dynamodb.create_table(TableName=table, BillingMode="PAY_PER_REQUEST",
+                              KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}],
+                              AttributeDefinitions=[{"AttributeName": "PK", "AttributeType": "S"}],
+                              StreamSpecification={"StreamEnabled": True, "StreamViewType": view})
+        arn = dynamodb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+        shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+        with moto_reference() if reference else _nothing():
+            key = {"PK": {"S": "a"}}
+            dynamodb.put_item(TableName=table, Item={**key, "job": {"M": {"c": {"L": [{"S": "x"}, {"N": "1"}]}}}})
+            dynamodb.update_item(TableName=table, Key=key, UpdateExpression="SET job.c[0] = :y, t = :t",
+                                 ExpressionAttributeValues={":y": {"S": "y"}, ":t": {"S": "t"}})
+            dynamodb.update_item(TableName=table, Key=key, UpdateExpression="ADD n :one",
+                                 ExpressionAttributeValues={":one": {"N": "1"}})
+            dynamodb.update_item(TableName=table, Key={"PK": {"S": "b"}}, UpdateExpression="SET t = :t",
+                                 ExpressionAttributeValues={":t": {"S": "t"}})
+            dynamodb.update_item(TableName=table, Key={"PK": {"S": "c"}}, UpdateExpression="ADD n :one",
+                                 ExpressionAttributeValues={":one": {"N": "1"}})
+            iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard,
+                                                  ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+            records = streams.get_records(ShardIterator=iterator)["Records"]
+        outcomes.append([(r["eventName"], {k: v for k, v in r["dynamodb"].items()
+                                           if k in ("Keys", "NewImage", "OldImage", "StreamViewType")})
+                         for r in records])
+        dynamodb.delete_table(TableName=table)
+    assert len(outcomes[0]) == 7 and outcomes[1] == outcomes[0]  # an update of no item: its put, then the update
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
