@@ -261,9 +261,10 @@ def _update_item(self: DynamoDBBackend, table_name: str, key: dict[str, Any], *a
                 return _add_counters(table, key, keys, item, bumps)
         _local.updating = table  # the one Item moto's update_item deep-copies: the item before it (`_before`)
         try:
-            return _MOTO["update_item"](self, table_name, key, *args, **kwargs)
+            item = _MOTO["update_item"](self, table_name, key, *args, **kwargs)
         finally:
             _local.updating = None
+        return _keys_only(item) if getattr(_local, "unanswered", False) else item  # (see _UnreadCopies)
     finally:
         keys = _keys_of(table, key) if table is not None else None
         if keys is not None:
@@ -292,7 +293,11 @@ def _update_item_action(self: DynamoHandler) -> Any:
             self.dynamodb_backend.update_item(body["TableName"], body["Key"], update_expression=expression,
                                               expression_attribute_names=None, expression_attribute_values=values)
             return DynamoResult({"ConsumedCapacity": {"TableName": body["TableName"], "CapacityUnits": 0.5}})
-    return _MOTO["update_item_action"](self)
+    _local.unanswered = body.get("ReturnValues", "NONE") == "NONE" and not getattr(_local, "reference", False)
+    try:
+        return _MOTO["update_item_action"](self)
+    finally:
+        _local.unanswered = False
 
 
 def _add_counters(table: Table, key: dict[str, Any], keys: Key, item: Item | None,
@@ -330,9 +335,28 @@ def _before(table: Table, item: Item | None) -> Item | None:
     view = (table.stream_specification or {}).get("StreamViewType") if table.stream_shard is not None else None
     if item is None or view in ("OLD_IMAGE", "NEW_AND_OLD_IMAGES") or getattr(_local, "reference", False):
         return copy.deepcopy(item)
+    return _keys_only(item)
+
+
+def _keys_only(item: Item) -> Item:
     keys = Item.__new__(Item)
     keys.hash_key, keys.range_key, keys.attrs = item.hash_key, item.range_key, LimitedSizeDict()
     return keys
+
+
+class _UnreadCopies:
+    """Stands in for `copy` in moto's responses module: UpdateItem's handler copies the item it is about to update
+    and writes it and the updated item out to work out the attributes an answer might return; asked for none
+    (`_local.unanswered`), both are the items' keys alone. Every other copy is made as before."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+    @staticmethod
+    def deepcopy(obj: Any, memo: dict | None = None) -> Any:
+        if type(obj) is Item and memo is None and getattr(_local, "unanswered", False):
+            return _keys_only(obj)
+        return copy.deepcopy(obj, memo)
 
 
 class _NoTableCopies:
@@ -1047,6 +1071,7 @@ def install() -> None:
     DynamoDBBackend.update_item = _update_item
     DynamoDBBackend.transact_write_items = transact_write_items
     _backend_module.copy = _NoTableCopies()
+    _responses_module.copy = _UnreadCopies()
     Item.__init__ = _item_init
     Item.to_json = _item_to_json
     Item.project = _item_project

@@ -555,11 +555,13 @@ def _updates_outcome(dynamodb, updates, seed) -> list:
     if seed:
         dynamodb.put_item(TableName=TABLE, Item={"PK": {"S": PARTITIONS[0]}, "SK": {"S": SKS[0]}, **seed})
     answers = []
-    for kind, sk, request in updates:
+    for i, (kind, sk, request) in enumerate(updates):
         key = {"PK": {"S": PARTITIONS[0]}, "SK": {"S": sk}}
+        returned = ("ALL_NEW", None, "NONE", "UPDATED_OLD", "ALL_OLD", "UPDATED_NEW")[i % 6]
         try:
             if kind == "update":
-                answer = dynamodb.update_item(TableName=TABLE, Key=key, ReturnValues="ALL_NEW", **request)
+                answer = dynamodb.update_item(TableName=TABLE, Key=key, **request,
+                                              **({"ReturnValues": returned} if returned else {}))
                 answer.pop("ResponseMetadata")
             else:
                 answer = dynamodb.transact_write_items(TransactItems=[{"Update": {"TableName": TABLE, "Key": key,
