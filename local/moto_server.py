@@ -22,6 +22,7 @@ import gc
 import io
 import json
 import random
+import selectors
 import threading
 import time
 import uuid
@@ -38,6 +39,7 @@ from moto.dynamodb.responses import DynamoHandler
 from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+import werkzeug.serving
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from local import moto_patches
@@ -270,6 +272,33 @@ class Throttling:
         }
 
 
+_read_whole = threading.local()  # on: this thread's request was read whole (`_RequestHandler.make_environ`)
+
+
+class _Selectors:
+    """Stands in for `selectors` in werkzeug's server: after each answer werkzeug polls the socket for what is left
+    of the request (a new epoll object, three system calls and up to 10 ms of waiting for each AWS call); a request
+    that was read whole has nothing left, so its poll finds nothing at once. Any other request polls as before."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(selectors, name)
+
+    @staticmethod
+    def DefaultSelector() -> Any:  # noqa: N802 - the name werkzeug calls
+        return _NothingLeft() if getattr(_read_whole, "on", False) else selectors.DefaultSelector()
+
+
+class _NothingLeft:
+    def register(self, *args: Any) -> None:
+        pass
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
 class _RequestHandler(MotoRequestHandler):
     """moto's request handler, keeping the connection open between requests.
 
@@ -293,11 +322,12 @@ class _RequestHandler(MotoRequestHandler):
     def make_environ(self) -> dict[str, Any]:
         environ = super().make_environ()
         length = self.headers.get("Content-Length", "")
-        self._keep_alive = length.isdigit() and "Transfer-Encoding" not in self.headers
+        self._keep_alive = _read_whole.on = length.isdigit() and "Transfer-Encoding" not in self.headers
         if self._keep_alive:
             environ["wsgi.input"] = io.BytesIO(self.rfile.read(int(length)))
             # After its answer werkzeug reads whatever else the socket holds (it expects to close it): here that would
-            # be the client's next request, so for this request it reads from an empty stream.
+            # be the client's next request, so for this request it reads from an empty stream (and does not wait for
+            # the socket first: `_Selectors`).
             self.rfile = io.BytesIO()
         return environ
 
@@ -308,6 +338,9 @@ class _RequestHandler(MotoRequestHandler):
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         """Not a line per AWS call: the gateway and the pollers say what the stack did."""
+
+
+werkzeug.serving.selectors = _Selectors()  # type: ignore[assignment]
 
 
 class SerializedMotoServer(ThreadedMotoServer):

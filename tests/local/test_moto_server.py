@@ -95,3 +95,28 @@ def test_dynamodb_and_streams_calls_answer_as_motos_own_app(servers):
 def test_other_services_still_reach_motos_app(moto_server):
     clients = moto_server[1]
     assert clients["s3"].list_buckets()["Buckets"] and clients["sqs"].list_queues().get("QueueUrls")
+
+
+def test_a_connection_carries_request_after_request_and_a_chunked_one_ends_it(moto_server):
+    """A request with a Content-Length is read whole and its connection serves the next one (each AWS call does not
+    pay a new connection); a chunked request, which the server cannot tell it read whole, still closes it."""
+    import http.client
+    import urllib.parse
+
+    address = urllib.parse.urlsplit(moto_server[0])
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+    headers = {"X-Amz-Target": "DynamoDB_20120810.ListTables", "Content-Type": "application/x-amz-json-1.0",
+               "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/dynamodb/aws4_request, "
+                                "SignedHeaders=host, Signature=0"}
+    sockets = []
+    for _ in range(3):
+        connection.request("POST", "/", body=b"{}", headers=headers)
+        answer = connection.getresponse()
+        assert answer.status == 200 and TABLE in json.loads(answer.read())["TableNames"]
+        sockets.append(connection.sock)
+    assert sockets[0] is not None and sockets == [sockets[0]] * 3  # one connection throughout
+    connection.request("POST", "/", body=iter([b"{", b"}"]), headers=headers, encode_chunked=True)
+    answer = connection.getresponse()
+    assert answer.status == 200 and TABLE in json.loads(answer.read())["TableNames"]
+    assert answer.getheader("Connection", "").lower() == "close"
+    connection.close()
