@@ -17,14 +17,17 @@ poller, `make invoke`, tests that seed or inspect) keep the direct port.
 
 from __future__ import annotations
 
+import email.utils
 import functools
 import gc
 import io
 import json
 import random
 import selectors
+import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,8 +41,10 @@ from moto.core.request import Request
 from moto.dynamodb.responses import DynamoHandler
 from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from moto.moto_server.werkzeug_app import (PRESERVED_HEADER_NAMES_ENVIRON_KEY, DomainDispatcherApplication,
+                                          MotoRequestHandler, create_backend_app)
 import werkzeug.serving
+from werkzeug.exceptions import InternalServerError
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from local import moto_patches
@@ -275,6 +280,51 @@ class Throttling:
 _read_whole = threading.local()  # on: this thread's request was read whole (`_RequestHandler.make_environ`)
 
 
+@functools.lru_cache(maxsize=2)
+def _date_of(second: int) -> str:
+    return email.utils.formatdate(second, usegmt=True)
+
+
+def _http_date() -> str:
+    return _date_of(int(time.time()))
+
+
+class _Replay(io.RawIOBase):
+    """A request's head read ahead, then the connection: what werkzeug's way reads after `_aws_call` declined."""
+
+    def __init__(self, head: bytes, inner: Any) -> None:
+        super().__init__()
+        self._head, self.inner = io.BytesIO(head), inner
+        self._left = len(head)
+
+    def spent(self) -> bool:
+        return self._left == 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readline(self, limit: int = -1) -> bytes:  # type: ignore[override]
+        if self._left:
+            line = self._head.readline(limit)
+            self._left -= len(line)
+            return line
+        return self.inner.readline(limit)
+
+    def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+        if not self._left:
+            return self.inner.read(size)
+        data = self._head.read(size if size is not None and size >= 0 else -1)
+        self._left -= len(data)
+        if size is None or size < 0:
+            return data + self.inner.read()
+        return data + (self.inner.read(size - len(data)) if len(data) < size else b"")
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+
 class _Selectors:
     """Stands in for `selectors` in werkzeug's server: after each answer werkzeug polls the socket for what is left
     of the request (a new epoll object, three system calls and up to 10 ms of waiting for each AWS call); a request
@@ -311,6 +361,87 @@ class _RequestHandler(MotoRequestHandler):
     # werkzeug writes an answer's head and body apart: without this the body can wait for a delayed ACK (40 ms).
     disable_nagle_algorithm = True
     _keep_alive = False
+
+    def handle_one_request(self) -> None:
+        """An AWS JSON call (a POST with an X-Amz-Target and a Content-Length: every DynamoDB and Streams call) is read
+        and answered here, through the same WSGI app as any request; anything else goes werkzeug's way. http.server
+        parses a request's head with the email package and werkzeug builds its environ and writes its answer a header
+        at a time: for a small call, a third of the server's time."""
+        line = self.rfile.readline(65537)
+        head = [line]
+        while len(head) < 101 and line not in (b"\r\n", b"\n", b""):
+            line = self.rfile.readline(65537)
+            head.append(line)
+        if not head[0]:
+            self.close_connection = True
+            return
+        environ = self._aws_call(head)
+        if environ is None:
+            self.rfile = _Replay(b"".join(head), self.rfile)
+            super().handle_one_request()
+            if isinstance(self.rfile, _Replay) and self.rfile.spent():
+                self.rfile = self.rfile.inner
+            return
+        answer: list[Any] = []
+        self.environ = environ
+
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
+            answer[:] = [status, headers]
+
+        try:
+            chunks = self.server.app(environ, start_response)
+            try:
+                body = b"".join(chunks)
+            finally:
+                if hasattr(chunks, "close"):
+                    chunks.close()
+        except Exception:  # noqa: BLE001 - as werkzeug does: the traceback on stderr, a 500, the connection closed
+            traceback.print_exc()
+            body = b"".join(InternalServerError()(environ, start_response))
+            self.close_connection = True
+        status, headers = answer
+        lines = [f"{self.protocol_version} {status}", f"Server: {self.server_version}",
+                 f"Date: {_http_date()}", *(f"{k}: {v}" for k, v in headers)]
+        if not any(k.lower() == "content-length" for k, _ in headers):
+            lines.append(f"Content-Length: {len(body)}")
+        self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        self.wfile.flush()
+
+    def _aws_call(self, head: list[bytes]) -> dict[str, Any] | None:
+        """The WSGI environ werkzeug and moto's handler would build for this request, its body read; None when it is not
+        a plain AWS JSON call (the head is then read again werkzeug's way)."""
+        try:
+            method, target, version = head[0].decode("latin-1").rstrip("\r\n").split(" ")
+        except ValueError:
+            return None
+        if method != "POST" or version != "HTTP/1.1" or head[-1] not in (b"\r\n", b"\n") or not target.startswith("/"):
+            return None
+        environ: dict[str, Any] = {}
+        for raw in head[1:-1]:
+            name, colon, value = raw.decode("latin-1").partition(":")
+            name = name.strip()
+            if not colon or not name or "_" in name or raw[:1] in (b" ", b"\t"):
+                return None  # a folded line, a name moto keeps as written, or no header at all: werkzeug's way
+            key = name.upper().replace("-", "_")
+            key = key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{key}"
+            value = value.strip(" \t\r\n")
+            environ[key] = f"{environ[key]},{value}" if key in environ else value
+        length = environ.get("CONTENT_LENGTH", "")
+        if ("HTTP_X_AMZ_TARGET" not in environ or not length.isdigit() or "HTTP_TRANSFER_ENCODING" in environ
+                or "HTTP_EXPECT" in environ or "?" in target or "%" in target):
+            return None
+        self.command, self.path, self.request_version = method, target, version
+        self.close_connection = environ.get("HTTP_CONNECTION", "").lower() == "close"
+        environ.update({
+            "wsgi.version": (1, 0), "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(self.rfile.read(int(length))),
+            "wsgi.errors": sys.stderr, "wsgi.multithread": self.server.multithread,
+            "wsgi.multiprocess": self.server.multiprocess, "wsgi.run_once": False, "werkzeug.socket": self.connection,
+            "SERVER_SOFTWARE": self.server_version, "REQUEST_METHOD": method, "SCRIPT_NAME": "", "PATH_INFO": target,
+            "QUERY_STRING": "", "REQUEST_URI": target, "RAW_URI": target, "REMOTE_ADDR": self.client_address[0],
+            "REMOTE_PORT": self.client_address[1], "SERVER_NAME": self.server.server_address[0],
+            "SERVER_PORT": str(self.server.server_address[1]), "SERVER_PROTOCOL": version,
+            PRESERVED_HEADER_NAMES_ENVIRON_KEY: {}})
+        return environ
 
     def run_wsgi(self) -> None:
         connection = self.rfile
