@@ -86,7 +86,7 @@ class Turns:
     idle, all of it (in AWS each function has capacity of its own).
     """
 
-    def __init__(self, quiet_s: float = 0.02, share: float = 0.35, burst_s: float = 0.1,
+    def __init__(self, quiet_s: float = 0.02, share: float = 0.25, burst_s: float = 0.1,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         # One condition per kind: a turn ending wakes one waiter, of the kind that goes next (waking every waiting
