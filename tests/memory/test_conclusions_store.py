@@ -220,20 +220,26 @@ def test_near_duplicate_needs_the_same_session_and_level_for_explicit(db):
     assert again["id"] == deductive["id"] and again["times_derived"] == 2
 
 
-class Counting:
-    """A DynamoDB client that counts the requests it sends, by operation."""
+class Recording:
+    """A DynamoDB client that remembers each request it sends: (operation, request)."""
 
     def __init__(self, client):
         self.client, self.calls = client, []
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+    def transactions(self) -> list[list[dict]]:
+        return [request["TransactItems"] for name, request in self.calls if name == "transact_write_items"]
 
     def __getattr__(self, name):
         method = getattr(self.client, name)
         if not callable(method) or name.startswith("_") or name in ("meta", "exceptions"):
             return method
 
-        def call(*args, **kwargs):
-            self.calls.append(name)
-            return method(*args, **kwargs)
+        def call(**request):
+            self.calls.append((name, request))
+            return method(**request)
         return call
 
 
@@ -244,13 +250,13 @@ def test_a_near_duplicate_is_found_however_many_conclusions_its_session_holds(db
     first = write(db, [f"bob fact number {i}" for i in range(before)] + ["bob owns a dog"], embedder=embedder)[-1]
     # Another observer's collection holds the same text in the same session: never a twin here.
     other = write(db, ["bob owns a big dog"], observer="carol", embedder=embedder)[0]
-    counting = Counting(db.client)
-    spied = Db(client=counting, s3=db.s3, table=db.table, bucket=db.bucket)
+    recording = Recording(db.client)
+    spied = Db(client=recording, s3=db.s3, table=db.table, bucket=db.bucket)
     again, apart = write(spied, ["bob owns a big dog", "bob owns a dog and a cat"], embedder=embedder)
     assert (again["id"], again["content"], again["times_derived"]) == (first["id"], "bob owns a big dog", 2)
     assert apart["id"] not in (first["id"], other["id"])  # 0.2 away: a conclusion of its own
     # A session's few conclusions are compared without the index; past _LOCAL_TWINS each candidate asks it.
-    assert counting.calls.count("search_vectors") == (2 if before + 1 > conclusions._LOCAL_TWINS else 0)
+    assert recording.names().count("search_vectors") == (2 if before + 1 > conclusions._LOCAL_TWINS else 0)
     assert head(db)["count"] == before + 2
 
 
@@ -266,20 +272,6 @@ def test_a_chunk_of_both_levels_finds_each_twin(db):
     assert len({views[2]["id"], views[3]["id"], explicit["id"], deductive["id"]}) == 4
 
 
-class Recording:
-    """A DynamoDB client that remembers the size of each transaction it sends."""
-
-    def __init__(self, client):
-        self.client, self.transactions = client, []
-
-    def transact_write_items(self, **request):
-        self.transactions.append(request["TransactItems"])
-        return self.client.transact_write_items(**request)
-
-    def __getattr__(self, name):
-        return getattr(self.client, name)
-
-
 def test_more_than_16_conclusions_go_in_chunks_of_at_most_16(db):
     recording = Recording(db.client)
     spied = Db(client=recording, s3=db.s3, table=db.table, bucket=db.bucket)
@@ -288,9 +280,9 @@ def test_more_than_16_conclusions_go_in_chunks_of_at_most_16(db):
     views = write(spied, [f"bob fact number {i}" for i in range(40)], extra=extra, incarnation=incarnation(db))
     assert len({v["id"] for v in views}) == 40
     sizes = [sum(1 for a in t if "Put" in a and a["Put"]["Item"]["SK"]["S"].startswith("C#"))
-             for t in recording.transactions]
+             for t in recording.transactions()]
     assert sizes == [16, 16, 8]
-    assert all(len(t) <= 100 and extra[0] in t for t in recording.transactions)
+    assert all(len(t) <= 100 and extra[0] in t for t in recording.transactions())
     assert head(db)["count"] == 40 and head(db)["version"] == 3
 
 

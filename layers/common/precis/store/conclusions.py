@@ -371,11 +371,8 @@ def _session_vectors(db: Db, ws: str, observer: str, observed: str, session_id: 
                      ) -> list[tuple[str, list[float]]] | None:
     """(id, vector) of the explicit conclusions `session_id` holds in the collection, or None when there are more than
     _LOCAL_TWINS (or the session's DERIVED# items, all collections', fill more than a page of _PROVENANCE_PAGE)."""
-    out = db.client.query(
-        TableName=db.table, KeyConditionExpression="PK = :pk AND begins_with(SK, :d)", ConsistentRead=True,
-        Limit=_PROVENANCE_PAGE, ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id),
-                                                                    ":d": "DERIVED#"}),
-        **projection(("SK", "observer_id", "observed_id")))
+    out = db.client.query(TableName=db.table, **_provenance_request(ws, session_id), Limit=_PROVENANCE_PAGE,
+                          **projection(("SK", "observer_id", "observed_id")))
     if "LastEvaluatedKey" in out:
         return None
     ids = [i["SK"]["S"].removeprefix("DERIVED#") for i in out["Items"]
@@ -391,14 +388,10 @@ def _session_vectors(db: Db, ws: str, observer: str, observed: str, session_id: 
 def _nearest_within(vector: list[float], stored: list[tuple[str, list[float]]], distance: float) -> str | None:
     """The id of the stored vector nearest `vector` by cosine distance (as the index measures it), if within
     `distance`."""
-    norm = math.sqrt(sum(a * a for a in vector))
-    best, best_id = math.inf, None
-    for stored_id, other in stored:
-        norms = norm * math.sqrt(sum(b * b for b in other))
-        d = 1.0 - sum(a * b for a, b in zip(vector, other)) / norms if norms else 1.0
-        if d < best:
-            best, best_id = d, stored_id
-    return best_id if best <= distance else None
+    from precis.memory.embeddings import cosine_distance  # (the store does not import the memory package up front)
+
+    nearest = min(((cosine_distance(vector, other), stored_id) for stored_id, other in stored), default=None)
+    return nearest[1] if nearest is not None and nearest[0] <= distance else None
 
 
 def _put(db: Db, item: dict[str, Any], condition: str | None = None, values: dict[str, Any] | None = None,
@@ -689,8 +682,13 @@ def purge_session_conclusions(db: Db, ws: str, session_id: str, *,
 
 
 def _provenance(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
-    return query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :d)", ConsistentRead=True,
-                     ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":d": "DERIVED#"}))
+    return query_all(db, **_provenance_request(ws, session_id))
+
+
+def _provenance_request(ws: str, session_id: str) -> dict[str, Any]:
+    """A consistent Query of the session's DERIVED# items (which name the conclusions drawn from it)."""
+    return {"KeyConditionExpression": "PK = :pk AND begins_with(SK, :d)", "ConsistentRead": True,
+            "ExpressionAttributeValues": to_item({":pk": keys.session_pk(ws, session_id), ":d": "DERIVED#"})}
 
 
 def remove_session_copies(db: Db, ws: str, session_id: str, observer: str) -> int:
