@@ -127,8 +127,9 @@ class LocalNames:
 
 
 class _Resolver:
-    def __init__(self, raw: dict[str, Any], names: LocalNames):
+    def __init__(self, raw: dict[str, Any], names: LocalNames, parameters: dict[str, str] | None = None):
         self.params = {k: str(v.get("Default", "")) for k, v in raw.get("Parameters", {}).items()}
+        self.params.update(parameters or {})
         self.params["Stage"] = names.stage
         self.refs = {"AWS::Region": names.region, "AWS::AccountId": names.account, "AWS::Partition": "aws",
                      "AWS::URLSuffix": "amazonaws.com"}
@@ -167,6 +168,9 @@ class _Resolver:
             return name if attr == "QueueName" else f"arn:aws:sqs:{self.names.region}:{self.names.account}:{name}"
         if kind == "AWS::S3::Bucket":
             return f"arn:aws:s3:::{self.names.bucket}"
+        if kind in ("AWS::Serverless::Function", "AWS::Lambda::Function") and attr == "Arn":
+            name = self.resolve(self.resources[logical_id]["Properties"].get("FunctionName")) or logical_id
+            return f"arn:aws:lambda:{self.names.region}:{self.names.account}:function:{name}"
         return f"{logical_id}.{attr}"
 
     def condition(self, name: str) -> bool:
@@ -198,6 +202,15 @@ class _Resolver:
                 return a == b
             if name == "Not":
                 return not self.resolve(arg[0])
+            if name == "And":
+                return all(self.resolve(x) for x in arg)
+            if name == "Or":
+                return any(self.resolve(x) for x in arg)
+            if name == "Condition":
+                return self.condition(arg)
+            if name == "Join":
+                separator, values = arg
+                return separator.join(str(v) for v in self.resolve(values) if v is not None)
             raise ValueError(f"unsupported intrinsic !{name}")
         if isinstance(value, dict):
             out = {k: self.resolve(v) for k, v in value.items()}

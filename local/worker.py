@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from local import zygote
+from local import iam, zygote
 from local.lambda_context import LambdaContext
 from local.template import ENCODINGS_DIR, LAYER_DIR, ROOT, Function, LocalNames, Template, _Resolver
 
@@ -136,7 +136,20 @@ def function_environment(tpl: Template, fn: Function, endpoint: str) -> dict[str
         PYTHONWARNINGS="ignore:No application metrics to publish:UserWarning",
     )
     env.update({k: parent[k] for k in PASS_THROUGH if k in parent})
+    env[iam.ROLE_VARIABLE] = function_role(tpl, fn).to_json()
     return env
+
+
+_ROLES: dict[tuple[int, tuple[tuple[str, str], ...]], dict[str, iam.Role]] = {}
+
+
+def function_role(tpl: Template, fn: Function) -> iam.Role:
+    """The function's execution role for this local deployment (the developer's knobs are its parameters)."""
+    knobs = tuple(sorted((k, os.environ[k]) for k in PASS_THROUGH if k in os.environ))
+    key = (id(tpl), knobs)
+    if key not in _ROLES:
+        _ROLES[key] = iam.local_roles(tpl, dict(knobs))
+    return _ROLES[key][fn.logical_id]
 
 
 class _Worker:
@@ -365,6 +378,7 @@ def serve() -> int:
         protocol.write(line + "\n")
         protocol.flush()
 
+    iam.enforce_from_environment()  # before the handler's init: its clients are checked from their first call
     module_name, attr = os.environ["_HANDLER"].rsplit(".", 1)
     try:
         handler = getattr(importlib.import_module(module_name), attr)

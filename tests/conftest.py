@@ -7,6 +7,7 @@ import os
 import pytest
 from hypothesis import settings
 
+from local import iam
 from local.template import ENCODINGS_DIR, template
 
 # Set before anything imports boto3 or the handlers: no real AWS, no network, shipped encodings.
@@ -27,6 +28,9 @@ os.environ.update(
 )
 for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
     os.environ.pop(var, None)
+# Every botocore session made from here on can check a function's role (tests.handlers.invoke turns it on for the
+# duration of a handler's call); the tests' own calls run with no role, as an administrator's would.
+iam.enforce(None)
 
 
 # The tests' own boto3 clients, made once: a client costs ~50 ms of CPU to make (its endpoint rules), and the `aws`
@@ -52,7 +56,8 @@ def aws():
     moto_patches.install()  # DynamoDB's limits and stream semantics in-process too, whatever the test order
     with mock_aws():
         if not _AWS_CLIENTS:
-            _AWS_CLIENTS.update({name: boto3.client(name) for name in ("dynamodb", "s3", "sqs", "dynamodbstreams")})
+            _AWS_CLIENTS.update({name: iam.exempt(boto3.client(name))
+                                 for name in ("dynamodb", "s3", "sqs", "dynamodbstreams")})
         clients = dict(_AWS_CLIENTS)
         create_resources(template(), clients["dynamodb"], clients["s3"], clients["sqs"])
         yield clients

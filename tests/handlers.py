@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from local import iam
 from local.lambda_context import LambdaContext
 from local.template import template
+from local.worker import function_role
 
 _MODULES: dict[str, Any] = {}
 
@@ -35,9 +37,16 @@ def handler_module(logical_id: str):
 
 
 def invoke(logical_id: str, event: dict) -> dict:
+    """The function's handler on `event`, its AWS calls checked against its execution role (local.iam), as on AWS."""
     fn = template().functions[logical_id]
     context = LambdaContext(function_name=fn.logical_id, timeout_s=fn.timeout)  # the template's timeout, as Lambda
-    return handler_module(logical_id).lambda_handler(event, context)
+    module = handler_module(logical_id)  # its init too runs under the role, as a cold start does
+    previous = iam.current()
+    iam.enforce(function_role(template(), fn))
+    try:
+        return module.lambda_handler(event, context)
+    finally:
+        iam.enforce(previous)
 
 
 def _match(method: str, path: str):
