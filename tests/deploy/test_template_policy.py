@@ -36,10 +36,11 @@ TABLE_ACTIONS = {
     "SummarizeFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
                           "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
                           "dynamodb:ConditionCheckItem"},
-    # The deriver reads messages and members, writes conclusions in transactions, and looks for near duplicates.
+    # The deriver reads messages and members, writes conclusions in transactions, looks for near duplicates, and
+    # writes and deletes message search items in batches (store/message_search.py, store/records.py).
     "DeriveFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
-                       "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem",
-                       "dynamodb:SearchVectors"},
+                       "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
+                       "dynamodb:ConditionCheckItem", "dynamodb:SearchVectors"},
 }
 TABLE_WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
                 "dynamodb:TransactWriteItems", "dynamodb:PartiQLInsert", "dynamodb:PartiQLUpdate",
