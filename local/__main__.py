@@ -111,7 +111,12 @@ def main() -> int:
     stop_signal = _StopSignal()
 
     moto = start_moto(tpl, chaos, freeze_heap=True)
-    pools = start_pools(tpl, moto.functions_endpoint, background_endpoint=moto.background_endpoint)
+    try:
+        pools = start_pools(tpl, moto.functions_endpoint, background_endpoint=moto.background_endpoint)
+    except ValueError as exc:  # a role that cannot run its event source: on AWS the deploy would fail
+        logging.error("%s", exc)
+        moto.stop()
+        return 1
     gateway.invokers = {name: pool.invoke for name, pool in pools.items()}
     # PRECIS_LOCAL_IDLE names stream consumers left without their trigger (a test of bulk ingest on a small machine).
     idle = set(filter(None, os.environ.get("PRECIS_LOCAL_IDLE", "").split(",")))
