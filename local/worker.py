@@ -1,28 +1,24 @@
 """Lambda-like execution environments: each worker is a subprocess serving one invocation at a time.
 
-A worker (forked from `local.zygote`, or started as `python -m local.worker <LogicalId>` when PRECIS_LOCAL_ZYGOTE=0)
-imports the handler named by `_HANDLER` (as Lambda's runtime does) once, then answers one JSON line per request
-({"event", "timeout_s"}) read from stdin. The protocol runs on a duplicate of the original stdout; fd 1 is pointed at
-stderr, so whatever the handler prints (Powertools logs, EMF metrics) goes to the log stream, as in Lambda.
+A worker (forked from `local.zygote`, or started as `python -m local.runtime <LogicalId>` when PRECIS_LOCAL_ZYGOTE=0)
+runs `local.runtime`: it imports the handler named by `_HANDLER` once, then answers one JSON line per request. This
+module is the invoking side: the function's environment and role, the pool of warm workers, Lambda's limits.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import threading
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from local import iam, zygote
-from local.lambda_context import LambdaContext
+from local.runtime import BASE_ENVIRONMENT, error_object, json_bytes
 from local.template import ENCODINGS_DIR, LAYER_DIR, ROOT, Function, LocalNames, Template, _Resolver
 
 # Lambda gives init 10 s; a cold import on a busy 2-core laptop can take longer, and locally that is no bug.
@@ -30,9 +26,8 @@ INIT_TIMEOUT_S = 30
 # Lambda's synchronous payload limits ("6 MB", API_Invoke), in bytes of JSON as measured by Zac Charles, "Deep Dive:
 # Lambda's Response/Request Payload Size Limit" (zaccharles.medium.com, 2022): the Invoke API refuses a larger event
 # ("Request must be smaller than 6291456 bytes for the InvokeFunction operation"), and a larger result is the
-# function error Function.ResponseSizeTooLarge ("... exceeded maximum allowed payload size (6291556 bytes).").
+# function error Function.ResponseSizeTooLarge ("... exceeded maximum allowed payload size (6291556 bytes)."; local.runtime).
 MAX_EVENT_BYTES = 6 * 1024 * 1024
-MAX_RESPONSE_BYTES = 6 * 1024 * 1024 + 100
 REQUEST_TOO_LARGE = "RequestEntityTooLargeException"  # the Invoke API's error: the function never ran
 # Knobs a developer sets in the shell for `make dev`; they win over the template's values.
 PASS_THROUGH = (
@@ -79,8 +74,6 @@ PASS_THROUGH = (
 # poller's): the functions' INFO logs and EMF metric lines stay off unless the developer turns them on
 # (POWERTOOLS_LOG_LEVEL=INFO, POWERTOOLS_METRICS_DISABLED=false).
 LOCAL_DEFAULTS = {"PRECIS_AUTH": "false", "POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_DISABLED": "true"}
-# What a process needs to run; nothing else leaks from the shell (no AWS_PROFILE pointing at a real account).
-_BASE = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
 
 
 @dataclass
@@ -93,19 +86,12 @@ class InvokeResult:
 Invoker = Callable[[dict[str, Any]], InvokeResult]
 
 
-def _error(error_type: str, message: str, exc: BaseException | None = None) -> dict[str, Any]:
-    error = {"errorType": error_type, "errorMessage": message}
-    if exc is not None:
-        error["stackTrace"] = traceback.format_tb(exc.__traceback__)
-    return error
-
-
 def _failure(error: dict[str, Any]) -> InvokeResult:
     return InvokeResult(False, error, f"{error.get('errorType')}: {error.get('errorMessage')}")
 
 
 def _stopping() -> InvokeResult:
-    return _failure(_error("Local.Stopping", "the local stack is stopping"))
+    return _failure(error_object("Local.Stopping", "the local stack is stopping"))
 
 
 def function_name(tpl: Template, fn: Function) -> str:
@@ -119,7 +105,7 @@ def function_environment(tpl: Template, fn: Function, endpoint: str) -> dict[str
     from local.moto_backend import AWS_ENV  # not at the top: workers never need boto3 or moto here
 
     parent = os.environ
-    env = {k: parent[k] for k in _BASE if k in parent}
+    env = {k: parent[k] for k in BASE_ENVIRONMENT if k in parent}
     env.update(fn.environment)
     env.update(LOCAL_DEFAULTS)
     env.update(AWS_ENV)
@@ -158,7 +144,7 @@ class _Worker:
             self.proc: subprocess.Popen[bytes] | zygote.ForkedProcess = zygote.shared().spawn(env)
             return
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "local.worker", fn.logical_id],
+            [sys.executable, "-m", "local.runtime", fn.logical_id],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -212,9 +198,9 @@ class FunctionPool:
 
     def invoke(self, event: dict[str, Any]) -> InvokeResult:
         """Run the handler on `event` in a free worker (waiting for one if all are busy)."""
-        data = _json_bytes(event)  # measured as it is sent
+        data = json_bytes(event)  # measured as it is sent
         if len(data) > MAX_EVENT_BYTES:
-            return _failure(_error(REQUEST_TOO_LARGE, f"Request must be smaller than {MAX_EVENT_BYTES} bytes for the "
+            return _failure(error_object(REQUEST_TOO_LARGE, f"Request must be smaller than {MAX_EVENT_BYTES} bytes for the "
                                                       f"InvokeFunction operation"))
         line = b'{"timeout_s": %d, "event": %s}\n' % (self.fn.timeout, data)
         worker = self._acquire()
@@ -246,7 +232,7 @@ class FunctionPool:
         try:
             worker = _Worker(self.fn, self.env)
         except OSError as exc:
-            failure = _failure(_error("Runtime.ExitError", f"the runtime could not be started: {exc}", exc))
+            failure = _failure(error_object("Runtime.ExitError", f"the runtime could not be started: {exc}", exc))
         if worker is not None:
             with self._changed:
                 self._busy.add(worker)  # from its first instant, so that `close` kills it even while it imports
@@ -274,9 +260,9 @@ class FunctionPool:
             hello = worker.read(INIT_TIMEOUT_S)
             return None if hello.get("ready") else _failure(hello["payload"])
         except TimeoutError:
-            return _failure(_error("Runtime.InitTimeout", f"init took over {INIT_TIMEOUT_S} s"))
+            return _failure(error_object("Runtime.InitTimeout", f"init took over {INIT_TIMEOUT_S} s"))
         except (EOFError, ValueError, OSError):
-            return _failure(_error("Runtime.ExitError", f"Runtime exited during init: {worker.proc.poll()}"))
+            return _failure(error_object("Runtime.ExitError", f"Runtime exited during init: {worker.proc.poll()}"))
 
     def _call(self, worker: _Worker, line: bytes) -> InvokeResult:
         healthy = False
@@ -286,9 +272,9 @@ class FunctionPool:
             healthy = True
             result = InvokeResult(True, reply["payload"]) if reply["ok"] else _failure(reply["payload"])
         except TimeoutError:
-            result = _failure(_error("Sandbox.Timedout", f"Task timed out after {self.fn.timeout:.2f} seconds"))
+            result = _failure(error_object("Sandbox.Timedout", f"Task timed out after {self.fn.timeout:.2f} seconds"))
         except (EOFError, OSError, ValueError):
-            result = _failure(_error("Runtime.ExitError", f"Runtime exited with status {worker.proc.poll()}"))
+            result = _failure(error_object("Runtime.ExitError", f"Runtime exited with status {worker.proc.poll()}"))
         with self._changed:
             self._busy.discard(worker)
             keep = healthy and not self._closed
@@ -336,71 +322,3 @@ def start_pools(tpl: Template, endpoint: str, size: int | None = None,
             env["PRECIS_LOCAL_NICE"] = str(BACKGROUND_NICE)
         pools[lid] = FunctionPool(fn, env, size)
     return pools
-
-
-def _json_bytes(value: Any) -> bytes:
-    """`value` as JSON the way the python3.12 runtime marshals it: UTF-8, not ASCII-escaped (TypeError, ValueError
-    if it is no JSON)."""
-    text = json.dumps(value, ensure_ascii=False)
-    try:
-        return text.encode()
-    except UnicodeEncodeError:  # a lone surrogate: only escaped JSON can carry it
-        return json.dumps(value).encode()
-
-
-def _reply(result: Any) -> str:
-    """The protocol line for a handler's result: the result, or the error Lambda's runtime makes of it."""
-    try:
-        payload = _json_bytes(result)
-    except (TypeError, ValueError) as exc:
-        error = _error("Runtime.MarshalError", f"Unable to marshal response: {exc}")
-        return json.dumps({"ok": False, "payload": error})
-    if len(payload) > MAX_RESPONSE_BYTES:
-        message = (f"Response payload size ({len(payload)} bytes) exceeded maximum allowed payload size "
-                   f"({MAX_RESPONSE_BYTES} bytes).")
-        return json.dumps({"ok": False, "payload": _error("Function.ResponseSizeTooLarge", message)})
-    return '{"ok": true, "payload": ' + payload.decode() + "}"
-
-
-def serve() -> int:
-    """The worker's main loop (runs in the subprocess; the logical id on its command line names it in `ps`)."""
-    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
-    sys.stdout.reconfigure(line_buffering=True)
-    # Ctrl-C and a SIGTERM to `make dev`'s process group reach us too. The parent stops us (EOF on stdin, or a kill
-    # for an invocation cut short): dying on our own would look like a crash to the poller, which would retry.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if os.environ.get("PRECIS_LOCAL_NICE"):
-        os.nice(int(os.environ["PRECIS_LOCAL_NICE"]))
-
-    def send(line: str) -> None:
-        protocol.write(line + "\n")
-        protocol.flush()
-
-    iam.enforce_from_environment()  # before the handler's init: its clients are checked from their first call
-    module_name, attr = os.environ["_HANDLER"].rsplit(".", 1)
-    try:
-        handler = getattr(importlib.import_module(module_name), attr)
-    except Exception as exc:  # noqa: BLE001 - any init failure is reported like Lambda does
-        traceback.print_exc()
-        kind = "Runtime.ImportModuleError" if isinstance(exc, ImportError) else type(exc).__name__
-        send(json.dumps({"ok": False, "payload": _error(kind, f"Unable to import module '{module_name}': {exc}", exc)}))
-        return 1
-    send(json.dumps({"ready": True}))
-    for line in sys.stdin.buffer:
-        request = json.loads(line)
-        context = LambdaContext(function_name=os.environ["AWS_LAMBDA_FUNCTION_NAME"], timeout_s=request["timeout_s"])
-        try:
-            result = handler(request["event"], context)
-        except Exception as exc:  # noqa: BLE001 - a function error, reported to the caller; the worker stays warm
-            traceback.print_exc()
-            error = _error(type(exc).__name__, str(exc), exc)
-            send(json.dumps({"ok": False, "payload": {**error, "requestId": context.aws_request_id}}))
-        else:
-            send(_reply(result))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(serve())

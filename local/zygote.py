@@ -50,7 +50,7 @@ PRELOAD = (
     "aws_lambda_powertools.utilities.typing",
     "asyncio",
     "concurrent.futures",
-    "local.worker",
+    "local.runtime",
 )
 _MAX_MESSAGE = 1 << 20  # a worker's environment, as JSON
 
@@ -99,10 +99,10 @@ class Zygote:
     """The parent's side: `spawn` a worker with an environment. One per process (`shared`), started on first use."""
 
     def __init__(self) -> None:
-        from local.worker import _BASE  # what a process needs to run, as every worker gets it
+        from local.runtime import BASE_ENVIRONMENT  # what a process needs to run, as every worker gets it
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {k: v for k, v in os.environ.items() if k in _BASE}
+        env = {k: v for k, v in os.environ.items() if k in BASE_ENVIRONMENT}
         self.proc = subprocess.Popen([sys.executable, "-m", "local.zygote", str(theirs.fileno())],
                                      pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, cwd=ROOT, env=env)
         theirs.close()
@@ -172,7 +172,7 @@ def _become_worker(env: dict[str, str], stdin: int, protocol: int, stderr: int) 
     sys.stdin = open(0, "r", closefd=False)  # noqa: SIM115 - the worker's stdin for its life
     sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115
-    from local.worker import serve
+    from local.runtime import serve
 
     code = 1
     try:
