@@ -425,8 +425,32 @@ def _serialized_call_action(self: DynamoHandler) -> Any:
         return _call_action(self)
 
 
+# The moto these repairs were written against: they replace moto internals (handlers, backends, models) by name, and
+# another version may have moved or changed them. A new moto is taken by raising this after the differential tests
+# (tests/local) pass on it.
+MOTO_VERSION = "5.2.5"
+
+
+def check_moto_version(installed: str | None = None) -> None:
+    """RuntimeError unless the installed moto is the one the repairs were written for."""
+    from importlib.metadata import version
+
+    installed = installed or version("moto")
+    if installed != MOTO_VERSION:
+        raise RuntimeError(f"local/ replaces moto {MOTO_VERSION}'s internals, but moto {installed} is installed: pin "
+                           f"moto=={MOTO_VERSION} (requirements-dev.txt), or check the repairs against {installed} "
+                           f"(tests/local) and raise MOTO_VERSION")
+
+
+_version_checked = False
+
+
 def install() -> None:
     """Apply the repairs to this process's moto (idempotent): call it before using mock_aws or a moto server."""
+    global _version_checked
+    if not _version_checked:
+        check_moto_version()
+        _version_checked = True
     moto_storage.install()
     moto_storage.listen(moto_vectors.on_write)
     DynamoHandler.call_action = _serialized_call_action

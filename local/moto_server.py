@@ -49,15 +49,22 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from local import moto_patches
 
-moto_patches.install()  # every moto server of the local stack and the tests gets DynamoDB's stream semantics
-# moto's dispatcher lists its package directory on every request to recognise a service name: they never change.
-if not hasattr(_moto_backends.list_of_moto_modules, "cache_info"):
-    _moto_backends.list_of_moto_modules = functools.cache(
-        lambda listed=_moto_backends.list_of_moto_modules: tuple(listed()))
-# ... and lists a handler class's methods (inspect.getmembers) to check the action is one: after moto_patches.install
-# (which adds SearchVectors) they never change either.
-if not hasattr(_moto_responses.method_names_from_class, "cache_info"):
-    _moto_responses.method_names_from_class = functools.cache(_moto_responses.method_names_from_class)
+
+
+def install() -> None:
+    """Everything a local moto server needs (idempotent): moto_patches' DynamoDB fidelity and speed-ups (which check
+    moto's version), and the server's own speed-ups below. Called by every SerializedMotoServer; importing this module
+    changes nothing."""
+    moto_patches.install()  # every moto server of the local stack and the tests gets DynamoDB's stream semantics
+    # moto's dispatcher lists its package directory on every request to recognise a service name: they never change.
+    if not hasattr(_moto_backends.list_of_moto_modules, "cache_info"):
+        _moto_backends.list_of_moto_modules = functools.cache(
+            lambda listed=_moto_backends.list_of_moto_modules: tuple(listed()))
+    # ... and lists a handler class's methods (inspect.getmembers) to check the action is one: after moto_patches
+    # (which adds SearchVectors) they never change either.
+    if not hasattr(_moto_responses.method_names_from_class, "cache_info"):
+        _moto_responses.method_names_from_class = functools.cache(_moto_responses.method_names_from_class)
+
 
 _DYNAMODB = "DynamoDB_20120810."
 # DynamoDB's own words (API reference, TransactionCanceledException: the ThrottlingError reason of an on-demand
@@ -484,6 +491,7 @@ class SerializedMotoServer(ThreadedMotoServer):
 
     def __init__(self, *args: Any, throttle: tuple[float, int] | None = None, freeze_heap: bool = False,
                  **kwargs: Any):
+        install()
         super().__init__(*args, **kwargs)
         self._throttle = throttle
         self.heap = HeapFreezer() if freeze_heap else None

@@ -789,8 +789,8 @@ def _get_records(self: DynamoDBStreamsHandler) -> ActionResult:
 @functools.lru_cache(maxsize=16)
 def _stream_filter(wanted: str) -> Callable[[dict[str, Any]], bool]:
     """Whether a record (as a page holds it) passes the filter a poller sent: `{"arn": its stream, "patterns": [...]}`,
-    matched as the poller matches (`local.poller.matches`) against the record Lambda would deliver."""
-    from local.poller import lambda_record_json, matches  # (the poller imports this module's server)
+    matched as the poller matches (`local.stream_records.matches`) against the record Lambda would deliver."""
+    from local.stream_records import lambda_record_json, matches
 
     spec = json.loads(wanted)
     arn, patterns = spec["arn"], spec["patterns"]

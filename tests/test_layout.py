@@ -12,24 +12,25 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "layers" / "common" / "precis"
+LOCAL = Path(__file__).resolve().parents[1] / "local"
 
 
-def _module_of(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def _module_of(path: Path, package: Path = PACKAGE) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _modules() -> dict[str, Path]:
-    return {_module_of(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
+    return {_module_of(p, package): p for p in sorted(package.rglob("*.py"))}
 
 
-def _imports(path: Path, modules: dict[str, Path]) -> list[tuple[str, str | None, int]]:
-    """(module imported, name taken from it or None, line) for each import of a `precis` module in `path`."""
+def _imports(path: Path, modules: dict[str, Path], prefix: str = "precis") -> list[tuple[str, str | None, int]]:
+    """(module imported, name taken from it or None, line) for each import of a `prefix` module in `path`."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found += [(a.name, None, node.lineno) for a in node.names if a.name.startswith("precis")]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("precis") and not node.level:
+            found += [(a.name, None, node.lineno) for a in node.names if a.name.startswith(prefix)]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(prefix) and not node.level:
             for alias in node.names:
                 child = f"{node.module}.{alias.name}"
                 # `from precis.store import messages` imports the module precis.store.messages
@@ -37,11 +38,11 @@ def _imports(path: Path, modules: dict[str, Path]) -> list[tuple[str, str | None
     return found
 
 
-def _graph() -> dict[str, set[str]]:
-    modules = _modules()
+def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    modules = _modules(package)
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
-        for target, _name, _line in _imports(path, modules):
+        for target, _name, _line in _imports(path, modules, package.name):
             while target not in modules and "." in target:
                 target = target.rpartition(".")[0]
             # a package's __init__ is not a dependency of its own modules' imports of one another
@@ -113,3 +114,34 @@ def test_a_name_means_one_thing(name):
                                              for m in same), same
     else:
         assert len(same) <= 1, same
+
+
+# ---------------------------------------------------------------- the local stack
+
+# local/'s floors, lowest first: a module imports only from its own floor or below. The template and what every floor
+# shares; the AWS stand-in (moto, its fidelity rules and speed-ups); the Lambda runtime (workers, zygote); the event
+# sources (gateway, stream and queue pollers, schedules); the entry points; the fake model servers beside them.
+LOCAL_FLOORS = [
+    {"local", "local.template", "local.chaos", "local.lambda_context", "local.stream_records", "local.iam"},
+    {"local.moto_storage", "local.moto_vectors", "local.moto_patches", "local.moto_server", "local.moto_backend"},
+    {"local.runtime", "local.zygote", "local.worker"},
+    {"local.gateway", "local.poller", "local.sqs_poller", "local.scheduler"},
+    {"local.__main__", "local.invoke"},
+]
+
+
+def test_every_local_module_has_a_floor():
+    assert set(_modules(LOCAL)) - {"local.models", "local.models.llm_server", "local.models.bedrock_server"} == set(
+        ).union(*LOCAL_FLOORS)
+
+
+def test_no_import_circle_inside_local():
+    circles = _circles(_graph(LOCAL))
+    assert not circles, "import circles: " + "; ".join(" -> ".join(c) for c in circles)
+
+
+def test_no_local_module_imports_from_a_floor_above_its_own():
+    floor = {m: i for i, modules in enumerate(LOCAL_FLOORS) for m in modules}
+    upward = [f"{m} (floor {floor[m]}) imports {t} (floor {floor[t]})" for m, targets in _graph(LOCAL).items()
+              if m in floor for t in targets if t in floor and floor[t] > floor[m]]
+    assert not upward, "\n".join(upward)

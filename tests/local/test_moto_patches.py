@@ -210,3 +210,11 @@ def test_a_batch_of_25_puts_and_deletes_of_distinct_items_is_written(dynamodb):
     assert _count(dynamodb) == 20
     with pytest.raises(ClientError, match="cannot contain an empty string value"):
         _batch(dynamodb, {"PutRequest": {"Item": {"PK": {"S": ""}, "SK": {"S": "x"}}}})
+
+
+def test_the_repairs_refuse_a_moto_they_were_not_written_for():
+    from local.moto_patches import MOTO_VERSION, check_moto_version
+
+    check_moto_version()  # the pinned one
+    with pytest.raises(RuntimeError, match=f"moto {MOTO_VERSION}'s internals, but moto 5.3.0 is installed"):
+        check_moto_version("5.3.0")

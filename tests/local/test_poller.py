@@ -11,7 +11,8 @@ from datetime import datetime
 import pytest
 
 from local.moto_backend import client, start_moto
-from local.poller import StreamPoller, StreamSettings, matches
+from local.poller import StreamPoller, StreamSettings
+from local.stream_records import matches
 from local.template import template
 from local.worker import FunctionPool, InvokeResult, function_environment
 
@@ -245,7 +246,8 @@ def test_the_pollers_json_read_of_get_records_shapes_records_as_botocores_parse_
     """The pollers read GetRecords with json.loads (botocore's parse of a big stream took the stack's process): the
     Lambda records are the same as from boto3's answer, binary values, vectors, nested maps, old and new images."""
     from local.moto_backend import client
-    from local.poller import _RecordsReader, lambda_record, lambda_record_json
+    from local.poller import _RecordsReader
+    from local.stream_records import lambda_record, lambda_record_json
 
     endpoint, clients = moto_server
     dynamodb, table = clients["dynamodb"], template().table_name
@@ -274,7 +276,8 @@ def test_a_filtered_page_holds_what_the_pollers_filter_passes_and_reads_past_the
     pass are those the poller's own match of the whole page passes, shaped alike, and the page says how many it
     read. A pattern naming a vector attribute (kept as JSON text in the stream) is matched against its value."""
     from local.moto_backend import client
-    from local.poller import _RecordsReader, filter_header, lambda_record_json
+    from local.poller import _RecordsReader, filter_header
+    from local.stream_records import lambda_record_json
 
     endpoint, clients = moto_server
     dynamodb, table = clients["dynamodb"], template().table_name
