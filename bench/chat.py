@@ -51,7 +51,7 @@ def _load(db, embedder, rng: random.Random) -> None:
 
 
 def run() -> None:
-    from tests.llm_server import LLMServer
+    from local.models.llm_server import LLMServer
 
     from precis.settings import get_settings
     from precis.memory.embeddings import HashedEmbedder

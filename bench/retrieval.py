@@ -22,7 +22,7 @@ writes conclusions and message vectors. Then, for every question:
 `evaluate(rank_fn)` scores any ranking (rank_fn(query, conversation) -> turn ids) on the whole data set (8
 conversations, every question), offline, for sweeps. PRECIS_BENCH_RETRIEVAL_SCALE (default 1) scales the sample sent
 through the handlers (4 conversations x 24 questions at 1: moto's vector search emulation costs about a second a
-call). PRECIS_BENCH_SEMANTIC=1 adds a run with PRECIS_EMBEDDER=openai against tests/llm_server.py's OpenAI-compatible
+call). PRECIS_BENCH_SEMANTIC=1 adds a run with PRECIS_EMBEDDER=openai against local/models/llm_server.py's OpenAI-compatible
 server, when it serves embeddings (today it does not: the run says so and is skipped).
 """
 
@@ -344,7 +344,7 @@ def measure(conversation: Conversation) -> dict:
 
 
 def _serves_embeddings(url: str) -> tuple[bool, str]:
-    """Whether the local OpenAI-compatible server answers /embeddings (tests/llm_server.py serves chat only)."""
+    """Whether the local OpenAI-compatible server answers /embeddings (local/models/llm_server.py serves chat only)."""
     import urllib.error
     import urllib.request
 
@@ -373,12 +373,12 @@ def _run_all(data: list[Conversation]) -> list[dict]:
 
 def _semantic(data: list[Conversation]) -> dict:
     from precis.settings import get_settings
-    from tests.llm_server import LLMServer
+    from local.models.llm_server import LLMServer
 
     with LLMServer() as server:
         ok, detail = _serves_embeddings(server.url)
         if not ok:
-            print(f"\nsemantic run skipped: tests/llm_server.py answers POST /embeddings with {detail}: it serves "
+            print(f"\nsemantic run skipped: local/models/llm_server.py answers POST /embeddings with {detail}: it serves "
                   "chat completions only, so PRECIS_EMBEDDER=openai has no embeddings to use", flush=True)
             return {"skipped": detail}
         saved = {k: os.environ.get(k) for k in ("PRECIS_EMBEDDER", "OPENAI_BASE_URL", "OPENAI_API_KEY")}
@@ -461,12 +461,12 @@ def report(results: list[dict], label: str = "") -> dict:
 def precis_ranking(weight: float | None = None) -> Callable[[str, Conversation], list[str]]:
     """Precis's message ranking offline (what the search computes, without DynamoDB): BM25 from `precis.lexical` over
     the conversation's turns and their speakers; with `weight`, fused with the test embedder's cosine ranking
-    (tests/llm_server.py) as the search fuses a semantic one."""
+    (local/models/llm_server.py) as the search fuses a semantic one."""
     import numpy as np
 
     from precis.lexical import Document, Query, Stats
     from precis.store.vectors import fuse
-    from tests.llm_server import test_embedding
+    from local.models.llm_server import test_embedding
 
     prepared: dict[str, tuple] = {}
 

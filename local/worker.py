@@ -42,7 +42,7 @@ PASS_THROUGH = (
     "PRECIS_CHAT_PROVIDER",
     "PRECIS_BEDROCK_REGION",
     # Bedrock's endpoint override (botocore's own variable): a local Bedrock-compatible server, e.g.
-    # tests/bedrock_server.py. The rest of AWS stays on moto.
+    # local/models/bedrock_server.py. The rest of AWS stays on moto.
     "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
     "PRECIS_MAX_MESSAGE_CHARS",
     "PRECIS_INLINE_BODY_MAX_BYTES",

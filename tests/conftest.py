@@ -131,3 +131,21 @@ def pytest_terminal_summary(terminalreporter):
     line = summary_line()
     if line:
         terminalreporter.write_line(line, bold=True)
+
+
+@pytest.fixture
+def llm_server():
+    """A running fake OpenAI-compatible server (local.models.llm_server) for one test."""
+    from local.models.llm_server import LLMServer
+
+    with LLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def bedrock_server():
+    """A running fake Bedrock Runtime server (local.models.bedrock_server) for one test."""
+    from local.models.bedrock_server import BedrockServer
+
+    with BedrockServer() as server:
+        yield server

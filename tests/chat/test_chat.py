@@ -142,11 +142,10 @@ def test_a_scope_chat_reads_the_scopes_view_and_a_list_of_scopes_their_sessions(
 
 # ---------------------------------------------------------------- the llm engine, against the local server
 
-from tests.llm_server import llm_server  # noqa: E402,F401 - the fixture
 
 
 @pytest.fixture
-def llm(ws, llm_server, monkeypatch):  # noqa: F811
+def llm(ws, llm_server, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", llm_server.url)
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     monkeypatch.setenv("PRECIS_LLM_MAX_ATTEMPTS", "2")

@@ -9,7 +9,7 @@ import pytest
 from honcho import Honcho
 from pydantic import BaseModel
 
-from tests.llm_server import LLMServer
+from local.models.llm_server import LLMServer
 from tests.stack import wait_for
 
 pytestmark = pytest.mark.stack

@@ -1,5 +1,5 @@
 """The `bedrock` provider: the real botocore bedrock-runtime client against the local Bedrock-compatible server
-(tests/bedrock_server.py), reached through AWS_ENDPOINT_URL_BEDROCK_RUNTIME: Converse with tools and structured
+(local/models/bedrock_server.py), reached through AWS_ENDPOINT_URL_BEDROCK_RUNTIME: Converse with tools and structured
 output, InvokeModel for Titan and Cohere embeddings, each error class, and the settings that choose it."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from precis.llm import BadAnswer, EngineError, PromptTooLong, model_from, model_
 from precis.memory.embeddings import BedrockEmbedder, get_embedder
 from precis.settings import Settings, SettingsError, get_settings
 
-from tests.bedrock_server import bedrock_server, prompt_tokens  # noqa: F401 - the fixture
+from local.models.bedrock_server import prompt_tokens
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROFILE = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
@@ -25,7 +25,7 @@ SCHEMA = {"type": "json_schema", "json_schema": {"name": "answer", "schema": {
 
 
 @pytest.fixture
-def endpoint(bedrock_server, monkeypatch):  # noqa: F811 - the fixture
+def endpoint(bedrock_server, monkeypatch):
     """The server, as botocore finds it: the standard endpoint override and any credentials."""
     for name, value in {"AWS_ENDPOINT_URL_BEDROCK_RUNTIME": bedrock_server.url, "AWS_ACCESS_KEY_ID": "testing",
                         "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",

@@ -1,5 +1,5 @@
 """Every engine on Amazon Bedrock, through the honcho-ai SDK on one local stack: the functions' real botocore
-bedrock-runtime clients reach the local Bedrock-compatible server (tests/bedrock_server.py) through
+bedrock-runtime clients reach the local Bedrock-compatible server (local/models/bedrock_server.py) through
 AWS_ENDPOINT_URL_BEDROCK_RUNTIME, with no OpenAI endpoint or key anywhere. Summaries, derivation (a forced tool for
 its JSON), semantic search (Titan embeddings), chat (tool rounds, streamed, JSON) and dreams, as the OpenAI provider
 does them in tests/chat/test_chat_sdk.py and tests/sdk/test_sdk.py."""
@@ -12,7 +12,7 @@ import pytest
 from honcho import Honcho
 from pydantic import BaseModel
 
-from tests.bedrock_server import BedrockServer, user_texts
+from local.models.bedrock_server import BedrockServer, user_texts
 from tests.stack import wait_for
 
 pytestmark = pytest.mark.stack

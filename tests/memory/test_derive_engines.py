@@ -19,7 +19,6 @@ from precis.llm import EngineError
 from precis.errors import Invalid
 from precis.tokens import count_messages
 
-from tests.llm_server import llm_server  # noqa: F401 - the fixture
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -263,7 +262,7 @@ def sleeps() -> list[float]:
 
 
 @pytest.fixture
-def deriver(llm_server, sleeps):  # noqa: F811 - the fixture
+def deriver(llm_server, sleeps):
     from precis.memory.engines.llm import LLMDeriver
 
     return LLMDeriver(model="derive-model", base_url=llm_server.url, api_key="sk-test", timeout=2.0, max_attempts=3,
@@ -280,7 +279,7 @@ def explicit(*contents: str) -> str:
     return json.dumps({"explicit": [{"content": c} for c in contents]})
 
 
-def test_llm_prompt_holds_the_context_line_the_new_messages_and_custom_instructions(deriver, llm_server):  # noqa: F811
+def test_llm_prompt_holds_the_context_line_the_new_messages_and_custom_instructions(deriver, llm_server):
     llm_server.answer = answers(explicit("alice moved to Lisbon on 2025-06-25", "alice has a sister named Ana"))
     context = message("Where do you live now?", peer="bob", seq=1, at="2025-06-26T14:00:00+00:00")
     req = request("I moved to Lisbon yesterday.", "My sister Ana </messages> visits.", context=context,
@@ -301,7 +300,7 @@ def test_llm_prompt_holds_the_context_line_the_new_messages_and_custom_instructi
     assert prompt_tokens(req) == count_messages(body["messages"])
 
 
-def test_llm_without_custom_instructions_or_context(deriver, llm_server):  # noqa: F811
+def test_llm_without_custom_instructions_or_context(deriver, llm_server):
     llm_server.answer = answers(explicit())
     assert deriver.derive(request("Nothing to see.")) == []
     system, user = llm_server.requests[0].body["messages"]
@@ -309,14 +308,14 @@ def test_llm_without_custom_instructions_or_context(deriver, llm_server):  # noq
     assert user["content"].endswith("<messages>\n2025-06-26 14:03:12 alice: Nothing to see.\n</messages>")
 
 
-def test_llm_reads_json_in_a_fence_or_in_chatter_and_drops_repeats(deriver, llm_server):  # noqa: F811
+def test_llm_reads_json_in_a_fence_or_in_chatter_and_drops_repeats(deriver, llm_server):
     llm_server.answer = answers("```json\n" + explicit("alice likes tea", "Alice  likes TEA") + "\n```",
                                 "Sure! Here it is: " + explicit("alice likes coffee") + " Hope it helps.")
     assert deriver.derive(request("I like tea.")) == ["alice likes tea"]
     assert deriver.derive(request("I like coffee.")) == ["alice likes coffee"]
 
 
-def test_llm_on_a_server_without_structured_output_asks_once_more_without_it(deriver, llm_server, sleeps):  # noqa: F811
+def test_llm_on_a_server_without_structured_output_asks_once_more_without_it(deriver, llm_server, sleeps):
     llm_server.structured_output = False
     llm_server.answer = answers(explicit("alice likes tea"))
     assert deriver.derive(request("I like tea.")) == ["alice likes tea"]
@@ -328,13 +327,13 @@ def test_llm_on_a_server_without_structured_output_asks_once_more_without_it(der
 @pytest.mark.parametrize("bad", ["not json at all", json.dumps({"conclusions": []}), json.dumps({"explicit": "x"}),
                                  json.dumps({"explicit": [{"content": "  "}]}), json.dumps({"explicit": ["x"]}),
                                  json.dumps([1, 2])])
-def test_llm_retries_a_malformed_answer_then_succeeds(deriver, llm_server, sleeps, bad):  # noqa: F811
+def test_llm_retries_a_malformed_answer_then_succeeds(deriver, llm_server, sleeps, bad):
     llm_server.answer = answers(bad, explicit("alice likes tea"))
     assert deriver.derive(request("I like tea.")) == ["alice likes tea"]
     assert len(llm_server.requests) == 2 and sleeps == [0.375]
 
 
-def test_llm_always_malformed_is_a_retryable_error_after_the_attempts(deriver, llm_server, sleeps):  # noqa: F811
+def test_llm_always_malformed_is_a_retryable_error_after_the_attempts(deriver, llm_server, sleeps):
     llm_server.answer = answers("I cannot do that.")
     with pytest.raises(EngineError, match="gave up after 3 attempts: unusable answer: answer is not JSON") as caught:
         deriver.derive(request("I like tea."))
@@ -342,7 +341,7 @@ def test_llm_always_malformed_is_a_retryable_error_after_the_attempts(deriver, l
     assert len(llm_server.requests) == 3 and sleeps == [0.375, 0.75]
 
 
-def test_llm_retries_server_errors_like_the_summarizer(deriver, llm_server, sleeps):  # noqa: F811
+def test_llm_retries_server_errors_like_the_summarizer(deriver, llm_server, sleeps):
     llm_server.answer = answers(explicit("alice likes tea"))
     llm_server.script(["429", "500"])
     assert deriver.derive(request("I like tea.")) == ["alice likes tea"]
@@ -350,7 +349,7 @@ def test_llm_retries_server_errors_like_the_summarizer(deriver, llm_server, slee
 
 
 @pytest.mark.parametrize("mode", ["401", "400"])
-def test_llm_refused_request_is_not_retried(deriver, llm_server, sleeps, mode):  # noqa: F811
+def test_llm_refused_request_is_not_retried(deriver, llm_server, sleeps, mode):
     llm_server.mode = mode
     with pytest.raises(EngineError, match=f"HTTP {mode}") as caught:
         deriver.derive(request("I like tea."))
@@ -358,12 +357,12 @@ def test_llm_refused_request_is_not_retried(deriver, llm_server, sleeps, mode): 
     assert len(llm_server.requests) == 1 and sleeps == []
 
 
-def test_llm_empty_request_asks_nothing(deriver, llm_server):  # noqa: F811
+def test_llm_empty_request_asks_nothing(deriver, llm_server):
     assert deriver.derive(DeriveRequest("alice", [])) == []
     assert llm_server.requests == []
 
 
-def test_llm_update_card_validates_the_proposed_card(deriver, llm_server):  # noqa: F811
+def test_llm_update_card_validates_the_proposed_card(deriver, llm_server):
     llm_server.answer = answers(json.dumps({"peer_card": [
         "IDENTITY: alice is a nurse", "attribute: alice likes tea", "alice likes tea", "IDENTITY: Alice is a nurse",
         "RELATIONSHIP: " + "x" * 200]}))
@@ -377,7 +376,7 @@ def test_llm_update_card_validates_the_proposed_card(deriver, llm_server):  # no
     assert "<conclusions>\nalice likes tea\n</conclusions>" in body["messages"][1]["content"]
 
 
-def test_llm_update_card_with_nothing_valid_or_new_leaves_it_unchanged(deriver, llm_server):  # noqa: F811
+def test_llm_update_card_with_nothing_valid_or_new_leaves_it_unchanged(deriver, llm_server):
     llm_server.answer = answers(json.dumps({"peer_card": ["no prefix", "IDENTITY: " + "y" * 300]}),
                                 json.dumps({"peer_card": ["IDENTITY: alice is a nurse"]}))
     assert deriver.update_card("alice", None, {}, ["alice likes tea"]) is None
@@ -386,7 +385,7 @@ def test_llm_update_card_with_nothing_valid_or_new_leaves_it_unchanged(deriver, 
     assert len(llm_server.requests) == 2
 
 
-def test_llm_update_card_retries_a_wrong_shape(deriver, llm_server, sleeps):  # noqa: F811
+def test_llm_update_card_retries_a_wrong_shape(deriver, llm_server, sleeps):
     llm_server.answer = answers(json.dumps({"peer_card": "IDENTITY: x"}), json.dumps({"card": []}),
                                 json.dumps({"peer_card": ["IDENTITY: alice is a nurse"]}))
     assert deriver.update_card("alice", None, {}, ["alice is a nurse"]) == (["IDENTITY: alice is a nurse"], {})

@@ -8,7 +8,6 @@ import json
 import pytest
 
 from tests.handlers import call, invoke
-from tests.llm_server import llm_server  # noqa: F401 - the fixture
 from tests.stream import message_records
 
 W = "/v3/workspaces/ws1"
@@ -30,7 +29,7 @@ def explicit(*facts: str):
 
 
 @pytest.fixture
-def ws(aws, llm_server, monkeypatch):  # noqa: F811
+def ws(aws, llm_server, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", llm_server.url)
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     monkeypatch.setenv("PRECIS_LLM_MAX_ATTEMPTS", "2")
@@ -61,7 +60,7 @@ def chat_requests(server) -> list[dict]:
             if r.path.endswith("/chat/completions") and r.mode == "ok" and not _asks_for_card(r.body)]
 
 
-def test_a_batch_waits_for_512_tokens_then_one_request_carries_every_line(ws, llm_server):  # noqa: F811
+def test_a_batch_waits_for_512_tokens_then_one_request_carries_every_line(ws, llm_server):
     post(("bob", "Where do you live now?"), ("alice", "I moved to Lisbon."))
     assert derive(ws["dynamodb"]) == {"batchItemFailures": []}
     assert llm_server.requests == [] and found() == []  # a few tokens: the batch waits
@@ -84,7 +83,7 @@ def test_a_batch_waits_for_512_tokens_then_one_request_carries_every_line(ws, ll
     assert call("GET", f"{W}/queue/status?session_id=s1").body["completed_work_units"] == 7
 
 
-def test_the_schedule_flushes_a_batch_that_waited_past_its_age(ws, llm_server):  # noqa: F811
+def test_the_schedule_flushes_a_batch_that_waited_past_its_age(ws, llm_server):
     """The deriver's clock is injected (derive_target's `now`), and the flush's query (due_targets) asked at chosen
     moments; then the scheduled flush itself, once the machine's clock has passed the batch's age (waited on)."""
     from datetime import UTC, datetime, timedelta
@@ -110,7 +109,7 @@ def test_the_schedule_flushes_a_batch_that_waited_past_its_age(ws, llm_server): 
     assert invoke("DeriveFunction", {"precis": "flush"}) == {"flushed": 0, "failed": 0}
 
 
-def test_custom_instructions_reach_the_prompt(ws, llm_server):  # noqa: F811
+def test_custom_instructions_reach_the_prompt(ws, llm_server):
     assert call("POST", f"{W}/sessions", {"id": "s1", "configuration": {
         "reasoning": {"custom_instructions": "Only record facts about travel."},
         "deriver": {"batch_tokens": 0}}}).status == 201
@@ -120,7 +119,7 @@ def test_custom_instructions_reach_the_prompt(ws, llm_server):  # noqa: F811
     assert "Only record facts about travel." in request["messages"][0]["content"]
 
 
-def test_reasoning_disabled_derives_nothing(ws, llm_server):  # noqa: F811
+def test_reasoning_disabled_derives_nothing(ws, llm_server):
     assert call("POST", f"{W}/sessions", {"id": "s1", "configuration": {"reasoning": {"enabled": False},
                                                                        "deriver": {"batch_tokens": 0}}}).status == 201
     post(("alice", "I moved to Lisbon."))
@@ -130,7 +129,7 @@ def test_reasoning_disabled_derives_nothing(ws, llm_server):  # noqa: F811
 
 
 @pytest.mark.parametrize("failure", ["500", "garbage", "malformed"])
-def test_a_failing_model_fails_the_records_writes_nothing_and_a_retry_derives_once(ws, llm_server, failure):  # noqa: F811
+def test_a_failing_model_fails_the_records_writes_nothing_and_a_retry_derives_once(ws, llm_server, failure):
     assert call("PUT", W, {"configuration": {"deriver": {"batch_tokens": 0}}}).status == 200
     post(("alice", "I moved to Lisbon."))
     if failure == "malformed":
@@ -155,7 +154,7 @@ def test_a_failing_model_fails_the_records_writes_nothing_and_a_retry_derives_on
     assert len(chat_requests(llm_server)) == before + 1
 
 
-def test_a_refused_request_is_not_retried(ws, llm_server):  # noqa: F811
+def test_a_refused_request_is_not_retried(ws, llm_server):
     assert call("PUT", W, {"configuration": {"deriver": {"batch_tokens": 0}}}).status == 200
     post(("alice", "I moved to Lisbon."))
     llm_server.mode = "401"

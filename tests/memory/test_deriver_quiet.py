@@ -11,7 +11,6 @@ import pytest
 
 from local.sqs_poller import lambda_record
 from tests.handlers import call, invoke
-from tests.llm_server import llm_server  # noqa: F401 - the fixture
 from tests.memory.test_deriver_llm import LONG, chat_requests, derive, explicit, found, post
 from tests.stream import message_records
 
@@ -21,7 +20,7 @@ ARN = f"arn:aws:sqs:us-east-1:123456789012:{QUEUE}"
 
 
 @pytest.fixture
-def ws(aws, llm_server, monkeypatch):  # noqa: F811
+def ws(aws, llm_server, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", llm_server.url)
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     monkeypatch.setenv("PRECIS_LLM_MAX_ATTEMPTS", "2")
@@ -61,7 +60,7 @@ def pending(session: str = "s1") -> int:
     return call("GET", f"{W}/queue/status?session_id={session}").body["pending_work_units"]
 
 
-def test_a_quiet_session_derives_its_small_batch_without_the_schedule(ws, llm_server):  # noqa: F811
+def test_a_quiet_session_derives_its_small_batch_without_the_schedule(ws, llm_server):
     post(("bob", "Where do you live now?"), ("alice", "I moved to Lisbon."))
     assert derive(ws["dynamodb"]) == {"batchItemFailures": []}
     assert llm_server.requests == [] and found() == []  # a few tokens: the batch waits...
@@ -75,7 +74,7 @@ def test_a_quiet_session_derives_its_small_batch_without_the_schedule(ws, llm_se
     assert pending() == 0
 
 
-def test_a_wakeup_that_finds_a_newer_message_leaves_the_batch_to_that_ones_wakeup(ws, llm_server):  # noqa: F811
+def test_a_wakeup_that_finds_a_newer_message_leaves_the_batch_to_that_ones_wakeup(ws, llm_server):
     post(("alice", "I moved to Lisbon."))
     derive(ws["dynamodb"])
     (first,) = wakeups(ws["sqs"])
@@ -90,7 +89,7 @@ def test_a_wakeup_that_finds_a_newer_message_leaves_the_batch_to_that_ones_wakeu
     assert [c["content"] for c in found()] == ["alice moved to Lisbon in spring 2026"]
 
 
-def test_duplicate_and_late_wakeups_derive_each_message_once(ws, llm_server):  # noqa: F811
+def test_duplicate_and_late_wakeups_derive_each_message_once(ws, llm_server):
     post(("alice", "I moved to Lisbon."), ("alice", "I work on the budget review."))
     derive(ws["dynamodb"])
     derive(ws["dynamodb"])  # the stream's batch again: a second wake-up for the same messages
@@ -103,7 +102,7 @@ def test_duplicate_and_late_wakeups_derive_each_message_once(ws, llm_server):  #
     assert completed == 2 and pending() == 0
 
 
-def test_a_failed_wakeup_is_reported_and_derives_nothing_half(ws, llm_server):  # noqa: F811
+def test_a_failed_wakeup_is_reported_and_derives_nothing_half(ws, llm_server):
     post(("alice", "I moved to Lisbon."))
     derive(ws["dynamodb"])
     (record,) = wakeups(ws["sqs"])
@@ -115,7 +114,7 @@ def test_a_failed_wakeup_is_reported_and_derives_nothing_half(ws, llm_server):  
     assert [c["content"] for c in found()] == ["alice moved to Lisbon in spring 2026"]
 
 
-def test_the_token_threshold_derives_at_once_and_the_extractive_engine_sends_no_wakeup(ws, llm_server):  # noqa: F811
+def test_the_token_threshold_derives_at_once_and_the_extractive_engine_sends_no_wakeup(ws, llm_server):
     post(*[("alice", LONG)] * 6)
     assert derive(ws["dynamodb"]) == {"batchItemFailures": []}
     assert len(chat_requests(llm_server)) == 1 and pending() == 0  # 512 tokens: no wait for the pause
@@ -165,7 +164,7 @@ def test_with_an_injected_clock_a_quiet_flush_ends_a_young_batch_and_the_age_an_
 def test_on_the_local_stack_a_pause_brings_the_facts_without_the_schedule(tmp_path):
     from honcho import Honcho
 
-    from tests.llm_server import LLMServer
+    from local.models.llm_server import LLMServer
     from tests.stack import Stack, wait_for
 
     with LLMServer() as llm:

@@ -126,7 +126,6 @@ def test_the_dream_is_armed_by_new_conclusions_and_waits_for_an_idle_collection(
 
 # ---------------------------------------------------------------- the llm engine
 
-from tests.llm_server import llm_server  # noqa: E402,F401 - the fixture
 
 
 def deduce(body: dict):
@@ -145,7 +144,7 @@ def deduce(body: dict):
 
 
 @pytest.fixture
-def llm(ws, llm_server, monkeypatch):  # noqa: F811
+def llm(ws, llm_server, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", llm_server.url)
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     monkeypatch.setenv("PRECIS_LLM_MAX_ATTEMPTS", "2")

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from local.template import template
 from tests.handlers import call
-from tests.llm_server import LLMServer, summary_text
+from local.models.llm_server import LLMServer, summary_text
 
 WS = "ws1"
 SHORT, LONG, ROLLING = "honcho_chat_summary_short", "honcho_chat_summary_long", "rolling"

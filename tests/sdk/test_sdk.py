@@ -135,7 +135,7 @@ def test_sdk_with_a_workspace_key_when_auth_is_on(tmp_path):
 
 
 def test_sixty_messages_get_llm_summaries_through_the_local_llm_server(tmp_path):
-    from tests.llm_server import LLMServer
+    from local.models.llm_server import LLMServer
 
     with LLMServer() as llm:
         llm.script(["429", "500"])  # the first call is throttled, then fails; the engine retries past both
@@ -171,7 +171,7 @@ def test_a_failing_llm_dead_letters_the_records_and_loses_nothing(tmp_path):
     import json
 
     from local.moto_backend import client as aws_client
-    from tests.llm_server import LLMServer
+    from local.models.llm_server import LLMServer
 
     with LLMServer(mode="500") as llm:
         running = Stack(tmp_path, env={"OPENAI_BASE_URL": llm.url, "OPENAI_API_KEY": "test",

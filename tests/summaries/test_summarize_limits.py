@@ -19,7 +19,7 @@ from precis.tokens import count_messages, count_text
 
 from local.template import template
 from tests.handlers import invoke
-from tests.llm_server import llm_server, prompt_tokens  # noqa: F401 - the fixture
+from local.models.llm_server import prompt_tokens
 from tests.stream import message_records
 
 WS, S = "ws1", "s1"
@@ -70,7 +70,7 @@ def emitted(name: str) -> float:
 # --- input budget ---------------------------------------------------------------------------------------------
 
 
-def test_a_job_larger_than_the_input_budget_runs_in_incremental_steps_each_within_it(db, llm_server):  # noqa: F811
+def test_a_job_larger_than_the_input_budget_runs_in_incremental_steps_each_within_it(db, llm_server):
     post(db, [message(i, 14) for i in range(20)])  # ~250 tokens each: ~5,000 for the short summary
     outcome = summarize_session(db, settings_for(llm_server, llm_max_input_tokens=1_500), WS, S)
     assert len(llm_server.requests) >= 4
@@ -88,7 +88,7 @@ def test_a_job_larger_than_the_input_budget_runs_in_incremental_steps_each_withi
         assert f"<previous_summary>\n{before['output']}\n</previous_summary>" in request.body["messages"][1]["content"]
 
 
-def test_each_step_is_stored_at_a_run_end_as_soon_as_it_ends(db, llm_server):  # noqa: F811
+def test_each_step_is_stored_at_a_run_end_as_soon_as_it_ends(db, llm_server):
     for run in range(5):  # runs of 4 messages, ~120 tokens each
         post(db, [message(4 * run + k, 6) for k in range(4)], run_id=f"run-{run}")
     post(db, [message(20, 1)])  # completes run 4
@@ -98,7 +98,7 @@ def test_each_step_is_stored_at_a_run_end_as_soon_as_it_ends(db, llm_server):  #
     assert len(outcome.written) > 1 and max(sent_tokens(llm_server)) <= 1_200
 
 
-def test_a_model_with_a_smaller_window_gets_half_as_much_never_the_same_request_again(db, llm_server):  # noqa: F811
+def test_a_model_with_a_smaller_window_gets_half_as_much_never_the_same_request_again(db, llm_server):
     llm_server.max_context_tokens = 900  # the configured budget (16,000) is far larger than the model's window
     post(db, [message(i, 6) for i in range(20)])
     outcome = summarize_session(db, settings_for(llm_server), WS, S)
@@ -113,7 +113,7 @@ def test_a_model_with_a_smaller_window_gets_half_as_much_never_the_same_request_
     assert len(set(bodies)) == len(bodies)
 
 
-def test_a_message_larger_than_the_budget_is_cut_keeping_its_start_and_end(db, llm_server):  # noqa: F811
+def test_a_message_larger_than_the_budget_is_cut_keeping_its_start_and_end(db, llm_server):
     post(db, ["BEGIN-OF-PASTE " + SENTENCE.format(i=0) * 200 + "END-OF-PASTE"])  # ~3,600 tokens
     post(db, [message(i, 1) for i in range(1, 20)])
     outcome = summarize_session(db, settings_for(llm_server, llm_max_input_tokens=1_200), WS, S)
@@ -124,7 +124,7 @@ def test_a_message_larger_than_the_budget_is_cut_keeping_its_start_and_end(db, l
     assert list(audits(db)[0]["cut"]) == ["1"]
 
 
-def test_a_run_larger_than_the_budget_goes_whole_in_one_step_with_fair_cuts(db, llm_server):  # noqa: F811
+def test_a_run_larger_than_the_budget_goes_whole_in_one_step_with_fair_cuts(db, llm_server):
     post(db, [message(0, 1)] + [message(i, 25) for i in range(1, 6)], run_id="big")  # one run of ~2,000 tokens
     post(db, [message(i, 1) for i in range(6, 20)])
     outcome = summarize_session(db, settings_for(llm_server, llm_max_input_tokens=1_200), WS, S)
@@ -139,7 +139,7 @@ def test_a_run_larger_than_the_budget_goes_whole_in_one_step_with_fair_cuts(db, 
 # --- deadline -------------------------------------------------------------------------------------------------
 
 
-def test_no_request_starts_without_time_for_its_timeout_and_the_margin(db, llm_server):  # noqa: F811
+def test_no_request_starts_without_time_for_its_timeout_and_the_margin(db, llm_server):
     post(db, [message(i, 1) for i in range(20)])
     settings = settings_for(llm_server, llm_timeout=30)
     outcome = summarize_session(db, settings, WS, S, remaining_s=lambda: 30 + FINISH_MARGIN_S - 0.1)
@@ -149,7 +149,7 @@ def test_no_request_starts_without_time_for_its_timeout_and_the_margin(db, llm_s
     assert not outcome.work_remains and stored(db)["covers_seq"] == 20
 
 
-def test_a_job_stopped_by_the_deadline_continues_from_its_stored_step(db, llm_server):  # noqa: F811
+def test_a_job_stopped_by_the_deadline_continues_from_its_stored_step(db, llm_server):
     post(db, [message(i, 14) for i in range(20)])
     settings = settings_for(llm_server, llm_max_input_tokens=1_500, llm_timeout=30)
     # Each request takes 35 s of a 100 s invocation: after two, 30 s are left, less than 30 s + the margin.
@@ -196,7 +196,7 @@ def test_the_engine_gets_the_time_left_minus_the_margin(db):
 # --- jobs that fail for good ----------------------------------------------------------------------------------
 
 
-def test_a_refused_request_fails_the_job_for_good_recorded_and_counted_not_raised(db, llm_server):  # noqa: F811
+def test_a_refused_request_fails_the_job_for_good_recorded_and_counted_not_raised(db, llm_server):
     post(db, [message(i, 1) for i in range(20)])
     llm_server.mode = "400"  # model_not_found
     outcome = summarize_session(db, settings_for(llm_server), WS, S, clock=lambda: 1_000.0)
@@ -211,7 +211,7 @@ def test_a_refused_request_fails_the_job_for_good_recorded_and_counted_not_raise
     assert (marker["first_seq"], marker["failures"], marker["retry_at"]) == (1, 1, 1_600.0)
 
 
-def test_a_failed_job_is_tried_again_only_when_it_changes_or_its_back_off_ends(db, llm_server):  # noqa: F811
+def test_a_failed_job_is_tried_again_only_when_it_changes_or_its_back_off_ends(db, llm_server):
     post(db, [message(i, 1) for i in range(20)])
     llm_server.mode = "400"
     settings = settings_for(llm_server)
@@ -230,7 +230,7 @@ def test_a_failed_job_is_tried_again_only_when_it_changes_or_its_back_off_ends(d
     assert read_summary_state(db, WS, S)[1] == {}  # the marker is gone once the job succeeded
 
 
-def test_a_prompt_that_cannot_shrink_enough_fails_the_job_for_good(db, llm_server):  # noqa: F811
+def test_a_prompt_that_cannot_shrink_enough_fails_the_job_for_good(db, llm_server):
     llm_server.max_context_tokens = 100  # smaller than the system prompt alone
     post(db, [message(i, 1) for i in range(20)])
     outcome = summarize_session(db, settings_for(llm_server), WS, S)
@@ -248,7 +248,7 @@ def test_an_engine_that_cannot_be_built_fails_its_jobs_for_good(db):
     assert [a["outcome"] for a in audits(db)] == ["failed"] and emitted("SummaryJobsFailed") == 1
 
 
-def test_a_job_that_fails_for_good_is_no_poison_pill_for_the_stream(aws, llm_server, monkeypatch):  # noqa: F811
+def test_a_job_that_fails_for_good_is_no_poison_pill_for_the_stream(aws, llm_server, monkeypatch):
     # The environment first: settings are read once (a cold start), here by the first configuration check.
     monkeypatch.setenv("OPENAI_BASE_URL", llm_server.url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")

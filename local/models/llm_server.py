@@ -1,6 +1,6 @@
 """A local OpenAI-compatible chat-completions server on real sockets, for tests and `make dev`.
 
-    with LLMServer() as server:                  # or the `llm_server` pytest fixture
+    with LLMServer() as server:                  # or the tests' `llm_server` fixture
         server.script(["429", "500", "ok"])      # one mode per request, then `server.mode`
         openai.OpenAI(base_url=server.url, api_key="test")
 
@@ -19,7 +19,7 @@ without structured output support do (recorded with mode "unsupported").
 A model with a small context window: `max_context_tokens` (None: unlimited) answers any prompt longer than that
 (`prompt_tokens`, about four characters a token) with the `context_length_exceeded` 400, as OpenAI does, and
 records the request with mode "context_length".
-Standalone: `python -m tests.llm_server --port 8001 [--max-context-tokens 4096]`.
+Standalone: `python -m local.models.llm_server --port 8001 [--max-context-tokens 4096]`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import pytest
 
 MODES = ("ok", "400", "401", "429", "500", "garbage", "nochoices", "empty", "nousage", "hang", "context_length")
 PATHS = ("/v1/chat/completions", "/chat/completions")
@@ -280,12 +279,6 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test): nothing to answer
 
-
-@pytest.fixture
-def llm_server():
-    """A running LLMServer for one test."""
-    with LLMServer() as server:
-        yield server
 
 
 def main(argv: list[str] | None = None) -> None:

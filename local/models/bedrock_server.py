@@ -1,6 +1,6 @@
 """A local Amazon Bedrock Runtime-compatible server on real sockets, for tests and `make dev`.
 
-    with BedrockServer() as server:              # or the `bedrock_server` pytest fixture
+    with BedrockServer() as server:              # or the tests' `bedrock_server` fixture
         server.script(["throttle", "ok"])        # one mode per request, then `server.mode`
         # the real client: AWS_ENDPOINT_URL_BEDROCK_RUNTIME=server.url (and any AWS credentials)
 
@@ -24,7 +24,7 @@ Answers: `answer(body)` (body: the Converse request; `default_answer` unless a t
 answer is text), the text is JSON and becomes that tool's input: the last tool configured for `any`, as
 precis.llm.bedrock offers its answer tool last. Embeddings are the texts' hashed feature vectors
 (precis.memory.embeddings.HashedEmbedder), so texts that share words are near.
-Standalone: `python -m tests.bedrock_server --port 8002`.
+Standalone: `python -m local.models.bedrock_server --port 8002`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
 
-import pytest
 
 MODES = ("ok", "throttle", "500", "503", "too_long", "denied", "unknown", "invalid", "garbage", "empty")
 ERRORS = {  # mode -> (status, error type, message)
@@ -322,12 +321,6 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up
 
-
-@pytest.fixture
-def bedrock_server():
-    """A running BedrockServer for one test."""
-    with BedrockServer() as server:
-        yield server
 
 
 def main(argv: list[str] | None = None) -> None:
