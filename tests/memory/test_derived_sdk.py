@@ -144,8 +144,8 @@ def test_chat_offline_through_the_sdk(stack):
     assert wait_for(lambda: honcho.search("Lisbon"))[0].content == "I moved to Lisbon last spring."
     wait_for(lambda: alice.get_card())  # the memory settles: the card follows the conclusions
     # ... and the chat finds the conclusion once the vector index, which DynamoDB fills asynchronously, holds it
-    answer = wait_for(lambda: (said := alice.chat("where did alice move?")) and
-                      "alice moved to Lisbon last spring" in said and said)
+    answer = wait_for(lambda: "- alice moved to Lisbon last spring" in (said := alice.chat("where did alice move?"))
+                      .splitlines() and said)  # (the card's IDENTITY line says it too: its own line)
     streamed = alice.chat_stream("where did alice move?", include_evidence=True)
     chunks = list(streamed)
     assert len(chunks) > 1 and "".join(chunks) == answer == streamed.get_final_response()["content"]

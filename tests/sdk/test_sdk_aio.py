@@ -274,7 +274,8 @@ async def conclusions_created_listed_queried_and_deleted(honcho: Honcho) -> None
     assert [c.id for c in await listed(view.list(session="conc-s1"))] == [made[0].id]
     assert (await view.get(made[0].id)).content == "conc-alice prefers short answers"
     # found by a query once the vector index, which DynamoDB fills asynchronously, holds it
-    assert (await settled(lambda: view.query("vegetarian food", top_k=1)))[0].id == made[1].id
+    # (the items of one transaction reach the index one by one: wait for the answer, not for any answer)
+    await settled(lambda: _first(view.query("vegetarian food", top_k=1), made[1].id))
     many = await view.get_many([made[0].id, made[1].id, "x" * 21])
     assert {c.id for c in many} == {made[0].id, made[1].id}
     # offline, nothing is deduced: no conclusion names these as premises (the llm engine's are tested with the
@@ -348,8 +349,13 @@ async def search_workspace_session_and_peer(honcho: Honcho) -> None:
 
 
 async def _says(chat_call, fact: str):
+    """The chat's answer once it holds `fact`'s own line (the card's IDENTITY line says it too)."""
     answer = await chat_call
-    return fact in answer and answer
+    return f"- {fact}" in answer.splitlines() and answer
+
+
+async def _first(query_call, conclusion_id: str) -> bool:
+    return [c.id for c in await query_call][:1] == [conclusion_id]
 
 
 async def _found(search_call, count: int):
