@@ -51,10 +51,12 @@ def moto(*, stream: bool = True) -> Iterator[dict[str, Any]]:
     import boto3
     from moto import mock_aws
 
-    from local import moto_patches
+    from local import moto_patches, moto_vectors
     from precis.settings import get_settings
 
     moto_patches.install()  # the table's vector index (SearchVectors) and DynamoDB's limits, as in the tests
+    # The benches measure rankings and costs, not freshness: each write reaches the vector index at once.
+    moto_vectors.configure(moto_vectors.Replication(lag_s=0.0))
 
     get_settings.cache_clear()
     with mock_aws():

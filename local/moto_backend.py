@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import boto3
 
+from local import moto_vectors
 from local.chaos import Chaos
 from local.moto_server import SerializedMotoServer
 from local.template import ROOT, Template, create_resources
@@ -57,10 +59,15 @@ def start_moto(tpl: Template, chaos: Chaos | None = None, freeze_heap: bool = Fa
     (local/moto_server.py, `HeapFreezer`).
 
     With `throttle` chaos the functions get a port of their own that refuses some of their DynamoDB calls; the stream
-    consumers always get one of their own, served after the API (local/moto_server.py).
+    consumers always get one of their own, served after the API (local/moto_server.py). Writes reach the vector
+    indexes `chaos.index_lag_s` late on the wall clock, and `approximate` chaos leaves neighbours out.
     """
+    chaos = chaos or Chaos()
+    moto_vectors.configure(moto_vectors.Replication(
+        lag_s=chaos.index_lag_s, clock=time.monotonic, seed=chaos.seed,
+        approximate=chaos.approximate_share if "approximate" in chaos.modes else 0.0))
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access line per moto call drowns the stack's logs
-    throttle = (chaos.throttle_rate, chaos.seed) if chaos and chaos.throttle else None
+    throttle = (chaos.throttle_rate, chaos.seed) if chaos.throttle else None
     server = SerializedMotoServer(ip_address="127.0.0.1", port=0, verbose=False, throttle=throttle,
                                   freeze_heap=freeze_heap)
     server.start()

@@ -14,8 +14,11 @@
   serves them.
 - moto 5.2.5 accepts a table's VectorIndexes and ignores them, and knows no SearchVectors. The indexes given to
   CreateTable (and UpdateTable's VectorIndexUpdates) are kept on the table and described; writes are checked as
-  DynamoDB checks them; SearchVectors answers exactly, from per-partition matrices kept current by every write
-  (local/moto_vectors.py, see `search_vectors`).
+  DynamoDB checks them; SearchVectors answers from per-partition matrices (local/moto_vectors.py, see
+  `search_vectors`) that writes reach late, as DynamoDB's replication does, takes TopK 1-100 only, and refuses an
+  index UpdateTable created on a table with items while it backfills.
+- moto's BatchWriteItem writes its requests one by one, so one refused (a vector of the wrong size) leaves the
+  earlier ones written; DynamoDB writes none of them.
 """
 
 from __future__ import annotations
@@ -138,6 +141,7 @@ def _update_table(self: DynamoHandler) -> Any:
     table = self.dynamodb_backend.get_table(self.body["TableName"])
     indexes = list(vector_indexes(table))
     types = {a["AttributeName"]: a["AttributeType"] for a in table.attr}
+    backfills = []
     for update in self.body.get("VectorIndexUpdates") or []:
         if "Create" in update:
             index = update["Create"]
@@ -146,12 +150,16 @@ def _update_table(self: DynamoHandler) -> Any:
                     f"One or more parameter values were invalid: Index {index['IndexName']} already exists")
             _check_vector_index(index, types)
             indexes.append(_copy.deepcopy(index))
+            if table.items:  # DynamoDB backfills an index added to a table that holds items
+                backfills.append(index["IndexName"])
         elif "Delete" in update:
             name = update["Delete"]["IndexName"]
             if not any(i["IndexName"] == name for i in indexes):
                 raise ResourceNotFoundException(f"Requested resource not found: Index: {name} not found")
             indexes = [i for i in indexes if i["IndexName"] != name]
     table.vector_indexes = indexes
+    for name in backfills:
+        moto_vectors.start_backfill(table, name)
     return DynamoResult(table.describe())
 
 
@@ -159,9 +167,15 @@ def _describe(self: Table, base_key: str = "TableDescription") -> dict[str, Any]
     description = _original_describe(self, base_key)
     if vector_indexes(self):
         description[base_key]["VectorIndexes"] = [
-            {**_copy.deepcopy(i), "IndexStatus": "ACTIVE", "Backfilling": False, "IndexSizeBytes": 0, "ItemCount": 0,
+            {**_copy.deepcopy(i), **_index_status(self, i["IndexName"]), "IndexSizeBytes": 0, "ItemCount": 0,
              "IndexArn": f"{self.table_arn}/index/{i['IndexName']}"} for i in vector_indexes(self)]
     return description
+
+
+def _index_status(table: Table, index_name: str) -> dict[str, Any]:
+    if moto_vectors.backfilling(table, index_name):
+        return {"IndexStatus": "CREATING", "Backfilling": True}
+    return {"IndexStatus": "ACTIVE", "Backfilling": False}
 
 
 def _check_vector(numbers: list[float] | None, dimensions: int, what: str) -> list[float]:
@@ -293,10 +307,10 @@ Nearest = Callable[[Table, dict[str, Any], list[float], int, dict[str, list[Dyna
 def search_vectors(self: DynamoDBBackend, table_name: str, index_name: str, search_vector: list[Any], top_k: int,
                    equalities: dict[str, list[DynamoType]],
                    projection: list[list[str]]) -> list[tuple[dict[str, Any], float]]:
-    """SearchVectors, exactly (no approximation): the `top_k` items of the index nearest to `search_vector`
-    (smallest COSINE or EUCLIDEAN score, largest DOT_PRODUCT) whose search schema attributes equal the values of
-    `equalities` (parse_search_condition's); each as (its projected attributes, its score). It reads the
-    partition the HASH attribute's value names, from matrices kept current by every write (moto_vectors)."""
+    """SearchVectors: the `top_k` items of the index nearest to `search_vector` (smallest COSINE or EUCLIDEAN score,
+    largest DOT_PRODUCT) whose search schema attributes equal the values of `equalities` (parse_search_condition's);
+    each as (its projected attributes, its score). It reads the partition the HASH attribute's value names, from
+    matrices the table's writes reach `lag_s` after they are made; exact unless `approximate` (moto_vectors)."""
     return _search_vectors(self, table_name, index_name, search_vector, top_k, equalities, projection,
                            moto_vectors.nearest)
 
@@ -304,8 +318,8 @@ def search_vectors(self: DynamoDBBackend, table_name: str, index_name: str, sear
 def search_vectors_reference(self: DynamoDBBackend, table_name: str, index_name: str, search_vector: list[Any],
                              top_k: int, equalities: dict[str, list[DynamoType]],
                              projection: list[list[str]]) -> list[tuple[dict[str, Any], float]]:
-    """`search_vectors` by brute force over the whole table, as it was first written: what the tests compare it
-    with."""
+    """`search_vectors` by brute force over the whole table as it is now, as it was first written: what the tests
+    compare it with (once the index has settled)."""
     return _search_vectors(self, table_name, index_name, search_vector, top_k, equalities, projection,
                            moto_vectors.nearest_reference)
 
@@ -315,10 +329,10 @@ def _search_vectors(self: DynamoDBBackend, table_name: str, index_name: str, sea
                     nearest: Nearest) -> list[tuple[dict[str, Any], float]]:
     table = self.get_table(table_name)
     index = _vector_index(table, index_name)
-    if top_k < 1:
-        raise MockValidationException(
-            f"1 validation error detected: Value '{top_k}' at 'topK' failed to satisfy constraint: Member must have "
-            "value greater than or equal to 1")
+    if not 1 <= top_k <= moto_vectors.MAX_TOP_K:  # (botocore refuses below 1 itself)
+        raise MockValidationException(f"Provided TopK value '{top_k}' is out of valid range")
+    if nearest is moto_vectors.nearest and moto_vectors.backfilling(table, index_name):
+        raise MockValidationException(moto_vectors.BACKFILLING.format(index_name))
     query = _check_vector(_numbers({"L": search_vector}), index["Dimensions"], "SearchVector")
     missing = [h for h in _search_schema(index, "HASH") if h not in equalities]
     if missing:
@@ -405,10 +419,12 @@ def _batch_write_item(self: DynamoHandler) -> Any:
             if key in named:
                 raise MockValidationException("Provided list of item keys contains duplicates")
             named.add(key)
-    for table_name, item in puts:
-        self.dynamodb_backend.put_item(table_name, item)
-    for table_name, key in deletes:
-        self.dynamodb_backend.delete_item(table_name, key)
+    named = [(self.dynamodb_backend.get_table(name), attributes) for name, attributes in puts + deletes]
+    with moto_storage.all_or_nothing(named):  # a request refused half way (a vector too long) undoes the others
+        for table_name, item in puts:
+            self.dynamodb_backend.put_item(table_name, item)
+        for table_name, key in deletes:
+            self.dynamodb_backend.delete_item(table_name, key)
     return ActionResult({"ConsumedCapacity": [{"TableName": name, "CapacityUnits": 1.0, "Table": {"CapacityUnits": 1.0}}
                                               for name in batches], "ItemCollectionMetrics": {}, "UnprocessedItems": {}})
 
@@ -453,6 +469,9 @@ def install() -> None:
         _version_checked = True
     moto_storage.install()
     moto_storage.listen(moto_vectors.on_write)
+    # In-process (the tests) the index's clock stands still until a test moves it or settles the index: no write
+    # is searchable by luck of timing. A moto server of the local stack sets its own (local/moto_backend.py).
+    moto_vectors.configure(moto_vectors.Replication())
     DynamoHandler.call_action = _serialized_call_action
     DynamoDBBackend.transact_write_items = _transact_write_items
     DynamoHandler._validate_table_creation = _validate_table_creation

@@ -14,7 +14,9 @@ slow as a Scan. DynamoDB costs what a request touches; so does this:
   at the items carrying its partition key's value (an index of the table's items, kept current by every write).
   moto then evaluates the Query exactly as before over those items, so conditions, filters, projections, paging
   and LastEvaluatedKey are moto's.
-- **Listeners hear of every write** (`listen`): the vector search keeps its per-partition matrices current.
+- **Listeners hear of every write** (`listen`): the vector search files each write in its per-partition matrices
+  (late, as DynamoDB's replication does).
+- **A batch is all or nothing** (`all_or_nothing`): BatchWriteItem's undo, the items it named as they were.
 - **Less bookkeeping per request.** An item is sized once as it is built (moto re-sizes the whole item for each
   attribute it sets: quadratic in its attributes, and a vector's 256 numbers are walked again for each), refused
   above the same 400 KB; and a data-plane request and its answer (items, keys, counts) are read with `json.loads` and
@@ -401,6 +403,29 @@ def transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, A
         raise
     finally:
         _local.transaction = False
+
+
+@contextmanager
+def all_or_nothing(named: list[tuple[Table, dict[str, Any]]]) -> Iterator[None]:
+    """Put back the items the block puts or deletes (each a table and the key or item a request names) and their
+    stream records if it raises: a BatchWriteItem with one request refused writes none. A put replaces an item and a
+    delete removes it, never changing it in place, so the items as they were are kept, not copies of them."""
+    before = []
+    for table, attributes in named:
+        keys = _keys_of(table, attributes)
+        if keys is not None:
+            before.append((table, keys, _get(table, *keys), keys[0] in table.items))
+    shards = {id(t): (t, t.stream_shard, len(t.stream_shard.items))
+              for t, _, _, _ in before if t.stream_shard is not None}
+    try:
+        yield
+    except BaseException:
+        for table, (hash_key, range_key), item, partition_existed in reversed(before):
+            _restore(table, hash_key, range_key, item, partition_existed)
+        for table, shard, length in shards.values():
+            del shard.items[length:]
+            table.stream_shard = shard
+        raise
 
 
 def _restore(table: Table, hash_key: DynamoType, range_key: DynamoType | None, item: Item | None,

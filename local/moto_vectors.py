@@ -1,4 +1,5 @@
-"""SearchVectors on moto at the cost of the partition it names, its answers unchanged.
+"""SearchVectors on moto at the cost of the partition it names, as DynamoDB answers it: late, and (with chaos) not
+quite exactly.
 
 The first SearchVectors (`nearest_reference`, kept for the tests) walked every item of the table, converting and
 scoring each vector in Python: seconds for 100k vectors. Here each vector index of a table keeps, per value of its
@@ -6,11 +7,19 @@ HASH attribute, the partition's vectors as a float64 matrix (each rounded to f32
 with per row the item's key and its INLINE_FILTER values as small ints. A search masks its partition by the
 filters, scores every row with one matrix-vector product, and rescores exactly only the rows that product cannot
 tell apart from the nearest `top_k`, with the brute force's own `score`: the answer is the brute force's to the
-bit, same scores, ties in (hash key, range key) order.
+bit over what the index holds, same scores, ties in (hash key, range key) order.
 
-Nothing is built before an index's first SearchVectors; it is then built once from the table's items, and every
-write after that (moto_storage.listen: put, update, delete, batch, transaction and rollback) re-files the item it
-changed.
+What the index holds is what DynamoDB's would. DynamoDB replicates each write into its vector indexes
+asynchronously, so a search right after a write may not see it: here every write (moto_storage.listen: put, update,
+delete, batch, transaction and rollback) is filed `Replication.lag_s` after it was made, by `Replication.clock`
+(a write the same item's next write overtakes is never filed on its own: the later one is, its lag after it). An
+index created by UpdateTable on a table with items backfills for `backfill_s` (DescribeTable says so) and refuses
+searches meanwhile, and with `approximate` a search leaves out a share of the true neighbours, as an approximate
+index does. In-process (the tests) the clock stands still until told (`advance`, `settle`); the local stack runs it
+on the wall clock (local/moto_backend.py).
+
+Nothing is built before an index's first SearchVectors; it is then built once from the table's items whose writes
+are due (one still pending is filed when due), and every due write after that re-files the item it changed.
 """
 
 from __future__ import annotations
@@ -19,8 +28,12 @@ import copy
 import heapq
 import math
 import os
+import random
+import time
 import weakref
 from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 # One BLAS thread: the local stack shares a laptop's cores with its workers, and a search's one matrix-vector product
@@ -39,6 +52,49 @@ Key = tuple[DynamoType, "DynamoType | None"]
 # of d terms is off by at most about d units of roundoff, Python's compensated sum by about 2. Taken 32 times
 # over: a wider margin only rescores a few more rows.
 _SLACK = 32 * 2.0 ** -53
+
+DEFAULT_LAG_S = 0.5  # DynamoDB documents no figure; its replication is usually well under a second
+DEFAULT_BACKFILL_S = 5.0  # a new index on a table with items: "even a table with very few items" takes a while
+MAX_TOP_K = 100
+BACKFILLING = "Cannot search backfilling vector index: {}"  # AWS's "Troubleshooting vector indexes"
+
+
+class ManualClock:
+    """A clock that moves only when told: in-process tests advance it, or settle the index, instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class Replication:
+    """How DynamoDB's vector indexes differ from their table here: how late writes reach them, how long a new index
+    backfills, and the share of true neighbours an approximate search leaves out (seeded, so a run repeats)."""
+
+    lag_s: float = DEFAULT_LAG_S
+    backfill_s: float = DEFAULT_BACKFILL_S
+    clock: Callable[[], float] = field(default_factory=ManualClock)
+    approximate: float = 0.0
+    seed: int = 0
+    dice: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.dice = random.Random(self.seed)
+
+
+replication = Replication()
+
+
+def configure(new: Replication) -> None:
+    """Replace the replication settings (moto_patches.install: in-process defaults; the local stack: its own)."""
+    global replication
+    replication = new
 
 
 def vector_indexes(table: Table) -> list[dict[str, Any]]:
@@ -130,10 +186,11 @@ class _Partition:
         self.squares = np.empty(8)
         self.filters = np.empty((8, filters), dtype=np.int64)  # an id per INLINE_FILTER value, -1: absent
         self.keys: list[Key] = []
+        self.items: list[Item] = []  # what a search answers: the item as filed (deleted since, it is still here)
         self.order: list[Any] = []
         self.rows: dict[Key, int] = {}
 
-    def add(self, key: Key, vector: np.ndarray, filter_ids: list[int]) -> None:
+    def add(self, key: Key, vector: np.ndarray, filter_ids: list[int], item: Item) -> None:
         row = len(self.keys)
         if row == len(self.matrix):
             for name in ("matrix", "squares", "filters"):
@@ -145,6 +202,7 @@ class _Partition:
         self.squares[row] = self.matrix[row] @ self.matrix[row]
         self.filters[row] = filter_ids
         self.keys.append(key)
+        self.items.append(item)
         self.order.append(_item_order(key))
         self.rows[key] = row
 
@@ -154,9 +212,10 @@ class _Partition:
         if row != last:
             self.matrix[row], self.squares[row], self.filters[row] = \
                 self.matrix[last], self.squares[last], self.filters[last]
-            self.keys[row], self.order[row] = self.keys[last], self.order[last]
+            self.keys[row], self.items[row], self.order[row] = self.keys[last], self.items[last], self.order[last]
             self.rows[self.keys[row]] = row
         self.keys.pop()
+        self.items.pop()
         self.order.pop()
 
 
@@ -197,12 +256,12 @@ class _VectorIndex:
         partition = self.partitions.get(where)
         if partition is None:
             partition = self.partitions[where] = _Partition(self.dimensions, len(self.filters))
-        partition.add((item.hash_key, item.range_key), vector, filter_ids)
+        partition.add((item.hash_key, item.range_key), vector, filter_ids, item)
         self.placed[key] = where
 
     def search(self, query: list[float], top_k: int,
-               equalities: dict[str, list[DynamoType]]) -> list[tuple[Key, float]]:
-        """The keys and scores of the `top_k` rows nearest to `query` among those `equalities` allow."""
+               equalities: dict[str, list[DynamoType]]) -> list[tuple[Item, float]]:
+        """The items and scores of the `top_k` rows nearest to `query` among those `equalities` allow."""
         where, wanted = [], []
         for names, out in ((self.hashes, where), (self.filters, wanted)):
             for name in names:
@@ -224,7 +283,7 @@ class _VectorIndex:
         rows = np.arange(n) if rows is None else np.flatnonzero(rows)
         if not len(rows):
             return []
-        return [(partition.keys[row], distance) for row, distance in self._nearest(partition, rows, query, top_k)]
+        return [(partition.items[row], distance) for row, distance in self._nearest(partition, rows, query, top_k)]
 
     def _nearest(self, partition: _Partition, rows: np.ndarray, query: list[float],
                  top_k: int) -> list[tuple[int, float]]:
@@ -283,43 +342,119 @@ class _VectorIndex:
         return [(picked[i], float(exact[i])) for i in chosen]
 
 
-_built: weakref.WeakKeyDictionary[Table, dict[str, _VectorIndex]] = weakref.WeakKeyDictionary()
+class _Replica:
+    """A table's vector indexes as DynamoDB keeps them apart from it: the writes not filed yet, the indexes built,
+    and the indexes still backfilling."""
+
+    def __init__(self) -> None:
+        # item key -> when its latest write is due, in the order written (the lag is one, so that is the order due)
+        self.pending: dict[Key, float] = {}
+        self.built: dict[str, _VectorIndex] = {}
+        self.backfills: dict[str, float] = {}  # index name -> when its backfill ends
+
+    def catch_up(self, table: Table, now: float) -> None:
+        """File every write due by `now` in the built indexes (dropped or replaced ones are forgotten)."""
+        pending = self.pending
+        definitions = vector_indexes(table) if self.built else ()
+        while pending:
+            key = next(iter(pending))
+            if pending[key] > now:
+                break
+            del pending[key]
+            if self.built:
+                item = _current(table, *key)
+                for name, index in list(self.built.items()):
+                    if index.definition in definitions:
+                        index.file(key, item)
+                    else:
+                        del self.built[name]  # dropped or replaced by UpdateTable: rebuilt if searched again
 
 
-def _index(table: Table, definition: dict[str, Any]) -> _VectorIndex:
-    """The table's structure for this index, built now from the table's items if there is none for this very
-    definition (UpdateTable can drop an index and create another under its name)."""
-    indexes = _built.get(table)
-    if indexes is None:
-        indexes = _built[table] = {}
-    index = indexes.get(definition["IndexName"])
+_replicas: weakref.WeakKeyDictionary[Table, _Replica] = weakref.WeakKeyDictionary()
+
+
+def _replica(table: Table) -> _Replica:
+    replica = _replicas.get(table)
+    if replica is None:
+        replica = _replicas[table] = _Replica()
+    return replica
+
+
+def _index(table: Table, replica: _Replica, definition: dict[str, Any]) -> _VectorIndex:
+    """The table's structure for this index, built now from the table's items whose writes are due if there is
+    none for this very definition (UpdateTable can drop an index and create another under its name)."""
+    index = replica.built.get(definition["IndexName"])
     if index is None or index.definition != definition:
-        index = indexes[definition["IndexName"]] = _VectorIndex(definition)
+        index = replica.built[definition["IndexName"]] = _VectorIndex(definition)
         for item in _stored_items(table):
-            index.file((item.hash_key, item.range_key), item)
+            key = (item.hash_key, item.range_key)
+            if key not in replica.pending:
+                index.file(key, item)
     return index
 
 
 def on_write(table: Table, hash_key: DynamoType, range_key: DynamoType | None) -> None:
-    """moto_storage's listener: re-file the item at this key in every built index of the table."""
-    indexes = _built.get(table)
-    if not indexes:
+    """moto_storage's listener: the write at this key reaches the table's vector indexes `lag_s` from now, and the
+    writes due by now reach them."""
+    if not vector_indexes(table):
         return
-    item = _current(table, hash_key, range_key)
-    definitions = vector_indexes(table)
-    for name, index in list(indexes.items()):
-        if index.definition in definitions:
-            index.file((hash_key, range_key), item)
-        else:
-            del indexes[name]  # dropped or replaced by UpdateTable: rebuilt if searched again
+    replica = _replica(table)
+    now = replication.clock()
+    key = (hash_key, range_key)
+    replica.pending.pop(key, None)  # an earlier write of the item not filed yet: this one is filed instead
+    replica.pending[key] = now + replication.lag_s
+    replica.catch_up(table, now)
+
+
+def start_backfill(table: Table, index_name: str) -> None:
+    """UpdateTable created this index on a table that holds items: it backfills for `backfill_s`."""
+    _replica(table).backfills[index_name] = replication.clock() + replication.backfill_s
+
+
+def backfilling(table: Table, index_name: str) -> bool:
+    """Whether the index is still backfilling (DescribeTable: CREATING, Backfilling; SearchVectors refused)."""
+    replica = _replicas.get(table)
+    until = replica.backfills.get(index_name) if replica is not None else None
+    if until is None:
+        return False
+    if replication.clock() < until:
+        return True
+    del replica.backfills[index_name]
+    return False
+
+
+def settle() -> None:
+    """File every pending write and end every backfill, in every table: the index as if time enough had passed."""
+    for table, replica in list(_replicas.items()):
+        replica.catch_up(table, math.inf)
+        replica.backfills.clear()
+
+
+def advance(seconds: float) -> None:
+    """Move the in-process clock on (ManualClock only: the wall clock moves by itself), filing what is then due in
+    every table: with a ManualClock a write is filed exactly when the clock passes its due time."""
+    clock = replication.clock
+    if not isinstance(clock, ManualClock):
+        raise TypeError("advance: the vector index runs on the wall clock here; only a ManualClock is advanced")
+    clock.advance(seconds)
+    for table, replica in list(_replicas.items()):
+        replica.catch_up(table, clock())
 
 
 def nearest(table: Table, definition: dict[str, Any], query: list[float], top_k: int,
             equalities: dict[str, list[DynamoType]]) -> list[tuple[Item, float]]:
     """The `top_k` items of the index nearest to `query` (f32 values) whose search schema attributes equal the
-    values of `equalities` (all of them; the HASH attribute's is given), each with its score, nearest first."""
-    index = _index(table, definition)
-    return [(_current(table, *key), distance) for key, distance in index.search(query, top_k, equalities)]
+    values of `equalities` (all of them; the HASH attribute's is given), each with its score, nearest first: among
+    the writes filed by now, and with `approximate`, less a share of them."""
+    replica = _replica(table)
+    replica.catch_up(table, replication.clock())
+    index = _index(table, replica, definition)
+    share = replication.approximate
+    if not share:
+        return index.search(query, top_k, equalities)
+    # An approximate index misses some true neighbours and answers with the next ones instead.
+    found = index.search(query, 2 * top_k, equalities)
+    return [hit for hit in found if replication.dice.random() >= share][:top_k]
 
 
 def nearest_reference(table: Table, definition: dict[str, Any], query: list[float], top_k: int,

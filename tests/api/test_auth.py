@@ -10,6 +10,7 @@ from precis.auth import Principal, mint_key, verify_key
 from precis.settings import get_settings
 from precis.errors import Unauthorized
 
+from local import moto_vectors
 from tests.handlers import Form, call
 
 SECRET = "test-signing-secret-0123456789abcdef"
@@ -161,6 +162,7 @@ def auth_on(aws, monkeypatch):
         assert call("POST", "/v3/workspaces", {"id": ws}, headers=admin).status == 201
     call("POST", f"{W}/peers", {"id": "carol"}, headers=admin)
     reply = call("POST", f"{S}/messages", {"messages": [{"content": "hello", "peer_id": "alice"}]}, headers=admin)
+    moto_vectors.settle()  # the message's search item reaches the index (DynamoDB fills it asynchronously)
     return reply.body[0]["id"]
 
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from local import moto_vectors
 from tests.handlers import call, invoke
 from tests.stream import message_records
 
@@ -26,6 +27,8 @@ def derive(aws, session: str) -> None:
 
 
 def chat(path: str, query: str, **body):
+    """The chat's answer once the vector indexes hold every write (DynamoDB fills them asynchronously)."""
+    moto_vectors.settle()
     return call("POST", path, {"query": query, **body})
 
 

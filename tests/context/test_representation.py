@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from precis.context.fit import FREQUENT, RECENT, SEMANTIC, Chosen, fit, merge, render, shares
 from precis.tokens import count_text
 
+from local import moto_vectors
 from tests.handlers import call
 
 W = "/v3/workspaces/ws1"
@@ -125,6 +126,7 @@ def seeded(aws):
 
 
 def context(**query) -> dict:
+    moto_vectors.settle()  # the conclusions written reach the vector index (DynamoDB fills it asynchronously)
     reply = call("GET", f"{S}/context", **query)
     assert reply.status == 200, reply.body
     return reply.body

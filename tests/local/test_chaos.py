@@ -49,7 +49,8 @@ def test_modes_settings_and_seed_are_read_from_the_environment():
 
 @pytest.mark.parametrize(("env", "message"), [
     ({"PRECIS_LOCAL_CHAOS": "replay,latency"}, "PRECIS_LOCAL_CHAOS: unknown mode 'latency' (known: replay, shards, "
-                                               "throttle)"),
+                                               "throttle, lag, approximate)"),
+    ({"PRECIS_LOCAL_VECTOR_LAG_S": "-1"}, "PRECIS_LOCAL_VECTOR_LAG_S: seconds between 0 and 300, got '-1'"),
     ({"PRECIS_LOCAL_CHAOS_THROTTLE": "5%"}, "PRECIS_LOCAL_CHAOS_THROTTLE: a fraction between 0 and 1, got '5%'"),
     ({"PRECIS_LOCAL_CHAOS_THROTTLE": "1.5"}, "PRECIS_LOCAL_CHAOS_THROTTLE: a fraction between 0 and 1, got '1.5'"),
     ({"PRECIS_LOCAL_CHAOS_SEED": "abc"}, "PRECIS_LOCAL_CHAOS_SEED: an integer, got 'abc'"),
@@ -66,7 +67,7 @@ def test_make_dev_refuses_an_unknown_mode_at_start(tmp_path):
     done = subprocess.run([sys.executable, "-m", "local"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2
-    assert "PRECIS_LOCAL_CHAOS: unknown mode 'bogus' (known: replay, shards, throttle)" in done.stderr
+    assert "PRECIS_LOCAL_CHAOS: unknown mode 'bogus' (known: replay, shards, throttle, lag, approximate)" in done.stderr
     assert "Precis local stack" not in done.stdout
 
 

@@ -56,6 +56,8 @@ def _f32(vector: list[float]) -> list[float]:
 
 
 def _search(dynamodb, table: str, **request):
+    """SearchVectors once every write has reached the index."""
+    moto_vectors.settle()
     arguments = {"TableName": table, "IndexName": vectors.VECTOR_INDEX, "TopK": 3,
                  "SearchVector": vectors.vector_attribute([1.0, 0.0, 0.0, 0.0])["L"],
                  "SearchConditionExpression": "vcoll = :c", "ExpressionAttributeValues": {":c": {"S": "w#a#b"}}}
@@ -80,6 +82,7 @@ def test_search_finds_what_brute_force_finds(aws, items, query, top_k, level, se
     table = _create(dynamodb)
     for n, (collection, item_level, item_session, vector) in enumerate(items):
         _put(dynamodb, table, f"c{n}", vector, collection, item_level, item_session)
+    moto_vectors.settle()
     hits = vectors.search(Db(dynamodb, None, table, ""), "w#a#b", query, top_k, level=level, session_key=session,
                           max_distance=max_distance)
 
@@ -250,6 +253,7 @@ def _same_answer(dynamodb, table: str, op: tuple) -> None:
         values[":s"] = {"S": session}
     expression = " AND ".join(conditions)
     search_vector = _numbers_attribute(query)["L"]
+    moto_vectors.settle()  # the brute force reads the table as it is now
     found = dynamodb.search_vectors(TableName=table, IndexName=vectors.VECTOR_INDEX, TopK=top_k,
                                     SearchVector=search_vector, SearchConditionExpression=expression,
                                     ExpressionAttributeValues=values,
@@ -411,6 +415,7 @@ def test_search_through_a_moto_server(moto_server):
     _put(dynamodb, table, "lisbon", [1.0, 0.2, 0.0, 0.0])
     _put(dynamodb, table, "tea", [0.0, 1.0, 0.0, 0.0])
     _put(dynamodb, table, "deduced", [1.0, 0.2, 0.0, 0.0], level="deductive")
+    moto_vectors.settle()  # the server's moto is this process's: its writes reach the index now, not half a second on
     hits = vectors.search(Db(dynamodb, None, table, ""), "w#a#b", [1.0, 0.0, 0.0, 0.0], 5, level="explicit",
                           session_key="-")
     assert [h[0] for h in hits] == ["lisbon", "tea"]

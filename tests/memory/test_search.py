@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from local import moto_vectors
 from tests.handlers import call, dynamodb_requests, invoke
 from tests.stream import message_records, stream_record
 
@@ -26,6 +27,8 @@ def index(aws, session: str) -> None:
 
 
 def search(path: str, query: str, **body) -> list[dict]:
+    """The search's answer once the index holds every write (DynamoDB fills it asynchronously)."""
+    moto_vectors.settle()
     reply = call("POST", path, {"query": query, **body})
     assert reply.status == 200, reply.body
     return reply.body
@@ -159,3 +162,44 @@ def test_search_bad_inputs(ws, path, body, status):
     reply = call("POST", path, body)
     assert reply.status == status, reply.body
     assert reply.body["detail"]
+
+
+@pytest.mark.parametrize("limit", [50, 100])
+@pytest.mark.parametrize("filters", [None, {"peer_id": "alice"}, {"metadata": {"topic": "family"}}])
+@pytest.mark.parametrize("route", ["/search", "/sessions/s2/search", "/peers/alice/search"])
+def test_a_search_of_up_to_100_results_asks_the_index_for_at_most_100(ws, route, limit, filters):
+    """SearchVectors takes TopK 1-100: a search of 50 or 100 results, filtered (4 candidates a result wanted) or not,
+    answers 200, never asking the index for more than it gives."""
+    with dynamodb_requests() as asked:
+        found = search(f"{W}{route}", "Lisbon", limit=limit, **({"filters": filters} if filters else {}))
+    assert found and all("Lisbon" in m["content"] for m in found), found
+    top_ks = [params["TopK"] for op, params in asked if op == "SearchVectors"]
+    assert top_ks and max(top_ks) <= 100, top_ks
+
+
+def _rebuild_index(dynamodb, name: str) -> None:
+    """Drop the table's vector index `name` and create it again: on a table with items, it backfills."""
+    index, = [i for i in dynamodb.describe_table(TableName="precis-local")["Table"]["VectorIndexes"]
+              if i["IndexName"] == name]
+    dynamodb.update_table(TableName="precis-local", VectorIndexUpdates=[{"Delete": {"IndexName": name}}])
+    dynamodb.update_table(TableName="precis-local", VectorIndexUpdates=[{"Create": {
+        k: index[k] for k in ("IndexName", "VectorAttribute", "Dimensions", "DistanceFunction", "Projection",
+                              "SearchSchema")}}])
+
+
+def test_a_search_while_its_index_backfills_is_a_503_to_retry_not_a_500(ws):
+    from precis.store.message_search import TERMS_INDEX
+    from precis.store.vectors import TERMS_INDEX as CONCLUSION_TERMS
+
+    _rebuild_index(ws["dynamodb"], TERMS_INDEX)
+    _rebuild_index(ws["dynamodb"], CONCLUSION_TERMS)
+    assert ws["dynamodb"].describe_table(TableName="precis-local")["Table"]["VectorIndexes"]  # (DescribeTable: CREATING)
+    for method, path, body in (("POST", f"{W}/search", {"query": "Lisbon"}),
+                               ("GET", f"{W}/sessions/s1/context?search_query=Lisbon", None),
+                               ("POST", f"{W}/conclusions/query", {"query": "Lisbon", "filters": {
+                                   "observer_id": "alice", "observed_id": "alice"}})):
+        reply = call(method, path, body)
+        assert reply.status == 503, (path, reply.status, reply.body)
+        assert "still being built" in reply.body["detail"] and int(reply.headers["Retry-After"]) > 0, reply
+    moto_vectors.advance(moto_vectors.DEFAULT_BACKFILL_S)
+    assert search(f"{W}/search", "Lisbon")[0]["content"] == "I moved to Lisbon last spring."

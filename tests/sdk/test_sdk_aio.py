@@ -273,7 +273,9 @@ async def conclusions_created_listed_queried_and_deleted(honcho: Honcho) -> None
     assert [c.id for c in await listed(view.list(size=1, reverse=True))] == [made[0].id, made[1].id]
     assert [c.id for c in await listed(view.list(session="conc-s1"))] == [made[0].id]
     assert (await view.get(made[0].id)).content == "conc-alice prefers short answers"
-    assert (await view.query("vegetarian food", top_k=1))[0].id == made[1].id
+    # found by a query once the vector index, which DynamoDB fills asynchronously, holds it
+    # (the items of one transaction reach the index one by one: wait for the answer, not for any answer)
+    await settled(lambda: _first(view.query("vegetarian food", top_k=1), made[1].id))
     many = await view.get_many([made[0].id, made[1].id, "x" * 21])
     assert {c.id for c in many} == {made[0].id, made[1].id}
     # offline, nothing is deduced: no conclusion names these as premises (the llm engine's are tested with the
@@ -346,6 +348,16 @@ async def search_workspace_session_and_peer(honcho: Honcho) -> None:
     assert len(await bob.aio.search("marmalade", limit=1)) == 1
 
 
+async def _says(chat_call, fact: str):
+    """The chat's answer once it holds `fact`'s own line (the card's IDENTITY line says it too)."""
+    answer = await chat_call
+    return f"- {fact}" in answer.splitlines() and answer
+
+
+async def _first(query_call, conclusion_id: str) -> bool:
+    return [c.id for c in await query_call][:1] == [conclusion_id]
+
+
 async def _found(search_call, count: int):
     found = await search_call
     return len(found) == count and found
@@ -365,8 +377,7 @@ async def chat_and_streaming_offline(honcho: Honcho) -> None:
     await settled(lambda: alice.aio.get_card())  # the memory settles: the card follows the conclusions
     fact = "chat-alice moved to Tallinn last spring"
 
-    answer = await alice.aio.chat("where did chat-alice move?")
-    assert fact in answer
+    answer = await settled(lambda: _says(alice.aio.chat("where did chat-alice move?"), fact))  # the index holds it
     streamed = await alice.aio.chat_stream("where did chat-alice move?", include_evidence=True)
     chunks = [chunk async for chunk in streamed]
     assert len(chunks) > 1 and "".join(chunks) == answer == streamed.get_final_response()["content"]

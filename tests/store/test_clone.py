@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from local import moto_vectors
 from tests.handlers import call, invoke
 from tests.stream import stream_record
 
@@ -132,6 +133,7 @@ def test_a_clone_searches_what_it_inherited(ws):
     assert invoke("DeriveFunction", {"Records": message_records(ws["dynamodb"], session_id="s1")}) == {
         "batchItemFailures": []}
     clone = call("POST", f"{W}/sessions/s1/clone", None, message_id=messages("s1")[2]["id"]).body["id"]
+    moto_vectors.settle()  # the parent's search items reach the index (DynamoDB fills it asynchronously)
     found = call("POST", f"{W}/sessions/{clone}/search", {"query": "Lisbon"}).body
     assert [(m["content"], m["session_id"]) for m in found] == [("I moved to Lisbon last spring.", clone)]
     assert call("POST", f"{W}/sessions/{clone}/search", {"query": "nata"}).body == []  # past the cut

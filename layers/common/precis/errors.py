@@ -42,9 +42,14 @@ class Throttled(PrecisError):
 
 
 class Unavailable(PrecisError):
-    """The service lacks something it needs (e.g. a signing secret); not the caller's fault, nor a crash."""
+    """The service lacks something it needs (e.g. a signing secret, a search index still being built); not the
+    caller's fault, nor a crash. `retry_after_s`, when known, is the answer's Retry-After."""
 
     status = 503
+
+    def __init__(self, detail: str, retry_after_s: int | None = None):
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
 
 
 class BadGateway(PrecisError):

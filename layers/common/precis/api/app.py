@@ -68,7 +68,9 @@ def create_resolver() -> APIGatewayHttpResolver:
 
     @app.exception_handler(PrecisError)
     def _precis_error(exc: PrecisError) -> Response:
-        return json_response(exc.status, {"detail": exc.detail})
+        response = json_response(exc.status, {"detail": exc.detail})
+        response.headers.update(_retry_after(exc))
+        return response
 
     @app.exception_handler(RequestValidationError)
     def _validation_error(exc: RequestValidationError) -> Response:
@@ -148,9 +150,15 @@ def _body_problem(event: dict) -> tuple[int, Any] | None:
     return None
 
 
-def _answer(status: int, detail: Any) -> dict:
-    return {"statusCode": status, "headers": {"Content-Type": "application/json"},
+def _answer(status: int, detail: Any, headers: dict[str, str] | None = None) -> dict:
+    return {"statusCode": status, "headers": {"Content-Type": "application/json", **(headers or {})},
             "body": to_json({"detail": detail}), "isBase64Encoded": False}
+
+
+def _retry_after(exc: PrecisError) -> dict[str, str]:
+    """The Retry-After header of an error that knows when to come back (an index still backfilling)."""
+    seconds = getattr(exc, "retry_after_s", None)
+    return {"Retry-After": str(seconds)} if seconds else {}
 
 
 def serve(app: APIGatewayHttpResolver, event: dict, context) -> dict:
@@ -162,7 +170,7 @@ def serve(app: APIGatewayHttpResolver, event: dict, context) -> dict:
             return _answer(*problem)
         return app.resolve(event, context)
     except PrecisError as exc:
-        return _answer(exc.status, exc.detail)
+        return _answer(exc.status, exc.detail, _retry_after(exc))
     except Exception as exc:
         throttled = _throttled(exc)
         if throttled is not None:

@@ -57,6 +57,9 @@ _MAX_ACTIONS = 100  # DynamoDB's TransactWriteItems limit
 _searches = ThreadPoolExecutor(max_workers=CHUNK, thread_name_prefix="near-duplicates")  # a chunk's at once
 _LOCAL_TWINS = 32  # a session's explicit conclusions in a collection compared here, not by the index, up to this many
 _PROVENANCE_PAGE = 200  # DERIVED# items read to find them (a session's, every collection's); more: the index
+# DynamoDB fills a vector index from the table asynchronously (normally within a second): a conclusion written less
+# than this long ago is looked for in the table too (its ids sort by time), so a near duplicate of it is never missed.
+_INDEX_LAG_S = 60
 _CHUNK_BYTES = 3_500_000  # under DynamoDB's 4 MB per transaction, with room for what the estimate misses
 _ATTEMPTS = 25  # lost races (the head moved) before a write gives up with Throttled
 _KEEP_SOURCES = 100  # source message ids kept per conclusion (the newest): a conclusion derived often stays small
@@ -344,16 +347,18 @@ def _twins(db: Db, ws: str, observer: str, observed: str, candidates: list[_Cand
     An explicit conclusion's twin can only be an explicit conclusion of the same session in this collection, and the
     session's DERIVED# items name those: while they are few, their vectors are read (one Query and one BatchGetItem
     for the chunk, nothing more when the session has none yet, as for its first conclusions) and compared here.
-    Otherwise each candidate asks the vector index, all at once: one SearchVectors each."""
+    Otherwise each candidate asks the vector index, all at once: one SearchVectors each; the index may not hold the
+    newest conclusions yet, so those written in the last _INDEX_LAG_S are read from the table (one Query) and
+    compared here too."""
     sessions = {c.session_id for c in candidates if c.level == "explicit" and c.session_id}
     local = {s: _session_vectors(db, ws, observer, observed, s) for s in sessions}
     collection = keys.collection_name(ws, observer, observed)
 
-    def search(candidate: _Candidate) -> str | None:
+    def search(candidate: _Candidate) -> list[tuple[float, str]]:
         hits = vectors.search(db, collection, candidate.vector, 1, level=candidate.level,
                               session_key=(candidate.session_id or "-") if candidate.level == "explicit" else None,
                               max_distance=NEAR_DISTANCE)
-        return hits[0][0] if hits else None
+        return [(distance, cid) for cid, distance in hits]
 
     found: dict[int, str | None] = {}
     asked: list[int] = []
@@ -363,8 +368,27 @@ def _twins(db: Db, ws: str, observer: str, observed: str, candidates: list[_Cand
             asked.append(index)
         else:
             found[index] = _nearest_within(candidate.vector, stored, NEAR_DISTANCE)
-    found.update(zip(asked, _searches.map(lambda i: search(candidates[i]), asked)))
+    if asked:
+        recent = _recent_vectors(db, ws, observer, observed)
+        for index, hit in zip(asked, _searches.map(lambda i: search(candidates[i]), asked)):
+            candidate = candidates[index]
+            mine = [(cid, vector) for cid, level, session, vector in recent if level == candidate.level
+                    and (level != "explicit" or session == (candidate.session_id or vectors.NO_SESSION))]
+            nearest = min(_distances(candidate.vector, mine) + hit, default=None)
+            found[index] = nearest[1] if nearest is not None and nearest[0] <= NEAR_DISTANCE else None
     return [found[i] for i in range(len(candidates))]
+
+
+def _recent_vectors(db: Db, ws: str, observer: str, observed: str) -> list[tuple[str, str, str, list[float]]]:
+    """(id, level, session, vector) of the collection's conclusions written in the last _INDEX_LAG_S, read from the
+    table (consistent): what the vector index may not hold yet."""
+    since = "V#" + _chars(int((time.time() - _INDEX_LAG_S) * 1000), _TIME_CHARS)  # ids begin with their time
+    found = query_all(db, KeyConditionExpression="PK = :pk AND SK BETWEEN :since AND :end", ConsistentRead=True,
+                      ExpressionAttributeValues=to_item({":pk": keys.collection_pk(ws, observer, observed),
+                                                         ":since": since, ":end": "V#~"}),
+                      **projection(("id", "level", vectors.SESSION_ATTRIBUTE, vectors.VECTOR_ATTRIBUTE)))
+    return [(i["id"], i["level"], i.get(vectors.SESSION_ATTRIBUTE, vectors.NO_SESSION), i[vectors.VECTOR_ATTRIBUTE])
+            for i in found if vectors.VECTOR_ATTRIBUTE in i]
 
 
 def _session_vectors(db: Db, ws: str, observer: str, observed: str, session_id: str,
@@ -388,10 +412,15 @@ def _session_vectors(db: Db, ws: str, observer: str, observed: str, session_id: 
 def _nearest_within(vector: list[float], stored: list[tuple[str, list[float]]], distance: float) -> str | None:
     """The id of the stored vector nearest `vector` by cosine distance (as the index measures it), if within
     `distance`."""
+    nearest = min(_distances(vector, stored), default=None)
+    return nearest[1] if nearest is not None and nearest[0] <= distance else None
+
+
+def _distances(vector: list[float], stored: list[tuple[str, list[float]]]) -> list[tuple[float, str]]:
+    """(cosine distance from `vector`, as the index measures it; id) of each stored vector."""
     from precis.memory.embeddings import cosine_distance  # (the store does not import the memory package up front)
 
-    nearest = min(((cosine_distance(vector, other), stored_id) for stored_id, other in stored), default=None)
-    return nearest[1] if nearest is not None and nearest[0] <= distance else None
+    return [(cosine_distance(vector, other), stored_id) for stored_id, other in stored]
 
 
 def _put(db: Db, item: dict[str, Any], condition: str | None = None, values: dict[str, Any] | None = None,

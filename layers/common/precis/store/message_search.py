@@ -24,14 +24,13 @@ from precis.store import filters as filtering
 from precis.store import keys, term_stats
 from precis.store.db import Db, batch_get, to_item
 from precis.store.messages import Base, message_view, with_bodies
-from precis.store.vectors import fuse, lexical_attribute, search_index, vector_attribute
+from precis.store.vectors import MAX_TOP_K, fuse, lexical_attribute, search_index, vector_attribute
 
 if TYPE_CHECKING:
     from precis.memory.embeddings import Embedder
 
 TERMS_INDEX, MEANING_INDEX = "ByMessageTerms", "ByMessageMeaning"
 CANDIDATES = 4  # candidates asked of the BM25 index per result wanted, ranked again exactly
-_MAX_CANDIDATES = 200
 _MESSAGE_FIELDS = ("PK", "SK", "id", "seq", "peer_id", "content", "body_key", "metadata", "created_at",
                    "token_count", "run_id", "kind")
 _CANDIDATE_FIELDS = ("msession", "seq", "tsig", "tlen")
@@ -125,7 +124,7 @@ def search(db: Db, ws: str, query: str, limit: int, filters: dict[str, Any] | No
     filters = filters or {}
     filtering.matches(filters, {})  # a malformed filter is 422 before any read
     # Filters apply after the read: ask for more so that `limit` usually survive.
-    order = rank(db, ws, query, min(100, limit * 4 if filters else limit), semantic=semantic,
+    order = rank(db, ws, query, min(MAX_TOP_K, limit * 4 if filters else limit), semantic=semantic,
                  session_id=session_id, peer_id=peer_id, base=base)
     return [view for view in read_views(db, ws, order, base=base, session_id=session_id)
             if filtering.matches(filters, view)][:limit]
@@ -157,7 +156,7 @@ def rank(db: Db, ws: str, query: str, wanted: int, *, semantic: Callable[[str], 
     if lexical_query:
         scored = []
         average = stats.average_length
-        for item, _dot in candidates(TERMS_INDEX, lexical_query.vector(), min(_MAX_CANDIDATES, wanted * CANDIDATES)):
+        for item, _dot in candidates(TERMS_INDEX, lexical_query.vector(), min(MAX_TOP_K, wanted * CANDIDATES)):
             document = Document.parse(item.get("tsig", {}).get("S", ""), int(item.get("tlen", {}).get("N", 0)))
             score = lexical_query.score(document, average)
             if score > 0:  # shares a word: the vector's slots can bring in a text that shares none

@@ -5,7 +5,9 @@ cosine), the conclusion's BM25 vector in `tvec` and its term signature in `tsig`
 `ByConclusionTerms`, dot product), the collection in `vcoll` (each index's HASH attribute: a search reads one
 collection) and the inline filters `level` and `vsession` (the session id, or "-" for none). A query ranks by BM25
 (idf from the collection's term statistics) fused with the embedding's ranking. SearchVectors does not paginate: TopK
-results come in one answer.
+(1-100) results come in one answer. The index is DynamoDB's replica of the table, written asynchronously: a search
+may miss an item written a moment ago (what must see it reads the table), and an index still backfilling refuses
+searches (503, retry).
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ from array import array
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from botocore.exceptions import ClientError
+
+from precis.errors import Unavailable
 from precis.lexical import Document, Query
 from precis.store import keys, term_stats
-from precis.store.db import Db, Numbers
+from precis.store.db import Db, Numbers, error_code
 
 K = TypeVar("K")
 
@@ -28,6 +33,8 @@ RRF_K = 60
 # `make bench retrieval`.
 LEXICAL_WEIGHT = 0.9
 CANDIDATES = 4  # BM25 candidates asked of the index per result wanted, ranked again exactly
+MAX_TOP_K = 100  # SearchVectors' TopK: 1-100, and no pagination
+BACKFILL_RETRY_S = 30  # Retry-After while an index backfills (minutes at most, whatever the table's size)
 VECTOR_ATTRIBUTE = "vec"
 HASH_ATTRIBUTE = "vcoll"
 LEVEL_ATTRIBUTE = "level"
@@ -71,14 +78,14 @@ def nearest(db: Db, ws: str, observer: str, observed: str, text: str, vector: li
     collection = keys.collection_name(ws, observer, observed)
     stats = term_stats.read(db, keys.collection_terms(ws, observer, observed))
     query = Query.of(text, stats)
-    semantic = search(db, collection, vector, top_k if max_distance is None else min(100, top_k * CANDIDATES),
+    semantic = search(db, collection, vector, top_k if max_distance is None else top_k * CANDIDATES,
                       level=level, session_key=session_key,
                       max_distance=max_distance)
     lexical: list[str] = []
     if query:
         found = search_index(db, TERMS_INDEX, {HASH_ATTRIBUTE: collection, LEVEL_ATTRIBUTE: level,
                                                SESSION_ATTRIBUTE: session_key}, query.vector(),
-                             min(100, top_k * CANDIDATES), ("id", "tsig", "tlen"))
+                             top_k * CANDIDATES, ("id", "tsig", "tlen"))
         scored = []
         for item, _dot in found:
             document = Document.parse(item.get("tsig", {}).get("S", ""), int(item.get("tlen", {}).get("N", 0)))
@@ -119,18 +126,26 @@ def search(db: Db, collection: str, vector: list[float], top_k: int, *, level: s
 
 def search_index(db: Db, index: str, equal: dict[str, str | None], vector: list[float], top_k: int,
                  fields: tuple[str, ...]) -> list[tuple[dict[str, Any], float]]:
-    """One SearchVectors request on `index`: the `top_k` items nearest `vector` whose attributes equal `equal`'s
-    (the first is the index's HASH; None values are left out), as (`fields` of the item, raw AttributeValues;
-    cosine distance), nearest first."""
+    """One SearchVectors request on `index`: the `top_k` items nearest `vector` (at most MAX_TOP_K: the most an index
+    answers) whose attributes equal `equal`'s (the first is the index's HASH; None values are left out), as (`fields`
+    of the item, raw AttributeValues; cosine distance), nearest first. Unavailable (503) while the index backfills."""
     names, values, terms = {}, {}, []
     for i, (attribute, value) in enumerate(equal.items()):
         if value is not None:
             names[f"#a{i}"], values[f":a{i}"] = attribute, {"S": value}
             terms.append(f"#a{i} = :a{i}")
     names.update({f"#f{i}": f for i, f in enumerate(fields)})
-    answer = db.client.search_vectors(
-        TableName=db.table, IndexName=index, SearchVector=vector_attribute(vector)["L"], TopK=top_k,
-        SearchConditionExpression=" AND ".join(terms), ExpressionAttributeNames=names,
-        ExpressionAttributeValues=values, ProjectionExpression=", ".join(f"#f{i}" for i in range(len(fields))))
+    try:
+        answer = db.client.search_vectors(
+            TableName=db.table, IndexName=index, SearchVector=vector_attribute(vector)["L"],
+            TopK=min(top_k, MAX_TOP_K), SearchConditionExpression=" AND ".join(terms), ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values, ProjectionExpression=", ".join(f"#f{i}" for i in range(len(fields))))
+    except ClientError as exc:
+        # An index added to a table that holds items refuses searches until its backfill ends ("Cannot search
+        # backfilling vector index: <name>"): the caller should come back, not see a 500.
+        if error_code(exc) == "ValidationException" and "backfilling" in str(exc).lower():
+            raise Unavailable(f"the search index {index} is still being built; retry in a minute",
+                              retry_after_s=BACKFILL_RETRY_S) from None
+        raise
     # A COSINE index's score is already the cosine distance (0 identical, 2 opposite).
     return [(result["Item"], float(result["Score"])) for result in answer.get("SearchResults", [])]
