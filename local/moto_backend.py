@@ -63,13 +63,14 @@ def start_moto(tpl: Template, chaos: Chaos | None = None, freeze_heap: bool = Fa
     indexes `chaos.index_lag_s` late on the wall clock, and `approximate` chaos leaves neighbours out.
     """
     chaos = chaos or Chaos()
-    moto_vectors.configure(moto_vectors.Replication(
-        lag_s=chaos.index_lag_s, clock=time.monotonic, seed=chaos.seed,
-        approximate=chaos.approximate_share if "approximate" in chaos.modes else 0.0))
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access line per moto call drowns the stack's logs
     throttle = (chaos.throttle_rate, chaos.seed) if chaos.throttle else None
     server = SerializedMotoServer(ip_address="127.0.0.1", port=0, verbose=False, throttle=throttle,
                                   freeze_heap=freeze_heap)
+    # After the server's install() (moto_patches: the tests' standing clock): the stack's index runs on the wall clock.
+    moto_vectors.configure(moto_vectors.Replication(
+        lag_s=chaos.index_lag_s, clock=time.monotonic, seed=chaos.seed,
+        approximate=chaos.approximate_share if "approximate" in chaos.modes else 0.0))
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
