@@ -50,7 +50,8 @@ $(ENCODINGS): scripts/fetch_encodings.py | $(VENV)/.installed
 
 encodings: $(ENCODINGS)
 
-dev: $(VENV)/.installed $(ENCODINGS)
+# .venv-sam too: the local stack reads each function's role from SAM's own transform (local/iam.py).
+dev: $(VENV)/.installed $(SAM_VENV)/.installed $(ENCODINGS)
 	$(PY) -m local
 
 lint: $(SAM_VENV)/.installed
@@ -75,7 +76,7 @@ TEST_WORKERS ?= 2
 test: $(VENV)/.installed $(ENCODINGS) lint build security
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
-test-fast: $(VENV)/.installed $(ENCODINGS)
+test-fast: $(VENV)/.installed $(SAM_VENV)/.installed $(ENCODINGS)
 	$(PY) -m pytest -x -q $(ARGS)
 
 # `make bench local cost` runs those benchmarks (as BENCH="local cost" does): the words after `bench` are names, not goals.
@@ -94,7 +95,7 @@ bench: $(VENV)/.installed $(ENCODINGS) $(SAM_VENV)/.installed
 		{ cat .aws-sam/build.log; echo "sam build failed (.aws-sam/build.log)"; exit 1; }
 	@$(PY) -m bench $(BENCH)
 
-invoke: $(VENV)/.installed $(ENCODINGS)
+invoke: $(VENV)/.installed $(SAM_VENV)/.installed $(ENCODINGS)
 	@test -n "$(FN)" -a -n "$(EVENT)" || { echo "usage: make invoke FN=<LogicalId> EVENT=events/<file>.json"; exit 2; }
 	$(PY) -m local.invoke $(FN) $(EVENT)
 

@@ -1,6 +1,6 @@
 """IAM locally: each function's calls checked against its execution role, as template.yaml declares it.
 
-The roles are the ones SAM generates (`sam_roles`: SAM's own transform, offline, so a SAM policy template expands as
+The roles are the ones SAM generates (`sam_roles`: SAM's own transform, offline, in .venv-sam, so a SAM policy template expands as
 SAM expands it), their intrinsics resolved for the local deployment (its parameters, so an `!If [BedrockLlm, ...]`
 grant exists only when the local stack runs Bedrock; the local table's, bucket's and queues' ARNs). A worker
 enforces its role at its botocore clients (`enforce`): before a request leaves, its IAM requests (`requests_for`:
@@ -416,28 +416,47 @@ def enforce_from_environment() -> None:
 # ---------------------------------------------------------------- the roles, from template.yaml
 
 
-def _transformed(template_text: str, cache_dir: Path) -> dict[str, Any]:
-    """template.yaml as CloudFormation deploys it (SAM's transform, offline), cached by content and SAM version."""
-    from importlib.metadata import version
+SAM_PYTHON = Path(__file__).resolve().parent.parent / ".venv-sam" / "bin" / "python"
+# SAM's transform runs in .venv-sam, with the aws-sam-translator `sam deploy` uses (its pins differ from the app's).
+_TRANSFORM = r'''
+import json, sys
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+template = yaml_parse(sys.stdin.read())
+for resource in template["Resources"].values():  # what `sam package` does: local code paths become S3 URIs
+    props = resource.get("Properties", {})
+    for key in ("CodeUri", "ContentUri"):
+        if isinstance(props.get(key), str) and not props[key].startswith("s3://"):
+            props[key] = "s3://artifacts/" + props[key].strip("/")
+json.dump(transform(template, {}, None), sys.stdout, indent=1)
+'''
 
-    sam_version = version("aws-sam-translator")
-    digest = hashlib.sha256(f"{sam_version}\n{template_text}".encode()).hexdigest()[:20]
+
+def sam_transform(template_text: str) -> dict[str, Any]:
+    """The template as CloudFormation deploys it: SAM's own transform, offline, in .venv-sam (`make lint` makes it)."""
+    import subprocess
+
+    if not SAM_PYTHON.exists():
+        raise RuntimeError(f"{SAM_PYTHON} is missing: the local stack reads each function's role from SAM's own "
+                           f"transform; `make dev` and `make test` create .venv-sam")
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"),
+           "AWS_DEFAULT_REGION": "us-east-1"}  # the transform needs a region for ARNs; it calls no AWS API
+    done = subprocess.run([str(SAM_PYTHON), "-c", _TRANSFORM], input=template_text, capture_output=True, text=True,
+                          env=env, timeout=120)
+    if done.returncode:
+        raise RuntimeError(f"SAM transform failed:\n{done.stderr}")
+    return json.loads(done.stdout)
+
+
+def _transformed(template_text: str, cache_dir: Path) -> dict[str, Any]:
+    """`sam_transform`, cached by the template's text and the transform's code."""
+    digest = hashlib.sha256(f"{_TRANSFORM}\n{template_text}".encode()).hexdigest()[:20]
     cached = cache_dir / f"sam-{digest}.json"
     try:
         return json.loads(cached.read_text())
     except (OSError, ValueError):
         pass
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")  # the transform writes ARNs with a region; no call
-    from samtranslator.translator.transform import transform
-    from samtranslator.yaml_helper import yaml_parse
-
-    template = yaml_parse(template_text)
-    for resource in template["Resources"].values():  # what `sam package` does: local paths become S3 URIs
-        props = resource.get("Properties", {})
-        for key in ("CodeUri", "ContentUri"):
-            if isinstance(props.get(key), str) and not props[key].startswith("s3://"):
-                props[key] = "s3://artifacts/" + props[key].strip("/")
-    deployed = transform(template, {}, None)
+    deployed = sam_transform(template_text)
     cache_dir.mkdir(parents=True, exist_ok=True)
     partial = cached.with_suffix(f".{os.getpid()}.tmp")
     partial.write_text(json.dumps(deployed))

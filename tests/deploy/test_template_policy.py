@@ -7,14 +7,13 @@ transform, offline, in .venv-sam), for checkov (`make security`), so the roles S
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from typing import Any
 
 import pytest
 
+from local import iam
 from local.template import ROOT, TEMPLATE, _parse, _Tag, load_template
 
 RAW = _parse(TEMPLATE.read_text())
@@ -305,25 +304,7 @@ def test_the_bedrock_conditions_follow_the_provider_parameters():
 
 def sam_transform() -> dict[str, Any]:
     """template.yaml as CloudFormation deploys it: SAM's transform, offline, in .venv-sam (whose pins differ)."""
-    code = r'''
-import json, sys
-from samtranslator.translator.transform import transform
-from samtranslator.yaml_helper import yaml_parse
-template = yaml_parse(sys.stdin.read())
-for resource in template["Resources"].values():  # what `sam package` does: local code paths become S3 URIs
-    props = resource.get("Properties", {})
-    for key in ("CodeUri", "ContentUri"):
-        if isinstance(props.get(key), str) and not props[key].startswith("s3://"):
-            props[key] = "s3://artifacts/" + props[key].strip("/")
-json.dump(transform(template, {}, None), sys.stdout, indent=1)
-'''
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"),
-           "AWS_DEFAULT_REGION": "us-east-1"}  # the transform needs a region for ARNs; it calls no AWS API
-    done = subprocess.run([str(SAM_PYTHON), "-c", code], input=TEMPLATE.read_text(), capture_output=True, text=True,
-                          env=env, timeout=120)
-    if done.returncode:
-        raise RuntimeError(f"SAM transform failed:\n{done.stderr}")
-    return json.loads(done.stdout)
+    return iam.sam_transform(TEMPLATE.read_text())
 
 
 # The managed policies SAM attaches to the roles it generates: the only grants on Resource "*", none written by us.
