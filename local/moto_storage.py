@@ -395,11 +395,7 @@ def transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, A
         return _MOTO["transact_write_items"](self, transact_items)
     except BaseException:
         _local.transaction = False
-        for table, (hash_key, range_key), item, partition_existed in reversed(undo):
-            _restore(table, hash_key, range_key, item, partition_existed)
-        for table, shard, length in shards.values():
-            del shard.items[length:]
-            table.stream_shard = shard
+        _roll_back(undo, shards)
         raise
     finally:
         _local.transaction = False
@@ -420,12 +416,17 @@ def all_or_nothing(named: list[tuple[Table, dict[str, Any]]]) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        for table, (hash_key, range_key), item, partition_existed in reversed(before):
-            _restore(table, hash_key, range_key, item, partition_existed)
-        for table, shard, length in shards.values():
-            del shard.items[length:]
-            table.stream_shard = shard
+        _roll_back(before, shards)
         raise
+
+
+def _roll_back(saved: list[tuple[Any, Any, Any, bool]], shards: dict[int, tuple[Any, Any, int]]) -> None:
+    """Put back each saved item (newest change first) and cut each stream shard back to its length before."""
+    for table, (hash_key, range_key), item, partition_existed in reversed(saved):
+        _restore(table, hash_key, range_key, item, partition_existed)
+    for table, shard, length in shards.values():
+        del shard.items[length:]
+        table.stream_shard = shard
 
 
 def _restore(table: Table, hash_key: DynamoType, range_key: DynamoType | None, item: Item | None,
