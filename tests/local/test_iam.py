@@ -154,7 +154,9 @@ def test_each_function_may_do_what_its_policy_says_and_nothing_else():
     assert ingest.decide(Request("s3:PutObject", f"{BUCKET}/bodies/x")) == "Allow"
     assert ingest.decide(Request("s3:PutObject", f"{BUCKET}/audit/x")) == "ImplicitDeny"
     assert derive.decide(Request("dynamodb:BatchWriteItem", TABLE)) == "Allow"  # message search items
-    assert derive.decide(Request("sqs:SendMessage", "arn:aws:sqs:us-east-1:123456789012:precis-derive-wake-local"))
+    wake = "arn:aws:sqs:us-east-1:123456789012:precis-derive-wake-local"
+    assert derive.decide(Request("sqs:SendMessage", wake)) == "Allow"  # its quiet wake-ups
+    assert context.decide(Request("sqs:SendMessage", wake)) == "ImplicitDeny"
     # SAM's own statements are there too: the managed policies it attaches.
     assert context.decide(Request("logs:PutLogEvents", "arn:aws:logs:us-east-1:123456789012:log-group:x")) == "Allow"
 

@@ -156,7 +156,7 @@ def rank(db: Db, ws: str, query: str, wanted: int, *, semantic: Callable[[str], 
     if lexical_query:
         scored = []
         average = stats.average_length
-        for item, _dot in candidates(TERMS_INDEX, lexical_query.vector(), min(MAX_TOP_K, wanted * CANDIDATES)):
+        for item, _dot in candidates(TERMS_INDEX, lexical_query.vector(), wanted * CANDIDATES):
             document = Document.parse(item.get("tsig", {}).get("S", ""), int(item.get("tlen", {}).get("N", 0)))
             score = lexical_query.score(document, average)
             if score > 0:  # shares a word: the vector's slots can bring in a text that shares none
