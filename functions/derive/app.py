@@ -76,7 +76,8 @@ def _backfill(db, target: BackfillTarget) -> None:
 
 
 def _index(db, images: list[dict]) -> None:
-    """Embed the messages for search, once each (a replayed record finds its vector written)."""
+    """Settle the messages' index units and embed them for search, once each (a replayed record finds its vector
+    written)."""
     from precis.memory.embeddings import configured_embedder
     from precis.store.message_search import index_messages
 
@@ -117,9 +118,9 @@ def _derive(db, target: Target, time_left, images: list[dict] | None = None, flu
         return None
     from precis.memory.embeddings import configured_embedder
 
-    if images:
-        _index(db, images)
     try:
+        if images:
+            _index(db, images)
         outcome = derive_target(db, get_settings(), target, engine_for=_engine_for, embedder=configured_embedder(),
                                 time_left=time_left, flush=flush)
     except Exception:

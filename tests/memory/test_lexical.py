@@ -1,16 +1,18 @@
-"""BM25 as Precis computes it (precis.lexical): Porter's stems, the exact score against a textbook formula, the
-vector dot product the index ranks by, and idf from hashed counters."""
+"""BM25 as Precis computes it (precis.lexical): Porter's stems, any text taken apart without error, the exact score
+against a textbook formula with a corpus's exact idf, and the top k from impact-ordered postings against a brute-force
+ranking of every text."""
 
 from __future__ import annotations
 
 import math
+import string
 from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from precis.lexical import (
-    AVERAGE_LENGTH, B, DF_SLOTS, DIMENSIONS, K1, Document, Query, Stats, df_slots, stem, term_hash, terms,
+    B, GROUPS, K1, MAX_TERMS, MAX_WORD, Document, Page, Posting, Query, Stats, group_of, stem, terms, top_k,
 )
 
 # From Porter's own sample vocabulary (tartarus.org/martin/PorterStemmer/voc.txt and output.txt).
@@ -44,11 +46,50 @@ def test_terms_drop_stopwords_and_keep_them_only_when_nothing_else_is_said():
     assert terms("?!") == []
 
 
-def reference_bm25(query: str, text: str, idf: dict[str, float], average: float) -> float:
-    """Okapi BM25 as a textbook writes it, over the same terms."""
+HOSTILE = st.one_of(
+    st.text(),  # any Unicode, control characters and all
+    st.builds(lambda c, n: c * n, st.sampled_from("yaeiouszlYx\u00e9\u0131\u4e2d"), st.integers(1, 5000)),
+    st.lists(st.text(string.ascii_letters + "y ", max_size=300), max_size=5).map(" ".join),
+    st.builds(lambda w, n: " ".join(w for _ in range(n)), st.text(min_size=1, max_size=80), st.integers(1, 300)),
+)
+
+
+@given(text=HOSTILE, speaker=st.one_of(st.none(), st.from_regex(r"[A-Za-z0-9_-]{1,100}", fullmatch=True)))
+@settings(max_examples=300, deadline=None)
+def test_any_text_is_taken_apart_into_bounded_terms_without_error(text, speaker):
+    document = Document.of(text, speaker)
+    assert len(document.counts) <= MAX_TERMS
+    assert all(0 < len(t) <= MAX_WORD and " " not in t and ":" not in t for t in document.counts)
+    assert document.length >= sum(document.counts.values())
+    assert Document.parse(document.signature(), document.length) == document
+    stats = Stats.of([document])
+    assert math.isfinite(Query.of(text, stats).score(document, stats.average_length))
+
+
+def test_a_thousand_letter_word_is_one_term_of_at_most_max_word_letters():
+    document = Document.of("y" * 1000 + " and " + "a" * 100_000)
+    assert len(document.counts) == 2 and all(len(t) <= MAX_WORD for t in document.counts)
+
+
+def test_a_text_of_many_distinct_words_keeps_its_most_frequent():
+    words = [f"w{i}x" for i in range(MAX_TERMS + 50)]
+    document = Document.of(" ".join(words + ["often"] * 3))
+    assert len(document.counts) == MAX_TERMS and document.counts[stem("often")] == 3
+    assert document.length == MAX_TERMS + 53
+
+
+def textbook_bm25(query: str, text: str, corpus: list[str]) -> float:
+    """Okapi BM25 as a textbook writes it (Lucene's idf), over the same terms, from the raw texts."""
+    bags = [Counter(terms(t)) for t in corpus]
+    average = sum(sum(b.values()) for b in bags) / len(bags)
     counts, length = Counter(terms(text)), len(terms(text))
-    return sum(idf[t] * counts[t] * (K1 + 1) / (counts[t] + K1 * (1 - B + B * length / average))
-               for t in set(terms(query)) if t in counts) * 1.0
+    total = 0.0
+    for term, asked in Counter(terms(query)).items():
+        df = sum(1 for b in bags if term in b)
+        weight = math.log(1 + (len(bags) - df + 0.5) / (df + 0.5))
+        if term in counts:
+            total += asked * weight * counts[term] * (K1 + 1) / (counts[term] + K1 * (1 - B + B * length / average))
+    return total
 
 
 WORDS = st.sampled_from("alice bob ramen food adoption moved lisbon dog rover guitar concert paris piano hiking "
@@ -60,79 +101,123 @@ TEXTS = st.lists(WORDS, min_size=1, max_size=12).map(" ".join)
 @settings(max_examples=200, deadline=None)
 def test_the_exact_score_is_textbook_bm25_with_the_corpus_idf(corpus, query):
     documents = [Document.of(t) for t in corpus]
-    stats = stats_of(documents)
+    stats = Stats.of(documents)
     weights = Query.of(query, stats)
-    idf = {t: stats.idf(term_hash(t)) for t in set(terms(query))}
-    repeats = Counter(terms(query))  # a word the query says twice counts twice, as in BM25 with query frequencies
     for text, document in zip(corpus, documents):
-        expected = sum(reference_bm25(t, text, idf, stats.average_length) * n for t, n in repeats.items())
-        assert math.isclose(weights.score(document, stats.average_length), expected, rel_tol=1e-9, abs_tol=1e-9)
-
-
-def stats_of(documents: list[Document]) -> Stats:
-    df = Counter(slot for d in documents for slot in d.df_slots())
-    return Stats(len(documents), sum(d.length for d in documents), dict(df))
-
-
-def test_idf_is_lucenes_from_the_least_corrected_counter():
-    documents = [Document.of("alice likes food"), Document.of("alice moved"), Document.of("alice ramen")]
-    stats = stats_of(documents)
-    n = 3
-    lucene = lambda df: math.log(1 + (n - df + 0.5) / (df + 0.5))  # noqa: E731
-    rows = [sum(c for s, c in stats.df.items() if s < DF_SLOTS // 2), sum(c for s, c in stats.df.items()
-                                                                        if s >= DF_SLOTS // 2)]
-    for term, df in (("alic", 3), ("food", 1), ("unseen", 0)):
-        counters = df_slots(term_hash(term))
-        assert len(counters) == 2 and all(stats.df.get(c, 0) >= df for c in counters)  # never fewer than true
-        corrected = min(max(stats.df.get(c, 0) - (rows[c // (DF_SLOTS // 2)] - stats.df.get(c, 0))
-                            / (DF_SLOTS // 2 - 1), 0) for c in counters)
-        assert math.isclose(stats.idf(term_hash(term)), lucene(min(corrected, n)))
-    assert stats.idf(term_hash("food")) > 3 * stats.idf(term_hash("alic"))
-
-
-def test_a_rare_word_sharing_a_counter_with_a_common_one_keeps_its_weight():
-    food, alice = df_slots(term_hash("food")), df_slots(term_hash("alic"))
-    background = {s: 5 for s in range(DF_SLOTS)}
-    crowded = Stats(1000, 12_000, {**background, food[0]: 1000})  # "food" shares its first counter with a common word
-    assert crowded.idf(term_hash("food")) > 4
-    common = Stats(1000, 12_000, {**background, alice[0]: 1000, alice[1]: 1000})
-    assert common.idf(term_hash("alic")) < 0.1
+        assert math.isclose(weights.score(document, stats.average_length), textbook_bm25(query, text, corpus),
+                            rel_tol=1e-9, abs_tol=1e-9)
 
 
 def test_a_word_every_text_says_weighs_less_than_the_one_asked_about():
     corpus = ["alice likes hiking", "alice has a dog", "alice's favourite food is ramen", "alice moved to lisbon",
               "alice plays the guitar", "alice went to paris"]
-    documents = [Document.of(t) for t in corpus]
-    stats = stats_of(documents)
+    stats = Stats.of(Document.of(t) for t in corpus)
     query = Query.of("what food does alice like", stats)
     score = {t: query.score(Document.of(t), stats.average_length) for t in corpus}
     only_alice = [t for t in corpus if "like" not in t and "food" not in t]
     assert len(only_alice) == 4 and all(0 < score[t] < score["alice's favourite food is ramen"] / 3 for t in only_alice)
-    assert max(score, key=score.get) in ("alice's favourite food is ramen", "alice likes hiking")
-
-
-@given(text=TEXTS, query=TEXTS)
-@settings(max_examples=200, deadline=None)
-def test_the_vectors_dot_product_is_the_score_when_no_two_terms_share_a_slot(text, query):
-    document = Document.of(text)
-    weights = Query(Query.of(query, Stats()).weights)
-    slots = [(h >> 1) % DIMENSIONS for h in set(document.counts) | set(weights.weights)]
-    if len(slots) != len(set(slots)):
-        return  # hashing put two terms together: the exact rescoring is there for this
-    dot = sum(a * b for a, b in zip(weights.vector(), document.vector(AVERAGE_LENGTH)))
-    assert math.isclose(dot, weights.score(document, AVERAGE_LENGTH), rel_tol=0.01, abs_tol=0.01)
-
-
-@given(text=TEXTS)
-def test_a_signature_gives_back_the_counts(text):
-    document = Document.of(text)
-    assert Document.parse(document.signature(), document.length) == document
-    assert len(document.signature()) <= 12 * len(document.counts)
 
 
 def test_a_message_counts_its_speaker_among_its_terms():
     said = Document.of("I moved to Lisbon", speaker="alice")
-    assert said.counts[term_hash("alic")] == 2 and said.length == 4
-    stats = stats_of([said, Document.of("the weather is nice", speaker="bob")])
-    about_alice = Query.of("where does alice live", stats)
-    assert about_alice.score(said, stats.average_length) > 0
+    assert said.counts["alic"] == 2 and said.length == 4
+    stats = Stats.of([said, Document.of("the weather is nice", speaker="bob")])
+    assert Query.of("where does alice live", stats).score(said, stats.average_length) > 0
+
+
+# ---------------------------------------------------------------- top k from postings, against brute force
+
+class ListReader:
+    """One (term, group)'s postings in memory, in the index's order (length, then key), read a page at a time;
+    `keep` drops some as a filtered Query does (they still move the read on)."""
+
+    def __init__(self, term, group, postings, keep=lambda key: True):
+        self.term, self.group, self.keep = term, group, keep
+        self.postings = sorted(postings, key=lambda p: (p.length, p.key))
+        self.at = 0
+        self.reads = 0
+
+    def read(self, size):
+        self.reads += 1
+        chunk = self.postings[self.at:self.at + size]
+        self.at += len(chunk)
+        last = (chunk[-1].length, chunk[-1].key) if chunk else None
+        return Page([p for p in chunk if self.keep(p.key)], last, self.at >= len(self.postings))
+
+
+def readers_for(documents, keep=lambda key: True):
+    lists = {}
+    for key, document in documents.items():
+        for term, count in document.counts.items():
+            lists.setdefault((term, group_of(count)), []).append(Posting(key, count, document.length))
+    return [ListReader(term, group, postings, keep) for (term, group), postings in lists.items()]
+
+
+def brute_force(weights, documents, average, k):
+    scores = {}
+    for key, document in documents.items():
+        score = sum(w * document.counts[t] * (K1 + 1)
+                    / (document.counts[t] + K1 * (1 - B + B * document.length / average))
+                    for t, w in weights.items() if t in document.counts)
+        if score > 0:
+            scores[key] = score
+    return sorted(scores, key=lambda key: (-scores[key], key))[:k]
+
+
+VOCABULARY = [f"t{i}" for i in range(40)]
+ZIPF = st.integers(0, 39).map(lambda i: VOCABULARY[int(39 * (i / 39) ** 3)])  # a few words said far more often
+MESSAGE = st.tuples(st.lists(ZIPF, min_size=0, max_size=14), st.sampled_from(["user", "assistant", "ana"]))
+
+
+@given(messages=st.lists(MESSAGE, min_size=1, max_size=60), query=st.lists(ZIPF, min_size=1, max_size=4),
+       speaker=st.sampled_from([None, "user", "ana"]), k=st.integers(1, 12), peer=st.sampled_from([None, "user"]))
+@settings(max_examples=300, deadline=None)
+def test_top_k_from_postings_is_the_brute_force_ranking(messages, query, speaker, k, peer):
+    documents = {("s", i): Document.of(" ".join(words), who) for i, (words, who) in enumerate(messages)}
+    speakers = {("s", i): who for i, (_, who) in enumerate(messages)}
+    scope = {key: d for key, d in documents.items() if peer is None or speakers[key] == peer}
+    stats = Stats.of(scope.values())
+    weights = Query.of(" ".join(query + ([speaker] if speaker else [])), stats).weights
+    readers = readers_for(documents, keep=lambda key: peer is None or speakers[key] == peer)
+    found = top_k(weights, readers, k, stats.average_length, lambda keys: {key: documents[key] for key in keys})
+    assert [key for key, _ in found] == brute_force(weights, scope, stats.average_length, k)
+
+
+def test_a_run_of_equal_scores_stops_after_the_k_it_needs():
+    # 2,000 messages of one length by the same speaker: a query for the speaker ties them all.
+    documents = {("s", i): Document.of("okay", "user") for i in range(2000)}
+    stats = Stats.of(documents.values())
+    weights = Query.of("user", stats).weights
+    readers = readers_for(documents)
+    found = top_k(weights, readers, 10, stats.average_length, lambda keys: {})
+    assert [key for key, _ in found] == [("s", i) for i in range(10)]
+    assert sum(r.at for r in readers) <= 11
+
+
+def zipf_corpus(size: int, seed: int = 7) -> dict:
+    import random
+
+    rng = random.Random(seed)
+    vocabulary = [f"w{i}q" for i in range(3000)]
+    weights = [1 / (rank + 1) for rank in range(len(vocabulary))]
+    return {("s", i): Document.of(" ".join(rng.choices(vocabulary, weights, k=rng.randint(4, 20))),
+                                  rng.choice(["user", "assistant"])) for i in range(size)}
+
+
+def test_what_a_search_for_a_rare_word_reads_follows_its_terms_and_k_not_the_corpus():
+    read, first = {}, {}
+    for size in (1_000, 20_000):
+        documents = zipf_corpus(size)
+        documents[("s", size)] = Document.of("we should take the kayak out w3q", "user")  # said once
+        stats = Stats.of(documents.values())
+        for query in ("what about the kayak?", "the kayak and w3q for the user"):
+            weights = Query.of(query, stats).weights
+            readers = readers_for(documents)
+            found = top_k(weights, readers, 10, stats.average_length, lambda keys: {k: documents[k] for k in keys})
+            assert [key for key, _ in found] == brute_force(weights, documents, stats.average_length, 10)
+            first[size, query] = found[0][0] == ("s", size)
+            read[size, query] = sum(r.at for r in readers)
+    assert all(first.values()), first
+    # A query whose k best are decided by a rare word reads the same few postings at any size; one that must
+    # rank texts by common words alone (w3q, said in a third of them) reads deeper as there are more of them.
+    assert read[20_000, "what about the kayak?"] == read[1_000, "what about the kayak?"] == 1

@@ -1,13 +1,16 @@
-"""Lexical ranking: Okapi BM25 over stemmed words, computed inside DynamoDB's vector index, then exactly.
+"""Lexical ranking: Okapi BM25 over stemmed words, exactly, and its top k found from impact-ordered postings.
 
 BM25's score of a text d for a query q is a sum over the query's terms t of idf(t) x sat(t, d), where sat is the
-term's saturated, length-normalised frequency in d. That is a dot product: a text's vector holds sat(t, d) in the slot
-its term hashes to and the query's vector holds idf(t) in the same slots. A DOT_PRODUCT vector index then returns
-candidates in (nearly) BM25 order; a slot shared by two terms can only raise a text, never lower it, so a stranger may
-come in but no match is lost, and the search asks for several times the candidates it needs and ranks them again exactly
-from each text's term signature (`signature`: every term's 32-bit hash and count, a few bytes a term), projected into
-the index beside the vector. Document frequencies come from a corpus's `Stats` (`precis.store.term_stats`): counts per
-hashed term, kept as texts are written, so idf needs no scan. Everything here is pure: no I/O.
+term's saturated, length-normalised count in d and idf comes from how many of the corpus's texts say t. A corpus is a
+search's scope (a workspace's messages, one peer's, one session's, a collection's conclusions): its statistics
+(`Stats`) are exact counts, so the score is the textbook's over exactly those texts.
+
+`top_k` finds the k best texts without scoring the corpus: each query term's postings are read in groups by count
+(every posting of group g says the term g times; the last group, 9 or more), each group shortest text first, so that
+no unread posting of a group can score more than the last one read. It stops once the k-th best known score beats
+what any text not yet fully seen could still reach (Fagin's threshold, with bounds from each text's known length),
+then reads the exact counts of the winners still missing a term. Ties go to the smaller key, the order postings are
+read in, so a run of equal scores stops as early as a strict winner would. Everything here is pure: no I/O.
 """
 
 from __future__ import annotations
@@ -15,19 +18,20 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
-from hashlib import blake2b
+from functools import lru_cache
+from typing import Protocol
 
 # Lucene's (Anserini's) defaults: chat messages are short, so length normalisation weighs less than in the textbook's
 # 1.2 / 0.75 (on `make bench retrieval`: recall@10 0.48 with those, 0.49 with these).
 K1, B = 0.9, 0.4
-DIMENSIONS = 256  # slots of a text's vector: enough that the exact rescoring of 4 candidates a result loses nothing
-DF_SLOTS = 1024  # document-frequency counters of a corpus (precis.store.term_stats): one small item
-_DF_ROWS = 2  # a term's frequency is the least of its counters in two rows (a count-min sketch)
-_DF_ROW = DF_SLOTS // _DF_ROWS
 SPEAKER_WEIGHT = 2  # how many times a message's speaker counts among its terms (BM25F's field weight)
 AVERAGE_LENGTH = 12.0  # terms of a chat message, until a corpus has its own average
+MAX_WORD = 64  # characters of a word that count: a longer one is cut (a 1,000-letter "word" is one term, not a hazard)
+MAX_TERMS = 1024  # distinct terms indexed per text, its most frequent: bounds a text's index entries at any size
+GROUPS = 9  # postings are grouped by count 1-8, and 9 or more
+RESOLVE_AT_ONCE = 100  # texts a search reads the counts of in one go (a BatchGetItem) rather than reading on
 _WORD = re.compile(r"[^\W_]+")
 STOPWORDS = frozenset(
     "a about after again all also am an and any are as at be because been before being both but by can could did do "
@@ -40,36 +44,42 @@ STOPWORDS = frozenset(
 
 
 # Porter's stemmer (M.F. Porter, 1980), the one textbook BM25 is measured with: "adoption" and "adopted" -> "adopt".
-_VOWELS = "aeiou"
+# Iterative throughout: a word's consonant/vowel pattern is read once, left to right ("y" is a consonant after a
+# vowel), so no word, however long or repetitive, recurses.
+_VOWELS = frozenset("aeiou")
 
 
-def _consonant(word: str, i: int) -> bool:
-    if word[i] in _VOWELS:
-        return False
-    if word[i] == "y":
-        return i == 0 or not _consonant(word, i - 1)
-    return True
+def _forms(word: str) -> str:
+    """'c' or 'v' for each letter of `word`."""
+    out = []
+    for i, letter in enumerate(word):
+        if letter in _VOWELS:
+            out.append("v")
+        elif letter == "y":
+            out.append("v" if i and out[-1] == "c" else "c")
+        else:
+            out.append("c")
+    return "".join(out)
+
+
+_VC = re.compile(r"v+c+")
 
 
 def _measure(stem: str) -> int:
     """m in [C](VC)^m[V]: how many vowel-consonant sequences the stem has."""
-    forms = "".join("c" if _consonant(stem, i) else "v" for i in range(len(stem)))
-    return len(re.findall(r"v+c+", forms))
+    return len(_VC.findall(_forms(stem)))
 
 
 def _has_vowel(stem: str) -> bool:
-    return any(not _consonant(stem, i) for i in range(len(stem)))
+    return "v" in _forms(stem)
 
 
 def _double_consonant(word: str) -> bool:
-    return len(word) > 1 and word[-1] == word[-2] and _consonant(word, len(word) - 1)
+    return len(word) > 1 and word[-1] == word[-2] and _forms(word)[-1] == "c"
 
 
 def _cvc(word: str) -> bool:
-    if len(word) < 3:
-        return False
-    return (_consonant(word, len(word) - 3) and not _consonant(word, len(word) - 2)
-            and _consonant(word, len(word) - 1) and word[-1] not in "wxy")
+    return len(word) >= 3 and _forms(word).endswith("cvc") and word[-1] not in "wxy"
 
 
 def _replace(word: str, rules: tuple[tuple[str, str], ...], minimum: int) -> str:
@@ -140,34 +150,23 @@ def stem(word: str) -> str:
 
 
 def terms(text: str) -> list[str]:
-    """The stemmed content words of `text`, in order (its stopwords too when it has nothing else)."""
-    words = _WORD.findall(text.casefold())
+    """The stemmed content words of `text`, in order (its stopwords too when it has nothing else); a word is cut to
+    its first MAX_WORD characters."""
+    words = [w[:MAX_WORD] for w in _WORD.findall(text.casefold())]
     content = [w for w in words if w not in STOPWORDS] or words
     return [stem(w) for w in content]
 
 
-@lru_cache(maxsize=131_072)
-def term_hash(term: str) -> int:
-    """A stable 32-bit hash of a term (blake2b; never Python's per-process hash())."""
-    return int.from_bytes(blake2b(term.encode(), digest_size=4).digest(), "big")
-
-
-def _slot(hashed: int) -> int:
-    """Where a term lands in a text's vector. Unsigned: terms sharing a slot add up, never cancel, so a match is never
-    pushed down (a stranger pulled up is dropped by the exact rescoring)."""
-    return (hashed >> 1) % DIMENSIONS
-
-
-def df_slots(hashed: int) -> tuple[int, ...]:
-    """The document-frequency counters of a term, one per row (from other bits than its vector slot's)."""
-    return tuple(row * _DF_ROW + (hashed >> (11 + 9 * row)) % _DF_ROW for row in range(_DF_ROWS))
+def group_of(count: int) -> int:
+    """The postings group of a term said `count` times."""
+    return min(count, GROUPS)
 
 
 @dataclass(frozen=True)
 class Document:
-    """What the index keeps of a text: each term's hash and count, and the text's length in terms."""
+    """What the index keeps of a text: its terms' counts (its MAX_TERMS most frequent) and its length in terms."""
 
-    counts: dict[int, int]
+    counts: dict[str, int]
     length: int
 
     @classmethod
@@ -175,29 +174,22 @@ class Document:
         """A text's terms, and with `speaker` (a message's peer) the speaker's name as a field of its own: a
         question about alice finds what alice said, which rarely names her."""
         found = terms(text) + (terms(speaker) * SPEAKER_WEIGHT if speaker else [])
-        return cls(dict(Counter(term_hash(t) for t in found)), len(found))
+        counts = Counter(found)
+        if len(counts) > MAX_TERMS:  # most frequent first; ties in order of first use (Counter keeps it)
+            counts = Counter(dict(counts.most_common(MAX_TERMS)))
+        return cls(dict(counts), len(found))
 
     def signature(self) -> str:
-        """The counts as text, compact: `hash[:count]` in hex, space-separated (about 9 bytes a term)."""
-        return " ".join(f"{h:x}" if n == 1 else f"{h:x}:{n}" for h, n in sorted(self.counts.items()))
+        """The counts as text: `term[:count]`, space-separated, in term order (terms hold no space or colon)."""
+        return " ".join(t if n == 1 else f"{t}:{n}" for t, n in sorted(self.counts.items()))
 
     @classmethod
     def parse(cls, signature: str, length: int) -> Document:
         counts = {}
         for part in signature.split():
-            h, _, n = part.partition(":")
-            counts[int(h, 16)] = int(n or 1)
+            term, _, n = part.partition(":")
+            counts[term] = int(n or 1)
         return cls(counts, length)
-
-    def vector(self, average_length: float = AVERAGE_LENGTH) -> list[float]:
-        """Each term's saturated frequency in its slot: the text's side of BM25's dot product."""
-        vector = [0.0] * DIMENSIONS
-        for hashed, count in self.counts.items():
-            vector[_slot(hashed)] += saturation(count, self.length, average_length)
-        return [round(x, 3) if x else x for x in vector]  # three digits rank as well and keep the item small
-
-    def df_slots(self) -> set[int]:
-        return {slot for h in self.counts for slot in df_slots(h)}
 
 
 def saturation(count: int, length: int, average_length: float) -> float:
@@ -205,63 +197,212 @@ def saturation(count: int, length: int, average_length: float) -> float:
     return count * (K1 + 1) / (count + K1 * (1 - B + B * length / max(average_length, 1.0)))
 
 
+def idf(df: int, documents: int) -> float:
+    """BM25's inverse document frequency (Lucene's, never negative)."""
+    n = max(documents, 1)
+    df = min(max(df, 0), n)
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
 @dataclass(frozen=True)
 class Stats:
-    """A corpus's document count, total length and per-slot document frequencies."""
+    """A corpus's exact statistics: how many texts, their total length, and how many say each term."""
 
     documents: int = 0
     total_length: int = 0
-    df: dict[int, int] = field(default_factory=dict)
+    df: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def average_length(self) -> float:
         return self.total_length / self.documents if self.documents else AVERAGE_LENGTH
 
-    def idf(self, hashed: int) -> float:
-        """BM25's inverse document frequency (Lucene's, never negative); an unseen term is as rare as can be.
-
-        A counter also holds the other terms of its slot: their expected share (the row's other counters' mean) is
-        taken off, and the least of the term's counters is its frequency, so a rare word sharing a counter with a
-        common one keeps most of its weight."""
-        n = max(self.documents, 1)
-        estimates = []
-        for slot in df_slots(hashed):
-            counted = self.df.get(slot, 0)
-            others = (self._row_mass[slot // _DF_ROW] - counted) / (_DF_ROW - 1)
-            estimates.append(max(counted - others, 0.0))
-        df = min(min(estimates), n)
-        return math.log(1 + (n - df + 0.5) / (df + 0.5))
-
-    @cached_property
-    def _row_mass(self) -> list[int]:
-        mass = [0] * _DF_ROWS
-        for slot, count in self.df.items():
-            mass[slot // _DF_ROW] += count
-        return mass
+    @classmethod
+    def of(cls, documents: Iterable[Document]) -> Stats:
+        documents = list(documents)
+        return cls(len(documents), sum(d.length for d in documents),
+                   dict(Counter(t for d in documents for t in d.counts)))
 
 
 @dataclass(frozen=True)
 class Query:
     """A query's distinct terms with their weight (idf x how often the query says them)."""
 
-    weights: dict[int, float]
+    weights: dict[str, float]
 
     @classmethod
     def of(cls, text: str, stats: Stats) -> Query:
-        counts = Counter(term_hash(t) for t in terms(text))
-        return cls({h: stats.idf(h) * n for h, n in counts.items()})
-
-    def vector(self) -> list[float]:
-        """The query's side of the dot product (all zeros for a query with no words)."""
-        vector = [0.0] * DIMENSIONS
-        for hashed, weight in self.weights.items():
-            vector[_slot(hashed)] += weight
-        return vector
+        counts = Counter(terms(text))
+        return cls({t: idf(stats.df.get(t, 0), stats.documents) * n for t, n in counts.items()})
 
     def score(self, document: Document, average_length: float) -> float:
-        """The exact BM25 score of `document`."""
-        return sum(weight * saturation(document.counts[h], document.length, average_length)
-                   for h, weight in self.weights.items() if h in document.counts)
+        """The exact BM25 score of `document` (terms summed in query order)."""
+        return sum(weight * saturation(document.counts[t], document.length, average_length)
+                   for t, weight in self.weights.items() if t in document.counts)
 
     def __bool__(self) -> bool:
         return bool(self.weights)
+
+
+def rank_all(query: Query, documents: Mapping[Key, Document], average_length: float, k: int) -> list[tuple[Key, float]]:
+    """The k best of `documents` by exact score (ties to the smaller key); only those that share a term."""
+    scored = [(key, query.score(d, average_length)) for key, d in documents.items()]
+    return sorted(((key, s) for key, s in scored if s > 0), key=lambda hit: (-hit[1], hit[0]))[:k]
+
+
+# ---------------------------------------------------------------- top k from postings
+
+Key = tuple[str, int]  # a text's key, and its order among equal scores: (session id, seq) or (collection, id)
+
+
+@dataclass(frozen=True)
+class Posting:
+    key: Key
+    count: int
+    length: int
+
+
+@dataclass(frozen=True)
+class Page:
+    postings: list[Posting]
+    last: tuple[int, Key] | None  # (length, key) of the last posting the read went past (read or filtered out)
+    done: bool  # the group has nothing after it
+
+
+class Reader(Protocol):
+    """Reads one (term, group)'s postings in order: length, then key."""
+
+    term: str
+    group: int
+
+    def read(self, size: int) -> Page: ...
+
+
+@dataclass
+class _Cursor:
+    reader: Reader
+    weight: float
+    last: tuple[int, Key] | None = None
+    done: bool = False
+    size: int = 0  # the next page's size: doubles at each read
+
+    @property
+    def floor(self) -> int:
+        """The least length a posting not read yet can have (a text saying a term g times is g terms long at least)."""
+        return self.last[0] if self.last else self.reader.group
+
+    def reach(self, length: int, average: float) -> float:
+        """The most a posting not read yet adds to a text of `length`: nothing if the text is shorter than where the
+        read is (it would have been read); its count's saturation at that length otherwise."""
+        if self.done or length < self.floor:
+            return 0.0
+        if self.reader.group >= GROUPS:  # 9 or more: any count up to the text's length
+            return self.weight * saturation(length, length, average)
+        return self.weight * saturation(self.reader.group, length, average)
+
+
+@dataclass
+class _Candidate:
+    length: int
+    known: dict[str, float] = field(default_factory=dict)
+    exact: bool = False  # its counts were read: `known` is its whole score
+
+    @property
+    def lower(self) -> float:
+        return sum(self.known.values())
+
+
+def top_k(weights: Mapping[str, float], readers: Sequence[Reader], k: int, average: float,
+          counts_of: Callable[[list[Key]], Mapping[Key, Document]], *, first_page: int | None = None,
+          max_page: int = 1000) -> list[tuple[Key, float]]:
+    """The k best texts for a query of `weights` (term -> idf x query count) from its terms' postings, exactly as
+    scoring every text would rank them; `counts_of` reads texts' exact counts (winners, and the few texts seen in
+    only some of their terms that could still beat the k-th, are settled that way instead of reading on)."""
+    cursors = [_Cursor(r, weights[r.term]) for r in readers if weights.get(r.term, 0) > 0]
+    by_term: dict[str, list[_Cursor]] = {}
+    for cursor in cursors:
+        by_term.setdefault(cursor.reader.term, []).append(cursor)
+    seen: dict[Key, _Candidate] = {}
+
+    def resolve(keys: list[Key]) -> None:
+        exact = counts_of(keys) if keys else {}
+        for key in keys:
+            document, candidate = exact.get(key), seen[key]
+            candidate.exact = True
+            if document is not None:  # (None: deleted since it was indexed; what its postings said stands)
+                candidate.known = {t: weights[t] * saturation(document.counts[t], document.length, average)
+                                   for t in by_term if t in document.counts}
+
+    for cursor in cursors:
+        cursor.size = first_page or k + 1
+    while k > 0 and any(not c.done for c in cursors):
+        # Read on where it matters: the groups whose next posting could add the most (at least half the most any
+        # could), so a common word's long list waits while a rare word's short one settles the winners.
+        potential = {id(c): c.reach(c.floor, average) for c in cursors if not c.done}
+        most = max(potential.values())
+        for cursor in cursors:
+            if cursor.done or potential[id(cursor)] < most / 2:
+                continue
+            page = cursor.reader.read(cursor.size)
+            cursor.size = min(cursor.size * 2, max_page)
+            for posting in page.postings:
+                candidate = seen.setdefault(posting.key, _Candidate(posting.length))
+                if not candidate.exact:
+                    candidate.known[cursor.reader.term] = cursor.weight * saturation(posting.count, posting.length,
+                                                                                     average)
+            cursor.last, cursor.done = page.last or cursor.last, page.done
+        doubtful = _doubtful(seen, by_term, k, average)
+        if doubtful is not None and len(doubtful) <= RESOLVE_AT_ONCE + 4 * k:
+            resolve(doubtful)
+            doubtful = _doubtful(seen, by_term, k, average)
+        if doubtful == []:
+            break
+    ranked = sorted(seen.items(), key=lambda kv: (-kv[1].lower, kv[0]))
+    best = [key for key, _ in ranked[:k]]
+    resolve([key for key in best if not seen[key].exact and len(seen[key].known) < len(by_term)])
+    scored = [(key, sum(seen[key].known[t] for t in weights if t in seen[key].known)) for key in best]
+    return sorted(((key, s) for key, s in scored if s > 0), key=lambda hit: (-hit[1], hit[0]))[:k]
+
+
+def _doubtful(seen: dict[Key, _Candidate], by_term: dict[str, list[_Cursor]], k: int,
+             average: float) -> list[Key] | None:
+    """Whether the k best known texts can still be beaten (or tied by a smaller key): None when a text not seen yet
+    could, else the seen texts that could (settled by their counts); [] when nothing can."""
+    open_terms = {t: [c for c in cs if not c.done] for t, cs in by_term.items()}
+    open_terms = {t: cs for t, cs in open_terms.items() if cs}
+    if not open_terms:
+        return []
+    if len(seen) < k:
+        return None
+
+    def reach(term_cursors: list[_Cursor], length: int) -> float:
+        return max(c.reach(length, average) for c in term_cursors)
+
+    ranked = sorted(seen.items(), key=lambda kv: (-kv[1].lower, kv[0]))
+    kth_key, kth = ranked[k - 1]
+    floor = kth.lower
+    # A text not seen at all has one length L, and only groups whose read has come to L can hold it: the most it
+    # reaches is the largest, over the lengths where a read stands, of what those groups add at that length (each
+    # group's part falls as L grows; the 9-or-more groups are bounded by their largest saturation).
+    cursors = [c for cs in open_terms.values() for c in cs]
+    unseen = 0.0
+    for length in sorted({c.floor for c in cursors}):
+        total = sum(reach(cs, length) for cs in open_terms.values())
+        total += sum(c.weight * (K1 + 1) for c in cursors if c.reader.group >= GROUPS)
+        unseen = max(unseen, total)
+    if unseen > floor:
+        return None
+    # To tie, such a text must come after the last posting read in a group that holds it: after the smallest.
+    if unseen == floor and (any(c.last is None for c in cursors) or not kth_key < min(c.last[1] for c in cursors
+                                                                                      if c.last)):
+        return None
+    doubtful = []
+    for key, candidate in ranked:
+        if candidate.exact or len(candidate.known) == len(by_term):
+            continue
+        reach_ = candidate.lower + sum(reach(cs, candidate.length) for t, cs in open_terms.items()
+                                       if t not in candidate.known)
+        if key in (k for k, _ in ranked[:k]):
+            continue  # a winner already: its exact score comes at the end
+        if reach_ > floor or (reach_ == floor and key < kth_key):
+            doubtful.append(key)
+    return doubtful

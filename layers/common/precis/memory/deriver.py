@@ -37,6 +37,7 @@ from precis.store import conclusions, derive_cursors, keys
 from precis.errors import NotFound
 from precis.store.db import Db
 from precis.memory.wakeups import QuietWake
+from precis.store.message_search import ensure_indexed
 from precis.store.messages import read_range, tail_seq, with_bodies
 from precis.store.resources import members, workspace_ids
 
@@ -169,7 +170,8 @@ def _decide(db: Db, config: DeriveConfig, target: DeriveTarget, session: dict, p
 
         watchers += [scopes.observer(scope_id) for scope_id in scopes.session_scopes(db, ws, s)]
     if not watchers:
-        # Not observed: nothing is derived from these messages, by anyone; they are done.
+        # Not observed: nothing is derived from these messages, by anyone; they are done (indexed first).
+        ensure_indexed(db, ws, s, mine)
         derive_cursors.finish(db, target, session["incarnation"], last_seq, len(mine), _iso(now), seen=cursor)
         outcome.derived += len(mine)
         return len(mine) == MAX_JOB_MESSAGES
@@ -181,6 +183,9 @@ def _decide(db: Db, config: DeriveConfig, target: DeriveTarget, session: dict, p
         derive_cursors.wait(db, target, cursor, session["incarnation"], _iso(due), len(mine))
         outcome.pending = len(mine)
         return False
+    # Searchable before derived: a batch whose request died before its index is indexed here (a failure fails the
+    # derivation, which the stream and then the schedule retry: the cursor has not moved).
+    ensure_indexed(db, ws, s, mine)
     engine = engine_for(config)
     mine = with_bodies(db, mine, ws, s)
     context = _context_message(db, ws, s, mine[0], window, through)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
 import re
+import secrets
+import time
 from datetime import UTC
 from typing import Any
 
@@ -16,12 +20,13 @@ from precis.errors import Invalid, TooLarge
 from precis.models import ID_MAX, ID_PATTERN
 from precis.store import idempotency
 from precis.store.db import Db
-from precis.store.message_search import index_stored
+from precis.store import text_index
 from precis.store.messages import (
     RESPONSE_BUDGET_BYTES,
     NewMessage,
     append_messages,
     check_text,
+    index_unit,
     json_bytes,
     message_view,
     read_range,
@@ -32,6 +37,7 @@ from precis.api.bodies import MessageBatch, MessageIn
 IDEMPOTENCY_KEY_MAX = 255
 MESSAGE_JSON_MAX_BYTES = 5_000_000  # one message, read back alone, fits Lambda's 6 MB response
 metrics = Metrics()
+log = logging.getLogger("precis.messages.ingest")
 
 
 def _prepare(batch: MessageBatch, settings: Settings) -> list[NewMessage]:
@@ -87,11 +93,11 @@ def create_messages(db: Db, settings: Settings, ws: str, session_id: str, batch:
     prepared = _prepare(batch, settings)
 
     def store(batch_token: str | None = None, on_attempt=None) -> tuple[int, list[dict[str, Any]]]:
+        nonce = secrets.token_hex(4)
         views = append_messages(db, ws, session_id, prepared, inline_max_bytes=settings.inline_body_max_bytes,
-                                batch_token=batch_token, on_attempt=on_attempt)
-        # Searchable when answered (read-your-writes): the lexical index is written before the answer, not by the
-        # stream consumer.
-        index_stored(db, ws, session_id, [(v["seq"], v["peer_id"], m.content) for v, m in zip(views, prepared)])
+                                batch_token=batch_token, on_attempt=on_attempt, index_nonce=nonce,
+                                index_by=math.ceil(time.time() + lease_s))
+        _index(db, ws, session_id, index_unit(session_id, views[0]["seq"], nonce), views, prepared)
         metrics.add_metric(name="MessagesIngested", unit=MetricUnit.Count, value=len(views))
         metrics.add_metric(name="TokensIngested", unit=MetricUnit.Count, value=sum(m.token_count for m in prepared))
         return 201, views
@@ -121,6 +127,18 @@ def create_messages(db: Db, settings: Settings, ws: str, session_id: str, batch:
                                                     store_compact, find_committed=find_committed, lease_s=lease_s)
     views = [{**stored, "content": m.content, "metadata": m.metadata or {}} for stored, m in zip(answer, prepared)]
     return status, _fit_echo([_ordered(v) for v in views])
+
+
+def _index(db: Db, ws: str, session_id: str, unit: str, views: list[dict[str, Any]],
+           prepared: list[NewMessage]) -> None:
+    """Make the stored batch searchable before the answer (read-your-writes). The messages are stored whatever
+    happens here: a failure is logged and the deriver indexes the batch later (text_index.repair), never a 5xx."""
+    texts = [text_index.Text(v["seq"], v["peer_id"], m.content) for v, m in zip(views, prepared)]
+    try:
+        text_index.index_texts(db, ws, session_id, unit, texts)
+    except Exception:  # noqa: BLE001 - stored is stored: the answer is 201 and the deriver finishes the index
+        log.exception("indexing %s/%s unit %s failed; the deriver will index it", ws, session_id, unit)
+        metrics.add_metric(name="IndexDeferred", unit=MetricUnit.Count, value=len(texts))
 
 
 def _fit_echo(views: list[dict[str, Any]]) -> list[dict[str, Any]]:

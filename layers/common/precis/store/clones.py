@@ -26,9 +26,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from precis.errors import Conflict, NotFound
-from precis.store import keys
+from precis.store import keys, text_index
 from precis.store.db import Db, cancellation_codes, error_code, from_item, query_all, to_item, transact
-from precis.store.messages import base_of, copy_item, locate_message, read_tail, seq_of
+from precis.store.messages import base_of, copy_item, locate_message, read_tail, seq_of, with_bodies
 from precis.store.records import json_object, utcnow
 from precis.store.resources import (
     add_members,
@@ -145,6 +145,12 @@ def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first
     vectors = [{**v, "PK": keys.message_vectors_pk(ws, clone), "msession": clone}
                for v in range_query(keys.message_vectors_pk(ws, parent), "MV#")]
     _put_all(db, ws, clone, incarnation, copies + vectors)
+    # The copies join the workspace's search as the clone's messages: the page is one index unit, named by its range
+    # (all of it, copied now or before: a resumed copy indexes the same unit, exactly once).
+    page = [i for i in range_query(keys.session_pk(ws, parent), "MSG#") if i.get("kind") == "message"]
+    texts = [text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "")
+             for v in with_bodies(db, page, ws, parent)]
+    text_index.index_texts(db, ws, clone, f"{clone}:{first}:copy{incarnation}", texts)
 
 
 def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: list[dict[str, Any]]) -> None:

@@ -28,7 +28,7 @@ from botocore.exceptions import ClientError
 from precis.store import filters as filtering
 from precis.errors import Invalid, NotFound, Throttled
 from precis.lexical import Document
-from precis.store import keys, term_stats, vectors
+from precis.store import keys, vectors
 from precis.store.db import (
     Db,
     batch_get,
@@ -63,7 +63,7 @@ _INDEX_LAG_S = 60
 _CHUNK_BYTES = 3_500_000  # under DynamoDB's 4 MB per transaction, with room for what the estimate misses
 _ATTEMPTS = 25  # lost races (the head moved) before a write gives up with Throttled
 _KEEP_SOURCES = 100  # source message ids kept per conclusion (the newest): a conclusion derived often stays small
-_REMOVE_CHUNK = 19  # conclusions per delete transaction: 5 deletes each + the head
+_REMOVE_CHUNK = 16  # conclusions per delete transaction: 6 deletes each + the head
 _WORD = re.compile(r"\w+")
 _FILTER_KEYS = {"observer_id", "observed_id", "session_id", "id", "source_ids", "level", "created_at"}
 # What a list reads of every candidate (not the content): enough to filter, order and fetch the page.
@@ -264,7 +264,7 @@ def _chunks(candidates: list[_Candidate], fixed_actions: int, extra_bytes: int) 
     for candidate in candidates:
         cost = 2_000 + len(candidate.content.encode("utf-8")) + 24 * len(candidate.vector) + 30 * len(
             candidate.source_message_ids) + 30 * len(candidate.source_ids or ())
-        if chunk and (len(chunk) == CHUNK or fixed_actions + 5 * (len(chunk) + 1) > _MAX_ACTIONS
+        if chunk and (len(chunk) == CHUNK or fixed_actions + 6 * (len(chunk) + 1) > _MAX_ACTIONS
                       or size + cost > _CHUNK_BYTES):
             yield chunk
             chunk, size = [], extra_bytes
@@ -297,8 +297,6 @@ def _write_chunk(db: Db, ws: str, observer: str, observed: str, chunk: list[_Can
         actions += extra
         try:
             transact(db, actions)
-            new = [c for c, r in zip(chunk, results) if r.get("id") == c.new_id]
-            term_stats.count(db, keys.collection_terms(ws, observer, observed), (Document.of(c.content) for c in new))
             return results
         except ClientError as exc:
             codes = cancellation_codes(exc)
@@ -424,12 +422,10 @@ def _distances(vector: list[float], stored: list[tuple[str, list[float]]]) -> li
 
 
 def _put(db: Db, item: dict[str, Any], condition: str | None = None, values: dict[str, Any] | None = None,
-         vector: list[float] | None = None, content: str | None = None) -> dict[str, Any]:
+         vector: list[float] | None = None) -> dict[str, Any]:
     stored = to_item(item)
     if vector is not None:
         stored["vec"] = vectors.vector_attribute(vector)
-    if content is not None:
-        stored.update(vectors.lexical_fields(content))
     put: dict[str, Any] = {"TableName": db.table, "Item": stored}
     if condition:
         put["ConditionExpression"] = condition
@@ -442,6 +438,14 @@ def _vector_item(ws: str, observer: str, observed: str, conclusion_id: str, leve
                  session_id: str | None) -> dict[str, Any]:
     return {**keys.conclusion_vector(ws, observer, observed, conclusion_id), "kind": "cvector", "id": conclusion_id,
             "vcoll": keys.collection_name(ws, observer, observed), "level": level, "vsession": session_id or "-"}
+
+
+def _text_item(ws: str, observer: str, observed: str, conclusion_id: str, level: str, session_id: str | None,
+               content: str) -> dict[str, Any]:
+    """A conclusion's term counts (`precis.lexical`), small, for its collection's lexical ranking."""
+    document = Document.of(content)
+    return {**keys.conclusion_text(ws, observer, observed, conclusion_id), "kind": "ctext", "id": conclusion_id,
+            "level": level, "vsession": session_id or "-", "tsig": document.signature(), "tlen": document.length}
 
 
 def _registry_item(ws: str, observer: str, observed: str) -> dict[str, Any]:
@@ -465,8 +469,8 @@ def _new_actions(db: Db, ws: str, observer: str, observed: str, members: list[_C
     dedupe_condition = "attribute_not_exists(SK)" + (" OR id = :orphan" if orphan else "")
     actions = [
         _put(db, item, "attribute_not_exists(PK)"),
-        _put(db, _vector_item(ws, observer, observed, cid, first.level, first.session_id), vector=first.vector,
-             content=first.content),
+        _put(db, _vector_item(ws, observer, observed, cid, first.level, first.session_id), vector=first.vector),
+        _put(db, _text_item(ws, observer, observed, cid, first.level, first.session_id, first.content)),
         _put(db, {**keys.conclusion_dedupe(ws, observer, observed, first.level, first.session_id, digest),
                   "kind": "cdedupe", "id": cid}, dedupe_condition, {":orphan": orphan} if orphan else None),
         _put(db, {**keys.conclusion_pointer(ws, cid), "kind": "cpointer", "observer_id": observer,
@@ -508,7 +512,8 @@ def _merged_actions(db: Db, ws: str, stored: dict[str, Any], members: list[_Cand
     if vector is not None:
         level, session_id = stored["level"], stored.get("session_id")
         actions += [
-            _put(db, _vector_item(ws, observer, observed, cid, level, session_id), vector=vector, content=content),
+            _put(db, _vector_item(ws, observer, observed, cid, level, session_id), vector=vector),
+            _put(db, _text_item(ws, observer, observed, cid, level, session_id, content)),
             {"Delete": {"TableName": db.table, "Key": to_item(
                 keys.conclusion_dedupe(ws, observer, observed, level, session_id, stored["norm"]))}},
             _put(db, {**keys.conclusion_dedupe(ws, observer, observed, level, session_id, item["norm"]),
@@ -682,7 +687,7 @@ def _delete_actions(db: Db, ws: str, item: dict[str, Any]) -> list[dict[str, Any
     """Deletes of a conclusion and what belongs to it; conditioned on its text as read (a concurrent write that
     replaces the text also replaces the dedupe key named here)."""
     observer, observed, cid = item["observer_id"], item["observed_id"], item["id"]
-    doomed = [keys.conclusion_vector(ws, observer, observed, cid),
+    doomed = [keys.conclusion_vector(ws, observer, observed, cid), keys.conclusion_text(ws, observer, observed, cid),
               keys.conclusion_dedupe(ws, observer, observed, item["level"], item.get("session_id"), item["norm"]),
               keys.conclusion_pointer(ws, cid)]
     if item.get("session_id"):

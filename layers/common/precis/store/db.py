@@ -202,6 +202,8 @@ def from_attr(attr: dict[str, Any]) -> Any:
         return [from_attr(v) for v in value]
     if kind == "SS":
         return sorted(value)
+    if kind == "NS":
+        return sorted(from_attr({"N": v}) for v in value)
     raise TypeError(f"unexpected attribute type {kind}")
 
 

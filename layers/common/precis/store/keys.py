@@ -138,12 +138,13 @@ def collection_registry(ws: str, observer: str, observed: str) -> dict[str, str]
 
 
 def message_terms(ws: str) -> dict[str, str]:
-    """The term statistics of a workspace's messages (BM25's idf): a partition of its own, as every batch adds to it."""
+    """Where releases before the exact index kept a workspace's hashed term statistics (deleted by the upgrade and
+    the workspace delete)."""
     return {"PK": f"WS#{ws}#TERMS", "SK": "MESSAGES"}
 
 
 def collection_terms(ws: str, observer: str, observed: str) -> dict[str, str]:
-    """The term statistics of a collection's conclusions, in the collection's partition (its delete takes it)."""
+    """Where releases before the exact index kept a collection's hashed term statistics (its delete takes it)."""
     return {"PK": collection_pk(ws, observer, observed), "SK": "TERMS"}
 
 
@@ -151,6 +152,54 @@ def message_vectors_pk(ws: str, session_id: str) -> str:
     """Partition of a session's message embeddings (search): beside the session's, outside its local index's
     10 GB item collection, and never read by the context."""
     return f"{session_pk(ws, session_id)}#MV"
+
+
+def text_postings_pk(ws: str, term: str) -> str:
+    """Partition of one term's postings in a workspace's messages (exact lexical search): a partition per term, so a
+    search reads only its words' postings, in the order of their sort keys (`text_posting_sk`)."""
+    return f"WS#{ws}#XT#{term}"
+
+
+def text_posting_sk(group: int, length: int, session_id: str, seq: int) -> str:
+    """A posting's place in its term's partition: by how often the text says the term (its group), then by the
+    text's length (shortest, so highest scoring, first), then by text."""
+    return f"{group}#{length:07d}#{session_id}#{seq:0{SEQ_DIGITS}d}"
+
+
+def parse_text_posting_sk(sk: str) -> tuple[int, int, str, int]:
+    """(group, length, session, seq) of a posting's sort key."""
+    group, length, session_id, seq = sk.split("#")
+    return int(group), int(length), session_id, int(seq)
+
+
+def text_counters_pk(ws: str) -> str:
+    """Partition of a workspace's term counters (one item per term: how many messages, and each peer's, say it)
+    and its statistics item (`TEXT_STATS`): a workspace delete lists them here."""
+    return f"WS#{ws}#XC"
+
+
+TEXT_STATS = "#"  # the statistics item's sort key: before every term (a term is letters and digits)
+
+
+def text_docs_pk(ws: str, session_id: str) -> str:
+    """Partition of a session's indexed texts (each message's term counts), beside the session's: a session search
+    reads it whole, a workspace search reads the few it needs by key."""
+    return f"{session_pk(ws, session_id)}#XD"
+
+
+def text_doc(ws: str, session_id: str, seq: int) -> dict[str, str]:
+    return {"PK": text_docs_pk(ws, session_id), "SK": f"{seq:0{SEQ_DIGITS}d}"}
+
+
+def text_repair_lease(ws: str, session_id: str) -> dict[str, str]:
+    """Held while the deriver indexes a session's messages whose request died before it could."""
+    return {"PK": session_pk(ws, session_id), "SK": "XFIX"}
+
+
+def conclusion_text(ws: str, observer: str, observed: str, conclusion_id: str) -> dict[str, str]:
+    """A conclusion's term counts, small, in the collection's partition: a collection's lexical ranking reads them
+    all (and nothing else)."""
+    return {"PK": collection_pk(ws, observer, observed), "SK": f"L#{conclusion_id}"}
 
 
 def derive_cursor(ws: str, session_id: str, sender: str) -> dict[str, str]:

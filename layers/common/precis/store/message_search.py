@@ -1,69 +1,54 @@
-"""Message search (MEMORY.md, "Search, chat, queue"): BM25 over the messages' words and, with a semantic embedder, a
-semantic ranking, fused by weighted reciprocal rank.
+"""Message search (`POST /search`, a session's, a peer's): exact BM25 over the scope's messages (`text_index`, read
+with strongly consistent reads: a message is found as soon as its post answers) and, with a semantic embedder, a
+semantic ranking from the vector index `ByMessageMeaning` (asynchronous and approximate, as DynamoDB runs it), fused by
+weighted reciprocal rank.
 
-Each message has an item of its own in a partition beside the session's (`keys.message_vectors_pk`): the context read
-never touches it and a metadata edit never rewrites it. Its lexical part (`precis.lexical`: the BM25 vector `tvec` of
-the message's words and its speaker's name,
-searched through the DOT_PRODUCT index `ByMessageTerms`, and the term signature `tsig`/`tlen` projected beside it) is
-written by the request that stores the message, so an answered write is searchable at once; the deriver adds its
-words to the workspace's term statistics (idf) as its insert comes down the stream. The semantic vector `svec` (`ByMessageMeaning`) is the deriver's, as
-its insert comes down the stream, when the deployment's embedder is semantic; the deriver also writes the lexical part
-of any message whose request died before writing it. Both indexes are HASHed on the workspace and filter on session
-and peer inline; a search reads the statistics, asks each index for a few candidates per result, ranks the lexical
-ones again exactly from their signatures and reads the best messages by key: its cost grows with `limit`, not with
-the workspace.
+A workspace's or a peer's search reads the query's postings as deep as its top k needs; a session's ranks the
+session's indexed texts (its own idf, read whole). The semantic vectors (`svec`) are the deriver's, in items of their
+own beside the session's partition (`keys.message_vectors_pk`), written as each insert comes down the stream; the
+deriver also finishes the index of a batch whose request died before it could (`ensure_indexed`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from precis.lexical import Document, Query, Stats
+from botocore.exceptions import ClientError
+
 from precis.store import filters as filtering
-from precis.store import keys, term_stats
-from precis.store.db import Db, batch_get, to_item
+from precis.store import keys, text_index
+from precis.store.db import Db, batch_get, error_code, to_item
 from precis.store.messages import Base, message_view, with_bodies
-from precis.store.vectors import MAX_TOP_K, fuse, lexical_attribute, search_index, vector_attribute
+from precis.store.vectors import MAX_TOP_K, fuse, search_index, vector_attribute
 
 if TYPE_CHECKING:
     from precis.memory.embeddings import Embedder
 
-TERMS_INDEX, MEANING_INDEX = "ByMessageTerms", "ByMessageMeaning"
-CANDIDATES = 4  # candidates asked of the BM25 index per result wanted, ranked again exactly
+MEANING_INDEX = "ByMessageMeaning"
 _MESSAGE_FIELDS = ("PK", "SK", "id", "seq", "peer_id", "content", "body_key", "metadata", "created_at",
                    "token_count", "run_id", "kind")
-_CANDIDATE_FIELDS = ("msession", "seq", "tsig", "tlen")
+_CANDIDATE_FIELDS = ("msession", "seq")
+REPAIR_LEASE_S = 60  # how long one deriver holds a session's index repair
+_POLL_S = 0.2  # how often the deriver looks again for texts a live request is still writing
 
 
 def _vector_key(ws: str, session_id: str, seq: int) -> dict[str, str]:
     return {"PK": keys.message_vectors_pk(ws, session_id), "SK": f"MV#{seq:0{keys.SEQ_DIGITS}d}"}
 
 
-def vector_item(ws: str, session_id: str, seq: int, peer_id: str, text: str,
-          meaning: list[float] | None = None) -> dict[str, Any]:
-    document = Document.of(text, speaker=peer_id)
-    item = {**to_item({**_vector_key(ws, session_id, seq), "kind": "mvector", "seq": seq, "mcoll": ws,
-                       "msession": session_id, "mpeer": peer_id, "tsig": document.signature(),
-                       "tlen": document.length}), "tvec": lexical_attribute(document.vector())}
-    if meaning is not None:
-        item["svec"] = vector_attribute(meaning)
-    return item
-
-
-def index_stored(db: Db, ws: str, session_id: str, messages: Sequence[tuple[int, str, str]]) -> int:
-    """The lexical items of a batch just stored ((seq, peer_id, text) each): searchable when the request answers. How
-    many were written (0 if the session was deleted meanwhile)."""
-    if not messages:
-        return 0
-    return _put(db, ws, session_id, None, [vector_item(ws, session_id, seq, peer, text) for seq, peer, text in messages])
+def vector_item(ws: str, session_id: str, seq: int, peer_id: str, meaning: list[float]) -> dict[str, Any]:
+    """A message's semantic vector item (raw AttributeValues)."""
+    return {**to_item({**_vector_key(ws, session_id, seq), "kind": "mvector", "seq": seq, "mcoll": ws,
+                       "msession": session_id, "mpeer": peer_id, "semantic": True}),
+            "svec": vector_attribute(meaning)}
 
 
 def index_messages(db: Db, images: Iterable[dict[str, Any]], *, semantic: Embedder | None = None) -> int:
-    """The deriver's part, as inserted messages come down the stream (their images): their words counted in the
-    workspace's term statistics (off the request's path: idf may lag a write by a moment), the semantic vector when
-    there is a semantic embedder, and the lexical item of a message whose request died before writing it. Bound to the
-    session's incarnation (nothing lands in a deleted session); how many items were written."""
+    """The deriver's part, as inserted messages come down the stream (their images): the marks of their index units
+    are removed once their texts are written (`text_index.settle`), and with a semantic embedder each message is
+    embedded once. Bound to the session's incarnation (nothing lands in a deleted session); how many vectors."""
     by_session: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for image in images:
         ws, session_id = keys.parse_session_pk(image["PK"])
@@ -73,28 +58,62 @@ def index_messages(db: Db, images: Iterable[dict[str, Any]], *, semantic: Embedd
         session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
         if session is None or "deleted_at" in session:
             continue
-        ordered = [messages[seq] for seq in sorted(messages)]
-        texts_of = {int(m["seq"]): view.get("content") or ""
-                    for m, view in zip(ordered, with_bodies(db, ordered, ws, session_id))}
-        # Each delivery counts (a redelivered batch counts twice: idf is an estimate, and moves very little).
-        term_stats.count(db, keys.message_terms(ws), (Document.of(texts_of[int(m["seq"])], m["peer_id"])
-                                                      for m in ordered))
-        stored = {int(i["SK"].removeprefix("MV#")): i for i in batch_get(
-            db, [_vector_key(ws, session_id, seq) for seq in messages], ("PK", "SK", "semantic"))}
-        todo = [m for m in ordered
-                if int(m["seq"]) not in stored or (semantic is not None and "semantic" not in stored[int(m["seq"])])]
+        text_index.settle(db, ws, session_id, messages)
+        if semantic is None:
+            continue
+        stored = {int(i["SK"].removeprefix("MV#")) for i in batch_get(
+            db, [_vector_key(ws, session_id, seq) for seq in messages], ("PK", "SK"))}
+        todo = [messages[seq] for seq in sorted(messages) if seq not in stored]
         for start in range(0, len(todo), 99):
             chunk = todo[start:start + 99]
-            texts = [texts_of[int(m["seq"])] for m in chunk]
-            meanings = semantic.embed(texts) if semantic is not None else [None] * len(texts)
-            puts = []
-            for image, text, meaning in zip(chunk, texts, meanings):
-                item = vector_item(ws, session_id, int(image["seq"]), image["peer_id"], text, meaning)
-                if meaning is not None:
-                    item["semantic"] = {"BOOL": True}
-                puts.append(item)
+            texts = [view.get("content") or "" for view in with_bodies(db, chunk, ws, session_id)]
+            puts = [vector_item(ws, session_id, int(image["seq"]), image["peer_id"], meaning)
+                    for image, meaning in zip(chunk, semantic.embed(texts))]
             written += _put(db, ws, session_id, session["incarnation"], puts)
     return written
+
+
+def ensure_indexed(db: Db, ws: str, session_id: str, messages: Sequence[dict[str, Any]], *,
+                   now: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Before the deriver derives `messages` (stored items of one session): index those whose request died before
+    its index was written, whole units at a time; a request still running (its `ibu` deadline not passed) is waited
+    for. How many texts were written. A failure raises: the derivation fails with it and is retried."""
+    missing = text_index.missing_texts(db, ws, session_id, (int(m["seq"]) for m in messages))
+    deadline = max((float(m.get("ibu") or 0) for m in messages if int(m["seq"]) in missing), default=0.0)
+    while missing and now() < deadline:
+        sleep(_POLL_S)
+        missing = text_index.missing_texts(db, ws, session_id, missing)
+    if not missing or not _lease(db, ws, session_id, now()):
+        return 0  # (no lease: another deriver is repairing this session)
+    from precis.store.messages import read_range
+
+    written = 0
+    try:
+        units = dict.fromkeys(m.get("ib") or f"{session_id}:{m['seq']}:-" for m in messages if int(m["seq"]) in missing)
+        for unit in units:
+            first = int(unit.split(":")[1])  # (session:first_seq:nonce; ids hold no colon)
+            batch = [m for m in read_range(db, ws, session_id, first, first + 99)
+                     if (m.get("ib") or f"{session_id}:{m['seq']}:-") == unit]
+            texts = [text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "")
+                     for v in with_bodies(db, batch, ws, session_id)]
+            written += text_index.index_texts(db, ws, session_id, unit, texts)
+    finally:
+        db.client.update_item(TableName=db.table, Key=to_item(keys.text_repair_lease(ws, session_id)),
+                              UpdateExpression="REMOVE #until", ExpressionAttributeNames={"#until": "until"})
+    return written
+
+
+def _lease(db: Db, ws: str, session_id: str, now: float) -> bool:
+    try:
+        db.client.update_item(
+            TableName=db.table, Key=to_item(keys.text_repair_lease(ws, session_id)), UpdateExpression="SET #until = :u",
+            ConditionExpression="attribute_not_exists(#until) OR #until < :now", ExpressionAttributeNames={
+                "#until": "until"}, ExpressionAttributeValues=to_item({":u": now + REPAIR_LEASE_S, ":now": now}))
+        return True
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        return False
 
 
 def _put(db: Db, ws: str, session_id: str, incarnation: str | None, items: list[dict[str, Any]]) -> int:
@@ -132,41 +151,40 @@ def search(db: Db, ws: str, query: str, limit: int, filters: dict[str, Any] | No
 
 def rank(db: Db, ws: str, query: str, wanted: int, *, semantic: Callable[[str], list[float]] | None = None,
          session_id: str | None = None, peer_id: str | None = None, base: Base | None = None,
-         stats: Stats | None = None) -> list[tuple[str, int]]:
+         ) -> list[tuple[str, int]]:
     """(session id, seq) of the messages nearest `query`, best first, at most `wanted`: BM25, fused with the semantic
     ranking when `semantic` embeds the query. A message with none of the query's words is found only semantically."""
-    stats = stats if stats is not None else term_stats.read(db, keys.message_terms(ws))
-    lexical_query = Query.of(query, stats)
-    equal = {"mcoll": ws, "msession": session_id, "mpeer": peer_id}
-
-    def candidates(index: str, vector: list[float], count: int) -> list[tuple[dict[str, Any], float]]:
-        found = search_index(db, index, equal, vector, count, _CANDIDATE_FIELDS)
-        if base is None or session_id is None:
-            return found
-        # One ranking of the clone's messages: its own and its base's (its own copy wins).
-        inherited = [(item, score) for item, score in search_index(
-            db, index, {**equal, "msession": base.session}, vector, count, _CANDIDATE_FIELDS)
-            if int(item["seq"]["N"]) <= base.through]
-        best: dict[int, tuple[dict[str, Any], float]] = {}
-        for item, score in inherited + found:
-            best[int(item["seq"]["N"])] = ({**item, "msession": {"S": session_id}}, score)
-        return list(best.values())
-
-    lexical: list[tuple[str, int]] = []
-    if lexical_query:
-        scored = []
-        average = stats.average_length
-        for item, _dot in candidates(TERMS_INDEX, lexical_query.vector(), wanted * CANDIDATES):
-            document = Document.parse(item.get("tsig", {}).get("S", ""), int(item.get("tlen", {}).get("N", 0)))
-            score = lexical_query.score(document, average)
-            if score > 0:  # shares a word: the vector's slots can bring in a text that shares none
-                scored.append((-score, -int(item["seq"]["N"]), item["msession"]["S"], int(item["seq"]["N"])))
-        lexical = [(session, seq) for _, _, session, seq in sorted(scored)][:wanted]
+    lexical = [key for key, _ in lexical_rank(db, ws, query, wanted, session_id=session_id, peer_id=peer_id,
+                                              base=base)]
     meaning = None
     if semantic is not None:
-        hits = sorted(candidates(MEANING_INDEX, semantic(query), wanted), key=lambda hit: hit[1])
-        meaning = [(item["msession"]["S"], int(item["seq"]["N"])) for item, _ in hits][:wanted]
+        equal = {"mcoll": ws, "msession": session_id, "mpeer": peer_id}
+        hits = search_index(db, MEANING_INDEX, equal, semantic(query), wanted, _CANDIDATE_FIELDS)
+        if base is not None and session_id is not None:  # one ranking of the clone's messages: its own and its base's
+            inherited = [(item, score) for item, score in search_index(
+                db, MEANING_INDEX, {**equal, "msession": base.session}, semantic(query), wanted, _CANDIDATE_FIELDS)
+                if int(item["seq"]["N"]) <= base.through]
+            best: dict[int, tuple[dict[str, Any], float]] = {}
+            for item, score in inherited + hits:
+                best[int(item["seq"]["N"])] = ({**item, "msession": {"S": session_id}}, score)
+            hits = list(best.values())
+        meaning = [(item["msession"]["S"], int(item["seq"]["N"])) for item, _ in sorted(hits, key=lambda h: h[1])]
+        meaning = meaning[:wanted]
     return fuse(lexical, meaning)[:wanted]
+
+
+def lexical_rank(db: Db, ws: str, query: str, wanted: int, *, session_id: str | None = None,
+                 peer_id: str | None = None, base: Base | None = None) -> list[tuple[tuple[str, int], float]]:
+    """BM25's `wanted` best ((session, seq), score), exact over the scope: the session's texts (with a clone's
+    inherited ones, its own copy winning), else the workspace's or the peer's postings."""
+    if session_id is None:
+        return text_index.rank_workspace(db, ws, query, wanted, peer=peer_id)
+    texts = {}
+    if base is not None:
+        texts = {(session_id, seq): d for seq, d in text_index.session_texts(
+            db, ws, base.session, through=base.through, peer=peer_id).items()}
+    texts |= {(session_id, seq): d for seq, d in text_index.session_texts(db, ws, session_id, peer=peer_id).items()}
+    return text_index.rank_texts(texts, query, wanted)
 
 
 def read_views(db: Db, ws: str, order: Sequence[tuple[str, int]], *, base: Base | None = None,

@@ -130,8 +130,11 @@ def tail_seq(db: Db, ws: str, session_id: str) -> int:
 
 
 def _items(ws: str, session_id: str, batch: Sequence[NewMessage], tail: Tail, bodies: dict[int, str],
-           now: str, batch_token: str | None) -> list[dict[str, Any]]:
+           now: str, batch_token: str | None, index_nonce: str | None = None,
+           index_by: float | None = None) -> list[dict[str, Any]]:
     items, seq, tokens, run_id, run_start = [], tail.seq, tail.end_tokens, tail.run_id, tail.run_start_seq
+    # The batch's search-index unit (precis.store.text_index): whoever indexes these messages names it the same way.
+    unit = index_unit(session_id, tail.seq + 1, index_nonce) if index_nonce else None
     run_index = tail.run_index
     for index, message in enumerate(batch):
         seq += 1
@@ -141,7 +144,8 @@ def _items(ws: str, session_id: str, batch: Sequence[NewMessage], tail: Tail, bo
         item = {**keys.message(ws, session_id, seq), "kind": "message", "id": make_message_id(seq), "seq": seq,
                 "peer_id": message.peer_id, "token_count": message.token_count, "start_tokens": tokens,
                 "run_id": message.run_id, "run_start_seq": run_start, "run_index": run_index, "metadata": json_text(message.metadata or {}),
-                "created_at": message.created_at or now, "batch_token": batch_token}
+                "created_at": message.created_at or now, "batch_token": batch_token, "ib": unit,
+                "ibu": index_by}
         if index in bodies:
             item["body_key"] = bodies[index]
         else:
@@ -149,6 +153,11 @@ def _items(ws: str, session_id: str, batch: Sequence[NewMessage], tail: Tail, bo
         items.append(item)
         tokens += message.token_count
     return items
+
+
+def index_unit(session_id: str, first_seq: int, nonce: str) -> str:
+    """The search index's unit of a batch stored at `first_seq` (random `nonce`: unique across incarnations)."""
+    return f"{session_id}:{first_seq}:{nonce}"
 
 
 def _lost_race(exc: ClientError) -> bool:
@@ -163,14 +172,16 @@ def _lost_race(exc: ClientError) -> bool:
 
 def append_messages(db: Db, ws: str, session_id: str, batch: Sequence[NewMessage], *, inline_max_bytes: int,
                     sleep=time.sleep, batch_token: str | None = None,
-                    on_attempt: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+                    on_attempt: Callable[[int], None] | None = None, index_nonce: str | None = None,
+                    index_by: float | None = None) -> list[dict[str, Any]]:
     """Store `batch` at the end of the session, all or nothing, creating the session and peers as needed.
 
     Seqs are claimed with conditional puts on the message keys themselves (no counter item), so a full
     100-message batch fits in one transaction; a writer that loses a race re-reads the tail and retries. A
     deleted session's fence holds the next seq, so no append commits after a delete. `batch_token` is stored on
     every message (an idempotent request finds its own writes by it) and `on_attempt(first_seq)` is called
-    before each attempt.
+    before each attempt; with `index_nonce`, each message names its batch's search-index unit (`index_unit`) and
+    `index_by`, the epoch second by which this request has indexed it or died (the deriver indexes it after).
     """
     now = utcnow()
     peer_ids = list(dict.fromkeys(m.peer_id for m in batch))
@@ -200,7 +211,7 @@ def append_messages(db: Db, ws: str, session_id: str, batch: Sequence[NewMessage
         for attempt in range(_MAX_ATTEMPTS):
             # A session created just now has no messages; a concurrent first writer makes the puts fail and retry.
             tail = Tail() if created and attempt == 0 else read_tail(db, ws, session_id)
-            items = _items(ws, session_id, batch, tail, keys_of, now, batch_token)
+            items = _items(ws, session_id, batch, tail, keys_of, now, batch_token, index_nonce, index_by)
             if on_attempt is not None:
                 on_attempt(items[0]["seq"])
             try:

@@ -68,9 +68,11 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None, *,
     # The conclusions drawn from the session go first: their DERIVED# items, which name them, are in the partition.
     deleted, done = purge_session_conclusions(db, ws, session_id, time_left=lambda: time_left() - MARGIN_S)
     if done:
+        from precis.store import text_index
         from precis.store.message_search import purge_vectors
 
         deleted += purge_vectors(db, ws, session_id)
+        deleted += text_index.purge_session(db, ws, session_id, incarnation)
     if not done:
         request_purge(db, ws, session_id, incarnation)
         return PurgeResult(False, deleted, 0)
@@ -168,6 +170,9 @@ def delete_workspace(db: Db, ws: str) -> None:
     rest = [{"PK": i["PK"], "SK": i["SK"]} for i in items
             if i["SK"].startswith("PEER#") or i["SK"] == "WS" or i in tombstones]
     delete_collections(db, ws)
+    from precis.store import text_index
+
+    text_index.delete_counters(db, ws)
     delete_keys(db, [*fences, *rest, keys.message_terms(ws)])
 
 

@@ -44,14 +44,15 @@ def delete_keys(db: Db, key_iter: Iterable[dict[str, str]]) -> int:
         batch.append({"DeleteRequest": {"Key": to_item(key)}})
         count += 1
         if len(batch) == 25:
-            _write_batch(db, batch)
+            write_batch(db, batch)
             batch = []
     if batch:
-        _write_batch(db, batch)
+        write_batch(db, batch)
     return count
 
 
-def _write_batch(db: Db, requests: list[dict[str, Any]]) -> None:
+def write_batch(db: Db, requests: list[dict[str, Any]]) -> None:
+    """One BatchWriteItem of at most 25 requests, unprocessed ones retried with backoff."""
     pending = {db.table: requests}
     for attempt in range(20):
         pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or {}

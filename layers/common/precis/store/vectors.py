@@ -1,13 +1,12 @@
-"""Conclusion vectors in the table's vector indexes: how they are stored and how the nearest are found.
+"""Conclusion vectors in the table's vector index, and how a collection's nearest conclusions are found.
 
 A vector item carries the embedding in `vec` (a list of numbers: what a DynamoDB vector index reads; `ByVector`,
-cosine), the conclusion's BM25 vector in `tvec` and its term signature in `tsig`/`tlen` (`precis.lexical`;
-`ByConclusionTerms`, dot product), the collection in `vcoll` (each index's HASH attribute: a search reads one
-collection) and the inline filters `level` and `vsession` (the session id, or "-" for none). A query ranks by BM25
-(idf from the collection's term statistics) fused with the embedding's ranking. SearchVectors does not paginate: TopK
-(1-100) results come in one answer. The index is DynamoDB's replica of the table, written asynchronously: a search
-may miss an item written a moment ago (what must see it reads the table), and an index still backfilling refuses
-searches (503, retry).
+cosine), the collection in `vcoll` (the index's HASH attribute: a search reads one collection) and the inline filters
+`level` and `vsession` (the session id, or "-" for none). A query ranks by BM25, exact over the collection's
+conclusions in scope (their term counts, `keys.conclusion_text`, read with one consistent Query), fused with the
+embedding's ranking. SearchVectors does not paginate: TopK (1-100) results come in one answer. The index is
+DynamoDB's replica of the table, written asynchronously and searched approximately: a search may miss an item written
+a moment ago (what must see it reads the table), and an index still backfilling refuses searches (503, retry).
 """
 
 from __future__ import annotations
@@ -20,19 +19,19 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError
 
 from precis.errors import Unavailable
-from precis.lexical import Document, Query
-from precis.store import keys, term_stats
-from precis.store.db import Db, Numbers, error_code
+from precis.lexical import Document
+from precis.store import keys
+from precis.store.db import Db, Numbers, error_code, query_all, to_item
+from precis.store.text_index import rank_texts
 
 K = TypeVar("K")
 
 VECTOR_INDEX = "ByVector"
-TERMS_INDEX = "ByConclusionTerms"
 RRF_K = 60
 # BM25's share of a fused ranking (messages' and conclusions'), beside a semantic embedder's: chosen on
 # `make bench retrieval`.
 LEXICAL_WEIGHT = 0.9
-CANDIDATES = 4  # BM25 candidates asked of the index per result wanted, ranked again exactly
+CANDIDATES = 4  # semantic candidates asked per result wanted when a distance bounds them
 MAX_TOP_K = 100  # SearchVectors' TopK: 1-100, and no pagination
 BACKFILL_RETRY_S = 30  # Retry-After while an index backfills (minutes at most, whatever the table's size)
 VECTOR_ATTRIBUTE = "vec"
@@ -50,19 +49,6 @@ def vector_attribute(vector: list[float]) -> dict[str, Any]:
     return {"L": Numbers([{"N": format(x + 0.0, ".9g")} for x in array("f", vector)])}  # + 0.0: no "-0"
 
 
-def lexical_attribute(vector: list[float]) -> dict[str, Any]:
-    """The AttributeValue of a BM25 vector (`precis.lexical`): few non-zero slots of three digits, so zeros and short
-    numbers keep the item near 1 KB."""
-    return {"L": Numbers([{"N": "0"} if x == 0 else {"N": format(x, ".3g")} for x in vector])}
-
-
-def lexical_fields(content: str) -> dict[str, Any]:
-    """The lexical attributes of a text's vector item (raw AttributeValues): BM25's vector and term signature."""
-    document = Document.of(content)
-    return {"tvec": lexical_attribute(document.vector()), "tsig": {"S": document.signature()},
-            "tlen": {"N": str(document.length)}}
-
-
 def nearest(db: Db, ws: str, observer: str, observed: str, text: str, vector: list[float], top_k: int, *,
             level: str | None = None, session_key: str | None = None,
             max_distance: float | None = None) -> list[str]:
@@ -75,30 +61,31 @@ def nearest(db: Db, ws: str, observer: str, observed: str, text: str, vector: li
     # ("alice" in every conclusion about alice). It only follows BM25's ranking (a word's other forms, by its
     # character n-grams) and bounds `max_distance`.
     weight = 1.0 if get_settings().embedder == "hashed" else LEXICAL_WEIGHT
-    collection = keys.collection_name(ws, observer, observed)
-    stats = term_stats.read(db, keys.collection_terms(ws, observer, observed))
-    query = Query.of(text, stats)
-    semantic = search(db, collection, vector, top_k if max_distance is None else top_k * CANDIDATES,
-                      level=level, session_key=session_key,
+    semantic = search(db, keys.collection_name(ws, observer, observed), vector,
+                      top_k if max_distance is None else top_k * CANDIDATES, level=level, session_key=session_key,
                       max_distance=max_distance)
-    lexical: list[str] = []
-    if query:
-        found = search_index(db, TERMS_INDEX, {HASH_ATTRIBUTE: collection, LEVEL_ATTRIBUTE: level,
-                                               SESSION_ATTRIBUTE: session_key}, query.vector(),
-                             top_k * CANDIDATES, ("id", "tsig", "tlen"))
-        scored = []
-        for item, _dot in found:
-            document = Document.parse(item.get("tsig", {}).get("S", ""), int(item.get("tlen", {}).get("N", 0)))
-            score = query.score(document, stats.average_length)
-            if score > 0:
-                scored.append((-score, item["id"]["S"]))
-        lexical = [cid for _, cid in sorted(scored)]
+    lexical = [cid for (_, cid), _ in lexical_rank(db, ws, observer, observed, text, top_k * CANDIDATES,
+                                                   level=level, session_key=session_key)]
     if max_distance is not None:
         within = {cid for cid, _ in semantic}
         lexical = [cid for cid in lexical if cid in within]
     if weight == 1.0:
         return list(dict.fromkeys(lexical + [cid for cid, _ in semantic]))[:top_k]
     return fuse(lexical, [cid for cid, _ in semantic], weight)[:top_k]
+
+
+def lexical_rank(db: Db, ws: str, observer: str, observed: str, text: str, k: int, *, level: str | None = None,
+                 session_key: str | None = None) -> list[tuple[tuple[str, str], float]]:
+    """BM25's k best conclusions of the collection for `text` ((("", id), score), best first): exact over the
+    conclusions in scope (of `level`, of `session_key`, when given), with their own idf."""
+    items = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :l)", ConsistentRead=True,
+                      ProjectionExpression="id, #level, vsession, tsig, tlen", ExpressionAttributeNames={
+                          "#level": LEVEL_ATTRIBUTE}, ExpressionAttributeValues=to_item({
+                              ":pk": keys.collection_pk(ws, observer, observed), ":l": "L#"}))
+    texts = {("", i["id"]): Document.parse(i["tsig"], int(i["tlen"])) for i in items
+             if (level is None or i.get(LEVEL_ATTRIBUTE) == level)
+             and (session_key is None or i.get(SESSION_ATTRIBUTE) == session_key)}
+    return rank_texts(texts, text, k)  # type: ignore[arg-type]
 
 
 def fuse(lexical: Sequence[K], semantic: Sequence[K] | None, weight: float = LEXICAL_WEIGHT) -> list[K]:

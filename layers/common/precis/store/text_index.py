@@ -1,0 +1,307 @@
+"""Exact lexical search over a workspace's messages: an inverted index in the table, written by the request that
+stores the messages, read with strongly consistent Queries, so a message is found as soon as its post answers.
+
+Items (keys in `precis.store.keys`):
+
+- a **posting** per (term, message), in the term's partition, sorted by count group, then length, then text
+  (`text_posting_sk`): each group is read shortest text first, which `precis.lexical.top_k` turns into the exact top
+  k with early termination. It carries the count, the length and the speaker (peer search filters on it).
+- a **counter** per term, in the workspace's counters partition: `n` messages say it, `p:{peer}` of them that peer's,
+  `g` the groups its postings are in. One **statistics** item beside them: `n` messages, `len` their total length,
+  and `n:{peer}` / `len:{peer}` per peer. Exact: a peer search's idf is the peer's, a workspace search's the
+  workspace's.
+- a **text** per message (`text_doc`): its term counts, length, speaker and the unit that indexed it. A session search
+  ranks the session's texts from these alone; a workspace search reads a few of them to settle its winners.
+
+A batch of messages is indexed as one **unit** (its session, incarnation and first seq): postings first (a rewrite
+is the same item), then each counter and the statistics with one conditional update that adds the unit's counts and
+marks the unit on the item (`u:{unit}`), refused if the mark is there (a retried unit never counts twice, and no
+transaction: concurrent writers of a common word never conflict), then the texts, last, so a text present means its
+unit is counted. The deriver removes the marks once the texts are there (`settle`), and indexes, after a grace period
+longer than the ingest function can run, a unit whose request died before its texts (`repair`). A session's purge
+takes its counts back the same way, in units of aligned seq blocks, then deletes postings and texts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from precis.lexical import Document, Key, Page, Posting, Query, Stats, group_of, idf, rank_all, terms, top_k
+from precis.store import keys
+from precis.store.db import Db, batch_get, error_code, query_all, to_item
+from precis.store.records import delete_keys, write_batch
+
+MAX_QUERY_TERMS = 99  # distinct words of a query that count (one BatchGetItem reads their counters and the stats)
+PURGE_BLOCK = 100  # seqs per unit of a purge: aligned, so a resumed purge takes back the same counts
+_DOC_FIELDS = ("PK", "SK", "seq", "peer", "tsig", "tlen", "u")
+
+
+@dataclass(frozen=True)
+class Text:
+    """One message to index: its seq, speaker and text."""
+
+    seq: int
+    peer: str
+    content: str
+
+
+@cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=8, thread_name_prefix="precis-text-index")
+
+
+def unit_name(session_id: str, incarnation: str, first_seq: int) -> str:
+    """The unit of a batch stored at `first_seq` (what marks its counts on the counters it added to)."""
+    return f"{session_id}:{incarnation}:{first_seq}"
+
+
+def _mark(unit: str) -> str:
+    return f"u:{unit}"
+
+
+# ---------------------------------------------------------------- writing
+
+def index_texts(db: Db, ws: str, session_id: str, unit: str, texts: Sequence[Text]) -> int:
+    """Index a unit's messages (postings, counts, texts), exactly once however often it is asked; how many texts were
+    written. A unit whose texts exist already is counted: only its missing texts are written again."""
+    if not texts:
+        return 0
+    documents = {t.seq: Document.of(t.content, speaker=t.peer) for t in texts}
+    have = {int(i["seq"]) for i in batch_get(db, [keys.text_doc(ws, session_id, t.seq) for t in texts], ("seq",))}
+    if not have:
+        _put_postings(db, ws, session_id, texts, documents)
+        _count(db, ws, unit, [(t.peer, documents[t.seq]) for t in texts], sign=1)
+    missing = [t for t in texts if t.seq not in have]
+    _write(db, [{"PutRequest": {"Item": _doc_item(ws, session_id, t, documents[t.seq], unit)}} for t in missing])
+    return len(missing)
+
+
+def _doc_item(ws: str, session_id: str, text: Text, document: Document, unit: str) -> dict[str, Any]:
+    return to_item({**keys.text_doc(ws, session_id, text.seq), "kind": "xdoc", "seq": text.seq, "peer": text.peer,
+                    "tsig": document.signature(), "tlen": document.length, "u": unit})
+
+
+def _put_postings(db: Db, ws: str, session_id: str, texts: Sequence[Text], documents: Mapping[int, Document]) -> None:
+    _write(db, [{"PutRequest": {"Item": to_item({
+        "PK": keys.text_postings_pk(ws, term),
+        "SK": keys.text_posting_sk(group_of(count), documents[t.seq].length, session_id, t.seq),
+        "n": count, "l": documents[t.seq].length, "p": t.peer})}}
+        for t in texts for term, count in documents[t.seq].counts.items()])
+
+
+def _posting_keys(ws: str, session_id: str, seq: int, document: Document) -> list[dict[str, str]]:
+    return [{"PK": keys.text_postings_pk(ws, term),
+             "SK": keys.text_posting_sk(group_of(count), document.length, session_id, seq)}
+            for term, count in document.counts.items()]
+
+
+def _write(db: Db, requests: list[dict[str, Any]]) -> None:
+    """BatchWriteItems of 25, in parallel; unprocessed items retried."""
+    chunks = [requests[i:i + 25] for i in range(0, len(requests), 25)]
+    list(_pool().map(lambda chunk: write_batch(db, chunk), chunks))
+
+
+def _count(db: Db, ws: str, unit: str, documents: Sequence[tuple[str, Document]], sign: int) -> None:
+    """Add (sign 1) or take back (-1) the documents' counts, each counter and the statistics once for `unit`."""
+    df: Counter[str] = Counter()
+    by_peer: dict[str, Counter[str]] = {}
+    groups: dict[str, set[int]] = {}
+    totals: Counter[str] = Counter()
+    for peer, document in documents:
+        totals["n"] += 1
+        totals["len"] += document.length
+        totals[f"n:{peer}"] += 1
+        totals[f"len:{peer}"] += document.length
+        for term, count in document.counts.items():
+            df[term] += 1
+            by_peer.setdefault(term, Counter())[f"p:{peer}"] += 1
+            groups.setdefault(term, set()).add(group_of(count))
+    updates = [(keys.TEXT_STATS, dict(totals), None)]
+    updates += [(term, {"n": n, **by_peer[term]}, groups[term] if sign > 0 else None) for term, n in df.items()]
+    pk = keys.text_counters_pk(ws)
+
+    def update(change: tuple[str, dict[str, int], set[int] | None]) -> None:
+        sk, counts, group_set = change
+        names = {"#w": _mark(unit), **{f"#a{i}": name for i, name in enumerate(counts)}}
+        values: dict[str, Any] = {":one": {"N": "1"}, **{f":a{i}": {"N": str(sign * n)}
+                                                         for i, n in enumerate(counts.values())}}
+        adds = [f"#a{i} :a{i}" for i in range(len(counts))]
+        if group_set:
+            names["#g"] = "g"
+            values[":g"] = {"NS": [str(g) for g in sorted(group_set)]}
+            adds.append("#g :g")
+        try:
+            db.client.update_item(
+                TableName=db.table, Key=to_item({"PK": pk, "SK": sk}),
+                UpdateExpression=f"ADD {', '.join(adds)} SET #w = :one", ConditionExpression="attribute_not_exists(#w)",
+                ExpressionAttributeNames=names, ExpressionAttributeValues=values)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise  # (refused: this unit's counts are on the item already)
+
+    list(_pool().map(update, updates))
+
+
+def settle(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> int:
+    """Remove the marks of the units whose texts at `seqs` are written (the deriver, as their inserts come down the
+    stream); how many marks were removed. A text not written yet is left to `repair`."""
+    found = batch_get(db, [keys.text_doc(ws, session_id, s) for s in sorted(set(seqs))], ("tsig", "u"))
+    marks = {(i["u"], term) for i in found for term in [keys.TEXT_STATS, *Document.parse(i["tsig"], 0).counts]}
+    pk = keys.text_counters_pk(ws)
+
+    def remove(mark: tuple[str, str]) -> int:
+        unit, sk = mark
+        try:
+            db.client.update_item(TableName=db.table, Key=to_item({"PK": pk, "SK": sk}), UpdateExpression="REMOVE #w",
+                                  ConditionExpression="attribute_exists(#w)",
+                                  ExpressionAttributeNames={"#w": _mark(unit)})
+            return 1
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return 0
+
+    return sum(_pool().map(remove, sorted(marks)))
+
+
+def missing_texts(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> set[int]:
+    """The seqs among `seqs` whose text is not indexed yet."""
+    seqs = set(seqs)
+    return seqs - {int(i["seq"]) for i in batch_get(db, [keys.text_doc(ws, session_id, s) for s in seqs], ("seq",))}
+
+
+def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None) -> int:
+    """Take a session's messages out of the index: their counts (once per aligned block of seqs, so a resumed purge
+    takes back the same), then their postings, then their texts; how many texts."""
+    texts = query_all(db, KeyConditionExpression="PK = :pk", ConsistentRead=True, ExpressionAttributeValues=to_item(
+        {":pk": keys.text_docs_pk(ws, session_id)}))
+    blocks: dict[int, list[dict[str, Any]]] = {}
+    for item in texts:
+        blocks.setdefault((int(item["seq"]) - 1) // PURGE_BLOCK, []).append(item)
+    for block, items in sorted(blocks.items()):
+        documents = [(i["peer"], Document.parse(i["tsig"], int(i["tlen"]))) for i in items]
+        unit = f"{session_id}:{incarnation}:purge:{block}"
+        _count(db, ws, unit, documents, sign=-1)
+        delete_keys(db, [k for i, (_, d) in zip(items, documents) for k in _posting_keys(ws, session_id, int(i["seq"]), d)])
+        delete_keys(db, [{"PK": i["PK"], "SK": i["SK"]} for i in items])
+        # The block's texts are gone: nothing can ask for its unit again, so its marks go too.
+        pk = keys.text_counters_pk(ws)
+        marks = {keys.TEXT_STATS, *(t for _, d in documents for t in d.counts)}
+        list(_pool().map(lambda sk: _unmark(db, pk, sk, unit), sorted(marks)))
+    return len(texts)
+
+
+def _unmark(db: Db, pk: str, sk: str, unit: str) -> None:
+    try:
+        db.client.update_item(TableName=db.table, Key=to_item({"PK": pk, "SK": sk}), UpdateExpression="REMOVE #w",
+                              ConditionExpression="attribute_exists(#w)", ExpressionAttributeNames={"#w": _mark(unit)})
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+
+
+def delete_counters(db: Db, ws: str) -> int:
+    """Delete a workspace's counters and statistics (its delete, once its sessions are purged)."""
+    found = query_all(db, KeyConditionExpression="PK = :pk", ProjectionExpression="PK, SK", ConsistentRead=True,
+                      ExpressionAttributeValues=to_item({":pk": keys.text_counters_pk(ws)}))
+    return delete_keys(db, found)
+
+
+# ---------------------------------------------------------------- reading
+
+class _Postings:
+    """One (term, group)'s postings, read a page at a time with a consistent Query (a peer's only, with `peer`)."""
+
+    def __init__(self, db: Db, ws: str, term: str, group: int, peer: str | None):
+        self.db, self.term, self.group, self.peer = db, term, group, peer
+        self.pk = keys.text_postings_pk(ws, term)
+        self.start: dict[str, Any] | None = None
+
+    def read(self, size: int) -> Page:
+        request: dict[str, Any] = {
+            "TableName": self.db.table, "KeyConditionExpression": "PK = :pk AND begins_with(SK, :g)",
+            "ConsistentRead": True, "Limit": size, "ProjectionExpression": "SK, n",
+            "ExpressionAttributeValues": {":pk": {"S": self.pk}, ":g": {"S": f"{self.group}#"}}}
+        if self.peer is not None:
+            request["FilterExpression"] = "p = :p"
+            request["ExpressionAttributeValues"][":p"] = {"S": self.peer}
+        if self.start:
+            request["ExclusiveStartKey"] = self.start
+        out = self.db.client.query(**request)
+        postings = []
+        for item in out.get("Items", []):
+            _group, length, session_id, seq = keys.parse_text_posting_sk(item["SK"]["S"])
+            postings.append(Posting((session_id, seq), int(item["n"]["N"]), length))
+        self.start = out.get("LastEvaluatedKey")
+        last = None
+        if self.start:
+            _group, length, session_id, seq = keys.parse_text_posting_sk(self.start["SK"]["S"])
+            last = (length, (session_id, seq))
+        elif postings:
+            last = (postings[-1].length, postings[-1].key)
+        return Page(postings, last, self.start is None)
+
+
+def query_terms(text: str) -> Counter[str]:
+    """A query's distinct terms and how often it says each (its first MAX_QUERY_TERMS)."""
+    counts = Counter(terms(text))
+    return Counter(dict(list(counts.items())[:MAX_QUERY_TERMS]))
+
+
+def rank_workspace(db: Db, ws: str, text: str, k: int, *, peer: str | None = None) -> list[tuple[Key, float]]:
+    """The k messages of the workspace (of `peer` only, when given) that BM25 ranks best for `text`, best first, as
+    ((session, seq), score): exact over every message in scope, reading postings only as deep as the k-th needs."""
+    asked = query_terms(text)
+    if not asked or k <= 0:
+        return []
+    pk = keys.text_counters_pk(ws)
+    found = {i["SK"]: i for i in batch_get(db, [{"PK": pk, "SK": sk} for sk in [keys.TEXT_STATS, *asked]])}
+    stats = found.get(keys.TEXT_STATS) or {}
+    documents = int(stats.get(f"n:{peer}" if peer else "n", 0))
+    total = int(stats.get(f"len:{peer}" if peer else "len", 0))
+    if documents <= 0:
+        return []
+    scope = Stats(documents, total)
+    weights, readers = {}, []
+    for term, said in asked.items():
+        counter = found.get(term) or {}
+        df = int(counter.get(f"p:{peer}" if peer else "n", 0))
+        if df <= 0:
+            continue  # no text in scope says it: it adds nothing to any score
+        weights[term] = idf(df, documents) * said
+        readers += [_Postings(db, ws, term, int(g), peer) for g in sorted(counter.get("g") or ())]
+    return top_k(weights, readers, k, scope.average_length, lambda keys_: _documents(db, ws, keys_))
+
+
+def _documents(db: Db, ws: str, wanted: list[Key]) -> dict[Key, Document]:
+    items = batch_get(db, [keys.text_doc(ws, s, seq) for s, seq in wanted], _DOC_FIELDS)
+    return {(keys.parse_session_pk(i["PK"].removesuffix("#XD"))[1], int(i["seq"])):
+            Document.parse(i["tsig"], int(i["tlen"])) for i in items}
+
+
+def session_texts(db: Db, ws: str, session_id: str, *, through: int | None = None,
+                  peer: str | None = None) -> dict[int, Document]:
+    """A session's indexed texts by seq (those up to `through`, those of `peer`, when given), read whole with a
+    consistent Query."""
+    condition = "PK = :pk" + (" AND SK <= :last" if through is not None else "")
+    values: dict[str, Any] = {":pk": keys.text_docs_pk(ws, session_id)}
+    if through is not None:
+        values[":last"] = keys.text_doc(ws, session_id, through)["SK"]
+    items = query_all(db, KeyConditionExpression=condition, ConsistentRead=True,
+                      ProjectionExpression="seq, peer, tsig, tlen", ExpressionAttributeValues=to_item(values))
+    return {int(i["seq"]): Document.parse(i["tsig"], int(i["tlen"])) for i in items
+            if peer is None or i.get("peer") == peer}
+
+
+def rank_texts(documents: Mapping[Key, Document], text: str, k: int) -> list[tuple[Key, float]]:
+    """The k best of `documents` for `text` by BM25 over exactly them (their own idf and average length)."""
+    stats = Stats.of(documents.values())
+    query = Query({t: idf(stats.df.get(t, 0), stats.documents) * n for t, n in query_terms(text).items()})
+    return rank_all(query, documents, stats.average_length, k) if query else []
