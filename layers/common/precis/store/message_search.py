@@ -89,11 +89,11 @@ def ensure_indexed(db: Db, ws: str, session_id: str, messages: Sequence[dict[str
 
     written = 0
     try:
-        units = dict.fromkeys(m.get("ib") or f"{session_id}:{m['seq']}:-" for m in messages if int(m["seq"]) in missing)
+        units = dict.fromkeys(text_index.unit_of(session_id, m) for m in messages if int(m["seq"]) in missing)
         for unit in units:
             first = int(unit.split(":")[1])  # (session:first_seq:nonce; ids hold no colon)
             batch = [m for m in read_range(db, ws, session_id, first, first + 99)
-                     if (m.get("ib") or f"{session_id}:{m['seq']}:-") == unit]
+                     if text_index.unit_of(session_id, m) == unit]
             texts = [text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "")
                      for v in with_bodies(db, batch, ws, session_id)]
             written += text_index.index_texts(db, ws, session_id, unit, texts)

@@ -57,9 +57,16 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=8, thread_name_prefix="precis-text-index")
 
 
-def unit_name(session_id: str, incarnation: str, first_seq: int) -> str:
-    """The unit of a batch stored at `first_seq` (what marks its counts on the counters it added to)."""
-    return f"{session_id}:{incarnation}:{first_seq}"
+def legacy_unit(session_id: str, seq: int) -> str:
+    """The unit of a message stored without one (before this index, or by a writer that does not index): the aligned
+    block of 100 seqs it is in, so every indexer (the deriver's repair, the upgrade's backfill) names it the same."""
+    first = (seq - 1) // PURGE_BLOCK * PURGE_BLOCK + 1
+    return f"{session_id}:{first}:-"
+
+
+def unit_of(session_id: str, message: Mapping[str, Any]) -> str:
+    """The index unit a stored message belongs to (`ib`, else its legacy block)."""
+    return message.get("ib") or legacy_unit(session_id, int(message["seq"]))
 
 
 def _mark(unit: str) -> str:
