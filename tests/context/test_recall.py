@@ -108,15 +108,13 @@ def test_a_query_that_matches_nothing_recalls_nothing_and_the_window_keeps_its_b
     assert found["recalled"] == [] and [m["id"] for m in found["messages"]] == [m["id"] for m in plain["messages"]]
 
 
-def test_search_finds_a_message_once_the_index_has_caught_up_with_its_post(ws):
-    """No read-your-writes: the post writes the message's search item before answering, but DynamoDB fills the
-    vector index from the table asynchronously; once it has (no stream consumer has run in this test), the message is
-    found on every route."""
+def test_search_finds_a_message_as_soon_as_its_post_answers(ws):
+    """Read-your-writes: the post indexes the message before answering, and search reads that index with strongly
+    consistent reads (no stream consumer has run, and the vector indexes have not caught up, in this test)."""
     assert call("POST", f"{W}/sessions", {"id": "s1"}).status == 201
     stored = post("s1", [{"peer_id": "alice", "content": "I love gelato in the summer"},
                          {"peer_id": "alice", "content": "the train was late"}])
-    assert call("POST", f"{W}/search", {"query": "gelato"}).json() == []  # the index has not caught up yet
-    moto_vectors.advance(moto_vectors.replication.lag_s)
+    assert moto_vectors.replication.lag_s > 0  # the vector indexes lag: what search finds, it found in the table
     for route in ("/search", "/sessions/s1/search", "/peers/alice/search"):
         hits = call("POST", f"{W}{route}", {"query": "gelato"}).json()
         assert [h["id"] for h in hits] == [stored[0]["id"]], route

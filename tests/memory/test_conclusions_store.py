@@ -431,11 +431,11 @@ def test_a_session_purge_removes_only_the_conclusions_drawn_from_it(db):
     left = conclusions.list_conclusions(db, "ws1", None, 1, 50, False)["items"]
     assert sorted(v["id"] for v in left) == sorted(v["id"] for v in kept)
     assert all(item(db, keys.conclusion_pointer("ws1", v["id"])) is None for v in gone)
-    # The head and the term statistics stay (idf's counts are never taken back).
-    assert [i["SK"] for i in partition(db, keys.collection_pk("ws1", "carol", "bob"))] == ["HEAD", "TERMS"]
+    # The head stays; each remaining conclusion keeps its item, dedupe key, text and vector.
+    assert [i["SK"] for i in partition(db, keys.collection_pk("ws1", "carol", "bob"))] == ["HEAD"]
     assert head(db)["count"] == 2 and head(db, "carol")["count"] == 0
     remaining = [i["SK"][:2] for i in partition(db, keys.collection_pk("ws1", "alice", "bob"))]
-    assert sorted(remaining) == ["C#", "C#", "D#", "D#", "HE", "TE", "V#", "V#"]
+    assert sorted(remaining) == ["C#", "C#", "D#", "D#", "HE", "L#", "L#", "V#", "V#"]
 
 
 def test_a_session_purge_out_of_time_resumes(db):

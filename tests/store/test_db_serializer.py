@@ -55,10 +55,10 @@ def test_the_client_uses_it():
 @given(item=ITEMS, key=ATTRIBUTE_VALUES, value=ATTRIBUTE_VALUES, vector=st.lists(_SCALARS, max_size=6),
        numbers=st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=8))
 def test_every_operation_slot_serializes_as_botocore_does(item, key, value, vector, numbers):
-    from precis.store.vectors import lexical_attribute, vector_attribute
+    from precis.store.vectors import vector_attribute
 
     # Vectors as the store builds them (a list it marks as numbers only, written without a look at each element).
-    item = {**item, "vec": vector_attribute(numbers), "tvec": lexical_attribute([round(x, 2) for x in numbers])}
+    item = {**item, "vec": vector_attribute(numbers)}
     requests = {
         "PutItem": {"TableName": "table", "Item": item, "ExpressionAttributeValues": {":v": value},
                     "ConditionExpression": "a <> :v"},
@@ -79,12 +79,11 @@ def test_every_operation_slot_serializes_as_botocore_does(item, key, value, vect
 
 
 def test_a_vector_item_round_trips_through_dynamodb(aws):
-    from precis.lexical import DIMENSIONS
-    from precis.store.vectors import lexical_attribute, vector_attribute
+    from precis.store.vectors import vector_attribute
 
     table = db.get_db()
     item = {"PK": {"S": "p"}, "SK": {"S": "s"}, "vec": vector_attribute([0.25, -1.5, 3.0] * 85 + [1.0]),
-            "tvec": lexical_attribute([0.0, 1.25] * (DIMENSIONS // 2)), "blob": {"B": b"\x00\xff"},
+            "blob": {"B": b"\x00\xff"},
             "nested": {"M": {"l": {"L": [{"B": b"x"}, {"NULL": True}, {"BS": [b"a", b"b"]}]}}}}
     table.client.put_item(TableName=table.table, Item=item)
     stored = table.client.get_item(TableName=table.table, Key={"PK": {"S": "p"}, "SK": {"S": "s"}})["Item"]
