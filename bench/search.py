@@ -1,6 +1,6 @@
 """Message search's cost: DynamoDB requests and response bytes per `POST /search` for workspaces of 1,000 → 100,000
-messages (100 a session), against reading every message of the workspace (what a store without a vector index
-would do to rank them). moto answers SearchVectors with the local stack's exact emulation."""
+messages (100 a session), against reading every message of the workspace (what a store without an index would do to
+rank them). The index is written as the ingest function writes it (`text_index.index_texts`, a unit per session)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,10 @@ WORDS = ("budget invoice Lisbon studio design river deadline client proposal mee
 
 
 def load_messages(db, ws: str, count: int, rng: random.Random) -> list[str]:
-    """Messages, their search items and the workspace's term statistics, written as the ingest function writes them,
-    by BatchWriteItem (the write path's transactions would make loading 100,000 slow in moto)."""
-    from precis.lexical import Document
-    from precis.store import keys, term_stats
+    """Messages (by BatchWriteItem: the write path's transactions would make loading 100,000 slow in moto) and their
+    search index, a unit per session, as the ingest function writes it."""
+    from precis.store import keys, text_index
     from precis.store.db import to_item
-    from precis.store.message_search import vector_item
     from precis.store.messages import make_message_id
 
     sessions, requests = [], []
@@ -33,12 +31,12 @@ def load_messages(db, ws: str, count: int, rng: random.Random) -> list[str]:
                        "seq": offset, "peer_id": "alice", "content": text, "token_count": 12,
                        "start_tokens": 12 * (offset - 1), "run_start_seq": offset, "run_index": offset,
                        "metadata": "{}", "created_at": "2026-11-30T00:00:00+00:00"}
-            requests += [{"PutRequest": {"Item": to_item(message)}},
-                         {"PutRequest": {"Item": vector_item(ws, session, offset, "alice", text)}}]
+            requests.append({"PutRequest": {"Item": to_item(message)}})
         for i in range(0, len(requests), 25):
             db.client.batch_write_item(RequestItems={db.table: requests[i:i + 25]})
         requests = []
-        term_stats.count(db, keys.message_terms(ws), (Document.of(t, "alice") for t in texts))
+        text_index.index_texts(db, ws, session, f"{session}:1:bench",
+                               [text_index.Text(i, "alice", t) for i, t in enumerate(texts, start=1)])
     return sessions
 
 

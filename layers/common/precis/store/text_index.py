@@ -5,7 +5,8 @@ Items (keys in `precis.store.keys`):
 
 - a **posting** per (term, message), in the term's partition, sorted by count group, then length, then text
   (`text_posting_sk`): each group is read shortest text first, which `precis.lexical.top_k` turns into the exact top
-  k with early termination. It carries the count, the length and the speaker (peer search filters on it).
+  k with early termination. It carries the count and the speaker (peer search filters on it); the length is in its
+  sort key.
 - a **counter** per term, in the workspace's counters partition: `n` messages say it, `p:{peer}` of them that peer's,
   `g` the groups its postings are in. One **statistics** item beside them: `n` messages, `len` their total length,
   and `n:{peer}` / `len:{peer}` per peer. Exact: a peer search's idf is the peer's, a workspace search's the
@@ -99,7 +100,7 @@ def _put_postings(db: Db, ws: str, session_id: str, texts: Sequence[Text], docum
     _write(db, [{"PutRequest": {"Item": to_item({
         "PK": keys.text_postings_pk(ws, term),
         "SK": keys.text_posting_sk(group_of(count), documents[t.seq].length, session_id, t.seq),
-        "n": count, "l": documents[t.seq].length, "p": t.peer})}}
+        "n": count, "p": t.peer})}}
         for t in texts for term, count in documents[t.seq].counts.items()])
 
 
