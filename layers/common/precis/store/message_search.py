@@ -45,7 +45,8 @@ def vector_item(ws: str, session_id: str, seq: int, peer_id: str, meaning: list[
             "svec": vector_attribute(meaning)}
 
 
-def index_messages(db: Db, images: Iterable[dict[str, Any]], *, semantic: Embedder | None = None) -> int:
+def index_messages(db: Db, images: Iterable[dict[str, Any]], *, semantic: Embedder | None = None,
+                   now: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> int:
     """The deriver's part, as inserted messages come down the stream (their images): the marks of their index units
     are removed once their texts are written (`text_index.settle`), and with a semantic embedder each message is
     embedded once. Bound to the session's incarnation (nothing lands in a deleted session); how many vectors."""
@@ -57,8 +58,11 @@ def index_messages(db: Db, images: Iterable[dict[str, Any]], *, semantic: Embedd
     for (ws, session_id), messages in by_session.items():
         session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
         if session is None or "deleted_at" in session:
-            continue
-        text_index.settle(db, ws, session_id, messages)
+            continue  # (its purge takes its counts back and removes their marks)
+        # The stream can be faster than the request: wait for the texts a live request is still writing, then remove
+        # the marks of every unit whose texts are there (those of a dead request: `ensure_indexed`, when deriving).
+        missing = _wait_for_texts(db, ws, session_id, list(messages.values()), now, sleep)
+        text_index.settle(db, ws, session_id, set(messages) - missing)
         if semantic is None:
             continue
         stored = {int(i["SK"].removeprefix("MV#")) for i in batch_get(
@@ -78,11 +82,12 @@ def ensure_indexed(db: Db, ws: str, session_id: str, messages: Sequence[dict[str
     """Before the deriver derives `messages` (stored items of one session): index those whose request died before
     its index was written, whole units at a time; a request still running (its `ibu` deadline not passed) is waited
     for. How many texts were written. A failure raises: the derivation fails with it and is retried."""
-    missing = text_index.missing_texts(db, ws, session_id, (int(m["seq"]) for m in messages))
-    deadline = max((float(m.get("ibu") or 0) for m in messages if int(m["seq"]) in missing), default=0.0)
-    while missing and now() < deadline:
-        sleep(_POLL_S)
-        missing = text_index.missing_texts(db, ws, session_id, missing)
+    found_missing = text_index.missing_texts(db, ws, session_id, (int(m["seq"]) for m in messages))
+    if not found_missing:
+        return 0
+    missing = _wait_for_texts(db, ws, session_id, [m for m in messages if int(m["seq"]) in found_missing], now, sleep)
+    if found_missing - missing:  # written meanwhile by their request: their units are complete
+        text_index.settle(db, ws, session_id, found_missing - missing)
     if not missing or not _lease(db, ws, session_id, now()):
         return 0  # (no lease: another deriver is repairing this session)
     from precis.store.messages import read_range
@@ -97,10 +102,23 @@ def ensure_indexed(db: Db, ws: str, session_id: str, messages: Sequence[dict[str
             texts = [text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "")
                      for v in with_bodies(db, batch, ws, session_id)]
             written += text_index.index_texts(db, ws, session_id, unit, texts)
+            text_index.settle(db, ws, session_id, (t.seq for t in texts))
     finally:
         db.client.update_item(TableName=db.table, Key=to_item(keys.text_repair_lease(ws, session_id)),
                               UpdateExpression="REMOVE #until", ExpressionAttributeNames={"#until": "until"})
     return written
+
+
+def _wait_for_texts(db: Db, ws: str, session_id: str, messages: Sequence[dict[str, Any]],
+                    now: Callable[[], float], sleep: Callable[[float], None]) -> set[int]:
+    """The seqs of `messages` whose text is still missing once every request that may still write one (its `ibu`
+    deadline not passed) has written it or died."""
+    missing = text_index.missing_texts(db, ws, session_id, (int(m["seq"]) for m in messages))
+    deadline = max((float(m.get("ibu") or 0) for m in messages if int(m["seq"]) in missing), default=0.0)
+    while missing and now() < deadline:
+        sleep(_POLL_S)
+        missing = text_index.missing_texts(db, ws, session_id, missing)
+    return missing
 
 
 def _lease(db: Db, ws: str, session_id: str, now: float) -> bool:

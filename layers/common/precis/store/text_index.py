@@ -117,7 +117,8 @@ def _write(db: Db, requests: list[dict[str, Any]]) -> None:
 
 
 def _count(db: Db, ws: str, unit: str, documents: Sequence[tuple[str, Document]], sign: int) -> None:
-    """Add (sign 1) or take back (-1) the documents' counts, each counter and the statistics once for `unit`."""
+    """Add (sign 1) or take back (-1) the documents' counts, each counter and the statistics once for `unit`. Counts
+    are taken back only from counters that exist: a workspace deleted before its sessions' purges ran has none."""
     df: Counter[str] = Counter()
     by_peer: dict[str, Counter[str]] = {}
     groups: dict[str, set[int]] = {}
@@ -145,14 +146,15 @@ def _count(db: Db, ws: str, unit: str, documents: Sequence[tuple[str, Document]]
             names["#g"] = "g"
             values[":g"] = {"NS": [str(g) for g in sorted(group_set)]}
             adds.append("#g :g")
+        condition = "attribute_not_exists(#w)" + (" AND attribute_exists(PK)" if sign < 0 else "")
         try:
             db.client.update_item(
                 TableName=db.table, Key=to_item({"PK": pk, "SK": sk}),
-                UpdateExpression=f"ADD {', '.join(adds)} SET #w = :one", ConditionExpression="attribute_not_exists(#w)",
+                UpdateExpression=f"ADD {', '.join(adds)} SET #w = :one", ConditionExpression=condition,
                 ExpressionAttributeNames=names, ExpressionAttributeValues=values)
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
-                raise  # (refused: this unit's counts are on the item already)
+                raise  # (refused: this unit's counts are on the item already, or there is nothing to take from)
 
     list(_pool().map(update, updates))
 
@@ -199,10 +201,12 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None) -> 
         _count(db, ws, unit, documents, sign=-1)
         delete_keys(db, [k for i, (_, d) in zip(items, documents) for k in _posting_keys(ws, session_id, int(i["seq"]), d)])
         delete_keys(db, [{"PK": i["PK"], "SK": i["SK"]} for i in items])
-        # The block's texts are gone: nothing can ask for its unit again, so its marks go too.
+        # The block's texts are gone: nothing can ask for its units again (the purge's, and those that indexed the
+        # texts, should the deriver not have settled them), so their marks go too.
         pk = keys.text_counters_pk(ws)
-        marks = {keys.TEXT_STATS, *(t for _, d in documents for t in d.counts)}
-        list(_pool().map(lambda sk: _unmark(db, pk, sk, unit), sorted(marks)))
+        marks = {(u, sk) for u in {unit, *(i.get("u") for i in items if i.get("u"))}
+                 for sk in {keys.TEXT_STATS, *(t for _, d in documents for t in d.counts)}}
+        list(_pool().map(lambda mark: _unmark(db, pk, mark[1], mark[0]), sorted(marks)))
     return len(texts)
 
 
