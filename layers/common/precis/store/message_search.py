@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -88,25 +89,136 @@ def ensure_indexed(db: Db, ws: str, session_id: str, messages: Sequence[dict[str
     missing = _wait_for_texts(db, ws, session_id, [m for m in messages if int(m["seq"]) in found_missing], now, sleep)
     if found_missing - missing:  # written meanwhile by their request: their units are complete
         text_index.settle(db, ws, session_id, found_missing - missing)
-    if not missing or not _lease(db, ws, session_id, now()):
-        return 0  # (no lease: another deriver is repairing this session)
+    if not missing:
+        return 0
+    if not _lease(db, ws, session_id, now()):
+        # Another deriver (or the upgrade's backfill) is indexing this session: fail, so that this derivation is
+        # retried once it is done, rather than derive messages nobody may be indexing.
+        raise RepairBusy(f"session '{session_id}' of workspace '{ws}' is being indexed by another deriver; retry")
     from precis.store.messages import read_range
 
     written = 0
     try:
         units = dict.fromkeys(text_index.unit_of(session_id, m) for m in messages if int(m["seq"]) in missing)
         for unit in units:
-            first = int(unit.split(":")[1])  # (session:first_seq:nonce; ids hold no colon)
-            batch = [m for m in read_range(db, ws, session_id, first, first + 99)
-                     if text_index.unit_of(session_id, m) == unit]
-            texts = [text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "")
-                     for v in with_bodies(db, batch, ws, session_id)]
-            written += text_index.index_texts(db, ws, session_id, unit, texts)
-            text_index.settle(db, ws, session_id, (t.seq for t in texts))
+            stored = read_range(db, ws, session_id, *text_index.unit_range(unit))
+            members = text_index.unit_members(session_id, unit, stored)
+            written += index_unit(db, ws, session_id, unit, members)
+            text_index.settle(db, ws, session_id, (int(m["seq"]) for m in members))
     finally:
-        db.client.update_item(TableName=db.table, Key=to_item(keys.text_repair_lease(ws, session_id)),
-                              UpdateExpression="REMOVE #until", ExpressionAttributeNames={"#until": "until"})
+        _release(db, ws, session_id)
     return written
+
+
+def index_unit(db: Db, ws: str, session_id: str, unit: str, members: Sequence[dict[str, Any]]) -> int:
+    """Index a unit of stored messages, given all its members (`text_index.unit_members`): the deriver's repair and
+    the upgrade's backfill both index through here, so they pass `index_texts` the same texts for the same unit.
+    A member whose text a clone's copy wrote under its own unit is left out (its words are counted there already;
+    found among the unit's texts it would make `index_texts` take the unit for counted). How many texts were written."""
+    found = batch_get(db, [keys.text_doc(ws, session_id, int(m["seq"])) for m in members], ("seq", "u"))
+    elsewhere = {int(i["seq"]) for i in found if i.get("u") not in (None, unit)}
+    batch = [m for m in members if int(m["seq"]) not in elsewhere]
+    texts = [text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "")
+             for v in with_bodies(db, batch, ws, session_id)]
+    return text_index.index_texts(db, ws, session_id, unit, texts)
+
+
+def _release(db: Db, ws: str, session_id: str) -> None:
+    db.client.update_item(TableName=db.table, Key=to_item(keys.text_repair_lease(ws, session_id)),
+                          UpdateExpression="REMOVE #until", ExpressionAttributeNames={"#until": "until"})
+
+
+# ---------------------------------------------------------------- the upgrade's backfill (deploy/reindex.py)
+
+REINDEX_WINDOW = 1000  # seqs of a session the backfill reads at once: a multiple of 100, so a legacy block is whole
+
+
+@dataclass
+class Reindexed:
+    """What `reindex_session` did to a session (or, dry, would do)."""
+
+    messages: int = 0  # stored messages read
+    indexed: int = 0  # texts written
+    units: int = 0  # units indexed
+    settled: int = 0  # units indexed before whose marks were still on the counters, removed
+    in_flight: int = 0  # messages of a batch whose request may still be indexing it: left to it (or the deriver)
+    copying: int = 0  # a clone's messages while its copy runs (the copy indexes what it copies): left to a later run
+    stopped: str | None = None  # why the walk stopped before the session's end
+
+
+def reindex_session(db: Db, ws: str, session_id: str, *, dry_run: bool = False, marked: Iterable[str] = (),
+                    on_unit: Callable[[str, int], None] | None = None, progress: Reindexed | None = None,
+                    now: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+                    window: int = REINDEX_WINDOW) -> Reindexed:
+    """Index every stored message of the session that has no text yet (those stored before the exact index), whole
+    units at a time exactly as the deriver's repair does (`index_unit`, under its lease), and settle each unit once
+    its texts are written: no stream record of an old message comes again to remove its counters' marks, which
+    would otherwise pile up on every counter the unit touched. A unit of `marked` (`text_index.marked_units`) whose
+    texts are all written is settled too (a repair's, or a walk's that stopped before settling).
+
+    The texts' presence is the progress: a message with one is skipped, so an interrupted walk is run again from the
+    start. `on_unit(unit, written)` after each unit indexed (raising there stops the walk between two units);
+    counted into `progress` as it goes, when given."""
+    from precis.store.messages import base_of, read_range, tail_seq
+
+    done, seen, marked = progress if progress is not None else Reindexed(), set(), set(marked)
+    last = tail_seq(db, ws, session_id)
+    for start in range(1, last + 1, window):
+        session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
+        if session is None or "deleted_at" in session:
+            done.stopped = "deleted"  # (its purge takes back whatever was indexed)
+            return done
+        base, end = base_of(session), start + window - 1
+        stored = read_range(db, ws, session_id, start, end)
+        done.messages += len(stored)
+        missing = text_index.missing_texts(db, ws, session_id, (int(m["seq"]) for m in stored))
+        units = [text_index.unit_of(session_id, m) for m in stored]
+        for unit in dict.fromkeys(u for u, m in zip(units, stored) if int(m["seq"]) in missing or u in marked):
+            if unit in seen:
+                continue  # (a batch across two windows: done, or left, in the first)
+            seen.add(unit)
+            first, through = text_index.unit_range(unit)
+            whole = stored if start <= first and through <= end else read_range(db, ws, session_id, first, through)
+            members = text_index.unit_members(session_id, unit, whole)
+            todo = sum(int(m["seq"]) in missing for m in members)
+            if max((float(m.get("ibu") or 0) for m in members), default=0.0) >= now():
+                done.in_flight += todo
+            elif base is not None and first <= base.through:
+                done.copying += todo
+            elif not todo:
+                done.settled += 1
+                if not dry_run:
+                    text_index.settle_unit(db, ws, session_id, unit, (int(m["seq"]) for m in members))
+            elif dry_run:
+                done.units, done.indexed = done.units + 1, done.indexed + todo
+            else:
+                written = _backfill_unit(db, ws, session_id, unit, members, now, sleep)
+                done.units, done.indexed = done.units + 1, done.indexed + written
+                if on_unit is not None:
+                    on_unit(unit, written)
+    return done
+
+
+def _backfill_unit(db: Db, ws: str, session_id: str, unit: str, members: Sequence[dict[str, Any]],
+                   now: Callable[[], float], sleep: Callable[[float], None]) -> int:
+    """One unit under the repair's lease (a deriver repairing the session meanwhile waits, and finds it done), then
+    settled: with every text written, a later indexer finds them and counts nothing, so the marks can go."""
+    deadline = now() + 2 * REPAIR_LEASE_S
+    while not _lease(db, ws, session_id, now()):
+        if now() > deadline:
+            raise TimeoutError(f"session {ws}/{session_id}: its index repair lease stayed taken for "
+                               f"{2 * REPAIR_LEASE_S} s (a deriver repairing it?); run the backfill again")
+        sleep(1.0)
+    try:
+        written = index_unit(db, ws, session_id, unit, members)
+        text_index.settle_unit(db, ws, session_id, unit, (int(m["seq"]) for m in members))
+    finally:
+        _release(db, ws, session_id)
+    return written
+
+
+class RepairBusy(RuntimeError):
+    """A session's index repair is held by another deriver."""
 
 
 def _wait_for_texts(db: Db, ws: str, session_id: str, messages: Sequence[dict[str, Any]],

@@ -81,9 +81,12 @@ def index_texts(db: Db, ws: str, session_id: str, unit: str, texts: Sequence[Tex
     written. A unit whose texts exist already is counted: only its missing texts are written again."""
     if not texts:
         return 0
+    found = batch_get(db, [keys.text_doc(ws, session_id, t.seq) for t in texts], ("seq", "u"))
+    # A text another unit wrote (a clone's copy of the same seq) is counted there: not this unit's to count or write.
+    texts = [t for t in texts if t.seq not in {int(i["seq"]) for i in found if i.get("u") != unit}]
+    have = {int(i["seq"]) for i in found if i.get("u") == unit}
     documents = {t.seq: Document.of(t.content, speaker=t.peer) for t in texts}
-    have = {int(i["seq"]) for i in batch_get(db, [keys.text_doc(ws, session_id, t.seq) for t in texts], ("seq",))}
-    if not have:
+    if texts and not have:
         _put_postings(db, ws, session_id, texts, documents)
         _count(db, ws, unit, [(t.peer, documents[t.seq]) for t in texts], sign=1)
     missing = [t for t in texts if t.seq not in have]
@@ -317,3 +320,43 @@ def rank_texts(documents: Mapping[Key, Document], text: str, k: int) -> list[tup
     stats = Stats.of(documents.values())
     query = Query({t: idf(stats.df.get(t, 0), stats.documents) * n for t, n in query_terms(text).items()})
     return rank_all(query, documents, stats.average_length, k) if query else []
+
+
+# ---------------------------------------------------------------- the units of stored messages (repair, upgrade)
+
+def unit_range(unit: str) -> tuple[int, int]:
+    """The first and last seq the messages of a unit `unit_of` names can be at: a batch is 100 messages at most from
+    its first seq, a legacy block 100 seqs from its first (`session:first:nonce`; ids hold no colon)."""
+    first = int(unit.split(":")[1])
+    return first, first + PURGE_BLOCK - 1
+
+
+def unit_members(session_id: str, unit: str, messages: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The messages of `unit` among `messages` (stored items of the session), by seq. Given every stored message of
+    `unit_range(unit)`, the whole unit: what each indexer of stored messages passes `index_texts`, so none counts a
+    unit twice or in part."""
+    first, last = unit_range(unit)
+    return sorted((m for m in messages if first <= int(m["seq"]) <= last and unit_of(session_id, m) == unit),
+                  key=lambda m: int(m["seq"]))
+
+
+def marked_units(db: Db, ws: str) -> set[str]:
+    """The units whose mark is still on the workspace's statistics item: counted and not settled (a batch whose
+    insert the deriver has not seen yet, an indexer that stopped before settling, or one that never settles)."""
+    found = batch_get(db, [{"PK": keys.text_counters_pk(ws), "SK": keys.TEXT_STATS}])
+    prefix = _mark("")
+    return {name.removeprefix(prefix) for item in found for name in item if name.startswith(prefix)}
+
+
+def settle_unit(db: Db, ws: str, session_id: str, unit: str, seqs: Iterable[int]) -> int:
+    """Remove `unit`'s marks, its texts at `seqs` being written: its terms' first, the statistics item's last, so a
+    settling that stops midway leaves its unit in `marked_units`. How many of its texts were found."""
+    found = [i for i in batch_get(db, [keys.text_doc(ws, session_id, s) for s in sorted(set(seqs))], ("tsig", "u"))
+             if i.get("u") == unit]
+    if not found:
+        return 0
+    pk = keys.text_counters_pk(ws)
+    said = sorted({term for i in found for term in Document.parse(i["tsig"], 0).counts})
+    list(_pool().map(lambda sk: _unmark(db, pk, sk, unit), said))
+    _unmark(db, pk, keys.TEXT_STATS, unit)
+    return len(found)
