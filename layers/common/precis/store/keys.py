@@ -178,6 +178,12 @@ def text_counters_pk(ws: str) -> str:
     return f"WS#{ws}#XC"
 
 
+def text_peer_counters_pk(ws: str, peer_id: str) -> str:
+    """Partition of one peer's term counters and statistics (a peer search's idf): items of its own, so a workspace
+    of many peers grows no item."""
+    return f"WS#{ws}#XC#P#{peer_id}"
+
+
 TEXT_STATS = "#"  # the statistics item's sort key: before every term (a term is letters and digits)
 
 

@@ -7,10 +7,10 @@ Items (keys in `precis.store.keys`):
   (`text_posting_sk`): each group is read shortest text first, which `precis.lexical.top_k` turns into the exact top
   k with early termination. It carries the count and the speaker (peer search filters on it); the length is in its
   sort key.
-- a **counter** per term, in the workspace's counters partition: `n` messages say it, `p:{peer}` of them that peer's,
-  `g` the groups its postings are in. One **statistics** item beside them: `n` messages, `len` their total length,
-  and `n:{peer}` / `len:{peer}` per peer. Exact: a peer search's idf is the peer's, a workspace search's the
-  workspace's.
+- a **counter** per term, in the workspace's counters partition (`n` messages say it, `g` the groups its postings
+  are in) and one in each peer's (`n` of that peer's messages say it), with a **statistics** item in each (`n`
+  messages, `len` their total length). Exact: a peer search's idf is the peer's, a workspace search's the workspace's;
+  items of their own, so no item grows with the number of peers.
 - a **text** per message (`text_doc`): its term counts, length, speaker and the unit that indexed it. A session search
   ranks the session's texts from these alone; a workspace search reads a few of them to settle its winners.
 
@@ -119,69 +119,57 @@ def _write(db: Db, requests: list[dict[str, Any]]) -> None:
     list(_pool().map(lambda chunk: write_batch(db, chunk), chunks))
 
 
-def _count(db: Db, ws: str, unit: str, documents: Sequence[tuple[str, Document]], sign: int) -> None:
-    """Add (sign 1) or take back (-1) the documents' counts, each counter and the statistics once for `unit`. Counts
-    are taken back only from counters that exist: a workspace deleted before its sessions' purges ran has none."""
-    df: Counter[str] = Counter()
-    by_peer: dict[str, Counter[str]] = {}
-    groups: dict[str, set[int]] = {}
-    totals: Counter[str] = Counter()
-    for peer, document in documents:
-        totals["n"] += 1
-        totals["len"] += document.length
-        totals[f"n:{peer}"] += 1
-        totals[f"len:{peer}"] += document.length
-        for term, count in document.counts.items():
-            df[term] += 1
-            by_peer.setdefault(term, Counter())[f"p:{peer}"] += 1
-            groups.setdefault(term, set()).add(group_of(count))
-    updates = [(keys.TEXT_STATS, dict(totals), None)]
-    updates += [(term, {"n": n, **by_peer[term]}, groups[term] if sign > 0 else None) for term, n in df.items()]
-    pk = keys.text_counters_pk(ws)
+def _counter_keys(ws: str, peer: str, document: Document) -> list[tuple[str, str]]:
+    """Every counter (partition, sort key) a text adds to: its terms' and the statistics, the workspace's and its
+    peer's (the statistics last)."""
+    scopes = (keys.text_peer_counters_pk(ws, peer), keys.text_counters_pk(ws))
+    return [(pk, term) for pk in scopes for term in sorted(document.counts)] + [(pk, keys.TEXT_STATS) for pk in scopes]
 
-    def update(change: tuple[str, dict[str, int], set[int] | None]) -> None:
-        sk, counts, group_set = change
-        names = {"#w": _mark(unit), **{f"#a{i}": name for i, name in enumerate(counts)}}
+
+def _count(db: Db, ws: str, unit: str, documents: Sequence[tuple[str, Document]], sign: int) -> None:
+    """Add (sign 1) or take back (-1) the documents' counts, each counter and the statistics once for `unit`: the
+    workspace's and each peer's, each an item of its own (a workspace of thousands of peers grows none of them).
+    Counts are taken back only from counters that exist: a workspace deleted before its sessions' purges ran has
+    none."""
+    counts: dict[tuple[str, str], Counter[str]] = {}
+    groups: dict[tuple[str, str], set[int]] = {}
+    for peer, document in documents:
+        for pk in (keys.text_counters_pk(ws), keys.text_peer_counters_pk(ws, peer)):
+            stats = counts.setdefault((pk, keys.TEXT_STATS), Counter())
+            stats["n"] += 1
+            stats["len"] += document.length
+            for term, count in document.counts.items():
+                counts.setdefault((pk, term), Counter())["n"] += 1
+                groups.setdefault((pk, term), set()).add(group_of(count))
+
+    def update(key: tuple[str, str]) -> None:
+        names = {"#w": _mark(unit), **{f"#a{i}": name for i, name in enumerate(counts[key])}}
         values: dict[str, Any] = {":one": {"N": "1"}, **{f":a{i}": {"N": str(sign * n)}
-                                                         for i, n in enumerate(counts.values())}}
-        adds = [f"#a{i} :a{i}" for i in range(len(counts))]
-        if group_set:
+                                                         for i, n in enumerate(counts[key].values())}}
+        adds = [f"#a{i} :a{i}" for i in range(len(counts[key]))]
+        if sign > 0 and key in groups:
             names["#g"] = "g"
-            values[":g"] = {"NS": [str(g) for g in sorted(group_set)]}
+            values[":g"] = {"NS": [str(g) for g in sorted(groups[key])]}
             adds.append("#g :g")
         condition = "attribute_not_exists(#w)" + (" AND attribute_exists(PK)" if sign < 0 else "")
         try:
             db.client.update_item(
-                TableName=db.table, Key=to_item({"PK": pk, "SK": sk}),
+                TableName=db.table, Key=to_item({"PK": key[0], "SK": key[1]}),
                 UpdateExpression=f"ADD {', '.join(adds)} SET #w = :one", ConditionExpression=condition,
                 ExpressionAttributeNames=names, ExpressionAttributeValues=values)
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise  # (refused: this unit's counts are on the item already, or there is nothing to take from)
 
-    list(_pool().map(update, updates))
+    list(_pool().map(update, list(counts)))
 
 
 def settle(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> int:
     """Remove the marks of the units whose texts at `seqs` are written (the deriver, as their inserts come down the
-    stream); how many marks were removed. A text not written yet is left to `repair`."""
-    found = batch_get(db, [keys.text_doc(ws, session_id, s) for s in sorted(set(seqs))], ("tsig", "u"))
-    marks = {(i["u"], term) for i in found for term in [keys.TEXT_STATS, *Document.parse(i["tsig"], 0).counts]}
-    pk = keys.text_counters_pk(ws)
-
-    def remove(mark: tuple[str, str]) -> int:
-        unit, sk = mark
-        try:
-            db.client.update_item(TableName=db.table, Key=to_item({"PK": pk, "SK": sk}), UpdateExpression="REMOVE #w",
-                                  ConditionExpression="attribute_exists(#w)",
-                                  ExpressionAttributeNames={"#w": _mark(unit)})
-            return 1
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            return 0
-
-    return sum(_pool().map(remove, sorted(marks)))
+    stream); how many marks were removed. A text not written yet is left to the deriver's repair."""
+    found = batch_get(db, [keys.text_doc(ws, session_id, s) for s in sorted(set(seqs))], ("tsig", "u", "peer"))
+    marks = {(i["u"], key) for i in found for key in _counter_keys(ws, i["peer"], Document.parse(i["tsig"], 0))}
+    return sum(_pool().map(lambda mark: _unmark(db, mark[1], mark[0]), sorted(marks)))
 
 
 def missing_texts(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> set[int]:
@@ -206,26 +194,31 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None) -> 
         delete_keys(db, [{"PK": i["PK"], "SK": i["SK"]} for i in items])
         # The block's texts are gone: nothing can ask for its units again (the purge's, and those that indexed the
         # texts, should the deriver not have settled them), so their marks go too.
-        pk = keys.text_counters_pk(ws)
-        marks = {(u, sk) for u in {unit, *(i.get("u") for i in items if i.get("u"))}
-                 for sk in {keys.TEXT_STATS, *(t for _, d in documents for t in d.counts)}}
-        list(_pool().map(lambda mark: _unmark(db, pk, mark[1], mark[0]), sorted(marks)))
+        touched = {key for peer, d in documents for key in _counter_keys(ws, peer, d)}
+        marks = {(u, key) for u in {unit, *(i.get("u") for i in items if i.get("u"))} for key in touched}
+        list(_pool().map(lambda mark: _unmark(db, mark[1], mark[0]), sorted(marks)))
     return len(texts)
 
 
-def _unmark(db: Db, pk: str, sk: str, unit: str) -> None:
+def _unmark(db: Db, key: tuple[str, str], unit: str) -> int:
+    """Remove `unit`'s mark from the counter at `key`; 1 if it was there."""
     try:
-        db.client.update_item(TableName=db.table, Key=to_item({"PK": pk, "SK": sk}), UpdateExpression="REMOVE #w",
-                              ConditionExpression="attribute_exists(#w)", ExpressionAttributeNames={"#w": _mark(unit)})
+        db.client.update_item(TableName=db.table, Key=to_item({"PK": key[0], "SK": key[1]}),
+                              UpdateExpression="REMOVE #w", ConditionExpression="attribute_exists(#w)",
+                              ExpressionAttributeNames={"#w": _mark(unit)})
+        return 1
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
+        return 0
 
 
-def delete_counters(db: Db, ws: str) -> int:
-    """Delete a workspace's counters and statistics (its delete, once its sessions are purged)."""
-    found = query_all(db, KeyConditionExpression="PK = :pk", ProjectionExpression="PK, SK", ConsistentRead=True,
-                      ExpressionAttributeValues=to_item({":pk": keys.text_counters_pk(ws)}))
+def delete_counters(db: Db, ws: str, peers: Iterable[str]) -> int:
+    """Delete a workspace's counters and statistics, and each of its `peers`' (its delete, its sessions purged)."""
+    found = []
+    for pk in [keys.text_counters_pk(ws), *(keys.text_peer_counters_pk(ws, p) for p in peers)]:
+        found += query_all(db, KeyConditionExpression="PK = :pk", ProjectionExpression="PK, SK", ConsistentRead=True,
+                           ExpressionAttributeValues=to_item({":pk": pk}))
     return delete_keys(db, found)
 
 
@@ -276,18 +269,17 @@ def rank_workspace(db: Db, ws: str, text: str, k: int, *, peer: str | None = Non
     asked = query_terms(text)
     if not asked or k <= 0:
         return []
-    pk = keys.text_counters_pk(ws)
+    pk = keys.text_peer_counters_pk(ws, peer) if peer else keys.text_counters_pk(ws)
     found = {i["SK"]: i for i in batch_get(db, [{"PK": pk, "SK": sk} for sk in [keys.TEXT_STATS, *asked]])}
     stats = found.get(keys.TEXT_STATS) or {}
-    documents = int(stats.get(f"n:{peer}" if peer else "n", 0))
-    total = int(stats.get(f"len:{peer}" if peer else "len", 0))
+    documents, total = int(stats.get("n", 0)), int(stats.get("len", 0))
     if documents <= 0:
         return []
     scope = Stats(documents, total)
     weights, readers = {}, []
     for term, said in asked.items():
         counter = found.get(term) or {}
-        df = int(counter.get(f"p:{peer}" if peer else "n", 0))
+        df = int(counter.get("n", 0))
         if df <= 0:
             continue  # no text in scope says it: it adds nothing to any score
         weights[term] = idf(df, documents) * said
@@ -351,12 +343,12 @@ def marked_units(db: Db, ws: str) -> set[str]:
 def settle_unit(db: Db, ws: str, session_id: str, unit: str, seqs: Iterable[int]) -> int:
     """Remove `unit`'s marks, its texts at `seqs` being written: its terms' first, the statistics item's last, so a
     settling that stops midway leaves its unit in `marked_units`. How many of its texts were found."""
-    found = [i for i in batch_get(db, [keys.text_doc(ws, session_id, s) for s in sorted(set(seqs))], ("tsig", "u"))
-             if i.get("u") == unit]
+    found = [i for i in batch_get(db, [keys.text_doc(ws, session_id, s) for s in sorted(set(seqs))],
+                                  ("tsig", "u", "peer")) if i.get("u") == unit]
     if not found:
         return 0
-    pk = keys.text_counters_pk(ws)
-    said = sorted({term for i in found for term in Document.parse(i["tsig"], 0).counts})
-    list(_pool().map(lambda sk: _unmark(db, pk, sk, unit), said))
-    _unmark(db, pk, keys.TEXT_STATS, unit)
+    touched = {key for i in found for key in _counter_keys(ws, i["peer"], Document.parse(i["tsig"], 0))}
+    stats = (keys.text_counters_pk(ws), keys.TEXT_STATS)
+    list(_pool().map(lambda key: _unmark(db, key, unit), sorted(touched - {stats})))
+    _unmark(db, stats, unit)
     return len(found)
