@@ -33,6 +33,9 @@ K1, B = 0.9, 0.4
 SPEAKER_TIMES = 2
 GROUP_CAP = 9  # postings are grouped by count 1..8 and "9 or more"
 W = "/v3/workspaces/ws1"
+MARKS_LEAK = ("bug: a unit's u: marks are removed only by text_index.settle, which runs once per stream delivery and "
+              "finds nothing when the texts are not there yet (or the session is deleted): the marks then stay on "
+              "the counters, and on the statistics item every unit touches, for good")
 
 
 # ---------------------------------------------------------------- brute force, from the raw texts
@@ -267,3 +270,386 @@ def test_a_word_common_to_thousands_of_texts_still_ranks_exactly(db):
         for peer in ("alice", "agent_7"):
             assert text_index.rank_workspace(db, "deep", query, k, peer=peer) == approx_hits(
                 bm25([m for m in corpus if m.peer == peer], query, k)), (query, peer)
+
+
+# ---------------------------------------------------------------- through the routes
+
+@pytest.fixture
+def ws(aws, monkeypatch) -> Db:
+    """Workspace ws1, and the handlers' own client (failures are played on it)."""
+    monkeypatch.setenv("PRECIS_PURGE_GRACE_S", "0")
+    get_db.cache_clear()
+    assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
+    yield get_db()
+    get_db.cache_clear()
+
+
+def post(session: str, *messages: tuple[str, str]) -> list[dict]:
+    reply = call("POST", f"{W}/sessions/{session}/messages",
+                 {"messages": [{"peer_id": peer, "content": text} for peer, text in messages]})
+    assert reply.status == 201, reply.body
+    return reply.body
+
+
+def search(path: str, query: str, limit: int = 10) -> list[dict]:
+    reply = call("POST", path, {"query": query, "limit": limit})
+    assert reply.status == 200, reply.body
+    return reply.body
+
+
+def stored(db: Db, session: str = "s1") -> list[dict]:
+    out = db.client.query(TableName=db.table, KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
+                          ConsistentRead=True, ExpressionAttributeValues={
+                              ":p": {"S": keys.session_pk("ws1", session)}, ":m": {"S": "MSG#"}})
+    return [from_item(i) for i in out["Items"]]
+
+
+def corpus_of(db: Db, *sessions: str) -> list[Msg]:
+    return [Msg(s, m["seq"], m["peer_id"], m["content"]) for s in sessions for m in stored(db, s)]
+
+
+def derive(db: Db, session: str = "s1") -> None:
+    """The DeriveFunction, handed the session's message inserts as the stream hands them."""
+    assert invoke("DeriveFunction", {"Records": message_records(db.client, session_id=session)}) == {
+        "batchItemFailures": []}
+
+
+def purge(db: Db, session: str) -> None:
+    """The SummarizeFunction, handed the session's delete (its MODIFY record): it purges the session."""
+    item = db.client.get_item(TableName=db.table, Key={"PK": {"S": "WS#ws1"}, "SK": {"S": f"SESSION#{session}"}},
+                              ConsistentRead=True)["Item"]
+    assert invoke("SummarizeFunction", {"Records": [stream_record(item, "MODIFY")]}) == {"batchItemFailures": []}
+
+
+def ids_of(db: Db, hits: list[tuple[tuple[str, int], float]]) -> list[str]:
+    by_key = {(s, m["seq"]): m["id"] for s in {key[0] for key, _ in hits} for m in stored(db, s)}
+    return [by_key[key] for key, _ in hits]
+
+
+def is_text_put(params: dict) -> bool:
+    return any(r.get("PutRequest", {}).get("Item", {}).get("kind") == {"S": "xdoc"}
+               for requests in params["RequestItems"].values() for r in requests)
+
+
+@contextmanager
+def refused(db: Db, operation: str, when: Callable[[dict], bool]) -> Iterator[list[dict]]:
+    """DynamoDB refuses the `operation` requests `when` picks (as an InternalServerError past botocore's retries)."""
+    refusals: list[dict] = []
+
+    def refuse(params: dict, **_) -> None:
+        if when(params):
+            refusals.append(params)
+            raise ClientError({"Error": {"Code": "InternalServerError", "Message": "refused by the test"}}, operation)
+
+    db.client.meta.events.register(f"provide-client-params.dynamodb.{operation}", refuse)
+    try:
+        yield refusals
+    finally:
+        db.client.meta.events.unregister(f"provide-client-params.dynamodb.{operation}", refuse)
+
+
+def never_sleep(seconds: float) -> None:
+    raise AssertionError(f"waited {seconds} s for a request whose deadline had passed")
+
+
+CONVERSATION = [
+    ("s1", [("user", "I adopted a greyhound named Biscuit"), ("assistant", "A greyhound! How is Biscuit settling in")]),
+    ("s2", [("alice", "the budget meeting moved to thursday")]),
+    ("s1", [("user", "Biscuit sleeps all day on the sofa, the greyhound way")]),
+    ("s3", [("assistant", "reminder: coffee with alice on thursday"), ("alice", "coffee and the budget, thursday"),
+            ("user", "my sister adopted a cat")]),
+    ("s2", [("user", "the tram to Lisbon was late again")]),
+    ("s1", [("assistant", "greyhounds love sofas; was adoption hard")]),
+]
+
+
+def test_a_message_is_found_by_every_search_as_soon_as_its_post_answers(ws):
+    """No deriver run, no index settling: each search right after a post ranks exactly as the brute force ranks
+    everything posted so far."""
+    sent: list[Msg] = []
+    for session, batch in CONVERSATION:
+        views = post(session, *batch)
+        sent += [Msg(session, v["seq"], v["peer_id"], v["content"]) for v in views]
+        ids = {(m.session, m.seq): v["id"] for m in sent for v in [next(
+            x for x in stored(ws, m.session) if x["seq"] == m.seq)]}
+        for view in views:
+            query = " ".join(terms(view["content"])[:3])
+            peer = view["peer_id"]
+            for path, scope in ((f"{W}/search", sent),
+                                (f"{W}/sessions/{session}/search", [m for m in sent if m.session == session]),
+                                (f"{W}/peers/{peer}/search", [m for m in sent if m.peer == peer])):
+                found = search(path, query)
+                assert view["id"] in [m["id"] for m in found], (path, query)
+                assert [m["id"] for m in found] == [ids[key] for key, _ in bm25(scope, query, 10)], (path, query)
+
+
+def test_the_same_unit_indexed_again_changes_nothing(db):
+    unit = [text_index.Text(seq, peer, text) for seq, (peer, text) in
+            enumerate([("user", "coffee coffee at noon"), ("alice", "the budget, again"), ("user", "coffee")], 1)]
+    assert text_index.index_texts(db, "w", "s1", "s1:1:ab", unit) == 3
+    before = counter_items(db, "w"), postings(db, "w"), texts(db, "w", "s1")
+    assert text_index.index_texts(db, "w", "s1", "s1:1:ab", unit) == 0
+    assert text_index.index_texts(db, "w", "s1", "s1:1:ab", unit[1:]) == 0
+    assert (counter_items(db, "w"), postings(db, "w"), texts(db, "w", "s1")) == before
+    assert counters(db, "w") == brute_counters([Msg("s1", t.seq, t.peer, t.content) for t in unit])
+
+
+def test_a_unit_whose_texts_were_written_in_part_is_finished_and_counted_once(db):
+    unit = [text_index.Text(seq, "user" if seq % 3 else "alice", f"coffee number {seq} " + "tea " * (seq % 10))
+            for seq in range(1, 61)]  # three BatchWriteItems of texts
+
+    def last_chunk(params: dict) -> bool:
+        return is_text_put(params) and any(r["PutRequest"]["Item"]["seq"] == {"N": "60"}
+                                           for rs in params["RequestItems"].values() for r in rs)
+
+    with refused(db, "BatchWriteItem", last_chunk) as refusals, pytest.raises(ClientError):
+        text_index.index_texts(db, "w", "s1", "s1:1:ab", unit)
+    written = len(texts(db, "w", "s1"))
+    assert refusals and 0 < written < 60  # interrupted among its texts
+    assert text_index.index_texts(db, "w", "s1", "s1:1:ab", unit) == 60 - written  # the missing ones only
+    assert sorted(texts(db, "w", "s1")) == list(range(1, 61))
+    assert counters(db, "w") == brute_counters([Msg("s1", t.seq, t.peer, t.content) for t in unit])
+
+
+def test_delivering_the_stream_batch_again_changes_no_counter_and_settling_removes_the_marks(ws):
+    post("s1", ("user", "coffee with alice tomorrow"), ("alice", "coffee, or tea?"))
+    post("s1", ("user", "tea it is, tomorrow"))
+    post("s2", ("alice", "tomorrow the budget"))
+    corpus = corpus_of(ws, "s1", "s2")
+    assert counters(ws, "ws1") == brute_counters(corpus)
+    units = {m["ib"] for s in ("s1", "s2") for m in stored(ws, s)}
+    assert len(units) == 3 and set(marks(ws, "ws1")[keys.TEXT_STATS]) == units  # counted, not settled yet
+    derive(ws, "s1")
+    derive(ws, "s2")
+    assert marks(ws, "ws1") == {}  # the deriver saw the texts: each unit's marks are gone
+    settled = counter_items(ws, "ws1"), postings(ws, "ws1"), texts(ws, "ws1", "s1")
+    assert counters(ws, "ws1") == brute_counters(corpus)
+    derive(ws, "s1")  # the stream delivers the batch again
+    derive(ws, "s2")
+    assert (counter_items(ws, "ws1"), postings(ws, "ws1"), texts(ws, "ws1", "s1")) == settled
+
+
+FAILURES = {
+    "every counter": ("UpdateItem", lambda p: p["Key"]["PK"]["S"] == keys.text_counters_pk("ws1")),
+    "the statistics": ("UpdateItem", lambda p: p["Key"]["PK"]["S"] == keys.text_counters_pk("ws1")
+                       and p["Key"]["SK"]["S"] == keys.TEXT_STATS),
+    "one term's counter": ("UpdateItem", lambda p: p["Key"] == {"PK": {"S": keys.text_counters_pk("ws1")},
+                                                                "SK": {"S": "greyhound"}}),
+    "the postings": ("BatchWriteItem", lambda p: any(
+        r.get("PutRequest", {}).get("Item", {}).get("PK", {}).get("S", "").startswith(keys.text_postings_pk("ws1", ""))
+        for rs in p["RequestItems"].values() for r in rs)),
+    "the texts": ("BatchWriteItem", is_text_put),
+}
+
+
+def answers_without_5xx(session: str, peer: str, query: str) -> None:
+    for path in (f"{W}/search", f"{W}/sessions/{session}/search", f"{W}/peers/{peer}/search"):
+        search(path, query)
+    reply = call("GET", f"{W}/sessions/{session}/context", search_query=query)
+    assert reply.status == 200, reply.body
+
+
+@pytest.mark.parametrize("failing", FAILURES)
+def test_a_post_whose_indexing_fails_answers_201_and_the_deriver_indexes_it_once(ws, failing):
+    post("s1", ("user", "coffee tomorrow"))
+    operation, when = FAILURES[failing]
+    batch = [("user", "I adopted a greyhound"), ("alice", "a greyhound, lovely"), ("user", "coffee and greyhound")]
+    with refused(ws, operation, when) as refusals:
+        reply = call("POST", f"{W}/sessions/s1/messages",
+                     {"messages": [{"peer_id": p, "content": c} for p, c in batch]})
+    assert refusals and reply.status == 201, reply.body
+    messages = stored(ws)
+    assert [(m["peer_id"], m["content"]) for m in messages] == [("user", "coffee tomorrow"), *batch]  # once
+    assert [m["id"] for m in messages[1:]] == [v["id"] for v in reply.body]
+    assert sorted(texts(ws, "ws1", "s1")) == [1]  # its texts never came: the unit is not done
+    answers_without_5xx("s1", "alice", "greyhound")
+
+    deadline = max(m["ibu"] for m in messages[1:])
+    written = message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: deadline + 1, sleep=never_sleep)
+    assert written == 3
+    corpus = corpus_of(ws, "s1")
+    assert counters(ws, "ws1") == brute_counters(corpus)
+    assert postings(ws, "ws1") == brute_postings("ws1", corpus)
+    for path, scope in ((f"{W}/search", corpus), (f"{W}/sessions/s1/search", corpus),
+                        (f"{W}/peers/alice/search", [m for m in corpus if m.peer == "alice"])):
+        assert [m["id"] for m in search(path, "greyhound coffee")] == ids_of(ws, bm25(scope, "greyhound coffee",
+                                                                                       10))
+    assert message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: deadline + 1,
+                                         sleep=never_sleep) == 0  # done: nothing more to write
+    derive(ws)  # then the stream's delivery settles it
+    assert marks(ws, "ws1") == {} and counters(ws, "ws1") == brute_counters(corpus)
+
+
+def test_the_deriver_waits_for_a_request_still_writing_its_index(ws):
+    with refused(ws, "BatchWriteItem", is_text_put):
+        views = post("s1", ("user", "coffee tomorrow"), ("alice", "tomorrow, then"))
+    messages = stored(ws)
+    deadline = messages[0]["ibu"]
+    clock = [deadline - 5.0]
+
+    def sleep(seconds: float) -> None:  # the live request finishes its texts while the deriver waits
+        assert seconds > 0
+        if clock[0] == deadline - 5.0:
+            assert text_index.index_texts(ws, "ws1", "s1", messages[0]["ib"], [
+                text_index.Text(v["seq"], v["peer_id"], v["content"]) for v in views]) == 2
+        clock[0] += seconds
+
+    assert message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: clock[0], sleep=sleep) == 0
+    assert deadline - 5.0 < clock[0] < deadline  # it waited, and no longer than the texts took
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
+
+
+def test_the_deriver_repairs_a_dead_request_once_its_deadline_has_passed(ws):
+    with refused(ws, "BatchWriteItem", is_text_put):
+        post("s1", ("user", "coffee tomorrow"), ("alice", "tomorrow, then"))
+    messages = stored(ws)
+    deadline = messages[0]["ibu"]
+    clock = [deadline - 3.0]
+
+    def sleep(seconds: float) -> None:
+        assert seconds > 0
+        clock[0] += seconds
+
+    assert message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: clock[0], sleep=sleep) == 2
+    assert clock[0] >= deadline  # waited the request's deadline out, then indexed its unit
+    assert sorted(texts(ws, "ws1", "s1")) == [1, 2]
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
+
+
+def age_deadlines(db: Db, session: str = "s1") -> None:
+    """The wall clock passes the stored messages' index deadline (`ibu`): the request that stored them is over."""
+    for m in stored(db, session):
+        db.client.update_item(TableName=db.table, Key={"PK": {"S": m["PK"]}, "SK": {"S": m["SK"]}},
+                              UpdateExpression="SET ibu = :past", ExpressionAttributeValues={":past": {"N": "1"}})
+
+
+@pytest.mark.xfail(strict=True, reason=MARKS_LEAK)
+def test_the_derive_function_indexes_what_a_dead_request_left_and_leaves_no_mark(ws):
+    post("s2", ("alice", "coffee, always coffee"))
+    derive(ws, "s2")
+    with refused(ws, "BatchWriteItem", is_text_put):
+        post("s1", ("user", "coffee tomorrow"), ("alice", "tomorrow, then"))
+    age_deadlines(ws)
+    derive(ws)  # the stream's delivery: settles what it can, then derives (indexing first)
+    corpus = corpus_of(ws, "s1", "s2")
+    assert sorted(texts(ws, "ws1", "s1")) == [1, 2]
+    assert counters(ws, "ws1") == brute_counters(corpus)
+    assert [m["id"] for m in search(f"{W}/sessions/s1/search", "tomorrow")] == ids_of(
+        ws, bm25(corpus_of(ws, "s1"), "tomorrow", 10))
+    # Every unit is counted and its texts are there: nothing is left for a mark to guard.
+    assert marks(ws, "ws1") == {}
+
+
+@pytest.mark.xfail(strict=True, reason=MARKS_LEAK)
+def test_a_unit_whose_insert_the_deriver_saw_before_its_texts_leaves_no_mark(ws):
+    """The stream is fast: the deriver settles a batch while its request is still writing the texts. Once both are
+    done (the deriver waited for the texts before deriving), nothing is left for a mark to guard."""
+    images = []
+
+    def deriver_first(params: dict) -> bool:
+        if not images:  # the insert came down the stream before the texts were written
+            images.extend(from_item(r["dynamodb"]["NewImage"]) for r in message_records(ws.client, session_id="s1"))
+            message_search.index_messages(ws, images)
+        return False  # then the texts are written
+
+    with refused(ws, "BatchWriteItem", lambda p: is_text_put(p) and deriver_first(p)):
+        post("s1", ("user", "coffee tomorrow"), ("alice", "tomorrow, then"))
+    messages = stored(ws)
+    assert images and sorted(texts(ws, "ws1", "s1")) == [1, 2]
+    assert message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: messages[0]["ibu"] - 1,
+                                         sleep=never_sleep) == 0  # the deriver's derivation: nothing to wait for
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
+    assert marks(ws, "ws1") == {}
+
+
+@pytest.mark.parametrize("settled", [
+    True, pytest.param(False, marks=pytest.mark.xfail(strict=True, reason=MARKS_LEAK)),
+], ids=["settled before the delete", "delivered to the deriver after it"])
+def test_deleting_a_session_takes_back_exactly_its_counts_postings_and_texts(ws, settled):
+    post("s1", ("user", "coffee with alice tomorrow"), ("alice", "coffee coffee coffee, or tea?"))
+    post("s1", ("user", "greyhound " * 12 + "tomorrow"))
+    post("s2", ("alice", "tomorrow the budget, and coffee"), ("user", "tea"))
+    post("s3", ("assistant", "the greyhound again"))
+    inserts = {s: message_records(ws.client, session_id=s) for s in ("s1", "s2", "s3")}
+    if settled:
+        for session in ("s1", "s2", "s3"):
+            derive(ws, session)
+    remaining = corpus_of(ws, "s2", "s3")
+    assert call("DELETE", f"{W}/sessions/s1").status == 202
+    purge(ws, "s1")
+
+    after = counters(ws, "ws1")
+    expected = brute_counters(remaining)
+    assert {sk: counts for sk, (counts, _) in after.items()} == {sk: counts for sk, (counts, _) in expected.items()}
+    assert all(after[sk][1] >= groups for sk, (_, groups) in expected.items())
+    assert postings(ws, "ws1") == brute_postings("ws1", remaining)
+    assert texts(ws, "ws1", "s1") == {}
+    for query in ("coffee", "greyhound tomorrow", "alice"):
+        assert text_index.rank_workspace(ws, "ws1", query, 10) == approx_hits(bm25(remaining, query, 10))
+        assert text_index.rank_workspace(ws, "ws1", query, 10, peer="alice") == approx_hits(
+            bm25([m for m in remaining if m.peer == "alice"], query, 10))
+    purged = counter_items(ws, "ws1")
+    purge(ws, "s1")  # the delete's record, delivered again
+    assert counter_items(ws, "ws1") == purged
+    if not settled:  # the stream's inserts reach the deriver after the delete (it skips a deleted session)
+        for session in ("s1", "s2", "s3"):
+            assert invoke("DeriveFunction", {"Records": inserts[session]}) == {"batchItemFailures": []}
+        assert {sk: counts for sk, (counts, _) in counters(ws, "ws1").items()} == {
+            sk: counts for sk, (counts, _) in expected.items()}
+    # Nothing of s1 is left on the counters: neither its counts nor its units' marks.
+    assert not [(sk, unit) for sk, units in marks(ws, "ws1").items() for unit in units if unit.startswith("s1:")]
+
+
+def test_deleting_the_workspace_removes_its_counters(ws):
+    post("s1", ("user", "coffee with alice tomorrow"))
+    post("s2", ("alice", "tomorrow the budget"))
+    derive(ws, "s1")
+    for session in ("s1", "s2"):
+        assert call("DELETE", f"{W}/sessions/{session}").status == 202
+        purge(ws, session)
+    assert counter_items(ws, "ws1")  # (zeros, until the workspace goes)
+    assert call("DELETE", W).status == 202
+    assert counter_items(ws, "ws1") == {} and postings(ws, "ws1") == set()
+    assert scan(ws, "begins_with(PK, :p)", {":p": {"S": "WS#ws1"}}) == []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "bug: a session deleted, then its workspace deleted before the session's purge ran: the purge takes the counts "
+    "back from a counters partition already deleted (ADD of negative numbers), leaving negative counters that a new "
+    "workspace of the same id then starts from"))
+def test_a_purge_that_ends_after_its_workspace_was_deleted_leaves_no_counter_behind(ws):
+    post("s1", ("user", "coffee with alice tomorrow"))
+    derive(ws, "s1")
+    assert call("DELETE", f"{W}/sessions/s1").status == 202
+    assert call("DELETE", W).status == 202  # the session is deleted, not yet purged: it does not block
+    purge(ws, "s1")
+    assert counter_items(ws, "ws1") == {}
+    # The id is free again: a new workspace of that name starts from nothing.
+    assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
+    post("s9", ("user", "coffee"))
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s9"))
+
+
+def test_deleting_a_conclusion_removes_its_term_counts(ws):
+    assert call("POST", f"{W}/peers", {"id": "alice"}).status == 201
+    reply = call("POST", f"{W}/conclusions", {"conclusions": [
+        {"content": "alice adopted a greyhound", "observer_id": "alice", "observed_id": "alice"},
+        {"content": "alice drinks coffee", "observer_id": "alice", "observed_id": "alice"}]})
+    assert reply.status == 201, reply.body
+    greyhound, coffee = (c["id"] for c in reply.body)
+
+    def text_item(cid: str) -> dict | None:
+        return from_item(ws.client.get_item(TableName=ws.table, ConsistentRead=True, Key={
+            k: {"S": v} for k, v in keys.conclusion_text("ws1", "alice", "alice", cid).items()}).get("Item"))
+
+    def query(text: str) -> list[str]:
+        answer = call("POST", f"{W}/conclusions/query", {"query": text, "filters": {
+            "observer_id": "alice", "observed_id": "alice"}})
+        assert answer.status == 200, answer.body
+        return [c["id"] for c in answer.body]
+
+    assert text_item(greyhound)["tsig"] == "adopt alic greyhound"
+    assert query("greyhound")[:1] == [greyhound]
+    assert call("DELETE", f"{W}/conclusions/{greyhound}").status == 204
+    assert text_item(greyhound) is None and text_item(coffee) is not None
+    assert greyhound not in query("greyhound")
