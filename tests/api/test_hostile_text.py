@@ -182,15 +182,10 @@ LARGEST = 355_000
 @pytest.mark.parametrize("shape", ["astral words", "prose"])
 def test_a_355000_character_message_is_found_and_its_index_items_fit(db, shape):
     ws = workspace()
-    if shape == "astral words":
-        head = "needle haystack needle " * 3
-        words = astral_words(5_000)
-        probe = words[0]
-    else:
-        head = "needle haystack needle " * 3
-        words = [f"w{i}ord{i % 7}x" for i in range(40_000)]
-        probe = words[3]
-    text = head + " ".join(words)
+    # More distinct words than a text keeps (its 1,024 most frequent): "needle" is among them, said six times.
+    words = astral_words(5_000) if shape == "astral words" else [f"w{i}ord{i % 7}x" for i in range(40_000)]
+    probe = words[0]
+    text = "needle haystack needle " * 3 + " ".join(words)
     text = (text + " " + "filler " * LARGEST)[:LARGEST]
     assert len(text) == LARGEST
     view = post_once(db, ws, text)
