@@ -1,0 +1,655 @@
+"""The exact lexical index in the table (precis.store.text_index): what it ranks is a brute-force BM25 over the raw
+texts, its statistics are the corpus's exact counts, a message is found as soon as its post answers, a unit counts
+once however often (or however far) it is indexed, deletes take back exactly what they remove, and a failure while
+indexing loses nothing.
+
+The brute force here is written from the textbook (k1 0.9, b 0.4, Lucene's idf, the speaker counted twice, the
+scope's own N, average length and document frequencies, ties by (session, seq)); only the tokenizer is Precis's
+(`precis.lexical.terms`). DynamoDB's failures are played at botocore's seam on the real client: Precis runs unchanged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pytest
+from botocore.exceptions import ClientError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from precis.lexical import terms
+from precis.store import keys, message_search, text_index
+from precis.store.db import Db, from_item, get_db
+
+from local.template import template
+from tests.handlers import call, invoke
+from tests.stream import message_records, stream_record
+
+K1, B = 0.9, 0.4
+SPEAKER_TIMES = 2
+GROUP_CAP = 9  # postings are grouped by count 1..8 and "9 or more"
+W = "/v3/workspaces/ws1"
+MARKS_LEAK = ("bug: a unit's u: marks are removed only by text_index.settle, which runs once per stream delivery and "
+              "finds nothing when the texts are not there yet (or the session is deleted): the marks then stay on "
+              "the counters, and on the statistics item every unit touches, for good")
+
+
+# ---------------------------------------------------------------- brute force, from the raw texts
+
+
+@dataclass(frozen=True)
+class Msg:
+    session: str
+    seq: int
+    peer: str
+    content: str
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.session, self.seq
+
+    def bag(self) -> Counter[str]:
+        """The message's terms with their counts: its words, and its speaker's name twice."""
+        return Counter(terms(self.content) + terms(self.peer) * SPEAKER_TIMES)
+
+
+def bm25(scope: list[Msg], query: str, k: int) -> list[tuple[tuple[str, int], float]]:
+    """The k best of `scope` for `query` by Okapi BM25 over exactly `scope`, best first, ties by (session, seq)."""
+    if not scope:
+        return []
+    bags = {m.key: m.bag() for m in scope}
+    n = len(bags)
+    average = sum(sum(b.values()) for b in bags.values()) / n
+    asked = Counter(terms(query))
+    df = {t: sum(1 for b in bags.values() if t in b) for t in asked}
+    scored = {}
+    for key, bag in bags.items():
+        length = sum(bag.values())
+        score = 0.0
+        for term, said in asked.items():
+            tf = bag[term]
+            if tf == 0:
+                continue
+            inverse = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
+            score += inverse * said * (tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / average)))
+        if score > 0:
+            scored[key] = score
+    return sorted(scored.items(), key=lambda hit: (-hit[1], hit[0]))[:k]
+
+
+def brute_counters(corpus: list[Msg]) -> dict[str, tuple[dict[str, int], set[int]]]:
+    """Counter sort key -> (its counts, its postings' groups), for what `corpus` says (statistics under '#')."""
+    stats: Counter[str] = Counter()
+    counts: dict[str, Counter[str]] = {}
+    groups: dict[str, set[int]] = {}
+    for m in corpus:
+        bag = m.bag()
+        length = sum(bag.values())
+        stats.update({"n": 1, "len": length, f"n:{m.peer}": 1, f"len:{m.peer}": length})
+        for term, said in bag.items():
+            counts.setdefault(term, Counter()).update({"n": 1, f"p:{m.peer}": 1})
+            groups.setdefault(term, set()).add(min(said, GROUP_CAP))
+    out = {term: (dict(c), groups[term]) for term, c in counts.items()}
+    if corpus:
+        out[keys.TEXT_STATS] = (dict(stats), set())
+    return out
+
+
+def brute_postings(ws: str, corpus: list[Msg]) -> set[tuple[str, str, int, int, str]]:
+    """(PK, SK, count, length, peer) of each (term, message)."""
+    out = set()
+    for m in corpus:
+        bag = m.bag()
+        length = sum(bag.values())
+        for term, said in bag.items():
+            out.add((keys.text_postings_pk(ws, term),
+                     f"{min(said, GROUP_CAP)}#{length:07d}#{m.session}#{m.seq:012d}", said, length, m.peer))
+    return out
+
+
+# ---------------------------------------------------------------- what the table holds
+
+
+def counter_items(db: Db, ws: str) -> dict[str, dict]:
+    out = db.client.query(TableName=db.table, KeyConditionExpression="PK = :p", ConsistentRead=True,
+                          ExpressionAttributeValues={":p": {"S": keys.text_counters_pk(ws)}})
+    assert "LastEvaluatedKey" not in out
+    return {i["SK"]: i for i in map(from_item, out["Items"])}
+
+
+def counters(db: Db, ws: str, *, groups_at_least: bool = False) -> dict[str, tuple[dict[str, int], set[int]]]:
+    """The counters partition as counts (zeros left out, as a brute force has no zero) and groups; an item whose
+    counts are all zero is as good as absent."""
+    out = {}
+    for sk, item in counter_items(db, ws).items():
+        counts = {name: value for name, value in item.items()
+                  if (name in ("n", "len") or name.startswith(("n:", "len:", "p:"))) and value != 0}
+        assert all(v > 0 for v in counts.values()), (sk, counts)  # never below zero
+        if counts:
+            out[sk] = (counts, set(item.get("g") or ()))
+    return out
+
+
+def marks(db: Db, ws: str) -> dict[str, set[str]]:
+    """Counter sort key -> the units marked on it."""
+    found = {sk: {name[2:] for name in item if name.startswith("u:")} for sk, item in counter_items(db, ws).items()}
+    return {sk: units for sk, units in found.items() if units}
+
+
+def postings(db: Db, ws: str) -> set[tuple[str, str, int, int, str]]:
+    prefix = keys.text_postings_pk(ws, "")
+    items = scan(db, "begins_with(PK, :p)", {":p": {"S": prefix}})
+    return {(i["PK"], i["SK"], i["n"], i["l"], i["p"]) for i in items}
+
+
+def texts(db: Db, ws: str, session_id: str) -> dict[int, dict]:
+    out = db.client.query(TableName=db.table, KeyConditionExpression="PK = :p", ConsistentRead=True,
+                          ExpressionAttributeValues={":p": {"S": keys.text_docs_pk(ws, session_id)}})
+    return {i["seq"]: i for i in map(from_item, out["Items"])}
+
+
+def scan(db: Db, condition: str, values: dict) -> list[dict]:
+    items, request = [], {"TableName": db.table, "FilterExpression": condition, "ExpressionAttributeValues": values}
+    while True:
+        out = db.client.scan(**request)
+        items += map(from_item, out["Items"])
+        if "LastEvaluatedKey" not in out:
+            return items
+        request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
+
+def approx_hits(hits: list[tuple[tuple[str, int], float]]) -> list[tuple[tuple[str, int], object]]:
+    return [(key, pytest.approx(score, rel=1e-9)) for key, score in hits]
+
+
+# ---------------------------------------------------------------- 1. exactness, in moto
+
+PEERS = ["user", "assistant", "alice", "agent_7"]
+COMMON = ["coffee", "meeting", "tomorrow"]
+RARE = ["lisbon", "greyhound", "budget", "violin", "tram", "printer", "sister", "bread", "thursday", "garden",
+        "adopted", "adoption", "ramen", "python"]
+STOP = ["the", "and", "it", "was"]
+word = st.one_of(st.sampled_from(COMMON), st.sampled_from(COMMON), st.sampled_from(RARE),
+                 st.sampled_from(STOP + ["user", "assistant"]))
+content = st.one_of(
+    st.lists(word, min_size=1, max_size=12).map(" ".join),
+    # a word said 8-12 times: the groups 8 and "9 or more"
+    st.builds(lambda w, n, rest: " ".join([w] * n + rest), st.sampled_from(COMMON + RARE), st.integers(7, 12),
+              st.lists(word, max_size=3)),
+    st.lists(st.sampled_from(STOP), min_size=1, max_size=3).map(" ".join),  # only stopwords: then they count
+)
+session_messages = st.lists(st.tuples(st.sampled_from(PEERS), content, st.booleans(), st.booleans()),
+                            min_size=1, max_size=8)  # (peer, text, a unit ends after it, its unit is sent twice)
+queries = st.lists(st.lists(st.sampled_from(COMMON + RARE + STOP + ["user", "assistant", "alice", "agent",
+                                                                    "unheard"]), min_size=1, max_size=4)
+                   .map(" ".join), min_size=1, max_size=3)
+_WORKSPACES = itertools.count()
+
+
+@pytest.fixture
+def db(aws) -> Db:
+    return Db(client=aws["dynamodb"], s3=aws["s3"], table=template().table_name, bucket=template().bucket_name)
+
+
+def index_corpus(db: Db, ws: str, sessions: list[list[tuple[str, str, bool, bool]]]) -> dict[Msg, str]:
+    """Index each session's messages through `index_texts`, in units (some sent twice); each message's unit."""
+    corpus: dict[Msg, str] = {}
+    for number, messages in enumerate(sessions):
+        session_id = f"s{number}"
+        unit: list[Msg] = []
+        for seq, (peer, text, ends, twice) in enumerate(messages, start=1):
+            unit.append(Msg(session_id, seq, peer, text))
+            if ends or seq == len(messages):
+                name = f"{session_id}:{unit[0].seq}:n{number}"
+                parts = [text_index.Text(m.seq, m.peer, m.content) for m in unit]
+                assert text_index.index_texts(db, ws, session_id, name, parts) == len(unit)
+                if twice:
+                    assert text_index.index_texts(db, ws, session_id, name, parts) == 0
+                corpus |= dict.fromkeys(unit, name)
+                unit = []
+    return corpus
+
+
+@given(sessions=st.lists(session_messages, min_size=1, max_size=4), asked=queries, k=st.integers(1, 8))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+def test_every_scope_ranks_exactly_the_brute_force_top_k_and_counts_exactly(db, sessions, asked, k):
+    ws = f"x{next(_WORKSPACES)}"
+    units = index_corpus(db, ws, sessions)
+    corpus = list(units)
+
+    assert counters(db, ws) == brute_counters(corpus)
+    expected_marks: dict[str, set[str]] = {keys.TEXT_STATS: set(units.values())}
+    for m, unit in units.items():
+        for term in m.bag():
+            expected_marks.setdefault(term, set()).add(unit)
+    assert marks(db, ws) == expected_marks  # each counter names the units it counted (settled later)
+    assert postings(db, ws) == brute_postings(ws, corpus)
+    for number in range(len(sessions)):
+        stored = texts(db, ws, f"s{number}")
+        mine = [m for m in corpus if m.session == f"s{number}"]
+        assert {seq: (t["peer"], t["tlen"], Counter(dict(
+            (p.partition(":")[0], int(p.partition(":")[2] or 1)) for p in t["tsig"].split()))) for seq, t in
+            stored.items()} == {m.seq: (m.peer, sum(m.bag().values()), m.bag()) for m in mine}
+
+    for query in asked:
+        assert text_index.rank_workspace(db, ws, query, k) == approx_hits(bm25(corpus, query, k)), query
+        for peer in PEERS:
+            assert text_index.rank_workspace(db, ws, query, k, peer=peer) == approx_hits(
+                bm25([m for m in corpus if m.peer == peer], query, k)), (query, peer)
+        for number in range(len(sessions)):
+            session_id = f"s{number}"
+            assert message_search.lexical_rank(db, ws, query, k, session_id=session_id) == approx_hits(
+                bm25([m for m in corpus if m.session == session_id], query, k)), (query, session_id)
+            assert message_search.lexical_rank(db, ws, query, k) == approx_hits(bm25(corpus, query, k))
+
+
+def test_a_word_common_to_thousands_of_texts_still_ranks_exactly(db):
+    """Deep postings: a common word read past its first pages, a peer's share of it, ties broken by key."""
+    corpus = []
+    for session_number in range(3):
+        session_id = f"s{session_number}"
+        batch = []
+        for seq in range(1, 301):
+            peer = PEERS[(seq + session_number) % len(PEERS)]
+            words = ["coffee"] * (1 + seq % 11) + [RARE[(seq * 7 + session_number) % len(RARE)]] * (seq % 3)
+            batch.append(Msg(session_id, seq, peer, " ".join(words)))
+        corpus += batch
+        for start in range(0, len(batch), 100):
+            chunk = batch[start:start + 100]
+            text_index.index_texts(db, "deep", session_id, f"{session_id}:{chunk[0].seq}:n",
+                                   [text_index.Text(m.seq, m.peer, m.content) for m in chunk])
+    assert counters(db, "deep") == brute_counters(corpus)
+    for query, k in (("coffee", 10), ("coffee coffee lisbon", 25), ("budget coffee", 3), ("alice coffee", 100),
+                     ("user", 7)):
+        assert text_index.rank_workspace(db, "deep", query, k) == approx_hits(bm25(corpus, query, k)), query
+        for peer in ("alice", "agent_7"):
+            assert text_index.rank_workspace(db, "deep", query, k, peer=peer) == approx_hits(
+                bm25([m for m in corpus if m.peer == peer], query, k)), (query, peer)
+
+
+# ---------------------------------------------------------------- through the routes
+
+@pytest.fixture
+def ws(aws, monkeypatch) -> Db:
+    """Workspace ws1, and the handlers' own client (failures are played on it)."""
+    monkeypatch.setenv("PRECIS_PURGE_GRACE_S", "0")
+    get_db.cache_clear()
+    assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
+    yield get_db()
+    get_db.cache_clear()
+
+
+def post(session: str, *messages: tuple[str, str]) -> list[dict]:
+    reply = call("POST", f"{W}/sessions/{session}/messages",
+                 {"messages": [{"peer_id": peer, "content": text} for peer, text in messages]})
+    assert reply.status == 201, reply.body
+    return reply.body
+
+
+def search(path: str, query: str, limit: int = 10) -> list[dict]:
+    reply = call("POST", path, {"query": query, "limit": limit})
+    assert reply.status == 200, reply.body
+    return reply.body
+
+
+def stored(db: Db, session: str = "s1") -> list[dict]:
+    out = db.client.query(TableName=db.table, KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
+                          ConsistentRead=True, ExpressionAttributeValues={
+                              ":p": {"S": keys.session_pk("ws1", session)}, ":m": {"S": "MSG#"}})
+    return [from_item(i) for i in out["Items"]]
+
+
+def corpus_of(db: Db, *sessions: str) -> list[Msg]:
+    return [Msg(s, m["seq"], m["peer_id"], m["content"]) for s in sessions for m in stored(db, s)]
+
+
+def derive(db: Db, session: str = "s1") -> None:
+    """The DeriveFunction, handed the session's message inserts as the stream hands them."""
+    assert invoke("DeriveFunction", {"Records": message_records(db.client, session_id=session)}) == {
+        "batchItemFailures": []}
+
+
+def purge(db: Db, session: str) -> None:
+    """The SummarizeFunction, handed the session's delete (its MODIFY record): it purges the session."""
+    item = db.client.get_item(TableName=db.table, Key={"PK": {"S": "WS#ws1"}, "SK": {"S": f"SESSION#{session}"}},
+                              ConsistentRead=True)["Item"]
+    assert invoke("SummarizeFunction", {"Records": [stream_record(item, "MODIFY")]}) == {"batchItemFailures": []}
+
+
+def ids_of(db: Db, hits: list[tuple[tuple[str, int], float]]) -> list[str]:
+    by_key = {(s, m["seq"]): m["id"] for s in {key[0] for key, _ in hits} for m in stored(db, s)}
+    return [by_key[key] for key, _ in hits]
+
+
+def is_text_put(params: dict) -> bool:
+    return any(r.get("PutRequest", {}).get("Item", {}).get("kind") == {"S": "xdoc"}
+               for requests in params["RequestItems"].values() for r in requests)
+
+
+@contextmanager
+def refused(db: Db, operation: str, when: Callable[[dict], bool]) -> Iterator[list[dict]]:
+    """DynamoDB refuses the `operation` requests `when` picks (as an InternalServerError past botocore's retries)."""
+    refusals: list[dict] = []
+
+    def refuse(params: dict, **_) -> None:
+        if when(params):
+            refusals.append(params)
+            raise ClientError({"Error": {"Code": "InternalServerError", "Message": "refused by the test"}}, operation)
+
+    db.client.meta.events.register(f"provide-client-params.dynamodb.{operation}", refuse)
+    try:
+        yield refusals
+    finally:
+        db.client.meta.events.unregister(f"provide-client-params.dynamodb.{operation}", refuse)
+
+
+def never_sleep(seconds: float) -> None:
+    raise AssertionError(f"waited {seconds} s for a request whose deadline had passed")
+
+
+CONVERSATION = [
+    ("s1", [("user", "I adopted a greyhound named Biscuit"), ("assistant", "A greyhound! How is Biscuit settling in")]),
+    ("s2", [("alice", "the budget meeting moved to thursday")]),
+    ("s1", [("user", "Biscuit sleeps all day on the sofa, the greyhound way")]),
+    ("s3", [("assistant", "reminder: coffee with alice on thursday"), ("alice", "coffee and the budget, thursday"),
+            ("user", "my sister adopted a cat")]),
+    ("s2", [("user", "the tram to Lisbon was late again")]),
+    ("s1", [("assistant", "greyhounds love sofas; was adoption hard")]),
+]
+
+
+def test_a_message_is_found_by_every_search_as_soon_as_its_post_answers(ws):
+    """No deriver run, no index settling: each search right after a post ranks exactly as the brute force ranks
+    everything posted so far."""
+    sent: list[Msg] = []
+    for session, batch in CONVERSATION:
+        views = post(session, *batch)
+        sent += [Msg(session, v["seq"], v["peer_id"], v["content"]) for v in views]
+        ids = {(m.session, m.seq): v["id"] for m in sent for v in [next(
+            x for x in stored(ws, m.session) if x["seq"] == m.seq)]}
+        for view in views:
+            query = " ".join(terms(view["content"])[:3])
+            peer = view["peer_id"]
+            for path, scope in ((f"{W}/search", sent),
+                                (f"{W}/sessions/{session}/search", [m for m in sent if m.session == session]),
+                                (f"{W}/peers/{peer}/search", [m for m in sent if m.peer == peer])):
+                found = search(path, query)
+                assert view["id"] in [m["id"] for m in found], (path, query)
+                assert [m["id"] for m in found] == [ids[key] for key, _ in bm25(scope, query, 10)], (path, query)
+
+
+def test_the_same_unit_indexed_again_changes_nothing(db):
+    unit = [text_index.Text(seq, peer, text) for seq, (peer, text) in
+            enumerate([("user", "coffee coffee at noon"), ("alice", "the budget, again"), ("user", "coffee")], 1)]
+    assert text_index.index_texts(db, "w", "s1", "s1:1:ab", unit) == 3
+    before = counter_items(db, "w"), postings(db, "w"), texts(db, "w", "s1")
+    assert text_index.index_texts(db, "w", "s1", "s1:1:ab", unit) == 0
+    assert text_index.index_texts(db, "w", "s1", "s1:1:ab", unit[1:]) == 0
+    assert (counter_items(db, "w"), postings(db, "w"), texts(db, "w", "s1")) == before
+    assert counters(db, "w") == brute_counters([Msg("s1", t.seq, t.peer, t.content) for t in unit])
+
+
+def test_a_unit_whose_texts_were_written_in_part_is_finished_and_counted_once(db):
+    unit = [text_index.Text(seq, "user" if seq % 3 else "alice", f"coffee number {seq} " + "tea " * (seq % 10))
+            for seq in range(1, 61)]  # three BatchWriteItems of texts
+
+    def last_chunk(params: dict) -> bool:
+        return is_text_put(params) and any(r["PutRequest"]["Item"]["seq"] == {"N": "60"}
+                                           for rs in params["RequestItems"].values() for r in rs)
+
+    with refused(db, "BatchWriteItem", last_chunk) as refusals, pytest.raises(ClientError):
+        text_index.index_texts(db, "w", "s1", "s1:1:ab", unit)
+    written = len(texts(db, "w", "s1"))
+    assert refusals and 0 < written < 60  # interrupted among its texts
+    assert text_index.index_texts(db, "w", "s1", "s1:1:ab", unit) == 60 - written  # the missing ones only
+    assert sorted(texts(db, "w", "s1")) == list(range(1, 61))
+    assert counters(db, "w") == brute_counters([Msg("s1", t.seq, t.peer, t.content) for t in unit])
+
+
+def test_delivering_the_stream_batch_again_changes_no_counter_and_settling_removes_the_marks(ws):
+    post("s1", ("user", "coffee with alice tomorrow"), ("alice", "coffee, or tea?"))
+    post("s1", ("user", "tea it is, tomorrow"))
+    post("s2", ("alice", "tomorrow the budget"))
+    corpus = corpus_of(ws, "s1", "s2")
+    assert counters(ws, "ws1") == brute_counters(corpus)
+    units = {m["ib"] for s in ("s1", "s2") for m in stored(ws, s)}
+    assert len(units) == 3 and set(marks(ws, "ws1")[keys.TEXT_STATS]) == units  # counted, not settled yet
+    derive(ws, "s1")
+    derive(ws, "s2")
+    assert marks(ws, "ws1") == {}  # the deriver saw the texts: each unit's marks are gone
+    settled = counter_items(ws, "ws1"), postings(ws, "ws1"), texts(ws, "ws1", "s1")
+    assert counters(ws, "ws1") == brute_counters(corpus)
+    derive(ws, "s1")  # the stream delivers the batch again
+    derive(ws, "s2")
+    assert (counter_items(ws, "ws1"), postings(ws, "ws1"), texts(ws, "ws1", "s1")) == settled
+
+
+FAILURES = {
+    "every counter": ("UpdateItem", lambda p: p["Key"]["PK"]["S"] == keys.text_counters_pk("ws1")),
+    "the statistics": ("UpdateItem", lambda p: p["Key"]["PK"]["S"] == keys.text_counters_pk("ws1")
+                       and p["Key"]["SK"]["S"] == keys.TEXT_STATS),
+    "one term's counter": ("UpdateItem", lambda p: p["Key"] == {"PK": {"S": keys.text_counters_pk("ws1")},
+                                                                "SK": {"S": "greyhound"}}),
+    "the postings": ("BatchWriteItem", lambda p: any(
+        r.get("PutRequest", {}).get("Item", {}).get("PK", {}).get("S", "").startswith(keys.text_postings_pk("ws1", ""))
+        for rs in p["RequestItems"].values() for r in rs)),
+    "the texts": ("BatchWriteItem", is_text_put),
+}
+
+
+def answers_without_5xx(session: str, peer: str, query: str) -> None:
+    for path in (f"{W}/search", f"{W}/sessions/{session}/search", f"{W}/peers/{peer}/search"):
+        search(path, query)
+    reply = call("GET", f"{W}/sessions/{session}/context", search_query=query)
+    assert reply.status == 200, reply.body
+
+
+@pytest.mark.parametrize("failing", FAILURES)
+def test_a_post_whose_indexing_fails_answers_201_and_the_deriver_indexes_it_once(ws, failing):
+    post("s1", ("user", "coffee tomorrow"))
+    operation, when = FAILURES[failing]
+    batch = [("user", "I adopted a greyhound"), ("alice", "a greyhound, lovely"), ("user", "coffee and greyhound")]
+    with refused(ws, operation, when) as refusals:
+        reply = call("POST", f"{W}/sessions/s1/messages",
+                     {"messages": [{"peer_id": p, "content": c} for p, c in batch]})
+    assert refusals and reply.status == 201, reply.body
+    messages = stored(ws)
+    assert [(m["peer_id"], m["content"]) for m in messages] == [("user", "coffee tomorrow"), *batch]  # once
+    assert [m["id"] for m in messages[1:]] == [v["id"] for v in reply.body]
+    assert sorted(texts(ws, "ws1", "s1")) == [1]  # its texts never came: the unit is not done
+    answers_without_5xx("s1", "alice", "greyhound")
+
+    deadline = max(m["ibu"] for m in messages[1:])
+    written = message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: deadline + 1, sleep=never_sleep)
+    assert written == 3
+    corpus = corpus_of(ws, "s1")
+    assert counters(ws, "ws1") == brute_counters(corpus)
+    assert postings(ws, "ws1") == brute_postings("ws1", corpus)
+    for path, scope in ((f"{W}/search", corpus), (f"{W}/sessions/s1/search", corpus),
+                        (f"{W}/peers/alice/search", [m for m in corpus if m.peer == "alice"])):
+        assert [m["id"] for m in search(path, "greyhound coffee")] == ids_of(ws, bm25(scope, "greyhound coffee",
+                                                                                       10))
+    assert message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: deadline + 1,
+                                         sleep=never_sleep) == 0  # done: nothing more to write
+    derive(ws)  # then the stream's delivery settles it
+    assert marks(ws, "ws1") == {} and counters(ws, "ws1") == brute_counters(corpus)
+
+
+def test_the_deriver_waits_for_a_request_still_writing_its_index(ws):
+    with refused(ws, "BatchWriteItem", is_text_put):
+        views = post("s1", ("user", "coffee tomorrow"), ("alice", "tomorrow, then"))
+    messages = stored(ws)
+    deadline = messages[0]["ibu"]
+    clock = [deadline - 5.0]
+
+    def sleep(seconds: float) -> None:  # the live request finishes its texts while the deriver waits
+        assert seconds > 0
+        if clock[0] == deadline - 5.0:
+            assert text_index.index_texts(ws, "ws1", "s1", messages[0]["ib"], [
+                text_index.Text(v["seq"], v["peer_id"], v["content"]) for v in views]) == 2
+        clock[0] += seconds
+
+    assert message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: clock[0], sleep=sleep) == 0
+    assert deadline - 5.0 < clock[0] < deadline  # it waited, and no longer than the texts took
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
+
+
+def test_the_deriver_repairs_a_dead_request_once_its_deadline_has_passed(ws):
+    with refused(ws, "BatchWriteItem", is_text_put):
+        post("s1", ("user", "coffee tomorrow"), ("alice", "tomorrow, then"))
+    messages = stored(ws)
+    deadline = messages[0]["ibu"]
+    clock = [deadline - 3.0]
+
+    def sleep(seconds: float) -> None:
+        assert seconds > 0
+        clock[0] += seconds
+
+    assert message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: clock[0], sleep=sleep) == 2
+    assert clock[0] >= deadline  # waited the request's deadline out, then indexed its unit
+    assert sorted(texts(ws, "ws1", "s1")) == [1, 2]
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
+
+
+def age_deadlines(db: Db, session: str = "s1") -> None:
+    """The wall clock passes the stored messages' index deadline (`ibu`): the request that stored them is over."""
+    for m in stored(db, session):
+        db.client.update_item(TableName=db.table, Key={"PK": {"S": m["PK"]}, "SK": {"S": m["SK"]}},
+                              UpdateExpression="SET ibu = :past", ExpressionAttributeValues={":past": {"N": "1"}})
+
+
+@pytest.mark.xfail(strict=True, reason=MARKS_LEAK)
+def test_the_derive_function_indexes_what_a_dead_request_left_and_leaves_no_mark(ws):
+    post("s2", ("alice", "coffee, always coffee"))
+    derive(ws, "s2")
+    with refused(ws, "BatchWriteItem", is_text_put):
+        post("s1", ("user", "coffee tomorrow"), ("alice", "tomorrow, then"))
+    age_deadlines(ws)
+    derive(ws)  # the stream's delivery: settles what it can, then derives (indexing first)
+    corpus = corpus_of(ws, "s1", "s2")
+    assert sorted(texts(ws, "ws1", "s1")) == [1, 2]
+    assert counters(ws, "ws1") == brute_counters(corpus)
+    assert [m["id"] for m in search(f"{W}/sessions/s1/search", "tomorrow")] == ids_of(
+        ws, bm25(corpus_of(ws, "s1"), "tomorrow", 10))
+    # Every unit is counted and its texts are there: nothing is left for a mark to guard.
+    assert marks(ws, "ws1") == {}
+
+
+@pytest.mark.xfail(strict=True, reason=MARKS_LEAK)
+def test_a_unit_whose_insert_the_deriver_saw_before_its_texts_leaves_no_mark(ws):
+    """The stream is fast: the deriver settles a batch while its request is still writing the texts. Once both are
+    done (the deriver waited for the texts before deriving), nothing is left for a mark to guard."""
+    images = []
+
+    def deriver_first(params: dict) -> bool:
+        if not images:  # the insert came down the stream before the texts were written
+            images.extend(from_item(r["dynamodb"]["NewImage"]) for r in message_records(ws.client, session_id="s1"))
+            message_search.index_messages(ws, images)
+        return False  # then the texts are written
+
+    with refused(ws, "BatchWriteItem", lambda p: is_text_put(p) and deriver_first(p)):
+        post("s1", ("user", "coffee tomorrow"), ("alice", "tomorrow, then"))
+    messages = stored(ws)
+    assert images and sorted(texts(ws, "ws1", "s1")) == [1, 2]
+    assert message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: messages[0]["ibu"] - 1,
+                                         sleep=never_sleep) == 0  # the deriver's derivation: nothing to wait for
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
+    assert marks(ws, "ws1") == {}
+
+
+@pytest.mark.parametrize("settled", [
+    True, pytest.param(False, marks=pytest.mark.xfail(strict=True, reason=MARKS_LEAK)),
+], ids=["settled before the delete", "delivered to the deriver after it"])
+def test_deleting_a_session_takes_back_exactly_its_counts_postings_and_texts(ws, settled):
+    post("s1", ("user", "coffee with alice tomorrow"), ("alice", "coffee coffee coffee, or tea?"))
+    post("s1", ("user", "greyhound " * 12 + "tomorrow"))
+    post("s2", ("alice", "tomorrow the budget, and coffee"), ("user", "tea"))
+    post("s3", ("assistant", "the greyhound again"))
+    inserts = {s: message_records(ws.client, session_id=s) for s in ("s1", "s2", "s3")}
+    if settled:
+        for session in ("s1", "s2", "s3"):
+            derive(ws, session)
+    remaining = corpus_of(ws, "s2", "s3")
+    assert call("DELETE", f"{W}/sessions/s1").status == 202
+    purge(ws, "s1")
+
+    after = counters(ws, "ws1")
+    expected = brute_counters(remaining)
+    assert {sk: counts for sk, (counts, _) in after.items()} == {sk: counts for sk, (counts, _) in expected.items()}
+    assert all(after[sk][1] >= groups for sk, (_, groups) in expected.items())
+    assert postings(ws, "ws1") == brute_postings("ws1", remaining)
+    assert texts(ws, "ws1", "s1") == {}
+    for query in ("coffee", "greyhound tomorrow", "alice"):
+        assert text_index.rank_workspace(ws, "ws1", query, 10) == approx_hits(bm25(remaining, query, 10))
+        assert text_index.rank_workspace(ws, "ws1", query, 10, peer="alice") == approx_hits(
+            bm25([m for m in remaining if m.peer == "alice"], query, 10))
+    purged = counter_items(ws, "ws1")
+    purge(ws, "s1")  # the delete's record, delivered again
+    assert counter_items(ws, "ws1") == purged
+    if not settled:  # the stream's inserts reach the deriver after the delete (it skips a deleted session)
+        for session in ("s1", "s2", "s3"):
+            assert invoke("DeriveFunction", {"Records": inserts[session]}) == {"batchItemFailures": []}
+        assert {sk: counts for sk, (counts, _) in counters(ws, "ws1").items()} == {
+            sk: counts for sk, (counts, _) in expected.items()}
+    # Nothing of s1 is left on the counters: neither its counts nor its units' marks.
+    assert not [(sk, unit) for sk, units in marks(ws, "ws1").items() for unit in units if unit.startswith("s1:")]
+
+
+def test_deleting_the_workspace_removes_its_counters(ws):
+    post("s1", ("user", "coffee with alice tomorrow"))
+    post("s2", ("alice", "tomorrow the budget"))
+    derive(ws, "s1")
+    for session in ("s1", "s2"):
+        assert call("DELETE", f"{W}/sessions/{session}").status == 202
+        purge(ws, session)
+    assert counter_items(ws, "ws1")  # (zeros, until the workspace goes)
+    assert call("DELETE", W).status == 202
+    assert counter_items(ws, "ws1") == {} and postings(ws, "ws1") == set()
+    assert scan(ws, "begins_with(PK, :p)", {":p": {"S": "WS#ws1"}}) == []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "bug: a session deleted, then its workspace deleted before the session's purge ran: the purge takes the counts "
+    "back from a counters partition already deleted (ADD of negative numbers), leaving negative counters that a new "
+    "workspace of the same id then starts from"))
+def test_a_purge_that_ends_after_its_workspace_was_deleted_leaves_no_counter_behind(ws):
+    post("s1", ("user", "coffee with alice tomorrow"))
+    derive(ws, "s1")
+    assert call("DELETE", f"{W}/sessions/s1").status == 202
+    assert call("DELETE", W).status == 202  # the session is deleted, not yet purged: it does not block
+    purge(ws, "s1")
+    assert counter_items(ws, "ws1") == {}
+    # The id is free again: a new workspace of that name starts from nothing.
+    assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
+    post("s9", ("user", "coffee"))
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s9"))
+
+
+def test_deleting_a_conclusion_removes_its_term_counts(ws):
+    assert call("POST", f"{W}/peers", {"id": "alice"}).status == 201
+    reply = call("POST", f"{W}/conclusions", {"conclusions": [
+        {"content": "alice adopted a greyhound", "observer_id": "alice", "observed_id": "alice"},
+        {"content": "alice drinks coffee", "observer_id": "alice", "observed_id": "alice"}]})
+    assert reply.status == 201, reply.body
+    greyhound, coffee = (c["id"] for c in reply.body)
+
+    def text_item(cid: str) -> dict | None:
+        return from_item(ws.client.get_item(TableName=ws.table, ConsistentRead=True, Key={
+            k: {"S": v} for k, v in keys.conclusion_text("ws1", "alice", "alice", cid).items()}).get("Item"))
+
+    def query(text: str) -> list[str]:
+        answer = call("POST", f"{W}/conclusions/query", {"query": text, "filters": {
+            "observer_id": "alice", "observed_id": "alice"}})
+        assert answer.status == 200, answer.body
+        return [c["id"] for c in answer.body]
+
+    assert text_item(greyhound)["tsig"] == "adopt alic greyhound"
+    assert query("greyhound")[:1] == [greyhound]
+    assert call("DELETE", f"{W}/conclusions/{greyhound}").status == 204
+    assert text_item(greyhound) is None and text_item(coffee) is not None
+    assert greyhound not in query("greyhound")
