@@ -183,18 +183,39 @@ def assert_ranked(found: list, expected: dict) -> None:
 # ---------------------------------------------------------------- reading the index
 
 
+def _counter_items(db: Db, ws: str) -> list[dict]:
+    """The workspace's counters and statistics items, and each peer's."""
+    peers = {k["SK"].removeprefix("PEER#") for k in query_all(
+        db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)", ConsistentRead=True,
+        ExpressionAttributeValues=to_item({":pk": f"WS#{ws}", ":p": "PEER#"}))}
+    items = []
+    for pk in [keys.text_counters_pk(ws), *(keys.text_peer_counters_pk(ws, p) for p in sorted(peers))]:
+        items += query_all(db, KeyConditionExpression="PK = :pk", ConsistentRead=True,
+                           ExpressionAttributeValues=to_item({":pk": pk}))
+    return items
+
+
 def counters(db: Db, ws: str) -> dict:
-    """The workspace's counters and statistics, without the units' marks."""
-    items = query_all(db, KeyConditionExpression="PK = :pk", ConsistentRead=True,
-                      ExpressionAttributeValues=to_item({":pk": keys.text_counters_pk(ws)}))
-    return {i["SK"]: {k: v for k, v in i.items() if k not in ("PK", "SK") and not k.startswith("u:")}
-            for i in items}
+    """The workspace's counters and statistics, each peer's folded in (`p:{peer}` on a term, `n:{peer}` and
+    `len:{peer}` on the statistics), without the units' marks."""
+    prefix = keys.text_peer_counters_pk(ws, "")
+    out: dict = {}
+    for i in _counter_items(db, ws):
+        values = {k: v for k, v in i.items() if k not in ("PK", "SK") and not k.startswith("u:")}
+        entry = out.setdefault(i["SK"], {})
+        if not i["PK"].startswith(prefix):
+            entry.update(values)
+            continue
+        peer = i["PK"].removeprefix(prefix)
+        if i["SK"] == keys.TEXT_STATS:
+            entry.update({f"n:{peer}": values.get("n", 0), f"len:{peer}": values.get("len", 0)})
+        else:
+            entry[f"p:{peer}"] = values.get("n", 0)
+    return out
 
 
 def marks(db: Db, ws: str) -> set:
-    items = query_all(db, KeyConditionExpression="PK = :pk", ConsistentRead=True,
-                      ExpressionAttributeValues=to_item({":pk": keys.text_counters_pk(ws)}))
-    return {(i["SK"], k) for i in items for k in i if k.startswith("u:")}
+    return {(i["PK"], i["SK"], k) for i in _counter_items(db, ws) for k in i if k.startswith("u:")}
 
 
 def expected_counters(messages: dict, ws: str) -> dict:
@@ -334,11 +355,11 @@ def test_a_run_dying_inside_a_unit_and_run_again_counts_each_message_once(db, ol
 def test_a_unit_the_deriver_repaired_first_is_not_counted_again(db, old):
     stored = read_range(db, "ws1", "s1", 101, 150)
     assert message_search.ensure_indexed(db, "ws1", "s1", stored) == 100  # the whole block of seqs 101-200
-    assert {unit for _, unit in marks(db, "ws1")} == {"u:s1:101:-"}  # (the repair leaves its marks)
+    assert marks(db, "ws1") == set()  # (the repair settles what it indexed)
     done = reindex.run(db, say=quiet)
-    assert (done.indexed, done.units, done.settled) == (295 - 100, 4, 1)
+    assert (done.indexed, done.units, done.settled) == (295 - 100, 4, 0)
     assert counters(db, "ws1") == expected_counters(old["messages"], "ws1")
-    assert marks(db, "ws1") == set()  # the repair's, settled by the backfill
+    assert marks(db, "ws1") == set()
 
 
 def test_a_new_batch_beside_old_messages_is_counted_once_and_one_still_being_stored_is_left_to_its_request(db, old):

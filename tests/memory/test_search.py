@@ -151,9 +151,12 @@ def test_deleting_a_session_takes_it_out_of_the_index(ws):
         "batchItemFailures": []}
     assert {keys.parse_session_pk(v["PK"]["S"].removesuffix("#XD"))[1] for v in index_items(ws)} == {"s2"}
     assert {p["SK"]["S"].split("#")[2] for p in index_items(ws, None)} == {"s2"}
-    stats = ws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": keys.text_counters_pk("ws1")},
-                                                                   "SK": {"S": keys.TEXT_STATS}})["Item"]
-    assert (stats["n"]["N"], stats["n:alice"]["N"], stats["n:bob"]["N"]) == ("2", "1", "0")
+    def messages_counted(pk: str) -> str:
+        return ws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": pk}, "SK": {"S": keys.TEXT_STATS}}
+                                       )["Item"]["n"]["N"]
+
+    assert [messages_counted(pk) for pk in (keys.text_counters_pk("ws1"), keys.text_peer_counters_pk("ws1", "alice"),
+                                            keys.text_peer_counters_pk("ws1", "bob"))] == ["2", "1", "0"]
     assert {m["session_id"] for m in search(f"{W}/search", "Lisbon")} == {"s2"}
 
 

@@ -33,10 +33,6 @@ K1, B = 0.9, 0.4
 SPEAKER_TIMES = 2
 GROUP_CAP = 9  # postings are grouped by count 1..8 and "9 or more"
 W = "/v3/workspaces/ws1"
-MARKS_LEAK = ("bug: a unit's u: marks are removed only by text_index.settle, which runs once per stream delivery and "
-              "finds nothing when the texts are not there yet (or the session is deleted): the marks then stay on "
-              "the counters, and on the statistics item every unit touches, for good")
-
 
 # ---------------------------------------------------------------- brute force, from the raw texts
 
@@ -115,10 +111,24 @@ def brute_postings(ws: str, corpus: list[Msg]) -> set[tuple[str, str, int, int, 
 
 
 def counter_items(db: Db, ws: str) -> dict[str, dict]:
+    """The workspace's counters and statistics with each peer's folded in, as one logical item per sort key: a
+    peer's `n` appears as `p:{peer}` on a term's counter and as `n:{peer}` / `len:{peer}` on the statistics; marks
+    (`u:`) of any of the items."""
     out = db.client.query(TableName=db.table, KeyConditionExpression="PK = :p", ConsistentRead=True,
                           ExpressionAttributeValues={":p": {"S": keys.text_counters_pk(ws)}})
     assert "LastEvaluatedKey" not in out
-    return {i["SK"]: i for i in map(from_item, out["Items"])}
+    merged = {i["SK"]: dict(i) for i in map(from_item, out["Items"])}
+    prefix = keys.text_peer_counters_pk(ws, "")
+    for item in scan(db, "begins_with(PK, :p)", {":p": {"S": prefix}}):
+        peer, entry = item["PK"].removeprefix(prefix), merged.setdefault(item["SK"], {"SK": item["SK"]})
+        for name, value in item.items():
+            if name == "n":
+                entry[f"n:{peer}" if item["SK"] == keys.TEXT_STATS else f"p:{peer}"] = value
+            elif name == "len":
+                entry[f"len:{peer}"] = value
+            elif name.startswith("u:"):
+                entry[name] = value
+    return merged
 
 
 def counters(db: Db, ws: str, *, groups_at_least: bool = False) -> dict[str, tuple[dict[str, int], set[int]]]:
@@ -143,7 +153,7 @@ def marks(db: Db, ws: str) -> dict[str, set[str]]:
 def postings(db: Db, ws: str) -> set[tuple[str, str, int, int, str]]:
     prefix = keys.text_postings_pk(ws, "")
     items = scan(db, "begins_with(PK, :p)", {":p": {"S": prefix}})
-    return {(i["PK"], i["SK"], i["n"], i["l"], i["p"]) for i in items}
+    return {(i["PK"], i["SK"], i["n"], int(i["SK"].split("#")[1]), i["p"]) for i in items}
 
 
 def texts(db: Db, ws: str, session_id: str) -> dict[int, dict]:
@@ -523,7 +533,6 @@ def age_deadlines(db: Db, session: str = "s1") -> None:
                               UpdateExpression="SET ibu = :past", ExpressionAttributeValues={":past": {"N": "1"}})
 
 
-@pytest.mark.xfail(strict=True, reason=MARKS_LEAK)
 def test_the_derive_function_indexes_what_a_dead_request_left_and_leaves_no_mark(ws):
     post("s2", ("alice", "coffee, always coffee"))
     derive(ws, "s2")
@@ -540,20 +549,23 @@ def test_the_derive_function_indexes_what_a_dead_request_left_and_leaves_no_mark
     assert marks(ws, "ws1") == {}
 
 
-@pytest.mark.xfail(strict=True, reason=MARKS_LEAK)
 def test_a_unit_whose_insert_the_deriver_saw_before_its_texts_leaves_no_mark(ws):
-    """The stream is fast: the deriver settles a batch while its request is still writing the texts. Once both are
-    done (the deriver waited for the texts before deriving), nothing is left for a mark to guard."""
-    images = []
+    """The stream is fast: the deriver gets a batch's inserts while its request is still writing the texts. It waits
+    for them (the request's deadline has not passed), then settles: nothing is left for a mark to guard."""
+    import threading
+
+    images: list[dict] = []
+    deriver = threading.Thread(target=lambda: message_search.index_messages(ws, images))
 
     def deriver_first(params: dict) -> bool:
         if not images:  # the insert came down the stream before the texts were written
             images.extend(from_item(r["dynamodb"]["NewImage"]) for r in message_records(ws.client, session_id="s1"))
-            message_search.index_messages(ws, images)
+            deriver.start()  # (polls for the texts until the request's deadline)
         return False  # then the texts are written
 
     with refused(ws, "BatchWriteItem", lambda p: is_text_put(p) and deriver_first(p)):
         post("s1", ("user", "coffee tomorrow"), ("alice", "tomorrow, then"))
+    deriver.join()
     messages = stored(ws)
     assert images and sorted(texts(ws, "ws1", "s1")) == [1, 2]
     assert message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: messages[0]["ibu"] - 1,
@@ -563,7 +575,7 @@ def test_a_unit_whose_insert_the_deriver_saw_before_its_texts_leaves_no_mark(ws)
 
 
 @pytest.mark.parametrize("settled", [
-    True, pytest.param(False, marks=pytest.mark.xfail(strict=True, reason=MARKS_LEAK)),
+    True, False,
 ], ids=["settled before the delete", "delivered to the deriver after it"])
 def test_deleting_a_session_takes_back_exactly_its_counts_postings_and_texts(ws, settled):
     post("s1", ("user", "coffee with alice tomorrow"), ("alice", "coffee coffee coffee, or tea?"))
@@ -613,10 +625,6 @@ def test_deleting_the_workspace_removes_its_counters(ws):
     assert scan(ws, "begins_with(PK, :p)", {":p": {"S": "WS#ws1"}}) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: a session deleted, then its workspace deleted before the session's purge ran: the purge takes the counts "
-    "back from a counters partition already deleted (ADD of negative numbers), leaving negative counters that a new "
-    "workspace of the same id then starts from"))
 def test_a_purge_that_ends_after_its_workspace_was_deleted_leaves_no_counter_behind(ws):
     post("s1", ("user", "coffee with alice tomorrow"))
     derive(ws, "s1")

@@ -89,12 +89,16 @@ def ensure_indexed(db: Db, ws: str, session_id: str, messages: Sequence[dict[str
     missing = _wait_for_texts(db, ws, session_id, [m for m in messages if int(m["seq"]) in found_missing], now, sleep)
     if found_missing - missing:  # written meanwhile by their request: their units are complete
         text_index.settle(db, ws, session_id, found_missing - missing)
+    # Another deriver (another sender's, or the upgrade's backfill) may hold the session's repair: wait while it
+    # does, then index what is still missing (it may have done it); past its lease, fail to be retried.
+    give_up = now() + REPAIR_LEASE_S
+    while missing and not _lease(db, ws, session_id, now()):
+        if now() >= give_up:
+            raise RepairBusy(f"session '{session_id}' of workspace '{ws}' is being indexed by another deriver; retry")
+        sleep(_POLL_S)
+        missing = text_index.missing_texts(db, ws, session_id, missing)
     if not missing:
         return 0
-    if not _lease(db, ws, session_id, now()):
-        # Another deriver (or the upgrade's backfill) is indexing this session: fail, so that this derivation is
-        # retried once it is done, rather than derive messages nobody may be indexing.
-        raise RepairBusy(f"session '{session_id}' of workspace '{ws}' is being indexed by another deriver; retry")
     from precis.store.messages import read_range
 
     written = 0
