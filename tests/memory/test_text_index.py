@@ -661,3 +661,19 @@ def test_deleting_a_conclusion_removes_its_term_counts(ws):
     assert call("DELETE", f"{W}/conclusions/{greyhound}").status == 204
     assert text_item(greyhound) is None and text_item(coffee) is not None
     assert greyhound not in query("greyhound")
+
+
+def test_a_post_saying_more_words_than_a_request_indexes_is_indexed_by_the_deriver(ws):
+    """A batch of more distinct words than a post indexes before answering (each costs a posting and two counter
+    updates) is stored and answered at once; the deriver indexes it once its request is done."""
+    from precis.messages.ingest import INLINE_INDEX_MAX_TERMS
+
+    wide = [" ".join(f"w{m}x{i}q" for i in range(1001)) + " kayak" for m in range(2)]
+    assert 2 * 1002 > INLINE_INDEX_MAX_TERMS
+    post("s1", *(("user", text) for text in wide))
+    assert texts(ws, "ws1", "s1") == {} and search(f"{W}/search", "kayak") == []  # not indexed by the post
+    age_deadlines(ws)
+    derive(ws)
+    assert [m["seq"] for m in search(f"{W}/search", "kayak")] == [1, 2]
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
+    assert marks(ws, "ws1") == {}

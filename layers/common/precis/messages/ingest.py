@@ -35,6 +35,9 @@ from precis.tokens import count_text
 from precis.api.bodies import MessageBatch, MessageIn
 
 IDEMPOTENCY_KEY_MAX = 255
+# Distinct terms a post indexes before it answers (each is a posting and two counter updates, eight at a time: a few
+# seconds at most of the function's 15); a batch saying more is indexed by the deriver once the request is done.
+INLINE_INDEX_MAX_TERMS = 2_000
 MESSAGE_JSON_MAX_BYTES = 5_000_000  # one message, read back alone, fits Lambda's 6 MB response
 metrics = Metrics()
 log = logging.getLogger("precis.messages.ingest")
@@ -135,7 +138,7 @@ def _index(db: Db, ws: str, session_id: str, unit: str, views: list[dict[str, An
     happens here: a failure is logged and the deriver indexes the batch later (text_index.repair), never a 5xx."""
     texts = [text_index.Text(v["seq"], v["peer_id"], m.content) for v, m in zip(views, prepared)]
     try:
-        text_index.index_texts(db, ws, session_id, unit, texts)
+        text_index.index_texts(db, ws, session_id, unit, texts, max_terms=INLINE_INDEX_MAX_TERMS)
     except Exception:  # noqa: BLE001 - stored is stored: the answer is 201 and the deriver finishes the index
         log.exception("indexing %s/%s unit %s failed; the deriver will index it", ws, session_id, unit)
         metrics.add_metric(name="IndexDeferred", unit=MetricUnit.Count, value=len(texts))

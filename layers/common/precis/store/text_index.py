@@ -76,11 +76,21 @@ def _mark(unit: str) -> str:
 
 # ---------------------------------------------------------------- writing
 
-def index_texts(db: Db, ws: str, session_id: str, unit: str, texts: Sequence[Text]) -> int:
+class TooManyTerms(Exception):
+    """A unit says more distinct terms than its indexer may write in the time it has: nothing was written."""
+
+
+def index_texts(db: Db, ws: str, session_id: str, unit: str, texts: Sequence[Text], *,
+                max_terms: int | None = None) -> int:
     """Index a unit's messages (postings, counts, texts), exactly once however often it is asked; how many texts were
-    written. A unit whose texts exist already is counted: only its missing texts are written again."""
+    written. A unit whose texts exist already is counted: only its missing texts are written again. With
+    `max_terms`, a unit of more distinct terms raises TooManyTerms before writing anything."""
     if not texts:
         return 0
+    if max_terms is not None:
+        said = len({term for t in texts for term in Document.of(t.content, speaker=t.peer).counts})
+        if said > max_terms:  # (the documents are cached by neither call: a rare path, taken once)
+            raise TooManyTerms(f"unit {unit}: {said} distinct terms, more than {max_terms}")
     found = batch_get(db, [keys.text_doc(ws, session_id, t.seq) for t in texts], ("seq", "u"))
     # A text another unit wrote (a clone's copy of the same seq) is counted there: not this unit's to count or write.
     texts = [t for t in texts if t.seq not in {int(i["seq"]) for i in found if i.get("u") != unit}]
