@@ -297,6 +297,27 @@ def test_rolling_one_message_at_a_time_keeps_the_recent_runs_and_stays_under_thr
         assert call(config, summaries, arrived) == []
 
 
+@settings(max_examples=150)
+@given(sessions(1, 120, ("a", "b")), st.lists(st.integers(1, 30), min_size=1, max_size=120),
+       st.integers(256, 3000), st.integers(1, 6))
+def test_rolling_keeps_its_newest_runs_verbatim_however_messages_were_batched(session, batches, threshold, keep):
+    """After any batch, at least `keep_recent_runs` complete runs (and the open one) lie after the rolling summary:
+    a fold never takes the newest runs from the context, whatever the batch sizes."""
+    config = SummaryConfig(strategy="rolling", token_threshold=threshold, keep_recent_runs=keep)
+    summaries: dict[str, SummaryCost] = {}
+    n, total = 0, len(session.run_ids)
+    for size in batches + [total]:
+        n = min(total, n + size)
+        arrived = Session(session.run_ids[:n], session.tokens[:n])
+        apply(summaries, arrived, call(config, summaries, arrived))
+        if ROLLING in summaries:
+            covered = summaries[ROLLING].covers_seq
+            assert covered in complete_run_ends(arrived.run_ids)
+            assert len({e for e in complete_run_ends(arrived.run_ids) if e > covered}) >= keep
+        if n == total:
+            break
+
+
 def test_rolling_folds_all_but_the_newest_runs():
     ids = ["r1"] * 3 + ["r2"] * 3 + ["r3"] * 3 + ["r4"] * 2  # r4 is open
     session = Session(ids, [100] * 11)
