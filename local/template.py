@@ -136,6 +136,7 @@ class _Resolver:
         self.resources = raw.get("Resources", {})
         self.names = names
         self.conditions = raw.get("Conditions", {})
+        self.mappings = raw.get("Mappings", {})
 
     def ref(self, name: str) -> str | None:
         if name == "AWS::NoValue":
@@ -208,6 +209,9 @@ class _Resolver:
                 return any(self.resolve(x) for x in arg)
             if name == "Condition":
                 return self.condition(arg)
+            if name == "FindInMap":
+                mapping, top, second = (self.resolve(x) for x in arg)
+                return self.mappings[mapping][top][second]
             if name == "Join":
                 separator, values = arg
                 return separator.join(str(v) for v in self.resolve(values) if v is not None)

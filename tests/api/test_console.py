@@ -198,7 +198,7 @@ def _api(url: str, key: str | None = None) -> httpx.Client:
 
 @pytest.fixture(scope="module")
 def seeded(stack):
-    """Workspace `console`: s1 (58 messages in runs of two, alice then bot, its short summary through #44, alice's
+    """Workspace `console`: s1 (58 messages in runs of two, alice then bot, its short summary through #40, alice's
     conclusions and card), `hostile` (HTML in a message), `live`, and p-01…p-24 (for paging)."""
     api = _api(stack.url)
     api.post("/v3/workspaces", json={"id": WS}).raise_for_status()
@@ -229,12 +229,12 @@ def seeded(stack):
         return covers is None or api.get(f"{s}/{session_id}/messages/{summary['message_id']}").json()["seq"] == covers
 
     # The stack's background work, waited on: the bounds only keep a broken build from hanging (a busy machine is slow).
-    wait_for(lambda: settled("s1", 44) and settled("hostile"), timeout=SETTLE_S)
+    wait_for(lambda: settled("s1", 40) and settled("hostile"), timeout=SETTLE_S)
     # Then messages the summary does not cover: the window holds the summary and these (no summary is due yet).
     api.post(f"{s}/s1/messages", json={"messages": [
         {"peer_id": "alice" if i % 2 else "bot", "run_id": f"turn-{(i + 1) // 2}",
          "content": f"Later message {i}: the weather in Lisbon stays mild."} for i in range(46, 59)]}).raise_for_status()
-    wait_for(lambda: settled("s1", 44), timeout=SETTLE_S)
+    wait_for(lambda: settled("s1", 40), timeout=SETTLE_S)
     wait_for(lambda: api.get(f"/v3/workspaces/{WS}/peers/alice/card").json()["peer_card"], timeout=SETTLE_S)
     return api
 
@@ -359,9 +359,9 @@ def test_the_messages_marked_in_the_window_are_exactly_the_api_s(tab, seeded, pa
     assert order[start + 1] == ["m", context["messages"][0]["id"]]
     skipped = context["messages_skipped"]
     assert (f"{skipped} older message" in order[start][1]) == (skipped > 0), order[start][1]
-    # The short summary's end is marked after #44, the last message it covers.
+    # The short summary's end is marked after #40, the last message it covers (the last run end at or before #40).
     end = next(i for i, (kind, _) in enumerate(order) if kind == "b:summary-end")
-    assert order[end - 1][0] == "m" and tab.page.get_attribute(f"#m-{order[end - 1][1]}", "data-seq") == "44"
+    assert order[end - 1][0] == "m" and tab.page.get_attribute(f"#m-{order[end - 1][1]}", "data-seq") == "40"
 
 
 @pytest.mark.stack
@@ -371,7 +371,7 @@ def test_summaries_card_conclusions_search_and_queue_are_shown(tab, seeded):
     short = tab.page.locator("#summaries article[data-type='honcho_chat_summary_short']")
     assert short.locator(".text").text_content() == summaries["short_summary"]["content"]
     meta = short.locator(".meta").text_content()
-    assert "covers messages through #44" in meta and f"{summaries['short_summary']['token_count']} tokens" in meta
+    assert "covers messages through #40" in meta and f"{summaries['short_summary']['token_count']} tokens" in meta
     assert "written 20" in meta
 
     tab.page.select_option("#peer-select", "alice")

@@ -96,10 +96,18 @@ def reference(session: Session, summaries: list[SummaryCost], limit: int, use_su
     """The answer worked out the slow way, from the full list of messages round 1 saw."""
     messages = session.snapshot
     chosen = None
+    newest = messages[-1] if messages else None
+
+    def leaves_the_newest(s: SummaryCost) -> bool:
+        """The newest message still shows beside `s`, or it would not show at all (bigger than the limit)."""
+        return newest is None or newest.token_count > limit or (
+            s.covers_seq < newest.seq and s.token_count + newest.token_count <= limit)
+
     if use_summary:
         fitting_summaries = [
             s for s in summaries
             if 1 <= s.covers_seq <= len(messages) and s.token_count <= math.floor(Fraction(4, 10) * limit)
+            and leaves_the_newest(s)
         ]
         if fitting_summaries:
             largest = max(s.token_count for s in fitting_summaries)
@@ -366,14 +374,47 @@ def test_empty_messages_cost_nothing_and_are_returned():
     assert selection.messages_skipped == 2
 
 
-def test_summary_covering_the_last_message_leaves_no_messages():
-    """A summary through the last message: nothing after it to return, nothing skipped."""
+def test_a_summary_covering_the_newest_message_is_passed_over_when_that_message_fits():
+    """A summary through the last message would leave the message share empty: the messages it covers come
+    instead, or the older summary that leaves them."""
     session = build([10, 10, 0])
     plan, selection = context(session, [summary(session, 3, 8)], 100)
-    assert plan.min_start_tokens == plan.total_tokens == 20
+    assert (selection.summary, seqs(selection), selection.token_count) == (None, [1, 2, 3], 20)
+    older = summary(session, 1, 5, "long")
+    plan, selection = context(session, [summary(session, 3, 8), older], 100)
+    assert (selection.summary, seqs(selection), selection.token_count) == (older, [2, 3], 15)
+
+
+def test_a_summary_is_passed_over_when_the_newest_message_fits_only_without_it():
+    """The newest message (often the question) verbatim beats a summary of older ones."""
+    session = build([10] * 5 + [70])
+    plan, selection = context(session, [summary(session, 4, 40)], 100)
+    assert selection.summary is None and seqs(selection) == [3, 4, 5, 6]
+    plan, selection = context(session, [summary(session, 4, 30)], 100)
+    assert selection.summary.token_count == 30 and seqs(selection) == [6]
+
+
+def test_a_summary_covering_a_newest_message_too_large_for_the_limit_is_still_returned():
+    """When not even the newest message fits alone, no message can show: the summary is all there is."""
+    session = build([10, 10, 500])
+    plan, selection = context(session, [summary(session, 3, 8)], 100)
+    assert plan.min_start_tokens == plan.total_tokens == 520
     assert selection.messages == []
     assert selection.messages_skipped == 0
     assert selection.token_count == 8
+
+
+@settings(max_examples=400, deadline=None)
+@given(cases())
+def test_context_keeps_the_newest_message_whenever_it_fits(case):
+    """Never the whole message share traded for a summary: if the newest message fits the limit, it is returned
+    (whole runs aside: a run that only partly fits is dropped whole)."""
+    session, summaries, limit, use_summary, whole_runs = case
+    plan, selection = context(session, summaries, limit, use_summary=use_summary, whole_runs=False)
+    if session.last is not None and session.last.token_count <= limit:
+        assert selection.messages and selection.messages[-1] == session.last
+    if selection.summary is not None and not selection.messages:
+        assert session.last.token_count > limit
 
 
 def test_summary_covering_nothing_or_beyond_last_message_is_ignored():

@@ -124,7 +124,11 @@ def runs_of(messages: list[dict]) -> list[int]:
 def reference(messages: list[dict], summaries: list[dict], limit: int, use_summary: bool,
               whole_runs: bool) -> list[dict]:
     """Every answer the contract allows (one per summary tied for largest), from all stored messages."""
-    fitting = [s for s in summaries if use_summary and s["token_count"] <= limit * 2 // 5]  # floor(40%)
+    newest = messages[-1]["token_count"] if messages else None
+    # A summary must leave the newest message verbatim, unless that message cannot show at all.
+    fitting = [s for s in summaries if use_summary and s["token_count"] <= limit * 2 // 5  # floor(40%)
+               and (newest is None or newest > limit
+                    or (s["covers_seq"] < len(messages) and s["token_count"] + newest <= limit))]
     largest = max((s["token_count"] for s in fitting), default=None)
     choices = [s for s in fitting if s["token_count"] == largest] or [None]
     runs = runs_of(messages)
@@ -299,7 +303,7 @@ def test_a_summary_too_large_for_40_percent_is_skipped_and_messages_come_from_th
 
 def test_the_largest_summary_that_fits_wins(ws):
     new_session("s1")
-    stored = seed_messages(ws["dynamodb"], "s1", [(f"m{i}", None) for i in range(1, 61)])
+    stored = seed_messages(ws["dynamodb"], "s1", [(f"m{i}", None) for i in range(1, 62)])
     short = summarize("s1", stored, SHORT, 60, "short " * 10)
     long = summarize("s1", stored, LONG, 40, "long " * 100)
     assert context("s1", tokens=long["token_count"] * 3)["summary"]["summary_type"] == LONG

@@ -37,8 +37,9 @@ print(json.dumps({"import": imported, "clients": clients, "health": health,
 """
 
 
-def cold(logical_id: str, health: bool = False) -> dict:
+def cold(logical_id: str, health: bool = False, parameters: dict[str, str] | None = None) -> dict:
     env, cwd = lambda_environment(logical_id)
+    env.update(parameters or {})  # what other template parameters put in the function's environment
     env["PYTHONPATH"] += f":{ROOT}"  # the probe's Lambda context comes from the local stack's package
     argv = [sys.executable, "-c", PROBE, "health" if health else "import", ",".join(WATCHED)]
     out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
@@ -72,3 +73,15 @@ def test_the_context_function_starts_without_the_representation():  # it loads w
 def test_health_answers_without_openai_or_tiktoken():
     probe = cold("ContextFunction", health=True)
     assert probe["health"] == 200 and probe["after"] == {"openai": False, "tiktoken": False}
+
+
+@pytest.mark.parametrize("logical_id", ["ContextFunction", "ChatFunction", "IngestFunction", "SummarizeFunction",
+                                        "DeriveFunction"])
+def test_every_function_starts_on_bedrock_with_no_model_named(logical_id):
+    """`LlmProvider=bedrock` (and `Embedder=bedrock`) with LlmModel and EmbedModel left empty: the settings give each
+    role its Bedrock default, so every cold start succeeds (it failed on gpt-4o-mini) and /health answers."""
+    probe = cold(logical_id, health=logical_id == "ContextFunction",
+                 parameters={"PRECIS_LLM_PROVIDER": "bedrock", "PRECIS_EMBEDDER": "bedrock"})
+    assert probe["import"]["openai"] is False
+    if logical_id == "ContextFunction":
+        assert probe["health"] == 200

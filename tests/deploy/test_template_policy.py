@@ -96,10 +96,10 @@ def _text(value: Any) -> str:
             return "${%s}" % value.value
         if value.name == "Sub" and isinstance(value.value, str):
             return value.value
-        if value.name == "Sub" and isinstance(value.value, list):  # [template, {Region: the Bedrock region}]
+        if value.name == "Sub" and isinstance(value.value, list):  # [template, {Region, Model}]
             template, variables = value.value
-            assert set(variables) == {"Region"} and _is_bedrock_region(variables["Region"]), value
-            return template
+            assert set(variables) == {"Region", "Model"} and _is_bedrock_region(variables["Region"]), value
+            return template.replace("${Model}", "${%s}" % _model_or_default(variables["Model"]))
         raise AssertionError(f"an intrinsic this test cannot read in a policy: {value!r}")
     assert isinstance(value, str), value
     return value
@@ -112,6 +112,18 @@ def _is_bedrock_region(value: Any) -> bool:
     condition, chosen, otherwise = value.value
     return (condition == "HasBedrockRegion" and (chosen.name, chosen.value) == ("Ref", "BedrockRegion")
             and (otherwise.name, otherwise.value) == ("Ref", "AWS::Region"))
+
+
+def _model_or_default(value: Any) -> str:
+    """The parameter of `!If [HasXModel, !Ref XModel, !FindInMap [BedrockDefaults, Models, Key]]`: the model the
+    functions ask for, the parameter's when set, else the same default the settings pick (see
+    test_the_bedrock_defaults_are_the_ones_the_functions_ask_for)."""
+    assert isinstance(value, _Tag) and value.name == "If", value
+    condition, chosen, otherwise = value.value
+    assert (chosen.name, otherwise.name) == ("Ref", "FindInMap"), value
+    assert condition == f"Has{chosen.value}" and RAW["Conditions"][condition].name == "Not", value
+    assert otherwise.value == ["BedrockDefaults", "Models", {"LlmModel": "Llm", "EmbedModel": "Embed"}[chosen.value]]
+    return chosen.value
 
 
 def conditional(logical_id: str) -> dict[str, str]:
@@ -300,6 +312,39 @@ def test_the_bedrock_conditions_follow_the_provider_parameters():
         (ref, value) = conditions[name].value
         assert conditions[name].name == "Equals" and (ref.name, ref.value, value) == ("Ref", parameter, "bedrock")
         assert "bedrock" in PARAMETERS[parameter]["AllowedValues"] and PARAMETERS[parameter]["Default"] != "bedrock"
+
+
+def test_the_bedrock_defaults_are_the_ones_the_functions_ask_for():
+    """With LlmModel and EmbedModel empty (their defaults), the functions ask for settings.DEFAULT_MODELS' Bedrock
+    models, and the template grants those."""
+    from precis.settings import DEFAULT_MODELS, Settings
+
+    assert PARAMETERS["LlmModel"]["Default"] == PARAMETERS["EmbedModel"]["Default"] == ""
+    assert RAW["Mappings"]["BedrockDefaults"]["Models"] == {"Llm": DEFAULT_MODELS["bedrock"]["llm"],
+                                                            "Embed": DEFAULT_MODELS["bedrock"]["embed"]}
+    on_bedrock = Settings(llm_provider="bedrock", embedder="bedrock")
+    assert [on_bedrock.model_for(r) for r in ("summaries", "derive", "chat", "embed")] == [
+        "us.amazon.nova-2-lite-v1:0"] * 3 + ["amazon.titan-embed-text-v2:0"]
+
+
+@pytest.mark.parametrize("logical_id", sorted(BEDROCK_LLM | BEDROCK_EMBED))
+def test_a_bedrock_deployment_without_model_ids_may_invoke_the_default_models_alone(logical_id):
+    """`LlmProvider=bedrock Embedder=bedrock` and no model: each role may make the requests Bedrock authorizes for
+    the default models (the profile, then the foundation model it routes to), and no other model."""
+    from precis.settings import DEFAULT_MODELS
+
+    if not SAM_PYTHON.exists():
+        pytest.skip("needs .venv-sam (make lint) for SAM's transform")
+    role = iam.local_roles(load_template(), {"PRECIS_LLM_PROVIDER": "bedrock", "PRECIS_EMBEDDER": "bedrock",
+                                             "PRECIS_LLM_MODEL": "", "PRECIS_EMBED_MODEL": ""})[logical_id]
+    calls = ([("Converse", DEFAULT_MODELS["bedrock"]["llm"])] if logical_id in BEDROCK_LLM else []) + (
+        [("InvokeModel", DEFAULT_MODELS["bedrock"]["embed"])] if logical_id in BEDROCK_EMBED else [])
+    for operation, model in calls:
+        requests = iam.requests_for("bedrock-runtime", operation, {"modelId": model}, "us-east-1")
+        assert [role.decide(r) for r in requests] == ["Allow"] * len(requests), (operation, model)
+    for other in ("us.amazon.nova-pro-v1:0", "amazon.titan-embed-text-v1", "anthropic.claude-3-haiku-20240307-v1:0"):
+        requests = iam.requests_for("bedrock-runtime", "Converse", {"modelId": other}, "us-east-1")
+        assert "ImplicitDeny" in [role.decide(r) for r in requests], other
 
 
 def sam_transform() -> dict[str, Any]:

@@ -237,12 +237,13 @@ def test_engines_are_llm_with_bedrock_and_no_key(endpoint):
 
 @pytest.mark.parametrize("env, named", [
     ({"PRECIS_LLM_PROVIDER": "azure"}, "PRECIS_LLM_PROVIDER='azure' (template parameter LlmProvider)"),
-    ({"PRECIS_LLM_PROVIDER": "bedrock"}, "PRECIS_LLM_MODEL='gpt-4o-mini' (template parameter LlmModel): not a "
-                                         "Bedrock model id"),
+    ({"PRECIS_LLM_PROVIDER": "bedrock", "PRECIS_LLM_MODEL": "gpt-4o-mini"},
+     "PRECIS_LLM_MODEL='gpt-4o-mini' (template parameter LlmModel): not a Bedrock model id"),
     ({"PRECIS_CHAT_PROVIDER": "bedrock", "PRECIS_LLM_MODEL": "gpt-4.1"}, "PRECIS_LLM_MODEL='gpt-4.1'"),
     ({"PRECIS_DERIVE_PROVIDER": "bedrock", "PRECIS_DERIVE_MODEL": "o3"}, "PRECIS_DERIVE_MODEL='o3'"),
     ({"PRECIS_BEDROCK_REGION": "Virginia"}, "PRECIS_BEDROCK_REGION='Virginia' (template parameter BedrockRegion)"),
-    ({"PRECIS_EMBEDDER": "bedrock"}, "PRECIS_EMBED_MODEL='text-embedding-3-small' (template parameter EmbedModel)"),
+    ({"PRECIS_EMBEDDER": "bedrock", "PRECIS_EMBED_MODEL": "text-embedding-3-small"},
+     "PRECIS_EMBED_MODEL='text-embedding-3-small' (template parameter EmbedModel)"),
     ({"PRECIS_EMBEDDER": "bedrock", "PRECIS_EMBED_MODEL": "amazon.titan-embed-text-v2:0",
       "PRECIS_EMBED_DIMENSIONS": "300"}, "PRECIS_EMBED_DIMENSIONS=300 (template parameter EmbedDimensions)"),
 ])
@@ -263,6 +264,44 @@ def test_good_bedrock_settings_pass(monkeypatch):
     assert (settings.llm_provider, settings.bedrock_region, settings.embedder) == ("bedrock", "us-west-2", "bedrock")
     embedder = get_embedder(settings)
     assert isinstance(embedder, BedrockEmbedder) and embedder.dimensions == 512
+
+
+@pytest.mark.parametrize("env", [{"PRECIS_LLM_PROVIDER": "bedrock"},
+                                 {"PRECIS_LLM_PROVIDER": "bedrock", "PRECIS_LLM_MODEL": "", "PRECIS_EMBED_MODEL": ""}])
+def test_bedrock_without_model_ids_gives_each_role_its_documented_default(monkeypatch, env):
+    """A provider alone is a working setup: Amazon Nova 2 Lite (its US inference profile) for summaries, derivation
+    and chat, Titan Text Embeddings V2 for a Bedrock embedder; an empty variable (the template's empty parameter)
+    is no model named."""
+    for name, value in {**env, "PRECIS_EMBEDDER": "bedrock"}.items():
+        monkeypatch.setenv(name, value)
+    settings = get_settings()
+    assert [settings.model_for(role) for role in ("summaries", "derive", "chat", "embed")] == [
+        "us.amazon.nova-2-lite-v1:0", "us.amazon.nova-2-lite-v1:0", "us.amazon.nova-2-lite-v1:0",
+        "amazon.titan-embed-text-v2:0"]
+    assert [(m.provider, m.model) for m in (model_from(settings, r) for r in ("summaries", "derive", "chat"))] == [
+        ("bedrock", "us.amazon.nova-2-lite-v1:0")] * 3
+    assert get_embedder(settings).model == "amazon.titan-embed-text-v2:0"
+
+
+def test_each_role_defaults_to_its_own_providers_model():
+    """Mixed providers, no model named: each role asks its provider's default; a model named wins everywhere."""
+    mixed = Settings(llm_provider="bedrock", chat_provider="openai", derive_model="amazon.nova-lite-v1:0")
+    assert [mixed.model_for(r) for r in ("summaries", "derive", "chat", "embed")] == [
+        "us.amazon.nova-2-lite-v1:0", "amazon.nova-lite-v1:0", "gpt-4o-mini", "text-embedding-3-small"]
+    assert Settings().model_for("summaries") == "gpt-4o-mini"
+    assert Settings(llm_provider="bedrock", llm_model=PROFILE).model_for("derive") == PROFILE
+
+
+def test_bedrock_without_model_ids_summarizes_through_the_local_server(endpoint):
+    """The summarizer's engine, from settings naming no model, asks the local Bedrock server for Nova 2 Lite."""
+    from precis.summaries.engines import SummaryRequest, get_engine
+
+    result = get_engine("llm", Settings(llm_provider="bedrock")).summarize(
+        SummaryRequest("honcho_chat_summary_short", None, [("alice", "I moved to Lisbon.")]))
+    assert result.text.startswith("Summary:") and result.model == "us.amazon.nova-2-lite-v1:0"
+    (request,) = endpoint.requests
+    assert (request.operation, request.model) == ("converse", "us.amazon.nova-2-lite-v1:0")
+    assert request.body["inferenceConfig"]["maxTokens"] > 0
 
 
 def test_botocore_is_imported_only_by_the_first_call():

@@ -1,6 +1,8 @@
 """Every engine on Amazon Bedrock, through the honcho-ai SDK on one local stack: the functions' real botocore
 bedrock-runtime clients reach the local Bedrock-compatible server (local/models/bedrock_server.py) through
-AWS_ENDPOINT_URL_BEDROCK_RUNTIME, with no OpenAI endpoint or key anywhere. Summaries, derivation (a forced tool for
+AWS_ENDPOINT_URL_BEDROCK_RUNTIME, with no OpenAI endpoint or key anywhere, and no model named: the provider alone, so
+each role asks its documented default (Amazon Nova 2 Lite, Titan Text Embeddings V2) and each function's role, as
+the template grants it for empty LlmModel and EmbedModel, lets it. Summaries, derivation (a forced tool for
 its JSON), semantic search (Titan embeddings), chat (tool rounds, streamed, JSON) and dreams, as the OpenAI provider
 does them in tests/chat/test_chat_sdk.py and tests/sdk/test_sdk.py."""
 
@@ -17,11 +19,12 @@ from tests.stack import wait_for
 
 pytestmark = pytest.mark.stack
 SERVER = BedrockServer().start()  # module-wide: the stack's functions need its URL when they start
-PROFILE = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+PROFILE = "us.amazon.nova-2-lite-v1:0"  # the defaults (precis.settings.DEFAULT_MODELS), named nowhere below
 EMBED = "amazon.titan-embed-text-v2:0"
 # No OPENAI_* variable: Bedrock needs no endpoint or key, and the engines are llm because the provider is bedrock.
-STACK_ENV = {"PRECIS_LLM_PROVIDER": "bedrock", "PRECIS_LLM_MODEL": PROFILE, "PRECIS_EMBEDDER": "bedrock",
-             "PRECIS_EMBED_MODEL": EMBED, "PRECIS_EMBED_DIMENSIONS": "256",
+# No model either (empty, as the template's parameters are by default): `make dev` with the provider alone.
+STACK_ENV = {"PRECIS_LLM_PROVIDER": "bedrock", "PRECIS_LLM_MODEL": "", "PRECIS_EMBEDDER": "bedrock",
+             "PRECIS_EMBED_MODEL": "", "PRECIS_EMBED_DIMENSIONS": "256",
              "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": SERVER.url, "OPENAI_BASE_URL": "", "OPENAI_API_KEY": "",
              "PRECIS_DERIVE_BATCH_TOKENS": "0", "PRECIS_LOCAL_SCHEDULE_S": "1"}
 ANSWER = "alice moved to Lisbon last spring, so she lives in Lisbon now."
@@ -72,6 +75,13 @@ def chat_requests() -> list[dict]:
 
 class Place(BaseModel):
     city: str
+
+
+def test_a_stack_on_bedrock_naming_no_model_starts(stack):
+    from tests.stack import request
+
+    status, _, body = request(stack.port, "GET", "/health")
+    assert (status, json.loads(body)) == (200, {"status": "ok"})
 
 
 def test_summaries_on_bedrock(stack):

@@ -94,9 +94,13 @@ def test_sixty_messages_get_short_and_long_summaries_offline(stack):
     assert summaries.short_summary.message_id == last.id == summaries.long_summary.message_id
     assert summaries.long_summary.summary_type == "honcho_chat_summary_long"
     assert summaries.short_summary.token_count > 0
+    # The summaries cover every message, and all 60 fit: the context shows them, not a summary in their place.
     context = session.context(tokens=2000)
-    assert context.summary is not None and context.summary.content
-    assert context.messages == []  # everything is covered by the summary; nothing newer to show
+    assert context.summary is None and [m.id for m in context.messages][-1] == last.id
+    assert len(context.messages) == 60
+    # A budget the messages do not fit still keeps the newest verbatim (no summary leaves it room here).
+    context = session.context(tokens=300)
+    assert context.messages and context.messages[-1].id == last.id
 
 
 def test_precis_only_settings_never_break_the_sdk(stack):
@@ -162,7 +166,10 @@ def test_sixty_messages_get_llm_summaries_through_the_local_llm_server(tmp_path)
             # incremental: a later short summary sends the previous one and only the messages after it
             later = [b for b in bodies if "<previous_summary>" in b["messages"][-1]["content"]]
             assert later and "Mensagem 5 " not in later[-1]["messages"][-1]["content"].split("</previous_summary>")[1]
-            assert session.context(tokens=4000).summary is not None
+            post(60, 61)  # a message after the summaries (through #60): the context holds the summary and it
+            context = session.context(tokens=4000)
+            assert context.summary is not None and context.summary.message_id == got.short_summary.message_id
+            assert [m.content for m in context.messages] == ["Olá! Mensagem 60 sobre o orçamento."]
         finally:
             running.stop()
 

@@ -56,11 +56,19 @@ def complete_run_ends(run_ids: list[str | None]) -> set[int]:
     return {seq for seq in run_ends(run_ids) if in_complete_run(run_ids, seq - 1, lab)}
 
 
-def ref_cadence(run_ids: list[str | None], covered: int, every: int) -> int | None:
-    """through_seq of a due cadence summary: at least `every` messages after `covered` lie in complete runs."""
+def ref_boundary(run_ids: list[str | None], every: int) -> int:
+    """Where the cadence puts a summary of these messages (0: nowhere): the last complete run end at or before the
+    largest multiple of `every` whose messages all lie in complete runs."""
     lab = labels(run_ids)
-    done = [seq for seq in range(covered + 1, len(run_ids) + 1) if in_complete_run(run_ids, seq - 1, lab)]
-    return max(done) if len(done) >= every else None
+    multiples = [k for k in range(every, len(run_ids) + 1, every)
+                 if all(in_complete_run(run_ids, i, lab) for i in range(k))]
+    return max((e for e in complete_run_ends(run_ids) if e <= max(multiples, default=0)), default=0)
+
+
+def ref_cadence(run_ids: list[str | None], covered: int, every: int) -> int | None:
+    """through_seq of a due cadence summary: the boundary, when it lies after `covered`."""
+    through = ref_boundary(run_ids, every)
+    return through if through > covered else None
 
 
 def ref_rolling(run_ids: list[str | None], tokens: list[int], previous: SummaryCost | None,
@@ -174,35 +182,51 @@ def test_cadence_pinned_points_are_20_40_60():
 
 
 @settings(max_examples=200)
-@given(sessions(1, 150, ("a", "b")))
-def test_cadence_with_runs_moves_each_boundary_to_the_newest_complete_run_end(session):
+@given(sessions(1, 150, ("a", "b")), st.lists(st.integers(1, 40), min_size=1, max_size=150))
+def test_cadence_boundaries_do_not_depend_on_how_messages_were_batched(session, batches):
+    """Messages arriving in batches of any sizes (the summarizer running after each) leave, after each batch, the
+    summaries a single batch of everything so far would: the reference's boundary for those messages."""
     config = SummaryConfig(messages_per_short_summary=10, messages_per_long_summary=25)
     summaries: dict[str, SummaryCost] = {}
-    written: dict[str, list[int]] = {SHORT: [], LONG: []}
-    for n in range(1, len(session.run_ids) + 1):
+    n, total = 0, len(session.run_ids)
+    for size in batches + [total]:
+        n = min(total, n + size)
         arrived = Session(session.run_ids[:n], session.tokens[:n])
-        jobs = call(config, summaries, arrived)
-        for job in jobs:
-            written[job.summary_type].append(job.through_seq)
-        apply(summaries, arrived, jobs)
-    for summary_type, every in ((SHORT, 10), (LONG, 25)):
-        # As messages arrive: once `every` messages after the last boundary lie in complete runs, the next
-        # boundary is the newest complete run end at that moment (one arrival can complete two runs).
-        expected, last = [], 0
-        for n in range(1, len(session.run_ids) + 1):
-            newest = max(complete_run_ends(session.run_ids[:n]) | {0})
-            if newest - last >= every:
-                expected.append(last := newest)
-        assert written[summary_type] == expected
-        assert set(expected) <= complete_run_ends(session.run_ids)
+        apply(summaries, arrived, call(config, summaries, arrived))
+        for summary_type, every in ((SHORT, 10), (LONG, 25)):
+            boundary = ref_boundary(arrived.run_ids, every)
+            assert (summaries[summary_type].covers_seq if summary_type in summaries else 0) == boundary
+        if n == total:
+            break
 
 
-def test_cadence_batch_of_50_is_one_short_summary_through_50():
-    assert call(SummaryConfig(), {}, plain(50)) == [SummaryJob(SHORT, None, 1, 50)]
+@settings(max_examples=300)
+@given(sessions(1, 150), st.integers(10, 30))
+def test_cadence_keeps_the_messages_after_the_newest_multiple_verbatim(session, every):
+    """The contract, stated directly: a cadence summary covers no message after the newest multiple of its period
+    that complete runs reach, so those (fewer than `every`, plus any run open or straddling it) stay verbatim;
+    without run ids it covers exactly that multiple."""
+    jobs = call(SummaryConfig(messages_per_short_summary=every, messages_per_long_summary=max(20, every + 1)), {},
+                session)
+    short = next((job for job in jobs if job.summary_type == SHORT), None)
+    complete = [i + 1 for i in range(len(session.run_ids)) if in_complete_run(session.run_ids, i)]
+    multiple = (max(complete, default=0) // every) * every
+    if short is not None:
+        assert short.through_seq <= multiple and short.through_seq in complete_run_ends(session.run_ids)
+        assert not any(short.through_seq < e <= multiple for e in complete_run_ends(session.run_ids))
+    if all(run_id is None for run_id in session.run_ids):
+        assert (short.through_seq if short else 0) == len(session.run_ids) // every * every
+
+
+@pytest.mark.parametrize(("n", "short", "long"), [(31, 20, 0), (50, 40, 0), (61, 60, 60), (119, 100, 60)])
+def test_cadence_batch_without_run_ids_covers_the_newest_multiple(n, short, long):
+    """One post of n messages: the short summary covers #20, #40, … (not #n), the long #60, #120, …"""
+    expected = [SummaryJob(t, None, 1, through) for t, through in ((SHORT, short), (LONG, long)) if through]
+    assert call(SummaryConfig(), {}, plain(n)) == expected
 
 
 def test_cadence_batch_reaching_both_periods_returns_both_jobs():
-    assert call(SummaryConfig(), {}, plain(61)) == [SummaryJob(SHORT, None, 1, 61), SummaryJob(LONG, None, 1, 61)]
+    assert call(SummaryConfig(), {}, plain(61)) == [SummaryJob(SHORT, None, 1, 60), SummaryJob(LONG, None, 1, 60)]
 
 
 def test_cadence_is_incremental_from_the_previous_summary_of_its_type():
@@ -210,27 +234,30 @@ def test_cadence_is_incremental_from_the_previous_summary_of_its_type():
     summaries = {SHORT: session.summary(SHORT, 40), LONG: session.summary(LONG, 0)}
     assert needed_from(SummaryConfig(), summaries) == 1
     jobs = call(SummaryConfig(), summaries, session)
-    assert jobs == [SummaryJob(SHORT, summaries[SHORT], 41, 65), SummaryJob(LONG, summaries[LONG], 1, 65)]
+    assert jobs == [SummaryJob(SHORT, summaries[SHORT], 41, 60), SummaryJob(LONG, summaries[LONG], 1, 60)]
 
 
 def test_cadence_waits_for_an_open_run_to_complete():
     ids: list[str | None] = [None] * 15 + ["r"] * 10
     assert call(SummaryConfig(), {}, Session(ids, [1] * 25)) == []  # only 15 messages in complete runs
-    ids.append(None)  # run r is complete now, and so is #26
-    assert call(SummaryConfig(), {}, Session(ids, [1] * 26)) == [SummaryJob(SHORT, None, 1, 26)]
+    ids.append(None)  # run r is complete now, and so is #26: #20 is reached, but lies inside r (#16..#25)
+    assert call(SummaryConfig(), {}, Session(ids, [1] * 26)) == [SummaryJob(SHORT, None, 1, 15)]
 
 
 def test_cadence_never_ends_inside_a_run_that_is_still_open():
     ids: list[str | None] = [None] * 19 + ["r"] * 30
     assert call(SummaryConfig(), {}, Session(ids, [1] * 49)) == []
-    ids.append("s")  # r completes (#20..#49); the new run s is open
-    assert call(SummaryConfig(), {}, Session(ids, [1] * 50)) == [SummaryJob(SHORT, None, 1, 49)]
+    ids.append("s")  # r completes (#20..#49); the new run s is open; #40 lies inside r: the summary ends before it
+    assert call(SummaryConfig(), {}, Session(ids, [1] * 50)) == [SummaryJob(SHORT, None, 1, 19)]
+    ids += ["t"] * 10 + [None]  # #60 is reached and ends a run (s is #50, t #51..#60)
+    assert call(SummaryConfig(), {}, Session(ids, [1] * 61)) == [SummaryJob(SHORT, None, 1, 60),
+                                                                  SummaryJob(LONG, None, 1, 60)]
 
 
 def test_reused_run_id_after_another_run_is_a_new_run():
-    ids = ["a"] * 12 + ["b"] * 5 + ["a"] * 5
+    ids = ["a"] * 12 + ["b"] * 3 + ["a"] * 5  # the second a (#16..#20) is open; #1..#12 and b are complete
     config = SummaryConfig(messages_per_short_summary=15, messages_per_long_summary=40)
-    assert call(config, {}, Session(ids, [1] * 22)) == [SummaryJob(SHORT, None, 1, 17)]
+    assert call(config, {}, Session(ids, [1] * 20)) == [SummaryJob(SHORT, None, 1, 15)]
 
 
 # --- rolling --------------------------------------------------------------------------------------------------
@@ -268,6 +295,27 @@ def test_rolling_one_message_at_a_time_keeps_the_recent_runs_and_stays_under_thr
         apply(summaries, arrived, jobs)
         # After each step, nothing is due any more: the fold is complete in one job.
         assert call(config, summaries, arrived) == []
+
+
+@settings(max_examples=150)
+@given(sessions(1, 120, ("a", "b")), st.lists(st.integers(1, 30), min_size=1, max_size=120),
+       st.integers(256, 3000), st.integers(1, 6))
+def test_rolling_keeps_its_newest_runs_verbatim_however_messages_were_batched(session, batches, threshold, keep):
+    """After any batch, at least `keep_recent_runs` complete runs (and the open one) lie after the rolling summary:
+    a fold never takes the newest runs from the context, whatever the batch sizes."""
+    config = SummaryConfig(strategy="rolling", token_threshold=threshold, keep_recent_runs=keep)
+    summaries: dict[str, SummaryCost] = {}
+    n, total = 0, len(session.run_ids)
+    for size in batches + [total]:
+        n = min(total, n + size)
+        arrived = Session(session.run_ids[:n], session.tokens[:n])
+        apply(summaries, arrived, call(config, summaries, arrived))
+        if ROLLING in summaries:
+            covered = summaries[ROLLING].covers_seq
+            assert covered in complete_run_ends(arrived.run_ids)
+            assert len({e for e in complete_run_ends(arrived.run_ids) if e > covered}) >= keep
+        if n == total:
+            break
 
 
 def test_rolling_folds_all_but_the_newest_runs():
@@ -332,13 +380,14 @@ def test_an_unfinished_job_continues_through_its_end_or_further(data, session, s
 
 
 def test_a_short_summary_stored_part_way_is_finished_without_new_messages():
-    session = plain(60)
-    part = {SHORT: session.summary(SHORT, 45), LONG: session.summary(LONG, 60)}
-    assert call(SummaryConfig(), part, session) == []  # cadence alone: 15 messages, not due
-    assert decide(SummaryConfig(), part, session.refs(46), {SHORT: 60}) == [SummaryJob(SHORT, part[SHORT], 46, 60)]
+    # A job through #50 (planned when summaries came every 10 messages) stored its first step, through #45.
+    session = plain(55)
+    part = {SHORT: session.summary(SHORT, 45)}
+    assert call(SummaryConfig(), part, session) == []  # cadence alone (every 20): #40 is covered, #60 not reached
+    assert decide(SummaryConfig(), part, session.refs(1), {SHORT: 50}) == [SummaryJob(SHORT, part[SHORT], 46, 50)]
     # Once the cadence is due again on its own, the job reaches as far as the cadence says.
     longer = plain(70)
-    assert decide(SummaryConfig(), part, longer.refs(45), {SHORT: 60}) == [SummaryJob(SHORT, part[SHORT], 46, 70)]
+    assert decide(SummaryConfig(), part, longer.refs(1), {SHORT: 50})[0] == SummaryJob(SHORT, part[SHORT], 46, 60)
 
 
 @settings(max_examples=300)

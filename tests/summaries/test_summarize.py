@@ -93,7 +93,35 @@ def test_a_summary_never_splits_a_run(ws):
     run_stream(ws["dynamodb"], first=23)
     short = summaries()["short_summary"]
     ids = {m["seq"]: m["id"] for m in call("POST", f"{S}/messages/list", size=100).body["items"]}
-    assert short["message_id"] == ids[23]
+    assert short["message_id"] == ids[18]  # the last run end at or before #20; run-a and #23 stay verbatim
+
+
+def test_one_post_of_31_keeps_the_newest_messages_verbatim_beside_the_summary(ws):
+    """31 messages in one post (no run ids): the short summary covers #20, not #31, and the context at 300 tokens
+    holds it and as many of the newest messages as fit, the newest verbatim."""
+    posted = post(31)
+    assert run_stream(ws["dynamodb"]) == {"batchItemFailures": []}
+    assert summaries()["short_summary"]["message_id"] == posted[19]["id"]
+    body = call("GET", f"{S}/context", tokens=300).body
+    assert body["summary"]["message_id"] == posted[19]["id"]
+    shown = body["messages"]
+    assert shown and [m["id"] for m in shown] == [m["id"] for m in posted[31 - len(shown):]]  # the newest, in order
+    assert shown[-1]["content"] == posted[30]["content"]  # the newest message itself, not a sentence about it
+    assert shown[0]["seq"] > 20 and body["messages_skipped"] == shown[0]["seq"] - 21
+    assert body["token_count"] == body["summary"]["token_count"] + sum(m["token_count"] for m in shown) <= 300
+    if shown[0]["seq"] > 21:  # the window is as full as it can be: the next older message would not fit
+        assert body["token_count"] + posted[shown[0]["seq"] - 2]["token_count"] > 300
+
+
+def test_a_summary_through_the_newest_message_does_not_take_the_context_s_place(ws):
+    """40 messages: the short summary covers all of them; a context that has room for the newest messages shows
+    them rather than that summary alone."""
+    posted = post(40)
+    run_stream(ws["dynamodb"])
+    assert summaries()["short_summary"]["message_id"] == posted[39]["id"]
+    body = call("GET", f"{S}/context", tokens=400).body
+    assert body["summary"] is None and body["messages"][-1]["id"] == posted[39]["id"]
+    assert body["token_count"] + posted[40 - len(body["messages"]) - 1]["token_count"] > 400  # as many as fit
 
 
 def test_replayed_batch_neither_regresses_nor_duplicates(ws):

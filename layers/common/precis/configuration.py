@@ -122,7 +122,7 @@ def derive_config(workspace: dict[str, Any] | None, session: dict[str, Any] | No
     from precis.summaries.engines import default_engine
 
     engine = settings.derive_engine or ("llm" if default_engine(settings) == "llm" else "extractive")
-    merged: dict[str, Any] = {"engine": engine, "model": settings.derive_model or settings.llm_model,
+    merged: dict[str, Any] = {"engine": engine, "model": settings.model_for("derive"),
                               "batch_tokens": settings.derive_batch_tokens, "max_wait_s": settings.derive_max_wait_s}
     for level in (_derive_level(workspace), _derive_level(session)):
         merged.update(level)

@@ -47,6 +47,16 @@ PROVIDER_ENV = {
 # (us.anthropic.claude-...), or the ARN of a model or inference profile.
 BEDROCK_MODEL = re.compile(r"^(arn:aws[a-z-]*:bedrock:[a-z0-9-]*:\d{0,12}:[a-z-]+/\S+|"
                            r"([a-z]{2,4}\.)?[a-z][a-z0-9]*\.[A-Za-z0-9._:-]+)$")
+# The model a role asks for when none is set, by the provider answering it (README "Models"): `llm` for the chat roles
+# (summaries, derive, chat), `embed` for the embedder. The Bedrock ones are current, generally available and enabled
+# in every account without a use-case form: Amazon Nova 2 Lite, which Bedrock serves only through cross-Region
+# inference profiles (this one keeps requests in US Regions), and Titan Text Embeddings V2 (256, 512 or 1024
+# dimensions). template.yaml grants the same ids (Mappings BedrockDefaults) when LlmModel or EmbedModel is empty.
+DEFAULT_MODELS = {
+    "openai": {"llm": "gpt-4o-mini", "embed": "text-embedding-3-small"},
+    "bedrock": {"llm": "us.amazon.nova-2-lite-v1:0", "embed": "amazon.titan-embed-text-v2:0"},
+}
+LLM_ROLES = ("summaries", "derive", "chat")
 # The Bedrock embedding models Precis speaks to, and the dimensions each can answer.
 BEDROCK_EMBED_DIMENSIONS = {"amazon.titan-embed-text-v2": (256, 512, 1024), "amazon.titan-embed-text-v1": (1536,),
                             "cohere.embed-v4": (256, 512, 1024, 1536), "cohere.embed-": (1024,)}
@@ -78,7 +88,7 @@ class Settings(BaseModel):
     derive_provider: Literal["openai", "bedrock"] | None = None
     chat_provider: Literal["openai", "bedrock"] | None = None
     bedrock_region: str | None = Field(None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
-    llm_model: str = "gpt-4o-mini"
+    llm_model: str | None = None  # None: each role's provider's default (DEFAULT_MODELS; see model_for)
     llm_base_url: str | None = None
     llm_api_key: str | None = None
     llm_timeout: float | None = Field(None, gt=0, le=300)  # seconds per LLM call
@@ -109,7 +119,7 @@ class Settings(BaseModel):
     # Bedrock, `embed_model`). `embed_dimensions` is the vector index's dimension
     # (template parameter EmbedDimensions): changing it means a new index and re-embedding every conclusion.
     embedder: Literal["hashed", "openai", "bedrock"] = "hashed"
-    embed_model: str = "text-embedding-3-small"
+    embed_model: str | None = None  # None: the embedder's default (DEFAULT_MODELS; see model_for)
     embed_dimensions: int = Field(256, ge=8, le=4096)
     # The deriver's defaults, under configuration.deriver of workspaces and sessions. None (auto): llm when one is
     # configured, else extractive. An llm batch waits for `derive_batch_tokens` of a sender's messages or until its
@@ -142,28 +152,40 @@ class Settings(BaseModel):
     def _derived_output(cls, value: Any) -> Any:
         return None if str(value).strip() == "0" else value
 
+    def provider_for(self, role: str | None = None) -> str:
+        """The provider answering `role`: summaries, derive and chat their own or llm_provider; embed the embedder."""
+        if role == "embed":
+            return self.embedder
+        return (getattr(self, f"{role}_provider") if role else None) or self.llm_provider
+
+    def model_for(self, role: str | None = None) -> str:
+        """The model `role` asks for: the one set for it (embed_model; derive_model for derive; else llm_model), else
+        its provider's default (DEFAULT_MODELS), so a provider alone, with no model named, is a working setup."""
+        if role == "embed":
+            return self.embed_model or DEFAULT_MODELS.get(self.embedder, DEFAULT_MODELS["openai"])["embed"]
+        chosen = self.derive_model if role == "derive" and self.derive_model else self.llm_model
+        return chosen or DEFAULT_MODELS[self.provider_for(role)]["llm"]
+
     @model_validator(mode="after")
     def _bedrock_models_valid(self) -> Settings:
         """A role on Bedrock needs a Bedrock model id; a Bedrock embedder a model it can speak to, at a dimension
         that model answers."""
-        roles = [r for r in ("summaries", "derive", "chat") if (getattr(self, f"{r}_provider") or self.llm_provider)
-                 == "bedrock"]
-        # derive asks derive_model when one is set; every other Bedrock role asks llm_model.
-        models = [("derive_model", self.derive_model)] if "derive" in roles and self.derive_model else []
-        if set(roles) - ({"derive"} if self.derive_model else set()):
-            models.insert(0, ("llm_model", self.llm_model))
-        for field, model in models:
+        roles = [r for r in LLM_ROLES if self.provider_for(r) == "bedrock"]
+        for role in roles:
+            model = self.model_for(role)
+            field = "derive_model" if role == "derive" and self.derive_model else "llm_model"
             if not BEDROCK_MODEL.match(model):
                 raise ValueError(f"{_VARIABLES[field]}={model!r}{_parameter(field)}: not a Bedrock model id or "
                                  f"inference profile (the {', '.join(roles)} role(s) use Bedrock)")
         if self.embedder == "bedrock":
-            family = next((f for f in BEDROCK_EMBED_DIMENSIONS if self.embed_model.startswith(f)), None)
+            model = self.model_for("embed")
+            family = next((f for f in BEDROCK_EMBED_DIMENSIONS if model.startswith(f)), None)
             if family is None:
-                raise ValueError(f"PRECIS_EMBED_MODEL={self.embed_model!r} (template parameter EmbedModel): not a "
+                raise ValueError(f"PRECIS_EMBED_MODEL={model!r} (template parameter EmbedModel): not a "
                                  "Bedrock embedding model (amazon.titan-embed-text-v2:0, cohere.embed-*)")
             if self.embed_dimensions not in BEDROCK_EMBED_DIMENSIONS[family]:
                 raise ValueError(f"PRECIS_EMBED_DIMENSIONS={self.embed_dimensions} (template parameter "
-                                 f"EmbedDimensions): {self.embed_model} answers "
+                                 f"EmbedDimensions): {model} answers "
                                  f"{', '.join(map(str, BEDROCK_EMBED_DIMENSIONS[family]))} dimensions")
         return self
 

@@ -85,12 +85,19 @@ def plan_context(
     *,
     use_summary: bool = True,
 ) -> ContextPlan:
-    """Pick the largest summary that fits 40% of `limit` and bound the messages that could fill the rest."""
+    """Pick the largest summary that fits 40% of `limit` and leaves the newest message verbatim, and bound the
+    messages that could fill the rest.
+
+    A summary is never worth the newest message: one that covers it, or leaves too little room for it, is passed
+    over for a smaller or older one (or none) whenever that message fits `limit` on its own. Otherwise a summary of
+    the very messages the context could have shown would take their place and leave the message share empty.
+    """
     if limit < 0:
         raise ValueError(f"limit: must be at least 0, got {limit}")
     last_seq = last.seq if last else 0
     total_tokens = last.start_tokens + last.token_count if last else 0
     fits = summary_budget(limit)
+    newest_fits = last is not None and last.token_count <= limit
     chosen: SummaryCost | None = None
     seen: set[str] = set()
     for summary in summaries:
@@ -101,7 +108,9 @@ def plan_context(
         if not 1 <= summary.covers_seq <= last_seq:
             continue
         _check_summary_against_last(summary, last)
-        if use_summary and summary.token_count <= fits and (chosen is None or _rank(summary) > _rank(chosen)):
+        leaves_newest = summary.covers_seq < last_seq and last.token_count <= limit - summary.token_count
+        if (use_summary and summary.token_count <= fits and (leaves_newest or not newest_fits)
+                and (chosen is None or _rank(summary) > _rank(chosen))):
             chosen = summary
     message_budget = limit - (chosen.token_count if chosen else 0)
     return ContextPlan(

@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 PROVIDERS = ("openai", "bedrock")
 ROLES = ("summaries", "derive", "chat")  # the roles that ask a chat model; embeddings choose by `embedder`
-DEFAULT_MODEL = "gpt-4o-mini"
 
 
 class EngineError(Exception):
@@ -196,11 +195,11 @@ def model_of(provider: str = "openai", **options: Any) -> Model:
 
 
 def model_from(settings: Any, role: str | None = None, **overrides: Any) -> Model:
-    """The model `settings` (precis.settings.Settings) configure for `role`: its provider, llm_model, the endpoint
-    and key (openai) or region (bedrock), and the optional llm_timeout, llm_max_attempts and llm_time_budget;
-    `overrides` win."""
+    """The model `settings` (precis.settings.Settings) configure for `role`: its provider, its model (`model_for`:
+    the one set, else the provider's default), the endpoint and key (openai) or region (bedrock), and the optional
+    llm_timeout, llm_max_attempts and llm_time_budget; `overrides` win."""
     provider = provider_of(settings, role)
-    options: dict[str, Any] = {"provider": provider, "model": getattr(settings, "llm_model", None) or DEFAULT_MODEL}
+    options: dict[str, Any] = {"provider": provider, "model": settings.model_for(role)}
     if provider == "bedrock":
         options["region"] = getattr(settings, "bedrock_region", None)
     else:

@@ -214,7 +214,7 @@ class BedrockEmbedder(ModelEmbedder):
 
 def get_embedder(settings: Any) -> Embedder:
     """The embedder `settings` (precis.settings.Settings) configure, one per distinct configuration."""
-    return _embedder(settings.embedder, settings.embed_model, settings.embed_dimensions,
+    return _embedder(settings.embedder, settings.model_for("embed"), settings.embed_dimensions,
                      getattr(settings, "llm_base_url", None), getattr(settings, "llm_api_key", None),
                      getattr(settings, "llm_timeout", None), getattr(settings, "llm_max_attempts", None),
                      getattr(settings, "bedrock_region", None))

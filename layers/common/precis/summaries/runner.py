@@ -507,7 +507,7 @@ def _job_failure(marker: dict[str, Any] | None) -> JobFailure | None:
 
 def _fingerprint(engine: Engine, config: SummaryConfig, settings: Settings) -> str:
     """What a job's failure may depend on besides its messages: the engine and the settings that shape requests."""
-    shape = [engine.name, config.model or settings.llm_model, settings.llm_base_url, config.instructions,
+    shape = [engine.name, config.model or settings.model_for("summaries"), settings.llm_base_url, config.instructions,
              config.max_output_tokens, config.temperature, settings.llm_max_input_tokens]
     if (settings.summaries_provider or settings.llm_provider) == "bedrock":  # openai's fingerprints stay as they were
         shape += ["bedrock", settings.bedrock_region]

@@ -9,7 +9,9 @@ The summarizer reads in two steps:
 
 Runs: consecutive messages sharing a non-null `run_id` form a run; a message without one is a run by itself.
 A run is complete once a message outside it follows it, so only the newest run can be open. Summaries end
-at the end of a complete run, never inside one.
+at the end of a complete run, never inside one, and never take the newest messages from the context: a cadence
+summary ends at the last complete run end at or before a multiple of its period (#20, #40, … without run ids,
+whatever the batches), a rolling fold keeps the newest `keep_recent_runs` complete runs (and the open one).
 
 A job too large for one request runs in steps (`next_step`), each ending at a run end, so every step's summary
 is a valid summary and is stored at once with the job's end (`through_seq`) on it; `decide` continues such an
@@ -218,11 +220,21 @@ def _cadence_job(summary_type: str, every: int, summaries: Mapping[str, SummaryC
                  grouped: list[Run]) -> SummaryJob | None:
     previous = summaries.get(summary_type)
     covered = _covered(summaries, summary_type)
-    # Every message up to the last complete run's end is in a complete run: only the newest run can be open.
-    ends = [run.last_seq for run in grouped if run.complete and run.last_seq > covered]
-    if not ends or ends[-1] - covered < every:
+    through = cadence_boundary(grouped, every)
+    if through <= covered:
         return None
-    return SummaryJob(summary_type, previous, covered + 1, ends[-1])
+    return SummaryJob(summary_type, previous, covered + 1, through)
+
+
+def cadence_boundary(grouped: Sequence[Run], every: int) -> int:
+    """Where a cadence summary ends (0: nowhere yet): the end of the last complete run at or before the newest
+    multiple of `every` that complete runs reach. Without run ids that is #every, #2·every, …, however the messages
+    were batched; the messages after it stay for the context to show verbatim (a summary through the newest
+    message would leave it nothing to show)."""
+    # Only the newest run can be open: every message up to the last complete run's end lies in a complete run.
+    reached = max((run.last_seq for run in grouped if run.complete), default=0)
+    count = reached - reached % every
+    return max((run.last_seq for run in grouped if run.complete and run.last_seq <= count), default=0)
 
 
 def _continued(summary_type: str, job: SummaryJob | None, summaries: Mapping[str, SummaryCost], grouped: list[Run],

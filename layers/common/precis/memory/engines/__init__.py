@@ -63,7 +63,7 @@ def default_deriver_engine(settings: Any) -> str:
 
 
 def get_deriver_engine(name: str, settings: Any = None, model: str | None = None) -> DeriverEngine:
-    """The engine called `name`; the llm engine uses `model`, else settings.derive_model, else settings.llm_model."""
+    """The engine called `name`; the llm engine uses `model`, else the settings' (`model_for("derive")`)."""
     if name == "extractive":
         from precis.memory.engines.extractive import ExtractiveDeriver
 

@@ -41,7 +41,7 @@ class LLMDeriver:
 
     @classmethod
     def from_settings(cls, settings: Any, model: str | None = None, **overrides: Any) -> LLMDeriver:
-        """A deriver from precis.settings.Settings: `model`, else derive_model, else llm_model."""
+        """A deriver from precis.settings.Settings: `model`, else derive_model, else llm_model, else the default."""
         return cls(model_from(settings, "derive", model=model or getattr(settings, "derive_model", None), **overrides))
 
     @property
