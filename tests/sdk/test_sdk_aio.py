@@ -354,6 +354,10 @@ async def _says(chat_call, fact: str):
     return f"- {fact}" in answer.splitlines() and answer
 
 
+async def _has_fact(chat_call, fact: str) -> bool:
+    return fact in (await chat_call).facts
+
+
 async def _first(query_call, conclusion_id: str) -> bool:
     return [c.id for c in await query_call][:1] == [conclusion_id]
 
@@ -377,7 +381,10 @@ async def chat_and_streaming_offline(honcho: Honcho) -> None:
     await settled(lambda: alice.aio.get_card())  # the memory settles: the card follows the conclusions
     fact = "chat-alice moved to Tallinn last spring"
 
-    answer = await settled(lambda: _says(alice.aio.chat("where did chat-alice move?"), fact))  # the index holds it
+    answer = await settled(lambda: _says(alice.aio.chat("where did chat-alice move?"), fact))  # found by its words
+    # A question of stopwords only ("what?") finds it by meaning alone: once the vector index, filled
+    # asynchronously, holds it too.
+    await settled(lambda: _has_fact(alice.aio.chat("what?", response_format=Facts), fact))
     streamed = await alice.aio.chat_stream("where did chat-alice move?", include_evidence=True)
     chunks = [chunk async for chunk in streamed]
     assert len(chunks) > 1 and "".join(chunks) == answer == streamed.get_final_response()["content"]

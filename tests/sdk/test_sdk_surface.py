@@ -556,6 +556,9 @@ def chat_and_streaming_offline(honcho: Honcho) -> None:
     # once the index holds the conclusion (the card's IDENTITY line says it too: look for the conclusion's own line)
     answer = wait_for(lambda: f"- {fact}" in (said := alice.chat("where did chat-alice move?")).splitlines() and said,
                       30)
+    # A question of stopwords only ("where?", "what?") finds it by meaning alone: once the vector index, filled
+    # asynchronously, holds it too (its words were found at once).
+    wait_for(lambda: fact in alice.chat("what?", response_format=aio_flow.Facts).facts, 30)
     streamed = alice.chat_stream("where did chat-alice move?", include_evidence=True)
     chunks = list(streamed)
     assert len(chunks) > 1 and "".join(chunks) == answer
