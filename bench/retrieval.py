@@ -473,11 +473,7 @@ def precis_ranking(weight: float | None = None) -> Callable[[str, Conversation],
     def rank(query: str, conversation: Conversation) -> list[str]:
         if conversation.id not in prepared:
             docs = [Document.of(t.text, t.speaker) for t in conversation.turns]
-            df: dict[int, int] = {}
-            for d in docs:
-                for slot in d.df_slots():
-                    df[slot] = df.get(slot, 0) + 1
-            stats = Stats(len(docs), sum(d.length for d in docs), df)
+            stats = Stats.of(docs)
             vectors = np.array([test_embedding(t.text) for t in conversation.turns]) if weight is not None else None
             prepared[conversation.id] = (docs, stats, vectors)
         docs, stats, vectors = prepared[conversation.id]
