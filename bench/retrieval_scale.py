@@ -362,8 +362,6 @@ class DictTable:
     def update_item(self, *, TableName: str, Key: dict[str, Any], UpdateExpression: str,  # noqa: N803
                     ConditionExpression: str, ExpressionAttributeNames: dict[str, str],
                     ExpressionAttributeValues: dict[str, Any] | None = None) -> dict[str, Any]:
-        from botocore.exceptions import ClientError
-
         names, values = ExpressionAttributeNames, ExpressionAttributeValues or {}
         mark, key = names["#w"], (Key["PK"]["S"], Key["SK"]["S"])
         with self.lock:
@@ -372,16 +370,17 @@ class DictTable:
             if UpdateExpression == "REMOVE #w":
                 if ConditionExpression != "attribute_exists(#w)":
                     raise NotImplementedError(ConditionExpression)
-                if before is None or mark not in before:
-                    raise ClientError({"Error": {"Code": "ConditionalCheckFailedException"}}, "UpdateItem")
-                del after[mark]
                 family = "marks removed (deriver)"
+                if before is None or mark not in before:
+                    raise self._refused(key, family)
+                del after[mark]
             else:
                 adds, sets = UpdateExpression.removeprefix("ADD ").split(" SET ")
                 if sets != "#w = :one" or ConditionExpression != "attribute_not_exists(#w)":
                     raise NotImplementedError(UpdateExpression)
+                family = "counters"
                 if mark in after:
-                    raise ClientError({"Error": {"Code": "ConditionalCheckFailedException"}}, "UpdateItem")
+                    raise self._refused(key, family)
                 for add in adds.split(", "):
                     name, placeholder = add.split()
                     name, value = names[name], values[placeholder]
@@ -392,9 +391,16 @@ class DictTable:
                         after[name] = {"NS": sorted({*after[name]["NS"], *value["NS"]} if name in after else
                                                     set(value["NS"]), key=int)}
                 after[mark] = values[":one"]
-                family = "counters"
             self._store(key, after, family)
         return {}
+
+    def _refused(self, key: tuple[str, str], family: str) -> Exception:
+        """A failed condition, billed as DynamoDB bills it: the item's size, at least one unit."""
+        from botocore.exceptions import ClientError
+
+        self.wru[family] += max(1, -(-self.sizes.get(key, 0) // 1024))
+        self.writes[family] += 1
+        return ClientError({"Error": {"Code": "ConditionalCheckFailedException"}}, "UpdateItem")
 
     def materialize(self, table_name: str) -> None:
         """Put every item in moto's table `table_name`, before any Query of it (nothing derived from it to update):
