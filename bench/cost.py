@@ -347,7 +347,9 @@ class Capacity:
         self.label = "setup"
         self.totals: dict[str, Counter] = defaultdict(Counter)
         self.records: list[dict] = []  # the table's stream, as Lambda would receive it (see `_stream`)
-        self.lock = threading.Lock()
+        # Reentrant: `_after` holds it (the hooks run in the functions' threads, and a Counter's += is not atomic:
+        # units went missing) and `_stream`, which it calls, takes it again.
+        self.lock = threading.RLock()
         self.hooks = Hooks(client, middle={"before-parameter-build.dynamodb": self._params,
                                            "before-call.dynamodb": self._before, "after-call.dynamodb": self._after})
 
@@ -376,6 +378,10 @@ class Capacity:
             action["before"] = before
 
     def _after(self, parsed, model, context, **_):
+        with self.lock:
+            self._charge(parsed, model, context)
+
+    def _charge(self, parsed, model, context) -> None:
         call = context.get("cost")
         if call is None:
             return

@@ -24,6 +24,10 @@ conversations, every question), offline, for sweeps. PRECIS_BENCH_RETRIEVAL_SCAL
 through the handlers (4 conversations x 24 questions at 1: moto's vector search emulation costs about a second a
 call). PRECIS_BENCH_SEMANTIC=1 adds a run with PRECIS_EMBEDDER=openai against local/models/llm_server.py's OpenAI-compatible
 server, when it serves embeddings (today it does not: the run says so and is skipped).
+
+Then the workspace-scale lexical bench (bench/retrieval_scale.py, also `make bench retrieval_scale` alone): message
+search against a BM25 reference over 100,000 generated messages, its cost per search at 1,000 and 100,000 messages,
+and the previous design beside it.
 """
 
 from __future__ import annotations
@@ -540,5 +544,9 @@ def run() -> dict:
             print_table("Target (issue 23): with the embedder, message search recall@10 >= the lexical figure",
                         ["lexical", "with the embedder", "verdict"],
                         [(lexical, fused, "met" if fused >= lexical else "NOT met")])
+    from bench import retrieval_scale
+
+    scale_out = retrieval_scale.run()
+    out["scale"] = {"verdict": scale_out["verdict"], "details": "bench/out/retrieval_scale.json"}
     write_json("retrieval", out)
     return out
