@@ -225,7 +225,7 @@ def index_corpus(db: Db, ws: str, sessions: list[list[tuple[str, str, bool, bool
 
 
 @given(sessions=st.lists(session_messages, min_size=1, max_size=4), asked=queries, k=st.integers(1, 8))
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 def test_every_scope_ranks_exactly_the_brute_force_top_k_and_counts_exactly(db, sessions, asked, k):
     ws = f"x{next(_WORKSPACES)}"
