@@ -86,7 +86,7 @@ def ensure_indexed(db: Db, ws: str, session_id: str, messages: Sequence[dict[str
     found_missing = text_index.missing_texts(db, ws, session_id, (int(m["seq"]) for m in messages))
     if not found_missing:
         return 0
-    missing = _wait_for_texts(db, ws, session_id, [m for m in messages if int(m["seq"]) in found_missing], now, sleep)
+    missing = _wait_for_texts(db, ws, session_id, messages, now, sleep, missing=found_missing)
     if found_missing - missing:  # written meanwhile by their request: their units are complete
         text_index.settle(db, ws, session_id, found_missing - missing)
     # Another deriver (another sender's, or the upgrade's backfill) may hold the session's repair: wait while it
@@ -226,10 +226,12 @@ class RepairBusy(RuntimeError):
 
 
 def _wait_for_texts(db: Db, ws: str, session_id: str, messages: Sequence[dict[str, Any]],
-                    now: Callable[[], float], sleep: Callable[[float], None]) -> set[int]:
+                    now: Callable[[], float], sleep: Callable[[float], None], *,
+                    missing: set[int] | None = None) -> set[int]:
     """The seqs of `messages` whose text is still missing once every request that may still write one (its `ibu`
-    deadline not passed) has written it or died."""
-    missing = text_index.missing_texts(db, ws, session_id, (int(m["seq"]) for m in messages))
+    deadline not passed) has written it or died (`missing`: those known missing already, not read again)."""
+    if missing is None:
+        missing = text_index.missing_texts(db, ws, session_id, (int(m["seq"]) for m in messages))
     deadline = max((float(m.get("ibu") or 0) for m in messages if int(m["seq"]) in missing), default=0.0)
     while missing and now() < deadline:
         sleep(_POLL_S)

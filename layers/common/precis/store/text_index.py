@@ -87,15 +87,15 @@ def index_texts(db: Db, ws: str, session_id: str, unit: str, texts: Sequence[Tex
     `max_terms`, a unit of more distinct terms raises TooManyTerms before writing anything."""
     if not texts:
         return 0
+    documents = {t.seq: Document.of(t.content, speaker=t.peer) for t in texts}
     if max_terms is not None:
-        said = len({term for t in texts for term in Document.of(t.content, speaker=t.peer).counts})
-        if said > max_terms:  # (the documents are cached by neither call: a rare path, taken once)
+        said = len({term for d in documents.values() for term in d.counts})
+        if said > max_terms:
             raise TooManyTerms(f"unit {unit}: {said} distinct terms, more than {max_terms}")
     found = batch_get(db, [keys.text_doc(ws, session_id, t.seq) for t in texts], ("seq", "u"))
     # A text another unit wrote (a clone's copy of the same seq) is counted there: not this unit's to count or write.
     texts = [t for t in texts if t.seq not in {int(i["seq"]) for i in found if i.get("u") != unit}]
     have = {int(i["seq"]) for i in found if i.get("u") == unit}
-    documents = {t.seq: Document.of(t.content, speaker=t.peer) for t in texts}
     if texts and not have:
         _put_postings(db, ws, session_id, texts, documents)
         _count(db, ws, unit, [(t.peer, documents[t.seq]) for t in texts], sign=1)
