@@ -327,33 +327,12 @@ def _apply_marks(table: Table, key: dict[str, Any], keys: Key, item: Item | None
                  plan: tuple[list[tuple[str, DynamoType]], list[tuple[str, DynamoType]], list[str],
                              list[tuple[str, bool]]]) -> Item:
     """What moto's update_item does for a `_marks` plan: the checks on the item as it is (a missing item has no
-    attribute), then as `_add_counters` does: a missing item put first, the attributes written, the 400 KB refusal
-    before any, the update's stream record."""
+    attribute), then written as moto writes (`_write_attributes`)."""
     adds, sets, removes, checks = plan
     for attribute, exists in checks:
         if (item is not None and attribute in item.attrs) != exists:
             raise ConditionalCheckFailed()
-    original = _before(table, item)
-    written = adds + sets
-    stored = {a: v.size() for a, v in item.attrs.items()} if item is not None else {
-        k: DynamoType(v).size() for k, v in key.items()}
-    size = sum(bytesize(a) + n for a, n in stored.items())
-    for attribute, value in written:
-        if size + bytesize(attribute) + value.size() > _ITEM_LIMIT:
-            raise ItemSizeToUpdateTooLarge()
-        size += value.size() - stored.get(attribute, -bytesize(attribute))
-        stored[attribute] = value.size()
-    if item is None:
-        table.put_item({k: v for k, v in key.items()})
-        item = _get(table, *keys)
-    for attribute, value in written:
-        dict.__setitem__(item.attrs, attribute, value)
-    for attribute in removes:
-        if attribute in item.attrs:
-            dict.__delitem__(item.attrs, attribute)
-    if table.stream_shard is not None:
-        table.stream_shard.add(original, item)
-    return item
+    return _write_attributes(table, key, keys, item, adds + sets, removes)
 
 
 def _update_item(self: DynamoDBBackend, table_name: str, key: dict[str, Any], *args: Any, **kwargs: Any) -> Item:
@@ -431,18 +410,24 @@ def _update_item_action(self: DynamoHandler) -> Any:
 
 def _add_counters(table: Table, key: dict[str, Any], keys: Key, item: Item | None,
                   bumps: list[tuple[str, int]]) -> Item:
-    """What moto's update_item does for a counter bump, step for step: a missing item is put first (its key alone,
-    through Table.put_item, with moto's stream record), each counter is added to (absent counts as 0), the same
-    400 KB refusal, then the stream record of the update."""
-    original = _before(table, item)
+    """What moto's update_item does for a counter bump: each counter added to (absent counts as 0), then written as
+    moto writes (`_write_attributes`)."""
     totals = [(a, DynamoType({"N": str((int(item.attrs[a].value) if item is not None and a in item.attrs else 0)
                                         + n)})) for a, n in bumps]
-    # moto's LimitedSizeDict check for each attribute set (the item as it is, plus the new name and value), without
-    # its half-applied update when one fails: DynamoDB writes all or nothing.
+    return _write_attributes(table, key, keys, item, totals, [])
+
+
+def _write_attributes(table: Table, key: dict[str, Any], keys: Key, item: Item | None,
+                      written: list[tuple[str, DynamoType]], removes: list[str]) -> Item:
+    """What moto's update_item does once its expression is worked out: the 400 KB refusal (moto's LimitedSizeDict
+    check for each attribute set, without its half-applied update when one fails: DynamoDB writes all or nothing),
+    a missing item put first (its key alone, through Table.put_item, with moto's stream record), the attributes set
+    and removed, then the stream record of the update."""
+    original = _before(table, item)
     stored = {a: v.size() for a, v in item.attrs.items()} if item is not None else {
         k: DynamoType(v).size() for k, v in key.items()}
     size = sum(bytesize(a) + n for a, n in stored.items())
-    for attribute, value in totals:
+    for attribute, value in written:
         if size + bytesize(attribute) + value.size() > _ITEM_LIMIT:
             raise ItemSizeToUpdateTooLarge()
         size += value.size() - stored.get(attribute, -bytesize(attribute))
@@ -450,8 +435,11 @@ def _add_counters(table: Table, key: dict[str, Any], keys: Key, item: Item | Non
     if item is None:
         table.put_item({k: v for k, v in key.items()})
         item = _get(table, *keys)
-    for attribute, value in totals:
+    for attribute, value in written:
         dict.__setitem__(item.attrs, attribute, value)
+    for attribute in removes:
+        if attribute in item.attrs:
+            dict.__delitem__(item.attrs, attribute)
     if table.stream_shard is not None:
         table.stream_shard.add(original, item)
     return item
