@@ -12,7 +12,7 @@ deriver also finishes the index of a batch whose request died before it could (`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -287,9 +287,14 @@ def search(db: Db, ws: str, query: str, limit: int, filters: dict[str, Any] | No
 
 def rank(db: Db, ws: str, query: str, wanted: int, *, semantic: Callable[[str], list[float]] | None = None,
          session_id: str | None = None, peer_id: str | None = None, base: Base | None = None,
-         ) -> list[tuple[str, int]]:
+         sessions: Collection[str] | None = None) -> list[tuple[str, int]]:
     """(session id, seq) of the messages nearest `query`, best first, at most `wanted`: BM25, fused with the semantic
-    ranking when `semantic` embeds the query. A message with none of the query's words is found only semantically."""
+    ranking when `semantic` embeds the query. A message with none of the query's words is found only semantically.
+
+    With `sessions`, the messages of those sessions (ranked with the workspace's statistics); `session_id` is then
+    the one whose clone `base` lends it the messages it holds no copy of yet."""
+    if sessions is not None:
+        return _rank_sessions(db, ws, query, wanted, frozenset(sessions), semantic, session_id, base)
     lexical = [key for key, _ in lexical_rank(db, ws, query, wanted, session_id=session_id, peer_id=peer_id,
                                               base=base)]
     meaning = None
@@ -305,6 +310,32 @@ def rank(db: Db, ws: str, query: str, wanted: int, *, semantic: Callable[[str], 
                 best[int(item["seq"]["N"])] = ({**item, "msession": {"S": session_id}}, score)
             hits = list(best.values())
         meaning = [(item["msession"]["S"], int(item["seq"]["N"])) for item, _ in sorted(hits, key=lambda h: h[1])]
+        meaning = meaning[:wanted]
+    return fuse(lexical, meaning)[:wanted]
+
+
+def _rank_sessions(db: Db, ws: str, query: str, wanted: int, sessions: frozenset[str],
+                   semantic: Callable[[str], list[float]] | None, session_id: str | None,
+                   base: Base | None) -> list[tuple[str, int]]:
+    """`rank` over the messages of `sessions`: the workspace's postings and vectors, keeping theirs (and those a
+    clone's base lends it, as the clone's)."""
+    def own(key: tuple[str, int]) -> tuple[str, int] | None:
+        """The key as the caller knows it, or None outside `sessions`."""
+        session, seq = key
+        if base is not None and session_id is not None and session == base.session and seq <= base.through:
+            return session_id, seq
+        return key if session in sessions else None
+
+    def mapped(keys_: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        return list(dict.fromkeys(k for k in map(own, keys_) if k is not None))
+
+    lexical = mapped(key for key, _ in text_index.rank_workspace(
+        db, ws, query, wanted, keep=lambda key: own(key) is not None))
+    meaning = None
+    if semantic is not None:
+        # The index filters by equality only: the workspace's nearest, as many as one search returns, kept here.
+        hits = search_index(db, MEANING_INDEX, {"mcoll": ws}, semantic(query), MAX_TOP_K, _CANDIDATE_FIELDS)
+        meaning = mapped((item["msession"]["S"], int(item["seq"]["N"])) for item, _ in sorted(hits, key=lambda h: h[1]))
         meaning = meaning[:wanted]
     return fuse(lexical, meaning)[:wanted]
 

@@ -6,6 +6,7 @@ import math
 import secrets
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -246,6 +247,18 @@ def list_peers(db: Db, ws: str, filters, page_no: int, size: int, reverse: bool)
 def peer_session_ids(db: Db, ws: str, peer_id: str) -> list[str]:
     """The ids of the sessions the peer has joined (a deleted session's id lingers until its purge)."""
     return [i["SK"].removeprefix("SESSION#") for i in partition_items(db, keys.peer_sessions_pk(ws, peer_id), "SESSION#")]
+
+
+_pool = ThreadPoolExecutor(max_workers=4)  # the membership reads of one request, side by side
+
+
+def sessions_of(db: Db, ws: str, peer_ids: Iterable[str]) -> set[str]:
+    """The ids of the sessions any of the peers has joined (one Query each, in parallel; deleted sessions' ids linger
+    until their purge)."""
+    peer_ids = list(dict.fromkeys(peer_ids))
+    if len(peer_ids) <= 1:
+        return {s for p in peer_ids for s in peer_session_ids(db, ws, p)}
+    return {s for ids in _pool.map(lambda p: peer_session_ids(db, ws, p), peer_ids) for s in ids}
 
 
 def list_peer_sessions(db: Db, ws: str, peer_id: str, filters, page_no: int, size: int, reverse: bool):

@@ -26,7 +26,7 @@ takes its counts back the same way, in units of aligned seq blocks, then deletes
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
@@ -235,10 +235,12 @@ def delete_counters(db: Db, ws: str, peers: Iterable[str]) -> int:
 # ---------------------------------------------------------------- reading
 
 class _Postings:
-    """One (term, group)'s postings, read a page at a time with a consistent Query (a peer's only, with `peer`)."""
+    """One (term, group)'s postings, read a page at a time with a consistent Query (a peer's only, with `peer`; only
+    the texts `keep` keeps, with `keep`: a session can only be told from the sort key, which no filter reads)."""
 
-    def __init__(self, db: Db, ws: str, term: str, group: int, peer: str | None):
-        self.db, self.term, self.group, self.peer = db, term, group, peer
+    def __init__(self, db: Db, ws: str, term: str, group: int, peer: str | None,
+                 keep: Callable[[Key], bool] | None = None):
+        self.db, self.term, self.group, self.peer, self.keep = db, term, group, peer, keep
         self.pk = keys.text_postings_pk(ws, term)
         self.start: dict[str, Any] | None = None
 
@@ -256,14 +258,16 @@ class _Postings:
         postings = []
         for item in out.get("Items", []):
             _group, length, session_id, seq = keys.parse_text_posting_sk(item["SK"]["S"])
-            postings.append(Posting((session_id, seq), int(item["n"]["N"]), length))
+            if self.keep is None or self.keep((session_id, seq)):
+                postings.append(Posting((session_id, seq), int(item["n"]["N"]), length))
         self.start = out.get("LastEvaluatedKey")
         last = None
         if self.start:
             _group, length, session_id, seq = keys.parse_text_posting_sk(self.start["SK"]["S"])
             last = (length, (session_id, seq))
-        elif postings:
-            last = (postings[-1].length, postings[-1].key)
+        elif out.get("Items"):
+            _group, length, session_id, seq = keys.parse_text_posting_sk(out["Items"][-1]["SK"]["S"])
+            last = (length, (session_id, seq))
         return Page(postings, last, self.start is None)
 
 
@@ -273,9 +277,11 @@ def query_terms(text: str) -> Counter[str]:
     return Counter(dict(list(counts.items())[:MAX_QUERY_TERMS]))
 
 
-def rank_workspace(db: Db, ws: str, text: str, k: int, *, peer: str | None = None) -> list[tuple[Key, float]]:
-    """The k messages of the workspace (of `peer` only, when given) that BM25 ranks best for `text`, best first, as
-    ((session, seq), score): exact over every message in scope, reading postings only as deep as the k-th needs."""
+def rank_workspace(db: Db, ws: str, text: str, k: int, *, peer: str | None = None,
+                   keep: Callable[[Key], bool] | None = None) -> list[tuple[Key, float]]:
+    """The k messages of the workspace (of `peer` only, when given; those `keep` keeps, when given, scored with the
+    workspace's statistics) that BM25 ranks best for `text`, best first, as ((session, seq), score): exact over every
+    message in scope, reading postings only as deep as the k-th needs."""
     asked = query_terms(text)
     if not asked or k <= 0:
         return []
@@ -293,7 +299,7 @@ def rank_workspace(db: Db, ws: str, text: str, k: int, *, peer: str | None = Non
         if df <= 0:
             continue  # no text in scope says it: it adds nothing to any score
         weights[term] = idf(df, documents) * said
-        readers += [_Postings(db, ws, term, int(g), peer) for g in sorted(counter.get("g") or ())]
+        readers += [_Postings(db, ws, term, int(g), peer, keep) for g in sorted(counter.get("g") or ())]
     return top_k(weights, readers, k, scope.average_length, lambda keys_: _documents(db, ws, keys_))
 
 
