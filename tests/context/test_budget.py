@@ -293,6 +293,18 @@ def test_largest_fitting_summary_wins():
     assert selection.token_count == 79
 
 
+def test_a_recall_reserve_shrinks_the_summarys_share_and_stays_in_the_messages_budget():
+    """With 50 of 100 tokens set aside for recall, a summary gets 40% of the other 50; the reserve is message budget
+    (what recall leaves unused, the newest messages take)."""
+    session = build([10] * 10)
+    long, short = summary(session, 6, 39, "long"), summary(session, 8, 20, "short")
+    plan = plan_context(100, [long, short], session.last, reserve=50)
+    assert plan.summary == short and plan.message_budget == 80
+    assert plan_context(100, [long, short], session.last).summary == long
+    with pytest.raises(ValueError, match="reserve"):
+        plan_context(100, [], session.last, reserve=101)
+
+
 def test_equal_sized_summaries_prefer_the_later_coverage():
     """Two summaries of the same size: the one covering more messages wins."""
     session = build([10] * 10)

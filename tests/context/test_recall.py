@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from precis.context.budget import MessageCost, recall_budget, select_recalled
+from precis.context.budget import Recallable, recall_reserve, select_recalled
 
 from local import moto_vectors
 from tests.handlers import call
@@ -120,36 +120,162 @@ def test_search_finds_a_message_as_soon_as_its_post_answers(ws):
         assert [h["id"] for h in hits] == [stored[0]["id"]], route
 
 
+# ---------------------------------------------------------------- across the peer's sessions
+
+SECRET = "test-signing-secret-0123456789abcdef"
+Q = QUESTION.replace(" ", "%20")
+
+
+def history(ws_fixture=None) -> dict:
+    """alice's earlier session s1 (with bot) holds the answer; s2 (alice, bot) is the one the context is read for;
+    s3 (bob, carol) holds the same answer without alice. The answer's stored message in s1."""
+    for peer in ("alice", "bot", "bob", "carol"):
+        assert call("POST", f"{W}/peers", {"id": peer}).status == 201
+    for session, members in (("s1", ("alice", "bot")), ("s2", ("alice", "bot")), ("s3", ("bob", "carol"))):
+        assert call("POST", f"{W}/sessions", {"id": session, "peers": {p: {} for p in members}}).status == 201
+    earlier = post("s1", [{"peer_id": "alice", "content": f"{FILLER[i % 6]} ({i})",
+                           "created_at": f"2026-03-0{1 + i // 10}T10:{i:02d}:00Z"} for i in range(20)]
+                   + [{"peer_id": "alice", "content": ANSWER, "created_at": "2026-03-05T12:00:00Z"}])
+    post("s3", [{"peer_id": "bob", "content": ANSWER}, {"peer_id": "carol", "content": "nice"}])
+    post("s2", [{"peer_id": "alice" if i % 2 else "bot", "content": f"{FILLER[i % 6]} [{i}]"} for i in range(40)])
+    return earlier[-1]
+
+
+def recalled_of(answer: dict) -> list[dict]:
+    return [m for m in answer["messages"] if m["id"] in answer["recalled"]]
+
+
+def test_recall_reaches_the_target_peers_earlier_sessions_with_session_and_date(ws):
+    answer = history()
+    found = context("s2", tokens=400, summary="false", peer_target="alice", search_query=Q)
+    recalled = recalled_of(found)
+    assert [m["id"] for m in recalled] == [answer["id"]] == found["recalled"]
+    assert recalled[0]["session_id"] == "s1" and recalled[0]["created_at"] == answer["created_at"]
+    assert recalled[0]["content"] == ANSWER and found["messages"][0]["id"] == answer["id"]  # recalled first
+    window = found["messages"][1:]
+    assert {m["session_id"] for m in window} == {"s2"}
+    ids = [m["id"] for m in found["messages"]]
+    assert len(ids) == len(set(ids))
+    assert found["token_count"] == sum(m["token_count"] for m in found["messages"]) <= 400
+    # Without a target, the session's own peers' sessions: the same.
+    assert context("s2", tokens=400, summary="false", search_query=Q)["recalled"] == [answer["id"]]
+
+
+def test_recall_never_reaches_a_session_the_peers_are_not_in(ws):
+    history()
+    found = context("s2", tokens=400, summary="false", peer_target="alice", search_query=Q)
+    assert all(m["session_id"] != "s3" for m in found["messages"])
+    # bob's view: s3 is his, and s2 (where the context is read) is not: only s3's copy can be recalled
+    bobs = context("s2", tokens=400, summary="false", peer_target="bob", search_query=Q)
+    assert [m["session_id"] for m in recalled_of(bobs)] == ["s3"]
+
+
+@pytest.mark.parametrize("narrowing", ["limit_to_session=true", "sessions=s2"])
+def test_limit_to_session_and_a_session_allowlist_narrow_recall(ws, narrowing):
+    history()
+    found = context("s2", tokens=400, summary="false", peer_target="alice", search_query=Q,
+                    **dict([narrowing.split("=")]))
+    assert found["recalled"] == []
+    wider = context("s2", tokens=400, summary="false", peer_target="alice", search_query=Q, sessions="s1,s2")
+    assert [m["session_id"] for m in recalled_of(wider)] == ["s1"]
+
+
+def test_a_scope_narrows_recall_to_its_sessions(ws):
+    history()
+    assert call("POST", f"{W}/scopes", {"id": "team"}).status in (200, 201)
+    assert call("POST", f"{W}/scopes/team/sessions", {"session_ids": ["s2"]}).status < 300
+    found = context("s2", tokens=400, summary="false", peer_target="alice", scope="team", search_query=Q)
+    assert found["recalled"] == []
+    assert call("POST", f"{W}/scopes/team/sessions", {"session_ids": ["s1"]}).status < 300
+    found = context("s2", tokens=400, summary="false", peer_target="alice", scope="team", search_query=Q)
+    assert [m["session_id"] for m in recalled_of(found)] == ["s1"]
+
+
+def test_a_deleted_session_is_never_recalled(ws):
+    history()
+    assert call("DELETE", f"{W}/sessions/s1").status in (200, 202, 204)
+    found = context("s2", tokens=400, summary="false", peer_target="alice", search_query=Q)
+    assert found["recalled"] == []
+
+
+def test_with_whole_runs_a_message_recalled_from_another_session_comes_with_its_run(ws):
+    history()
+    post("s1", [{"peer_id": "bot", "content": "tell me about your family", "run_id": "r9"},
+                {"peer_id": "alice", "content": "Biscuit the greyhound sleeps all day", "run_id": "r9"},
+                {"peer_id": "bot", "content": "sounds lovely", "run_id": "r9"}])
+    found = context("s2", tokens=600, summary="false", whole_runs="true", peer_target="alice",
+                    search_query="Biscuit%20greyhound%20sleeps")
+    runs = [m.get("run_id") for m in recalled_of(found) if m.get("run_id")]
+    assert runs == ["r9"] * 3
+
+
+@pytest.fixture
+def keyed(ws, monkeypatch):
+    from precis.auth import mint_key
+    from precis.settings import get_settings
+
+    history()
+    monkeypatch.setenv("PRECIS_AUTH", "true")
+    monkeypatch.setenv("PRECIS_JWT_SECRET", SECRET)
+    get_settings.cache_clear()
+    return lambda **claims: {"Authorization": f"Bearer {mint_key(SECRET, workspace=WS, **claims)}"}
+
+
+@pytest.mark.parametrize(("claims", "reaches_s1"), [
+    ({}, True), ({"peer": "alice"}, True), ({"peer": "bot"}, True), ({"session": "s2"}, False)])
+def test_recall_reaches_only_the_sessions_the_key_may_read(keyed, claims, reaches_s1):
+    query = f"tokens=400&summary=false&search_query={Q}" + ("" if claims.get("peer") == "bot" else "&peer_target=alice")
+    answer = call("GET", f"{W}/sessions/s2/context?{query}", headers=keyed(**claims))
+    assert answer.status == 200, answer.body
+    assert {m["session_id"] for m in recalled_of(answer.json())} == ({"s1"} if reaches_s1 else set())
+
+
+def test_a_peer_key_recalls_only_from_sessions_its_peer_is_in(keyed):
+    """bot's key, reading bot's own view in s2 of its sessions: alice's s1 is one of them; and a new session of
+    alice's alone with the answer is not, though alice (the session's other peer) takes part in it."""
+    assert call("POST", f"{W}/sessions", {"id": "s4", "peers": {"alice": {}}}, headers=keyed()).status == 201
+    assert call("POST", f"{W}/sessions/s4/messages", {"messages": [{"peer_id": "alice", "content": ANSWER}]},
+                headers=keyed()).status == 201
+    workspace = call("GET", f"{W}/sessions/s2/context?tokens=400&summary=false&search_query={Q}", headers=keyed())
+    assert {m["session_id"] for m in recalled_of(workspace.json())} >= {"s4"}
+    bots = call("GET", f"{W}/sessions/s2/context?tokens=400&summary=false&search_query={Q}", headers=keyed(peer="bot"))
+    assert bots.status == 200, bots.body
+    assert "s4" not in {m["session_id"] for m in recalled_of(bots.json())}
+
+
 # ---------------------------------------------------------------- the pure choice
 
 
-RUNS = st.lists(st.tuples(st.integers(0, 14), st.lists(st.integers(0, 30), min_size=1, max_size=4)),
-                unique_by=lambda run: run[0], max_size=10)
+RUNS = st.lists(st.tuples(st.sampled_from(["s1", "s2"]), st.integers(0, 14),
+                          st.lists(st.integers(0, 30), min_size=1, max_size=4)),
+                unique_by=lambda run: run[:2], max_size=10)
 
 
-@given(runs=RUNS, budget=st.integers(0, 120), before=st.integers(1, 75))
+@given(runs=RUNS, budget=st.integers(0, 120))
 @settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
-def test_select_recalled_keeps_whole_runs_within_the_budget_before_the_window(runs, budget, before):
-    as_costs = [[MessageCost(5 * block + 1 + i, tokens, 0, 5 * block + 1) for i, tokens in enumerate(sizes)]
-                for block, sizes in runs]  # disjoint runs, best first in the order given
-    chosen = select_recalled(as_costs, budget, before)
-    seqs = [m.seq for m in chosen]
-    assert seqs == sorted(set(seqs)) and all(s < before for s in seqs)
+def test_select_recalled_keeps_whole_runs_within_the_budget(runs, budget):
+    as_costs = [[Recallable((session, 5 * block + 1 + i), tokens) for i, tokens in enumerate(sizes)]
+                for session, block, sizes in runs]  # disjoint runs, best first in the order given
+    chosen = select_recalled(as_costs, budget)
+    keys = [m.key for m in chosen]
+    assert len(keys) == len(set(keys))
     assert sum(m.token_count for m in chosen) <= budget
-    taken = [run for run in as_costs if run[0].seq in seqs]
-    assert all(all(m.seq in seqs for m in run) for run in taken)  # a run whole or not at all
-    assert sorted(seqs) == sorted(m.seq for run in taken for m in run)
-    # Greedy in rank order: a run left out did not fit what the better-ranked ones left, or reached the window.
+    taken = [run for run in as_costs if run[0].key in keys]
+    assert all(all(m.key in keys for m in run) for run in taken)  # a run whole or not at all
+    assert sorted(keys) == sorted(m.key for run in taken for m in run)
+    # Greedy in rank order: a run left out did not fit what the better-ranked ones left.
     used = 0
     for run in as_costs:
         cost = sum(m.token_count for m in run)
         if run in taken:
             used += cost
         else:
-            assert run[-1].seq >= before or used + cost > budget
+            assert used + cost > budget
 
 
-def test_recall_budget_is_a_quarter_of_the_limit_out_of_the_messages_share():
-    assert recall_budget(2000, 1500) == 500
-    assert recall_budget(2000, 300) == 300
-    assert recall_budget(2000, 0) == 0
+def test_the_recall_reserve_is_the_share_of_the_limit_rounded_down():
+    assert recall_reserve(2000, 0.25) == 500
+    assert recall_reserve(2001, 0.5) == 1000
+    assert recall_reserve(2000, 0) == 0
+    with pytest.raises(ValueError, match="share"):
+        recall_reserve(2000, 1.5)

@@ -121,24 +121,34 @@ def test_each_message_is_indexed_once_by_its_post_and_replays_and_edits_write_no
 
 
 def test_the_context_read_never_touches_the_search_index_without_a_query(ws):
-    """The plain context reads no search item; with a search query it reads the session's texts (to recall), and
-    never the terms' postings or the message vectors."""
+    """The plain context reads no search item; with a search query kept to its session it reads the session's texts
+    (to recall), and never the terms' postings or the message vectors; reaching the peer's other sessions, it reads
+    the query's postings instead of any session's texts."""
     from precis.store import keys
 
     texts = keys.text_docs_pk("ws1", "s1")
     assert len([v for v in index_items(ws) if v["PK"]["S"] == texts]) == 3  # there are texts to touch
+    assert call("POST", f"{W}/sessions", {"id": "s2", "peers": {"alice": {}}}).status < 300  # alice has another session
     with dynamodb_requests() as plain:
         reply = call("GET", f"{W}/sessions/s1/context")
     assert reply.status == 200 and [m["content"] for m in reply.body["messages"]][1] == "I moved to Lisbon last spring."
     with dynamodb_requests() as searched:  # the representation's conclusions, and the recalled messages
+        reply = call("GET", f"{W}/sessions/s1/context", peer_target="alice", search_query="Lisbon",
+                     limit_to_session="true")
+    assert reply.status == 200 and reply.body["messages"], reply.body
+    with dynamodb_requests() as reaching:
         reply = call("GET", f"{W}/sessions/s1/context", peer_target="alice", search_query="Lisbon")
     assert reply.status == 200 and reply.body["messages"], reply.body
-    for requests in (plain, searched):
+    for requests in (plain, searched, reaching):
         assert any(op == "Query" for op, _ in requests)  # the recording saw the read
         text = [json.dumps(params) for _, params in requests]
-        assert not [t for t in text if "#XT#" in t or keys.message_vectors_pk("ws1", "s1") in t], text
+        assert not [t for t in text if keys.message_vectors_pk("ws1", "s1") in t], text
+        if requests is not reaching:
+            assert not [t for t in text if "#XT#" in t], text
     assert not [p for _, p in plain if texts in json.dumps(p)]
     assert [op for op, p in searched if texts in json.dumps(p)] == ["Query"]
+    assert not [p for _, p in reaching if texts in json.dumps(p)]
+    assert [p for _, p in reaching if keys.text_postings_pk("ws1", "lisbon") in json.dumps(p)]
 
 
 def test_deleting_a_session_takes_it_out_of_the_index(ws):

@@ -237,3 +237,23 @@ def test_the_context_with_a_search_query_recalls_what_the_newest_window_lacks(st
                                                         search_query="What dog did Maria adopt?"))
                      and "Biscuit" in answer.messages[0].content and answer)  # once the index holds the message
     assert sum(m.token_count for m in found.messages) <= 2000
+
+
+def test_the_sdks_context_recalls_from_the_peers_earlier_sessions(stack):
+    """The answer was said in alice's session of last month; the context of today's session, with search_query and
+    peer_target, holds it with its session id and date, through the SDK's own models."""
+    client = Honcho(base_url=stack.url, api_key="local", workspace_id="sdk-history")
+    alice, bot = client.peer("alice"), client.peer("bot")
+    earlier, today = client.session("march"), client.session("april")
+    earlier.add_messages([alice.message("My sister Maria adopted a greyhound called Biscuit from the shelter.",
+                                        created_at="2026-03-02T10:00:00Z"),
+                          bot.message("What a lovely name!", created_at="2026-03-02T10:01:00Z")])
+    today.add_messages([(alice if i % 2 else bot).message(f"How was the commute today? ({i})") for i in range(40)])
+    found = wait_for(lambda: (answer := today.context(tokens=300, peer_target="alice",
+                                                      search_query="What dog did Maria adopt?"))
+                     and any("Biscuit" in m.content for m in answer.messages) and answer)
+    recalled = next(m for m in found.messages if "Biscuit" in m.content)
+    assert recalled.session_id == "march" and recalled.created_at.isoformat().startswith("2026-03-02")
+    assert found.messages[0].id == recalled.id  # recalled first, then the newest window of today's session
+    assert {m.session_id for m in found.messages[1:]} == {"april"}
+    assert sum(m.token_count for m in found.messages) <= 300

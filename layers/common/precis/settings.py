@@ -76,6 +76,10 @@ class Settings(BaseModel):
     # Message bodies longer than this (UTF-8 bytes) go to S3; the item keeps a pointer. At most 300,000 so that
     # an item (inline body + metadata of up to 64 KiB + ~1 KB of attributes) stays below DynamoDB's 400 KB.
     inline_body_max_bytes: int = Field(16_384, ge=1, le=300_000)
+    # The share of a context's tokens that the messages its search query recalls may take (the rest: representation,
+    # summary, newest messages; what recall leaves unused goes to the newest messages). Chosen on the retrieval bench
+    # (bench/retrieval.py, "recall share"): the share whose contexts hold the most answer words over 1k, 2k and 4k.
+    context_recall_share: float = Field(0.25, ge=0, le=1)
     # Honcho's limit by default; raise it for agents that store large tool outputs. At most 1 Mi characters:
     # one message must fit Lambda's 6 MB response even when every character is escaped in JSON.
     max_message_chars: int = Field(25_000, ge=1, le=1024 * 1024)
@@ -227,6 +231,7 @@ def get_settings() -> Settings:
         "stage": env.get("STAGE"),
         "secret_name": env.get("PRECIS_SECRET_NAME"),
         "inline_body_max_bytes": env.get("PRECIS_INLINE_BODY_MAX_BYTES"),
+        "context_recall_share": env.get("PRECIS_CONTEXT_RECALL_SHARE"),
         "max_message_chars": env.get("PRECIS_MAX_MESSAGE_CHARS"),
         "auth": _env_bool(env.get("PRECIS_AUTH")),
         "jwt_secret": env.get("PRECIS_JWT_SECRET"),
@@ -250,7 +255,8 @@ def get_settings() -> Settings:
 
 
 _VARIABLES = {
-    "inline_body_max_bytes": "PRECIS_INLINE_BODY_MAX_BYTES", "max_message_chars": "PRECIS_MAX_MESSAGE_CHARS",
+    "inline_body_max_bytes": "PRECIS_INLINE_BODY_MAX_BYTES", "context_recall_share": "PRECIS_CONTEXT_RECALL_SHARE",
+    "max_message_chars": "PRECIS_MAX_MESSAGE_CHARS",
     "llm_timeout": "PRECIS_LLM_TIMEOUT_S", "llm_max_attempts": "PRECIS_LLM_MAX_ATTEMPTS",
     "llm_max_input_tokens": "PRECIS_LLM_MAX_INPUT_TOKENS", "purge_grace_s": "PRECIS_PURGE_GRACE_S",
     "summarize_concurrency": "PRECIS_SUMMARIZE_CONCURRENCY", "llm_model": "PRECIS_LLM_MODEL",

@@ -13,7 +13,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
 from precis.api.answers import json_response, to_json
-from precis.auth import ROUTES, Access, authorize, authorize_view, bearer, verify_key
+from precis.auth import ROUTES, Access, Principal, authorize, authorize_view, bearer, verify_key
 from precis.settings import get_settings
 from precis.errors import PrecisError, Throttled
 from precis.secrets import jwt_secret
@@ -105,13 +105,14 @@ def _body(event: dict) -> Any:
         return None
 
 
-def authenticate(event: dict) -> None:
-    """Check the request's bearer key against the route's scope (401/403), when auth is on."""
+def authenticate(event: dict) -> Principal | None:
+    """Check the request's bearer key against the route's scope (401/403), when auth is on; whose key it is (None
+    when auth is off or the route is public)."""
     if not get_settings().auth:
-        return
+        return None
     access = ROUTES.get(event.get("routeKey", ""), Access.ADMIN)  # a route missing from the table: admins only
     if access is Access.PUBLIC:
-        return
+        return None
     principal = verify_key(bearer(event.get("headers")), jwt_secret())
     ids = event.get("pathParameters") or {}
     workspace = ids.get("workspace_id")
@@ -128,6 +129,7 @@ def authenticate(event: dict) -> None:
     authorize(principal, access, workspace=workspace, peer=ids.get("peer_id"), session=ids.get("session_id"),
               body=body, is_member=is_member)
     authorize_view(principal, event.get("queryStringParameters") or {}, body if isinstance(body, dict) else None)
+    return principal
 
 
 def _body_problem(event: dict) -> tuple[int, Any] | None:
@@ -164,10 +166,11 @@ def _retry_after(exc: PrecisError) -> dict[str, str]:
 def serve(app: APIGatewayHttpResolver, event: dict, context) -> dict:
     """Authenticate, then let the resolver route, validate and answer; nothing escapes to API Gateway but JSON."""
     try:
-        authenticate(event)
+        principal = authenticate(event)
         problem = _body_problem(event)
         if problem is not None:
             return _answer(*problem)
+        app.append_context(principal=principal)  # what a route may read on the key's behalf (the resolver clears it)
         return app.resolve(event, context)
     except PrecisError as exc:
         return _answer(exc.status, exc.detail, _retry_after(exc))

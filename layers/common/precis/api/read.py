@@ -95,6 +95,8 @@ def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens
     check_context_params(session_id, peer_target=peer_target, peer_perspective=peer_perspective, scope=scope,
                          sessions=sessions, limit_to_session=limit_to_session)
     peer = None
+    allowlist = ((session_id,) if limit_to_session else
+                 tuple(s for part in sessions for s in part.split(",")) if sessions is not None else None)
     if peer_target:
         observer = peer_perspective or peer_target
         if scope is not None:
@@ -102,8 +104,6 @@ def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens
 
             scopes.require(get_db(), workspace_id, scope)
             observer = scopes.observer(scope)
-        allowlist = ((session_id,) if limit_to_session else
-                     tuple(s for part in sessions for s in part.split(",")) if sessions is not None else None)
         from precis.store import representation
 
         peer = compose.PeerView(representation.Request(
@@ -115,7 +115,19 @@ def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens
     if search_query:
         from precis.settings import get_settings
 
-        recall = compose.Recall(search_query, _embed if get_settings().embedder != "hashed" else None)
+        settings = get_settings()
+        principal = router.context.get("principal")
+        reach = allowlist
+        if scope is not None:  # the scope's sessions (and this one, whose newest messages the context holds anyway)
+            from precis.store import scopes
+
+            reach = (session_id, *scopes.member_sessions(get_db(), workspace_id, [scope]))
+        if principal is not None and principal.session is not None:
+            reach = (session_id,)  # a session's key reads that session only
+        recall = compose.Recall(search_query, _embed if settings.embedder != "hashed" else None,
+                                share=settings.context_recall_share,
+                                peers=(peer_target,) if peer_target else None, sessions=reach,
+                                reader=principal.peer if principal is not None else None)
     return compose.read_context(get_db(), workspace_id, session_id, tokens or MAX_CONTEXT_TOKENS,
                                 use_summary=summary, whole_runs=whole_runs, peer=peer, recall=recall)
 

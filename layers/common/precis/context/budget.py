@@ -15,7 +15,7 @@ what is returned, whatever the session's length.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 
@@ -84,9 +84,11 @@ def plan_context(
     last: MessageCost | None,
     *,
     use_summary: bool = True,
+    reserve: int = 0,
 ) -> ContextPlan:
-    """Pick the largest summary that fits 40% of `limit` and leaves the newest message verbatim, and bound the
-    messages that could fill the rest.
+    """Pick the largest summary that fits 40% of `limit` (less `reserve`, the tokens set aside for recalled messages)
+    and leaves the newest message verbatim, and bound the messages that could fill the rest (the reserve included:
+    what recall leaves unused goes to the newest messages).
 
     A summary is never worth the newest message: one that covers it, or leaves too little room for it, is passed
     over for a smaller or older one (or none) whenever that message fits `limit` on its own. Otherwise a summary of
@@ -96,7 +98,9 @@ def plan_context(
         raise ValueError(f"limit: must be at least 0, got {limit}")
     last_seq = last.seq if last else 0
     total_tokens = last.start_tokens + last.token_count if last else 0
-    fits = summary_budget(limit)
+    if not 0 <= reserve <= limit:
+        raise ValueError(f"reserve: must be within 0..{limit}, got {reserve}")
+    fits = summary_budget(limit - reserve)
     newest_fits = last is not None and last.token_count <= limit
     chosen: SummaryCost | None = None
     seen: set[str] = set()
@@ -154,26 +158,33 @@ def select_messages(
     )
 
 
-def recall_budget(limit: int, message_budget: int) -> int:
-    """Tokens that recalled messages may take: a quarter of the limit, out of the messages' share."""
-    return max(0, min(limit // 4, message_budget))
+def recall_reserve(limit: int, share: float) -> int:
+    """Tokens set aside for recalled messages: `share` of the limit, rounded down."""
+    if not 0 <= share <= 1:
+        raise ValueError(f"share: must be within 0..1, got {share}")
+    return int(limit * share)
 
 
-def select_recalled(runs: Iterable[list[MessageCost]], budget: int, before_seq: int) -> list[MessageCost]:
-    """The recalled messages: whole `runs` (best first; a message alone is a run of one) that fit `budget`, all
-    older than `before_seq` (the newest window's first message), in ascending seq, none twice. A run that does not
-    fit is passed over for a smaller one further down."""
-    chosen: dict[int, MessageCost] = {}
+@dataclass(frozen=True, slots=True)
+class Recallable:
+    """A message recall may add: which one (session, seq) and its tokens."""
+
+    key: tuple[str, int]
+    token_count: int
+
+
+def select_recalled(runs: Iterable[Sequence[Recallable]], budget: int) -> list[Recallable]:
+    """The recalled messages: whole `runs` (best first; a message alone is a run of one) that fit `budget`, none
+    twice, in the order they were chosen. A run that does not fit is passed over for a smaller one further down."""
+    chosen: dict[tuple[str, int], Recallable] = {}
     used = 0
     for run in runs:
-        run = [m for m in run if m.seq not in chosen]
-        if not run or any(m.seq >= before_seq for m in run):
-            continue
+        run = [m for m in run if m.key not in chosen]
         cost = sum(m.token_count for m in run)
-        if used + cost <= budget:
+        if run and used + cost <= budget:
             used += cost
-            chosen.update((m.seq, m) for m in run)
-    return [chosen[seq] for seq in sorted(chosen)]
+            chosen.update((m.key, m) for m in run)
+    return list(chosen.values())
 
 
 def _rank(summary: SummaryCost) -> tuple[int, int, str]:

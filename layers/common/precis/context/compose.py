@@ -3,8 +3,9 @@
 Round 1 (in parallel): the session and its summaries in one BatchGetItem, and the last message's cost.
 Round 2: the messages whose `start_tokens` lies in the window the budget allows, from the ByStartTokens
 local index (strongly consistent), so only messages that can be returned are read.
-With a search query, in parallel with round 2: the session's messages that best match it (message search's
-ranking), of which those older than the newest window are recalled into up to a quarter of the budget.
+With a search query, in parallel with round 2: the messages that best match it (message search's ranking) in every
+session the target peer takes part in (or the session's peers, without a target), as far as the request and its key
+reach; those not in the newest window are recalled into the share of the budget set aside for them.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger
 
 from precis.context.budget import (
-    ContextPlan, MessageCost, SummaryCost, plan_context, recall_budget, select_messages, select_recalled,
+    ContextPlan, MessageCost, Recallable, SummaryCost, plan_context, recall_reserve, select_messages,
+    select_recalled,
 )
 from precis.configuration import summary_config
 from precis.errors import Invalid, NotFound, Throttled
-from precis.store import keys
+from precis.store import keys, resources
 from precis.store.db import Db, batch_get, from_item, projection, query_all, to_item
 from precis.store.messages import Base, base_of, is_fence, last_message, read_range, with_bodies
 from precis.store.records import json_object
@@ -102,10 +104,11 @@ def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: b
     representation and card), Honcho's shape + ext.
 
     `whole_runs` None: the session's setting (configuration.summarizer.whole_runs, over the workspace's and the
-    deployment's), read with the session in round 1. The representation and card take at most half of `limit`
-    (whole conclusions, then card entries, dropped until they fit); the summary 40% of the rest. With `recall`, the
-    messages best matching its query that are older than the newest window may take up to a quarter of `limit` from
-    the messages' share (ext `recalled`: their ids); they come first, in time order.
+    deployment's), read with the session in round 1. With `recall`, its share of `limit` is set aside for the
+    messages best matching its query, from the sessions it reaches, outside the newest window (ext `recalled`: their
+    ids; they come first, in time order, each with its session id and date); what they leave goes to the newest
+    messages. The representation and card take at most half of the rest (whole conclusions, then card entries,
+    dropped until they fit); the summary 40% of what remains besides the reserve.
     """
     for _ in range(3):
         answer = _read_once(db, ws, session_id, limit, use_summary, whole_runs, peer, recall)
@@ -129,19 +132,20 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
     session, summaries, workspace = first.result()
     if session is None or workspace is None or "deleted_at" in session or is_fence(last):
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
-    ranked = _pool.submit(_rank, db, ws, session_id, recall, base_of(session)) if recall else None
-    read = finish() if finish else None
-    tokens = limit
-    fitted = fit(read.conclusions, read.card, limit // 2, count_text) if read else None
-    limit -= fitted.tokens if fitted else 0
     try:
         config = summary_config(json_object(workspace.get("configuration")), json_object(session.get("configuration")))
     except Invalid:  # settings broken by a later workspace change: read as if no strategy were set
         config = summary_config(None)
     sliding = config.enabled and config.strategy == "sliding_window"
+    recall = None if sliding else recall  # a sliding window's older runs are never returned, recalled or not
+    reserve = recall_reserve(limit, recall.share) if recall else 0
+    ranked = _pool.submit(_rank, db, ws, session_id, recall, base_of(session), _candidates(reserve)) if recall else None
+    read = finish() if finish else None
+    fitted = fit(read.conclusions, read.card, (limit - reserve) // 2, count_text) if read else None
+    limit -= fitted.tokens if fitted else 0
     costs = [] if sliding else [_summary_cost(s) for s in summaries.values()]
     try:
-        plan = plan_context(limit, costs, _cost(last) if last else None, use_summary=use_summary)
+        plan = plan_context(limit, costs, _cost(last) if last else None, use_summary=use_summary, reserve=reserve)
     except ValueError:
         # A summary that disagrees with the messages (it should not exist: writes are bound to the session's
         # incarnation) is a bug to log, not a reason to refuse the context: answer from the messages alone.
@@ -161,19 +165,20 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
     whole_runs = config.whole_runs if whole_runs is None else whole_runs
     selection = select_messages(plan, map(_cost, items), whole_runs=whole_runs)
     recalled: list[dict[str, Any]] = []
-    if ranked is not None and not sliding:  # a sliding window's older runs are never returned, recalled or not
+    if ranked is not None:
         before = selection.messages[0].seq if selection.messages else plan.last_seq + 1
-        recalled = _recalled(db, ws, session_id, ranked.result(), recall_budget(tokens, plan.message_budget), before,
+        recalled = _recalled(db, ws, session_id, ranked.result(), min(reserve, plan.message_budget), before,
                              whole_runs, base_of(session))
         if recalled:  # the window gives up what they take (it only shrinks: no overlap)
-            smaller = replace(plan, message_budget=plan.message_budget - sum(i["token_count"] for i in recalled))
-            selection = select_messages(smaller, map(_cost, items), whole_runs=whole_runs)
-            after_summary = sum(1 for i in recalled if i["seq"] > plan.after_seq)
+            taken = sum(i["token_count"] for i in recalled)
+            selection = select_messages(replace(plan, message_budget=plan.message_budget - taken), map(_cost, items),
+                                        whole_runs=whole_runs)
+            after_summary = sum(1 for i in recalled if i["session_id"] == session_id and i["seq"] > plan.after_seq)
             selection = replace(selection, messages_skipped=selection.messages_skipped - after_summary,
-                                token_count=selection.token_count + sum(i["token_count"] for i in recalled))
+                                token_count=selection.token_count + taken)
     answer = {
         "id": session_id,
-        "messages": with_bodies(db, recalled + [by_seq[m.seq] for m in selection.messages], ws, session_id),
+        "messages": recalled + with_bodies(db, [by_seq[m.seq] for m in selection.messages], ws, session_id),
         "summary": summary_view(summary),
         "peer_representation": fitted.text if fitted else None,
         "peer_card": fitted.card if fitted else None,
@@ -190,53 +195,94 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
 
 @dataclass(frozen=True)
 class Recall:
-    """What a context read recalls by: the search query, and its semantic embedding function (None: lexical only)."""
+    """What a context read recalls by and from where: the search query, its semantic embedding function (None:
+    lexical only), the share of the tokens set aside for it, whose sessions it reaches (`peers`; None: the session's
+    members), narrowed to `sessions` when given and to those `reader` (a peer key's peer) belongs to."""
 
     query: str
     semantic: Callable[[str], list[float]] | None = None
+    share: float = 0.25
+    peers: tuple[str, ...] | None = None
+    sessions: tuple[str, ...] | None = None
+    reader: str | None = None
 
 
-_RECALL_CANDIDATES = 20  # ranked messages looked at; those inside the newest window are passed over
+# Ranked messages looked at (those inside the newest window are passed over): enough to fill the reserve with
+# messages of about 20 tokens, within 20..100 (the most one vector search answers). Looking at one per 10 tokens
+# recalled twice the messages on the retrieval bench and not one answer word more.
+_MIN_CANDIDATES, _MAX_CANDIDATES, _CANDIDATE_TOKENS = 20, 100, 20
 
 
-def _rank(db: Db, ws: str, session_id: str, recall: Recall, base: Base | None) -> list[int]:
+def _candidates(reserve: int) -> int:
+    return max(_MIN_CANDIDATES, min(_MAX_CANDIDATES, reserve // _CANDIDATE_TOKENS))
+
+
+def recall_sessions(db: Db, ws: str, session_id: str, recall: Recall) -> frozenset[str]:
+    """The sessions a context's recall reaches: the session itself, and those its peers take part in as far as the
+    request narrows them and its key may read (deleted ones are left out once their messages are read)."""
+    if recall.sessions is not None and set(recall.sessions) <= {session_id}:
+        return frozenset({session_id})
+    peers = recall.peers if recall.peers is not None else tuple(resources.members(db, ws, session_id))
+    reach = resources.sessions_of(db, ws, peers)
+    if recall.reader is not None:
+        reach &= resources.sessions_of(db, ws, [recall.reader])
+    if recall.sessions is not None:
+        reach &= set(recall.sessions)
+    return frozenset(reach | {session_id})
+
+
+def _rank(db: Db, ws: str, session_id: str, recall: Recall, base: Base | None, wanted: int
+          ) -> list[tuple[str, int]]:
     from precis.store.message_search import rank
 
-    return [seq for _, seq in rank(db, ws, recall.query, _RECALL_CANDIDATES, semantic=recall.semantic,
-                                   session_id=session_id, base=base)]
+    sessions = recall_sessions(db, ws, session_id, recall)
+    return rank(db, ws, recall.query, wanted, semantic=recall.semantic, session_id=session_id, base=base,
+                sessions=None if sessions == {session_id} else sessions)
 
 
-def _recalled(db: Db, ws: str, session_id: str, ranked: list[int], budget: int, before: int, whole_runs: bool,
-              base: Base | None) -> list[dict[str, Any]]:
-    """The recalled messages' items, ascending: the best-ranked older than `before` that fit `budget` (with
-    `whole_runs`, each with its whole run, or not at all)."""
-    ranked = [seq for seq in ranked if seq < before]
+def _recalled(db: Db, ws: str, session_id: str, ranked: list[tuple[str, int]], budget: int, before: int,
+              whole_runs: bool, base: Base | None) -> list[dict[str, Any]]:
+    """The recalled messages as the API shows them: the best-ranked that fit `budget`, none of this session's from
+    `before` on (the newest window), none of a deleted session's (with `whole_runs`, each with its whole run, or not
+    at all); grouped by session, the sessions in time order, each in seq order."""
+    ranked = [(s, seq) for s, seq in ranked if s != session_id or seq < before]
     if budget <= 0 or not ranked:
         return []
-    found = {i["seq"]: i for i in batch_get(db, [keys.message(ws, session_id, seq) for seq in ranked],
-                                            WINDOW_FIELDS + ("kind",)) if i.get("kind") == "message"}
+    others = sorted({s for s, _ in ranked} - {session_id})
+    read = batch_get(db, [*(keys.message(ws, s, seq) for s, seq in ranked), *(keys.session(ws, s) for s in others)],
+                     WINDOW_FIELDS + ("kind", "deleted_at", "PK", "SK"))
+    gone = {i["SK"].removeprefix("SESSION#") for i in read if i["SK"].startswith("SESSION#") and "deleted_at" in i}
+    gone |= set(others) - {i["SK"].removeprefix("SESSION#") for i in read if i["SK"].startswith("SESSION#")}
+    found = {(keys.parse_session_pk(i["PK"])[1], i["seq"]): i for i in read if i.get("kind") == "message"}
     if base is not None:
-        missing = [seq for seq in ranked if seq not in found and seq <= base.through]
+        missing = [seq for s, seq in ranked if s == session_id and (s, seq) not in found and seq <= base.through]
         if missing:
-            found |= {i["seq"]: i for i in batch_get(db, [keys.message(ws, base.session, seq) for seq in missing],
-                                                     WINDOW_FIELDS + ("kind",)) if i.get("kind") == "message"}
-    runs: list[list[dict[str, Any]]] = []
-    for seq in ranked:
-        item = found.get(seq)
-        if item is None:
+            found |= {(session_id, i["seq"]): i for i in batch_get(
+                db, [keys.message(ws, base.session, seq) for seq in missing], WINDOW_FIELDS + ("kind",))
+                if i.get("kind") == "message"}
+    runs: list[list[tuple[str, dict[str, Any]]]] = []
+    for session, seq in ranked:
+        item = found.get((session, seq))
+        if item is None or session in gone:
             continue
         if whole_runs:
             # The run's messages: from its start, as far as it goes (a run is one agent execution: short).
             start = item["run_start_seq"]
-            run = [i for i in read_range(db, ws, session_id, start, min(start + 199, before - 1), base=base)
+            own = session == session_id
+            run = [(session, i) for i in read_range(db, ws, session, start, min(start + 199, before - 1) if own
+                                                    else start + 199, base=base if own else None)
                    if i.get("run_start_seq") == start]
-            if run:  # it ends before the window, whose first message starts a run when runs are kept whole
+            if run:  # this session's ends before the window, whose first message starts a run when runs are whole
                 runs.append(run)
         else:
-            runs.append([item])
-    by_seq = {i["seq"]: i for run in runs for i in run}
-    chosen = select_recalled(([_cost(i) for i in run] for run in runs), budget, before)
-    return [by_seq[m.seq] for m in chosen]
+            runs.append([(session, item)])
+    by_key = {(s, i["seq"]): i for run in runs for s, i in run}
+    chosen = select_recalled(([Recallable((s, i["seq"]), i["token_count"]) for s, i in run] for run in runs), budget)
+    sessions: dict[str, list[dict[str, Any]]] = {}
+    for key in sorted(m.key for m in chosen):
+        sessions.setdefault(key[0], []).append(by_key[key])
+    ordered = sorted(sessions.items(), key=lambda entry: (min(i["created_at"] for i in entry[1]), entry[0]))
+    return [view for s, items in ordered for view in with_bodies(db, items, ws, s)]
 
 
 @dataclass(frozen=True)

@@ -477,10 +477,13 @@
     const spoken = order.filter((p) => parts[p] > 0).map((p) => `${PART_LABELS[p]} ${approx(p)}${fmt(parts[p])}`);
     bar.setAttribute("aria-label", `Context window: ${fmt(context.token_count)} of ${fmt(limit)} tokens. ${spoken.join(", ")}.`);
 
-    const first = context.messages[0];
-    const last = context.messages[context.messages.length - 1];
+    const newest = windowMessages(context);
+    const recalled = context.messages.length - newest.length;
+    const first = newest[0];
+    const last = newest[newest.length - 1];
     $("bar-caption").textContent = `${fmt(context.token_count)} of ${fmt(limit)} tokens` +
-      (context.messages.length ? ` · ${plural(context.messages.length, "message")} (#${first.seq}–#${last.seq})` : " · no message fits");
+      (newest.length ? ` · ${plural(newest.length, "message")} (#${first.seq}–#${last.seq})` : " · no message fits") +
+      (recalled ? ` · ${plural(recalled, "recalled message")}` : "");
     const details = {
       summary: context.summary ? `${summaryName(context.summary.summary_type)}` : "none in the window",
       messages: plural(context.messages.length, "message"),
@@ -535,10 +538,18 @@
     return ends;
   }
 
+  /** The context's newest messages: those of this session that search_query did not recall (recalled ones come
+   * first, from any session the peers take part in, and are not where the window starts). */
+  function windowMessages(context) {
+    const recalled = new Set(context.recalled || []);
+    return context.messages.filter((m) => !recalled.has(m.id));
+  }
+
   function renderTimeline() {
     const context = state.context;
     const inWindow = new Set(context.messages.map((m) => m.id));
-    const windowStart = context.messages.length ? context.messages[0].seq : null;
+    const newest = windowMessages(context);
+    const windowStart = newest.length ? newest[0].seq : null;
     const ends = summaryEnds();
     if (!changed("timeline", [state.messages, state.messagesTotal, [...inWindow], ends, context.messages_skipped,
       context.summary && context.summary.summary_type])) return;
