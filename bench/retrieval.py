@@ -54,6 +54,11 @@ HTTP_CONVERSATIONS, HTTP_QUESTIONS = 4, 24
 KS = (1, 5, 10)
 BUDGETS = (1_000, 2_000, 4_000)
 CONTEXTS = ("window", "default", "search")  # summary=false; the default; peer_target + search_query
+# The shares of a context's tokens recall may take (PRECIS_CONTEXT_RECALL_SHARE), swept with search_query; and the
+# references: the session-only recall of earlier releases (limit_to_session), the best BM25 turns of the whole
+# conversation packed into the same budget, and the whole conversation.
+SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
+REFERENCES = ("session_only", "bm25_pack", "whole")
 WS_CONFIG = {"deriver": {"max_wait_s": 0}}  # derive what is pending at the end (the flush), not 30 min later
 SEARCH_TARGET, CONTEXT_TARGET = 1.1, 2.0
 
@@ -115,6 +120,35 @@ def bm25_rank(query: str, conversation: Conversation) -> list[str]:
     if index is None:
         index = _BM25[conversation.id] = BM25((t.id, t.text) for t in conversation.turns)
     return index.rank(query, 10)
+
+
+def _tokens(text: str) -> int:
+    """A turn's tokens as the context counts a message's (o200k_base), with tiktoken itself: the reference shares no
+    code with Precis."""
+    import tiktoken
+
+    return len(tiktoken.get_encoding("o200k_base").encode(text, disallowed_special=()))
+
+
+def bm25_pack(question: Question, conversation: Conversation, budget: int) -> str:
+    """The reference context: the conversation's turns best first by BM25 (those with any of the question's words),
+    each taken while it fits `budget`, with its date."""
+    index = _BM25.get(conversation.id)
+    if index is None:
+        index = _BM25[conversation.id] = BM25((t.id, t.text) for t in conversation.turns)
+    by_id = {t.id: t for t in conversation.turns}
+    used, parts = 0, []
+    for turn_id in index.rank(question.text):
+        turn = by_id[turn_id]
+        cost = _tokens(turn.text)
+        if used + cost <= budget:
+            used += cost
+            parts.append(f"{_date(turn.created_at)} {turn.text}")
+    return "\n".join(parts)
+
+
+def whole(conversation: Conversation) -> str:
+    return "\n".join(f"{_date(t.created_at)} {t.text}" for t in conversation.turns)
 
 
 def answer_words(question: Question) -> set[str]:
@@ -292,6 +326,7 @@ def measure(conversation: Conversation) -> dict:
     ws = conversation.id
     last = conversation.sessions[-1][0]
     rows, search_requests, context_requests, conclusion_count = [], [], [], 0
+    plain_requests, target_requests = [], []
     with moto() as clients:
         started = time.perf_counter()
         ids = load(conversation)
@@ -306,8 +341,10 @@ def measure(conversation: Conversation) -> dict:
             window = _ok(call("GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=budget, summary="false"),
                          "context")
             base["window", budget] = context_text(window)
-            base["default", budget] = context_text(_ok(call(
-                "GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=budget), "context"))
+            with Requests(db.client) as counted:
+                base["default", budget] = context_text(_ok(call(
+                    "GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=budget), "context"))
+            plain_requests.append(len(counted.ops))
         sources: dict[str, set[str]] = {}
         for question in conversation.questions:
             observed = peer_id(question.about)
@@ -327,21 +364,61 @@ def measure(conversation: Conversation) -> dict:
             row["conclusions"] = recall([sources[c["id"]] for c in hits], question,
                                         hit=lambda turns, wanted: bool(turns & wanted))
             row["context"] = {}
+            with Requests(db.client) as counted:
+                _ok(call("GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=BUDGETS[1],
+                         peer_target=observed), "context")
+            target_requests.append(len(counted.ops))
             for budget in BUDGETS:
-                with Requests(db.client) as counted:
-                    answer = _ok(call("GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=budget,
-                                      peer_target=observed, search_query=question.text), "context")
-                context_requests.append(len(counted.ops))
-                for name in CONTEXTS:
-                    text = context_text(answer) if name == "search" else base[name, budget]
-                    row["context"][f"{name}@{budget}"] = held(question, text)
-                row["context"][f"recalled@{budget}"] = len(answer.get("recalled") or [])
+                for share in SHARES:
+                    answer = _context_at(share, ws, last, budget, observed, question.text,
+                                         context_requests if share == _default_share() else None, db)
+                    row["context"][f"share {share}@{budget}"] = held(question, context_text(answer))
+                    if share == _default_share():
+                        row["context"][f"search@{budget}"] = row["context"][f"share {share}@{budget}"]
+                        row["context"][f"recalled@{budget}"] = len(answer.get("recalled") or [])
+                        shown = [m["id"] for m in answer["messages"]]
+                        assert len(shown) == len(set(shown)) and answer["token_count"] <= budget, (ws, question.id)
+                only = _context_at(_default_share(), ws, last, budget, observed, question.text, None, db,
+                                   limit_to_session="true")
+                row["context"][f"session_only@{budget}"] = held(question, context_text(only))
+                row["context"][f"bm25_pack@{budget}"] = held(question, bm25_pack(question, conversation, budget))
+                row["context"][f"whole@{budget}"] = held(question, whole(conversation))
+                for name in ("window", "default"):
+                    row["context"][f"{name}@{budget}"] = held(question, base[name, budget])
             rows.append(row)
     return {"conversation": ws, "turns": len(conversation.turns), "sessions": len(conversation.sessions),
             "questions": len(conversation.questions), "conclusions": conclusion_count, "load_s": load_s,
             "last_session": {"messages": len(window["messages"]), "skipped": window.get("messages_skipped"),
                              "tokens": window.get("token_count")},
-            "rows": rows, "search_requests": search_requests, "context_requests": context_requests}
+            "rows": rows, "search_requests": search_requests, "context_requests": context_requests,
+            "plain_requests": plain_requests, "target_requests": target_requests}
+
+
+def _default_share() -> float:
+    from precis.settings import Settings
+
+    return Settings.model_fields["context_recall_share"].default
+
+
+def _context_at(share: float, ws: str, session: str, budget: int, observed: str, query: str,
+                counts: list[int] | None, db: Any, **extra: str) -> dict:
+    """The context with `search_query` and `peer_target` under the deployment setting PRECIS_CONTEXT_RECALL_SHARE
+    = `share` (each call a fresh read of the settings, as a cold start would); its DynamoDB requests go to `counts`."""
+    from precis.settings import get_settings
+    from tests.handlers import call
+
+    os.environ["PRECIS_CONTEXT_RECALL_SHARE"] = str(share)
+    get_settings.cache_clear()
+    try:
+        with Requests(db.client) as counted:
+            answer = _ok(call("GET", f"/v3/workspaces/{ws}/sessions/{session}/context", tokens=budget,
+                              peer_target=observed, search_query=query, **extra), "context")
+    finally:
+        del os.environ["PRECIS_CONTEXT_RECALL_SHARE"]
+        get_settings.cache_clear()
+    if counts is not None:
+        counts.append(len(counted.ops))
+    return answer
 
 
 # ---------------------------------------------------------------- the semantic embedder
@@ -416,7 +493,8 @@ def _flat(results: list[dict]) -> list[dict]:
 def report(results: list[dict], label: str = "") -> dict:
     rows = _flat(results)
     recall_keys = [f"{m} {k}" for m in ("bm25", "search", "conclusions") for k in (*(f"r@{k}" for k in KS), "all@10")]
-    context_keys = [f"{c}@{b}" for b in BUDGETS for c in CONTEXTS]
+    context_keys = [f"{c}@{b}" for b in BUDGETS for c in (*CONTEXTS, *REFERENCES)]
+    context_keys += [f"share {share}@{b}" for b in BUDGETS for share in SHARES]
     recalled_keys = [f"recalled@{b}" for b in BUDGETS]
     summary = summarise(rows, recall_keys + context_keys + recalled_keys)
     turns = sum(r["turns"] for r in results)
@@ -433,31 +511,58 @@ def report(results: list[dict], label: str = "") -> dict:
     ctx = []
     for kind in (*KINDS, "overall"):
         s = summary[kind]
-        ctx.append((kind, s["questions"], *(s[f"{c}@{b}"] for b in BUDGETS for c in CONTEXTS),
-                    *(s[k] for k in recalled_keys)))
-    print_table(f"Context{label} on the last session: share of the answer's words it holds (window: summary=false; "
-                "default; search: peer_target + search_query=<question>)",
-                ["questions", "n", *(f"{c} {b // 1000}k" for b in BUDGETS for c in CONTEXTS),
-                 *(f"recalled {b // 1000}k" for b in BUDGETS)], ctx)
+        for budget in BUDGETS:
+            ctx.append((kind, budget, s["questions"], *(s[f"{c}@{budget}"] for c in (*CONTEXTS, *REFERENCES)),
+                        s[f"recalled@{budget}"]))
+    print_table(f"Context{label} on the last session: share of the answer's words it holds, per budget (window: "
+                "summary=false; default; search: peer_target + search_query=<question>, the default recall share; "
+                "session_only: the same with limit_to_session, recall and the representation kept to this session; "
+                "bm25_pack: the best BM25 turns of the whole conversation that fit; whole: every turn)",
+                ["questions", "tokens", "n", *CONTEXTS, *REFERENCES, "recalled"], ctx)
     overall = summary["overall"]
+    sweep, best = [], None
+    for share in SHARES:
+        held_at = [overall[f"share {share}@{b}"] for b in BUDGETS]
+        mean = sum(held_at) / len(held_at)
+        sweep.append((share, *held_at, mean))
+        if best is None or mean > best[1] + 1e-9:
+            best = (share, mean)
+    print_table(f"Recall share{label}: answer words held with peer_target + search_query, by the share of the tokens "
+                "recall may take (PRECIS_CONTEXT_RECALL_SHARE)", ["share", *(f"{b // 1000}k" for b in BUDGETS),
+                                                                  "mean"], sweep)
+    print(f"  chosen share: {best[0]}, the most answer words over 1k, 2k and 4k (share 0 is the context before recall "
+          f"reached other sessions: the last session is short and recalls little). Recalled turns carry the answers "
+          f"that share words with the question; the representation's conclusions carry the others, and a larger share "
+          f"takes from them (it gets half of what recall leaves), which costs more than the extra turns add. The "
+          f"default is {_default_share()}{'' if best[0] == _default_share() else ' -- NOT the chosen one'}.",
+          flush=True)
     search_ratio = overall["search r@10"] / overall["bm25 r@10"] if overall["bm25 r@10"] else float("nan")
     window, searched = overall["window@2000"], overall["search@2000"]
     context_ratio = searched / window if window else float("inf")
     search_req = [n for r in results for n in r["search_requests"]]
     context_req = [n for r in results for n in r["context_requests"]]
+    plain_req = [n for r in results for n in r["plain_requests"]]
+    target_req = [n for r in results for n in r["target_requests"]]
+    whole4k = overall["whole@4000"]
     verdicts = [
         ("message search recall@10 / BM25 recall@10", f">= {SEARCH_TARGET}", search_ratio,
          "met" if search_ratio >= SEARCH_TARGET else "NOT met"),
         ("2k context with search_query / newest window (answer words)", f">= {CONTEXT_TARGET}", context_ratio,
          "met" if context_ratio >= CONTEXT_TARGET else "NOT met"),
+        ("2k context with search_query / best BM25 turns packed in 2k", ">= 1", searched / overall["bm25_pack@2000"],
+         "met" if searched >= overall["bm25_pack@2000"] else "NOT met"),
+        ("4k context with search_query / the whole conversation", ">= 0.9", overall["search@4000"] / whole4k,
+         "met" if overall["search@4000"] >= 0.9 * whole4k else "NOT met"),
     ]
-    print_table(f"Targets{label} (issue 23)", ["measure", "target", "value", "verdict"], verdicts)
+    print_table(f"Targets{label}", ["measure", "target", "value", "verdict"], verdicts)
     print_table(f"DynamoDB requests per call{label} ({turns:,} turns in {len(results)} workspaces)",
                 ["call", "calls", "median", "max"],
                 [("POST /search (limit 10)", len(search_req), statistics.median(search_req), max(search_req)),
+                 ("GET context", len(plain_req), statistics.median(plain_req), max(plain_req)),
+                 ("GET context (peer_target)", len(target_req), statistics.median(target_req), max(target_req)),
                  ("GET context (peer_target + search_query)", len(context_req), statistics.median(context_req),
                   max(context_req))])
-    return {"summary": summary, "search_ratio": search_ratio, "context_ratio": context_ratio,
+    return {"summary": summary, "search_ratio": search_ratio, "context_ratio": context_ratio, "chosen_share": best[0],
             "search_requests": {"median": statistics.median(search_req), "max": max(search_req)},
             "context_requests": {"median": statistics.median(context_req), "max": max(context_req)}}
 

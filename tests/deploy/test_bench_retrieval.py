@@ -108,3 +108,22 @@ def test_evaluate_scores_any_ranking(data):
     nothing = evaluate(lambda query, c: [], data)
     assert nothing["overall"]["r@10"] == 0.0
     assert perfect["overall"]["questions"] == sum(len(c.questions) for c in data)
+
+
+def test_the_bm25_pack_reference_takes_the_best_matching_turns_that_fit_the_budget(data):
+    import tiktoken
+
+    from bench.retrieval import bm25_pack, whole
+
+    conversation = data[0]
+    question = conversation.questions[0]
+    encoding = tiktoken.get_encoding("o200k_base")
+    ranked = BM25((t.id, t.text) for t in conversation.turns).rank(question.text)
+    by_id = {t.id: t for t in conversation.turns}
+    for budget in (0, 30, 200):
+        packed = bm25_pack(question, conversation, budget)
+        lines = [line for line in packed.split("\n") if line]
+        assert sum(len(encoding.encode(line.split(" ", 3)[3])) for line in lines) <= budget
+        if budget >= len(encoding.encode(by_id[ranked[0]].text)):
+            assert by_id[ranked[0]].text in packed  # the best turn first, whenever it fits at all
+    assert all(t.text in whole(conversation) for t in conversation.turns)
