@@ -181,8 +181,8 @@ def input_schema(model: type[BaseModel]) -> dict[str, Any]:
         options = node.get("anyOf")
         if options and node.get("default", ...) is None and {"type": "null"} in options:
             rest = [o for o in options if o != {"type": "null"}]
-            node = {**{k: v for k, v in node.items() if k not in ("anyOf", "default")},
-                    **(rest[0] if len(rest) == 1 else {"anyOf": rest})}
+            return simplify({**{k: v for k, v in node.items() if k not in ("anyOf", "default")},
+                             **(rest[0] if len(rest) == 1 else {"anyOf": rest})}, key)
         return {k: simplify(v, k) for k, v in node.items() if not (k == "title" and key != "properties")}
 
     return simplify(schema)
