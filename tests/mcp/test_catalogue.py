@@ -140,6 +140,14 @@ def test_without_a_workspace_argument_or_header_the_tool_says_how_to_give_one():
     assert result == {"content": [{"type": "text", "text": MISSING_WORKSPACE}], "isError": True}
 
 
+def test_the_workspace_is_the_argument_else_the_header_else_the_keys_own():
+    key = Principal(workspace="keys")
+    assert Call(key, "header").workspace("argument") == "argument"
+    assert Call(key, "header").workspace(None) == "header"
+    assert Call(key, None).workspace(None) == "keys"
+    assert Call(Principal(admin=True), None).workspace("argument") == "argument"
+
+
 @pytest.mark.parametrize("name", sorted(HONCHO.keys() | PRECIS_OWN))
 def test_no_tool_reaches_the_layer_for_a_key_of_another_workspace(aws, name):
     with pytest.raises(Forbidden):

@@ -22,7 +22,7 @@ from precis.auth import Access, Principal, authorize, authorize_view
 from precis.errors import Forbidden, Invalid, PrecisError, Throttled
 
 MISSING_WORKSPACE = ("workspace_id: missing. Pass workspace_id, or set the X-Honcho-Workspace-ID header on the "
-                     "connection so that it is used when the argument is left out.")
+                     "connection so that it is used when the argument is left out (a workspace's key implies its own).")
 
 
 class Arguments(BaseModel):
@@ -46,7 +46,9 @@ class Call:
         return get_db()
 
     def workspace(self, given: str | None) -> str:
-        workspace = given or self.default_workspace
+        """The argument, else the connection's header, else a scoped key's own workspace (a client that cannot set
+        headers, such as an AgentCore Gateway target, still needs no workspace_id with a workspace's key)."""
+        workspace = given or self.default_workspace or (self.principal.workspace if self.principal else None)
         if not workspace:
             raise Invalid(MISSING_WORKSPACE)
         return workspace
