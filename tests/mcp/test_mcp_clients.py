@@ -101,6 +101,81 @@ def test_the_python_client_speaks_2026_07_28_and_a_conversation_round_trips(stac
     assert _text(summaries) == {"id": "s1", "short_summary": None, "long_summary": None}
 
 
+def test_every_tool_answers_through_the_client(stack):
+    """One call of each tool, in an agent's order, under an admin key: none is an error, and each says what it did."""
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("create_workspace", {"metadata": {"purpose": "every tool"}}),
+        ("list_workspaces", {}),
+        ("create_peer", {"peer_id": "alice", "configuration": {"observeMe": True}}),
+        ("create_peer", {"peer_id": "assistant"}),
+        ("create_session", {"session_id": "s1"}),
+        ("add_peers_to_session", {"session_id": "s1", "peers": ["assistant", {"peer_id": "alice",
+                                                                             "observe_others": False}]}),
+        ("add_messages_to_session", {"session_id": "s1", "messages": [
+            {"peer_id": "alice", "content": "My sister Ana visits me in Lisbon in May."},
+            {"peer_id": "assistant", "content": "That sounds lovely."}]}),
+        ("set_metadata", {"session_id": "s1", "metadata": {"topic": "family"}}),
+        ("get_metadata", {"session_id": "s1"}),
+        ("inspect_workspace", {}),
+        ("list_peers", {}),
+        ("list_sessions", {}),
+        ("get_session_peers", {"session_id": "s1"}),
+        ("inspect_session", {"session_id": "s1"}),
+        ("get_session_messages", {"session_id": "s1", "filters": {"peer_id": "alice"}}),
+        ("get_session_context", {"session_id": "s1", "tokens": 500}),
+        ("get_budgeted_context", {"session_id": "s1", "tokens": 500, "peer_target": "alice",
+                                  "search_query": "sister"}),
+        ("get_session_summaries", {"session_id": "s1"}),
+        ("search", {"query": "sister", "peer_id": "alice"}),
+        ("create_conclusions", {"peer_id": "alice", "target_peer_id": "alice",
+                                "conclusions": ["alice's sister is Ana"]}),
+        ("list_conclusions", {"peer_id": "alice"}),
+        ("query_conclusions", {"peer_id": "alice", "query": "sister"}),
+        ("set_peer_card", {"peer_id": "alice", "peer_card": ["Lives in Lisbon"]}),
+        ("get_peer_card", {"peer_id": "alice"}),
+        ("get_peer_context", {"peer_id": "alice"}),
+        ("get_representation", {"peer_id": "alice"}),
+        ("chat", {"peer_id": "alice", "query": "Who is Ana?"}),
+        ("schedule_dream", {"peer_id": "alice"}),
+        ("get_queue_status", {}),
+        ("clone_session", {"session_id": "s1"}),
+        ("remove_peers_from_session", {"session_id": "s1", "peer_ids": ["assistant"]}),
+        ("delete_session", {"session_id": "s1"}),
+    ]
+
+    async def session():
+        answers, errors = {}, []
+        async with _connect(stack, "auto", workspace="every-tool") as client:
+            for name, arguments in calls:
+                result = await client.call_tool(name, arguments)
+                errors += [(name, _text(result))] if result.is_error else []
+                answers.setdefault(name, _text(result))
+            assert errors == []
+            message_id = answers["add_messages_to_session"]["messages"][0]["id"]
+            conclusion_id = answers["create_conclusions"]["ids"][0]
+            clone = answers["clone_session"]["session_id"]
+            answers["get_session_message"] = _text(await client.call_tool(
+                "get_session_message", {"session_id": clone, "message_id": message_id}))
+            answers["delete_conclusion"] = _text(await client.call_tool("delete_conclusion", {
+                "peer_id": "alice", "target_peer_id": "alice", "conclusion_id": conclusion_id}))
+            gone = await client.call_tool("get_session_context", {"session_id": "s1"})
+            return answers, gone
+
+    answers, gone = asyncio.run(session())
+    assert set(answers) == set(CATALOGUE.tools)
+    assert answers["get_metadata"] == {"topic": "family"}
+    assert answers["get_session_peers"] == ["alice", "assistant"]
+    assert answers["inspect_session"]["message_count"] == 2
+    assert [m["peer_id"] for m in answers["get_session_messages"]["messages"]] == ["alice"]
+    assert "Ana" in answers["search"]["messages"][0]["content"]
+    assert [c["content"] for c in answers["query_conclusions"]] == ["alice's sister is Ana"]
+    assert answers["get_peer_card"] == ["Lives in Lisbon"] and "Ana" in answers["get_peer_context"]["representation"]
+    assert isinstance(answers["chat"], str) and answers["chat"]
+    assert answers["get_session_message"]["content"] == "My sister Ana visits me in Lisbon in May."
+    assert answers["delete_conclusion"] == f"conclusion '{answers['create_conclusions']['ids'][0]}' deleted"
+    assert gone.is_error and "not found" in _text(gone)
+
+
 def test_mistakes_are_tool_errors_the_agent_can_read_and_an_unknown_tool_a_protocol_error(stack):
     async def session():
         async with _connect(stack, "auto") as client:
