@@ -86,8 +86,8 @@ class Tool:
         return {"name": self.name, "title": self.title, "description": self.description,
                 "inputSchema": input_schema(self.arguments),
                 "annotations": {"title": self.title, "readOnlyHint": self.read_only,
-                                "destructiveHint": self.destructive, "idempotentHint": self.read_only or self.idempotent,
-                                "openWorldHint": False}}
+                                "destructiveHint": self.destructive,
+                                "idempotentHint": self.read_only or self.idempotent, "openWorldHint": False}}
 
 
 @dataclass

@@ -30,7 +30,7 @@ logger = Logger(child=True)
 
 SERVER_INFO = {"name": "precis", "title": "Precis", "version": "3.0.0"}  # the v3 API it serves
 WORKSPACE_HEADER = "x-honcho-workspace-id"  # Honcho's MCP server's: the default of every tool's workspace_id
-LIST_TTL_MS = 300_000  # the catalogue changes with a deploy only; five minutes bounds how long a client keeps an old one
+LIST_TTL_MS = 300_000  # the catalogue changes with a deploy only: a client keeps an old one five minutes at most
 _JSON = {"Content-Type": "application/json"}
 
 
