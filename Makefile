@@ -69,11 +69,17 @@ security: $(VENV)/.installed $(SAM_VENV)/.installed $(SECURITY_VENV)/.installed
 	env -u BC_API_KEY BC_SKIP_MAPPING=TRUE $(SECURITY_VENV)/bin/checkov --config-file .checkov.yaml \
 		-f template.yaml -f .aws-sam/security/template.json
 
+# The MCP Inspector CLI (npm, pinned by its lock) that tests/mcp drives against the local stack.
+INSPECTOR := tests/mcp/inspector/node_modules/.installed
+$(INSPECTOR): tests/mcp/inspector/package.json tests/mcp/inspector/package-lock.json
+	npm ci --prefix tests/mcp/inspector --no-audit --no-fund --loglevel=error
+	touch $@
+
 # pytest-xdist: one pytest worker per core (TEST_WORKERS=0 runs in this process). Most end-to-end tests wait on their
 # stack's background work, so two workers nearly halve the run. Whole files go to one worker (--dist loadfile): a
 # module's stack and fixtures start once, and the files that start stacks of their own go first (tests/conftest.py).
 TEST_WORKERS ?= 2
-test: $(VENV)/.installed $(ENCODINGS) lint build security
+test: $(VENV)/.installed $(ENCODINGS) $(INSPECTOR) lint build security
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 test-fast: $(VENV)/.installed $(SAM_VENV)/.installed $(ENCODINGS)

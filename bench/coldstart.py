@@ -24,7 +24,7 @@ from local.template import ENCODINGS_DIR, LAYER_DIR, template
 REPEATS = 7
 DEPLOYED_REPEATS = 5
 FUNCTIONS = {"context": "ContextFunction", "ingest": "IngestFunction", "summarize": "SummarizeFunction",
-             "derive": "DeriveFunction", "chat": "ChatFunction"}
+             "derive": "DeriveFunction", "chat": "ChatFunction", "mcp": "McpFunction"}
 HEAVY = ("openai", "tiktoken")
 READY_TARGET = 1.3  # issue 16: ready (imported + clients) within 1.3x a bare boto3 + the same clients
 CONTEXT_IMPORT_TARGET = 1.15

@@ -43,6 +43,8 @@ SAME_AS_MESSAGES_LIST = ["/v3/workspaces/list", "/v3/workspaces/{workspace_id}/p
 SEEDED = {"workspace_id": ["fuzz-ws"], "session_id": ["s1", "s2", "s3", "s4"], "peer_id": ["alice", "bob"]}
 # public, and out of the document (the console's page and files are not API)
 SERVICE_ROUTES = {("GET", "/health"), ("GET", "/openapi.json"), ("GET", "/console"), ("GET", "/console/{name}")}
+# The MCP endpoint speaks JSON-RPC, not the v3 API: tests/mcp drives it with MCP clients.
+SERVICE_ROUTES |= {("POST", "/mcp"), ("GET", "/mcp"), ("DELETE", "/mcp")}
 
 
 @pytest.fixture(scope="module")

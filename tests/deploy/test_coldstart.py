@@ -15,7 +15,7 @@ from bench.coldstart import lambda_environment
 from local.template import ROOT
 
 WATCHED = ("openai", "tiktoken", "boto3", "s3transfer", "precis.api.bodies", "precis.summaries.strategies",
-           "precis.store.representation")
+           "precis.store.representation", "mcp", "aws_lambda_powertools.event_handler")
 PROBE = r"""
 import json, sys
 watched = sys.argv[2].split(",")
@@ -47,8 +47,10 @@ def cold(logical_id: str, health: bool = False, parameters: dict[str, str] | Non
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("logical_id", ["ContextFunction", "ChatFunction", "IngestFunction", "SummarizeFunction",
-                                        "DeriveFunction"])
+ALL = ["ContextFunction", "ChatFunction", "IngestFunction", "SummarizeFunction", "DeriveFunction", "McpFunction"]
+
+
+@pytest.mark.parametrize("logical_id", ALL)
 def test_no_function_imports_openai_when_it_starts(logical_id):
     assert cold(logical_id)["import"]["openai"] is False
 
@@ -59,11 +61,19 @@ def test_the_read_path_imports_no_llm_client_tokenizer_write_bodies_or_planner(l
     assert not any(imported[name] for name in ("openai", "tiktoken", "precis.api.bodies", "precis.summaries.strategies"))
 
 
-@pytest.mark.parametrize("logical_id", ["ContextFunction", "ChatFunction", "IngestFunction", "SummarizeFunction",
-                                        "DeriveFunction"])
+@pytest.mark.parametrize("logical_id", ALL)
 def test_the_clients_come_from_botocore_without_boto3(logical_id):
     clients = cold(logical_id)["clients"]
     assert clients["boto3"] is False and clients["s3transfer"] is False
+
+
+def test_the_mcp_function_starts_without_the_mcp_package_a_resolver_or_what_only_some_tools_run():
+    """It serves the protocol itself (the `mcp` package's import alone outlasts its cold start), parses its one event
+    without Powertools' resolver, and loads the write bodies, the representation and the LLM clients with the tools
+    that use them."""
+    imported = cold("McpFunction")["import"]
+    assert not any(imported[name] for name in ("mcp", "aws_lambda_powertools.event_handler", "openai", "tiktoken",
+                                               "precis.api.bodies", "precis.store.representation")), imported
 
 
 def test_the_context_function_starts_without_the_representation():  # it loads with the first peer_target
@@ -75,8 +85,7 @@ def test_health_answers_without_openai_or_tiktoken():
     assert probe["health"] == 200 and probe["after"] == {"openai": False, "tiktoken": False}
 
 
-@pytest.mark.parametrize("logical_id", ["ContextFunction", "ChatFunction", "IngestFunction", "SummarizeFunction",
-                                        "DeriveFunction"])
+@pytest.mark.parametrize("logical_id", ALL)
 def test_every_function_starts_on_bedrock_with_no_model_named(logical_id):
     """`LlmProvider=bedrock` (and `Embedder=bedrock`) with LlmModel and EmbedModel left empty: the settings give each
     role its Bedrock default, so every cold start succeeds (it failed on gpt-4o-mini) and /health answers."""

@@ -32,6 +32,7 @@ EXPECTED = {
     "chat_peer.json": ("ChatFunction", 200),
     "ingest_schedule_dream.json": ("IngestFunction", 204),
     "ingest_upload_file.json": ("IngestFunction", 201),
+    "mcp_tools_call.json": ("McpFunction", 200),
 }
 
 # What must exist before each event for it to mean what it says: nothing, the workspace, or the session with
@@ -60,6 +61,7 @@ SHAPES = {
     "POST /v3/workspaces/{workspace_id}/sessions/{session_id}/messages/list": {"items", "total", "page", "size",
                                                                                 "pages"},
     "POST /v3/workspaces": {"id", "metadata", "configuration", "created_at"},
+    "POST /mcp": {"jsonrpc", "id", "result"},
     "POST /v3/workspaces/{workspace_id}/sessions": {"id", "is_active", "workspace_id", "metadata", "configuration",
                                                     "created_at"},
 }
@@ -185,5 +187,11 @@ def test_event_runs_through_its_handler_with_the_documented_status(aws, name):
         assert all(set(m) >= MESSAGE_KEYS for m in body)
         return
     assert set(body) >= SHAPES[event["routeKey"]]
+    if event["routeKey"] == "POST /mcp":  # a tool's answer: the session's context, as the tool's text
+        result = body["result"]
+        assert result["isError"] is False
+        context = json.loads(result["content"][0]["text"])
+        assert [m["content"] for m in context["messages"]][-1] == "Great, thanks!"
+        return
     for message in body.get("messages") or body.get("items") or []:
         assert set(message) >= MESSAGE_KEYS

@@ -40,6 +40,10 @@ TABLE_ACTIONS = {
     "DeriveFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
                        "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
                        "dynamodb:ConditionCheckItem", "dynamodb:SearchVectors"},
+    # The MCP tools write what the ingest routes write and read what the read and chat routes read: ingest's actions.
+    "McpFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
+                    "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
+                    "dynamodb:ConditionCheckItem", "dynamodb:SearchVectors"},
 }
 TABLE_WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
                 "dynamodb:TransactWriteItems", "dynamodb:PartiQLInsert", "dynamodb:PartiQLUpdate",
@@ -56,6 +60,8 @@ BUCKET_ACCESS = {
                           ("s3:DeleteObjectVersion", "bodies/"), ("s3:PutObject", "audit/"), ("s3:DeleteObject", "audit/"),
                           ("s3:DeleteObjectVersion", "audit/")},
     "DeriveFunction": {("s3:GetObject", "bodies/")},
+    "McpFunction": {("s3:PutObject", "bodies/"), ("s3:GetObject", "bodies/"), ("s3:DeleteObject", "bodies/"),
+                    ("s3:DeleteObjectVersion", "bodies/")},
 }
 # Listing is a bucket action: allowed only to the purge, and only under the prefixes it purges.
 BUCKET_LISTING = {"SummarizeFunction": ("s3:ListBucketVersions", {"bodies/*", "audit/*"})}
@@ -70,8 +76,8 @@ QUEUE_ACCESS = {
 }
 # Bedrock: the functions that ask the chat model (LlmProvider bedrock) and the ones that embed (Embedder bedrock).
 # Each grant exists only under its condition: an openai deployment's roles invoke no model.
-BEDROCK_LLM = {"ChatFunction", "SummarizeFunction", "DeriveFunction"}
-BEDROCK_EMBED = {"IngestFunction", "ContextFunction", "ChatFunction", "DeriveFunction"}
+BEDROCK_LLM = {"ChatFunction", "SummarizeFunction", "DeriveFunction", "McpFunction"}  # McpFunction: its chat tool
+BEDROCK_EMBED = {"IngestFunction", "ContextFunction", "ChatFunction", "DeriveFunction", "McpFunction"}
 FOUNDATION_MODEL = "arn:${AWS::Partition}:bedrock:${Region}::foundation-model/${%s}"
 PROFILE = "arn:${AWS::Partition}:bedrock:${Region}:${AWS::AccountId}:inference-profile/${LlmModel}"
 BEDROCK_GRANTS = {  # Sid -> (condition, resources, condition block)
@@ -367,6 +373,7 @@ MANAGED_POLICIES = {
     "ChatFunctionRole": {_BASIC, _XRAY},
     "SummarizeFunctionRole": {_BASIC, _XRAY},
     "DeriveFunctionRole": {_BASIC, _XRAY},
+    "McpFunctionRole": {_BASIC, _XRAY},
     "DeriveFunctionFlushRole": set(),  # EventBridge Scheduler's: lambda:InvokeFunction on the deriver alone
 }
 # The roles SAM makes for services other than Lambda, and the one thing each may do.

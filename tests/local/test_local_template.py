@@ -44,10 +44,13 @@ def test_every_http_route_is_read_with_its_function():
     assert len(template().routes) == len(expected)
 
 
-def test_writes_go_to_ingest_reads_to_context_and_chat_to_its_own_function():
+def test_writes_go_to_ingest_reads_to_context_and_chat_and_mcp_to_their_own_functions():
     for route in template().routes:
         if route.path.endswith("/chat"):
             assert route.function == "ChatFunction", route
+            continue
+        if route.path == "/mcp":
+            assert route.function == "McpFunction", route
             continue
         is_write = route.method in {"POST", "PUT", "DELETE"} and route.path not in LISTING_POSTS
         assert route.function == ("IngestFunction" if is_write else "ContextFunction"), route
@@ -55,6 +58,14 @@ def test_writes_go_to_ingest_reads_to_context_and_chat_to_its_own_function():
 
 def test_health_is_a_get_on_the_context_function():
     assert Route("GET", "/health", "ContextFunction") in template().routes
+
+
+def test_the_mcp_endpoint_takes_every_method_a_client_may_send_to_it():
+    """POST carries the messages; GET (a legacy client's stream) and DELETE (its session's end) reach the function,
+    which answers them 405, instead of the gateway's 404 for an unknown route."""
+    for method in ("POST", "GET", "DELETE"):
+        route, params = match_route(template().routes, method, "/mcp")
+        assert (route.function, params) == ("McpFunction", {})
 
 
 def test_stream_settings_come_from_the_template():

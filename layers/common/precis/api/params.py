@@ -6,6 +6,7 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
+from precis.context.rules import MAX_CONTEXT_TOKENS
 from precis.models import ID_MAX, ID_PATTERN, MESSAGE_ID_PATTERN
 
 WorkspaceId = Annotated[str, Path(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]
@@ -19,7 +20,6 @@ PageNo = Annotated[int, Query(ge=1, le=10**9, description="page number, from 1")
 PageSize = Annotated[int, Query(ge=1, le=100, description="items per page, 1-100")]
 Reverse = Annotated[bool, Query(description="newest first")]
 
-MAX_CONTEXT_TOKENS = 100_000
 Tokens = Annotated[int | None, Query(ge=1, le=MAX_CONTEXT_TOKENS,
                                      description=f"token limit of the whole context, 1-{MAX_CONTEXT_TOKENS}")]
 OptionalId = Annotated[str | None, Query(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]

@@ -7,6 +7,8 @@ import re
 from precis.errors import Invalid
 from precis.models import ID_MAX, ID_PATTERN
 
+MAX_CONTEXT_TOKENS = 100_000  # the largest token budget a context read takes
+
 
 def check_context_params(session_id: str, *, peer_target: str | None, peer_perspective: str | None,
                          scope: str | None, sessions: list[str] | None, limit_to_session: bool) -> None:
