@@ -27,6 +27,7 @@ from precis.api.params import (
     WorkspaceId,
 )
 from precis.api.params import ConclusionId, OptionalScope, ScopeIdPath
+from precis.auth import Principal
 from precis.errors import Invalid
 from precis.context import compose
 from precis.store import messages, resources
@@ -92,6 +93,21 @@ def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens
                 scope: OptionalScope = None, sessions: SessionIds = None, limit_to_session: bool = False,
                 search_query: str | None = None, search_top_k: TopK = None, search_max_distance: Distance = None,
                 include_most_frequent: bool = False, max_conclusions: MaxConclusions = None):
+    return session_context(workspace_id, session_id, tokens=tokens, summary=summary, whole_runs=whole_runs,
+                           peer_target=peer_target, peer_perspective=peer_perspective, scope=scope, sessions=sessions,
+                           limit_to_session=limit_to_session, search_query=search_query, search_top_k=search_top_k,
+                           search_max_distance=search_max_distance, include_most_frequent=include_most_frequent,
+                           max_conclusions=max_conclusions, principal=router.context.get("principal"))
+
+
+def session_context(workspace_id: str, session_id: str, *, tokens: int | None = None, summary: bool = True,
+                    whole_runs: bool | None = None, peer_target: str | None = None,
+                    peer_perspective: str | None = None, scope: str | None = None, sessions: list[str] | None = None,
+                    limit_to_session: bool = False, search_query: str | None = None, search_top_k: int | None = None,
+                    search_max_distance: float | None = None, include_most_frequent: bool = False,
+                    max_conclusions: int | None = None, principal: Principal | None = None) -> dict:
+    """The context route's answer for these (checked) parameters; `principal`, the caller's key (None: no keys), bounds
+    the sessions a search query recalls from."""
     check_context_params(session_id, peer_target=peer_target, peer_perspective=peer_perspective, scope=scope,
                          sessions=sessions, limit_to_session=limit_to_session)
     peer = None
@@ -116,7 +132,6 @@ def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens
         from precis.settings import get_settings
 
         settings = get_settings()
-        principal = router.context.get("principal")
         reach = allowlist
         if scope is not None:  # the scope's sessions (and this one, whose newest messages the context holds anyway)
             from precis.store import scopes

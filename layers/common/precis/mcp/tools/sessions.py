@@ -226,7 +226,8 @@ def get_session_context(call: Call, args: SessionContext):
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.SESSION_READ, ws, session=args.session_id)
-    answer = read.get_context(ws, args.session_id, tokens=args.tokens, summary=args.summary)
+    answer = read.session_context(ws, args.session_id, tokens=args.tokens, summary=args.summary,
+                                  principal=call.principal)
     return {"session_id": args.session_id, "summary": answer["summary"],
             "messages": [message(m) for m in answer["messages"]], "token_count": answer["token_count"]}
 
@@ -243,10 +244,11 @@ def get_budgeted_context(call: Call, args: BudgetedContext):
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.SESSION_READ, ws, session=args.session_id,
                    view={"peer_target": args.peer_target, "peer_perspective": args.peer_perspective})
-    answer = read.get_context(ws, args.session_id, tokens=args.tokens, summary=args.summary,
-                              whole_runs=args.whole_runs, peer_target=args.peer_target,
-                              peer_perspective=args.peer_perspective, limit_to_session=args.limit_to_session,
-                              search_query=args.search_query, max_conclusions=args.max_conclusions)
+    answer = read.session_context(ws, args.session_id, tokens=args.tokens, summary=args.summary,
+                                  whole_runs=args.whole_runs, peer_target=args.peer_target,
+                                  peer_perspective=args.peer_perspective, limit_to_session=args.limit_to_session,
+                                  search_query=args.search_query, max_conclusions=args.max_conclusions,
+                                  principal=call.principal)
     return {**answer, "messages": [message(m) for m in answer["messages"]]}
 
 
