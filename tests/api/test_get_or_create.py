@@ -1,5 +1,5 @@
 """Honcho's get-or-create of what exists already: a peer takes the metadata and configuration sent, a session the
-metadata sent and the configuration's keys merged into its own."""
+metadata sent and the configuration's keys merged into its own; a card may be set for a target not created yet."""
 
 from __future__ import annotations
 
@@ -90,3 +90,20 @@ def test_a_configuration_changed_meanwhile_is_merged_into_not_lost(ws):
     assert raced == ["PUT", 200] and got.status == 200
     assert got.body["configuration"] == {"summary": {"enabled": False}, "deriver": {"max_wait_s": 60},
                                          "reasoning": {"enabled": False}}
+
+
+def test_a_card_is_set_and_read_for_a_target_not_created_yet(ws):
+    assert call("POST", f"{W}/peers", {"id": "alice"}).status == 201
+    assert call("GET", f"{W}/peers/alice/card", target="bob").body == {"peer_card": None}
+    assert call("PUT", f"{W}/peers/alice/card", {"peer_card": ["bob likes tea"]}, target="bob").body == {
+        "peer_card": ["bob likes tea"]}
+    assert call("GET", f"{W}/peers/alice/card", target="bob").body == {"peer_card": ["bob likes tea"]}
+    assert call("POST", f"{W}/peers", {"id": "bob"}).status == 201  # created afterwards, the card is there
+    assert call("GET", f"{W}/peers/alice/card", target="bob").body == {"peer_card": ["bob likes tea"]}
+    assert call("GET", f"{W}/peers/alice/card").body == {"peer_card": None}  # alice's own card is another one
+
+
+def test_a_card_still_needs_its_observer_and_workspace(ws):
+    assert call("PUT", f"{W}/peers/nobody/card", {"peer_card": ["x"]}, target="bob").status == 404
+    assert call("GET", f"{W}/peers/nobody/card", target="bob").status == 404
+    assert call("PUT", "/v3/workspaces/nope/peers/alice/card", {"peer_card": ["x"]}, target="bob").status == 404
