@@ -15,7 +15,6 @@ from precis.api import console
 from precis.auth import ROUTES, Access, mint_key
 
 from local.template import LAYER_DIR, ROOT
-from tests import browser
 from tests.handlers import http_event, invoke
 from tests.stack import Stack, request, wait_for
 
@@ -131,24 +130,6 @@ def test_the_context_function_reads_the_console_files_only_when_asked():
 
 
 # ---------------------------------------------------------------- the page, in a browser
-
-@pytest.fixture(scope="module")
-def chromium():
-    reason = browser.skip_reason()
-    if reason:
-        browser.outcome["line"] = reason
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    path = browser.chromium()
-    browser.outcome["line"] = f"browser tests: ran in {browser.version(path)} ({path})"
-    with sync_playwright() as playwright:
-        chrome = playwright.chromium.launch(executable_path=path)
-        try:
-            yield chrome
-        finally:
-            chrome.close()
-
 
 class Console:
     """One browser tab on the console, collecting the page's errors: console 'error' messages and uncaught
