@@ -106,7 +106,7 @@ def test_the_console_needs_no_key_and_every_v3_route_still_does(aws, monkeypatch
     monkeypatch.setenv("PRECIS_JWT_SECRET", SECRET)
     get_settings.cache_clear()
     assert {route for route, access in ROUTES.items() if access is Access.PUBLIC} == {
-        "GET /health", "GET /openapi.json", "GET /console", "GET /console/{name}"}
+        "GET /health", "GET /openapi.json", "GET /docs", "GET /docs/{name}", "GET /console", "GET /console/{name}"}
     for path in ("/console", "/console/console.js", "/console/console.css"):
         assert _get(path)["statusCode"] == 200
     assert _get("/console/nope.js")["statusCode"] == 404
