@@ -44,6 +44,15 @@ $(SECURITY_VENV)/.installed: requirements-security.txt
 	$(SECURITY_VENV)/bin/pip install --quiet -r requirements-security.txt
 	touch $@
 
+# Honcho's TypeScript SDK for tests/sdk/test_sdk_typescript.py: the versions package-lock.json pins, their integrity
+# hashes checked by npm ci. Node.js 20 or later (its test runner, fetch, FormData, File).
+TS_SDK := tests/sdk/ts
+$(TS_SDK)/node_modules/.installed: $(TS_SDK)/package.json $(TS_SDK)/package-lock.json
+	@command -v node >/dev/null && node -e 'process.exit(parseInt(process.versions.node) < 20 ? 1 : 0)' || \
+		{ echo "Node.js 20 or later not found: the TypeScript SDK's tests need it (apt-get install nodejs npm)"; exit 1; }
+	cd $(TS_SDK) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 $(ENCODINGS): scripts/fetch_encodings.py | $(VENV)/.installed
 	$(PY) scripts/fetch_encodings.py
 	touch $@
@@ -79,10 +88,10 @@ $(INSPECTOR): tests/mcp/inspector/package.json tests/mcp/inspector/package-lock.
 # stack's background work, so two workers nearly halve the run. Whole files go to one worker (--dist loadfile): a
 # module's stack and fixtures start once, and the files that start stacks of their own go first (tests/conftest.py).
 TEST_WORKERS ?= 2
-test: $(VENV)/.installed $(ENCODINGS) $(INSPECTOR) lint build security
+test: $(VENV)/.installed $(ENCODINGS) $(INSPECTOR) $(TS_SDK)/node_modules/.installed lint build security
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
-test-fast: $(VENV)/.installed $(SAM_VENV)/.installed $(ENCODINGS)
+test-fast: $(VENV)/.installed $(SAM_VENV)/.installed $(ENCODINGS) $(TS_SDK)/node_modules/.installed
 	$(PY) -m pytest -x -q $(ARGS)
 
 # `make bench local cost` runs those benchmarks (as BENCH="local cost" does): the words after `bench` are names, not goals.
@@ -106,4 +115,4 @@ invoke: $(VENV)/.installed $(SAM_VENV)/.installed $(ENCODINGS)
 	$(PY) -m local.invoke $(FN) $(EVENT)
 
 clean:
-	rm -rf .aws-sam bench/out .pytest_cache .hypothesis
+	rm -rf .aws-sam bench/out .pytest_cache .hypothesis $(TS_SDK)/node_modules

@@ -143,6 +143,7 @@ def main() -> int:
         logging.info("%s", chaos.describe())
     print(f"Precis local stack: {url}", flush=True)
     print(f"console: {url}/console (what the memory holds and what the model gets)", flush=True)
+    print(f"API docs: {url}/docs (every route, and Try it out)", flush=True)
     print(f"precis command: .venv/bin/precis --help (it finds this stack; from elsewhere: export PRECIS_URL={url}"
           " and, with auth, PRECIS_KEY=<key>)", flush=True)
     if os.environ.get("PRECIS_AUTH", "").strip().lower() in {"1", "true", "yes", "on"}:

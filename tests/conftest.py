@@ -98,6 +98,28 @@ def stack(request, tmp_path_factory):
         running.stop()
 
 
+@pytest.fixture(scope="module")
+def chromium():
+    """The system's Chromium under Playwright (tests/browser.py), for one module's browser tests; they skip, and the
+    run's summary says why, when there is none."""
+    from tests import browser
+
+    reason = browser.skip_reason()
+    if reason:
+        browser.outcome["line"] = reason
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    path = browser.chromium()
+    browser.outcome["line"] = f"browser tests: ran in {browser.version(path)} ({path})"
+    with sync_playwright() as playwright:
+        chrome = playwright.chromium.launch(executable_path=path)
+        try:
+            yield chrome
+        finally:
+            chrome.close()
+
+
 def pytest_collection_modifyitems(items):
     """Files that start a local stack (marked `stack`) run first, each file's tests in their order: under
     pytest-xdist's --dist loadfile (`make test`) the long files then start early instead of trailing the run."""

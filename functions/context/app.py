@@ -1,4 +1,4 @@
-"""Context function: the read routes of the v3 API, /health, /openapi.json and the console page.
+"""Context function: the read routes of the v3 API, /health, /openapi.json, its docs (/docs) and the console page.
 
 No Powertools Tracer here: importing the X-Ray SDK costs ~0.2 s of every cold start on the path agents wait
 on; the function's active tracing (template) still traces each invocation.
@@ -40,6 +40,20 @@ def console_file(name: str):
     from precis.api import console
 
     return console.serve(name)
+
+
+@app.get("/docs", include_in_schema=False)
+def docs_page():
+    from precis.api import docs  # off the read path, as the console is
+
+    return docs.serve(docs.PAGE, app.current_event.headers)
+
+
+@app.get("/docs/<name>", include_in_schema=False)
+def docs_file(name: str):
+    from precis.api import docs
+
+    return docs.serve(name, app.current_event.headers)
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)

@@ -59,6 +59,9 @@ MATRIX = [
     ("PUT", W, {"metadata": {"a": 1}}, WS_ONLY, 200, {"id": "ws1", "metadata": {"a": 1}}),
     ("POST", f"{W}/peers", {"id": "bob"}, WS_ONLY, CREATED, {"id": "bob", "workspace_id": "ws1"}),
     ("POST", f"{W}/peers", {"id": "alice"}, WS_ONLY | {"peer_member"}, 200, {"id": "alice", "workspace_id": "ws1"}),
+    # and with metadata replaces its metadata, as a PUT of the peer would: the same keys
+    ("POST", f"{W}/peers", {"id": "alice", "metadata": {"b": 2}}, WS_ONLY | {"peer_member"}, 200,
+     {"id": "alice", "metadata": {"b": 2}}),
     # a session key never creates a peer, not even one named like its session
     ("POST", f"{W}/peers", {"id": "s1"}, WS_ONLY | {"peer_named_s1"}, CREATED, {"id": "s1"}),
     ("POST", f"{W}/peers/list", None, WS_ONLY, 200, _ids("alice", "carol")),
@@ -68,7 +71,9 @@ MATRIX = [
     # a member's peer key may get its session with the SDK's body, nothing more
     ("POST", f"{W}/sessions", {"id": "s1"}, WS_ONLY | {"session", "peer_member"}, 200,
      {"id": "s1", "workspace_id": "ws1", "is_active": True}),
-    ("POST", f"{W}/sessions", {"id": "s1", "metadata": {"a": 1}}, WS_ONLY | {"session"}, 200, {"id": "s1"}),
+    # getting a session with metadata replaces its metadata (Honcho's get-or-create): a writer's change, as a PUT's
+    ("POST", f"{W}/sessions", {"id": "s1", "metadata": {"a": 1}}, WS_ONLY | {"session"}, 200,
+     {"id": "s1", "metadata": {"a": 1}}),
     ("POST", f"{W}/sessions", {"id": "s1", "peers": {"alice": {}}}, WS_ONLY | {"session"}, 200, {"id": "s1"}),
     # issue 9: a peer key named like a session joined it by getting it with itself in `peers`
     ("POST", f"{W}/sessions", {"id": "s1", "peers": {"s1": {}}}, WS_ONLY | {"session"}, 200, {"id": "s1"}),

@@ -15,7 +15,6 @@ from precis.api import console
 from precis.auth import ROUTES, Access, mint_key
 
 from local.template import LAYER_DIR, ROOT
-from tests import browser
 from tests.handlers import http_event, invoke
 from tests.stack import Stack, request, wait_for
 
@@ -107,7 +106,7 @@ def test_the_console_needs_no_key_and_every_v3_route_still_does(aws, monkeypatch
     monkeypatch.setenv("PRECIS_JWT_SECRET", SECRET)
     get_settings.cache_clear()
     assert {route for route, access in ROUTES.items() if access is Access.PUBLIC} == {
-        "GET /health", "GET /openapi.json", "GET /console", "GET /console/{name}"}
+        "GET /health", "GET /openapi.json", "GET /docs", "GET /docs/{name}", "GET /console", "GET /console/{name}"}
     for path in ("/console", "/console/console.js", "/console/console.css"):
         assert _get(path)["statusCode"] == 200
     assert _get("/console/nope.js")["statusCode"] == 404
@@ -131,24 +130,6 @@ def test_the_context_function_reads_the_console_files_only_when_asked():
 
 
 # ---------------------------------------------------------------- the page, in a browser
-
-@pytest.fixture(scope="module")
-def chromium():
-    reason = browser.skip_reason()
-    if reason:
-        browser.outcome["line"] = reason
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    path = browser.chromium()
-    browser.outcome["line"] = f"browser tests: ran in {browser.version(path)} ({path})"
-    with sync_playwright() as playwright:
-        chrome = playwright.chromium.launch(executable_path=path)
-        try:
-            yield chrome
-        finally:
-            chrome.close()
-
 
 class Console:
     """One browser tab on the console, collecting the page's errors: console 'error' messages and uncaught

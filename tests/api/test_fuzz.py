@@ -41,8 +41,9 @@ SAME_AS_MESSAGES_LIST = ["/v3/workspaces/list", "/v3/workspaces/{workspace_id}/p
                          "/v3/workspaces/{workspace_id}/peers/{peer_id}/sessions"]
 # Half the generated ids name resources that exist (seeded below), so fuzzing reaches past the 404s into the store.
 SEEDED = {"workspace_id": ["fuzz-ws"], "session_id": ["s1", "s2", "s3", "s4"], "peer_id": ["alice", "bob"]}
-# public, and out of the document (the console's page and files are not API)
-SERVICE_ROUTES = {("GET", "/health"), ("GET", "/openapi.json"), ("GET", "/console"), ("GET", "/console/{name}")}
+# public, and out of the document (the docs' and the console's pages and files are not API)
+SERVICE_ROUTES = {("GET", "/health"), ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/{name}"),
+                  ("GET", "/console"), ("GET", "/console/{name}")}
 # The MCP endpoint speaks JSON-RPC, not the v3 API: tests/mcp drives it with MCP clients.
 SERVICE_ROUTES |= {("POST", "/mcp"), ("GET", "/mcp"), ("DELETE", "/mcp")}
 

@@ -42,6 +42,17 @@ def test_the_layer_carries_the_encodings_and_its_own_botocore():
     assert (LAYER / f"botocore-{pinned}.dist-info").is_dir()  # SearchVectors; never the runtime's older one
 
 
+def test_the_layer_carries_every_file_the_api_docs_serve():
+    """GET /docs serves Swagger UI from the copy in Powertools' package: the layer keeps it whole."""
+    import aws_lambda_powertools
+    from precis.api import docs
+
+    roots = (LAYER_DIR, Path(aws_lambda_powertools.__file__).parents[1])
+    for source, _type in docs.FILES.values():
+        relative = next(source.relative_to(root) for root in roots if source.is_relative_to(root))
+        assert (LAYER / relative).read_bytes() == source.read_bytes(), relative
+
+
 def test_the_built_context_handler_imports_without_compiling_a_module_of_the_layer():
     # Python compiles a module from source only through SourceLoader.source_to_code: count the layer's calls.
     probe = f"""

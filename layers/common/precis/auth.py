@@ -45,6 +45,9 @@ _S = f"{_W}/sessions/{{session_id}}"
 ROUTES: dict[str, Access] = {
     "GET /health": Access.PUBLIC,
     "GET /openapi.json": Access.PUBLIC,
+    # The interactive docs of that document: a page and its files, no data (a request sent from it needs a key).
+    "GET /docs": Access.PUBLIC,
+    "GET /docs/{name}": Access.PUBLIC,
     # The console holds no data: its page reads the API with the key the user pastes, so it needs none itself.
     "GET /console": Access.PUBLIC,
     "GET /console/{name}": Access.PUBLIC,

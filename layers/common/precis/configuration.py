@@ -129,6 +129,12 @@ def derive_config(workspace: dict[str, Any] | None, session: dict[str, Any] | No
     return DeriveConfig(**merged)
 
 
+def merge_configuration(stored: dict[str, Any], sent: dict[str, Any]) -> dict[str, Any]:
+    """The configuration a get-or-create of an existing session keeps (Honcho's rule): the keys sent replace the
+    stored ones of that name, the others stay; a key sent as null changes nothing."""
+    return {**stored, **{key: value for key, value in sent.items() if value is not None}}
+
+
 def check_configuration(workspace: dict[str, Any] | None, session: dict[str, Any] | None = None, *,
                         deployment: Mapping[str, Any] | None = None) -> None:
     """Invalid (422) when a workspace's or session's configuration holds a bad summary or deriver setting."""

@@ -208,7 +208,18 @@ def openapi_document() -> dict:
     app.include_router(chat.router)
     schema = app.get_openapi_schema(title="Precis", version="3.0.0",
                                     description="Conversation memory, wire-compatible with Honcho v3")
-    return _with_error_responses(schema.model_dump(mode="json", by_alias=True, exclude_none=True))
+    return _with_bearer_keys(_with_error_responses(schema.model_dump(mode="json", by_alias=True, exclude_none=True)))
+
+
+def _with_bearer_keys(document: dict) -> dict:
+    """Declare the keys every documented route takes (none is public: /health, the docs and the console stay out of
+    the document), so that a client generator, or the docs' "Authorize", sends them."""
+    document.setdefault("components", {})["securitySchemes"] = {"bearer": {
+        "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+        "description": "A Precis key: an HS256 JWT with Honcho's claims (POST /v3/keys mints scoped ones). "
+                       "Checked when auth is on, as it always is deployed."}}
+    document["security"] = [{"bearer": []}]
+    return document
 
 
 def _with_error_responses(document: dict) -> dict:

@@ -198,7 +198,7 @@ def set_peer_card(workspace_id: WorkspaceId, peer_id: PeerId, body: PeerCard, ta
 
     entries = check_client_card(body.peer_card)
     db = get_db()
-    resources.require_peers(db, workspace_id, peer_id, target)
+    resources.require_peers(db, workspace_id, peer_id)  # the target need not exist yet (Honcho stores its card too)
     conclusions.put_card(db, workspace_id, peer_id, target or peer_id, entries, source="client")
     return {"peer_card": entries}
 

@@ -101,6 +101,7 @@ def queue_status(db: Db, ws: str, *, observer_id: str | None = None, sender_id: 
         counts[0] += int(cursor.get("derived", 0))
         counts[1] += int(job.get("count", 0)) if job else 0
         counts[2] += int(cursor.get("pending", 0))
-    per_session = {s: _units(*c) for s, c in sorted(sessions.items())}
+    # Honcho's shape: each session's counts name it, and a workspace with none has no map (null, not {}).
+    per_session = {s: {"session_id": s, **_units(*c)} for s, c in sorted(sessions.items())}
     total = [sum(c[i] for c in sessions.values()) + dreams[i] for i in range(3)]
-    return {**_units(*total), "sessions": per_session}
+    return {**_units(*total), "sessions": per_session or None}

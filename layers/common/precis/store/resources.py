@@ -13,7 +13,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from precis.store import filters as filtering
 from precis.settings import get_settings
-from precis.configuration import check_configuration
+from precis.configuration import check_configuration, merge_configuration
 from precis.errors import Conflict, Invalid, NotFound
 from precis.store import keys
 from precis.store.records import delete_keys, json_object, json_text, page, utcnow
@@ -77,14 +77,16 @@ def _create(db: Db, key: dict[str, str], values: dict[str, Any]) -> tuple[dict[s
 
 
 def _update(db: Db, key: dict[str, str], changes: dict[str, Any], *, condition: str = "attribute_exists(PK)",
-            ) -> dict[str, Any] | None:
+            values: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Set the non-None `changes` (and `updated_at`) on an existing item; the new item, or None when the
-    condition fails. An update that changes nothing still checks the condition (a PUT of `{}` is valid)."""
+    condition (its placeholders' `values`) fails. An update that changes nothing still checks the condition (a PUT
+    of `{}` is valid)."""
     changes = {**{k: v for k, v in changes.items() if v is not None}, "updated_at": utcnow()}
     names = {f"#a{i}": k for i, k in enumerate(changes)}
     kwargs = {"UpdateExpression": "SET " + ", ".join(f"{n} = :v{i}" for i, n in enumerate(names)),
               "ExpressionAttributeNames": names,
-              "ExpressionAttributeValues": to_item({f":v{i}": v for i, v in enumerate(changes.values())})}
+              "ExpressionAttributeValues": to_item({**{f":v{i}": v for i, v in enumerate(changes.values())},
+                                                    **(values or {})})}
     try:
         out = db.client.update_item(TableName=db.table, Key=to_item(key), ConditionExpression=condition,
                                     ReturnValues="ALL_NEW", **kwargs)
@@ -185,9 +187,23 @@ def _peer_values(ws: str, peer_id: str, metadata=None, configuration=None) -> di
 
 
 def get_or_create_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None):
-    item, created = _create_in_workspace(db, ws, keys.peer(ws, peer_id),
-                                         _peer_values(ws, peer_id, metadata, configuration))
+    """Get or create the peer; an existing one takes the `metadata` and `configuration` sent in place of its own
+    (Honcho's get-or-create), written only when they differ."""
+    key = keys.peer(ws, peer_id)
+    item, created = _create_in_workspace(db, ws, key, _peer_values(ws, peer_id, metadata, configuration))
+    changes = {} if created else _changes(item, metadata, configuration)
+    if changes:
+        item = _update(db, key, changes)
+        if item is None:  # only a workspace delete removes a peer
+            raise Conflict(f"peer '{peer_id}' was deleted while being updated; retry the request")
     return peer_view(item), created
+
+
+def _changes(item: dict[str, Any], metadata=None, configuration=None) -> dict[str, str]:
+    """The stored texts of the `metadata` and `configuration` given that differ from the item's."""
+    sent = {"metadata": metadata, "configuration": configuration}
+    return {name: json_text(value) for name, value in sent.items()
+            if value is not None and value != json_object(item.get(name))}
 
 
 def _create_in_workspace(db: Db, ws: str, key: dict[str, str], values: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -295,12 +311,45 @@ def get_or_create_session(db: Db, ws: str, session_id: str, metadata=None, confi
     found = {i["SK"]: i for i in batch_get(db, [keys.workspace(ws), *(keys.peer(ws, p) for p in peers or {})])}
     if "WS" not in found:
         raise NotFound(f"workspace '{ws}' not found")
-    check_configuration(json_object(found["WS"].get("configuration")), configuration)
+    workspace_configuration = json_object(found["WS"].get("configuration"))
+    check_configuration(workspace_configuration, configuration)
     item, created = create_session_item(db, ws, session_id, metadata, configuration)
+    if not created and (metadata is not None or configuration is not None):
+        item = _update_existing_session(db, ws, item, metadata, configuration, workspace_configuration)
     if peers:
         add_members(db, ws, session_id, peers, {p for p in peers if keys.peer(ws, p)["SK"] in found},
                     incarnation=item.get("incarnation"))
     return session_view(item), created
+
+
+def _update_existing_session(db: Db, ws: str, item: dict[str, Any], metadata, configuration,
+                             workspace_configuration: dict[str, Any]) -> dict[str, Any]:
+    """Honcho's get-or-create of an existing session: `metadata` replaces the stored one, `configuration`'s keys are
+    merged into the stored configuration. The merge is a read-modify-write, so it is conditioned on the configuration
+    it read: a concurrent change is read again and merged into, never lost."""
+    session_id = item["id"]
+    for _ in range(5):
+        stored = json_object(item.get("configuration"))
+        merged = stored if configuration is None else merge_configuration(stored, configuration)
+        if merged != stored:
+            check_configuration(workspace_configuration, merged)
+        changes = _changes(item, metadata, merged)
+        if not changes:
+            return item
+        condition, values = ["attribute_not_exists(deleted_at)"], {}
+        for name in ("incarnation", "configuration"):  # the same incarnation, still holding what was read
+            if name in item:
+                condition.append(f"{name} = :{name}")
+                values[f":{name}"] = item[name]
+            else:
+                condition.append(f"attribute_not_exists({name})")
+        updated = _update(db, keys.session(ws, session_id), changes, condition=" AND ".join(condition), values=values)
+        if updated is not None:
+            return updated
+        item = _get(db, keys.session(ws, session_id))
+        if item is None or "deleted_at" in item:
+            raise Conflict(f"session '{session_id}' was deleted while being updated; retry the request")
+    raise Conflict(f"session '{session_id}': its configuration kept changing while being merged; retry the request")
 
 
 def session_values(ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
