@@ -200,7 +200,8 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None) -> 
         documents = [(i["peer"], Document.parse(i["tsig"], int(i["tlen"]))) for i in items]
         unit = f"{session_id}:{incarnation}:purge:{block}"
         _count(db, ws, unit, documents, sign=-1)
-        delete_keys(db, [k for i, (_, d) in zip(items, documents) for k in _posting_keys(ws, session_id, int(i["seq"]), d)])
+        delete_keys(db, [k for i, (_, d) in zip(items, documents)
+                         for k in _posting_keys(ws, session_id, int(i["seq"]), d)])
         delete_keys(db, [{"PK": i["PK"], "SK": i["SK"]} for i in items])
         # The block's texts are gone: nothing can ask for its units again (the purge's, and those that indexed the
         # texts, should the deriver not have settled them), so their marks go too.

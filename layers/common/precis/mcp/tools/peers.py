@@ -105,7 +105,7 @@ def get_peer_card(call: Call, args: OnePeer):
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.PEER, ws, peer=args.peer_id)
-    resources.require_peers(call.db, ws, args.peer_id, args.target_peer_id)
+    resources.require_peers(call.db, ws, args.peer_id)  # the target need not exist yet, as in the route
     card = conclusions.get_card(call.db, ws, args.peer_id, args.target_peer_id or args.peer_id)
     return card if card is not None else "no peer card yet"
 
@@ -120,7 +120,7 @@ def set_peer_card(call: Call, args: SetCard):
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.PEER, ws, peer=args.peer_id)
     entries = check_client_card(args.peer_card)
-    resources.require_peers(call.db, ws, args.peer_id, args.target_peer_id)
+    resources.require_peers(call.db, ws, args.peer_id)  # the target need not exist yet, as in the route
     target = args.target_peer_id or args.peer_id
     conclusions.put_card(call.db, ws, args.peer_id, target, entries, source="client")
     return {"peer_card": entries}
