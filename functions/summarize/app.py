@@ -37,7 +37,7 @@ _failures: dict[StreamTarget, Exception | None] = {}
 
 
 def _target(record: DynamoDBRecord) -> StreamTarget:
-    return stream_target(record.dynamodb.new_image if record.dynamodb else {})
+    return stream_target(record.get("eventName") or "", record.dynamodb.new_image if record.dynamodb else {})
 
 
 def record_handler(record: DynamoDBRecord) -> None:

@@ -1,4 +1,11 @@
-"""What a record of the table's stream asks of its consumers (pure: a new image in, a target out)."""
+"""Which record of the table's stream wakes which job: one table, read by both stream consumers and by the test that
+holds the template's event filters to it (pure: an event name and a new image in, a job out).
+
+The summarizer keeps summaries current, purges deleted sessions and copies what clones inherited; the deriver
+derives conclusions from messages, backfills a scope's new sessions and runs scheduled dreams. Lambda's event
+filtering (template.yaml, FilterCriteria) drops every other record before either is invoked; `filter_patterns`
+says what those filters must be, and `tests/store/test_stream_target.py` checks the template says it.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,63 @@ from typing import Any
 
 from precis.errors import Invalid
 from precis.store import keys
+
+SUMMARIZER, DERIVER = "summarizer", "deriver"
+
+
+@dataclass(frozen=True)
+class Route:
+    """Records of item `kind` written by one of `events`, with the attributes `present` and without those `absent`,
+    wake `consumer`'s `job`."""
+
+    consumer: str
+    job: str
+    kind: str
+    events: tuple[str, ...]
+    present: tuple[str, ...] = ()
+    absent: tuple[str, ...] = ()
+
+    def matches(self, event_name: str, image: dict[str, Any]) -> bool:
+        return (event_name in self.events and image.get("kind") == self.kind
+                and all(image.get(a) not in (None, "") for a in self.present)
+                and all(a not in image for a in self.absent))
+
+
+ROUTES = (
+    # A message stored (a clone's copy of an inherited message wakes nothing: what it needs came with the clone).
+    Route(SUMMARIZER, "summarize", "message", ("INSERT",), absent=("copy_of",)),
+    # A step of a summary job too large for one request stored: the next step follows.
+    Route(SUMMARIZER, "summarize", "summary", ("INSERT", "MODIFY"), present=("job_through_seq",)),
+    # A session marked deleted (a purge out of time touches it to go on; its mark of completion wakes nothing).
+    Route(SUMMARIZER, "purge", "session", ("MODIFY",), present=("deleted_at",), absent=("purged_at",)),
+    # A clone whose inherited messages are still to be copied into its own partition (each step stored wakes the next).
+    Route(SUMMARIZER, "copy", "session", ("INSERT", "MODIFY"), present=("base_session",), absent=("deleted_at",)),
+    Route(DERIVER, "derive", "message", ("INSERT",), absent=("copy_of",)),
+    # A session added to a scope: its conclusions so far are copied into the scope.
+    Route(DERIVER, "backfill", "scope_session", ("INSERT",)),
+    # A dream scheduled by POST /schedule_dream runs at once (one armed by its count waits for the flush).
+    Route(DERIVER, "dream", "dream", ("INSERT", "MODIFY"), present=("requested",)),
+)
+
+# The DynamoDB type of each attribute a route names, for the filter patterns.
+_TYPES = {"kind": "S", "copy_of": "S", "job_through_seq": "N", "deleted_at": "S", "purged_at": "S",
+          "base_session": "S", "requested": "S"}
+
+
+def job_of(consumer: str, event_name: str, image: dict[str, Any]) -> str | None:
+    """The job a record (its event name and new image, as plain values) asks of `consumer`, or None."""
+    return next((r.job for r in ROUTES if r.consumer == consumer and r.matches(event_name, image)), None)
+
+
+def filter_patterns(consumer: str) -> list[dict[str, Any]]:
+    """Lambda event-filter patterns that let through exactly the records `consumer` has a job for."""
+    patterns = []
+    for route in (r for r in ROUTES if r.consumer == consumer):
+        image: dict[str, Any] = {"kind": {"S": [route.kind]}}
+        image |= {a: {_TYPES[a]: [{"exists": True}]} for a in route.present}
+        image |= {a: {_TYPES[a]: [{"exists": False}]} for a in route.absent}
+        patterns.append({"eventName": list(route.events), "dynamodb": {"NewImage": image}})
+    return patterns
 
 
 @dataclass(frozen=True)
@@ -20,16 +84,12 @@ class StreamTarget:
     incarnation: str | None = None
 
 
-def stream_target(image: dict[str, Any]) -> StreamTarget:
-    """The target of a stream record's new image (as plain values); Invalid for any other item."""
-    kind, pk = image.get("kind"), image.get("PK", "")
-    if kind == "message" or (kind == "summary" and image.get("job_through_seq")):
-        # A message written, or one step of a summary job too large for one request: the next step is due.
+def stream_target(event_name: str, image: dict[str, Any]) -> StreamTarget:
+    """What a stream record asks of the summarizer; Invalid for a record it has no job for."""
+    job, pk = job_of(SUMMARIZER, event_name, image), image.get("PK", "")
+    if job == "summarize":
         ws, session_id = keys.parse_session_pk(pk)
-        return StreamTarget("summarize", ws, session_id)
-    if kind == "session" and image.get("deleted_at"):
-        return StreamTarget("purge", pk.removeprefix("WS#"), image["id"], image.get("incarnation"))
-    if kind == "session" and image.get("base_session"):
-        # A clone created (or a step of its copy stored): copy the next messages it inherited.
-        return StreamTarget("copy", pk.removeprefix("WS#"), image["id"], image.get("incarnation"))
-    raise Invalid(f"stream record is neither a message, a summary step, a deleted session nor a clone: kind={kind!r}")
+        return StreamTarget(job, ws, session_id)
+    if job in ("purge", "copy"):
+        return StreamTarget(job, pk.removeprefix("WS#"), image["id"], image.get("incarnation"))
+    raise Invalid(f"stream record asks nothing of the summarizer: {event_name} of kind={image.get('kind')!r}")

@@ -1,0 +1,193 @@
+"""The deriver's jobs, whatever woke them: a stream batch's records (what `precis.stream` routes to the deriver), a
+session's quiet wake-up, or the five-minute flush. Plain values in (new images, wake-ups), failures out: the handler
+turns AWS's events into these and the failures back into batch-item failures.
+
+A stream batch is grouped by (session, sender); each group is derived once, `derive_concurrency` of them at once. A
+group that fails is marked due again, so the schedule retries it later: the sender's cursor never moved, so no
+message is skipped. A wake-up that finds its session quiet derives the session's waiting batches. The flush derives
+every cursor whose batch is due, and every dream that is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.metrics import MetricUnit
+
+from precis import concurrency
+from precis.memory import wakeups
+from precis.memory.deriver import (
+    BackfillTarget,
+    DeriveTarget,
+    Outcome,
+    all_workspaces,
+    derive_target,
+    due_targets,
+    mark_failed,
+    quiet_targets,
+    quiet_wakes,
+    target_of,
+)
+from precis.memory.dreams import DreamTarget, dreams_due
+from precis.memory.dreams import target_of as dream_of
+from precis.secrets import with_llm_key
+from precis.settings import Settings, get_settings
+from precis.store.db import Db, get_queue_client
+from precis.stream import DERIVER, job_of
+
+logger = Logger(child=True)
+Target = DeriveTarget | BackfillTarget | DreamTarget
+TimeLeft = Callable[[], float]
+
+
+def target(event_name: str, image: dict[str, Any]) -> Target | None:
+    """The target of a stream record the deriver has a job for (precis.stream's table), else None."""
+    job = job_of(DERIVER, event_name, image)
+    if job in ("derive", "backfill"):
+        return target_of(image)
+    if job == "dream":
+        return dream_of(image)
+    return None
+
+
+def on_stream(db: Db, records: Iterable[tuple[str, dict[str, Any]]], time_left: TimeLeft
+              ) -> dict[Target, Exception | None]:
+    """Derive a stream batch ((event name, new image) per record): each target once, then send the quiet wake-ups of
+    its llm sessions; each target's failure (None: done)."""
+    targets: dict[Target, list[dict[str, Any]]] = {}
+    for event_name, image in records:
+        found = target(event_name, image)
+        if found is not None:
+            targets.setdefault(found, []).append(image)
+    outcomes: dict[Target, Outcome | None] = {}
+
+    def run(found: Target) -> None:
+        outcomes[found] = derive(db, found, time_left, images=targets[found])
+
+    failures = concurrency.run_each(sorted(targets, key=repr), run, workers=get_settings().summarize_concurrency)
+    _send_wakes([(t, targets[t], outcomes.get(t)) for t in targets if isinstance(t, DeriveTarget)])
+    return failures
+
+
+def on_wake(db: Db, bodies: Iterable[str], time_left: TimeLeft) -> dict[tuple[str, str], Exception | None]:
+    """Derive the waiting batches of each session whose wake-up (an SQS message body) finds it quiet; each
+    (workspace, session)'s failure (None: done)."""
+    wakes = wakeups.newest(filter(None, (wakeups.parse(body) for body in bodies)))
+
+    def derive_session(wake: wakeups.QuietWake) -> None:
+        failed = None
+        for found in quiet_targets(db, wake):
+            try:
+                derive(db, found, time_left, flush=True)
+            except Exception as exc:  # noqa: BLE001 - the session's other senders still derive; then it fails
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
+    return {(w.workspace, w.session): exc for w, exc in concurrency.run_each(
+        wakes, derive_session, workers=get_settings().summarize_concurrency).items()}
+
+
+def on_schedule(db: Db, time_left: TimeLeft) -> dict[str, int]:
+    """The flush: every due cursor and every due dream, derived; how many were and how many failed."""
+    now = datetime.now(UTC)
+    workspaces = all_workspaces(db)
+    targets: list[Target] = [*due_targets(db, workspaces, now)]
+    targets += [dream for ws in workspaces for dream in dreams_due(db, ws, now)]
+    failures = concurrency.run_each(targets, lambda t: derive(db, t, time_left),
+                                    workers=get_settings().summarize_concurrency)
+    failed = [t for t, exc in failures.items() if exc is not None]
+    return {"flushed": len(targets) - len(failed), "failed": len(failed)}
+
+
+def derive(db: Db, found: Target, time_left: TimeLeft, images: list[dict[str, Any]] | None = None,
+           flush: bool = False) -> Outcome | None:
+    """Derive (or backfill, or dream) one target; the deriver's Outcome for a DeriveTarget."""
+    if isinstance(found, BackfillTarget):
+        _backfill(db, found)
+        return None
+    if isinstance(found, DreamTarget):
+        _dream(db, found)
+        return None
+    from precis.memory.embeddings import configured_embedder
+
+    try:
+        if images:
+            _index(db, images)
+        outcome = derive_target(db, get_settings(), found, engine_for=_engine_for, embedder=configured_embedder(),
+                                time_left=time_left, flush=flush)
+    except Exception:
+        concurrency.add_metric(name="DerivationsFailed", unit=MetricUnit.Count, value=1)
+        mark_failed(db, found, datetime.now(UTC))
+        raise
+    if outcome.conclusions:
+        concurrency.add_metric(name="ConclusionsWritten", unit=MetricUnit.Count, value=outcome.conclusions)
+    logger.info("derive", extra={"session": found.session, "sender": found.sender, "derived": outcome.derived,
+                                 "conclusions": outcome.conclusions, "pending": outcome.pending, "quiet": flush})
+    return outcome
+
+
+@lru_cache(maxsize=8)
+def _engine(name: str, model: str | None, settings: Settings) -> Any:
+    """One engine (and HTTP client) per cold start and configuration."""
+    from precis.memory.engines import get_deriver_engine
+
+    return get_deriver_engine(name, settings, model=model)
+
+
+def _engine_for(config: Any) -> Any:
+    return _engine(config.engine, config.model if config.engine == "llm" else None, with_llm_key(get_settings()))
+
+
+def _backfill(db: Db, found: BackfillTarget) -> None:
+    from precis.memory.embeddings import configured_embedder
+    from precis.store import scopes
+
+    try:
+        copied = scopes.backfill(db, found.workspace, found.scope, found.session, embedder=configured_embedder())
+    except Exception:
+        scopes.mark_failed(db, found.workspace, found.scope, found.session)
+        raise  # the stream retries the record; the copy resumes where it stopped
+    logger.info("backfill", extra={"scope": found.scope, "session": found.session, "copied": copied})
+
+
+def _index(db: Db, images: list[dict[str, Any]]) -> None:
+    """Settle the messages' index units and embed them for search, once each (a replayed record finds its vector
+    written)."""
+    from precis.memory.embeddings import configured_embedder
+    from precis.store.message_search import index_messages
+
+    semantic = configured_embedder() if get_settings().embedder != "hashed" else None
+    index_messages(db, images, semantic=semantic)
+
+
+def _dream(db: Db, found: DreamTarget) -> None:
+    from precis.configuration import derive_config
+    from precis.memory.dreams import run
+    from precis.memory.embeddings import configured_embedder
+    from precis.store import keys
+    from precis.store.db import batch_get
+    from precis.store.records import json_object
+
+    workspace = next(iter(batch_get(db, [keys.workspace(found.workspace)])), None)
+    if workspace is None:
+        return  # deleted: its collections go with it
+    raw = workspace.get("configuration")
+    config = derive_config(json_object(raw) if isinstance(raw, str) else raw or {}, {}, get_settings())
+    written = run(db, found, engine=_engine_for(config), embedder=configured_embedder(), now=datetime.now(UTC))
+    logger.info("dream", extra={"observer": found.observer, "observed": found.observed, "deductive": written})
+
+
+def _send_wakes(derived: list[tuple[DeriveTarget, list[dict[str, Any]], Outcome | None]]) -> None:
+    """The quiet wake-ups of a stream batch's llm sessions (best effort: the schedule's flush is the backstop)."""
+    settings = get_settings()
+    wakes = quiet_wakes(derived)
+    if not wakes or not settings.derive_quiet_s or not settings.derive_wake_queue_url:
+        return
+    unsent = wakeups.send(get_queue_client(), settings.derive_wake_queue_url, wakes, settings.derive_quiet_s)
+    if unsent:
+        concurrency.add_metric(name="QuietWakeupsUnsent", unit=MetricUnit.Count, value=unsent)
