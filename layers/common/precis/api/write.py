@@ -250,7 +250,7 @@ def clone_session(workspace_id: WorkspaceId, session_id: SessionId, message_id: 
     return json_response(201, clone_session(get_db(), workspace_id, session_id, message_id))
 
 
-# ---------------------------------------------------------------- file upload (issue 14)
+# ---------------------------------------------------------------- file upload (docs/design.md, "File upload")
 
 _STORE_RESERVE_S = 5.0  # of the invocation's time, kept for storing the batch after reading the file
 
