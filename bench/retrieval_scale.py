@@ -1,4 +1,4 @@
-"""Lexical search at workspace scale (issue 37, item 7): does Precis's exact BM25, the inverted index in the table,
+"""Lexical search at workspace scale: does Precis's exact BM25, the inverted index in the table,
 rank 100,000 messages as BM25 does, and what does a search cost as the workspace grows?
 
 Data, generated here from a seed (nothing downloaded): 1,000 sessions of 100 messages, `user` and `assistant` taking
@@ -679,7 +679,7 @@ def measure_precis(data: Corpus, asked: Sequence[Query], sizes: Sequence[int]) -
 
 # ---------------------------------------------------------------- the previous design, in a subprocess
 
-PREVIOUS = "a5037bf"  # the last commit of the hashed-vector design ("today's design" in issue 37)
+PREVIOUS = "a5037bf"  # the last commit of the hashed-vector design (BM25 in a vector index)
 PREVIOUS_MESSAGES = 10_000  # moto's SearchVectors is an exact scan: ~1 s a search at 100,000 messages
 
 
@@ -986,7 +986,7 @@ def report(data: Corpus, asked: Sequence[Query], check: dict, precis: dict[int, 
           flush=True)
 
     verdict = _verdicts(precis, old, small, large, writes)
-    print_table("Targets (issue 37, item 7)", ["measure", "target", "measured", "verdict"], verdict)
+    print_table("Targets (exact BM25 at workspace scale)", ["measure", "target", "measured", "verdict"], verdict)
     wrong = [{"size": size, "scope": r["scope"], "query": asked[r["query"]].text, "expected": r["expected"],
               "got": r["got"]} for size, result in precis.items() for r in result["rows"] if not r["identical"]]
     if wrong:

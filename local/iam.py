@@ -2,7 +2,8 @@
 
 The roles are the ones SAM generates (`sam_roles`: SAM's own transform, offline, in .venv-sam, so a SAM policy template expands as
 SAM expands it), their intrinsics resolved for the local deployment (its parameters, so an `!If [BedrockLlm, ...]`
-grant exists only when the local stack runs Bedrock; the local table's, bucket's and queues' ARNs). A worker
+grant exists only when the local stack runs Bedrock; the local table's, bucket's and queues' ARNs), with the
+statements of the template's own managed policies each role lists (`!Ref P`, or under `!If`). A worker
 enforces its role at its botocore clients (`enforce`): before a request leaves, its IAM requests (`requests_for`:
 the action and resource each call is authorized as, item by item for a transaction) are evaluated as IAM does
 (`Role.decide`: an explicit Deny wins, else an Allow, else the implicit deny), and a refused call fails with the
@@ -521,6 +522,25 @@ def sam_roles(tpl: Any, environment: Mapping[str, str], cache_dir: Path, templat
     resolver = _Resolver(tpl.raw, LocalNames(), deployment_parameters(tpl.raw, environment))
     resources = deployed["Resources"]
 
+    def template_policy(ref: dict[str, Any], owner: str) -> list[Statement]:
+        """The statements of a managed policy of the template (`!Ref P`, or `!If [C, !Ref P, !Ref AWS::NoValue]`), as
+        this deployment has them."""
+        if "Fn::If" in ref:
+            condition, chosen, otherwise = ref["Fn::If"]
+            ref = chosen if resolver.condition(condition) else otherwise
+        name = ref.get("Ref") if isinstance(ref, dict) else None
+        if name == "AWS::NoValue":
+            return []
+        policy = resources.get(str(name), {})
+        if policy.get("Type") != "AWS::IAM::ManagedPolicy":
+            raise ValueError(f"{owner}: a managed policy the local stack cannot follow: {ref!r} (an AWS managed policy "
+                             f"of MANAGED_POLICIES, or an AWS::IAM::ManagedPolicy of the template)")
+        if "Condition" in policy and not resolver.condition(policy["Condition"]):
+            raise ValueError(f"{owner}: managed policy {name} is not created in this deployment (its condition "
+                             f"{policy['Condition']} is false), so the deploy would fail")
+        document = _without_novalue(resolver.resolve(_as_tags(policy["Properties"]["PolicyDocument"])))
+        return [Statement.of(s) for s in _listed(document.get("Statement", []))]
+
     def role_of(arn_ref: Any, session: str) -> Role:
         if not (isinstance(arn_ref, dict) and "Fn::GetAtt" in arn_ref):
             raise ValueError(f"a role the local stack cannot follow: {arn_ref!r} (only a role of the template)")
@@ -531,6 +551,9 @@ def sam_roles(tpl: Any, environment: Mapping[str, str], cache_dir: Path, templat
             document = _without_novalue(resolver.resolve(_as_tags(policy["PolicyDocument"])))
             statements += [Statement.of(s) for s in _listed(document.get("Statement", []))]
         for arn in props.get("ManagedPolicyArns", []):
+            if isinstance(arn, dict):  # a managed policy the template defines
+                statements += template_policy(arn, logical_id)
+                continue
             if arn not in MANAGED_POLICIES:
                 raise ValueError(f"{logical_id}: managed policy {arn} is unknown to the local stack (local/iam.py "
                                  f"MANAGED_POLICIES)")

@@ -94,7 +94,7 @@ def _retryable_conflict(response: httpx.Response) -> bool:
 
 
 class Precis:
-    """One workspace of one Precis service, as the routes of the v3 API (API.md)."""
+    """One workspace of one Precis service, as the routes of the v3 API (the service's /openapi.json)."""
 
     def __init__(self, url: str, key: str | None, workspace: str, *, timeout: float = 60.0,
                  sleep: Callable[[float], None] = time.sleep):

@@ -75,7 +75,7 @@ MATRIX = [
     ("POST", f"{W}/sessions", {"id": "s1", "metadata": {"a": 1}}, WS_ONLY | {"session"}, 200,
      {"id": "s1", "metadata": {"a": 1}}),
     ("POST", f"{W}/sessions", {"id": "s1", "peers": {"alice": {}}}, WS_ONLY | {"session"}, 200, {"id": "s1"}),
-    # issue 9: a peer key named like a session joined it by getting it with itself in `peers`
+    # A peer key named like a session must not join it by getting the session with itself in `peers`.
     ("POST", f"{W}/sessions", {"id": "s1", "peers": {"s1": {}}}, WS_ONLY | {"session"}, 200, {"id": "s1"}),
     ("POST", f"{W}/sessions", {"id": "s3"}, WS_ONLY, CREATED, {"id": "s3", "workspace_id": "ws1"}),
     ("POST", f"{W}/sessions", {"id": "alice"}, WS_ONLY | {"session_named_alice"}, CREATED, {"id": "alice"}),

@@ -125,8 +125,8 @@ def test_what_the_fuzzer_found_stays_fixed(stack, document):
 
 
 def test_hostile_keys_and_bodies_are_4xx_and_text_is_utf8_over_http(stack):
-    """Issue 9, end to end through the gateway: a nested JWT header is a 401, a nested body a 422, and a CJK message
-    comes back as UTF-8 bytes rather than \\u escapes."""
+    """Hostile input, end to end through the gateway: a nested JWT header is a 401, a nested body a 422, and a CJK
+    message comes back as UTF-8 bytes rather than \\u escapes."""
     key = {"Authorization": f"Bearer {mint_key(SECRET, admin=True)}", "Content-Type": "application/json"}
     nested_header = base64.urlsafe_b64encode(b"[" * 1500 + b"]" * 1500).rstrip(b"=").decode()
     for method, path in (("POST", "/v3/workspaces/list"), ("GET", "/v3/workspaces/w/sessions/s/context")):

@@ -179,7 +179,7 @@ ALICE = ["alice lives in Lisbon", "alice has a dog named Rover", "alice works as
 @pytest.mark.parametrize("tokens", [40, 60, 100, 200, 400, 2000])
 def test_the_conclusion_nearest_the_query_is_the_last_to_go(aws, tokens):
     """Every conclusion names alice: the word asked about ("food") must outweigh her name, and when the budget drops
-    lines, the nearest is dropped last (issue 24, item 5)."""
+    lines, the nearest is dropped last."""
     assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
     assert call("POST", f"{W}/sessions", {"id": "s1", "peers": {"alice": {}}}).status == 201
     assert call("POST", f"{W}/conclusions", {"conclusions": [

@@ -133,39 +133,62 @@ def _model_or_default(value: Any) -> str:
 
 
 def conditional(logical_id: str) -> dict[str, str]:
-    """Sid -> condition of the function's statements that exist under a condition (`!If [C, statement, NoValue]`)."""
-    found = {}
-    for policy in _listed(FUNCTIONS[logical_id].get("Policies", [])):
-        for statement in policy["Statement"]:
-            if isinstance(statement, _Tag):
-                condition, chosen, _ = statement.value
-                found[chosen["Sid"]] = condition
-    return found
+    """Sid -> condition of the function's statements that exist under a condition (`!If [C, statement, NoValue]`, or
+    `!If [C, !Ref <a managed policy of the template>, NoValue]`)."""
+    return {statement["Sid"]: condition for condition, statement in _policy_statements(logical_id) if condition}
 
 
 def _listed(value: Any) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def statements(logical_id: str) -> list[dict[str, Any]]:
-    """The function's own IAM statements. Only inline documents are allowed: a managed policy or a SAM policy
-    template would grant actions this test cannot see."""
+def _no_value(value: Any) -> bool:
+    return isinstance(value, _Tag) and (value.name, value.value) == ("Ref", "AWS::NoValue")
+
+
+def shared_policy(name: str) -> dict[str, Any]:
+    """A managed policy of the template: attached only by the functions that list it, so its statements are theirs."""
+    resource = RESOURCES.get(name, {})
+    assert resource.get("Type") == "AWS::IAM::ManagedPolicy", f"{name} is not a managed policy of the template"
+    props = resource["Properties"]
+    assert not {"Roles", "Users", "Groups"} & set(props), f"{name} is attached outside the functions' Policies"
+    return props["PolicyDocument"]
+
+
+def _policy_statements(logical_id: str) -> list[tuple[str | None, dict[str, Any]]]:
+    """(condition or None, statement) for each statement of the function: its inline documents, and the managed
+    policies of the template it lists (`!Ref P`, or `!If [C, !Ref P, !Ref AWS::NoValue]` for a policy under
+    condition C). A managed policy of AWS or a SAM policy template would grant actions this test cannot see: refused."""
     props = FUNCTIONS[logical_id]
     assert "Role" not in props, f"{logical_id}: a role of its own escapes this test; extend it first"
-    out = []
+    out: list[tuple[str | None, dict[str, Any]]] = []
     for policy in _listed(props.get("Policies", [])):
+        if isinstance(policy, _Tag):  # a managed policy of the template, perhaps under a condition
+            condition = None
+            if policy.name == "If":
+                condition, policy, otherwise = policy.value
+                assert condition in RAW["Conditions"] and _no_value(otherwise), (logical_id, policy)
+            assert policy.name == "Ref", f"{logical_id}: {policy!r} is not a managed policy of the template"
+            # The policy exists under the same condition as the grant: on when it is listed, off otherwise.
+            assert RESOURCES[policy.value].get("Condition") == condition, (logical_id, policy.value, condition)
+            out += [(condition, statement) for statement in shared_policy(policy.value)["Statement"]]
+            continue
         assert isinstance(policy, dict) and set(policy) == {"Statement"}, (
-            f"{logical_id}: {policy!r} is not an inline statement list (managed policies and SAM policy templates "
-            "hide their actions from this test)")
+            f"{logical_id}: {policy!r} is neither an inline statement list nor a managed policy of the template (AWS "
+            "managed policies and SAM policy templates hide their actions from this test)")
         for statement in policy["Statement"]:
+            condition = None
             if isinstance(statement, _Tag):  # a grant under a condition: the statement, or nothing
                 assert statement.name == "If", statement
-                condition, chosen, otherwise = statement.value
-                assert condition in RAW["Conditions"], statement
-                assert isinstance(otherwise, _Tag) and (otherwise.name, otherwise.value) == ("Ref", "AWS::NoValue")
-                statement = chosen
-            out.append(statement)
+                condition, statement, otherwise = statement.value
+                assert condition in RAW["Conditions"] and _no_value(otherwise), statement
+            out.append((condition, statement))
     return out
+
+
+def statements(logical_id: str) -> list[dict[str, Any]]:
+    """The function's own IAM statements, inline or in the template's managed policies it lists."""
+    return [statement for _, statement in _policy_statements(logical_id)]
 
 
 def granted(logical_id: str) -> list[tuple[str, str]]:
@@ -203,9 +226,18 @@ def test_every_function_is_covered_by_the_allow_lists():
 
 
 def test_no_iam_resources_outside_the_functions_policies():
-    """Roles and policies of their own would escape the per-function checks below."""
+    """Roles and policies of their own would escape the per-function checks below. A managed policy of the template
+    is read as part of each function that lists it, and is attached nowhere else."""
     kinds = {res["Type"] for res in RESOURCES.values()}
-    assert not kinds & {"AWS::IAM::Role", "AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::IAM::User"}
+    assert not kinds & {"AWS::IAM::Role", "AWS::IAM::Policy", "AWS::IAM::User", "AWS::IAM::Group"}
+    listed = {p.value for props in FUNCTIONS.values() for p in _listed(props.get("Policies", []))
+              if isinstance(p, _Tag) and p.name == "Ref"}
+    listed |= {p.value[1].value for props in FUNCTIONS.values() for p in _listed(props.get("Policies", []))
+               if isinstance(p, _Tag) and p.name == "If"}
+    shared = {lid for lid, res in RESOURCES.items() if res["Type"] == "AWS::IAM::ManagedPolicy"}
+    assert shared == listed, f"managed policies no function lists: {sorted(shared - listed)}"
+    for name in shared:
+        shared_policy(name)
 
 
 @pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
@@ -388,9 +420,29 @@ def deployed() -> dict[str, Any]:
     return sam_transform()
 
 
+def _as_json(value: Any) -> Any:
+    """A policy list entry as SAM's transform writes it (`!Ref P` is {"Ref": "P"})."""
+    if isinstance(value, _Tag):
+        return {"Ref" if value.name == "Ref" else f"Fn::{value.name}": _as_json(value.value)}
+    return [_as_json(v) for v in value] if isinstance(value, list) else value
+
+
 def test_sam_adds_only_the_managed_policies_aws_requires(deployed):
     roles = {lid: r["Properties"] for lid, r in deployed["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
-    assert {lid: set(p.get("ManagedPolicyArns", [])) for lid, p in roles.items()} == MANAGED_POLICIES
+    aws = {lid: {a for a in p.get("ManagedPolicyArns", []) if isinstance(a, str)} for lid, p in roles.items()}
+    assert aws == MANAGED_POLICIES
+    # The rest are the template's own managed policies, exactly as each function lists them.
+    for lid, props in roles.items():
+        ours = [a for a in props.get("ManagedPolicyArns", []) if not isinstance(a, str)]
+        function = FUNCTIONS.get(lid.removesuffix("Role"), {})
+        assert ours == [_as_json(p) for p in _listed(function.get("Policies", [])) if isinstance(p, _Tag)], lid
+    for lid, resource in deployed["Resources"].items():
+        if resource["Type"] == "AWS::IAM::ManagedPolicy":
+            assert not {"Roles", "Users", "Groups"} & set(resource["Properties"]), lid
+            for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+                assert statement["Effect"] == "Allow" and "NotAction" not in statement, (lid, statement)
+                assert all("*" not in a for a in _listed(statement["Action"])), (lid, statement)
+                assert "*" not in _listed(statement["Resource"]), (lid, statement)
     for lid, props in roles.items():
         (assume,) = props["AssumeRolePolicyDocument"]["Statement"]
         if lid in SERVICE_ROLES:

@@ -1,5 +1,5 @@
 """Runs from `metadata.run_id` (what the SDK can send), `whole_runs` from configuration, and the deployment's summary
-defaults (template parameters): built-in < deployment < workspace < session (issue 10, parts 1 and 2)."""
+defaults (template parameters): built-in < deployment < workspace < session (docs/design.md, "Summaries")."""
 
 from __future__ import annotations
 

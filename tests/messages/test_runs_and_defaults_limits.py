@@ -1,5 +1,5 @@
-"""Sane limits (issue 10, part 3): no summary holds more tokens than its cap, a rolling summary at most a quarter of
-its threshold, and no summary more than the history it replaces, whatever the engine answers."""
+"""Summary caps (docs/design.md, "Summaries"): no summary holds more tokens than its cap, a rolling summary at most
+a quarter of its threshold, and no summary more than the history it replaces, whatever the engine answers."""
 
 from __future__ import annotations
 

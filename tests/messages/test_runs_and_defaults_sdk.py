@@ -1,5 +1,5 @@
 """Runs and the deployment's summary defaults through the honcho-ai SDK (unchanged) and the local stack, which reads
-the defaults from template.yaml and takes `make dev`'s PRECIS_SUMMARY_* overrides (issue 10, parts 1-3)."""
+the defaults from template.yaml and takes `make dev`'s PRECIS_SUMMARY_* overrides (README, "Deploying")."""
 
 from __future__ import annotations
 

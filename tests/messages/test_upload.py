@@ -1,5 +1,6 @@
-"""File upload (issue 14): POST …/messages/upload turns a text, Markdown, JSON or PDF file into consecutive
-messages of one batch — split where a reader would, stored all or nothing, at most once per Idempotency-Key."""
+"""File upload (docs/design.md, "File upload"): POST …/messages/upload turns a text, Markdown, JSON or PDF file
+into consecutive messages of one batch — split where a reader would, stored all or nothing, at most once per
+Idempotency-Key."""
 
 from __future__ import annotations
 

@@ -206,7 +206,7 @@ def test_a_failing_llm_dead_letters_the_records_and_loses_nothing(tmp_path):
 
 
 def test_a_message_is_searchable_once_the_index_catches_up_without_the_deriver(stack):
-    """Issue 24, item 3: no waiting for the deriver, on any of the three search routes; but not read-your-writes:
+    """No waiting for the deriver, on any of the three search routes; but not read-your-writes:
     DynamoDB fills the vector index asynchronously (the stack: half a second later)."""
     client = Honcho(base_url=stack.url, api_key="local", workspace_id="sdk-search-now")
     alice = client.peer("alice")
@@ -220,7 +220,7 @@ def test_a_message_is_searchable_once_the_index_catches_up_without_the_deriver(s
 
 
 def test_the_context_with_a_search_query_recalls_what_the_newest_window_lacks(stack):
-    """Issue 23: the message that answers the question is far older than the newest window; with search_query the
+    """Recall: the message that answers the question is far older than the newest window; with search_query the
     SDK's context holds it (first, in time order), within the budget."""
     client = Honcho(base_url=stack.url, api_key="local", workspace_id="sdk-recall")
     alice, bot = client.peer("alice"), client.peer("bot")

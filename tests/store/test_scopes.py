@@ -1,4 +1,5 @@
-"""Scopes: named sets of sessions whose explicit conclusions form a view of their own (MEMORY.md, "Scopes")."""
+"""Scopes: named sets of sessions whose explicit conclusions form a view of their own (docs/design.md, "Derived
+memory", Scopes)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The extractive engine compresses (issue 23, item 4): at most a quarter of what a summary covers, the most
+"""The extractive engine compresses (docs/design.md, "Summaries"): at most a quarter of what a summary covers, the most
 informative sentences (names, numbers, dates; nothing said twice), in time order, bounded when folded again and
 again, and the same summary for the same input."""
 
@@ -49,8 +49,8 @@ def summarize(*args, **kwargs) -> str:
     return ExtractiveEngine().summarize(request(*args, **kwargs)).text
 
 
-def test_the_issues_case_32_short_messages_fit_in_a_quarter():
-    # Issue 23: 32 messages of about 15 tokens came back as a 471-token summary.
+def test_32_short_messages_fit_in_a_quarter():
+    # Once, 32 messages of about 15 tokens came back as a 471-token summary.
     messages = [(PEERS[i % 2], f"{FILLER[i % len(FILLER)]} {FILLER[(i * 5 + 3) % len(FILLER)]}") for i in range(32)]
     covered = sum(count_text(c) for _, c in messages)
     text = summarize(messages)

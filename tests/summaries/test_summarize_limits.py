@@ -1,5 +1,5 @@
 """The summarizer's bounds: input budget per request, a deadline per invocation, jobs that fail for good, and
-summaries bound to the session incarnation they were computed for (issue 9)."""
+summaries bound to the session incarnation they were computed for (so none lands in a deleted or newer one)."""
 
 from __future__ import annotations
 

@@ -252,7 +252,7 @@ def _authorize_session_create(principal: Principal, body: Any, is_member: Callab
 def authorize_view(principal: Principal, query: dict[str, str], body: dict[str, Any] | None = None) -> None:
     """Forbidden (403) when a peer's key asks for another peer's perspective (`peer_perspective`, or `peer_target`
     alone, in a session context) or for a scope's view: a peer key reads only its own perspective, and scopes need
-    a workspace key (MEMORY.md)."""
+    a workspace key (docs/design.md, "What the SDK sees")."""
     if principal.peer is None:
         return
     if query.get("scope") or (body or {}).get("scope"):

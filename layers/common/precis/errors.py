@@ -1,4 +1,4 @@
-"""One exception hierarchy for everything a caller can get wrong; `web` maps it to status codes."""
+"""One exception hierarchy for everything a caller can get wrong; `precis.api.app` maps it to status codes."""
 
 from __future__ import annotations
 

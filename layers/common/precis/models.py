@@ -74,7 +74,7 @@ class ListBody(Body):
     filters: dict[str, Any] | None = None
 
 
-# ---------------------------------------------------------------- derived memory (MEMORY.md)
+# ---------------------------------------------------------------- derived memory (docs/design.md, "Derived memory")
 
 class ConclusionQuery(Body):
     query: Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
@@ -88,7 +88,8 @@ class RepresentationFilters(Body):
 
 
 class RepresentationQuery(Body):
-    """POST /peers/{p}/representation (MEMORY.md): Honcho's defaults are 25 conclusions, no most-frequent share."""
+    """POST /peers/{p}/representation: Honcho's defaults are 25 conclusions, no most-frequent share (docs/design.md,
+    "What the SDK sees")."""
 
     session_id: Id | None = None
     target: Id | None = None
@@ -103,7 +104,7 @@ class RepresentationQuery(Body):
 
 
 class SearchQuery(Body):
-    """POST …/search (MEMORY.md): the query, the message list's filters, 1-100 results."""
+    """POST …/search: the query, the message list's filters, 1-100 results (docs/design.md, "Derived memory")."""
 
     query: Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
     filters: dict[str, Any] | None = None

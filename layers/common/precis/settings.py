@@ -15,34 +15,61 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from precis.summaries.config import SummaryConfig
 
-# The deployment's summary defaults (template parameters): SummaryConfig field -> (variable, parameter).
-SUMMARY_ENV = {
-    "strategy": ("PRECIS_SUMMARY_STRATEGY", "SummaryStrategy"),
-    "engine": ("PRECIS_SUMMARY_ENGINE", "SummaryEngine"),
-    "token_threshold": ("PRECIS_SUMMARY_TOKEN_THRESHOLD", "SummaryTokenThreshold"),
-    "keep_recent_runs": ("PRECIS_SUMMARY_KEEP_RECENT_RUNS", "SummaryKeepRecentRuns"),
-    "keep_runs": ("PRECIS_SUMMARY_KEEP_RUNS", "SummaryKeepRuns"),
-    "max_output_tokens": ("PRECIS_SUMMARY_MAX_OUTPUT_TOKENS", "SummaryMaxOutputTokens"),
-    "whole_runs": ("PRECIS_SUMMARY_WHOLE_RUNS", "SummaryWholeRuns"),
-}
-
-
-# Derived-memory settings: Settings field -> variable.
-DERIVED_ENV = {
-    "embedder": "PRECIS_EMBEDDER", "embed_model": "PRECIS_EMBED_MODEL", "embed_dimensions": "PRECIS_EMBED_DIMENSIONS",
-    "derive_engine": "PRECIS_DERIVE_ENGINE", "derive_model": "PRECIS_DERIVE_MODEL",
-    "derive_batch_tokens": "PRECIS_DERIVE_BATCH_TOKENS", "derive_max_wait_s": "PRECIS_DERIVE_MAX_WAIT_S",
-    "derive_quiet_s": "PRECIS_DERIVE_QUIET_S", "derive_wake_queue_url": "PRECIS_DERIVE_WAKE_QUEUE_URL",
-    "dream_min_conclusions": "PRECIS_DREAM_MIN_CONCLUSIONS", "dream_idle_s": "PRECIS_DREAM_IDLE_S",
-}
-
-
-# Model providers: the default for every role, each role's own (None: the default), the Bedrock region.
-PROVIDER_ENV = {
-    "llm_provider": ("PRECIS_LLM_PROVIDER", "LlmProvider"), "summaries_provider": ("PRECIS_SUMMARIES_PROVIDER", None),
-    "derive_provider": ("PRECIS_DERIVE_PROVIDER", None), "chat_provider": ("PRECIS_CHAT_PROVIDER", None),
+# Every setting, declared once: Settings field -> (environment variable, template parameter or None). A parameter
+# reaches its variable through template.yaml's environment (Globals, or the one function that reads it); None: the
+# template fixes the value or names one of its resources, or the setting is a `make dev` knob whose built-in default
+# deploys. The README's tables list the variables and parameters; tests/deploy/test_settings_agree.py holds the
+# template, this table, the local stack's pass-through and the README together.
+ENVIRONMENT: dict[str, tuple[str, str | None]] = {
+    "table_name": ("TABLE_NAME", None),
+    "bucket_name": ("BUCKET_NAME", None),
+    "stage": ("STAGE", "Stage"),
+    "secret_name": ("PRECIS_SECRET_NAME", "SecretName"),
+    "inline_body_max_bytes": ("PRECIS_INLINE_BODY_MAX_BYTES", None),
+    "context_recall_share": ("PRECIS_CONTEXT_RECALL_SHARE", None),
+    "max_message_chars": ("PRECIS_MAX_MESSAGE_CHARS", None),
+    "auth": ("PRECIS_AUTH", None),
+    "jwt_secret": ("PRECIS_JWT_SECRET", None),
+    # Model providers: the default for every role, each role's own (None: the default), the Bedrock region.
+    "llm_provider": ("PRECIS_LLM_PROVIDER", "LlmProvider"),
+    "summaries_provider": ("PRECIS_SUMMARIES_PROVIDER", None),
+    "derive_provider": ("PRECIS_DERIVE_PROVIDER", None),
+    "chat_provider": ("PRECIS_CHAT_PROVIDER", None),
     "bedrock_region": ("PRECIS_BEDROCK_REGION", "BedrockRegion"),
+    "llm_model": ("PRECIS_LLM_MODEL", "LlmModel"),
+    "llm_base_url": ("OPENAI_BASE_URL", "LlmBaseUrl"),
+    "llm_api_key": ("OPENAI_API_KEY", None),
+    "llm_timeout": ("PRECIS_LLM_TIMEOUT_S", None),
+    "llm_max_attempts": ("PRECIS_LLM_MAX_ATTEMPTS", None),
+    "llm_max_input_tokens": ("PRECIS_LLM_MAX_INPUT_TOKENS", "LlmMaxInputTokens"),
+    "purge_grace_s": ("PRECIS_PURGE_GRACE_S", None),
+    "summarize_concurrency": ("PRECIS_SUMMARIZE_CONCURRENCY", None),
+    # The deployment's summary defaults: summary_<SummaryConfig field>.
+    "summary_strategy": ("PRECIS_SUMMARY_STRATEGY", "SummaryStrategy"),
+    "summary_engine": ("PRECIS_SUMMARY_ENGINE", "SummaryEngine"),
+    "summary_token_threshold": ("PRECIS_SUMMARY_TOKEN_THRESHOLD", "SummaryTokenThreshold"),
+    "summary_keep_recent_runs": ("PRECIS_SUMMARY_KEEP_RECENT_RUNS", "SummaryKeepRecentRuns"),
+    "summary_keep_runs": ("PRECIS_SUMMARY_KEEP_RUNS", "SummaryKeepRuns"),
+    "summary_max_output_tokens": ("PRECIS_SUMMARY_MAX_OUTPUT_TOKENS", "SummaryMaxOutputTokens"),
+    "summary_whole_runs": ("PRECIS_SUMMARY_WHOLE_RUNS", "SummaryWholeRuns"),
+    # Derived memory.
+    "embedder": ("PRECIS_EMBEDDER", "Embedder"),
+    "embed_model": ("PRECIS_EMBED_MODEL", "EmbedModel"),
+    "embed_dimensions": ("PRECIS_EMBED_DIMENSIONS", "EmbedDimensions"),
+    "derive_engine": ("PRECIS_DERIVE_ENGINE", "DeriveEngine"),
+    "derive_model": ("PRECIS_DERIVE_MODEL", None),
+    "derive_batch_tokens": ("PRECIS_DERIVE_BATCH_TOKENS", "DeriveBatchTokens"),
+    "derive_max_wait_s": ("PRECIS_DERIVE_MAX_WAIT_S", "DeriveMaxWaitSeconds"),
+    "derive_quiet_s": ("PRECIS_DERIVE_QUIET_S", "DeriveQuietSeconds"),
+    "derive_wake_queue_url": ("PRECIS_DERIVE_WAKE_QUEUE_URL", None),
+    "dream_min_conclusions": ("PRECIS_DREAM_MIN_CONCLUSIONS", None),
+    "dream_idle_s": ("PRECIS_DREAM_IDLE_S", None),
 }
+# The deployment's summary defaults: SummaryConfig field -> (variable, parameter).
+SUMMARY_ENV = {field.removeprefix("summary_"): names for field, names in ENVIRONMENT.items()
+               if field.startswith("summary_")}
+
+
 # A Bedrock model id (amazon.titan-..., anthropic.claude-...), a cross-region inference profile id
 # (us.anthropic.claude-...), or the ARN of a model or inference profile.
 BEDROCK_MODEL = re.compile(r"^(arn:aws[a-z-]*:bedrock:[a-z0-9-]*:\d{0,12}:[a-z-]+/\S+|"
@@ -225,28 +252,8 @@ def _env_flag(value: str | None) -> bool | str | None:
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     env = os.environ
-    raw = {
-        "table_name": env.get("TABLE_NAME"),
-        "bucket_name": env.get("BUCKET_NAME"),
-        "stage": env.get("STAGE"),
-        "secret_name": env.get("PRECIS_SECRET_NAME"),
-        "inline_body_max_bytes": env.get("PRECIS_INLINE_BODY_MAX_BYTES"),
-        "context_recall_share": env.get("PRECIS_CONTEXT_RECALL_SHARE"),
-        "max_message_chars": env.get("PRECIS_MAX_MESSAGE_CHARS"),
-        "auth": _env_bool(env.get("PRECIS_AUTH")),
-        "jwt_secret": env.get("PRECIS_JWT_SECRET"),
-        "llm_model": env.get("PRECIS_LLM_MODEL"),
-        **{field: env.get(variable) for field, (variable, _) in PROVIDER_ENV.items()},
-        "llm_base_url": env.get("OPENAI_BASE_URL"),
-        "llm_api_key": env.get("OPENAI_API_KEY"),
-        "llm_timeout": env.get("PRECIS_LLM_TIMEOUT_S"),
-        "llm_max_attempts": env.get("PRECIS_LLM_MAX_ATTEMPTS"),
-        "llm_max_input_tokens": env.get("PRECIS_LLM_MAX_INPUT_TOKENS"),
-        "purge_grace_s": env.get("PRECIS_PURGE_GRACE_S"),
-        "summarize_concurrency": env.get("PRECIS_SUMMARIZE_CONCURRENCY"),
-        **{f"summary_{field}": env.get(variable) for field, (variable, _) in SUMMARY_ENV.items()},
-        **{field: env.get(variable) for field, variable in DERIVED_ENV.items()},
-    }
+    raw: dict[str, Any] = {field: env.get(variable) for field, (variable, _) in ENVIRONMENT.items()}
+    raw["auth"] = _env_bool(raw["auth"])
     raw["summary_whole_runs"] = _env_flag(raw["summary_whole_runs"])
     try:
         return Settings(**{k: v for k, v in raw.items() if v not in (None, "")})
@@ -254,19 +261,8 @@ def get_settings() -> Settings:
         raise SettingsError(f"invalid settings in the environment: {_explain(exc)}") from None
 
 
-_VARIABLES = {
-    "inline_body_max_bytes": "PRECIS_INLINE_BODY_MAX_BYTES", "context_recall_share": "PRECIS_CONTEXT_RECALL_SHARE",
-    "max_message_chars": "PRECIS_MAX_MESSAGE_CHARS",
-    "llm_timeout": "PRECIS_LLM_TIMEOUT_S", "llm_max_attempts": "PRECIS_LLM_MAX_ATTEMPTS",
-    "llm_max_input_tokens": "PRECIS_LLM_MAX_INPUT_TOKENS", "purge_grace_s": "PRECIS_PURGE_GRACE_S",
-    "summarize_concurrency": "PRECIS_SUMMARIZE_CONCURRENCY", "llm_model": "PRECIS_LLM_MODEL",
-    **{field: variable for field, (variable, _) in PROVIDER_ENV.items()},
-    **{f"summary_{field}": variable for field, (variable, _) in SUMMARY_ENV.items()},
-    **DERIVED_ENV,
-}
-
-
-_PARAMETERS = {"llm_model": "LlmModel", **{f: p for f, (_, p) in PROVIDER_ENV.items() if p}}
+_VARIABLES = {field: variable for field, (variable, _) in ENVIRONMENT.items()}
+_PARAMETERS = {field: parameter for field, (_, parameter) in ENVIRONMENT.items() if parameter}
 
 
 def _parameter(field: str) -> str:

@@ -98,7 +98,7 @@ class DreamRequest(Body):
     dream_type: Literal["omni"] = "omni"
 
 
-# ---------------------------------------------------------------- file upload (issue 14)
+# ---------------------------------------------------------------- file upload (docs/design.md, "File upload")
 
 
 def _json_text(value: Any) -> Any:

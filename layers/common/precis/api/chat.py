@@ -1,4 +1,5 @@
-"""Chat routes of the v3 API (served by the chat function): a peer's and the workspace's dialectic (MEMORY.md)."""
+"""Chat routes of the v3 API (served by the chat function): a peer's and the workspace's dialectic
+(docs/design.md, "Derived memory", Chat)."""
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router

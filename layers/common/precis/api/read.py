@@ -152,7 +152,7 @@ def get_summaries(workspace_id: WorkspaceId, session_id: SessionId):
     return compose.read_summaries(get_db(), workspace_id, session_id)
 
 
-# ---------------------------------------------------------------- derived memory (MEMORY.md)
+# ---------------------------------------------------------------- derived memory (docs/design.md, "Derived memory")
 
 def _embed(text: str) -> list[float]:
     from precis.memory.embeddings import configured_embedder
@@ -247,7 +247,7 @@ def get_peer_representation(workspace_id: WorkspaceId, peer_id: PeerId, body: Re
     return {"representation": text}
 
 
-# ---------------------------------------------------------------- scopes (MEMORY.md)
+# ---------------------------------------------------------------- scopes (docs/design.md, "Derived memory", Scopes)
 
 @router.get("/v3/workspaces/<workspace_id>/scopes/<scope_id>")
 def get_scope(workspace_id: WorkspaceId, scope_id: ScopeIdPath):
@@ -283,7 +283,7 @@ def scope_status(workspace_id: WorkspaceId, scope_id: ScopeIdPath):
     return scopes.status(get_db(), workspace_id, scope_id)
 
 
-# ---------------------------------------------------------------- message search (MEMORY.md)
+# ---------------------------------------------------------------- message search (docs/design.md, "Derived memory")
 
 def _search(workspace_id: str, body: SearchQuery, **within: str):
     from precis.settings import get_settings

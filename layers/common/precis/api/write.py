@@ -171,7 +171,7 @@ def create_key(workspace_id: OptionalId = None, peer_id: OptionalId = None, sess
     return {"key": key}
 
 
-# ---------------------------------------------------------------- derived memory (MEMORY.md)
+# ---------------------------------------------------------------- derived memory (docs/design.md, "Derived memory")
 
 @router.post("/v3/workspaces/<workspace_id>/conclusions")
 def create_conclusions(workspace_id: WorkspaceId, body: ConclusionBatch):
@@ -203,7 +203,7 @@ def set_peer_card(workspace_id: WorkspaceId, peer_id: PeerId, body: PeerCard, ta
     return {"peer_card": entries}
 
 
-# ---------------------------------------------------------------- scopes (MEMORY.md)
+# ---------------------------------------------------------------- scopes (docs/design.md, "Derived memory", Scopes)
 
 @router.post("/v3/workspaces/<workspace_id>/scopes")
 def create_scope(workspace_id: WorkspaceId, body: ScopeCreate):
@@ -228,7 +228,7 @@ def remove_scope_session(workspace_id: WorkspaceId, scope_id: ScopeIdPath, sessi
     return json_response(204, None)
 
 
-# ---------------------------------------------------------------- dreams (MEMORY.md)
+# ---------------------------------------------------------------- dreams (docs/design.md, "Derived memory", Dreams)
 
 @router.post("/v3/workspaces/<workspace_id>/schedule_dream")
 def schedule_dream(workspace_id: WorkspaceId, body: DreamRequest):
@@ -250,7 +250,7 @@ def clone_session(workspace_id: WorkspaceId, session_id: SessionId, message_id: 
     return json_response(201, clone_session(get_db(), workspace_id, session_id, message_id))
 
 
-# ---------------------------------------------------------------- file upload (issue 14)
+# ---------------------------------------------------------------- file upload (docs/design.md, "File upload")
 
 _STORE_RESERVE_S = 5.0  # of the invocation's time, kept for storing the batch after reading the file
 

@@ -201,7 +201,8 @@ def pieces(text: str, words: int = 4) -> list[str]:
 
 
 def sse_body(content: str | None, evidence: Evidence | None) -> str:
-    """MEMORY.md's Server-Sent Events: a `delta` event per piece, then `{"done": true}` (with the evidence)."""
+    """Honcho's Server-Sent Events: a `delta` event per piece, then `{"done": true}` (with the evidence); see
+    docs/design.md, "What the SDK sees"."""
     events = [{"delta": {"content": piece}, "done": False} for piece in pieces(content or "")]
     final: dict[str, Any] = {"done": True}
     if evidence is not None:

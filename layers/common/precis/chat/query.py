@@ -10,8 +10,9 @@ from precis.models import Body, Id, RepresentationFilters, ScopeId
 
 
 class ChatQuery(Body):
-    """POST /peers/{p}/chat and POST /chat (MEMORY.md): a question to the memory. `scope` is one scope (its own view)
-    or several (their sessions as an allowlist); `filters.session_id` is the SDK's `sessions` allowlist."""
+    """POST /peers/{p}/chat and POST /chat (docs/design.md, "What the SDK sees"): a question to the memory. `scope`
+    is one scope (its own view) or several (their sessions as an allowlist); `filters.session_id` is the SDK's
+    `sessions` allowlist."""
 
     query: Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
     session_id: Id | None = None

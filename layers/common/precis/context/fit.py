@@ -1,6 +1,7 @@
 """A peer's working representation: which conclusions are chosen, how they are rendered, and what fits a budget.
 
-Pure functions (MEMORY.md, "The working representation"); `precis.store.representation` does the reading.
+Pure functions (docs/design.md, "What the SDK sees", for the selection and the rendering);
+`precis.store.representation` does the reading.
 Selection is Honcho's: `semantic` nearest the query, `frequent` most derived, the rest newest, merged without
 repeats and ordered oldest first. Rendering is Honcho's markdown. Fitting is Precis's: the representation and the
 card together take at most their budget, shortened by dropping whole conclusions (least relevant first: recent

@@ -109,8 +109,9 @@ def _json(value: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------- who observes whom
 
 def observers(sender: str, peer: dict[str, Any] | None, members: dict[str, dict[str, Any]]) -> list[str]:
-    """MEMORY.md's rule: nobody when the sender is not observed (the session-peer config's observe_me if set, else
-    the peer's configuration.observe_me, else true); else the sender and each other member with observe_others."""
+    """Who observes whom (docs/design.md, "Derived memory"): nobody when the sender is not observed (the session-peer
+    config's observe_me if set, else the peer's configuration.observe_me, else true); else the sender and each other
+    member with observe_others."""
     member = members.get(sender) or {}
     observe_me = member.get("observe_me")
     if observe_me is None:
@@ -155,7 +156,7 @@ def _decide(db: Db, config: DeriveConfig, target: DeriveTarget, session: dict, p
             cursor: dict | None, engine_for, now: datetime, outcome: Outcome, flush: bool = False) -> bool:
     """Read the sender's underived messages and derive them, mark them waiting, or skip them; whether to go on."""
     ws, s = target.workspace, target.session
-    # A clone derives from its own point on: what it inherited was derived in its parent (MEMORY.md's provenance).
+    # A clone derives from its own point on: what it inherited was derived in its parent (docs/design.md, cloning).
     through = int((cursor or {}).get("through_seq", session.get("derive_from", 1) - 1))
     window = read_range(db, ws, s, through + 1, keys.MAX_SEQ, limit=MAX_JOB_MESSAGES * 5)
     mine = [m for m in window if m["peer_id"] == target.sender][:MAX_JOB_MESSAGES]

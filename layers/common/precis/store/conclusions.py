@@ -51,7 +51,7 @@ _TIME_CHARS = 8  # 64**8 ms ≈ 8900 years
 LEVELS = ("explicit", "deductive")
 MAX_CONTENT = 65_535
 MAX_CREATE = 100
-NEAR_DISTANCE = 0.05  # cosine distance within which two conclusions say the same thing (MEMORY.md)
+NEAR_DISTANCE = 0.05  # cosine distance within which two conclusions say the same thing (docs/design.md, Dedupe)
 CHUNK = 16  # conclusions per transaction: 5 actions each, leaving room for the head, the checks and `extra`
 _MAX_ACTIONS = 100  # DynamoDB's TransactWriteItems limit
 _searches = ThreadPoolExecutor(max_workers=CHUNK, thread_name_prefix="near-duplicates")  # a chunk's at once
@@ -147,7 +147,7 @@ def new_conclusion_id(now_ms: int | None = None) -> str:
 
 
 def view(item: dict[str, Any]) -> dict[str, Any]:
-    """The Conclusion JSON of MEMORY.md."""
+    """A conclusion as the API answers it (docs/design.md, "What the SDK sees")."""
     return {"id": item["id"], "content": item["content"], "observer_id": item["observer_id"],
             "observed_id": item["observed_id"], "session_id": item.get("session_id"), "level": item["level"],
             "created_at": item["created_at"], "times_derived": item.get("times_derived", 1),

@@ -82,7 +82,7 @@ def audit_prefix(ws: str, session_id: str, incarnation: str) -> str:
     return f"audit/{ws}/{session_id}/{incarnation}/"
 
 
-# ---------------------------------------------------------------- derived memory (see MEMORY.md)
+# ---------------------------------------------------------------- derived memory (docs/design.md, "Derived memory")
 def collection_pk(ws: str, observer: str, observed: str) -> str:
     """Partition of one collection (what `observer` has concluded about `observed`): conclusions, their vectors,
     dedupe keys, the card and the head."""

@@ -1,4 +1,4 @@
-"""GET /queue/status: the background work still to do, counted as Precis does it (MEMORY.md, "Search, chat, queue").
+"""GET /queue/status: the background work still to do, counted as Precis does it (docs/design.md, "What the SDK sees").
 
 A work unit is a message to derive (per sender; messages of an unobserved sender count as done once the deriver has
 passed them) or a summary that is due and not yet written. For one session the count is exact, answered flat with `sessions: null` as Honcho does: the session's

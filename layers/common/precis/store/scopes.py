@@ -1,4 +1,5 @@
-"""Scopes (MEMORY.md, "Scopes"): named sets of a workspace's sessions, each a view of what was said in them.
+"""Scopes: named sets of a workspace's sessions, each a view of what was said in them (docs/design.md, "Derived
+memory", Scopes).
 
 A scope observes its member sessions: every explicit conclusion derived in them is also kept in the collection
 (`scope.{id}`, observed) — the deriver writes it there as it writes the observers' copies. A session added with
