@@ -1,9 +1,10 @@
 """The `llm` deriver: conclusions and peer cards from one chat completion against any OpenAI-compatible endpoint.
 
-It asks the configured chat model, through the LLM seam (`precis.llm`: the same timeouts, retries with backoff,
-time budget and error classes as every model call), for JSON: structured output with a strict schema where the server supports it, else the JSON shape in the
-prompt, read from the text. An answer that is not that JSON (not JSON, the wrong shape, an empty conclusion) is
-retried like a server error, then raised as a retryable EngineError; a refused request (400, 401, 404) is final.
+It asks the configured chat model, through the LLM seam (`precis.llm`: the same timeouts, retries with backoff, time
+budget and error classes as every model call), for JSON: structured output with a strict schema where the server
+supports it, else the JSON shape in the prompt, read from the text. An answer that is not that JSON (not JSON, the wrong
+shape, an empty conclusion) is retried like a server error, then raised as a retryable EngineError; a refused request
+(400, 401, 404) is final.
 """
 
 from __future__ import annotations
