@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from precis.chat import (
     TOOL_RESULT_TOKENS,
@@ -26,6 +26,9 @@ from precis.chat import (
 )
 from precis.llm import BadAnswer, Model, Reply, model_from, model_of
 from precis.tokens import count_messages, count_text
+
+if TYPE_CHECKING:
+    from precis.settings import Settings
 
 CHAT_TIME_BUDGET = 25.0  # seconds for the whole answer, every round and retry: inside API Gateway's 30 s
 
@@ -70,7 +73,7 @@ class LLMChat:
         self.max_input_tokens = max_input_tokens
 
     @classmethod
-    def from_settings(cls, settings: Any, **overrides: Any) -> LLMChat:
+    def from_settings(cls, settings: Settings, **overrides: Any) -> LLMChat:
         max_input = overrides.pop("max_input_tokens", None) or getattr(settings, "llm_max_input_tokens", None) or 16_000
         return cls(model_from(settings, "chat", **({"time_budget": CHAT_TIME_BUDGET} | overrides)),
                    max_input_tokens=max_input)

@@ -83,7 +83,7 @@ def lexical_rank(db: Db, ws: str, observer: str, observed: str, text: str, k: in
     texts = {("", i["id"]): Document.parse(i["tsig"], int(i["tlen"])) for i in items
              if (level is None or i.get(LEVEL_ATTRIBUTE) == level)
              and (session_key is None or i.get(SESSION_ATTRIBUTE) == session_key)}
-    return rank_texts(texts, text, k)  # type: ignore[arg-type]
+    return rank_texts(texts, text, k)  # type: ignore[return-value]
 
 
 def fuse[K](lexical: Sequence[K], semantic: Sequence[K] | None, weight: float = LEXICAL_WEIGHT) -> list[K]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from precis.llm import BadAnswer, Model, model_from, model_of
 from precis.memory.engines import DeriveRequest
@@ -25,6 +25,9 @@ from precis.memory.engines.prompt import (
     build_dream_messages,
     build_messages,
 )
+
+if TYPE_CHECKING:
+    from precis.settings import Settings
 
 T = TypeVar("T")
 CARD_MAX_TOKENS = MAX_ENTRIES * MAX_ENTRY_CHARS // 3  # a full card, with room for the JSON around it
@@ -41,7 +44,7 @@ class LLMDeriver:
         self.llm = llm or model_of(**options)  # options: the provider's (model, base_url, api_key, timeout, ...)
 
     @classmethod
-    def from_settings(cls, settings: Any, model: str | None = None, **overrides: Any) -> LLMDeriver:
+    def from_settings(cls, settings: Settings, model: str | None = None, **overrides: Any) -> LLMDeriver:
         """A deriver from precis.settings.Settings: `model`, else derive_model, else llm_model, else the default."""
         return cls(model_from(settings, "derive", model=model or getattr(settings, "derive_model", None), **overrides))
 
