@@ -125,7 +125,7 @@ def run() -> dict:
     for name, logical_id in FUNCTIONS.items():
         variants[f"{name} handler"] = ("app", *lambda_environment(logical_id))
     samples: dict[str, list[dict]] = {name: [] for name in variants}
-    for name, (module, env, cwd) in variants.items():  # warm-up: byte-code caches for everyone
+    for module, env, cwd in variants.values():  # warm-up: byte-code caches for everyone
         sample(module, env, cwd)
     print(f"cold start: {REPEATS} fresh interpreters per variant ...", flush=True)
     for _ in range(REPEATS):

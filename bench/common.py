@@ -37,8 +37,8 @@ def use_fake_aws() -> None:
     """Point everything at in-process moto: fake credentials, the template's names, the shipped encodings."""
     os.environ.update(FAKE_AWS, TIKTOKEN_CACHE_DIR=str(ENCODINGS_DIR), POWERTOOLS_TRACE_DISABLED="true",
                       POWERTOOLS_METRICS_NAMESPACE="Precis", POWERTOOLS_SERVICE_NAME="precis-bench",
-                      POWERTOOLS_LOG_LEVEL="WARNING", POWERTOOLS_METRICS_DISABLED="true", TABLE_NAME=template().table_name,
-                      BUCKET_NAME=template().bucket_name)
+                      POWERTOOLS_LOG_LEVEL="WARNING", POWERTOOLS_METRICS_DISABLED="true",
+                      TABLE_NAME=template().table_name, BUCKET_NAME=template().bucket_name)
     for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         os.environ.pop(var, None)
     # Powertools warns when a handler emitted no metric; routes that emit none are fine (as in pyproject's pytest).

@@ -470,7 +470,8 @@ class Capacity:
             number = str(10**20 + len(self.records))
             self.records.append({
                 "eventID": f"cost-{number}", "eventName": "INSERT" if before is None else "REMOVE" if after is None
-                else "MODIFY", "eventVersion": "1.1", "eventSource": "aws:dynamodb", "awsRegion": FAKE_AWS["AWS_REGION"],
+                else "MODIFY", "eventVersion": "1.1", "eventSource": "aws:dynamodb",
+                "awsRegion": FAKE_AWS["AWS_REGION"],
                 "dynamodb": {"ApproximateCreationDateTime": int(time.time()), "Keys": lambda_json(key),
                              **({"NewImage": lambda_json(after)} if after is not None else {}),
                              "SequenceNumber": number, "SizeBytes": item_size(after or before),
@@ -868,7 +869,8 @@ def _print_breakdown(results: dict) -> None:
     print_table("... LLM calls and tokens per million messages if the llm engines ran (not priced; see notes)",
                 ["batch", "summaries", "input tokens", "output tokens", "extractions", "input tokens",
                  "card updates"],
-                [[batch, s["calls"], s["input"], s["output"], d["extractions"], d["input"], d["calls"] - d["extractions"]]
+                [[batch, s["calls"], s["input"], s["output"], d["extractions"], d["input"],
+                  d["calls"] - d["extractions"]]
                  for batch, r in ingests for s, d in [(r["llm"]["per_million"]["summarizer"],
                                                       r["llm"]["per_million"]["deriver"])]])
 

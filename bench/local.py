@@ -337,7 +337,8 @@ def run() -> None:
     print_table("a 10-message batch against the items already stored",
                 ["items stored", "batch p50 ms", "non-2xx"], [[r["seeded"], r["p50_ms"], r["non_2xx"]] for r in rows])
     checks = [
-        (f"import (batches of {imp['batch']}) ≥ 300 msg/s", f"{imp['messages_per_s']:.0f}", imp["messages_per_s"] >= 300),
+        (f"import (batches of {imp['batch']}) ≥ 300 msg/s", f"{imp['messages_per_s']:.0f}",
+         imp["messages_per_s"] >= 300),
         ("import: 0 non-2xx", imp["non_2xx"], imp["non_2xx"] == 0),
         ("import: max request ≤ 2 s", f"{imp['max_ms'] / 1000:.2f} s", imp["max_ms"] <= 2000),
         ("queues empty ≤ 60 s after the last post", f"{imp['queues_empty_s']:.0f} s", imp["queues_empty_s"] <= 60),

@@ -15,14 +15,14 @@ writes conclusions and message vectors. Then, for every question:
 - recall@1/5/10: found at k when any answering turn is in the top k ("all@10": every answering turn is, for the
   multi-turn questions);
 - the session context of the conversation's last session at 1,000, 2,000 and 4,000 tokens: `summary=false` (the
-  newest messages), the default, and `peer_target` + `search_query=<question>`. Score: the share of the answer's
-  content words (stemmed; stopwords, the question's own words and the year removed) found in the text the context returns
+  newest messages), the default, and `peer_target` + `search_query=<question>`. Score: the share of the answer's content
+  words (stemmed; stopwords, the question's own words and the year removed) found in the text the context returns
   (summary, messages with their dates, representation, card, and a `recalled` list when the answer has one).
 
 `evaluate(rank_fn)` scores any ranking (rank_fn(query, conversation) -> turn ids) on the whole data set (8
 conversations, every question), offline, for sweeps. PRECIS_BENCH_RETRIEVAL_SCALE (default 1) scales the sample sent
-through the handlers (4 conversations x 24 questions at 1: moto's vector search emulation costs about a second a
-call). PRECIS_BENCH_SEMANTIC=1 adds a run with PRECIS_EMBEDDER=openai against local/models/llm_server.py's OpenAI-compatible
+through the handlers (4 conversations x 24 questions at 1: moto's vector search emulation costs about a second a call).
+PRECIS_BENCH_SEMANTIC=1 adds a run with PRECIS_EMBEDDER=openai against local/models/llm_server.py's OpenAI-compatible
 server, when it serves embeddings (today it does not: the run says so and is skipped).
 
 Then the workspace-scale lexical bench (bench/retrieval_scale.py, also `make bench retrieval_scale` alone): message
@@ -327,7 +327,7 @@ def measure(conversation: Conversation) -> dict:
     last = conversation.sessions[-1][0]
     rows, search_requests, context_requests, conclusion_count = [], [], [], 0
     plain_requests, target_requests = [], []
-    with moto() as clients:
+    with moto():
         started = time.perf_counter()
         ids = load(conversation)
         load_s = time.perf_counter() - started
@@ -459,8 +459,8 @@ def _semantic(data: list[Conversation]) -> dict:
     with LLMServer() as server:
         ok, detail = _serves_embeddings(server.url)
         if not ok:
-            print(f"\nsemantic run skipped: local/models/llm_server.py answers POST /embeddings with {detail}: it serves "
-                  "chat completions only, so PRECIS_EMBEDDER=openai has no embeddings to use", flush=True)
+            print(f"\nsemantic run skipped: local/models/llm_server.py answers POST /embeddings with {detail}: "
+                  "it serves chat completions only, so PRECIS_EMBEDDER=openai has no embeddings to use", flush=True)
             return {"skipped": detail}
         saved = {k: os.environ.get(k) for k in ("PRECIS_EMBEDDER", "OPENAI_BASE_URL", "OPENAI_API_KEY")}
         os.environ.update(PRECIS_EMBEDDER="openai", OPENAI_BASE_URL=server.url, OPENAI_API_KEY="bench")
@@ -614,13 +614,13 @@ def fusion_sweep(full: list[Conversation], reference: dict) -> dict:
         rows.append((weight, r["r@1"], r["r@5"], r["r@10"], r["r@10"] / reference["overall"]["r@10"]))
         if best is None or (r["r@10"], r["r@5"], r["r@1"]) > best[1]:
             best = (weight, (r["r@10"], r["r@5"], r["r@1"]))
-    print_table(f"Precis's ranking offline, every question ({len(full)} conversations): BM25 alone, then fused with the "
-                "test embedder at each weight (BM25's share)",
+    print_table(f"Precis's ranking offline, every question ({len(full)} conversations): BM25 alone, then fused with "
+                "the test embedder at each weight (BM25's share)",
                 ["weight", "recall@1", "recall@5", "recall@10", "x BM25 reference"],
                 [("BM25 alone", lexical["r@1"], lexical["r@5"], lexical["r@10"],
                   lexical["r@10"] / reference["overall"]["r@10"]), *rows])
     print(f"  chosen weight: {best[0]} (best recall@10, then @5, then @1); message search and the conclusion query use "
-          f"{LEXICAL_WEIGHT}{'' if LEXICAL_WEIGHT == best[0] else ' -- NOT the chosen one'}", flush=True)
+          f"{LEXICAL_WEIGHT}{'' if best[0] == LEXICAL_WEIGHT else ' -- NOT the chosen one'}", flush=True)
     return {"lexical": lexical, "sweep": rows, "chosen": best[0], "used": LEXICAL_WEIGHT}
 
 

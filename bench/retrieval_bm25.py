@@ -90,9 +90,7 @@ def stem(word: str) -> str:
     if len(word) <= 2:
         return word
     # step 1a
-    if word.endswith("sses"):
-        word = word[:-2]
-    elif word.endswith("ies"):
+    if word.endswith("sses") or word.endswith("ies"):
         word = word[:-2]
     elif word.endswith("ss"):
         pass

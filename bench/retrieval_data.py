@@ -258,7 +258,7 @@ def _relative(plan: _Plan, when: datetime) -> tuple[str, str]:
         return "last weekend", f"the weekend before {_day(when)}"
     if choice == 3:
         return "a couple of weeks ago", f"two weeks before {_day(when)}"
-    return "last month", _month((when.replace(day=1) - timedelta(days=1)))
+    return "last month", _month(when.replace(day=1) - timedelta(days=1))
 
 
 def _pet(plan: _Plan, me: str, other: str) -> None:
@@ -268,7 +268,8 @@ def _pet(plan: _Plan, me: str, other: str) -> None:
     s = plan.session_in(0.0, 0.5)
     got = plan.say(s, me, rng.choice((
         f"Big news: we adopted a {kind} from the shelter! We named {rng.choice(('him', 'her'))} {name}.",
-        f"I finally did it, I brought home a little {kind}, my first {category}. {name} is asleep on my feet right now.",
+        f"I finally did it, I brought home a little {kind}, my first {category}. "
+        f"{name} is asleep on my feet right now.",
         f"Meet {name}, my new {kind}! I picked {rng.choice(('him', 'her'))} up from a rescue on Saturday.",
     )), "good")
     plan.ask("single", me, ("What is the name of {P}'s {category}?", "What did {P} call the {category} they adopted?",
@@ -578,14 +579,15 @@ def _conversation(index: int, seed: int, sessions_scale: float) -> Conversation:
         sessions.append((session_id, date.isoformat() + "+00:00"))
         facts = sorted(by_session.get(s, []), key=lambda st: st.order)
         fillers = max(4, rng.randint(12, 22) - 2 * len(facts))
-        cuts = sorted(rng.randint(1, fillers - 1) for _ in facts)  # after the greeting, before the farewell  # a fact goes before filler turn number `cut`
+        # a fact goes before filler turn number `cut`: after the greeting, before the farewell
+        cuts = sorted(rng.randint(1, fillers - 1) for _ in facts)
         speaker, turn_no = rng.choice((a, b)), 0
 
-        def emit(who: str, text: str) -> Turn:
+        def emit(who: str, text: str) -> Turn:  # called in this iteration only (B023: it may read its variables)
             nonlocal turn_no
             turn_no += 1
-            stamp = date + timedelta(minutes=2 * turn_no, seconds=rng.randint(0, 59))
-            turn = Turn(f"D{s + 1}:{turn_no}", session_id, who, text, stamp.isoformat() + "+00:00")
+            stamp = date + timedelta(minutes=2 * turn_no, seconds=rng.randint(0, 59))  # noqa: B023
+            turn = Turn(f"D{s + 1}:{turn_no}", session_id, who, text, stamp.isoformat() + "+00:00")  # noqa: B023
             turns.append(turn)
             return turn
 

@@ -155,7 +155,7 @@ def reindex_workspace(db: Db, ws: str, done: Totals, *, dry_run: bool = False, s
             on_unit(unit, written)
         tick()
 
-    for number, session_id in enumerate(sessions, 1):
+    for number, session_id in enumerate(sessions, 1):  # noqa: B007 - tick() reports `number`
         walked = message_search.Reindexed()
         try:
             message_search.reindex_session(db, ws, session_id, dry_run=dry_run, marked=marked, on_unit=unit_done,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import time
@@ -111,10 +112,8 @@ def build_event(
     if body:
         text = None
         if not merged.get("content-type", "").lower().startswith("multipart/"):  # API Gateway base64-encodes these
-            try:
+            with contextlib.suppress(UnicodeDecodeError):
                 text = body.decode("utf-8")
-            except UnicodeDecodeError:
-                pass
         if text is None:
             event["body"], event["isBase64Encoded"] = base64.b64encode(body).decode(), True
         else:

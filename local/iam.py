@@ -1,15 +1,15 @@
 """IAM locally: each function's calls checked against its execution role, as template.yaml declares it.
 
-The roles are the ones SAM generates (`sam_roles`: SAM's own transform, offline, in .venv-sam, so a SAM policy template expands as
-SAM expands it), their intrinsics resolved for the local deployment (its parameters, so an `!If [BedrockLlm, ...]`
-grant exists only when the local stack runs Bedrock; the local table's, bucket's and queues' ARNs), with the
-statements of the template's own managed policies each role lists (`!Ref P`, or under `!If`). A worker
-enforces its role at its botocore clients (`enforce`): before a request leaves, its IAM requests (`requests_for`:
-the action and resource each call is authorized as, item by item for a transaction) are evaluated as IAM does
-(`Role.decide`: an explicit Deny wins, else an Allow, else the implicit deny), and a refused call fails with the
-service's AccessDenied error, as on AWS, without reaching moto. The event-source mappings' own permissions (reading
-the stream, receiving from the queue, sending to the on-failure destination) are checked with the function's role
-by the pollers (`check_mapping`), and the schedules' with the role SAM makes for them.
+The roles are the ones SAM generates (`sam_roles`: SAM's own transform, offline, in .venv-sam, so a SAM policy
+template expands as SAM expands it), their intrinsics resolved for the local deployment (its parameters, so an
+`!If [BedrockLlm, ...]` grant exists only when the local stack runs Bedrock; the local table's, bucket's and queues'
+ARNs), with the statements of the template's own managed policies each role lists (`!Ref P`, or under `!If`). A
+worker enforces its role at its botocore clients (`enforce`): before a request leaves, its IAM requests
+(`requests_for`: the action and resource each call is authorized as, item by item for a transaction) are evaluated as
+IAM does (`Role.decide`: an explicit Deny wins, else an Allow, else the implicit deny), and a refused call fails with
+the service's AccessDenied error, as on AWS, without reaching moto. The event-source mappings' own permissions
+(reading the stream, receiving from the queue, sending to the on-failure destination) are checked with the function's
+role by the pollers (`check_mapping`), and the schedules' with the role SAM makes for them.
 
 Not modelled: resource-based policies (the template has none that grant), permission boundaries, SCPs, session
 policies; condition keys other than those a request here sets (`requests_for`), which read as absent, as IAM reads
@@ -300,7 +300,9 @@ def _sqs(operation: str, params: Mapping[str, Any], region: str) -> list[Request
 
 def _secret_arn(secret_id: str, region: str) -> str:
     # A secret's ARN ends in six random characters after its name; a policy names it `<name>-*`.
-    return secret_id if secret_id.startswith("arn:") else f"arn:aws:secretsmanager:{region}:{ACCOUNT}:secret:{secret_id}-AbCdEf"
+    if secret_id.startswith("arn:"):
+        return secret_id
+    return f"arn:aws:secretsmanager:{region}:{ACCOUNT}:secret:{secret_id}-AbCdEf"
 
 
 def _secretsmanager(operation: str, params: Mapping[str, Any], region: str) -> list[Request]:
@@ -506,9 +508,9 @@ def deployment_parameters(raw: dict[str, Any], environment: Mapping[str, str]) -
     for name, value in variables.items():
         if isinstance(value, _Tag) and value.name == "If":  # `!If [HasX, !Ref X, !Ref AWS::NoValue]`
             value = value.value[1]
-        if isinstance(value, _Tag) and value.name == "Ref" and value.value in raw.get("Parameters", {}):
-            if name in environment:
-                params[value.value] = str(environment[name])
+        if isinstance(value, _Tag) and value.name == "Ref" and value.value in raw.get("Parameters", {}) \
+                and name in environment:
+            params[value.value] = str(environment[name])
     return params
 
 

@@ -425,8 +425,8 @@ def _batch_write_item(self: DynamoHandler) -> Any:
             self.dynamodb_backend.put_item(table_name, item)
         for table_name, key in deletes:
             self.dynamodb_backend.delete_item(table_name, key)
-    return ActionResult({"ConsumedCapacity": [{"TableName": name, "CapacityUnits": 1.0, "Table": {"CapacityUnits": 1.0}}
-                                              for name in batches], "ItemCollectionMetrics": {}, "UnprocessedItems": {}})
+    consumed = [{"TableName": name, "CapacityUnits": 1.0, "Table": {"CapacityUnits": 1.0}} for name in batches]
+    return ActionResult({"ConsumedCapacity": consumed, "ItemCollectionMetrics": {}, "UnprocessedItems": {}})
 
 
 _serial = threading.RLock()

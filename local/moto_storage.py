@@ -210,7 +210,8 @@ def _keys_of(table: Table, key: dict[str, Any]) -> Key | None:
     return hash_key, range_key
 
 
-_ADDS = re.compile(r"\s*ADD\s+([A-Za-z][A-Za-z0-9_]*\s+:[A-Za-z0-9_]+(?:\s*,\s*[A-Za-z][A-Za-z0-9_]*\s+:[A-Za-z0-9_]+)*)\s*")
+_ADDS = re.compile(r"\s*ADD\s+([A-Za-z][A-Za-z0-9_]*\s+:[A-Za-z0-9_]+"
+                   r"(?:\s*,\s*[A-Za-z][A-Za-z0-9_]*\s+:[A-Za-z0-9_]+)*)\s*")
 _INTEGER = re.compile(r"-?[0-9]{1,38}")
 
 
@@ -249,7 +250,8 @@ def _counters(table: Table, item: Item | None, update_expression: str | None, na
     return bumps
 
 
-_MARKED = re.compile(r"\s*ADD\s+(?P<adds>#\w+\s+:\w+(?:\s*,\s*#\w+\s+:\w+)*)\s+SET\s+(?P<set>#\w+)\s*=\s*(?P<value>:\w+)\s*")
+_MARKED = re.compile(r"\s*ADD\s+(?P<adds>#\w+\s+:\w+(?:\s*,\s*#\w+\s+:\w+)*)"
+                     r"\s+SET\s+(?P<set>#\w+)\s*=\s*(?P<value>:\w+)\s*")
 _UNMARK = re.compile(r"\s*REMOVE\s+(?P<remove>#\w+)\s*")
 _CHECK = re.compile(r"(attribute_exists|attribute_not_exists)\((#\w+|[A-Za-z][A-Za-z0-9_]*)\)")
 
@@ -291,7 +293,8 @@ def _marks(table: Table, item: Item | None, update_expression: str | None, names
             return None
         checks.append((names.get(name, name) if name.startswith("#") else name, found.group(1) == "attribute_exists"))
     used_values = [v for _, v in pairs] + [v for _, v in sets]
-    if set(used_names) != set(names) or set(used_values) != set(values or {}) or not all(n in names for n in used_names):
+    if set(used_names) != set(names) or set(used_values) != set(values or {}) \
+            or not all(n in names for n in used_names):
         return None
     targets = [names[n] for n, _ in pairs] + [names[n] for n, _ in sets] + [names[n] for n in removes]
     keys = {a["AttributeName"] for a in table.attr} | {table.hash_key_attr, table.range_key_attr}
@@ -730,7 +733,7 @@ class PackedNumbers(DynamoType):
 
     _SMALLEST = 16  # shorter lists are not worth it
 
-    def __init__(self, strings: tuple[str, ...]) -> None:  # noqa: super().__init__ would build the elements
+    def __init__(self, strings: tuple[str, ...]) -> None:  # not super().__init__: it would build the elements
         self.type = "L"
         self._strings: tuple[str, ...] | None = strings
         self._elements: list[DynamoType] | None = None

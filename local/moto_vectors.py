@@ -29,7 +29,6 @@ import heapq
 import math
 import os
 import random
-import time
 import weakref
 from array import array
 from collections.abc import Callable

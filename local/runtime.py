@@ -81,7 +81,8 @@ def serve() -> int:
     except Exception as exc:  # noqa: BLE001 - any init failure is reported like Lambda does
         traceback.print_exc()
         kind = "Runtime.ImportModuleError" if isinstance(exc, ImportError) else type(exc).__name__
-        send(json.dumps({"ok": False, "payload": error_object(kind, f"Unable to import module '{module_name}': {exc}", exc)}))
+        error = error_object(kind, f"Unable to import module '{module_name}': {exc}", exc)
+        send(json.dumps({"ok": False, "payload": error}))
         return 1
     send(json.dumps({"ready": True}))
     for line in sys.stdin.buffer:

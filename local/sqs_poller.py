@@ -10,7 +10,6 @@ visibility timeout passes, until the queue's RedrivePolicy moves it to its dead-
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
 import time

@@ -25,8 +25,8 @@ from local.template import ENCODINGS_DIR, LAYER_DIR, ROOT, Function, LocalNames,
 INIT_TIMEOUT_S = 30
 # Lambda's synchronous payload limits ("6 MB", API_Invoke), in bytes of JSON as measured by Zac Charles, "Deep Dive:
 # Lambda's Response/Request Payload Size Limit" (zaccharles.medium.com, 2022): the Invoke API refuses a larger event
-# ("Request must be smaller than 6291456 bytes for the InvokeFunction operation"), and a larger result is the
-# function error Function.ResponseSizeTooLarge ("... exceeded maximum allowed payload size (6291556 bytes)."; local.runtime).
+# ("Request must be smaller than 6291456 bytes for the InvokeFunction operation"), and a larger result is the function
+# error Function.ResponseSizeTooLarge ("... exceeded maximum allowed payload size (6291556 bytes)."; local.runtime).
 MAX_EVENT_BYTES = 6 * 1024 * 1024
 REQUEST_TOO_LARGE = "RequestEntityTooLargeException"  # the Invoke API's error: the function never ran
 # Knobs a developer sets in the shell for `make dev`; they win over the template's values.
@@ -203,8 +203,8 @@ class FunctionPool:
         """Run the handler on `event` in a free worker (waiting for one if all are busy)."""
         data = json_bytes(event)  # measured as it is sent
         if len(data) > MAX_EVENT_BYTES:
-            return _failure(error_object(REQUEST_TOO_LARGE, f"Request must be smaller than {MAX_EVENT_BYTES} bytes for the "
-                                                      f"InvokeFunction operation"))
+            return _failure(error_object(REQUEST_TOO_LARGE, f"Request must be smaller than {MAX_EVENT_BYTES} bytes "
+                                                            f"for the InvokeFunction operation"))
         line = b'{"timeout_s": %d, "event": %s}\n' % (self.fn.timeout, data)
         worker = self._acquire()
         return worker if isinstance(worker, InvokeResult) else self._call(worker, line)

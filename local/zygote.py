@@ -20,6 +20,7 @@ pidfd (it is the zygote's child, not the parent's). The zygote ends when the par
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import threading
 import warnings
-from typing import IO, Any
+from typing import IO
 
 from local.template import ENCODINGS_DIR, ROOT
 
@@ -169,7 +170,7 @@ def _become_worker(env: dict[str, str], stdin: int, protocol: int, stderr: int) 
     sys.path[1:1] = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     for option in filter(None, env.get("PYTHONWARNINGS", "").split(",")):
         warnings._setoption(option)  # noqa: SLF001 - what the interpreter does with PYTHONWARNINGS at startup
-    sys.stdin = open(0, "r", closefd=False)  # noqa: SIM115 - the worker's stdin for its life
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the worker's stdin for its life
     sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115
     from local.runtime import serve
@@ -205,10 +206,8 @@ def main(fd: int) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the workers
     for name in PRELOAD:
-        try:
+        with contextlib.suppress(ImportError):
             importlib.import_module(name)
-        except ImportError:
-            pass
     _load_encoding()
     parent = socket.socket(fileno=fd)
     while True:

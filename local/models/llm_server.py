@@ -255,7 +255,8 @@ class _Handler(BaseHTTPRequestHandler):
             texts = [body["input"]] if isinstance(body["input"], str) else list(body["input"])
             dimensions = int(body.get("dimensions") or 256)
         except (ValueError, KeyError, TypeError):
-            self._json(400, {"error": {"message": "input: a string or a list of strings", "type": "invalid_request_error"}})
+            self._json(400, {"error": {"message": "input: a string or a list of strings",
+                                       "type": "invalid_request_error"}})
             return
         self.llm.record(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body, "ok"))
         data = [{"object": "embedding", "index": i, "embedding": test_embedding(t, dimensions)}

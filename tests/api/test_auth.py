@@ -116,9 +116,11 @@ MATRIX = [
      {"representation": ""}),
     ("GET", f"{S}/context?peer_target=alice", None, SESSION_READERS, 200,
      {"id": "s1", "peer_representation": "", "peer_card": None}),
-    ("POST", f"{W}/search", {"query": "hello"}, WS_ONLY, 200, [{"id": "MESSAGE_ID", "content": "hello"}]),  # searchable once posted
+    # searchable once posted
+    ("POST", f"{W}/search", {"query": "hello"}, WS_ONLY, 200, [{"id": "MESSAGE_ID", "content": "hello"}]),
     ("POST", f"{S}/search", {"query": "hello"}, SESSION_READERS, 200, [{"id": "MESSAGE_ID", "content": "hello"}]),
-    ("POST", f"{W}/peers/alice/search", {"query": "hello"}, WS_ONLY | {"peer_member"}, 200, [{"id": "MESSAGE_ID", "content": "hello"}]),
+    ("POST", f"{W}/peers/alice/search", {"query": "hello"}, WS_ONLY | {"peer_member"}, 200,
+     [{"id": "MESSAGE_ID", "content": "hello"}]),
     ("POST", f"{W}/peers/alice/chat", {"query": "hello"}, WS_ONLY | {"peer_member"}, 200, {"content": None}),
     ("POST", f"{W}/chat", {"query": "hello"}, WS_ONLY, 200,
      {"content": lambda text: text is not None and "alice: hello" in text}),  # the workspace chat searches messages
@@ -247,7 +249,8 @@ def test_deletes_succeed_with_the_right_key(auth_on):
 def test_cross_workspace_reads_and_writes_are_refused(auth_on):
     other = {"Authorization": f"Bearer {KEYS['other_workspace']}"}
     assert call("GET", f"{S}/context", headers=other).status == 403
-    assert call("POST", f"{S}/messages", {"messages": [{"content": "x", "peer_id": "eve"}]}, headers=other).status == 403
+    assert call("POST", f"{S}/messages", {"messages": [{"content": "x", "peer_id": "eve"}]},
+                headers=other).status == 403
     assert call("POST", "/v3/workspaces", {"id": "ws1"}, headers=other).status == 403
 
 

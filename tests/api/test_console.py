@@ -92,7 +92,8 @@ def test_make_dev_prints_the_console_url_beside_the_api_s(stack):
 @pytest.mark.stack
 def test_no_path_through_the_gateway_reaches_another_file(stack):
     for path in ("/console/../functions/context/app.py", "/console/..%2F__init__.py", "/console/%2e%2e%2fauth.py",
-                 "/console/..%2f..%2f..%2ftemplate.yaml", "/console//etc/passwd", "/console/console.js/..%2f..%2fauth.py",
+                 "/console/..%2f..%2f..%2ftemplate.yaml", "/console//etc/passwd",
+                 "/console/console.js/..%2f..%2fauth.py",
                  "/console/%2e%2e", "/console/..%5c__init__.py", "/console/"):
         status, headers, body = request(stack.port, "GET", path)
         assert status == 404, (path, status, body[:200])
@@ -118,7 +119,8 @@ def test_the_console_needs_no_key_and_every_v3_route_still_does(aws, monkeypatch
 
 def test_the_context_function_reads_the_console_files_only_when_asked():
     """Its cold start imports no console module and reads no console file; the first request reads one file."""
-    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('app', 'functions/context/app.py');"
+    code = ("import importlib.util, sys; "
+            "spec = importlib.util.spec_from_file_location('app', 'functions/context/app.py');"
             "app = importlib.util.module_from_spec(spec); spec.loader.exec_module(app);"
             "assert 'precis.api.console' not in sys.modules, 'imported at cold start'")
     env = {**os.environ, "PYTHONPATH": str(LAYER_DIR), "POWERTOOLS_METRICS_NAMESPACE": "Precis"}
@@ -214,7 +216,8 @@ def seeded(stack):
     # Then messages the summary does not cover: the window holds the summary and these (no summary is due yet).
     api.post(f"{s}/s1/messages", json={"messages": [
         {"peer_id": "alice" if i % 2 else "bot", "run_id": f"turn-{(i + 1) // 2}",
-         "content": f"Later message {i}: the weather in Lisbon stays mild."} for i in range(46, 59)]}).raise_for_status()
+         "content": f"Later message {i}: the weather in Lisbon stays mild."}
+        for i in range(46, 59)]}).raise_for_status()
     wait_for(lambda: settled("s1", 40), timeout=SETTLE_S)
     wait_for(lambda: api.get(f"/v3/workspaces/{WS}/peers/alice/card").json()["peer_card"], timeout=SETTLE_S)
     return api
@@ -469,7 +472,8 @@ def test_keyboard_alone_reaches_a_session_and_every_control_has_a_label(tab):
     def tab_to(text: str = "", id: str = "") -> None:
         for _ in range(60):
             tab.page.keyboard.press("Tab")
-            if tab.page.evaluate("[document.activeElement.textContent.trim(), document.activeElement.id]") == [text, id]:
+            focused = tab.page.evaluate("[document.activeElement.textContent.trim(), document.activeElement.id]")
+            if focused == [text, id]:
                 return
         raise AssertionError(f"Tab never reached {text or id!r}")
 

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from aws_lambda_powertools import event_handler
@@ -53,7 +54,7 @@ def test_docs_files_are_served_with_their_type_and_the_consoles_strict_policy(pa
     answer = _get(path)
     headers = _headers(answer)
     assert answer["statusCode"] == 200 and headers["content-type"] == content_type
-    assert _body(answer) == open(source, "rb").read()  # the layer's own copies: Powertools ships Swagger UI's
+    assert _body(answer) == Path(source).read_bytes()  # the layer's own copies: Powertools ships Swagger UI's
     policy = dict(part.strip().split(" ", 1) for part in headers["content-security-policy"].split(";"))
     assert policy["default-src"] == "'none'" and policy["script-src"] == "'self'" and policy["style-src"] == "'self'"
     assert policy["connect-src"] == "'self'" and policy["img-src"] == "'self' data:"  # Swagger UI's icons
@@ -107,7 +108,8 @@ def test_the_docs_are_public_and_declare_the_key_every_documented_route_takes():
 
 def test_the_context_function_reads_the_docs_only_when_asked():
     """Its cold start imports no docs module and reads no file of them; a request reads the one file it asks for."""
-    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('app', 'functions/context/app.py');"
+    code = ("import importlib.util, sys; "
+            "spec = importlib.util.spec_from_file_location('app', 'functions/context/app.py');"
             "app = importlib.util.module_from_spec(spec); spec.loader.exec_module(app);"
             "assert 'precis.api.docs' not in sys.modules, 'imported at cold start'")
     env = {**os.environ, "PYTHONPATH": str(LAYER_DIR), "POWERTOOLS_METRICS_NAMESPACE": "Precis"}

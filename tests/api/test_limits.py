@@ -31,7 +31,8 @@ def ws(aws, monkeypatch):
 
 def stored(aws) -> list[dict]:
     out = aws["dynamodb"].query(TableName="precis-local", KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
-                                ExpressionAttributeValues={":p": {"S": keys.session_pk("ws1", "s1")}, ":m": {"S": "MSG#"}})
+                                ExpressionAttributeValues={":p": {"S": keys.session_pk("ws1", "s1")},
+                                                           ":m": {"S": "MSG#"}})
     return [from_item(i) for i in out["Items"]]
 
 
@@ -125,7 +126,8 @@ def test_a_filtered_list_examines_a_bounded_number_of_messages_and_reads_no_bodi
 def test_a_filter_on_content_reads_bodies_and_matches_them(ws, monkeypatch):
     monkeypatch.setenv("PRECIS_INLINE_BODY_MAX_BYTES", "10")
     get_settings.cache_clear()
-    post([{"content": f"{'needle' if i == 7 else 'hay'} in a body long enough for S3", "peer_id": "a"} for i in range(12)])
+    post([{"content": f"{'needle' if i == 7 else 'hay'} in a body long enough for S3", "peer_id": "a"}
+          for i in range(12)])
     reply = call("POST", f"{S}/messages/list", {"filters": {"content": {"icontains": "NEEDLE"}}})
     assert reply.status == 200 and [m["seq"] for m in reply.body["items"]] == [8]
     assert json.dumps(reply.body)  # a plain page

@@ -24,7 +24,8 @@ def teardown_module() -> None:
     SERVER.close()
 
 
-FACTS = {"I moved to Lisbon last spring.": "alice moved to Lisbon last spring", "I work as a nurse.": "alice works as a nurse"}
+FACTS = {"I moved to Lisbon last spring.": "alice moved to Lisbon last spring",
+         "I work as a nurse.": "alice works as a nurse"}
 
 
 def model(body: dict):

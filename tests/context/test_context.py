@@ -458,7 +458,7 @@ def test_context_costs_two_rounds_and_reads_what_it_returns_whatever_the_session
         assert 0 < len(body["messages"]) < 150 and body["summary"] is not None
         measured[session] = body, calls
 
-    for session, (body, calls) in measured.items():
+    for body, calls in measured.values():
         assert_two_rounds(calls, body)
         by_kind = {(c["op"], c["index"]): c["bytes"] for c in calls}
         assert sum(by_kind[k] for k in ROUND_ONE) <= ROUND_ONE_BYTES

@@ -66,7 +66,7 @@ def test_a_slot_has_one_batch_in_flight_and_sends_its_records_once_in_stream_ord
     _, stats = simulate_stream(busy, StreamSettings(shards=2, parallelization=4, batch_size=10), trace=True)
     seen = []
     for batches in by_slot(stats).values():
-        for (_, end, records), (start, _, _) in zip(batches, batches[1:]):
+        for (_, end, _), (start, _, _) in zip(batches, batches[1:]):
             assert start >= end  # the next batch waits for the invocation to end
         records = [i for _, _, batch in batches for i in batch]
         assert records == sorted(records)

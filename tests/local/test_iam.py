@@ -126,7 +126,8 @@ def test_a_model_reached_through_an_inference_profile_is_authorized_as_the_profi
     assert route.context == {"bedrock:InferenceProfileArn": profile.resource}
     (direct,) = iam.requests_for("bedrock-runtime", "InvokeModel", {"modelId": "amazon.titan-embed-text-v2:0"},
                                  "eu-west-1")
-    assert direct == Request("bedrock:InvokeModel", "arn:aws:bedrock:eu-west-1::foundation-model/amazon.titan-embed-text-v2:0")
+    assert direct == Request("bedrock:InvokeModel",
+                             "arn:aws:bedrock:eu-west-1::foundation-model/amazon.titan-embed-text-v2:0")
 
 
 # ---------------------------------------------------------------- the roles of template.yaml

@@ -81,8 +81,8 @@ def test_stream_settings_come_from_the_template():
     assert settings.report_item_failures is True
     assert settings.max_age_s == 3600
     assert settings.filters == [json.loads(f["Pattern"]) for f in raw["FilterCriteria"]["Filters"]]
-    assert {"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["message"]},
-                                                               "copy_of": {"S": [{"exists": False}]}}}} in settings.filters
+    new_message = {"kind": {"S": ["message"]}, "copy_of": {"S": [{"exists": False}]}}
+    assert {"eventName": ["INSERT"], "dynamodb": {"NewImage": new_message}} in settings.filters
     assert settings.on_failure_arn.endswith(":" + template().queue_names["SummarizeDLQ"])
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
 from botocore.exceptions import ClientError
@@ -96,7 +97,8 @@ def test_a_vector_counts_toward_the_4_mb_as_moto_sizes_a_list_of_numbers():
         bytesize(name) + DynamoType(value).size() for name, value in item.items()) > 1536 * 3
 
 
-_SCALAR = st.one_of(st.text(max_size=8).map(lambda v: {"S": v}), st.integers(-10**30, 10**30).map(lambda n: {"N": str(n)}),
+_SCALAR = st.one_of(st.text(max_size=8).map(lambda v: {"S": v}),
+                    st.integers(-10**30, 10**30).map(lambda n: {"N": str(n)}),
                     st.floats(allow_nan=False, allow_infinity=False).map(lambda x: {"N": repr(x)}),
                     st.booleans().map(lambda v: {"BOOL": v}), st.just({"NULL": True}),
                     st.sets(st.text(min_size=1, max_size=4), min_size=1, max_size=3).map(lambda v: {"SS": sorted(v)}))
@@ -127,8 +129,8 @@ def test_moto_refuses_an_item_over_400_kb(dynamodb, write):
     # ValidationException inside a transaction too.
     for size, accepted in ((400_000, True), (410_000, False)):
         item = _item(f"{write}{size}", size)
-        call = (lambda: dynamodb.put_item(TableName="precis-local", Item=item)) if write == "put_item" else (
-            lambda: dynamodb.transact_write_items(TransactItems=[{"Put": {"TableName": "precis-local", "Item": item}}]))
+        call = partial(dynamodb.put_item, TableName="precis-local", Item=item) if write == "put_item" else partial(
+            dynamodb.transact_write_items, TransactItems=[{"Put": {"TableName": "precis-local", "Item": item}}])
         if accepted:
             call()
         else:
@@ -205,7 +207,8 @@ def test_a_batch_of_more_than_25_requests_is_refused_and_writes_nothing(dynamodb
 
 def test_a_batch_of_25_puts_and_deletes_of_distinct_items_is_written(dynamodb):
     _batch(dynamodb, *(_put_request(f"old{n}") for n in range(5)))
-    answer = _batch(dynamodb, *(_put_request(f"new{n}") for n in range(20)), *(_delete_request(f"old{n}") for n in range(5)))
+    answer = _batch(dynamodb, *(_put_request(f"new{n}") for n in range(20)),
+                    *(_delete_request(f"old{n}") for n in range(5)))
     assert answer["UnprocessedItems"] == {}
     assert _count(dynamodb) == 20
     with pytest.raises(ClientError, match="cannot contain an empty string value"):

@@ -51,12 +51,16 @@ def _key_of(pk_sk):
     return {"PK": {"S": pk_sk[0]}, "SK": {"S": pk_sk[1]}}
 
 
+def _item_key(item):
+    return item["PK"]["S"], item["SK"]["S"]
+
+
 _write = st.one_of(
     st.tuples(st.just("put"), _item()),
     st.tuples(st.just("delete"), _key),
     st.tuples(st.just("update"), _key, st.sampled_from(sorted(_optional)), st.booleans()),
-    st.tuples(st.just("batch"), st.lists(_item(), min_size=1, max_size=5, unique_by=lambda i: (i["PK"]["S"], i["SK"]["S"]))),
-    st.tuples(st.just("transact"), st.lists(_item(), min_size=1, max_size=4, unique_by=lambda i: (i["PK"]["S"], i["SK"]["S"])),
+    st.tuples(st.just("batch"), st.lists(_item(), min_size=1, max_size=5, unique_by=_item_key)),
+    st.tuples(st.just("transact"), st.lists(_item(), min_size=1, max_size=4, unique_by=_item_key),
               st.booleans()),
 )
 
@@ -121,7 +125,8 @@ def _query(draw):
     condition = "#h = :h"
     op = draw(st.sampled_from([None, "=", "<", "<=", ">", ">=", "between", "begins_with"]))
     if op == "between":
-        low, high = sorted([draw(range_values), draw(range_values)], key=lambda v: float(v["N"]) if "N" in v else v["S"])
+        low, high = sorted([draw(range_values), draw(range_values)],
+                           key=lambda v: float(v["N"]) if "N" in v else v["S"])
         values[":a"], values[":b"] = low, high
         condition += " AND #r BETWEEN :a AND :b"
     elif op == "begins_with":
@@ -428,7 +433,8 @@ def test_vectors_packed_in_moto_answer_as_moto_lists_of_numbers(dynamodb):
         len(dynamo_json_dump({**r["dynamodb"], "SizeBytes": 1})) for r in records]
     assert any(len(r["dynamodb"].get("NewImage", {}).get("vec", {}).get("L", [])) == 256 for r in records)
     answers = outcomes[1][0]
-    assert "ConsumedCapacity" in answers[6] and answers[7][0] == "ConditionalCheckFailedException"  # vec = :v compares every number
+    # vec = :v compares every number
+    assert "ConsumedCapacity" in answers[6] and answers[7][0] == "ConditionalCheckFailedException"
     assert answers[8]["Attributes"]["vec"]["L"][1] == {"N": "42"}
     assert answers[9][0] == "ValidationException", answers[9]  # over 400 KB with the vector counted
 
@@ -447,7 +453,8 @@ _CONDITIONS = (  # the same few expressions again and again, with other names an
 @st.composite
 def _conditional_write(draw):
     expression, names, kinds = draw(st.sampled_from(_CONDITIONS))
-    values = {name: {"N": str(draw(st.integers(0, 400)))} if kind == "N" else {"S": draw(st.sampled_from(["", "a", "b"]))}
+    values = {name: {"N": str(draw(st.integers(0, 400)))} if kind == "N"
+              else {"S": draw(st.sampled_from(["", "a", "b"]))}
               for name, kind in kinds.items()}
     request = {"ConditionExpression": expression, **({"ExpressionAttributeNames": names} if names else {}),
                **({"ExpressionAttributeValues": values} if values else {})}

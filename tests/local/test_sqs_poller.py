@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-from local.moto_backend import client
 from local.sqs_poller import QueueMapping, QueuePoller, queue_mappings
 from local.template import template
 from local.worker import InvokeResult
@@ -59,7 +58,8 @@ def test_a_delayed_message_is_delivered_after_its_delay_and_deleted(moto_server)
     ((record,),) = [e["Records"] for e in recorder.events]
     assert record["body"] == '{"seq": 1}' and record["eventSource"] == "aws:sqs"
     assert record["eventSourceARN"] == "arn:aws:sqs:us-east-1:123456789012:precis-derive-wake-local"
-    waited_ms = int(record["attributes"]["ApproximateFirstReceiveTimestamp"]) - int(record["attributes"]["SentTimestamp"])
+    attributes = record["attributes"]
+    waited_ms = int(attributes["ApproximateFirstReceiveTimestamp"]) - int(attributes["SentTimestamp"])
     assert waited_ms >= 2000  # not received before its delay
 
 

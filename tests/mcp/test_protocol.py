@@ -74,7 +74,7 @@ def test_a_modern_request_is_served_when_its_headers_agree_with_its_envelope():
 
 
 def test_a_tool_name_may_come_base64_encoded_in_mcp_name():
-    encoded = "=?base64?" + base64.b64encode("search".encode()).decode() + "?="
+    encoded = "=?base64?" + base64.b64encode(b"search").decode() + "?="
     request = protocol.read(_body("tools/call", _envelope(name="search")), _modern_headers("tools/call", name=encoded))
     assert request.params["name"] == "search"
 

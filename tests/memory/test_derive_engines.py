@@ -245,7 +245,8 @@ def test_openai_is_imported_only_by_the_llm_deriver():
     code = ("import sys; from precis.memory.engines import get_deriver_engine, DeriveRequest, DeriveMessage; "
             "e = get_deriver_engine('extractive'); "
             "e.derive(DeriveRequest('a', [DeriveMessage('1', 1, 'a', 'I like tea.', '2025-01-01T00:00:00+00:00')])); "
-            "import precis.memory.engines.prompt, precis.memory.cards; assert 'openai' not in sys.modules, 'openai imported'; "
+            "import precis.memory.engines.prompt, precis.memory.cards; "
+            "assert 'openai' not in sys.modules, 'openai imported'; "
             "from precis.settings import Settings; "
             "get_deriver_engine('llm', Settings(llm_base_url='http://127.0.0.1:1')); "
             "assert 'openai' in sys.modules")

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from precis.lexical import (
-    B, GROUPS, K1, MAX_TERMS, MAX_WORD, Document, Page, Posting, Query, Stats, group_of, stem, terms, top_k,
+    B, K1, MAX_TERMS, MAX_WORD, Document, Page, Posting, Query, Stats, group_of, stem, terms, top_k,
 )
 
 # From Porter's own sample vocabulary (tartarus.org/martin/PorterStemmer/voc.txt and output.txt).
@@ -213,7 +213,7 @@ def test_what_a_search_for_a_rare_word_reads_follows_its_terms_and_k_not_the_cor
         for query in ("what about the kayak?", "the kayak and w3q for the user"):
             weights = Query.of(query, stats).weights
             readers = readers_for(documents)
-            found = top_k(weights, readers, 10, stats.average_length, lambda keys: {k: documents[k] for k in keys})
+            found = top_k(weights, readers, 10, stats.average_length, lambda keys, d=documents: {k: d[k] for k in keys})
             assert [key for key, _ in found] == brute_force(weights, documents, stats.average_length, 10)
             first[size, query] = found[0][0] == ("s", size)
             read[size, query] = sum(r.at for r in readers)

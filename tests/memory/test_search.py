@@ -215,7 +215,8 @@ def test_a_search_while_its_index_backfills_is_a_503_to_retry_and_message_search
     from precis.store.vectors import VECTOR_INDEX
 
     _rebuild_index(ws["dynamodb"], VECTOR_INDEX)
-    assert ws["dynamodb"].describe_table(TableName="precis-local")["Table"]["VectorIndexes"]  # (DescribeTable: CREATING)
+    # (DescribeTable: CREATING)
+    assert ws["dynamodb"].describe_table(TableName="precis-local")["Table"]["VectorIndexes"]
     for method, path, body in (("GET", f"{W}/sessions/s1/context?search_query=Lisbon&peer_target=alice", None),
                                ("POST", f"{W}/conclusions/query", {"query": "Lisbon", "filters": {
                                    "observer_id": "alice", "observed_id": "alice"}})):

@@ -23,7 +23,10 @@ def post(*contents, peer="alice", headers=None, **extra):
                 headers=headers)
 
 
-def stored_messages(client, table="precis-local", pk=keys.session_pk("ws1", "s1")):
+SESSION_PK = keys.session_pk("ws1", "s1")
+
+
+def stored_messages(client, table="precis-local", pk=SESSION_PK):
     items, kwargs = [], {}
     while True:
         out = client.query(TableName=table, KeyConditionExpression="PK = :p AND begins_with(SK, :m)",

@@ -3,8 +3,8 @@
 
 The flow is a list of steps (`STEPS`), plain coroutines that take a `Honcho` client and assert what the SDK returns.
 Each step names its own peers and sessions, so it runs alone or after the others in one workspace; what a step reads
-workspace-wide (lists, search, chat, queue status) it narrows to its own ids or words. tests/sdk/test_sdk_surface.py runs
-the same steps (and their sync twins) to show that every HTTP-making method of the SDK has a passing test.
+workspace-wide (lists, search, chat, queue status) it narrows to its own ids or words. tests/sdk/test_sdk_surface.py
+runs the same steps (and their sync twins) to show that every HTTP-making method of the SDK has a passing test.
 """
 
 from __future__ import annotations

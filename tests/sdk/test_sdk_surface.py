@@ -17,10 +17,10 @@ Which methods make requests — the rule, applied to the installed SDK's source,
   its module (e.g. `WorkspaceConclusions.get` → `_get_conclusion`).
 
 What was exercised is recorded, not declared: while the steps run, every such method is wrapped on its class (and
-restored after) and httpx's `Client.send`/`AsyncClient.send` count the answers. A call counts when it returned
-without raising and at least one request made while it ran — or while the stream it returned was read — was answered
-below 400, and only if the whole step it ran in passed. The steps are the async flow of tests/sdk/test_sdk_aio.py and its
-sync twin below, each in a workspace of its own.
+restored after) and httpx's `Client.send`/`AsyncClient.send` count the answers. A call counts when it returned without
+raising and at least one request made while it ran — or while the stream it returned was read — was answered below 400,
+and only if the whole step it ran in passed. The steps are the async flow of tests/sdk/test_sdk_aio.py and its sync twin
+below, each in a workspace of its own.
 """
 
 from __future__ import annotations
@@ -297,7 +297,7 @@ async def _areading(chunks, call: Call):
         yield chunk
 
 
-# ---------------------------------------------------------------- the sync flow: tests/sdk/test_sdk_aio.py's steps, sync
+# ------------------------------------------------------------ the sync flow: tests/sdk/test_sdk_aio.py's steps, sync
 
 def drained(status):
     return status.pending_work_units == 0 and status.in_progress_work_units == 0 and status

@@ -52,7 +52,8 @@ def objects(aws, prefix: str) -> list[dict]:
 
 def delete_record(aws, session="s1") -> dict:
     """The stream record the delete of `session` produces (its MODIFY, as Lambda delivers it)."""
-    raw = aws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1"}, "SK": {"S": f"SESSION#{session}"}})
+    raw = aws["dynamodb"].get_item(TableName="precis-local",
+                                   Key={"PK": {"S": "WS#ws1"}, "SK": {"S": f"SESSION#{session}"}})
     return stream_record(raw["Item"], "MODIFY")
 
 
@@ -169,7 +170,8 @@ def test_deleting_a_workspace_with_sessions_is_409_and_changes_nothing(ws):
 
 def test_nothing_can_be_created_in_a_workspace_while_its_delete_runs(ws):
     ws["dynamodb"].update_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1"}, "SK": {"S": "WS"}},
-                               UpdateExpression="SET deleting_until = :t", ExpressionAttributeValues={":t": {"N": "9999999999"}})
+                               UpdateExpression="SET deleting_until = :t",
+                               ExpressionAttributeValues={":t": {"N": "9999999999"}})
     for path, body in ((f"{W}/sessions", {"id": "s9"}), (f"{W}/peers", {"id": "p9"})):
         reply = call("POST", path, body)
         assert reply.status == 409 and "being deleted" in reply.body["detail"]

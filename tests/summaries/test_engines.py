@@ -51,7 +51,8 @@ def test_extractive_is_deterministic_and_reports_its_tokens():
 
 def test_extractive_does_not_depend_on_the_hash_seed():
     # Set iteration order changes with PYTHONHASHSEED; the chosen sentences must not.
-    code = ("from precis.summaries.engines.extractive import ExtractiveEngine; from tests.summaries.test_engines import request; "
+    code = ("from precis.summaries.engines.extractive import ExtractiveEngine; "
+            "from tests.summaries.test_engines import request; "
             "print(ExtractiveEngine().summarize(request(word_limit=25)).text)")
     texts = {
         subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
@@ -138,7 +139,8 @@ def test_get_engine_and_default_engine():
 
 
 def test_openai_is_imported_only_by_the_llm_engine():
-    code = ("import sys; from precis.summaries.engines import get_engine, SummaryRequest; import precis.summaries.strategies; "
+    code = ("import sys; from precis.summaries.engines import get_engine, SummaryRequest; "
+            "import precis.summaries.strategies; "
             "get_engine('extractive').summarize(SummaryRequest('s', None, [('a', 'Hello there.')])); "
             "assert 'openai' not in sys.modules, 'openai imported'; "
             "from precis.settings import Settings; get_engine('llm', Settings(llm_base_url='http://127.0.0.1:1/v1')); "
@@ -371,7 +373,8 @@ def test_llm_engine_from_settings_talks_to_the_configured_endpoint(llm_server):
 
 
 def test_llm_server_runs_standalone():
-    proc = subprocess.Popen([sys.executable, "-m", "local.models.llm_server", "--port", "0", "--max-context-tokens", "20"],
+    proc = subprocess.Popen([sys.executable, "-m", "local.models.llm_server", "--port", "0",
+                             "--max-context-tokens", "20"],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().split()[3]

@@ -27,7 +27,7 @@ from precis.summaries.strategies import (
 )
 from pydantic import ValidationError
 
-# --- brute-force references (deliberately not sharing code with precis.summaries.strategies) ----------------------------
+# --- brute-force references (deliberately not sharing code with precis.summaries.strategies) --------------------------
 
 
 def labels(run_ids: list[str | None]) -> list[int]:

@@ -13,12 +13,9 @@ import threading
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
-from typing import TypeVar
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
-
-T = TypeVar("T", bound=Hashable)
 
 logger = Logger(child=True)
 _metrics = Metrics()
@@ -36,7 +33,7 @@ def add_metric(*, name: str, unit: MetricUnit, value: float) -> None:
         _metrics.add_metric(name=name, unit=unit, value=value)
 
 
-def run_each(items: Sequence[T], work: Callable[[T], None], *, workers: int) -> dict[T, Exception | None]:
+def run_each[T: Hashable](items: Sequence[T], work: Callable[[T], None], *, workers: int) -> dict[T, Exception | None]:
     """`work(item)` for every item, at most `workers` at once; what each raised (None: it succeeded), also logged."""
 
     def one(item: T) -> tuple[Exception | None, list]:

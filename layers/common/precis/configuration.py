@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from precis.settings import SUMMARY_ENV, get_settings
 from precis.errors import Invalid
 from precis.summaries.config import SummaryConfig, merge_config
+
+if TYPE_CHECKING:
+    from precis.settings import Settings
 
 SECTION = "summarizer"
 _HONCHO = {"enabled": "enabled", "messages_per_short_summary": "messages_per_short_summary",
@@ -116,7 +119,7 @@ def _derive_level(configuration: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def derive_config(workspace: dict[str, Any] | None, session: dict[str, Any] | None = None,
-                  settings: Any = None) -> DeriveConfig:
+                  settings: Settings | None = None) -> DeriveConfig:
     """The effective deriver settings of a session; Invalid (422) naming a bad field."""
     settings = settings or get_settings()
     from precis.summaries.engines import default_engine

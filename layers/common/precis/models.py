@@ -56,7 +56,8 @@ def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _check_configuration(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    if value is not None and len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) > JSON_MAX_BYTES:
+    if value is not None and \
+            len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) > JSON_MAX_BYTES:
         raise ValueError(f"configuration: at most {JSON_MAX_BYTES} bytes as JSON")
     return value
 

@@ -11,6 +11,10 @@ import os
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tiktoken import Encoding
 
 DEFAULT_ENCODING = "o200k_base"
 _URLS = {
@@ -26,7 +30,7 @@ _REPLY_PRIMING = 3
 
 
 @lru_cache(maxsize=4)
-def encoding(name: str = DEFAULT_ENCODING):
+def encoding(name: str = DEFAULT_ENCODING) -> Encoding:
     """The tiktoken encoding `name`, loaded from the shipped files; fails loudly rather than downloading."""
     if name not in _URLS:
         raise ValueError(f"unknown encoding {name!r}; shipped: {', '.join(sorted(_URLS))}")

@@ -256,7 +256,8 @@ _STORE_RESERVE_S = 5.0  # of the invocation's time, kept for storing the batch a
 
 
 @router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages/upload",
-             # the body is a multipart form that precis.messages.upload reads (not Powertools): OpenAPI is told its shape here
+             # the body is a multipart form that precis.messages.upload reads (not Powertools): OpenAPI is told its
+             # shape here
              openapi_extensions={"requestBody": upload.OPENAPI_BODY})
 def upload_session_file(workspace_id: WorkspaceId, session_id: SessionId,
                         idempotency_key: Annotated[str | None, Header()] = None):

@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from precis.errors import Invalid
 from precis.llm import configured
+
+if TYPE_CHECKING:
+    from precis.settings import Settings
 
 ReasoningLevel = Literal["minimal", "low", "medium", "high", "max"]
 # Follow-up rounds in which the model may call search tools, after the first retrieval.
@@ -106,7 +109,7 @@ class ChatEngine(Protocol):
     def answer(self, request: ChatRequest, memory: Memory, gathered: Gathered) -> str | None: ...
 
 
-def get_chat_engine(name: str, settings: Any = None, **options: Any) -> ChatEngine:
+def get_chat_engine(name: str, settings: Settings | None = None, **options: Any) -> ChatEngine:
     """The engine called `name`, configured from `settings` (precis.settings.Settings)."""
     if name == "offline":
         from precis.chat.offline import OfflineChat
@@ -119,8 +122,9 @@ def get_chat_engine(name: str, settings: Any = None, **options: Any) -> ChatEngi
     raise ValueError(f"chat engine: must be one of {', '.join(CHAT_ENGINES)}, got {name!r}")
 
 
-def chat_engine_name(settings: Any) -> str:
-    """`llm` when the chat role has a model (Bedrock, or an endpoint or key), else `offline` (chat works on the local stack with no LLM)."""
+def chat_engine_name(settings: Settings) -> str:
+    """`llm` when the chat role has a model (Bedrock, or an endpoint or key), else `offline` (chat works on the local
+    stack with no LLM)."""
     return "llm" if configured(settings, "chat") else "offline"
 
 

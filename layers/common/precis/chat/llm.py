@@ -1,18 +1,18 @@
 """The `llm` chat engine: the first retrieval in the prompt, then up to the level's rounds of search tools.
 
-It asks the configured chat model through the LLM seam (`precis.llm`: retries with backoff, error classes), within
-one deadline for the whole answer (API Gateway gives a request 30 s). Each round the model may call `search_conclusions` (a peer chat)
-and `search_messages`; their results are capped at TOOL_RESULT_TOKENS each, and when the next round could not fit the
-input budget the model is asked to answer from what it has. With a `response_format` the answer must validate
-against the schema (structured output where the server supports it): one that does not is asked for again, and
-after the last attempt the chat is a 422 naming what failed.
+It asks the configured chat model through the LLM seam (`precis.llm`: retries with backoff, error classes), within one
+deadline for the whole answer (API Gateway gives a request 30 s). Each round the model may call `search_conclusions` (a
+peer chat) and `search_messages`; their results are capped at TOOL_RESULT_TOKENS each, and when the next round could not
+fit the input budget the model is asked to answer from what it has. With a `response_format` the answer must validate
+against the schema (structured output where the server supports it): one that does not is asked for again, and after the
+last attempt the chat is a 422 naming what failed.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from precis.chat import (
     TOOL_RESULT_TOKENS,
@@ -26,6 +26,9 @@ from precis.chat import (
 )
 from precis.llm import BadAnswer, Model, Reply, model_from, model_of
 from precis.tokens import count_messages, count_text
+
+if TYPE_CHECKING:
+    from precis.settings import Settings
 
 CHAT_TIME_BUDGET = 25.0  # seconds for the whole answer, every round and retry: inside API Gateway's 30 s
 
@@ -70,9 +73,10 @@ class LLMChat:
         self.max_input_tokens = max_input_tokens
 
     @classmethod
-    def from_settings(cls, settings: Any, **overrides: Any) -> LLMChat:
+    def from_settings(cls, settings: Settings, **overrides: Any) -> LLMChat:
         max_input = overrides.pop("max_input_tokens", None) or getattr(settings, "llm_max_input_tokens", None) or 16_000
-        return cls(model_from(settings, "chat", **({"time_budget": CHAT_TIME_BUDGET} | overrides)), max_input_tokens=max_input)
+        return cls(model_from(settings, "chat", **({"time_budget": CHAT_TIME_BUDGET} | overrides)),
+                   max_input_tokens=max_input)
 
     @property
     def model(self) -> str:
@@ -116,7 +120,8 @@ class LLMChat:
         schema = request.response_format
         response_format = schema_prompt = None
         if schema is not None:  # structured output where the server supports it, else the schema in the prompt
-            response_format = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": False}}
+            response_format = {"type": "json_schema",
+                               "json_schema": {"name": "answer", "schema": schema, "strict": False}}
             schema_prompt = ("Answer with one JSON object, and nothing else, valid against this JSON Schema:\n"
                              + json.dumps(schema))
 

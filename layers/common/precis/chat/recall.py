@@ -121,7 +121,8 @@ class Recall:
         filters = {"session_id": {"in": list(allowed)}} if allowed is not None else None
         if allowed is not None and not allowed:
             return []
-        found = message_search.search(self.db, self.ws, query, limit, filters, semantic=self._semantic, base=self._base if self.session_id else None, **within)
+        found = message_search.search(self.db, self.ws, query, limit, filters, semantic=self._semantic,
+                                      base=self._base if self.session_id else None, **within)
         found = _within(found, message_line)
         self.evidence.read_messages(found)
         return found

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from precis.chat import (
     MEMORY_TOKENS,
@@ -28,6 +28,9 @@ from precis.chat.query import ChatQuery
 from precis.store import resources
 from precis.store.db import Db
 
+if TYPE_CHECKING:
+    from precis.settings import Settings
+
 
 @dataclass(frozen=True)
 class ChatAnswer:
@@ -38,12 +41,12 @@ class ChatAnswer:
 
 
 @lru_cache(maxsize=4)
-def _engine(name: str, settings: Any) -> ChatEngine:
+def _engine(name: str, settings: Settings) -> ChatEngine:
     """One engine (and HTTP client) per cold start and configuration."""
     return get_chat_engine(name, settings)
 
 
-def answer_chat(db: Db, settings: Any, ws: str, body: ChatQuery, *, peer_id: str | None,
+def answer_chat(db: Db, settings: Settings, ws: str, body: ChatQuery, *, peer_id: str | None,
                 embed: Callable[[str], list[float]]) -> ChatAnswer:
     """Answer `body` as `peer_id` (a peer chat) or the workspace (peer_id None)."""
     from precis.chat.recall import Recall

@@ -109,7 +109,7 @@ def plan_context(
             raise ValueError(f"summaries: {summary.summary_type!r} given twice")
         seen.add(summary.summary_type)
         # Covers nothing, or covers messages written after `last` was read: not part of this snapshot.
-        if not 1 <= summary.covers_seq <= last_seq:
+        if last is None or not 1 <= summary.covers_seq <= last_seq:
             continue
         _check_summary_against_last(summary, last)
         leaves_newest = summary.covers_seq < last_seq and last.token_count <= limit - summary.token_count

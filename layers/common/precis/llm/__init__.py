@@ -19,7 +19,10 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from precis.settings import Settings
 
 T = TypeVar("T")
 PROVIDERS = ("openai", "bedrock")
@@ -167,13 +170,13 @@ class Model:
         return min(self.backoff_max, max(backoff, retry_after or 0.0))
 
 
-def provider_of(settings: Any, role: str | None = None) -> str:
+def provider_of(settings: Settings, role: str | None = None) -> str:
     """The provider `settings` choose for `role` (its own, else llm_provider, else openai)."""
     own = getattr(settings, f"{role}_provider", None) if role else None
     return own or getattr(settings, "llm_provider", None) or "openai"
 
 
-def configured(settings: Any, role: str | None = None) -> bool:
+def configured(settings: Settings, role: str | None = None) -> bool:
     """Whether `settings` configure a model for `role`: Bedrock (IAM needs no key), or an OpenAI-compatible endpoint
     or key. The `llm` engines are the default only then."""
     if provider_of(settings, role) == "bedrock":
@@ -194,7 +197,7 @@ def model_of(provider: str = "openai", **options: Any) -> Model:
     raise ValueError(f"llm provider: must be one of {', '.join(PROVIDERS)}, got {provider!r}")
 
 
-def model_from(settings: Any, role: str | None = None, **overrides: Any) -> Model:
+def model_from(settings: Settings, role: str | None = None, **overrides: Any) -> Model:
     """The model `settings` (precis.settings.Settings) configure for `role`: its provider, its model (`model_for`:
     the one set, else the provider's default), the endpoint and key (openai) or region (bedrock), and the optional
     llm_timeout, llm_max_attempts and llm_time_budget; `overrides` win."""

@@ -136,7 +136,8 @@ def _refresh_card(db: Db, target: DreamTarget, job: dict[str, Any], engine: Any,
     except Exception as exc:  # noqa: BLE001 - a card is a convenience: its failure never blocks the dream
         log.warning("card refresh failed for %s/%s: %s", observer, observed, exc)
         proposed = None
-    conclusions.write_card_step(db, ws, observer, observed, proposed, entries, dream_state.applied_mark(db, target, job["token"], "card"))
+    conclusions.write_card_step(db, ws, observer, observed, proposed, entries,
+                                dream_state.applied_mark(db, target, job["token"], "card"))
 
 
 def dreams_due(db: Db, ws: str, now: datetime) -> list[DreamTarget]:

@@ -15,9 +15,12 @@ import time
 from collections.abc import Callable
 from functools import lru_cache
 from hashlib import blake2b
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from precis.llm import BadAnswer, EngineError, Model
+
+if TYPE_CHECKING:
+    from precis.settings import Settings
 
 _WORD = re.compile(r"[^\W_]+")
 # Words that say little about a peer: dropped from the word features so "where did" cannot outweigh "moved".
@@ -212,7 +215,7 @@ class BedrockEmbedder(ModelEmbedder):
         super().__init__(model=model, dimensions=dimensions, region=region, **options)
 
 
-def get_embedder(settings: Any) -> Embedder:
+def get_embedder(settings: Settings) -> Embedder:
     """The embedder `settings` (precis.settings.Settings) configure, one per distinct configuration."""
     return _embedder(settings.embedder, settings.model_for("embed"), settings.embed_dimensions,
                      getattr(settings, "llm_base_url", None), getattr(settings, "llm_api_key", None),

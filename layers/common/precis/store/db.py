@@ -5,12 +5,12 @@ from __future__ import annotations
 import gc
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from botocore.exceptions import ClientError
 from precis.settings import get_settings
@@ -20,10 +20,15 @@ _THROTTLING = {"ThrottlingException", "ProvisionedThroughputExceededException", 
                "ThrottlingError"}
 
 
+if TYPE_CHECKING:  # the published stubs (requirements-dev.txt): for the type checker only
+    from types_boto3_dynamodb.client import DynamoDBClient
+    from types_boto3_s3.client import S3Client
+
+
 @dataclass
 class Db:
-    client: Any  # botocore DynamoDB client
-    s3: Any  # botocore S3 client
+    client: DynamoDBClient
+    s3: S3Client
     table: str
     bucket: str
 
@@ -211,7 +216,15 @@ def to_item(values: dict[str, Any]) -> dict[str, Any]:
     return {k: to_attr(v) for k, v in values.items() if v is not None}
 
 
-def from_item(item: dict[str, Any] | None) -> dict[str, Any] | None:
+@overload
+def from_item(item: Mapping[str, Any]) -> dict[str, Any]: ...
+@overload
+def from_item(item: None) -> None: ...
+@overload
+def from_item(item: Mapping[str, Any] | None) -> dict[str, Any] | None: ...
+
+
+def from_item(item: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return None if item is None else {k: from_attr(v) for k, v in item.items()}
 
 

@@ -27,9 +27,12 @@ _FROM_ZERO = "through_seq = if_not_exists(through_seq, :zero), derived = if_not_
 
 
 class Target(Protocol):
-    workspace: str
-    session: str
-    sender: str
+    @property
+    def workspace(self) -> str: ...
+    @property
+    def session(self) -> str: ...
+    @property
+    def sender(self) -> str: ...
 
 
 class Moved(Exception):

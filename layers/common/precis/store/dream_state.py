@@ -18,9 +18,12 @@ _WHO = "kind = :kind, workspace_id = :ws, observer = :observer, observed = :obse
 
 
 class Target(Protocol):
-    workspace: str
-    observer: str
-    observed: str
+    @property
+    def workspace(self) -> str: ...
+    @property
+    def observer(self) -> str: ...
+    @property
+    def observed(self) -> str: ...
 
 
 def _key(target: Target) -> dict[str, Any]:

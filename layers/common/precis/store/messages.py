@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import secrets
 import time
@@ -143,7 +144,8 @@ def _items(ws: str, session_id: str, batch: Sequence[NewMessage], tail: Tail, bo
         run_id = message.run_id
         item = {**keys.message(ws, session_id, seq), "kind": "message", "id": make_message_id(seq), "seq": seq,
                 "peer_id": message.peer_id, "token_count": message.token_count, "start_tokens": tokens,
-                "run_id": message.run_id, "run_start_seq": run_start, "run_index": run_index, "metadata": json_text(message.metadata or {}),
+                "run_id": message.run_id, "run_start_seq": run_start, "run_index": run_index,
+                "metadata": json_text(message.metadata or {}),
                 "created_at": message.created_at or now, "batch_token": batch_token, "ib": unit,
                 "ibu": index_by}
         if index in bodies:
@@ -216,7 +218,8 @@ def append_messages(db: Db, ws: str, session_id: str, batch: Sequence[NewMessage
                 on_attempt(items[0]["seq"])
             try:
                 db.client.transact_write_items(TransactItems=[
-                    {"Put": {"TableName": db.table, "Item": to_item(item), "ConditionExpression": "attribute_not_exists(SK)"}}
+                    {"Put": {"TableName": db.table, "Item": to_item(item),
+                             "ConditionExpression": "attribute_not_exists(SK)"}}
                     for item in items])
             except ClientError as exc:
                 raise_if_throttled(exc)
@@ -272,7 +275,8 @@ def _raise_if_collection_full(exc: ClientError, session_id: str) -> None:
     """A session partition with a local index is capped at 10 GB by DynamoDB: say so, as a 413 and a metric."""
     reasons = exc.response.get("CancellationReasons") or []
     full = error_code(exc) == "ItemCollectionSizeLimitExceededException" or any(
-        "ItemCollectionSizeLimitExceeded" in (r.get("Code") or "") or "item collection" in (r.get("Message") or "").lower()
+        "ItemCollectionSizeLimitExceeded" in (r.get("Code") or "")
+        or "item collection" in (r.get("Message") or "").lower()
         for r in reasons)
     if full:
         from aws_lambda_powertools import Metrics
@@ -293,10 +297,8 @@ def _put_body(db: Db, ws: str, session_id: str, incarnation: str, content: str) 
 def _delete_bodies(db: Db, bodies: list[tuple[str, str | None]]) -> None:
     """Remove the bodies of a batch that was not stored (best effort: the session's purge sweeps what is left)."""
     objects = [{"Key": k, **({"VersionId": v} if v else {})} for k, v in bodies]
-    try:
+    with contextlib.suppress(ClientError):
         db.s3.delete_objects(Bucket=db.bucket, Delete={"Objects": objects, "Quiet": True})
-    except ClientError:
-        pass
 
 
 def with_bodies(db: Db, items: list[dict[str, Any]], ws: str, session_id: str) -> list[dict[str, Any]]:

@@ -150,7 +150,8 @@ def delete_workspace(db: Db, ws: str) -> None:
     try:
         db.client.update_item(
             TableName=db.table, Key=to_item(keys.workspace(ws)), UpdateExpression="SET deleting_until = :until",
-            ConditionExpression="attribute_exists(PK) AND (attribute_not_exists(deleting_until) OR deleting_until < :now)",
+            ConditionExpression="attribute_exists(PK) AND "
+                                "(attribute_not_exists(deleting_until) OR deleting_until < :now)",
             ExpressionAttributeValues=to_item({":until": now + DELETE_LEASE_S, ":now": now}))
     except ClientError as exc:
         if not is_condition_failure(exc):
@@ -161,7 +162,8 @@ def delete_workspace(db: Db, ws: str) -> None:
     # Sessions already deleted do not block: the stream consumer is purging them.
     sessions = [i["id"] for i in items if i["SK"].startswith("SESSION#") and "deleted_at" not in i]
     if sessions:
-        db.client.update_item(TableName=db.table, Key=to_item(keys.workspace(ws)), UpdateExpression="REMOVE deleting_until")
+        db.client.update_item(TableName=db.table, Key=to_item(keys.workspace(ws)),
+                              UpdateExpression="REMOVE deleting_until")
         shown = ", ".join(sessions[:5]) + (", …" if len(sessions) > 5 else "")
         raise Conflict(f"workspace '{ws}' still has {len(sessions)} session(s) ({shown}); delete them first")
     # Purged sessions leave a tombstone (and its fence) until the id is reused; a workspace delete removes them.

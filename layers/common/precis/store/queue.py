@@ -1,12 +1,12 @@
 """GET /queue/status: the background work still to do, counted as Precis does it (docs/design.md, "What the SDK sees").
 
 A work unit is a message to derive (per sender; messages of an unobserved sender count as done once the deriver has
-passed them) or a summary that is due and not yet written. For one session the count is exact, answered flat with `sessions: null` as Honcho does: the session's
-cursors and the messages after them are read (strongly consistent), so a message just posted counts as pending at
-once. For a whole workspace the deriver's cursors are summed (the ByDue index): work the deriver has not yet seen
-(a few hundred milliseconds of stream delay) is not counted there, and summaries are counted per session only.
-Dreams count in the workspace's totals while due or running: one armed and waiting for its collection to be idle
-(an hour) is not work a client waiting for the queue to empty should wait for.
+passed them) or a summary that is due and not yet written. For one session the count is exact, answered flat with
+`sessions: null` as Honcho does: the session's cursors and the messages after them are read (strongly consistent), so a
+message just posted counts as pending at once. For a whole workspace the deriver's cursors are summed (the ByDue index):
+work the deriver has not yet seen (a few hundred milliseconds of stream delay) is not counted there, and summaries are
+counted per session only. Dreams count in the workspace's totals while due or running: one armed and waiting for its
+collection to be idle (an hour) is not work a client waiting for the queue to empty should wait for.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ def _session_status(db: Db, ws: str, session_id: str, observer: str | None, send
     done = sum(int(c.get("derived", 0)) for p, c in by_sender.items()
                if (not sender or p == sender) and _observed_by(observer, members, p))
     if not sender and not observer:
-        from precis.summaries.runner import summaries_due  # the summary strategies: only this route's requests pay for them
+        # the summary strategies: only this route's requests pay for them
+        from precis.summaries.runner import summaries_due
 
         pending += summaries_due(db, ws, session_id, session, workspace)
     return _units(done, in_progress, pending)

@@ -175,7 +175,8 @@ def workspace_open(db: Db, ws: str) -> dict[str, Any]:
     """A transaction action that holds only while the workspace exists and no delete of it is under way."""
     return {"ConditionCheck": {
         "TableName": db.table, "Key": to_item(keys.workspace(ws)),
-        "ConditionExpression": "attribute_exists(PK) AND (attribute_not_exists(deleting_until) OR deleting_until < :now)",
+        "ConditionExpression": "attribute_exists(PK) AND "
+                               "(attribute_not_exists(deleting_until) OR deleting_until < :now)",
         "ExpressionAttributeValues": {":now": {"N": str(int(time.time()))}}}}
 
 
@@ -236,7 +237,8 @@ def ensure_peers(db: Db, ws: str, peer_ids: Iterable[str], known: set[str] = fro
     for start in range(0, len(missing), 99):
         chunk = missing[start:start + 99]
         try:
-            transact(db, [*({"Put": {"TableName": db.table, "Item": to_item({**keys.peer(ws, p), **_peer_values(ws, p)}),
+            transact(db, [*({"Put": {"TableName": db.table,
+                                     "Item": to_item({**keys.peer(ws, p), **_peer_values(ws, p)}),
                                      "ConditionExpression": "attribute_not_exists(PK)"}} for p in chunk),
                           workspace_open(db, ws)])
         except ClientError as exc:
@@ -248,7 +250,8 @@ def ensure_peers(db: Db, ws: str, peer_ids: Iterable[str], known: set[str] = fro
 
 
 def update_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None) -> dict[str, Any]:
-    item = _update(db, keys.peer(ws, peer_id), {"metadata": json_text(metadata), "configuration": json_text(configuration)})
+    item = _update(db, keys.peer(ws, peer_id),
+                   {"metadata": json_text(metadata), "configuration": json_text(configuration)})
     if item is None:
         raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
     return peer_view(item)
@@ -262,7 +265,8 @@ def list_peers(db: Db, ws: str, filters, page_no: int, size: int, reverse: bool)
 
 def peer_session_ids(db: Db, ws: str, peer_id: str) -> list[str]:
     """The ids of the sessions the peer has joined (a deleted session's id lingers until its purge)."""
-    return [i["SK"].removeprefix("SESSION#") for i in partition_items(db, keys.peer_sessions_pk(ws, peer_id), "SESSION#")]
+    items = partition_items(db, keys.peer_sessions_pk(ws, peer_id), "SESSION#")
+    return [i["SK"].removeprefix("SESSION#") for i in items]
 
 
 _pool = ThreadPoolExecutor(max_workers=4)  # the membership reads of one request, side by side
@@ -354,7 +358,8 @@ def _update_existing_session(db: Db, ws: str, item: dict[str, Any], metadata, co
 
 def session_values(ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
     return {"kind": "session", "id": session_id, "workspace_id": ws, "is_active": True,
-            "metadata": json_text(metadata or {}), "configuration": json_text(configuration or {}), "created_at": utcnow(),
+            "metadata": json_text(metadata or {}), "configuration": json_text(configuration or {}),
+            "created_at": utcnow(),
             "incarnation": secrets.token_hex(8)}
 
 
@@ -375,7 +380,8 @@ def _reincarnate(db: Db, ws: str, session_id: str, tombstone: dict[str, Any], va
     if not tombstone.get("purged_at"):
         raise Conflict(f"session '{session_id}' is being deleted; create it again once that finishes")
     if left > 0:
-        raise Conflict(f"session '{session_id}' was deleted moments ago; it can be created again in {math.ceil(left)} s")
+        raise Conflict(f"session '{session_id}' was deleted moments ago; it can be created again in "
+                       f"{math.ceil(left)} s")
     # Nothing may remain of the old incarnation but the fence. A write that slipped past the purge (one that read
     # the tail before the delete and committed after the purge removed its keys) is purged again first.
     fence = keys.fence(ws, session_id, tombstone["fence_seq"]) if tombstone.get("fence_seq") else None
@@ -406,7 +412,8 @@ def _deleted_epoch(item: dict[str, Any]) -> float:
 def update_session(db: Db, ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
     if configuration is not None:
         check_configuration(json_object(require_workspace(db, ws).get("configuration")), configuration)
-    item = _update(db, keys.session(ws, session_id), {"metadata": json_text(metadata), "configuration": json_text(configuration)},
+    item = _update(db, keys.session(ws, session_id),
+                   {"metadata": json_text(metadata), "configuration": json_text(configuration)},
                    condition="attribute_exists(PK) AND attribute_not_exists(deleted_at)")
     if item is None:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
@@ -466,7 +473,8 @@ def add_members(db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any
                                "ExpressionAttributeValues": {":inc": {"S": incarnation}}}}
     for start in range(0, len(puts), 98):  # 49 members (two items each) + the check: DynamoDB's 100-action limit
         try:
-            transact(db, [*({"Put": {"TableName": db.table, "Item": to_item(i)}} for i in puts[start:start + 98]), live])
+            transact(db, [*({"Put": {"TableName": db.table, "Item": to_item(i)}} for i in puts[start:start + 98]),
+                          live])
         except ClientError as exc:
             if cancellation_codes(exc)[-1:] == ["ConditionalCheckFailed"]:
                 raise NotFound(f"session '{session_id}' not found in workspace '{ws}'") from None
@@ -475,7 +483,8 @@ def add_members(db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any
 
 def remove_members(db: Db, ws: str, session_id: str, peer_ids: Iterable[str]) -> None:
     peer_ids = list(dict.fromkeys(peer_ids))
-    delete_keys(db, [k for p in peer_ids for k in (keys.member(ws, session_id, p), keys.peer_session(ws, p, session_id))])
+    delete_keys(db, [k for p in peer_ids
+                     for k in (keys.member(ws, session_id, p), keys.peer_session(ws, p, session_id))])
 
 
 def set_members(db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any]], *,

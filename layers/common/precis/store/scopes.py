@@ -198,7 +198,8 @@ def backfill(db: Db, ws: str, scope_id: str, session_id: str, *, embedder) -> in
                 pass  # copied already, or the membership was removed meanwhile
     try:
         db.client.update_item(TableName=db.table, Key=key, ConditionExpression="attribute_exists(PK)",
-                              UpdateExpression="SET #s = :done, updated_at = :now, docs_copied = if_not_exists(docs, :z)",
+                              UpdateExpression="SET #s = :done, updated_at = :now, "
+                                               "docs_copied = if_not_exists(docs, :z)",
                               ExpressionAttributeNames={"#s": "state"},
                               ExpressionAttributeValues=to_item({":done": "completed", ":now": _now(), ":z": 0}))
     except ClientError as exc:

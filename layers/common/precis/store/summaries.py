@@ -71,9 +71,10 @@ def put_failure(db: Db, ws: str, session_id: str, *, incarnation: str | None, su
 
     Bound to the incarnation like a summary, so no marker outlives a purge into a session created again.
     """
-    item = {**keys.summary_failure(ws, session_id, summary_type), "kind": "summary_failure", "summary_type": summary_type,
-            "first_seq": first_seq, "through_seq": through_seq, "fingerprint": fingerprint, "failures": failures,
-            "retry_at": retry_at, "reason": reason[:2000], "failed_at": utcnow()}
+    item = {**keys.summary_failure(ws, session_id, summary_type), "kind": "summary_failure",
+            "summary_type": summary_type, "first_seq": first_seq, "through_seq": through_seq,
+            "fingerprint": fingerprint, "failures": failures, "retry_at": retry_at, "reason": reason[:2000],
+            "failed_at": utcnow()}
     return _bound_put(db, ws, session_id, incarnation, {"TableName": db.table, "Item": to_item(item)})
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -23,8 +23,6 @@ from precis.lexical import Document
 from precis.store import keys
 from precis.store.db import Db, Numbers, error_code, query_all, to_item
 from precis.store.text_index import rank_texts
-
-K = TypeVar("K")
 
 VECTOR_INDEX = "ByVector"
 RRF_K = 60
@@ -85,10 +83,10 @@ def lexical_rank(db: Db, ws: str, observer: str, observed: str, text: str, k: in
     texts = {("", i["id"]): Document.parse(i["tsig"], int(i["tlen"])) for i in items
              if (level is None or i.get(LEVEL_ATTRIBUTE) == level)
              and (session_key is None or i.get(SESSION_ATTRIBUTE) == session_key)}
-    return rank_texts(texts, text, k)  # type: ignore[arg-type]
+    return rank_texts(texts, text, k)  # type: ignore[return-value]
 
 
-def fuse(lexical: Sequence[K], semantic: Sequence[K] | None, weight: float = LEXICAL_WEIGHT) -> list[K]:
+def fuse[K](lexical: Sequence[K], semantic: Sequence[K] | None, weight: float = LEXICAL_WEIGHT) -> list[K]:
     """One ranking from a lexical and a semantic one (best first): weighted reciprocal rank (k = 60), ties in key
     order; the lexical ranking alone when there is no semantic one."""
     if semantic is None:

@@ -8,9 +8,12 @@ may succeed later.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from precis.llm import configured
+
+if TYPE_CHECKING:
+    from precis.settings import Settings
 
 DERIVER_ENGINES = ("llm", "extractive")
 
@@ -57,12 +60,12 @@ class DeriverEngine(Protocol):
         ...
 
 
-def default_deriver_engine(settings: Any) -> str:
+def default_deriver_engine(settings: Settings) -> str:
     """`settings.derive_engine` when set, else `llm` when derivation has a model (Bedrock, or an endpoint or key)."""
     return getattr(settings, "derive_engine", None) or ("llm" if configured(settings, "derive") else "extractive")
 
 
-def get_deriver_engine(name: str, settings: Any = None, model: str | None = None) -> DeriverEngine:
+def get_deriver_engine(name: str, settings: Settings | None = None, model: str | None = None) -> DeriverEngine:
     """The engine called `name`; the llm engine uses `model`, else the settings' (`model_for("derive")`)."""
     if name == "extractive":
         from precis.memory.engines.extractive import ExtractiveDeriver

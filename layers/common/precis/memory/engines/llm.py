@@ -1,9 +1,10 @@
 """The `llm` deriver: conclusions and peer cards from one chat completion against any OpenAI-compatible endpoint.
 
-It asks the configured chat model, through the LLM seam (`precis.llm`: the same timeouts, retries with backoff,
-time budget and error classes as every model call), for JSON: structured output with a strict schema where the server supports it, else the JSON shape in the
-prompt, read from the text. An answer that is not that JSON (not JSON, the wrong shape, an empty conclusion) is
-retried like a server error, then raised as a retryable EngineError; a refused request (400, 401, 404) is final.
+It asks the configured chat model, through the LLM seam (`precis.llm`: the same timeouts, retries with backoff, time
+budget and error classes as every model call), for JSON: structured output with a strict schema where the server
+supports it, else the JSON shape in the prompt, read from the text. An answer that is not that JSON (not JSON, the wrong
+shape, an empty conclusion) is retried like a server error, then raised as a retryable EngineError; a refused request
+(400, 401, 404) is final.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from precis.llm import BadAnswer, Model, model_from, model_of
 from precis.memory.engines import DeriveRequest
@@ -24,6 +25,9 @@ from precis.memory.engines.prompt import (
     build_dream_messages,
     build_messages,
 )
+
+if TYPE_CHECKING:
+    from precis.settings import Settings
 
 T = TypeVar("T")
 CARD_MAX_TOKENS = MAX_ENTRIES * MAX_ENTRY_CHARS // 3  # a full card, with room for the JSON around it
@@ -40,7 +44,7 @@ class LLMDeriver:
         self.llm = llm or model_of(**options)  # options: the provider's (model, base_url, api_key, timeout, ...)
 
     @classmethod
-    def from_settings(cls, settings: Any, model: str | None = None, **overrides: Any) -> LLMDeriver:
+    def from_settings(cls, settings: Settings, model: str | None = None, **overrides: Any) -> LLMDeriver:
         """A deriver from precis.settings.Settings: `model`, else derive_model, else llm_model, else the default."""
         return cls(model_from(settings, "derive", model=model or getattr(settings, "derive_model", None), **overrides))
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from precis.llm import configured
+
+if TYPE_CHECKING:
+    from precis.settings import Settings
 
 ENGINES = ("llm", "extractive")
 
@@ -70,12 +73,13 @@ def word_limit(max_output_tokens: int) -> int:
     return max(1, max_output_tokens * 3 // 4)
 
 
-def default_engine(settings: Any) -> str:
-    """`llm` when summaries have a model (Bedrock, or an endpoint or key), else `extractive` (offline summaries on the local stack)."""
+def default_engine(settings: Settings) -> str:
+    """`llm` when summaries have a model (Bedrock, or an endpoint or key), else `extractive` (offline summaries on the
+    local stack)."""
     return "llm" if configured(settings, "summaries") else "extractive"
 
 
-def get_engine(name: str, settings: Any = None) -> Engine:
+def get_engine(name: str, settings: Settings | None = None) -> Engine:
     """The engine called `name`, configured from `settings` (precis.settings.Settings)."""
     if name == "extractive":
         from precis.summaries.engines.extractive import ExtractiveEngine

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from precis.llm import Model, model_from, model_of
 from precis.summaries.engines import SummaryRequest, SummaryResult
 from precis.summaries.engines.prompt import build_messages
 from precis.tokens import count_messages, count_text
+
+if TYPE_CHECKING:
+    from precis.settings import Settings
 
 
 class LLMEngine:
@@ -27,7 +30,7 @@ class LLMEngine:
         self.llm = llm or model_of(**options)  # options: the provider's (model, base_url, api_key, timeout, ...)
 
     @classmethod
-    def from_settings(cls, settings: Any, **overrides: Any) -> LLMEngine:
+    def from_settings(cls, settings: Settings, **overrides: Any) -> LLMEngine:
         """An engine from precis.settings.Settings (precis.llm.model_from); `overrides` win."""
         return cls(model_from(settings, "summaries", **overrides))
 
