@@ -95,8 +95,8 @@ def test_the_settings_table_declares_every_field_once():
     assert len(variables) == len(set(variables)), "a variable named for two fields"
     parameters = [parameter for _, parameter in ENVIRONMENT.values() if parameter]
     assert len(parameters) == len(set(parameters)), "a template parameter named for two fields"
-    assert SUMMARY_ENV == {f: ENVIRONMENT[f"summary_{f}"] for f in SummaryConfig.model_fields if
-                           f"summary_{f}" in ENVIRONMENT}
+    from_table = {f: ENVIRONMENT[f"summary_{f}"] for f in SummaryConfig.model_fields if f"summary_{f}" in ENVIRONMENT}
+    assert from_table == SUMMARY_ENV
 
 
 @pytest.mark.parametrize("field", sorted(f for f, (_, p) in ENVIRONMENT.items() if p))

@@ -98,8 +98,10 @@ def on_schedule(db: Db, time_left: TimeLeft) -> dict[str, int]:
     workspaces = all_workspaces(db)
     targets: list[Target] = [*due_targets(db, workspaces, now)]
     targets += [dream for ws in workspaces for dream in dreams_due(db, ws, now)]
-    failures = concurrency.run_each(targets, lambda t: derive(db, t, time_left),
-                                    workers=get_settings().summarize_concurrency)
+    def run(found: Target) -> None:
+        derive(db, found, time_left)
+
+    failures = concurrency.run_each(targets, run, workers=get_settings().summarize_concurrency)
     failed = [t for t, exc in failures.items() if exc is not None]
     return {"flushed": len(targets) - len(failed), "failed": len(failed)}
 
