@@ -10,8 +10,10 @@ from precis import startup  # first: no garbage collection while the imports run
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
 from precis.mcp.endpoint import handle
+from precis.settings import get_settings
 
 logger = Logger()
+get_settings()  # a bad deployment setting stops the cold start here, as in every function, not the first request
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
