@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from precis.context.rules import check_context_params, session_allowlist
-from precis.models import ConclusionQuery, ListBody, RepresentationQuery, SearchQuery
+from precis.schemas import ConclusionQuery, ListBody, RepresentationQuery, SearchQuery
 from precis.api.params import (
     MAX_CONTEXT_TOKENS,
     Distance,

@@ -13,7 +13,7 @@ from pydantic import Field, StringConstraints
 from precis.auth import Access
 from precis.mcp.catalogue import CATALOGUE, Call
 from precis.mcp.tools.workspaces import InWorkspace, Query, query_collection
-from precis.models import MAX_BATCH, Id
+from precis.schemas import MAX_BATCH, Id
 
 OBSERVER = "The peer whose conclusions they are (the observer)."
 
