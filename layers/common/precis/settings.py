@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from precis.summaries.config import SummaryConfig
+from precis.schemas.summary_settings import SummaryConfig
 
 # The deployment's summary defaults (template parameters): SummaryConfig field -> (variable, parameter).
 SUMMARY_ENV = {
