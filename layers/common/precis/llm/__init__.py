@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 PROVIDERS = ("openai", "bedrock")
@@ -165,6 +165,14 @@ class Model:
         ceiling = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
         backoff = ceiling / 2 + self.rng() * ceiling / 2
         return min(self.backoff_max, max(backoff, retry_after or 0.0))
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalised vectors of `dimensions` floats, one per text, in order."""
+
+    dimensions: int
+
+    def embed(self, texts: list[str]) -> list[list[float]]: ...
 
 
 def provider_of(settings: Any, role: str | None = None) -> str:
