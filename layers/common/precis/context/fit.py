@@ -1,8 +1,8 @@
 """A peer's working representation: which conclusions are chosen, how they are rendered, and what fits a budget.
 
 Pure functions (MEMORY.md, "The working representation"); `precis.store.representation` does the reading and the
-selection (`shares`, `merge`). Selection is Honcho's: `semantic` nearest the query, `frequent` most derived, the rest newest, merged without
-repeats and ordered oldest first. Rendering is Honcho's markdown. Fitting is Precis's: the representation and the
+selection (`shares`, `merge`). Selection is Honcho's: `semantic` nearest the query, `frequent` most derived, the
+rest newest, merged without repeats and ordered oldest first. Rendering is Honcho's markdown. Fitting is Precis's: the representation and the
 card together take at most their budget, shortened by dropping whole conclusions (least relevant first: recent
 before frequent before semantic, oldest first within each) and then card entries from the end.
 """
