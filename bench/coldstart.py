@@ -79,7 +79,7 @@ def sample(module: str, env: dict[str, str], cwd: str) -> dict:
 
 def largest_imports(env: dict[str, str], cwd: str, top: int = 6) -> list[tuple[str, float]]:
     """Import time by package (sum of self times, python -X importtime), for one module: top-level packages, but
-    Precis's and Powertools' own by their modules (precis.models, aws_lambda_powertools.event_handler)."""
+    Precis's and Powertools' own by their modules (precis.schemas, aws_lambda_powertools.event_handler)."""
     out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import app"], env=env, cwd=cwd,
                          capture_output=True, text=True, check=False)
     by_package: dict[str, float] = {}

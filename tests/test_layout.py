@@ -25,18 +25,26 @@ def _modules(package: Path = PACKAGE) -> dict[str, Path]:
 
 
 def _imports(path: Path, modules: dict[str, Path], prefix: str = "precis") -> list[tuple[str, str | None, int]]:
-    """(module imported, name taken from it or None, line) for each import of a `prefix` module in `path`."""
+    """(module imported, name taken from it or None, line) for each import of a `prefix` module in `path`, at any
+    depth: inside functions and under `if TYPE_CHECKING:` too; relative imports resolved."""
     found = []
+    package = _module_of(path, modules[prefix].parent).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found += [(a.name, None, node.lineno) for a in node.names if a.name.startswith(prefix)]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(prefix) and not node.level:
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            if not base.startswith(prefix):
+                continue
             for alias in node.names:
-                child = f"{node.module}.{alias.name}"
+                child = f"{base}.{alias.name}"
                 # `from precis.store import messages` imports the module precis.store.messages
-                found.append((child, None, node.lineno) if child in modules else (node.module, alias.name, node.lineno))
+                found.append((child, None, node.lineno) if child in modules else (base, alias.name, node.lineno))
     return found
-
 
 def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     modules = _modules(package)
@@ -114,6 +122,103 @@ def test_a_name_means_one_thing(name):
                                              for m in same), same
     else:
         assert len(same) <= 1, same
+
+
+# ---------------------------------------------------------------- the shared package's floors
+
+# precis's packages (a top-level module counts as a package of its own), lowest first: a package imports only from
+# its own floor or below, and no two packages import each other, directly or round a loop. docs/layout.md, "Floors".
+FLOORS = [
+    # shared leaves: errors, shapes and pure arithmetic that every floor uses
+    {"precis", "errors", "tokens", "lexical", "schemas", "concurrency", "telemetry", "startup"},
+    # the deployment: its settings, secrets, the model seam, who may do what, a workspace's or session's configuration
+    {"settings", "secrets", "llm", "auth", "configuration"},
+    # the store: the only code that names table keys and S3 objects
+    {"store"},
+    # the capabilities, each deciding in its own package and reading and writing through the store
+    {"messages", "context", "summaries", "memory", "chat", "stream"},
+    # the HTTP API
+    {"api"},
+    # the MCP endpoint, a second edge that answers through the API's own reads
+    {"mcp"},
+]
+# (importing module, imported module): upward imports not yet moved, each a debt with its reason. None today.
+UPWARD_ALLOWED: set[tuple[str, str]] = set()
+
+
+def _package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _crossings(package: Path = PACKAGE) -> list[tuple[str, int, str, str]]:
+    """(file, line, importing module, imported module) for each import from one package of `package` to another."""
+    modules = _modules(package)
+    found = set()
+    for module, path in modules.items():
+        for target, _name, line in _imports(path, modules, package.name):
+            while target not in modules and "." in target:
+                target = target.rpartition(".")[0]
+            if target in modules and _package_of(target) != _package_of(module):
+                found.add((str(path.relative_to(package.parent)), line, module, target))
+    return sorted(found)
+
+
+def _where(crossing: tuple[str, int, str, str]) -> str:
+    file, line, module, target = crossing
+    return f"{file}:{line} {_package_of(module)} -> {_package_of(target)} ({module} imports {target})"
+
+
+def test_every_package_has_a_floor():
+    floored = set().union(*FLOORS)
+    assert sum(map(len, FLOORS)) == len(floored), "a package on two floors"
+    assert {_package_of(m) for m in _modules()} == floored
+
+
+def test_the_floor_checks_see_upward_imports_and_loops():
+    crossings = _crossings()
+    assert any(m == "precis.messages.ingest" and t.startswith("precis.store.") for _f, _l, m, t in crossings)
+    assert _upward([("a.py", 3, "precis.errors", "precis.store.keys")]) == [
+        "a.py:3 errors -> store (precis.errors imports precis.store.keys)"]
+    assert _package_loops([("a.py", 1, "precis.api.x", "precis.chat"), ("b.py", 2, "precis.chat", "precis.api.y")])
+
+
+def _upward(crossings: list[tuple[str, int, str, str]]) -> list[str]:
+    floor = {p: i for i, packages in enumerate(FLOORS) for p in packages}
+    return [_where(c) for c in crossings
+            if floor[_package_of(c[3])] > floor[_package_of(c[2])] and (c[2], c[3]) not in UPWARD_ALLOWED]
+
+
+def _package_loops(crossings: list[tuple[str, int, str, str]]) -> list[str]:
+    """Each loop of packages, with the imports in it that do not run down the floors (those close it)."""
+    floor = {p: i for i, packages in enumerate(FLOORS) for p in packages}
+    graph: dict[str, set[str]] = {}
+    crossings = [c for c in crossings if (c[2], c[3]) not in UPWARD_ALLOWED]
+    for _file, _line, module, target in crossings:
+        graph.setdefault(_package_of(module), set()).add(_package_of(target))
+        graph.setdefault(_package_of(target), set())
+    loops = []
+    for loop in _circles(graph):
+        inside = [_where(c) for c in crossings if {_package_of(c[2]), _package_of(c[3])} <= set(loop)
+                  and floor.get(_package_of(c[3]), 0) >= floor.get(_package_of(c[2]), 0)]
+        loops.append(" ⇄ ".join(loop) + ":\n  " + "\n  ".join(inside))
+    return loops
+
+
+def test_no_package_imports_from_a_floor_above_its_own():
+    upward = _upward(_crossings())
+    assert not upward, "imports running upward:\n" + "\n".join(upward)
+
+
+def test_no_import_loop_between_packages():
+    loops = _package_loops(_crossings())
+    assert not loops, "import loops between packages:\n" + "\n".join(loops)
+
+
+def test_every_allowed_upward_import_still_exists():
+    """An allowance outlives its import only by mistake: drop it once the import has moved."""
+    crossings = {(m, t) for _f, _l, m, t in _crossings()}
+    assert crossings >= UPWARD_ALLOWED, sorted(UPWARD_ALLOWED - crossings)
 
 
 # ---------------------------------------------------------------- the local stack

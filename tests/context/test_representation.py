@@ -7,7 +7,8 @@ import string
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from precis.context.fit import FREQUENT, RECENT, SEMANTIC, Chosen, fit, merge, render, shares
+from precis.context.fit import fit, render
+from precis.store.representation import FREQUENT, RECENT, SEMANTIC, Chosen, merge, shares
 from precis.tokens import count_text
 
 from local import moto_vectors
@@ -59,7 +60,7 @@ def test_rendering_is_honchos():
 
 
 def test_merge_drops_repeats_refills_each_share_and_orders_oldest_first():
-    from precis.context.fit import Shares
+    from precis.store.representation import Shares
 
     semantic = [c("s1", "2025-01-03T00:00:00+00:00"), c("r1", "2025-01-05T00:00:00+00:00")]
     frequent = [c("r1", "2025-01-05T00:00:00+00:00"), c("f1", "2025-01-01T00:00:00+00:00")]

@@ -14,7 +14,7 @@ import pytest
 from bench.coldstart import lambda_environment
 from local.template import ROOT
 
-WATCHED = ("openai", "tiktoken", "boto3", "s3transfer", "precis.api.bodies", "precis.summaries.strategies",
+WATCHED = ("openai", "tiktoken", "boto3", "s3transfer", "precis.schemas.bodies", "precis.summaries.strategies",
            "precis.store.representation", "mcp", "aws_lambda_powertools.event_handler")
 PROBE = r"""
 import json, sys
@@ -58,7 +58,7 @@ def test_no_function_imports_openai_when_it_starts(logical_id):
 @pytest.mark.parametrize("logical_id", ["ContextFunction", "ChatFunction"])
 def test_the_read_path_imports_no_llm_client_tokenizer_write_bodies_or_planner(logical_id):
     imported = cold(logical_id)["import"]
-    lazy = ("openai", "tiktoken", "precis.api.bodies", "precis.summaries.strategies")
+    lazy = ("openai", "tiktoken", "precis.schemas.bodies", "precis.summaries.strategies")
     assert not any(imported[name] for name in lazy)
 
 
@@ -74,7 +74,7 @@ def test_the_mcp_function_starts_without_the_mcp_package_a_resolver_or_what_only
     that use them."""
     imported = cold("McpFunction")["import"]
     assert not any(imported[name] for name in ("mcp", "aws_lambda_powertools.event_handler", "openai", "tiktoken",
-                                               "precis.api.bodies", "precis.store.representation")), imported
+                                               "precis.schemas.bodies", "precis.store.representation")), imported
 
 
 def test_the_context_function_starts_without_the_representation():  # it loads with the first peer_target

@@ -16,7 +16,7 @@ import pytest
 from local.template import ROOT, TEMPLATE, _parse, _Tag, load_template
 from local.worker import PASS_THROUGH
 from precis.settings import ENVIRONMENT, SUMMARY_ENV, Settings, get_settings
-from precis.summaries.config import SummaryConfig
+from precis.schemas.summary_settings import SummaryConfig
 
 RAW = _parse(TEMPLATE.read_text())
 PARAMETERS: dict[str, Any] = RAW["Parameters"]

@@ -17,7 +17,7 @@ from moto.dynamodb.models import dynamodb_backends
 from moto.dynamodb.models.table import Table
 
 from local import moto_patches, moto_vectors
-from precis.memory.embeddings import cosine_distance
+from precis.store.vectors import cosine_distance
 from precis.store import vectors
 from precis.store.db import Db
 

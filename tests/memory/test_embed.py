@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from precis.settings import Settings
-from precis.memory.embeddings import HashedEmbedder, OpenAIEmbedder, cosine_distance, get_embedder, stem
+from precis.memory.embeddings import HashedEmbedder, OpenAIEmbedder, get_embedder, stem
+from precis.store.vectors import cosine_distance
 from precis.llm import EngineError
 
 

@@ -14,7 +14,7 @@ from precis.settings import get_settings
 from precis.messages.ingest import _fingerprint, create_messages
 from precis.store import keys
 from precis.store.db import from_item, get_db
-from precis.api.bodies import MessageBatch
+from precis.schemas.bodies import MessageBatch
 
 from tests.handlers import call
 

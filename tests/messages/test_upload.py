@@ -450,8 +450,8 @@ def test_the_async_sdk_uploads_a_file(stack):
 
 def test_the_openapi_document_describes_the_form_so_it_can_be_fuzzed(session):
     from precis.api.app import openapi_document
-    from precis.api.bodies import UploadFields
-    from precis.models import ID_MAX, ID_PATTERN
+    from precis.schemas.bodies import UploadFields
+    from precis.schemas import ID_MAX, ID_PATTERN
 
     operation = openapi_document()["paths"][
         "/v3/workspaces/{workspace_id}/sessions/{session_id}/messages/upload"]["post"]

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from precis.settings import SUMMARY_ENV, get_settings
 from precis.errors import Invalid
-from precis.summaries.config import SummaryConfig, merge_config
+from precis.schemas.summary_settings import SummaryConfig, merge_config
 
 if TYPE_CHECKING:
     from precis.settings import Settings
@@ -122,9 +122,10 @@ def derive_config(workspace: dict[str, Any] | None, session: dict[str, Any] | No
                   settings: Settings | None = None) -> DeriveConfig:
     """The effective deriver settings of a session; Invalid (422) naming a bad field."""
     settings = settings or get_settings()
-    from precis.summaries.engines import default_engine
+    from precis.llm import configured
 
-    engine = settings.derive_engine or ("llm" if default_engine(settings) == "llm" else "extractive")
+    # the summarizer's default (summaries.engines.default_engine): llm when summaries have a model
+    engine = settings.derive_engine or ("llm" if configured(settings, "summaries") else "extractive")
     merged: dict[str, Any] = {"engine": engine, "model": settings.model_for("derive"),
                               "batch_tokens": settings.derive_batch_tokens, "max_wait_s": settings.derive_max_wait_s}
     for level in (_derive_level(workspace), _derive_level(session)):

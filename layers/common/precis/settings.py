@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from precis.summaries.config import SummaryConfig
+from precis.schemas.summary_settings import SummaryConfig
 
 # Every setting, declared once: Settings field -> (environment variable, template parameter or None). A parameter
 # reaches its variable through template.yaml's environment (Globals, or the one function that reads it); None: the

@@ -7,7 +7,7 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from precis.context.rules import MAX_CONTEXT_TOKENS
-from precis.models import ID_MAX, ID_PATTERN, MESSAGE_ID_PATTERN
+from precis.schemas import ID_MAX, ID_PATTERN, MESSAGE_ID_PATTERN
 
 WorkspaceId = Annotated[str, Path(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]
 PeerId = Annotated[str, Path(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]

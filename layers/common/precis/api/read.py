@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from precis.context.rules import check_context_params, session_allowlist
-from precis.models import ConclusionQuery, ListBody, RepresentationQuery, SearchQuery
+from precis.schemas import ConclusionQuery, ListBody, RepresentationQuery, SearchQuery
 from precis.api.params import (
     MAX_CONTEXT_TOKENS,
     Distance,
@@ -196,7 +196,7 @@ def get_peer_card(workspace_id: WorkspaceId, peer_id: PeerId, target: OptionalId
 @router.get("/v3/workspaces/<workspace_id>/queue/status")
 def queue_status(workspace_id: WorkspaceId, observer_id: OptionalId = None, sender_id: OptionalId = None,
                  session_id: OptionalId = None):
-    from precis.store import queue
+    from precis.memory import queue
 
     return queue.queue_status(get_db(), workspace_id, observer_id=observer_id, sender_id=sender_id,
                               session_id=session_id)

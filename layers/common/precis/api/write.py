@@ -11,7 +11,7 @@ from precis.messages import upload
 from precis.auth import mint_key
 from precis.settings import get_settings
 from precis.messages.ingest import create_messages
-from precis.models import Id
+from precis.schemas import Id
 from precis.api.params import (
     ConclusionId,
     MessageId,
@@ -26,7 +26,7 @@ from precis.secrets import jwt_secret
 from precis.store import messages, resources
 from precis.store.db import get_db
 from precis.api.answers import json_response
-from precis.api.bodies import (
+from precis.schemas.bodies import (
     ConclusionBatch,
     DreamRequest,
     MessageBatch,

@@ -1,4 +1,4 @@
-"""The body of POST /peers/{p}/chat and POST /chat, apart from precis.models: only the chat function builds it."""
+"""The body of POST /peers/{p}/chat and POST /chat, apart from precis.schemas: only the chat function builds it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints
 
-from precis.models import Body, Id, RepresentationFilters, ScopeId
+from precis.schemas import Body, Id, RepresentationFilters, ScopeId
 
 
 class ChatQuery(Body):

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 from precis.chat import TOOL_RESULT_TOKENS, Evidence, Gathered, conclusion_line, message_line
-from precis.context.fit import SEMANTIC, Chosen, fit
+from precis.context.fit import fit
 from precis.context import compose
 from precis.store import conclusions, message_search, representation, resources
 from precis.store.db import Db
 from precis.store.messages import Base
+from precis.store.representation import SEMANTIC, Chosen
 from precis.tokens import count_text
 
 MAX_CONCLUSIONS = 30  # chosen for the first retrieval before fitting

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from precis.errors import Invalid
-from precis.models import ID_MAX, ID_PATTERN
+from precis.schemas import ID_MAX, ID_PATTERN
 
 MAX_CONTEXT_TOKENS = 100_000  # the largest token budget a context read takes
 

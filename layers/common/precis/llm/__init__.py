@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from precis.settings import Settings
@@ -168,6 +168,14 @@ class Model:
         ceiling = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
         backoff = ceiling / 2 + self.rng() * ceiling / 2
         return min(self.backoff_max, max(backoff, retry_after or 0.0))
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalised vectors of `dimensions` floats, one per text, in order."""
+
+    dimensions: int
+
+    def embed(self, texts: list[str]) -> list[list[float]]: ...
 
 
 def provider_of(settings: Settings, role: str | None = None) -> str:

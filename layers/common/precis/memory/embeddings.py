@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 from functools import lru_cache
 from hashlib import blake2b
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from precis.llm import BadAnswer, EngineError, Model
+from precis.llm import BadAnswer, Embedder, EngineError, Model
 
 if TYPE_CHECKING:
     from precis.settings import Settings
@@ -31,14 +31,6 @@ _STOPWORDS = frozenset(
     "with would you your yours".split()
 )
 _SUFFIXES = ("ing", "ed", "es", "s")
-
-
-class Embedder(Protocol):
-    """Turns texts into L2-normalised vectors of `dimensions` floats, one per text, in order."""
-
-    dimensions: int
-
-    def embed(self, texts: list[str]) -> list[list[float]]: ...
 
 
 def stem(word: str) -> str:
@@ -245,9 +237,3 @@ def _embedder(kind: str, model: str, dimensions: int, base_url: str | None, api_
                                max_attempts=max_attempts or 4)
     raise ValueError(f"embedder: must be hashed, openai or bedrock, got {kind!r}")
 
-
-def cosine_distance(a: list[float], b: list[float]) -> float:
-    """1 - cosine similarity (0 same direction, 2 opposite); 1 when either vector is zero."""
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    norms = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return 1.0 - dot / norms if norms > 0 else 1.0

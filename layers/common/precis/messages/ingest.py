@@ -17,7 +17,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from precis.settings import Settings
 from precis.errors import Invalid, TooLarge
-from precis.models import ID_MAX, ID_PATTERN
+from precis.schemas import ID_MAX, ID_PATTERN
 from precis.store import idempotency
 from precis.store.db import Db
 from precis.store import text_index
@@ -32,7 +32,7 @@ from precis.store.messages import (
     read_range,
 )
 from precis.tokens import count_text
-from precis.api.bodies import MessageBatch, MessageIn
+from precis.schemas.bodies import MessageBatch, MessageIn
 
 IDEMPOTENCY_KEY_MAX = 255
 # Distinct terms a post indexes before it answers (each is a posting and two counter updates, eight at a time: a few

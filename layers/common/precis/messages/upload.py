@@ -22,9 +22,9 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from pydantic import ValidationError
 
 from precis.errors import Invalid, TooLarge, UnsupportedMediaType
-from precis.models import ID_MAX, ID_PATTERN, MAX_BATCH
+from precis.schemas import ID_MAX, ID_PATTERN, MAX_BATCH
 from precis.messages.split import split_text
-from precis.api.bodies import MessageBatch, MessageIn, UploadFields
+from precis.schemas.bodies import MessageBatch, MessageIn, UploadFields
 
 # The file, base64-encoded by API Gateway (4/3) with the form around it, stays inside Lambda's 6 MB event.
 MAX_FILE_BYTES = 4 * 1024 * 1024

@@ -416,9 +416,7 @@ def _nearest_within(vector: list[float], stored: list[tuple[str, list[float]]], 
 
 def _distances(vector: list[float], stored: list[tuple[str, list[float]]]) -> list[tuple[float, str]]:
     """(cosine distance from `vector`, as the index measures it; id) of each stored vector."""
-    from precis.memory.embeddings import cosine_distance  # (the store does not import the memory package up front)
-
-    return [(cosine_distance(vector, other), stored_id) for stored_id, other in stored]
+    return [(vectors.cosine_distance(vector, other), stored_id) for stored_id, other in stored]
 
 
 def _put(db: Db, item: dict[str, Any], condition: str | None = None, values: dict[str, Any] | None = None,

@@ -25,7 +25,7 @@ from precis.store.messages import Base, message_view, with_bodies
 from precis.store.vectors import MAX_TOP_K, fuse, search_index, vector_attribute
 
 if TYPE_CHECKING:
-    from precis.memory.embeddings import Embedder
+    from precis.llm import Embedder
 
 MEANING_INDEX = "ByMessageMeaning"
 _MESSAGE_FIELDS = ("PK", "SK", "id", "seq", "peer_id", "content", "body_key", "metadata", "created_at",

@@ -109,6 +109,15 @@ def last_message(db: Db, ws: str, session_id: str, fields: tuple[str, ...] = TAI
     return from_item(out["Items"][0]) if out["Items"] else None
 
 
+def senders_from(db: Db, ws: str, session_id: str, start: int) -> list[dict[str, Any]]:
+    """`seq`, `peer_id` and `kind` of each item of the session's messages from `start` on (strongly consistent)."""
+    return query_all(db, KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b",
+                     ConsistentRead=True, ProjectionExpression="seq, peer_id, kind",
+                     ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id),
+                                                        ":a": keys.message_sk(start),
+                                                        ":b": keys.message_sk(keys.MAX_SEQ)}))
+
+
 def is_fence(item: dict[str, Any] | None) -> bool:
     """Whether the newest item under MSG# is the fence a delete put after the last message."""
     return item is not None and item.get("kind") == "fence"

@@ -9,19 +9,70 @@ ALLOWLIST_SCAN_LIMIT conclusions per share.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from precis.context.fit import Chosen, Shares, merge, shares
 from precis.store import keys, vectors
 from precis.store.db import Db, batch_get, from_item, to_item
 
+SEMANTIC, FREQUENT, RECENT = 2, 1, 0  # relevance of a share: the least relevant is dropped first
 FREQUENCY_INDEX = "ByFrequency"
 ALLOWLIST_SCAN_LIMIT = 2_000
 _FIELDS = ("id", "content", "level", "source_at", "created_at", "session_id", "source_ids")
 _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="representation")
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A conclusion as the representation uses it."""
+
+    id: str
+    content: str
+    level: str
+    at: str  # ISO time of the newest source message (or of its creation)
+    share: int = RECENT
+    premises: tuple[str, ...] = ()  # the contents of a deductive conclusion's sources
+    # Provenance, for a chat's evidence: not part of the rendering.
+    created_at: str | None = None
+    session_id: str | None = None
+    source_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Shares:
+    semantic: int
+    frequent: int
+    recent: int
+
+
+def shares(total: int, *, search: bool, search_top_k: int | None, include_most_frequent: bool) -> Shares:
+    """Honcho's split of `total` (max_conclusions) between the semantic, most-frequent and recent shares."""
+    semantic = min(max(1, search_top_k or total // 3), total) if search else 0
+    if include_most_frequent:
+        frequent = min(total // 3 if search else total // 2, total - semantic)
+    else:
+        frequent = 0
+    return Shares(semantic, frequent, total - semantic - frequent)
+
+
+def merge(split: Shares, semantic: Sequence[Chosen], frequent: Sequence[Chosen], recent: Sequence[Chosen]
+          ) -> list[Chosen]:
+    """The three shares (each in its own order of preference) without repeats, each filled up to its size from
+    its own candidates, then ordered oldest first."""
+    chosen: dict[str, Chosen] = {}
+    for size, candidates, share in ((split.semantic, semantic, SEMANTIC), (split.frequent, frequent, FREQUENT),
+                                    (split.recent, recent, RECENT)):
+        taken = 0
+        for conclusion in candidates:
+            if taken >= size:
+                break
+            if conclusion.id in chosen:
+                continue
+            chosen[conclusion.id] = replace(conclusion, share=share)
+            taken += 1
+    return sorted(chosen.values(), key=lambda c: (c.at, c.id))
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,11 @@ def require_peers(db: Db, ws: str, *peer_ids: str | None) -> None:
             raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
 
 
+def peer_exists(db: Db, ws: str, peer_id: str) -> bool:
+    """Whether the peer exists: one batch read."""
+    return bool(batch_get(db, [keys.peer(ws, peer_id)]))
+
+
 def require_workspace(db: Db, ws: str) -> dict[str, Any]:
     item = _get(db, keys.workspace(ws))
     if item is None:
@@ -300,6 +305,11 @@ def list_peer_sessions(db: Db, ws: str, peer_id: str, filters, page_no: int, siz
 # a conditional put, so none can commit after the delete. The purge removes everything but the session item and
 # the fence, which stay as a tombstone until the id is created again (at least PURGE_GRACE_S after the delete,
 # when no request that began before it can still be running).
+
+def session_item(db: Db, ws: str, session_id: str) -> dict[str, Any] | None:
+    """The session's item, deleted or not, or None: one batch read."""
+    return next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
+
 
 def require_session(db: Db, ws: str, session_id: str) -> dict[str, Any]:
     item = _get(db, keys.session(ws, session_id))

@@ -10,6 +10,7 @@ as a write that slipped past the purge: the id waits for another purge).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection
 from enum import Enum
 from typing import Any
@@ -199,3 +200,11 @@ def _update_lease(db: Db, key: dict[str, str], update: str, condition: str, valu
             raise
         return False
     return True
+
+
+def write_audit(db: Db, ws: str, session_id: str, summary_type: str, covers_seq: int, name: str,
+                record: dict[str, Any], *, incarnation: str) -> None:
+    """A summary step's audit record, a JSON object in the bucket (`keys.audit_object`)."""
+    key = keys.audit_object(ws, session_id, summary_type, covers_seq, name, incarnation=incarnation)
+    db.s3.put_object(Bucket=db.bucket, Key=key, Body=json.dumps(record, ensure_ascii=False).encode(),
+                     ContentType="application/json")

@@ -134,3 +134,10 @@ def search_index(db: Db, index: str, equal: dict[str, str | None], vector: list[
         raise
     # A COSINE index's score is already the cosine distance (0 identical, 2 opposite).
     return [(result["Item"], float(result["Score"])) for result in answer.get("SearchResults", [])]
+
+
+def cosine_distance(a: list[float], b: list[float]) -> float:
+    """1 - cosine similarity (0 same direction, 2 opposite); 1 when either vector is zero."""
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norms = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return 1.0 - dot / norms if norms > 0 else 1.0

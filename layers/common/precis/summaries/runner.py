@@ -69,6 +69,7 @@ from precis.store.summaries import (
     read_summary_state,
     release_summary_lease,
     take_summary_lease,
+    write_audit,
 )
 from precis.summaries.strategies import (
     JobFailure,
@@ -493,10 +494,8 @@ class _Runner:
 
     def _audit(self, summary_type: str, covers_seq: int, prefix: str, record: dict[str, Any]) -> None:
         record["created_at"] = datetime.now(UTC).isoformat()
-        key = keys.audit_object(self.ws, self.session_id, summary_type, covers_seq,
-                                prefix + secrets.token_hex(4), incarnation=self.incarnation or "_")
-        self.db.s3.put_object(Bucket=self.db.bucket, Key=key, Body=json.dumps(record, ensure_ascii=False).encode(),
-                              ContentType="application/json")
+        write_audit(self.db, self.ws, self.session_id, summary_type, covers_seq, prefix + secrets.token_hex(4), record,
+                    incarnation=self.incarnation or "_")
 
 
 def _job_failure(marker: dict[str, Any] | None) -> JobFailure | None:

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from precis.context.budget import SummaryCost  # a stored summary's position and size, as the context budget sees it
-from precis.summaries.config import (  # noqa: F401  (the settings the strategies decide by; re-exported)
+from precis.schemas.summary_settings import (  # noqa: F401  (the settings the strategies decide by; re-exported)
     CADENCE_OUTPUT_TOKENS,
     LONG,
     MAX_OUTPUT_TOKENS,

@@ -13,7 +13,7 @@ from pydantic import Field, StringConstraints
 from precis.auth import Access
 from precis.mcp.catalogue import CATALOGUE, Call
 from precis.mcp.tools.workspaces import InWorkspace, Query, query_collection
-from precis.models import MAX_BATCH, Id
+from precis.schemas import MAX_BATCH, Id
 
 OBSERVER = "The peer whose conclusions they are (the observer)."
 
@@ -143,7 +143,7 @@ def schedule_dream(call: Call, args: Dream):
 def get_queue_status(call: Call, args: QueueStatus):
     """How much background work (derivation of conclusions, dreams) is done, running and waiting: whether the memory
     has caught up with the newest messages."""
-    from precis.store import queue
+    from precis.memory import queue
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.WORKSPACE, ws)

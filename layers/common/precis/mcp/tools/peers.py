@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field
 from precis.auth import Access
 from precis.mcp.catalogue import CATALOGUE, Arguments, Call, embed_text
 from precis.mcp.tools.workspaces import InWorkspace, Paged, Query, page_of
-from precis.models import Id
+from precis.schemas import Id
 
 OBSERVER = "The peer whose view it is (the observer)."
 TARGET = "The peer it is about, when not peer_id itself."
@@ -142,7 +142,7 @@ def get_peer_context(call: Call, args: PeerContext):
 def get_representation(call: Call, args: Representation):
     """A peer's representation: its conclusions as text, most relevant first (without the card)."""
     from precis.api import read
-    from precis.models import RepresentationQuery
+    from precis.schemas import RepresentationQuery
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.PEER, ws, peer=args.peer_id)

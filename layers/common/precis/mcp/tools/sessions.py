@@ -11,7 +11,7 @@ from precis.auth import Access
 from precis.context.rules import MAX_CONTEXT_TOKENS
 from precis.mcp.catalogue import CATALOGUE, Arguments, Call
 from precis.mcp.tools.workspaces import InWorkspace, Paged, Query, message, page_of
-from precis.models import MAX_BATCH, MESSAGE_ID_PATTERN, Id, Metadata
+from precis.schemas import MAX_BATCH, MESSAGE_ID_PATTERN, Id, Metadata
 
 SESSION = "The session (one conversation, thread or channel, reused for all of its turns)."
 
@@ -185,7 +185,7 @@ def add_messages_to_session(call: Call, args: AddMessages):
     """Record conversation turns in a session, each with the peer_id of who said it, oldest first: after every
     exchange, the user's message and your answer, exactly. The session and peers are created when new. Returns the
     stored messages' ids."""
-    from precis.api.bodies import MessageBatch
+    from precis.schemas.bodies import MessageBatch
     from precis.messages.ingest import create_messages
     from precis.settings import get_settings
 

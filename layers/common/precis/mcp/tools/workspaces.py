@@ -8,7 +8,7 @@ from pydantic import Field, StringConstraints
 
 from precis.auth import Access
 from precis.mcp.catalogue import CATALOGUE, Arguments, Call
-from precis.models import Id, Metadata
+from precis.schemas import Id, Metadata
 
 WORKSPACE = ("Workspace to work in. Leave it out when the connection sets X-Honcho-Workspace-ID (the usual setup); "
              "pass it only for another workspace.")
@@ -120,7 +120,7 @@ def search(call: Call, args: Search):
     the workspace's, or with session_id one session's, or with peer_id what that peer wrote. With peer_id, the
     peer's own conclusions too (conclusion_top_k of them). Returns {messages, conclusions}."""
     from precis.api import read
-    from precis.models import SearchQuery
+    from precis.schemas import SearchQuery
 
     ws = call.workspace(args.workspace_id)
     if args.session_id:

@@ -16,9 +16,8 @@ from typing import Any
 
 from precis.store.derive_cursors import cursors
 from precis.errors import NotFound
-from precis.store import keys
-from precis.store.db import Db, batch_get, query_all, to_item
-from precis.store import resources
+from precis.store import messages, resources
+from precis.store.db import Db
 from precis.store.resources import require_workspace
 
 
@@ -36,7 +35,7 @@ def _observed_by(observer: str | None, members: dict[str, dict[str, Any]], sende
 
 def _session_status(db: Db, ws: str, session_id: str, observer: str | None, sender: str | None,
                     workspace: dict[str, Any]) -> dict[str, int]:
-    session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
+    session = resources.session_item(db, ws, session_id)
     if session is None or "deleted_at" in session:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
     by_sender = {c["sender"]: c for c in cursors(db, ws, session_id) if c.get("sender")}
@@ -47,12 +46,7 @@ def _session_status(db: Db, ws: str, session_id: str, observer: str | None, send
     start = min((int(c.get("through_seq", 0)) for c in by_sender.values()), default=inherited) + 1
     start = max(start, inherited + 1)
     pending = in_progress = 0
-    messages = query_all(db, KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b",
-                         ConsistentRead=True, ProjectionExpression="seq, peer_id, kind",
-                         ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id),
-                                                            ":a": keys.message_sk(start),
-                                                            ":b": keys.message_sk(keys.MAX_SEQ)}))
-    for m in messages:
+    for m in messages.senders_from(db, ws, session_id, start):
         peer = m.get("peer_id")
         if m.get("kind") != "message" or (sender and peer != sender) or not _observed_by(observer, members, peer):
             continue
@@ -78,7 +72,7 @@ def queue_status(db: Db, ws: str, *, observer_id: str | None = None, sender_id: 
                  session_id: str | None = None) -> dict[str, Any]:
     workspace = require_workspace(db, ws)
     for peer_id in {p for p in (observer_id, sender_id) if p}:
-        if not batch_get(db, [keys.peer(ws, peer_id)]):
+        if not resources.peer_exists(db, ws, peer_id):
             raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
     if session_id is not None:
         # Honcho's shape for one session: its counts, flattened, and no per-session map.

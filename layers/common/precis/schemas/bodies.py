@@ -1,5 +1,5 @@
-"""The bodies of the write routes (the ingest function's), kept apart from `precis.models` so that the functions that
-only read (context, chat) build none of these classes on their cold start."""
+"""The bodies of the write routes (the ingest function's), kept apart from the package's face (`precis.schemas`) so
+that the functions that only read (context, chat) build none of these classes on their cold start."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
-from precis.models import MAX_BATCH, Body, Configuration, Id, Metadata, ScopeId
+from precis.schemas import MAX_BATCH, Body, Configuration, Id, Metadata, ScopeId
 
 
 class PeerFlags(Body):
