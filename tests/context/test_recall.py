@@ -224,6 +224,8 @@ def keyed(ws, monkeypatch):
 @pytest.mark.parametrize(("claims", "reaches_s1"), [
     ({}, True), ({"peer": "alice"}, True), ({"peer": "bot"}, True), ({"session": "s2"}, False)])
 def test_recall_reaches_only_the_sessions_the_key_may_read(keyed, claims, reaches_s1):
+    # The OpenAPI document includes the read routes in a resolver of its own: a key must bound recall after it too.
+    assert call("GET", "/openapi.json").status == 200
     query = f"tokens=400&summary=false&search_query={Q}" + ("" if claims.get("peer") == "bot" else "&peer_target=alice")
     answer = call("GET", f"{W}/sessions/s2/context?{query}", headers=keyed(**claims))
     assert answer.status == 200, answer.body

@@ -27,6 +27,7 @@ from precis.api.params import (
     WorkspaceId,
 )
 from precis.api.params import ConclusionId, OptionalScope, ScopeIdPath
+from precis.api.app import caller
 from precis.auth import Principal
 from precis.errors import Invalid
 from precis.context import compose
@@ -97,7 +98,7 @@ def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens
                            peer_target=peer_target, peer_perspective=peer_perspective, scope=scope, sessions=sessions,
                            limit_to_session=limit_to_session, search_query=search_query, search_top_k=search_top_k,
                            search_max_distance=search_max_distance, include_most_frequent=include_most_frequent,
-                           max_conclusions=max_conclusions, principal=router.context.get("principal"))
+                           max_conclusions=max_conclusions, principal=caller())
 
 
 def session_context(workspace_id: str, session_id: str, *, tokens: int | None = None, summary: bool = True,
