@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from contextvars import ContextVar
 from functools import lru_cache
 from typing import Any
 
@@ -13,6 +12,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
+from precis.api import caller
 from precis.api.answers import json_response, to_json
 from precis.auth import ROUTES, Access, Principal, authorize, authorize_view, bearer, verify_key
 from precis.settings import get_settings
@@ -20,14 +20,6 @@ from precis.errors import PrecisError, Throttled
 from precis.secrets import jwt_secret
 
 logger = Logger(child=True)
-# Whose key the request being served carries. Not the resolver's context: a router included in a second resolver
-# (the OpenAPI document's) reads that resolver's context from then on.
-_caller: ContextVar[Principal | None] = ContextVar("caller", default=None)
-
-
-def caller() -> Principal | None:
-    """The key of the request being served (None when keys are off, or on a public route)."""
-    return _caller.get()
 
 MAX_BODY_DEPTH = 32  # the deepest legitimate body (a message's metadata, nested filters) is well under this
 INTERNAL_ERROR = "internal error; it has been logged"
@@ -175,14 +167,14 @@ def _retry_after(exc: PrecisError) -> dict[str, str]:
 def serve(app: APIGatewayHttpResolver, event: dict, context) -> dict:
     """Authenticate, then let the resolver route, validate and answer; nothing escapes to API Gateway but JSON."""
     try:
-        token = _caller.set(authenticate(event))
+        token = caller.serving(authenticate(event))
         try:
             problem = _body_problem(event)
             if problem is not None:
                 return _answer(*problem)
             return app.resolve(event, context)
         finally:
-            _caller.reset(token)
+            caller.done(token)
     except PrecisError as exc:
         return _answer(exc.status, exc.detail, _retry_after(exc))
     except Exception as exc:

@@ -27,7 +27,7 @@ from precis.api.params import (
     WorkspaceId,
 )
 from precis.api.params import ConclusionId, OptionalScope, ScopeIdPath
-from precis.api.app import caller
+from precis.api.caller import caller
 from precis.auth import Principal
 from precis.errors import Invalid
 from precis.context import compose
