@@ -171,11 +171,10 @@ def _dream(db: Db, found: DreamTarget) -> None:
     from precis.configuration import derive_config
     from precis.memory.dreams import run
     from precis.memory.embeddings import configured_embedder
-    from precis.store import keys
-    from precis.store.db import batch_get
     from precis.store.records import json_object
+    from precis.store.resources import workspace_item
 
-    workspace = next(iter(batch_get(db, [keys.workspace(found.workspace)])), None)
+    workspace = workspace_item(db, found.workspace)
     if workspace is None:
         return  # deleted: its collections go with it
     raw = workspace.get("configuration")
