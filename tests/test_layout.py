@@ -1,4 +1,5 @@
-"""The shared package's shape: no import circles inside `precis`, and no module takes another's underscore name.
+"""The shared package's shape: no import circles inside `precis`, no module takes another's underscore name, packages
+on floors, and only the store names table keys or calls the table's and bucket's clients.
 
 Both are read from the source (every `import`/`from … import`, at any depth, lazy ones included), so a circle hidden
 inside a function still counts: it is the coupling that makes a package hard to read, whenever it runs.
@@ -13,6 +14,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "layers" / "common" / "precis"
 LOCAL = Path(__file__).resolve().parents[1] / "local"
+FUNCTIONS = Path(__file__).resolve().parents[1] / "functions"
 
 
 def _module_of(path: Path, package: Path = PACKAGE) -> str:
@@ -219,6 +221,57 @@ def test_every_allowed_upward_import_still_exists():
     """An allowance outlives its import only by mistake: drop it once the import has moved."""
     crossings = {(m, t) for _f, _l, m, t in _crossings()}
     assert crossings >= UPWARD_ALLOWED, sorted(UPWARD_ALLOWED - crossings)
+
+
+# ---------------------------------------------------------------- the store's keys and clients
+
+# The store is the only code that names table keys and S3 objects: outside `precis.store`, no module imports
+# `precis.store.keys`, and none reaches for a `Db`'s clients (`db.client`, `db.s3`, whatever the name it is held by).
+# A module's own client (`self.client`, as a model's HTTP client) is its own business. No exemptions.
+STORE_CLIENTS = {"client", "s3"}
+
+
+def _storage_reaches(source: str) -> list[tuple[int, str]]:
+    """(line, what) for each import of `precis.store.keys` in `source` (at any depth) and each use of a `.client` or
+    `.s3` attribute of anything but `self`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, f"imports {a.name}") for a in node.names
+                      if a.name == "precis.store.keys" or a.name.startswith("precis.store.keys.")]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "precis.store.keys" or node.module.startswith("precis.store.keys."):
+                found.append((node.lineno, f"imports from {node.module}"))
+            elif node.module == "precis.store" and any(a.name == "keys" for a in node.names):
+                found.append((node.lineno, "imports precis.store.keys"))
+        elif (isinstance(node, ast.Attribute) and node.attr in STORE_CLIENTS
+              and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
+            found.append((node.lineno, f"uses .{node.attr} of {ast.unparse(node.value)}"))
+    return sorted(found)
+
+
+def _outside_the_store() -> list[Path]:
+    modules = _modules()
+    return [path for module, path in modules.items() if module != "precis.store" and not module.startswith(
+        "precis.store.")] + sorted(FUNCTIONS.rglob("*.py"))
+
+
+def test_the_storage_check_sees_keys_and_clients():
+    assert _storage_reaches("from precis.store import keys, resources\nimport precis.store.keys\n"
+                            "def f(db):\n    from precis.store.keys import session\n    return db.client.get_item()\n"
+                            "x = get_db().s3\n") == [
+        (1, "imports precis.store.keys"), (2, "imports precis.store.keys"), (4, "imports from precis.store.keys"),
+        (5, "uses .client of db"), (6, "uses .s3 of get_db()")]
+    assert _storage_reaches("from precis.store import resources\nself.client.chat.completions.create()\n") == []
+    outside = {p.relative_to(PACKAGE.parents[2]).as_posix() for p in _outside_the_store()}
+    assert "layers/common/precis/context/compose.py" in outside and "functions/derive/app.py" in outside
+    assert not any(p.startswith("layers/common/precis/store/") for p in outside)
+
+
+def test_only_the_store_names_keys_or_calls_the_clients():
+    reaches = [f"{path.relative_to(PACKAGE.parents[2])}:{line} {what}" for path in _outside_the_store()
+               for line, what in _storage_reaches(path.read_text(encoding="utf-8"))]
+    assert not reaches, "outside the store:\n" + "\n".join(reaches)
 
 
 # ---------------------------------------------------------------- the local stack

@@ -1,10 +1,12 @@
-"""DynamoDB stream consumer: keeps each touched session's summaries current; purges deleted sessions.
+"""DynamoDB stream consumer: keeps each touched session's summaries current, purges deleted sessions (their items and
+bodies), and copies what a new clone inherited from its parent into its own partition.
 
-Records are grouped by target (a session to summarize, or a deleted incarnation to purge), and each target of the
-batch is served once, PRECIS_SUMMARIZE_CONCURRENCY of them at once. When a target fails, every record of it is
-reported as a batch-item failure, so the stream retries them (and finally dead-letters them); a record that names no
-target fails alone. Both actions are idempotent: summary writes are conditional, a session is summarized by one
-invocation at a time (its lease), and a purge is bound to the incarnation its record names.
+Records are grouped by target (a session to summarize, a deleted incarnation to purge, a clone to copy), and each
+target of the batch is served once, PRECIS_SUMMARIZE_CONCURRENCY of them at once. When a target fails, every record of
+it is reported as a batch-item failure, so the stream retries them (and finally dead-letters them); a record that
+names no target fails alone. Every action is idempotent: summary writes are conditional, a session is summarized by
+one invocation at a time (its lease), a purge is bound to the incarnation its record names, and a clone's copy is of
+conditional puts bound to its incarnation, resumed from where the last step stopped.
 
 No Powertools Tracer, as in every function: the X-Ray SDK was ~8% of each scale-out's cold start, and the function's
 active tracing (template) still traces each invocation.

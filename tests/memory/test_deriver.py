@@ -268,3 +268,28 @@ def test_a_job_stopped_after_it_was_stored_is_written_by_the_next_derivation_onc
     assert sorted(c["content"] for c in found) == ["alice has a dog named Rover", "alice moved to Lisbon last spring"]
     assert all(c["times_derived"] == 1 for c in found)
     assert "job" not in cursor() and cursor()["through_seq"] == 2 and cursor()["derived"] == 2
+
+
+@pytest.mark.parametrize("job", ["stream", "wake", "schedule"])
+def test_the_deriver_serves_derive_concurrency_targets_at_once_not_the_summarizers(monkeypatch, job):
+    from precis.memory import jobs
+    from precis.settings import get_settings
+
+    monkeypatch.setenv("PRECIS_DERIVE_CONCURRENCY", "3")
+    monkeypatch.setenv("PRECIS_SUMMARIZE_CONCURRENCY", "7")
+    get_settings.cache_clear()  # importing the jobs may have read the settings already
+    seen = []
+
+    def run_each(targets, run, *, workers):
+        seen.append(workers)
+        return {}
+
+    monkeypatch.setattr(jobs.concurrency, "run_each", run_each)
+    monkeypatch.setattr(jobs, "all_workspaces", lambda db: [])
+    if job == "stream":
+        jobs.on_stream(None, [], lambda: 60.0)
+    elif job == "wake":
+        jobs.on_wake(None, [], lambda: 60.0)
+    else:
+        jobs.on_schedule(None, lambda: 60.0)
+    assert seen == [3]

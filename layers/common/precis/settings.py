@@ -61,6 +61,7 @@ ENVIRONMENT: dict[str, tuple[str, str | None]] = {
     "derive_batch_tokens": ("PRECIS_DERIVE_BATCH_TOKENS", "DeriveBatchTokens"),
     "derive_max_wait_s": ("PRECIS_DERIVE_MAX_WAIT_S", "DeriveMaxWaitSeconds"),
     "derive_quiet_s": ("PRECIS_DERIVE_QUIET_S", "DeriveQuietSeconds"),
+    "derive_concurrency": ("PRECIS_DERIVE_CONCURRENCY", "DeriveConcurrency"),
     "derive_wake_queue_url": ("PRECIS_DERIVE_WAKE_QUEUE_URL", None),
     "dream_min_conclusions": ("PRECIS_DREAM_MIN_CONCLUSIONS", None),
     "dream_idle_s": ("PRECIS_DREAM_IDLE_S", None),
@@ -163,6 +164,9 @@ class Settings(BaseModel):
     # `derive_wake_queue_url` (the template's DeriveWakeQueue; at most SQS's 900 s delay) derives it after a pause.
     derive_quiet_s: float = Field(10.0, ge=0, le=900)
     derive_wake_queue_url: str | None = None
+    # Targets one deriver invocation serves at once (a stream batch's senders, a wake-up's sessions, the flush's
+    # cursors and dreams): its LLM calls in flight. At most 32, as `summarize_concurrency` (store.db's connections).
+    derive_concurrency: int = Field(16, ge=1, le=32)
     # A collection dreams once it has `dream_min_conclusions` new explicit conclusions and has been idle for
     # `dream_idle_s` (Honcho's 50 and an hour); POST /schedule_dream asks for one at once.
     dream_min_conclusions: int = Field(50, ge=1, le=100_000)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from precis.errors import Invalid
-from precis.store import keys
+from precis.store.records import session_of, workspace_of
 
 SUMMARIZER, DERIVER = "summarizer", "deriver"
 
@@ -86,10 +86,9 @@ class StreamTarget:
 
 def stream_target(event_name: str, image: dict[str, Any]) -> StreamTarget:
     """What a stream record asks of the summarizer; Invalid for a record it has no job for."""
-    job, pk = job_of(SUMMARIZER, event_name, image), image.get("PK", "")
+    job = job_of(SUMMARIZER, event_name, image)
     if job == "summarize":
-        ws, session_id = keys.parse_session_pk(pk)
-        return StreamTarget(job, ws, session_id)
+        return StreamTarget(job, *session_of(image))
     if job in ("purge", "copy"):
-        return StreamTarget(job, pk.removeprefix("WS#"), image["id"], image.get("incarnation"))
+        return StreamTarget(job, workspace_of(image), image["id"], image.get("incarnation"))
     raise Invalid(f"stream record asks nothing of the summarizer: {event_name} of kind={image.get('kind')!r}")

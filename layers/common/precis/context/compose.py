@@ -23,17 +23,21 @@ from precis.context.budget import (
 )
 from precis.configuration import summary_config
 from precis.errors import Invalid, NotFound, Throttled
-from precis.store import keys, resources
-from precis.store.db import Db, batch_get, from_item, projection, query_all, to_item
-from precis.store.messages import Base, base_of, is_fence, last_message, read_range, with_bodies
+from precis.schemas.summary_settings import LONG, ROLLING, SHORT
+from precis.store import resources
+from precis.store.db import Db
+from precis.store.messages import (
+    Base, base_of, is_fence, last_message, messages_and_sessions, messages_at, messages_in_token_range, read_range,
+    with_bodies,
+)
 from precis.store.records import json_object
+from precis.store.summaries import SUMMARY_TYPES as SUMMARY_TYPES  # bench/context.py still reads it here
+from precis.store.summaries import read_summary, session_with_summaries
 from precis.tokens import count_text
 
 if TYPE_CHECKING:  # the representation's modules load with the first read that has a peer_target (_read_once)
     from precis.store import representation
 
-SHORT, LONG, ROLLING = "honcho_chat_summary_short", "honcho_chat_summary_long", "rolling"
-SUMMARY_TYPES = (SHORT, LONG, ROLLING)
 _COST_FIELDS = ("seq", "token_count", "start_tokens", "run_start_seq", "run_index", "kind")
 _pool = ThreadPoolExecutor(max_workers=4)
 logger = Logger(child=True)
@@ -61,40 +65,10 @@ WINDOW_FIELDS = ("id", "seq", "peer_id", "content", "body_key", "metadata", "cre
                    "start_tokens", "run_start_seq", "run_index")
 
 
-def _session_and_summaries(db: Db, ws: str, session_id: str, fields: tuple[str, ...] | None = None,
-                           peers: tuple[str, ...] = ()) -> tuple[dict | None, dict[str, dict], dict | None]:
-    wanted = [keys.session(ws, session_id), keys.workspace(ws),
-              *(keys.summary(ws, session_id, t) for t in SUMMARY_TYPES), *(keys.peer(ws, p) for p in peers)]
-    found = batch_get(db, wanted, fields)
-    missing = sorted(set(peers) - {i["SK"].removeprefix("PEER#") for i in found if i["SK"].startswith("PEER#")})
-    if missing and any(i["SK"] == "WS" for i in found):
-        raise NotFound(f"peer '{missing[0]}' not found in workspace '{ws}'")
-    session = next((i for i in found if i["SK"].startswith("SESSION#")), None)
-    workspace = next((i for i in found if i["SK"] == "WS"), None)
-    return session, {i["summary_type"]: i for i in found if i["SK"].startswith("SUMMARY#")}, workspace
-
-
-def _summary(db: Db, ws: str, session_id: str, summary_type: str) -> dict[str, Any] | None:
-    key = to_item(keys.summary(ws, session_id, summary_type))
-    return from_item(db.client.get_item(TableName=db.table, Key=key, ConsistentRead=True).get("Item"))
-
-
 def _window(db: Db, ws: str, session_id: str, plan: ContextPlan, base: Base | None) -> list[dict[str, Any]]:
-    """The messages the plan's token range holds; a clone's base fills in what it holds no copy of yet (a clone and
-    its parent agree on seq and start_tokens up to the clone's point)."""
-    def query(pk: str) -> list[dict[str, Any]]:
-        return query_all(db, IndexName="ByStartTokens", ConsistentRead=True,
-                         KeyConditionExpression="PK = :pk AND start_tokens BETWEEN :lo AND :hi",
-                         ExpressionAttributeValues={":pk": {"S": pk}, ":lo": {"N": str(plan.min_start_tokens)},
-                                                    ":hi": {"N": str(plan.total_tokens)}},
-                         **projection(WINDOW_FIELDS))
-
-    own = query(keys.session_pk(ws, session_id))
-    if base is None:
-        return own
-    inherited = [i for i in query(keys.session_pk(ws, base.session)) if i["seq"] <= base.through]
-    merged = {i["seq"]: i for i in inherited} | {i["seq"]: i for i in own}
-    return [merged[s] for s in sorted(merged)]
+    """The messages the plan's token range holds (a clone's base filling in what it holds no copy of yet)."""
+    return messages_in_token_range(db, ws, session_id, plan.min_start_tokens, plan.total_tokens, WINDOW_FIELDS,
+                                   base=base)
 
 
 def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: bool = True,
@@ -123,7 +97,7 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
     rounds (then read again)."""
     peers = tuple(p for p in dict.fromkeys((peer.request.observer, peer.request.observed))
                   if not p.startswith("scope.")) if peer else ()
-    first = _pool.submit(_session_and_summaries, db, ws, session_id, _ROUND_ONE, peers)
+    first = _pool.submit(session_with_summaries, db, ws, session_id, _ROUND_ONE, peers)
     if peer:
         from precis.context.fit import card_text, fit
         from precis.store import representation
@@ -152,7 +126,7 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
         logger.exception("summary disagrees with the session's messages; answering without summaries",
                          extra={"session": session_id})
         plan = plan_context(limit, [], _cost(last) if last else None, use_summary=False)
-    chosen = _pool.submit(_summary, db, ws, session_id, plan.summary.summary_type) if plan.summary else None
+    chosen = _pool.submit(read_summary, db, ws, session_id, plan.summary.summary_type) if plan.summary else None
     items = (_window(db, ws, session_id, plan, base_of(session))
              if plan.last_seq > plan.after_seq and plan.message_budget > 0 else [])
     if sliding and last:
@@ -249,17 +223,13 @@ def _recalled(db: Db, ws: str, session_id: str, ranked: list[tuple[str, int]], b
     if budget <= 0 or not ranked:
         return []
     others = sorted({s for s, _ in ranked} - {session_id})
-    read = batch_get(db, [*(keys.message(ws, s, seq) for s, seq in ranked), *(keys.session(ws, s) for s in others)],
-                     WINDOW_FIELDS + ("kind", "deleted_at", "PK", "SK"))
-    gone = {i["SK"].removeprefix("SESSION#") for i in read if i["SK"].startswith("SESSION#") and "deleted_at" in i}
-    gone |= set(others) - {i["SK"].removeprefix("SESSION#") for i in read if i["SK"].startswith("SESSION#")}
-    found = {(keys.parse_session_pk(i["PK"])[1], i["seq"]): i for i in read if i.get("kind") == "message"}
+    found, stored = messages_and_sessions(db, ws, ranked, others, WINDOW_FIELDS)
+    gone = {s for s in others if s not in stored or "deleted_at" in stored[s]}
     if base is not None:
         missing = [seq for s, seq in ranked if s == session_id and (s, seq) not in found and seq <= base.through]
         if missing:
-            found |= {(session_id, i["seq"]): i for i in batch_get(
-                db, [keys.message(ws, base.session, seq) for seq in missing], WINDOW_FIELDS + ("kind",))
-                if i.get("kind") == "message"}
+            found |= {(session_id, seq): i for seq, i in messages_at(db, ws, base.session, missing,
+                                                                       WINDOW_FIELDS).items()}
     runs: list[list[tuple[str, dict[str, Any]]]] = []
     for session, seq in ranked:
         item = found.get((session, seq))
@@ -297,7 +267,7 @@ class PeerView:
 
 def read_summaries(db: Db, ws: str, session_id: str) -> dict[str, Any]:
     """The session's current short and long summaries (a rolling summary reports as the long one)."""
-    session, summaries, _ = _session_and_summaries(db, ws, session_id)
+    session, summaries, _ = session_with_summaries(db, ws, session_id)
     if session is None or "deleted_at" in session:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
     longs = [s for t, s in summaries.items() if t in (LONG, ROLLING)]

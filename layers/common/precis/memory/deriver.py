@@ -33,12 +33,13 @@ from typing import Any
 
 from precis.settings import Settings
 from precis.configuration import DeriveConfig, derive_config
-from precis.store import conclusions, derive_cursors, keys
+from precis.store import conclusions, derive_cursors
 from precis.errors import NotFound
 from precis.store.db import Db
 from precis.memory.wakeups import QuietWake
 from precis.store.message_search import ensure_indexed
-from precis.store.messages import read_range, tail_seq, with_bodies
+from precis.store.messages import read_from, read_range, tail_seq, with_bodies
+from precis.store.records import session_of
 from precis.store.resources import members, workspace_ids
 
 log = logging.getLogger("precis.memory.deriver")
@@ -80,7 +81,7 @@ def target_of(image: dict[str, Any]) -> DeriveTarget | BackfillTarget | None:
         return BackfillTarget(image["workspace_id"], image["scope_id"], image["session_id"])
     if image.get("kind") != "message" or "peer_id" not in image:
         return None
-    ws, session_id = keys.parse_session_pk(image.get("PK", ""))
+    ws, session_id = session_of(image)
     return DeriveTarget(ws, session_id, image["peer_id"])
 
 
@@ -158,7 +159,7 @@ def _decide(db: Db, config: DeriveConfig, target: DeriveTarget, session: dict, p
     ws, s = target.workspace, target.session
     # A clone derives from its own point on: what it inherited was derived in its parent (docs/design.md, cloning).
     through = int((cursor or {}).get("through_seq", session.get("derive_from", 1) - 1))
-    window = read_range(db, ws, s, through + 1, keys.MAX_SEQ, limit=MAX_JOB_MESSAGES * 5)
+    window = read_from(db, ws, s, through + 1, limit=MAX_JOB_MESSAGES * 5)
     mine = [m for m in window if m["peer_id"] == target.sender][:MAX_JOB_MESSAGES]
     if not mine:
         if cursor is not None and cursor.get("due_at", NOTHING_DUE) != NOTHING_DUE:

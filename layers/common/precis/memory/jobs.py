@@ -68,7 +68,7 @@ def on_stream(db: Db, records: Iterable[tuple[str, dict[str, Any]]], time_left: 
     def run(found: Target) -> None:
         outcomes[found] = derive(db, found, time_left, images=targets[found])
 
-    failures = concurrency.run_each(sorted(targets, key=repr), run, workers=get_settings().summarize_concurrency)
+    failures = concurrency.run_each(sorted(targets, key=repr), run, workers=get_settings().derive_concurrency)
     _send_wakes([(t, targets[t], outcomes.get(t)) for t in targets if isinstance(t, DeriveTarget)])
     return failures
 
@@ -89,7 +89,7 @@ def on_wake(db: Db, bodies: Iterable[str], time_left: TimeLeft) -> dict[tuple[st
             raise failed
 
     return {(w.workspace, w.session): exc for w, exc in concurrency.run_each(
-        wakes, derive_session, workers=get_settings().summarize_concurrency).items()}
+        wakes, derive_session, workers=get_settings().derive_concurrency).items()}
 
 
 def on_schedule(db: Db, time_left: TimeLeft) -> dict[str, int]:
@@ -101,7 +101,7 @@ def on_schedule(db: Db, time_left: TimeLeft) -> dict[str, int]:
     def run(found: Target) -> None:
         derive(db, found, time_left)
 
-    failures = concurrency.run_each(targets, run, workers=get_settings().summarize_concurrency)
+    failures = concurrency.run_each(targets, run, workers=get_settings().derive_concurrency)
     failed = [t for t, exc in failures.items() if exc is not None]
     return {"flushed": len(targets) - len(failed), "failed": len(failed)}
 
@@ -171,11 +171,10 @@ def _dream(db: Db, found: DreamTarget) -> None:
     from precis.configuration import derive_config
     from precis.memory.dreams import run
     from precis.memory.embeddings import configured_embedder
-    from precis.store import keys
-    from precis.store.db import batch_get
     from precis.store.records import json_object
+    from precis.store.resources import workspace_item
 
-    workspace = next(iter(batch_get(db, [keys.workspace(found.workspace)])), None)
+    workspace = workspace_item(db, found.workspace)
     if workspace is None:
         return  # deleted: its collections go with it
     raw = workspace.get("configuration")

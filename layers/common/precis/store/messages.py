@@ -335,6 +335,49 @@ def read_range(db: Db, ws: str, session_id: str, first: int, last: int, *, limit
     return ordered[:limit] if limit is not None else ordered
 
 
+def read_from(db: Db, ws: str, session_id: str, first: int, *, limit: int | None = None,
+              base: Base | None = None) -> list[dict[str, Any]]:
+    """The messages from `first` to the newest (`read_range` without an upper end)."""
+    return read_range(db, ws, session_id, first, keys.MAX_SEQ, limit=limit, base=base)
+
+
+def messages_in_token_range(db: Db, ws: str, session_id: str, low: int, high: int, fields: tuple[str, ...], *,
+                            base: Base | None = None) -> list[dict[str, Any]]:
+    """`fields` of the messages whose `start_tokens` lies in low..high, in seq order, from the ByStartTokens local
+    index (strongly consistent); a clone's `base` fills in what it holds no copy of yet (a clone and its parent
+    agree on seq and start_tokens up to the clone's point)."""
+    def query(pk: str) -> list[dict[str, Any]]:
+        return query_all(db, IndexName="ByStartTokens", ConsistentRead=True,
+                         KeyConditionExpression="PK = :pk AND start_tokens BETWEEN :lo AND :hi",
+                         ExpressionAttributeValues={":pk": {"S": pk}, ":lo": {"N": str(low)},
+                                                    ":hi": {"N": str(high)}},
+                         **projection(fields))
+
+    own = query(keys.session_pk(ws, session_id))
+    if base is None:
+        return own
+    inherited = [i for i in query(keys.session_pk(ws, base.session)) if i["seq"] <= base.through]
+    merged = {i["seq"]: i for i in inherited} | {i["seq"]: i for i in own}
+    return [merged[s] for s in sorted(merged)]
+
+
+def messages_and_sessions(db: Db, ws: str, wanted: Sequence[tuple[str, int]], sessions: Sequence[str],
+                          fields: tuple[str, ...]) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[str, dict]]:
+    """`fields` of the messages at `wanted`'s (session, seq) keys and the items of `sessions`, in one BatchGetItem:
+    (messages by key, those still stored; session items by id, those that exist, deleted or not)."""
+    read = batch_get(db, [*(keys.message(ws, s, seq) for s, seq in wanted), *(keys.session(ws, s) for s in sessions)],
+                     fields + ("kind", "deleted_at", "PK", "SK"))
+    found = {(keys.parse_session_pk(i["PK"])[1], i["seq"]): i for i in read if i.get("kind") == "message"}
+    return found, {i["SK"].removeprefix("SESSION#"): i for i in read if i["SK"].startswith("SESSION#")}
+
+
+def messages_at(db: Db, ws: str, session_id: str, seqs: Sequence[int], fields: tuple[str, ...]
+                ) -> dict[int, dict[str, Any]]:
+    """`fields` of the session's messages at `seqs` still stored, by seq (one BatchGetItem)."""
+    return {i["seq"]: i for i in batch_get(db, [keys.message(ws, session_id, seq) for seq in seqs], fields + ("kind",))
+            if i.get("kind") == "message"}
+
+
 def _read_partition(db: Db, pk: str, first: int, last: int, limit: int | None, forward: bool
                     ) -> list[dict[str, Any]]:
     request: dict[str, Any] = {

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from precis.errors import Throttled
+from precis.store import keys
 from precis.store.db import Db, to_item
 
 
@@ -25,6 +26,16 @@ def json_object(raw: str | None) -> dict[str, Any]:
 def json_text(value: dict[str, Any] | None) -> str | None:
     """A dict as the compact JSON text stored in an attribute (None stays None)."""
     return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def session_of(item: dict[str, Any]) -> tuple[str, str]:
+    """(workspace, session) of an item in a session's partition (a message, a summary), by its keys."""
+    return keys.parse_session_pk(item.get("PK", ""))
+
+
+def workspace_of(item: dict[str, Any]) -> str:
+    """The workspace of an item in a workspace's partition (a session, a peer), by its keys."""
+    return item.get("PK", "").removeprefix("WS#")
 
 
 def page(records: list[dict[str, Any]], page_no: int, size: int, reverse: bool = False) -> dict[str, Any]:

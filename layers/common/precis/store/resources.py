@@ -120,6 +120,11 @@ def peer_exists(db: Db, ws: str, peer_id: str) -> bool:
     return bool(batch_get(db, [keys.peer(ws, peer_id)]))
 
 
+def workspace_item(db: Db, ws: str) -> dict[str, Any] | None:
+    """The workspace's item, or None: one batch read."""
+    return next(iter(batch_get(db, [keys.workspace(ws)])), None)
+
+
 def require_workspace(db: Db, ws: str) -> dict[str, Any]:
     item = _get(db, keys.workspace(ws))
     if item is None:
@@ -309,6 +314,12 @@ def list_peer_sessions(db: Db, ws: str, peer_id: str, filters, page_no: int, siz
 def session_item(db: Db, ws: str, session_id: str) -> dict[str, Any] | None:
     """The session's item, deleted or not, or None: one batch read."""
     return next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
+
+
+def session_and_workspace(db: Db, ws: str, session_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The session's item (deleted or not) and its workspace's, each None when absent: one batch read."""
+    found = {i["SK"]: i for i in batch_get(db, [keys.session(ws, session_id), keys.workspace(ws)])}
+    return found.get(f"SESSION#{session_id}"), found.get("WS")
 
 
 def require_session(db: Db, ws: str, session_id: str) -> dict[str, Any]:

@@ -16,9 +16,13 @@ from enum import Enum
 from typing import Any
 
 from botocore.exceptions import ClientError
+from precis.errors import NotFound
+from precis.schemas.summary_settings import LONG, ROLLING, SHORT
 from precis.store import keys
-from precis.store.db import Db, cancellation_codes, error_code, from_item, to_item, transact
+from precis.store.db import Db, batch_get, cancellation_codes, error_code, from_item, to_item, transact
 from precis.store.records import utcnow
+
+SUMMARY_TYPES = (SHORT, LONG, ROLLING)
 
 
 class Put(Enum):
@@ -49,6 +53,27 @@ def put_summary(db: Db, ws: str, session_id: str, *, incarnation: str | None, su
         "TableName": db.table, "Item": to_item(item),
         "ConditionExpression": "attribute_not_exists(PK) OR covers_seq < :c",
         "ExpressionAttributeValues": {":c": {"N": str(covers_seq)}}})
+
+
+def session_with_summaries(db: Db, ws: str, session_id: str, fields: tuple[str, ...] | None = None,
+                           peers: tuple[str, ...] = ()) -> tuple[dict | None, dict[str, dict], dict | None]:
+    """(session, its summaries by type, workspace) in one BatchGetItem, `fields` of each; with `peers`, their items
+    too: NotFound for one the (existing) workspace lacks."""
+    wanted = [keys.session(ws, session_id), keys.workspace(ws),
+              *(keys.summary(ws, session_id, t) for t in SUMMARY_TYPES), *(keys.peer(ws, p) for p in peers)]
+    found = batch_get(db, wanted, fields)
+    missing = sorted(set(peers) - {i["SK"].removeprefix("PEER#") for i in found if i["SK"].startswith("PEER#")})
+    if missing and any(i["SK"] == "WS" for i in found):
+        raise NotFound(f"peer '{missing[0]}' not found in workspace '{ws}'")
+    session = next((i for i in found if i["SK"].startswith("SESSION#")), None)
+    workspace = next((i for i in found if i["SK"] == "WS"), None)
+    return session, {i["summary_type"]: i for i in found if i["SK"].startswith("SUMMARY#")}, workspace
+
+
+def read_summary(db: Db, ws: str, session_id: str, summary_type: str) -> dict[str, Any] | None:
+    """The session's `summary_type` summary, strongly consistent (one GetItem), or None."""
+    key = to_item(keys.summary(ws, session_id, summary_type))
+    return from_item(db.client.get_item(TableName=db.table, Key=key, ConsistentRead=True).get("Item"))
 
 
 def get_summaries(db: Db, ws: str, session_id: str) -> dict[str, dict[str, Any]]:

@@ -56,10 +56,10 @@ from precis.summaries.engines import Engine, SummaryRequest, SummaryResult, defa
 from precis.summaries.engines.prompt import build_messages, line_tokens, prompt_tokens
 from precis.errors import Invalid
 from precis.secrets import with_llm_key
-from precis.store import keys
-from precis.store.db import Db, batch_get
-from precis.store.messages import base_of, read_range, with_bodies
+from precis.store.db import Db
+from precis.store.messages import base_of, read_from, with_bodies
 from precis.store.records import json_object
+from precis.store.resources import session_and_workspace
 from precis.store.summaries import (
     Put,
     clear_failure,
@@ -128,11 +128,6 @@ class SummaryOutcome:
         return any(w.stored and w.job_through_seq for w in self.written)
 
 
-def _session_and_workspace(db: Db, ws: str, session_id: str) -> tuple[dict | None, dict | None]:
-    found = {i["SK"]: i for i in batch_get(db, [keys.session(ws, session_id), keys.workspace(ws)])}
-    return found.get(f"SESSION#{session_id}"), found.get("WS")
-
-
 def summarize_session(db: Db, settings: Settings, ws: str, session_id: str, *,
                       engine_for: Callable[[str], Engine] | None = None,
                       remaining_s: Callable[[], float] = lambda: math.inf,
@@ -143,7 +138,7 @@ def summarize_session(db: Db, settings: Settings, ws: str, session_id: str, *,
     Raises on a retryable engine failure; a job that fails for good is recorded, not raised. `clock`: epoch
     seconds, for failure back-offs.
     """
-    session, workspace = _session_and_workspace(db, ws, session_id)
+    session, workspace = session_and_workspace(db, ws, session_id)
     if session is None or workspace is None or "deleted_at" in session:
         return SummaryOutcome()  # deleted since the message was written: nothing to keep current
     try:
@@ -157,7 +152,7 @@ def summarize_session(db: Db, settings: Settings, ws: str, session_id: str, *,
     if first is None:
         return SummaryOutcome()
     # first..newest: bounded by the strategy's cadence
-    items = read_range(db, ws, session_id, first, keys.MAX_SEQ, base=base_of(session))
+    items = read_from(db, ws, session_id, first, base=base_of(session))
     unfinished = {t: s["job_through_seq"] for t, s in raw.items() if s.get("job_through_seq")}
     jobs = decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items],
                   unfinished)
@@ -187,7 +182,7 @@ def summaries_due(db: Db, ws: str, session_id: str, session: dict[str, Any], wor
     first = needed_from(config, stored)
     if first is None:
         return 0
-    items = read_range(db, ws, session_id, first, keys.MAX_SEQ, base=base_of(session))
+    items = read_from(db, ws, session_id, first, base=base_of(session))
     unfinished = {t: s["job_through_seq"] for t, s in raw.items() if s.get("job_through_seq")}
     return len(decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items],
                       unfinished))
