@@ -71,15 +71,16 @@ def _derivation(quiet: bool) -> dict:
     from precis.memory.wakeups import QuietWake
     from precis.memory.embeddings import HashedEmbedder
     from precis.store.db import Db
-    from precis.store.messages import NewMessage, append_messages
-    from precis.store.resources import get_or_create_session, get_or_create_workspace
-    from precis.tokens import count_messages, count_text
+    from precis.tokens import count_messages
 
     rng = random.Random(11)
     with moto(stream=False) as clients:
+        # The deriver's own step runs in-process on a Db of the bench's clients (its engine priced); the messages
+        # arrive through the API.
         db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
-        get_or_create_workspace(db, "bench", configuration={"deriver": {"engine": "llm", "batch_tokens": 512}})
-        get_or_create_session(db, "bench", "s")
+        _ok(call("POST", "/v3/workspaces", {"id": "bench", "configuration": {
+            "deriver": {"engine": "llm", "batch_tokens": 512}}}))
+        _ok(call("POST", "/v3/workspaces/bench/sessions", {"id": "s"}))
         engine, embedder = _PricedDeriver(), HashedEmbedder(get_settings().embed_dimensions)
         history: list = []
         conclusions = flushes = 0
@@ -88,8 +89,8 @@ def _derivation(quiet: bool) -> dict:
             for i in range(len(history), min(MESSAGES, len(history) + 2 * rng.randint(*BURST_EXCHANGES))):
                 peer = "alice" if i % 2 == 0 else "agent"
                 text = _user_text(rng) if peer == "alice" else " ".join(rng.choice(WORDS) for _ in range(40))
-                batch.append(NewMessage(text, peer, count_text(text)))
-            stored = append_messages(db, "bench", "s", batch, inline_max_bytes=16_384)
+                batch.append({"content": text, "peer_id": peer})
+            stored = _ok(call("POST", "/v3/workspaces/bench/sessions/s/messages", {"messages": batch}))
             history += stored
             for sender in ("alice", "agent"):
                 outcome = derive_target(db, get_settings(), DeriveTarget("bench", "s", sender),

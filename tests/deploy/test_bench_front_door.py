@@ -17,8 +17,8 @@ STILL_INSIDE = {
     "clone.py": {"precis.store.clones", "precis.store.db"},  # the background copy, as the summarizer runs it
     "context.py": {"precis.store.keys", "precis.store.db", "precis.store.messages", "precis.store.resources",
                    "precis.store.summaries"},  # bulk seeding, summaries (no route writes one), the baseline's reads
-    "derive.py": {"precis.store.conclusions", "precis.store.keys", "precis.store.db", "precis.store.messages",
-                  "precis.store.resources", "precis.store.vectors"},  # the deriver run in-process; 10,000 conclusions
+    "derive.py": {"precis.store.conclusions", "precis.store.keys", "precis.store.db",
+                  "precis.store.vectors"},  # the deriver's step with a priced engine; 10,000 conclusions in bulk
     "retrieval.py": {"precis.store.vectors"},  # `fuse`, the search's pure fusion, in the offline ranking
     "retrieval_scale.py": {"precis.store.keys", "precis.store.db", "precis.store.messages", "precis.store.text_index",
                            "precis.store.records", "precis.store.message_search", "precis.store.term_stats"},
