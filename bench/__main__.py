@@ -8,7 +8,7 @@ import time
 
 from bench.common import use_fake_aws
 
-BENCHMARKS = ("coldstart", "ingest", "context", "summarize", "derive", "search", "chat", "clone", "cost", "scale",
+BENCHMARKS = ("coldstart", "ingest", "context", "summarize", "derive", "search", "chat", "clone", "cost",
               "local", "retrieval")
 BY_NAME = ("retrieval_scale",)  # part of another (retrieval runs it): run alone only when named
 

@@ -13,6 +13,7 @@ import os
 import random
 
 from bench.common import Requests, moto, print_table, write_json
+from bench.front import AWS, call
 
 LEVELS = ("minimal", "low", "medium", "high", "max")
 CONCLUSIONS = 500
@@ -34,28 +35,31 @@ def _request_tokens(body: dict) -> int:
     return total + (count_text(json.dumps(body["tools"])) if body.get("tools") else 0)
 
 
-def _load(db, embedder, rng: random.Random) -> None:
+def _load(db, rng: random.Random) -> None:
+    """The workspace through the API (peer, sessions, conclusions, card); its messages in bulk (bench.search)."""
     from bench.search import load_messages
-    from precis.store import conclusions
-    from precis.store.resources import get_or_create_peer, get_or_create_session, get_or_create_workspace
 
-    get_or_create_workspace(db, "bench")
-    get_or_create_peer(db, "bench", "alice")
+    _ok(call("POST", "/v3/workspaces", {"id": "bench"}))
+    _ok(call("POST", "/v3/workspaces/bench/peers", {"id": "alice"}))
     for session in load_messages(db, "bench", MESSAGES, rng):  # sessions s0..s9, sent by alice
-        get_or_create_session(db, "bench", session)
-    items = [conclusions.Derived(f"alice {rng.choice(FACTS)} (note {n})", session_id=f"s{n % 10}")
-             for n in range(CONCLUSIONS)]
+        _ok(call("POST", "/v3/workspaces/bench/sessions", {"id": session}))
+    items = [{"content": f"alice {rng.choice(FACTS)} (note {n})", "observer_id": "alice", "observed_id": "alice",
+              "session_id": f"s{n % 10}"} for n in range(CONCLUSIONS)]
     for start in range(0, len(items), 100):
-        conclusions.write(db, "bench", "alice", "alice", items[start:start + 100], embedder=embedder)
-    conclusions.put_card(db, "bench", "alice", "alice", [f"ATTRIBUTE: alice {fact}" for fact in FACTS])
+        _ok(call("POST", "/v3/workspaces/bench/conclusions", {"conclusions": items[start:start + 100]}))
+    _ok(call("PUT", "/v3/workspaces/bench/peers/alice/card",
+             {"peer_card": [f"ATTRIBUTE: alice {fact}" for fact in FACTS]}))
+
+
+def _ok(reply) -> object:
+    assert reply.status in (200, 201), (reply.status, reply.body)
+    return reply.body
 
 
 def run() -> None:
     from local.models.llm_server import LLMServer
 
     from precis.settings import get_settings
-    from precis.memory.embeddings import HashedEmbedder
-    from precis.chat.query import ChatQuery
     from precis.store.db import Db
 
     rows = []
@@ -65,17 +69,13 @@ def run() -> None:
         os.environ.update(OPENAI_BASE_URL=server.url, OPENAI_API_KEY="bench")
         get_settings.cache_clear()
         try:
-            from precis.chat.service import answer_chat
-
             db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
-            embedder = HashedEmbedder(get_settings().embed_dimensions)
-            _load(db, embedder, random.Random(5))
+            _load(db, random.Random(5))
             for level in LEVELS:
                 server.requests.clear()
-                body = ChatQuery(query="where does alice live?", session_id="s0", reasoning_level=level)
-                with Requests(db.client) as counted:
-                    answer_chat(db, get_settings(), "bench", body, peer_id="alice",
-                                embed=lambda text: embedder.embed([text])[0])
+                body = {"query": "where does alice live?", "session_id": "s0", "reasoning_level": level}
+                with Requests(AWS) as counted:
+                    _ok(call("POST", "/v3/workspaces/bench/peers/alice/chat", body))
                 sent = [r.body for r in server.requests]
                 tokens = [_request_tokens(b) for b in sent]
                 rows.append({"level": level, "model_requests": len(sent), "tool_rounds": len(sent) - 1,

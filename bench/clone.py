@@ -9,7 +9,8 @@ import random
 import time
 
 from bench.common import Requests, moto, print_table, write_json
-from bench.context import WS, add_summaries, seed_session, text_pool
+from bench.context import WS, add_summaries, read_context, seed_session, text_pool
+from bench.front import AWS, call
 
 SIZES = tuple(int(s) for s in os.environ.get("PRECIS_BENCH_CLONE_SIZES", "100,1000,10000,100000").split(","))
 # In-process moto copies its whole table for every transaction, so a transaction's time grows with the table there
@@ -20,10 +21,9 @@ BUDGET = 8_000
 
 
 def _context(db, session: str) -> tuple[int, int, float]:
-    from precis.context.compose import read_context
-
+    """The context route's requests, bytes read and time on `session` (through its handler)."""
     read_context(db, WS, session, BUDGET)  # warm
-    with Requests(db.client) as counted:
+    with Requests(AWS) as counted:
         started = time.perf_counter()
         read_context(db, WS, session, BUDGET)
         seconds = time.perf_counter() - started
@@ -31,29 +31,34 @@ def _context(db, session: str) -> tuple[int, int, float]:
 
 
 def run() -> None:
-    from precis.store import resources
-    from precis.store.clones import clone_session, copy_base
-    from precis.store.db import get_db
+    from local.template import template
+    from precis.store.clones import copy_base
+    from precis.store.db import Db
 
     rows = []
     rng = random.Random(11)
     for size in SIZES:
         with moto(stream=False) as clients:
-            db = get_db()
-            resources.get_or_create_workspace(db, WS)
+            # The bench's own clients seed the session and run the background copy; the routes' are counted apart.
+            db = Db(client=clients["dynamodb"], s3=clients["s3"], table=template().table_name,
+                    bucket=template().bucket_name)
+            assert call("POST", "/v3/workspaces", {"id": WS}).status in (200, 201)
             session = f"s{size}"
-            resources.get_or_create_session(db, WS, session, peers={"alice": {}, "assistant": {}})
+            assert call("POST", f"/v3/workspaces/{WS}/sessions",
+                        {"id": session, "peers": {"alice": {}, "assistant": {}}}).status in (200, 201)
             costs = seed_session(clients["dynamodb"], db.table, session, size, text_pool(rng), rng)
             add_summaries(db, session, costs, rng)
-            with Requests(db.client) as counted:
+            with Requests(AWS) as counted:
                 started = time.perf_counter()
-                clone = clone_session(db, WS, session)["id"]
+                reply = call("POST", f"/v3/workspaces/{WS}/sessions/{session}/clone")
                 clone_ms = (time.perf_counter() - started) * 1000
+            assert reply.status == 201, reply.body
+            clone = reply.body["id"]
             clone_requests, clone_bytes = len(counted.ops), counted.bytes
             plain = _context(db, session)
             through = _context(db, clone)
             copy_requests, copy_s, copied = None, None, (None, 0, None)
-            if size <= COPY_UP_TO:
+            if size <= COPY_UP_TO:  # what the summarizer runs on the clone's stream record
                 with Requests(db.client) as counted:
                     started = time.perf_counter()
                     assert copy_base(db, WS, clone)

@@ -34,7 +34,11 @@ FAKE_AWS = {
 
 
 def use_fake_aws() -> None:
-    """Point everything at in-process moto: fake credentials, the template's names, the shipped encodings."""
+    """Point everything at in-process moto: fake credentials, the template's names, the shipped encodings; the AWS
+    requests of every client made from here on countable at `bench.front.AWS`."""
+    from bench import front
+
+    front.install()
     os.environ.update(FAKE_AWS, TIKTOKEN_CACHE_DIR=str(ENCODINGS_DIR), POWERTOOLS_TRACE_DISABLED="true",
                       POWERTOOLS_METRICS_NAMESPACE="Precis", POWERTOOLS_SERVICE_NAME="precis-bench",
                       POWERTOOLS_LOG_LEVEL="WARNING", POWERTOOLS_METRICS_DISABLED="true",
@@ -47,12 +51,16 @@ def use_fake_aws() -> None:
 
 @contextmanager
 def moto(*, stream: bool = True) -> Iterator[dict[str, Any]]:
-    """In-process moto with the template's table (optionally without its stream), bucket and queues."""
+    """In-process moto with the template's table (optionally without its stream), bucket and queues; the clients it
+    yields are the bench's own (not counted at `bench.front.AWS`)."""
     import boto3
     from moto import mock_aws
 
+    from bench import front
     from local import moto_patches, moto_vectors
     from precis.settings import get_settings
+
+    front.install()
 
     moto_patches.install()  # the table's vector index (SearchVectors) and DynamoDB's limits, as in the tests
     # The benches measure rankings and costs, not freshness: each write reaches the vector index at once.
@@ -60,7 +68,7 @@ def moto(*, stream: bool = True) -> Iterator[dict[str, Any]]:
 
     get_settings.cache_clear()
     with mock_aws():
-        clients = {name: boto3.client(name) for name in ("dynamodb", "s3", "sqs")}
+        clients = {name: front.own(boto3.client(name)) for name in ("dynamodb", "s3", "sqs")}
         if stream:
             create_resources(template(), clients["dynamodb"], clients["s3"], clients["sqs"])
         else:
@@ -72,7 +80,8 @@ def moto(*, stream: bool = True) -> Iterator[dict[str, Any]]:
 
 
 class Requests:
-    """Counts a boto3 DynamoDB client's requests (by operation) and the bytes of their responses."""
+    """Counts a client's DynamoDB requests (by operation) and the bytes of their responses; `bench.front.AWS` for
+    every request of the handlers."""
 
     def __init__(self, client):
         self.client = client

@@ -1,7 +1,8 @@
 """The context read against a naive baseline, on sessions of 100 to 100,000 messages.
 
-Precis: `precis.context.compose.read_context`, two rounds (session + summaries and the last message's cost, then
-the messages whose `start_tokens` lie in the budget's window on the ByStartTokens index).
+Precis: `GET /v3/workspaces/{ws}/sessions/{id}/context` through the context handler as API Gateway invokes it
+(bench/front.py), its DynamoDB requests counted at the in-process AWS's door: two rounds (session + summaries and the
+last message's cost, then the messages whose `start_tokens` lie in the budget's window on the ByStartTokens index).
 Baseline, written here: the same first request for the session and summaries, then every message after the
 chosen summary with a paginated Query on the base table, trimmed newest-first to the budget (Honcho's way).
 Both must return the same answer; the benchmark checks that.
@@ -14,20 +15,24 @@ chosen summary) and `summary=false` (it reads the whole session).
 
 Latency is in-process moto with its Query narrowed to the key range it reads (local/moto_storage.py; without it
 moto walks the whole table per request and per page, whatever DynamoDB would read). Absolute times are
-moto's; requests and bytes are what DynamoDB would serve.
+moto's; requests and bytes are what DynamoDB would serve. PRECIS_BENCH_CONTEXT_SIZES (default 100,1000,10000,100000)
+chooses the session lengths.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from typing import Any
 
 from bench.common import ROOT, OUT, Requests, median, moto, print_table, write_json
+from bench.front import AWS, call
 from local.moto_storage import moto_reference
 
-SESSION_LENGTHS = (100, 1_000, 10_000, 100_000)
+SESSION_LENGTHS = tuple(int(n) for n in
+                        os.environ.get("PRECIS_BENCH_CONTEXT_SIZES", "100,1000,10000,100000").split(","))
 BUDGETS = (2_000, 8_000, 100_000)
 MODES = (True, False)  # summary=true / summary=false
 WS = "bench"
@@ -167,9 +172,19 @@ def naive_context(db, ws: str, session_id: str, limit: int, *, use_summary: bool
 # --- measuring -------------------------------------------------------------------------------------------------
 
 
+def read_context(db, ws: str, session: str, limit: int, *, use_summary: bool = True) -> dict[str, Any]:
+    """Precis's answer: the context route through its handler (`db` unused: the handler has its own clients)."""
+    reply = call("GET", f"/v3/workspaces/{ws}/sessions/{session}/context", tokens=limit,
+                 summary=str(use_summary).lower())
+    assert reply.status == 200, reply.body
+    return reply.body
+
+
 def measure(read, db, session: str, limit: int, use_summary: bool, repeats: int, min_runs: int) -> dict[str, Any]:
+    """`read`'s requests, bytes and median time: Precis's (read_context) counted at the handlers' door, the baseline's
+    on the bench's own client."""
     seconds, answer, started = [], None, time.perf_counter()
-    with Requests(db.client) as requests:
+    with Requests(AWS if read is read_context else db.client) as requests:
         for run in range(repeats):
             requests.reset()
             began = time.perf_counter()
@@ -204,8 +219,6 @@ def same_answer(a: dict, b: dict) -> bool:
 
 def check_narrowing(db, session: str) -> None:
     """The narrowed moto answers exactly what plain moto answers, with the same bytes."""
-    from precis.context.compose import read_context
-
     plain = {}
     with moto_reference():
         for limit in BUDGETS:
@@ -217,7 +230,9 @@ def check_narrowing(db, session: str) -> None:
         got = measure(read, db, session, limit, use_summary, 1, 1)
         if (got["answer"], got["bytes_read"], got["requests"]) != (
                 expected["answer"], expected["bytes_read"], expected["requests"]):
-            raise RuntimeError(f"narrowed moto differs from moto: {name} tokens={limit} summary={use_summary}")
+            raise RuntimeError(f"narrowed moto differs from moto: {name} tokens={limit} summary={use_summary}: "
+                               f"{got['bytes_read']} vs {expected['bytes_read']} bytes, {got['requests']} vs "
+                               f"{expected['requests']} requests, same answer: {got['answer'] == expected['answer']}")
     print(f"  narrowed moto checked against plain moto on {session}: same answers, requests and bytes", flush=True)
 
 
@@ -251,21 +266,22 @@ def plot(results: list[dict]) -> None:
 
 
 def run() -> dict:
-    from precis.store import resources
-    from precis.context.compose import read_context
-    from precis.store.db import get_db
+    from local.template import template
+    from precis.store.db import Db
 
     rng = random.Random(7)
     results: list[dict] = []
     with moto(stream=False) as clients:
-        db = get_db()
-        resources.get_or_create_workspace(db, WS)
+        # The bench's own clients: seeding and the baseline's reads (the handler's are counted apart).
+        db = Db(client=clients["dynamodb"], s3=clients["s3"], table=template().table_name,
+                bucket=template().bucket_name)
+        assert call("POST", "/v3/workspaces", {"id": WS}).status in (200, 201)
         pool = text_pool(rng)
         sessions = {}
         started = time.perf_counter()
         for length in SESSION_LENGTHS:
             session = f"s{length}"
-            resources.get_or_create_session(db, WS, session)
+            assert call("POST", f"/v3/workspaces/{WS}/sessions", {"id": session}).status in (200, 201)
             print(f"  seeding {session} ({length:,} messages) ...", flush=True)
             costs = seed_session(clients["dynamodb"], db.table, session, length, pool, rng)
             add_summaries(db, session, costs, rng)
@@ -273,7 +289,7 @@ def run() -> dict:
         seed_seconds = time.perf_counter() - started
         print(f"  seeded {sum(SESSION_LENGTHS):,} messages in {seed_seconds:.0f} s", flush=True)
 
-        check_narrowing(db, sessions[1_000])
+        check_narrowing(db, sessions[min(SESSION_LENGTHS, key=lambda n: abs(n - 1_000))])
         for length, session in sessions.items():
             baseline_reads: dict[tuple[str, int], dict] = {}
             for use_summary in MODES:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.common import FAKE_AWS, ROOT, moto, print_table, template, write_json
+from bench.front import AWS, http_event, invoke, own
 from local.poller import StreamSettings, matches  # imported before any patch of moto: it installs local.moto_patches
 
 # On-demand prices, us-east-1, as assumed for 2026. Sources: "Amazon DynamoDB pricing" (on-demand, Standard table
@@ -545,17 +546,15 @@ class Stack:
     them, metered: DynamoDB units, S3 requests, API requests and billed durations."""
 
     def __init__(self, clients: dict[str, Any]):
-        from precis.store.db import get_db
-
         from local.template import table_definition
 
-        db = get_db()
-        self.plain = clients["dynamodb"]
-        self.capacity = Capacity(db.client, self.plain, table_definition(template()))
-        self.s3 = S3Requests(db.s3)
+        self.plain = own(clients["dynamodb"])
+        # The handlers' requests, wherever their clients are made: metered at the door of the in-process AWS.
+        self.capacity = Capacity(AWS, self.plain, table_definition(template()))
+        self.s3 = S3Requests(AWS)
         self.clock = CallClock()
-        self.hooks = [self.capacity.hooks, self.s3.hooks, self.clock.attach(db.client, "dynamodb"),
-                      self.clock.attach(db.s3, "s3")]
+        self.hooks = [self.capacity.hooks, self.s3.hooks, self.clock.attach(AWS, "dynamodb"),
+                      self.clock.attach(AWS, "s3")]
         self.runs = Invocations()
         self.mappings = {name: StreamSettings.from_properties(template().functions[name].stream)
                          for name in _STREAM_FUNCTIONS}
@@ -569,8 +568,6 @@ class Stack:
         self.capacity.label = self.s3.label = name
 
     def invoke(self, function: str, event: dict) -> dict:
-        from tests.handlers import invoke
-
         self.label(function if self.metering else "setup")
         inside, rounds = self.clock.reading()
         started = time.perf_counter()
@@ -585,8 +582,6 @@ class Stack:
 
     def http(self, method: str, url: str, body: Any = None) -> dict:
         """One API request through its handler; the answer's body, parsed."""
-        from tests.handlers import http_event
-
         function, event = http_event(method, url, body)
         out = self.invoke(function, event)
         assert out["statusCode"] < 300, out
@@ -666,7 +661,18 @@ def summary_tokens(seen: list) -> dict[str, int]:
             "output": sum(count_text(text) for _, text in seen)}
 
 
-def derive_tokens(plain, sessions: list[str], post: int, batch_tokens: int) -> dict[str, int]:
+def session_history(stack: Stack, session: str) -> list[dict]:
+    """The session's messages in order, as the API lists them (unmetered)."""
+    history: list[dict] = []
+    page = pages = 1
+    while page <= pages:
+        answer = stack.http("POST", f"/v3/workspaces/{WS}/sessions/{session}/messages/list?page={page}&size=100", {})
+        history += answer["items"]
+        page, pages = page + 1, answer["pages"]
+    return history
+
+
+def derive_tokens(stack: Stack, sessions: list[str], post: int, batch_tokens: int) -> dict[str, int]:
     """LLM calls and input tokens the `llm` deriver would spend on these sessions, posted `post` messages at a time:
     after each post, a sender's underived messages are extracted in one request once they hold `batch_tokens` (the
     schedule flushes the rest), and each extraction is followed by a card update (its prompt holds the model's
@@ -674,17 +680,13 @@ def derive_tokens(plain, sessions: list[str], post: int, batch_tokens: int) -> d
     from precis.memory.engines import DeriveMessage, DeriveRequest
     from precis.memory.engines.prompt import prompt_tokens
     from precis.memory.deriver import MAX_JOB_MESSAGES
-    from precis.store import keys
-    from precis.store.db import Db
-    from precis.store.messages import read_range
 
     def as_message(m: dict) -> DeriveMessage:
         return DeriveMessage(m["id"], m["seq"], m["peer_id"], m.get("content") or "", m["created_at"])
 
-    db = Db(client=plain, s3=None, table=template().table_name, bucket=template().bucket_name)
     extractions = tokens = 0
     for session in sessions:
-        history = read_range(db, WS, session, 1, keys.MAX_SEQ)
+        history = session_history(stack, session)
         for sender in PEERS:
             pending: list[dict] = []
             for end in range(post, len(history) + post, post):
@@ -777,7 +779,7 @@ def ingest(batch: int, rng: random.Random) -> dict[str, Any]:
             result["s3_put_bytes_per_message"] = sum(
                 v for k, v in stack.s3.put_bytes.items() if k != "setup") / messages
             llm = {"summarizer": summary_tokens(summaries),
-                   "deriver": derive_tokens(clients["dynamodb"], sessions, batch, get_settings().derive_batch_tokens)}
+                   "deriver": derive_tokens(stack, sessions, batch, get_settings().derive_batch_tokens)}
             result["llm"] = {**llm, "per_million": {part: {k: v * 1e6 / messages for k, v in counts.items()}
                                                     for part, counts in llm.items()}}
             if batch == BATCHES[0]:

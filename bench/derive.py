@@ -7,9 +7,10 @@
    answers extractively (offline) but every request is priced as the prompt the `llm` engine would send
    (`precis.memory.engines.prompt.build_messages`, counted with tiktoken). The baseline, in the same run, prices
    re-deriving the sender's whole history at every derivation the deriver made.
-2. Query: `POST /conclusions/query`'s store call on collections of 100, 1,000 and 10,000 conclusions: DynamoDB
-   requests and response bytes per query, against reading the whole collection (what a store without a vector
-   index would do). moto answers SearchVectors with the local stack's exact emulation.
+2. Query: `POST /conclusions/query` through its handler on collections of 100, 1,000 and 10,000 conclusions (loaded
+   in bulk as the store writes them): DynamoDB requests and response bytes per query, counted at the AWS door,
+   against reading the whole collection (what a store without a vector index would do). moto answers SearchVectors
+   with the local stack's exact emulation. Then the context route with `peer_target` (and `search_query`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import random
 import time
 
 from bench.common import Requests, moto, print_table, write_json
+from bench.front import AWS, call
 
 MESSAGES = 1_000
 QUIET_S = 10.0  # the default PRECIS_DERIVE_QUIET_S
@@ -69,15 +71,16 @@ def _derivation(quiet: bool) -> dict:
     from precis.memory.wakeups import QuietWake
     from precis.memory.embeddings import HashedEmbedder
     from precis.store.db import Db
-    from precis.store.messages import NewMessage, append_messages
-    from precis.store.resources import get_or_create_session, get_or_create_workspace
-    from precis.tokens import count_messages, count_text
+    from precis.tokens import count_messages
 
     rng = random.Random(11)
     with moto(stream=False) as clients:
+        # The deriver's own step runs in-process on a Db of the bench's clients (its engine priced); the messages
+        # arrive through the API.
         db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
-        get_or_create_workspace(db, "bench", configuration={"deriver": {"engine": "llm", "batch_tokens": 512}})
-        get_or_create_session(db, "bench", "s")
+        _ok(call("POST", "/v3/workspaces", {"id": "bench", "configuration": {
+            "deriver": {"engine": "llm", "batch_tokens": 512}}}))
+        _ok(call("POST", "/v3/workspaces/bench/sessions", {"id": "s"}))
         engine, embedder = _PricedDeriver(), HashedEmbedder(get_settings().embed_dimensions)
         history: list = []
         conclusions = flushes = 0
@@ -86,8 +89,8 @@ def _derivation(quiet: bool) -> dict:
             for i in range(len(history), min(MESSAGES, len(history) + 2 * rng.randint(*BURST_EXCHANGES))):
                 peer = "alice" if i % 2 == 0 else "agent"
                 text = _user_text(rng) if peer == "alice" else " ".join(rng.choice(WORDS) for _ in range(40))
-                batch.append(NewMessage(text, peer, count_text(text)))
-            stored = append_messages(db, "bench", "s", batch, inline_max_bytes=16_384)
+                batch.append({"content": text, "peer_id": peer})
+            stored = _ok(call("POST", "/v3/workspaces/bench/sessions/s/messages", {"messages": batch}))
             history += stored
             for sender in ("alice", "agent"):
                 outcome = derive_target(db, get_settings(), DeriveTarget("bench", "s", sender),
@@ -139,30 +142,35 @@ def _load(db, ws: str, observer: str, observed: str, texts: list[str], embedder)
         db.client.batch_write_item(RequestItems={db.table: requests[start:start + 25]})
 
 
+def _ok(reply) -> object:
+    assert reply.status in (200, 201), (reply.status, reply.body)
+    return reply.body
+
+
 def _query_costs() -> list[dict]:
     from precis.settings import get_settings
     from precis.memory.embeddings import HashedEmbedder
-    from precis.store import conclusions, keys
+    from precis.store import keys
     from precis.store.db import Db, query_all, to_item
-    from precis.store.resources import get_or_create_peer, get_or_create_workspace
 
     rng = random.Random(5)
     rows = []
     for size in SIZES:
         with moto(stream=False) as clients:
             db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
-            get_or_create_workspace(db, "bench")
-            get_or_create_peer(db, "bench", "alice")
-            embedder = HashedEmbedder(get_settings().embed_dimensions)
+            _ok(call("POST", "/v3/workspaces", {"id": "bench"}))
+            _ok(call("POST", "/v3/workspaces/bench/peers", {"id": "alice"}))
+            embedder = HashedEmbedder(get_settings().embed_dimensions)  # the deployment's default embedder
             texts = [f"alice {rng.choice(WORDS)} {rng.choice(WORDS)} {rng.choice(WORDS)} {i}" for i in range(size)]
             started = time.perf_counter()
             _load(db, "bench", "alice", "alice", texts, embedder)
             load_s = time.perf_counter() - started
             filters = {"observer_id": "alice", "observed_id": "alice"}
-            with Requests(db.client) as counted:
-                found = conclusions.query(db, "bench", "where did alice move", 10, None, filters, embedder=embedder)
+            with Requests(AWS) as counted:
+                found = _ok(call("POST", "/v3/workspaces/bench/conclusions/query",
+                                 {"query": "where did alice move", "top_k": 10, "filters": filters}))
                 query_ops, query_requests, query_bytes = counted.by_op(), len(counted.ops), counted.bytes
-                counted.reset()
+            with Requests(db.client) as counted:
                 everything = query_all(db, KeyConditionExpression="PK = :pk",
                                        ExpressionAttributeValues=to_item(
                                            {":pk": keys.collection_pk("bench", "alice", "alice")}))
@@ -171,28 +179,23 @@ def _query_costs() -> list[dict]:
                          "query_requests": query_requests, "query_bytes": query_bytes,
                          "collection_items": len(everything),
                          "read_all_requests": scan_requests, "read_all_bytes": scan_bytes, "load_s": load_s,
-                         "context": _context_cost(db, embedder, size)})
+                         "context": _context_cost(size)})
     return rows
 
 
-def _context_cost(db, embedder, size: int) -> dict:
-    """The session context with peer_target (and with a search query) on the loaded collection: DynamoDB requests
-    and bytes per call, against the same call without peer_target."""
-    from precis.context import compose
-    from precis.store import representation
-    from precis.store.messages import NewMessage, append_messages
-
-    append_messages(db, "bench", "s", [NewMessage(f"message {i} about the budget review", "alice", 8)
-                                       for i in range(100)], inline_max_bytes=16_384)
-
-    def peer(search: str | None) -> compose.PeerView:
-        return compose.PeerView(representation.Request("alice", "alice", 100, True, search),
-                                lambda text: embedder.embed([text])[0])
-
+def _context_cost(size: int) -> dict:
+    """The session context route with peer_target (and with a search query) on the loaded collection: DynamoDB
+    requests and bytes per call, against the same call without peer_target."""
+    _ok(call("POST", "/v3/workspaces/bench/sessions/s/messages",
+             {"messages": [{"content": f"message {i} about the budget review", "peer_id": "alice"}
+                           for i in range(100)]}))
+    url = "/v3/workspaces/bench/sessions/s/context"
     row: dict = {"conclusions": size}
-    for name, view in (("plain", None), ("peer_target", peer(None)), ("search", peer("budget review"))):
-        with Requests(db.client) as counted:
-            answer = compose.read_context(db, "bench", "s", 8_000, peer=view)
+    target = {"peer_target": "alice", "max_conclusions": 100, "include_most_frequent": "true"}
+    searched = {**target, "search_query": "budget review"}
+    for name, extra in (("plain", {}), ("peer_target", target), ("search", searched)):
+        with Requests(AWS) as counted:
+            answer = _ok(call("GET", url, tokens=8_000, **extra))
             row[f"{name}_requests"], row[f"{name}_bytes"] = len(counted.ops), counted.bytes
             row[f"{name}_returned"] = len(json.dumps(answer).encode())
     return row

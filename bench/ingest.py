@@ -15,6 +15,7 @@ import threading
 import time
 
 from bench.common import ROOT, Requests, median, moto, print_table, write_json
+from bench.front import AWS, call
 
 BATCHES = {1: 300, 10: 60, 100: 20}  # timed batches per batch size
 NEW_PEERS = (1, 10, 100)
@@ -34,7 +35,7 @@ def batch_body(rng: random.Random, size: int, start: int, peers: tuple[str, ...]
 
 
 class StorageClock:
-    """Seconds spent inside DynamoDB calls: from just before moto answers to the parsed response."""
+    """Seconds spent inside the handler's DynamoDB calls: from just before moto answers to the parsed response."""
 
     def __init__(self, client):
         self.client, self.seconds, self._started = client, 0.0, threading.local()
@@ -59,9 +60,6 @@ class StorageClock:
 
 
 def run() -> dict:
-    from precis.store.db import get_db
-    from tests.handlers import call
-
     rng = random.Random(42)
     rows, results = [], {}
     for size, batches in BATCHES.items():
@@ -69,8 +67,7 @@ def run() -> dict:
             assert call("POST", "/v3/workspaces", {"id": WS}).status == 201
             url = f"/v3/workspaces/{WS}/sessions/s-{size}/messages"
             call("POST", f"/v3/workspaces/{WS}/sessions/warm/messages", batch_body(rng, 1, 0))  # tiktoken loaded
-            client = get_db().client
-            with Requests(client) as requests, StorageClock(client) as storage:
+            with Requests(AWS) as requests, StorageClock(AWS) as storage:
                 assert call("POST", url, batch_body(rng, size, 0)).status == 201
                 first_requests, first_ops = len(requests.ops), requests.by_op()
                 call("POST", url, batch_body(rng, 2, 0))  # both peers are members from here on
@@ -108,7 +105,7 @@ def run() -> dict:
     peer_rows = []
     with moto():
         assert call("POST", "/v3/workspaces", {"id": WS}).status == 201
-        with Requests(get_db().client) as requests:
+        with Requests(AWS) as requests:
             for peers in NEW_PEERS:
                 requests.reset()
                 names = tuple(f"peer-{peers}-{i}" for i in range(peers))

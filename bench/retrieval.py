@@ -2,7 +2,7 @@
 
 Data: bench/retrieval_data.py (long two-peer conversations with questions whose answering turns are known).
 Each conversation is loaded into a workspace of its own through the public HTTP surface, with the real handlers
-in-process on moto (tests/handlers.py): the ingest route posts each session's messages with their dates, and the
+in-process on moto (bench/front.py): the ingest route posts each session's messages with their dates, and the
 table's stream is read from moto and delivered to the stream functions (summarize, derive) as Lambda's
 event-source mapping would (the template's filters and batch sizes), so the deriver's default offline engine
 writes conclusions and message vectors. Then, for every question:
@@ -11,7 +11,7 @@ writes conclusions and message vectors. Then, for every question:
 - Precis's message search, `POST /v3/workspaces/{ws}/search` {"query", "limit": 10};
 - Precis's conclusion query, `POST /v3/workspaces/{ws}/conclusions/query` (top 10, the peer the question is about
   observing itself). A conclusion is a hit when its source messages include an answering turn. The Conclusion JSON
-  does not carry its source messages, so the bench reads them from the stored conclusion (`_sources`, read-only);
+  does not carry its source messages, so the bench reads them from the table with a client of its own (`_sources`);
 - recall@1/5/10: found at k when any answering turn is in the top k ("all@10": every answering turn is, for the
   multi-turn questions);
 - the session context of the conversation's last session at 1,000, 2,000 and 4,000 tokens: `summary=false` (the
@@ -43,6 +43,7 @@ from datetime import datetime
 from typing import Any
 
 from bench.common import Requests, moto, print_table, write_json
+from bench.front import AWS, call, invoke, own
 from bench.retrieval_bm25 import BM25, words
 from bench.retrieval_data import KINDS, Conversation, Question, generate
 
@@ -220,7 +221,6 @@ class Stream:
     def drain(self) -> int:
         """Deliver everything pending to every consumer; the number of records delivered."""
         from local.poller import matches
-        from tests.handlers import invoke
 
         delivered, busy = 0, True
         while busy:
@@ -275,8 +275,6 @@ def peer_id(name: str) -> str:
 def load(conversation: Conversation) -> dict[str, str]:
     """Post the conversation session by session through the handlers, delivering the stream after each; returns
     message id -> turn id."""
-    from tests.handlers import call, invoke
-
     ws = conversation.id
     _ok(call("POST", "/v3/workspaces", {"id": ws, "configuration": WS_CONFIG}), "workspace")
     for name in conversation.peers:
@@ -304,13 +302,17 @@ def _ok_flush(result: dict) -> None:
         raise RuntimeError(f"derive flush failed: {result}")
 
 
-def _sources(conclusion_id: str, ws: str) -> list[str]:
-    """The source message ids of a stored conclusion (the Conclusion JSON does not carry them): a read-only look at
-    what the store keeps as provenance."""
-    from precis.store import conclusions
-    from precis.store.db import get_db
-
-    return list(conclusions._locate(get_db(), ws, conclusion_id).get("source_message_ids") or ())
+def _sources(client: Any) -> dict[str, list[str]]:
+    """Each stored conclusion's source message ids (the Conclusion JSON does not carry them), by conclusion id: a
+    read-only scan of the bench's table (one workspace) with the bench's own client."""
+    found: dict[str, list[str]] = {}
+    for page in client.get_paginator("scan").paginate(
+            TableName=_table(), FilterExpression="attribute_exists(#sources)", ProjectionExpression="#id, #sources",
+            ExpressionAttributeNames={"#id": "id", "#sources": "source_message_ids"}):
+        for item in page["Items"]:
+            found[item["id"]["S"]] = [v["S"] for v in item["source_message_ids"].get("L", ())] or list(
+                item["source_message_ids"].get("SS", ()))
+    return found
 
 
 # ---------------------------------------------------------------- one conversation
@@ -319,19 +321,18 @@ def _sources(conclusion_id: str, ws: str) -> list[str]:
 def measure(conversation: Conversation) -> dict:
     """Load one conversation on a fresh moto and ask all its questions; per-question rows and request counts."""
     from precis.settings import get_settings
-    from precis.store.db import get_db
-    from tests.handlers import call
 
     get_settings.cache_clear()
     ws = conversation.id
     last = conversation.sessions[-1][0]
     rows, search_requests, context_requests, conclusion_count = [], [], [], 0
     plain_requests, target_requests = [], []
-    with moto():
+    with moto() as clients:
         started = time.perf_counter()
         ids = load(conversation)
         load_s = time.perf_counter() - started
-        db = get_db()
+        stored_sources = _sources(own(clients["dynamodb"]))
+        db = AWS  # the handlers' requests
         for name in conversation.peers:
             listed = _ok(call("POST", f"/v3/workspaces/{ws}/conclusions/list", {"filters": {
                 "observer_id": peer_id(name), "observed_id": peer_id(name)}}, size=1), "conclusions")
@@ -341,7 +342,7 @@ def measure(conversation: Conversation) -> dict:
             window = _ok(call("GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=budget, summary="false"),
                          "context")
             base["window", budget] = context_text(window)
-            with Requests(db.client) as counted:
+            with Requests(db) as counted:
                 base["default", budget] = context_text(_ok(call(
                     "GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=budget), "context"))
             plain_requests.append(len(counted.ops))
@@ -350,7 +351,7 @@ def measure(conversation: Conversation) -> dict:
             observed = peer_id(question.about)
             row: dict[str, Any] = {"conversation": ws, "question": question.id, "kind": question.kind}
             row["bm25"] = recall(bm25_rank(question.text, conversation), question)
-            with Requests(db.client) as counted:
+            with Requests(db) as counted:
                 found = _ok(call("POST", f"/v3/workspaces/{ws}/search", {"query": question.text, "limit": 10}),
                             "search")
             search_requests.append(len(counted.ops))
@@ -360,11 +361,11 @@ def measure(conversation: Conversation) -> dict:
                 "conclusions/query")
             for c in hits:
                 if c["id"] not in sources:
-                    sources[c["id"]] = {ids.get(m) for m in _sources(c["id"], ws)}
+                    sources[c["id"]] = {ids.get(m) for m in stored_sources.get(c["id"], ())}
             row["conclusions"] = recall([sources[c["id"]] for c in hits], question,
                                         hit=lambda turns, wanted: bool(turns & wanted))
             row["context"] = {}
-            with Requests(db.client) as counted:
+            with Requests(db) as counted:
                 _ok(call("GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=BUDGETS[1],
                          peer_target=observed), "context")
             target_requests.append(len(counted.ops))
@@ -405,12 +406,11 @@ def _context_at(share: float, ws: str, session: str, budget: int, observed: str,
     """The context with `search_query` and `peer_target` under the deployment setting PRECIS_CONTEXT_RECALL_SHARE
     = `share` (each call a fresh read of the settings, as a cold start would); its DynamoDB requests go to `counts`."""
     from precis.settings import get_settings
-    from tests.handlers import call
 
     os.environ["PRECIS_CONTEXT_RECALL_SHARE"] = str(share)
     get_settings.cache_clear()
     try:
-        with Requests(db.client) as counted:
+        with Requests(db) as counted:
             answer = _ok(call("GET", f"/v3/workspaces/{ws}/sessions/{session}/context", tokens=budget,
                               peer_target=observed, search_query=query, **extra), "context")
     finally:

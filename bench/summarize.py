@@ -25,6 +25,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 from bench.common import moto, print_table, write_json
+from bench.front import call
 
 MESSAGES = 1_000
 BATCH = 10
@@ -235,9 +236,7 @@ class _Recording:
 
 def _run_strategy(strategy: str, settings: dict, inner) -> dict:
     from precis.settings import get_settings
-    from precis.store.db import Db
-    from precis.store.messages import NewMessage, append_messages
-    from precis.store.resources import get_or_create_session, get_or_create_workspace
+    from precis.store.db import get_db
     from precis.summaries.engines import SummaryRequest
     from precis.summaries.engines.prompt import build_messages
     from precis.summaries.runner import summarize_session
@@ -245,17 +244,20 @@ def _run_strategy(strategy: str, settings: dict, inner) -> dict:
 
     talk = conversation(random.Random(7), MESSAGES)
     facts = {m["content"]: m["fact"] for m in talk if m["fact"]}
-    with moto(stream=False) as clients:
-        db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
-        get_or_create_workspace(db, "bench", configuration={"summarizer": {"strategy": strategy, **settings}})
-        get_or_create_session(db, "bench", "s")
+    with moto(stream=False):
+        ok = (200, 201)
+        assert call("POST", "/v3/workspaces", {"id": "bench", "configuration": {
+            "summarizer": {"strategy": strategy, **settings}}}).status in ok
+        assert call("POST", "/v3/workspaces/bench/sessions", {"id": "s"}).status in ok
         engine, written = _Recording(inner), []
         for start in range(0, MESSAGES, BATCH):
-            batch = [NewMessage(m["content"], m["peer"], count_text(m["content"]), run_id=f"run-{i // 2}",
-                                created_at=m["created_at"])  # runs of two: a turn and its answer
-                     for i, m in enumerate(talk[start:start + BATCH], start)]
-            append_messages(db, "bench", "s", batch, inline_max_bytes=16_384)
-            written += [w for w in summarize_session(db, get_settings(), "bench", "s",
+            body = {"messages": [{"content": m["content"], "peer_id": m["peer"], "run_id": f"run-{i // 2}",
+                                  "created_at": m["created_at"]}  # runs of two: a turn and its answer
+                                 for i, m in enumerate(talk[start:start + BATCH], start)]}
+            reply = call("POST", "/v3/workspaces/bench/sessions/s/messages", body)
+            assert reply.status == 201, reply.body
+            # The summarizer's own step, as its function runs it for the session, with the engine recorded.
+            written += [w for w in summarize_session(get_db(), get_settings(), "bench", "s",
                                                      engine_for=lambda _: engine).written if w.stored]
         history = [(m["peer"], m["content"]) for m in talk]
         message_tokens = sum(count_text(c) for _, c in history)
