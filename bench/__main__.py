@@ -8,8 +8,19 @@ import time
 
 from bench.common import use_fake_aws
 
-BENCHMARKS = ("coldstart", "ingest", "context", "summarize", "derive", "search", "chat", "clone", "cost",
-              "local", "retrieval")
+BENCHMARKS = (
+    "coldstart",
+    "ingest",
+    "context",
+    "summarize",
+    "derive",
+    "search",
+    "chat",
+    "clone",
+    "cost",
+    "local",
+    "retrieval",
+)
 BY_NAME = ("retrieval_scale",)  # part of another (retrieval runs it): run alone only when named
 
 
@@ -17,8 +28,10 @@ def main(argv: list[str]) -> int:
     names = argv or list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS + BY_NAME]
     if unknown:
-        print(f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS + BY_NAME)}",
-              file=sys.stderr)
+        print(
+            f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS + BY_NAME)}",
+            file=sys.stderr,
+        )
         return 2
     use_fake_aws()
     for name in names:

@@ -18,9 +18,20 @@ from bench.front import AWS, call
 LEVELS = ("minimal", "low", "medium", "high", "max")
 CONCLUSIONS = 500
 MESSAGES = 1_000
-FACTS = ("lives in Lisbon", "works as a nurse", "has a sister called Ana", "likes green tea", "runs on Sundays",
-         "is learning Portuguese", "has a dog called Miso", "prefers short answers", "plays the cello",
-         "moved flats in spring", "bakes bread", "travels to Porto monthly")
+FACTS = (
+    "lives in Lisbon",
+    "works as a nurse",
+    "has a sister called Ana",
+    "likes green tea",
+    "runs on Sundays",
+    "is learning Portuguese",
+    "has a dog called Miso",
+    "prefers short answers",
+    "plays the cello",
+    "moved flats in spring",
+    "bakes bread",
+    "travels to Porto monthly",
+)
 
 
 def _request_tokens(body: dict) -> int:
@@ -43,12 +54,24 @@ def _load(db, rng: random.Random) -> None:
     _ok(call("POST", "/v3/workspaces/bench/peers", {"id": "alice"}))
     for session in load_messages(db, "bench", MESSAGES, rng):  # sessions s0..s9, sent by alice
         _ok(call("POST", "/v3/workspaces/bench/sessions", {"id": session}))
-    items = [{"content": f"alice {rng.choice(FACTS)} (note {n})", "observer_id": "alice", "observed_id": "alice",
-              "session_id": f"s{n % 10}"} for n in range(CONCLUSIONS)]
+    items = [
+        {
+            "content": f"alice {rng.choice(FACTS)} (note {n})",
+            "observer_id": "alice",
+            "observed_id": "alice",
+            "session_id": f"s{n % 10}",
+        }
+        for n in range(CONCLUSIONS)
+    ]
     for start in range(0, len(items), 100):
-        _ok(call("POST", "/v3/workspaces/bench/conclusions", {"conclusions": items[start:start + 100]}))
-    _ok(call("PUT", "/v3/workspaces/bench/peers/alice/card",
-             {"peer_card": [f"ATTRIBUTE: alice {fact}" for fact in FACTS]}))
+        _ok(call("POST", "/v3/workspaces/bench/conclusions", {"conclusions": items[start : start + 100]}))
+    _ok(
+        call(
+            "PUT",
+            "/v3/workspaces/bench/peers/alice/card",
+            {"peer_card": [f"ATTRIBUTE: alice {fact}" for fact in FACTS]},
+        )
+    )
 
 
 def _ok(reply) -> object:
@@ -58,14 +81,16 @@ def _ok(reply) -> object:
 
 def run() -> None:
     from local.models.llm_server import LLMServer
-
     from precis.settings import get_settings
     from precis.store.db import Db
 
     rows = []
     with LLMServer() as server, moto(stream=False) as clients:
-        server.answer = lambda body: ({"tool_calls": [{"name": "search_conclusions", "arguments": {"query": "Lisbon"}}]}
-                                      if body.get("tools") else "alice lives in Lisbon.")
+        server.answer = lambda body: (
+            {"tool_calls": [{"name": "search_conclusions", "arguments": {"query": "Lisbon"}}]}
+            if body.get("tools")
+            else "alice lives in Lisbon."
+        )
         os.environ.update(OPENAI_BASE_URL=server.url, OPENAI_API_KEY="bench")
         get_settings.cache_clear()
         try:
@@ -78,18 +103,47 @@ def run() -> None:
                     _ok(call("POST", "/v3/workspaces/bench/peers/alice/chat", body))
                 sent = [r.body for r in server.requests]
                 tokens = [_request_tokens(b) for b in sent]
-                rows.append({"level": level, "model_requests": len(sent), "tool_rounds": len(sent) - 1,
-                             "first_prompt_tokens": tokens[0], "input_tokens": sum(tokens),
-                             "answer_max_tokens": sent[0]["max_tokens"], "dynamodb_requests": len(counted.ops),
-                             "dynamodb_bytes": counted.bytes})
+                rows.append(
+                    {
+                        "level": level,
+                        "model_requests": len(sent),
+                        "tool_rounds": len(sent) - 1,
+                        "first_prompt_tokens": tokens[0],
+                        "input_tokens": sum(tokens),
+                        "answer_max_tokens": sent[0]["max_tokens"],
+                        "dynamodb_requests": len(counted.ops),
+                        "dynamodb_bytes": counted.bytes,
+                    }
+                )
         finally:
             for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
                 os.environ.pop(var, None)
             get_settings.cache_clear()
-    print_table(f"Chat: LLM input tokens per answer by reasoning level ({CONCLUSIONS} conclusions, a card, a session "
-                f"of {MESSAGES // 10} messages; the model uses every tool round it may)",
-                ["level", "model requests", "tool rounds", "first prompt tokens", "input tokens", "answer max tokens",
-                 "DynamoDB requests", "DynamoDB bytes"],
-                [(r["level"], r["model_requests"], r["tool_rounds"], r["first_prompt_tokens"], r["input_tokens"],
-                  r["answer_max_tokens"], r["dynamodb_requests"], r["dynamodb_bytes"]) for r in rows])
+    print_table(
+        f"Chat: LLM input tokens per answer by reasoning level ({CONCLUSIONS} conclusions, a card, a session "
+        f"of {MESSAGES // 10} messages; the model uses every tool round it may)",
+        [
+            "level",
+            "model requests",
+            "tool rounds",
+            "first prompt tokens",
+            "input tokens",
+            "answer max tokens",
+            "DynamoDB requests",
+            "DynamoDB bytes",
+        ],
+        [
+            (
+                r["level"],
+                r["model_requests"],
+                r["tool_rounds"],
+                r["first_prompt_tokens"],
+                r["input_tokens"],
+                r["answer_max_tokens"],
+                r["dynamodb_requests"],
+                r["dynamodb_bytes"],
+            )
+            for r in rows
+        ],
+    )
     write_json("chat", rows)

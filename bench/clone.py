@@ -40,12 +40,14 @@ def run() -> None:
     for size in SIZES:
         with moto(stream=False) as clients:
             # The bench's own clients seed the session and run the background copy; the routes' are counted apart.
-            db = Db(client=clients["dynamodb"], s3=clients["s3"], table=template().table_name,
-                    bucket=template().bucket_name)
+            db = Db(
+                client=clients["dynamodb"], s3=clients["s3"], table=template().table_name, bucket=template().bucket_name
+            )
             assert call("POST", "/v3/workspaces", {"id": WS}).status in (200, 201)
             session = f"s{size}"
-            assert call("POST", f"/v3/workspaces/{WS}/sessions",
-                        {"id": session, "peers": {"alice": {}, "assistant": {}}}).status in (200, 201)
+            assert call(
+                "POST", f"/v3/workspaces/{WS}/sessions", {"id": session, "peers": {"alice": {}, "assistant": {}}}
+            ).status in (200, 201)
             costs = seed_session(clients["dynamodb"], db.table, session, size, text_pool(rng), rng)
             add_summaries(db, session, costs, rng)
             with Requests(AWS) as counted:
@@ -65,23 +67,53 @@ def run() -> None:
                     copy_s = time.perf_counter() - started
                 copy_requests = len(counted.ops)
                 copied = _context(db, clone)
-            rows.append({"messages": size, "clone_ms": clone_ms, "clone_requests": clone_requests,
-                         "clone_bytes": clone_bytes, "context_requests": plain[0], "context_bytes": plain[1],
-                         "context_ms": plain[2], "clone_context_requests": through[0],
-                         "clone_context_bytes": through[1], "clone_context_ms": through[2],
-                         "copied_context_requests": copied[0], "copied_context_bytes": copied[1],
-                         "copy_requests": copy_requests, "copy_s": copy_s})
+            rows.append(
+                {
+                    "messages": size,
+                    "clone_ms": clone_ms,
+                    "clone_requests": clone_requests,
+                    "clone_bytes": clone_bytes,
+                    "context_requests": plain[0],
+                    "context_bytes": plain[1],
+                    "context_ms": plain[2],
+                    "clone_context_requests": through[0],
+                    "clone_context_bytes": through[1],
+                    "clone_context_ms": through[2],
+                    "copied_context_requests": copied[0],
+                    "copied_context_bytes": copied[1],
+                    "copy_requests": copy_requests,
+                    "copy_s": copy_s,
+                }
+            )
             print(f"  {size:,} messages done", flush=True)
-    print_table("Session clone: the request (7 DynamoDB requests whatever the length; its ms grow with moto's "
-                "table copies, not DynamoDB's), and the context read (8,000 tokens) on the session, on its clone while "
-                "it reads through, and once copied",
-                ["messages", "clone ms", "clone requests", "context requests / KB", "clone's context requests / KB",
-                 "after copy requests / KB", "background copy requests", "copy s"],
-                [(r["messages"], r["clone_ms"], r["clone_requests"],
-                  f"{r['context_requests']} / {r['context_bytes'] / 1024:.0f}",
-                  f"{r['clone_context_requests']} / {r['clone_context_bytes'] / 1024:.0f}",
-                  f"{r['copied_context_requests']} / {r['copied_context_bytes'] / 1024:.0f}"
-                  if r["copied_context_requests"] is not None else "—",
-                  r["copy_requests"] if r["copy_requests"] is not None else "—",
-                  r["copy_s"] if r["copy_s"] is not None else "—") for r in rows])
+    print_table(
+        "Session clone: the request (7 DynamoDB requests whatever the length; its ms grow with moto's "
+        "table copies, not DynamoDB's), and the context read (8,000 tokens) on the session, on its clone while "
+        "it reads through, and once copied",
+        [
+            "messages",
+            "clone ms",
+            "clone requests",
+            "context requests / KB",
+            "clone's context requests / KB",
+            "after copy requests / KB",
+            "background copy requests",
+            "copy s",
+        ],
+        [
+            (
+                r["messages"],
+                r["clone_ms"],
+                r["clone_requests"],
+                f"{r['context_requests']} / {r['context_bytes'] / 1024:.0f}",
+                f"{r['clone_context_requests']} / {r['clone_context_bytes'] / 1024:.0f}",
+                f"{r['copied_context_requests']} / {r['copied_context_bytes'] / 1024:.0f}"
+                if r["copied_context_requests"] is not None
+                else "—",
+                r["copy_requests"] if r["copy_requests"] is not None else "—",
+                r["copy_s"] if r["copy_s"] is not None else "—",
+            )
+            for r in rows
+        ],
+    )
     write_json("clone", rows)

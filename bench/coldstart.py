@@ -23,8 +23,14 @@ from local.template import ENCODINGS_DIR, LAYER_DIR, template
 
 REPEATS = 7
 DEPLOYED_REPEATS = 5
-FUNCTIONS = {"context": "ContextFunction", "ingest": "IngestFunction", "summarize": "SummarizeFunction",
-             "derive": "DeriveFunction", "chat": "ChatFunction", "mcp": "McpFunction"}
+FUNCTIONS = {
+    "context": "ContextFunction",
+    "ingest": "IngestFunction",
+    "summarize": "SummarizeFunction",
+    "derive": "DeriveFunction",
+    "chat": "ChatFunction",
+    "mcp": "McpFunction",
+}
 HEAVY = ("openai", "tiktoken")
 READY_TARGET = 1.3  # the goal: ready (imported + clients) within 1.3x a bare boto3 + the same clients
 CONTEXT_IMPORT_TARGET = 1.15
@@ -44,8 +50,7 @@ t2 = time.perf_counter()
 import json
 print(json.dumps({{"import": t1 - t0, "ready": t2 - t0, "modules": modules, "heavy": heavy}}))
 """
-READY = {"boto3": "boto3.client('dynamodb'); boto3.client('s3')",
-         "app": "from precis.store.db import get_db; get_db()"}
+READY = {"boto3": "boto3.client('dynamodb'); boto3.client('s3')", "app": "from precis.store.db import get_db; get_db()"}
 
 
 def lambda_environment(logical_id: str) -> tuple[dict[str, str], str]:
@@ -80,8 +85,14 @@ def sample(module: str, env: dict[str, str], cwd: str) -> dict:
 def largest_imports(env: dict[str, str], cwd: str, top: int = 6) -> list[tuple[str, float]]:
     """Import time by package (sum of self times, python -X importtime), for one module: top-level packages, but
     Precis's and Powertools' own by their modules (precis.schemas, aws_lambda_powertools.event_handler)."""
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import app"], env=env, cwd=cwd,
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import app"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     by_package: dict[str, float] = {}
     for line in out.stderr.splitlines():
         parts = line.removeprefix("import time:").split("|")
@@ -105,18 +116,24 @@ def as_deployed() -> dict | None:
         shutil.copytree(layer, source_only, ignore=shutil.ignore_patterns("__pycache__"))
         env, _ = lambda_environment("ContextFunction")
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-        variants = {"boto3 (bare import), layer's bytecode": ("boto3", layer),
-                    "context handler, layer's bytecode": ("app", layer),
-                    "context handler, source only": ("app", source_only)}
+        variants = {
+            "boto3 (bare import), layer's bytecode": ("boto3", layer),
+            "context handler, layer's bytecode": ("app", layer),
+            "context handler, source only": ("app", source_only),
+        }
         samples: dict[str, list[dict]] = {name: [] for name in variants}
         for _ in range(DEPLOYED_REPEATS):
             for name, (module, path) in variants.items():
-                samples[name].append(sample(module, {**env, "PYTHONPATH": f"{path}{os.pathsep}{function}"},
-                                            str(function)))
+                samples[name].append(
+                    sample(module, {**env, "PYTHONPATH": f"{path}{os.pathsep}{function}"}, str(function))
+                )
     ready = {name: median([s["ready"] for s in runs]) * 1000 for name, runs in samples.items()}
     base = ready["boto3 (bare import), layer's bytecode"]
-    print_table(f"The built context handler as Lambda runs it (no bytecode written), median of {DEPLOYED_REPEATS}",
-                ["module", "ready ms", "x boto3"], [[name, ms, ms / base] for name, ms in ready.items()])
+    print_table(
+        f"The built context handler as Lambda runs it (no bytecode written), median of {DEPLOYED_REPEATS}",
+        ["module", "ready ms", "x boto3"],
+        [[name, ms, ms / base] for name, ms in ready.items()],
+    )
     return {name: {"ready_ms": ms, "ready_x_boto3": ms / base} for name, ms in ready.items()}
 
 
@@ -137,21 +154,40 @@ def run() -> dict:
     for name, runs in samples.items():
         imported, ready = (median([s[kind] for s in runs]) for kind in ("import", "ready"))
         heavy = runs[-1]["heavy"]
-        results[name] = {"import_ms": imported * 1000, "import_x_boto3": imported / base["import"],
-                         "ready_ms": ready * 1000, "ready_x_boto3": ready / base["ready"],
-                         "modules": runs[-1]["modules"], **heavy}
-        rows.append([name, imported * 1000, imported / base["import"], ready * 1000, ready / base["ready"],
-                     runs[-1]["modules"], heavy["openai"], heavy["tiktoken"]])
-    print_table(f"Cold start in a fresh interpreter, median of {REPEATS} (ready = imported + DynamoDB and S3 "
-                "clients created)",
-                ["module", "import ms", "x boto3", "ready ms", "x boto3", "modules", "openai", "tiktoken"], rows)
+        results[name] = {
+            "import_ms": imported * 1000,
+            "import_x_boto3": imported / base["import"],
+            "ready_ms": ready * 1000,
+            "ready_x_boto3": ready / base["ready"],
+            "modules": runs[-1]["modules"],
+            **heavy,
+        }
+        rows.append(
+            [
+                name,
+                imported * 1000,
+                imported / base["import"],
+                ready * 1000,
+                ready / base["ready"],
+                runs[-1]["modules"],
+                heavy["openai"],
+                heavy["tiktoken"],
+            ]
+        )
+    print_table(
+        f"Cold start in a fresh interpreter, median of {REPEATS} (ready = imported + DynamoDB and S3 clients created)",
+        ["module", "import ms", "x boto3", "ready ms", "x boto3", "modules", "openai", "tiktoken"],
+        rows,
+    )
     context = results["context handler"]
     slow = [name for name, r in results.items() if r["ready_x_boto3"] > READY_TARGET]
     heavy_anywhere = any(r["openai"] or r["tiktoken"] for r in results.values())
     print(f"\nready within {READY_TARGET}x for every function: {'yes' if not slow else 'no: ' + ', '.join(slow)}")
     import_met = context["import_x_boto3"] <= CONTEXT_IMPORT_TARGET
-    print(f"context import within {CONTEXT_IMPORT_TARGET}x: {'yes' if import_met else 'no'} "
-          f"({context['import_x_boto3']:.2f}x; its import holds no boto3, which comes with the clients)")
+    print(
+        f"context import within {CONTEXT_IMPORT_TARGET}x: {'yes' if import_met else 'no'} "
+        f"({context['import_x_boto3']:.2f}x; its import holds no boto3, which comes with the clients)"
+    )
     print(f"openai or tiktoken on a cold path: {'yes' if heavy_anywhere else 'no'}")
     top_rows = []
     for name, (module, env, cwd) in variants.items():
@@ -160,8 +196,11 @@ def run() -> dict:
         top = largest_imports(env, cwd)
         results[name]["largest_imports_ms"] = dict(top)
         top_rows.append([name, ", ".join(f"{package} {ms:.0f}" for package, ms in top)])
-    print_table("Each handler's import time by package (one python -X importtime run, self times summed, ms)",
-                ["module", "largest"], top_rows)
+    print_table(
+        "Each handler's import time by package (one python -X importtime run, self times summed, ms)",
+        ["module", "largest"],
+        top_rows,
+    )
     results["as_deployed"] = as_deployed()
     path = write_json("coldstart", results)
     print(f"wrote {path.relative_to(ROOT)}")

@@ -39,10 +39,17 @@ def use_fake_aws() -> None:
     from bench import front
 
     front.install()
-    os.environ.update(FAKE_AWS, TIKTOKEN_CACHE_DIR=str(ENCODINGS_DIR), POWERTOOLS_TRACE_DISABLED="true",
-                      POWERTOOLS_METRICS_NAMESPACE="Precis", POWERTOOLS_SERVICE_NAME="precis-bench",
-                      POWERTOOLS_LOG_LEVEL="WARNING", POWERTOOLS_METRICS_DISABLED="true",
-                      TABLE_NAME=template().table_name, BUCKET_NAME=template().bucket_name)
+    os.environ.update(
+        FAKE_AWS,
+        TIKTOKEN_CACHE_DIR=str(ENCODINGS_DIR),
+        POWERTOOLS_TRACE_DISABLED="true",
+        POWERTOOLS_METRICS_NAMESPACE="Precis",
+        POWERTOOLS_SERVICE_NAME="precis-bench",
+        POWERTOOLS_LOG_LEVEL="WARNING",
+        POWERTOOLS_METRICS_DISABLED="true",
+        TABLE_NAME=template().table_name,
+        BUCKET_NAME=template().bucket_name,
+    )
     for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         os.environ.pop(var, None)
     # Powertools warns when a handler emitted no metric; routes that emit none are fine (as in pyproject's pytest).
@@ -142,8 +149,10 @@ def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]
     """A plain-text table: text columns left-aligned, numbers right-aligned."""
     cells = [[fmt(v) for v in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    numeric = [all(isinstance(row[i], (int, float)) and not isinstance(row[i], bool) for row in rows)
-               for i in range(len(headers))]
+    numeric = [
+        all(isinstance(row[i], (int, float)) and not isinstance(row[i], bool) for row in rows)
+        for i in range(len(headers))
+    ]
 
     def line(values):
         return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()

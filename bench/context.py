@@ -27,21 +27,24 @@ import random
 import time
 from typing import Any
 
-from bench.common import ROOT, OUT, Requests, median, moto, print_table, write_json
+from bench.common import OUT, ROOT, Requests, median, moto, print_table, write_json
 from bench.front import AWS, call
 from local.moto_storage import moto_reference
 
-SESSION_LENGTHS = tuple(int(n) for n in
-                        os.environ.get("PRECIS_BENCH_CONTEXT_SIZES", "100,1000,10000,100000").split(","))
+SESSION_LENGTHS = tuple(
+    int(n) for n in os.environ.get("PRECIS_BENCH_CONTEXT_SIZES", "100,1000,10000,100000").split(",")
+)
 BUDGETS = (2_000, 8_000, 100_000)
 MODES = (True, False)  # summary=true / summary=false
 WS = "bench"
 POOL_SIZE = 512
 MAX_REPEATS = 5
 CELL_SECONDS = 10.0  # stop repeating a measurement after this long (at least one run, three for Precis)
-WORDS = ("the user asked about the refund policy and the assistant called the orders tool which returned a JSON "
-         "list of items with prices dates and shipping status then it summarised the options in plain words "
-         "noting that the warranty covers parts but not labour and offered to open a ticket").split()
+WORDS = (
+    "the user asked about the refund policy and the assistant called the orders tool which returned a JSON "
+    "list of items with prices dates and shipping status then it summarised the options in plain words "
+    "noting that the warranty covers parts but not labour and offered to open a ticket"
+).split()
 
 
 # --- seeding ---------------------------------------------------------------------------------------------------
@@ -74,10 +77,21 @@ def seed_session(client, table: str, session: str, length: int, pool, rng: rando
         for _ in range(min(run_length, length - seq)):
             seq += 1
             content, tokens = pool[rng.randrange(len(pool))]
-            item = {**keys.message(WS, session, seq), "kind": "message", "id": make_message_id(seq), "seq": seq,
-                    "peer_id": "alice" if seq % 2 else "assistant", "token_count": tokens, "start_tokens": start,
-                    "run_id": run_id, "run_start_seq": run_start, "run_index": run_index, "metadata": "{}",
-                    "created_at": "2024-05-01T10:00:00+00:00", "content": content}
+            item = {
+                **keys.message(WS, session, seq),
+                "kind": "message",
+                "id": make_message_id(seq),
+                "seq": seq,
+                "peer_id": "alice" if seq % 2 else "assistant",
+                "token_count": tokens,
+                "start_tokens": start,
+                "run_id": run_id,
+                "run_start_seq": run_start,
+                "run_index": run_index,
+                "metadata": "{}",
+                "created_at": "2024-05-01T10:00:00+00:00",
+                "content": content,
+            }
             costs.append({"seq": seq, "tokens": tokens, "start": start, "run_start": run_start, "id": item["id"]})
             requests.append({"PutRequest": {"Item": to_item(item)}})
             start += tokens
@@ -112,30 +126,41 @@ def add_summaries(db, session: str, costs: list[dict], rng: random.Random) -> No
             continue
         content = " ".join(rng.choice(WORDS) for _ in range(words))
         last = costs[covers - 1]
-        put_summary(db, WS, session, incarnation=incarnation, summary_type=summary_type, content=content,
-                    token_count=count_text(content),
-                    covers_seq=covers, end_tokens=last["start"] + last["tokens"], message_id=last["id"])
+        put_summary(
+            db,
+            WS,
+            session,
+            incarnation=incarnation,
+            summary_type=summary_type,
+            content=content,
+            token_count=count_text(content),
+            covers_seq=covers,
+            end_tokens=last["start"] + last["tokens"],
+            message_id=last["id"],
+        )
 
 
 # --- the baseline ----------------------------------------------------------------------------------------------
 
 
-def naive_context(db, ws: str, session_id: str, limit: int, *, use_summary: bool = True,
-                  items: list[dict] | None = None) -> dict[str, Any]:
+def naive_context(
+    db, ws: str, session_id: str, limit: int, *, use_summary: bool = True, items: list[dict] | None = None
+) -> dict[str, Any]:
     """Every message after the summary (paginated Query on the table), trimmed newest-first to the budget.
 
     `items` skips the Query with messages read before (the benchmark reuses one read for budgets that choose the
     same summary: their reads are identical, only the trim differs). The messages read come back in "_items".
     """
+    from precis.context.compose import SUMMARY_TYPES, summary_view
     from precis.errors import NotFound
     from precis.store import keys
-    from precis.context.compose import SUMMARY_TYPES, summary_view
     from precis.store.db import from_item, to_item
     from precis.store.messages import with_bodies
 
     wanted = [keys.session(ws, session_id), *(keys.summary(ws, session_id, t) for t in SUMMARY_TYPES)]
-    out = db.client.batch_get_item(RequestItems={db.table: {"Keys": [to_item(k) for k in wanted],
-                                                            "ConsistentRead": True}})
+    out = db.client.batch_get_item(
+        RequestItems={db.table: {"Keys": [to_item(k) for k in wanted], "ConsistentRead": True}}
+    )
     found = [from_item(i) for i in out["Responses"][db.table]]
     session = next((i for i in found if i["SK"].startswith("SESSION#")), None)
     if session is None or "deleted_at" in session:
@@ -150,11 +175,16 @@ def naive_context(db, ws: str, session_id: str, limit: int, *, use_summary: bool
     items = [] if items is None else items
     while read:
         page = db.client.query(
-            TableName=db.table, KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b", ConsistentRead=True,
-            ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)},
-                                       ":a": {"S": keys.message_sk(after + 1)},
-                                       ":b": {"S": keys.message_sk(10**keys.SEQ_DIGITS - 1)}},
-            **kwargs)
+            TableName=db.table,
+            KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b",
+            ConsistentRead=True,
+            ExpressionAttributeValues={
+                ":pk": {"S": keys.session_pk(ws, session_id)},
+                ":a": {"S": keys.message_sk(after + 1)},
+                ":b": {"S": keys.message_sk(10**keys.SEQ_DIGITS - 1)},
+            },
+            **kwargs,
+        )
         items += [from_item(i) for i in page["Items"]]
         if "LastEvaluatedKey" not in page:
             break
@@ -163,10 +193,16 @@ def naive_context(db, ws: str, session_id: str, limit: int, *, use_summary: bool
     while first > 0 and used + items[first - 1]["token_count"] <= budget:
         first -= 1
         used += items[first]["token_count"]
-    return {"id": session_id, "messages": with_bodies(db, items[first:], ws, session_id),
-            "summary": summary_view(chosen), "peer_representation": None, "peer_card": None,
-            "messages_skipped": first, "token_count": (chosen["token_count"] if chosen else 0) + used,
-            "_items": items}
+    return {
+        "id": session_id,
+        "messages": with_bodies(db, items[first:], ws, session_id),
+        "summary": summary_view(chosen),
+        "peer_representation": None,
+        "peer_card": None,
+        "messages_skipped": first,
+        "token_count": (chosen["token_count"] if chosen else 0) + used,
+        "_items": items,
+    }
 
 
 # --- measuring -------------------------------------------------------------------------------------------------
@@ -174,8 +210,9 @@ def naive_context(db, ws: str, session_id: str, limit: int, *, use_summary: bool
 
 def read_context(db, ws: str, session: str, limit: int, *, use_summary: bool = True) -> dict[str, Any]:
     """Precis's answer: the context route through its handler (`db` unused: the handler has its own clients)."""
-    reply = call("GET", f"/v3/workspaces/{ws}/sessions/{session}/context", tokens=limit,
-                 summary=str(use_summary).lower())
+    reply = call(
+        "GET", f"/v3/workspaces/{ws}/sessions/{session}/context", tokens=limit, summary=str(use_summary).lower()
+    )
     assert reply.status == 200, reply.body
     return reply.body
 
@@ -194,8 +231,15 @@ def measure(read, db, session: str, limit: int, use_summary: bool, repeats: int,
             if run + 1 >= min_runs and time.perf_counter() - started > CELL_SECONDS:
                 break
         ops, read_bytes = len(requests.ops), requests.bytes
-    return {"requests": ops, "bytes_read": read_bytes, "bytes_returned": size_of(answer), "ms": median(seconds) * 1000,
-            "runs": len(seconds), "answer": answer, "items": items}
+    return {
+        "requests": ops,
+        "bytes_read": read_bytes,
+        "bytes_returned": size_of(answer),
+        "ms": median(seconds) * 1000,
+        "runs": len(seconds),
+        "answer": answer,
+        "items": items,
+    }
 
 
 def size_of(answer: dict) -> int:
@@ -211,8 +255,12 @@ def boundary(answer: dict, length: int) -> int:
 
 def same_answer(a: dict, b: dict) -> bool:
     def key(answer):
-        return ([m["id"] for m in answer["messages"]], answer["summary"] and answer["summary"]["summary_type"],
-                answer["messages_skipped"], answer["token_count"])
+        return (
+            [m["id"] for m in answer["messages"]],
+            answer["summary"] and answer["summary"]["summary_type"],
+            answer["messages_skipped"],
+            answer["token_count"],
+        )
 
     return key(a) == key(b)
 
@@ -229,10 +277,15 @@ def check_narrowing(db, session: str) -> None:
         read = read_context if name == "read_context" else naive_context
         got = measure(read, db, session, limit, use_summary, 1, 1)
         if (got["answer"], got["bytes_read"], got["requests"]) != (
-                expected["answer"], expected["bytes_read"], expected["requests"]):
-            raise RuntimeError(f"narrowed moto differs from moto: {name} tokens={limit} summary={use_summary}: "
-                               f"{got['bytes_read']} vs {expected['bytes_read']} bytes, {got['requests']} vs "
-                               f"{expected['requests']} requests, same answer: {got['answer'] == expected['answer']}")
+            expected["answer"],
+            expected["bytes_read"],
+            expected["requests"],
+        ):
+            raise RuntimeError(
+                f"narrowed moto differs from moto: {name} tokens={limit} summary={use_summary}: "
+                f"{got['bytes_read']} vs {expected['bytes_read']} bytes, {got['requests']} vs "
+                f"{expected['requests']} requests, same answer: {got['answer'] == expected['answer']}"
+            )
     print(f"  narrowed moto checked against plain moto on {session}: same answers, requests and bytes", flush=True)
 
 
@@ -247,10 +300,18 @@ def plot(results: list[dict]) -> None:
     for ax, use_summary in zip(axes, MODES):
         for budget in BUDGETS:
             for impl, style in (("precis", "-o"), ("baseline", "--x")):
-                points = sorted((r["messages"], r[impl]["ms"]) for r in results
-                                if r["budget"] == budget and r["summary"] == use_summary)
-                ax.plot([p[0] for p in points], [p[1] for p in points], style, color=colors[budget],
-                        label=f"{'Precis' if impl == 'precis' else 'baseline'}, {budget:,} tokens")
+                points = sorted(
+                    (r["messages"], r[impl]["ms"])
+                    for r in results
+                    if r["budget"] == budget and r["summary"] == use_summary
+                )
+                ax.plot(
+                    [p[0] for p in points],
+                    [p[1] for p in points],
+                    style,
+                    color=colors[budget],
+                    label=f"{'Precis' if impl == 'precis' else 'baseline'}, {budget:,} tokens",
+                )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("messages in the session")
@@ -273,8 +334,9 @@ def run() -> dict:
     results: list[dict] = []
     with moto(stream=False) as clients:
         # The bench's own clients: seeding and the baseline's reads (the handler's are counted apart).
-        db = Db(client=clients["dynamodb"], s3=clients["s3"], table=template().table_name,
-                bucket=template().bucket_name)
+        db = Db(
+            client=clients["dynamodb"], s3=clients["s3"], table=template().table_name, bucket=template().bucket_name
+        )
         assert call("POST", "/v3/workspaces", {"id": WS}).status in (200, 201)
         pool = text_pool(rng)
         sessions = {}
@@ -299,21 +361,27 @@ def run() -> dict:
                     after = boundary(precis["answer"], length)
                     if (session, after) in baseline_reads:  # the same read as an earlier budget's
                         naive = dict(baseline_reads[session, after], reused=True)
-                        naive["answer"] = naive_context(db, WS, session, budget, use_summary=use_summary,
-                                                        items=naive["items"])
+                        naive["answer"] = naive_context(
+                            db, WS, session, budget, use_summary=use_summary, items=naive["items"]
+                        )
                         naive["answer"].pop("_items")
                         naive["bytes_returned"] = size_of(naive["answer"])
                     else:
                         naive = measure(naive_context, db, session, budget, use_summary, MAX_REPEATS, 1)
                         baseline_reads[session, after] = naive
                     if not same_answer(precis["answer"], naive["answer"]):
-                        raise RuntimeError(f"baseline and Precis disagree on {session}, tokens={budget}, "
-                                           f"summary={use_summary}")
-                    row = {"messages": length, "budget": budget, "summary": use_summary,
-                           "returned_messages": len(precis["answer"]["messages"]),
-                           "summary_type": (precis["answer"]["summary"] or {}).get("summary_type"),
-                           "precis": {k: v for k, v in precis.items() if k not in ("answer", "items")},
-                           "baseline": {k: v for k, v in naive.items() if k not in ("answer", "items")}}
+                        raise RuntimeError(
+                            f"baseline and Precis disagree on {session}, tokens={budget}, summary={use_summary}"
+                        )
+                    row = {
+                        "messages": length,
+                        "budget": budget,
+                        "summary": use_summary,
+                        "returned_messages": len(precis["answer"]["messages"]),
+                        "summary_type": (precis["answer"]["summary"] or {}).get("summary_type"),
+                        "precis": {k: v for k, v in precis.items() if k not in ("answer", "items")},
+                        "baseline": {k: v for k, v in naive.items() if k not in ("answer", "items")},
+                    }
                     results.append(row)
             print(f"  measured {session}", flush=True)
 
@@ -323,31 +391,72 @@ def run() -> dict:
             if r["summary"] != use_summary:
                 continue
             p, b = r["precis"], r["baseline"]
-            rows.append([r["messages"], r["budget"], r["returned_messages"],
-                         {"honcho_chat_summary_short": "short", "honcho_chat_summary_long": "long"}.get(
-                             r["summary_type"], "-"),
-                         p["requests"], b["requests"], p["bytes_read"], b["bytes_read"],
-                         p["bytes_read"] / p["bytes_returned"], b["bytes_read"] / b["bytes_returned"],
-                         b["bytes_read"] / p["bytes_read"], p["ms"], b["ms"]])
-        print_table(f"Context read, summary={'true' if use_summary else 'false'}: Precis vs baseline "
-                    "(requests and bytes per call; median ms in-process moto)",
-                    ["messages", "tokens", "returned", "summary", "req P", "req B", "bytes read P",
-                     "bytes read B", "read/ret P", "read/ret B", "B/P bytes", "ms P", "ms B"], rows)
+            rows.append(
+                [
+                    r["messages"],
+                    r["budget"],
+                    r["returned_messages"],
+                    {"honcho_chat_summary_short": "short", "honcho_chat_summary_long": "long"}.get(
+                        r["summary_type"], "-"
+                    ),
+                    p["requests"],
+                    b["requests"],
+                    p["bytes_read"],
+                    b["bytes_read"],
+                    p["bytes_read"] / p["bytes_returned"],
+                    b["bytes_read"] / b["bytes_returned"],
+                    b["bytes_read"] / p["bytes_read"],
+                    p["ms"],
+                    b["ms"],
+                ]
+            )
+        print_table(
+            f"Context read, summary={'true' if use_summary else 'false'}: Precis vs baseline "
+            "(requests and bytes per call; median ms in-process moto)",
+            [
+                "messages",
+                "tokens",
+                "returned",
+                "summary",
+                "req P",
+                "req B",
+                "bytes read P",
+                "bytes read B",
+                "read/ret P",
+                "read/ret B",
+                "B/P bytes",
+                "ms P",
+                "ms B",
+            ],
+            rows,
+        )
 
-    print("\nPrecis requests per call, every session length, budget and mode: "
-          f"{sorted({r['precis']['requests'] for r in results})}")
+    print(
+        "\nPrecis requests per call, every session length, budget and mode: "
+        f"{sorted({r['precis']['requests'] for r in results})}"
+    )
     for use_summary in MODES:
         for budget in BUDGETS:
-            reads = [r["precis"]["bytes_read"] for r in results if r["budget"] == budget and r["summary"] == use_summary
-                     and r["messages"] >= 1_000]
-            print(f"  summary={str(use_summary).lower():5} tokens={budget:>7,}: Precis bytes read from 1,000 to "
-                  f"{max(SESSION_LENGTHS):,} messages: {min(reads):,}-{max(reads):,}")
+            reads = [
+                r["precis"]["bytes_read"]
+                for r in results
+                if r["budget"] == budget and r["summary"] == use_summary and r["messages"] >= 1_000
+            ]
+            print(
+                f"  summary={str(use_summary).lower():5} tokens={budget:>7,}: Precis bytes read from 1,000 to "
+                f"{max(SESSION_LENGTHS):,} messages: {min(reads):,}-{max(reads):,}"
+            )
     longest = max(SESSION_LENGTHS)
-    ratio = {r["summary"]: r["baseline"]["bytes_read"] / r["precis"]["bytes_read"] for r in results
-             if r["messages"] == longest and r["budget"] == 8_000}
-    print(f"{longest:,} messages, 8,000 tokens: the baseline reads {ratio[False]:,.0f}x the bytes Precis reads with "
-          f"summary=false (target: at least 50x) and {ratio[True]:,.1f}x with summary=true, where it reads only the "
-          "messages after a current summary")
+    ratio = {
+        r["summary"]: r["baseline"]["bytes_read"] / r["precis"]["bytes_read"]
+        for r in results
+        if r["messages"] == longest and r["budget"] == 8_000
+    }
+    print(
+        f"{longest:,} messages, 8,000 tokens: the baseline reads {ratio[False]:,.0f}x the bytes Precis reads with "
+        f"summary=false (target: at least 50x) and {ratio[True]:,.1f}x with summary=true, where it reads only the "
+        "messages after a current summary"
+    )
     plot(results)
     path = write_json("context", {"seed_seconds": seed_seconds, "results": results})
     print(f"wrote {path.relative_to(ROOT)} and {(OUT / 'context_latency.png').relative_to(ROOT)}")

@@ -69,13 +69,20 @@ BATCHES = (10, 100)
 READS = 20  # timed context reads per case (after one warm read)
 CONTEXT_CASES = ((2_000, None), (2_000, "alice"), (8_000, None), (8_000, "alice"))
 PEERS = ("alice", "assistant")
-_VOCABULARY = ("budget invoice Lisbon studio design river deadline client proposal meeting contract schedule review "
-               "draft figures launch supplier quote travel team agreed decided asked confirmed moved next week because "
-               "the and with for about after before the weather tool returned a JSON list of prices dates and shipping "
-               "status")
+_VOCABULARY = (
+    "budget invoice Lisbon studio design river deadline client proposal meeting contract schedule review "
+    "draft figures launch supplier quote travel team agreed decided asked confirmed moved next week because "
+    "the and with for about after before the weather tool returned a JSON list of prices dates and shipping "
+    "status"
+)
 WORDS = _VOCABULARY.split()
-FACTS = ("I moved to {w} last spring.", "My sister works on the {w} team.", "I like {w} in the morning.",
-         "I have a {w} meeting every week.", "I prefer short answers about the {w}.")
+FACTS = (
+    "I moved to {w} last spring.",
+    "My sister works on the {w} team.",
+    "I like {w} in the morning.",
+    "I have a {w} meeting every week.",
+    "I prefer short answers about the {w}.",
+)
 _KB, _READ_BLOCK = 1024, 4096
 _STREAM_FUNCTIONS = ("SummarizeFunction", "DeriveFunction")
 
@@ -93,7 +100,7 @@ def number_size(text: str) -> int:
 def attribute_size(value: dict[str, Any]) -> int:
     """Bytes of a typed AttributeValue (without its name): UTF-8 strings, raw binary, 1 for BOOL and NULL, and 3 plus
     one per element for lists and maps (a map's element counts its name too)."""
-    (kind, v), = value.items()
+    ((kind, v),) = value.items()
     if kind == "S":
         return len(v.encode())
     if kind == "N":
@@ -172,18 +179,31 @@ def indexes_of(definition: dict[str, Any]) -> list[Index]:
     for kind, section in (("lsi", "LocalSecondaryIndexes"), ("gsi", "GlobalSecondaryIndexes")):
         for index in definition.get(section) or ():
             projection = index.get("Projection") or {}
-            out.append(Index(index["IndexName"], kind, tuple(k["AttributeName"] for k in index["KeySchema"]),
-                             projection=projection.get("ProjectionType", "ALL"),
-                             non_key=tuple(projection.get("NonKeyAttributes") or ())))
+            out.append(
+                Index(
+                    index["IndexName"],
+                    kind,
+                    tuple(k["AttributeName"] for k in index["KeySchema"]),
+                    projection=projection.get("ProjectionType", "ALL"),
+                    non_key=tuple(projection.get("NonKeyAttributes") or ()),
+                )
+            )
     for index in definition.get("VectorIndexes") or ():
         schema = index.get("SearchSchema") or []
         projection = index.get("Projection") or {}
-        out.append(Index(index["IndexName"], "vector",
-                         (index["VectorAttribute"]["AttributeName"],
-                          *(s["AttributeName"] for s in schema if s["SearchSchemaElementType"] == "HASH")),
-                         also=tuple(s["AttributeName"] for s in schema if s["SearchSchemaElementType"] != "HASH"),
-                         projection=projection.get("ProjectionType", "ALL"),
-                         non_key=tuple(projection.get("NonKeyAttributes") or ())))
+        out.append(
+            Index(
+                index["IndexName"],
+                "vector",
+                (
+                    index["VectorAttribute"]["AttributeName"],
+                    *(s["AttributeName"] for s in schema if s["SearchSchemaElementType"] == "HASH"),
+                ),
+                also=tuple(s["AttributeName"] for s in schema if s["SearchSchemaElementType"] != "HASH"),
+                projection=projection.get("ProjectionType", "ALL"),
+                non_key=tuple(projection.get("NonKeyAttributes") or ()),
+            )
+        )
     return out
 
 
@@ -210,8 +230,9 @@ def billed_ms(own_s: float, rounds: dict[str, int], latency_ms: dict[str, float]
 def lambda_dollars(memory_mb: int, durations_ms: list[int], architecture: str = "x86_64") -> float:
     """What invocations of these billed durations cost at `memory_mb`: GB-seconds plus requests."""
     gb_s = memory_mb / 1024 * sum(durations_ms) / 1000
-    return gb_s * PRICES["lambda_per_gb_s"][architecture] + len(durations_ms) * PRICES[
-        "lambda_per_million_requests"] / 1e6
+    return (
+        gb_s * PRICES["lambda_per_gb_s"][architecture] + len(durations_ms) * PRICES["lambda_per_million_requests"] / 1e6
+    )
 
 
 def s3_dollars(requests: Counter) -> float:
@@ -259,8 +280,11 @@ class CallClock:
         def end(**_):
             self._end()
 
-        return Hooks(client, first={f"before-call.{service}": start},
-                     last={f"after-call.{service}": end, f"after-call-error.{service}": end})
+        return Hooks(
+            client,
+            first={f"before-call.{service}": start},
+            last={f"after-call.{service}": end, f"after-call-error.{service}": end},
+        )
 
     def _start(self, service: str) -> None:
         with self.lock:
@@ -302,8 +326,9 @@ def typed(value) -> dict[str, Any]:
 
 def lambda_json(item: dict[str, Any]) -> dict[str, Any]:
     """Typed attributes as Lambda's JSON has them: binary values base64-encoded."""
+
     def one(value):
-        (kind, v), = value.items()
+        ((kind, v),) = value.items()
         if kind == "B":
             return {"B": v if isinstance(v, str) else base64.b64encode(v).decode()}
         if kind == "BS":
@@ -351,8 +376,14 @@ class Capacity:
         # Reentrant: `_after` holds it (the hooks run in the functions' threads, and a Counter's += is not atomic:
         # units went missing) and `_stream`, which it calls, takes it again.
         self.lock = threading.RLock()
-        self.hooks = Hooks(client, middle={"before-parameter-build.dynamodb": self._params,
-                                           "before-call.dynamodb": self._before, "after-call.dynamodb": self._after})
+        self.hooks = Hooks(
+            client,
+            middle={
+                "before-parameter-build.dynamodb": self._params,
+                "before-call.dynamodb": self._before,
+                "after-call.dynamodb": self._after,
+            },
+        )
 
     # -- stored items
 
@@ -401,15 +432,16 @@ class Capacity:
             for table, spec in params["RequestItems"].items():
                 skipped = {self._id(k) for k in (unprocessed.get(table) or {}).get("Keys", [])}
                 read = [k for k in spec["Keys"] if self._id(k) not in skipped]
-                totals["rru"] += batch_read_units([item_size(i) for i in self.stored(read)],
-                                                  consistent=bool(spec.get("ConsistentRead")))
+                totals["rru"] += batch_read_units(
+                    [item_size(i) for i in self.stored(read)], consistent=bool(spec.get("ConsistentRead"))
+                )
         elif op == "TransactGetItems":
             got = [t["Get"]["Key"] for t in params["TransactItems"]]
-            totals["rru"] += sum(read_units(item_size(i), consistent=True, transactional=True)
-                                 for i in self.stored(got))
+            totals["rru"] += sum(
+                read_units(item_size(i), consistent=True, transactional=True) for i in self.stored(got)
+            )
         elif op in ("Query", "Scan"):
-            totals["rru"] += query_read_units(self._examined(op, params),
-                                              consistent=bool(params.get("ConsistentRead")))
+            totals["rru"] += query_read_units(self._examined(op, params), consistent=bool(params.get("ConsistentRead")))
         elif op == "SearchVectors":
             totals["search_vectors"] += 1
 
@@ -422,12 +454,16 @@ class Capacity:
         if op in ("UpdateItem", "DeleteItem"):
             return [{"kind": op.removesuffix("Item").lower(), "key": params["Key"], "tx": False}]
         if op == "BatchWriteItem":
-            return [{"kind": "put", "key": key_of(r["PutRequest"]["Item"]), "new": r["PutRequest"]["Item"], "tx": False}
-                    if "PutRequest" in r else {"kind": "delete", "key": r["DeleteRequest"]["Key"], "tx": False}
-                    for requests in params["RequestItems"].values() for r in requests]
+            return [
+                {"kind": "put", "key": key_of(r["PutRequest"]["Item"]), "new": r["PutRequest"]["Item"], "tx": False}
+                if "PutRequest" in r
+                else {"kind": "delete", "key": r["DeleteRequest"]["Key"], "tx": False}
+                for requests in params["RequestItems"].values()
+                for r in requests
+            ]
         out = []
         for entry in params["TransactItems"]:
-            (kind, spec), = entry.items()
+            ((kind, spec),) = entry.items()
             action = {"kind": {"Put": "put", "Update": "update", "Delete": "delete"}.get(kind, "check"), "tx": True}
             action["key"] = key_of(spec["Item"]) if kind == "Put" else spec["Key"]
             if kind == "Put":
@@ -446,21 +482,27 @@ class Capacity:
                 size = max(item_size(action["before"]), item_size(action.get("new")) if action["kind"] == "put" else 0)
                 totals["wru"] += write_units(size, transactional=action["tx"])
             return
-        unprocessed = {self._id({k: r["PutRequest"]["Item"][k] for k in self.keys} if "PutRequest" in r
-                                else r["DeleteRequest"]["Key"])
-                       for requests in (parsed.get("UnprocessedItems") or {}).values() for r in requests}
+        unprocessed = {
+            self._id(
+                {k: r["PutRequest"]["Item"][k] for k in self.keys} if "PutRequest" in r else r["DeleteRequest"]["Key"]
+            )
+            for requests in (parsed.get("UnprocessedItems") or {}).values()
+            for r in requests
+        }
         actions = [a for a in actions if self._id(a["key"]) not in unprocessed]
         updated = [a for a in actions if a["kind"] == "update"]
         for action, after in zip(updated, self.stored([a["key"] for a in updated])):
             action["after"] = after
         for action in actions:
             before = action["before"]
-            after = {"put": action.get("new"), "update": action.get("after"), "delete": None,
-                     "check": before}[action["kind"]]
+            after = {"put": action.get("new"), "update": action.get("after"), "delete": None, "check": before}[
+                action["kind"]
+            ]
             totals["wru"] += write_units(max(item_size(before), item_size(after)), transactional=action["tx"])
             for index in self.indexes:
-                units = index_write_units(index_entry(before, index, self.keys), index_entry(after, index, self.keys),
-                                          index.required)
+                units = index_write_units(
+                    index_entry(before, index, self.keys), index_entry(after, index, self.keys), index.required
+                )
                 totals[f"wru_{index.kind}"] += units
             if before != after:  # a write that changes nothing leaves no stream record
                 self._stream(action["key"], before, after)
@@ -469,16 +511,25 @@ class Capacity:
         """The stream record of a write (the table's stream is NEW_IMAGE), shaped as Lambda delivers it."""
         with self.lock:
             number = str(10**20 + len(self.records))
-            self.records.append({
-                "eventID": f"cost-{number}", "eventName": "INSERT" if before is None else "REMOVE" if after is None
-                else "MODIFY", "eventVersion": "1.1", "eventSource": "aws:dynamodb",
-                "awsRegion": FAKE_AWS["AWS_REGION"],
-                "dynamodb": {"ApproximateCreationDateTime": int(time.time()), "Keys": lambda_json(key),
-                             **({"NewImage": lambda_json(after)} if after is not None else {}),
-                             "SequenceNumber": number, "SizeBytes": item_size(after or before),
-                             "StreamViewType": "NEW_IMAGE"},
-                "eventSourceARN": f"arn:aws:dynamodb:{FAKE_AWS['AWS_REGION']}:123456789012:table/{self.table}/stream/"
-                                  "2026-01-01T00:00:00.000"})
+            self.records.append(
+                {
+                    "eventID": f"cost-{number}",
+                    "eventName": "INSERT" if before is None else "REMOVE" if after is None else "MODIFY",
+                    "eventVersion": "1.1",
+                    "eventSource": "aws:dynamodb",
+                    "awsRegion": FAKE_AWS["AWS_REGION"],
+                    "dynamodb": {
+                        "ApproximateCreationDateTime": int(time.time()),
+                        "Keys": lambda_json(key),
+                        **({"NewImage": lambda_json(after)} if after is not None else {}),
+                        "SequenceNumber": number,
+                        "SizeBytes": item_size(after or before),
+                        "StreamViewType": "NEW_IMAGE",
+                    },
+                    "eventSourceARN": f"arn:aws:dynamodb:{FAKE_AWS['AWS_REGION']}:123456789012:table/{self.table}"
+                    "/stream/2026-01-01T00:00:00.000",
+                }
+            )
 
     def take_records(self) -> list[dict]:
         with self.lock:
@@ -487,8 +538,17 @@ class Capacity:
 
     def _examined(self, op: str, params: dict) -> list[int]:
         """Sizes of the items a Query or Scan page examined (index entries on an index), filter or not."""
-        kept = ("TableName", "IndexName", "KeyConditionExpression", "ExclusiveStartKey", "Limit", "ScanIndexForward",
-                "ConsistentRead", "Segment", "TotalSegments")
+        kept = (
+            "TableName",
+            "IndexName",
+            "KeyConditionExpression",
+            "ExclusiveStartKey",
+            "Limit",
+            "ScanIndexForward",
+            "ConsistentRead",
+            "Segment",
+            "TotalSegments",
+        )
         request = {k: v for k, v in params.items() if k in kept}
         used = set(_KEY_TOKEN.findall(params.get("KeyConditionExpression", "")))
         for name in ("ExpressionAttributeNames", "ExpressionAttributeValues"):
@@ -496,8 +556,10 @@ class Capacity:
             if values:
                 request[name] = values
         request["ProjectionExpression"] = ", ".join(f"#key{i}" for i in range(len(self.keys)))
-        request["ExpressionAttributeNames"] = {**request.get("ExpressionAttributeNames", {}),
-                                               **{f"#key{i}": k for i, k in enumerate(self.keys)}}
+        request["ExpressionAttributeNames"] = {
+            **request.get("ExpressionAttributeNames", {}),
+            **{f"#key{i}": k for i, k in enumerate(self.keys)},
+        }
         page = getattr(self.plain, "query" if op == "Query" else "scan")(**request)
         index = next((i for i in self.indexes if i.name == params.get("IndexName")), None)
         full = self.stored([{k: i[k] for k in self.keys} for i in page["Items"]])
@@ -553,11 +615,16 @@ class Stack:
         self.capacity = Capacity(AWS, self.plain, table_definition(template()))
         self.s3 = S3Requests(AWS)
         self.clock = CallClock()
-        self.hooks = [self.capacity.hooks, self.s3.hooks, self.clock.attach(AWS, "dynamodb"),
-                      self.clock.attach(AWS, "s3")]
+        self.hooks = [
+            self.capacity.hooks,
+            self.s3.hooks,
+            self.clock.attach(AWS, "dynamodb"),
+            self.clock.attach(AWS, "s3"),
+        ]
         self.runs = Invocations()
-        self.mappings = {name: StreamSettings.from_properties(template().functions[name].stream)
-                         for name in _STREAM_FUNCTIONS}
+        self.mappings = {
+            name: StreamSettings.from_properties(template().functions[name].stream) for name in _STREAM_FUNCTIONS
+        }
         self.metering = False
 
     def close(self) -> None:
@@ -586,8 +653,9 @@ class Stack:
         out = self.invoke(function, event)
         assert out["statusCode"] < 300, out
         if self.metering:
-            self.runs.api[function] += api_requests(len((event.get("body") or "").encode()),
-                                                    len(json.dumps(out, ensure_ascii=False).encode()))
+            self.runs.api[function] += api_requests(
+                len((event.get("body") or "").encode()), len(json.dumps(out, ensure_ascii=False).encode())
+            )
         return json.loads(out["body"]) if out.get("body") else None
 
     def drain(self) -> None:
@@ -597,7 +665,7 @@ class Stack:
             for function, settings in self.mappings.items():
                 wanted = [r for r in records if not settings.filters or any(matches(p, r) for p in settings.filters)]
                 for start in range(0, len(wanted), settings.batch_size):
-                    answer = self.invoke(function, {"Records": wanted[start:start + settings.batch_size]})
+                    answer = self.invoke(function, {"Records": wanted[start : start + settings.batch_size]})
                     assert not (answer or {}).get("batchItemFailures"), (function, answer)
 
     def stored_bytes(self) -> int:
@@ -657,8 +725,11 @@ def summary_tokens(seen: list) -> dict[str, int]:
     from precis.summaries.engines.prompt import prompt_tokens
     from precis.tokens import count_text
 
-    return {"calls": len(seen), "input": sum(prompt_tokens(r) for r, _ in seen),
-            "output": sum(count_text(text) for _, text in seen)}
+    return {
+        "calls": len(seen),
+        "input": sum(prompt_tokens(r) for r, _ in seen),
+        "output": sum(count_text(text) for _, text in seen),
+    }
 
 
 def session_history(stack: Stack, session: str) -> list[dict]:
@@ -677,9 +748,9 @@ def derive_tokens(stack: Stack, sessions: list[str], post: int, batch_tokens: in
     after each post, a sender's underived messages are extracted in one request once they hold `batch_tokens` (the
     schedule flushes the rest), and each extraction is followed by a card update (its prompt holds the model's
     answer: calls counted, tokens not)."""
+    from precis.memory.deriver import MAX_JOB_MESSAGES
     from precis.memory.engines import DeriveMessage, DeriveRequest
     from precis.memory.engines.prompt import prompt_tokens
-    from precis.memory.deriver import MAX_JOB_MESSAGES
 
     def as_message(m: dict) -> DeriveMessage:
         return DeriveMessage(m["id"], m["seq"], m["peer_id"], m.get("content") or "", m["created_at"])
@@ -690,7 +761,7 @@ def derive_tokens(stack: Stack, sessions: list[str], post: int, batch_tokens: in
         for sender in PEERS:
             pending: list[dict] = []
             for end in range(post, len(history) + post, post):
-                pending += [m for m in history[end - post:end] if m["peer_id"] == sender]
+                pending += [m for m in history[end - post : end] if m["peer_id"] == sender]
                 flush = end >= len(history)
                 while pending and (flush or sum(m["token_count"] for m in pending) >= batch_tokens):
                     job, pending = pending[:MAX_JOB_MESSAGES], pending[MAX_JOB_MESSAGES:]
@@ -725,27 +796,40 @@ def _components(stack: Stack, units: int) -> dict[str, Any]:
         lambda_total += dollars
         c = stack.capacity.totals.get(name, Counter())
         by_function[name] = {
-            "memory_mb": memory, "architecture": arch, "invocations_per_million": len(billed) * per,
-            "mean_billed_ms": sum(billed) / len(billed), "lambda_per_million": dollars * per,
+            "memory_mb": memory,
+            "architecture": arch,
+            "invocations_per_million": len(billed) * per,
+            "mean_billed_ms": sum(billed) / len(billed),
+            "lambda_per_million": dollars * per,
             "mean_in_process_ms": stack.runs.wall_s[name] * 1000 / len(billed),
-            "rru_per_unit": c["rru"] / units, "wru_per_unit": (c["wru"] + c["wru_lsi"] + c["wru_gsi"]
-                                                               + c["wru_vector"]) / units,
+            "rru_per_unit": c["rru"] / units,
+            "wru_per_unit": (c["wru"] + c["wru_lsi"] + c["wru_gsi"] + c["wru_vector"]) / units,
             "requests": {k.removeprefix("op:"): v for k, v in c.items() if k.startswith("op:")},
             "s3_requests": dict(stack.s3.requests.get(name, {})),
             "search_vectors_per_unit": c["search_vectors"] / units,
-            "failed_conditions": c["failed_conditions"], "cancelled_transactions": c["cancelled_transactions"],
-            "errors": c["errors"], "timeout_s": functions[name].timeout}
+            "failed_conditions": c["failed_conditions"],
+            "cancelled_transactions": c["cancelled_transactions"],
+            "errors": c["errors"],
+            "timeout_s": functions[name].timeout,
+        }
     s3_requests = sum((Counter(v) for k, v in stack.s3.requests.items() if k != "setup"), Counter())
     api = sum(stack.runs.api.values())
     dynamodb = (rru * PRICES["dynamodb_per_million_rru"] + wru * PRICES["dynamodb_per_million_wru"]) / 1e6 * per
     out = {
-        "units": units, "rru_per_unit": rru / units, "wru_per_unit": wru / units,
-        "wru_table_per_unit": wru_table / units, "wru_index_per_unit": {k: v / units for k, v in wru_index.items()},
-        "dynamodb": dynamodb, "lambda": lambda_total * per,
+        "units": units,
+        "rru_per_unit": rru / units,
+        "wru_per_unit": wru / units,
+        "wru_table_per_unit": wru_table / units,
+        "wru_index_per_unit": {k: v / units for k, v in wru_index.items()},
+        "dynamodb": dynamodb,
+        "lambda": lambda_total * per,
         "api_gateway": api * PRICES["api_http_per_million_requests"] / 1e6 * per,
-        "api_requests_per_unit": api / units, "s3": s3_dollars(s3_requests) * per,
+        "api_requests_per_unit": api / units,
+        "s3": s3_dollars(s3_requests) * per,
         "s3_requests_per_unit": {k: v / units for k, v in s3_requests.items()},
-        "search_vectors_per_unit": sum(c["search_vectors"] for c in capacity) / units, "functions": by_function}
+        "search_vectors_per_unit": sum(c["search_vectors"] for c in capacity) / units,
+        "functions": by_function,
+    }
     out["total"] = out["dynamodb"] + out["lambda"] + out["api_gateway"] + out["s3"]
     return out
 
@@ -769,19 +853,27 @@ def ingest(batch: int, rng: random.Random) -> dict[str, Any]:
             stack.metering = True
             for session in sessions:
                 for start in range(0, SESSION_MESSAGES, batch):
-                    stack.http("POST", f"/v3/workspaces/{WS}/sessions/{session}/messages",
-                               batch_body(rng, batch, start))
+                    stack.http(
+                        "POST", f"/v3/workspaces/{WS}/sessions/{session}/messages", batch_body(rng, batch, start)
+                    )
                     stack.drain()
             stack.metering = False
             messages = SESSIONS * SESSION_MESSAGES
             result = _components(stack, messages)
             result["stored_bytes_per_message"] = (stack.stored_bytes() - stored_before) / messages
-            result["s3_put_bytes_per_message"] = sum(
-                v for k, v in stack.s3.put_bytes.items() if k != "setup") / messages
-            llm = {"summarizer": summary_tokens(summaries),
-                   "deriver": derive_tokens(stack, sessions, batch, get_settings().derive_batch_tokens)}
-            result["llm"] = {**llm, "per_million": {part: {k: v * 1e6 / messages for k, v in counts.items()}
-                                                    for part, counts in llm.items()}}
+            result["s3_put_bytes_per_message"] = (
+                sum(v for k, v in stack.s3.put_bytes.items() if k != "setup") / messages
+            )
+            llm = {
+                "summarizer": summary_tokens(summaries),
+                "deriver": derive_tokens(stack, sessions, batch, get_settings().derive_batch_tokens),
+            }
+            result["llm"] = {
+                **llm,
+                "per_million": {
+                    part: {k: v * 1e6 / messages for k, v in counts.items()} for part, counts in llm.items()
+                },
+            }
             if batch == BATCHES[0]:
                 result["context"] = contexts(stack)
         finally:
@@ -805,10 +897,13 @@ def contexts(stack: Stack) -> dict[str, dict[str, Any]]:
             answer = stack.http("GET", url + query)
         stack.metering = False
         result = _components(stack, READS)
-        result["answer"] = {"messages": len(answer["messages"]),
-                            "summary": (answer.get("summary") or {}).get("summary_type"),
-                            "representation": bool(answer.get("peer_representation")),
-                            "card": bool(answer.get("peer_card")), "token_count": answer.get("token_count")}
+        result["answer"] = {
+            "messages": len(answer["messages"]),
+            "summary": (answer.get("summary") or {}).get("summary_type"),
+            "representation": bool(answer.get("peer_representation")),
+            "card": bool(answer.get("peer_card")),
+            "token_count": answer.get("token_count"),
+        }
         out[f"{tokens}{'+peer' if peer else ''}"] = result
     return out
 
@@ -819,84 +914,154 @@ def run() -> dict:
     results = {}
     for batch in BATCHES:
         results[f"ingest_{batch}"] = ingest(batch, rng)
-        print(f"  ingest, batches of {batch}: {SESSIONS * SESSION_MESSAGES} messages "
-              f"({time.perf_counter() - started:.0f} s)", flush=True)
+        print(
+            f"  ingest, batches of {batch}: {SESSIONS * SESSION_MESSAGES} messages "
+            f"({time.perf_counter() - started:.0f} s)",
+            flush=True,
+        )
     reads = results[f"ingest_{BATCHES[0]}"].pop("context")
     rows = [[f"ingest, batch of {batch} (per message)", *_money(results[f"ingest_{batch}"])] for batch in BATCHES]
     for (tokens, peer), (name, r) in zip(CONTEXT_CASES, reads.items()):
         results[f"context_{name}"] = r
         rows.append([f"context {tokens // 1000}k{' + peer_target' if peer else ''} (per read)", *_money(r)])
-    print_table("What Precis costs in AWS: $ per million messages ingested, per million context reads",
-                ["scenario", "RRU/op", "WRU/op", "DynamoDB $", "Lambda $", "API GW $", "S3 $", "total $",
-                 "x API GW"], rows)
+    print_table(
+        "What Precis costs in AWS: $ per million messages ingested, per million context reads",
+        ["scenario", "RRU/op", "WRU/op", "DynamoDB $", "Lambda $", "API GW $", "S3 $", "total $", "x API GW"],
+        rows,
+    )
     print(_prices_line(results))
     _print_breakdown(results)
     _print_notes(results)
-    path = write_json("cost", {"prices": PRICES, "assumed_latency_ms": ASSUMED_LATENCY_MS, "sessions": SESSIONS,
-                               "session_messages": SESSION_MESSAGES, "reads_per_case": READS, "results": results})
+    path = write_json(
+        "cost",
+        {
+            "prices": PRICES,
+            "assumed_latency_ms": ASSUMED_LATENCY_MS,
+            "sessions": SESSIONS,
+            "session_messages": SESSION_MESSAGES,
+            "reads_per_case": READS,
+            "results": results,
+        },
+    )
     print(f"wrote {path.relative_to(ROOT)}")
     return results
 
 
 def _money(r: dict) -> list:
-    return [r["rru_per_unit"], r["wru_per_unit"], r["dynamodb"], r["lambda"], r["api_gateway"], r["s3"], r["total"],
-            r["total"] / r["api_gateway"]]
+    return [
+        r["rru_per_unit"],
+        r["wru_per_unit"],
+        r["dynamodb"],
+        r["lambda"],
+        r["api_gateway"],
+        r["s3"],
+        r["total"],
+        r["total"] / r["api_gateway"],
+    ]
 
 
 def _prices_line(results: dict) -> str:
     p = PRICES
     architectures = sorted({f["architecture"] for r in results.values() for f in r["functions"].values()})
     lambda_price = ", ".join(f"{a} ${p['lambda_per_gb_s'][a]:.10f}/GB-s" for a in architectures)
-    return (f"prices ({p['region']}, on-demand, {p['as_of']}): DynamoDB ${p['dynamodb_per_million_wru']}/M WRU, "
-            f"${p['dynamodb_per_million_rru']}/M RRU; Lambda {lambda_price} + "
-            f"${p['lambda_per_million_requests']:.2f}/M requests; API Gateway HTTP "
-            f"${p['api_http_per_million_requests']:.2f}/M requests (per {p['api_http_increment_bytes'] // 1024} KB); "
-            f"S3 PUT ${p['s3_put_per_thousand']}/1k, GET ${p['s3_get_per_thousand']}/1k. Assumed round trips: "
-            + ", ".join(f"{k} {v:g} ms" for k, v in ASSUMED_LATENCY_MS.items()))
+    return (
+        f"prices ({p['region']}, on-demand, {p['as_of']}): DynamoDB ${p['dynamodb_per_million_wru']}/M WRU, "
+        f"${p['dynamodb_per_million_rru']}/M RRU; Lambda {lambda_price} + "
+        f"${p['lambda_per_million_requests']:.2f}/M requests; API Gateway HTTP "
+        f"${p['api_http_per_million_requests']:.2f}/M requests (per {p['api_http_increment_bytes'] // 1024} KB); "
+        f"S3 PUT ${p['s3_put_per_thousand']}/1k, GET ${p['s3_get_per_thousand']}/1k. Assumed round trips: "
+        + ", ".join(f"{k} {v:g} ms" for k, v in ASSUMED_LATENCY_MS.items())
+    )
 
 
 def _print_breakdown(results: dict) -> None:
     ingests = [(batch, results[f"ingest_{batch}"]) for batch in BATCHES]
-    print_table("... ingestion by function: per million messages, and DynamoDB units and requests per message",
-                ["batch", "function", "MB", "invocations", "billed ms", "Lambda $", "RRU", "WRU", "requests"],
-                [[batch, name.removesuffix("Function"), f["memory_mb"], f["invocations_per_million"],
-                  f["mean_billed_ms"], f["lambda_per_million"], f["rru_per_unit"], f["wru_per_unit"],
-                  sum(f["requests"].values()) / r["units"]]
-                 for batch, r in ingests for name, f in r["functions"].items()])
-    print_table("... ingestion's write units per message, by where they land, and what it leaves stored",
-                ["batch", "table", "local index", "global indexes", "vector indexes*", "SearchVectors",
-                 "stored B/msg", "S3 B/msg"],
-                [[batch, r["wru_table_per_unit"], *r["wru_index_per_unit"].values(), r["search_vectors_per_unit"],
-                  r["stored_bytes_per_message"], r["s3_put_bytes_per_message"]] for batch, r in ingests])
-    print_table("... LLM calls and tokens per million messages if the llm engines ran (not priced; see notes)",
-                ["batch", "summaries", "input tokens", "output tokens", "extractions", "input tokens",
-                 "card updates"],
-                [[batch, s["calls"], s["input"], s["output"], d["extractions"], d["input"],
-                  d["calls"] - d["extractions"]]
-                 for batch, r in ingests for s, d in [(r["llm"]["per_million"]["summarizer"],
-                                                      r["llm"]["per_million"]["deriver"])]])
+    print_table(
+        "... ingestion by function: per million messages, and DynamoDB units and requests per message",
+        ["batch", "function", "MB", "invocations", "billed ms", "Lambda $", "RRU", "WRU", "requests"],
+        [
+            [
+                batch,
+                name.removesuffix("Function"),
+                f["memory_mb"],
+                f["invocations_per_million"],
+                f["mean_billed_ms"],
+                f["lambda_per_million"],
+                f["rru_per_unit"],
+                f["wru_per_unit"],
+                sum(f["requests"].values()) / r["units"],
+            ]
+            for batch, r in ingests
+            for name, f in r["functions"].items()
+        ],
+    )
+    print_table(
+        "... ingestion's write units per message, by where they land, and what it leaves stored",
+        [
+            "batch",
+            "table",
+            "local index",
+            "global indexes",
+            "vector indexes*",
+            "SearchVectors",
+            "stored B/msg",
+            "S3 B/msg",
+        ],
+        [
+            [
+                batch,
+                r["wru_table_per_unit"],
+                *r["wru_index_per_unit"].values(),
+                r["search_vectors_per_unit"],
+                r["stored_bytes_per_message"],
+                r["s3_put_bytes_per_message"],
+            ]
+            for batch, r in ingests
+        ],
+    )
+    print_table(
+        "... LLM calls and tokens per million messages if the llm engines ran (not priced; see notes)",
+        ["batch", "summaries", "input tokens", "output tokens", "extractions", "input tokens", "card updates"],
+        [
+            [batch, s["calls"], s["input"], s["output"], d["extractions"], d["input"], d["calls"] - d["extractions"]]
+            for batch, r in ingests
+            for s, d in [(r["llm"]["per_million"]["summarizer"], r["llm"]["per_million"]["deriver"])]
+        ],
+    )
 
 
 def _print_notes(results: dict) -> None:
     first = results[f"ingest_{BATCHES[0]}"]
-    stored_gb = first["stored_bytes_per_message"] * 1e6 / 1024 ** 3
-    s3_gb = first["s3_put_bytes_per_message"] * 1e6 / 1024 ** 3
+    stored_gb = first["stored_bytes_per_message"] * 1e6 / 1024**3
+    s3_gb = first["s3_put_bytes_per_message"] * 1e6 / 1024**3
     window = template().functions["SummarizeFunction"].stream
-    print(f"Sessions of {SESSION_MESSAGES} messages, each message's summaries and derived memory included; "
-          f"context reads: mean of {READS}.")
-    print("LLM: summaries as the llm engine would be asked for them (its prompt; output as long as the extractive "
-          "answer); extractions batched as the llm deriver batches them (512 tokens), each followed by a card update "
-          "whose prompt holds the model's answer (counted, not sized); embeddings: hashed (offline), none bought.")
-    print(f"Storage, not in the totals: per million messages DynamoDB keeps {stored_gb:,.2f} GB with its indexes "
-          f"(${stored_gb * PRICES['dynamodb_storage_per_gb_month']:,.2f}/month, PITR "
-          f"${stored_gb * PRICES['dynamodb_pitr_per_gb_month']:,.2f}/month more) and S3 {s3_gb:,.3f} GB of audit "
-          f"records (${s3_gb * PRICES['s3_storage_per_gb_month']:,.3f}/month).")
-    print(f"Stream consumers were invoked once per post, as when posts to a shard come more than its batching window "
-          f"({window['MaximumBatchingWindowInSeconds']} s) apart; under load a batch holds up to "
-          f"{window['BatchSize']} records, which cuts invocations (${PRICES['lambda_per_million_requests']:.2f} per "
-          "million) but hardly GB-s. Lambda's reads of the stream (GetRecords) are free.")
-    print("* Vector indexes are priced as global indexes (a write per entry changed, 1 WRU per KB); SearchVectors "
-          "requests are counted, not priced. Index writes inside a transaction cost what they cost outside one "
-          "(the 2x is the table's).")
-    print("Left out: data transfer out, CloudWatch Logs and metrics, X-Ray traces, Secrets Manager (read once per "
-          "cold start), cold starts, the deriver's 5-minute flush and dreams, free tiers, LLM and embedding bills.")
+    print(
+        f"Sessions of {SESSION_MESSAGES} messages, each message's summaries and derived memory included; "
+        f"context reads: mean of {READS}."
+    )
+    print(
+        "LLM: summaries as the llm engine would be asked for them (its prompt; output as long as the extractive "
+        "answer); extractions batched as the llm deriver batches them (512 tokens), each followed by a card update "
+        "whose prompt holds the model's answer (counted, not sized); embeddings: hashed (offline), none bought."
+    )
+    print(
+        f"Storage, not in the totals: per million messages DynamoDB keeps {stored_gb:,.2f} GB with its indexes "
+        f"(${stored_gb * PRICES['dynamodb_storage_per_gb_month']:,.2f}/month, PITR "
+        f"${stored_gb * PRICES['dynamodb_pitr_per_gb_month']:,.2f}/month more) and S3 {s3_gb:,.3f} GB of audit "
+        f"records (${s3_gb * PRICES['s3_storage_per_gb_month']:,.3f}/month)."
+    )
+    print(
+        f"Stream consumers were invoked once per post, as when posts to a shard come more than its batching window "
+        f"({window['MaximumBatchingWindowInSeconds']} s) apart; under load a batch holds up to "
+        f"{window['BatchSize']} records, which cuts invocations (${PRICES['lambda_per_million_requests']:.2f} per "
+        "million) but hardly GB-s. Lambda's reads of the stream (GetRecords) are free."
+    )
+    print(
+        "* Vector indexes are priced as global indexes (a write per entry changed, 1 WRU per KB); SearchVectors "
+        "requests are counted, not priced. Index writes inside a transaction cost what they cost outside one "
+        "(the 2x is the table's)."
+    )
+    print(
+        "Left out: data transfer out, CloudWatch Logs and metrics, X-Ray traces, Secrets Manager (read once per "
+        "cold start), cold starts, the deriver's 5-minute flush and dreams, free tiers, LLM and embedding bills."
+    )

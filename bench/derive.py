@@ -29,11 +29,18 @@ QUIET_S = 10.0  # the default PRECIS_DERIVE_QUIET_S
 BURST_EXCHANGES = (1, 3)
 PAUSE_S = (3.0, 90.0)
 SIZES = (100, 1_000, 10_000)
-WORDS = ("budget invoice Lisbon studio design river deadline client proposal meeting contract schedule "
-         "review draft figures launch supplier quote travel team agreed decided asked confirmed moved "
-         "next week because the and with for about after before").split()
-FACTS = ("I moved to {w} last spring.", "My sister works on the {w} team.", "I like {w} in the morning.",
-         "I have a {w} meeting every week.", "I prefer short answers about the {w}.")
+WORDS = (
+    "budget invoice Lisbon studio design river deadline client proposal meeting contract schedule "
+    "review draft figures launch supplier quote travel team agreed decided asked confirmed moved "
+    "next week because the and with for about after before"
+).split()
+FACTS = (
+    "I moved to {w} last spring.",
+    "My sister works on the {w} team.",
+    "I like {w} in the morning.",
+    "I have a {w} meeting every week.",
+    "I prefer short answers about the {w}.",
+)
 
 
 def _user_text(rng: random.Random) -> str:
@@ -64,12 +71,12 @@ class _PricedDeriver:
 
 
 def _derivation(quiet: bool) -> dict:
-    from precis.settings import get_settings
+    from precis.memory.deriver import DeriveTarget, derive_target, quiet_targets
+    from precis.memory.embeddings import HashedEmbedder
     from precis.memory.engines import DeriveMessage, DeriveRequest
     from precis.memory.engines.prompt import build_messages
-    from precis.memory.deriver import DeriveTarget, derive_target, quiet_targets
     from precis.memory.wakeups import QuietWake
-    from precis.memory.embeddings import HashedEmbedder
+    from precis.settings import get_settings
     from precis.store.db import Db
     from precis.tokens import count_messages
 
@@ -78,8 +85,13 @@ def _derivation(quiet: bool) -> dict:
         # The deriver's own step runs in-process on a Db of the bench's clients (its engine priced); the messages
         # arrive through the API.
         db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
-        _ok(call("POST", "/v3/workspaces", {"id": "bench", "configuration": {
-            "deriver": {"engine": "llm", "batch_tokens": 512}}}))
+        _ok(
+            call(
+                "POST",
+                "/v3/workspaces",
+                {"id": "bench", "configuration": {"deriver": {"engine": "llm", "batch_tokens": 512}}},
+            )
+        )
         _ok(call("POST", "/v3/workspaces/bench/sessions", {"id": "s"}))
         engine, embedder = _PricedDeriver(), HashedEmbedder(get_settings().embed_dimensions)
         history: list = []
@@ -93,26 +105,42 @@ def _derivation(quiet: bool) -> dict:
             stored = _ok(call("POST", "/v3/workspaces/bench/sessions/s/messages", {"messages": batch}))
             history += stored
             for sender in ("alice", "agent"):
-                outcome = derive_target(db, get_settings(), DeriveTarget("bench", "s", sender),
-                                        engine_for=lambda _config: engine, embedder=embedder)
+                outcome = derive_target(
+                    db,
+                    get_settings(),
+                    DeriveTarget("bench", "s", sender),
+                    engine_for=lambda _config: engine,
+                    embedder=embedder,
+                )
                 conclusions += outcome.conclusions
             pause = rng.uniform(*PAUSE_S)  # drawn in both runs, so both see the same messages
             if quiet and pause >= QUIET_S:  # the burst's wake-up fires and finds no newer message
                 for target in quiet_targets(db, QuietWake("bench", "s", stored[-1]["seq"])):
                     flushes += 1
-                    conclusions += derive_target(db, get_settings(), target, engine_for=lambda _config: engine,
-                                                 embedder=embedder, flush=True).conclusions
+                    conclusions += derive_target(
+                        db, get_settings(), target, engine_for=lambda _config: engine, embedder=embedder, flush=True
+                    ).conclusions
         message_tokens = sum(m["token_count"] for m in history)
         # The baseline: every derivation re-sends all of the sender's messages so far.
         from_scratch = 0
         for request in engine.requests:
             last = request.messages[-1].seq
-            everything = [DeriveMessage(m["id"], m["seq"], m["peer_id"], m["content"], m["created_at"])
-                          for m in history if m["peer_id"] == request.observed and m["seq"] <= last]
+            everything = [
+                DeriveMessage(m["id"], m["seq"], m["peer_id"], m["content"], m["created_at"])
+                for m in history
+                if m["peer_id"] == request.observed and m["seq"] <= last
+            ]
             from_scratch += count_messages(build_messages(DeriveRequest(request.observed, everything)))
-    return {"quiet_s": QUIET_S if quiet else None, "messages": MESSAGES, "message_tokens": message_tokens,
-            "requests": len(engine.requests), "quiet_flushes": flushes, "incremental": engine.input_tokens,
-            "from_scratch": from_scratch, "conclusions": conclusions}
+    return {
+        "quiet_s": QUIET_S if quiet else None,
+        "messages": MESSAGES,
+        "message_tokens": message_tokens,
+        "requests": len(engine.requests),
+        "quiet_flushes": flushes,
+        "incremental": engine.input_tokens,
+        "from_scratch": from_scratch,
+        "conclusions": conclusions,
+    }
 
 
 def _load(db, ws: str, observer: str, observed: str, texts: list[str], embedder) -> None:
@@ -127,19 +155,32 @@ def _load(db, ws: str, observer: str, observed: str, texts: list[str], embedder)
     for text, vector in zip(texts, embedder.embed(texts)):
         cid = conclusions.new_conclusion_id()
         digest = conclusions._digest(text)
-        item = {**keys.conclusion(ws, observer, observed, cid), "kind": "conclusion", "id": cid, "content": text,
-                "observer_id": observer, "observed_id": observed, "level": "explicit", "created_at": now,
-                "times_derived": 1, "source_message_ids": [], "source_at": now, "norm": digest, "cws": ws,
-                "cid": cid}
+        item = {
+            **keys.conclusion(ws, observer, observed, cid),
+            "kind": "conclusion",
+            "id": cid,
+            "content": text,
+            "observer_id": observer,
+            "observed_id": observed,
+            "level": "explicit",
+            "created_at": now,
+            "times_derived": 1,
+            "source_message_ids": [],
+            "source_at": now,
+            "norm": digest,
+            "cws": ws,
+            "cid": cid,
+        }
         vector_item = {**conclusions._vector_item(ws, observer, observed, cid, "explicit", None)}
-        for put in (item, {**to_item(vector_item), "vec": vector_attribute(vector)},
-                    {**keys.conclusion_dedupe(ws, observer, observed, "explicit", None, digest), "kind": "cdedupe",
-                     "id": cid},
-                    {**keys.conclusion_pointer(ws, cid), "kind": "cpointer", "observer_id": observer,
-                     "observed_id": observed}):
+        for put in (
+            item,
+            {**to_item(vector_item), "vec": vector_attribute(vector)},
+            {**keys.conclusion_dedupe(ws, observer, observed, "explicit", None, digest), "kind": "cdedupe", "id": cid},
+            {**keys.conclusion_pointer(ws, cid), "kind": "cpointer", "observer_id": observer, "observed_id": observed},
+        ):
             requests.append({"PutRequest": {"Item": put if "vec" in put else to_item(put)}})
     for start in range(0, len(requests), 25):
-        db.client.batch_write_item(RequestItems={db.table: requests[start:start + 25]})
+        db.client.batch_write_item(RequestItems={db.table: requests[start : start + 25]})
 
 
 def _ok(reply) -> object:
@@ -148,8 +189,8 @@ def _ok(reply) -> object:
 
 
 def _query_costs() -> list[dict]:
-    from precis.settings import get_settings
     from precis.memory.embeddings import HashedEmbedder
+    from precis.settings import get_settings
     from precis.store import keys
     from precis.store.db import Db, query_all, to_item
 
@@ -167,28 +208,48 @@ def _query_costs() -> list[dict]:
             load_s = time.perf_counter() - started
             filters = {"observer_id": "alice", "observed_id": "alice"}
             with Requests(AWS) as counted:
-                found = _ok(call("POST", "/v3/workspaces/bench/conclusions/query",
-                                 {"query": "where did alice move", "top_k": 10, "filters": filters}))
+                found = _ok(
+                    call(
+                        "POST",
+                        "/v3/workspaces/bench/conclusions/query",
+                        {"query": "where did alice move", "top_k": 10, "filters": filters},
+                    )
+                )
                 query_ops, query_requests, query_bytes = counted.by_op(), len(counted.ops), counted.bytes
             with Requests(db.client) as counted:
-                everything = query_all(db, KeyConditionExpression="PK = :pk",
-                                       ExpressionAttributeValues=to_item(
-                                           {":pk": keys.collection_pk("bench", "alice", "alice")}))
+                everything = query_all(
+                    db,
+                    KeyConditionExpression="PK = :pk",
+                    ExpressionAttributeValues=to_item({":pk": keys.collection_pk("bench", "alice", "alice")}),
+                )
                 scan_requests, scan_bytes = len(counted.ops), counted.bytes
-            rows.append({"conclusions": size, "returned": len(found), "query_ops": query_ops,
-                         "query_requests": query_requests, "query_bytes": query_bytes,
-                         "collection_items": len(everything),
-                         "read_all_requests": scan_requests, "read_all_bytes": scan_bytes, "load_s": load_s,
-                         "context": _context_cost(size)})
+            rows.append(
+                {
+                    "conclusions": size,
+                    "returned": len(found),
+                    "query_ops": query_ops,
+                    "query_requests": query_requests,
+                    "query_bytes": query_bytes,
+                    "collection_items": len(everything),
+                    "read_all_requests": scan_requests,
+                    "read_all_bytes": scan_bytes,
+                    "load_s": load_s,
+                    "context": _context_cost(size),
+                }
+            )
     return rows
 
 
 def _context_cost(size: int) -> dict:
     """The session context route with peer_target (and with a search query) on the loaded collection: DynamoDB
     requests and bytes per call, against the same call without peer_target."""
-    _ok(call("POST", "/v3/workspaces/bench/sessions/s/messages",
-             {"messages": [{"content": f"message {i} about the budget review", "peer_id": "alice"}
-                           for i in range(100)]}))
+    _ok(
+        call(
+            "POST",
+            "/v3/workspaces/bench/sessions/s/messages",
+            {"messages": [{"content": f"message {i} about the budget review", "peer_id": "alice"} for i in range(100)]},
+        )
+    )
     url = "/v3/workspaces/bench/sessions/s/context"
     row: dict = {"conclusions": size}
     target = {"peer_target": "alice", "max_conclusions": 100, "include_most_frequent": "true"}
@@ -203,28 +264,93 @@ def _context_cost(size: int) -> dict:
 
 def run() -> None:
     derived = [_derivation(quiet=False), _derivation(quiet=True)]
-    print_table("LLM input tokens per 1,000 messages (llm batching: 512 tokens per sender and session; bursts of "
-                f"1-3 exchanges, pauses of {PAUSE_S[0]:.0f}-{PAUSE_S[1]:.0f} s)",
-                ["batch ends at", "messages", "message tokens", "derive requests", "quiet flushes",
-                 "incremental input", "x messages", "tokens per message", "re-derive-all input", "x messages",
-                 "conclusions"],
-                [("512 tokens" if d["quiet_s"] is None else f"512 tokens or {d['quiet_s']:.0f} s quiet",
-                  d["messages"], d["message_tokens"], d["requests"], d["quiet_flushes"], d["incremental"],
-                  d["incremental"] / d["message_tokens"], d["incremental"] / d["messages"], d["from_scratch"],
-                  d["from_scratch"] / d["message_tokens"], d["conclusions"]) for d in derived])
+    print_table(
+        "LLM input tokens per 1,000 messages (llm batching: 512 tokens per sender and session; bursts of "
+        f"1-3 exchanges, pauses of {PAUSE_S[0]:.0f}-{PAUSE_S[1]:.0f} s)",
+        [
+            "batch ends at",
+            "messages",
+            "message tokens",
+            "derive requests",
+            "quiet flushes",
+            "incremental input",
+            "x messages",
+            "tokens per message",
+            "re-derive-all input",
+            "x messages",
+            "conclusions",
+        ],
+        [
+            (
+                "512 tokens" if d["quiet_s"] is None else f"512 tokens or {d['quiet_s']:.0f} s quiet",
+                d["messages"],
+                d["message_tokens"],
+                d["requests"],
+                d["quiet_flushes"],
+                d["incremental"],
+                d["incremental"] / d["message_tokens"],
+                d["incremental"] / d["messages"],
+                d["from_scratch"],
+                d["from_scratch"] / d["message_tokens"],
+                d["conclusions"],
+            )
+            for d in derived
+        ],
+    )
     queries = _query_costs()
-    print_table("Conclusion query (top 10): DynamoDB requests and response bytes per query, against reading the "
-                "collection",
-                ["conclusions", "returned", "query requests", "query bytes", "read-all requests", "read-all bytes",
-                 "bytes saved x"],
-                [(q["conclusions"], q["returned"], q["query_requests"], q["query_bytes"], q["read_all_requests"],
-                  q["read_all_bytes"], q["read_all_bytes"] / max(1, q["query_bytes"])) for q in queries])
+    print_table(
+        "Conclusion query (top 10): DynamoDB requests and response bytes per query, against reading the collection",
+        [
+            "conclusions",
+            "returned",
+            "query requests",
+            "query bytes",
+            "read-all requests",
+            "read-all bytes",
+            "bytes saved x",
+        ],
+        [
+            (
+                q["conclusions"],
+                q["returned"],
+                q["query_requests"],
+                q["query_bytes"],
+                q["read_all_requests"],
+                q["read_all_bytes"],
+                q["read_all_bytes"] / max(1, q["query_bytes"]),
+            )
+            for q in queries
+        ],
+    )
     contexts = [{**q["context"], "read_all_bytes": q["read_all_bytes"]} for q in queries]
-    print_table("Session context (8,000 tokens, 100 messages) with peer_target: DynamoDB requests and bytes per call",
-                ["conclusions", "plain req", "plain bytes", "peer_target req", "peer_target bytes", "search req",
-                 "search bytes", "answer bytes", "read-collection bytes"],
-                [(r["conclusions"], r["plain_requests"], r["plain_bytes"], r["peer_target_requests"],
-                  r["peer_target_bytes"], r["search_requests"], r["search_bytes"], r["search_returned"],
-                  r["read_all_bytes"]) for r in contexts])
-    write_json("derive", {"derivation": derived[0], "derivation_quiet": derived[1], "queries": queries,
-                          "context": contexts})
+    print_table(
+        "Session context (8,000 tokens, 100 messages) with peer_target: DynamoDB requests and bytes per call",
+        [
+            "conclusions",
+            "plain req",
+            "plain bytes",
+            "peer_target req",
+            "peer_target bytes",
+            "search req",
+            "search bytes",
+            "answer bytes",
+            "read-collection bytes",
+        ],
+        [
+            (
+                r["conclusions"],
+                r["plain_requests"],
+                r["plain_bytes"],
+                r["peer_target_requests"],
+                r["peer_target_bytes"],
+                r["search_requests"],
+                r["search_bytes"],
+                r["search_returned"],
+                r["read_all_bytes"],
+            )
+            for r in contexts
+        ],
+    )
+    write_json(
+        "derive", {"derivation": derived[0], "derivation_quiet": derived[1], "queries": queries, "context": contexts}
+    )

@@ -20,8 +20,15 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 # The events the meters listen to: each is forwarded to AWS's emitter first, in the middle and last of a client's own
 # handlers, so a meter registered with register_first / register / register_last keeps its place.
-_EVENTS = ("provide-client-params", "before-parameter-build", "before-call", "before-send", "needs-retry",
-           "after-call", "after-call-error")
+_EVENTS = (
+    "provide-client-params",
+    "before-parameter-build",
+    "before-call",
+    "before-send",
+    "needs-retry",
+    "after-call",
+    "after-call-error",
+)
 
 
 class _Emitters:
@@ -109,8 +116,9 @@ def handler_module(logical_id: str):
     if logical_id not in _MODULES:
         fn = template().functions[logical_id]
         module_name, _ = fn.handler.rsplit(".", 1)
-        spec = importlib.util.spec_from_file_location(f"precis_fn_{fn.code_dir.name}",
-                                                      fn.code_dir / f"{module_name}.py")
+        spec = importlib.util.spec_from_file_location(
+            f"precis_fn_{fn.code_dir.name}", fn.code_dir / f"{module_name}.py"
+        )
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
@@ -169,16 +177,31 @@ def http_event(method: str, url: str, body: Any = None, headers: dict[str, str] 
     for k, v in parse_qsl(parts.query, keep_blank_values=True):
         query[k] = f"{query[k]},{v}" if k in query else v
     event = {
-        "version": "2.0", "routeKey": f"{route.method} {route.path}", "rawPath": parts.path,
-        "rawQueryString": parts.query, "headers": {"content-type": "application/json",
-                                                   **{k.lower(): v for k, v in (headers or {}).items()}},
-        "queryStringParameters": query or None, "pathParameters": params or None,
-        "requestContext": {"http": {"method": method, "path": parts.path, "protocol": "HTTP/1.1",
-                                    "sourceIp": "127.0.0.1", "userAgent": "bench"},
-                           "requestId": str(uuid.uuid4()), "routeKey": f"{route.method} {route.path}",
-                           "stage": "$default", "timeEpoch": int(time.time() * 1000), "accountId": "123456789012",
-                           "apiId": "local", "domainName": "localhost"},
-        "body": None if body is None else json.dumps(body), "isBase64Encoded": False,
+        "version": "2.0",
+        "routeKey": f"{route.method} {route.path}",
+        "rawPath": parts.path,
+        "rawQueryString": parts.query,
+        "headers": {"content-type": "application/json", **{k.lower(): v for k, v in (headers or {}).items()}},
+        "queryStringParameters": query or None,
+        "pathParameters": params or None,
+        "requestContext": {
+            "http": {
+                "method": method,
+                "path": parts.path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "127.0.0.1",
+                "userAgent": "bench",
+            },
+            "requestId": str(uuid.uuid4()),
+            "routeKey": f"{route.method} {route.path}",
+            "stage": "$default",
+            "timeEpoch": int(time.time() * 1000),
+            "accountId": "123456789012",
+            "apiId": "local",
+            "domainName": "localhost",
+        },
+        "body": None if body is None else json.dumps(body),
+        "isBase64Encoded": False,
     }
     return route.function, event
 

@@ -20,8 +20,10 @@ from bench.front import AWS, call
 BATCHES = {1: 300, 10: 60, 100: 20}  # timed batches per batch size
 NEW_PEERS = (1, 10, 100)
 WS = "bench"
-WORDS = ("the agent called the weather tool for Lisbon and got 21°C with light wind then it answered the user "
-         "about flights hotels trains prices dates a JSON result {\"ok\": true} and a short follow-up").split()
+WORDS = (
+    "the agent called the weather tool for Lisbon and got 21°C with light wind then it answered the user "
+    'about flights hotels trains prices dates a JSON result {"ok": true} and a short follow-up'
+).split()
 
 
 def batch_body(rng: random.Random, size: int, start: int, peers: tuple[str, ...] = ("alice", "assistant")) -> dict:
@@ -29,8 +31,13 @@ def batch_body(rng: random.Random, size: int, start: int, peers: tuple[str, ...]
     messages = []
     for i in range(size):
         words = rng.randint(15, 80) if rng.random() < 0.7 else rng.randint(80, 300)
-        messages.append({"content": " ".join(rng.choice(WORDS) for _ in range(words)),
-                         "peer_id": peers[(start + i) % len(peers)], "run_id": f"run-{(start + i) // 4}"})
+        messages.append(
+            {
+                "content": " ".join(rng.choice(WORDS) for _ in range(words)),
+                "peer_id": peers[(start + i) % len(peers)],
+                "run_id": f"run-{(start + i) // 4}",
+            }
+        )
     return {"messages": messages}
 
 
@@ -85,22 +92,42 @@ def run() -> dict:
                     ops = requests.by_op()
         own = [w - s for w, s in zip(wall, stored)]
         results[size] = {
-            "batches": len(wall), "messages_per_s": size / median(wall),
-            "function_messages_per_s": size / median(own), "median_ms_per_batch": median(wall) * 1000,
-            "median_function_ms_per_batch": median(own) * 1000, "requests_per_batch": median(per_batch),
-            "max_requests_per_batch": max(per_batch), "ops_per_batch": ops,
-            "first_batch_requests": first_requests, "first_batch_ops": first_ops}
-        rows.append([size, len(wall), size / median(wall), size / median(own), median(wall) * 1000,
-                     median(own) * 1000, max(per_batch), first_requests])
+            "batches": len(wall),
+            "messages_per_s": size / median(wall),
+            "function_messages_per_s": size / median(own),
+            "median_ms_per_batch": median(wall) * 1000,
+            "median_function_ms_per_batch": median(own) * 1000,
+            "requests_per_batch": median(per_batch),
+            "max_requests_per_batch": max(per_batch),
+            "ops_per_batch": ops,
+            "first_batch_requests": first_requests,
+            "first_batch_ops": first_ops,
+        }
+        rows.append(
+            [
+                size,
+                len(wall),
+                size / median(wall),
+                size / median(own),
+                median(wall) * 1000,
+                median(own) * 1000,
+                max(per_batch),
+                first_requests,
+            ]
+        )
         print(f"  batch of {size}: {len(wall)} batches timed", flush=True)
 
-    print_table("Ingestion through the handler, in-process moto (median batch)",
-                ["batch", "batches", "msg/s", "msg/s fn*", "ms/batch", "ms/batch fn*", "requests/batch",
-                 "first batch**"], rows)
+    print_table(
+        "Ingestion through the handler, in-process moto (median batch)",
+        ["batch", "batches", "msg/s", "msg/s fn*", "ms/batch", "ms/batch fn*", "requests/batch", "first batch**"],
+        rows,
+    )
     print("*  fn: the function's own time (validation, token counts, items, JSON), DynamoDB calls excluded")
     print("** requests of the first batch of a new session (creates the session and the memberships)")
-    print(f"requests per batch (session exists): {results[100]['ops_per_batch']}; "
-          f"first batch of a new session: {results[100]['first_batch_ops']}")
+    print(
+        f"requests per batch (session exists): {results[100]['ops_per_batch']}; "
+        f"first batch of a new session: {results[100]['first_batch_ops']}"
+    )
 
     peer_rows = []
     with moto():
@@ -109,18 +136,24 @@ def run() -> dict:
             for peers in NEW_PEERS:
                 requests.reset()
                 names = tuple(f"peer-{peers}-{i}" for i in range(peers))
-                reply = call("POST", f"/v3/workspaces/{WS}/sessions/peers-{peers}/messages",
-                             batch_body(rng, 100, 0, names))
+                reply = call(
+                    "POST", f"/v3/workspaces/{WS}/sessions/peers-{peers}/messages", batch_body(rng, 100, 0, names)
+                )
                 assert reply.status == 201, reply.body
                 peer_rows.append([peers, len(requests.ops), requests.by_op()])
     results["first_batch_by_new_peers"] = {row[0]: {"requests": row[1], "ops": row[2]} for row in peer_rows}
-    print_table("First 100-message batch of a new session, by how many of its peers are new",
-                ["new peers", "requests", "operations"], peer_rows)
+    print_table(
+        "First 100-message batch of a new session, by how many of its peers are new",
+        ["new peers", "requests", "operations"],
+        peer_rows,
+    )
 
     ratio = results[100]["function_messages_per_s"] / results[1]["function_messages_per_s"]
-    print(f"\n100-message batch: {results[100]['max_requests_per_batch']} DynamoDB requests once the session exists, "
-          f"{results[100]['first_batch_requests']} for a new session's first (target: at most 6); "
-          f"the function handles {ratio:.1f}x the messages per second of single-message posts")
+    print(
+        f"\n100-message batch: {results[100]['max_requests_per_batch']} DynamoDB requests once the session exists, "
+        f"{results[100]['first_batch_requests']} for a new session's first (target: at most 6); "
+        f"the function handles {ratio:.1f}x the messages per second of single-message posts"
+    )
     path = write_json("ingest", results)
     print(f"wrote {path.relative_to(ROOT)}")
     return results

@@ -49,20 +49,51 @@ READER_WAIT_S = 3.0
 QUEUE_DEADLINE_S = 600.0
 
 _SUBJECTS = ("I", "My sister", "The team", "Our landlord", "My doctor", "Alice", "Bob", "The new manager", "We")
-_VERBS = ("moved to", "booked a trip to", "started learning", "cancelled the meeting about", "finally finished",
-          "keeps talking about", "is worried about", "bought tickets for", "wrote a long email about")
-_OBJECTS = ("Lisbon", "the quarterly report", "Japanese cooking", "a second-hand bike", "the adoption papers",
-            "the marathon in April", "a pottery class", "the leak in the kitchen", "our anniversary dinner",
-            "the new hiking boots", "a concert at the old theatre", "the garden on the roof")
-_TAILS = ("last spring.", "yesterday evening.", "and it went better than expected.", "but nobody answered.",
-          "because the price finally dropped.", "after thinking about it for weeks.", "again, for the third time.",
-          "and I'm not sure how I feel about it.", "with two friends from work.", "on Saturday morning.")
+_VERBS = (
+    "moved to",
+    "booked a trip to",
+    "started learning",
+    "cancelled the meeting about",
+    "finally finished",
+    "keeps talking about",
+    "is worried about",
+    "bought tickets for",
+    "wrote a long email about",
+)
+_OBJECTS = (
+    "Lisbon",
+    "the quarterly report",
+    "Japanese cooking",
+    "a second-hand bike",
+    "the adoption papers",
+    "the marathon in April",
+    "a pottery class",
+    "the leak in the kitchen",
+    "our anniversary dinner",
+    "the new hiking boots",
+    "a concert at the old theatre",
+    "the garden on the roof",
+)
+_TAILS = (
+    "last spring.",
+    "yesterday evening.",
+    "and it went better than expected.",
+    "but nobody answered.",
+    "because the price finally dropped.",
+    "after thinking about it for weeks.",
+    "again, for the third time.",
+    "and I'm not sure how I feel about it.",
+    "with two friends from work.",
+    "on Saturday morning.",
+)
 
 
 def sentence(rng: random.Random) -> str:
     """A turn of an everyday conversation: one to three sentences."""
-    return " ".join(f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)} {rng.choice(_TAILS)}"
-                    for _ in range(rng.randint(1, 3)))
+    return " ".join(
+        f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)} {rng.choice(_TAILS)}"
+        for _ in range(rng.randint(1, 3))
+    )
 
 
 def _free_port() -> int:
@@ -106,8 +137,13 @@ def stack(**env: str) -> Iterator[tuple[int, str]]:
     with tempfile.TemporaryDirectory() as tmp:
         dev_json = Path(tmp) / "dev.json"
         log = (Path(tmp) / "stack.log").open("wb")
-        environ = {**os.environ, "PRECIS_LOCAL_CHAOS": "", **env, "PRECIS_PORT": str(port),
-                   "PRECIS_DEV_JSON": str(dev_json)}
+        environ = {
+            **os.environ,
+            "PRECIS_LOCAL_CHAOS": "",
+            **env,
+            "PRECIS_PORT": str(port),
+            "PRECIS_DEV_JSON": str(dev_json),
+        }
         proc = subprocess.Popen([sys.executable, "-m", "local"], cwd=ROOT, env=environ, stdout=log, stderr=log)
         try:
             deadline = time.monotonic() + 60
@@ -148,8 +184,9 @@ def _queue_empty(client: Client, ws: str, session: str) -> bool:
     return status is not None and not status.get("pending_work_units") and not status.get("in_progress_work_units")
 
 
-def import_conversations(port: int, batch_size: int, workspaces: int = WORKSPACES, prefix: str = "import",
-                         wait: bool = True) -> dict[str, Any]:
+def import_conversations(
+    port: int, batch_size: int, workspaces: int = WORKSPACES, prefix: str = "import", wait: bool = True
+) -> dict[str, Any]:
     rng = random.Random(21)
     client = Client(port)
     names = [f"{prefix}-{w}" for w in range(max(1, round(workspaces * SCALE)))]
@@ -162,8 +199,10 @@ def import_conversations(port: int, batch_size: int, workspaces: int = WORKSPACE
             peers = ("user", f"assistant-{s % 3}")
             client.call("POST", f"/v3/workspaces/{ws}/sessions", {"id": f"s{s}", "peers": {p: {} for p in peers}})
             for start in range(0, MESSAGES, batch_size):
-                batch = [{"peer_id": peers[i % 2], "content": sentence(rng)}
-                         for i in range(start, min(MESSAGES, start + batch_size))]
+                batch = [
+                    {"peer_id": peers[i % 2], "content": sentence(rng)}
+                    for i in range(start, min(MESSAGES, start + batch_size))
+                ]
                 if client.call("POST", f"/v3/workspaces/{ws}/sessions/s{s}/messages", {"messages": batch}):
                     posted += len(batch)
     posting_s = time.perf_counter() - started
@@ -171,11 +210,19 @@ def import_conversations(port: int, batch_size: int, workspaces: int = WORKSPACE
     waited = time.perf_counter()
     if wait:
         _wait_for_queues(client, [(ws, f"s{s}") for ws in names for s in range(sessions)])
-    return {"batch": batch_size, "messages": posted, "seconds": posting_s, "messages_per_s": posted / posting_s,
-            "requests": len(latencies), "p50_ms": percentile(latencies, 0.5) * 1000,
-            "p99_ms": percentile(latencies, 0.99) * 1000,
-            "max_ms": max(latencies) * 1000, "non_2xx": len(client.failures), "failures": client.failures[:5],
-            "queues_empty_s": time.perf_counter() - waited if wait else None}
+    return {
+        "batch": batch_size,
+        "messages": posted,
+        "seconds": posting_s,
+        "messages_per_s": posted / posting_s,
+        "requests": len(latencies),
+        "p50_ms": percentile(latencies, 0.5) * 1000,
+        "p99_ms": percentile(latencies, 0.99) * 1000,
+        "max_ms": max(latencies) * 1000,
+        "non_2xx": len(client.failures),
+        "failures": client.failures[:5],
+        "queues_empty_s": time.perf_counter() - waited if wait else None,
+    }
 
 
 def sdk_reader_mid_import(port: int) -> dict[str, Any]:
@@ -187,13 +234,25 @@ def sdk_reader_mid_import(port: int) -> dict[str, Any]:
     setup.call("POST", "/v3/workspaces/reader/sessions", {"id": "long", "peers": {"user": {}, "assistant": {}}})
     rng = random.Random(300)
     for start in range(0, READER_MESSAGES, 100):
-        setup.call("POST", "/v3/workspaces/reader/sessions/long/messages", {"messages": [
-            {"peer_id": ("user", "assistant")[i % 2], "content": sentence(rng)} for i in range(start, start + 100)]})
+        setup.call(
+            "POST",
+            "/v3/workspaces/reader/sessions/long/messages",
+            {
+                "messages": [
+                    {"peer_id": ("user", "assistant")[i % 2], "content": sentence(rng)}
+                    for i in range(start, start + 100)
+                ]
+            },
+        )
     imported: dict[str, Any] = {}
-    importer = threading.Thread(target=lambda: imported.update(
-        import_conversations(port, 30, workspaces=max(1, WORKSPACES // 3), prefix="busy", wait=False)))
-    session = Honcho(base_url=f"http://127.0.0.1:{port}", api_key="local", workspace_id="reader",
-                     timeout=120, max_retries=0).session("long")
+    importer = threading.Thread(
+        target=lambda: imported.update(
+            import_conversations(port, 30, workspaces=max(1, WORKSPACES // 3), prefix="busy", wait=False)
+        )
+    )
+    session = Honcho(
+        base_url=f"http://127.0.0.1:{port}", api_key="local", workspace_id="reader", timeout=120, max_retries=0
+    ).session("long")
     waits: dict[str, list[float]] = {"page": [], "clone": []}
     failures: list[tuple[int, str]] = []
 
@@ -210,18 +269,28 @@ def sdk_reader_mid_import(port: int) -> dict[str, Any]:
     importer.start()
     rounds, complete = 0, 0
     while importer.is_alive():
-        pages = [timed("page", lambda n=n: session.messages(page=n, size=READER_PAGE))
-                 for n in range(1, READER_MESSAGES // READER_PAGE + 1)]
+        pages = [
+            timed("page", lambda n=n: session.messages(page=n, size=READER_PAGE))
+            for n in range(1, READER_MESSAGES // READER_PAGE + 1)
+        ]
         complete += sum(len(p.items) if p is not None else 0 for p in pages) == READER_MESSAGES
         timed("clone", session.clone)
         rounds += 1
     importer.join()
     every = waits["page"] + waits["clone"]
-    return {"rounds": rounds, "complete_listings": complete, "import_messages": imported.get("messages"),
-            "import_msg_per_s": imported.get("messages_per_s"), "page_p50_ms": percentile(waits["page"], 0.5) * 1000,
-            "page_max_ms": max(waits["page"]) * 1000, "clone_p50_ms": percentile(waits["clone"], 0.5) * 1000,
-            "clone_max_ms": max(waits["clone"]) * 1000, "max_s": max(every), "failures": failures[:5],
-            "non_2xx": len(failures)}
+    return {
+        "rounds": rounds,
+        "complete_listings": complete,
+        "import_messages": imported.get("messages"),
+        "import_msg_per_s": imported.get("messages_per_s"),
+        "page_p50_ms": percentile(waits["page"], 0.5) * 1000,
+        "page_max_ms": max(waits["page"]) * 1000,
+        "clone_p50_ms": percentile(waits["clone"], 0.5) * 1000,
+        "clone_max_ms": max(waits["clone"]) * 1000,
+        "max_s": max(every),
+        "failures": failures[:5],
+        "non_2xx": len(failures),
+    }
 
 
 def concurrent_writers(port: int) -> dict[str, Any]:
@@ -235,12 +304,14 @@ def concurrent_writers(port: int) -> dict[str, Any]:
     def write(i: int) -> None:
         rng = random.Random(i)
         for b in range(WRITER_BATCHES):
-            batch = {"messages": [{"peer_id": f"w{i}", "content": f"w{i} b{b} m{m}: {sentence(rng)}"}
-                                  for m in range(10)]}
+            batch = {
+                "messages": [{"peer_id": f"w{i}", "content": f"w{i} b{b} m{m}: {sentence(rng)}"} for m in range(10)]
+            }
             for _attempt in range(2):  # the second send is a client's retry: the key makes it a replay
                 started = time.perf_counter()
-                clients[i].call("POST", "/v3/workspaces/writers/sessions/one/messages", batch,
-                                {"Idempotency-Key": f"w{i}-b{b}"})
+                clients[i].call(
+                    "POST", "/v3/workspaces/writers/sessions/one/messages", batch, {"Idempotency-Key": f"w{i}-b{b}"}
+                )
                 with lock:
                     batch_latencies.append(time.perf_counter() - started)
 
@@ -261,9 +332,17 @@ def concurrent_writers(port: int) -> dict[str, Any]:
     stored = len(seqs)
     dense = sorted(s for s in seqs if s is not None) == list(range(1, stored + 1))
     failures = [f for c in (setup, *clients) for f in c.failures]
-    return {"stored": stored, "expected": WRITERS * WRITER_BATCHES * 10, "dense": dense, "seconds": elapsed,
-            "non_2xx": len(failures), "failures": failures[:5], "p50_ms": percentile(batch_latencies, 0.5) * 1000,
-            "p99_ms": percentile(batch_latencies, 0.99) * 1000, "max_ms": max(batch_latencies) * 1000}
+    return {
+        "stored": stored,
+        "expected": WRITERS * WRITER_BATCHES * 10,
+        "dense": dense,
+        "seconds": elapsed,
+        "non_2xx": len(failures),
+        "failures": failures[:5],
+        "p50_ms": percentile(batch_latencies, 0.5) * 1000,
+        "p99_ms": percentile(batch_latencies, 0.99) * 1000,
+        "max_ms": max(batch_latencies) * 1000,
+    }
 
 
 def _seed(endpoint: str, count: int) -> None:
@@ -277,10 +356,23 @@ def _seed(endpoint: str, count: int) -> None:
         requests = []
         for n in range(start, min(count, start + 25)):
             session, seq = n // 500, n % 500 + 1
-            requests.append({"PutRequest": {"Item": {
-                "PK": {"S": f"WS#seeded#S#s{session}"}, "SK": {"S": f"MSG#{seq:012d}"}, "kind": {"S": "message"},
-                "copy_of": {"S": f"WS#parent#S#s{session}"}, "seq": {"N": str(seq)}, "peer_id": {"S": "user"},
-                "content": {"S": sentence(rng)}, "token_count": {"N": "20"}, "start_tokens": {"N": str(seq * 20)}}}})
+            requests.append(
+                {
+                    "PutRequest": {
+                        "Item": {
+                            "PK": {"S": f"WS#seeded#S#s{session}"},
+                            "SK": {"S": f"MSG#{seq:012d}"},
+                            "kind": {"S": "message"},
+                            "copy_of": {"S": f"WS#parent#S#s{session}"},
+                            "seq": {"N": str(seq)},
+                            "peer_id": {"S": "user"},
+                            "content": {"S": sentence(rng)},
+                            "token_count": {"N": "20"},
+                            "start_tokens": {"N": str(seq * 20)},
+                        }
+                    }
+                }
+            )
         dynamodb.batch_write_item(RequestItems={table: requests})
 
 
@@ -309,36 +401,87 @@ def run() -> None:
             imports.append(import_conversations(port, batch_size))
     results["imports"] = imports
     imp = results["import"] = imports[0]
-    print_table(f"import: {max(1, round(WORKSPACES * SCALE))} workspaces × {max(1, round(SESSIONS * SCALE))} "
-                f"sessions × {MESSAGES} messages, one request at a time",
-                ["batch", "messages", "msg/s", "requests", "p50 ms", "p99 ms", "max ms", "non-2xx", "queues empty s"],
-                [[i["batch"], i["messages"], i["messages_per_s"], i["requests"], i["p50_ms"], i["p99_ms"], i["max_ms"],
-                  i["non_2xx"], i["queues_empty_s"]] for i in imports])
+    print_table(
+        f"import: {max(1, round(WORKSPACES * SCALE))} workspaces × {max(1, round(SESSIONS * SCALE))} "
+        f"sessions × {MESSAGES} messages, one request at a time",
+        ["batch", "messages", "msg/s", "requests", "p50 ms", "p99 ms", "max ms", "non-2xx", "queues empty s"],
+        [
+            [
+                i["batch"],
+                i["messages"],
+                i["messages_per_s"],
+                i["requests"],
+                i["p50_ms"],
+                i["p99_ms"],
+                i["max_ms"],
+                i["non_2xx"],
+                i["queues_empty_s"],
+            ]
+            for i in imports
+        ],
+    )
     with stack() as (port, _):
         results["writers"] = wr = concurrent_writers(port)
-    print_table(f"writers: {WRITERS} concurrent × {WRITER_BATCHES} batches of 10, each sent twice with its key",
-                ["stored", "dense", "seconds", "non-2xx", "p50 ms", "p99 ms", "max ms"],
-                [[f"{wr['stored']}/{wr['expected']}", wr["dense"], wr["seconds"], wr["non_2xx"], wr["p50_ms"],
-                  wr["p99_ms"], wr["max_ms"]]])
+    print_table(
+        f"writers: {WRITERS} concurrent × {WRITER_BATCHES} batches of 10, each sent twice with its key",
+        ["stored", "dense", "seconds", "non-2xx", "p50 ms", "p99 ms", "max ms"],
+        [
+            [
+                f"{wr['stored']}/{wr['expected']}",
+                wr["dense"],
+                wr["seconds"],
+                wr["non_2xx"],
+                wr["p50_ms"],
+                wr["p99_ms"],
+                wr["max_ms"],
+            ]
+        ],
+    )
     with stack() as (port, _):
         results["reader"] = rd = sdk_reader_mid_import(port)
-    print_table(f"reader: an SDK client pages through {READER_MESSAGES} messages ({READER_PAGE} a page) and clones the "
-                f"session while another client imports",
-                ["rounds", "complete listings", "page p50 ms", "page max ms", "clone p50 ms", "clone max ms", "errors",
-                 "import msg/s"],
-                [[rd["rounds"], rd["complete_listings"], rd["page_p50_ms"], rd["page_max_ms"], rd["clone_p50_ms"],
-                  rd["clone_max_ms"], rd["non_2xx"], rd["import_msg_per_s"]]])
+    print_table(
+        f"reader: an SDK client pages through {READER_MESSAGES} messages ({READER_PAGE} a page) and clones the "
+        f"session while another client imports",
+        [
+            "rounds",
+            "complete listings",
+            "page p50 ms",
+            "page max ms",
+            "clone p50 ms",
+            "clone max ms",
+            "errors",
+            "import msg/s",
+        ],
+        [
+            [
+                rd["rounds"],
+                rd["complete_listings"],
+                rd["page_p50_ms"],
+                rd["page_max_ms"],
+                rd["clone_p50_ms"],
+                rd["clone_max_ms"],
+                rd["non_2xx"],
+                rd["import_msg_per_s"],
+            ]
+        ],
+    )
     rows = []
     for seeded in SEEDED:
         with stack() as (port, endpoint):
             rows.append(batch_latency_at_scale(port, endpoint, int(seeded * SCALE)))
     results["scale_rows"] = rows
     ratio = rows[1]["p50_ms"] / rows[0]["p50_ms"]
-    print_table("a 10-message batch against the items already stored",
-                ["items stored", "batch p50 ms", "non-2xx"], [[r["seeded"], r["p50_ms"], r["non_2xx"]] for r in rows])
+    print_table(
+        "a 10-message batch against the items already stored",
+        ["items stored", "batch p50 ms", "non-2xx"],
+        [[r["seeded"], r["p50_ms"], r["non_2xx"]] for r in rows],
+    )
     checks = [
-        (f"import (batches of {imp['batch']}) ≥ 300 msg/s", f"{imp['messages_per_s']:.0f}",
-         imp["messages_per_s"] >= 300),
+        (
+            f"import (batches of {imp['batch']}) ≥ 300 msg/s",
+            f"{imp['messages_per_s']:.0f}",
+            imp["messages_per_s"] >= 300,
+        ),
         ("import: 0 non-2xx", imp["non_2xx"], imp["non_2xx"] == 0),
         ("import: max request ≤ 2 s", f"{imp['max_ms'] / 1000:.2f} s", imp["max_ms"] <= 2000),
         ("queues empty ≤ 60 s after the last post", f"{imp['queues_empty_s']:.0f} s", imp["queues_empty_s"] <= 60),
@@ -346,8 +489,11 @@ def run() -> None:
         ("writers: 0 non-2xx", wr["non_2xx"], wr["non_2xx"] == 0),
         ("writers: p99 batch ≤ 2 s", f"{wr['p99_ms'] / 1000:.2f} s", wr["p99_ms"] <= 2000),
         ("batch at 100k ≤ 1.5x at 1k", f"{ratio:.2f}x", ratio <= 1.5),
-        (f"reader mid-import: no wait past {READER_WAIT_S:.0f} s, no error", f"{rd['max_s']:.2f} s, {rd['non_2xx']}",
-         rd["max_s"] <= READER_WAIT_S and rd["non_2xx"] == 0 and rd["complete_listings"] == rd["rounds"]),
+        (
+            f"reader mid-import: no wait past {READER_WAIT_S:.0f} s, no error",
+            f"{rd['max_s']:.2f} s, {rd['non_2xx']}",
+            rd["max_s"] <= READER_WAIT_S and rd["non_2xx"] == 0 and rd["complete_listings"] == rd["rounds"],
+        ),
     ]
     print_table("targets", ["target", "measured", "verdict"], [[t, m, _verdict(ok)] for t, m, ok in checks])
     for kind, result in [*(("import", i) for i in imports), ("writers", wr), ("reader", rd)]:

@@ -98,8 +98,10 @@ def summarise(rows: list[dict], keys: Iterable[str]) -> dict:
     out = {}
     for kind in (*KINDS, "overall"):
         chosen = [r for r in rows if kind == "overall" or r["kind"] == kind]
-        out[kind] = {"questions": len(chosen), **{k: (sum(float(r[k]) for r in chosen) / len(chosen)
-                                                      if chosen else float("nan")) for k in keys}}
+        out[kind] = {
+            "questions": len(chosen),
+            **{k: (sum(float(r[k]) for r in chosen) / len(chosen) if chosen else float("nan")) for k in keys},
+        }
     return out
 
 
@@ -205,8 +207,9 @@ class Stream:
         from local.poller import StreamSettings
         from local.template import template
 
-        self.consumers = {fn.logical_id: StreamSettings.from_properties(fn.stream)
-                          for fn in template().stream_functions()}
+        self.consumers = {
+            fn.logical_id: StreamSettings.from_properties(fn.stream) for fn in template().stream_functions()
+        }
         self.seen = {name: -1 for name in self.consumers}  # the last sequence number each function was given
         self.invocations = 0
 
@@ -232,10 +235,13 @@ class Stream:
                 if not fresh:
                     continue
                 self.seen[name] = int(fresh[-1]["dynamodb"]["SequenceNumber"])
-                records = [r for r in map(lambda x: _lambda_record(x, arn), fresh)
-                           if not settings.filters or any(matches(p, r) for p in settings.filters)]
+                records = [
+                    r
+                    for r in map(lambda x: _lambda_record(x, arn), fresh)
+                    if not settings.filters or any(matches(p, r) for p in settings.filters)
+                ]
                 for start in range(0, len(records), settings.batch_size):
-                    batch = records[start:start + settings.batch_size]
+                    batch = records[start : start + settings.batch_size]
                     result = invoke(name, {"Records": batch})
                     self.invocations += 1
                     if (result or {}).get("batchItemFailures"):
@@ -248,12 +254,22 @@ class Stream:
 def _lambda_record(record: dict, arn: str) -> dict:
     """A moto stream record as Lambda hands it to the function (local/poller.py's shape)."""
     src = record["dynamodb"]
-    ddb = {"ApproximateCreationDateTime": int(src["ApproximateCreationDateTime"].timestamp()),
-           **{k: src[k] for k in ("Keys", "NewImage", "OldImage") if k in src},
-           "SequenceNumber": src["SequenceNumber"], "SizeBytes": src["SizeBytes"],
-           "StreamViewType": src["StreamViewType"]}
-    return {"eventID": record["eventID"], "eventName": record["eventName"], "eventVersion": "1.1",
-            "eventSource": "aws:dynamodb", "awsRegion": "us-east-1", "dynamodb": ddb, "eventSourceARN": arn}
+    ddb = {
+        "ApproximateCreationDateTime": int(src["ApproximateCreationDateTime"].timestamp()),
+        **{k: src[k] for k in ("Keys", "NewImage", "OldImage") if k in src},
+        "SequenceNumber": src["SequenceNumber"],
+        "SizeBytes": src["SizeBytes"],
+        "StreamViewType": src["StreamViewType"],
+    }
+    return {
+        "eventID": record["eventID"],
+        "eventName": record["eventName"],
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": ddb,
+        "eventSourceARN": arn,
+    }
 
 
 def _table() -> str:
@@ -282,13 +298,22 @@ def load(conversation: Conversation) -> dict[str, str]:
     stream = Stream()
     ids: dict[str, str] = {}
     for session_id, _ in conversation.sessions:
-        _ok(call("POST", f"/v3/workspaces/{ws}/sessions",
-                 {"id": session_id, "peers": {peer_id(n): {} for n in conversation.peers}}), "session")
+        _ok(
+            call(
+                "POST",
+                f"/v3/workspaces/{ws}/sessions",
+                {"id": session_id, "peers": {peer_id(n): {} for n in conversation.peers}},
+            ),
+            "session",
+        )
         turns = [t for t in conversation.turns if t.session == session_id]
         for start in range(0, len(turns), 100):
-            chunk = turns[start:start + 100]
-            body = {"messages": [{"peer_id": peer_id(t.speaker), "content": t.text, "created_at": t.created_at}
-                                 for t in chunk]}
+            chunk = turns[start : start + 100]
+            body = {
+                "messages": [
+                    {"peer_id": peer_id(t.speaker), "content": t.text, "created_at": t.created_at} for t in chunk
+                ]
+            }
             stored = _ok(call("POST", f"/v3/workspaces/{ws}/sessions/{session_id}/messages", body), "messages")
             ids.update({m["id"]: t.id for m, t in zip(stored, chunk)})
         stream.drain()
@@ -307,11 +332,15 @@ def _sources(client: Any) -> dict[str, list[str]]:
     read-only scan of the bench's table (one workspace) with the bench's own client."""
     found: dict[str, list[str]] = {}
     for page in client.get_paginator("scan").paginate(
-            TableName=_table(), FilterExpression="attribute_exists(#sources)", ProjectionExpression="#id, #sources",
-            ExpressionAttributeNames={"#id": "id", "#sources": "source_message_ids"}):
+        TableName=_table(),
+        FilterExpression="attribute_exists(#sources)",
+        ProjectionExpression="#id, #sources",
+        ExpressionAttributeNames={"#id": "id", "#sources": "source_message_ids"},
+    ):
         for item in page["Items"]:
             found[item["id"]["S"]] = [v["S"] for v in item["source_message_ids"].get("L", ())] or list(
-                item["source_message_ids"].get("SS", ()))
+                item["source_message_ids"].get("SS", ())
+            )
     return found
 
 
@@ -334,17 +363,26 @@ def measure(conversation: Conversation) -> dict:
         stored_sources = _sources(own(clients["dynamodb"]))
         db = AWS  # the handlers' requests
         for name in conversation.peers:
-            listed = _ok(call("POST", f"/v3/workspaces/{ws}/conclusions/list", {"filters": {
-                "observer_id": peer_id(name), "observed_id": peer_id(name)}}, size=1), "conclusions")
+            listed = _ok(
+                call(
+                    "POST",
+                    f"/v3/workspaces/{ws}/conclusions/list",
+                    {"filters": {"observer_id": peer_id(name), "observed_id": peer_id(name)}},
+                    size=1,
+                ),
+                "conclusions",
+            )
             conclusion_count += listed.get("total") or 0
         base, window = {}, {}
         for budget in BUDGETS:
-            window = _ok(call("GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=budget, summary="false"),
-                         "context")
+            window = _ok(
+                call("GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=budget, summary="false"), "context"
+            )
             base["window", budget] = context_text(window)
             with Requests(db) as counted:
-                base["default", budget] = context_text(_ok(call(
-                    "GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=budget), "context"))
+                base["default", budget] = context_text(
+                    _ok(call("GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=budget), "context")
+                )
             plain_requests.append(len(counted.ops))
         sources: dict[str, set[str]] = {}
         for question in conversation.questions:
@@ -352,47 +390,83 @@ def measure(conversation: Conversation) -> dict:
             row: dict[str, Any] = {"conversation": ws, "question": question.id, "kind": question.kind}
             row["bm25"] = recall(bm25_rank(question.text, conversation), question)
             with Requests(db) as counted:
-                found = _ok(call("POST", f"/v3/workspaces/{ws}/search", {"query": question.text, "limit": 10}),
-                            "search")
+                found = _ok(
+                    call("POST", f"/v3/workspaces/{ws}/search", {"query": question.text, "limit": 10}), "search"
+                )
             search_requests.append(len(counted.ops))
             row["search"] = recall([ids.get(m["id"]) for m in found], question)
-            hits = _ok(call("POST", f"/v3/workspaces/{ws}/conclusions/query", {
-                "query": question.text, "top_k": 10, "filters": {"observer_id": observed, "observed_id": observed}}),
-                "conclusions/query")
+            hits = _ok(
+                call(
+                    "POST",
+                    f"/v3/workspaces/{ws}/conclusions/query",
+                    {
+                        "query": question.text,
+                        "top_k": 10,
+                        "filters": {"observer_id": observed, "observed_id": observed},
+                    },
+                ),
+                "conclusions/query",
+            )
             for c in hits:
                 if c["id"] not in sources:
                     sources[c["id"]] = {ids.get(m) for m in stored_sources.get(c["id"], ())}
-            row["conclusions"] = recall([sources[c["id"]] for c in hits], question,
-                                        hit=lambda turns, wanted: bool(turns & wanted))
+            row["conclusions"] = recall(
+                [sources[c["id"]] for c in hits], question, hit=lambda turns, wanted: bool(turns & wanted)
+            )
             row["context"] = {}
             with Requests(db) as counted:
-                _ok(call("GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=BUDGETS[1],
-                         peer_target=observed), "context")
+                _ok(
+                    call(
+                        "GET", f"/v3/workspaces/{ws}/sessions/{last}/context", tokens=BUDGETS[1], peer_target=observed
+                    ),
+                    "context",
+                )
             target_requests.append(len(counted.ops))
             for budget in BUDGETS:
                 for share in SHARES:
-                    answer = _context_at(share, ws, last, budget, observed, question.text,
-                                         context_requests if share == _default_share() else None, db)
+                    answer = _context_at(
+                        share,
+                        ws,
+                        last,
+                        budget,
+                        observed,
+                        question.text,
+                        context_requests if share == _default_share() else None,
+                        db,
+                    )
                     row["context"][f"share {share}@{budget}"] = held(question, context_text(answer))
                     if share == _default_share():
                         row["context"][f"search@{budget}"] = row["context"][f"share {share}@{budget}"]
                         row["context"][f"recalled@{budget}"] = len(answer.get("recalled") or [])
                         shown = [m["id"] for m in answer["messages"]]
                         assert len(shown) == len(set(shown)) and answer["token_count"] <= budget, (ws, question.id)
-                only = _context_at(_default_share(), ws, last, budget, observed, question.text, None, db,
-                                   limit_to_session="true")
+                only = _context_at(
+                    _default_share(), ws, last, budget, observed, question.text, None, db, limit_to_session="true"
+                )
                 row["context"][f"session_only@{budget}"] = held(question, context_text(only))
                 row["context"][f"bm25_pack@{budget}"] = held(question, bm25_pack(question, conversation, budget))
                 row["context"][f"whole@{budget}"] = held(question, whole(conversation))
                 for name in ("window", "default"):
                     row["context"][f"{name}@{budget}"] = held(question, base[name, budget])
             rows.append(row)
-    return {"conversation": ws, "turns": len(conversation.turns), "sessions": len(conversation.sessions),
-            "questions": len(conversation.questions), "conclusions": conclusion_count, "load_s": load_s,
-            "last_session": {"messages": len(window["messages"]), "skipped": window.get("messages_skipped"),
-                             "tokens": window.get("token_count")},
-            "rows": rows, "search_requests": search_requests, "context_requests": context_requests,
-            "plain_requests": plain_requests, "target_requests": target_requests}
+    return {
+        "conversation": ws,
+        "turns": len(conversation.turns),
+        "sessions": len(conversation.sessions),
+        "questions": len(conversation.questions),
+        "conclusions": conclusion_count,
+        "load_s": load_s,
+        "last_session": {
+            "messages": len(window["messages"]),
+            "skipped": window.get("messages_skipped"),
+            "tokens": window.get("token_count"),
+        },
+        "rows": rows,
+        "search_requests": search_requests,
+        "context_requests": context_requests,
+        "plain_requests": plain_requests,
+        "target_requests": target_requests,
+    }
 
 
 def _default_share() -> float:
@@ -401,8 +475,17 @@ def _default_share() -> float:
     return Settings.model_fields["context_recall_share"].default
 
 
-def _context_at(share: float, ws: str, session: str, budget: int, observed: str, query: str,
-                counts: list[int] | None, db: Any, **extra: str) -> dict:
+def _context_at(
+    share: float,
+    ws: str,
+    session: str,
+    budget: int,
+    observed: str,
+    query: str,
+    counts: list[int] | None,
+    db: Any,
+    **extra: str,
+) -> dict:
     """The context with `search_query` and `peer_target` under the deployment setting PRECIS_CONTEXT_RECALL_SHARE
     = `share` (each call a fresh read of the settings, as a cold start would); its DynamoDB requests go to `counts`."""
     from precis.settings import get_settings
@@ -411,8 +494,17 @@ def _context_at(share: float, ws: str, session: str, budget: int, observed: str,
     get_settings.cache_clear()
     try:
         with Requests(db) as counted:
-            answer = _ok(call("GET", f"/v3/workspaces/{ws}/sessions/{session}/context", tokens=budget,
-                              peer_target=observed, search_query=query, **extra), "context")
+            answer = _ok(
+                call(
+                    "GET",
+                    f"/v3/workspaces/{ws}/sessions/{session}/context",
+                    tokens=budget,
+                    peer_target=observed,
+                    search_query=query,
+                    **extra,
+                ),
+                "context",
+            )
     finally:
         del os.environ["PRECIS_CONTEXT_RECALL_SHARE"]
         get_settings.cache_clear()
@@ -429,9 +521,12 @@ def _serves_embeddings(url: str) -> tuple[bool, str]:
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(f"{url}/embeddings", method="POST", headers={"content-type": "application/json"},
-                                     data=json.dumps({"model": "text-embedding-3-small", "input": ["probe"],
-                                                      "dimensions": 8}).encode())
+    request = urllib.request.Request(
+        f"{url}/embeddings",
+        method="POST",
+        headers={"content-type": "application/json"},
+        data=json.dumps({"model": "text-embedding-3-small", "input": ["probe"], "dimensions": 8}).encode(),
+    )
     try:
         with urllib.request.urlopen(request, timeout=5) as answer:
             return True, f"{answer.status}"
@@ -443,24 +538,30 @@ def _run_all(data: list[Conversation]) -> list[dict]:
     results = []
     for conversation in data:
         result = measure(conversation)
-        print(f"  {conversation.id}: {result['sessions']} sessions, {result['turns']} turns, "
-              f"{result['questions']} questions, {result['conclusions']} conclusions "
-              f"(loaded in {result['load_s']:.0f} s); the last session's newest window at "
-              f"{BUDGETS[-1]:,} tokens: {result['last_session']['messages']} messages, "
-              f"{result['last_session']['tokens']} tokens, {result['last_session']['skipped']} left out", flush=True)
+        print(
+            f"  {conversation.id}: {result['sessions']} sessions, {result['turns']} turns, "
+            f"{result['questions']} questions, {result['conclusions']} conclusions "
+            f"(loaded in {result['load_s']:.0f} s); the last session's newest window at "
+            f"{BUDGETS[-1]:,} tokens: {result['last_session']['messages']} messages, "
+            f"{result['last_session']['tokens']} tokens, {result['last_session']['skipped']} left out",
+            flush=True,
+        )
         results.append(result)
     return results
 
 
 def _semantic(data: list[Conversation]) -> dict:
-    from precis.settings import get_settings
     from local.models.llm_server import LLMServer
+    from precis.settings import get_settings
 
     with LLMServer() as server:
         ok, detail = _serves_embeddings(server.url)
         if not ok:
-            print(f"\nsemantic run skipped: local/models/llm_server.py answers POST /embeddings with {detail}: "
-                  "it serves chat completions only, so PRECIS_EMBEDDER=openai has no embeddings to use", flush=True)
+            print(
+                f"\nsemantic run skipped: local/models/llm_server.py answers POST /embeddings with {detail}: "
+                "it serves chat completions only, so PRECIS_EMBEDDER=openai has no embeddings to use",
+                flush=True,
+            )
             return {"skipped": detail}
         saved = {k: os.environ.get(k) for k in ("PRECIS_EMBEDDER", "OPENAI_BASE_URL", "OPENAI_API_KEY")}
         os.environ.update(PRECIS_EMBEDDER="openai", OPENAI_BASE_URL=server.url, OPENAI_API_KEY="bench")
@@ -498,27 +599,43 @@ def report(results: list[dict], label: str = "") -> dict:
     recalled_keys = [f"recalled@{b}" for b in BUDGETS]
     summary = summarise(rows, recall_keys + context_keys + recalled_keys)
     turns = sum(r["turns"] for r in results)
-    methods = (("BM25 reference (bench)", "bm25"), ("Precis message search", "search"),
-               ("Precis conclusion query", "conclusions"))
+    methods = (
+        ("BM25 reference (bench)", "bm25"),
+        ("Precis message search", "search"),
+        ("Precis conclusion query", "conclusions"),
+    )
     table = []
     for kind in (*KINDS, "overall"):
         for title, method in methods:
             s = summary[kind]
             table.append((kind, title, s["questions"], *(s[f"{method} r@{k}"] for k in KS), s[f"{method} all@10"]))
-    print_table(f"Retrieval{label}: recall of the answering turns ({len(results)} conversations, {turns:,} turns; "
-                "all@10: every answering turn in the top 10)",
-                ["questions", "ranking", "n", "recall@1", "recall@5", "recall@10", "all@10"], table)
+    print_table(
+        f"Retrieval{label}: recall of the answering turns ({len(results)} conversations, {turns:,} turns; "
+        "all@10: every answering turn in the top 10)",
+        ["questions", "ranking", "n", "recall@1", "recall@5", "recall@10", "all@10"],
+        table,
+    )
     ctx = []
     for kind in (*KINDS, "overall"):
         s = summary[kind]
         for budget in BUDGETS:
-            ctx.append((kind, budget, s["questions"], *(s[f"{c}@{budget}"] for c in (*CONTEXTS, *REFERENCES)),
-                        s[f"recalled@{budget}"]))
-    print_table(f"Context{label} on the last session: share of the answer's words it holds, per budget (window: "
-                "summary=false; default; search: peer_target + search_query=<question>, the default recall share; "
-                "session_only: the same with limit_to_session, recall and the representation kept to this session; "
-                "bm25_pack: the best BM25 turns of the whole conversation that fit; whole: every turn)",
-                ["questions", "tokens", "n", *CONTEXTS, *REFERENCES, "recalled"], ctx)
+            ctx.append(
+                (
+                    kind,
+                    budget,
+                    s["questions"],
+                    *(s[f"{c}@{budget}"] for c in (*CONTEXTS, *REFERENCES)),
+                    s[f"recalled@{budget}"],
+                )
+            )
+    print_table(
+        f"Context{label} on the last session: share of the answer's words it holds, per budget (window: "
+        "summary=false; default; search: peer_target + search_query=<question>, the default recall share; "
+        "session_only: the same with limit_to_session, recall and the representation kept to this session; "
+        "bm25_pack: the best BM25 turns of the whole conversation that fit; whole: every turn)",
+        ["questions", "tokens", "n", *CONTEXTS, *REFERENCES, "recalled"],
+        ctx,
+    )
     overall = summary["overall"]
     sweep, best = [], None
     for share in SHARES:
@@ -527,15 +644,20 @@ def report(results: list[dict], label: str = "") -> dict:
         sweep.append((share, *held_at, mean))
         if best is None or mean > best[1] + 1e-9:
             best = (share, mean)
-    print_table(f"Recall share{label}: answer words held with peer_target + search_query, by the share of the tokens "
-                "recall may take (PRECIS_CONTEXT_RECALL_SHARE)", ["share", *(f"{b // 1000}k" for b in BUDGETS),
-                                                                  "mean"], sweep)
-    print(f"  chosen share: {best[0]}, the most answer words over 1k, 2k and 4k (share 0 is the context before recall "
-          f"reached other sessions: the last session is short and recalls little). Recalled turns carry the answers "
-          f"that share words with the question; the representation's conclusions carry the others, and a larger share "
-          f"takes from them (it gets half of what recall leaves), which costs more than the extra turns add. The "
-          f"default is {_default_share()}{'' if best[0] == _default_share() else ' -- NOT the chosen one'}.",
-          flush=True)
+    print_table(
+        f"Recall share{label}: answer words held with peer_target + search_query, by the share of the tokens "
+        "recall may take (PRECIS_CONTEXT_RECALL_SHARE)",
+        ["share", *(f"{b // 1000}k" for b in BUDGETS), "mean"],
+        sweep,
+    )
+    print(
+        f"  chosen share: {best[0]}, the most answer words over 1k, 2k and 4k (share 0 is the context before recall "
+        f"reached other sessions: the last session is short and recalls little). Recalled turns carry the answers "
+        f"that share words with the question; the representation's conclusions carry the others, and a larger share "
+        f"takes from them (it gets half of what recall leaves), which costs more than the extra turns add. The "
+        f"default is {_default_share()}{'' if best[0] == _default_share() else ' -- NOT the chosen one'}.",
+        flush=True,
+    )
     search_ratio = overall["search r@10"] / overall["bm25 r@10"] if overall["bm25 r@10"] else float("nan")
     window, searched = overall["window@2000"], overall["search@2000"]
     context_ratio = searched / window if window else float("inf")
@@ -545,26 +667,55 @@ def report(results: list[dict], label: str = "") -> dict:
     target_req = [n for r in results for n in r["target_requests"]]
     whole4k = overall["whole@4000"]
     verdicts = [
-        ("message search recall@10 / BM25 recall@10", f">= {SEARCH_TARGET}", search_ratio,
-         "met" if search_ratio >= SEARCH_TARGET else "NOT met"),
-        ("2k context with search_query / newest window (answer words)", f">= {CONTEXT_TARGET}", context_ratio,
-         "met" if context_ratio >= CONTEXT_TARGET else "NOT met"),
-        ("2k context with search_query / best BM25 turns packed in 2k", ">= 1", searched / overall["bm25_pack@2000"],
-         "met" if searched >= overall["bm25_pack@2000"] else "NOT met"),
-        ("4k context with search_query / the whole conversation", ">= 0.9", overall["search@4000"] / whole4k,
-         "met" if overall["search@4000"] >= 0.9 * whole4k else "NOT met"),
+        (
+            "message search recall@10 / BM25 recall@10",
+            f">= {SEARCH_TARGET}",
+            search_ratio,
+            "met" if search_ratio >= SEARCH_TARGET else "NOT met",
+        ),
+        (
+            "2k context with search_query / newest window (answer words)",
+            f">= {CONTEXT_TARGET}",
+            context_ratio,
+            "met" if context_ratio >= CONTEXT_TARGET else "NOT met",
+        ),
+        (
+            "2k context with search_query / best BM25 turns packed in 2k",
+            ">= 1",
+            searched / overall["bm25_pack@2000"],
+            "met" if searched >= overall["bm25_pack@2000"] else "NOT met",
+        ),
+        (
+            "4k context with search_query / the whole conversation",
+            ">= 0.9",
+            overall["search@4000"] / whole4k,
+            "met" if overall["search@4000"] >= 0.9 * whole4k else "NOT met",
+        ),
     ]
     print_table(f"Targets{label}", ["measure", "target", "value", "verdict"], verdicts)
-    print_table(f"DynamoDB requests per call{label} ({turns:,} turns in {len(results)} workspaces)",
-                ["call", "calls", "median", "max"],
-                [("POST /search (limit 10)", len(search_req), statistics.median(search_req), max(search_req)),
-                 ("GET context", len(plain_req), statistics.median(plain_req), max(plain_req)),
-                 ("GET context (peer_target)", len(target_req), statistics.median(target_req), max(target_req)),
-                 ("GET context (peer_target + search_query)", len(context_req), statistics.median(context_req),
-                  max(context_req))])
-    return {"summary": summary, "search_ratio": search_ratio, "context_ratio": context_ratio, "chosen_share": best[0],
-            "search_requests": {"median": statistics.median(search_req), "max": max(search_req)},
-            "context_requests": {"median": statistics.median(context_req), "max": max(context_req)}}
+    print_table(
+        f"DynamoDB requests per call{label} ({turns:,} turns in {len(results)} workspaces)",
+        ["call", "calls", "median", "max"],
+        [
+            ("POST /search (limit 10)", len(search_req), statistics.median(search_req), max(search_req)),
+            ("GET context", len(plain_req), statistics.median(plain_req), max(plain_req)),
+            ("GET context (peer_target)", len(target_req), statistics.median(target_req), max(target_req)),
+            (
+                "GET context (peer_target + search_query)",
+                len(context_req),
+                statistics.median(context_req),
+                max(context_req),
+            ),
+        ],
+    )
+    return {
+        "summary": summary,
+        "search_ratio": search_ratio,
+        "context_ratio": context_ratio,
+        "chosen_share": best[0],
+        "search_requests": {"median": statistics.median(search_req), "max": max(search_req)},
+        "context_requests": {"median": statistics.median(context_req), "max": max(context_req)},
+    }
 
 
 def precis_ranking(weight: float | None = None) -> Callable[[str, Conversation], list[str]]:
@@ -573,9 +724,9 @@ def precis_ranking(weight: float | None = None) -> Callable[[str, Conversation],
     (local/models/llm_server.py) as the search fuses a semantic one."""
     import numpy as np
 
+    from local.models.llm_server import test_embedding
     from precis.lexical import Document, Query, Stats
     from precis.store.vectors import fuse
-    from local.models.llm_server import test_embedding
 
     prepared: dict[str, tuple] = {}
 
@@ -587,8 +738,11 @@ def precis_ranking(weight: float | None = None) -> Callable[[str, Conversation],
             prepared[conversation.id] = (docs, stats, vectors)
         docs, stats, vectors = prepared[conversation.id]
         terms = Query.of(query, stats)
-        scored = sorted((-terms.score(d, stats.average_length), i) for i, d in enumerate(docs)
-                        if terms.score(d, stats.average_length) > 0)
+        scored = sorted(
+            (-terms.score(d, stats.average_length), i)
+            for i, d in enumerate(docs)
+            if terms.score(d, stats.average_length) > 0
+        )
         lexical = [("c", i) for _, i in scored[:10]]
         semantic = None
         if weight is not None:
@@ -614,30 +768,53 @@ def fusion_sweep(full: list[Conversation], reference: dict) -> dict:
         rows.append((weight, r["r@1"], r["r@5"], r["r@10"], r["r@10"] / reference["overall"]["r@10"]))
         if best is None or (r["r@10"], r["r@5"], r["r@1"]) > best[1]:
             best = (weight, (r["r@10"], r["r@5"], r["r@1"]))
-    print_table(f"Precis's ranking offline, every question ({len(full)} conversations): BM25 alone, then fused with "
-                "the test embedder at each weight (BM25's share)",
-                ["weight", "recall@1", "recall@5", "recall@10", "x BM25 reference"],
-                [("BM25 alone", lexical["r@1"], lexical["r@5"], lexical["r@10"],
-                  lexical["r@10"] / reference["overall"]["r@10"]), *rows])
-    print(f"  chosen weight: {best[0]} (best recall@10, then @5, then @1); message search and the conclusion query use "
-          f"{LEXICAL_WEIGHT}{'' if best[0] == LEXICAL_WEIGHT else ' -- NOT the chosen one'}", flush=True)
+    print_table(
+        f"Precis's ranking offline, every question ({len(full)} conversations): BM25 alone, then fused with "
+        "the test embedder at each weight (BM25's share)",
+        ["weight", "recall@1", "recall@5", "recall@10", "x BM25 reference"],
+        [
+            (
+                "BM25 alone",
+                lexical["r@1"],
+                lexical["r@5"],
+                lexical["r@10"],
+                lexical["r@10"] / reference["overall"]["r@10"],
+            ),
+            *rows,
+        ],
+    )
+    print(
+        f"  chosen weight: {best[0]} (best recall@10, then @5, then @1); message search and the conclusion query use "
+        f"{LEXICAL_WEIGHT}{'' if best[0] == LEXICAL_WEIGHT else ' -- NOT the chosen one'}",
+        flush=True,
+    )
     return {"lexical": lexical, "sweep": rows, "chosen": best[0], "used": LEXICAL_WEIGHT}
 
 
 def run() -> dict:
     full = conversations()
     reference = evaluate(bm25_rank, full)
-    print_table(f"BM25 reference on the whole data set, offline ({len(full)} conversations, "
-                f"{sum(len(c.turns) for c in full):,} turns; what evaluate(rank_fn) scores)",
-                ["questions", "n", "recall@1", "recall@5", "recall@10", "all@10"],
-                [(kind, r["questions"], r["r@1"], r["r@5"], r["r@10"], r["all@10"]) for kind, r in reference.items()])
+    print_table(
+        f"BM25 reference on the whole data set, offline ({len(full)} conversations, "
+        f"{sum(len(c.turns) for c in full):,} turns; what evaluate(rank_fn) scores)",
+        ["questions", "n", "recall@1", "recall@5", "recall@10", "all@10"],
+        [(kind, r["questions"], r["r@1"], r["r@5"], r["r@10"], r["all@10"]) for kind, r in reference.items()],
+    )
     fusion = fusion_sweep(full, reference)
     data = http_sample()
-    print(f"\n  through the handlers: {len(data)} conversations, {sum(len(c.turns) for c in data):,} turns, "
-          f"{sum(len(c.questions) for c in data)} questions (PRECIS_BENCH_RETRIEVAL_SCALE={scale():g})", flush=True)
+    print(
+        f"\n  through the handlers: {len(data)} conversations, {sum(len(c.turns) for c in data):,} turns, "
+        f"{sum(len(c.questions) for c in data)} questions (PRECIS_BENCH_RETRIEVAL_SCALE={scale():g})",
+        flush=True,
+    )
     results = _run_all(data)
-    out = {"reference": reference, "fusion": fusion, "lexical": report(results), "per_conversation": [
-        {k: v for k, v in r.items() if k not in ("rows",)} for r in results], "rows": _flat(results)}
+    out = {
+        "reference": reference,
+        "fusion": fusion,
+        "lexical": report(results),
+        "per_conversation": [{k: v for k, v in r.items() if k not in ("rows",)} for r in results],
+        "rows": _flat(results),
+    }
     if os.environ.get("PRECIS_BENCH_SEMANTIC") == "1":
         semantic = _semantic(data)
         if "skipped" in semantic:
@@ -646,9 +823,11 @@ def run() -> dict:
             out["semantic"] = report(semantic["results"], " (openai embedder)")
             lexical = out["lexical"]["summary"]["overall"]["search r@10"]
             fused = out["semantic"]["summary"]["overall"]["search r@10"]
-            print_table("Target: with the embedder, message search recall@10 >= the lexical figure",
-                        ["lexical", "with the embedder", "verdict"],
-                        [(lexical, fused, "met" if fused >= lexical else "NOT met")])
+            print_table(
+                "Target: with the embedder, message search recall@10 >= the lexical figure",
+                ["lexical", "with the embedder", "verdict"],
+                [(lexical, fused, "met" if fused >= lexical else "NOT met")],
+            )
     from bench import retrieval_scale
 
     scale_out = retrieval_scale.run()

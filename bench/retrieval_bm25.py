@@ -9,7 +9,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 K1, B = 1.2, 0.75
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a about above after again against all am an and any are aren't as at be because been before being below between both
 but by can can't cannot could couldn't did didn't do does doesn't doing don't down during each few for from further
 had hadn't has hasn't have haven't having he he'd he'll he's her here here's hers herself him himself his how how's
@@ -19,7 +20,8 @@ such than that that's the their theirs them themselves then there there's these 
 this those through to too under until up very was wasn't we we'd we'll we're we've were weren't what what's when
 when's where where's which while who who's whom why why's with won't would wouldn't you you'd you'll you're you've
 your yours yourself yourselves s t just now also will get got
-""".split())
+""".split()
+)
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
@@ -63,8 +65,7 @@ def _double_cons(word: str) -> bool:
 
 def _cvc(word: str) -> bool:
     n = len(word)
-    return (n >= 3 and _cons(word, n - 3) and not _cons(word, n - 2) and _cons(word, n - 1)
-            and word[-1] not in "wxy")
+    return n >= 3 and _cons(word, n - 3) and not _cons(word, n - 2) and _cons(word, n - 1) and word[-1] not in "wxy"
 
 
 def _replace(word: str, rules: Sequence[tuple[str, str]], min_m: int) -> str:
@@ -75,14 +76,51 @@ def _replace(word: str, rules: Sequence[tuple[str, str]], min_m: int) -> str:
     return word
 
 
-_STEP2 = (("ational", "ate"), ("tional", "tion"), ("enci", "ence"), ("anci", "ance"), ("izer", "ize"),
-          ("bli", "ble"), ("alli", "al"), ("entli", "ent"), ("eli", "e"), ("ousli", "ous"), ("ization", "ize"),
-          ("ation", "ate"), ("ator", "ate"), ("alism", "al"), ("iveness", "ive"), ("fulness", "ful"),
-          ("ousness", "ous"), ("aliti", "al"), ("iviti", "ive"), ("biliti", "ble"), ("logi", "log"))
-_STEP3 = (("icate", "ic"), ("ative", ""), ("alize", "al"), ("iciti", "ic"), ("ical", "ic"), ("ful", ""),
-          ("ness", ""))
-_STEP4 = ("al", "ance", "ence", "er", "ic", "able", "ible", "ant", "ement", "ment", "ent", "ion", "ou", "ism", "ate",
-          "iti", "ous", "ive", "ize")
+_STEP2 = (
+    ("ational", "ate"),
+    ("tional", "tion"),
+    ("enci", "ence"),
+    ("anci", "ance"),
+    ("izer", "ize"),
+    ("bli", "ble"),
+    ("alli", "al"),
+    ("entli", "ent"),
+    ("eli", "e"),
+    ("ousli", "ous"),
+    ("ization", "ize"),
+    ("ation", "ate"),
+    ("ator", "ate"),
+    ("alism", "al"),
+    ("iveness", "ive"),
+    ("fulness", "ful"),
+    ("ousness", "ous"),
+    ("aliti", "al"),
+    ("iviti", "ive"),
+    ("biliti", "ble"),
+    ("logi", "log"),
+)
+_STEP3 = (("icate", "ic"), ("ative", ""), ("alize", "al"), ("iciti", "ic"), ("ical", "ic"), ("ful", ""), ("ness", ""))
+_STEP4 = (
+    "al",
+    "ance",
+    "ence",
+    "er",
+    "ic",
+    "able",
+    "ible",
+    "ant",
+    "ement",
+    "ment",
+    "ent",
+    "ion",
+    "ou",
+    "ism",
+    "ate",
+    "iti",
+    "ous",
+    "ive",
+    "ize",
+)
 
 
 def stem(word: str) -> str:

@@ -77,13 +77,21 @@ STOPWORDS = frozenset(
     "whom why will with would you your yours yourself yourselves s t d ll m re ve don didn doesn isn wasn".split()
 )
 # Real rare words, each a fixed point of Porter's stemmer (checked in `corpus`), said once in the whole corpus.
-PLANTED = tuple("""toronto kayak hammock tarantula zeppelin accordion harpoon lasagna igloo pelican origami tornado
+PLANTED = tuple(
+    """toronto kayak hammock tarantula zeppelin accordion harpoon lasagna igloo pelican origami tornado
 volcano glacier canyon lantern compass kimono banjo dolphin falcon gazebo haiku jigsaw kiosk lagoon marzipan nougat
 quokka raccoon sombrero tundra vortex wombat yodel zucchini flamingo gondola iguana jackal koala llama moccasin
-narwhal""".split())
+narwhal""".split()
+)
 FILLERS = ("the", "and", "i", "it", "so", "about", "with", "we", "that", "was", "for", "just", "my", "you")
-QUESTIONS = ("what did we say about {}?", "do you remember the {}?", "anything on {} lately?",
-             "remind me what was said about {}", "{}: what came of it?", "tell me again about {}")
+QUESTIONS = (
+    "what did we say about {}?",
+    "do you remember the {}?",
+    "anything on {} lately?",
+    "remind me what was said about {}",
+    "{}: what came of it?",
+    "tell me again about {}",
+)
 _ONSETS = "b c d f g h j k l m n p r s t v w z b d k l m n p r s t br ch dr fl gr kr pl sh st tr".split()
 _VOWELS = "a e i o u a e i o u a o u ai ee oo ou".split()
 _CODAS = ("", "", "", "", "", "b", "d", "g", "k", "l", "m", "n", "p", "r", "t", "x", "nd", "nk", "mp", "rk", "st")
@@ -129,9 +137,12 @@ def vocabulary(size: int, rng: random.Random) -> list[str]:
     seen: set[str] = set()
     while len(out) < size:
         syllables = rng.choice((2, 2, 2, 3, 3))
-        word = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + (rng.choice(_CODAS) if i == syllables - 1 or
-                                                                     rng.random() < 0.2 else "")
-                       for i in range(syllables))
+        word = "".join(
+            rng.choice(_ONSETS)
+            + rng.choice(_VOWELS)
+            + (rng.choice(_CODAS) if i == syllables - 1 or rng.random() < 0.2 else "")
+            for i in range(syllables)
+        )
         if word in seen or word in taken or not 4 <= len(word) <= 12 or stem(word) != word:
             continue
         seen.add(word)
@@ -156,8 +167,9 @@ def corpus(sessions: int = SESSIONS) -> Corpus:
     top = cumulative[-1]
     # The planted words: each in one `user` message of the first SMALL_SESSIONS sessions.
     place = random.Random(SEED + 1)
-    spots = place.sample([(session_id(s), q) for s in range(SMALL_SESSIONS) for q in range(1, PER_SESSION + 1, 2)],
-                         len(PLANTED))
+    spots = place.sample(
+        [(session_id(s), q) for s in range(SMALL_SESSIONS) for q in range(1, PER_SESSION + 1, 2)], len(PLANTED)
+    )
     planted_at = dict(zip(spots, PLANTED))
     messages = []
     for s in range(sessions):
@@ -199,8 +211,10 @@ def queries(data: Corpus, mixed: int = 60, common_only: int = 20) -> list[Query]
     small = [w for w in data.words if w in said_in]
     for _ in range(mixed):
         common = rng.sample(data.words[:COMMON], rng.choice((1, 1, 2)))
-        rest = [rng.choice(small[len(small) // 2:]) if rng.random() < 0.5 else rng.choice(small)
-                for _ in range(rng.randint(max(1, 2 - len(common)), 5 - len(common)))]
+        rest = [
+            rng.choice(small[len(small) // 2 :]) if rng.random() < 0.5 else rng.choice(small)
+            for _ in range(rng.randint(max(1, 2 - len(common)), 5 - len(common)))
+        ]
         chosen = common + rest
         rng.shuffle(chosen)
         phrase = ", ".join(chosen[:-1]) + " and " + chosen[-1]
@@ -224,12 +238,22 @@ def edge_queries(data: Corpus) -> list[Query]:
     words, a speaker with common words."""
     words, planted = data.words, sorted(data.planted)
     first, home = session_id(0), {word: spot[0] for word, spot in data.planted.items()}
-    return [Query("edge", text, session) for text, session in (
-        ("what did the user say?", first), ("what did the assistant say?", first), ("user and assistant", first),
-        (f"{planted[0]} {planted[0]} and {words[0]}", home[planted[0]]), (f"{words[0]} {words[0]} {words[1]}", first),
-        (f"{words[5]}, {words[5]}, {words[5]}!", first), (f"{words[3000]} from the user", first),
-        ("what about it?", first), (f"{planted[1]} or {planted[2]}?", home[planted[1]]), (words[0], first),
-        (f"assistant: {words[0]} {words[1]} {words[2]}", first))]
+    return [
+        Query("edge", text, session)
+        for text, session in (
+            ("what did the user say?", first),
+            ("what did the assistant say?", first),
+            ("user and assistant", first),
+            (f"{planted[0]} {planted[0]} and {words[0]}", home[planted[0]]),
+            (f"{words[0]} {words[0]} {words[1]}", first),
+            (f"{words[5]}, {words[5]}, {words[5]}!", first),
+            (f"{words[3000]} from the user", first),
+            ("what about it?", first),
+            (f"{planted[1]} or {planted[2]}?", home[planted[1]]),
+            (words[0], first),
+            (f"assistant: {words[0]} {words[1]} {words[2]}", first),
+        )
+    ]
 
 
 # ---------------------------------------------------------------- the reference
@@ -287,11 +311,22 @@ def message_item(message: Message) -> dict[str, Any]:
     from precis.store.messages import make_message_id
 
     tokens = len(message.text.split())
-    return to_item({**keys.message(WS, message.session, message.seq), "kind": "message",
-                    "id": make_message_id(message.seq), "seq": message.seq, "peer_id": message.peer,
-                    "content": message.text, "token_count": tokens, "start_tokens": 20 * (message.seq - 1),
-                    "run_start_seq": message.seq, "run_index": message.seq, "metadata": "{}",
-                    "created_at": "2026-11-30T00:00:00+00:00"})
+    return to_item(
+        {
+            **keys.message(WS, message.session, message.seq),
+            "kind": "message",
+            "id": make_message_id(message.seq),
+            "seq": message.seq,
+            "peer_id": message.peer,
+            "content": message.text,
+            "token_count": tokens,
+            "start_tokens": 20 * (message.seq - 1),
+            "run_start_seq": message.seq,
+            "run_index": message.seq,
+            "metadata": "{}",
+            "created_at": "2026-11-30T00:00:00+00:00",
+        }
+    )
 
 
 def load(db, messages: Sequence[Message]) -> None:
@@ -307,9 +342,9 @@ def load(db, messages: Sequence[Message]) -> None:
         by_session.setdefault(message.session, []).append(message)
     for sid, said in by_session.items():
         for start in range(0, len(said), UNIT):
-            chunk = said[start:start + UNIT]
+            chunk = said[start : start + UNIT]
             for at in range(0, len(chunk), 25):
-                write_batch(db, [{"PutRequest": {"Item": message_item(m)}} for m in chunk[at:at + 25]])
+                write_batch(db, [{"PutRequest": {"Item": message_item(m)}} for m in chunk[at : at + 25]])
             unit = index_unit(sid, chunk[0].seq, f"{chunk[0].seq:08x}")  # (the ingest's nonce is random)
             text_index.index_texts(db, WS, sid, unit, [text_index.Text(m.seq, m.peer, m.text) for m in chunk])
             text_index.settle(db, WS, sid, [m.seq for m in chunk])
@@ -342,12 +377,23 @@ class DictTable:
     def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:  # noqa: N803 - botocore's names
         (spec,) = RequestItems.values()
         names = spec.get("ExpressionAttributeNames") or {}
-        fields = ({names.get(p.strip(), p.strip()) for p in spec["ProjectionExpression"].split(",")}
-                  if spec.get("ProjectionExpression") else None)
+        fields = (
+            {names.get(p.strip(), p.strip()) for p in spec["ProjectionExpression"].split(",")}
+            if spec.get("ProjectionExpression")
+            else None
+        )
         with self.lock:
             found = [self.items.get((key["PK"]["S"], key["SK"]["S"])) for key in spec["Keys"]]
-        return {"Responses": {self.name: [{k: v for k, v in item.items() if fields is None or k in fields}
-                                          for item in found if item is not None]}, "UnprocessedKeys": {}}
+        return {
+            "Responses": {
+                self.name: [
+                    {k: v for k, v in item.items() if fields is None or k in fields}
+                    for item in found
+                    if item is not None
+                ]
+            },
+            "UnprocessedKeys": {},
+        }
 
     def batch_write_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:  # noqa: N803
         (requests,) = RequestItems.values()
@@ -359,9 +405,16 @@ class DictTable:
                 self._store((pk, item["SK"]["S"]), item, family)
         return {"UnprocessedItems": {}}
 
-    def update_item(self, *, TableName: str, Key: dict[str, Any], UpdateExpression: str,  # noqa: N803
-                    ConditionExpression: str, ExpressionAttributeNames: dict[str, str],
-                    ExpressionAttributeValues: dict[str, Any] | None = None) -> dict[str, Any]:
+    def update_item(
+        self,
+        *,
+        TableName: str,
+        Key: dict[str, Any],
+        UpdateExpression: str,  # noqa: N803
+        ConditionExpression: str,
+        ExpressionAttributeNames: dict[str, str],
+        ExpressionAttributeValues: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         names, values = ExpressionAttributeNames, ExpressionAttributeValues or {}
         mark, key = names["#w"], (Key["PK"]["S"], Key["SK"]["S"])
         with self.lock:
@@ -385,11 +438,15 @@ class DictTable:
                     name, placeholder = add.split()
                     name, value = names[name], values[placeholder]
                     if "N" in value:
-                        after[name] = {"N": str(int(after[name]["N"]) + int(value["N"]) if name in after else
-                                                int(value["N"]))}
+                        after[name] = {
+                            "N": str(int(after[name]["N"]) + int(value["N"]) if name in after else int(value["N"]))
+                        }
                     else:
-                        after[name] = {"NS": sorted({*after[name]["NS"], *value["NS"]} if name in after else
-                                                    set(value["NS"]), key=int)}
+                        after[name] = {
+                            "NS": sorted(
+                                {*after[name]["NS"], *value["NS"]} if name in after else set(value["NS"]), key=int
+                            )
+                        }
                 after[mark] = values[":one"]
             self._store(key, after, family)
         return {}
@@ -405,11 +462,12 @@ class DictTable:
     def materialize(self, table_name: str) -> None:
         """Put every item in moto's table `table_name`, before any Query of it (nothing derived from it to update):
         moto's Items built as local/moto_storage.py's `_item_init` builds them, without re-reading each value."""
-        from bench.cost import moto_table
         from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 
+        from bench.cost import moto_table
+
         def value(typed: dict[str, Any]) -> DynamoType:
-            (kind, v), = typed.items()
+            ((kind, v),) = typed.items()
             if kind in ("L", "M"):
                 return DynamoType(typed)
             out = object.__new__(DynamoType)
@@ -529,16 +587,22 @@ class ReadMeter:
             end = start + parsed["ScannedCount"]
             self.rru += self._units(totals[end] - totals[start], bool(params.get("ConsistentRead")))
         elif op == "BatchGetItem":
-            unprocessed = {(k["PK"]["S"], k["SK"]["S"]) for spec in (parsed.get("UnprocessedKeys") or {}).values()
-                           for k in spec["Keys"]}
+            unprocessed = {
+                (k["PK"]["S"], k["SK"]["S"])
+                for spec in (parsed.get("UnprocessedKeys") or {}).values()
+                for k in spec["Keys"]
+            }
             for spec in params["RequestItems"].values():
                 for key in spec["Keys"]:
                     if (key["PK"]["S"], key["SK"]["S"]) not in unprocessed:
-                        self.rru += self._units(self.sizes.get((key["PK"]["S"], key["SK"]["S"]), 0),
-                                                bool(spec.get("ConsistentRead")))
+                        self.rru += self._units(
+                            self.sizes.get((key["PK"]["S"], key["SK"]["S"]), 0), bool(spec.get("ConsistentRead"))
+                        )
         elif op == "GetItem":
-            self.rru += self._units(self.sizes.get((params["Key"]["PK"]["S"], params["Key"]["SK"]["S"]), 0),
-                                    bool(params.get("ConsistentRead")))
+            self.rru += self._units(
+                self.sizes.get((params["Key"]["PK"]["S"], params["Key"]["SK"]["S"]), 0),
+                bool(params.get("ConsistentRead")),
+            )
         else:
             raise NotImplementedError(op)
 
@@ -547,14 +611,20 @@ def _dump(table_name: str) -> dict[tuple[str, str], dict[str, Any]]:
     """Every item of moto's table, typed, sets sorted (a set has no order)."""
     from bench.cost import moto_table, typed
 
-    return {(item.hash_key.value, item.range_key.value): _normal({k: typed(v) for k, v in item.attrs.items()})
-            for partition in moto_table(table_name).items.values() for item in partition.values()}
+    return {
+        (item.hash_key.value, item.range_key.value): _normal({k: typed(v) for k, v in item.attrs.items()})
+        for partition in moto_table(table_name).items.values()
+        for item in partition.values()
+    }
 
 
 def _normal(item: dict[str, Any]) -> dict[str, Any]:
     """An item as compared: sets sorted, and without a message's id (its tail is random, `make_message_id`)."""
-    return {k: {"NS": sorted(v["NS"], key=float)} if "NS" in v else v for k, v in item.items()
-            if not (k == "id" and item.get("kind") == {"S": "message"})}
+    return {
+        k: {"NS": sorted(v["NS"], key=float)} if "NS" in v else v
+        for k, v in item.items()
+        if not (k == "id" and item.get("kind") == {"S": "message"})
+    }
 
 
 def check_direct(data: Corpus) -> dict[str, Any]:
@@ -585,9 +655,16 @@ def check_direct(data: Corpus) -> dict[str, Any]:
     direct_s = time.perf_counter() - started
     mine = {key: _normal(item) for key, item in direct.items.items()}
     differ = sorted(k for k in stored.keys() | mine.keys() if stored.get(k) != mine.get(k))
-    return {"messages": len(sample), "items": len(stored), "differing_items": len(differ), "example": differ[:3],
-            "wru_botocore": wru, "wru_direct": sum(direct.wru.values()), "botocore_s": botocore_s,
-            "direct_s": direct_s}
+    return {
+        "messages": len(sample),
+        "items": len(stored),
+        "differing_items": len(differ),
+        "example": differ[:3],
+        "wru_botocore": wru,
+        "wru_direct": sum(direct.wru.values()),
+        "botocore_s": botocore_s,
+        "direct_s": direct_s,
+    }
 
 
 SCOPES = ("workspace", "session", "peer")
@@ -598,8 +675,13 @@ def _scope_arguments(query: Query, scope: str) -> dict[str, str]:
     return {"session_id": query.session} if scope == "session" else {"peer_id": PEER} if scope == "peer" else {}
 
 
-def _searches(clients: dict[str, Any], asked: Sequence[Query], *, sizes: dict[tuple[str, str], int] | None = None,
-              capacity: bool = False) -> list[dict[str, Any]]:
+def _searches(
+    clients: dict[str, Any],
+    asked: Sequence[Query],
+    *,
+    sizes: dict[tuple[str, str], int] | None = None,
+    capacity: bool = False,
+) -> list[dict[str, Any]]:
     """Every query in every scope through `message_search.search` (limit K): each search's results, DynamoDB requests
     and response bytes; with `sizes` (the stored items'), its read units by `ReadMeter`; with `capacity`, by
     bench/cost.py's `Capacity` too."""
@@ -628,11 +710,19 @@ def _searches(clients: dict[str, Any], asked: Sequence[Query], *, sizes: dict[tu
                 read_before = meter.rru if meter is not None else 0
                 with Requests(metered) as counted:
                     views = message_search.search(db, WS, query.text, K, None, **_scope_arguments(query, scope))
-                rows.append({"query": number, "kind": query.kind, "scope": scope,
-                             "got": [[v["session_id"], int(v["seq"])] for v in views], "requests": len(counted.ops),
-                             "bytes": counted.bytes, "ops": counted.by_op(),
-                             "rru": meter.rru - read_before if meter is not None else None,
-                             "rru_capacity": check.totals[label]["rru"] if check is not None else None})
+                rows.append(
+                    {
+                        "query": number,
+                        "kind": query.kind,
+                        "scope": scope,
+                        "got": [[v["session_id"], int(v["seq"])] for v in views],
+                        "requests": len(counted.ops),
+                        "bytes": counted.bytes,
+                        "ops": counted.by_op(),
+                        "rru": meter.rru - read_before if meter is not None else None,
+                        "rru_capacity": check.totals[label]["rru"] if check is not None else None,
+                    }
+                )
     finally:
         if meter is not None:
             meter.detach()
@@ -658,8 +748,9 @@ def measure_precis(data: Corpus, asked: Sequence[Query], sizes: Sequence[int]) -
             load(loader, data.messages[loaded:size])
         load_s += time.perf_counter() - started
         loaded = size
-        print(f"  Precis: {size:,} messages indexed through text_index.index_texts + settle in {load_s:.0f} s",
-              flush=True)
+        print(
+            f"  Precis: {size:,} messages indexed through text_index.index_texts + settle in {load_s:.0f} s", flush=True
+        )
         wru = dict(direct.wru)
         with moto(stream=False) as clients:
             started = time.perf_counter()
@@ -670,10 +761,12 @@ def measure_precis(data: Corpus, asked: Sequence[Query], sizes: Sequence[int]) -
             started = time.perf_counter()
             rows = _searches(clients, asked, sizes=direct.sizes, capacity=size == sizes[0])
             search_s = time.perf_counter() - started
-        print(f"  Precis: {size:,} messages put in moto in {materialize_s:.0f} s; {len(rows)} searches in "
-              f"{search_s:.0f} s", flush=True)
-        out[size] = {"rows": rows, "wru": wru, "load_s": load_s, "materialize_s": materialize_s,
-                     "search_s": search_s}
+        print(
+            f"  Precis: {size:,} messages put in moto in {materialize_s:.0f} s; {len(rows)} searches in "
+            f"{search_s:.0f} s",
+            flush=True,
+        )
+        out[size] = {"rows": rows, "wru": wru, "load_s": load_s, "materialize_s": materialize_s, "search_s": search_s}
     return out
 
 
@@ -695,8 +788,9 @@ class Previous:
         self.dir = Path(tempfile.mkdtemp(prefix=f"precis-{PREVIOUS}-"))
         self.tree = self.dir / "tree"
         try:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(self.tree),
-                            PREVIOUS], check=True)
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(self.tree), PREVIOUS], check=True
+            )
         except subprocess.CalledProcessError:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise
@@ -704,17 +798,30 @@ class Previous:
         if encodings.is_dir() and not (self.tree / "layers/common/precis/encodings").exists():
             (self.tree / "layers/common/precis/encodings").symlink_to(encodings)
         self.request, self.answer, self.log = self.dir / "in.json", self.dir / "out.json", self.dir / "log.txt"
-        self.request.write_text(json.dumps({
-            "messages": [[m.session, m.seq, m.peer, m.text] for m in data.messages[:max(sizes)]],
-            "queries": [q.__dict__ for q in asked], "sizes": list(sizes)}))
+        self.request.write_text(
+            json.dumps(
+                {
+                    "messages": [[m.session, m.seq, m.peer, m.text] for m in data.messages[: max(sizes)]],
+                    "queries": [q.__dict__ for q in asked],
+                    "sizes": list(sizes),
+                }
+            )
+        )
         # Run from the worktree with `-c`: the module is loaded by path, everything it imports from the worktree.
-        code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('retrieval_scale_now', "
-                f"{str(Path(__file__))!r}); module = importlib.util.module_from_spec(spec); "
-                "sys.modules[spec.name] = module; spec.loader.exec_module(module); module._previous_main(sys.argv[1:])")
+        code = (
+            "import importlib.util, sys; spec = importlib.util.spec_from_file_location('retrieval_scale_now', "
+            f"{str(Path(__file__))!r}); module = importlib.util.module_from_spec(spec); "
+            "sys.modules[spec.name] = module; spec.loader.exec_module(module); module._previous_main(sys.argv[1:])"
+        )
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.tree), str(self.tree / "layers" / "common")])}
         with open(self.log, "w") as log:
-            self.process = subprocess.Popen([sys.executable, "-c", code, str(self.request), str(self.answer)],
-                                            cwd=self.tree, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", code, str(self.request), str(self.answer)],
+                cwd=self.tree,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
     def finish(self, *, kill: bool = False) -> dict[str, Any]:
         """Its answer (waiting for it, or killing it first), the worktree removed either way."""
@@ -730,8 +837,7 @@ class Previous:
         finally:
             if self.process.poll() is None:
                 self.process.kill()
-            subprocess.run(["git", "-C", str(self.root), "worktree", "remove", "--force", str(self.tree)],
-                           check=False)
+            subprocess.run(["git", "-C", str(self.root), "worktree", "remove", "--force", str(self.tree)], check=False)
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -773,11 +879,13 @@ def _previous_main(argv: list[str]) -> None:
             for message in messages[loaded:size]:
                 chunk_of.setdefault((message.session, (message.seq - 1) // UNIT), []).append(message)
             for (sid, _), chunk in chunk_of.items():
-                for label, items in (("messages", [message_item(m) for m in chunk]),
-                                     ("search items", [vector_item(WS, sid, m.seq, m.peer, m.text) for m in chunk])):
+                for label, items in (
+                    ("messages", [message_item(m) for m in chunk]),
+                    ("search items", [vector_item(WS, sid, m.seq, m.peer, m.text) for m in chunk]),
+                ):
                     capacity.label = label
                     for at in range(0, len(items), 25):
-                        write_batch(db, [{"PutRequest": {"Item": item}} for item in items[at:at + 25]])
+                        write_batch(db, [{"PutRequest": {"Item": item}} for item in items[at : at + 25]])
                 capacity.label = "term statistics"
                 term_stats.count(db, keys.message_terms(WS), (Document.of(m.text, m.peer) for m in chunk))
             capacity.label = "setup"
@@ -788,8 +896,12 @@ def _previous_main(argv: list[str]) -> None:
             started = time.perf_counter()
             rows = _searches(clients, asked)
             print(f"previous: {len(rows)} searches at {size:,} in {time.perf_counter() - started:.0f} s", flush=True)
-            out["sizes"][str(size)] = {"rows": rows, "wru": wru, "load_s": load_s,
-                                       "search_s": time.perf_counter() - started}
+            out["sizes"][str(size)] = {
+                "rows": rows,
+                "wru": wru,
+                "load_s": load_s,
+                "search_s": time.perf_counter() - started,
+            }
     Path(answer).write_text(json.dumps(out))
 
 
@@ -846,8 +958,12 @@ def _median(values: Iterable[float]) -> float:
     return ordered[len(ordered) // 2] if ordered else float("nan")
 
 
-KINDS = (("planted", "(a) what about the X?"), ("mixed", "(b) 2-5 Zipf words"), ("common", "(c) common words only"),
-         ("edge", "(d) edge cases"))
+KINDS = (
+    ("planted", "(a) what about the X?"),
+    ("mixed", "(b) 2-5 Zipf words"),
+    ("common", "(c) common words only"),
+    ("edge", "(d) edge cases"),
+)
 
 
 def agreement_rows(label: str, size: int, rows: list[dict[str, Any]]) -> list[tuple]:
@@ -856,21 +972,31 @@ def agreement_rows(label: str, size: int, rows: list[dict[str, Any]]) -> list[tu
         for kind, title in (*KINDS, (None, "all")):
             chosen = [r for r in rows if r["scope"] == scope and (kind is None or r["kind"] == kind)]
             planted = [r for r in chosen if r["kind"] == "planted"]
-            out.append((label, size, scope, title, len(chosen), sum(r["overlap"] for r in chosen) / len(chosen),
-                        sum(r["identical"] for r in chosen) / len(chosen),
-                        f"{sum(r['first'] for r in planted)}/{len(planted)}" if planted else "-"))
+            out.append(
+                (
+                    label,
+                    size,
+                    scope,
+                    title,
+                    len(chosen),
+                    sum(r["overlap"] for r in chosen) / len(chosen),
+                    sum(r["identical"] for r in chosen) / len(chosen),
+                    f"{sum(r['first'] for r in planted)}/{len(planted)}" if planted else "-",
+                )
+            )
     return out
 
 
-def cost_rows(label: str, small: int, large: int, by_size: dict[int, list[dict[str, Any]]],
-              units: bool) -> list[tuple]:
+def cost_rows(label: str, small: int, large: int, by_size: dict[int, list[dict[str, Any]]], units: bool) -> list[tuple]:
     """Per scope and query class: each search's requests, bytes and read units at both sizes (medians and maxima) and
     the per-search growth from the small corpus to the large (median, max, the share within 2x)."""
     out = []
     for scope in SCOPES:
         for kind, title in KINDS:
-            pick = {size: {r["query"]: r for r in by_size[size] if r["scope"] == scope and r["kind"] == kind}
-                    for size in (small, large)}
+            pick = {
+                size: {r["query"]: r for r in by_size[size] if r["scope"] == scope and r["kind"] == kind}
+                for size in (small, large)
+            }
             row = [label, scope, title]
             for measure in ("requests", "bytes", "rru"):
                 if measure == "rru" and not units:
@@ -879,8 +1005,13 @@ def cost_rows(label: str, small: int, large: int, by_size: dict[int, list[dict[s
                 a = {q: r[measure] for q, r in pick[small].items()}
                 b = {q: r[measure] for q, r in pick[large].items()}
                 ratios = [b[q] / a[q] for q in a if a[q]]
-                row += [_median(a.values()), _median(b.values()), max(b.values()), _median(ratios),
-                        sum(x <= 2 for x in ratios) / len(ratios)]
+                row += [
+                    _median(a.values()),
+                    _median(b.values()),
+                    max(b.values()),
+                    _median(ratios),
+                    sum(x <= 2 for x in ratios) / len(ratios),
+                ]
             out.append(tuple(row))
     return out
 
@@ -888,8 +1019,9 @@ def cost_rows(label: str, small: int, large: int, by_size: dict[int, list[dict[s
 DF_BUCKETS = ((1, 1), (2, 100), (101, 1_000), (1_001, 10_000), (10_001, 10**9))
 
 
-def growth_by_rarity(small: int, large: int, by_size: dict[int, list[dict[str, Any]]], asked: Sequence[Query],
-                     reference: Reference) -> list[tuple]:
+def growth_by_rarity(
+    small: int, large: int, by_size: dict[int, list[dict[str, Any]]], asked: Sequence[Query], reference: Reference
+) -> list[tuple]:
     """Workspace and peer searches by how many of the large corpus's messages say the query's rarest word: the
     per-search growth of requests, bytes and read units from the small corpus to the large (median and max)."""
     rarest = {}
@@ -903,8 +1035,11 @@ def growth_by_rarity(small: int, large: int, by_size: dict[int, list[dict[str, A
             b = {r["query"]: r for r in by_size[large] if r["scope"] == scope and r["query"] in a}
             if not a:
                 continue
-            row = [scope, f"{low:,}" if low == high else f"{low:,}-{high:,}" if high < 10**9 else f"> {low - 1:,}",
-                   len(a)]
+            row = [
+                scope,
+                f"{low:,}" if low == high else f"{low:,}-{high:,}" if high < 10**9 else f"> {low - 1:,}",
+                len(a),
+            ]
             for measure in ("requests", "bytes", "rru"):
                 ratios = [b[q][measure] / a[q][measure] for q in a if a[q][measure]]
                 row += [_median(ratios), max(ratios)]
@@ -912,8 +1047,15 @@ def growth_by_rarity(small: int, large: int, by_size: dict[int, list[dict[str, A
     return out
 
 
-def report(data: Corpus, asked: Sequence[Query], check: dict, precis: dict[int, dict], previous: dict,
-           references: References, started: float) -> dict[str, Any]:
+def report(
+    data: Corpus,
+    asked: Sequence[Query],
+    check: dict,
+    precis: dict[int, dict],
+    previous: dict,
+    references: References,
+    started: float,
+) -> dict[str, Any]:
     from bench.common import print_table
 
     small, large = SMALL_SESSIONS * PER_SESSION, len(data.messages)
@@ -923,83 +1065,145 @@ def report(data: Corpus, asked: Sequence[Query], check: dict, precis: dict[int, 
     for size, result in old.items():
         score(result["rows"], references.at(size), asked, data)
 
-    agreement = [row for size, result in precis.items() for row in agreement_rows("Precis (now)", size,
-                                                                                   result["rows"])]
-    agreement += [row for size, result in old.items() for row in agreement_rows(f"previous ({PREVIOUS})", size,
-                                                                                 result["rows"])]
+    agreement = [row for size, result in precis.items() for row in agreement_rows("Precis (now)", size, result["rows"])]
+    agreement += [
+        row for size, result in old.items() for row in agreement_rows(f"previous ({PREVIOUS})", size, result["rows"])
+    ]
     counts = Counter(q.kind for q in asked)
-    print_table(f"Agreement with the reference BM25's top {K} ({len(asked)} queries: {counts['planted']} (a), "
-                f"{counts['mixed']} (b), {counts['common']} (c), {counts['edge']} (d); overlap = |top {K} ∩ "
-                f"reference top {K}| / the longer list; identical = the same ordered list; peer = 'user')",
-                ["design", "messages", "scope", "queries", "n", "overlap", "identical", "planted first"], agreement)
+    print_table(
+        f"Agreement with the reference BM25's top {K} ({len(asked)} queries: {counts['planted']} (a), "
+        f"{counts['mixed']} (b), {counts['common']} (c), {counts['edge']} (d); overlap = |top {K} ∩ "
+        f"reference top {K}| / the longer list; identical = the same ordered list; peer = 'user')",
+        ["design", "messages", "scope", "queries", "n", "overlap", "identical", "planted first"],
+        agreement,
+    )
 
     growth = cost_rows("Precis (now)", small, large, {s: r["rows"] for s, r in precis.items()}, units=True)
     if len(old) == 2:
         small_old, large_old = sorted(old)
-        growth += cost_rows(f"previous @{large_old:,}", small_old, large_old, {s: r["rows"] for s, r in old.items()},
-                            units=False)
+        growth += cost_rows(
+            f"previous @{large_old:,}", small_old, large_old, {s: r["rows"] for s, r in old.items()}, units=False
+        )
     headers = ["design", "scope", "queries"]
     for measure in ("requests", "bytes", "RRU"):
         headers += [f"{measure} 1k", f"{measure} big", "max", "x med", "<=2x"]
-    print_table(f"Cost per search (message_search.search, limit {K}): medians at {small:,} messages and at the large "
-                f"size (Precis {large:,}; previous: its own), the large size's max, the median per-search growth and "
-                "the share of searches within 2x. RRU: read units as DynamoDB bills them (strongly consistent Query "
-                "pages summed then rounded to 4 KB; BatchGetItem per item)", headers, growth)
+    print_table(
+        f"Cost per search (message_search.search, limit {K}): medians at {small:,} messages and at the large "
+        f"size (Precis {large:,}; previous: its own), the large size's max, the median per-search growth and "
+        "the share of searches within 2x. RRU: read units as DynamoDB bills them (strongly consistent Query "
+        "pages summed then rounded to 4 KB; BatchGetItem per item)",
+        headers,
+        growth,
+    )
 
-    print_table(f"Precis's growth per search, {small:,} -> {large:,} messages, by how many of the {large:,} say the "
-                "query's rarest word (an exact top k reads a common word's postings until the k-th best is settled)",
-                ["scope", "rarest word's messages", "n", "requests x med", "max", "bytes x med", "max", "RRU x med",
-                 "max"], growth_by_rarity(small, large, {s: r["rows"] for s, r in precis.items()}, asked,
-                                          references.workspace[large]))
+    print_table(
+        f"Precis's growth per search, {small:,} -> {large:,} messages, by how many of the {large:,} say the "
+        "query's rarest word (an exact top k reads a common word's postings until the k-th best is settled)",
+        ["scope", "rarest word's messages", "n", "requests x med", "max", "bytes x med", "max", "RRU x med", "max"],
+        growth_by_rarity(small, large, {s: r["rows"] for s, r in precis.items()}, asked, references.workspace[large]),
+    )
 
     # Write units per message: Precis's from DictTable's meter, the previous design's from its Capacity.
     writes = []
     for size, result in precis.items():
         index = {k: v for k, v in result["wru"].items() if k != "messages"}
-        writes.append(("Precis (now)", size, *(index.get(f, 0) / size for f in
-                                               ("postings", "counters", "texts", "marks removed (deriver)")),
-                       "-", "-", sum(index.values()) / size))
+        writes.append(
+            (
+                "Precis (now)",
+                size,
+                *(index.get(f, 0) / size for f in ("postings", "counters", "texts", "marks removed (deriver)")),
+                "-",
+                "-",
+                sum(index.values()) / size,
+            )
+        )
     for size, result in old.items():
         search_items, stats = result["wru"]["search items"], result["wru"]["term statistics"]
-        writes.append((f"previous ({PREVIOUS})", size, "-", "-", "-", "-",
-                       (search_items.get("wru", 0) + search_items.get("wru_vector", 0)) / size,
-                       stats.get("wru", 0) / size,
-                       (search_items.get("wru", 0) + search_items.get("wru_vector", 0) + stats.get("wru", 0)) / size))
-    print_table(f"Write units per message written, for the search index alone (units of {UNIT} messages; the message "
-                "items themselves, the same in both designs, left out). Precis: metered per item as DynamoDB bills it "
-                "(the larger of the item before and after, per started KB) by the bulk loader; previous: its vector "
-                "item and its entry in the ByMessageTerms vector index, and its statistics item's update per unit, "
-                "metered by bench/cost.py's Capacity in its own run",
-                ["design", "messages", "postings", "counters", "texts", "marks removed", "vector item+index",
-                 "term stats", "total"], writes)
+        writes.append(
+            (
+                f"previous ({PREVIOUS})",
+                size,
+                "-",
+                "-",
+                "-",
+                "-",
+                (search_items.get("wru", 0) + search_items.get("wru_vector", 0)) / size,
+                stats.get("wru", 0) / size,
+                (search_items.get("wru", 0) + search_items.get("wru_vector", 0) + stats.get("wru", 0)) / size,
+            )
+        )
+    print_table(
+        f"Write units per message written, for the search index alone (units of {UNIT} messages; the message "
+        "items themselves, the same in both designs, left out). Precis: metered per item as DynamoDB bills it "
+        "(the larger of the item before and after, per started KB) by the bulk loader; previous: its vector "
+        "item and its entry in the ByMessageTerms vector index, and its statistics item's update per unit, "
+        "metered by bench/cost.py's Capacity in its own run",
+        [
+            "design",
+            "messages",
+            "postings",
+            "counters",
+            "texts",
+            "marks removed",
+            "vector item+index",
+            "term stats",
+            "total",
+        ],
+        writes,
+    )
 
-    print(f"\n  Loading: the first session through botocore and moto took {check['botocore_s']:.1f} s for "
-          f"{check['messages']} messages ({check['botocore_s'] / check['messages'] * 1000:.0f} ms a message: "
-          f"{check['botocore_s'] / check['messages'] * large / 60:.0f} min for {large:,}), so the corpus is indexed by "
-          f"the same Precis calls with DictTable as the client ({check['direct_s']:.2f} s for that session): the two "
-          f"tables differ in {check['differing_items']} of {check['items']} items, write units {check['wru_direct']} "
-          f"vs {check['wru_botocore']} (botocore, Capacity). Precis: {large:,} messages indexed in "
-          f"{precis[large]['load_s']:.0f} s, put in moto in {precis[large]['materialize_s']:.0f} s.", flush=True)
+    print(
+        f"\n  Loading: the first session through botocore and moto took {check['botocore_s']:.1f} s for "
+        f"{check['messages']} messages ({check['botocore_s'] / check['messages'] * 1000:.0f} ms a message: "
+        f"{check['botocore_s'] / check['messages'] * large / 60:.0f} min for {large:,}), so the corpus is indexed by "
+        f"the same Precis calls with DictTable as the client ({check['direct_s']:.2f} s for that session): the two "
+        f"tables differ in {check['differing_items']} of {check['items']} items, write units {check['wru_direct']} "
+        f"vs {check['wru_botocore']} (botocore, Capacity). Precis: {large:,} messages indexed in "
+        f"{precis[large]['load_s']:.0f} s, put in moto in {precis[large]['materialize_s']:.0f} s.",
+        flush=True,
+    )
     checked = [r for r in precis[small]["rows"] if r["rru_capacity"] is not None]
-    print(f"  Read units: ReadMeter's (at {large:,}) equal bench/cost.py Capacity's on "
-          f"{sum(r['rru'] == r['rru_capacity'] for r in checked)} of the {len(checked)} searches at {small:,}.",
-          flush=True)
+    print(
+        f"  Read units: ReadMeter's (at {large:,}) equal bench/cost.py Capacity's on "
+        f"{sum(r['rru'] == r['rru_capacity'] for r in checked)} of the {len(checked)} searches at {small:,}.",
+        flush=True,
+    )
 
     verdict = _verdicts(precis, old, small, large, writes)
     print_table("Targets (exact BM25 at workspace scale)", ["measure", "target", "measured", "verdict"], verdict)
-    wrong = [{"size": size, "scope": r["scope"], "query": asked[r["query"]].text, "expected": r["expected"],
-              "got": r["got"]} for size, result in precis.items() for r in result["rows"] if not r["identical"]]
+    wrong = [
+        {"size": size, "scope": r["scope"], "query": asked[r["query"]].text, "expected": r["expected"], "got": r["got"]}
+        for size, result in precis.items()
+        for r in result["rows"]
+        if not r["identical"]
+    ]
     if wrong:
         print(f"\n  Precis disagrees with the reference on {len(wrong)} searches; the first: {wrong[:3]}", flush=True)
     print(f"  (retrieval_scale: {time.perf_counter() - started:.0f} s)", flush=True)
-    return {"corpus": {"messages": large, "sessions": len(data.messages) // PER_SESSION, "vocabulary": len(data.words),
-                       "planted": len(data.planted), "unit": UNIT},
-            "queries": [q.__dict__ for q in asked], "check": check, "agreement": agreement, "cost": growth,
-            "writes": writes, "verdict": verdict, "disagreements": wrong[:50],
-            "precis": {size: {k: v for k, v in r.items() if k != "rows"} | {"rows": _lean(r["rows"])}
-                       for size, r in precis.items()},
-            "previous": {size: {k: v for k, v in r.items() if k != "rows"} | {"rows": _lean(r["rows"])}
-                         for size, r in old.items()} if old else previous}
+    return {
+        "corpus": {
+            "messages": large,
+            "sessions": len(data.messages) // PER_SESSION,
+            "vocabulary": len(data.words),
+            "planted": len(data.planted),
+            "unit": UNIT,
+        },
+        "queries": [q.__dict__ for q in asked],
+        "check": check,
+        "agreement": agreement,
+        "cost": growth,
+        "writes": writes,
+        "verdict": verdict,
+        "disagreements": wrong[:50],
+        "precis": {
+            size: {k: v for k, v in r.items() if k != "rows"} | {"rows": _lean(r["rows"])} for size, r in precis.items()
+        },
+        "previous": {
+            size: {k: v for k, v in r.items() if k != "rows"} | {"rows": _lean(r["rows"])} for size, r in old.items()
+        }
+        if old
+        else previous,
+    }
 
 
 def _lean(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -1012,13 +1216,20 @@ def _verdicts(precis: dict[int, dict], old: dict[int, dict], small: int, large: 
     for scope in SCOPES:
         chosen = [r for r in rows if r["scope"] == scope]
         overlap = sum(r["overlap"] for r in chosen) / len(chosen)
-        out.append((f"agreement@{K}, {scope}, {large:,} messages", ">= 0.99", overlap,
-                    "met" if overlap >= 0.99 else "NOT met"))
+        out.append(
+            (f"agreement@{K}, {scope}, {large:,} messages", ">= 0.99", overlap, "met" if overlap >= 0.99 else "NOT met")
+        )
     for scope in SCOPES:
         planted = [r for r in rows if r["scope"] == scope and r["kind"] == "planted"]
         first = sum(r["first"] for r in planted)
-        out.append((f"planted words first, {scope}", f"{len(planted)}/{len(planted)}", f"{first}/{len(planted)}",
-                    "met" if first == len(planted) else "NOT met"))
+        out.append(
+            (
+                f"planted words first, {scope}",
+                f"{len(planted)}/{len(planted)}",
+                f"{first}/{len(planted)}",
+                "met" if first == len(planted) else "NOT met",
+            )
+        )
     for kind, title in KINDS[:3]:  # (d)'s corners are in the tables
         for measure in ("requests", "bytes"):
             ratios = []
@@ -1027,15 +1238,27 @@ def _verdicts(precis: dict[int, dict], old: dict[int, dict], small: int, large: 
                 b = {r["query"]: r[measure] for r in precis[large]["rows"] if r["scope"] == scope and r["kind"] == kind}
                 ratios += [b[q] / a[q] for q in a if a[q]]
             worst = max(ratios)
-            out.append((f"{measure} per search {large // 1000}k / {small // 1000}k, {title}, all scopes", "<= 2x",
-                        f"median {_median(ratios):.2f}x, max {worst:.2f}x, {sum(x <= 2 for x in ratios)}/"
-                        f"{len(ratios)} within", "met" if worst <= 2 else "NOT met"))
+            out.append(
+                (
+                    f"{measure} per search {large // 1000}k / {small // 1000}k, {title}, all scopes",
+                    "<= 2x",
+                    f"median {_median(ratios):.2f}x, max {worst:.2f}x, {sum(x <= 2 for x in ratios)}/"
+                    f"{len(ratios)} within",
+                    "met" if worst <= 2 else "NOT met",
+                )
+            )
     now = [w for w in writes if w[0] == "Precis (now)"]
     before = [w for w in writes if w[0] != "Precis (now)"]
     if now and before:
         ratio = now[-1][-1] / before[-1][-1]
-        out.append(("index write units per message, now / previous", "<= 1.5x",
-                    f"{now[-1][-1]:.1f} / {before[-1][-1]:.1f} = {ratio:.1f}x", "met" if ratio <= 1.5 else "NOT met"))
+        out.append(
+            (
+                "index write units per message, now / previous",
+                "<= 1.5x",
+                f"{now[-1][-1]:.1f} / {before[-1][-1]:.1f} = {ratio:.1f}x",
+                "met" if ratio <= 1.5 else "NOT met",
+            )
+        )
     return out
 
 
@@ -1046,9 +1269,11 @@ def run() -> dict[str, Any]:
     data = corpus(int(os.environ.get("PRECIS_BENCH_SCALE_SESSIONS", SESSIONS)))
     asked = queries(data)
     small, large = SMALL_SESSIONS * PER_SESSION, len(data.messages)
-    print(f"\n  workspace-scale lexical search: {large:,} messages in {large // PER_SESSION:,} sessions, "
-          f"{len(data.words):,} synthetic words (Zipf), {len(data.planted)} planted words; {len(asked)} queries",
-          flush=True)
+    print(
+        f"\n  workspace-scale lexical search: {large:,} messages in {large // PER_SESSION:,} sessions, "
+        f"{len(data.words):,} synthetic words (Zipf), {len(data.planted)} planted words; {len(asked)} queries",
+        flush=True,
+    )
     try:
         previous = Previous(data, asked, (small, min(PREVIOUS_MESSAGES, large)))  # runs beside this one
     except (OSError, subprocess.CalledProcessError) as error:  # (a clone without that commit, say)

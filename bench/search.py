@@ -12,8 +12,10 @@ from bench.front import AWS, call
 
 SIZES = (1_000, 10_000, 100_000)
 PER_SESSION = 100
-WORDS = ("budget invoice Lisbon studio design river deadline client proposal meeting contract schedule review "
-         "draft figures launch supplier quote travel team agreed decided asked confirmed moved week").split()
+WORDS = (
+    "budget invoice Lisbon studio design river deadline client proposal meeting contract schedule review "
+    "draft figures launch supplier quote travel team agreed decided asked confirmed moved week"
+).split()
 
 
 def load_messages(db, ws: str, count: int, rng: random.Random) -> list[str]:
@@ -29,16 +31,31 @@ def load_messages(db, ws: str, count: int, rng: random.Random) -> list[str]:
         sessions.append(session)
         texts = [" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(PER_SESSION)]
         for offset, text in enumerate(texts, start=1):
-            message = {**keys.message(ws, session, offset), "kind": "message", "id": make_message_id(offset),
-                       "seq": offset, "peer_id": "alice", "content": text, "token_count": 12,
-                       "start_tokens": 12 * (offset - 1), "run_start_seq": offset, "run_index": offset,
-                       "metadata": "{}", "created_at": "2026-11-30T00:00:00+00:00"}
+            message = {
+                **keys.message(ws, session, offset),
+                "kind": "message",
+                "id": make_message_id(offset),
+                "seq": offset,
+                "peer_id": "alice",
+                "content": text,
+                "token_count": 12,
+                "start_tokens": 12 * (offset - 1),
+                "run_start_seq": offset,
+                "run_index": offset,
+                "metadata": "{}",
+                "created_at": "2026-11-30T00:00:00+00:00",
+            }
             requests.append({"PutRequest": {"Item": to_item(message)}})
         for i in range(0, len(requests), 25):
-            db.client.batch_write_item(RequestItems={db.table: requests[i:i + 25]})
+            db.client.batch_write_item(RequestItems={db.table: requests[i : i + 25]})
         requests = []
-        text_index.index_texts(db, ws, session, f"{session}:1:bench",
-                               [text_index.Text(i, "alice", t) for i, t in enumerate(texts, start=1)])
+        text_index.index_texts(
+            db,
+            ws,
+            session,
+            f"{session}:1:bench",
+            [text_index.Text(i, "alice", t) for i, t in enumerate(texts, start=1)],
+        )
     return sessions
 
 
@@ -60,15 +77,36 @@ def run() -> None:
             found = reply.body
             with Requests(db.client) as counted:
                 for session in sessions:
-                    query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :m)",
-                              ExpressionAttributeValues=to_item({":pk": keys.session_pk("bench", session),
-                                                                 ":m": "MSG#"}))
+                    query_all(
+                        db,
+                        KeyConditionExpression="PK = :pk AND begins_with(SK, :m)",
+                        ExpressionAttributeValues=to_item({":pk": keys.session_pk("bench", session), ":m": "MSG#"}),
+                    )
                 scan_requests, scan_bytes = len(counted.ops), counted.bytes
-            rows.append({"messages": size, "returned": len(found), "requests": requests, "bytes": read,
-                         "scan_requests": scan_requests, "scan_bytes": scan_bytes})
-    print_table("Message search (limit 10): DynamoDB requests and response bytes per query, against reading every "
-                "message", ["messages", "returned", "requests", "bytes", "read-all requests", "read-all bytes",
-                            "bytes saved x"],
-                [(r["messages"], r["returned"], r["requests"], r["bytes"], r["scan_requests"], r["scan_bytes"],
-                  r["scan_bytes"] / max(1, r["bytes"])) for r in rows])
+            rows.append(
+                {
+                    "messages": size,
+                    "returned": len(found),
+                    "requests": requests,
+                    "bytes": read,
+                    "scan_requests": scan_requests,
+                    "scan_bytes": scan_bytes,
+                }
+            )
+    print_table(
+        "Message search (limit 10): DynamoDB requests and response bytes per query, against reading every message",
+        ["messages", "returned", "requests", "bytes", "read-all requests", "read-all bytes", "bytes saved x"],
+        [
+            (
+                r["messages"],
+                r["returned"],
+                r["requests"],
+                r["bytes"],
+                r["scan_requests"],
+                r["scan_bytes"],
+                r["scan_bytes"] / max(1, r["bytes"]),
+            )
+            for r in rows
+        ],
+    )
     write_json("search", rows)

@@ -33,45 +33,107 @@ PEERS = ("maya", "assistant")
 TARGET = 0.25  # the extractive summary holds at most a quarter of what it covers
 
 _TOPICS = {
-    "work": ["The {thing} review for the {client} account moved to next week.",
-             "I spent the morning fixing the {thing} report before the deadline.",
-             "My manager wants the {thing} numbers for the quarterly meeting.",
-             "The {client} team asked for another revision of the {thing} proposal."],
-    "move": ["We are still packing boxes for the move to the new flat.",
-             "The landlord finally fixed the heating in the new flat.",
-             "I found a good removal company for the move, they were cheaper than expected.",
-             "The new neighbourhood has a nice bakery and a quiet park."],
-    "running": ["I ran along the river this morning, my legs are still sore.",
-                "The training plan says an easy run today and intervals on Thursday.",
-                "My knee hurt a bit after the long run, so I will rest tomorrow.",
-                "I bought new running shoes because the old ones were worn out."],
-    "cooking": ["I tried a new curry recipe with chickpeas and spinach last night.",
-                "The bread came out too dense again, maybe the dough needs more time.",
-                "We made fresh pasta at home and it was surprisingly easy.",
-                "I want to learn how to cook a proper risotto this winter."],
-    "trip": ["We are planning a trip to the mountains once the weather gets better.",
-             "The train tickets for the trip are cheaper if we book early.",
-             "I still need to renew my passport before we travel.",
-             "The hotel near the old town had good reviews, so we booked it."],
+    "work": [
+        "The {thing} review for the {client} account moved to next week.",
+        "I spent the morning fixing the {thing} report before the deadline.",
+        "My manager wants the {thing} numbers for the quarterly meeting.",
+        "The {client} team asked for another revision of the {thing} proposal.",
+    ],
+    "move": [
+        "We are still packing boxes for the move to the new flat.",
+        "The landlord finally fixed the heating in the new flat.",
+        "I found a good removal company for the move, they were cheaper than expected.",
+        "The new neighbourhood has a nice bakery and a quiet park.",
+    ],
+    "running": [
+        "I ran along the river this morning, my legs are still sore.",
+        "The training plan says an easy run today and intervals on Thursday.",
+        "My knee hurt a bit after the long run, so I will rest tomorrow.",
+        "I bought new running shoes because the old ones were worn out.",
+    ],
+    "cooking": [
+        "I tried a new curry recipe with chickpeas and spinach last night.",
+        "The bread came out too dense again, maybe the dough needs more time.",
+        "We made fresh pasta at home and it was surprisingly easy.",
+        "I want to learn how to cook a proper risotto this winter.",
+    ],
+    "trip": [
+        "We are planning a trip to the mountains once the weather gets better.",
+        "The train tickets for the trip are cheaper if we book early.",
+        "I still need to renew my passport before we travel.",
+        "The hotel near the old town had good reviews, so we booked it.",
+    ],
 }
 _THINGS = ["budget", "design", "pricing", "onboarding", "analytics", "security", "hiring"]
 _CLIENTS = ["Northwind", "Globex", "Initech", "Umbrella", "Hooli"]
-_CHAT = ["Haha, that sounds great!", "Oh nice, I know what you mean.", "How was the rest of your day?",
-         "Thanks, that really helps.", "Yeah, it has been a long week.", "I think so too, honestly.",
-         "Good morning! Did you sleep well?", "That makes sense.", "Sure, let me think about it.",
-         "Sounds like a plan.", "Oh no, I hope it gets better soon.", "Same here, nothing much new today."]
-_ASSISTANT = ["That sounds like a good plan; breaking it into smaller steps usually helps.",
-              "It might help to write down what is left and tackle the hardest part first.",
-              "Good idea. Resting when something hurts is usually the right call.",
-              "That is a nice way to spend the weekend.",
-              "Would you like me to remind you about it later this week?",
-              "Let me know how it goes, I am curious."]
-_NAMES = ["Priya", "Tomas", "Ingrid", "Kwame", "Lucia", "Haruto", "Amara", "Mateo", "Freya", "Oskar", "Leila",
-          "Dmitri", "Soren", "Nadia", "Rafael", "Yusuf"]
-_PLACES = ["Nairobi", "Lisbon", "Kyoto", "Reykjavik", "Montreal", "Tbilisi", "Cartagena", "Vilnius", "Hobart",
-           "Marrakesh", "Bergen", "Valparaiso"]
-_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-           "November", "December"]
+_CHAT = [
+    "Haha, that sounds great!",
+    "Oh nice, I know what you mean.",
+    "How was the rest of your day?",
+    "Thanks, that really helps.",
+    "Yeah, it has been a long week.",
+    "I think so too, honestly.",
+    "Good morning! Did you sleep well?",
+    "That makes sense.",
+    "Sure, let me think about it.",
+    "Sounds like a plan.",
+    "Oh no, I hope it gets better soon.",
+    "Same here, nothing much new today.",
+]
+_ASSISTANT = [
+    "That sounds like a good plan; breaking it into smaller steps usually helps.",
+    "It might help to write down what is left and tackle the hardest part first.",
+    "Good idea. Resting when something hurts is usually the right call.",
+    "That is a nice way to spend the weekend.",
+    "Would you like me to remind you about it later this week?",
+    "Let me know how it goes, I am curious.",
+]
+_NAMES = [
+    "Priya",
+    "Tomas",
+    "Ingrid",
+    "Kwame",
+    "Lucia",
+    "Haruto",
+    "Amara",
+    "Mateo",
+    "Freya",
+    "Oskar",
+    "Leila",
+    "Dmitri",
+    "Soren",
+    "Nadia",
+    "Rafael",
+    "Yusuf",
+]
+_PLACES = [
+    "Nairobi",
+    "Lisbon",
+    "Kyoto",
+    "Reykjavik",
+    "Montreal",
+    "Tbilisi",
+    "Cartagena",
+    "Vilnius",
+    "Hobart",
+    "Marrakesh",
+    "Bergen",
+    "Valparaiso",
+]
+_MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 _FACTS = [
     ("My sister {name} lands in {place} on {day} {month}.", "place"),
     ("{name} from the climbing gym is getting married in {place} in {month}.", "place"),
@@ -86,8 +148,7 @@ _FACTS = [
 ]
 
 
-def conversation(rng: random.Random, turns: int, start: datetime = datetime(2025, 1, 6, 18, tzinfo=UTC)
-                 ) -> list[dict]:
+def conversation(rng: random.Random, turns: int, start: datetime = datetime(2025, 1, 6, 18, tzinfo=UTC)) -> list[dict]:
     """`turns` messages between maya and an assistant over months, a session of 20-40 turns every day or two.
     Each: peer, content, created_at, and `fact` (the word that proves a fact stated once survived) or None."""
     names, places = rng.sample(_NAMES, len(_NAMES)), rng.sample(_PLACES, len(_PLACES))
@@ -105,9 +166,14 @@ def conversation(rng: random.Random, turns: int, start: datetime = datetime(2025
             parts.append(_topic_sentence(rng))
             if rng.random() < 0.15:
                 template, proof = rng.choice(_FACTS)
-                values = {"name": names[len(out) % len(names)], "place": places[len(out) % len(places)],
-                          "day": rng.randint(1, 28), "month": rng.choice(_MONTHS), "hour": rng.randint(8, 17),
-                          "amount": rng.randrange(120, 4_000, 10)}
+                values = {
+                    "name": names[len(out) % len(names)],
+                    "place": places[len(out) % len(places)],
+                    "day": rng.randint(1, 28),
+                    "month": rng.choice(_MONTHS),
+                    "hour": rng.randint(8, 17),
+                    "amount": rng.randrange(120, 4_000, 10),
+                }
                 parts.insert(rng.randint(0, len(parts)), template.format(**values))
                 fact = str(values[proof] if proof != "hour_day" else values["hour"])
             if rng.random() < 0.3:
@@ -122,8 +188,7 @@ def conversation(rng: random.Random, turns: int, start: datetime = datetime(2025
 
 
 def _topic_sentence(rng: random.Random) -> str:
-    return rng.choice(_TOPICS[rng.choice(list(_TOPICS))]).format(thing=rng.choice(_THINGS),
-                                                                  client=rng.choice(_CLIENTS))
+    return rng.choice(_TOPICS[rng.choice(list(_TOPICS))]).format(thing=rng.choice(_THINGS), client=rng.choice(_CLIENTS))
 
 
 # --- the previous engine, as the baseline ------------------------------------------------------------------------
@@ -149,8 +214,9 @@ class _BaselineExtractive:
             if tokens <= request.max_output_tokens or limit <= 1:
                 break
             limit = max(1, min(limit - 1, limit * request.max_output_tokens // tokens))
-        return SummaryResult(text=text, prompt="{}", model=self.name, input_tokens=0, output_tokens=tokens,
-                             latency_ms=0.0)
+        return SummaryResult(
+            text=text, prompt="{}", model=self.name, input_tokens=0, output_tokens=tokens, latency_ms=0.0
+        )
 
     def _sentences(self, lines):
         found = []
@@ -177,7 +243,7 @@ class _BaselineExtractive:
         new_words = sum(len(s[2]) for s in new[0]) + sum(len(self._WORD.findall(p)) for p in new[1])
         previous_budget = max(1, limit // 2, limit - new_words) if previous[0] else 0
         kept_previous, used = self._pick(previous, scores[: len(previous[0])], previous_budget)
-        kept_new, _ = self._pick(new, scores[len(previous[0]):], limit - used)
+        kept_new, _ = self._pick(new, scores[len(previous[0]) :], limit - used)
         return "\n".join(self._lines(previous, kept_previous) + self._lines(new, kept_new))
 
     def _pick(self, source, scores, budget):
@@ -228,9 +294,16 @@ class _Recording:
         self.input_tokens[request.summary_type] = self.input_tokens.get(request.summary_type, 0) + price
         result = self.inner.summarize(request)
         covered = count_text(request.previous or "") + sum(count_text(c) for _, c in request.messages)
-        self.steps.append({"type": request.summary_type, "covered": covered, "tokens": count_text(result.text),
-                           "cap": request.max_output_tokens, "contents": [c for _, c in request.messages],
-                           "text": result.text})
+        self.steps.append(
+            {
+                "type": request.summary_type,
+                "covered": covered,
+                "tokens": count_text(result.text),
+                "cap": request.max_output_tokens,
+                "contents": [c for _, c in request.messages],
+                "text": result.text,
+            }
+        )
         return result
 
 
@@ -246,38 +319,69 @@ def _run_strategy(strategy: str, settings: dict, inner) -> dict:
     facts = {m["content"]: m["fact"] for m in talk if m["fact"]}
     with moto(stream=False):
         ok = (200, 201)
-        assert call("POST", "/v3/workspaces", {"id": "bench", "configuration": {
-            "summarizer": {"strategy": strategy, **settings}}}).status in ok
+        assert (
+            call(
+                "POST",
+                "/v3/workspaces",
+                {"id": "bench", "configuration": {"summarizer": {"strategy": strategy, **settings}}},
+            ).status
+            in ok
+        )
         assert call("POST", "/v3/workspaces/bench/sessions", {"id": "s"}).status in ok
         engine, written = _Recording(inner), []
         for start in range(0, MESSAGES, BATCH):
-            body = {"messages": [{"content": m["content"], "peer_id": m["peer"], "run_id": f"run-{i // 2}",
-                                  "created_at": m["created_at"]}  # runs of two: a turn and its answer
-                                 for i, m in enumerate(talk[start:start + BATCH], start)]}
+            body = {
+                "messages": [
+                    {
+                        "content": m["content"],
+                        "peer_id": m["peer"],
+                        "run_id": f"run-{i // 2}",
+                        "created_at": m["created_at"],
+                    }  # runs of two: a turn and its answer
+                    for i, m in enumerate(talk[start : start + BATCH], start)
+                ]
+            }
             reply = call("POST", "/v3/workspaces/bench/sessions/s/messages", body)
             assert reply.status == 201, reply.body
             # The summarizer's own step, as its function runs it for the session, with the engine recorded.
-            written += [w for w in summarize_session(get_db(), get_settings(), "bench", "s",
-                                                     engine_for=lambda _: engine).written if w.stored]
+            written += [
+                w
+                for w in summarize_session(get_db(), get_settings(), "bench", "s", engine_for=lambda _: engine).written
+                if w.stored
+            ]
         history = [(m["peer"], m["content"]) for m in talk]
         message_tokens = sum(count_text(c) for _, c in history)
-        from_scratch = sum(count_messages(build_messages(SummaryRequest(summary_type=w.summary_type, previous=None,
-                                                                        messages=history[:w.covers_seq])))
-                           for w in written)
+        from_scratch = sum(
+            count_messages(
+                build_messages(
+                    SummaryRequest(summary_type=w.summary_type, previous=None, messages=history[: w.covers_seq])
+                )
+            )
+            for w in written
+        )
     steps = [s for s in engine.steps if s["covered"]]
     stated = [(s, facts[c]) for s in steps for c in s["contents"] if c in facts]
     newest = {s["type"]: s for s in steps}  # the last summary of each chain
     seen = {t: [facts[c] for s in steps if s["type"] == t for c in s["contents"] if c in facts] for t in newest}
-    return {"strategy": strategy, "engine": inner.name, "messages": MESSAGES, "message_tokens": message_tokens,
-            "summaries": len(written), "incremental": sum(engine.input_tokens.values()),
-            "by_type": engine.input_tokens, "from_scratch": from_scratch,
-            "covered": sum(s["covered"] for s in steps), "summary_tokens": sum(s["tokens"] for s in steps),
-            "max_ratio": max(s["tokens"] / s["covered"] for s in steps),
-            "over_target": sum(s["tokens"] > s["covered"] * TARGET for s in steps), "steps": len(steps),
-            "mean_tokens": statistics.mean(s["tokens"] for s in steps),
-            "facts_kept": sum(_holds(s["text"], proof) for s, proof in stated) / max(1, len(stated)),
-            "facts_newest": sum(_holds(newest[t]["text"], p) for t in newest for p in seen[t])
-            / max(1, sum(len(v) for v in seen.values()))}
+    return {
+        "strategy": strategy,
+        "engine": inner.name,
+        "messages": MESSAGES,
+        "message_tokens": message_tokens,
+        "summaries": len(written),
+        "incremental": sum(engine.input_tokens.values()),
+        "by_type": engine.input_tokens,
+        "from_scratch": from_scratch,
+        "covered": sum(s["covered"] for s in steps),
+        "summary_tokens": sum(s["tokens"] for s in steps),
+        "max_ratio": max(s["tokens"] / s["covered"] for s in steps),
+        "over_target": sum(s["tokens"] > s["covered"] * TARGET for s in steps),
+        "steps": len(steps),
+        "mean_tokens": statistics.mean(s["tokens"] for s in steps),
+        "facts_kept": sum(_holds(s["text"], proof) for s, proof in stated) / max(1, len(stated)),
+        "facts_newest": sum(_holds(newest[t]["text"], p) for t in newest for p in seen[t])
+        / max(1, sum(len(v) for v in seen.values())),
+    }
 
 
 def _holds(text: str, proof: str) -> bool:
@@ -288,24 +392,81 @@ def run() -> None:
     from precis.summaries.engines.extractive import ExtractiveEngine
 
     strategies = [("cadence", {}), ("rolling", {"token_threshold": 4000, "keep_recent_runs": 5})]
-    results = [_run_strategy(s, settings, engine) for s, settings in strategies
-               for engine in (_BaselineExtractive(), ExtractiveEngine())]
-    rows = [(r["strategy"], "before" if r["engine"] != "extractive" else "after", r["steps"], r["covered"],
-             r["summary_tokens"], r["summary_tokens"] / r["covered"], r["max_ratio"], r["over_target"],
-             r["mean_tokens"], r["facts_kept"], r["facts_newest"]) for r in results]
-    print_table(f"Extractive summaries of a {MESSAGES}-turn conversation: summary tokens / covered tokens (previous "
-                f"summary + the step's messages; target <= {TARGET:.2f})",
-                ["strategy", "engine", "summaries", "covered", "summary tokens", "ratio", "max ratio",
-                 "over 25%", "mean tokens", "facts kept", "facts in newest"], rows)
+    results = [
+        _run_strategy(s, settings, engine)
+        for s, settings in strategies
+        for engine in (_BaselineExtractive(), ExtractiveEngine())
+    ]
+    rows = [
+        (
+            r["strategy"],
+            "before" if r["engine"] != "extractive" else "after",
+            r["steps"],
+            r["covered"],
+            r["summary_tokens"],
+            r["summary_tokens"] / r["covered"],
+            r["max_ratio"],
+            r["over_target"],
+            r["mean_tokens"],
+            r["facts_kept"],
+            r["facts_newest"],
+        )
+        for r in results
+    ]
+    print_table(
+        f"Extractive summaries of a {MESSAGES}-turn conversation: summary tokens / covered tokens (previous "
+        f"summary + the step's messages; target <= {TARGET:.2f})",
+        [
+            "strategy",
+            "engine",
+            "summaries",
+            "covered",
+            "summary tokens",
+            "ratio",
+            "max ratio",
+            "over 25%",
+            "mean tokens",
+            "facts kept",
+            "facts in newest",
+        ],
+        rows,
+    )
     after = [r for r in results if r["engine"] == "extractive"]
-    rows = [(r["strategy"], r["messages"], r["message_tokens"], r["summaries"], r["incremental"],
-             r["incremental"] / r["message_tokens"], r["from_scratch"], r["from_scratch"] / r["message_tokens"])
-            for r in after]
-    print_table("LLM input tokens per 1,000 messages (target: incremental <= 2x the messages' own tokens)",
-                ["strategy", "messages", "message tokens", "summaries", "incremental input", "x messages",
-                 "from-scratch input", "x messages"], rows)
-    chains = [(r["strategy"], kind.removeprefix("honcho_chat_summary_"), tokens, tokens / r["message_tokens"])
-              for r in after for kind, tokens in r["by_type"].items()]
-    print_table("... per summary chain (cadence keeps two independent chains, short and long, by design)",
-                ["strategy", "chain", "input tokens", "x messages"], chains)
+    rows = [
+        (
+            r["strategy"],
+            r["messages"],
+            r["message_tokens"],
+            r["summaries"],
+            r["incremental"],
+            r["incremental"] / r["message_tokens"],
+            r["from_scratch"],
+            r["from_scratch"] / r["message_tokens"],
+        )
+        for r in after
+    ]
+    print_table(
+        "LLM input tokens per 1,000 messages (target: incremental <= 2x the messages' own tokens)",
+        [
+            "strategy",
+            "messages",
+            "message tokens",
+            "summaries",
+            "incremental input",
+            "x messages",
+            "from-scratch input",
+            "x messages",
+        ],
+        rows,
+    )
+    chains = [
+        (r["strategy"], kind.removeprefix("honcho_chat_summary_"), tokens, tokens / r["message_tokens"])
+        for r in after
+        for kind, tokens in r["by_type"].items()
+    ]
+    print_table(
+        "... per summary chain (cadence keeps two independent chains, short and long, by design)",
+        ["strategy", "chain", "input tokens", "x messages"],
+        chains,
+    )
     write_json("summarize", results)

@@ -79,8 +79,9 @@ class Totals:
     @property
     def pending(self) -> bool:
         """Whether a dry run found anything to do."""
-        return bool(self.left or self.indexed or self.settled or self.conclusion_texts or self.statistics
-                    or self.stripped)
+        return bool(
+            self.left or self.indexed or self.settled or self.conclusion_texts or self.statistics or self.stripped
+        )
 
 
 class UnitLimit(Exception):
@@ -102,8 +103,9 @@ def _collections(db: Db, ws: str) -> list[tuple[str, str]]:
 
 def _delete_statistics(db: Db, ws: str, collections: list[tuple[str, str]], dry_run: bool) -> int:
     """Delete the earlier releases' hashed term statistics of the workspace and its collections; how many there were."""
-    found = batch_get(db, [keys.message_terms(ws), *(keys.collection_terms(ws, o, d) for o, d in collections)],
-                      ("PK", "SK"))
+    found = batch_get(
+        db, [keys.message_terms(ws), *(keys.collection_terms(ws, o, d) for o, d in collections)], ("PK", "SK")
+    )
     if not dry_run:
         delete_keys(db, found)
     return len(found)
@@ -113,17 +115,26 @@ def _strip(db: Db, pk: str, prefix: str, dry_run: bool) -> int:
     """Remove OLD_LEXICAL from the items of partition `pk` under `prefix` that carry any; how many carried some.
     Conditioned on the item being there: an item deleted meanwhile is not made again by the update."""
     names = {f"#o{i}": name for i, name in enumerate(OLD_LEXICAL)}
-    found = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)", ProjectionExpression="PK, SK",
-                      FilterExpression=" OR ".join(f"attribute_exists({n})" for n in names),
-                      ExpressionAttributeNames=names, ExpressionAttributeValues=to_item({":pk": pk, ":p": prefix}))
+    found = query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+        ProjectionExpression="PK, SK",
+        FilterExpression=" OR ".join(f"attribute_exists({n})" for n in names),
+        ExpressionAttributeNames=names,
+        ExpressionAttributeValues=to_item({":pk": pk, ":p": prefix}),
+    )
     if dry_run or not found:
         return len(found)
 
     def strip(item: dict[str, Any]) -> None:
         try:
-            db.client.update_item(TableName=db.table, Key=to_item({"PK": item["PK"], "SK": item["SK"]}),
-                                  UpdateExpression="REMOVE " + ", ".join(names), ExpressionAttributeNames=names,
-                                  ConditionExpression="attribute_exists(PK)")
+            db.client.update_item(
+                TableName=db.table,
+                Key=to_item({"PK": item["PK"], "SK": item["SK"]}),
+                UpdateExpression="REMOVE " + ", ".join(names),
+                ExpressionAttributeNames=names,
+                ConditionExpression="attribute_exists(PK)",
+            )
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
@@ -133,9 +144,17 @@ def _strip(db: Db, pk: str, prefix: str, dry_run: bool) -> int:
     return len(found)
 
 
-def reindex_workspace(db: Db, ws: str, done: Totals, *, dry_run: bool = False, strip: bool = False,
-                      on_unit: Callable[[str, int], None] | None = None, say: Callable[[str], None] = print,
-                      clock: Callable[[], float] = time.monotonic) -> Totals:
+def reindex_workspace(
+    db: Db,
+    ws: str,
+    done: Totals,
+    *,
+    dry_run: bool = False,
+    strip: bool = False,
+    on_unit: Callable[[str, int], None] | None = None,
+    say: Callable[[str], None] = print,
+    clock: Callable[[], float] = time.monotonic,
+) -> Totals:
     """Backfill one workspace: its sessions' messages, its collections' conclusions, its old statistics; counted into
     `done` as it goes (a run stopped midway still says what it did)."""
     started = shown = clock()
@@ -158,18 +177,23 @@ def reindex_workspace(db: Db, ws: str, done: Totals, *, dry_run: bool = False, s
     for number, session_id in enumerate(sessions, 1):  # noqa: B007 - tick() reports `number`
         walked = message_search.Reindexed()
         try:
-            message_search.reindex_session(db, ws, session_id, dry_run=dry_run, marked=marked, on_unit=unit_done,
-                                           progress=walked)
+            message_search.reindex_session(
+                db, ws, session_id, dry_run=dry_run, marked=marked, on_unit=unit_done, progress=walked
+            )
         finally:
             done.sessions += 1
             for name in _WALKED:
                 setattr(done, name, getattr(done, name) + getattr(walked, name))
         if walked.in_flight:
-            say(f"  {ws}/{session_id}: {walked.in_flight} messages of a batch still being stored (its request may "
-                "still index it): left for the next run")
+            say(
+                f"  {ws}/{session_id}: {walked.in_flight} messages of a batch still being stored (its request may "
+                "still index it): left for the next run"
+            )
         if walked.copying:
-            say(f"  {ws}/{session_id}: {walked.copying} messages of a clone still copying its parent's: left for "
-                "the next run")
+            say(
+                f"  {ws}/{session_id}: {walked.copying} messages of a clone still copying its parent's: left for "
+                "the next run"
+            )
         if strip:
             done.stripped += _strip(db, keys.message_vectors_pk(ws, session_id), "MV#", dry_run)
         walked = message_search.Reindexed()
@@ -193,11 +217,17 @@ def _indexed(totals: Totals, dry_run: bool) -> str:
 
 def _summary(totals: Totals, dry_run: bool) -> str:
     if dry_run:
-        parts = [f"{totals.conclusions} conclusions ({totals.conclusion_texts} without a text item)",
-                 f"{totals.statistics} old statistics items to delete", f"{totals.stripped} vector items to strip"]
+        parts = [
+            f"{totals.conclusions} conclusions ({totals.conclusion_texts} without a text item)",
+            f"{totals.statistics} old statistics items to delete",
+            f"{totals.stripped} vector items to strip",
+        ]
     else:
-        parts = [f"{totals.conclusions} conclusions ({totals.conclusion_texts} text items written)",
-                 f"{totals.statistics} old statistics items deleted", f"{totals.stripped} vector items stripped"]
+        parts = [
+            f"{totals.conclusions} conclusions ({totals.conclusion_texts} text items written)",
+            f"{totals.statistics} old statistics items deleted",
+            f"{totals.stripped} vector items stripped",
+        ]
     if totals.settled:
         parts.append(f"{totals.settled} units indexed before {'to settle' if dry_run else 'settled'}")
     return ", ".join([f"{totals.sessions} sessions", _indexed(totals, dry_run), *parts])
@@ -206,9 +236,17 @@ def _summary(totals: Totals, dry_run: bool) -> str:
 # ---------------------------------------------------------------- the run
 
 
-def run(db: Db, *, workspace: str | None = None, dry_run: bool = False, strip: bool = False,
-        max_units: int | None = None, on_unit: Callable[[str, int], None] | None = None,
-        say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic) -> Totals:
+def run(
+    db: Db,
+    *,
+    workspace: str | None = None,
+    dry_run: bool = False,
+    strip: bool = False,
+    max_units: int | None = None,
+    on_unit: Callable[[str, int], None] | None = None,
+    say: Callable[[str], None] = print,
+    clock: Callable[[], float] = time.monotonic,
+) -> Totals:
     """Backfill every workspace (or `workspace`); stops between two units after `max_units`, or when `on_unit(unit,
     written)`, called after each unit, raises (what is done stays done: a later run skips it)."""
     totals, started = Totals(), clock()
@@ -270,19 +308,24 @@ def _bucket_of(table: str) -> str:
         stack = cloudformation.describe_stacks(StackName=resources[0]["StackId"])["Stacks"][0]
         return next(o["OutputValue"] for o in stack.get("Outputs", []) if o["OutputKey"] == "BucketName")
     except (ClientError, IndexError, StopIteration) as exc:
-        raise SystemExit(f"table {table!r}: its stack's BucketName output was not found ({exc}); pass --bucket "
-                         "<the stack's BucketName output>") from None
+        raise SystemExit(
+            f"table {table!r}: its stack's BucketName output was not found ({exc}); pass --bucket "
+            "<the stack's BucketName output>"
+        ) from None
 
 
 def main(argv: list[str] | None = None, *, db: Db | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy.reindex", description=__doc__.split("\n")[0])
     parser.add_argument("--table", required=True, help="the deployed table (the stack's TableName output)")
-    parser.add_argument("--bucket", help="the stack's BucketName output (large bodies); by default found from the "
-                        "table's CloudFormation stack")
+    parser.add_argument(
+        "--bucket",
+        help="the stack's BucketName output (large bodies); by default found from the table's CloudFormation stack",
+    )
     parser.add_argument("--workspace", help="only this workspace")
     parser.add_argument("--dry-run", action="store_true", help="count what is left, write nothing")
-    parser.add_argument("--strip", action="store_true",
-                        help="also remove tvec, tsig, tlen from the earlier releases' vector items")
+    parser.add_argument(
+        "--strip", action="store_true", help="also remove tvec, tsig, tlen from the earlier releases' vector items"
+    )
     parser.add_argument("--max-units", type=int, help="stop after indexing this many units (run again to go on)")
     args = parser.parse_args(argv)
     if args.max_units is not None and args.max_units < 1:

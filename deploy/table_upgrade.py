@@ -56,8 +56,16 @@ SAMCONFIG = ROOT / "samconfig.toml"
 DEFAULTS = "template.yaml defaults"
 
 # The table's properties an upgrade must respect; the rest (SSE, PITR, TTL, tags) change in place.
-_TABLE_PROPERTIES = ("TableName", "BillingMode", "AttributeDefinitions", "KeySchema", "LocalSecondaryIndexes",
-                     "GlobalSecondaryIndexes", "VectorIndexes", "StreamSpecification")
+_TABLE_PROPERTIES = (
+    "TableName",
+    "BillingMode",
+    "AttributeDefinitions",
+    "KeySchema",
+    "LocalSecondaryIndexes",
+    "GlobalSecondaryIndexes",
+    "VectorIndexes",
+    "StreamSpecification",
+)
 
 
 # ---------------------------------------------------------------- reading a definition
@@ -95,7 +103,8 @@ def environments(samconfig_text: str | None) -> dict[str, dict[str, str]]:
     envs = {}
     for env, commands in config.items():
         overrides = (commands.get("deploy", {}).get("parameters", {}) if isinstance(commands, dict) else {}).get(
-            "parameter_overrides")
+            "parameter_overrides"
+        )
         if overrides is None:
             continue
         tokens = shlex.split(overrides) if isinstance(overrides, str) else list(overrides)
@@ -114,8 +123,11 @@ def definition(template_text: str, samconfig_text: str | None = None) -> dict[st
     table = {k: props[k] for k in _TABLE_PROPERTIES if k in props}
     defaults = {name: str(p["Default"]) for name, p in raw.get("Parameters", {}).items() if "Default" in p}
     envs = {DEFAULTS: {}, **environments(samconfig_text)}
-    parameters = {name: {env: overrides.get(name, defaults.get(name)) for env, overrides in envs.items()}
-                  for name in sorted(_refs(table)) if name in raw.get("Parameters", {})}
+    parameters = {
+        name: {env: overrides.get(name, defaults.get(name)) for env, overrides in envs.items()}
+        for name in sorted(_refs(table))
+        if name in raw.get("Parameters", {})
+    }
     return {"Table": table, "Parameters": parameters}
 
 
@@ -144,8 +156,10 @@ def by_environment(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The recorded table resolved for each environment it names."""
     params = record.get("Parameters", {})
     envs = sorted({env for values in params.values() for env in values} | {DEFAULTS}, key=lambda e: e != DEFAULTS)
-    return {env: resolve(record["Table"], {name: values.get(env, values.get(DEFAULTS))
-                                           for name, values in params.items()}) for env in envs}
+    return {
+        env: resolve(record["Table"], {name: values.get(env, values.get(DEFAULTS)) for name, values in params.items()})
+        for env in envs
+    }
 
 
 # ---------------------------------------------------------------- comparing two definitions (pure)
@@ -185,8 +199,10 @@ def _types(table: dict[str, Any]) -> dict[str, str]:
 
 def _keys(schema: list[dict[str, Any]], types: dict[str, str]) -> list[tuple[str, str, str | None]]:
     """A key schema with each attribute's type: a type change is a key change."""
-    return [(k["AttributeName"], k.get("KeyType") or k.get("SearchSchemaElementType"), types.get(k["AttributeName"]))
-            for k in schema]
+    return [
+        (k["AttributeName"], k.get("KeyType") or k.get("SearchSchemaElementType"), types.get(k["AttributeName"]))
+        for k in schema
+    ]
 
 
 def _projection(projection: dict[str, Any] | None) -> tuple[str, tuple[str, ...]]:
@@ -200,10 +216,13 @@ def _gsi_shape(index: dict[str, Any], types: dict[str, str]) -> dict[str, Any]:
 
 
 def _vector_shape(index: dict[str, Any], types: dict[str, str]) -> dict[str, Any]:
-    return {"VectorAttribute": index["VectorAttribute"]["AttributeName"], "Dimensions": index["Dimensions"],
-            "DistanceFunction": index["DistanceFunction"],
-            "SearchSchema": _keys(index.get("SearchSchema", []), types),
-            "Projection": _projection(index.get("Projection"))}
+    return {
+        "VectorAttribute": index["VectorAttribute"]["AttributeName"],
+        "Dimensions": index["Dimensions"],
+        "DistanceFunction": index["DistanceFunction"],
+        "SearchSchema": _keys(index.get("SearchSchema", []), types),
+        "Projection": _projection(index.get("Projection")),
+    }
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
@@ -219,14 +238,20 @@ def plan(released: dict[str, Any], current: dict[str, Any]) -> Upgrade:
     if released.get("TableName") != current.get("TableName"):
         up.replaces.append(f"TableName {released.get('TableName')!r} -> {current.get('TableName')!r}")
     if _keys(released["KeySchema"], old_types) != _keys(current["KeySchema"], new_types):
-        up.replaces.append(f"KeySchema {_keys(released['KeySchema'], old_types)} -> "
-                           f"{_keys(current['KeySchema'], new_types)}")
+        up.replaces.append(
+            f"KeySchema {_keys(released['KeySchema'], old_types)} -> {_keys(current['KeySchema'], new_types)}"
+        )
     old_lsi = {i["IndexName"]: _gsi_shape(i, old_types) for i in released.get("LocalSecondaryIndexes", [])}
     new_lsi = {i["IndexName"]: _gsi_shape(i, new_types) for i in current.get("LocalSecondaryIndexes", [])}
     for name in sorted(old_lsi.keys() | new_lsi.keys()):
         if old_lsi.get(name) != new_lsi.get(name):
-            what = ("added" if name not in old_lsi else "removed" if name not in new_lsi
-                    else f"changed: {_differences(old_lsi[name], new_lsi[name])}")
+            what = (
+                "added"
+                if name not in old_lsi
+                else "removed"
+                if name not in new_lsi
+                else f"changed: {_differences(old_lsi[name], new_lsi[name])}"
+            )
             up.replaces.append(f"LocalSecondaryIndexes: {name} {what}")
 
     old_stream = (released.get("StreamSpecification") or {}).get("StreamViewType")
@@ -235,15 +260,19 @@ def plan(released: dict[str, Any], current: dict[str, Any]) -> Upgrade:
         up.blockers.append(
             f"StreamSpecification.StreamViewType {old_stream} -> {new_stream}: a stream's view type is set when it is "
             "enabled. Deploy once without StreamSpecification (the stream and its event-source mappings go; records "
-            "written meanwhile are never delivered), then once with the new type")
+            "written meanwhile are never delivered), then once with the new type"
+        )
 
     if current.get("VectorIndexes") and current.get("BillingMode", "PROVISIONED") != "PAY_PER_REQUEST":
-        up.blockers.append(f"BillingMode {current.get('BillingMode', 'PROVISIONED')}: vector indexes need "
-                           "PAY_PER_REQUEST")
+        up.blockers.append(
+            f"BillingMode {current.get('BillingMode', 'PROVISIONED')}: vector indexes need PAY_PER_REQUEST"
+        )
 
     creates, deletes, recreates = [], [], []
-    for kind, prop, shape in (("global secondary index", "GlobalSecondaryIndexes", _gsi_shape),
-                              ("vector index", "VectorIndexes", _vector_shape)):
+    for kind, prop, shape in (
+        ("global secondary index", "GlobalSecondaryIndexes", _gsi_shape),
+        ("vector index", "VectorIndexes", _vector_shape),
+    ):
         old = {i["IndexName"]: shape(i, old_types) for i in released.get(prop, [])}
         new = {i["IndexName"]: shape(i, new_types) for i in current.get(prop, [])}
         creates += [(kind, n, new[n]) for n in new if n not in old]
@@ -252,27 +281,42 @@ def plan(released: dict[str, Any], current: dict[str, Any]) -> Upgrade:
             why = f"cannot change in place: {_differences(old[n], new[n])}"
             recreates.append((Step("delete", kind, n, why), Step("create", kind, n, "again, as template.yaml says")))
             if kind == "vector index" and old[n]["Dimensions"] != new[n]["Dimensions"]:
-                up.reembed.append(f"{n} ({new[n]['VectorAttribute']}: {old[n]['Dimensions']} -> "
-                                  f"{new[n]['Dimensions']} dimensions)")
+                up.reembed.append(
+                    f"{n} ({new[n]['VectorAttribute']}: {old[n]['Dimensions']} -> {new[n]['Dimensions']} dimensions)"
+                )
 
     # A vector index on an attribute that an index still standing holds at another dimension waits for its deletion.
-    standing = {s["VectorAttribute"]: s["Dimensions"] for s in
-                (_vector_shape(i, old_types) for i in released.get("VectorIndexes", []))}
-    early = [c for c in creates if c[0] != "vector index" or standing.get(c[2]["VectorAttribute"],
-                                                                         c[2]["Dimensions"]) == c[2]["Dimensions"]]
+    standing = {
+        s["VectorAttribute"]: s["Dimensions"]
+        for s in (_vector_shape(i, old_types) for i in released.get("VectorIndexes", []))
+    }
+    early = [
+        c
+        for c in creates
+        if c[0] != "vector index" or standing.get(c[2]["VectorAttribute"], c[2]["Dimensions"]) == c[2]["Dimensions"]
+    ]
     late = [c for c in creates if c not in early]
     # Order: new indexes first (the released code ignores them), then deletions, then what comes back changed.
-    up.steps = ([Step("create", kind, n) for kind, n, _ in early] + [d for d, _ in recreates] + deletes
-                + [c for _, c in recreates] + [Step("create", kind, n, "after the deletions: shares its vector "
-                                                    "attribute at another dimension") for kind, n, _ in late])
+    up.steps = (
+        [Step("create", kind, n) for kind, n, _ in early]
+        + [d for d, _ in recreates]
+        + deletes
+        + [c for _, c in recreates]
+        + [
+            Step("create", kind, n, "after the deletions: shares its vector attribute at another dimension")
+            for kind, n, _ in late
+        ]
+    )
 
     dims: dict[str, set[int]] = {}
     for index in current.get("VectorIndexes", []):
         dims.setdefault(index["VectorAttribute"]["AttributeName"], set()).add(index["Dimensions"])
     for attribute, found in sorted(dims.items()):
         if len(found) > 1:
-            up.blockers.append(f"VectorIndexes on {attribute} with dimensions {sorted(found)}: indexes sharing a "
-                               "vector attribute must share its dimension")
+            up.blockers.append(
+                f"VectorIndexes on {attribute} with dimensions {sorted(found)}: indexes sharing a "
+                "vector attribute must share its dimension"
+            )
     return up
 
 
@@ -299,22 +343,30 @@ def explain(upgrades: dict[str, Upgrade], released_from: str = "deploy/released-
     for up, envs in seen.values():
         lines.append(f"\n[{', '.join(envs)}]")
         for reason in up.replaces:
-            lines.append(f"- replaces the table (a new, empty table; the data stays in the old one): {reason}. "
-                         "Revert it; moving data to a new table is an export/import, not an upgrade.")
+            lines.append(
+                f"- replaces the table (a new, empty table; the data stays in the old one): {reason}. "
+                "Revert it; moving data to a new table is an export/import, not an upgrade."
+            )
         for reason in up.blockers:
             lines.append(f"- {reason}.")
         if len(up.steps) > 1 or up.blockers:
-            lines.append(f"- {len(up.steps)} index operations; CloudFormation and DynamoDB take one per update. "
-                         f"Ship them as {len(up.steps)} releases, in this order:")
+            lines.append(
+                f"- {len(up.steps)} index operations; CloudFormation and DynamoDB take one per update. "
+                f"Ship them as {len(up.steps)} releases, in this order:"
+            )
             for i, step in enumerate(up.steps, 1):
                 lines.append(f"    {i}. {step}")
-            lines.append("  Each release: template.yaml with the step applied; `sam deploy` every stage; wait until "
-                         "`aws dynamodb describe-table` shows each index ACTIVE and no Backfilling; record it with "
-                         "`python -m deploy.table_upgrade record`; then the next step.")
+            lines.append(
+                "  Each release: template.yaml with the step applied; `sam deploy` every stage; wait until "
+                "`aws dynamodb describe-table` shows each index ACTIVE and no Backfilling; record it with "
+                "`python -m deploy.table_upgrade record`; then the next step."
+            )
         for index in up.reembed:
-            lines.append(f"- re-embed: {index}: stored vectors of the old dimension are not indexed; write every "
-                         "item's vector again.")
-    lines.append("\nSee README \"Upgrading a deployed stack\".")
+            lines.append(
+                f"- re-embed: {index}: stored vectors of the old dimension are not indexed; write every "
+                "item's vector again."
+            )
+    lines.append('\nSee README "Upgrading a deployed stack".')
     return "\n".join(lines)
 
 
@@ -331,8 +383,7 @@ def at_commit(commit: str) -> dict[str, Any]:
 
 
 def working_tree() -> dict[str, Any]:
-    return definition((ROOT / "template.yaml").read_text(),
-                      SAMCONFIG.read_text() if SAMCONFIG.exists() else None)
+    return definition((ROOT / "template.yaml").read_text(), SAMCONFIG.read_text() if SAMCONFIG.exists() else None)
 
 
 def released() -> dict[str, Any]:
@@ -341,8 +392,9 @@ def released() -> dict[str, Any]:
 
 def record(commit: str = "HEAD") -> dict[str, Any]:
     """The release record of `commit`'s template.yaml and samconfig.toml."""
-    sha = subprocess.run(["git", "rev-parse", commit], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout.strip()
+    sha = subprocess.run(
+        ["git", "rev-parse", commit], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     return {"commit": sha, "recorded_by": "python -m deploy.table_upgrade record", **at_commit(sha)}
 
 

@@ -120,14 +120,21 @@ def main() -> int:
     gateway.invokers = {name: pool.invoke for name, pool in pools.items()}
     # PRECIS_LOCAL_IDLE names stream consumers left without their trigger (a test of bulk ingest on a small machine).
     idle = set(filter(None, os.environ.get("PRECIS_LOCAL_IDLE", "").split(",")))
-    pollers = [StreamPoller.from_template(tpl, moto.endpoint, pools[fn.logical_id].invoke, function=fn.logical_id,
-                                          chaos=chaos) for fn in tpl.stream_functions() if fn.logical_id not in idle]
-    pollers += QueuePoller.from_template(tpl, moto.endpoint, {n: p.invoke for n, p in pools.items() if n not in idle},
-                                         chaos=chaos)  # the SQS triggers (the deriver's quiet wake-ups)
+    pollers = [
+        StreamPoller.from_template(tpl, moto.endpoint, pools[fn.logical_id].invoke, function=fn.logical_id, chaos=chaos)
+        for fn in tpl.stream_functions()
+        if fn.logical_id not in idle
+    ]
+    pollers += QueuePoller.from_template(
+        tpl, moto.endpoint, {n: p.invoke for n, p in pools.items() if n not in idle}, chaos=chaos
+    )  # the SQS triggers (the deriver's quiet wake-ups)
     for poller in pollers:
         poller.start()
-    scheduler = Scheduler.from_template(tpl, {name: pool.invoke for name, pool in pools.items()},
-                                        every_s=float(os.environ.get("PRECIS_LOCAL_SCHEDULE_S") or 0) or None)
+    scheduler = Scheduler.from_template(
+        tpl,
+        {name: pool.invoke for name, pool in pools.items()},
+        every_s=float(os.environ.get("PRECIS_LOCAL_SCHEDULE_S") or 0) or None,
+    )
     scheduler.start()
     serving = threading.Thread(target=gateway.serve_forever, name="gateway", daemon=True)
     serving.start()
@@ -144,8 +151,11 @@ def main() -> int:
     print(f"Precis local stack: {url}", flush=True)
     print(f"console: {url}/console (what the memory holds and what the model gets)", flush=True)
     print(f"API docs: {url}/docs (every route, and Try it out)", flush=True)
-    print(f"precis command: .venv/bin/precis --help (it finds this stack; from elsewhere: export PRECIS_URL={url}"
-          " and, with auth, PRECIS_KEY=<key>)", flush=True)
+    print(
+        f"precis command: .venv/bin/precis --help (it finds this stack; from elsewhere: export PRECIS_URL={url}"
+        " and, with auth, PRECIS_KEY=<key>)",
+        flush=True,
+    )
     if os.environ.get("PRECIS_AUTH", "").strip().lower() in {"1", "true", "yes", "on"}:
         secret = os.environ.get("PRECIS_JWT_SECRET")
         if secret:

@@ -62,8 +62,9 @@ class Chaos:
         names = [n.strip().lower() for n in env.get("PRECIS_LOCAL_CHAOS", "").split(",") if n.strip()]
         unknown = [n for n in names if n not in MODES]
         if unknown:
-            raise ChaosError(f"PRECIS_LOCAL_CHAOS: unknown mode {', '.join(map(repr, unknown))} "
-                             f"(known: {', '.join(MODES)})")
+            raise ChaosError(
+                f"PRECIS_LOCAL_CHAOS: unknown mode {', '.join(map(repr, unknown))} (known: {', '.join(MODES)})"
+            )
         rate = _number(env, "PRECIS_LOCAL_CHAOS_THROTTLE", DEFAULT_THROTTLE_RATE, 1.0)
         share = _number(env, "PRECIS_LOCAL_CHAOS_APPROXIMATE", DEFAULT_APPROXIMATE, 1.0)
         vector_lag = _number(env, "PRECIS_LOCAL_VECTOR_LAG_S", DEFAULT_VECTOR_LAG_S, 300.0)

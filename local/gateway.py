@@ -54,8 +54,14 @@ def match_route(routes: Iterable[Route], method: str, path: str) -> tuple[Route,
 
 
 def build_event(
-    method: str, target: str, headers: list[tuple[str, str]], body: bytes, route: Route, params: dict[str, str],
-    source_ip: str, protocol: str,
+    method: str,
+    target: str,
+    headers: list[tuple[str, str]],
+    body: bytes,
+    route: Route,
+    params: dict[str, str],
+    source_ip: str,
+    protocol: str,
 ) -> dict[str, Any]:
     """The payload-format-2.0 event API Gateway sends for this request."""
     split = urlsplit(target)
@@ -166,8 +172,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.rfile.read(length)
             status = self._reply(404, _JSON, b'{"message":"Not Found"}')
         else:
-            event = build_event(method, self.path, list(self.headers.items()), self.rfile.read(length), *found,
-                                source_ip=self.client_address[0], protocol=self.request_version)
+            event = build_event(
+                method,
+                self.path,
+                list(self.headers.items()),
+                self.rfile.read(length),
+                *found,
+                source_ip=self.client_address[0],
+                protocol=self.request_version,
+            )
             status = self._invoke(function, event)
         elapsed = (time.monotonic() - started) * 1000
         log.info('%s "%s %s" %s %.0fms %s', self.client_address[0], method, self.path, status, elapsed, function)

@@ -33,12 +33,25 @@ ACCOUNT = "123456789012"  # moto's, and LocalNames'
 # calls their services locally, but a role is what it is).
 MANAGED_POLICIES: dict[str, list[dict[str, Any]]] = {
     "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole": [
-        {"Effect": "Allow", "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
-         "Resource": "*"}],
+        {
+            "Effect": "Allow",
+            "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
+            "Resource": "*",
+        }
+    ],
     "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess": [
-        {"Effect": "Allow", "Action": ["xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules",
-                                       "xray:GetSamplingTargets", "xray:GetSamplingStatisticSummaries"],
-         "Resource": "*"}],
+        {
+            "Effect": "Allow",
+            "Action": [
+                "xray:PutTraceSegments",
+                "xray:PutTelemetryRecords",
+                "xray:GetSamplingRules",
+                "xray:GetSamplingTargets",
+                "xray:GetSamplingStatisticSummaries",
+            ],
+            "Resource": "*",
+        }
+    ],
 }
 
 
@@ -54,8 +67,9 @@ def _arn_like(pattern: str, value: str) -> bool:
     what follows) may hold colons and slashes, and `*` there spans them."""
     pattern_parts, value_parts = pattern.split(":", 5), value.split(":", 5)
     if len(pattern_parts) != len(value_parts):
-        return pattern == "*" or (len(pattern_parts) < 6 and pattern.endswith("*") and
-                                  fnmatch.fnmatchcase(value, pattern))
+        return pattern == "*" or (
+            len(pattern_parts) < 6 and pattern.endswith("*") and fnmatch.fnmatchcase(value, pattern)
+        )
     return all(fnmatch.fnmatchcase(v, p) for p, v in zip(pattern_parts, value_parts))
 
 
@@ -131,9 +145,15 @@ class Statement:
                 raise ValueError(f"IAM condition operator {operator!r} is not modelled locally (statement {doc!r})")
             for key, values in keys.items():
                 conditions.append((operator, key, tuple(str(v) for v in _listed(values))))
-        return cls(doc["Effect"], tuple(_listed(doc.get("Action", []))), tuple(_listed(doc.get("NotAction", []))),
-                   tuple(_listed(doc.get("Resource", []))), tuple(_listed(doc.get("NotResource", []))),
-                   tuple(conditions), str(doc.get("Sid", "")))
+        return cls(
+            doc["Effect"],
+            tuple(_listed(doc.get("Action", []))),
+            tuple(_listed(doc.get("NotAction", []))),
+            tuple(_listed(doc.get("Resource", []))),
+            tuple(_listed(doc.get("NotResource", []))),
+            tuple(conditions),
+            str(doc.get("Sid", "")),
+        )
 
     def applies(self, action: str, resource: str, context: Mapping[str, str]) -> bool:
         if self.actions and not any(_action_matches(p, action) for p in self.actions):
@@ -148,8 +168,13 @@ class Statement:
 
     def document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"Effect": self.effect}
-        for name, value in (("Sid", self.sid), ("Action", self.actions), ("NotAction", self.not_actions),
-                            ("Resource", self.resources), ("NotResource", self.not_resources)):
+        for name, value in (
+            ("Sid", self.sid),
+            ("Action", self.actions),
+            ("NotAction", self.not_actions),
+            ("Resource", self.resources),
+            ("NotResource", self.not_resources),
+        ):
             if value:
                 doc[name] = list(value) if isinstance(value, tuple) else value
         if self.conditions:
@@ -176,7 +201,7 @@ class Role:
     session: str = ""  # the assumed-role session: Lambda names it after the function
 
     def decide(self, request: Request) -> str:
-        """"Allow", "Deny" (an explicit deny) or "ImplicitDeny", as IAM evaluates identity-based policies."""
+        """ "Allow", "Deny" (an explicit deny) or "ImplicitDeny", as IAM evaluates identity-based policies."""
         applying = [s for s in self.statements if s.applies(request.action, request.resource, request.context)]
         if any(s.effect == "Deny" for s in applying):
             return "Deny"
@@ -187,15 +212,21 @@ class Role:
         for request in requests:
             decision = self.decide(request)
             if decision != "Allow":
-                why = ("with an explicit deny in an identity-based policy" if decision == "Deny" else
-                       f"because no identity-based policy allows the {request.action} action")
-                raise AccessDenied(f"User: arn:aws:sts::{ACCOUNT}:assumed-role/{self.name}/{self.session or self.name}"
-                                   f" is not authorized to perform: {request.action} on resource: {request.resource} "
-                                   f"{why}")
+                why = (
+                    "with an explicit deny in an identity-based policy"
+                    if decision == "Deny"
+                    else f"because no identity-based policy allows the {request.action} action"
+                )
+                raise AccessDenied(
+                    f"User: arn:aws:sts::{ACCOUNT}:assumed-role/{self.name}/{self.session or self.name}"
+                    f" is not authorized to perform: {request.action} on resource: {request.resource} "
+                    f"{why}"
+                )
 
     def to_json(self) -> str:
-        return json.dumps({"name": self.name, "session": self.session,
-                           "statements": [s.document() for s in self.statements]})
+        return json.dumps(
+            {"name": self.name, "session": self.session, "statements": [s.document() for s in self.statements]}
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Role:
@@ -210,8 +241,13 @@ def _table_arn(name: str, region: str) -> str:
     return name if name.startswith("arn:") else f"arn:aws:dynamodb:{region}:{ACCOUNT}:table/{name}"
 
 
-_TRANSACT_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
-                     "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
+_TRANSACT_ACTIONS = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+    "Get": "GetItem",
+}
 
 
 def _dynamodb(operation: str, params: Mapping[str, Any], region: str) -> list[Request]:
@@ -256,8 +292,10 @@ def _s3(operation: str, params: Mapping[str, Any], region: str) -> list[Request]
     if operation == "DeleteObject":
         return [Request("s3:DeleteObjectVersion" if versioned else "s3:DeleteObject", f"{bucket_arn}/{params['Key']}")]
     if operation == "DeleteObjects":
-        return [Request("s3:DeleteObjectVersion" if o.get("VersionId") else "s3:DeleteObject",
-                        f"{bucket_arn}/{o['Key']}") for o in (params.get("Delete") or {}).get("Objects", [])]
+        return [
+            Request("s3:DeleteObjectVersion" if o.get("VersionId") else "s3:DeleteObject", f"{bucket_arn}/{o['Key']}")
+            for o in (params.get("Delete") or {}).get("Objects", [])
+        ]
     if operation in ("PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload"):
         return [Request("s3:PutObject", f"{bucket_arn}/{params['Key']}")]
     if operation == "CopyObject":
@@ -266,13 +304,22 @@ def _s3(operation: str, params: Mapping[str, Any], region: str) -> list[Request]
             path, _, query = source.lstrip("/").partition("?versionId=")
             source = {"Bucket": path.split("/", 1)[0], "Key": path.split("/", 1)[1], "VersionId": query or None}
         read = "s3:GetObjectVersion" if source.get("VersionId") else "s3:GetObject"
-        return [Request(read, f"arn:aws:s3:::{source['Bucket']}/{source['Key']}"),
-                Request("s3:PutObject", f"{bucket_arn}/{params['Key']}")]
-    listing = {"ListObjectVersions": "s3:ListBucketVersions", "ListObjectsV2": "s3:ListBucket",
-               "ListObjects": "s3:ListBucket", "HeadBucket": "s3:ListBucket"}
+        return [
+            Request(read, f"arn:aws:s3:::{source['Bucket']}/{source['Key']}"),
+            Request("s3:PutObject", f"{bucket_arn}/{params['Key']}"),
+        ]
+    listing = {
+        "ListObjectVersions": "s3:ListBucketVersions",
+        "ListObjectsV2": "s3:ListBucket",
+        "ListObjects": "s3:ListBucket",
+        "HeadBucket": "s3:ListBucket",
+    }
     if operation in listing:
-        context = {name: str(params[arg]) for name, arg in (("s3:prefix", "Prefix"), ("s3:delimiter", "Delimiter"),
-                                                             ("s3:max-keys", "MaxKeys")) if arg in params}
+        context = {
+            name: str(params[arg])
+            for name, arg in (("s3:prefix", "Prefix"), ("s3:delimiter", "Delimiter"), ("s3:max-keys", "MaxKeys"))
+            if arg in params
+        }
         return [Request(listing[operation], bucket_arn, context)]
     if "Key" in params:
         return [Request(f"s3:{operation}", f"{bucket_arn}/{params['Key']}")]
@@ -284,8 +331,11 @@ def _queue_arn(url: str, region: str) -> str:
     return f"arn:aws:sqs:{region}:{parts[-2]}:{parts[-1]}"
 
 
-_SQS_BATCHES = {"SendMessageBatch": "SendMessage", "DeleteMessageBatch": "DeleteMessage",
-                "ChangeMessageVisibilityBatch": "ChangeMessageVisibility"}
+_SQS_BATCHES = {
+    "SendMessageBatch": "SendMessage",
+    "DeleteMessageBatch": "DeleteMessage",
+    "ChangeMessageVisibilityBatch": "ChangeMessageVisibility",
+}
 
 
 def _sqs(operation: str, params: Mapping[str, Any], region: str) -> list[Request]:
@@ -312,9 +362,12 @@ def _secretsmanager(operation: str, params: Mapping[str, Any], region: str) -> l
 
 # A cross-region inference profile's id starts with its geography; its ARN is the account's, in the caller's region.
 _PROFILE = re.compile(r"^(us|eu|apac|us-gov|ca|jp|au|global)\.")
-_BEDROCK_ACTIONS = {"InvokeModel": "bedrock:InvokeModel", "Converse": "bedrock:InvokeModel",
-                    "InvokeModelWithResponseStream": "bedrock:InvokeModelWithResponseStream",
-                    "ConverseStream": "bedrock:InvokeModelWithResponseStream"}
+_BEDROCK_ACTIONS = {
+    "InvokeModel": "bedrock:InvokeModel",
+    "Converse": "bedrock:InvokeModel",
+    "InvokeModelWithResponseStream": "bedrock:InvokeModelWithResponseStream",
+    "ConverseStream": "bedrock:InvokeModelWithResponseStream",
+}
 
 
 def _bedrock(operation: str, params: Mapping[str, Any], region: str) -> list[Request]:
@@ -331,8 +384,14 @@ def _bedrock(operation: str, params: Mapping[str, Any], region: str) -> list[Req
     return [Request(action, f"arn:aws:bedrock:{region}::foundation-model/{model}")]
 
 
-_SERVICES = {"dynamodb": _dynamodb, "dynamodbstreams": _streams, "s3": _s3, "sqs": _sqs,
-             "secretsmanager": _secretsmanager, "bedrock-runtime": _bedrock}
+_SERVICES = {
+    "dynamodb": _dynamodb,
+    "dynamodbstreams": _streams,
+    "s3": _s3,
+    "sqs": _sqs,
+    "secretsmanager": _secretsmanager,
+    "bedrock-runtime": _bedrock,
+}
 
 
 def requests_for(service: str, operation: str, params: Mapping[str, Any], region: str) -> list[Request]:
@@ -373,8 +432,10 @@ def _before_call(model: Any, context: dict[str, Any], **_: Any) -> tuple[Any, di
     if message is None:
         return None
     code, status = _DENIED.get(model.service_model.service_name, ("AccessDeniedException", 400))
-    return _Denied(status), {"Error": {"Code": code, "Message": message},
-                             "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": {}}}
+    return _Denied(status), {
+        "Error": {"Code": code, "Message": message},
+        "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": {}},
+    }
 
 
 _installed = False
@@ -421,7 +482,7 @@ def enforce_from_environment() -> None:
 
 SAM_PYTHON = Path(__file__).resolve().parent.parent / ".venv-sam" / "bin" / "python"
 # SAM's transform runs in .venv-sam, with the aws-sam-translator `sam deploy` uses (its pins differ from the app's).
-_TRANSFORM = r'''
+_TRANSFORM = r"""
 import json, sys
 from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
@@ -432,7 +493,7 @@ for resource in template["Resources"].values():  # what `sam package` does: loca
         if isinstance(props.get(key), str) and not props[key].startswith("s3://"):
             props[key] = "s3://artifacts/" + props[key].strip("/")
 json.dump(transform(template, {}, None), sys.stdout, indent=1)
-'''
+"""
 
 
 def sam_transform(template_text: str) -> dict[str, Any]:
@@ -440,12 +501,18 @@ def sam_transform(template_text: str) -> dict[str, Any]:
     import subprocess
 
     if not SAM_PYTHON.exists():
-        raise RuntimeError(f"{SAM_PYTHON} is missing: the local stack reads each function's role from SAM's own "
-                           f"transform; `make dev` and `make test` create .venv-sam")
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"),
-           "AWS_DEFAULT_REGION": "us-east-1"}  # the transform needs a region for ARNs; it calls no AWS API
-    done = subprocess.run([str(SAM_PYTHON), "-c", _TRANSFORM], input=template_text, capture_output=True, text=True,
-                          env=env, timeout=120)
+        raise RuntimeError(
+            f"{SAM_PYTHON} is missing: the local stack reads each function's role from SAM's own "
+            f"transform; `make dev` and `make test` create .venv-sam"
+        )
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }  # the transform needs a region for ARNs; it calls no AWS API
+    done = subprocess.run(
+        [str(SAM_PYTHON), "-c", _TRANSFORM], input=template_text, capture_output=True, text=True, env=env, timeout=120
+    )
     if done.returncode:
         raise RuntimeError(f"SAM transform failed:\n{done.stderr}")
     return json.loads(done.stdout)
@@ -473,7 +540,7 @@ def _as_tags(value: Any) -> Any:
 
     if isinstance(value, dict):
         if len(value) == 1:
-            (key, arg), = value.items()
+            ((key, arg),) = value.items()
             if key == "Ref":
                 return _Tag("Ref", arg)
             if key.startswith("Fn::"):
@@ -508,14 +575,19 @@ def deployment_parameters(raw: dict[str, Any], environment: Mapping[str, str]) -
     for name, value in variables.items():
         if isinstance(value, _Tag) and value.name == "If":  # `!If [HasX, !Ref X, !Ref AWS::NoValue]`
             value = value.value[1]
-        if isinstance(value, _Tag) and value.name == "Ref" and value.value in raw.get("Parameters", {}) \
-                and name in environment:
+        if (
+            isinstance(value, _Tag)
+            and value.name == "Ref"
+            and value.value in raw.get("Parameters", {})
+            and name in environment
+        ):
             params[value.value] = str(environment[name])
     return params
 
 
-def sam_roles(tpl: Any, environment: Mapping[str, str], cache_dir: Path, template_text: str | None = None) -> dict[
-        str, Role]:
+def sam_roles(
+    tpl: Any, environment: Mapping[str, str], cache_dir: Path, template_text: str | None = None
+) -> dict[str, Role]:
     """Each function's execution role (by the function's logical id) and each schedule's (by the schedule's logical
     id), as SAM generates them for this local deployment (`template_text`: the template `tpl` was read from)."""
     from local.template import TEMPLATE, LocalNames, _Resolver
@@ -535,11 +607,15 @@ def sam_roles(tpl: Any, environment: Mapping[str, str], cache_dir: Path, templat
             return []
         policy = resources.get(str(name), {})
         if policy.get("Type") != "AWS::IAM::ManagedPolicy":
-            raise ValueError(f"{owner}: a managed policy the local stack cannot follow: {ref!r} (an AWS managed policy "
-                             f"of MANAGED_POLICIES, or an AWS::IAM::ManagedPolicy of the template)")
+            raise ValueError(
+                f"{owner}: a managed policy the local stack cannot follow: {ref!r} (an AWS managed policy "
+                f"of MANAGED_POLICIES, or an AWS::IAM::ManagedPolicy of the template)"
+            )
         if "Condition" in policy and not resolver.condition(policy["Condition"]):
-            raise ValueError(f"{owner}: managed policy {name} is not created in this deployment (its condition "
-                             f"{policy['Condition']} is false), so the deploy would fail")
+            raise ValueError(
+                f"{owner}: managed policy {name} is not created in this deployment (its condition "
+                f"{policy['Condition']} is false), so the deploy would fail"
+            )
         document = _without_novalue(resolver.resolve(_as_tags(policy["Properties"]["PolicyDocument"])))
         return [Statement.of(s) for s in _listed(document.get("Statement", []))]
 
@@ -557,8 +633,9 @@ def sam_roles(tpl: Any, environment: Mapping[str, str], cache_dir: Path, templat
                 statements += template_policy(arn, logical_id)
                 continue
             if arn not in MANAGED_POLICIES:
-                raise ValueError(f"{logical_id}: managed policy {arn} is unknown to the local stack (local/iam.py "
-                                 f"MANAGED_POLICIES)")
+                raise ValueError(
+                    f"{logical_id}: managed policy {arn} is unknown to the local stack (local/iam.py MANAGED_POLICIES)"
+                )
             statements += [Statement.of(s) for s in MANAGED_POLICIES[arn]]
         name = props.get("RoleName") or f"{session}-{logical_id}"
         return Role(str(resolver.resolve(_as_tags(name))), tuple(statements), session)
@@ -593,8 +670,10 @@ def check_event_sources(tpl: Any, roles: Mapping[str, Role]) -> None:
             function = props["FunctionName"]
             role = roles[function.value if isinstance(function, _Tag) else function]
             source = str(resolver.resolve(props["EventSourceArn"]))
-            needed = [(a, source) for a in (QUEUE_MAPPING_ACTIONS if source.startswith("arn:aws:sqs:") else
-                                             STREAM_MAPPING_ACTIONS)]
+            needed = [
+                (a, source)
+                for a in (QUEUE_MAPPING_ACTIONS if source.startswith("arn:aws:sqs:") else STREAM_MAPPING_ACTIONS)
+            ]
             destination = props.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
             if destination is not None:
                 needed.append(("sqs:SendMessage", str(resolver.resolve(destination))))

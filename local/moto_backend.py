@@ -65,12 +65,18 @@ def start_moto(tpl: Template, chaos: Chaos | None = None, freeze_heap: bool = Fa
     chaos = chaos or Chaos()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access line per moto call drowns the stack's logs
     throttle = (chaos.throttle_rate, chaos.seed) if chaos.throttle else None
-    server = SerializedMotoServer(ip_address="127.0.0.1", port=0, verbose=False, throttle=throttle,
-                                  freeze_heap=freeze_heap)
+    server = SerializedMotoServer(
+        ip_address="127.0.0.1", port=0, verbose=False, throttle=throttle, freeze_heap=freeze_heap
+    )
     # After the server's install() (moto_patches: the tests' standing clock): the stack's index runs on the wall clock.
-    moto_vectors.configure(moto_vectors.Replication(
-        lag_s=chaos.index_lag_s, clock=time.monotonic, seed=chaos.seed,
-        approximate=chaos.approximate_share if "approximate" in chaos.modes else 0.0))
+    moto_vectors.configure(
+        moto_vectors.Replication(
+            lag_s=chaos.index_lag_s,
+            clock=time.monotonic,
+            seed=chaos.seed,
+            approximate=chaos.approximate_share if "approximate" in chaos.modes else 0.0,
+        )
+    )
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
@@ -79,8 +85,9 @@ def start_moto(tpl: Template, chaos: Chaos | None = None, freeze_heap: bool = Fa
     # moto's state belongs to the process, shared by every server in it: start from a clean slate.
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")).close()
     create_resources(tpl, client("dynamodb", endpoint), client("s3", endpoint), client("sqs", endpoint))
-    return MotoBackend(server, endpoint, f"http://{functions_host}:{functions_port}",
-                       f"http://{background_host}:{background_port}")
+    return MotoBackend(
+        server, endpoint, f"http://{functions_host}:{functions_port}", f"http://{background_host}:{background_port}"
+    )
 
 
 def dev_json_path() -> Path:

@@ -33,13 +33,13 @@ from typing import Any
 
 import moto.backend_index as _backend_index
 import moto.dynamodb.urls as _dynamodb_urls
+from moto.core.responses import ActionResult
 from moto.dynamodb.exceptions import MockValidationException, ResourceNotFoundException
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.models.utilities import bytesize
 from moto.dynamodb.parsing.reserved_keywords import ReservedKeywords
-from moto.core.responses import ActionResult
 from moto.dynamodb.responses import DynamoHandler, DynamoResult, ProjectionExpressionParser, validate_put_has_empty_keys
 
 from local import moto_storage, moto_vectors
@@ -53,8 +53,10 @@ _undoable_transaction = moto_storage.transact_write_items
 
 def _attributes_size(attributes: dict[str, Any]) -> int:
     """Bytes of `attributes` as DynamoDB counts an item: names plus values (moto's own item-size rule)."""
-    return sum(bytesize(name) + (moto_storage.PackedNumbers.of(value) or DynamoType(value)).size()
-               for name, value in attributes.items())  # a vector sized from its strings (a DynamoType per number)
+    return sum(
+        bytesize(name) + (moto_storage.PackedNumbers.of(value) or DynamoType(value)).size()
+        for name, value in attributes.items()
+    )  # a vector sized from its strings (a DynamoType per number)
 
 
 def transaction_size(transact_items: list[dict[str, Any]]) -> int:
@@ -98,19 +100,23 @@ def _check_vector_index(index: dict[str, Any], attribute_types: dict[str, str]) 
         raise MockValidationException(
             "One or more parameter values were invalid: Some index key attributes are not defined in "
             f"AttributeDefinitions. Keys: [{', '.join(missing)}], AttributeDefinitions: "
-            f"[{', '.join(sorted(attribute_types))}]")
+            f"[{', '.join(sorted(attribute_types))}]"
+        )
     if len(_search_schema(index, "HASH")) > 1:
         raise MockValidationException(
-            f"One or more parameter values were invalid: vector index {index['IndexName']} has more than one HASH")
+            f"One or more parameter values were invalid: vector index {index['IndexName']} has more than one HASH"
+        )
     if len(set(names)) != len(names) or index["VectorAttribute"]["AttributeName"] in names:
         raise MockValidationException(
-            f"One or more parameter values were invalid: vector index {index['IndexName']} names an attribute twice")
+            f"One or more parameter values were invalid: vector index {index['IndexName']} names an attribute twice"
+        )
 
 
 def _key_attributes(body: dict[str, Any]) -> set[str]:
     schemas = [body.get("KeySchema") or []]
-    schemas += [i["KeySchema"] for kind in ("GlobalSecondaryIndexes", "LocalSecondaryIndexes")
-                for i in body.get(kind) or []]
+    schemas += [
+        i["KeySchema"] for kind in ("GlobalSecondaryIndexes", "LocalSecondaryIndexes") for i in body.get(kind) or []
+    ]
     return {key["AttributeName"] for schema in schemas for key in schema}
 
 
@@ -147,7 +153,8 @@ def _update_table(self: DynamoHandler) -> Any:
             index = update["Create"]
             if any(i["IndexName"] == index["IndexName"] for i in indexes):
                 raise MockValidationException(
-                    f"One or more parameter values were invalid: Index {index['IndexName']} already exists")
+                    f"One or more parameter values were invalid: Index {index['IndexName']} already exists"
+                )
             _check_vector_index(index, types)
             indexes.append(_copy.deepcopy(index))
             if table.items:  # DynamoDB backfills an index added to a table that holds items
@@ -167,8 +174,15 @@ def _describe(self: Table, base_key: str = "TableDescription") -> dict[str, Any]
     description = _original_describe(self, base_key)
     if vector_indexes(self):
         description[base_key]["VectorIndexes"] = [
-            {**_copy.deepcopy(i), **_index_status(self, i["IndexName"]), "IndexSizeBytes": 0, "ItemCount": 0,
-             "IndexArn": f"{self.table_arn}/index/{i['IndexName']}"} for i in vector_indexes(self)]
+            {
+                **_copy.deepcopy(i),
+                **_index_status(self, i["IndexName"]),
+                "IndexSizeBytes": 0,
+                "ItemCount": 0,
+                "IndexArn": f"{self.table_arn}/index/{i['IndexName']}",
+            }
+            for i in vector_indexes(self)
+        ]
     return description
 
 
@@ -184,10 +198,12 @@ def _check_vector(numbers: list[float] | None, dimensions: int, what: str) -> li
     if len(numbers) != dimensions:
         raise MockValidationException(
             f"One or more parameter values were invalid: {what} has {len(numbers)} dimensions, the vector index "
-            f"expects {dimensions}")
+            f"expects {dimensions}"
+        )
     if any(not math.isfinite(x) or abs(x) > _F32_MAX for x in numbers):
         raise MockValidationException(
-            f"One or more parameter values were invalid: {what} holds a number outside 32-bit float range")
+            f"One or more parameter values were invalid: {what} holds a number outside 32-bit float range"
+        )
     return list(array("f", numbers))  # the index keeps f32
 
 
@@ -205,12 +221,14 @@ def _put_item(self: Table, item_attrs: dict[str, Any], *args: Any, **kwargs: Any
                 raise MockValidationException(
                     "One or more parameter values were invalid: Type mismatch for Index Key "
                     f"{name} Expected: {types[name]} Actual: {next(iter(item_attrs[name]))} IndexName: "
-                    f"{index['IndexName']}")
+                    f"{index['IndexName']}"
+                )
     return moto_storage.put_item(self, item_attrs, *args, **kwargs)
 
 
-def parse_search_condition(expression: str | None, names: dict[str, str], values: dict[str, Any],
-                           allowed: set[str]) -> tuple[dict[str, list[DynamoType]], set[str], set[str]]:
+def parse_search_condition(
+    expression: str | None, names: dict[str, str], values: dict[str, Any], allowed: set[str]
+) -> tuple[dict[str, list[DynamoType]], set[str], set[str]]:
     """The equalities of a SearchConditionExpression: attribute -> values it must equal (all of them), plus the
     expression attribute names and values it used. Only `=` between an attribute of `allowed` (top level) and a
     value, joined by AND and grouped by parentheses, is accepted: anything else is DynamoDB's ValidationException."""
@@ -226,7 +244,8 @@ def parse_search_condition(expression: str | None, names: dict[str, str], values
         match = _TOKEN.match(text, position)
         if not match:
             raise MockValidationException(
-                f"Invalid SearchConditionExpression: Syntax error; token: \"{text[position:].strip()[:1]}\"")
+                f'Invalid SearchConditionExpression: Syntax error; token: "{text[position:].strip()[:1]}"'
+            )
         kind = match.lastgroup
         word = match.group(kind)
         tokens.append(("and", word) if kind == "name" and word.upper() == "AND" else (kind, word))
@@ -239,17 +258,21 @@ def parse_search_condition(expression: str | None, names: dict[str, str], values
         kind, word = token
         if kind == "value":
             if word not in values:
-                raise refuse(f"An expression attribute value used in expression is not defined; attribute value: "
-                             f"{word}")
+                raise refuse(
+                    f"An expression attribute value used in expression is not defined; attribute value: {word}"
+                )
             used_values.add(word)
             return "value", DynamoType(values[word])
         if kind != "name":
-            raise refuse("only the equality operator (=) between a search schema attribute and a value, joined by "
-                         "AND, is supported")
+            raise refuse(
+                "only the equality operator (=) between a search schema attribute and a value, joined by "
+                "AND, is supported"
+            )
         if word.startswith("#"):
             if word not in names:
-                raise refuse(f"An expression attribute name used in the document path is not defined; attribute "
-                             f"name: {word}")
+                raise refuse(
+                    f"An expression attribute name used in the document path is not defined; attribute name: {word}"
+                )
             used_names.add(word)
             attribute = names[word]
         else:
@@ -272,10 +295,12 @@ def parse_search_condition(expression: str | None, names: dict[str, str], values
             else:
                 if at + 3 > len(tokens):
                     raise refuse("Syntax error; the expression ends too early")
-                left, op, right = tokens[at:at + 3]
+                left, op, right = tokens[at : at + 3]
                 if op != ("op", "="):
-                    raise refuse("only the equality operator (=) between a search schema attribute and a value, "
-                                 "joined by AND, is supported")
+                    raise refuse(
+                        "only the equality operator (=) between a search schema attribute and a value, "
+                        "joined by AND, is supported"
+                    )
                 sides = dict([operand(left), operand(right)]) if {left[0], right[0]} == {"name", "value"} else None
                 if sides is None:
                     raise refuse("an equality compares one search schema attribute with one value")
@@ -286,8 +311,10 @@ def parse_search_condition(expression: str | None, names: dict[str, str], values
                 continue
             if at == len(tokens) or (depth and tokens[at] == ("op", ")")):
                 return at
-            raise refuse("only the equality operator (=) between a search schema attribute and a value, joined by "
-                         "AND, is supported")
+            raise refuse(
+                "only the equality operator (=) between a search schema attribute and a value, joined by "
+                "AND, is supported"
+            )
 
     conjunction(0, 0)
     return equalities, used_names, used_values
@@ -300,33 +327,53 @@ def _vector_index(table: Table, index_name: str) -> dict[str, Any]:
     return index
 
 
-Nearest = Callable[[Table, dict[str, Any], list[float], int, dict[str, list[DynamoType]]],
-                   list[tuple[Item, float]]]
+Nearest = Callable[[Table, dict[str, Any], list[float], int, dict[str, list[DynamoType]]], list[tuple[Item, float]]]
 
 
-def search_vectors(self: DynamoDBBackend, table_name: str, index_name: str, search_vector: list[Any], top_k: int,
-                   equalities: dict[str, list[DynamoType]],
-                   projection: list[list[str]]) -> list[tuple[dict[str, Any], float]]:
+def search_vectors(
+    self: DynamoDBBackend,
+    table_name: str,
+    index_name: str,
+    search_vector: list[Any],
+    top_k: int,
+    equalities: dict[str, list[DynamoType]],
+    projection: list[list[str]],
+) -> list[tuple[dict[str, Any], float]]:
     """SearchVectors: the `top_k` items of the index nearest to `search_vector` (smallest COSINE or EUCLIDEAN score,
     largest DOT_PRODUCT) whose search schema attributes equal the values of `equalities` (parse_search_condition's);
     each as (its projected attributes, its score). It reads the partition the HASH attribute's value names, from
     matrices the table's writes reach `lag_s` after they are made; exact unless `approximate` (moto_vectors)."""
-    return _search_vectors(self, table_name, index_name, search_vector, top_k, equalities, projection,
-                           moto_vectors.nearest)
+    return _search_vectors(
+        self, table_name, index_name, search_vector, top_k, equalities, projection, moto_vectors.nearest
+    )
 
 
-def search_vectors_reference(self: DynamoDBBackend, table_name: str, index_name: str, search_vector: list[Any],
-                             top_k: int, equalities: dict[str, list[DynamoType]],
-                             projection: list[list[str]]) -> list[tuple[dict[str, Any], float]]:
+def search_vectors_reference(
+    self: DynamoDBBackend,
+    table_name: str,
+    index_name: str,
+    search_vector: list[Any],
+    top_k: int,
+    equalities: dict[str, list[DynamoType]],
+    projection: list[list[str]],
+) -> list[tuple[dict[str, Any], float]]:
     """`search_vectors` by brute force over the whole table as it is now, as it was first written: what the tests
     compare it with (once the index has settled)."""
-    return _search_vectors(self, table_name, index_name, search_vector, top_k, equalities, projection,
-                           moto_vectors.nearest_reference)
+    return _search_vectors(
+        self, table_name, index_name, search_vector, top_k, equalities, projection, moto_vectors.nearest_reference
+    )
 
 
-def _search_vectors(self: DynamoDBBackend, table_name: str, index_name: str, search_vector: list[Any], top_k: int,
-                    equalities: dict[str, list[DynamoType]], projection: list[list[str]],
-                    nearest: Nearest) -> list[tuple[dict[str, Any], float]]:
+def _search_vectors(
+    self: DynamoDBBackend,
+    table_name: str,
+    index_name: str,
+    search_vector: list[Any],
+    top_k: int,
+    equalities: dict[str, list[DynamoType]],
+    projection: list[list[str]],
+    nearest: Nearest,
+) -> list[tuple[dict[str, Any], float]]:
     table = self.get_table(table_name)
     index = _vector_index(table, index_name)
     if not 1 <= top_k <= moto_vectors.MAX_TOP_K:  # (botocore refuses below 1 itself)
@@ -338,7 +385,8 @@ def _search_vectors(self: DynamoDBBackend, table_name: str, index_name: str, sea
     if missing:
         raise MockValidationException(
             f"Invalid SearchConditionExpression: the HASH attribute {missing[0]} of vector index {index_name} must be "
-            "given a value with =")
+            "given a value with ="
+        )
     projected = _projected_names(table, index)
     results = []
     for item, score in nearest(table, index, query, top_k, equalities):
@@ -367,17 +415,24 @@ def _search_vectors_action(self: DynamoHandler) -> Any:
     parser = ProjectionExpressionParser(self._get_projection_expression(), names)
     projection = parser.parse()
     equalities, used_names, used_values = parse_search_condition(
-        body.get("SearchConditionExpression"), names, values,
-        set(_search_schema(index, "HASH") + _search_schema(index, "INLINE_FILTER")))
+        body.get("SearchConditionExpression"),
+        names,
+        values,
+        set(_search_schema(index, "HASH") + _search_schema(index, "INLINE_FILTER")),
+    )
     # As in every DynamoDB request, each expression attribute name and value given must be used.
-    for kind, unused in (("Names", set(names) - used_names - set(parser.expr_attr_names_found)),
-                         ("Values", set(values) - used_values)):
+    for kind, unused in (
+        ("Names", set(names) - used_names - set(parser.expr_attr_names_found)),
+        ("Values", set(values) - used_values),
+    ):
         if unused:
             keys = ", ".join(sorted(unused))
-            raise MockValidationException(f"Value provided in ExpressionAttribute{kind} unused in expressions: "
-                                          f"keys: {{{keys}}}")
-    results = self.dynamodb_backend.search_vectors(body["TableName"], body["IndexName"], body["SearchVector"],
-                                                   int(body["TopK"]), equalities, projection)
+            raise MockValidationException(
+                f"Value provided in ExpressionAttribute{kind} unused in expressions: keys: {{{keys}}}"
+            )
+    results = self.dynamodb_backend.search_vectors(
+        body["TableName"], body["IndexName"], body["SearchVector"], int(body["TopK"]), equalities, projection
+    )
     return DynamoResult({"SearchResults": [{"Item": item, "Score": score} for item, score in results]})
 
 
@@ -391,9 +446,11 @@ def _route_search_host() -> None:
 
 
 MAX_BATCH_WRITES = 25
-_BATCH_TOO_LARGE = ("1 validation error detected: Value at 'requestItems' failed to satisfy constraint: Map value must "
-                    "satisfy constraint: [Member must have length less than or equal to 25, Member must have length "
-                    "greater than or equal to 1]")
+_BATCH_TOO_LARGE = (
+    "1 validation error detected: Value at 'requestItems' failed to satisfy constraint: Map value must "
+    "satisfy constraint: [Member must have length less than or equal to 25, Member must have length "
+    "greater than or equal to 1]"
+)
 
 
 def _batch_write_item(self: DynamoHandler) -> Any:
@@ -406,12 +463,17 @@ def _batch_write_item(self: DynamoHandler) -> Any:
         table = self.dynamodb_backend.get_table(table_name)
         key_names = [n for n in (table.hash_key_attr, table.range_key_attr) if n]
         for request in requests:
-            (kind, body), = request.items()
+            ((kind, body),) = request.items()
             attributes = body["Item"] if kind == "PutRequest" else body["Key"]
             if kind == "PutRequest":
-                validate_put_has_empty_keys(attributes, table, custom_error_msg=(
-                    "One or more parameter values are not valid. The AttributeValue for a key attribute cannot "
-                    "contain an empty string value. Key: {}"))
+                validate_put_has_empty_keys(
+                    attributes,
+                    table,
+                    custom_error_msg=(
+                        "One or more parameter values are not valid. The AttributeValue for a key attribute cannot "
+                        "contain an empty string value. Key: {}"
+                    ),
+                )
                 puts.append((table_name, attributes))
             else:
                 deletes.append((table_name, attributes))
@@ -453,9 +515,11 @@ def check_moto_version(installed: str | None = None) -> None:
 
     installed = installed or version("moto")
     if installed != MOTO_VERSION:
-        raise RuntimeError(f"local/ replaces moto {MOTO_VERSION}'s internals, but moto {installed} is installed: pin "
-                           f"moto=={MOTO_VERSION} (requirements-dev.txt), or check the repairs against {installed} "
-                           f"(tests/local) and raise MOTO_VERSION")
+        raise RuntimeError(
+            f"local/ replaces moto {MOTO_VERSION}'s internals, but moto {installed} is installed: pin "
+            f"moto=={MOTO_VERSION} (requirements-dev.txt), or check the repairs against {installed} "
+            f"(tests/local) and raise MOTO_VERSION"
+        )
 
 
 _version_checked = False

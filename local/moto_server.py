@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from http import HTTPStatus
 from typing import Any
 
+import werkzeug.serving
 from botocore.exceptions import ClientError
 from moto import backends as _moto_backends
 from moto.core import responses as _moto_responses
@@ -41,14 +42,16 @@ from moto.core.request import Request
 from moto.dynamodb.responses import DynamoHandler
 from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
-from moto.moto_server.werkzeug_app import (PRESERVED_HEADER_NAMES_ENVIRON_KEY, DomainDispatcherApplication,
-                                          MotoRequestHandler, create_backend_app)
-import werkzeug.serving
+from moto.moto_server.werkzeug_app import (
+    PRESERVED_HEADER_NAMES_ENVIRON_KEY,
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
 from werkzeug.exceptions import InternalServerError
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from local import moto_patches
-
 
 
 def install() -> None:
@@ -59,7 +62,8 @@ def install() -> None:
     # moto's dispatcher lists its package directory on every request to recognise a service name: they never change.
     if not hasattr(_moto_backends.list_of_moto_modules, "cache_info"):
         _moto_backends.list_of_moto_modules = functools.cache(
-            lambda listed=_moto_backends.list_of_moto_modules: tuple(listed()))
+            lambda listed=_moto_backends.list_of_moto_modules: tuple(listed())
+        )
     # ... and lists a handler class's methods (inspect.getmembers) to check the action is one: after moto_patches
     # (which adds SearchVectors) they never change either.
     if not hasattr(_moto_responses.method_names_from_class, "cache_info"):
@@ -93,8 +97,13 @@ class Turns:
     idle, all of it (in AWS each function has capacity of its own).
     """
 
-    def __init__(self, quiet_s: float = 0.02, share: float = 0.25, burst_s: float = 0.1,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        quiet_s: float = 0.02,
+        share: float = 0.25,
+        burst_s: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._lock = threading.Lock()
         # One condition per kind: a turn ending wakes one waiter, of the kind that goes next (waking every waiting
         # request, each to find it must wait again, took a twentieth of moto's time under an import).
@@ -186,8 +195,9 @@ class DirectCalls:
         data = body.encode() if isinstance(body, str) else bytes(body or b"")
         headers = {str(k): str(v) for k, v in headers.items() if str(k).lower() not in ("status", "content-length")}
         headers.setdefault("Content-Type", "text/html; charset=utf-8")
-        start_response(f"{status} {HTTPStatus(int(status)).phrase}",
-                       [*headers.items(), ("Content-Length", str(len(data)))])
+        start_response(
+            f"{status} {HTTPStatus(int(status)).phrase}", [*headers.items(), ("Content-Length", str(len(data)))]
+        )
         return [data]
 
 
@@ -251,19 +261,27 @@ class Throttling:
         if not refuse:
             return self.app(environ, start_response)
         body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))  # read: the connection is reused
-        operation = target[len(_DYNAMODB):]
+        operation = target[len(_DYNAMODB) :]
         if operation == "TransactWriteItems" and roll < 0.5:
             error = self._cancelled(body, pick)
         elif roll < 0.75:
             error = {"__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException", "message": THROUGHPUT_MESSAGE}
         else:
-            error = {"__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
-                     "message": PROVISIONED_MESSAGE}
+            error = {
+                "__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+                "message": PROVISIONED_MESSAGE,
+            }
         with self._lock:
             self.refused += 1
         data = json.dumps(error).encode()
-        start_response("400 Bad Request", [("Content-Type", "application/x-amz-json-1.0"),
-                                           ("Content-Length", str(len(data))), ("x-amzn-RequestId", str(uuid.uuid4()))])
+        start_response(
+            "400 Bad Request",
+            [
+                ("Content-Type", "application/x-amz-json-1.0"),
+                ("Content-Length", str(len(data))),
+                ("x-amzn-RequestId", str(uuid.uuid4())),
+            ],
+        )
         return [data]
 
     @staticmethod
@@ -328,7 +346,7 @@ class _Replay(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         data = self.read(len(buffer))
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         return len(data)
 
 
@@ -407,8 +425,12 @@ class _RequestHandler(MotoRequestHandler):
             body = b"".join(InternalServerError()(environ, start_response))
             self.close_connection = True
         status, headers = answer
-        lines = [f"{self.protocol_version} {status}", f"Server: {self.server_version}",
-                 f"Date: {_http_date()}", *(f"{k}: {v}" for k, v in headers)]
+        lines = [
+            f"{self.protocol_version} {status}",
+            f"Server: {self.server_version}",
+            f"Date: {_http_date()}",
+            *(f"{k}: {v}" for k, v in headers),
+        ]
         if not any(k.lower() == "content-length" for k, _ in headers):
             lines.append(f"Content-Length: {len(body)}")
         self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
@@ -434,20 +456,42 @@ class _RequestHandler(MotoRequestHandler):
             value = value.strip(" \t\r\n")
             environ[key] = f"{environ[key]},{value}" if key in environ else value
         length = environ.get("CONTENT_LENGTH", "")
-        if ("HTTP_X_AMZ_TARGET" not in environ or not length.isdigit() or "HTTP_TRANSFER_ENCODING" in environ
-                or "HTTP_EXPECT" in environ or "?" in target or "%" in target):
+        if (
+            "HTTP_X_AMZ_TARGET" not in environ
+            or not length.isdigit()
+            or "HTTP_TRANSFER_ENCODING" in environ
+            or "HTTP_EXPECT" in environ
+            or "?" in target
+            or "%" in target
+        ):
             return None
         self.command, self.path, self.request_version = method, target, version
         self.close_connection = environ.get("HTTP_CONNECTION", "").lower() == "close"
-        environ.update({
-            "wsgi.version": (1, 0), "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(self.rfile.read(int(length))),
-            "wsgi.errors": sys.stderr, "wsgi.multithread": self.server.multithread,
-            "wsgi.multiprocess": self.server.multiprocess, "wsgi.run_once": False, "werkzeug.socket": self.connection,
-            "SERVER_SOFTWARE": self.server_version, "REQUEST_METHOD": method, "SCRIPT_NAME": "", "PATH_INFO": target,
-            "QUERY_STRING": "", "REQUEST_URI": target, "RAW_URI": target, "REMOTE_ADDR": self.client_address[0],
-            "REMOTE_PORT": self.client_address[1], "SERVER_NAME": self.server.server_address[0],
-            "SERVER_PORT": str(self.server.server_address[1]), "SERVER_PROTOCOL": version,
-            PRESERVED_HEADER_NAMES_ENVIRON_KEY: {}})
+        environ.update(
+            {
+                "wsgi.version": (1, 0),
+                "wsgi.url_scheme": "http",
+                "wsgi.input": io.BytesIO(self.rfile.read(int(length))),
+                "wsgi.errors": sys.stderr,
+                "wsgi.multithread": self.server.multithread,
+                "wsgi.multiprocess": self.server.multiprocess,
+                "wsgi.run_once": False,
+                "werkzeug.socket": self.connection,
+                "SERVER_SOFTWARE": self.server_version,
+                "REQUEST_METHOD": method,
+                "SCRIPT_NAME": "",
+                "PATH_INFO": target,
+                "QUERY_STRING": "",
+                "REQUEST_URI": target,
+                "RAW_URI": target,
+                "REMOTE_ADDR": self.client_address[0],
+                "REMOTE_PORT": self.client_address[1],
+                "SERVER_NAME": self.server.server_address[0],
+                "SERVER_PORT": str(self.server.server_address[1]),
+                "SERVER_PROTOCOL": version,
+                PRESERVED_HEADER_NAMES_ENVIRON_KEY: {},
+            }
+        )
         return environ
 
     def run_wsgi(self) -> None:
@@ -489,8 +533,7 @@ class SerializedMotoServer(ThreadedMotoServer):
     `Throttling` (`functions_address`), and the background port throttles the same way.
     """
 
-    def __init__(self, *args: Any, throttle: tuple[float, int] | None = None, freeze_heap: bool = False,
-                 **kwargs: Any):
+    def __init__(self, *args: Any, throttle: tuple[float, int] | None = None, freeze_heap: bool = False, **kwargs: Any):
         install()
         super().__init__(*args, **kwargs)
         self._throttle = throttle

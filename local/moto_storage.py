@@ -52,11 +52,10 @@ import moto.dynamodb.comparisons as _comparisons
 import moto.dynamodb.models as _backend_module
 import moto.dynamodb.responses as _responses_module
 from moto.core.responses import ActionResult
-from moto.core.utils import utcnow
-from moto.moto_api._internal import mock_random
 from moto.core.serialize import TimestampSerializer
-from moto.dynamodb.models import DynamoDBBackend
+from moto.core.utils import utcnow
 from moto.dynamodb.exceptions import ConditionalCheckFailed, ItemSizeTooLarge, ItemSizeToUpdateTooLarge
+from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 from moto.dynamodb.models.table import RESULT_SIZE_LIMIT, StreamRecord, Table
 from moto.dynamodb.models.utilities import bytesize, dynamo_json_dump
@@ -66,6 +65,7 @@ from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 from moto.dynamodb.parsing.reserved_keywords import ReservedKeywords
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
 from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
+from moto.moto_api._internal import mock_random
 
 Key = tuple[DynamoType, "DynamoType | None"]
 Listener = Callable[[Table, DynamoType, "DynamoType | None"], None]
@@ -138,8 +138,9 @@ def _get(table: Table, hash_key: DynamoType, range_key: DynamoType | None) -> It
     return partition.get(range_key) if table.range_key_attr else partition
 
 
-def _file(indexes: _TableIndexes, name: str, buckets: dict[DynamoType, set[Key]], key: Key, item: Item | None,
-          attribute: str) -> None:
+def _file(
+    indexes: _TableIndexes, name: str, buckets: dict[DynamoType, set[Key]], key: Key, item: Item | None, attribute: str
+) -> None:
     placed = indexes.placed[name]
     old = placed.pop(key, None)
     if old is not None:
@@ -210,8 +211,10 @@ def _keys_of(table: Table, key: dict[str, Any]) -> Key | None:
     return hash_key, range_key
 
 
-_ADDS = re.compile(r"\s*ADD\s+([A-Za-z][A-Za-z0-9_]*\s+:[A-Za-z0-9_]+"
-                   r"(?:\s*,\s*[A-Za-z][A-Za-z0-9_]*\s+:[A-Za-z0-9_]+)*)\s*")
+_ADDS = re.compile(
+    r"\s*ADD\s+([A-Za-z][A-Za-z0-9_]*\s+:[A-Za-z0-9_]+"
+    r"(?:\s*,\s*[A-Za-z][A-Za-z0-9_]*\s+:[A-Za-z0-9_]+)*)\s*"
+)
 _INTEGER = re.compile(r"-?[0-9]{1,38}")
 
 
@@ -220,9 +223,16 @@ def _reserved() -> frozenset[str]:
     return frozenset(ReservedKeywords.get_reserved_keywords())
 
 
-def _counters(table: Table, item: Item | None, update_expression: str | None, names: dict[str, Any] | None,
-              values: dict[str, Any] | None, attribute_updates: Any, expected: Any, condition: str | None,
-              ) -> list[tuple[str, int]] | None:
+def _counters(
+    table: Table,
+    item: Item | None,
+    update_expression: str | None,
+    names: dict[str, Any] | None,
+    values: dict[str, Any] | None,
+    attribute_updates: Any,
+    expected: Any,
+    condition: str | None,
+) -> list[tuple[str, int]] | None:
     """The (attribute, increment) pairs of an update that only ADDs integers to plain top-level attributes, none of
     them a key or reserved word, none of them stored as anything but an integer, every value used once: a counter
     bump, which moto's expression machinery (an AST deep-copied and walked by ten processors, a quadratic overlap
@@ -235,8 +245,12 @@ def _counters(table: Table, item: Item | None, update_expression: str | None, na
     pairs = [part.split() for part in matched.group(1).split(",")]
     keys = {a["AttributeName"] for a in table.attr}
     attributes = [a for a, _ in pairs]
-    if (len(set(attributes)) != len(attributes) or {v for _, v in pairs} != set(values)
-            or keys.intersection(attributes) or any(a.upper() in _reserved() for a in attributes)):
+    if (
+        len(set(attributes)) != len(attributes)
+        or {v for _, v in pairs} != set(values)
+        or keys.intersection(attributes)
+        or any(a.upper() in _reserved() for a in attributes)
+    ):
         return None
     bumps = []
     for attribute, placeholder in pairs:
@@ -250,16 +264,24 @@ def _counters(table: Table, item: Item | None, update_expression: str | None, na
     return bumps
 
 
-_MARKED = re.compile(r"\s*ADD\s+(?P<adds>#\w+\s+:\w+(?:\s*,\s*#\w+\s+:\w+)*)"
-                     r"\s+SET\s+(?P<set>#\w+)\s*=\s*(?P<value>:\w+)\s*")
+_MARKED = re.compile(
+    r"\s*ADD\s+(?P<adds>#\w+\s+:\w+(?:\s*,\s*#\w+\s+:\w+)*)"
+    r"\s+SET\s+(?P<set>#\w+)\s*=\s*(?P<value>:\w+)\s*"
+)
 _UNMARK = re.compile(r"\s*REMOVE\s+(?P<remove>#\w+)\s*")
 _CHECK = re.compile(r"(attribute_exists|attribute_not_exists)\((#\w+|[A-Za-z][A-Za-z0-9_]*)\)")
 
 
-def _marks(table: Table, item: Item | None, update_expression: str | None, names: dict[str, Any] | None,
-           values: dict[str, Any] | None, attribute_updates: Any, expected: Any, condition: str | None,
-           ) -> tuple[list[tuple[str, DynamoType]], list[tuple[str, DynamoType]], list[str],
-                      list[tuple[str, bool]]] | None:
+def _marks(
+    table: Table,
+    item: Item | None,
+    update_expression: str | None,
+    names: dict[str, Any] | None,
+    values: dict[str, Any] | None,
+    attribute_updates: Any,
+    expected: Any,
+    condition: str | None,
+) -> tuple[list[tuple[str, DynamoType]], list[tuple[str, DynamoType]], list[str], list[tuple[str, bool]]] | None:
     """The plan of a search-index counter update (precis.store.text_index): `ADD #a :a, … SET #w = :one` (integers or
     number sets added, a mark set) or `REMOVE #w`, on condition of `attribute_(not_)exists` checks joined by AND;
     (adds, sets, removes, checks). moto's expression machinery takes milliseconds for each; anything else, or any
@@ -293,8 +315,11 @@ def _marks(table: Table, item: Item | None, update_expression: str | None, names
             return None
         checks.append((names.get(name, name) if name.startswith("#") else name, found.group(1) == "attribute_exists"))
     used_values = [v for _, v in pairs] + [v for _, v in sets]
-    if set(used_names) != set(names) or set(used_values) != set(values or {}) \
-            or not all(n in names for n in used_names):
+    if (
+        set(used_names) != set(names)
+        or set(used_values) != set(values or {})
+        or not all(n in names for n in used_names)
+    ):
         return None
     targets = [names[n] for n, _ in pairs] + [names[n] for n, _ in sets] + [names[n] for n in removes]
     keys = {a["AttributeName"] for a in table.attr} | {table.hash_key_attr, table.range_key_attr}
@@ -309,8 +334,12 @@ def _marks(table: Table, item: Item | None, update_expression: str | None, names
                 return None
             total = (int(stored.value) if stored is not None else 0) + int(value["N"])
             adds.append((attribute, DynamoType({"N": str(total)})))
-        elif (isinstance(value, dict) and list(value) == ["NS"] and value["NS"]
-              and all(isinstance(v, str) and _INTEGER.fullmatch(v) for v in value["NS"])):
+        elif (
+            isinstance(value, dict)
+            and list(value) == ["NS"]
+            and value["NS"]
+            and all(isinstance(v, str) and _INTEGER.fullmatch(v) for v in value["NS"])
+        ):
             if stored is not None and stored.type != "NS":
                 return None
             current = list(stored.value) if stored is not None else []
@@ -326,9 +355,13 @@ def _marks(table: Table, item: Item | None, update_expression: str | None, names
     return adds, set_values, [names[n] for n in removes], checks
 
 
-def _apply_marks(table: Table, key: dict[str, Any], keys: Key, item: Item | None,
-                 plan: tuple[list[tuple[str, DynamoType]], list[tuple[str, DynamoType]], list[str],
-                             list[tuple[str, bool]]]) -> Item:
+def _apply_marks(
+    table: Table,
+    key: dict[str, Any],
+    keys: Key,
+    item: Item | None,
+    plan: tuple[list[tuple[str, DynamoType]], list[tuple[str, DynamoType]], list[str], list[tuple[str, bool]]],
+) -> Item:
     """What moto's update_item does for a `_marks` plan: the checks on the item as it is (a missing item has no
     attribute), then written as moto writes (`_write_attributes`)."""
     adds, sets, removes, checks = plan
@@ -345,14 +378,28 @@ def _update_item(self: DynamoDBBackend, table_name: str, key: dict[str, Any], *a
         keys = _keys_of(table, key) if table is not None and not args else None
         if keys is not None and not getattr(_local, "reference", False):
             item = _get(table, *keys)
-            bumps = _counters(table, item, kwargs.get("update_expression"), kwargs.get("expression_attribute_names"),
-                              kwargs.get("expression_attribute_values"), kwargs.get("attribute_updates"),
-                              kwargs.get("expected"), kwargs.get("condition_expression"))
+            bumps = _counters(
+                table,
+                item,
+                kwargs.get("update_expression"),
+                kwargs.get("expression_attribute_names"),
+                kwargs.get("expression_attribute_values"),
+                kwargs.get("attribute_updates"),
+                kwargs.get("expected"),
+                kwargs.get("condition_expression"),
+            )
             if bumps is not None:
                 return _add_counters(table, key, keys, item, bumps)
-            plan = _marks(table, item, kwargs.get("update_expression"), kwargs.get("expression_attribute_names"),
-                          kwargs.get("expression_attribute_values"), kwargs.get("attribute_updates"),
-                          kwargs.get("expected"), kwargs.get("condition_expression"))
+            plan = _marks(
+                table,
+                item,
+                kwargs.get("update_expression"),
+                kwargs.get("expression_attribute_names"),
+                kwargs.get("expression_attribute_values"),
+                kwargs.get("attribute_updates"),
+                kwargs.get("expected"),
+                kwargs.get("condition_expression"),
+            )
             if plan is not None:
                 return _apply_marks(table, key, keys, item, plan)
         _local.updating = table  # the one Item moto's update_item deep-copies: the item before it (`_before`)
@@ -367,10 +414,21 @@ def _update_item(self: DynamoDBBackend, table_name: str, key: dict[str, Any], *a
             touched(table, *keys)
 
 
-_MARK_FIELDS = frozenset({"TableName", "Key", "UpdateExpression", "ExpressionAttributeNames",
-                          "ExpressionAttributeValues", "ConditionExpression", "ReturnValues", "ReturnConsumedCapacity"})
-_BUMP_FIELDS = frozenset({"TableName", "Key", "UpdateExpression", "ExpressionAttributeValues", "ReturnValues",
-                          "ReturnConsumedCapacity"})
+_MARK_FIELDS = frozenset(
+    {
+        "TableName",
+        "Key",
+        "UpdateExpression",
+        "ExpressionAttributeNames",
+        "ExpressionAttributeValues",
+        "ConditionExpression",
+        "ReturnValues",
+        "ReturnConsumedCapacity",
+    }
+)
+_BUMP_FIELDS = frozenset(
+    {"TableName", "Key", "UpdateExpression", "ExpressionAttributeValues", "ReturnValues", "ReturnConsumedCapacity"}
+)
 
 
 def _update_item_action(self: DynamoHandler) -> Any:
@@ -380,29 +438,53 @@ def _update_item_action(self: DynamoHandler) -> Any:
     straight to the backend."""
     body = self.body
     table = self.dynamodb_backend.tables.get(body.get("TableName"))
-    if (table is not None and not getattr(_local, "reference", False) and set(body) <= _BUMP_FIELDS
-            and body.get("ReturnValues", "NONE") == "NONE" and isinstance(body.get("Key"), dict)
-            and set(body["Key"]) == {a for a in (table.hash_key_attr, table.range_key_attr) if a}):
+    if (
+        table is not None
+        and not getattr(_local, "reference", False)
+        and set(body) <= _BUMP_FIELDS
+        and body.get("ReturnValues", "NONE") == "NONE"
+        and isinstance(body.get("Key"), dict)
+        and set(body["Key"]) == {a for a in (table.hash_key_attr, table.range_key_attr) if a}
+    ):
         keys = _keys_of(table, body["Key"])
         expression, values = body.get("UpdateExpression"), body.get("ExpressionAttributeValues")
-        if keys is not None and _counters(table, _get(table, *keys), expression, None, values, None, None,
-                                          None) is not None:
+        if (
+            keys is not None
+            and _counters(table, _get(table, *keys), expression, None, values, None, None, None) is not None
+        ):
             # the backend's update_item applies it as a bump (`_update_item`), and tells the listeners
-            self.dynamodb_backend.update_item(body["TableName"], body["Key"], update_expression=expression,
-                                              expression_attribute_names=None, expression_attribute_values=values)
+            self.dynamodb_backend.update_item(
+                body["TableName"],
+                body["Key"],
+                update_expression=expression,
+                expression_attribute_names=None,
+                expression_attribute_values=values,
+            )
             return DynamoResult({"ConsumedCapacity": {"TableName": body["TableName"], "CapacityUnits": 0.5}})
-    if (table is not None and not getattr(_local, "reference", False) and set(body) <= _MARK_FIELDS
-            and body.get("ReturnValues", "NONE") == "NONE" and isinstance(body.get("Key"), dict)
-            and set(body["Key"]) == {a for a in (table.hash_key_attr, table.range_key_attr) if a}):
+    if (
+        table is not None
+        and not getattr(_local, "reference", False)
+        and set(body) <= _MARK_FIELDS
+        and body.get("ReturnValues", "NONE") == "NONE"
+        and isinstance(body.get("Key"), dict)
+        and set(body["Key"]) == {a for a in (table.hash_key_attr, table.range_key_attr) if a}
+    ):
         keys = _keys_of(table, body["Key"])
         expression, values = body.get("UpdateExpression"), body.get("ExpressionAttributeValues")
         names, condition = body.get("ExpressionAttributeNames"), body.get("ConditionExpression")
-        if keys is not None and _marks(table, _get(table, *keys), expression, names, values, None, None,
-                                       condition) is not None:
+        if (
+            keys is not None
+            and _marks(table, _get(table, *keys), expression, names, values, None, None, condition) is not None
+        ):
             # the backend's update_item applies it (`_update_item`), and tells the listeners
-            self.dynamodb_backend.update_item(body["TableName"], body["Key"], update_expression=expression,
-                                              expression_attribute_names=names, expression_attribute_values=values,
-                                              condition_expression=condition)
+            self.dynamodb_backend.update_item(
+                body["TableName"],
+                body["Key"],
+                update_expression=expression,
+                expression_attribute_names=names,
+                expression_attribute_values=values,
+                condition_expression=condition,
+            )
             return DynamoResult({"ConsumedCapacity": {"TableName": body["TableName"], "CapacityUnits": 0.5}})
     _local.unanswered = body.get("ReturnValues", "NONE") == "NONE" and not getattr(_local, "reference", False)
     try:
@@ -411,24 +493,36 @@ def _update_item_action(self: DynamoHandler) -> Any:
         _local.unanswered = False
 
 
-def _add_counters(table: Table, key: dict[str, Any], keys: Key, item: Item | None,
-                  bumps: list[tuple[str, int]]) -> Item:
+def _add_counters(
+    table: Table, key: dict[str, Any], keys: Key, item: Item | None, bumps: list[tuple[str, int]]
+) -> Item:
     """What moto's update_item does for a counter bump: each counter added to (absent counts as 0), then written as
     moto writes (`_write_attributes`)."""
-    totals = [(a, DynamoType({"N": str((int(item.attrs[a].value) if item is not None and a in item.attrs else 0)
-                                        + n)})) for a, n in bumps]
+    totals = [
+        (a, DynamoType({"N": str((int(item.attrs[a].value) if item is not None and a in item.attrs else 0) + n)}))
+        for a, n in bumps
+    ]
     return _write_attributes(table, key, keys, item, totals, [])
 
 
-def _write_attributes(table: Table, key: dict[str, Any], keys: Key, item: Item | None,
-                      written: list[tuple[str, DynamoType]], removes: list[str]) -> Item:
+def _write_attributes(
+    table: Table,
+    key: dict[str, Any],
+    keys: Key,
+    item: Item | None,
+    written: list[tuple[str, DynamoType]],
+    removes: list[str],
+) -> Item:
     """What moto's update_item does once its expression is worked out: the 400 KB refusal (moto's LimitedSizeDict
     check for each attribute set, without its half-applied update when one fails: DynamoDB writes all or nothing),
     a missing item put first (its key alone, through Table.put_item, with moto's stream record), the attributes set
     and removed, then the stream record of the update."""
     original = _before(table, item)
-    stored = {a: v.size() for a, v in item.attrs.items()} if item is not None else {
-        k: DynamoType(v).size() for k, v in key.items()}
+    stored = (
+        {a: v.size() for a, v in item.attrs.items()}
+        if item is not None
+        else {k: DynamoType(v).size() for k, v in key.items()}
+    )
     size = sum(bytesize(a) + n for a, n in stored.items())
     for attribute, value in written:
         if size + bytesize(attribute) + value.size() > _ITEM_LIMIT:
@@ -506,8 +600,9 @@ def transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, A
             if keys is not None:
                 item = _get(table, *keys)
                 undo.append((table, keys, copy.deepcopy(item) if item is not None else None, keys[0] in table.items))
-    shards = {id(t): (t, t.stream_shard, len(t.stream_shard.items))
-              for t, _, _, _ in undo if t.stream_shard is not None}
+    shards = {
+        id(t): (t, t.stream_shard, len(t.stream_shard.items)) for t, _, _, _ in undo if t.stream_shard is not None
+    }
     _local.transaction = True
     try:
         return _MOTO["transact_write_items"](self, transact_items)
@@ -529,8 +624,9 @@ def all_or_nothing(named: list[tuple[Table, dict[str, Any]]]) -> Iterator[None]:
         keys = _keys_of(table, attributes)
         if keys is not None:
             before.append((table, keys, _get(table, *keys), keys[0] in table.items))
-    shards = {id(t): (t, t.stream_shard, len(t.stream_shard.items))
-              for t, _, _, _ in before if t.stream_shard is not None}
+    shards = {
+        id(t): (t, t.stream_shard, len(t.stream_shard.items)) for t, _, _, _ in before if t.stream_shard is not None
+    }
     try:
         yield
     except BaseException:
@@ -547,8 +643,9 @@ def _roll_back(saved: list[tuple[Any, Any, Any, bool]], shards: dict[int, tuple[
         table.stream_shard = shard
 
 
-def _restore(table: Table, hash_key: DynamoType, range_key: DynamoType | None, item: Item | None,
-             partition_existed: bool) -> None:
+def _restore(
+    table: Table, hash_key: DynamoType, range_key: DynamoType | None, item: Item | None, partition_existed: bool
+) -> None:
     if not table.range_key_attr:
         if item is None:
             table.items.pop(hash_key, None)
@@ -573,8 +670,9 @@ def _all_items(self: Table) -> list[Item]:
     return narrowed if narrowed is not None else _MOTO["all_items"](self)
 
 
-def _sorted_partition(table: Table, hash_key: DynamoType, index_name: str | None,
-                      range_attr: str | None) -> tuple[list[tuple], list[Item]]:
+def _sorted_partition(
+    table: Table, hash_key: DynamoType, index_name: str | None, range_attr: str | None
+) -> tuple[list[tuple], list[Item]]:
     """The partition's items in the index's order ((range value, SK) for an index, (SK,) for the table), and their
     sort keys; items without the index's range attribute are not in the index."""
     indexes = _table_indexes(table)
@@ -584,8 +682,11 @@ def _sorted_partition(table: Table, hash_key: DynamoType, index_name: str | None
         partition = table.items.get(hash_key) or {}
         values = partition.values() if table.range_key_attr else [partition]
         if index_name and range_attr:
-            keyed = [((v.cast_value, item.range_key.cast_value), item) for item in values
-                     if (v := item.attrs.get(range_attr)) is not None]
+            keyed = [
+                ((v.cast_value, item.range_key.cast_value), item)
+                for item in values
+                if (v := item.attrs.get(range_attr)) is not None
+            ]
         else:
             keyed = [((item.range_key.cast_value,), item) for item in values]
         keyed.sort(key=lambda pair: pair[0])
@@ -610,9 +711,17 @@ def _bounds(keys: list[tuple], comparison: str | None, values: list[DynamoType])
     return lo, hi
 
 
-def _partition_candidates(table: Table, hash_key: DynamoType, comparison: str | None, values: list[DynamoType],
-                          limit: int | None, exclusive_start_key: dict[str, Any] | None, forward: bool,
-                          index_name: str | None, range_attr: str | None) -> list[Item]:
+def _partition_candidates(
+    table: Table,
+    hash_key: DynamoType,
+    comparison: str | None,
+    values: list[DynamoType],
+    limit: int | None,
+    exclusive_start_key: dict[str, Any] | None,
+    forward: bool,
+    index_name: str | None,
+    range_attr: str | None,
+) -> list[Item]:
     keys, items = _sorted_partition(table, hash_key, index_name, range_attr)
     if comparison and not (index_name and range_attr is None):
         lo, hi = _bounds(keys, comparison, values)
@@ -620,8 +729,9 @@ def _partition_candidates(table: Table, hash_key: DynamoType, comparison: str | 
         lo, hi = 0, len(keys)
     if exclusive_start_key:
         sk = DynamoType(exclusive_start_key[table.range_key_attr]).cast_value
-        start = (sk,) if not (index_name and range_attr) else \
-            (DynamoType(exclusive_start_key[range_attr]).cast_value, sk)
+        start = (
+            (sk,) if not (index_name and range_attr) else (DynamoType(exclusive_start_key[range_attr]).cast_value, sk)
+        )
         if forward:
             lo = max(lo, bisect.bisect_right(keys, start))
         else:
@@ -645,12 +755,23 @@ def _partition_candidates(table: Table, hash_key: DynamoType, comparison: str | 
     return chosen if forward else chosen[::-1]
 
 
-def _candidates(table: Table, hash_key: DynamoType | None, comparison: str | None, values: list[DynamoType],
-                limit: int | None, exclusive_start_key: dict[str, Any] | None, forward: bool, index_name: str | None,
-                kwargs: dict[str, Any]) -> list[Item] | None:
+def _candidates(
+    table: Table,
+    hash_key: DynamoType | None,
+    comparison: str | None,
+    values: list[DynamoType],
+    limit: int | None,
+    exclusive_start_key: dict[str, Any] | None,
+    forward: bool,
+    index_name: str | None,
+    kwargs: dict[str, Any],
+) -> list[Item] | None:
     """The items moto's Query needs to see to answer exactly as over the whole table (None: let it see all)."""
-    if hash_key is None or len(kwargs.get("hash_key_conditions") or ()) > 1 \
-            or len(kwargs.get("range_key_conditions") or ()) > 1:
+    if (
+        hash_key is None
+        or len(kwargs.get("hash_key_conditions") or ()) > 1
+        or len(kwargs.get("range_key_conditions") or ()) > 1
+    ):
         return None
     if comparison and comparison.upper() not in _NARROWED_OPS:
         return None
@@ -659,26 +780,56 @@ def _candidates(table: Table, hash_key: DynamoType | None, comparison: str | Non
     hash_attr, range_attr = _hash_attribute(table, index_name), _range_attribute(table, index_name)
     if hash_attr != table.hash_key_attr:
         keys = _global_bucket(table, index_name, hash_key)
-        return sorted((item for key in keys if (item := _get(table, *key)) is not None),
-                      key=lambda i: (i.hash_key, i.range_key) if i.range_key else i.hash_key)
+        return sorted(
+            (item for key in keys if (item := _get(table, *key)) is not None),
+            key=lambda i: (i.hash_key, i.range_key) if i.range_key else i.hash_key,
+        )
     if not table.range_key_attr:
         item = table.items.get(hash_key)
         return [item] if item is not None else []
-    return _partition_candidates(table, hash_key, comparison, values, limit, exclusive_start_key, forward, index_name,
-                                 range_attr)
+    return _partition_candidates(
+        table, hash_key, comparison, values, limit, exclusive_start_key, forward, index_name, range_attr
+    )
 
 
-def _query(self: Table, hash_key: DynamoType | None, range_comparison: str | None, range_objs: list[DynamoType],
-           limit: int, exclusive_start_key: dict[str, Any], scan_index_forward: bool,
-           projection_expressions: list[list[str]] | None, index_name: str | None = None, *args: Any,
-           **kwargs: Any) -> Any:
-    call = (hash_key, range_comparison, range_objs, limit, exclusive_start_key, scan_index_forward,
-            projection_expressions, index_name, *args)
+def _query(
+    self: Table,
+    hash_key: DynamoType | None,
+    range_comparison: str | None,
+    range_objs: list[DynamoType],
+    limit: int,
+    exclusive_start_key: dict[str, Any],
+    scan_index_forward: bool,
+    projection_expressions: list[list[str]] | None,
+    index_name: str | None = None,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    call = (
+        hash_key,
+        range_comparison,
+        range_objs,
+        limit,
+        exclusive_start_key,
+        scan_index_forward,
+        projection_expressions,
+        index_name,
+        *args,
+    )
     if getattr(_local, "reference", False):
         return _MOTO["query"](self, *call, **kwargs)
     try:
-        narrowed = _candidates(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
-                               scan_index_forward is not False, index_name, kwargs)
+        narrowed = _candidates(
+            self,
+            hash_key,
+            range_comparison,
+            range_objs,
+            limit,
+            exclusive_start_key,
+            scan_index_forward is not False,
+            index_name,
+            kwargs,
+        )
     except (TypeError, KeyError, ValueError, ArithmeticError):
         narrowed = None  # keys of mixed types or a malformed start key: moto's walk answers (or refuses) as it does
     if narrowed is None:
@@ -693,8 +844,19 @@ def _query(self: Table, hash_key: DynamoType | None, range_comparison: str | Non
 # ---------------------------------------------------------------- per-request bookkeeping
 
 _ITEM_LIMIT = 405000  # moto's LimitedSizeDict: DynamoDB's 400 KB, measured between 409 and 410 KB
-_JSON_ANSWERS = {"GetItem", "BatchGetItem", "Query", "Scan", "PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem",
-                 "TransactWriteItems", "TransactGetItems", "SearchVectors"}
+_JSON_ANSWERS = {
+    "GetItem",
+    "BatchGetItem",
+    "Query",
+    "Scan",
+    "PutItem",
+    "UpdateItem",
+    "DeleteItem",
+    "BatchWriteItem",
+    "TransactWriteItems",
+    "TransactGetItems",
+    "SearchVectors",
+}
 
 
 def _item_init(self: Item, hash_key: DynamoType, range_key: DynamoType | None, attrs: dict[str, Any]) -> None:
@@ -806,23 +968,30 @@ def _type_size(self: DynamoType) -> int:
     if kind == "L":
         return sum([v.size() for v in value])
     if kind == "M":
-        return sum([bytesize(k) + (v.size() if type(v) is DynamoType else DynamoType(v).size())
-                    for k, v in value.items()])
+        return sum(
+            [bytesize(k) + (v.size() if type(v) is DynamoType else DynamoType(v).size()) for k, v in value.items()]
+        )
     if isinstance(value, bool):
         return 1
     return bytesize(value)
 
 
 def _item_to_json(self: Item, root_attr_name: str = "Attributes") -> dict[str, Any]:
-    packed = {name: strings for name, value in self.attrs.items()
-              if type(value) is PackedNumbers and (strings := value.strings()) is not None}
+    packed = {
+        name: strings
+        for name, value in self.attrs.items()
+        if type(value) is PackedNumbers and (strings := value.strings()) is not None
+    }
     if not packed:
         return _MOTO["item_to_json"](self, root_attr_name)
     rest = copy.copy(self)
     rest.attrs = {name: value for name, value in self.attrs.items() if name not in packed}
     written = _MOTO["item_to_json"](rest, root_attr_name)[root_attr_name]
-    return {root_attr_name: {name: {"L": [{"N": n} for n in packed[name]]} if name in packed else written[name]
-                             for name in self.attrs}}
+    return {
+        root_attr_name: {
+            name: {"L": [{"N": n} for n in packed[name]]} if name in packed else written[name] for name in self.attrs
+        }
+    }
 
 
 def _item_project(self: Item, projection_expressions: list[list[str]]) -> Item:
@@ -835,8 +1004,11 @@ def _item_project(self: Item, projection_expressions: list[list[str]]) -> Item:
 
 
 def _execute_result(self: DynamoResult, context: Any) -> Any:
-    if context.operation_model.name in _JSON_ANSWERS and isinstance(self.result, dict) \
-            and not getattr(_local, "reference", False):
+    if (
+        context.operation_model.name in _JSON_ANSWERS
+        and isinstance(self.result, dict)
+        and not getattr(_local, "reference", False)
+    ):
         try:
             # moto's separators, so an answer's bytes (which the benchmarks count) are what they were
             body = json.dumps({k: v for k, v in self.result.items() if v is not None}, default=_unwritable)
@@ -849,8 +1021,12 @@ def _execute_result(self: DynamoResult, context: Any) -> Any:
 
 def _parse_parameters(self: DynamoHandler, request: Any) -> None:
     data = request.data
-    if self._get_action() in _JSON_ANSWERS and not getattr(_local, "reference", False) \
-            and b'"B"' not in data and b'"BS"' not in data:  # moto's parser turns binary values into bytes
+    if (
+        self._get_action() in _JSON_ANSWERS
+        and not getattr(_local, "reference", False)
+        and b'"B"' not in data
+        and b'"BS"' not in data
+    ):  # moto's parser turns binary values into bytes
         try:
             params = json.loads(data)
         except ValueError:
@@ -926,8 +1102,9 @@ def _get_records(self: DynamoDBStreamsHandler) -> ActionResult:
         return _StreamRecords(result.result)
     records = result.result.get("Records") or []
     passes = _stream_filter(wanted)
-    return _StreamRecords({**result.result, "Records": [r for r in records if passes(r)]},
-                          {READ_HEADER: str(len(records))})
+    return _StreamRecords(
+        {**result.result, "Records": [r for r in records if passes(r)]}, {READ_HEADER: str(len(records))}
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -938,18 +1115,31 @@ def _stream_filter(wanted: str) -> Callable[[dict[str, Any]], bool]:
 
     spec = json.loads(wanted)
     arn, patterns = spec["arn"], spec["patterns"]
-    named = {name for p in patterns for image in ("NewImage", "OldImage")
-             for name in ((p.get("dynamodb") or {}).get(image) or {})}
+    named = {
+        name
+        for p in patterns
+        for image in ("NewImage", "OldImage")
+        for name in ((p.get("dynamodb") or {}).get(image) or {})
+    }
 
     def passes(record: dict[str, Any]) -> bool:
         dynamodb = record["dynamodb"]
-        if any(type(v) is _RawJson and k in named for image in ("NewImage", "OldImage")
-               for k, v in (dynamodb.get(image) or {}).items()):
+        if any(
+            type(v) is _RawJson and k in named
+            for image in ("NewImage", "OldImage")
+            for k, v in (dynamodb.get(image) or {}).items()
+        ):
             record = _plain(record)  # a pattern names an attribute kept as text: match its value
-        shaped = {**record, "dynamodb": {**record["dynamodb"], "ApproximateCreationDateTime": _epoch(
-            dynamodb["ApproximateCreationDateTime"])}}  # the time as the page writes it
+        shaped = {
+            **record,
+            "dynamodb": {
+                **record["dynamodb"],
+                "ApproximateCreationDateTime": _epoch(dynamodb["ApproximateCreationDateTime"]),
+            },
+        }  # the time as the page writes it
         event = lambda_record_json(shaped, arn)
         return any(matches(p, event) for p in patterns)
+
     return passes
 
 
@@ -987,8 +1177,11 @@ class _RawJson:
 
 def _image(item: Item) -> dict[str, Any]:
     """An item's image as moto's stream record holds it (`Item.to_json`), its packed vectors as their JSON text."""
-    packed = {name: strings for name, value in item.attrs.items()
-              if type(value) is PackedNumbers and (strings := value.strings()) is not None}
+    packed = {
+        name: strings
+        for name, value in item.attrs.items()
+        if type(value) is PackedNumbers and (strings := value.strings()) is not None
+    }
     if not packed:
         return item.to_json()["Attributes"]
     rest = copy.copy(item)
@@ -997,8 +1190,9 @@ def _image(item: Item) -> dict[str, Any]:
     return {name: _RawJson(packed[name]) if name in packed else written[name] for name in item.attrs}
 
 
-def _stream_record_init(self: StreamRecord, table: Table, stream_type: str, event_name: str, old: Item | None,
-                        new: Item | None, seq: int) -> None:
+def _stream_record_init(
+    self: StreamRecord, table: Table, stream_type: str, event_name: str, old: Item | None, new: Item | None, seq: int
+) -> None:
     """moto's StreamRecord, its images' vectors kept as JSON text (`_RawJson`) and its size counted from that text:
     the same record and the same SizeBytes (moto's length of the record's JSON)."""
     if getattr(_local, "reference", False):
@@ -1008,17 +1202,32 @@ def _stream_record_init(self: StreamRecord, table: Table, stream_type: str, even
     keys = {table.hash_key_attr: rec.hash_key.to_json()}  # type: ignore[union-attr]
     if table.range_key_attr is not None and rec is not None:
         keys[table.range_key_attr] = rec.range_key.to_json()  # type: ignore[union-attr]
-    dynamodb: dict[str, Any] = {"StreamViewType": stream_type, "ApproximateCreationDateTime": utcnow(),
-                                "SequenceNumber": str(seq), "SizeBytes": 1, "Keys": keys}
-    record = {"eventID": mock_random.uuid4().hex, "eventName": event_name, "eventSource": "aws:dynamodb",
-              "eventVersion": "1.0", "awsRegion": "us-east-1", "dynamodb": dynamodb}
+    dynamodb: dict[str, Any] = {
+        "StreamViewType": stream_type,
+        "ApproximateCreationDateTime": utcnow(),
+        "SequenceNumber": str(seq),
+        "SizeBytes": 1,
+        "Keys": keys,
+    }
+    record = {
+        "eventID": mock_random.uuid4().hex,
+        "eventName": event_name,
+        "eventSource": "aws:dynamodb",
+        "eventVersion": "1.0",
+        "awsRegion": "us-east-1",
+        "dynamodb": dynamodb,
+    }
     if stream_type in ("NEW_IMAGE", "NEW_AND_OLD_IMAGES") and new is not None:
         dynamodb["NewImage"] = _image(new)
     if stream_type in ("OLD_IMAGE", "NEW_AND_OLD_IMAGES") and old is not None:
         dynamodb["OldImage"] = _image(old)
     # moto sizes a record by its JSON (dynamo_json_dump): a text spliced in counts its length, a placeholder 0 none
-    texts = [v.length() - 1 for image in ("NewImage", "OldImage")
-             for v in dynamodb.get(image, {}).values() if type(v) is _RawJson]
+    texts = [
+        v.length() - 1
+        for image in ("NewImage", "OldImage")
+        for v in dynamodb.get(image, {}).values()
+        if type(v) is _RawJson
+    ]
     dynamodb["SizeBytes"] = len(dynamo_json_dump(_placeheld(dynamodb))) + sum(texts)
     self._raw = record
     self._packed = bool(texts)
@@ -1026,9 +1235,15 @@ def _stream_record_init(self: StreamRecord, table: Table, stream_type: str, even
 
 def _placeheld(dynamodb: dict[str, Any]) -> dict[str, Any]:
     """The record moto sizes, its JSON texts as a 0 and its time as the number moto's encoder writes for it."""
-    return {**dynamodb, "ApproximateCreationDateTime": _unix_time(dynamodb["ApproximateCreationDateTime"]),
-            **{image: {k: 0 if type(v) is _RawJson else v for k, v in dynamodb[image].items()}
-               for image in ("NewImage", "OldImage") if image in dynamodb}}
+    return {
+        **dynamodb,
+        "ApproximateCreationDateTime": _unix_time(dynamodb["ApproximateCreationDateTime"]),
+        **{
+            image: {k: 0 if type(v) is _RawJson else v for k, v in dynamodb[image].items()}
+            for image in ("NewImage", "OldImage")
+            if image in dynamodb
+        },
+    }
 
 
 _EPOCH = datetime(1970, 1, 1)
@@ -1042,9 +1257,17 @@ def _unix_time(value: datetime) -> float:
 def _plain(record: dict[str, Any]) -> dict[str, Any]:
     """A stream record with its images' JSON texts read back into values: moto's record exactly."""
     dynamodb = record["dynamodb"]
-    return {**record, "dynamodb": {**dynamodb, **{
-        image: {k: v.to_json() if type(v) is _RawJson else v for k, v in dynamodb[image].items()}
-        for image in ("NewImage", "OldImage") if image in dynamodb}}}
+    return {
+        **record,
+        "dynamodb": {
+            **dynamodb,
+            **{
+                image: {k: v.to_json() if type(v) is _RawJson else v for k, v in dynamodb[image].items()}
+                for image in ("NewImage", "OldImage")
+                if image in dynamodb
+            },
+        },
+    }
 
 
 def _record_get(self: StreamRecord) -> dict[str, Any]:
@@ -1112,8 +1335,11 @@ class _UpdateExpressions:
     once per such triple, and each traverser's node types are listed once per class. What is checked against the item
     and the values runs for every request, as before."""
 
-    STATIC = (_validators.ActionCountValidator, _validators.OverlappingPathsValidator,
-              _validators.UpdateHashRangeKeyValidator)
+    STATIC = (
+        _validators.ActionCountValidator,
+        _validators.OverlappingPathsValidator,
+        _validators.UpdateHashRangeKeyValidator,
+    )
     LIMIT = 2048
 
     def __init__(self) -> None:
@@ -1154,13 +1380,21 @@ def _copy_tree(node: Node, parent: Node | None = None) -> Node:
     copied.__dict__.update(node.__dict__)
     copied.parent = parent
     if node.children is not None:
-        copied.children = [_copy_tree(c, copied) if isinstance(c, Node) else
-                           c if type(c) in (str, int) else copy.deepcopy(c) for c in node.children]
+        copied.children = [
+            _copy_tree(c, copied) if isinstance(c, Node) else c if type(c) in (str, int) else copy.deepcopy(c)
+            for c in node.children
+        ]
     return copied
 
 
-def _validator_init(self: _validators.Validator, expression: Node, expression_attribute_names: dict[str, str],
-                    expression_attribute_values: dict[str, dict[str, Any]], item: Item, table: Table) -> None:
+def _validator_init(
+    self: _validators.Validator,
+    expression: Node,
+    expression_attribute_names: dict[str, str],
+    expression_attribute_values: dict[str, dict[str, Any]],
+    item: Item,
+    table: Table,
+) -> None:
     if getattr(_local, "reference", False):
         _MOTO["validator_init"](self, expression, expression_attribute_names, expression_attribute_values, item, table)
         return
@@ -1235,4 +1469,3 @@ def install() -> None:
     _validators.Validator.__init__ = _validator_init
     _validators.UpdateExpressionValidator.validate = _validate_update
     DepthFirstTraverser.nodes_to_be_processed = _nodes_to_be_processed
-

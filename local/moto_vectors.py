@@ -50,7 +50,7 @@ Key = tuple[DynamoType, "DynamoType | None"]
 # the scale of the terms summed (|q||v|; (|q|+|v|)^2 for EUCLIDEAN's squared distance): a float64 dot product
 # of d terms is off by at most about d units of roundoff, Python's compensated sum by about 2. Taken 32 times
 # over: a wider margin only rescores a few more rows.
-_SLACK = 32 * 2.0 ** -53
+_SLACK = 32 * 2.0**-53
 
 DEFAULT_LAG_S = 0.5  # DynamoDB documents no figure; its replication is usually well under a second
 DEFAULT_BACKFILL_S = 5.0  # a new index on a table with items: "even a table with very few items" takes a while
@@ -117,8 +117,10 @@ def numbers(value: Any) -> list[float] | None:
     if isinstance(value, dict):  # JSON, as a request carries it: read as it is (a DynamoType per number is slow)
         elements = value.get("L") if len(value) == 1 else None
         strings = number_strings(elements)  # the common case, in one pass; any other element by element
-        if strings is None and (not isinstance(elements, list) or not all(
-                isinstance(v, dict) and len(v) == 1 and "N" in v for v in elements)):
+        if strings is None and (
+            not isinstance(elements, list)
+            or not all(isinstance(v, dict) and len(v) == 1 and "N" in v for v in elements)
+        ):
             return None
         try:
             return list(map(float, strings if strings is not None else [v["N"] for v in elements]))
@@ -209,8 +211,11 @@ class _Partition:
         """Drop `key`'s row, moving the last row into its place."""
         row, last = self.rows.pop(key), len(self.keys) - 1
         if row != last:
-            self.matrix[row], self.squares[row], self.filters[row] = \
-                self.matrix[last], self.squares[last], self.filters[last]
+            self.matrix[row], self.squares[row], self.filters[row] = (
+                self.matrix[last],
+                self.squares[last],
+                self.filters[last],
+            )
             self.keys[row], self.items[row], self.order[row] = self.keys[last], self.items[last], self.order[last]
             self.rows[self.keys[row]] = row
         self.keys.pop()
@@ -250,16 +255,19 @@ class _VectorIndex:
         if not np.isfinite(vector).all():
             return  # beyond f32 (written before the index existed): no distance to it
         where = tuple(_value_key(attrs[h]) for h in self.hashes)
-        filter_ids = [ids.setdefault(_value_key(attrs[name]), len(ids)) if name in attrs else -1
-                      for name, ids in zip(self.filters, self.ids)]
+        filter_ids = [
+            ids.setdefault(_value_key(attrs[name]), len(ids)) if name in attrs else -1
+            for name, ids in zip(self.filters, self.ids)
+        ]
         partition = self.partitions.get(where)
         if partition is None:
             partition = self.partitions[where] = _Partition(self.dimensions, len(self.filters))
         partition.add((item.hash_key, item.range_key), vector, filter_ids, item)
         self.placed[key] = where
 
-    def search(self, query: list[float], top_k: int,
-               equalities: dict[str, list[DynamoType]]) -> list[tuple[Item, float]]:
+    def search(
+        self, query: list[float], top_k: int, equalities: dict[str, list[DynamoType]]
+    ) -> list[tuple[Item, float]]:
         """The items and scores of the `top_k` rows nearest to `query` among those `equalities` allow."""
         where, wanted = [], []
         for names, out in ((self.hashes, where), (self.filters, wanted)):
@@ -284,8 +292,9 @@ class _VectorIndex:
             return []
         return [(partition.items[row], distance) for row, distance in self._nearest(partition, rows, query, top_k)]
 
-    def _nearest(self, partition: _Partition, rows: np.ndarray, query: list[float],
-                 top_k: int) -> list[tuple[int, float]]:
+    def _nearest(
+        self, partition: _Partition, rows: np.ndarray, query: list[float], top_k: int
+    ) -> list[tuple[int, float]]:
         q = np.array(query)
         n = len(partition.keys)
         if len(rows) == n:
@@ -440,8 +449,9 @@ def advance(seconds: float) -> None:
         replica.catch_up(table, clock())
 
 
-def nearest(table: Table, definition: dict[str, Any], query: list[float], top_k: int,
-            equalities: dict[str, list[DynamoType]]) -> list[tuple[Item, float]]:
+def nearest(
+    table: Table, definition: dict[str, Any], query: list[float], top_k: int, equalities: dict[str, list[DynamoType]]
+) -> list[tuple[Item, float]]:
     """The `top_k` items of the index nearest to `query` (f32 values) whose search schema attributes equal the
     values of `equalities` (all of them; the HASH attribute's is given), each with its score, nearest first: among
     the writes filed by now, and with `approximate`, less a share of them."""
@@ -456,8 +466,9 @@ def nearest(table: Table, definition: dict[str, Any], query: list[float], top_k:
     return [hit for hit in found if replication.dice.random() >= share][:top_k]
 
 
-def nearest_reference(table: Table, definition: dict[str, Any], query: list[float], top_k: int,
-                      equalities: dict[str, list[DynamoType]]) -> list[tuple[Item, float]]:
+def nearest_reference(
+    table: Table, definition: dict[str, Any], query: list[float], top_k: int, equalities: dict[str, list[DynamoType]]
+) -> list[tuple[Item, float]]:
     """`nearest` by brute force over the whole table, as SearchVectors was first answered: what the tests compare
     `nearest` with."""
     hashes = search_schema(definition, "HASH")

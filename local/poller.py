@@ -22,11 +22,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from local.chaos import Chaos
-from local.stream_records import lambda_record, lambda_record_json, matches
 from local.moto_backend import REGION, client
 from local.moto_storage import FILTER_HEADER, READ_HEADER
+from local.stream_records import lambda_record, lambda_record_json, matches
 from local.template import LocalNames, Template
-from local.worker import InvokeResult, Invoker, function_name
+from local.worker import Invoker, InvokeResult, function_name
 
 # Lambda polls a DynamoDB stream about four times a second; the template's batching window is capped locally
 # so that a summary falls due and is readable within the design's 5 s.
@@ -62,7 +62,7 @@ class _RecordsReader:
             "X-Amz-Date": now.strftime("%Y%m%dT%H%M%SZ"),
             # moto routes by the credential scope and does not check the signature
             "Authorization": f"AWS4-HMAC-SHA256 Credential=testing/{now:%Y%m%d}/{REGION}/dynamodb/aws4_request, "
-                             "SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=0",
+            "SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=0",
             **({FILTER_HEADER: wanted} if wanted else {}),
         }
         connection = getattr(self._local, "connection", None)
@@ -156,8 +156,11 @@ class _Lane:
     def take(self, settings: StreamSettings, flush: bool = False) -> list[dict[str, Any]] | None:
         """The next batch if one is due (full, its window elapsed, or `flush`), else None."""
         with self.ready:
-            if self.pending and (flush or len(self.pending) >= settings.batch_size
-                                 or time.monotonic() - self.pending_since >= settings.window_s):
+            if self.pending and (
+                flush
+                or len(self.pending) >= settings.batch_size
+                or time.monotonic() - self.pending_since >= settings.window_s
+            ):
                 batch = self.pending[: settings.batch_size]
                 del self.pending[: settings.batch_size]
                 return batch
@@ -226,8 +229,13 @@ class StreamPoller:
 
     @classmethod
     def from_template(
-        cls, tpl: Template, endpoint: str, invoke: Invoker, max_window_s: float = MAX_WINDOW_S,
-        function: str = "SummarizeFunction", **kwargs: Any
+        cls,
+        tpl: Template,
+        endpoint: str,
+        invoke: Invoker,
+        max_window_s: float = MAX_WINDOW_S,
+        function: str = "SummarizeFunction",
+        **kwargs: Any,
     ) -> StreamPoller:
         """A poller for one of the template's stream functions, its table and its on-failure destination."""
         fn = tpl.stream_function(function)
@@ -241,8 +249,10 @@ class StreamPoller:
     def start(self) -> None:
         """Poll in the background: one reader thread, plus one delivering thread per virtual shard if any."""
         self._threads = [threading.Thread(target=self._run, name="stream-poller", daemon=True)]
-        self._threads += [threading.Thread(target=self._run_lane, args=(lane,), name=f"stream-{lane.id}", daemon=True)
-                          for lane in self._lanes]
+        self._threads += [
+            threading.Thread(target=self._run_lane, args=(lane,), name=f"stream-{lane.id}", daemon=True)
+            for lane in self._lanes
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -371,8 +381,14 @@ class StreamPoller:
                 return  # the stack is going away; its in-memory stream goes with it
             failed_from, function_error = self._outcome(result, records)
             outcome = "ok" if failed_from is None else result.error or f"{len(records) - failed_from} failed"
-            log.info("stream -> %s: %d record(s) %.0fms %s%s", self.function_arn.rsplit(":", 1)[-1], len(records),
-                     (time.monotonic() - started) * 1000, outcome, " (delivered twice)" if replayed else "")
+            log.info(
+                "stream -> %s: %d record(s) %.0fms %s%s",
+                self.function_arn.rsplit(":", 1)[-1],
+                len(records),
+                (time.monotonic() - started) * 1000,
+                outcome,
+                " (delivered twice)" if replayed else "",
+            )
             if failed_from is None:
                 continue
             if function_error and self.settings.bisect and len(records) > 1:
@@ -408,7 +424,7 @@ class StreamPoller:
         expired = [r for r in records if r["dynamodb"]["ApproximateCreationDateTime"] < cutoff]
         if expired:
             self._give_up(shard_id, expired, "RecordAgeExceeded", invokes, None)
-        return records[len(expired):]
+        return records[len(expired) :]
 
     def _give_up(
         self, shard_id: str, records: list[dict[str, Any]], condition: str, invokes: int, result: InvokeResult | None
@@ -438,8 +454,13 @@ class StreamPoller:
                 "streamArn": self._stream_arn,
             },
         }
-        log.warning("stream poller: %s for %d record(s) from %s (%s)", condition, len(records),
-                    first["SequenceNumber"], result.error if result else "not invoked")
+        log.warning(
+            "stream poller: %s for %d record(s) from %s (%s)",
+            condition,
+            len(records),
+            first["SequenceNumber"],
+            result.error if result else "not invoked",
+        )
         if self.settings.on_failure_arn:
             if self._queue_url is None:
                 name = self.settings.on_failure_arn.rsplit(":", 1)[-1]

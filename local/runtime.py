@@ -52,8 +52,10 @@ def _reply(result: Any) -> str:
         error = error_object("Runtime.MarshalError", f"Unable to marshal response: {exc}")
         return json.dumps({"ok": False, "payload": error})
     if len(payload) > MAX_RESPONSE_BYTES:
-        message = (f"Response payload size ({len(payload)} bytes) exceeded maximum allowed payload size "
-                   f"({MAX_RESPONSE_BYTES} bytes).")
+        message = (
+            f"Response payload size ({len(payload)} bytes) exceeded maximum allowed payload size "
+            f"({MAX_RESPONSE_BYTES} bytes)."
+        )
         return json.dumps({"ok": False, "payload": error_object("Function.ResponseSizeTooLarge", message)})
     return '{"ok": true, "payload": ' + payload.decode() + "}"
 

@@ -25,13 +25,19 @@ class Scheduler:
 
     @classmethod
     def from_template(cls, tpl: Template, invokers: dict[str, Invoke], every_s: float | None = None) -> Scheduler:
-        return cls([(s.name, every_s or s.every_s, s.input, invokers[fn.logical_id])
-                    for fn in tpl.functions.values() for s in fn.schedules])
+        return cls(
+            [
+                (s.name, every_s or s.every_s, s.input, invokers[fn.logical_id])
+                for fn in tpl.functions.values()
+                for s in fn.schedules
+            ]
+        )
 
     def start(self) -> None:
         for name, every_s, event, invoke in self.jobs:
-            thread = threading.Thread(target=self._run, args=(name, every_s, event, invoke), name=f"schedule-{name}",
-                                      daemon=True)
+            thread = threading.Thread(
+                target=self._run, args=(name, every_s, event, invoke), name=f"schedule-{name}", daemon=True
+            )
             thread.start()
             self._threads.append(thread)
 

@@ -19,7 +19,7 @@ from typing import Any
 from local.chaos import Chaos
 from local.moto_backend import REGION, client
 from local.template import LocalNames, Template, _Resolver, is_queue_source
-from local.worker import InvokeResult, Invoker
+from local.worker import Invoker, InvokeResult
 
 POLL_INTERVAL_S = 0.25  # short polls: moto's server answers one request at a time, a long poll would hold it
 log = logging.getLogger(__name__)
@@ -43,18 +43,23 @@ def queue_mappings(tpl: Template) -> list[QueueMapping]:
     found = []
     for res in tpl.raw["Resources"].values():
         props = res.get("Properties", {})
-        if res.get("Type") != "AWS::Lambda::EventSourceMapping" or not is_queue_source(tpl.raw,
-                                                                                        props.get("EventSourceArn")):
+        if res.get("Type") != "AWS::Lambda::EventSourceMapping" or not is_queue_source(
+            tpl.raw, props.get("EventSourceArn")
+        ):
             continue
         queue_id = props["EventSourceArn"].value
         queue_id = (queue_id if isinstance(queue_id, str) else ".".join(queue_id)).split(".", 1)[0]
         redrive = resolver.resolve(tpl.resource(queue_id)["Properties"].get("RedrivePolicy") or {})
-        found.append(QueueMapping(
-            function=props["FunctionName"].value, queue=tpl.queue_names[queue_id],
-            batch_size=int(props.get("BatchSize", 10)),
-            report_item_failures="ReportBatchItemFailures" in props.get("FunctionResponseTypes", []),
-            dead_letter_queue=redrive["deadLetterTargetArn"].rsplit(":", 1)[-1] if redrive else None,
-            max_receive_count=int(redrive["maxReceiveCount"]) if redrive else None))
+        found.append(
+            QueueMapping(
+                function=props["FunctionName"].value,
+                queue=tpl.queue_names[queue_id],
+                batch_size=int(props.get("BatchSize", 10)),
+                report_item_failures="ReportBatchItemFailures" in props.get("FunctionResponseTypes", []),
+                dead_letter_queue=redrive["deadLetterTargetArn"].rsplit(":", 1)[-1] if redrive else None,
+                max_receive_count=int(redrive["maxReceiveCount"]) if redrive else None,
+            )
+        )
     return found
 
 
@@ -65,8 +70,11 @@ def lambda_record(message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
         "messageId": message["MessageId"],
         "receiptHandle": message["ReceiptHandle"],
         "body": message["Body"],
-        "attributes": {k: attributes[k] for k in ("ApproximateReceiveCount", "SentTimestamp", "SenderId",
-                                                  "ApproximateFirstReceiveTimestamp") if k in attributes},
+        "attributes": {
+            k: attributes[k]
+            for k in ("ApproximateReceiveCount", "SentTimestamp", "SenderId", "ApproximateFirstReceiveTimestamp")
+            if k in attributes
+        },
         "messageAttributes": {},
         "md5OfBody": message.get("MD5OfBody") or hashlib.md5(message["Body"].encode()).hexdigest(),  # noqa: S324
         "eventSource": "aws:sqs",
@@ -78,8 +86,14 @@ def lambda_record(message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
 class QueuePoller:
     """Polls one queue and invokes its function with what arrives (the StreamPoller's start/stop/join)."""
 
-    def __init__(self, endpoint: str, mapping: QueueMapping, invoke: Invoker, chaos: Chaos | None = None,
-                 poll_interval_s: float = POLL_INTERVAL_S):
+    def __init__(
+        self,
+        endpoint: str,
+        mapping: QueueMapping,
+        invoke: Invoker,
+        chaos: Chaos | None = None,
+        poll_interval_s: float = POLL_INTERVAL_S,
+    ):
         self.mapping, self.invoke, self.chaos, self.poll_interval_s = mapping, invoke, chaos or Chaos(), poll_interval_s
         self._sqs = client("sqs", endpoint)
         names = LocalNames()
@@ -89,8 +103,9 @@ class QueuePoller:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def from_template(cls, tpl: Template, endpoint: str, invokers: dict[str, Invoker],
-                      **kwargs: Any) -> list[QueuePoller]:
+    def from_template(
+        cls, tpl: Template, endpoint: str, invokers: dict[str, Invoker], **kwargs: Any
+    ) -> list[QueuePoller]:
         """A poller for each of the template's queue mappings whose function is in `invokers`."""
         return [cls(endpoint, m, invokers[m.function], **kwargs) for m in queue_mappings(tpl) if m.function in invokers]
 
@@ -123,8 +138,9 @@ class QueuePoller:
         """Receive one batch and deliver it; True if there was one."""
         if self._url is None:
             self._url = self._queue_url(self.mapping.queue)
-        messages = self._sqs.receive_message(QueueUrl=self._url, MaxNumberOfMessages=min(10, self.mapping.batch_size),
-                                             AttributeNames=["All"]).get("Messages", [])
+        messages = self._sqs.receive_message(
+            QueueUrl=self._url, MaxNumberOfMessages=min(10, self.mapping.batch_size), AttributeNames=["All"]
+        ).get("Messages", [])
         messages = [m for m in messages if not self._dead_letter(m)]
         if not messages:
             return False
@@ -134,12 +150,20 @@ class QueuePoller:
         if self.chaos.replay and not self._stop.is_set():
             result = self.invoke({"Records": records})
         failed = self._failed(result, records)
-        log.info("sqs %s -> %s: %d message(s) %.0fms %s", self.mapping.queue, self.mapping.function, len(records),
-                 (time.monotonic() - started) * 1000, f"{len(failed)} failed" if failed else "ok")
+        log.info(
+            "sqs %s -> %s: %d message(s) %.0fms %s",
+            self.mapping.queue,
+            self.mapping.function,
+            len(records),
+            (time.monotonic() - started) * 1000,
+            f"{len(failed)} failed" if failed else "ok",
+        )
         done = [m for m in messages if m["MessageId"] not in failed]
         if done:
-            self._sqs.delete_message_batch(QueueUrl=self._url, Entries=[
-                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)])
+            self._sqs.delete_message_batch(
+                QueueUrl=self._url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
+            )
         return True
 
     def _failed(self, result: InvokeResult, records: list[dict[str, Any]]) -> set[str]:
@@ -149,8 +173,10 @@ class QueuePoller:
             return ids
         if not self.mapping.report_item_failures or not isinstance(result.payload, dict):
             return set()
-        reported = {f.get("itemIdentifier") if isinstance(f, dict) else None
-                    for f in result.payload.get("batchItemFailures") or []}
+        reported = {
+            f.get("itemIdentifier") if isinstance(f, dict) else None
+            for f in result.payload.get("batchItemFailures") or []
+        }
         return ids if not reported <= ids else reported  # an unknown identifier fails the whole batch, as Lambda
 
     def _dead_letter(self, message: dict[str, Any]) -> bool:
@@ -159,9 +185,11 @@ class QueuePoller:
         if self.mapping.max_receive_count is None or count <= self.mapping.max_receive_count:
             return False
         if self.mapping.dead_letter_queue:
-            self._sqs.send_message(QueueUrl=self._queue_url(self.mapping.dead_letter_queue),
-                                   MessageBody=message["Body"])
+            self._sqs.send_message(
+                QueueUrl=self._queue_url(self.mapping.dead_letter_queue), MessageBody=message["Body"]
+            )
         self._sqs.delete_message(QueueUrl=self._url, ReceiptHandle=message["ReceiptHandle"])
-        log.warning("sqs %s: a message received %d times went to %s", self.mapping.queue, count,
-                    self.mapping.dead_letter_queue)
+        log.warning(
+            "sqs %s: a message received %d times went to %s", self.mapping.queue, count, self.mapping.dead_letter_queue
+        )
         return True

@@ -19,7 +19,7 @@ REGION = LocalNames().region
 
 def _matches_value(matcher: Any, value: Any, present: bool) -> bool:
     if isinstance(matcher, dict):
-        (op, arg), = matcher.items()
+        ((op, arg),) = matcher.items()
         if op == "exists":
             return present == bool(arg)
         if not present:
@@ -63,7 +63,7 @@ def _wants_absence(rule: Any) -> bool:
 
 def _attribute_json(value: dict[str, Any]) -> dict[str, Any]:
     """A typed AttributeValue as Lambda's JSON has it (boto3 hands binary back as bytes)."""
-    (kind, v), = value.items()
+    ((kind, v),) = value.items()
     if kind == "B":
         return {"B": base64.b64encode(v).decode()}
     if kind == "BS":
@@ -78,8 +78,11 @@ def _attribute_json(value: dict[str, Any]) -> dict[str, Any]:
 def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
     """A GetRecords record (as boto3 parses it) shaped as Lambda delivers it to the function."""
     src = record["dynamodb"]
-    images = {key: {name: _attribute_json(v) for name, v in src[key].items()}
-              for key in ("Keys", "NewImage", "OldImage") if key in src}
+    images = {
+        key: {name: _attribute_json(v) for name, v in src[key].items()}
+        for key in ("Keys", "NewImage", "OldImage")
+        if key in src
+    }
     return _lambda_shaped(record, int(src["ApproximateCreationDateTime"].timestamp()), images, stream_arn)
 
 

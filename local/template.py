@@ -131,8 +131,12 @@ class _Resolver:
         self.params = {k: str(v.get("Default", "")) for k, v in raw.get("Parameters", {}).items()}
         self.params.update(parameters or {})
         self.params["Stage"] = names.stage
-        self.refs = {"AWS::Region": names.region, "AWS::AccountId": names.account, "AWS::Partition": "aws",
-                     "AWS::URLSuffix": "amazonaws.com"}
+        self.refs = {
+            "AWS::Region": names.region,
+            "AWS::AccountId": names.account,
+            "AWS::Partition": "aws",
+            "AWS::URLSuffix": "amazonaws.com",
+        }
         self.resources = raw.get("Resources", {})
         self.names = names
         self.conditions = raw.get("Conditions", {})
@@ -256,8 +260,13 @@ def load_template(path: Path = TEMPLATE, names: LocalNames | None = None) -> Tem
                 fn.stream = resolve(event["Properties"])
             elif event["Type"] in ("ScheduleV2", "Schedule"):
                 p = resolve(event["Properties"])
-                fn.schedules.append(Schedule(p.get("Name") or logical_id, rate_seconds(p["ScheduleExpression"]),
-                                             json.loads(p.get("Input") or "{}")))
+                fn.schedules.append(
+                    Schedule(
+                        p.get("Name") or logical_id,
+                        rate_seconds(p["ScheduleExpression"]),
+                        json.loads(p.get("Input") or "{}"),
+                    )
+                )
         functions[logical_id] = fn
     # A stream trigger may also be an event-source mapping of its own (so no managed policy comes with it).
     for res in raw["Resources"].values():
@@ -267,7 +276,8 @@ def load_template(path: Path = TEMPLATE, names: LocalNames | None = None) -> Tem
                 continue  # a queue's mapping: local/sqs_poller.py delivers it
             if isinstance(target, _Tag) and target.name == "Ref" and target.value in functions:
                 functions[target.value].stream = resolve(
-                    {k: v for k, v in res["Properties"].items() if k not in ("FunctionName", "EventSourceArn")})
+                    {k: v for k, v in res["Properties"].items() if k not in ("FunctionName", "EventSourceArn")}
+                )
     resolver = _Resolver(raw, names)
     queues = {lid: resolver.queue_name(lid) for lid, r in raw["Resources"].items() if r["Type"] == "AWS::SQS::Queue"}
     return Template(raw=raw, functions=functions, table_name=names.table, bucket_name=names.bucket, queue_names=queues)
@@ -304,7 +314,8 @@ def table_definition(tpl: Template) -> dict[str, Any]:
         if isinstance(index["Dimensions"], int):
             continue
         dimensions = os.environ.get("PRECIS_EMBED_DIMENSIONS") or _Resolver(tpl.raw, LocalNames()).resolve(
-            index["Dimensions"])
+            index["Dimensions"]
+        )
         index["Dimensions"] = int(dimensions)
     if props.get("StreamSpecification"):
         args["StreamSpecification"] = {"StreamEnabled": True, **props["StreamSpecification"]}

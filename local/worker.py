@@ -204,8 +204,12 @@ class FunctionPool:
         """Run the handler on `event` in a free worker (waiting for one if all are busy)."""
         data = json_bytes(event)  # measured as it is sent
         if len(data) > MAX_EVENT_BYTES:
-            return _failure(error_object(REQUEST_TOO_LARGE, f"Request must be smaller than {MAX_EVENT_BYTES} bytes "
-                                                            f"for the InvokeFunction operation"))
+            return _failure(
+                error_object(
+                    REQUEST_TOO_LARGE,
+                    f"Request must be smaller than {MAX_EVENT_BYTES} bytes for the InvokeFunction operation",
+                )
+            )
         line = b'{"timeout_s": %d, "event": %s}\n' % (self.fn.timeout, data)
         worker = self._acquire()
         return worker if isinstance(worker, InvokeResult) else self._call(worker, line)
@@ -311,8 +315,9 @@ class FunctionPool:
 BACKGROUND_NICE = 10
 
 
-def start_pools(tpl: Template, endpoint: str, size: int | None = None,
-                background_endpoint: str | None = None) -> dict[str, FunctionPool]:
+def start_pools(
+    tpl: Template, endpoint: str, size: int | None = None, background_endpoint: str | None = None
+) -> dict[str, FunctionPool]:
     """One pool per function of the template, its workers talking to the moto server at `endpoint`; the stream
     consumers' at `background_endpoint` (served after the API's requests), niced."""
     size = size or int(os.environ.get("PRECIS_LOCAL_CONCURRENCY", "4"))

@@ -104,8 +104,13 @@ class Zygote:
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {k: v for k, v in os.environ.items() if k in BASE_ENVIRONMENT}
-        self.proc = subprocess.Popen([sys.executable, "-m", "local.zygote", str(theirs.fileno())],
-                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, cwd=ROOT, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "local.zygote", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            cwd=ROOT,
+            env=env,
+        )
         theirs.close()
         self._socket, self._lock = ours, threading.Lock()
 

@@ -48,8 +48,18 @@ def main() -> int:
     DEST.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-             "--dest", tmp, WHEEL],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--dest",
+                tmp,
+                WHEEL,
+            ],
             check=True,
         )
         (wheel,) = Path(tmp).glob("bpe_openai-*.whl")

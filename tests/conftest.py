@@ -56,8 +56,9 @@ def aws():
     moto_patches.install()  # DynamoDB's limits and stream semantics in-process too, whatever the test order
     with mock_aws():
         if not _AWS_CLIENTS:
-            _AWS_CLIENTS.update({name: iam.exempt(boto3.client(name))
-                                 for name in ("dynamodb", "s3", "sqs", "dynamodbstreams")})
+            _AWS_CLIENTS.update(
+                {name: iam.exempt(boto3.client(name)) for name in ("dynamodb", "s3", "sqs", "dynamodbstreams")}
+            )
         clients = dict(_AWS_CLIENTS)
         create_resources(template(), clients["dynamodb"], clients["s3"], clients["sqs"])
         yield clients

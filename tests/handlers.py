@@ -27,8 +27,9 @@ def handler_module(logical_id: str):
     if logical_id not in _MODULES:
         fn = template().functions[logical_id]
         module_name, _ = fn.handler.rsplit(".", 1)
-        spec = importlib.util.spec_from_file_location(f"precis_fn_{fn.code_dir.name}",
-                                                      fn.code_dir / f"{module_name}.py")
+        spec = importlib.util.spec_from_file_location(
+            f"precis_fn_{fn.code_dir.name}", fn.code_dir / f"{module_name}.py"
+        )
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
@@ -93,15 +94,18 @@ class Form:
         import httpx
 
         if not self.files:  # httpx would send it urlencoded
-            parts = "".join(f'--b0undary\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
-                            for name, value in self.fields.items())
+            parts = "".join(
+                f'--b0undary\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+                for name, value in self.fields.items()
+            )
             return f"{parts}--b0undary--\r\n".encode(), "multipart/form-data; boundary=b0undary"
         request = httpx.Request("POST", "http://precis.test/", data=self.fields, files=self.files)
         return request.read(), request.headers["content-type"]
 
 
-def http_event(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None,
-               raw: str | None = None) -> tuple[str, dict]:
+def http_event(
+    method: str, url: str, body: Any = None, headers: dict[str, str] | None = None, raw: str | None = None
+) -> tuple[str, dict]:
     parts = urlsplit(url)
     found = _match(method, parts.path)
     assert found, f"no route for {method} {parts.path}"
@@ -111,16 +115,31 @@ def http_event(method: str, url: str, body: Any = None, headers: dict[str, str] 
         query[k] = f"{query[k]},{v}" if k in query else v
     text = raw if raw is not None else (None if body is None or isinstance(body, Form) else json.dumps(body))
     event = {
-        "version": "2.0", "routeKey": f"{route.method} {route.path}", "rawPath": parts.path,
-        "rawQueryString": parts.query, "headers": {"content-type": "application/json",
-                                                   **{k.lower(): v for k, v in (headers or {}).items()}},
-        "queryStringParameters": query or None, "pathParameters": params or None,
-        "requestContext": {"http": {"method": method, "path": parts.path, "protocol": "HTTP/1.1",
-                                    "sourceIp": "127.0.0.1", "userAgent": "tests"},
-                           "requestId": str(uuid.uuid4()), "routeKey": f"{route.method} {route.path}",
-                           "stage": "$default", "timeEpoch": int(time.time() * 1000), "accountId": "123456789012",
-                           "apiId": "local", "domainName": "localhost"},
-        "body": text, "isBase64Encoded": False,
+        "version": "2.0",
+        "routeKey": f"{route.method} {route.path}",
+        "rawPath": parts.path,
+        "rawQueryString": parts.query,
+        "headers": {"content-type": "application/json", **{k.lower(): v for k, v in (headers or {}).items()}},
+        "queryStringParameters": query or None,
+        "pathParameters": params or None,
+        "requestContext": {
+            "http": {
+                "method": method,
+                "path": parts.path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "127.0.0.1",
+                "userAgent": "tests",
+            },
+            "requestId": str(uuid.uuid4()),
+            "routeKey": f"{route.method} {route.path}",
+            "stage": "$default",
+            "timeEpoch": int(time.time() * 1000),
+            "accountId": "123456789012",
+            "apiId": "local",
+            "domainName": "localhost",
+        },
+        "body": text,
+        "isBase64Encoded": False,
     }
     if isinstance(body, Form):
         data, content_type = body.encode()
@@ -129,8 +148,15 @@ def http_event(method: str, url: str, body: Any = None, headers: dict[str, str] 
     return route.function, event
 
 
-def call(method: str, url: str, body: Any = None, *, headers: dict[str, str] | None = None,
-         raw: str | None = None, **query: Any) -> Reply:
+def call(
+    method: str,
+    url: str,
+    body: Any = None,
+    *,
+    headers: dict[str, str] | None = None,
+    raw: str | None = None,
+    **query: Any,
+) -> Reply:
     if query:
         url = f"{url}?{urlencode(query, doseq=True)}"
     function, event = http_event(method, url, body, headers, raw)
@@ -138,8 +164,12 @@ def call(method: str, url: str, body: Any = None, *, headers: dict[str, str] | N
     text = out.get("body")
     headers = out.get("headers") or {}
     is_json = "json" in {k.lower(): v for k, v in headers.items()}.get("content-type", "application/json")
-    return Reply(out["statusCode"], (json.loads(text) if is_json else text) if text else None, headers,
-                 len(json.dumps(out, ensure_ascii=False).encode("utf-8")))  # python3.12 marshals unescaped
+    return Reply(
+        out["statusCode"],
+        (json.loads(text) if is_json else text) if text else None,
+        headers,
+        len(json.dumps(out, ensure_ascii=False).encode("utf-8")),
+    )  # python3.12 marshals unescaped
 
 
 @contextmanager

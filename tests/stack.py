@@ -46,11 +46,17 @@ class Stack:
         self.url = f"http://127.0.0.1:{self.port}"
         self.dev_json = tmp / "dev.json"
         self.log = tmp / "stack.log"
-        env = {**os.environ, "PRECIS_LOCAL_CHAOS": DEFAULT_CHAOS, **(env or {}),
-               "PRECIS_PORT": str(self.port), "PRECIS_DEV_JSON": str(self.dev_json)}
+        env = {
+            **os.environ,
+            "PRECIS_LOCAL_CHAOS": DEFAULT_CHAOS,
+            **(env or {}),
+            "PRECIS_PORT": str(self.port),
+            "PRECIS_DEV_JSON": str(self.dev_json),
+        }
         with self.log.open("wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "local"], cwd=ROOT, env=env, stdout=log, stderr=log,
-                                         start_new_session=own_group)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "local"], cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=own_group
+            )
         self.own_group = own_group
 
     def wait_healthy(self, timeout: float = 120.0) -> None:

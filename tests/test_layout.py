@@ -39,7 +39,7 @@ def _imports(path: Path, modules: dict[str, Path], prefix: str = "precis") -> li
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
             if not base.startswith(prefix):
                 continue
             for alias in node.names:
@@ -47,6 +47,7 @@ def _imports(path: Path, modules: dict[str, Path], prefix: str = "precis") -> li
                 # `from precis.store import messages` imports the module precis.store.messages
                 found.append((child, None, node.lineno) if child in modules else (base, alias.name, node.lineno))
     return found
+
 
 def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     modules = _modules(package)
@@ -109,9 +110,12 @@ def test_no_import_circle_inside_precis():
 
 def test_no_module_imports_another_modules_underscore_name():
     modules = _modules()
-    taken = [f"{path.relative_to(PACKAGE.parent)}:{line} takes {name} from {target}"
-             for module, path in modules.items() for target, name, line in _imports(path, modules)
-             if name and name.startswith("_") and target != module]
+    taken = [
+        f"{path.relative_to(PACKAGE.parent)}:{line} takes {name} from {target}"
+        for module, path in modules.items()
+        for target, name, line in _imports(path, modules)
+        if name and name.startswith("_") and target != module
+    ]
     assert not taken, "\n".join(taken)
 
 
@@ -120,8 +124,9 @@ def test_a_name_means_one_thing(name):
     """A module name is used by one module or package in precis, except an engine per capability (`llm.py`)."""
     same = sorted(m for m in _modules() if m.rpartition(".")[2] == name)
     if name == "llm":  # the seam, and each capability's engine that uses it
-        assert "precis.llm" in same and all(m == "precis.llm" or m.endswith("engines.llm") or m == "precis.chat.llm"
-                                             for m in same), same
+        assert "precis.llm" in same and all(
+            m == "precis.llm" or m.endswith("engines.llm") or m == "precis.chat.llm" for m in same
+        ), same
     else:
         assert len(same) <= 1, same
 
@@ -181,14 +186,18 @@ def test_the_floor_checks_see_upward_imports_and_loops():
     crossings = _crossings()
     assert any(m == "precis.messages.ingest" and t.startswith("precis.store.") for _f, _l, m, t in crossings)
     assert _upward([("a.py", 3, "precis.errors", "precis.store.keys")]) == [
-        "a.py:3 errors -> store (precis.errors imports precis.store.keys)"]
+        "a.py:3 errors -> store (precis.errors imports precis.store.keys)"
+    ]
     assert _package_loops([("a.py", 1, "precis.api.x", "precis.chat"), ("b.py", 2, "precis.chat", "precis.api.y")])
 
 
 def _upward(crossings: list[tuple[str, int, str, str]]) -> list[str]:
     floor = {p: i for i, packages in enumerate(FLOORS) for p in packages}
-    return [_where(c) for c in crossings
-            if floor[_package_of(c[3])] > floor[_package_of(c[2])] and (c[2], c[3]) not in UPWARD_ALLOWED]
+    return [
+        _where(c)
+        for c in crossings
+        if floor[_package_of(c[3])] > floor[_package_of(c[2])] and (c[2], c[3]) not in UPWARD_ALLOWED
+    ]
 
 
 def _package_loops(crossings: list[tuple[str, int, str, str]]) -> list[str]:
@@ -201,8 +210,12 @@ def _package_loops(crossings: list[tuple[str, int, str, str]]) -> list[str]:
         graph.setdefault(_package_of(target), set())
     loops = []
     for loop in _circles(graph):
-        inside = [_where(c) for c in crossings if {_package_of(c[2]), _package_of(c[3])} <= set(loop)
-                  and floor.get(_package_of(c[3]), 0) >= floor.get(_package_of(c[2]), 0)]
+        inside = [
+            _where(c)
+            for c in crossings
+            if {_package_of(c[2]), _package_of(c[3])} <= set(loop)
+            and floor.get(_package_of(c[3]), 0) >= floor.get(_package_of(c[2]), 0)
+        ]
         loops.append(" ⇄ ".join(loop) + ":\n  " + "\n  ".join(inside))
     return loops
 
@@ -237,31 +250,44 @@ def _storage_reaches(source: str) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, f"imports {a.name}") for a in node.names
-                      if a.name == "precis.store.keys" or a.name.startswith("precis.store.keys.")]
+            found += [
+                (node.lineno, f"imports {a.name}")
+                for a in node.names
+                if a.name == "precis.store.keys" or a.name.startswith("precis.store.keys.")
+            ]
         elif isinstance(node, ast.ImportFrom) and node.module:
             if node.module == "precis.store.keys" or node.module.startswith("precis.store.keys."):
                 found.append((node.lineno, f"imports from {node.module}"))
             elif node.module == "precis.store" and any(a.name == "keys" for a in node.names):
                 found.append((node.lineno, "imports precis.store.keys"))
-        elif (isinstance(node, ast.Attribute) and node.attr in STORE_CLIENTS
-              and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in STORE_CLIENTS
+            and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+        ):
             found.append((node.lineno, f"uses .{node.attr} of {ast.unparse(node.value)}"))
     return sorted(found)
 
 
 def _outside_the_store() -> list[Path]:
     modules = _modules()
-    return [path for module, path in modules.items() if module != "precis.store" and not module.startswith(
-        "precis.store.")] + sorted(FUNCTIONS.rglob("*.py"))
+    return [
+        path for module, path in modules.items() if module != "precis.store" and not module.startswith("precis.store.")
+    ] + sorted(FUNCTIONS.rglob("*.py"))
 
 
 def test_the_storage_check_sees_keys_and_clients():
-    assert _storage_reaches("from precis.store import keys, resources\nimport precis.store.keys\n"
-                            "def f(db):\n    from precis.store.keys import session\n    return db.client.get_item()\n"
-                            "x = get_db().s3\n") == [
-        (1, "imports precis.store.keys"), (2, "imports precis.store.keys"), (4, "imports from precis.store.keys"),
-        (5, "uses .client of db"), (6, "uses .s3 of get_db()")]
+    assert _storage_reaches(
+        "from precis.store import keys, resources\nimport precis.store.keys\n"
+        "def f(db):\n    from precis.store.keys import session\n    return db.client.get_item()\n"
+        "x = get_db().s3\n"
+    ) == [
+        (1, "imports precis.store.keys"),
+        (2, "imports precis.store.keys"),
+        (4, "imports from precis.store.keys"),
+        (5, "uses .client of db"),
+        (6, "uses .s3 of get_db()"),
+    ]
     assert _storage_reaches("from precis.store import resources\nself.client.chat.completions.create()\n") == []
     outside = {p.relative_to(PACKAGE.parents[2]).as_posix() for p in _outside_the_store()}
     assert "layers/common/precis/context/compose.py" in outside and "functions/derive/app.py" in outside
@@ -269,8 +295,11 @@ def test_the_storage_check_sees_keys_and_clients():
 
 
 def test_only_the_store_names_keys_or_calls_the_clients():
-    reaches = [f"{path.relative_to(PACKAGE.parents[2])}:{line} {what}" for path in _outside_the_store()
-               for line, what in _storage_reaches(path.read_text(encoding="utf-8"))]
+    reaches = [
+        f"{path.relative_to(PACKAGE.parents[2])}:{line} {what}"
+        for path in _outside_the_store()
+        for line, what in _storage_reaches(path.read_text(encoding="utf-8"))
+    ]
     assert not reaches, "outside the store:\n" + "\n".join(reaches)
 
 
@@ -281,8 +310,17 @@ def test_only_the_store_names_keys_or_calls_the_clients():
 # sources (gateway, stream and queue pollers, schedules); the entry points. The fake model servers (local.models) stand
 # beside the AWS stand-in and import nothing of the stack: they are on the ground floor.
 LOCAL_FLOORS = [
-    {"local", "local.template", "local.chaos", "local.lambda_context", "local.stream_records", "local.iam",
-     "local.models", "local.models.llm_server", "local.models.bedrock_server"},
+    {
+        "local",
+        "local.template",
+        "local.chaos",
+        "local.lambda_context",
+        "local.stream_records",
+        "local.iam",
+        "local.models",
+        "local.models.llm_server",
+        "local.models.bedrock_server",
+    },
     {"local.moto_storage", "local.moto_vectors", "local.moto_patches", "local.moto_server", "local.moto_backend"},
     {"local.runtime", "local.zygote", "local.worker"},
     {"local.gateway", "local.poller", "local.sqs_poller", "local.scheduler"},
@@ -301,6 +339,11 @@ def test_no_import_circle_inside_local():
 
 def test_no_local_module_imports_from_a_floor_above_its_own():
     floor = {m: i for i, modules in enumerate(LOCAL_FLOORS) for m in modules}
-    upward = [f"{m} (floor {floor[m]}) imports {t} (floor {floor[t]})" for m, targets in _graph(LOCAL).items()
-              if m in floor for t in targets if t in floor and floor[t] > floor[m]]
+    upward = [
+        f"{m} (floor {floor[m]}) imports {t} (floor {floor[t]})"
+        for m, targets in _graph(LOCAL).items()
+        if m in floor
+        for t in targets
+        if t in floor and floor[t] > floor[m]
+    ]
     assert not upward, "\n".join(upward)

@@ -69,17 +69,30 @@ def _use_color(flag: bool | None) -> bool:
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
-color_option = click.option("--color/--no-color", "color", default=None,
-                            help="Colour the output (default: when stdout is a terminal and NO_COLOR is unset).")
+color_option = click.option(
+    "--color/--no-color",
+    "color",
+    default=None,
+    help="Colour the output (default: when stdout is a terminal and NO_COLOR is unset).",
+)
 
 
 @click.group("precis", cls=PrecisGroup, context_settings=CONTEXT_SETTINGS)
-@click.option("--url", envvar="PRECIS_URL", metavar="URL",
-              help=f"Precis base URL [env PRECIS_URL; default: the running `make dev` stack (.precis/dev.json), "
-                   f"else {DEFAULT_URL}].")
+@click.option(
+    "--url",
+    envvar="PRECIS_URL",
+    metavar="URL",
+    help=f"Precis base URL [env PRECIS_URL; default: the running `make dev` stack (.precis/dev.json), "
+    f"else {DEFAULT_URL}].",
+)
 @click.option("--key", envvar="PRECIS_KEY", metavar="KEY", help="Bearer key [env PRECIS_KEY].")
-@click.option("-w", "--workspace", envvar="PRECIS_WORKSPACE", metavar="ID",
-              help="Workspace [env PRECIS_WORKSPACE; default 'default'].")
+@click.option(
+    "-w",
+    "--workspace",
+    envvar="PRECIS_WORKSPACE",
+    metavar="ID",
+    help="Workspace [env PRECIS_WORKSPACE; default 'default'].",
+)
 def main(url: str | None, key: str | None, workspace: str | None) -> None:
     """Precis from the command line: summary settings, keys, a session's context, its summaries, import and
     export. Works with any Precis URL and key; `precis COMMAND --help` for each."""
@@ -109,8 +122,12 @@ def _level(client: Precis, session: str | None) -> tuple[dict | None, dict | Non
 
 def _shown(client: Precis, session: str | None, ws_conf: dict | None, s_conf: dict | None) -> dict[str, Any]:
     own = s_conf if session else ws_conf
-    return {"workspace": client.workspace, "session": session, **settings.sections(own),
-            "effective": settings.effective(ws_conf, s_conf if session else None)}
+    return {
+        "workspace": client.workspace,
+        "session": session,
+        **settings.sections(own),
+        "effective": settings.effective(ws_conf, s_conf if session else None),
+    }
 
 
 @config.command("get", context_settings=CONTEXT_SETTINGS)
@@ -200,8 +217,11 @@ def keys_mint(client: Precis, peer: str | None, session: str | None, expires: st
     """Mint a key for the workspace (-w), or one of its peers or sessions, and print it."""
     if admin and (peer or session):
         raise click.UsageError("--admin cannot be combined with --peer or --session")
-    click.echo(client.mint_key(workspace=None if admin else client.workspace, peer=peer, session=session,
-                               expires_at=_expiry(expires)))
+    click.echo(
+        client.mint_key(
+            workspace=None if admin else client.workspace, peer=peer, session=session, expires_at=_expiry(expires)
+        )
+    )
 
 
 # ---------------------------------------------------------------- context and summaries
@@ -210,14 +230,24 @@ def keys_mint(client: Precis, peer: str | None, session: str | None, expires: st
 @main.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("session")
 @click.option("-t", "--tokens", type=click.IntRange(1, 100_000), required=True, help="The budget, in tokens.")
-@click.option("--whole-runs/--split-runs", default=None,
-              help="Never return part of a run / allow it; default: the session's configured whole_runs.")
+@click.option(
+    "--whole-runs/--split-runs",
+    default=None,
+    help="Never return part of a run / allow it; default: the session's configured whole_runs.",
+)
 @click.option("--no-summary", is_flag=True, help="Messages only, no summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the service's answer as JSON.")
 @color_option
 @target_options
-def context(client: Precis, session: str, tokens: int, whole_runs: bool | None, no_summary: bool, as_json: bool,
-            color: bool | None) -> None:
+def context(
+    client: Precis,
+    session: str,
+    tokens: int,
+    whole_runs: bool | None,
+    no_summary: bool,
+    as_json: bool,
+    color: bool | None,
+) -> None:
     """A session's context for a token budget.
 
     Draws a bar of what the context holds (summary, messages, unused — to scale, with token counts), then lists the
@@ -230,8 +260,10 @@ def context(client: Precis, session: str, tokens: int, whole_runs: bool | None, 
     width = min(shutil.get_terminal_size((80, 24)).columns, 100) - 2
     lines = render.budget_bar(render.budget_of(answer, tokens), width, use_color)
     if answer.get("summary"):
-        lines += ["", *render.summary_block(answer["summary"], _through_seq(client, session, answer["summary"]),
-                                            use_color)]
+        lines += [
+            "",
+            *render.summary_block(answer["summary"], _through_seq(client, session, answer["summary"]), use_color),
+        ]
     if answer.get("messages"):
         lines.append("")
     for message in answer.get("messages") or []:
@@ -251,8 +283,10 @@ def _summary_lines(client: Precis, session: str, answer: dict[str, Any], color: 
     lines: list[str] = []
     for slot in ("short_summary", "long_summary"):
         if answer.get(slot):
-            lines += [*([""] if lines else []),
-                      *render.summary_block(answer[slot], _through_seq(client, session, answer[slot]), color)]
+            lines += [
+                *([""] if lines else []),
+                *render.summary_block(answer[slot], _through_seq(client, session, answer[slot]), color),
+            ]
     return lines
 
 
@@ -281,8 +315,7 @@ def _fingerprint(summary: dict[str, Any] | None) -> tuple | None:
 
 @main.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("session")
-@click.option("--interval", type=click.FloatRange(0.05), default=2.0, show_default=True,
-              help="Seconds between polls.")
+@click.option("--interval", type=click.FloatRange(0.05), default=2.0, show_default=True, help="Seconds between polls.")
 @click.option("--count", type=click.IntRange(1), help="Exit after printing this many summaries.")
 @click.option("--once", is_flag=True, help="Poll once, print the current summaries and exit.")
 @color_option
@@ -332,12 +365,18 @@ def tail(client: Precis, session: str, interval: float, count: int | None, once:
 @click.argument("session")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--peer-map", metavar="ROLE=PEER,...", help="Peer ids for roles or peer ids: user=alice,assistant=bot.")
-@click.option("--batch-size", type=click.IntRange(1, transfer.MAX_BATCH), default=transfer.MAX_BATCH,
-              show_default=True, help="Messages per post.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, transfer.MAX_BATCH),
+    default=transfer.MAX_BATCH,
+    show_default=True,
+    help="Messages per post.",
+)
 @click.option("--max-batches", type=click.IntRange(1), help="Stop after posting this many batches (resume later).")
 @target_options
-def import_(client: Precis, session: str, file: Path, peer_map: str | None, batch_size: int,
-            max_batches: int | None) -> None:
+def import_(
+    client: Precis, session: str, file: Path, peer_map: str | None, batch_size: int, max_batches: int | None
+) -> None:
     """Import a conversation file into a session, in order.
 
     FILE: JSONL of {peer_id, content, created_at?, run_id?, metadata?} (what `precis export` writes) or JSON/JSONL
@@ -374,11 +413,14 @@ def import_(client: Precis, session: str, file: Path, peer_map: str | None, batc
                 state.save(index + 1, answer[-1]["id"])
                 bar.update(len(batches[index]))
     except KeyboardInterrupt:
-        raise Failure(f"interrupted: imported {imported} messages in {posted} batches, "
-                      f"{skipped + already} already there; run the same command again to resume", 130) from None
+        raise Failure(
+            f"interrupted: imported {imported} messages in {posted} batches, "
+            f"{skipped + already} already there; run the same command again to resume",
+            130,
+        ) from None
     line = f"imported {imported} messages in {posted} batches, {skipped + already} already there"
     if state.done < len(batches):
-        line += f"; {total - sum(map(len, batches[:state.done]))} to go (run the same command again to continue)"
+        line += f"; {total - sum(map(len, batches[: state.done]))} to go (run the same command again to continue)"
     click.echo(line)
 
 
@@ -396,16 +438,23 @@ def _verified_start(client: Precis, session: str, batches: list[list[dict]], sta
         stored = None
     if stored and stored.get("content") == expected["content"] and stored.get("peer_id") == expected["peer_id"]:
         return state.done
-    click.echo("the session no longer holds what this import's last run stored: posting every batch again "
-               "(batches the service still remembers are not stored twice)", err=True)
+    click.echo(
+        "the session no longer holds what this import's last run stored: posting every batch again "
+        "(batches the service still remembers are not stored twice)",
+        err=True,
+    )
     state.forget()
     return 0
 
 
 @main.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("session")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path),
-              help="Write to this file (default: stdout).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write to this file (default: stdout).",
+)
 @target_options
 def export(client: Precis, session: str, output: Path | None) -> None:
     """Write a session's messages as JSONL.

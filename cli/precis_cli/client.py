@@ -96,8 +96,15 @@ def _retryable_conflict(response: httpx.Response) -> bool:
 class Precis:
     """One workspace of one Precis service, as the routes of the v3 API (the service's /openapi.json)."""
 
-    def __init__(self, url: str, key: str | None, workspace: str, *, timeout: float = 60.0,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        url: str,
+        key: str | None,
+        workspace: str,
+        *,
+        timeout: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.url = url.rstrip("/")
         self.workspace = workspace
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -130,7 +137,8 @@ class Precis:
                 raise Unreachable(f"cannot reach {self.url}: {exc}") from None
             else:
                 again = response.status_code in TRANSIENT or (
-                    response.status_code == 409 and _retryable_conflict(response))
+                    response.status_code == 409 and _retryable_conflict(response)
+                )
                 if response.is_success or not (retry and again) or time.monotonic() > deadline:
                     break
             self._sleep(delay)
@@ -192,10 +200,17 @@ class Precis:
 
     # ------------------------------------------------------------ keys
 
-    def mint_key(self, *, workspace: str | None, peer: str | None, session: str | None,
-                 expires_at: str | None) -> str:
-        params = {k: v for k, v in (("workspace_id", workspace), ("peer_id", peer), ("session_id", session),
-                                    ("expires_at", expires_at)) if v is not None}
+    def mint_key(self, *, workspace: str | None, peer: str | None, session: str | None, expires_at: str | None) -> str:
+        params = {
+            k: v
+            for k, v in (
+                ("workspace_id", workspace),
+                ("peer_id", peer),
+                ("session_id", session),
+                ("expires_at", expires_at),
+            )
+            if v is not None
+        }
         return self.request("POST", "/v3/keys", params=params)["key"]
 
     # ------------------------------------------------------------ messages, context, summaries
@@ -203,8 +218,9 @@ class Precis:
     def _session(self, session: str) -> str:
         return f"{self._ws()}/sessions/{session}"
 
-    def context(self, session: str, tokens: int, *, summary: bool = True,
-                whole_runs: bool | None = None) -> dict[str, Any]:
+    def context(
+        self, session: str, tokens: int, *, summary: bool = True, whole_runs: bool | None = None
+    ) -> dict[str, Any]:
         params = {"tokens": tokens, "summary": str(summary).lower()}
         if whole_runs is not None:  # absent: the session's configured default applies
             params["whole_runs"] = str(whole_runs).lower()
@@ -216,10 +232,16 @@ class Precis:
     def message(self, session: str, message_id: str) -> dict[str, Any]:
         return self.request("GET", f"{self._session(session)}/messages/{message_id}", retry=True)
 
-    def messages_page(self, session: str, page: int = 1, size: int = 100,
-                      filters: dict[str, Any] | None = None) -> dict[str, Any]:
-        return self.request("POST", f"{self._session(session)}/messages/list", params={"page": page, "size": size},
-                            json={"filters": filters} if filters else None, retry=True)
+    def messages_page(
+        self, session: str, page: int = 1, size: int = 100, filters: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        return self.request(
+            "POST",
+            f"{self._session(session)}/messages/list",
+            params={"page": page, "size": size},
+            json={"filters": filters} if filters else None,
+            retry=True,
+        )
 
     def last_seq(self, session: str) -> int:
         """The seq of the session's newest message (0 for an empty or unknown session)."""
@@ -232,5 +254,10 @@ class Precis:
 
     def post_messages(self, session: str, messages: list[dict[str, Any]], idempotency_key: str) -> list[dict]:
         """Post one batch exactly once: the key makes every retry (and every later run) replay the first answer."""
-        return self.request("POST", f"{self._session(session)}/messages", json={"messages": messages},
-                            headers={"Idempotency-Key": idempotency_key}, retry=True)
+        return self.request(
+            "POST",
+            f"{self._session(session)}/messages",
+            json={"messages": messages},
+            headers={"Idempotency-Key": idempotency_key},
+            retry=True,
+        )

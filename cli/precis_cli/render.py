@@ -30,9 +30,13 @@ class Budget:
 def budget_of(context: dict[str, Any], limit: int) -> Budget:
     summary = context.get("summary") or {}
     messages = context.get("messages") or []
-    return Budget(limit=limit, summary=int(summary.get("token_count") or 0),
-                  messages=sum(int(m.get("token_count") or 0) for m in messages), message_count=len(messages),
-                  skipped=int(context.get("messages_skipped") or 0))
+    return Budget(
+        limit=limit,
+        summary=int(summary.get("token_count") or 0),
+        messages=sum(int(m.get("token_count") or 0) for m in messages),
+        message_count=len(messages),
+        skipped=int(context.get("messages_skipped") or 0),
+    )
 
 
 def split_width(amounts: list[int], width: int) -> list[int]:
@@ -43,7 +47,7 @@ def split_width(amounts: list[int], width: int) -> list[int]:
         return [0] * len(amounts)
     exact = [a * width / total for a in amounts]
     cells = [int(e) for e in exact]
-    for i in sorted(range(len(amounts)), key=lambda i: exact[i] - cells[i], reverse=True)[:width - sum(cells)]:
+    for i in sorted(range(len(amounts)), key=lambda i: exact[i] - cells[i], reverse=True)[: width - sum(cells)]:
         cells[i] += 1
     for i, amount in enumerate(amounts):
         if amount > 0 and cells[i] == 0:  # visible, taken from the widest part

@@ -91,8 +91,9 @@ def _messages_of(record: Any, where: str, peer_map: dict[str, str]) -> Iterator[
 def _peer(name: Any, where: str, peer_map: dict[str, str]) -> str:
     peer = peer_map.get(name, name) if isinstance(name, str) else name
     if not isinstance(peer, str) or not ID.match(peer):
-        raise ImportFileError(f"{where}: peer '{peer}' is not a valid id (1-100 letters, digits, _ and -); "
-                              "map it with --peer-map")
+        raise ImportFileError(
+            f"{where}: peer '{peer}' is not a valid id (1-100 letters, digits, _ and -); map it with --peer-map"
+        )
     return peer
 
 
@@ -121,8 +122,9 @@ def _openai_message(record: dict[str, Any], where: str, peer_map: dict[str, str]
     return {"content": content, "peer_id": _peer(record["role"], where, peer_map)}
 
 
-def make_batches(messages: list[dict[str, Any]], max_count: int = MAX_BATCH,
-                 max_bytes: int = MAX_BATCH_BYTES) -> list[list[dict[str, Any]]]:
+def make_batches(
+    messages: list[dict[str, Any]], max_count: int = MAX_BATCH, max_bytes: int = MAX_BATCH_BYTES
+) -> list[list[dict[str, Any]]]:
     """Consecutive batches of at most `max_count` messages and about `max_bytes` of JSON; deterministic, so the same
     file always makes the same batches (and the same Idempotency-Keys)."""
     batches: list[list[dict[str, Any]]] = []

@@ -56,8 +56,9 @@ def on_stream(event: dict, context, time_left) -> dict:
 def on_wake(event: dict, context, time_left) -> dict:
     _failures.clear()
     _failures.update(jobs.on_wake(get_db(), (SQSRecord(r).body or "" for r in event["Records"]), time_left))
-    return process_partial_response(event=event, record_handler=wake_record_handler, processor=wake_processor,
-                                    context=context)
+    return process_partial_response(
+        event=event, record_handler=wake_record_handler, processor=wake_processor, context=context
+    )
 
 
 def on_schedule(event: dict, context, time_left) -> dict:

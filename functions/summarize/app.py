@@ -56,11 +56,19 @@ def _serve(db: Db, target: StreamTarget, records: list[str], time_left: Callable
         logger.info("clone copy", extra={"session": target.session, "done": done})
     elif target.action == "purge":
         result = purge_session(db, target.workspace, target.session, target.incarnation, time_left=time_left)
-        logger.info("purge", extra={"session": target.session, "done": result.done,
-                                    "items": result.deleted_items, "objects": result.deleted_objects})
+        logger.info(
+            "purge",
+            extra={
+                "session": target.session,
+                "done": result.done,
+                "items": result.deleted_items,
+                "objects": result.deleted_objects,
+            },
+        )
     else:
-        summarize_under_lease(db, get_settings(), target.workspace, target.session, records=records,
-                              remaining_s=time_left)
+        summarize_under_lease(
+            db, get_settings(), target.workspace, target.session, records=records, remaining_s=time_left
+        )
 
 
 @logger.inject_lambda_context
@@ -75,8 +83,11 @@ def lambda_handler(event: dict, context) -> dict:
             targets.setdefault(_target(record), []).append(record.dynamodb.sequence_number)
     db = get_db()  # made here: boto3 builds clients safely from one thread only
     _failures.clear()
-    _failures.update(run_each(list(targets), lambda t: _serve(db, t, targets[t], time_left),
-                              workers=get_settings().summarize_concurrency))
+    _failures.update(
+        run_each(
+            list(targets), lambda t: _serve(db, t, targets[t], time_left), workers=get_settings().summarize_concurrency
+        )
+    )
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
 
 

@@ -40,7 +40,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
 
-
 MODES = ("ok", "throttle", "500", "503", "too_long", "denied", "unknown", "invalid", "garbage", "empty")
 ERRORS = {  # mode -> (status, error type, message)
     "throttle": (429, "ThrottlingException", "Too many requests, please wait before trying again."),
@@ -50,8 +49,11 @@ ERRORS = {  # mode -> (status, error type, message)
     "denied": (403, "AccessDeniedException", "You don't have access to the model with the specified model ID."),
     "unknown": (404, "ResourceNotFoundException", "The requested resource could not be found."),
     "invalid": (400, "ValidationException", "The provided request is not valid."),
-    "no_tool_choice": (400, "ValidationException", "This model doesn't support the toolChoice field. Remove "
-                                                   "toolChoice and try again."),
+    "no_tool_choice": (
+        400,
+        "ValidationException",
+        "This model doesn't support the toolChoice field. Remove toolChoice and try again.",
+    ),
 }
 COHERE_MAX_TEXTS = 96
 
@@ -69,8 +71,13 @@ class Recorded:
 
 def user_texts(body: dict[str, Any]) -> list[str]:
     """The text blocks of the user turns, in order."""
-    return [block["text"] for message in body.get("messages", []) if message.get("role") == "user"
-            for block in message.get("content", []) if isinstance(block, dict) and isinstance(block.get("text"), str)]
+    return [
+        block["text"]
+        for message in body.get("messages", [])
+        if message.get("role") == "user"
+        for block in message.get("content", [])
+        if isinstance(block, dict) and isinstance(block.get("text"), str)
+    ]
 
 
 def summary_text(body: dict[str, Any]) -> str:
@@ -117,8 +124,9 @@ def _rough_tokens(text: str) -> int:
 def prompt_tokens(body: dict[str, Any]) -> int:
     """The prompt's size as this server counts it (usage.inputTokens and the context window check)."""
     system = sum(_rough_tokens(b.get("text", "")) for b in body.get("system", []) if isinstance(b, dict))
-    return system + sum(_rough_tokens(json.dumps(m.get("content"))) + 4 for m in body.get("messages", [])
-                        if isinstance(m, dict))
+    return system + sum(
+        _rough_tokens(json.dumps(m.get("content"))) + 4 for m in body.get("messages", []) if isinstance(m, dict)
+    )
 
 
 def converse_problem(body: Any) -> str | None:
@@ -129,8 +137,10 @@ def converse_problem(body: Any) -> str | None:
     if not isinstance(messages, list) or not messages:
         return "messages: at least one message is required"
     if messages[0].get("role") != "user":
-        return ("A conversation must start with a user message. Try again with a conversation that starts with a "
-                "user message.")
+        return (
+            "A conversation must start with a user message. Try again with a conversation that starts with a "
+            "user message."
+        )
     for before, after in zip(messages, messages[1:]):
         if before.get("role") == after.get("role"):
             return "A conversation must alternate between user and assistant roles."
@@ -151,8 +161,9 @@ def converse_problem(body: Any) -> str | None:
 class BedrockServer:
     """A threaded HTTP server on 127.0.0.1 that records requests and answers as scripted."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, mode: str = "ok",
-                 max_context_tokens: int | None = None):
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, mode: str = "ok", max_context_tokens: int | None = None
+    ):
         self.mode = mode
         self.max_context_tokens = max_context_tokens
         self.structured_output = True
@@ -196,8 +207,16 @@ class BedrockServer:
         answer = "" if empty else self.answer(body)
         content: list[dict[str, Any]]
         if isinstance(answer, dict):  # the model calls tools
-            content = [{"toolUse": {"toolUseId": f"tooluse_{next(self._ids)}", "name": c["name"],
-                                    "input": c.get("arguments", {})}} for c in answer["tool_calls"]]
+            content = [
+                {
+                    "toolUse": {
+                        "toolUseId": f"tooluse_{next(self._ids)}",
+                        "name": c["name"],
+                        "input": c.get("arguments", {}),
+                    }
+                }
+                for c in answer["tool_calls"]
+            ]
             stop, text = "tool_use", json.dumps(content)
         elif "tool" in choice or ("any" in choice and tools):
             name = choice["tool"]["name"] if "tool" in choice else tools[-1]
@@ -211,9 +230,12 @@ class BedrockServer:
             content = [{"text": answer}] if answer else []
             stop, text = "end_turn", answer
         inputs, outputs = prompt_tokens(body), _rough_tokens(text)
-        return {"output": {"message": {"role": "assistant", "content": content}}, "stopReason": stop,
-                "usage": {"inputTokens": inputs, "outputTokens": outputs, "totalTokens": inputs + outputs},
-                "metrics": {"latencyMs": 1}}
+        return {
+            "output": {"message": {"role": "assistant", "content": content}},
+            "stopReason": stop,
+            "usage": {"inputTokens": inputs, "outputTokens": outputs, "totalTokens": inputs + outputs},
+            "metrics": {"latencyMs": 1},
+        }
 
     def invoke(self, model: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         from precis.memory.embeddings import HashedEmbedder
@@ -225,8 +247,10 @@ class BedrockServer:
             dimensions = body.get("dimensions", 1024) if "v2" in model else 1536
             if dimensions not in ((256, 512, 1024) if "v2" in model else (1536,)):
                 return 400, {"message": f"dimensions: {dimensions} is not one of 256, 512, 1024"}
-            return 200, {"embedding": HashedEmbedder(dimensions).embed([text])[0],
-                         "inputTextTokenCount": _rough_tokens(text)}
+            return 200, {
+                "embedding": HashedEmbedder(dimensions).embed([text])[0],
+                "inputTextTokenCount": _rough_tokens(text),
+            }
         if model.startswith("cohere.embed"):
             texts = body.get("texts")
             if not isinstance(texts, list) or not 0 < len(texts) <= COHERE_MAX_TEXTS:
@@ -235,8 +259,12 @@ class BedrockServer:
                 return 400, {"message": "input_type: required"}
             vectors = HashedEmbedder(body.get("output_dimension", 1024)).embed(texts)
             embeddings = {"float": vectors} if "float" in (body.get("embedding_types") or ()) else vectors
-            return 200, {"id": f"emb-{next(self._ids)}", "texts": texts, "embeddings": embeddings,
-                         "response_type": "embeddings_by_type" if isinstance(embeddings, dict) else "embeddings_floats"}
+            return 200, {
+                "id": f"emb-{next(self._ids)}",
+                "texts": texts,
+                "embeddings": embeddings,
+                "response_type": "embeddings_by_type" if isinstance(embeddings, dict) else "embeddings_floats",
+            }
         return 404, {"message": f"Model {model} is not an embedding model this server knows"}
 
     def start(self) -> BedrockServer:
@@ -299,8 +327,9 @@ class _Handler(BaseHTTPRequestHandler):
             if status == 200:
                 self._json(200, payload)
             else:
-                self._error(status, "ValidationException" if status == 400 else "ResourceNotFoundException",
-                            payload["message"])
+                self._error(
+                    status, "ValidationException" if status == 400 else "ResourceNotFoundException", payload["message"]
+                )
 
     def _error(self, status: int, error_type: str, message: str) -> None:
         self._json(status, {"message": message}, {"x-amzn-ErrorType": f"{error_type}:http://internal.amazon.com/"})
@@ -322,18 +351,22 @@ class _Handler(BaseHTTPRequestHandler):
             pass  # the client gave up
 
 
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Local Bedrock Runtime-compatible server for Precis development")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8002)
     parser.add_argument("--mode", choices=MODES, default="ok")
-    parser.add_argument("--max-context-tokens", type=int, default=None,
-                        help="answer longer prompts with a ValidationException (input too long)")
+    parser.add_argument(
+        "--max-context-tokens",
+        type=int,
+        default=None,
+        help="answer longer prompts with a ValidationException (input too long)",
+    )
     args = parser.parse_args(argv)
     server = BedrockServer(args.host, args.port, mode=args.mode, max_context_tokens=args.max_context_tokens)
-    print(f"Bedrock server on {server.url} (mode {args.mode}); AWS_ENDPOINT_URL_BEDROCK_RUNTIME={server.url}",
-          flush=True)
+    print(
+        f"Bedrock server on {server.url} (mode {args.mode}); AWS_ENDPOINT_URL_BEDROCK_RUNTIME={server.url}", flush=True
+    )
     try:
         server._httpd.serve_forever()
     except KeyboardInterrupt:

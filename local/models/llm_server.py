@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-
 MODES = ("ok", "400", "401", "429", "500", "garbage", "nochoices", "empty", "nousage", "hang", "context_length")
 PATHS = ("/v1/chat/completions", "/chat/completions")
 
@@ -84,7 +83,7 @@ def test_embedding(text: str, dimensions: int = 256) -> list[float]:
     for word in text.casefold().split():
         padded = " " + word.strip(_PUNCTUATION) + " "
         for i in range(len(padded) - 2):
-            digest = hashlib.blake2b(padded[i:i + 3].encode(), digest_size=4).digest()
+            digest = hashlib.blake2b(padded[i : i + 3].encode(), digest_size=4).digest()
             slot = int.from_bytes(digest[:3], "big") % dimensions
             vector[slot] += 1.0 if digest[3] & 1 else -1.0
     norm = math.sqrt(sum(x * x for x in vector)) or 1.0
@@ -94,8 +93,16 @@ def test_embedding(text: str, dimensions: int = 256) -> list[float]:
 class LLMServer:
     """A threaded HTTP server on 127.0.0.1 that records requests and answers as scripted."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, mode: str = "ok", retry_after: str = "0",
-                 hang_seconds: float = 5.0, max_context_tokens: int | None = None):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        mode: str = "ok",
+        retry_after: str = "0",
+        hang_seconds: float = 5.0,
+        max_context_tokens: int | None = None,
+    ):
         self.mode = mode
         self.max_context_tokens = max_context_tokens
         self.structured_output = True
@@ -138,9 +145,14 @@ class LLMServer:
     def completion(self, body: dict[str, Any], *, usage: bool = True, content: str | None = None) -> dict[str, Any]:
         answer = self.answer(body) if content is None else content
         if isinstance(answer, dict):  # {"tool_calls": [{"name", "arguments"}]}: the model calls tools
-            calls = [{"id": f"call_{next(self._ids)}", "type": "function",
-                      "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments", {}))}}
-                     for c in answer["tool_calls"]]
+            calls = [
+                {
+                    "id": f"call_{next(self._ids)}",
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments", {}))},
+                }
+                for c in answer["tool_calls"]
+            ]
             message, finish, text = {"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls", ""
         else:
             text = answer
@@ -155,8 +167,11 @@ class LLMServer:
         if usage:
             prompt = prompt_tokens(body)
             completion = _rough_tokens(text)
-            reply["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion,
-                              "total_tokens": prompt + completion}
+            reply["usage"] = {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            }
         return reply
 
     def start(self) -> LLMServer:
@@ -205,34 +220,77 @@ class _Handler(BaseHTTPRequestHandler):
             body = raw
         llm = self.llm
         mode = llm.next_mode()
-        if (isinstance(body, dict) and llm.max_context_tokens is not None and mode in ("ok", "nousage")
-                and prompt_tokens(body) > llm.max_context_tokens):
+        if (
+            isinstance(body, dict)
+            and llm.max_context_tokens is not None
+            and mode in ("ok", "nousage")
+            and prompt_tokens(body) > llm.max_context_tokens
+        ):
             mode = "context_length"
-        if (isinstance(body, dict) and not llm.structured_output and mode in ("ok", "nousage")
-                and (body.get("response_format") or {}).get("type") == "json_schema"):
+        if (
+            isinstance(body, dict)
+            and not llm.structured_output
+            and mode in ("ok", "nousage")
+            and (body.get("response_format") or {}).get("type") == "json_schema"
+        ):
             mode = "unsupported"
         llm.record(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body, mode))
         if not isinstance(body, dict):
             self._json(400, {"error": {"message": "body must be a JSON object", "type": "invalid_request_error"}})
         elif mode == "400":
-            self._json(400, {"error": {"message": f"model {body.get('model')!r} does not exist",
-                                       "type": "invalid_request_error", "code": "model_not_found"}})
+            self._json(
+                400,
+                {
+                    "error": {
+                        "message": f"model {body.get('model')!r} does not exist",
+                        "type": "invalid_request_error",
+                        "code": "model_not_found",
+                    }
+                },
+            )
         elif mode == "401":
-            self._json(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
-                                       "code": "invalid_api_key"}})
+            self._json(
+                401,
+                {
+                    "error": {
+                        "message": "Incorrect API key provided",
+                        "type": "invalid_request_error",
+                        "code": "invalid_api_key",
+                    }
+                },
+            )
         elif mode == "unsupported":
-            self._json(400, {"error": {"message": "response_format of type 'json_schema' is not supported by this "
-                                                  "model", "type": "invalid_request_error", "param": "response_format",
-                                       "code": None}})
+            self._json(
+                400,
+                {
+                    "error": {
+                        "message": "response_format of type 'json_schema' is not supported by this model",
+                        "type": "invalid_request_error",
+                        "param": "response_format",
+                        "code": None,
+                    }
+                },
+            )
         elif mode == "context_length":
             size, window = prompt_tokens(body), llm.max_context_tokens or 0
-            self._json(400, {"error": {
-                "message": f"This model's maximum context length is {window} tokens. However, your messages "
-                           f"resulted in {size} tokens. Please reduce the length of the messages.",
-                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+            self._json(
+                400,
+                {
+                    "error": {
+                        "message": f"This model's maximum context length is {window} tokens. However, your messages "
+                        f"resulted in {size} tokens. Please reduce the length of the messages.",
+                        "type": "invalid_request_error",
+                        "param": "messages",
+                        "code": "context_length_exceeded",
+                    }
+                },
+            )
         elif mode == "429":
-            self._json(429, {"error": {"message": "Rate limit reached", "type": "requests",
-                                       "code": "rate_limit_exceeded"}}, {"Retry-After": llm.retry_after})
+            self._json(
+                429,
+                {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}},
+                {"Retry-After": llm.retry_after},
+            )
         elif mode == "500":
             self._json(500, {"error": {"message": "The server had an error", "type": "server_error"}})
         elif mode == "garbage":
@@ -255,15 +313,26 @@ class _Handler(BaseHTTPRequestHandler):
             texts = [body["input"]] if isinstance(body["input"], str) else list(body["input"])
             dimensions = int(body.get("dimensions") or 256)
         except (ValueError, KeyError, TypeError):
-            self._json(400, {"error": {"message": "input: a string or a list of strings",
-                                       "type": "invalid_request_error"}})
+            self._json(
+                400, {"error": {"message": "input: a string or a list of strings", "type": "invalid_request_error"}}
+            )
             return
         self.llm.record(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body, "ok"))
-        data = [{"object": "embedding", "index": i, "embedding": test_embedding(t, dimensions)}
-                for i, t in enumerate(texts)]
-        self._json(200, {"object": "list", "data": data, "model": body.get("model", "local"),
-                         "usage": {"prompt_tokens": sum(_rough_tokens(t) for t in texts),
-                                   "total_tokens": sum(_rough_tokens(t) for t in texts)}})
+        data = [
+            {"object": "embedding", "index": i, "embedding": test_embedding(t, dimensions)} for i, t in enumerate(texts)
+        ]
+        self._json(
+            200,
+            {
+                "object": "list",
+                "data": data,
+                "model": body.get("model", "local"),
+                "usage": {
+                    "prompt_tokens": sum(_rough_tokens(t) for t in texts),
+                    "total_tokens": sum(_rough_tokens(t) for t in texts),
+                },
+            },
+        )
 
     def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(payload).encode(), "application/json", headers)
@@ -281,14 +350,17 @@ class _Handler(BaseHTTPRequestHandler):
             pass  # the client gave up (a timeout test): nothing to answer
 
 
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Local OpenAI-compatible server for Precis development")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--mode", choices=MODES, default="ok")
-    parser.add_argument("--max-context-tokens", type=int, default=None,
-                        help="answer longer prompts with HTTP 400 context_length_exceeded")
+    parser.add_argument(
+        "--max-context-tokens",
+        type=int,
+        default=None,
+        help="answer longer prompts with HTTP 400 context_length_exceeded",
+    )
     args = parser.parse_args(argv)
     server = LLMServer(args.host, args.port, mode=args.mode, max_context_tokens=args.max_context_tokens)
     print(f"LLM server on {server.url} (mode {args.mode}); OPENAI_BASE_URL={server.url}", flush=True)

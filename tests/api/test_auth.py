@@ -6,11 +6,11 @@ import time
 
 import jwt as pyjwt
 import pytest
-from precis.auth import Principal, mint_key, verify_key
-from precis.settings import get_settings
-from precis.errors import Unauthorized
 
 from local import moto_vectors
+from precis.auth import Principal, mint_key, verify_key
+from precis.errors import Unauthorized
+from precis.settings import get_settings
 from tests.handlers import Form, call
 
 SECRET = "test-signing-secret-0123456789abcdef"
@@ -60,20 +60,44 @@ MATRIX = [
     ("POST", f"{W}/peers", {"id": "bob"}, WS_ONLY, CREATED, {"id": "bob", "workspace_id": "ws1"}),
     ("POST", f"{W}/peers", {"id": "alice"}, WS_ONLY | {"peer_member"}, 200, {"id": "alice", "workspace_id": "ws1"}),
     # and with metadata replaces its metadata, as a PUT of the peer would: the same keys
-    ("POST", f"{W}/peers", {"id": "alice", "metadata": {"b": 2}}, WS_ONLY | {"peer_member"}, 200,
-     {"id": "alice", "metadata": {"b": 2}}),
+    (
+        "POST",
+        f"{W}/peers",
+        {"id": "alice", "metadata": {"b": 2}},
+        WS_ONLY | {"peer_member"},
+        200,
+        {"id": "alice", "metadata": {"b": 2}},
+    ),
     # a session key never creates a peer, not even one named like its session
     ("POST", f"{W}/peers", {"id": "s1"}, WS_ONLY | {"peer_named_s1"}, CREATED, {"id": "s1"}),
     ("POST", f"{W}/peers/list", None, WS_ONLY, 200, _ids("alice", "carol")),
-    ("PUT", f"{W}/peers/alice", {"metadata": {"a": 1}}, WS_ONLY | {"peer_member"}, 200,
-     {"id": "alice", "metadata": {"a": 1}}),
+    (
+        "PUT",
+        f"{W}/peers/alice",
+        {"metadata": {"a": 1}},
+        WS_ONLY | {"peer_member"},
+        200,
+        {"id": "alice", "metadata": {"a": 1}},
+    ),
     ("POST", f"{W}/peers/alice/sessions", None, WS_ONLY | {"peer_member"}, 200, _ids("s1")),
     # a member's peer key may get its session with the SDK's body, nothing more
-    ("POST", f"{W}/sessions", {"id": "s1"}, WS_ONLY | {"session", "peer_member"}, 200,
-     {"id": "s1", "workspace_id": "ws1", "is_active": True}),
+    (
+        "POST",
+        f"{W}/sessions",
+        {"id": "s1"},
+        WS_ONLY | {"session", "peer_member"},
+        200,
+        {"id": "s1", "workspace_id": "ws1", "is_active": True},
+    ),
     # getting a session with metadata replaces its metadata (Honcho's get-or-create): a writer's change, as a PUT's
-    ("POST", f"{W}/sessions", {"id": "s1", "metadata": {"a": 1}}, WS_ONLY | {"session"}, 200,
-     {"id": "s1", "metadata": {"a": 1}}),
+    (
+        "POST",
+        f"{W}/sessions",
+        {"id": "s1", "metadata": {"a": 1}},
+        WS_ONLY | {"session"},
+        200,
+        {"id": "s1", "metadata": {"a": 1}},
+    ),
     ("POST", f"{W}/sessions", {"id": "s1", "peers": {"alice": {}}}, WS_ONLY | {"session"}, 200, {"id": "s1"}),
     # A peer key named like a session must not join it by getting the session with itself in `peers`.
     ("POST", f"{W}/sessions", {"id": "s1", "peers": {"s1": {}}}, WS_ONLY | {"session"}, 200, {"id": "s1"}),
@@ -86,44 +110,131 @@ MATRIX = [
     ("GET", f"{S}/peers", None, SESSION_READERS, 200, _ids("alice")),
     ("GET", f"{S}/peers/alice/config", None, SESSION_READERS, 200, {"observe_me": True, "observe_others": False}),
     ("PUT", f"{S}/peers/alice/config", {"observe_me": False}, SESSION_WRITERS, 204, None),
-    ("POST", f"{S}/messages", {"messages": [{"content": "hi", "peer_id": "alice"}]}, SESSION_WRITERS, 201,
-     [{"content": "hi", "peer_id": "alice", "session_id": "s1", "workspace_id": "ws1", "token_count": 1}]),
-    ("POST", f"{S}/messages/upload", Form({"peer_id": "alice"}, {"file": ("a.txt", b"hi", "text/plain")}),
-     SESSION_WRITERS, 201, [{"content": "hi", "peer_id": "alice", "session_id": "s1", "token_count": 1}]),
-    ("POST", f"{S}/messages/list", None, SESSION_READERS, 200,
-     {"items": [{"id": "MESSAGE_ID", "content": "hello", "peer_id": "alice"}], "total": 1}),
-    ("GET", f"{S}/context", None, SESSION_READERS, 200,
-     {"id": "s1", "messages": [{"id": "MESSAGE_ID", "content": "hello"}], "summary": None}),
+    (
+        "POST",
+        f"{S}/messages",
+        {"messages": [{"content": "hi", "peer_id": "alice"}]},
+        SESSION_WRITERS,
+        201,
+        [{"content": "hi", "peer_id": "alice", "session_id": "s1", "workspace_id": "ws1", "token_count": 1}],
+    ),
+    (
+        "POST",
+        f"{S}/messages/upload",
+        Form({"peer_id": "alice"}, {"file": ("a.txt", b"hi", "text/plain")}),
+        SESSION_WRITERS,
+        201,
+        [{"content": "hi", "peer_id": "alice", "session_id": "s1", "token_count": 1}],
+    ),
+    (
+        "POST",
+        f"{S}/messages/list",
+        None,
+        SESSION_READERS,
+        200,
+        {"items": [{"id": "MESSAGE_ID", "content": "hello", "peer_id": "alice"}], "total": 1},
+    ),
+    (
+        "GET",
+        f"{S}/context",
+        None,
+        SESSION_READERS,
+        200,
+        {"id": "s1", "messages": [{"id": "MESSAGE_ID", "content": "hello"}], "summary": None},
+    ),
     ("GET", f"{S}/summaries", None, SESSION_READERS, 200, {"id": "s1", "short_summary": None, "long_summary": None}),
-    ("GET", f"{S}/messages/MESSAGE_ID", None, SESSION_READERS, 200,
-     {"id": "MESSAGE_ID", "content": "hello", "session_id": "s1"}),
-    ("PUT", f"{S}/messages/MESSAGE_ID", {"metadata": {"x": 1}}, SESSION_WRITERS, 200,
-     {"id": "MESSAGE_ID", "content": "hello", "metadata": {"x": 1}}),
+    (
+        "GET",
+        f"{S}/messages/MESSAGE_ID",
+        None,
+        SESSION_READERS,
+        200,
+        {"id": "MESSAGE_ID", "content": "hello", "session_id": "s1"},
+    ),
+    (
+        "PUT",
+        f"{S}/messages/MESSAGE_ID",
+        {"metadata": {"x": 1}},
+        SESSION_WRITERS,
+        200,
+        {"id": "MESSAGE_ID", "content": "hello", "metadata": {"x": 1}},
+    ),
     # derived memory: conclusions and the queue span the workspace; a peer reads and sets its own cards and views
-    ("POST", f"{W}/conclusions", {"conclusions": [{"content": "alice likes tea", "observer_id": "alice",
-                                                   "observed_id": "alice", "session_id": "s1"}]}, WS_ONLY, 201,
-     [{"content": "alice likes tea", "observer_id": "alice", "session_id": "s1"}]),
+    (
+        "POST",
+        f"{W}/conclusions",
+        {
+            "conclusions": [
+                {"content": "alice likes tea", "observer_id": "alice", "observed_id": "alice", "session_id": "s1"}
+            ]
+        },
+        WS_ONLY,
+        201,
+        [{"content": "alice likes tea", "observer_id": "alice", "session_id": "s1"}],
+    ),
     ("POST", f"{W}/conclusions/list", None, WS_ONLY, 200, {"items": [], "total": 0}),
-    ("POST", f"{W}/conclusions/query", {"query": "tea", "filters": {"observer_id": "alice", "observed_id": "alice"}},
-     WS_ONLY, 200, []),
+    (
+        "POST",
+        f"{W}/conclusions/query",
+        {"query": "tea", "filters": {"observer_id": "alice", "observed_id": "alice"}},
+        WS_ONLY,
+        200,
+        [],
+    ),
     ("GET", f"{W}/queue/status", None, WS_ONLY, 200, {"pending_work_units": 0}),
-    ("PUT", f"{W}/peers/alice/card", {"peer_card": ["IDENTITY: alice is a nurse"]}, WS_ONLY | {"peer_member"}, 200,
-     {"peer_card": ["IDENTITY: alice is a nurse"]}),
+    (
+        "PUT",
+        f"{W}/peers/alice/card",
+        {"peer_card": ["IDENTITY: alice is a nurse"]},
+        WS_ONLY | {"peer_member"},
+        200,
+        {"peer_card": ["IDENTITY: alice is a nurse"]},
+    ),
     ("GET", f"{W}/peers/alice/card", None, WS_ONLY | {"peer_member"}, 200, {"peer_card": None}),
-    ("GET", f"{W}/peers/alice/context", None, WS_ONLY | {"peer_member"}, 200,
-     {"peer_id": "alice", "target_id": "alice", "representation": ""}),
-    ("POST", f"{W}/peers/alice/representation", {"target": "carol"}, WS_ONLY | {"peer_member"}, 200,
-     {"representation": ""}),
-    ("GET", f"{S}/context?peer_target=alice", None, SESSION_READERS, 200,
-     {"id": "s1", "peer_representation": "", "peer_card": None}),
+    (
+        "GET",
+        f"{W}/peers/alice/context",
+        None,
+        WS_ONLY | {"peer_member"},
+        200,
+        {"peer_id": "alice", "target_id": "alice", "representation": ""},
+    ),
+    (
+        "POST",
+        f"{W}/peers/alice/representation",
+        {"target": "carol"},
+        WS_ONLY | {"peer_member"},
+        200,
+        {"representation": ""},
+    ),
+    (
+        "GET",
+        f"{S}/context?peer_target=alice",
+        None,
+        SESSION_READERS,
+        200,
+        {"id": "s1", "peer_representation": "", "peer_card": None},
+    ),
     # searchable once posted
     ("POST", f"{W}/search", {"query": "hello"}, WS_ONLY, 200, [{"id": "MESSAGE_ID", "content": "hello"}]),
     ("POST", f"{S}/search", {"query": "hello"}, SESSION_READERS, 200, [{"id": "MESSAGE_ID", "content": "hello"}]),
-    ("POST", f"{W}/peers/alice/search", {"query": "hello"}, WS_ONLY | {"peer_member"}, 200,
-     [{"id": "MESSAGE_ID", "content": "hello"}]),
+    (
+        "POST",
+        f"{W}/peers/alice/search",
+        {"query": "hello"},
+        WS_ONLY | {"peer_member"},
+        200,
+        [{"id": "MESSAGE_ID", "content": "hello"}],
+    ),
     ("POST", f"{W}/peers/alice/chat", {"query": "hello"}, WS_ONLY | {"peer_member"}, 200, {"content": None}),
-    ("POST", f"{W}/chat", {"query": "hello"}, WS_ONLY, 200,
-     {"content": lambda text: text is not None and "alice: hello" in text}),  # the workspace chat searches messages
+    (
+        "POST",
+        f"{W}/chat",
+        {"query": "hello"},
+        WS_ONLY,
+        200,
+        {"content": lambda text: text is not None and "alice: hello" in text},
+    ),  # the workspace chat searches messages
     ("POST", f"{W}/schedule_dream", {"observer": "alice"}, WS_ONLY, 204, None),
     ("POST", f"{S}/clone", None, SESSION_WRITERS, 201, lambda body: body["id"].startswith("s1-clone-")),
     ("POST", f"{W}/scopes", {"id": "therapy"}, WS_ONLY, CREATED, {"id": "therapy", "metadata": {}}),
@@ -177,8 +288,11 @@ def _as(name: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {KEYS[name]}"}
 
 
-@pytest.mark.parametrize(("method", "path", "body", "allowed", "status", "answer"), MATRIX,
-                         ids=[f"{m} {p}#{i}" for i, (m, p, *_rest) in enumerate(MATRIX)])
+@pytest.mark.parametrize(
+    ("method", "path", "body", "allowed", "status", "answer"),
+    MATRIX,
+    ids=[f"{m} {p}#{i}" for i, (m, p, *_rest) in enumerate(MATRIX)],
+)
 def test_every_route_admits_exactly_its_scopes(auth_on, method, path, body, allowed, status, answer):
     path = path.replace("MESSAGE_ID", auth_on)
     answer = _with_message_id(answer, auth_on)
@@ -209,8 +323,17 @@ def test_a_peer_key_named_like_a_session_cannot_join_it(auth_on):
     assert call("POST", f"{S}/messages/list", headers=_as("peer_named_s1")).status == 403
 
 
-@pytest.mark.parametrize("body", [{"id": "s1", "peers": {"alice": {}, "carol": {}}}, {"id": "s1", "metadata": {}},
-                                  {"id": "s1", "configuration": {}}, {"id": "s1", "peers": None}, {}, ["s1"]])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"id": "s1", "peers": {"alice": {}, "carol": {}}},
+        {"id": "s1", "metadata": {}},
+        {"id": "s1", "configuration": {}},
+        {"id": "s1", "peers": None},
+        {},
+        ["s1"],
+    ],
+)
 def test_a_member_peer_key_only_gets_its_session_and_changes_nothing(auth_on, body):
     reply = call("POST", f"{W}/sessions", body, headers=_as("peer_member"))
     assert reply.status == 403, reply.body
@@ -249,15 +372,17 @@ def test_deletes_succeed_with_the_right_key(auth_on):
 def test_cross_workspace_reads_and_writes_are_refused(auth_on):
     other = {"Authorization": f"Bearer {KEYS['other_workspace']}"}
     assert call("GET", f"{S}/context", headers=other).status == 403
-    assert call("POST", f"{S}/messages", {"messages": [{"content": "x", "peer_id": "eve"}]},
-                headers=other).status == 403
+    assert (
+        call("POST", f"{S}/messages", {"messages": [{"content": "x", "peer_id": "eve"}]}, headers=other).status == 403
+    )
     assert call("POST", "/v3/workspaces", {"id": "ws1"}, headers=other).status == 403
 
 
 def test_admin_mints_keys_that_work_and_expire(auth_on):
     admin = {"Authorization": f"Bearer {KEYS['admin']}"}
-    reply = call("POST", "/v3/keys", headers=admin, workspace_id="ws1", session_id="s1",
-                 expires_at="2999-01-01T00:00:00Z")
+    reply = call(
+        "POST", "/v3/keys", headers=admin, workspace_id="ws1", session_id="s1", expires_at="2999-01-01T00:00:00Z"
+    )
     assert reply.status == 200
     assert verify_key(reply.body["key"], SECRET) == Principal(workspace="ws1", session="s1")
     assert pyjwt.decode(reply.body["key"], SECRET, algorithms=["HS256"])["exp"] == 32472144000
@@ -298,10 +423,12 @@ def test_deployed_stacks_read_the_signing_secret_from_secrets_manager(aws, monke
     import json
 
     import boto3
+
     from precis.secrets import jwt_secret, llm_api_key
 
     boto3.client("secretsmanager").create_secret(
-        Name="precis/test", SecretString=json.dumps({"jwt_secret": SECRET, "llm_api_key": "sk-test"}))
+        Name="precis/test", SecretString=json.dumps({"jwt_secret": SECRET, "llm_api_key": "sk-test"})
+    )
     monkeypatch.delenv("PRECIS_JWT_SECRET", raising=False)
     monkeypatch.setenv("PRECIS_SECRET_NAME", "precis/test")
     monkeypatch.setenv("PRECIS_AUTH", "true")
@@ -312,12 +439,15 @@ def test_deployed_stacks_read_the_signing_secret_from_secrets_manager(aws, monke
     assert call("POST", "/v3/workspaces/list", headers={"Authorization": f"Bearer {KEYS['workspace']}"}).status == 403
 
 
-@pytest.mark.parametrize("method, path, body, query", [
-    ("GET", f"{S}/context", None, {"peer_target": "carol"}),
-    ("GET", f"{S}/context", None, {"peer_target": "carol", "peer_perspective": "carol"}),
-    ("GET", f"{S}/context", None, {"peer_target": "alice", "scope": "therapy"}),
-    ("POST", f"{W}/peers/alice/representation", {"scope": "therapy"}, {}),
-])
+@pytest.mark.parametrize(
+    "method, path, body, query",
+    [
+        ("GET", f"{S}/context", None, {"peer_target": "carol"}),
+        ("GET", f"{S}/context", None, {"peer_target": "carol", "peer_perspective": "carol"}),
+        ("GET", f"{S}/context", None, {"peer_target": "alice", "scope": "therapy"}),
+        ("POST", f"{W}/peers/alice/representation", {"scope": "therapy"}, {}),
+    ],
+)
 def test_a_peer_key_reads_only_its_own_perspective_and_never_through_a_scope(auth_on, method, path, body, query):
     reply = call(method, path, body, headers=_as("peer_member"), **query)
     assert reply.status == 403, reply.body

@@ -10,10 +10,10 @@ import jwt as pyjwt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from precis.auth import MAX_KEY_CHARS, Principal, mint_key, verify_key
-from precis.settings import get_settings
-from precis.errors import Unauthorized
 
+from precis.auth import MAX_KEY_CHARS, Principal, mint_key, verify_key
+from precis.errors import Unauthorized
+from precis.settings import get_settings
 from tests.handlers import call
 
 SECRET = "test-signing-secret-0123456789abcdef"
@@ -48,27 +48,30 @@ def test_honchos_admin_key_shape_is_accepted():
     assert verify_key(pyjwt.encode({"t": "", "ad": "yes"}, SECRET, algorithm="HS256"), SECRET) == Principal()
 
 
-@pytest.mark.parametrize(("token", "message"), [
-    ("eyJhbGciOiJub25lIn0.eyJhZCI6dHJ1ZX0.", "only HS256"),
-    (pyjwt.encode({"ad": True}, SECRET, algorithm="HS512"), "only HS256"),
-    (pyjwt.encode({"ad": True}, SECRET, algorithm="HS384"), "only HS256"),
-    (_signed(b'{"typ":"JWT"}', b'{"ad":true}'), "only HS256"),  # no alg at all
-    (_signed(b'{"alg":["HS256"]}', b'{"ad":true}'), "only HS256"),
-    (pyjwt.encode({"ad": True}, "another-secret", algorithm="HS256"), "bad signature"),
-    (NESTED_HEADER, "malformed key"),
-    ("x" * (MAX_KEY_CHARS + 1), f"at most {MAX_KEY_CHARS}"),
-    (_signed(b'{"alg":"HS256"}', b"[1]"), "malformed key"),
-    (_signed(b'{"alg":"HS256"}', b'{"ad":true,"nbf":[1]}'), "malformed key"),
-    (_signed(b'{"alg":"HS256"}', b'{"ad":true,"nbf":1e400}'), "malformed key"),
-    (_signed(b'{"alg":"HS256"}', b'{"ad":true,"nbf":4000000000}'), "not yet valid"),
-    (_signed(b'{"alg":"HS256"}', b'{"ad":true,"exp":true}'), "numeric"),
-    (_signed(b'{"alg":"HS256"}', b'{"ad":true,"exp":"4000000000"}'), "numeric"),
-    (_signed(b'{"alg":"HS256"}', b'{"ad":true,"exp":NaN}'), "numeric"),  # would never expire
-    (_signed(b'{"alg":"HS256"}', b'{"ad":true,"exp":1e400}'), "numeric"),
-    (_signed(b'{"alg":"HS256"}', b'{"w":["ws1"]}'), "must be strings"),
-    (_signed(b'{"alg":"HS256"}', b'{"w":"ws1","p":5}'), "must be strings"),
-    (_signed(b'{"alg":"HS256"}', b"\xff\xfe"), "malformed key"),
-])
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        ("eyJhbGciOiJub25lIn0.eyJhZCI6dHJ1ZX0.", "only HS256"),
+        (pyjwt.encode({"ad": True}, SECRET, algorithm="HS512"), "only HS256"),
+        (pyjwt.encode({"ad": True}, SECRET, algorithm="HS384"), "only HS256"),
+        (_signed(b'{"typ":"JWT"}', b'{"ad":true}'), "only HS256"),  # no alg at all
+        (_signed(b'{"alg":["HS256"]}', b'{"ad":true}'), "only HS256"),
+        (pyjwt.encode({"ad": True}, "another-secret", algorithm="HS256"), "bad signature"),
+        (NESTED_HEADER, "malformed key"),
+        ("x" * (MAX_KEY_CHARS + 1), f"at most {MAX_KEY_CHARS}"),
+        (_signed(b'{"alg":"HS256"}', b"[1]"), "malformed key"),
+        (_signed(b'{"alg":"HS256"}', b'{"ad":true,"nbf":[1]}'), "malformed key"),
+        (_signed(b'{"alg":"HS256"}', b'{"ad":true,"nbf":1e400}'), "malformed key"),
+        (_signed(b'{"alg":"HS256"}', b'{"ad":true,"nbf":4000000000}'), "not yet valid"),
+        (_signed(b'{"alg":"HS256"}', b'{"ad":true,"exp":true}'), "numeric"),
+        (_signed(b'{"alg":"HS256"}', b'{"ad":true,"exp":"4000000000"}'), "numeric"),
+        (_signed(b'{"alg":"HS256"}', b'{"ad":true,"exp":NaN}'), "numeric"),  # would never expire
+        (_signed(b'{"alg":"HS256"}', b'{"ad":true,"exp":1e400}'), "numeric"),
+        (_signed(b'{"alg":"HS256"}', b'{"w":["ws1"]}'), "must be strings"),
+        (_signed(b'{"alg":"HS256"}', b'{"w":"ws1","p":5}'), "must be strings"),
+        (_signed(b'{"alg":"HS256"}', b"\xff\xfe"), "malformed key"),
+    ],
+)
 def test_hostile_and_foreign_keys_are_unauthorized_with_a_reason(token, message):
     with pytest.raises(Unauthorized, match=message):
         verify_key(token, SECRET)
@@ -89,23 +92,30 @@ def test_an_issued_at_in_the_future_does_not_refuse_a_key():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(max_size=300) | st.from_regex(r"[A-Za-z0-9_\-]{0,60}\.[A-Za-z0-9_\-]{0,60}\.[A-Za-z0-9_\-]{0,60}",
-                                             fullmatch=True))
+@given(
+    st.text(max_size=300)
+    | st.from_regex(r"[A-Za-z0-9_\-]{0,60}\.[A-Za-z0-9_\-]{0,60}\.[A-Za-z0-9_\-]{0,60}", fullmatch=True)
+)
 def test_no_token_text_raises_anything_but_unauthorized(token):
     with pytest.raises(Unauthorized):
         verify_key(token, SECRET)
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
-                    max_leaves=20)
-CLAIMS = st.dictionaries(st.sampled_from(["t", "ad", "w", "p", "s", "exp", "nbf", "iat", "aud", "iss", "sub", "jti"]),
-                         JSON, max_size=6)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=20,
+)
+CLAIMS = st.dictionaries(
+    st.sampled_from(["t", "ad", "w", "p", "s", "exp", "nbf", "iat", "aud", "iss", "sub", "jti"]), JSON, max_size=6
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(header=st.dictionaries(st.sampled_from(["alg", "typ", "kid", "crit", "b64"]), JSON, max_size=4),
-       claims=CLAIMS | JSON)
+@given(
+    header=st.dictionaries(st.sampled_from(["alg", "typ", "kid", "crit", "b64"]), JSON, max_size=4),
+    claims=CLAIMS | JSON,
+)
 def test_any_signed_json_answers_a_principal_or_unauthorized(header, claims):
     header = {"alg": "HS256", **header} if not isinstance(header.get("alg"), str) else header
     token = _signed(json.dumps(header).encode(), json.dumps(claims).encode())

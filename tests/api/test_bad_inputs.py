@@ -102,8 +102,14 @@ CASES = [
     ("POST", f"{S}/messages", msgs("hi", run_id=""), {}, {}, 422),
     ("POST", f"{S}/messages", msgs("hi", created_at="yesterday"), {}, {}, 422),
     ("POST", f"{S}/messages", '{"messages": [{"content": "\\ud800", "peer_id": "alice"}]}', {}, {}, 422),
-    ("POST", f"{S}/messages", '{"messages": [{"content": "ok", "peer_id": "alice", "metadata": {"x": NaN}}]}',
-     {}, {}, 422),
+    (
+        "POST",
+        f"{S}/messages",
+        '{"messages": [{"content": "ok", "peer_id": "alice", "metadata": {"x": NaN}}]}',
+        {},
+        {},
+        422,
+    ),
     ("POST", f"{S}/messages", '{"messages": [', {}, {}, 422),
     ("POST", f"{S}/messages", ["hi"], {}, {}, 422),
     ("POST", f"{S}/messages", None, {}, {}, 422),
@@ -132,8 +138,14 @@ CASES = [
     ("POST", f"{S}/peers", DEEP_OBJECTS, {}, {}, 422),
     ("DELETE", f"{S}/peers", DEEP_ARRAYS, {}, {}, 422),
     ("POST", f"{S}/messages", '{"messages":' + DEEP_ARRAYS + "}", {}, {}, 422),
-    ("POST", f"{S}/messages", '{"messages":[{"content":"hi","peer_id":"alice","metadata":' + DEEP_OBJECTS + "}]}",
-     {}, {}, 422),
+    (
+        "POST",
+        f"{S}/messages",
+        '{"messages":[{"content":"hi","peer_id":"alice","metadata":' + DEEP_OBJECTS + "}]}",
+        {},
+        {},
+        422,
+    ),
     ("POST", f"{S}/messages/list", DEEP_OBJECTS, {}, {}, 422),
     ("PUT", f"{S}/messages/{'A' * 21}", '{"metadata":' + DEEP_ARRAYS + "}", {}, {}, 422),
     # derived memory: conclusions, cards, queue status
@@ -235,16 +247,40 @@ CASES = [
     ("GET", f"{W}/scopes/bad%20id/status", None, {}, {}, 422),
     # file upload (tests/messages/test_upload.py has more)
     ("POST", f"{S}/messages/upload", '{"messages": []}', {}, {}, 415),  # not a form
-    ("POST", f"{S}/messages/upload", Form({"peer_id": "alice"}, {"file": ("a.png", b"\x89PNG", "image/png")}), {}, {},
-     415),
-    ("POST", f"{S}/messages/upload", Form({"peer_id": "alice"}, {"file": ("a.pdf", b"%PDF-1 x", "application/pdf")}),
-     {}, {}, 422),
+    (
+        "POST",
+        f"{S}/messages/upload",
+        Form({"peer_id": "alice"}, {"file": ("a.png", b"\x89PNG", "image/png")}),
+        {},
+        {},
+        415,
+    ),
+    (
+        "POST",
+        f"{S}/messages/upload",
+        Form({"peer_id": "alice"}, {"file": ("a.pdf", b"%PDF-1 x", "application/pdf")}),
+        {},
+        {},
+        422,
+    ),
     ("POST", f"{S}/messages/upload", Form({}, {"file": ("a.txt", b"hi", "text/plain")}), {}, {}, 422),
     ("POST", f"{S}/messages/upload", Form({"peer_id": "alice"}, {}), {}, {}, 422),
-    ("POST", f"{S}/messages/upload",
-     Form({"peer_id": "alice"}, {"file": ("a.txt", b"x" * (4 * 2**20 + 1), "text/plain")}), {}, {}, 413),
-    ("POST", f"{W}/sessions/nope/messages/upload", Form({"peer_id": "alice"}, {"file": ("a.txt", b"hi", "text/plain")}),
-     {}, {}, 404),
+    (
+        "POST",
+        f"{S}/messages/upload",
+        Form({"peer_id": "alice"}, {"file": ("a.txt", b"x" * (4 * 2**20 + 1), "text/plain")}),
+        {},
+        {},
+        413,
+    ),
+    (
+        "POST",
+        f"{W}/sessions/nope/messages/upload",
+        Form({"peer_id": "alice"}, {"file": ("a.txt", b"hi", "text/plain")}),
+        {},
+        {},
+        404,
+    ),
 ]
 
 
@@ -261,8 +297,11 @@ def seeded(aws):
     return aws
 
 
-@pytest.mark.parametrize(("method", "path", "body", "query", "headers", "status"), CASES,
-                         ids=[f"{c[0]} {c[1][:60]} -> {c[5]} #{i}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    ("method", "path", "body", "query", "headers", "status"),
+    CASES,
+    ids=[f"{c[0]} {c[1][:60]} -> {c[5]} #{i}" for i, c in enumerate(CASES)],
+)
 def test_bad_input_answers_4xx_with_a_message_and_writes_nothing(seeded, method, path, body, query, headers, status):
     before = _scan(seeded)
     raw = body if isinstance(body, str) else None
@@ -285,8 +324,11 @@ def test_every_route_has_bad_input_cases():
         found = _match(method, path.split("?")[0])
         if found:
             covered.add((found[0].method, found[0].path))
-    routes = {(r.method, r.path) for r in template().routes if r.path.startswith("/v3/")
-              and not r.path.endswith(("/context", "/summaries")) and r.path != "/v3/keys"}
+    routes = {
+        (r.method, r.path)
+        for r in template().routes
+        if r.path.startswith("/v3/") and not r.path.endswith(("/context", "/summaries")) and r.path != "/v3/keys"
+    }
     assert routes - covered == set()
 
 
@@ -304,7 +346,9 @@ def test_a_put_that_changes_nothing_is_fine(seeded):
     before = stored()
     reply = call("PUT", W, {})
     assert reply.status == 200 and (reply.body["metadata"], reply.body["configuration"]) == (
-        {"team": "a"}, {"deriver": {"max_wait_s": 60}}), reply.body
+        {"team": "a"},
+        {"deriver": {"max_wait_s": 60}},
+    ), reply.body
     reply = call("PUT", f"{W}/peers/alice", {"metadata": None})
     assert reply.status == 200 and reply.body["metadata"] == {"role": "user"}, reply.body
     reply = call("PUT", S, {})
@@ -328,5 +372,6 @@ def test_a_body_at_the_nesting_limit_is_read(seeded):
     assert call("POST", f"{W}/peers/list", nested_filters(15)).body["total"] == 0  # 32 levels: accepted
     reply = call("POST", f"{W}/peers/list", nested_filters(16))
     assert reply.status == 422
-    assert reply.body["detail"] == [{"loc": ["body"], "msg": "body: JSON nests deeper than the limit of 32 levels",
-                                     "type": "json_too_deep"}]
+    assert reply.body["detail"] == [
+        {"loc": ["body"], "msg": "body: JSON nests deeper than the limit of 32 levels", "type": "json_too_deep"}
+    ]

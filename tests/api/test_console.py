@@ -11,10 +11,10 @@ import sys
 
 import httpx
 import pytest
-from precis.api import console
-from precis.auth import ROUTES, Access, mint_key
 
 from local.template import LAYER_DIR, ROOT
+from precis.api import console
+from precis.auth import ROUTES, Access, mint_key
 from tests.handlers import http_event, invoke
 from tests.stack import Stack, request, wait_for
 
@@ -30,6 +30,7 @@ BUDGETS = (300, 1000, 2000)  # messages only and skipping; no summary (40% < its
 
 # ---------------------------------------------------------------- the files, over HTTP
 
+
 def _get(path: str, headers: dict[str, str] | None = None) -> dict:
     function, event = http_event("GET", path, headers=headers)
     assert function == "ContextFunction"
@@ -40,12 +41,15 @@ def _headers(answer: dict) -> dict[str, str]:
     return {k.lower(): v for k, v in (answer.get("headers") or {}).items()}
 
 
-@pytest.mark.parametrize(("path", "name", "content_type"), [
-    ("/console", "index.html", "text/html; charset=utf-8"),
-    ("/console/console.js", "console.js", "text/javascript; charset=utf-8"),
-    ("/console/console.css", "console.css", "text/css; charset=utf-8"),
-    ("/console/favicon.svg", "favicon.svg", "image/svg+xml"),
-])
+@pytest.mark.parametrize(
+    ("path", "name", "content_type"),
+    [
+        ("/console", "index.html", "text/html; charset=utf-8"),
+        ("/console/console.js", "console.js", "text/javascript; charset=utf-8"),
+        ("/console/console.css", "console.css", "text/css; charset=utf-8"),
+        ("/console/favicon.svg", "favicon.svg", "image/svg+xml"),
+    ],
+)
 def test_console_files_are_served_with_their_type_and_a_strict_csp(path, name, content_type):
     answer = _get(path)
     headers = _headers(answer)
@@ -65,15 +69,31 @@ def test_the_page_loads_nothing_from_elsewhere_and_nothing_inline():
     assert "<style" not in page and not re.search(r"\sstyle\s*=", page)
     assert not re.search(r"\son[a-z]+\s*=", page)  # no inline event handler
     assert not re.search(r"(https?:)?//", page)  # no URL of another origin, no protocol-relative one
-    assert re.findall(r'(?:src|href)="([^"#]+)"', page) == ["/console/favicon.svg", "/console/console.css",
-                                                           "/console/console.js"]
+    assert re.findall(r'(?:src|href)="([^"#]+)"', page) == [
+        "/console/favicon.svg",
+        "/console/console.css",
+        "/console/console.js",
+    ]
     script = (LAYER_DIR / "precis" / "api" / "console" / "console.js").read_text()
     assert "innerHTML" not in script and "insertAdjacentHTML" not in script and "eval(" not in script
     assert "outerHTML" not in script and "document.write" not in script
 
 
-@pytest.mark.parametrize("name", ["nope.js", "__init__.py", "..", "...", "index.htm", "console.js.map", "CONSOLE.JS",
-                                  "%2e%2e", "..%2f__init__.py", "console.js%00"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nope.js",
+        "__init__.py",
+        "..",
+        "...",
+        "index.htm",
+        "console.js.map",
+        "CONSOLE.JS",
+        "%2e%2e",
+        "..%2f__init__.py",
+        "console.js%00",
+    ],
+)
 def test_any_other_console_name_is_404(name):
     answer = _get(f"/console/{name}")
     assert answer["statusCode"] == 404
@@ -91,10 +111,17 @@ def test_make_dev_prints_the_console_url_beside_the_api_s(stack):
 
 @pytest.mark.stack
 def test_no_path_through_the_gateway_reaches_another_file(stack):
-    for path in ("/console/../functions/context/app.py", "/console/..%2F__init__.py", "/console/%2e%2e%2fauth.py",
-                 "/console/..%2f..%2f..%2ftemplate.yaml", "/console//etc/passwd",
-                 "/console/console.js/..%2f..%2fauth.py",
-                 "/console/%2e%2e", "/console/..%5c__init__.py", "/console/"):
+    for path in (
+        "/console/../functions/context/app.py",
+        "/console/..%2F__init__.py",
+        "/console/%2e%2e%2fauth.py",
+        "/console/..%2f..%2f..%2ftemplate.yaml",
+        "/console//etc/passwd",
+        "/console/console.js/..%2f..%2fauth.py",
+        "/console/%2e%2e",
+        "/console/..%5c__init__.py",
+        "/console/",
+    ):
         status, headers, body = request(stack.port, "GET", path)
         assert status == 404, (path, status, body[:200])
         assert b"import" not in body and b"Resources:" not in body and b"root:" not in body, path
@@ -107,22 +134,34 @@ def test_the_console_needs_no_key_and_every_v3_route_still_does(aws, monkeypatch
     monkeypatch.setenv("PRECIS_JWT_SECRET", SECRET)
     get_settings.cache_clear()
     assert {route for route, access in ROUTES.items() if access is Access.PUBLIC} == {
-        "GET /health", "GET /openapi.json", "GET /docs", "GET /docs/{name}", "GET /console", "GET /console/{name}"}
+        "GET /health",
+        "GET /openapi.json",
+        "GET /docs",
+        "GET /docs/{name}",
+        "GET /console",
+        "GET /console/{name}",
+    }
     for path in ("/console", "/console/console.js", "/console/console.css"):
         assert _get(path)["statusCode"] == 200
     assert _get("/console/nope.js")["statusCode"] == 404
-    for path in (f"/v3/workspaces/{WS}/sessions/s1/context", f"/v3/workspaces/{WS}/sessions/s1/summaries",
-                 f"/v3/workspaces/{WS}/peers/alice/card", f"/v3/workspaces/{WS}/queue/status"):
+    for path in (
+        f"/v3/workspaces/{WS}/sessions/s1/context",
+        f"/v3/workspaces/{WS}/sessions/s1/summaries",
+        f"/v3/workspaces/{WS}/peers/alice/card",
+        f"/v3/workspaces/{WS}/queue/status",
+    ):
         assert _get(path)["statusCode"] == 401
         assert _get(path, {"authorization": f"Bearer {mint_key('not-' + SECRET, admin=True)}"})["statusCode"] == 401
 
 
 def test_the_context_function_reads_the_console_files_only_when_asked():
     """Its cold start imports no console module and reads no console file; the first request reads one file."""
-    code = ("import importlib.util, sys; "
-            "spec = importlib.util.spec_from_file_location('app', 'functions/context/app.py');"
-            "app = importlib.util.module_from_spec(spec); spec.loader.exec_module(app);"
-            "assert 'precis.api.console' not in sys.modules, 'imported at cold start'")
+    code = (
+        "import importlib.util, sys; "
+        "spec = importlib.util.spec_from_file_location('app', 'functions/context/app.py');"
+        "app = importlib.util.module_from_spec(spec); spec.loader.exec_module(app);"
+        "assert 'precis.api.console' not in sys.modules, 'imported at cold start'"
+    )
     env = {**os.environ, "PYTHONPATH": str(LAYER_DIR), "POWERTOOLS_METRICS_NAMESPACE": "Precis"}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -132,6 +171,7 @@ def test_the_context_function_reads_the_console_files_only_when_asked():
 
 
 # ---------------------------------------------------------------- the page, in a browser
+
 
 class Console:
     """One browser tab on the console, collecting the page's errors: console 'error' messages and uncaught
@@ -187,14 +227,29 @@ def seeded(stack):
     api.post("/v3/workspaces", json={"id": WS}).raise_for_status()
     s = f"/v3/workspaces/{WS}/sessions"
     api.post(s, json={"id": "s1", "peers": {"alice": {}, "bot": {"observe_others": True}}}).raise_for_status()
-    messages = [{"peer_id": "alice", "run_id": f"turn-{(i + 1) // 2}",
-                 "content": f"I live in Lisbon and I walk my dog Rex, day {i}. I like hiking on weekends."}
-                if i % 2 else {"peer_id": "bot", "run_id": f"turn-{(i + 1) // 2}",
-                               "content": f"Noted, reply {i}: Lisbon is lovely in spring."} for i in range(1, 46)]
+    messages = [
+        {
+            "peer_id": "alice",
+            "run_id": f"turn-{(i + 1) // 2}",
+            "content": f"I live in Lisbon and I walk my dog Rex, day {i}. I like hiking on weekends.",
+        }
+        if i % 2
+        else {
+            "peer_id": "bot",
+            "run_id": f"turn-{(i + 1) // 2}",
+            "content": f"Noted, reply {i}: Lisbon is lovely in spring.",
+        }
+        for i in range(1, 46)
+    ]
     api.post(f"{s}/s1/messages", json={"messages": messages}).raise_for_status()
     api.post(s, json={"id": "hostile", "peers": {"alice": {}}}).raise_for_status()
-    api.post(f"{s}/hostile/messages", json={"messages": [{"peer_id": "alice", "content": HOSTILE}] + [
-        {"peer_id": "alice", "content": f"Plain message {i}."} for i in range(21)]}).raise_for_status()
+    api.post(
+        f"{s}/hostile/messages",
+        json={
+            "messages": [{"peer_id": "alice", "content": HOSTILE}]
+            + [{"peer_id": "alice", "content": f"Plain message {i}."} for i in range(21)]
+        },
+    ).raise_for_status()
     api.post(f"{s}/live/messages", json={"messages": [{"peer_id": "alice", "content": "first"}]}).raise_for_status()
     for i in range(1, 25):
         api.post(s, json={"id": f"p-{i:02d}"}).raise_for_status()
@@ -214,10 +269,19 @@ def seeded(stack):
     # The stack's background work, waited on: the bounds only keep a broken build from hanging (a busy machine is slow).
     wait_for(lambda: settled("s1", 40) and settled("hostile"), timeout=SETTLE_S)
     # Then messages the summary does not cover: the window holds the summary and these (no summary is due yet).
-    api.post(f"{s}/s1/messages", json={"messages": [
-        {"peer_id": "alice" if i % 2 else "bot", "run_id": f"turn-{(i + 1) // 2}",
-         "content": f"Later message {i}: the weather in Lisbon stays mild."}
-        for i in range(46, 59)]}).raise_for_status()
+    api.post(
+        f"{s}/s1/messages",
+        json={
+            "messages": [
+                {
+                    "peer_id": "alice" if i % 2 else "bot",
+                    "run_id": f"turn-{(i + 1) // 2}",
+                    "content": f"Later message {i}: the weather in Lisbon stays mild.",
+                }
+                for i in range(46, 59)
+            ]
+        },
+    ).raise_for_status()
     wait_for(lambda: settled("s1", 40), timeout=SETTLE_S)
     wait_for(lambda: api.get(f"/v3/workspaces/{WS}/peers/alice/card").json()["peer_card"], timeout=SETTLE_S)
     return api
@@ -259,8 +323,10 @@ def test_the_page_lists_the_workspace_and_a_seeded_session_and_opens_it(tab):
 
 @pytest.mark.stack
 def test_sessions_are_paged_and_filtered_by_id(tab, seeded):
-    everything = [s["id"] for s in seeded.post(f"/v3/workspaces/{WS}/sessions/list", params={"size": 100},
-                                               json={}).json()["items"]]
+    everything = [
+        s["id"]
+        for s in seeded.post(f"/v3/workspaces/{WS}/sessions/list", params={"size": 100}, json={}).json()["items"]
+    ]
     assert 20 < len(everything) <= 40
     tab.open(f"#/w/{WS}")
     picks = tab.page.locator("#session-list button")
@@ -288,8 +354,13 @@ def test_the_bar_is_drawn_to_scale_from_the_api_token_counts(tab, seeded):
         width, segments = _segments(tab)
         summary = context["summary"]["token_count"] if context["summary"] else 0
         messages = sum(m["token_count"] for m in context["messages"])
-        expected = {"summary": summary, "messages": messages, "representation": 0, "card": 0,
-                    "unused": budget - context["token_count"]}
+        expected = {
+            "summary": summary,
+            "messages": messages,
+            "representation": 0,
+            "card": 0,
+            "unused": budget - context["token_count"],
+        }
         assert {part: tokens for part, (tokens, _) in segments.items()} == expected, budget
         for part, (tokens, px) in segments.items():
             assert abs(px - width * tokens / budget) <= 1.0, (budget, part, px, width * tokens / budget)
@@ -318,11 +389,15 @@ def test_the_bar_is_drawn_to_scale_from_the_api_token_counts(tab, seeded):
 
 
 @pytest.mark.stack
-@pytest.mark.parametrize(("params", "controls"), [
-    ({"tokens": "300", "whole_runs": "true"}, {"#ctx-whole-runs": "true"}),
-    ({"tokens": "2000"}, {}),
-    ({"tokens": "2000", "summary": "false"}, {"#ctx-summary": False}),
-], ids=["300-whole-runs", "2000", "2000-no-summary"])
+@pytest.mark.parametrize(
+    ("params", "controls"),
+    [
+        ({"tokens": "300", "whole_runs": "true"}, {"#ctx-whole-runs": "true"}),
+        ({"tokens": "2000"}, {}),
+        ({"tokens": "2000", "summary": "false"}, {"#ctx-summary": False}),
+    ],
+    ids=["300-whole-runs", "2000", "2000-no-summary"],
+)
 def test_the_messages_marked_in_the_window_are_exactly_the_api_s(tab, seeded, params, controls):
     tab.session("s1")
     for selector, value in controls.items():
@@ -337,8 +412,9 @@ def test_the_messages_marked_in_the_window_are_exactly_the_api_s(tab, seeded, pa
     assert marked and marked == [m["id"] for m in context["messages"]]
     # The window's start is marked just before its first message, with the count of skipped messages.
     order = tab.page.eval_on_selector_all(
-        ".boundary, .msg", "ns => ns.map(n => n.dataset.boundary ? ['b:' + n.dataset.boundary, n.textContent] "
-                           ": ['m', n.dataset.id])")
+        ".boundary, .msg",
+        "ns => ns.map(n => n.dataset.boundary ? ['b:' + n.dataset.boundary, n.textContent] : ['m', n.dataset.id])",
+    )
     start = next(i for i, (kind, _) in enumerate(order) if kind == "b:window-start")
     assert order[start + 1] == ["m", context["messages"][0]["id"]]
     skipped = context["messages_skipped"]
@@ -362,8 +438,9 @@ def test_summaries_card_conclusions_search_and_queue_are_shown(tab, seeded):
     tab.page.wait_for_selector("#peer-memory .conclusions li")
     card = seeded.get(f"/v3/workspaces/{WS}/peers/alice/card").json()["peer_card"]
     assert tab.page.locator("#peer-memory .card-list li").all_text_contents() == card
-    conclusions = seeded.post(f"/v3/workspaces/{WS}/conclusions/list", params={"size": 20},
-                              json={"filters": {"observed_id": "alice"}}).json()["items"]
+    conclusions = seeded.post(
+        f"/v3/workspaces/{WS}/conclusions/list", params={"size": 20}, json={"filters": {"observed_id": "alice"}}
+    ).json()["items"]
     shown = tab.page.locator("#peer-memory .conclusions li")
     assert shown.evaluate_all("ls => ls.map(l => l.dataset.id)") == [c["id"] for c in conclusions]  # newest first
     first = shown.first.locator(".meta").text_content()
@@ -376,14 +453,17 @@ def test_summaries_card_conclusions_search_and_queue_are_shown(tab, seeded):
     tab.page.wait_for_selector("#search-results li")
     found = seeded.post(f"/v3/workspaces/{WS}/sessions/s1/search", json={"query": "dog Rex", "limit": 20}).json()
     assert tab.page.locator("#search-results li").evaluate_all("ls => ls.map(l => l.dataset.id)") == [
-        m["id"] for m in found]
+        m["id"] for m in found
+    ]
     tab.page.locator("#search-results li button").first.click()
     assert tab.page.evaluate("document.activeElement.dataset.id") == found[0]["id"]
 
     queue = seeded.get(f"/v3/workspaces/{WS}/queue/status", params={"session_id": "s1"}).json()
     counts = tab.page.locator("#queue dd").all_text_contents()
-    assert counts == [str(queue[k]) for k in ("pending_work_units", "in_progress_work_units", "completed_work_units",
-                                              "total_work_units")]
+    assert counts == [
+        str(queue[k])
+        for k in ("pending_work_units", "in_progress_work_units", "completed_work_units", "total_work_units")
+    ]
 
 
 @pytest.mark.stack
@@ -436,8 +516,10 @@ def test_live_refresh_shows_a_new_message_polling_at_most_every_2_s(tab, seeded)
     reads = lambda: page.evaluate("window.__contextReads")  # noqa: E731
     first = reads()
     assert len(first) == 1, first  # the round that drew the session
-    seeded.post(f"/v3/workspaces/{WS}/sessions/live/messages",
-                json={"messages": [{"peer_id": "alice", "content": "second, posted while the page is open"}]})
+    seeded.post(
+        f"/v3/workspaces/{WS}/sessions/live/messages",
+        json={"messages": [{"peer_id": "alice", "content": "second, posted while the page is open"}]},
+    )
     page.clock.run_for(1999)
     assert reads() == first  # no round sooner than 2 s after the last one began
     page.clock.run_for(1)
@@ -453,8 +535,12 @@ def test_live_refresh_shows_a_new_message_polling_at_most_every_2_s(tab, seeded)
 def test_a_long_session_shows_its_newest_100_messages_and_loads_older_ones_on_demand(tab, seeded):
     path = f"/v3/workspaces/{WS}/sessions/long/messages"
     for start in (1, 101):
-        seeded.post(path, json={"messages": [{"peer_id": "bot", "content": f"Line {i}."}
-                                             for i in range(start, min(start + 100, 131))]}).raise_for_status()
+        seeded.post(
+            path,
+            json={
+                "messages": [{"peer_id": "bot", "content": f"Line {i}."} for i in range(start, min(start + 100, 131))]
+            },
+        ).raise_for_status()
     tab.session("long")
     seqs = lambda: tab.page.eval_on_selector_all("#timeline .msg", "ms => ms.map(m => Number(m.dataset.seq))")  # noqa: E731
     assert seqs() == list(range(31, 131))
@@ -499,8 +585,9 @@ def test_keyboard_alone_reaches_a_session_and_every_control_has_a_label(tab):
 
 
 @pytest.mark.stack
-@pytest.mark.parametrize("viewport", [{"width": 1280, "height": 800}, {"width": 390, "height": 800}],
-                         ids=["1280x800", "narrow"])
+@pytest.mark.parametrize(
+    "viewport", [{"width": 1280, "height": 800}, {"width": 390, "height": 800}], ids=["1280x800", "narrow"]
+)
 def test_readable_wide_and_narrow_without_sideways_scrolling(chromium, stack, seeded, tmp_path, viewport):
     tab = Console(chromium, stack.url, viewport)
     try:
@@ -548,8 +635,15 @@ def test_a_missing_session_and_a_stopped_stack_get_a_clear_message(tab):
 
 @pytest.fixture(scope="module")
 def auth_stack(tmp_path_factory):
-    running = Stack(tmp_path_factory.mktemp("auth-stack"), env={
-        "PRECIS_AUTH": "true", "PRECIS_JWT_SECRET": SECRET, "PRECIS_LOCAL_CHAOS": "", "PRECIS_LOCAL_CONCURRENCY": "1"})
+    running = Stack(
+        tmp_path_factory.mktemp("auth-stack"),
+        env={
+            "PRECIS_AUTH": "true",
+            "PRECIS_JWT_SECRET": SECRET,
+            "PRECIS_LOCAL_CHAOS": "",
+            "PRECIS_LOCAL_CONCURRENCY": "1",
+        },
+    )
     try:
         running.wait_healthy()
         _api(running.url, mint_key(SECRET, admin=True)).post("/v3/workspaces", json={"id": "secure"}).raise_for_status()
@@ -572,8 +666,9 @@ def test_a_wrong_key_gets_a_clear_message_and_a_right_one_works(chromium, auth_s
         tab.page.fill("#key", forged)
         tab.page.click("#key-form button[type=submit]")
         tab.page.wait_for_function("() => document.getElementById('problem').textContent.includes('refused this key')")
-        assert problem.text_content() == ("The API refused this key (401 Unauthorized): invalid key: bad signature. "
-                                          "Paste a valid key above.")
+        assert problem.text_content() == (
+            "The API refused this key (401 Unauthorized): invalid key: bad signature. Paste a valid key above."
+        )
         assert tab.page.input_value("#key") == "" and forged not in tab.page.url
         assert tab.page.evaluate("sessionStorage.getItem('precis.console.key')") == forged
 
@@ -586,7 +681,8 @@ def test_a_wrong_key_gets_a_clear_message_and_a_right_one_works(chromium, auth_s
         tab.page.fill("#key", mint_key(SECRET, workspace="secure"))
         tab.page.press("#key", "Enter")
         tab.page.wait_for_function(
-            "() => document.getElementById('workspaces-note').textContent.includes('cannot list workspaces')")
+            "() => document.getElementById('workspaces-note').textContent.includes('cannot list workspaces')"
+        )
         tab.page.fill("#workspace-id", "secure")
         tab.page.press("#workspace-id", "Enter")
         tab.page.wait_for_selector("#sessions-note:text('No sessions in this workspace yet.')")

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from aws_lambda_powertools import event_handler
-from precis.api import docs
-from precis.auth import ROUTES, Access, mint_key
 
 from local.template import LAYER_DIR, ROOT
+from precis.api import docs
+from precis.auth import ROUTES, Access, mint_key
 from tests.handlers import http_event, invoke
 from tests.stack import request
 
@@ -44,12 +44,20 @@ def _body(answer: dict) -> bytes:
 
 # ---------------------------------------------------------------- the files, over HTTP
 
-@pytest.mark.parametrize(("path", "source", "content_type"), [
-    ("/docs", LAYER_DIR / "precis" / "api" / "docs" / "index.html", "text/html; charset=utf-8"),
-    ("/docs/docs.js", LAYER_DIR / "precis" / "api" / "docs" / "docs.js", "text/javascript; charset=utf-8"),
-    ("/docs/swagger-ui-bundle.js", f"{POWERTOOLS_ASSETS}/swagger-ui-bundle.min.js", "text/javascript; charset=utf-8"),
-    ("/docs/swagger-ui.css", f"{POWERTOOLS_ASSETS}/swagger-ui.min.css", "text/css; charset=utf-8"),
-])
+
+@pytest.mark.parametrize(
+    ("path", "source", "content_type"),
+    [
+        ("/docs", LAYER_DIR / "precis" / "api" / "docs" / "index.html", "text/html; charset=utf-8"),
+        ("/docs/docs.js", LAYER_DIR / "precis" / "api" / "docs" / "docs.js", "text/javascript; charset=utf-8"),
+        (
+            "/docs/swagger-ui-bundle.js",
+            f"{POWERTOOLS_ASSETS}/swagger-ui-bundle.min.js",
+            "text/javascript; charset=utf-8",
+        ),
+        ("/docs/swagger-ui.css", f"{POWERTOOLS_ASSETS}/swagger-ui.min.css", "text/css; charset=utf-8"),
+    ],
+)
 def test_docs_files_are_served_with_their_type_and_the_consoles_strict_policy(path, source, content_type):
     answer = _get(path)
     headers = _headers(answer)
@@ -67,9 +75,13 @@ def test_the_page_loads_nothing_from_elsewhere_and_nothing_inline():
     page = (LAYER_DIR / "precis" / "api" / "docs" / "index.html").read_text()
     assert "<style" not in page and not re.search(r"\sstyle\s*=", page) and not re.search(r"\son[a-z]+\s*=", page)
     assert not re.search(r"(https?:)?//", page)
-    assert re.findall(r'(?:src|href)="([^"#]+)"', page) == ["/console/favicon.svg", "/docs/swagger-ui.css",
-                                                           "/docs/swagger-ui-bundle.js", "/docs/docs.js",
-                                                           "/openapi.json"]
+    assert re.findall(r'(?:src|href)="([^"#]+)"', page) == [
+        "/console/favicon.svg",
+        "/docs/swagger-ui.css",
+        "/docs/swagger-ui-bundle.js",
+        "/docs/docs.js",
+        "/openapi.json",
+    ]
     script = (LAYER_DIR / "precis" / "api" / "docs" / "docs.js").read_text()
     assert 'url: "/openapi.json"' in script and "validatorUrl: null" in script  # no document sent to swagger.io
 
@@ -87,8 +99,21 @@ def test_the_bundle_goes_out_gzipped_to_who_accepts_it_and_a_reload_that_has_it_
     assert _get("/docs/swagger-ui.css", {"If-None-Match": etag})["statusCode"] == 200  # another file's tag
 
 
-@pytest.mark.parametrize("name", ["nope.js", "__init__.py", "index.htm", "swagger-ui-bundle.min.js", "..",
-                                  "%2e%2e", "..%2f__init__.py", "oauth2.py", "html.py", "DOCS.JS"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nope.js",
+        "__init__.py",
+        "index.htm",
+        "swagger-ui-bundle.min.js",
+        "..",
+        "%2e%2e",
+        "..%2f__init__.py",
+        "oauth2.py",
+        "html.py",
+        "DOCS.JS",
+    ],
+)
 def test_any_other_docs_name_is_404(name):
     answer = _get(f"/docs/{name}")
     assert answer["statusCode"] == 404 and _headers(answer)["content-type"] == "application/json"
@@ -108,10 +133,12 @@ def test_the_docs_are_public_and_declare_the_key_every_documented_route_takes():
 
 def test_the_context_function_reads_the_docs_only_when_asked():
     """Its cold start imports no docs module and reads no file of them; a request reads the one file it asks for."""
-    code = ("import importlib.util, sys; "
-            "spec = importlib.util.spec_from_file_location('app', 'functions/context/app.py');"
-            "app = importlib.util.module_from_spec(spec); spec.loader.exec_module(app);"
-            "assert 'precis.api.docs' not in sys.modules, 'imported at cold start'")
+    code = (
+        "import importlib.util, sys; "
+        "spec = importlib.util.spec_from_file_location('app', 'functions/context/app.py');"
+        "app = importlib.util.module_from_spec(spec); spec.loader.exec_module(app);"
+        "assert 'precis.api.docs' not in sys.modules, 'imported at cold start'"
+    )
     env = {**os.environ, "PYTHONPATH": str(LAYER_DIR), "POWERTOOLS_METRICS_NAMESPACE": "Precis"}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -121,6 +148,7 @@ def test_the_context_function_reads_the_docs_only_when_asked():
 
 
 # ---------------------------------------------------------------- the page, in a browser, auth on
+
 
 @pytest.mark.stack
 def test_the_docs_answer_without_a_key_on_a_stack_with_auth(stack):

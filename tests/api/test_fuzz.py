@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from precis.auth import mint_key
 
 from local.template import ROOT, template
+from precis.auth import mint_key
 from tests.stack import Stack, request
 
 pytestmark = pytest.mark.stack
@@ -36,14 +36,23 @@ unexpected-methods = []
 """
 # The list routes share ListBody and the paging parameters: the deepest of them (messages/list) gets the coverage
 # phase's boundary cases for all five, which keeps the run near a minute.
-SAME_AS_MESSAGES_LIST = ["/v3/workspaces/list", "/v3/workspaces/{workspace_id}/peers/list",
-                         "/v3/workspaces/{workspace_id}/sessions/list",
-                         "/v3/workspaces/{workspace_id}/peers/{peer_id}/sessions"]
+SAME_AS_MESSAGES_LIST = [
+    "/v3/workspaces/list",
+    "/v3/workspaces/{workspace_id}/peers/list",
+    "/v3/workspaces/{workspace_id}/sessions/list",
+    "/v3/workspaces/{workspace_id}/peers/{peer_id}/sessions",
+]
 # Half the generated ids name resources that exist (seeded below), so fuzzing reaches past the 404s into the store.
 SEEDED = {"workspace_id": ["fuzz-ws"], "session_id": ["s1", "s2", "s3", "s4"], "peer_id": ["alice", "bob"]}
 # public, and out of the document (the docs' and the console's pages and files are not API)
-SERVICE_ROUTES = {("GET", "/health"), ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/{name}"),
-                  ("GET", "/console"), ("GET", "/console/{name}")}
+SERVICE_ROUTES = {
+    ("GET", "/health"),
+    ("GET", "/openapi.json"),
+    ("GET", "/docs"),
+    ("GET", "/docs/{name}"),
+    ("GET", "/console"),
+    ("GET", "/console/{name}"),
+}
 # The MCP endpoint speaks JSON-RPC, not the v3 API: tests/mcp drives it with MCP clients.
 SERVICE_ROUTES |= {("POST", "/mcp"), ("GET", "/mcp"), ("DELETE", "/mcp")}
 
@@ -74,14 +83,25 @@ def test_the_document_covers_every_route_of_the_template(document):
 
 
 def test_every_documented_operation_refuses_a_missing_or_forged_key(stack, document):
-    ids = {"workspace_id": "w1", "peer_id": "p1", "session_id": "s1", "message_id": "m1", "conclusion_id": "c" * 21,
-           "scope_id": "sc1"}
+    ids = {
+        "workspace_id": "w1",
+        "peer_id": "p1",
+        "session_id": "s1",
+        "message_id": "m1",
+        "conclusion_id": "c" * 21,
+        "scope_id": "sc1",
+    }
     forged = mint_key("not-" + SECRET, admin=True)
     for method, path in sorted(_operations(document)):
         target = path.format(**ids)
         for headers in ({}, {"Authorization": f"Bearer {forged}"}):
-            status, _, body = request(stack.port, method, target, {"Content-Type": "application/json", **headers},
-                                      b"{}" if method != "GET" else None)
+            status, _, body = request(
+                stack.port,
+                method,
+                target,
+                {"Content-Type": "application/json", **headers},
+                b"{}" if method != "GET" else None,
+            )
             assert status == 401, f"{method} {path} with {sorted(headers) or 'no key'}: {status} {body[:200]!r}"
             assert isinstance(json.loads(body)["detail"], str)
 
@@ -92,18 +112,19 @@ def test_what_the_fuzzer_found_stays_fixed(stack, document):
     json_body = {**key, "Content-Type": "application/json"}
     # a body is read as JSON whatever the Content-Type says (`curl -d` sends form-urlencoded)
     for content_type in ("text/plain", "multipart/form-data", "application/x-www-form-urlencoded"):
-        status, _, body = request(stack.port, "POST", "/v3/workspaces", {**key, "Content-Type": content_type},
-                                  b'{"id": "w"}')
+        status, _, body = request(
+            stack.port, "POST", "/v3/workspaces", {**key, "Content-Type": content_type}, b'{"id": "w"}'
+        )
         assert status in (200, 201), body
-        status, _, body = request(stack.port, "POST", "/v3/workspaces", {**key, "Content-Type": content_type},
-                                  b'id=w')
+        status, _, body = request(stack.port, "POST", "/v3/workspaces", {**key, "Content-Type": content_type}, b"id=w")
         assert status == 422 and json.loads(body)["detail"][0]["type"] == "json_invalid"
     status, _, body = request(stack.port, "POST", "/v3/workspaces", json_body, b'\xff\xfe{"id": "w"}')
     assert status == 422 and json.loads(body)["detail"][0]["loc"] == ["body"]
 
     assert request(stack.port, "POST", "/v3/workspaces", json_body, b'{"id": "regressions"}')[0] in (200, 201)
-    assert request(stack.port, "POST", "/v3/workspaces/regressions/sessions", json_body,
-                   b'{"id": "s", "peers": {"p": {}}}')[0] in (200, 201)
+    assert request(
+        stack.port, "POST", "/v3/workspaces/regressions/sessions", json_body, b'{"id": "s", "peers": {"p": {}}}'
+    )[0] in (200, 201)
     conn = http.client.HTTPConnection("127.0.0.1", stack.port, timeout=30)
     try:  # one kept-alive connection: a 204 that carried a body would corrupt the next response
         conn.request("PUT", "/v3/workspaces/regressions/sessions/s/peers/p/config", b'{"observe_me": false}', json_body)
@@ -116,8 +137,9 @@ def test_what_the_fuzzer_found_stays_fixed(stack, document):
         conn.close()
 
     # A rule across parameters answers {"detail": "<sentence>"}; the document says a 422 may be either shape.
-    status, _, body = request(stack.port, "GET",
-                              "/v3/workspaces/regressions/sessions/s/context?scope=x&peer_perspective=p", key)
+    status, _, body = request(
+        stack.port, "GET", "/v3/workspaces/regressions/sessions/s/context?scope=x&peer_perspective=p", key
+    )
     assert status == 422 and isinstance(json.loads(body)["detail"], str)
     context = document["paths"]["/v3/workspaces/{workspace_id}/sessions/{session_id}/context"]["get"]
     shapes = context["responses"]["422"]["content"]["application/json"]["schema"]["anyOf"]
@@ -138,8 +160,13 @@ def test_hostile_keys_and_bodies_are_4xx_and_text_is_utf8_over_http(stack):
 
     assert request(stack.port, "POST", "/v3/workspaces", key, b'{"id": "utf8"}')[0] in (200, 201)
     text = "你好，世界"
-    status, headers, answer = request(stack.port, "POST", "/v3/workspaces/utf8/sessions/s/messages", key,
-                                      json.dumps({"messages": [{"content": text, "peer_id": "p"}]}).encode())
+    status, headers, answer = request(
+        stack.port,
+        "POST",
+        "/v3/workspaces/utf8/sessions/s/messages",
+        key,
+        json.dumps({"messages": [{"content": text, "peer_id": "p"}]}).encode(),
+    )
     assert status == 201 and headers["Content-Type"].startswith("application/json")
     assert text.encode() in answer and b"\\u" not in answer
     assert json.loads(answer)[0]["content"] == text
@@ -159,12 +186,25 @@ def _seed(stack, admin: str) -> dict[str, list[str]]:
     message_ids = []
     for session in SEEDED["session_id"]:
         post(f"/v3/workspaces/{ws}/sessions", {"id": session, "peers": {p: {} for p in SEEDED["peer_id"]}})
-        sent = post(f"/v3/workspaces/{ws}/sessions/{session}/messages",
-                    {"messages": [{"content": f"message {i}", "peer_id": SEEDED["peer_id"][i % 2]} for i in range(3)]})
+        sent = post(
+            f"/v3/workspaces/{ws}/sessions/{session}/messages",
+            {"messages": [{"content": f"message {i}", "peer_id": SEEDED["peer_id"][i % 2]} for i in range(3)]},
+        )
         message_ids += [m["id"] for m in sent]
-    made = post(f"/v3/workspaces/{ws}/conclusions", {"conclusions": [
-        {"content": f"alice likes tea number {i}", "observer_id": "bob", "observed_id": "alice", "session_id": "s1"}
-        for i in range(3)]})
+    made = post(
+        f"/v3/workspaces/{ws}/conclusions",
+        {
+            "conclusions": [
+                {
+                    "content": f"alice likes tea number {i}",
+                    "observer_id": "bob",
+                    "observed_id": "alice",
+                    "session_id": "s1",
+                }
+                for i in range(3)
+            ]
+        },
+    )
     post(f"/v3/workspaces/{ws}/scopes", {"id": "therapy"})
     return {**SEEDED, "message_id": message_ids, "conclusion_id": [c["id"] for c in made], "scope_id": ["therapy"]}
 
@@ -195,10 +235,18 @@ def _failures(ndjson: Path) -> list[dict[str, Any]]:
                 failure = (check.get("failure_info") or {}).get("failure") or {}
                 interaction = recorder.get("interactions", {}).get(case_id) or {}
                 sent = interaction.get("request") or {}
-                found.append({"operation": failure.get("operation") or recorder.get("label"), "check": check["name"],
-                              "title": failure.get("title"), "message": failure.get("message"),
-                              "status": (interaction.get("response") or {}).get("status_code"),
-                              "method": sent.get("method"), "uri": sent.get("uri"), "body": _body(sent)})
+                found.append(
+                    {
+                        "operation": failure.get("operation") or recorder.get("label"),
+                        "check": check["name"],
+                        "title": failure.get("title"),
+                        "message": failure.get("message"),
+                        "status": (interaction.get("response") or {}).get("status_code"),
+                        "method": sent.get("method"),
+                        "uri": sent.get("uri"),
+                        "body": _body(sent),
+                    }
+                )
     return found
 
 
@@ -226,11 +274,35 @@ def test_fuzzing_finds_no_server_error_and_no_undocumented_response(stack, tmp_p
     admin = mint_key(SECRET, admin=True)
     (tmp_path / "schemathesis.toml").write_text(_config(_seed(stack, admin)))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SCHEMATHESIS_", "HYPOTHESIS_"))}
-    command = [str(ST), "--config-file", str(tmp_path / "schemathesis.toml"), "run", f"{stack.url}/openapi.json",
-               "--url", stack.url, "--header", f"Authorization: Bearer {admin}", "--checks", CHECKS,
-               "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED), "--generation-database", "none",
-               "--continue-on-failure", "--workers", "4", "--request-timeout", "30", "--no-color",
-               "--report", "ndjson,json", "--report-dir", str(tmp_path)]
+    command = [
+        str(ST),
+        "--config-file",
+        str(tmp_path / "schemathesis.toml"),
+        "run",
+        f"{stack.url}/openapi.json",
+        "--url",
+        stack.url,
+        "--header",
+        f"Authorization: Bearer {admin}",
+        "--checks",
+        CHECKS,
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        "--seed",
+        str(SEED),
+        "--generation-database",
+        "none",
+        "--continue-on-failure",
+        "--workers",
+        "4",
+        "--request-timeout",
+        "30",
+        "--no-color",
+        "--report",
+        "ndjson,json",
+        "--report-dir",
+        str(tmp_path),
+    ]
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     if _hypothesis_raced(done.stdout + done.stderr):  # schemathesis's own error, not an answer of ours: once more
         for report in tmp_path.glob("*json-*.*json"):

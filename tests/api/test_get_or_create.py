@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from precis.store.db import get_db
 
+from precis.store.db import get_db
 from tests.handlers import call
 
 W = "/v3/workspaces/ws1"
@@ -26,11 +26,15 @@ def _stored(aws, sk: str) -> dict:
 
 
 def test_getting_an_existing_peer_replaces_its_metadata_and_configuration(ws):
-    created = call("POST", f"{W}/peers", {"id": "alice", "metadata": {"first": True},
-                                          "configuration": {"observe_me": False, "extra": 1}})
+    created = call(
+        "POST",
+        f"{W}/peers",
+        {"id": "alice", "metadata": {"first": True}, "configuration": {"observe_me": False, "extra": 1}},
+    )
     assert created.status == 201
-    got = call("POST", f"{W}/peers", {"id": "alice", "metadata": {"second": True},
-                                      "configuration": {"observe_me": True}})
+    got = call(
+        "POST", f"{W}/peers", {"id": "alice", "metadata": {"second": True}, "configuration": {"observe_me": True}}
+    )
     assert got.status == 200
     assert (got.body["metadata"], got.body["configuration"]) == ({"second": True}, {"observe_me": True})
     assert got.body["created_at"] == created.body["created_at"]
@@ -41,7 +45,9 @@ def test_getting_a_peer_without_metadata_or_configuration_leaves_them(ws):
     call("POST", f"{W}/peers", {"id": "alice", "metadata": {"role": "user"}, "configuration": {"observe_me": False}})
     got = call("POST", f"{W}/peers", {"id": "alice"})
     assert got.status == 200 and (got.body["metadata"], got.body["configuration"]) == (
-        {"role": "user"}, {"observe_me": False})
+        {"role": "user"},
+        {"observe_me": False},
+    )
     only_metadata = call("POST", f"{W}/peers", {"id": "alice", "metadata": {}})
     assert (only_metadata.body["metadata"], only_metadata.body["configuration"]) == ({}, {"observe_me": False})
 
@@ -50,8 +56,15 @@ def test_getting_an_existing_session_replaces_its_metadata_and_merges_its_config
     first = {"summary": {"enabled": False}, "reasoning": {"enabled": True}}
     created = call("POST", f"{W}/sessions", {"id": "s1", "metadata": {"topic": "moving"}, "configuration": first})
     assert created.status == 201
-    got = call("POST", f"{W}/sessions", {"id": "s1", "metadata": {"topic": "work"},
-                                         "configuration": {"reasoning": {"enabled": False}, "summary": None}})
+    got = call(
+        "POST",
+        f"{W}/sessions",
+        {
+            "id": "s1",
+            "metadata": {"topic": "work"},
+            "configuration": {"reasoning": {"enabled": False}, "summary": None},
+        },
+    )
     assert got.status == 200 and got.body["metadata"] == {"topic": "work"}
     # each key sent replaces the stored one of its name; the others stay, and a null changes nothing
     assert got.body["configuration"] == {"summary": {"enabled": False}, "reasoning": {"enabled": False}}
@@ -79,8 +92,13 @@ def test_a_configuration_changed_meanwhile_is_merged_into_not_lost(ws):
     def change_first(**_) -> None:
         if not raced:  # the first update only (the PUT's own update comes through here too)
             raced.append("PUT")
-            raced.append(call("PUT", f"{W}/sessions/s1", {"configuration": {
-                "summary": {"enabled": False}, "deriver": {"max_wait_s": 60}}}).status)
+            raced.append(
+                call(
+                    "PUT",
+                    f"{W}/sessions/s1",
+                    {"configuration": {"summary": {"enabled": False}, "deriver": {"max_wait_s": 60}}},
+                ).status
+            )
 
     client.meta.events.register("before-call.dynamodb.UpdateItem", change_first)
     try:
@@ -88,15 +106,19 @@ def test_a_configuration_changed_meanwhile_is_merged_into_not_lost(ws):
     finally:
         client.meta.events.unregister("before-call.dynamodb.UpdateItem", change_first)
     assert raced == ["PUT", 200] and got.status == 200
-    assert got.body["configuration"] == {"summary": {"enabled": False}, "deriver": {"max_wait_s": 60},
-                                         "reasoning": {"enabled": False}}
+    assert got.body["configuration"] == {
+        "summary": {"enabled": False},
+        "deriver": {"max_wait_s": 60},
+        "reasoning": {"enabled": False},
+    }
 
 
 def test_a_card_is_set_and_read_for_a_target_not_created_yet(ws):
     assert call("POST", f"{W}/peers", {"id": "alice"}).status == 201
     assert call("GET", f"{W}/peers/alice/card", target="bob").body == {"peer_card": None}
     assert call("PUT", f"{W}/peers/alice/card", {"peer_card": ["bob likes tea"]}, target="bob").body == {
-        "peer_card": ["bob likes tea"]}
+        "peer_card": ["bob likes tea"]
+    }
     assert call("GET", f"{W}/peers/alice/card", target="bob").body == {"peer_card": ["bob likes tea"]}
     assert call("POST", f"{W}/peers", {"id": "bob"}).status == 201  # created afterwards, the card is there
     assert call("GET", f"{W}/peers/alice/card", target="bob").body == {"peer_card": ["bob likes tea"]}

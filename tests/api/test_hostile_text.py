@@ -11,11 +11,11 @@ from decimal import Decimal
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from precis.lexical import terms
 from precis.settings import get_settings
 from precis.store import keys
 from precis.store.db import Db, get_db
-
 from tests.handlers import call, invoke
 from tests.stream import message_records
 
@@ -42,16 +42,20 @@ def workspace() -> str:
 
 
 def stored(db: Db, ws: str, session: str = "s1") -> list[dict]:
-    out = db.client.query(TableName=db.table, KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
-                          ConsistentRead=True, ExpressionAttributeValues={
-                              ":p": {"S": keys.session_pk(ws, session)}, ":m": {"S": "MSG#"}})
+    out = db.client.query(
+        TableName=db.table,
+        KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
+        ConsistentRead=True,
+        ExpressionAttributeValues={":p": {"S": keys.session_pk(ws, session)}, ":m": {"S": "MSG#"}},
+    )
     return out["Items"]
 
 
 def post_once(db: Db, ws: str, text: str) -> dict:
     """`text` posted as one message: 201, stored once, and the deriver takes its insert without a failure."""
-    reply = call("POST", f"/v3/workspaces/{ws}/sessions/s1/messages",
-                 {"messages": [{"peer_id": "alice", "content": text}]})
+    reply = call(
+        "POST", f"/v3/workspaces/{ws}/sessions/s1/messages", {"messages": [{"peer_id": "alice", "content": text}]}
+    )
     assert reply.status == 201, reply.body
     [view] = reply.body
     assert len(stored(db, ws)) == 1
@@ -67,14 +71,19 @@ def every_read(ws: str, query: str) -> dict[str, list[str]]:
     """Ids each read that takes `query` answers (each must answer 200): the three message searches, the
     conclusions' query, and a context with `search_query` (and the peer's representation searched by it)."""
     found = {}
-    for name, path in (("workspace", f"/v3/workspaces/{ws}/search"),
-                       ("session", f"/v3/workspaces/{ws}/sessions/s1/search"),
-                       ("peer", f"/v3/workspaces/{ws}/peers/alice/search")):
+    for name, path in (
+        ("workspace", f"/v3/workspaces/{ws}/search"),
+        ("session", f"/v3/workspaces/{ws}/sessions/s1/search"),
+        ("peer", f"/v3/workspaces/{ws}/peers/alice/search"),
+    ):
         reply = call("POST", path, {"query": query[:QUERY_MAX_CHARS]})
         assert reply.status == 200, (name, reply.body)
         found[name] = [m["id"] for m in reply.body]
-    reply = call("POST", f"/v3/workspaces/{ws}/conclusions/query", {
-        "query": query[:QUERY_MAX_CHARS], "filters": {"observer_id": "alice", "observed_id": "alice"}})
+    reply = call(
+        "POST",
+        f"/v3/workspaces/{ws}/conclusions/query",
+        {"query": query[:QUERY_MAX_CHARS], "filters": {"observer_id": "alice", "observed_id": "alice"}},
+    )
     assert reply.status == 200, reply.body
     found["conclusions"] = [c["id"] for c in reply.body]
     reply = call("GET", f"/v3/workspaces/{ws}/sessions/s1/context", search_query=query, peer_target="alice")
@@ -86,8 +95,11 @@ def every_read(ws: str, query: str) -> dict[str, list[str]]:
 def survives(db: Db, text: str) -> None:
     ws = workspace()
     view = post_once(db, ws, text)
-    made = call("POST", f"/v3/workspaces/{ws}/conclusions", {"conclusions": [
-        {"content": text[:65_535], "observer_id": "alice", "observed_id": "alice"}]})
+    made = call(
+        "POST",
+        f"/v3/workspaces/{ws}/conclusions",
+        {"conclusions": [{"content": text[:65_535], "observer_id": "alice", "observed_id": "alice"}]},
+    )
     assert made.status == 201, made.body
     found = every_read(ws, text)
     assert found["context"] == [view["id"]]
@@ -96,44 +108,61 @@ def survives(db: Db, text: str) -> None:
         assert made.body[0]["id"] in found["conclusions"]
 
 
-CONTROL = "".join(map(chr, range(0x20))) + "\x7f" + "".join(map(chr, range(0x80, 0xa0)))
+CONTROL = "".join(map(chr, range(0x20))) + "\x7f" + "".join(map(chr, range(0x80, 0xA0)))
 
 
-@pytest.mark.parametrize("text", [
-    "y" * 1000,
-    "ab" * 5000,
-    "the word " + "y" * 1000 + " and " + "Y" * 1000 + " again",
-    CONTROL,
-    f"coffee{CONTROL}tomorrow\u200b\u200e\u202e\ufeffgreyhound\u0301\u0000",
-    "\u0130stanbul STRASSE straße ﬁne ǅ \U0001d400\U0001d401 \U00020000\U00020001 ٣٤٥ 𝟘𝟙",
-    "e\u0301" * 3000,  # one grapheme repeated: a 6,000-code-point word
-    "\u00df" * 1000,  # casefolds to 2,000 letters
-    " \t\n\r" * 100,  # nothing but whitespace
-], ids=["y*1000", "ab*5000", "long words among short", "control characters", "words in controls",
-        "case and scripts", "combining marks", "sharp s", "whitespace"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "y" * 1000,
+        "ab" * 5000,
+        "the word " + "y" * 1000 + " and " + "Y" * 1000 + " again",
+        CONTROL,
+        f"coffee{CONTROL}tomorrow\u200b\u200e\u202e\ufeffgreyhound\u0301\u0000",
+        "\u0130stanbul STRASSE straße ﬁne ǅ \U0001d400\U0001d401 \U00020000\U00020001 ٣٤٥ 𝟘𝟙",
+        "e\u0301" * 3000,  # one grapheme repeated: a 6,000-code-point word
+        "\u00df" * 1000,  # casefolds to 2,000 letters
+        " \t\n\r" * 100,  # nothing but whitespace
+    ],
+    ids=[
+        "y*1000",
+        "ab*5000",
+        "long words among short",
+        "control characters",
+        "words in controls",
+        "case and scripts",
+        "combining marks",
+        "sharp s",
+        "whitespace",
+    ],
+)
 def test_hostile_text_is_stored_derived_and_searched(db, text):
     survives(db, text)
 
 
-@given(text=st.one_of(
-    st.text(min_size=1, max_size=400),
-    st.builds(lambda c, n: c * n, st.characters(exclude_categories=["Cs"]), st.integers(1, 3000)),
-    st.lists(st.text(min_size=1, max_size=70), min_size=1, max_size=40).map(" ".join),
-))
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
+@given(
+    text=st.one_of(
+        st.text(min_size=1, max_size=400),
+        st.builds(lambda c, n: c * n, st.characters(exclude_categories=["Cs"]), st.integers(1, 3000)),
+        st.lists(st.text(min_size=1, max_size=70), min_size=1, max_size=40).map(" ".join),
+    )
+)
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 def test_any_unicode_is_stored_derived_and_searched(db, text):
     survives(db, text)
 
 
 # ---------------------------------------------------------------- the largest message
 
+
 def item_bytes(item: dict) -> int:
     """An item's size as DynamoDB counts it: each attribute's name and value (UTF-8 strings, numbers ~ their
     digits, sets and maps their members)."""
 
     def size(value: dict) -> int:
-        (kind, v), = value.items()
+        ((kind, v),) = value.items()
         if kind == "S":
             return len(v.encode("utf-8"))
         if kind == "N":
@@ -172,8 +201,7 @@ def index_items(db: Db, ws: str) -> dict[str, list[dict]]:
 
 def astral_words(count: int) -> list[str]:
     """`count` distinct 70-letter words of 4-byte letters (CJK Extension B): each cut to 64, each 256 bytes so."""
-    return [chr(0x20000 + i) + "".join(chr(0x20000 + (i * 7 + j) % 42_000) for j in range(1, 70))
-            for i in range(count)]
+    return [chr(0x20000 + i) + "".join(chr(0x20000 + (i * 7 + j) % 42_000) for j in range(1, 70)) for i in range(count)]
 
 
 LARGEST = 355_000
@@ -199,6 +227,7 @@ def test_a_355000_character_message_is_found_and_its_index_items_fit(db, shape):
 
 
 # ---------------------------------------------------------------- the widest query
+
 
 def test_a_query_of_5000_distinct_words_answers_200(db):
     ws = workspace()

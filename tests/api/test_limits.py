@@ -7,12 +7,12 @@ import json
 
 import pytest
 from pydantic import ValidationError
-from precis.settings import Settings, get_settings
-from precis.store import keys, messages
-from precis.context.compose import WINDOW_FIELDS
-from precis.store.db import from_item, get_db
 
 from local.template import template
+from precis.context.compose import WINDOW_FIELDS
+from precis.settings import Settings, get_settings
+from precis.store import keys, messages
+from precis.store.db import from_item, get_db
 from tests.handlers import call
 
 W = "/v3/workspaces/ws1"
@@ -30,9 +30,11 @@ def ws(aws, monkeypatch):
 
 
 def stored(aws) -> list[dict]:
-    out = aws["dynamodb"].query(TableName="precis-local", KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
-                                ExpressionAttributeValues={":p": {"S": keys.session_pk("ws1", "s1")},
-                                                           ":m": {"S": "MSG#"}})
+    out = aws["dynamodb"].query(
+        TableName="precis-local",
+        KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
+        ExpressionAttributeValues={":p": {"S": keys.session_pk("ws1", "s1")}, ":m": {"S": "MSG#"}},
+    )
     return [from_item(i) for i in out["Items"]]
 
 
@@ -116,8 +118,9 @@ def test_a_filtered_list_examines_a_bounded_number_of_messages_and_reads_no_bodi
     assert [m["content"] for m in answer["items"]] == [f"body number {i}" for i in (1, 3, 5, 7, 9)]
     assert answer["total"] == 10 and answer["scan_limited"] is True
     assert len(reads) == 5  # only the bodies of the page
-    narrowed = messages.list_messages(db, "ws1", "s1", {"peer_id": "bob", "seq": {"gte": 41}}, 1, 50, False,
-                                      scan_limit=20)
+    narrowed = messages.list_messages(
+        db, "ws1", "s1", {"peer_id": "bob", "seq": {"gte": 41}}, 1, 50, False, scan_limit=20
+    )
     assert narrowed["total"] == 10 and "scan_limited" not in narrowed
     newest = messages.list_messages(db, "ws1", "s1", {"peer_id": "alice"}, 1, 2, True, scan_limit=20)
     assert [m["seq"] for m in newest["items"]] == [59, 57]
@@ -126,8 +129,12 @@ def test_a_filtered_list_examines_a_bounded_number_of_messages_and_reads_no_bodi
 def test_a_filter_on_content_reads_bodies_and_matches_them(ws, monkeypatch):
     monkeypatch.setenv("PRECIS_INLINE_BODY_MAX_BYTES", "10")
     get_settings.cache_clear()
-    post([{"content": f"{'needle' if i == 7 else 'hay'} in a body long enough for S3", "peer_id": "a"}
-          for i in range(12)])
+    post(
+        [
+            {"content": f"{'needle' if i == 7 else 'hay'} in a body long enough for S3", "peer_id": "a"}
+            for i in range(12)
+        ]
+    )
     reply = call("POST", f"{S}/messages/list", {"filters": {"content": {"icontains": "NEEDLE"}}})
     assert reply.status == 200 and [m["seq"] for m in reply.body["items"]] == [8]
     assert json.dumps(reply.body)  # a plain page

@@ -8,9 +8,9 @@ from decimal import Decimal
 
 import pytest
 from honcho.api_types import MessageResponse, SessionContextResponse
-from precis.settings import get_settings
-from precis.api.app import INTERNAL_ERROR, create_resolver, serve, to_json
 
+from precis.api.app import INTERNAL_ERROR, create_resolver, serve, to_json
+from precis.settings import get_settings
 from tests.handlers import http_event, invoke
 
 W = "/v3/workspaces/ws1"
@@ -26,15 +26,25 @@ def _raw(method: str, url: str, body=None, headers=None) -> dict:
 
 def test_text_goes_out_as_utf8_not_escapes(aws):
     assert _raw("POST", "/v3/workspaces", {"id": "ws1"})["statusCode"] == 201
-    out = _raw("POST", f"{S}/messages", {"messages": [{"content": CJK, "peer_id": "alice",
-                                                       "metadata": {"标签": "问候"}}]})
+    out = _raw(
+        "POST", f"{S}/messages", {"messages": [{"content": CJK, "peer_id": "alice", "metadata": {"标签": "问候"}}]}
+    )
     assert out["statusCode"] == 201 and out["headers"]["Content-Type"] == "application/json"
     assert CJK in out["body"] and '"标签":"问候"' in out["body"] and "\\u" not in out["body"]
     (message,) = json.loads(out["body"])
     assert len(out["body"].encode()) < len(json.dumps(message).encode())  # 3 bytes a character, not 6
     assert MessageResponse.model_validate(message).content == CJK  # the SDK reads it as before
-    assert set(message) == {"id", "content", "peer_id", "session_id", "workspace_id", "metadata", "created_at",
-                            "token_count", "seq"}
+    assert set(message) == {
+        "id",
+        "content",
+        "peer_id",
+        "session_id",
+        "workspace_id",
+        "metadata",
+        "created_at",
+        "token_count",
+        "seq",
+    }
 
     context = _raw("GET", f"{S}/context?tokens=1000")
     assert CJK in context["body"] and "\\u" not in context["body"]
@@ -46,8 +56,12 @@ def test_datetimes_and_decimals_serialize_as_before(aws):
     """Powertools' own serializer and ours give the same JSON but for the escapes, with a return type or without."""
     from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
-    value = {"at": datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), "ratio": Decimal("1.5"), "count": Decimal("3"),
-             "text": "汉字"}
+    value = {
+        "at": datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        "ratio": Decimal("1.5"),
+        "count": Decimal("3"),
+        "text": "汉字",
+    }
 
     def typed() -> dict:
         return value
@@ -58,8 +72,10 @@ def test_datetimes_and_decimals_serialize_as_before(aws):
         app.get("/openapi.json")(lambda: value)  # by Powertools' encoder: +00:00, decimals as numbers
         bodies.append([app.resolve(http_event("GET", path)[1], None)["body"] for path in ("/health", "/openapi.json")])
     ours, theirs = bodies
-    assert ours == ['{"at":"2026-01-02T03:04:05Z","ratio":"1.5","count":"3","text":"汉字"}',
-                    '{"at":"2026-01-02T03:04:05+00:00","ratio":1.5,"count":3,"text":"汉字"}']
+    assert ours == [
+        '{"at":"2026-01-02T03:04:05Z","ratio":"1.5","count":"3","text":"汉字"}',
+        '{"at":"2026-01-02T03:04:05+00:00","ratio":1.5,"count":3,"text":"汉字"}',
+    ]
     assert [json.loads(body) for body in ours] == [json.loads(body) for body in theirs]
     assert all("\\u6c49" in body for body in theirs)
 

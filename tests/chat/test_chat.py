@@ -15,15 +15,19 @@ W = "/v3/workspaces/ws1"
 
 
 def post(session: str, *messages: tuple[str, str]) -> list[dict]:
-    reply = call("POST", f"{W}/sessions/{session}/messages", {"messages": [
-        {"peer_id": peer, "content": text} for peer, text in messages]})
+    reply = call(
+        "POST",
+        f"{W}/sessions/{session}/messages",
+        {"messages": [{"peer_id": peer, "content": text} for peer, text in messages]},
+    )
     assert reply.status == 201, reply.body
     return reply.body
 
 
 def derive(aws, session: str) -> None:
     assert invoke("DeriveFunction", {"Records": message_records(aws["dynamodb"], session_id=session)}) == {
-        "batchItemFailures": []}
+        "batchItemFailures": []
+    }
 
 
 def chat(path: str, query: str, **body):
@@ -35,8 +39,12 @@ def chat(path: str, query: str, **body):
 @pytest.fixture
 def ws(aws):
     assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
-    post("s1", ("bob", "Where are you living these days?"), ("alice", "I moved to Lisbon last spring."),
-         ("alice", "I work as a nurse at the children's hospital."))
+    post(
+        "s1",
+        ("bob", "Where are you living these days?"),
+        ("alice", "I moved to Lisbon last spring."),
+        ("alice", "I work as a nurse at the children's hospital."),
+    )
     post("s2", ("alice", "I bake bread on Sundays."), ("carol", "My cat is called Miso."))
     derive(aws, "s1")
     derive(aws, "s2")
@@ -81,8 +89,16 @@ def test_evidence_lists_what_was_read_collected_by_the_server(ws):
     evidence = body["evidence"]
     assert set(evidence) == {"conclusions", "messages", "tool_calls", "reasoning_trace_id"}
     lisbon = [c for c in evidence["conclusions"] if c["content"] == "alice moved to Lisbon last spring"]
-    assert lisbon and set(lisbon[0]) == {"id", "level", "content", "created_at", "session_id", "observer_id",
-                                         "observed_id", "source_ids"}
+    assert lisbon and set(lisbon[0]) == {
+        "id",
+        "level",
+        "content",
+        "created_at",
+        "session_id",
+        "observer_id",
+        "observed_id",
+        "source_ids",
+    }
     assert lisbon[0]["observer_id"] == lisbon[0]["observed_id"] == "alice" and lisbon[0]["session_id"] == "s1"
     assert {m["session_id"] for m in evidence["messages"]} == {"s1"}
     assert set(evidence["messages"][0]) == {"id", "session_id", "peer_id", "created_at"}
@@ -105,22 +121,34 @@ def test_a_streamed_chat_sends_the_same_answer_in_pieces_then_done_with_the_evid
 
 
 def test_offline_response_format_fills_the_schema_from_the_answer(ws):
-    schema = {"type": "object", "required": ["answer", "facts"], "properties": {
-        "answer": {"type": "string"}, "facts": {"type": "array", "items": {"type": "string"}},
-        "confident": {"type": "boolean"}}}
+    schema = {
+        "type": "object",
+        "required": ["answer", "facts"],
+        "properties": {
+            "answer": {"type": "string"},
+            "facts": {"type": "array", "items": {"type": "string"}},
+            "confident": {"type": "boolean"},
+        },
+    }
     content = json.loads(chat(f"{W}/peers/alice/chat", "where did alice move?", response_format=schema).body["content"])
     assert "alice moved to Lisbon last spring" in content["facts"] and content["confident"] is True
     assert "alice moved to Lisbon last spring" in content["answer"]
-    impossible = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer", "minimum": 3,
-                                                                             "multipleOf": 7}}}
+    impossible = {
+        "type": "object",
+        "required": ["n"],
+        "properties": {"n": {"type": "integer", "minimum": 3, "multipleOf": 7}},
+    }
     reply = chat(f"{W}/peers/alice/chat", "how many?", response_format=impossible)
     assert reply.status == 422 and "offline engine" in reply.body["detail"]
 
 
-@pytest.mark.parametrize("schema, words", [
-    ({"type": "array"}, '"type": "object"'),
-    ({"type": "object", "properties": {"a": {"type": "nonsense"}}}, "not a valid JSON Schema"),
-])
+@pytest.mark.parametrize(
+    "schema, words",
+    [
+        ({"type": "array"}, '"type": "object"'),
+        ({"type": "object", "properties": {"a": {"type": "nonsense"}}}, "not a valid JSON Schema"),
+    ],
+)
 def test_a_response_format_that_is_not_an_object_schema_is_422(ws, schema, words):
     reply = chat(f"{W}/peers/alice/chat", "q", response_format=schema)
     assert reply.status == 422 and words in reply.body["detail"]
@@ -130,9 +158,13 @@ def test_a_scope_chat_reads_the_scopes_view_and_a_list_of_scopes_their_sessions(
     assert call("POST", f"{W}/scopes", {"id": "work"}).status == 201
     assert call("POST", f"{W}/scopes/work/sessions", {"session_ids": ["s2"]}).status == 204
     derive(ws, "s2")  # the backfill arrives by the stream: replay the membership through the deriver
-    records = [r for r in ws["dynamodb"].scan(TableName="precis-local")["Items"]
-               if r.get("kind", {}).get("S") == "scope_session"]
+    records = [
+        r
+        for r in ws["dynamodb"].scan(TableName="precis-local")["Items"]
+        if r.get("kind", {}).get("S") == "scope_session"
+    ]
     from tests.stream import stream_record
+
     invoke("DeriveFunction", {"Records": [stream_record(r) for r in records]})
     content = chat(f"{W}/peers/alice/chat", "what does alice do?", scope="work").body["content"] or ""
     assert content.startswith("From scope work's memory of alice") and "bakes bread" in content
@@ -144,7 +176,6 @@ def test_a_scope_chat_reads_the_scopes_view_and_a_list_of_scopes_their_sessions(
 
 
 # ---------------------------------------------------------------- the llm engine, against the local server
-
 
 
 @pytest.fixture
@@ -169,6 +200,7 @@ def test_the_model_calls_a_search_tool_then_answers_from_what_it_found(llm):
         if tool_result(body) is None:
             return {"tool_calls": [{"name": "search_conclusions", "arguments": {"query": "Lisbon", "top_k": 3}}]}
         return "alice lives in Lisbon, per: " + tool_result(body).splitlines()[0]
+
     llm.answer = answer
     body = chat(f"{W}/peers/alice/chat", "where does alice live?", include_evidence=True).body
     assert body["content"].startswith("alice lives in Lisbon, per: - [") and "moved to Lisbon" in body["content"]
@@ -176,15 +208,19 @@ def test_the_model_calls_a_search_tool_then_answers_from_what_it_found(llm):
     assert {t["function"]["name"] for t in first["tools"]} == {"search_conclusions", "search_messages"}
     assert "alice moved to Lisbon last spring" in first["messages"][1]["content"]  # the first retrieval
     assert "tools" not in second  # low: one follow-up round, then the answer
-    assert body["evidence"]["tool_calls"] == [{"tool_name": "search_conclusions",
-                                               "tool_input": {"query": "Lisbon", "top_k": 3}}]
+    assert body["evidence"]["tool_calls"] == [
+        {"tool_name": "search_conclusions", "tool_input": {"query": "Lisbon", "top_k": 3}}
+    ]
 
 
-@pytest.mark.parametrize("level, requests, max_tokens", [
-    ("minimal", 1, 250), ("low", 2, 1000), ("medium", 3, 1000), ("high", 5, 1500), ("max", 9, 2000)])
+@pytest.mark.parametrize(
+    "level, requests, max_tokens",
+    [("minimal", 1, 250), ("low", 2, 1000), ("medium", 3, 1000), ("high", 5, 1500), ("max", 9, 2000)],
+)
 def test_the_reasoning_level_bounds_the_tool_rounds_and_the_answer(llm, level, requests, max_tokens):
-    llm.answer = lambda body: ({"tool_calls": [{"name": "search_messages", "arguments": {"query": "Lisbon"}}]}
-                               if body.get("tools") else "done")
+    llm.answer = lambda body: (
+        {"tool_calls": [{"name": "search_messages", "arguments": {"query": "Lisbon"}}]} if body.get("tools") else "done"
+    )
     body = chat(f"{W}/peers/alice/chat", "where?", reasoning_level=level, include_evidence=True).body
     assert body["content"] == "done"
     assert len(llm.requests) == requests
@@ -194,8 +230,9 @@ def test_the_reasoning_level_bounds_the_tool_rounds_and_the_answer(llm, level, r
 
 
 def test_a_bad_tool_call_is_answered_with_what_was_wrong_and_not_counted(llm):
-    llm.answer = lambda body: ({"tool_calls": [{"name": "delete_everything", "arguments": {}}]}
-                               if body.get("tools") else "ok")
+    llm.answer = lambda body: (
+        {"tool_calls": [{"name": "delete_everything", "arguments": {}}]} if body.get("tools") else "ok"
+    )
     body = chat(f"{W}/peers/alice/chat", "q", include_evidence=True).body
     assert body["content"] == "ok" and body["evidence"]["tool_calls"] == []
     assert tool_result(llm.requests[-1].body).startswith("error: no tool 'delete_everything'")
@@ -208,8 +245,12 @@ def test_a_workspace_chat_offers_message_search_only(llm):
 
 
 def test_response_format_answers_are_checked_and_asked_again(llm):
-    schema = {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}},
-              "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "required": ["city"],
+        "properties": {"city": {"type": "string"}},
+        "additionalProperties": False,
+    }
     answers = iter(['{"town": "Lisbon"}', '{"city": "Lisbon"}'])
     llm.answer = lambda body: next(answers)
     content = chat(f"{W}/peers/alice/chat", "where?", response_format=schema).body["content"]
@@ -225,7 +266,8 @@ def test_a_server_without_structured_output_gets_the_schema_in_the_prompt(llm):
     llm.answer = lambda body: '{"city": "Lisbon"}'
     schema = {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}
     assert json.loads(chat(f"{W}/peers/alice/chat", "where?", response_format=schema).body["content"]) == {
-        "city": "Lisbon"}
+        "city": "Lisbon"
+    }
     assert "JSON Schema" in llm.requests[-1].body["messages"][-1]["content"]
 
 

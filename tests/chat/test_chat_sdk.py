@@ -15,8 +15,12 @@ from tests.stack import wait_for
 pytestmark = pytest.mark.stack
 SERVER = LLMServer().start()  # module-wide: the stack's functions need its URL when they start
 # The deriver asks the model too (its engine is llm once one is configured), at once (no batching).
-STACK_ENV = {"OPENAI_BASE_URL": SERVER.url, "OPENAI_API_KEY": "test-key", "PRECIS_DERIVE_BATCH_TOKENS": "0",
-             "PRECIS_LOCAL_SCHEDULE_S": "1"}
+STACK_ENV = {
+    "OPENAI_BASE_URL": SERVER.url,
+    "OPENAI_API_KEY": "test-key",
+    "PRECIS_DERIVE_BATCH_TOKENS": "0",
+    "PRECIS_LOCAL_SCHEDULE_S": "1",
+}
 ANSWER = "alice moved to Lisbon last spring, so she lives in Lisbon now."
 
 
@@ -24,8 +28,10 @@ def teardown_module() -> None:
     SERVER.close()
 
 
-FACTS = {"I moved to Lisbon last spring.": "alice moved to Lisbon last spring",
-         "I work as a nurse.": "alice works as a nurse"}
+FACTS = {
+    "I moved to Lisbon last spring.": "alice moved to Lisbon last spring",
+    "I work as a nurse.": "alice works as a nurse",
+}
 
 
 def model(body: dict):
@@ -36,7 +42,7 @@ def model(body: dict):
     if "explicit_conclusions" in fmt or "<messages>" in prompt:
         return json.dumps({"explicit": [{"content": fact} for said, fact in FACTS.items() if said in prompt]})
     if "<explicit>" in prompt:
-        ids = [line[1:line.index("]")] for line in prompt.splitlines() if line.startswith("[")]
+        ids = [line[1 : line.index("]")] for line in prompt.splitlines() if line.startswith("[")]
         return json.dumps({"deductive": [{"content": "alice is a nurse who lives in Lisbon", "premises": ids[:2]}]})
     if "peer_card" in fmt:
         return json.dumps({"peer_card": ["IDENTITY: alice is a nurse in Lisbon"]})
@@ -65,8 +71,9 @@ def test_chat_with_the_model_through_the_sdk(stack):
     honcho = Honcho(base_url=stack.url, api_key="local", workspace_id="chat-llm")
     alice, bob = honcho.peer("alice"), honcho.peer("bob")
     session = honcho.session("s1")
-    session.add_messages([bob.message("Where are you living these days?"),
-                          alice.message("I moved to Lisbon last spring.")])
+    session.add_messages(
+        [bob.message("Where are you living these days?"), alice.message("I moved to Lisbon last spring.")]
+    )
     wait_for(lambda: alice.conclusions.query("where did alice move?"))
     wait_for(lambda: honcho.search("Lisbon"))
     SERVER.requests.clear()
@@ -88,8 +95,9 @@ def test_schedule_dream_through_the_sdk(stack):
     SERVER.answer = model
     honcho = Honcho(base_url=stack.url, api_key="local", workspace_id="dream-llm")
     alice = honcho.peer("alice")
-    honcho.session("s1").add_messages([alice.message("I moved to Lisbon last spring."),
-                                        alice.message("I work as a nurse.")])
+    honcho.session("s1").add_messages(
+        [alice.message("I moved to Lisbon last spring."), alice.message("I work as a nurse.")]
+    )
     explicit = wait_for(lambda: (found := list(alice.conclusions.list())) and len(found) == 2 and found)
     honcho.schedule_dream(alice)
     deductive = wait_for(lambda: [c for c in alice.conclusions.list() if c.level == "deductive"])
@@ -97,6 +105,7 @@ def test_schedule_dream_through_the_sdk(stack):
     assert sorted(deductive[0].source_ids) == sorted(c.id for c in explicit)
     assert {c.id for c in alice.conclusions.list() if c.level == "explicit"} == {c.id for c in explicit}
     # The deductive conclusion is visible before the dream's job is marked done: wait for the queue to say so.
-    status = wait_for(lambda: (s := honcho.queue_status()) and s.pending_work_units == s.in_progress_work_units == 0
-                      and s)
+    status = wait_for(
+        lambda: (s := honcho.queue_status()) and s.pending_work_units == s.in_progress_work_units == 0 and s
+    )
     assert status.completed_work_units == status.total_work_units

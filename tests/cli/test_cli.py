@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import CliRunner
+from precis_cli.cli import main
+
 from precis.auth import mint_key
 from precis.configuration import summary_config
 from precis.errors import Invalid
-from precis_cli.cli import main
-
 from tests.stack import free_port, wait_for
 
 pytestmark = pytest.mark.stack
@@ -33,8 +33,13 @@ PRECIS = Path(sys.executable).with_name("precis")
 
 @pytest.fixture
 def env(stack, tmp_path):
-    return {"PRECIS_URL": stack.url, "PRECIS_KEY": ADMIN, "PRECIS_STATE_DIR": str(tmp_path / "state"),
-            "PRECIS_WORKSPACE": None, "NO_COLOR": None}
+    return {
+        "PRECIS_URL": stack.url,
+        "PRECIS_KEY": ADMIN,
+        "PRECIS_STATE_DIR": str(tmp_path / "state"),
+        "PRECIS_WORKSPACE": None,
+        "NO_COLOR": None,
+    }
 
 
 def precis(env, *args):
@@ -46,8 +51,9 @@ def precis_process(env, *args, **kwargs) -> subprocess.Popen:
     """The installed `precis` entry point as a subprocess (stdout and stderr piped: not a terminal)."""
     assert PRECIS.exists(), f"{PRECIS} is missing: `make dev` or `pip install -e . --no-deps` installs it"
     full = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
-    return subprocess.Popen([str(PRECIS), *args], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **kwargs)
+    return subprocess.Popen(
+        [str(PRECIS), *args], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
+    )
 
 
 def run_process(env, *args, timeout: float = 60) -> tuple[int, str, str]:
@@ -57,8 +63,9 @@ def run_process(env, *args, timeout: float = 60) -> tuple[int, str, str]:
 
 
 def api(stack, method: str, path: str, **kwargs):
-    response = httpx.request(method, f"{stack.url}{path}", headers={"Authorization": f"Bearer {ADMIN}"},
-                             timeout=30, **kwargs)
+    response = httpx.request(
+        method, f"{stack.url}{path}", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30, **kwargs
+    )
     response.raise_for_status()
     return response.json() if response.content else None
 
@@ -66,8 +73,10 @@ def api(stack, method: str, path: str, **kwargs):
 def post_messages(stack, ws: str, session: str, texts: list[str]) -> None:
     api(stack, "POST", "/v3/workspaces", json={"id": ws})
     for start in range(0, len(texts), 100):
-        batch = [{"peer_id": "alice" if i % 2 else "bot", "content": t}
-                 for i, t in enumerate(texts[start:start + 100], start)]
+        batch = [
+            {"peer_id": "alice" if i % 2 else "bot", "content": t}
+            for i, t in enumerate(texts[start : start + 100], start)
+        ]
         api(stack, "POST", f"/v3/workspaces/{ws}/sessions/{session}/messages", json={"messages": batch})
 
 
@@ -79,9 +88,22 @@ def workspace_configuration(stack, ws: str) -> dict | None:
 # ---------------------------------------------------------------- help, usage, reaching the service
 
 
-@pytest.mark.parametrize("command", [[], ["config"], ["config", "get"], ["config", "set"], ["keys"],
-                                     ["keys", "mint"], ["context"], ["summaries"], ["tail"], ["import"],
-                                     ["export"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        [],
+        ["config"],
+        ["config", "get"],
+        ["config", "set"],
+        ["keys"],
+        ["keys", "mint"],
+        ["context"],
+        ["summaries"],
+        ["tail"],
+        ["import"],
+        ["export"],
+    ],
+)
 def test_every_command_has_help(command):
     result = CliRunner().invoke(main, [*command, "--help"])
     assert result.exit_code == 0 and result.output.startswith("Usage: precis")
@@ -92,15 +114,27 @@ def test_the_installed_entry_point_runs():
     assert code == 0 and all(c in out for c in ("config", "keys", "context", "summaries", "tail", "import", "export"))
 
 
-@pytest.mark.parametrize("args, says", [
-    (["context", "s1", "--tokens", "0"], "Invalid value for '-t' / '--tokens': 0 is not in the range 1<=x<=100000."),
-    (["context", "s1"], "Missing option '-t' / '--tokens'."),
-    (["config", "set", "novalue"], "'novalue': expected key=value (e.g. strategy=rolling)"),
-    (["config", "set", "deriver.batch=3"], "'deriver.batch': a setting is key, summarizer.key or summary.key"),
-    (["import", "s1", "/no/such/file.jsonl"], "Invalid value for 'FILE': File '/no/such/file.jsonl' does not exist."),
-    (["keys", "mint", "--admin", "--session", "s1"], "--admin cannot be combined with --peer or --session"),
-    (["keys", "mint", "--expires", "soon"],
-     "Invalid value for --expires: a duration (30m, 12h, 7d) or an ISO 8601 time")])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (
+            ["context", "s1", "--tokens", "0"],
+            "Invalid value for '-t' / '--tokens': 0 is not in the range 1<=x<=100000.",
+        ),
+        (["context", "s1"], "Missing option '-t' / '--tokens'."),
+        (["config", "set", "novalue"], "'novalue': expected key=value (e.g. strategy=rolling)"),
+        (["config", "set", "deriver.batch=3"], "'deriver.batch': a setting is key, summarizer.key or summary.key"),
+        (
+            ["import", "s1", "/no/such/file.jsonl"],
+            "Invalid value for 'FILE': File '/no/such/file.jsonl' does not exist.",
+        ),
+        (["keys", "mint", "--admin", "--session", "s1"], "--admin cannot be combined with --peer or --session"),
+        (
+            ["keys", "mint", "--expires", "soon"],
+            "Invalid value for --expires: a duration (30m, 12h, 7d) or an ISO 8601 time",
+        ),
+    ],
+)
 def test_usage_errors_exit_2_before_anything_is_sent(args, says):
     unreachable = {"PRECIS_URL": f"http://127.0.0.1:{free_port()}"}  # any request would be exit 1 instead
     result = CliRunner().invoke(main, args, env=unreachable)
@@ -147,13 +181,31 @@ def test_service_refusals_are_one_line_with_the_services_detail(stack, env):
 
 
 def test_config_set_and_get_typed_values_for_a_workspace_and_its_session(stack, env):
-    result = precis(env, "config", "set", "-w", "cfg", "strategy=rolling", "token_threshold=4000", "temperature=0.2",
-                    "summary.enabled=true", "instructions=Keep names.", "model=gpt-4o-mini")
+    result = precis(
+        env,
+        "config",
+        "set",
+        "-w",
+        "cfg",
+        "strategy=rolling",
+        "token_threshold=4000",
+        "temperature=0.2",
+        "summary.enabled=true",
+        "instructions=Keep names.",
+        "model=gpt-4o-mini",
+    )
     assert result.exit_code == 0, result.output
     stored = workspace_configuration(stack, "cfg")
-    assert stored == {"summarizer": {"strategy": "rolling", "token_threshold": 4000, "temperature": 0.2,
-                                     "instructions": "Keep names.", "model": "gpt-4o-mini"},
-                      "summary": {"enabled": True}}
+    assert stored == {
+        "summarizer": {
+            "strategy": "rolling",
+            "token_threshold": 4000,
+            "temperature": 0.2,
+            "instructions": "Keep names.",
+            "model": "gpt-4o-mini",
+        },
+        "summary": {"enabled": True},
+    }
     got = json.loads(precis(env, "config", "get", "-w", "cfg").stdout)
     assert got["summarizer"] == stored["summarizer"] and got["summary"] == stored["summary"]
     assert got["effective"] == summary_config(stored).model_dump(mode="json")
@@ -192,8 +244,10 @@ def test_an_invalid_setting_exits_2_with_the_layers_message_and_sends_nothing(st
     precis(env, "config", "set", "-w", "strict", "messages_per_short_summary=30")
     result = precis(env, "config", "set", "-w", "strict", "-s", "s1", "messages_per_long_summary=25")
     assert result.exit_code == 2
-    expected = _layer_says({"summarizer": {"token_threshold": 1000, "messages_per_short_summary": 30}},
-                           {"summarizer": {"messages_per_long_summary": 25}})
+    expected = _layer_says(
+        {"summarizer": {"token_threshold": 1000, "messages_per_short_summary": 30}},
+        {"summarizer": {"messages_per_long_summary": 25}},
+    )
     assert result.stderr == f"Error: {expected}\n"
     assert api(stack, "POST", "/v3/workspaces/strict/sessions/list")["items"] == []  # not even created
 
@@ -237,8 +291,10 @@ def test_context_draws_the_budget_bar_with_its_numbers(stack, env):
     lines = out.splitlines()
     assert lines[0] == f"context: {summary + messages:,} of 1,000 tokens"
     assert lines[1].startswith("[=") and lines[1].endswith("]") and "#" in lines[1] and "\x1b[" not in out
-    assert lines[2] == (f"= summary {summary:,}  # messages {messages:,} in {len(answer['messages'])} messages  "
-                        f". unused {1000 - summary - messages:,}")
+    assert lines[2] == (
+        f"= summary {summary:,}  # messages {messages:,} in {len(answer['messages'])} messages  "
+        f". unused {1000 - summary - messages:,}"
+    )
     assert "short summary (honcho_chat_summary_short) · covers messages 1–20" in out
     assert all(m["content"] in out for m in answer["messages"])
 

@@ -47,8 +47,12 @@ def stack(tmp_path_factory):
 
 @pytest.fixture
 def env(stack, tmp_path):
-    return {"PRECIS_URL": stack.url, "PRECIS_STATE_DIR": str(tmp_path / "state"), "PRECIS_KEY": None,
-            "PRECIS_WORKSPACE": None}
+    return {
+        "PRECIS_URL": stack.url,
+        "PRECIS_STATE_DIR": str(tmp_path / "state"),
+        "PRECIS_KEY": None,
+        "PRECIS_WORKSPACE": None,
+    }
 
 
 def precis(env, *args):
@@ -73,8 +77,11 @@ def conversation(n: int, tag: str = "") -> list[dict]:
     """n messages in runs of 1-4, some with metadata and a client timestamp."""
     lines = []
     for i in range(n):
-        line = {"peer_id": "alice" if i % 3 else "assistant", "content": f"{tag}message {i}: the flat in Lisbon, "
-                f"floor {i % 9}, {i * 13 % 1000} euros", "run_id": f"run-{i // 4}" if i % 5 else None}
+        line = {
+            "peer_id": "alice" if i % 3 else "assistant",
+            "content": f"{tag}message {i}: the flat in Lisbon, floor {i % 9}, {i * 13 % 1000} euros",
+            "run_id": f"run-{i // 4}" if i % 5 else None,
+        }
         if i % 7 == 0:
             line["metadata"] = {"i": i, "tags": ["imported"]}
         if i % 11 == 0:
@@ -101,8 +108,9 @@ def as_imported(line: dict) -> tuple:
 
 def assert_stored_as(stored: list[dict], lines: list[dict]) -> None:
     assert [as_imported(m) for m in stored] == [as_imported(line) for line in lines]
-    given = [(m["created_at"], line["created_at"]) for m, line in zip(stored, lines, strict=True)
-             if line.get("created_at")]
+    given = [
+        (m["created_at"], line["created_at"]) for m, line in zip(stored, lines, strict=True) if line.get("created_at")
+    ]
     assert given and all(stored_at == line_at for stored_at, line_at in given)
 
 
@@ -119,8 +127,9 @@ def test_a_rerun_without_its_state_replays_every_batch_by_its_key(env, tmp_path)
     source = write_jsonl(tmp_path / "part.jsonl", conversation(1_000, "replayed "))
     first = precis(env, "import", "-w", "rerun", "s2", str(source), "--max-batches", "4")
     assert first.exit_code == 0, first.output
-    assert first.stdout == ("imported 400 messages in 4 batches, 0 already there; 600 to go "
-                            "(run the same command again to continue)\n")
+    assert first.stdout == (
+        "imported 400 messages in 4 batches, 0 already there; 600 to go (run the same command again to continue)\n"
+    )
     shutil.rmtree(env["PRECIS_STATE_DIR"])  # forget what was done: only the Idempotency-Keys remain
 
     second = precis(env, "import", "-w", "rerun", "s2", str(source))
@@ -146,15 +155,22 @@ def test_export_then_import_into_another_session_round_trips(env, tmp_path):
 
 
 def test_openai_messages_import_with_a_peer_map(env, tmp_path):
-    chat = {"messages": [{"role": "system", "content": "You help people move."},
-                         {"role": "user", "content": "I moved to Lisbon."},
-                         {"role": "assistant", "content": [{"type": "text", "text": "How is the flat?"}]}]}
+    chat = {
+        "messages": [
+            {"role": "system", "content": "You help people move."},
+            {"role": "user", "content": "I moved to Lisbon."},
+            {"role": "assistant", "content": [{"type": "text", "text": "How is the flat?"}]},
+        ]
+    }
     source = tmp_path / "chat.jsonl"
     source.write_text(json.dumps(chat) + "\n" + json.dumps(chat) + "\n")
     result = precis(env, "import", "-w", "openai", "s1", str(source), "--peer-map", "user=alice,assistant=bot")
     assert result.exit_code == 0 and result.stdout == "imported 6 messages in 1 batches, 0 already there\n"
     assert [(m["peer_id"], m["content"]) for m in exported(env, "openai", "s1")] == [
-        ("system", "You help people move."), ("alice", "I moved to Lisbon."), ("bot", "How is the flat?")] * 2
+        ("system", "You help people move."),
+        ("alice", "I moved to Lisbon."),
+        ("bot", "How is the flat?"),
+    ] * 2
 
 
 def test_a_bad_line_is_refused_before_anything_is_posted(env, tmp_path):
@@ -228,8 +244,10 @@ def test_import_of_3000_messages_killed_halfway_resumes_with_nothing_lost_or_dou
     export_s = time.monotonic() - export_started
     assert [m["seq"] for m in stored] == list(range(1, 3_001))
     assert_stored_as(stored, lines)
-    print(f"\n3,000-message import, killed after {done_before} batches and resumed: {elapsed:.1f} s; "
-          f"export: {export_s:.1f} s")
+    print(
+        f"\n3,000-message import, killed after {done_before} batches and resumed: {elapsed:.1f} s; "
+        f"export: {export_s:.1f} s"
+    )
 
     again = precis(env, "import", "-w", "bulk", "s1", str(source))  # done already: nothing is posted
     assert again.exit_code == 0 and again.stdout == "imported 0 messages in 0 batches, 3000 already there\n"

@@ -7,9 +7,10 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from precis_cli import render, settings, transfer
+
 from precis.configuration import summary_config
 from precis.errors import Invalid
-from precis_cli import render, settings, transfer
 
 
 @given(st.lists(st.integers(0, 10**6), min_size=1, max_size=4), st.integers(1, 200))
@@ -35,16 +36,19 @@ def test_bar_is_to_scale_and_plain_without_colour():
     assert any("\x1b[" in line for line in render.budget_bar(budget, 40, color=True))
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("strategy=rolling", ("summarizer", "strategy", "rolling")),
-    ("token_threshold=4000", ("summarizer", "token_threshold", 4000)),
-    ("temperature=0.2", ("summarizer", "temperature", 0.2)),
-    ("summary.enabled=false", ("summary", "enabled", False)),
-    ("custom_instructions=Be brief.", ("summary", "custom_instructions", "Be brief.")),
-    ("model=4", ("summarizer", "model", "4")),  # a text setting stays text
-    ('model="gpt-4o"', ("summarizer", "model", "gpt-4o")),
-    ("instructions=a=b", ("summarizer", "instructions", "a=b")),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("strategy=rolling", ("summarizer", "strategy", "rolling")),
+        ("token_threshold=4000", ("summarizer", "token_threshold", 4000)),
+        ("temperature=0.2", ("summarizer", "temperature", 0.2)),
+        ("summary.enabled=false", ("summary", "enabled", False)),
+        ("custom_instructions=Be brief.", ("summary", "custom_instructions", "Be brief.")),
+        ("model=4", ("summarizer", "model", "4")),  # a text setting stays text
+        ('model="gpt-4o"', ("summarizer", "model", "gpt-4o")),
+        ("instructions=a=b", ("summarizer", "instructions", "a=b")),
+    ],
+)
 def test_assignments_are_typed_by_json_unless_the_setting_takes_text(text, expected):
     a = settings.parse_assignment(text)
     assert (a.section, a.key, a.value) == expected and type(a.value) is type(expected[2])
@@ -58,16 +62,18 @@ def test_malformed_assignments_are_refused(text):
 
 def test_null_removes_a_key_and_other_sections_are_kept():
     current = {"summarizer": {"model": "m", "keep_runs": 3}, "other": {"x": 1}}
-    updated = settings.apply(current, [settings.parse_assignment("model=null"),
-                                       settings.parse_assignment("summary.enabled=false")])
+    updated = settings.apply(
+        current, [settings.parse_assignment("model=null"), settings.parse_assignment("summary.enabled=false")]
+    )
     assert updated == {"summarizer": {"keep_runs": 3}, "summary": {"enabled": False}, "other": {"x": 1}}
     assert current["summarizer"] == {"model": "m", "keep_runs": 3}  # not changed in place
 
 
 def test_validation_is_the_layers_own():
-    for workspace, session in [({"summarizer": {"token_threshold": 5}}, None),
-                               ({"summary": {"messages_per_short_summary": 30}},
-                                {"summary": {"messages_per_long_summary": 25}})]:
+    for workspace, session in [
+        ({"summarizer": {"token_threshold": 5}}, None),
+        ({"summary": {"messages_per_short_summary": 30}}, {"summary": {"messages_per_long_summary": 25}}),
+    ]:
         with pytest.raises(Invalid) as layer:
             summary_config(workspace, session)
         with pytest.raises(settings.SettingError) as ours:
@@ -76,20 +82,44 @@ def test_validation_is_the_layers_own():
 
 
 def test_precis_jsonl_and_openai_files_read_as_message_bodies():
-    precis = b"\n".join(json.dumps(r).encode() for r in [
-        {"peer_id": "alice", "content": "hi", "run_id": "r1", "metadata": {"k": 1},
-         "created_at": "2025-01-01T00:00:00Z", "id": "ignored", "seq": 1, "token_count": 1},
-        {"peer_id": "bot", "content": "", "run_id": None, "metadata": {}},
-    ])
+    precis = b"\n".join(
+        json.dumps(r).encode()
+        for r in [
+            {
+                "peer_id": "alice",
+                "content": "hi",
+                "run_id": "r1",
+                "metadata": {"k": 1},
+                "created_at": "2025-01-01T00:00:00Z",
+                "id": "ignored",
+                "seq": 1,
+                "token_count": 1,
+            },
+            {"peer_id": "bot", "content": "", "run_id": None, "metadata": {}},
+        ]
+    )
     assert transfer.read_messages(precis) == [
-        {"content": "hi", "peer_id": "alice", "metadata": {"k": 1}, "created_at": "2025-01-01T00:00:00Z",
-         "run_id": "r1"},
-        {"content": "", "peer_id": "bot"}]
-    conversation = {"messages": [{"role": "user", "content": "hello"},
-                                 {"role": "assistant", "content": [{"type": "text", "text": "hi there"}]},
-                                 {"role": "assistant", "content": None, "tool_calls": []}]}
-    expected = [{"content": "hello", "peer_id": "alice"}, {"content": "hi there", "peer_id": "bot"},
-                {"content": "", "peer_id": "bot"}]
+        {
+            "content": "hi",
+            "peer_id": "alice",
+            "metadata": {"k": 1},
+            "created_at": "2025-01-01T00:00:00Z",
+            "run_id": "r1",
+        },
+        {"content": "", "peer_id": "bot"},
+    ]
+    conversation = {
+        "messages": [
+            {"role": "user", "content": "hello"},
+            {"role": "assistant", "content": [{"type": "text", "text": "hi there"}]},
+            {"role": "assistant", "content": None, "tool_calls": []},
+        ]
+    }
+    expected = [
+        {"content": "hello", "peer_id": "alice"},
+        {"content": "hi there", "peer_id": "bot"},
+        {"content": "", "peer_id": "bot"},
+    ]
     mapping = transfer.parse_peer_map("user=alice, assistant=bot")
     assert transfer.read_messages(json.dumps(conversation).encode(), mapping) == expected
     assert transfer.read_messages(json.dumps([conversation]).encode(), mapping) == expected
@@ -98,14 +128,17 @@ def test_precis_jsonl_and_openai_files_read_as_message_bodies():
     assert transfer.read_messages(jsonl, mapping) == expected * 2
 
 
-@pytest.mark.parametrize(("data", "where"), [
-    (b'{"peer_id": "a", "content": "x"}\n{"peer_id": "a", "content": 3}\n', "line 2"),
-    (b'{"peer_id": "a", "content": "x"}\nnot json\n', "line 2: not JSON"),
-    (b'{"peer_id": "a b", "content": "x"}\n', "peer 'a b' is not a valid id"),
-    (b'{"role": "user"}\n{"text": "x"}\n', "line 2: expected"),
-    (b"", "no messages"),
-    (b"\xff\xfe", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    ("data", "where"),
+    [
+        (b'{"peer_id": "a", "content": "x"}\n{"peer_id": "a", "content": 3}\n', "line 2"),
+        (b'{"peer_id": "a", "content": "x"}\nnot json\n', "line 2: not JSON"),
+        (b'{"peer_id": "a b", "content": "x"}\n', "peer 'a b' is not a valid id"),
+        (b'{"role": "user"}\n{"text": "x"}\n', "line 2: expected"),
+        (b"", "no messages"),
+        (b"\xff\xfe", "not UTF-8"),
+    ],
+)
 def test_a_bad_file_is_refused_saying_where(data, where):
     with pytest.raises(transfer.ImportFileError, match=where):
         transfer.read_messages(data)
@@ -123,7 +156,16 @@ def test_batches_are_deterministic_and_bounded_by_count_and_bytes():
 def test_batch_keys_follow_the_file_and_its_options():
     one = transfer.import_id(b"a", {}, 100)
     assert one == transfer.import_id(b"a", {}, 100)
-    assert len({one, transfer.import_id(b"b", {}, 100), transfer.import_id(b"a", {"user": "x"}, 100),
-                transfer.import_id(b"a", {}, 50)}) == 4
+    assert (
+        len(
+            {
+                one,
+                transfer.import_id(b"b", {}, 100),
+                transfer.import_id(b"a", {"user": "x"}, 100),
+                transfer.import_id(b"a", {}, 50),
+            }
+        )
+        == 4
+    )
     assert transfer.batch_key(one, 3) == transfer.batch_key(one, 3) != transfer.batch_key(one, 4)
     assert len(transfer.batch_key(one, 10**6)) <= 255

@@ -9,6 +9,7 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from precis.context.budget import (
     ContextPlan,
     ContextSelection,
@@ -68,8 +69,9 @@ def index_query(session: Session, plan: ContextPlan) -> list[MessageCost]:
     return sorted((m for m in session.index if m.start_tokens >= plan.min_start_tokens), key=lambda m: m.start_tokens)
 
 
-def context(session: Session, summaries: list[SummaryCost], limit: int, *, use_summary: bool = True,
-            whole_runs: bool = False) -> tuple[ContextPlan, ContextSelection]:
+def context(
+    session: Session, summaries: list[SummaryCost], limit: int, *, use_summary: bool = True, whole_runs: bool = False
+) -> tuple[ContextPlan, ContextSelection]:
     """Both rounds, as the storage layer runs them."""
     plan = plan_context(limit, summaries, session.last, use_summary=use_summary)
     return plan, select_messages(plan, index_query(session, plan), whole_runs=whole_runs)
@@ -91,8 +93,9 @@ class Expected:
     token_count: int
 
 
-def reference(session: Session, summaries: list[SummaryCost], limit: int, use_summary: bool,
-              whole_runs: bool) -> Expected:
+def reference(
+    session: Session, summaries: list[SummaryCost], limit: int, use_summary: bool, whole_runs: bool
+) -> Expected:
     """The answer worked out the slow way, from the full list of messages round 1 saw."""
     messages = session.snapshot
     chosen = None
@@ -100,20 +103,27 @@ def reference(session: Session, summaries: list[SummaryCost], limit: int, use_su
 
     def leaves_the_newest(s: SummaryCost) -> bool:
         """The newest message still shows beside `s`, or it would not show at all (bigger than the limit)."""
-        return newest is None or newest.token_count > limit or (
-            s.covers_seq < newest.seq and s.token_count + newest.token_count <= limit)
+        return (
+            newest is None
+            or newest.token_count > limit
+            or (s.covers_seq < newest.seq and s.token_count + newest.token_count <= limit)
+        )
 
     if use_summary:
         fitting_summaries = [
-            s for s in summaries
-            if 1 <= s.covers_seq <= len(messages) and s.token_count <= math.floor(Fraction(4, 10) * limit)
+            s
+            for s in summaries
+            if 1 <= s.covers_seq <= len(messages)
+            and s.token_count <= math.floor(Fraction(4, 10) * limit)
             and leaves_the_newest(s)
         ]
         if fitting_summaries:
             largest = max(s.token_count for s in fitting_summaries)
             latest = max(s.covers_seq for s in fitting_summaries if s.token_count == largest)
-            chosen = max((s for s in fitting_summaries if (s.token_count, s.covers_seq) == (largest, latest)),
-                         key=lambda s: s.summary_type)
+            chosen = max(
+                (s for s in fitting_summaries if (s.token_count, s.covers_seq) == (largest, latest)),
+                key=lambda s: s.summary_type,
+            )
     after = chosen.covers_seq if chosen else 0
     budget = limit - (chosen.token_count if chosen else 0)
 
@@ -158,11 +168,16 @@ def cases(draw):
     limit = draw(st.one_of(st.integers(1, 100_000), st.integers(1, 300), st.integers(1, max(1, min(total, 100_000)))))
     seen_run_ends = [end for end in run_ends if 1 <= end <= session.seen] or run_ends
     near_fit = limit * 2 // 5 + 1  # sizes around the 40% line, so summaries often just fit or just miss
-    types = draw(st.lists(st.sampled_from(["short", "long", "rolling"]), unique=True, min_size=1, max_size=3)
-                 | st.just([]))
+    types = draw(
+        st.lists(st.sampled_from(["short", "long", "rolling"]), unique=True, min_size=1, max_size=3) | st.just([])
+    )
     summaries = [
-        summary(session, draw(st.sampled_from(seen_run_ends) | st.sampled_from(run_ends)),
-                draw(st.one_of(st.integers(0, 50), st.integers(0, 50_000), st.integers(0, near_fit))), summary_type)
+        summary(
+            session,
+            draw(st.sampled_from(seen_run_ends) | st.sampled_from(run_ends)),
+            draw(st.one_of(st.integers(0, 50), st.integers(0, 50_000), st.integers(0, near_fit))),
+            summary_type,
+        )
         for summary_type in types
     ]
     use_summary = draw(st.sampled_from([True, True, False]))
@@ -199,7 +214,8 @@ def test_context_invariants_hold(case):
 
     assert selection.token_count <= limit
     assert selection.token_count == (selection.summary.token_count if selection.summary else 0) + sum(
-        m.token_count for m in selection.messages)
+        m.token_count for m in selection.messages
+    )
     if selection.summary:
         assert selection.summary.token_count <= summary_budget(limit)
     assert got == list(range(got[0], got[0] + len(got))) if got else True

@@ -10,27 +10,38 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from local.template import table_definition, template
 from precis.store import keys
 from precis.store.db import from_item, get_db, to_item
 from precis.store.messages import NewMessage, append_messages, make_message_id
 from precis.store.resources import require_session
 from precis.store.summaries import put_summary
 from precis.tokens import count_text
-
-from local.template import table_definition, template
 from tests.handlers import call
 
 WS = "ws1"
 W = f"/v3/workspaces/{WS}"
 SHORT, LONG, ROLLING = "honcho_chat_summary_short", "honcho_chat_summary_long", "rolling"
-CONTEXT_KEYS = {"id", "messages", "summary", "peer_representation", "peer_card", "messages_skipped", "token_count",
-                "representation_skipped", "card_token_count"}
+CONTEXT_KEYS = {
+    "id",
+    "messages",
+    "summary",
+    "peer_representation",
+    "peer_card",
+    "messages_skipped",
+    "token_count",
+    "representation_skipped",
+    "card_token_count",
+}
 SUMMARY_KEYS = {"content", "message_id", "summary_type", "created_at", "token_count"}
 INLINE_MAX_BYTES = 16_384  # the default; the largest generated messages go to S3
 
 # A vocabulary with multi-byte text, so token counts and byte sizes are not proportional.
-WORDS = ("the agent called the weather tool for Lisbon and got 21°C with light wind; then it answered "
-         "résumé naïve 東京 データ 🙂 ok fine JSON {\"k\": [1, 2]} stacktrace at line 42 Δ≈0.5").split()
+WORDS = (
+    "the agent called the weather tool for Lisbon and got 21°C with light wind; then it answered "
+    'résumé naïve 東京 データ 🙂 ok fine JSON {"k": [1, 2]} stacktrace at line 42 Δ≈0.5'
+).split()
 
 
 def text(rng: random.Random, words: int) -> str:
@@ -54,9 +65,13 @@ def new_session(session: str) -> None:
 def stored_messages(client, session: str) -> list[dict]:
     items, kwargs = [], {}
     while True:
-        out = client.query(TableName=template().table_name, KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
-                           ExpressionAttributeValues={":p": {"S": keys.session_pk(WS, session)}, ":m": {"S": "MSG#"}},
-                           ConsistentRead=True, **kwargs)
+        out = client.query(
+            TableName=template().table_name,
+            KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
+            ExpressionAttributeValues={":p": {"S": keys.session_pk(WS, session)}, ":m": {"S": "MSG#"}},
+            ConsistentRead=True,
+            **kwargs,
+        )
         items += [from_item(i) for i in out["Items"]]
         if "LastEvaluatedKey" not in out:
             return items
@@ -75,13 +90,26 @@ def seed_messages(client, session: str, messages: list[tuple[str, str | None]]) 
             run_start, run_index = seq, run_index + 1
         run_id = message_run
         tokens = count_text(content)
-        items.append({**keys.message(WS, session, seq), "kind": "message", "id": make_message_id(seq), "seq": seq,
-                      "peer_id": "alice", "token_count": tokens, "start_tokens": start, "run_id": run_id,
-                      "run_start_seq": run_start, "run_index": run_index, "metadata": "{}",
-                      "created_at": "2024-05-01T10:00:00+00:00", "content": content})
+        items.append(
+            {
+                **keys.message(WS, session, seq),
+                "kind": "message",
+                "id": make_message_id(seq),
+                "seq": seq,
+                "peer_id": "alice",
+                "token_count": tokens,
+                "start_tokens": start,
+                "run_id": run_id,
+                "run_start_seq": run_start,
+                "run_index": run_index,
+                "metadata": "{}",
+                "created_at": "2024-05-01T10:00:00+00:00",
+                "content": content,
+            }
+        )
         start += tokens
     for first in range(0, len(items), 25):
-        pending = {template().table_name: [{"PutRequest": {"Item": to_item(i)}} for i in items[first:first + 25]]}
+        pending = {template().table_name: [{"PutRequest": {"Item": to_item(i)}} for i in items[first : first + 25]]}
         while pending:
             pending = client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or {}
     return items
@@ -91,13 +119,26 @@ def summarize(session: str, messages: list[dict], summary_type: str, covers_seq:
     """Store a summary of messages 1..covers_seq (as the summarizer would) and return what was stored."""
     tokens = count_text(content)
     incarnation = require_session(get_db(), WS, session)["incarnation"]
-    written = put_summary(get_db(), WS, session, incarnation=incarnation, summary_type=summary_type, content=content,
-                          token_count=tokens,
-                          covers_seq=covers_seq, end_tokens=sum(m["token_count"] for m in messages[:covers_seq]),
-                          message_id=messages[covers_seq - 1]["id"])
+    written = put_summary(
+        get_db(),
+        WS,
+        session,
+        incarnation=incarnation,
+        summary_type=summary_type,
+        content=content,
+        token_count=tokens,
+        covers_seq=covers_seq,
+        end_tokens=sum(m["token_count"] for m in messages[:covers_seq]),
+        message_id=messages[covers_seq - 1]["id"],
+    )
     assert written
-    return {"summary_type": summary_type, "content": content, "token_count": tokens, "covers_seq": covers_seq,
-            "message_id": messages[covers_seq - 1]["id"]}
+    return {
+        "summary_type": summary_type,
+        "content": content,
+        "token_count": tokens,
+        "covers_seq": covers_seq,
+        "message_id": messages[covers_seq - 1]["id"],
+    }
 
 
 def context(session: str, **query):
@@ -121,14 +162,21 @@ def runs_of(messages: list[dict]) -> list[int]:
     return labels
 
 
-def reference(messages: list[dict], summaries: list[dict], limit: int, use_summary: bool,
-              whole_runs: bool) -> list[dict]:
+def reference(
+    messages: list[dict], summaries: list[dict], limit: int, use_summary: bool, whole_runs: bool
+) -> list[dict]:
     """Every answer the contract allows (one per summary tied for largest), from all stored messages."""
     newest = messages[-1]["token_count"] if messages else None
     # A summary must leave the newest message verbatim, unless that message cannot show at all.
-    fitting = [s for s in summaries if use_summary and s["token_count"] <= limit * 2 // 5  # floor(40%)
-               and (newest is None or newest > limit
-                    or (s["covers_seq"] < len(messages) and s["token_count"] + newest <= limit))]
+    fitting = [
+        s
+        for s in summaries
+        if use_summary
+        and s["token_count"] <= limit * 2 // 5  # floor(40%)
+        and (
+            newest is None or newest > limit or (s["covers_seq"] < len(messages) and s["token_count"] + newest <= limit)
+        )
+    ]
     largest = max((s["token_count"] for s in fitting), default=None)
     choices = [s for s in fitting if s["token_count"] == largest] or [None]
     runs = runs_of(messages)
@@ -145,8 +193,14 @@ def reference(messages: list[dict], summaries: list[dict], limit: int, use_summa
             while first < len(messages) and runs[first] == partial:
                 used -= messages[first]["token_count"]
                 first += 1
-        answers.append({"summary": summary, "messages": messages[first:], "messages_skipped": first - after,
-                        "token_count": (summary["token_count"] if summary else 0) + used})
+        answers.append(
+            {
+                "summary": summary,
+                "messages": messages[first:],
+                "messages_skipped": first - after,
+                "token_count": (summary["token_count"] if summary else 0) + used,
+            }
+        )
     return answers
 
 
@@ -168,9 +222,12 @@ def assert_well_formed(body: dict, session: str, limit: int) -> None:
 
 def comparable(answer: dict) -> dict:
     summary = answer["summary"]
-    return {"summary": summary and {k: summary[k] for k in ("summary_type", "content", "token_count", "message_id")},
-            "messages": [(m["id"], m["content"]) for m in answer["messages"]],
-            "messages_skipped": answer["messages_skipped"], "token_count": answer["token_count"]}
+    return {
+        "summary": summary and {k: summary[k] for k in ("summary_type", "content", "token_count", "message_id")},
+        "messages": [(m["id"], m["content"]) for m in answer["messages"]],
+        "messages_skipped": answer["messages_skipped"],
+        "token_count": answer["token_count"],
+    }
 
 
 def assert_matches_reference(body: dict, answers: list[dict]) -> None:
@@ -213,8 +270,9 @@ def recreate_table(client) -> None:
     client.create_table(**table_definition(template()))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(case=sessions())
 def test_context_matches_a_brute_force_reference_over_all_stored_messages(aws, case):
     messages, split, summary_specs, query_list = case
@@ -222,15 +280,18 @@ def test_context_matches_a_brute_force_reference_over_all_stored_messages(aws, c
     db = get_db()
     call("POST", "/v3/workspaces", {"id": WS})
     new_session("s1")
-    batch = [NewMessage(content=c, peer_id="alice" if i % 2 else "bot", token_count=count_text(c), run_id=r)
-             for i, (c, r) in enumerate(messages)]
+    batch = [
+        NewMessage(content=c, peer_id="alice" if i % 2 else "bot", token_count=count_text(c), run_id=r)
+        for i, (c, r) in enumerate(messages)
+    ]
     for part in (batch[:split], batch[split:]):
         if part:
             append_messages(db, WS, "s1", part, inline_max_bytes=INLINE_MAX_BYTES)
 
     stored = stored_messages(aws["dynamodb"], "s1")
     assert [(m["seq"], m["token_count"], m.get("run_id")) for m in stored] == [
-        (seq, n.token_count, n.run_id) for seq, n in enumerate(batch, start=1)]
+        (seq, n.token_count, n.run_id) for seq, n in enumerate(batch, start=1)
+    ]
     for m in stored:  # the reference reads the content where it lives
         if "body_key" in m:
             body = aws["s3"].get_object(Bucket=template().bucket_name, Key=m["body_key"])["Body"]
@@ -239,8 +300,12 @@ def test_context_matches_a_brute_force_reference_over_all_stored_messages(aws, c
     summaries = [summarize("s1", stored, t, covers, content) for t, (covers, content) in summary_specs.items()]
 
     for tokens, use_summary, whole_runs in query_list:
-        body = context("s1", tokens=tokens, summary=None if use_summary is None else str(use_summary).lower(),
-                       whole_runs=None if whole_runs is None else str(whole_runs).lower())
+        body = context(
+            "s1",
+            tokens=tokens,
+            summary=None if use_summary is None else str(use_summary).lower(),
+            whole_runs=None if whole_runs is None else str(whole_runs).lower(),
+        )
         limit = 100_000 if tokens is None else tokens
         assert_well_formed(body, "s1", limit)
         assert_matches_reference(body, reference(stored, summaries, limit, use_summary is not False, bool(whole_runs)))
@@ -254,13 +319,19 @@ def test_seeded_messages_are_shaped_as_ingestion_shapes_them(ws):
     messages = [("hello", None), ("call the tool", "run-1"), ("tool result", "run-1"), ("", None)]
     new_session("ingested")
     new_session("seeded")
-    append_messages(get_db(), WS, "ingested", [NewMessage(content=c, peer_id="alice", token_count=count_text(c),
-                                                          run_id=r) for c, r in messages], inline_max_bytes=1_000)
+    append_messages(
+        get_db(),
+        WS,
+        "ingested",
+        [NewMessage(content=c, peer_id="alice", token_count=count_text(c), run_id=r) for c, r in messages],
+        inline_max_bytes=1_000,
+    )
     seed_messages(ws["dynamodb"], "seeded", messages)
     ingested, seeded = (stored_messages(ws["dynamodb"], s) for s in ("ingested", "seeded"))
     ignored = {"PK", "id", "created_at"}
     assert [{k: v for k, v in i.items() if k not in ignored} for i in ingested] == [
-        {k: v for k, v in i.items() if k not in ignored} for i in seeded]
+        {k: v for k, v in i.items() if k not in ignored} for i in seeded
+    ]
     assert [i["id"][:7] for i in ingested] == [i["id"][:7] for i in seeded]
 
 
@@ -325,14 +396,24 @@ def test_summary_false_ignores_summaries(ws):
 def test_empty_session_has_empty_context(ws):
     new_session("s1")
     body = context("s1", tokens=10)
-    assert body == {"id": "s1", "messages": [], "summary": None, "peer_representation": None, "peer_card": None,
-                    "messages_skipped": 0, "token_count": 0, "representation_skipped": 0, "card_token_count": 0}
+    assert body == {
+        "id": "s1",
+        "messages": [],
+        "summary": None,
+        "peer_representation": None,
+        "peer_card": None,
+        "messages_skipped": 0,
+        "token_count": 0,
+        "representation_skipped": 0,
+        "card_token_count": 0,
+    }
 
 
 def test_zero_token_messages_cost_nothing_and_are_returned(ws):
     new_session("s1")
-    stored = seed_messages(ws["dynamodb"], "s1", [("older words here", None), ("", None), ("", None),
-                                                   ("new", None), ("", None)])
+    stored = seed_messages(
+        ws["dynamodb"], "s1", [("older words here", None), ("", None), ("", None), ("new", None), ("", None)]
+    )
     assert [m["token_count"] for m in stored][1:] == [0, 0, stored[3]["token_count"], 0]
     body = context("s1", tokens=stored[3]["token_count"])
     assert [m["seq"] for m in body["messages"]] == [2, 3, 4, 5]
@@ -344,8 +425,14 @@ def test_whole_runs_drops_only_the_oldest_partial_run(ws):
     new_session("s1")
     # run a: 1-3, solo 4, run b: 5-7, run c: 8-9; ten tokens each (or so)
     layout = [("a", 3), (None, 1), ("b", 3), ("c", 2)]
-    stored = seed_messages(ws["dynamodb"], "s1", [(f"message {n} " + "tok " * 8, run) for n, (run, size) in
-                                                   enumerate((r, s) for r, s in layout for _ in range(s))])
+    stored = seed_messages(
+        ws["dynamodb"],
+        "s1",
+        [
+            (f"message {n} " + "tok " * 8, run)
+            for n, (run, size) in enumerate((r, s) for r, s in layout for _ in range(s))
+        ],
+    )
     tokens = [m["token_count"] for m in stored]
     limit = sum(tokens[5:])  # fits 6..9: run b only partly (6, 7 of 5-7)
     assert [m["seq"] for m in context("s1", tokens=limit)["messages"]] == [6, 7, 8, 9]
@@ -361,8 +448,15 @@ def test_a_message_posted_between_the_rounds_is_not_in_the_answer(ws):
     # The answer is the snapshot round 1 saw: a message written meanwhile starts exactly where the window ends.
     new_session("s1")
     stored = seed_messages(ws["dynamodb"], "s1", [(f"message {i}", None) for i in range(1, 6)])
-    late = {**stored[-1], **keys.message(WS, "s1", 6), "id": make_message_id(6), "seq": 6, "run_start_seq": 6,
-            "start_tokens": stored[-1]["start_tokens"] + stored[-1]["token_count"], "content": "late"}
+    late = {
+        **stored[-1],
+        **keys.message(WS, "s1", 6),
+        "id": make_message_id(6),
+        "seq": 6,
+        "run_start_seq": 6,
+        "start_tokens": stored[-1]["start_tokens"] + stored[-1]["token_count"],
+        "content": "late",
+    }
 
     def write_late_message(params, **_):
         if json.loads(params.get("body") or b"{}").get("IndexName") == "ByStartTokens":
@@ -392,8 +486,16 @@ class Requests:
     def _before(self, model, params, **_):
         body = json.loads(params.get("body") or b"{}")
         with self._lock:
-            self.calls.append({"op": model.name, "index": body.get("IndexName"), "thread": threading.get_ident(),
-                               "start": time.perf_counter(), "end": None, "bytes": 0})
+            self.calls.append(
+                {
+                    "op": model.name,
+                    "index": body.get("IndexName"),
+                    "thread": threading.get_ident(),
+                    "start": time.perf_counter(),
+                    "end": None,
+                    "bytes": 0,
+                }
+            )
 
     def _after(self, http_response, model, **_):
         with self._lock:
@@ -506,39 +608,50 @@ def test_tokens_outside_1_to_100000_is_422_naming_tokens(seeded, tokens):
     assert "tokens" in json.dumps(reply.body["detail"])
 
 
-@pytest.mark.parametrize("query, named", [
-    ({"peer_perspective": "alice"}, "peer_perspective"),
-    ({"scope": "local"}, "scope"),
-    ({"peer_target": "alice", "peer_perspective": "bob", "scope": "local"}, "scope"),
-    ({"peer_target": "alice", "scope": "local", "sessions": "s1"}, "sessions"),
-    ({"sessions": "s1"}, "sessions: needs peer_target"),  # Honcho refuses an allowlist without its peer
-    ({"peer_target": "alice", "sessions": "s1", "limit_to_session": "true"}, "limit_to_session"),
-    ({"peer_target": "alice", "sessions": "s2"}, "must include this session"),
-    ({"peer_target": "alice", "sessions": ["s2", "s3"]}, "must include this session"),
-    ({"peer_target": "alice", "sessions": "bad id"}, "is not a session id"),
-    ({"peer_target": "bad id"}, "peer_target"),
-    ({"search_top_k": 0}, "search_top_k"),
-    ({"search_top_k": 101}, "search_top_k"),
-    ({"search_max_distance": 1.5}, "search_max_distance"),
-    ({"max_conclusions": 0}, "max_conclusions"),
-    ({"summary": "maybe"}, "summary"),
-    ({"whole_runs": "sometimes"}, "whole_runs"),
-])
+@pytest.mark.parametrize(
+    "query, named",
+    [
+        ({"peer_perspective": "alice"}, "peer_perspective"),
+        ({"scope": "local"}, "scope"),
+        ({"peer_target": "alice", "peer_perspective": "bob", "scope": "local"}, "scope"),
+        ({"peer_target": "alice", "scope": "local", "sessions": "s1"}, "sessions"),
+        ({"sessions": "s1"}, "sessions: needs peer_target"),  # Honcho refuses an allowlist without its peer
+        ({"peer_target": "alice", "sessions": "s1", "limit_to_session": "true"}, "limit_to_session"),
+        ({"peer_target": "alice", "sessions": "s2"}, "must include this session"),
+        ({"peer_target": "alice", "sessions": ["s2", "s3"]}, "must include this session"),
+        ({"peer_target": "alice", "sessions": "bad id"}, "is not a session id"),
+        ({"peer_target": "bad id"}, "peer_target"),
+        ({"search_top_k": 0}, "search_top_k"),
+        ({"search_top_k": 101}, "search_top_k"),
+        ({"search_max_distance": 1.5}, "search_max_distance"),
+        ({"max_conclusions": 0}, "max_conclusions"),
+        ({"summary": "maybe"}, "summary"),
+        ({"whole_runs": "sometimes"}, "whole_runs"),
+    ],
+)
 def test_honchos_parameter_rules_answer_422_naming_the_parameter(seeded, query, named):
     reply = call("GET", context_url("s1"), **query)
     assert reply.status == 422, reply.body
     assert named in json.dumps(reply.body["detail"])
 
 
-@pytest.mark.parametrize("query", [
-    {},
-    {"tokens": 1},
-    {"tokens": 100_000},
-    {"limit_to_session": "true"},
-    {"summary": "true", "limit_to_session": "false", "tokens": 2_000},  # what honcho-ai sends
-    {"search_query": "weather", "search_top_k": 5, "search_max_distance": 0.5, "include_most_frequent": "true",
-     "max_conclusions": 10},
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        {},
+        {"tokens": 1},
+        {"tokens": 100_000},
+        {"limit_to_session": "true"},
+        {"summary": "true", "limit_to_session": "false", "tokens": 2_000},  # what honcho-ai sends
+        {
+            "search_query": "weather",
+            "search_top_k": 5,
+            "search_max_distance": 0.5,
+            "include_most_frequent": "true",
+            "max_conclusions": 10,
+        },
+    ],
+)
 def test_valid_parameter_combinations_answer_200_without_peer_representation(seeded, query):
     reply = call("GET", context_url("s1"), **query)
     assert reply.status == 200, reply.body
@@ -573,7 +686,8 @@ def test_summaries_route_reports_short_and_long(seeded):
     for reported, written in ((body["short_summary"], short), (body["long_summary"], long)):
         assert set(reported) == SUMMARY_KEYS
         assert {k: reported[k] for k in ("content", "message_id", "summary_type", "token_count")} == {
-            k: written[k] for k in ("content", "message_id", "summary_type", "token_count")}
+            k: written[k] for k in ("content", "message_id", "summary_type", "token_count")
+        }
         assert isinstance(reported["message_id"], str) and isinstance(reported["token_count"], int)
 
 
@@ -587,12 +701,18 @@ def test_a_rolling_summary_is_reported_as_the_long_summary(seeded):
     assert body["long_summary"]["message_id"] == stored[1]["id"]
 
 
-@pytest.mark.parametrize("query, card", [
-    ({"peer_target": "alice"}, None),
-    ({"peer_target": "alice", "peer_perspective": "bob"}, None),
-    ({"peer_target": "alice", "limit_to_session": "true"}, None),
-    ({"peer_target": "alice", "sessions": "s1,s2", "search_query": "weather", "include_most_frequent": "true"}, None),
-])
+@pytest.mark.parametrize(
+    "query, card",
+    [
+        ({"peer_target": "alice"}, None),
+        ({"peer_target": "alice", "peer_perspective": "bob"}, None),
+        ({"peer_target": "alice", "limit_to_session": "true"}, None),
+        (
+            {"peer_target": "alice", "sessions": "s1,s2", "search_query": "weather", "include_most_frequent": "true"},
+            None,
+        ),
+    ],
+)
 def test_a_peer_with_no_conclusions_has_an_empty_representation(seeded, query, card):
     for peer in ("alice", "bob"):
         assert call("POST", "/v3/workspaces/ws1/peers", {"id": peer}).status in (200, 201)

@@ -6,15 +6,21 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from precis.context.budget import Recallable, recall_reserve, select_recalled
 
 from local import moto_vectors
+from precis.context.budget import Recallable, recall_reserve, select_recalled
 from tests.handlers import call
 
 WS = "ws1"
 W = f"/v3/workspaces/{WS}"
-FILLER = ["we talked about the weather again today", "the meeting moved to the afternoon", "I had coffee at noon",
-          "traffic was bad on the bridge", "the printer jammed twice", "lunch was a sandwich at my desk"]
+FILLER = [
+    "we talked about the weather again today",
+    "the meeting moved to the afternoon",
+    "I had coffee at noon",
+    "traffic was bad on the bridge",
+    "the printer jammed twice",
+    "lunch was a sandwich at my desk",
+]
 ANSWER = "my sister Maria adopted a greyhound named Biscuit from the shelter"
 QUESTION = "which dog did Maria adopt"
 
@@ -72,7 +78,7 @@ def test_the_message_that_answers_the_query_is_recalled_from_outside_the_window(
     assert found["token_count"] == sum(m["token_count"] for m in found["messages"]) <= 300
     window = found["messages"][1:]
     # The window gave up what the recalled message takes, and only that: it is the newest messages that fit.
-    assert [m["id"] for m in window] == [m["id"] for m in plain["messages"]][-len(window):]
+    assert [m["id"] for m in window] == [m["id"] for m in plain["messages"]][-len(window) :]
     assert sum(m["token_count"] for m in window) + answer["token_count"] <= 300
 
 
@@ -94,8 +100,7 @@ def test_recalled_messages_take_at_most_a_quarter_of_the_budget(ws):
 
 def test_with_whole_runs_a_recalled_message_comes_with_its_whole_run(ws):
     answer = long_session("s1", run_of_answer="turn-7")
-    found = context("s1", tokens=300, summary="false", whole_runs="true",
-                    search_query=QUESTION.replace(" ", "%20"))
+    found = context("s1", tokens=300, summary="false", whole_runs="true", search_query=QUESTION.replace(" ", "%20"))
     recalled = [m for m in found["messages"] if m["id"] in found["recalled"]]
     assert [m["run_id"] for m in recalled] == ["turn-7"] * 3
     assert answer["id"] == recalled[1]["id"]
@@ -112,8 +117,13 @@ def test_search_finds_a_message_as_soon_as_its_post_answers(ws):
     """Read-your-writes: the post indexes the message before answering, and search reads that index with strongly
     consistent reads (no stream consumer has run, and the vector indexes have not caught up, in this test)."""
     assert call("POST", f"{W}/sessions", {"id": "s1"}).status == 201
-    stored = post("s1", [{"peer_id": "alice", "content": "I love gelato in the summer"},
-                         {"peer_id": "alice", "content": "the train was late"}])
+    stored = post(
+        "s1",
+        [
+            {"peer_id": "alice", "content": "I love gelato in the summer"},
+            {"peer_id": "alice", "content": "the train was late"},
+        ],
+    )
     assert moto_vectors.replication.lag_s > 0  # the vector indexes lag: what search finds, it found in the table
     for route in ("/search", "/sessions/s1/search", "/peers/alice/search"):
         hits = call("POST", f"{W}{route}", {"query": "gelato"}).json()
@@ -133,9 +143,18 @@ def history(ws_fixture=None) -> dict:
         assert call("POST", f"{W}/peers", {"id": peer}).status == 201
     for session, members in (("s1", ("alice", "bot")), ("s2", ("alice", "bot")), ("s3", ("bob", "carol"))):
         assert call("POST", f"{W}/sessions", {"id": session, "peers": {p: {} for p in members}}).status == 201
-    earlier = post("s1", [{"peer_id": "alice", "content": f"{FILLER[i % 6]} ({i})",
-                           "created_at": f"2026-03-0{1 + i // 10}T10:{i:02d}:00Z"} for i in range(20)]
-                   + [{"peer_id": "alice", "content": ANSWER, "created_at": "2026-03-05T12:00:00Z"}])
+    earlier = post(
+        "s1",
+        [
+            {
+                "peer_id": "alice",
+                "content": f"{FILLER[i % 6]} ({i})",
+                "created_at": f"2026-03-0{1 + i // 10}T10:{i:02d}:00Z",
+            }
+            for i in range(20)
+        ]
+        + [{"peer_id": "alice", "content": ANSWER, "created_at": "2026-03-05T12:00:00Z"}],
+    )
     post("s3", [{"peer_id": "bob", "content": ANSWER}, {"peer_id": "carol", "content": "nice"}])
     post("s2", [{"peer_id": "alice" if i % 2 else "bot", "content": f"{FILLER[i % 6]} [{i}]"} for i in range(40)])
     return earlier[-1]
@@ -173,8 +192,9 @@ def test_recall_never_reaches_a_session_the_peers_are_not_in(ws):
 @pytest.mark.parametrize("narrowing", ["limit_to_session=true", "sessions=s2"])
 def test_limit_to_session_and_a_session_allowlist_narrow_recall(ws, narrowing):
     history()
-    found = context("s2", tokens=400, summary="false", peer_target="alice", search_query=Q,
-                    **dict([narrowing.split("=")]))
+    found = context(
+        "s2", tokens=400, summary="false", peer_target="alice", search_query=Q, **dict([narrowing.split("=")])
+    )
     assert found["recalled"] == []
     wider = context("s2", tokens=400, summary="false", peer_target="alice", search_query=Q, sessions="s1,s2")
     assert [m["session_id"] for m in recalled_of(wider)] == ["s1"]
@@ -200,11 +220,22 @@ def test_a_deleted_session_is_never_recalled(ws):
 
 def test_with_whole_runs_a_message_recalled_from_another_session_comes_with_its_run(ws):
     history()
-    post("s1", [{"peer_id": "bot", "content": "tell me about your family", "run_id": "r9"},
-                {"peer_id": "alice", "content": "Biscuit the greyhound sleeps all day", "run_id": "r9"},
-                {"peer_id": "bot", "content": "sounds lovely", "run_id": "r9"}])
-    found = context("s2", tokens=600, summary="false", whole_runs="true", peer_target="alice",
-                    search_query="Biscuit%20greyhound%20sleeps")
+    post(
+        "s1",
+        [
+            {"peer_id": "bot", "content": "tell me about your family", "run_id": "r9"},
+            {"peer_id": "alice", "content": "Biscuit the greyhound sleeps all day", "run_id": "r9"},
+            {"peer_id": "bot", "content": "sounds lovely", "run_id": "r9"},
+        ],
+    )
+    found = context(
+        "s2",
+        tokens=600,
+        summary="false",
+        whole_runs="true",
+        peer_target="alice",
+        search_query="Biscuit%20greyhound%20sleeps",
+    )
     runs = [m.get("run_id") for m in recalled_of(found) if m.get("run_id")]
     assert runs == ["r9"] * 3
 
@@ -221,8 +252,10 @@ def keyed(ws, monkeypatch):
     return lambda **claims: {"Authorization": f"Bearer {mint_key(SECRET, workspace=WS, **claims)}"}
 
 
-@pytest.mark.parametrize(("claims", "reaches_s1"), [
-    ({}, True), ({"peer": "alice"}, True), ({"peer": "bot"}, True), ({"session": "s2"}, False)])
+@pytest.mark.parametrize(
+    ("claims", "reaches_s1"),
+    [({}, True), ({"peer": "alice"}, True), ({"peer": "bot"}, True), ({"session": "s2"}, False)],
+)
 def test_recall_reaches_only_the_sessions_the_key_may_read(keyed, claims, reaches_s1):
     # The OpenAPI document includes the read routes in a resolver of its own: a key must bound recall after it too.
     assert call("GET", "/openapi.json").status == 200
@@ -236,8 +269,15 @@ def test_a_peer_key_recalls_only_from_sessions_its_peer_is_in(keyed):
     """bot's key, reading bot's own view in s2 of its sessions: alice's s1 is one of them; and a new session of
     alice's alone with the answer is not, though alice (the session's other peer) takes part in it."""
     assert call("POST", f"{W}/sessions", {"id": "s4", "peers": {"alice": {}}}, headers=keyed()).status == 201
-    assert call("POST", f"{W}/sessions/s4/messages", {"messages": [{"peer_id": "alice", "content": ANSWER}]},
-                headers=keyed()).status == 201
+    assert (
+        call(
+            "POST",
+            f"{W}/sessions/s4/messages",
+            {"messages": [{"peer_id": "alice", "content": ANSWER}]},
+            headers=keyed(),
+        ).status
+        == 201
+    )
     workspace = call("GET", f"{W}/sessions/s2/context?tokens=400&summary=false&search_query={Q}", headers=keyed())
     assert {m["session_id"] for m in recalled_of(workspace.json())} >= {"s4"}
     bots = call("GET", f"{W}/sessions/s2/context?tokens=400&summary=false&search_query={Q}", headers=keyed(peer="bot"))
@@ -248,16 +288,20 @@ def test_a_peer_key_recalls_only_from_sessions_its_peer_is_in(keyed):
 # ---------------------------------------------------------------- the pure choice
 
 
-RUNS = st.lists(st.tuples(st.sampled_from(["s1", "s2"]), st.integers(0, 14),
-                          st.lists(st.integers(0, 30), min_size=1, max_size=4)),
-                unique_by=lambda run: run[:2], max_size=10)
+RUNS = st.lists(
+    st.tuples(st.sampled_from(["s1", "s2"]), st.integers(0, 14), st.lists(st.integers(0, 30), min_size=1, max_size=4)),
+    unique_by=lambda run: run[:2],
+    max_size=10,
+)
 
 
 @given(runs=RUNS, budget=st.integers(0, 120))
 @settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 def test_select_recalled_keeps_whole_runs_within_the_budget(runs, budget):
-    as_costs = [[Recallable((session, 5 * block + 1 + i), tokens) for i, tokens in enumerate(sizes)]
-                for session, block, sizes in runs]  # disjoint runs, best first in the order given
+    as_costs = [
+        [Recallable((session, 5 * block + 1 + i), tokens) for i, tokens in enumerate(sizes)]
+        for session, block, sizes in runs
+    ]  # disjoint runs, best first in the order given
     chosen = select_recalled(as_costs, budget)
     keys = [m.key for m in chosen]
     assert len(keys) == len(set(keys))

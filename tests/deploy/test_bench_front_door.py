@@ -15,13 +15,29 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 STILL_INSIDE = {
     "chat.py": {"precis.store.db"},  # a Db for bench.search's bulk loader
     "clone.py": {"precis.store.clones", "precis.store.db"},  # the background copy, as the summarizer runs it
-    "context.py": {"precis.store.keys", "precis.store.db", "precis.store.messages", "precis.store.resources",
-                   "precis.store.summaries"},  # bulk seeding, summaries (no route writes one), the baseline's reads
-    "derive.py": {"precis.store.conclusions", "precis.store.keys", "precis.store.db",
-                  "precis.store.vectors"},  # the deriver's step with a priced engine; 10,000 conclusions in bulk
+    "context.py": {
+        "precis.store.keys",
+        "precis.store.db",
+        "precis.store.messages",
+        "precis.store.resources",
+        "precis.store.summaries",
+    },  # bulk seeding, summaries (no route writes one), the baseline's reads
+    "derive.py": {
+        "precis.store.conclusions",
+        "precis.store.keys",
+        "precis.store.db",
+        "precis.store.vectors",
+    },  # the deriver's step with a priced engine; 10,000 conclusions in bulk
     "retrieval.py": {"precis.store.vectors"},  # `fuse`, the search's pure fusion, in the offline ranking
-    "retrieval_scale.py": {"precis.store.keys", "precis.store.db", "precis.store.messages", "precis.store.text_index",
-                           "precis.store.records", "precis.store.message_search", "precis.store.term_stats"},
+    "retrieval_scale.py": {
+        "precis.store.keys",
+        "precis.store.db",
+        "precis.store.messages",
+        "precis.store.text_index",
+        "precis.store.records",
+        "precis.store.message_search",
+        "precis.store.term_stats",
+    },
     "search.py": {"precis.store.keys", "precis.store.text_index", "precis.store.db", "precis.store.messages"},
     "summarize.py": {"precis.store.db"},  # the summarizer's step with a recording engine
 }
@@ -45,27 +61,35 @@ def store_modules(found: set[str]) -> set[str]:
 
 
 def test_no_bench_imports_the_tests():
-    offenders = {p.name: sorted(n for n in imports(p) if n == "tests" or n.startswith("tests."))
-                 for p in sorted(BENCH.glob("*.py"))}
+    offenders = {
+        p.name: sorted(n for n in imports(p) if n == "tests" or n.startswith("tests."))
+        for p in sorted(BENCH.glob("*.py"))
+    }
     assert not {k: v for k, v in offenders.items() if v}
 
 
 def test_no_bench_imports_the_store_beyond_what_is_listed():
-    beyond = {p.name: sorted(store_modules(imports(p)) - STILL_INSIDE.get(p.name, set()))
-              for p in sorted(BENCH.glob("*.py"))}
+    beyond = {
+        p.name: sorted(store_modules(imports(p)) - STILL_INSIDE.get(p.name, set())) for p in sorted(BENCH.glob("*.py"))
+    }
     assert not {k: v for k, v in beyond.items() if v}, "bench/ reaches into precis.store: go through bench/front.py"
 
 
 def test_the_list_only_shrinks():
-    stale = {name: sorted(modules - store_modules(imports(BENCH / name)))
-             for name, modules in STILL_INSIDE.items() if (BENCH / name).exists()}
+    stale = {
+        name: sorted(modules - store_modules(imports(BENCH / name)))
+        for name, modules in STILL_INSIDE.items()
+        if (BENCH / name).exists()
+    }
     assert not {k: v for k, v in stale.items() if v}, "no longer imported: take it off STILL_INSIDE"
     assert all((BENCH / name).exists() for name in STILL_INSIDE)
 
 
 def test_the_check_sees_lazy_and_from_imports(tmp_path):
     source = tmp_path / "x.py"
-    source.write_text("def f():\n    from precis.store import keys\n    from precis.store.db import get_db\n"
-                      "    import tests.handlers\n")
+    source.write_text(
+        "def f():\n    from precis.store import keys\n    from precis.store.db import get_db\n"
+        "    import tests.handlers\n"
+    )
     found = imports(source)
     assert store_modules(found) == {"precis.store.keys", "precis.store.db"} and "tests.handlers" in found

@@ -58,24 +58,43 @@ def test_facts_that_change_are_answered_by_the_newer_turn(data):
         for question in conversation.questions:
             if question.kind == "multi" and "cities" in question.text:
                 old, new = question.turns
-                now = [q for q in conversation.questions if q.kind == "single" and q.about == question.about
-                       and q.turns == (new,)]
+                now = [
+                    q
+                    for q in conversation.questions
+                    if q.kind == "single" and q.about == question.about and q.turns == (new,)
+                ]
                 assert now and turns[old].created_at < turns[new].created_at
                 checked += 1
     assert checked >= 2
 
 
 def test_porter_stems_as_the_paper_does():
-    assert [stem(w) for w in ("caresses", "ponies", "relational", "adoption", "running", "agreed", "generalizations",
-                              "hopeful", "motoring")] == [
-        "caress", "poni", "relat", "adopt", "run", "agre", "gener", "hope", "motor"]
+    assert [
+        stem(w)
+        for w in (
+            "caresses",
+            "ponies",
+            "relational",
+            "adoption",
+            "running",
+            "agreed",
+            "generalizations",
+            "hopeful",
+            "motoring",
+        )
+    ] == ["caress", "poni", "relat", "adopt", "run", "agre", "gener", "hope", "motor"]
     assert words("Caroline's dogs weren't running at the park") == ["carolin", "dog", "run", "park"]
 
 
 def test_bm25_ranks_an_exact_match_first_and_weighs_rare_words():
-    docs = [("t1", "Caroline said the weather was nice"), ("t2", "Caroline adopted a beagle named Biscuit"),
-            ("t3", "Caroline went to the park with Caroline's sister"), ("t4", "Melanie likes the park"),
-            ("t5", "Caroline! Caroline, Caroline, are you there?"), ("t6", "The puppy sleeps a lot")]
+    docs = [
+        ("t1", "Caroline said the weather was nice"),
+        ("t2", "Caroline adopted a beagle named Biscuit"),
+        ("t3", "Caroline went to the park with Caroline's sister"),
+        ("t4", "Melanie likes the park"),
+        ("t5", "Caroline! Caroline, Caroline, are you there?"),
+        ("t6", "The puppy sleeps a lot"),
+    ]
     index = BM25(docs)
     assert index.rank("Caroline adopted a beagle named Biscuit")[0] == "t2"
     assert index.rank("what did Caroline adopt")[0] == "t2"
@@ -89,16 +108,27 @@ def test_recall_and_the_context_score():
     question = generate(1, seed=23)[0].questions[0]
     wanted = question.turns[0]
     assert recall([wanted], question)["r@1"] is True
-    assert recall(["x"] * 5 + [wanted], question) == {"r@1": False, "r@5": False, "r@10": True,
-                                                      "all@10": len(question.turns) == 1}
+    assert recall(["x"] * 5 + [wanted], question) == {
+        "r@1": False,
+        "r@5": False,
+        "r@10": True,
+        "all@10": len(question.turns) == 1,
+    }
     words_ = answer_words(question)
     assert held(question, "nothing at all") == 0.0
     assert held(question, question.answer) == 1.0 and words_
-    text = context_text({"summary": None, "messages": [{"content": "hello", "created_at": "2023-03-07T10:00:00Z"}],
-                         "recalled": [{"content": question.answer, "created_at": None}], "peer_card": ["x"]})
+    text = context_text(
+        {
+            "summary": None,
+            "messages": [{"content": "hello", "created_at": "2023-03-07T10:00:00Z"}],
+            "recalled": [{"content": question.answer, "created_at": None}],
+            "peer_card": ["x"],
+        }
+    )
     assert "7 March 2023 hello" in text and question.answer in text
-    by_id = context_text({"messages": [{"id": "m1", "content": "hello"}], "recalled": ["m1", {"id": "m1",
-                                                                                      "content": "hello"}]})
+    by_id = context_text(
+        {"messages": [{"id": "m1", "content": "hello"}], "recalled": ["m1", {"id": "m1", "content": "hello"}]}
+    )
     assert by_id.count("hello") == 1
 
 

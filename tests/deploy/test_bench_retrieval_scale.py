@@ -11,12 +11,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from bench.retrieval_scale import (
-    B,
     K1,
     PEERS,
     PLANTED,
     SMALL_SESSIONS,
     STOPWORDS,
+    B,
     DictTable,
     Message,
     Reference,
@@ -79,8 +79,12 @@ def _brute_force(messages: list[Message], query: str) -> list[tuple[tuple[str, i
 def test_reference_scores_as_bm25_message_by_message(small):
     messages = small.messages[:300]
     reference = Reference(messages)
-    for query in ("what about the kayak?", f"{small.words[0]} and {small.words[40]}, {small.words[40]}",
-                  "what did the user say?", f"assistant {small.words[2]} {small.words[900]}"):
+    for query in (
+        "what about the kayak?",
+        f"{small.words[0]} and {small.words[40]}, {small.words[40]}",
+        "what did the user say?",
+        f"assistant {small.words[2]} {small.words[900]}",
+    ):
         want = _brute_force(messages, query)[:10]
         got = reference.rank(query)
         assert [key for key, _ in got] == [key for key, _ in want]
@@ -88,8 +92,11 @@ def test_reference_scores_as_bm25_message_by_message(small):
 
 
 def test_reference_breaks_ties_by_session_then_seq():
-    messages = [Message("s0002", 1, PEERS[0], "kayak trip"), Message("s0001", 7, PEERS[0], "kayak trip"),
-                Message("s0001", 3, PEERS[0], "kayak trip")]
+    messages = [
+        Message("s0002", 1, PEERS[0], "kayak trip"),
+        Message("s0001", 7, PEERS[0], "kayak trip"),
+        Message("s0001", 3, PEERS[0], "kayak trip"),
+    ]
     assert [key for key, _ in Reference(messages).rank("kayak")] == [("s0001", 3), ("s0001", 7), ("s0002", 1)]
 
 
@@ -100,10 +107,14 @@ def _update(table: DictTable, unit: str, counts: dict[str, int], groups: list[in
     if groups:
         names["#g"], values[":g"] = "g", {"NS": [str(g) for g in groups]}
         adds.append("#g :g")
-    table.update_item(TableName="t", Key={"PK": {"S": "WS#w#XC"}, "SK": {"S": "kayak"}},
-                      UpdateExpression=f"ADD {', '.join(adds)} SET #w = :one",
-                      ConditionExpression="attribute_not_exists(#w)", ExpressionAttributeNames=names,
-                      ExpressionAttributeValues=values)
+    table.update_item(
+        TableName="t",
+        Key={"PK": {"S": "WS#w#XC"}, "SK": {"S": "kayak"}},
+        UpdateExpression=f"ADD {', '.join(adds)} SET #w = :one",
+        ConditionExpression="attribute_not_exists(#w)",
+        ExpressionAttributeNames=names,
+        ExpressionAttributeValues=values,
+    )
 
 
 def test_dict_table_adds_a_units_counts_once_bills_the_refusal_and_settle_removes_its_mark():
@@ -113,8 +124,13 @@ def test_dict_table_adds_a_units_counts_once_bills_the_refusal_and_settle_remove
     with pytest.raises(ClientError) as refused:
         _update(table, "s:1:a", {"n": 2, "p:user": 1}, [1])
     assert refused.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
-    table.update_item(TableName="t", Key={"PK": {"S": "WS#w#XC"}, "SK": {"S": "kayak"}}, UpdateExpression="REMOVE #w",
-                      ConditionExpression="attribute_exists(#w)", ExpressionAttributeNames={"#w": "u:s:1:a"})
+    table.update_item(
+        TableName="t",
+        Key={"PK": {"S": "WS#w#XC"}, "SK": {"S": "kayak"}},
+        UpdateExpression="REMOVE #w",
+        ConditionExpression="attribute_exists(#w)",
+        ExpressionAttributeNames={"#w": "u:s:1:a"},
+    )
     item = table.items["WS#w#XC", "kayak"]
     assert item["n"] == {"N": "5"} and item["p:user"] == {"N": "1"} and item["g"] == {"NS": ["1", "2"]}
     assert "u:s:1:a" not in item and "u:s:51:b" in item

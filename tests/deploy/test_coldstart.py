@@ -14,8 +14,17 @@ import pytest
 from bench.coldstart import lambda_environment
 from local.template import ROOT
 
-WATCHED = ("openai", "tiktoken", "boto3", "s3transfer", "precis.schemas.bodies", "precis.summaries.strategies",
-           "precis.store.representation", "mcp", "aws_lambda_powertools.event_handler")
+WATCHED = (
+    "openai",
+    "tiktoken",
+    "boto3",
+    "s3transfer",
+    "precis.schemas.bodies",
+    "precis.summaries.strategies",
+    "precis.store.representation",
+    "mcp",
+    "aws_lambda_powertools.event_handler",
+)
 PROBE = r"""
 import json, sys
 watched = sys.argv[2].split(",")
@@ -73,8 +82,17 @@ def test_the_mcp_function_starts_without_the_mcp_package_a_resolver_or_what_only
     without Powertools' resolver, and loads the write bodies, the representation and the LLM clients with the tools
     that use them."""
     imported = cold("McpFunction")["import"]
-    assert not any(imported[name] for name in ("mcp", "aws_lambda_powertools.event_handler", "openai", "tiktoken",
-                                               "precis.schemas.bodies", "precis.store.representation")), imported
+    assert not any(
+        imported[name]
+        for name in (
+            "mcp",
+            "aws_lambda_powertools.event_handler",
+            "openai",
+            "tiktoken",
+            "precis.schemas.bodies",
+            "precis.store.representation",
+        )
+    ), imported
 
 
 def test_the_context_function_starts_without_the_representation():  # it loads with the first peer_target
@@ -90,8 +108,11 @@ def test_health_answers_without_openai_or_tiktoken():
 def test_every_function_starts_on_bedrock_with_no_model_named(logical_id):
     """`LlmProvider=bedrock` (and `Embedder=bedrock`) with LlmModel and EmbedModel left empty: the settings give each
     role its Bedrock default, so every cold start succeeds (it failed on gpt-4o-mini) and /health answers."""
-    probe = cold(logical_id, health=logical_id == "ContextFunction",
-                 parameters={"PRECIS_LLM_PROVIDER": "bedrock", "PRECIS_EMBEDDER": "bedrock"})
+    probe = cold(
+        logical_id,
+        health=logical_id == "ContextFunction",
+        parameters={"PRECIS_LLM_PROVIDER": "bedrock", "PRECIS_EMBEDDER": "bedrock"},
+    )
     assert probe["import"]["openai"] is False
     if logical_id == "ContextFunction":
         assert probe["health"] == 200

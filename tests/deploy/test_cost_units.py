@@ -34,10 +34,21 @@ def test_string_size_is_its_utf8_bytes_plus_the_name():
     assert item_size({"name": {"S": "héllo"}}) == len("name") + len("héllo".encode())
 
 
-@pytest.mark.parametrize(("number", "size"), [
-    ("7", 2), ("12", 2), ("123", 3), ("1000", 2), ("-1000", 2), ("0.0012300", 3), ("3.14159", 4), ("0", 2),
-    ("1e-05", 2), ("9" * 38, 20),
-])
+@pytest.mark.parametrize(
+    ("number", "size"),
+    [
+        ("7", 2),
+        ("12", 2),
+        ("123", 3),
+        ("1000", 2),
+        ("-1000", 2),
+        ("0.0012300", 3),
+        ("3.14159", 4),
+        ("0", 2),
+        ("1e-05", 2),
+        ("9" * 38, 20),
+    ],
+)
 def test_number_size_is_one_byte_per_two_significant_digits_plus_one(number, size):
     assert number_size(number) == size
     assert attribute_size({"N": number}) == size
@@ -120,8 +131,14 @@ BY_FREQUENCY = Index("ByFrequency", "gsi", ("PK", "times_derived"), projection="
 
 
 def _conclusion(times: int, content: str = "alice moved to Lisbon", **extra) -> dict:
-    return {"PK": {"S": "C#a"}, "SK": {"S": "C#1"}, "times_derived": {"N": str(times)}, "content": {"S": content},
-            "norm": {"S": "x" * 2_000}, **extra}
+    return {
+        "PK": {"S": "C#a"},
+        "SK": {"S": "C#1"},
+        "times_derived": {"N": str(times)},
+        "content": {"S": content},
+        "norm": {"S": "x" * 2_000},
+        **extra,
+    }
 
 
 def test_an_index_keeps_keys_and_projected_attributes_only():
@@ -140,8 +157,15 @@ def test_an_item_without_the_index_key_is_not_in_a_sparse_index():
 
 def test_a_vector_index_needs_its_vector_and_partition_attributes_and_keeps_its_filters():
     vectors = Index("ByVector", "vector", ("vec", "vcoll"), also=("level",), projection="INCLUDE", non_key=("id",))
-    item = {"PK": {"S": "V"}, "SK": {"S": "1"}, "vec": {"L": [{"N": "0.5"}]}, "vcoll": {"S": "c"},
-            "level": {"S": "explicit"}, "id": {"S": "i"}, "other": {"S": "o"}}
+    item = {
+        "PK": {"S": "V"},
+        "SK": {"S": "1"},
+        "vec": {"L": [{"N": "0.5"}]},
+        "vcoll": {"S": "c"},
+        "level": {"S": "explicit"},
+        "id": {"S": "i"},
+        "other": {"S": "o"},
+    }
     assert set(index_entry(item, vectors, TABLE_KEYS)) == {"PK", "SK", "vec", "vcoll", "level", "id"}
     assert index_entry({k: v for k, v in item.items() if k != "vec"}, vectors, TABLE_KEYS) is None
 

@@ -56,14 +56,32 @@ SHAPES = {
     "GET /health": {"status"},
     "POST /v3/workspaces/{workspace_id}/peers/{peer_id}/chat": {"content", "evidence"},
     "GET /v3/workspaces/{workspace_id}/sessions/{session_id}/context": {
-        "id", "messages", "summary", "peer_representation", "peer_card", "messages_skipped", "token_count"},
+        "id",
+        "messages",
+        "summary",
+        "peer_representation",
+        "peer_card",
+        "messages_skipped",
+        "token_count",
+    },
     "GET /v3/workspaces/{workspace_id}/sessions/{session_id}/summaries": {"id", "short_summary", "long_summary"},
-    "POST /v3/workspaces/{workspace_id}/sessions/{session_id}/messages/list": {"items", "total", "page", "size",
-                                                                                "pages"},
+    "POST /v3/workspaces/{workspace_id}/sessions/{session_id}/messages/list": {
+        "items",
+        "total",
+        "page",
+        "size",
+        "pages",
+    },
     "POST /v3/workspaces": {"id", "metadata", "configuration", "created_at"},
     "POST /mcp": {"jsonrpc", "id", "result"},
-    "POST /v3/workspaces/{workspace_id}/sessions": {"id", "is_active", "workspace_id", "metadata", "configuration",
-                                                    "created_at"},
+    "POST /v3/workspaces/{workspace_id}/sessions": {
+        "id",
+        "is_active",
+        "workspace_id",
+        "metadata",
+        "configuration",
+        "created_at",
+    },
 }
 MESSAGE_KEYS = {"id", "content", "peer_id", "session_id", "workspace_id", "metadata", "created_at", "token_count"}
 
@@ -95,10 +113,16 @@ def seed(aws, needs: str, event: dict) -> None:
         for record in event["Records"]:
             aws["dynamodb"].put_item(TableName=template().table_name, Item=record["dynamodb"]["NewImage"])
         return
-    batch = {"messages": [{"content": text, "peer_id": peer} for text, peer in [
-        ("What's the weather like in Lisbon tomorrow?", "alice"),
-        ("Sunny, 24°C, light wind from the north-west.", "assistant"),
-        ("Great, thanks!", "alice")]]}
+    batch = {
+        "messages": [
+            {"content": text, "peer_id": peer}
+            for text, peer in [
+                ("What's the weather like in Lisbon tomorrow?", "alice"),
+                ("Sunny, 24°C, light wind from the north-west.", "assistant"),
+                ("Great, thanks!", "alice"),
+            ]
+        ]
+    }
     assert call("POST", "/v3/workspaces/demo/sessions/s1/messages", batch).status == 201
 
 
@@ -118,8 +142,9 @@ def test_event_is_well_formed_for_its_source(name):
     if "Records" in event:
         for record in event["Records"]:
             assert record["eventSource"] == "aws:dynamodb"
-            assert record["eventSourceARN"].startswith(f"arn:aws:dynamodb:us-east-1:123456789012:table/"
-                                                       f"{template().table_name}/stream/")
+            assert record["eventSourceARN"].startswith(
+                f"arn:aws:dynamodb:us-east-1:123456789012:table/{template().table_name}/stream/"
+            )
             image = record["dynamodb"]["NewImage"]
             if record["eventName"] == "INSERT":  # a message written
                 assert image["kind"] == {"S": "message"} and image["PK"] == {"S": "WS#demo#S#s1"}
@@ -159,15 +184,24 @@ def test_event_runs_through_its_handler_with_the_documented_status(aws, name):
     if expected == "batch":
         assert result == {"batchItemFailures": []}
         if name == "summarize_session_deleted.json":  # the purge ran: only the tombstone's fence is left
-            left = aws["dynamodb"].query(TableName=template().table_name, KeyConditionExpression="PK = :p",
-                                         ExpressionAttributeValues={":p": {"S": "WS#demo#S#s1"}})["Items"]
+            left = aws["dynamodb"].query(
+                TableName=template().table_name,
+                KeyConditionExpression="PK = :p",
+                ExpressionAttributeValues={":p": {"S": "WS#demo#S#s1"}},
+            )["Items"]
             assert left == []  # its member is gone (the seed wrote no fence)
-            assert "purged_at" in aws["dynamodb"].get_item(TableName=template().table_name, Key={
-                "PK": {"S": "WS#demo"}, "SK": {"S": "SESSION#s1"}})["Item"]
+            assert (
+                "purged_at"
+                in aws["dynamodb"].get_item(
+                    TableName=template().table_name, Key={"PK": {"S": "WS#demo"}, "SK": {"S": "SESSION#s1"}}
+                )["Item"]
+            )
         if name == "derive_stream_batch.json":  # what alice said became her conclusions
             listed = call("POST", "/v3/workspaces/demo/conclusions/list", {"filters": {"observer_id": "alice"}})
             assert sorted(c["content"] for c in listed.body["items"]) == [
-                "alice moved to Lisbon last spring", "alice's sister is Ana"]
+                "alice moved to Lisbon last spring",
+                "alice's sister is Ana",
+            ]
         return
     assert result["statusCode"] == expected, result
     if expected == 204:  # accepted, nothing to say (schedule_dream)

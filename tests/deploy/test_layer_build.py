@@ -36,15 +36,21 @@ def test_every_module_of_the_layer_has_unchecked_python312_bytecode():
 
 def test_the_layer_carries_the_encodings_and_its_own_botocore():
     assert sorted(p.name for p in (LAYER / "precis" / "encodings").iterdir()) == [
-        "9b5ad71b2ce5302211f9c61530b329a4922fc6a4", "fb374d419588a4632f3f557e76b4b70aebbca790"]
-    pinned = next(line.split("==")[1].strip() for line in (LAYER_DIR / "requirements.txt").read_text().splitlines()
-                  if line.startswith("botocore=="))
+        "9b5ad71b2ce5302211f9c61530b329a4922fc6a4",
+        "fb374d419588a4632f3f557e76b4b70aebbca790",
+    ]
+    pinned = next(
+        line.split("==")[1].strip()
+        for line in (LAYER_DIR / "requirements.txt").read_text().splitlines()
+        if line.startswith("botocore==")
+    )
     assert (LAYER / f"botocore-{pinned}.dist-info").is_dir()  # SearchVectors; never the runtime's older one
 
 
 def test_the_layer_carries_every_file_the_api_docs_serve():
     """GET /docs serves Swagger UI from the copy in Powertools' package: the layer keeps it whole."""
     import aws_lambda_powertools
+
     from precis.api import docs
 
     roots = (LAYER_DIR, Path(aws_lambda_powertools.__file__).parents[1])
@@ -70,10 +76,23 @@ get_db()
 loaded = [m for m in list(sys.modules.values()) if (getattr(m, "__file__", None) or "").startswith({str(LAYER)!r})]
 print(len(loaded), len([p for p in compiled if p.startswith({str(LAYER)!r})]))
 """
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{LAYER}:{FUNCTION}", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "PYDANTIC_DISABLE_PLUGINS": "__all__"}
-    out = subprocess.run([sys.executable, "-s", "-c", probe], env=env, cwd=FUNCTION, capture_output=True, text=True,
-                         timeout=60, check=False)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": f"{LAYER}:{FUNCTION}",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "PYDANTIC_DISABLE_PLUGINS": "__all__",
+    }
+    out = subprocess.run(
+        [sys.executable, "-s", "-c", probe],
+        env=env,
+        cwd=FUNCTION,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     loaded, compiled = map(int, out.stdout.split())
     assert loaded > 300 and compiled == 0

@@ -19,19 +19,29 @@ import pytest
 from deploy import reindex
 from local import iam
 from local.template import template
-from precis.lexical import B, K1, SPEAKER_WEIGHT, group_of, terms
+from precis.lexical import K1, SPEAKER_WEIGHT, B, group_of, terms
 from precis.store import keys, message_search, resources, text_index, vectors
 from precis.store.db import Db, attribute_values_as_they_are, from_item, query_all, to_item
-from precis.store.records import write_batch
 from precis.store.messages import NewMessage, append_messages, index_unit, make_message_id, read_range
+from precis.store.records import write_batch
 from precis.store.vectors import vector_attribute
 
 PEERS = ("alice", "bob", "carol")
-WORDS = ("kayak lisbon budget review thursday bread sunday sister visit garden tomato river bridge piano lesson "
-         "train ticket museum coffee recipe marathon knee doctor invoice deadline").split()
+WORDS = (
+    "kayak lisbon budget review thursday bread sunday sister visit garden tomato river bridge piano lesson "
+    "train ticket museum coffee recipe marathon knee doctor invoice deadline"
+).split()
 FILLER = ("the", "a", "to", "we", "is", "and")
-QUERIES = ("kayak on the river", "budget review deadline", "piano lesson sister", "alice", "bread recipe coffee",
-           "doctor knee marathon train", "museum ticket for bob", "nothing matches xylophone")
+QUERIES = (
+    "kayak on the river",
+    "budget review deadline",
+    "piano lesson sister",
+    "alice",
+    "bread recipe coffee",
+    "doctor knee marathon train",
+    "museum ticket for bob",
+    "nothing matches xylophone",
+)
 # Sessions as the previous release stored them: (workspace, session, messages). s1 spans three blocks of 100 seqs.
 SESSIONS = (("ws1", "s1", 230), ("ws1", "s2", 40), ("ws2", "s3", 25))
 LARGE = ("ws1", "s1", 7)  # a message whose body is in S3
@@ -69,10 +79,21 @@ def old_release(db: Db) -> dict:
         for seq in range(1, count + 1):
             peer, content = rng.choice(PEERS), _text(rng)
             messages[ws, session_id, seq] = (peer, content)
-            item = {**keys.message(ws, session_id, seq), "kind": "message", "id": make_message_id(seq), "seq": seq,
-                    "peer_id": peer, "token_count": len(content.split()), "start_tokens": start, "run_id": None,
-                    "run_start_seq": seq, "run_index": seq, "metadata": "{}",
-                    "created_at": "2025-06-01T10:00:00+00:00", "batch_token": None}
+            item = {
+                **keys.message(ws, session_id, seq),
+                "kind": "message",
+                "id": make_message_id(seq),
+                "seq": seq,
+                "peer_id": peer,
+                "token_count": len(content.split()),
+                "start_tokens": start,
+                "run_id": None,
+                "run_start_seq": seq,
+                "run_index": seq,
+                "metadata": "{}",
+                "created_at": "2025-06-01T10:00:00+00:00",
+                "batch_token": None,
+            }
             start += len(content.split())
             if (ws, session_id, seq) == LARGE:
                 body = keys.body_object(ws, session_id, incarnation, f"{seq:08x}")
@@ -81,36 +102,87 @@ def old_release(db: Db) -> dict:
             else:
                 item["content"] = content
             put(to_item(item))
-            vector = {**to_item({"PK": keys.message_vectors_pk(ws, session_id), "SK": f"MV#{seq:012d}",
-                                 "kind": "mvector", "seq": seq, "mcoll": ws, "msession": session_id, "mpeer": peer,
-                                 "tsig": "kayak:2 lisbon", "tlen": 3}), "tvec": _old_tvec(rng)}
+            vector = {
+                **to_item(
+                    {
+                        "PK": keys.message_vectors_pk(ws, session_id),
+                        "SK": f"MV#{seq:012d}",
+                        "kind": "mvector",
+                        "seq": seq,
+                        "mcoll": ws,
+                        "msession": session_id,
+                        "mpeer": peer,
+                        "tsig": "kayak:2 lisbon",
+                        "tlen": 3,
+                    }
+                ),
+                "tvec": _old_tvec(rng),
+            }
             if seq % 2:
                 vector["svec"] = vector_attribute([rng.uniform(-1, 1) for _ in range(256)])
                 vector["semantic"] = {"BOOL": True}
             put(vector)
         put(to_item({**keys.message_terms(ws), "ndocs": count, "nterms": 9 * count, "x1a": 3, "x2f": 11}))
     for ws, observer, observed, count in COLLECTIONS:
-        put(to_item({**keys.collection_registry(ws, observer, observed), "kind": "collection",
-                          "observer_id": observer, "observed_id": observed}))
+        put(
+            to_item(
+                {
+                    **keys.collection_registry(ws, observer, observed),
+                    "kind": "collection",
+                    "observer_id": observer,
+                    "observed_id": observed,
+                }
+            )
+        )
         put(to_item({**keys.collection_terms(ws, observer, observed), "ndocs": count, "nterms": 40, "x3": 2}))
         contents = {}
         for n in range(count):
             cid, content = f"0000000{n}{observer[:2]}{observed[:2]}conclusion"[:21], _text(rng)
             contents[cid] = content
             level = "deductive" if n % 3 == 2 else "explicit"
-            put(to_item({**keys.conclusion(ws, observer, observed, cid), "kind": "conclusion", "id": cid,
-                              "content": content, "observer_id": observer, "observed_id": observed,
-                              "session_id": "s1", "level": level, "created_at": "2025-06-01T10:00:00+00:00",
-                              "times_derived": 1, "source_ids": [], "source_message_ids": [],
-                              "source_at": "2025-06-01T10:00:00+00:00", "norm": f"digest{n}", "cws": ws,
-                              "cid": cid}))
-            put({**to_item({**keys.conclusion_vector(ws, observer, observed, cid), "kind": "cvector", "id": cid,
-                                 "vcoll": keys.collection_name(ws, observer, observed), "level": level,
-                                 "vsession": "s1", "tsig": "kayak", "tlen": 1}),
-                      "vec": vector_attribute([rng.uniform(-1, 1) for _ in range(256)]), "tvec": _old_tvec(rng)})
+            put(
+                to_item(
+                    {
+                        **keys.conclusion(ws, observer, observed, cid),
+                        "kind": "conclusion",
+                        "id": cid,
+                        "content": content,
+                        "observer_id": observer,
+                        "observed_id": observed,
+                        "session_id": "s1",
+                        "level": level,
+                        "created_at": "2025-06-01T10:00:00+00:00",
+                        "times_derived": 1,
+                        "source_ids": [],
+                        "source_message_ids": [],
+                        "source_at": "2025-06-01T10:00:00+00:00",
+                        "norm": f"digest{n}",
+                        "cws": ws,
+                        "cid": cid,
+                    }
+                )
+            )
+            put(
+                {
+                    **to_item(
+                        {
+                            **keys.conclusion_vector(ws, observer, observed, cid),
+                            "kind": "cvector",
+                            "id": cid,
+                            "vcoll": keys.collection_name(ws, observer, observed),
+                            "level": level,
+                            "vsession": "s1",
+                            "tsig": "kayak",
+                            "tlen": 1,
+                        }
+                    ),
+                    "vec": vector_attribute([rng.uniform(-1, 1) for _ in range(256)]),
+                    "tvec": _old_tvec(rng),
+                }
+            )
         found[ws, observer, observed] = contents
     for start in range(0, len(items), 25):
-        write_batch(db, [{"PutRequest": {"Item": item}} for item in items[start:start + 25]])
+        write_batch(db, [{"PutRequest": {"Item": item}} for item in items[start : start + 25]])
     return {"messages": messages, "conclusions": found}
 
 
@@ -126,8 +198,11 @@ def db(aws) -> Db:
         import boto3
         from botocore.config import Config
 
-        _CLIENT.append(iam.exempt(attribute_values_as_they_are(boto3.client(
-            "dynamodb", config=Config(parameter_validation=False)))))
+        _CLIENT.append(
+            iam.exempt(
+                attribute_values_as_they_are(boto3.client("dynamodb", config=Config(parameter_validation=False)))
+            )
+        )
     names = template()
     return Db(client=_CLIENT[0], s3=aws["s3"], table=names.table_name, bucket=names.bucket_name)
 
@@ -160,17 +235,26 @@ def bm25(query: str, corpus: dict) -> dict:
     scores = {}
     for key, c in corpus.items():
         length = sum(c.values())
-        score = sum(said * math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
-                    * c[t] * (K1 + 1) / (c[t] + K1 * (1 - B + B * length / average))
-                    for t, said in Counter(terms(query)).items() if t in c)
+        score = sum(
+            said
+            * math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
+            * c[t]
+            * (K1 + 1)
+            / (c[t] + K1 * (1 - B + B * length / average))
+            for t, said in Counter(terms(query)).items()
+            if t in c
+        )
         if score > 0:
             scores[key] = score
     return scores
 
 
 def corpus(messages: dict, ws: str, *, session: str | None = None, peer: str | None = None) -> dict:
-    return {(s, seq): counts(content, who) for (w, s, seq), (who, content) in messages.items()
-            if w == ws and (session is None or s == session) and (peer is None or who == peer)}
+    return {
+        (s, seq): counts(content, who)
+        for (w, s, seq), (who, content) in messages.items()
+        if w == ws and (session is None or s == session) and (peer is None or who == peer)
+    }
 
 
 def assert_ranked(found: list, expected: dict) -> None:
@@ -185,13 +269,20 @@ def assert_ranked(found: list, expected: dict) -> None:
 
 def _counter_items(db: Db, ws: str) -> list[dict]:
     """The workspace's counters and statistics items, and each peer's."""
-    peers = {k["SK"].removeprefix("PEER#") for k in query_all(
-        db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)", ConsistentRead=True,
-        ExpressionAttributeValues=to_item({":pk": f"WS#{ws}", ":p": "PEER#"}))}
+    peers = {
+        k["SK"].removeprefix("PEER#")
+        for k in query_all(
+            db,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+            ConsistentRead=True,
+            ExpressionAttributeValues=to_item({":pk": f"WS#{ws}", ":p": "PEER#"}),
+        )
+    }
     items = []
     for pk in [keys.text_counters_pk(ws), *(keys.text_peer_counters_pk(ws, p) for p in sorted(peers))]:
-        items += query_all(db, KeyConditionExpression="PK = :pk", ConsistentRead=True,
-                           ExpressionAttributeValues=to_item({":pk": pk}))
+        items += query_all(
+            db, KeyConditionExpression="PK = :pk", ConsistentRead=True, ExpressionAttributeValues=to_item({":pk": pk})
+        )
     return items
 
 
@@ -265,12 +356,16 @@ def test_after_the_backfill_search_finds_old_messages_with_textbook_bm25_scores(
         for query in QUERIES:
             assert_ranked(text_index.rank_workspace(db, ws, query, 1000), bm25(query, corpus(old["messages"], ws)))
             for peer in PEERS:
-                assert_ranked(text_index.rank_workspace(db, ws, query, 1000, peer=peer),
-                              bm25(query, corpus(old["messages"], ws, peer=peer)))
+                assert_ranked(
+                    text_index.rank_workspace(db, ws, query, 1000, peer=peer),
+                    bm25(query, corpus(old["messages"], ws, peer=peer)),
+                )
     for ws, session_id, _ in SESSIONS:
         for query in QUERIES:
-            assert_ranked(message_search.lexical_rank(db, ws, query, 1000, session_id=session_id),
-                          bm25(query, corpus(old["messages"], ws, session=session_id)))
+            assert_ranked(
+                message_search.lexical_rank(db, ws, query, 1000, session_id=session_id),
+                bm25(query, corpus(old["messages"], ws, session=session_id)),
+            )
     # The route's search reads the message back, its body from S3 too.
     peer, content = old["messages"][LARGE]
     found = message_search.search(db, "ws1", content, 300, None)
@@ -324,13 +419,16 @@ class Dying:
         return call
 
 
-@pytest.mark.parametrize(("operation", "at"), [
-    ("update_item", 30),  # inside the first unit's counts
-    ("update_item", 160),  # while a unit is settled (its marks removed)
-    ("batch_write_item", 4),  # the first unit's postings
-    ("batch_write_item", 23),  # the first unit's texts: some written, not all
-    ("transact_write_items", 2),  # a conclusion's text item
-])
+@pytest.mark.parametrize(
+    ("operation", "at"),
+    [
+        ("update_item", 30),  # inside the first unit's counts
+        ("update_item", 160),  # while a unit is settled (its marks removed)
+        ("batch_write_item", 4),  # the first unit's postings
+        ("batch_write_item", 23),  # the first unit's texts: some written, not all
+        ("transact_write_items", 2),  # a conclusion's text item
+    ],
+)
 def test_a_run_dying_inside_a_unit_and_run_again_counts_each_message_once(db, old, operation, at):
     dying = Dying(db.client, operation, at)
     with pytest.raises(ConnectionError):
@@ -346,9 +444,12 @@ def test_a_run_dying_inside_a_unit_and_run_again_counts_each_message_once(db, ol
         assert counters(db, ws) == expected_counters(old["messages"], ws)
         assert marks(db, ws) == set()
     for (ws, observer, observed), contents in old["conclusions"].items():
-        texts = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :l)", ConsistentRead=True,
-                          ExpressionAttributeValues=to_item({":pk": keys.collection_pk(ws, observer, observed),
-                                                             ":l": "L#"}))
+        texts = query_all(
+            db,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :l)",
+            ConsistentRead=True,
+            ExpressionAttributeValues=to_item({":pk": keys.collection_pk(ws, observer, observed), ":l": "L#"}),
+        )
         assert {t["id"] for t in texts} == set(contents)
 
 
@@ -366,14 +467,21 @@ def test_a_new_batch_beside_old_messages_is_counted_once_and_one_still_being_sto
     messages = dict(old["messages"])
     new = [NewMessage(f"a new kayak trip to the river {i}", "carol", 7) for i in range(5)]
     # Stored and indexed as the ingest does it: its own unit, inside s2's legacy block of seqs 1-100.
-    views = append_messages(db, "ws1", "s2", new, inline_max_bytes=100_000, index_nonce="00c0ffee",
-                            index_by=time.time() - 1)
-    text_index.index_texts(db, "ws1", "s2", index_unit("s2", views[0]["seq"], "00c0ffee"),
-                           [text_index.Text(v["seq"], "carol", m.content) for v, m in zip(views, new)])
+    views = append_messages(
+        db, "ws1", "s2", new, inline_max_bytes=100_000, index_nonce="00c0ffee", index_by=time.time() - 1
+    )
+    text_index.index_texts(
+        db,
+        "ws1",
+        "s2",
+        index_unit("s2", views[0]["seq"], "00c0ffee"),
+        [text_index.Text(v["seq"], "carol", m.content) for v, m in zip(views, new)],
+    )
     messages |= {("ws1", "s2", v["seq"]): ("carol", m.content) for v, m in zip(views, new)}
     # A batch whose request is still running (its deadline ahead): it indexes it, or the deriver does after.
-    live = append_messages(db, "ws2", "s3", new[:3], inline_max_bytes=100_000, index_nonce="0b0e1234",
-                           index_by=time.time() + 600)
+    live = append_messages(
+        db, "ws2", "s3", new[:3], inline_max_bytes=100_000, index_nonce="0b0e1234", index_by=time.time() + 600
+    )
     done = reindex.run(db, say=quiet)
     assert done.in_flight == 3 and done.left and done.indexed == 295
     assert counters(db, "ws1") == expected_counters(messages, "ws1")
@@ -388,15 +496,20 @@ def test_a_block_a_clone_copy_indexed_in_part_counts_the_rest_once(db, old):
     # s2 as a clone whose copy (new code) indexed seqs 1-30 under the copy's own unit; 31-40 are its own old messages,
     # in the same legacy block of seqs 1-100.
     views = read_range(db, "ws1", "s2", 1, 30)
-    text_index.index_texts(db, "ws1", "s2", "s2:1:copyabc", [
-        text_index.Text(int(v["seq"]), v["peer_id"], v["content"]) for v in views])
-    db.client.update_item(TableName=db.table, Key=to_item(keys.session("ws1", "s2")),
-                          UpdateExpression="SET base_session = :p, base_through = :t",
-                          ExpressionAttributeValues=to_item({":p": "s1", ":t": 30}))
+    text_index.index_texts(
+        db, "ws1", "s2", "s2:1:copyabc", [text_index.Text(int(v["seq"]), v["peer_id"], v["content"]) for v in views]
+    )
+    db.client.update_item(
+        TableName=db.table,
+        Key=to_item(keys.session("ws1", "s2")),
+        UpdateExpression="SET base_session = :p, base_through = :t",
+        ExpressionAttributeValues=to_item({":p": "s1", ":t": 30}),
+    )
     copying = reindex.run(db, workspace="ws1", say=quiet)
     assert copying.copying == 10 and copying.left  # its copy still runs: the block is left for a later run
-    db.client.update_item(TableName=db.table, Key=to_item(keys.session("ws1", "s2")),
-                          UpdateExpression="REMOVE base_session, base_through")
+    db.client.update_item(
+        TableName=db.table, Key=to_item(keys.session("ws1", "s2")), UpdateExpression="REMOVE base_session, base_through"
+    )
     copied = reindex.run(db, workspace="ws1", say=quiet)
     assert (copied.indexed, copied.copying, copied.left) == (10, 0, False)
     assert counters(db, "ws1") == expected_counters(old["messages"], "ws1")
@@ -425,7 +538,8 @@ def test_the_old_statistics_go_and_strip_leaves_the_old_vector_indexes_nothing(d
     assert not [i for i in items if i["SK"] in ("MESSAGES", "TERMS")]
     # What the vector items still hold for the indexes that stay: the semantic vector, the conclusion's embedding.
     assert sum("svec" in i for i in items if i["SK"].startswith("MV#")) == sum(
-        seq % 2 for _ws, _s, seq in old["messages"])
+        seq % 2 for _ws, _s, seq in old["messages"]
+    )
     assert all("vec" in i for i in items if i["SK"].startswith("V#"))
     assert reindex.run(db, strip=True, say=quiet).stripped == 0
 
@@ -442,18 +556,23 @@ def test_the_command_line(db, old, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "2 workspaces"
     assert out[-2] == "stopped after 1 units (--max-units); run again to go on"
-    assert out[-1].startswith("left for the next run: 1 workspaces, 1 sessions, 230 messages read, 100 indexed in "
-                              "1 units")
+    assert out[-1].startswith(
+        "left for the next run: 1 workspaces, 1 sessions, 230 messages read, 100 indexed in 1 units"
+    )
     assert reindex.main(["--table", db.table, "--bucket", db.bucket, "--workspace", "ws2"], db=db) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1].startswith("ws2: 1 sessions, 25 messages read, 25 indexed in 1 units, 3 conclusions (3 text items "
-                             "written), 2 old statistics items deleted, 0 vector items stripped, ")
+    assert out[1].startswith(
+        "ws2: 1 sessions, 25 messages read, 25 indexed in 1 units, 3 conclusions (3 text items "
+        "written), 2 old statistics items deleted, 0 vector items stripped, "
+    )
     assert out[-1].startswith("done: 1 workspaces, ")
     assert reindex.main(["--table", db.table, "--bucket", db.bucket, "--dry-run"], db=db) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "dry run: 2 workspaces"
-    assert out[-1].startswith("dry run: 2 workspaces, 3 sessions, 295 messages read, 170 to index in 3 units, "
-                              "13 conclusions (10 without a text item), 3 old statistics items to delete, ")
+    assert out[-1].startswith(
+        "dry run: 2 workspaces, 3 sessions, 295 messages read, 170 to index in 3 units, "
+        "13 conclusions (10 without a text item), 3 old statistics items to delete, "
+    )
     with pytest.raises(Exception, match="workspace 'nope' not found"):
         reindex.main(["--table", db.table, "--bucket", db.bucket, "--workspace", "nope"], db=db)
 

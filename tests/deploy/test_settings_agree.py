@@ -15,8 +15,8 @@ import pytest
 
 from local.template import ROOT, TEMPLATE, _parse, _Tag, load_template
 from local.worker import PASS_THROUGH
-from precis.settings import ENVIRONMENT, SUMMARY_ENV, Settings, get_settings
 from precis.schemas.summary_settings import SummaryConfig
+from precis.settings import ENVIRONMENT, SUMMARY_ENV, Settings, get_settings
 
 RAW = _parse(TEMPLATE.read_text())
 PARAMETERS: dict[str, Any] = RAW["Parameters"]
@@ -25,8 +25,14 @@ VARIABLE = {field: variable for field, (variable, _) in ENVIRONMENT.items()}
 PARAMETER = {variable: parameter for variable, parameter in ENVIRONMENT.values()}
 
 # Variables of the template's environment that configure the runtime and its libraries, not Precis.
-RUNTIME = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL",
-           "POWERTOOLS_LOGGER_LOG_EVENT", "TIKTOKEN_CACHE_DIR", "PYDANTIC_DISABLE_PLUGINS"}
+RUNTIME = {
+    "POWERTOOLS_SERVICE_NAME",
+    "POWERTOOLS_METRICS_NAMESPACE",
+    "POWERTOOLS_LOG_LEVEL",
+    "POWERTOOLS_LOGGER_LOG_EVENT",
+    "TIKTOKEN_CACHE_DIR",
+    "PYDANTIC_DISABLE_PLUGINS",
+}
 # Parameters that size or name resources and reach no function's environment.
 RESOURCE_PARAMETERS = {"SummarizerReservedConcurrency", "DeriverReservedConcurrency", "LogRetentionDays"}
 # Settings the template fixes, or takes from its own resources: nothing for a deployer to choose, so no parameter.
@@ -44,11 +50,11 @@ LOCAL_ONLY = {
     "PRECIS_JWT_SECRET": "deployed, the signing key is read from the secret (SecretName), never the environment",
     "OPENAI_API_KEY": "deployed, the key is read from the secret (llm_api_key)",
     "PRECIS_SUMMARIES_PROVIDER": "a provider per role is a local experiment: deployed, LlmProvider serves every role "
-                                 "and the Bedrock grants follow it",
+    "and the Bedrock grants follow it",
     "PRECIS_DERIVE_PROVIDER": "as PRECIS_SUMMARIES_PROVIDER",
     "PRECIS_CHAT_PROVIDER": "as PRECIS_SUMMARIES_PROVIDER",
     "PRECIS_DERIVE_MODEL": "deployed, the deriver asks LlmModel, the model the roles may invoke (a workspace's "
-                           "configuration.deriver.model may name another)",
+    "configuration.deriver.model may name another)",
     "PRECIS_INLINE_BODY_MAX_BYTES": "a built-in limit (docs/design.md, Limits)",
     "PRECIS_MAX_MESSAGE_CHARS": "Honcho's limit, built in",
     "PRECIS_CONTEXT_RECALL_SHARE": "chosen by `make bench retrieval`, built in",
@@ -106,7 +112,8 @@ def test_each_parameter_of_the_settings_reaches_its_variable(field):
     assert variable in ENV, f"{variable} (parameter {parameter}) is in no environment of template.yaml"
     where, value = ENV[variable]
     assert parameter_of(value) == parameter, (
-        f"{variable}: settings say template parameter {parameter}; template.yaml ({where}) sets it to {value!r}")
+        f"{variable}: settings say template parameter {parameter}; template.yaml ({where}) sets it to {value!r}"
+    )
 
 
 @pytest.mark.parametrize("variable", sorted(ENV))
@@ -122,28 +129,34 @@ def test_every_variable_of_the_template_is_a_setting(variable):
     else:
         assert PARAMETER[variable] == from_parameter, (
             f"{variable}: template.yaml ({where}) sets it from parameter {from_parameter}, settings name "
-            f"{PARAMETER[variable]}")
+            f"{PARAMETER[variable]}"
+        )
 
 
 def test_every_parameter_reaches_a_setting_or_a_resource():
     from_settings = {p for _, p in ENVIRONMENT.values() if p}
     assert set(PARAMETERS) - from_settings == RESOURCE_PARAMETERS, (
         "template parameters neither in precis.settings.ENVIRONMENT nor sizing a resource: "
-        f"{sorted(set(PARAMETERS) - from_settings - RESOURCE_PARAMETERS)}")
+        f"{sorted(set(PARAMETERS) - from_settings - RESOURCE_PARAMETERS)}"
+    )
 
 
 def test_what_the_template_leaves_out_is_deliberate():
     absent = set(PARAMETER) - set(ENV)
-    assert absent == set(LOCAL_ONLY), (f"settings template.yaml does not set: {sorted(absent - set(LOCAL_ONLY))} (add "
-                                       f"them, or say why not in LOCAL_ONLY); listed but set: "
-                                       f"{sorted(set(LOCAL_ONLY) - absent)}")
+    assert absent == set(LOCAL_ONLY), (
+        f"settings template.yaml does not set: {sorted(absent - set(LOCAL_ONLY))} (add "
+        f"them, or say why not in LOCAL_ONLY); listed but set: "
+        f"{sorted(set(LOCAL_ONLY) - absent)}"
+    )
 
 
 def test_make_dev_takes_every_setting_a_developer_may_choose():
     expected = (set(PARAMETER) - NOT_PASSED_THROUGH) | PASSED_NOT_SETTINGS
     assert len(PASS_THROUGH) == len(set(PASS_THROUGH))
-    assert set(PASS_THROUGH) == expected, (f"local.worker.PASS_THROUGH lacks {sorted(expected - set(PASS_THROUGH))}, "
-                                           f"has unknown {sorted(set(PASS_THROUGH) - expected)}")
+    assert set(PASS_THROUGH) == expected, (
+        f"local.worker.PASS_THROUGH lacks {sorted(expected - set(PASS_THROUGH))}, "
+        f"has unknown {sorted(set(PASS_THROUGH) - expected)}"
+    )
 
 
 def _named(name: str) -> bool:
@@ -210,6 +223,8 @@ def test_the_templates_defaults_are_the_built_in_ones(monkeypatch):
             continue
         assert getattr(deployed, field) == getattr(built_in, field), (
             f"{VARIABLE[field]}: template.yaml's default {getattr(deployed, field)!r}, Settings' "
-            f"{getattr(built_in, field)!r}")
+            f"{getattr(built_in, field)!r}"
+        )
     assert SummaryConfig.model_validate(deployed.summary_defaults) == SummaryConfig(), (
-        "the Summary* parameters' defaults are not SummaryConfig's")
+        "the Summary* parameters' defaults are not SummaryConfig's"
+    )

@@ -27,41 +27,95 @@ TABLE = {"${Table.Arn}", "${Table.Arn}/index/*"}
 # Every table action each function may be granted: what its code calls, nothing more. DynamoDB authorizes the items
 # of a TransactWriteItems one by one (PutItem, ConditionCheckItem...), so transactions need no action of their own.
 TABLE_ACTIONS = {
-    "IngestFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
-                       "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
-                       "dynamodb:ConditionCheckItem", "dynamodb:SearchVectors"},
+    "IngestFunction": {
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+        "dynamodb:BatchGetItem",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchWriteItem",
+        "dynamodb:ConditionCheckItem",
+        "dynamodb:SearchVectors",
+    },
     "ContextFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:SearchVectors"},
     "ChatFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:SearchVectors"},
-    "SummarizeFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
-                          "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
-                          "dynamodb:ConditionCheckItem"},
+    "SummarizeFunction": {
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+        "dynamodb:BatchGetItem",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchWriteItem",
+        "dynamodb:ConditionCheckItem",
+    },
     # The deriver reads messages and members, writes conclusions in transactions, looks for near duplicates, and
     # writes and deletes message search items in batches (store/message_search.py, store/records.py).
-    "DeriveFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
-                       "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
-                       "dynamodb:ConditionCheckItem", "dynamodb:SearchVectors"},
+    "DeriveFunction": {
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+        "dynamodb:BatchGetItem",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchWriteItem",
+        "dynamodb:ConditionCheckItem",
+        "dynamodb:SearchVectors",
+    },
     # The MCP tools write what the ingest routes write and read what the read and chat routes read: ingest's actions.
-    "McpFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem",
-                    "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
-                    "dynamodb:ConditionCheckItem", "dynamodb:SearchVectors"},
+    "McpFunction": {
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+        "dynamodb:BatchGetItem",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchWriteItem",
+        "dynamodb:ConditionCheckItem",
+        "dynamodb:SearchVectors",
+    },
 }
-TABLE_WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
-                "dynamodb:TransactWriteItems", "dynamodb:PartiQLInsert", "dynamodb:PartiQLUpdate",
-                "dynamodb:PartiQLDelete", "dynamodb:RestoreTableFromBackup", "dynamodb:ImportTable"}
+TABLE_WRITES = {
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:TransactWriteItems",
+    "dynamodb:PartiQLInsert",
+    "dynamodb:PartiQLUpdate",
+    "dynamodb:PartiQLDelete",
+    "dynamodb:RestoreTableFromBackup",
+    "dynamodb:ImportTable",
+}
 # Every bucket action each function may be granted, by key prefix: message bodies and audit records.
 BUCKET_ACCESS = {
     # The ingest function deletes the bodies of a batch DynamoDB refused.
-    "IngestFunction": {("s3:PutObject", "bodies/"), ("s3:GetObject", "bodies/"), ("s3:DeleteObject", "bodies/"),
-                       ("s3:DeleteObjectVersion", "bodies/")},
+    "IngestFunction": {
+        ("s3:PutObject", "bodies/"),
+        ("s3:GetObject", "bodies/"),
+        ("s3:DeleteObject", "bodies/"),
+        ("s3:DeleteObjectVersion", "bodies/"),
+    },
     "ContextFunction": {("s3:GetObject", "bodies/")},
     "ChatFunction": {("s3:GetObject", "bodies/")},
     # The summarizer writes audit records; its purge deletes every version of a deleted incarnation's objects.
-    "SummarizeFunction": {("s3:GetObject", "bodies/"), ("s3:PutObject", "bodies/"), ("s3:DeleteObject", "bodies/"),
-                          ("s3:DeleteObjectVersion", "bodies/"), ("s3:PutObject", "audit/"),
-                          ("s3:DeleteObject", "audit/"), ("s3:DeleteObjectVersion", "audit/")},
+    "SummarizeFunction": {
+        ("s3:GetObject", "bodies/"),
+        ("s3:PutObject", "bodies/"),
+        ("s3:DeleteObject", "bodies/"),
+        ("s3:DeleteObjectVersion", "bodies/"),
+        ("s3:PutObject", "audit/"),
+        ("s3:DeleteObject", "audit/"),
+        ("s3:DeleteObjectVersion", "audit/"),
+    },
     "DeriveFunction": {("s3:GetObject", "bodies/")},
-    "McpFunction": {("s3:PutObject", "bodies/"), ("s3:GetObject", "bodies/"), ("s3:DeleteObject", "bodies/"),
-                    ("s3:DeleteObjectVersion", "bodies/")},
+    "McpFunction": {
+        ("s3:PutObject", "bodies/"),
+        ("s3:GetObject", "bodies/"),
+        ("s3:DeleteObject", "bodies/"),
+        ("s3:DeleteObjectVersion", "bodies/"),
+    },
 }
 # Listing is a bucket action: allowed only to the purge, and only under the prefixes it purges.
 BUCKET_LISTING = {"SummarizeFunction": ("s3:ListBucketVersions", {"bodies/*", "audit/*"})}
@@ -71,8 +125,13 @@ SECRET_ARN = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::Account
 WAKE = "${DeriveWakeQueue.Arn}"
 QUEUE_ACCESS = {
     "SummarizeFunction": {("sqs:SendMessage", "${SummarizeDLQ.Arn}")},
-    "DeriveFunction": {("sqs:SendMessage", "${DeriveDLQ.Arn}"), ("sqs:SendMessage", WAKE),
-                       ("sqs:ReceiveMessage", WAKE), ("sqs:DeleteMessage", WAKE), ("sqs:GetQueueAttributes", WAKE)},
+    "DeriveFunction": {
+        ("sqs:SendMessage", "${DeriveDLQ.Arn}"),
+        ("sqs:SendMessage", WAKE),
+        ("sqs:ReceiveMessage", WAKE),
+        ("sqs:DeleteMessage", WAKE),
+        ("sqs:GetQueueAttributes", WAKE),
+    },
 }
 # Bedrock: the functions that ask the chat model (LlmProvider bedrock) and the ones that embed (Embedder bedrock).
 # Each grant exists only under its condition: an openai deployment's roles invoke no model.
@@ -83,13 +142,28 @@ PROFILE = "arn:${AWS::Partition}:bedrock:${Region}:${AWS::AccountId}:inference-p
 BEDROCK_GRANTS = {  # Sid -> (condition, resources, condition block)
     "BedrockModel": ("BedrockLlm", {FOUNDATION_MODEL % "LlmModel", PROFILE}, None),
     # A cross-region profile reaches its foundation models in other regions: only through that profile.
-    "BedrockProfileRoutes": ("BedrockLlm", {"arn:${AWS::Partition}:bedrock:*::foundation-model/*"},
-                             {"StringEquals": {"bedrock:InferenceProfileArn": PROFILE}}),
+    "BedrockProfileRoutes": (
+        "BedrockLlm",
+        {"arn:${AWS::Partition}:bedrock:*::foundation-model/*"},
+        {"StringEquals": {"bedrock:InferenceProfileArn": PROFILE}},
+    ),
     "BedrockEmbeddings": ("BedrockEmbedder", {FOUNDATION_MODEL % "EmbedModel"}, None),
 }
 # Environment variable names made of these words carry secrets, unless the name says it holds the secret's name.
-SENSITIVE_WORDS = {"SECRET", "SECRETS", "PASSWORD", "PASSWD", "TOKEN", "TOKENS", "KEY", "KEYS", "APIKEY",
-                   "CREDENTIAL", "CREDENTIALS", "PRIVATE"}
+SENSITIVE_WORDS = {
+    "SECRET",
+    "SECRETS",
+    "PASSWORD",
+    "PASSWD",
+    "TOKEN",
+    "TOKENS",
+    "KEY",
+    "KEYS",
+    "APIKEY",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "PRIVATE",
+}
 SECRET_LOOKING = re.compile(r"^(sk-|eyJ|AKIA|ASIA|ghp_|xox[bap]-|-----BEGIN)")
 
 
@@ -116,8 +190,11 @@ def _is_bedrock_region(value: Any) -> bool:
     if not (isinstance(value, _Tag) and value.name == "If"):
         return False
     condition, chosen, otherwise = value.value
-    return (condition == "HasBedrockRegion" and (chosen.name, chosen.value) == ("Ref", "BedrockRegion")
-            and (otherwise.name, otherwise.value) == ("Ref", "AWS::Region"))
+    return (
+        condition == "HasBedrockRegion"
+        and (chosen.name, chosen.value) == ("Ref", "BedrockRegion")
+        and (otherwise.name, otherwise.value) == ("Ref", "AWS::Region")
+    )
 
 
 def _model_or_default(value: Any) -> str:
@@ -175,7 +252,8 @@ def _policy_statements(logical_id: str) -> list[tuple[str | None, dict[str, Any]
             continue
         assert isinstance(policy, dict) and set(policy) == {"Statement"}, (
             f"{logical_id}: {policy!r} is neither an inline statement list nor a managed policy of the template (AWS "
-            "managed policies and SAM policy templates hide their actions from this test)")
+            "managed policies and SAM policy templates hide their actions from this test)"
+        )
         for statement in policy["Statement"]:
             condition = None
             if isinstance(statement, _Tag):  # a grant under a condition: the statement, or nothing
@@ -230,10 +308,18 @@ def test_no_iam_resources_outside_the_functions_policies():
     is read as part of each function that lists it, and is attached nowhere else."""
     kinds = {res["Type"] for res in RESOURCES.values()}
     assert not kinds & {"AWS::IAM::Role", "AWS::IAM::Policy", "AWS::IAM::User", "AWS::IAM::Group"}
-    listed = {p.value for props in FUNCTIONS.values() for p in _listed(props.get("Policies", []))
-              if isinstance(p, _Tag) and p.name == "Ref"}
-    listed |= {p.value[1].value for props in FUNCTIONS.values() for p in _listed(props.get("Policies", []))
-               if isinstance(p, _Tag) and p.name == "If"}
+    listed = {
+        p.value
+        for props in FUNCTIONS.values()
+        for p in _listed(props.get("Policies", []))
+        if isinstance(p, _Tag) and p.name == "Ref"
+    }
+    listed |= {
+        p.value[1].value
+        for props in FUNCTIONS.values()
+        for p in _listed(props.get("Policies", []))
+        if isinstance(p, _Tag) and p.name == "If"
+    }
     shared = {lid for lid, res in RESOURCES.items() if res["Type"] == "AWS::IAM::ManagedPolicy"}
     assert shared == listed, f"managed policies no function lists: {sorted(shared - listed)}"
     for name in shared:
@@ -306,11 +392,18 @@ def test_secrets_and_queues_are_reached_by_name(logical_id):
 
 
 def test_each_queue_trigger_reports_its_failures_and_dead_letters_what_keeps_failing():
-    mappings = [r["Properties"] for r in RESOURCES.values() if r["Type"] == "AWS::Lambda::EventSourceMapping"
-                and r["Properties"]["EventSourceArn"].value.split(".")[0] in resources_of("AWS::SQS::Queue")]
+    mappings = [
+        r["Properties"]
+        for r in RESOURCES.values()
+        if r["Type"] == "AWS::Lambda::EventSourceMapping"
+        and r["Properties"]["EventSourceArn"].value.split(".")[0] in resources_of("AWS::SQS::Queue")
+    ]
     assert [m["FunctionName"].value for m in mappings] == ["DeriveFunction"]
-    alarmed = {a["Dimensions"][0]["Value"].value.split(".")[0] for a in resources_of("AWS::CloudWatch::Alarm").values()
-               if a.get("Namespace") == "AWS/SQS"}
+    alarmed = {
+        a["Dimensions"][0]["Value"].value.split(".")[0]
+        for a in resources_of("AWS::CloudWatch::Alarm").values()
+        if a.get("Namespace") == "AWS/SQS"
+    }
     for mapping in mappings:
         assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
         queue = resources_of("AWS::SQS::Queue")[mapping["EventSourceArn"].value.split(".")[0]]
@@ -326,7 +419,8 @@ def test_each_queue_trigger_reports_its_failures_and_dead_letters_what_keeps_fai
 @pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
 def test_bedrock_is_granted_on_the_configured_models_alone_and_only_when_chosen(logical_id):
     expected = ({"BedrockModel", "BedrockProfileRoutes"} if logical_id in BEDROCK_LLM else set()) | (
-        {"BedrockEmbeddings"} if logical_id in BEDROCK_EMBED else set())
+        {"BedrockEmbeddings"} if logical_id in BEDROCK_EMBED else set()
+    )
     bedrock = [s for s in statements(logical_id) if any(a.startswith("bedrock:") for a in _listed(s["Action"]))]
     assert {s["Sid"] for s in bedrock} == expected and len(bedrock) == len(expected)
     conditions = conditional(logical_id)
@@ -358,11 +452,14 @@ def test_the_bedrock_defaults_are_the_ones_the_functions_ask_for():
     from precis.settings import DEFAULT_MODELS, Settings
 
     assert PARAMETERS["LlmModel"]["Default"] == PARAMETERS["EmbedModel"]["Default"] == ""
-    assert RAW["Mappings"]["BedrockDefaults"]["Models"] == {"Llm": DEFAULT_MODELS["bedrock"]["llm"],
-                                                            "Embed": DEFAULT_MODELS["bedrock"]["embed"]}
+    assert RAW["Mappings"]["BedrockDefaults"]["Models"] == {
+        "Llm": DEFAULT_MODELS["bedrock"]["llm"],
+        "Embed": DEFAULT_MODELS["bedrock"]["embed"],
+    }
     on_bedrock = Settings(llm_provider="bedrock", embedder="bedrock")
     assert [on_bedrock.model_for(r) for r in ("summaries", "derive", "chat", "embed")] == [
-        "us.amazon.nova-2-lite-v1:0"] * 3 + ["amazon.titan-embed-text-v2:0"]
+        "us.amazon.nova-2-lite-v1:0"
+    ] * 3 + ["amazon.titan-embed-text-v2:0"]
 
 
 @pytest.mark.parametrize("logical_id", sorted(BEDROCK_LLM | BEDROCK_EMBED))
@@ -373,10 +470,18 @@ def test_a_bedrock_deployment_without_model_ids_may_invoke_the_default_models_al
 
     if not SAM_PYTHON.exists():
         pytest.skip("needs .venv-sam (make lint) for SAM's transform")
-    role = iam.local_roles(load_template(), {"PRECIS_LLM_PROVIDER": "bedrock", "PRECIS_EMBEDDER": "bedrock",
-                                             "PRECIS_LLM_MODEL": "", "PRECIS_EMBED_MODEL": ""})[logical_id]
+    role = iam.local_roles(
+        load_template(),
+        {
+            "PRECIS_LLM_PROVIDER": "bedrock",
+            "PRECIS_EMBEDDER": "bedrock",
+            "PRECIS_LLM_MODEL": "",
+            "PRECIS_EMBED_MODEL": "",
+        },
+    )[logical_id]
     calls = ([("Converse", DEFAULT_MODELS["bedrock"]["llm"])] if logical_id in BEDROCK_LLM else []) + (
-        [("InvokeModel", DEFAULT_MODELS["bedrock"]["embed"])] if logical_id in BEDROCK_EMBED else [])
+        [("InvokeModel", DEFAULT_MODELS["bedrock"]["embed"])] if logical_id in BEDROCK_EMBED else []
+    )
     for operation, model in calls:
         requests = iam.requests_for("bedrock-runtime", operation, {"modelId": model}, "us-east-1")
         assert [role.decide(r) for r in requests] == ["Allow"] * len(requests), (operation, model)
@@ -409,8 +514,13 @@ MANAGED_POLICIES = {
     "DeriveFunctionFlushRole": set(),  # EventBridge Scheduler's: lambda:InvokeFunction on the deriver alone
 }
 # The roles SAM makes for services other than Lambda, and the one thing each may do.
-SERVICE_ROLES = {"DeriveFunctionFlushRole": ("scheduler.amazonaws.com", "lambda:InvokeFunction",
-                                             {"Fn::GetAtt": ["DeriveFunction", "Arn"]})}
+SERVICE_ROLES = {
+    "DeriveFunctionFlushRole": (
+        "scheduler.amazonaws.com",
+        "lambda:InvokeFunction",
+        {"Fn::GetAtt": ["DeriveFunction", "Arn"]},
+    )
+}
 
 
 @pytest.fixture(scope="module")
@@ -449,8 +559,9 @@ def test_sam_adds_only_the_managed_policies_aws_requires(deployed):
             service, action, resource = SERVICE_ROLES[lid]
             assert assume["Principal"] == {"Service": [service]}, lid
             (policy,) = props["Policies"]
-            assert policy["PolicyDocument"]["Statement"] == [{"Action": action, "Effect": "Allow",
-                                                              "Resource": resource}], lid
+            assert policy["PolicyDocument"]["Statement"] == [
+                {"Action": action, "Effect": "Allow", "Resource": resource}
+            ], lid
             continue
         assert assume["Principal"] == {"Service": ["lambda.amazonaws.com"]}, lid
         for policy in props.get("Policies", []):  # ours, and the ones SAM writes (the DLQ destination's)
@@ -482,12 +593,20 @@ def test_data_at_rest_is_encrypted_everywhere():
 def test_buckets_are_private_and_tls_only():
     policies = {p["Bucket"].value: p["PolicyDocument"] for p in resources_of("AWS::S3::BucketPolicy").values()}
     for lid, props in resources_of("AWS::S3::Bucket").items():
-        assert props["PublicAccessBlockConfiguration"] == {"BlockPublicAcls": True, "BlockPublicPolicy": True,
-                                                          "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+        assert props["PublicAccessBlockConfiguration"] == {
+            "BlockPublicAcls": True,
+            "BlockPublicPolicy": True,
+            "IgnorePublicAcls": True,
+            "RestrictPublicBuckets": True,
+        }
         assert props["OwnershipControls"]["Rules"] == [{"ObjectOwnership": "BucketOwnerEnforced"}]  # no ACLs
-        denials = [s for s in policies[lid]["Statement"] if s["Effect"] == "Deny"
-                   and s.get("Condition") in ({"Bool": {"aws:SecureTransport": "false"}},
-                                              {"Bool": {"aws:SecureTransport": False}})]
+        denials = [
+            s
+            for s in policies[lid]["Statement"]
+            if s["Effect"] == "Deny"
+            and s.get("Condition")
+            in ({"Bool": {"aws:SecureTransport": "false"}}, {"Bool": {"aws:SecureTransport": False}})
+        ]
         assert denials, f"{lid}: no statement denies requests without TLS"
         (deny,) = denials
         assert deny["Principal"] == "*" and deny["Action"] == "s3:*"
@@ -519,8 +638,16 @@ def test_the_api_is_throttled_and_its_access_logged():
         assert target.name == "GetAtt" and target.value.split(".")[0] in resources_of("AWS::Logs::LogGroup"), lid
 
 
-@pytest.mark.parametrize("consumer", sorted({r["Properties"]["FunctionName"].value for r in RESOURCES.values()
-                                             if r["Type"] == "AWS::Lambda::EventSourceMapping"}))
+@pytest.mark.parametrize(
+    "consumer",
+    sorted(
+        {
+            r["Properties"]["FunctionName"].value
+            for r in RESOURCES.values()
+            if r["Type"] == "AWS::Lambda::EventSourceMapping"
+        }
+    ),
+)
 def test_each_stream_consumer_has_reserved_concurrency(consumer):
     reserved = FUNCTIONS[consumer].get("ReservedConcurrentExecutions")
     if isinstance(reserved, _Tag):  # a parameter: its default and its floor
@@ -546,13 +673,15 @@ def test_auth_is_always_on_where_it_deploys():
 
 def _variables() -> list[tuple[str, str, Any]]:
     return [("Globals", k, v) for k, v in environment().items()] + [
-        (lid, k, v) for lid in FUNCTIONS for k, v in environment(lid).items()]
+        (lid, k, v) for lid in FUNCTIONS for k, v in environment(lid).items()
+    ]
 
 
 def test_no_secret_is_in_an_environment_variable():
     for owner, name, value in _variables():
-        counted = (isinstance(value, _Tag) and value.name == "Ref"
-                   and PARAMETERS.get(value.value, {}).get("Type") == "Number")
+        counted = (
+            isinstance(value, _Tag) and value.name == "Ref" and PARAMETERS.get(value.value, {}).get("Type") == "Number"
+        )
         if set(name.upper().split("_")) & SENSITIVE_WORDS and not counted:  # a number of tokens is no token
             # Only the secret's name may be here (PRECIS_SECRET_NAME); the value is read at run time.
             assert name.endswith(("_NAME", "_ARN")), f"{owner}: {name} looks like it carries a secret"

@@ -23,13 +23,23 @@ PROFILE = "us.amazon.nova-2-lite-v1:0"  # the defaults (precis.settings.DEFAULT_
 EMBED = "amazon.titan-embed-text-v2:0"
 # No OPENAI_* variable: Bedrock needs no endpoint or key, and the engines are llm because the provider is bedrock.
 # No model either (empty, as the template's parameters are by default): `make dev` with the provider alone.
-STACK_ENV = {"PRECIS_LLM_PROVIDER": "bedrock", "PRECIS_LLM_MODEL": "", "PRECIS_EMBEDDER": "bedrock",
-             "PRECIS_EMBED_MODEL": "", "PRECIS_EMBED_DIMENSIONS": "256",
-             "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": SERVER.url, "OPENAI_BASE_URL": "", "OPENAI_API_KEY": "",
-             "PRECIS_DERIVE_BATCH_TOKENS": "0", "PRECIS_LOCAL_SCHEDULE_S": "1"}
+STACK_ENV = {
+    "PRECIS_LLM_PROVIDER": "bedrock",
+    "PRECIS_LLM_MODEL": "",
+    "PRECIS_EMBEDDER": "bedrock",
+    "PRECIS_EMBED_MODEL": "",
+    "PRECIS_EMBED_DIMENSIONS": "256",
+    "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": SERVER.url,
+    "OPENAI_BASE_URL": "",
+    "OPENAI_API_KEY": "",
+    "PRECIS_DERIVE_BATCH_TOKENS": "0",
+    "PRECIS_LOCAL_SCHEDULE_S": "1",
+}
 ANSWER = "alice moved to Lisbon last spring, so she lives in Lisbon now."
-FACTS = {"I moved to Lisbon last spring.": "alice moved to Lisbon last spring",
-         "I work as a nurse.": "alice works as a nurse"}
+FACTS = {
+    "I moved to Lisbon last spring.": "alice moved to Lisbon last spring",
+    "I work as a nurse.": "alice works as a nurse",
+}
 
 
 def teardown_module() -> None:
@@ -47,7 +57,7 @@ def model(body: dict):
     if "explicit_conclusions" in tools:
         return json.dumps({"explicit": [{"content": fact} for said, fact in FACTS.items() if said in prompt]})
     if "deductive_conclusions" in tools:
-        ids = [line[1:line.index("]")] for line in prompt.splitlines() if line.startswith("[")]
+        ids = [line[1 : line.index("]")] for line in prompt.splitlines() if line.startswith("[")]
         return json.dumps({"deductive": [{"content": "alice is a nurse who lives in Lisbon", "premises": ids[:2]}]})
     if "peer_card" in tools:
         return json.dumps({"peer_card": ["IDENTITY: alice is a nurse in Lisbon"]})
@@ -91,8 +101,11 @@ def test_summaries_on_bedrock(stack):
     session.add_messages([alice.message(f"Message {i} about the budget.") for i in range(20)])
     short = wait_for(lambda: session.summaries().short_summary, 240)
     assert short.content.startswith("Summary: ")  # the Bedrock model's answer, not the extractive engine's
-    summaries = [r for r in SERVER.requests if r.operation == "converse" and "Write a short summary" in
-                 json.dumps(r.body.get("system"))]
+    summaries = [
+        r
+        for r in SERVER.requests
+        if r.operation == "converse" and "Write a short summary" in json.dumps(r.body.get("system"))
+    ]
     assert summaries and {r.model for r in summaries} == {PROFILE}
     assert all(r.body["inferenceConfig"]["maxTokens"] > 0 for r in summaries)
 
@@ -102,8 +115,9 @@ def test_derivation_search_and_chat_on_bedrock(stack):
     honcho = Honcho(base_url=stack.url, api_key="local", workspace_id="bedrock-chat")
     alice, bob = honcho.peer("alice"), honcho.peer("bob")
     session = honcho.session("s1")
-    session.add_messages([bob.message("Where are you living these days?"),
-                          alice.message("I moved to Lisbon last spring.")])
+    session.add_messages(
+        [bob.message("Where are you living these days?"), alice.message("I moved to Lisbon last spring.")]
+    )
     found = wait_for(lambda: alice.conclusions.query("where did alice move?"), 240)
     assert [c.content for c in found] == ["alice moved to Lisbon last spring"]
     embedded = [r for r in SERVER.requests if r.operation == "invoke"]
@@ -120,8 +134,9 @@ def test_derivation_search_and_chat_on_bedrock(stack):
     # The answering round offers no tools, so the search and its result travel as text (Converse refuses tool
     # blocks without a toolConfig).
     assert "toolConfig" in first and "toolConfig" not in second
-    (result,) = [b["text"] for m in second["messages"] for b in m["content"]
-                 if b.get("text", "").startswith("[tool result]")]
+    (result,) = [
+        b["text"] for m in second["messages"] for b in m["content"] if b.get("text", "").startswith("[tool result]")
+    ]
     assert "I moved to Lisbon last spring." in result
 
     chunks = list(alice.chat_stream("where does alice live?"))
@@ -135,8 +150,9 @@ def test_dreams_on_bedrock(stack):
     SERVER.answer = model
     honcho = Honcho(base_url=stack.url, api_key="local", workspace_id="bedrock-dream")
     alice = honcho.peer("alice")
-    honcho.session("s1").add_messages([alice.message("I moved to Lisbon last spring."),
-                                        alice.message("I work as a nurse.")])
+    honcho.session("s1").add_messages(
+        [alice.message("I moved to Lisbon last spring."), alice.message("I work as a nurse.")]
+    )
     explicit = wait_for(lambda: (found := list(alice.conclusions.list())) and len(found) == 2 and found, 240)
     honcho.schedule_dream(alice)
     deductive = wait_for(lambda: [c for c in alice.conclusions.list() if c.level == "deductive"], 240)

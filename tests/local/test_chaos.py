@@ -38,23 +38,35 @@ def test_chaos_is_off_unless_asked():
 
 
 def test_modes_settings_and_seed_are_read_from_the_environment():
-    chaos = Chaos.from_env({"PRECIS_LOCAL_CHAOS": " Replay, shards,,throttle ", "PRECIS_LOCAL_CHAOS_THROTTLE": "0.2",
-                            "PRECIS_LOCAL_CHAOS_SEED": "42"})
+    chaos = Chaos.from_env(
+        {
+            "PRECIS_LOCAL_CHAOS": " Replay, shards,,throttle ",
+            "PRECIS_LOCAL_CHAOS_THROTTLE": "0.2",
+            "PRECIS_LOCAL_CHAOS_SEED": "42",
+        }
+    )
     assert chaos.replay and chaos.shards and chaos.throttle
     assert (chaos.throttle_rate, chaos.seed) == (0.2, 42)
-    assert chaos.describe() == ("chaos: replay, shards (4 virtual shards), throttle (20% of the functions' DynamoDB "
-                                "calls); PRECIS_LOCAL_CHAOS_SEED=42")
+    assert chaos.describe() == (
+        "chaos: replay, shards (4 virtual shards), throttle (20% of the functions' DynamoDB "
+        "calls); PRECIS_LOCAL_CHAOS_SEED=42"
+    )
     assert Chaos.from_env({"PRECIS_LOCAL_CHAOS": "throttle"}).throttle_rate == 0.05
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({"PRECIS_LOCAL_CHAOS": "replay,latency"}, "PRECIS_LOCAL_CHAOS: unknown mode 'latency' (known: replay, shards, "
-                                               "throttle, lag, approximate)"),
-    ({"PRECIS_LOCAL_VECTOR_LAG_S": "-1"}, "PRECIS_LOCAL_VECTOR_LAG_S: seconds between 0 and 300, got '-1'"),
-    ({"PRECIS_LOCAL_CHAOS_THROTTLE": "5%"}, "PRECIS_LOCAL_CHAOS_THROTTLE: a fraction between 0 and 1, got '5%'"),
-    ({"PRECIS_LOCAL_CHAOS_THROTTLE": "1.5"}, "PRECIS_LOCAL_CHAOS_THROTTLE: a fraction between 0 and 1, got '1.5'"),
-    ({"PRECIS_LOCAL_CHAOS_SEED": "abc"}, "PRECIS_LOCAL_CHAOS_SEED: an integer, got 'abc'"),
-])
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"PRECIS_LOCAL_CHAOS": "replay,latency"},
+            "PRECIS_LOCAL_CHAOS: unknown mode 'latency' (known: replay, shards, throttle, lag, approximate)",
+        ),
+        ({"PRECIS_LOCAL_VECTOR_LAG_S": "-1"}, "PRECIS_LOCAL_VECTOR_LAG_S: seconds between 0 and 300, got '-1'"),
+        ({"PRECIS_LOCAL_CHAOS_THROTTLE": "5%"}, "PRECIS_LOCAL_CHAOS_THROTTLE: a fraction between 0 and 1, got '5%'"),
+        ({"PRECIS_LOCAL_CHAOS_THROTTLE": "1.5"}, "PRECIS_LOCAL_CHAOS_THROTTLE: a fraction between 0 and 1, got '1.5'"),
+        ({"PRECIS_LOCAL_CHAOS_SEED": "abc"}, "PRECIS_LOCAL_CHAOS_SEED: an integer, got 'abc'"),
+    ],
+)
 def test_a_malformed_setting_is_refused_with_its_name(env, message):
     with pytest.raises(ChaosError) as refused:
         Chaos.from_env(env)
@@ -62,10 +74,15 @@ def test_a_malformed_setting_is_refused_with_its_name(env, message):
 
 
 def test_make_dev_refuses_an_unknown_mode_at_start(tmp_path):
-    env = {**os.environ, "PRECIS_LOCAL_CHAOS": "replay,bogus", "PRECIS_PORT": str(free_port()),
-           "PRECIS_DEV_JSON": str(tmp_path / "dev.json")}
-    done = subprocess.run([sys.executable, "-m", "local"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
+    env = {
+        **os.environ,
+        "PRECIS_LOCAL_CHAOS": "replay,bogus",
+        "PRECIS_PORT": str(free_port()),
+        "PRECIS_DEV_JSON": str(tmp_path / "dev.json"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "local"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2
     assert "PRECIS_LOCAL_CHAOS: unknown mode 'bogus' (known: replay, shards, throttle, lag, approximate)" in done.stderr
     assert "Precis local stack" not in done.stdout
@@ -88,23 +105,38 @@ def table_client(endpoint: str):
 
 
 def put_message(endpoint: str, seq: int, ws: str = "w", session: str = "s") -> None:
-    table_client(endpoint).put_item(TableName=TABLE, Item={
-        "PK": {"S": f"WS#{ws}#S#{session}"}, "SK": {"S": f"MSG#{seq:012d}"}, "kind": {"S": "message"},
-        "id": {"S": f"{session}/m{seq}"}, "content": {"S": "hello"},
-    })
+    table_client(endpoint).put_item(
+        TableName=TABLE,
+        Item={
+            "PK": {"S": f"WS#{ws}#S#{session}"},
+            "SK": {"S": f"MSG#{seq:012d}"},
+            "kind": {"S": "message"},
+            "id": {"S": f"{session}/m{seq}"},
+            "content": {"S": "hello"},
+        },
+    )
 
 
 def put_session(endpoint: str, ws: str, session: str) -> None:
-    table_client(endpoint).put_item(TableName=TABLE, Item={
-        "PK": {"S": f"WS#{ws}"}, "SK": {"S": f"SESSION#{session}"}, "kind": {"S": "session"}, "id": {"S": session},
-    })
+    table_client(endpoint).put_item(
+        TableName=TABLE,
+        Item={
+            "PK": {"S": f"WS#{ws}"},
+            "SK": {"S": f"SESSION#{session}"},
+            "kind": {"S": "session"},
+            "id": {"S": session},
+        },
+    )
 
 
 def delete_session(endpoint: str, ws: str, session: str) -> None:
     """Mark the session deleted, as the delete route does: the MODIFY record wakes the summarizer to purge it."""
     table_client(endpoint).update_item(
-        TableName=TABLE, Key={"PK": {"S": f"WS#{ws}"}, "SK": {"S": f"SESSION#{session}"}},
-        UpdateExpression="SET deleted_at = :t", ExpressionAttributeValues={":t": {"S": "2026-01-01T00:00:00Z"}})
+        TableName=TABLE,
+        Key={"PK": {"S": f"WS#{ws}"}, "SK": {"S": f"SESSION#{session}"}},
+        UpdateExpression="SET deleted_at = :t",
+        ExpressionAttributeValues={":t": {"S": "2026-01-01T00:00:00Z"}},
+    )
 
 
 def image_id(record: dict) -> str:
@@ -132,8 +164,15 @@ class Recorder:
 
 
 def poller(endpoint: str, invoke, *modes: str, seed: int = 7) -> StreamPoller:
-    return StreamPoller.from_template(template(), endpoint, invoke, max_window_s=0, backoff=lambda attempt: 0,
-                                      poll_interval_s=0.02, chaos=Chaos(frozenset(modes), seed=seed))
+    return StreamPoller.from_template(
+        template(),
+        endpoint,
+        invoke,
+        max_window_s=0,
+        backoff=lambda attempt: 0,
+        poll_interval_s=0.02,
+        chaos=Chaos(frozenset(modes), seed=seed),
+    )
 
 
 def wait_for(predicate, timeout: float = 10.0) -> None:
@@ -260,9 +299,14 @@ def throttled():
 def dynamodb(endpoint: str, **retries):
     """A DynamoDB client with the given botocore retry settings (no retry unless asked)."""
     return boto3.session.Session().client(
-        "dynamodb", endpoint_url=endpoint, region_name=REGION, aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=AWS_ENV["AWS_SECRET_ACCESS_KEY"], aws_session_token=AWS_ENV["AWS_SESSION_TOKEN"],
-        config=Config(retries=retries or {"mode": "standard", "total_max_attempts": 1}))
+        "dynamodb",
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+        aws_session_token=AWS_ENV["AWS_SESSION_TOKEN"],
+        config=Config(retries=retries or {"mode": "standard", "total_max_attempts": 1}),
+    )
 
 
 def outcomes(ddb, calls: int) -> list[str]:
@@ -289,9 +333,14 @@ def test_throttle_spares_the_stacks_own_clients_and_other_services(throttled):
     assert throttled.functions_endpoint != throttled.endpoint
     assert set(outcomes(dynamodb(throttled.endpoint), 50)) == {"ok"}  # the poller's and the tests' port
     streams = boto3.session.Session().client(
-        "dynamodbstreams", endpoint_url=throttled.functions_endpoint, region_name=REGION,
-        aws_access_key_id="testing", aws_secret_access_key="testing", aws_session_token="testing",
-        config=Config(retries={"mode": "standard", "total_max_attempts": 1}))
+        "dynamodbstreams",
+        endpoint_url=throttled.functions_endpoint,
+        region_name=REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        aws_session_token="testing",
+        config=Config(retries={"mode": "standard", "total_max_attempts": 1}),
+    )
     arn = client("dynamodb", throttled.endpoint).describe_table(TableName=TABLE)["Table"]["LatestStreamArn"]
     for _ in range(30):
         streams.describe_stream(StreamArn=arn)
@@ -327,8 +376,11 @@ def test_the_seed_makes_throttling_reproducible():
         front = Throttling(lambda environ, start_response: start_response("200 OK", []) or [b"{}"], 0.5, seed)
         seen: list[str] = []
         for _ in range(40):
-            environ = {"HTTP_X_AMZ_TARGET": "DynamoDB_20120810.GetItem", "CONTENT_LENGTH": "2",
-                       "wsgi.input": io.BytesIO(b"{}")}
+            environ = {
+                "HTTP_X_AMZ_TARGET": "DynamoDB_20120810.GetItem",
+                "CONTENT_LENGTH": "2",
+                "wsgi.input": io.BytesIO(b"{}"),
+            }
             front(environ, lambda status, headers: seen.append(status))
         return seen
 
@@ -341,15 +393,24 @@ def test_the_seed_makes_throttling_reproducible():
 
 @pytest.mark.stack
 def test_the_stack_announces_its_chaos_and_ingests_through_throttling(tmp_path):
-    stack = Stack(tmp_path, env={"PRECIS_LOCAL_CHAOS": "replay,shards,throttle", "PRECIS_LOCAL_CHAOS_THROTTLE": "0.2",
-                                 "PRECIS_LOCAL_CHAOS_SEED": "5"})
+    stack = Stack(
+        tmp_path,
+        env={
+            "PRECIS_LOCAL_CHAOS": "replay,shards,throttle",
+            "PRECIS_LOCAL_CHAOS_THROTTLE": "0.2",
+            "PRECIS_LOCAL_CHAOS_SEED": "5",
+        },
+    )
     try:
         stack.wait_healthy()
-        assert ("chaos: replay, shards (4 virtual shards), throttle (20% of the functions' DynamoDB calls); "
-                "PRECIS_LOCAL_CHAOS_SEED=5") in stack.log.read_text()
+        assert (
+            "chaos: replay, shards (4 virtual shards), throttle (20% of the functions' DynamoDB calls); "
+            "PRECIS_LOCAL_CHAOS_SEED=5"
+        ) in stack.log.read_text()
         headers = {"Content-Type": "application/json"}
-        statuses = [request(stack.port, "POST", "/v3/workspaces", headers, f'{{"id": "w{n}"}}'.encode())[0]
-                    for n in range(10)]
+        statuses = [
+            request(stack.port, "POST", "/v3/workspaces", headers, f'{{"id": "w{n}"}}'.encode())[0] for n in range(10)
+        ]
         # botocore's retries absorb most refusals; what is left must reach the client as a 429, never a 500
         assert set(statuses) <= {201, 429} and 201 in statuses, stack.log.read_text()
     finally:

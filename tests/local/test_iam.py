@@ -42,8 +42,10 @@ def test_actions_match_without_case_and_with_wildcards():
 
 
 def test_an_explicit_deny_wins_over_any_allow():
-    r = role({"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
-             {"Effect": "Deny", "Action": "s3:DeleteObject", "Resource": f"{BUCKET}/audit/*"})
+    r = role(
+        {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
+        {"Effect": "Deny", "Action": "s3:DeleteObject", "Resource": f"{BUCKET}/audit/*"},
+    )
     assert r.decide(Request("s3:DeleteObject", f"{BUCKET}/bodies/x")) == "Allow"
     assert r.decide(Request("s3:DeleteObject", f"{BUCKET}/audit/x")) == "Deny"
 
@@ -52,29 +54,45 @@ def test_a_wildcard_stays_inside_its_arn_segment_but_spans_the_resource_path():
     r = role({"Effect": "Allow", "Action": "bedrock:InvokeModel", "Resource": "arn:aws:bedrock:*::foundation-model/*"})
     assert r.decide(Request("bedrock:InvokeModel", "arn:aws:bedrock:eu-west-1::foundation-model/a.b:0")) == "Allow"
     # The region's `*` cannot swallow the account segment.
-    assert r.decide(Request("bedrock:InvokeModel",
-                            "arn:aws:bedrock:eu-west-1:123456789012:inference-profile/x")) == "ImplicitDeny"
+    assert (
+        r.decide(Request("bedrock:InvokeModel", "arn:aws:bedrock:eu-west-1:123456789012:inference-profile/x"))
+        == "ImplicitDeny"
+    )
 
 
 def test_conditions_read_the_request_keys_and_an_absent_key_matches_nothing():
-    r = role({"Effect": "Allow", "Action": "s3:ListBucketVersions", "Resource": BUCKET,
-              "Condition": {"StringLike": {"s3:prefix": ["bodies/*", "audit/*"]}}})
+    r = role(
+        {
+            "Effect": "Allow",
+            "Action": "s3:ListBucketVersions",
+            "Resource": BUCKET,
+            "Condition": {"StringLike": {"s3:prefix": ["bodies/*", "audit/*"]}},
+        }
+    )
     assert r.decide(Request("s3:ListBucketVersions", BUCKET, {"s3:prefix": "bodies/ws/s"})) == "Allow"
     assert r.decide(Request("s3:ListBucketVersions", BUCKET, {"s3:prefix": "other/"})) == "ImplicitDeny"
     assert r.decide(Request("s3:ListBucketVersions", BUCKET)) == "ImplicitDeny"  # no prefix: the whole bucket
-    negated = role({"Effect": "Deny", "Action": "*", "Resource": "*",
-                    "Condition": {"StringNotEquals": {"aws:RequestedRegion": "us-east-1"}}})
+    negated = role(
+        {
+            "Effect": "Deny",
+            "Action": "*",
+            "Resource": "*",
+            "Condition": {"StringNotEquals": {"aws:RequestedRegion": "us-east-1"}},
+        }
+    )
     assert negated.decide(Request("s3:GetObject", BUCKET)) == "Deny"  # a negated operator holds for an absent key
-    if_exists = role({"Effect": "Allow", "Action": "*", "Resource": "*",
-                      "Condition": {"StringEqualsIfExists": {"s3:prefix": "a"}}})
+    if_exists = role(
+        {"Effect": "Allow", "Action": "*", "Resource": "*", "Condition": {"StringEqualsIfExists": {"s3:prefix": "a"}}}
+    )
     assert if_exists.decide(Request("s3:GetObject", BUCKET)) == "Allow"
     assert if_exists.decide(Request("s3:ListBucket", BUCKET, {"s3:prefix": "b"})) == "ImplicitDeny"
 
 
 def test_a_statement_it_cannot_evaluate_is_refused_when_the_role_is_read():
     with pytest.raises(ValueError, match="NumericLessThan"):
-        Statement.of({"Effect": "Allow", "Action": "*", "Resource": "*",
-                      "Condition": {"NumericLessThan": {"s3:max-keys": "10"}}})
+        Statement.of(
+            {"Effect": "Allow", "Action": "*", "Resource": "*", "Condition": {"NumericLessThan": {"s3:max-keys": "10"}}}
+        )
     with pytest.raises(ValueError, match="cannot evaluate"):
         Statement.of({"Effect": "Allow", "Action": "*", "Resource": "*", "Principal": "*"})
 
@@ -88,46 +106,68 @@ def test_a_role_survives_its_json():
 
 
 def test_a_transaction_is_authorized_item_by_item_as_each_items_own_action():
-    params = {"TransactItems": [{"Put": {"TableName": "precis-local"}}, {"Update": {"TableName": "precis-local"}},
-                                {"ConditionCheck": {"TableName": "other"}}, {"Delete": {"TableName": "precis-local"}}]}
-    assert [(r.action, r.resource.rsplit("/", 1)[1]) for r in iam.requests_for(
-        "dynamodb", "TransactWriteItems", params, "us-east-1")] == [
-        ("dynamodb:PutItem", "precis-local"), ("dynamodb:UpdateItem", "precis-local"),
-        ("dynamodb:ConditionCheckItem", "other"), ("dynamodb:DeleteItem", "precis-local")]
+    params = {
+        "TransactItems": [
+            {"Put": {"TableName": "precis-local"}},
+            {"Update": {"TableName": "precis-local"}},
+            {"ConditionCheck": {"TableName": "other"}},
+            {"Delete": {"TableName": "precis-local"}},
+        ]
+    }
+    assert [
+        (r.action, r.resource.rsplit("/", 1)[1])
+        for r in iam.requests_for("dynamodb", "TransactWriteItems", params, "us-east-1")
+    ] == [
+        ("dynamodb:PutItem", "precis-local"),
+        ("dynamodb:UpdateItem", "precis-local"),
+        ("dynamodb:ConditionCheckItem", "other"),
+        ("dynamodb:DeleteItem", "precis-local"),
+    ]
 
 
 def test_an_index_read_is_authorized_on_the_index():
-    (query,) = iam.requests_for("dynamodb", "SearchVectors", {"TableName": "precis-local", "IndexName": "ByVector"},
-                                "us-east-1")
+    (query,) = iam.requests_for(
+        "dynamodb", "SearchVectors", {"TableName": "precis-local", "IndexName": "ByVector"}, "us-east-1"
+    )
     assert query == Request("dynamodb:SearchVectors", f"{TABLE}/index/ByVector")
 
 
 def test_s3_versions_and_batches_need_their_own_actions():
     def actions(operation, **params):
-        return [(r.action, r.resource) for r in iam.requests_for("s3", operation, {"Bucket": "precis-local", **params},
-                                                                 "us-east-1")]
+        return [
+            (r.action, r.resource)
+            for r in iam.requests_for("s3", operation, {"Bucket": "precis-local", **params}, "us-east-1")
+        ]
 
     assert actions("GetObject", Key="bodies/a") == [("s3:GetObject", f"{BUCKET}/bodies/a")]
     assert actions("GetObject", Key="bodies/a", VersionId="v") == [("s3:GetObjectVersion", f"{BUCKET}/bodies/a")]
     assert actions("DeleteObjects", Delete={"Objects": [{"Key": "a"}, {"Key": "b", "VersionId": "v"}]}) == [
-        ("s3:DeleteObject", f"{BUCKET}/a"), ("s3:DeleteObjectVersion", f"{BUCKET}/b")]
+        ("s3:DeleteObject", f"{BUCKET}/a"),
+        ("s3:DeleteObjectVersion", f"{BUCKET}/b"),
+    ]
     assert actions("CopyObject", Key="bodies/new", CopySource={"Bucket": "precis-local", "Key": "bodies/old"}) == [
-        ("s3:GetObject", f"{BUCKET}/bodies/old"), ("s3:PutObject", f"{BUCKET}/bodies/new")]
-    (listing,) = iam.requests_for("s3", "ListObjectVersions", {"Bucket": "precis-local", "Prefix": "audit/x"},
-                                  "us-east-1")
+        ("s3:GetObject", f"{BUCKET}/bodies/old"),
+        ("s3:PutObject", f"{BUCKET}/bodies/new"),
+    ]
+    (listing,) = iam.requests_for(
+        "s3", "ListObjectVersions", {"Bucket": "precis-local", "Prefix": "audit/x"}, "us-east-1"
+    )
     assert listing == Request("s3:ListBucketVersions", BUCKET, {"s3:prefix": "audit/x"})
 
 
 def test_a_model_reached_through_an_inference_profile_is_authorized_as_the_profile_and_its_route():
-    profile, route = iam.requests_for("bedrock-runtime", "Converse", {"modelId": "us.anthropic.claude-3-haiku"},
-                                      "us-west-2")
+    profile, route = iam.requests_for(
+        "bedrock-runtime", "Converse", {"modelId": "us.anthropic.claude-3-haiku"}, "us-west-2"
+    )
     assert profile.resource == "arn:aws:bedrock:us-west-2:123456789012:inference-profile/us.anthropic.claude-3-haiku"
     assert route.resource == "arn:aws:bedrock:us-west-2::foundation-model/anthropic.claude-3-haiku"
     assert route.context == {"bedrock:InferenceProfileArn": profile.resource}
-    (direct,) = iam.requests_for("bedrock-runtime", "InvokeModel", {"modelId": "amazon.titan-embed-text-v2:0"},
-                                 "eu-west-1")
-    assert direct == Request("bedrock:InvokeModel",
-                             "arn:aws:bedrock:eu-west-1::foundation-model/amazon.titan-embed-text-v2:0")
+    (direct,) = iam.requests_for(
+        "bedrock-runtime", "InvokeModel", {"modelId": "amazon.titan-embed-text-v2:0"}, "eu-west-1"
+    )
+    assert direct == Request(
+        "bedrock:InvokeModel", "arn:aws:bedrock:eu-west-1::foundation-model/amazon.titan-embed-text-v2:0"
+    )
 
 
 # ---------------------------------------------------------------- the roles of template.yaml
@@ -166,12 +206,18 @@ def test_bedrock_grants_follow_the_deployments_parameters():
     model = "arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-3-haiku-20240307-v1:0"
     openai = template_roles()["ChatFunction"]
     assert openai.decide(Request("bedrock:InvokeModel", model)) == "ImplicitDeny"
-    bedrock = template_roles({"PRECIS_LLM_PROVIDER": "bedrock",
-                              "PRECIS_LLM_MODEL": "anthropic.claude-3-haiku-20240307-v1:0"})["ChatFunction"]
+    bedrock = template_roles(
+        {"PRECIS_LLM_PROVIDER": "bedrock", "PRECIS_LLM_MODEL": "anthropic.claude-3-haiku-20240307-v1:0"}
+    )["ChatFunction"]
     assert bedrock.decide(Request("bedrock:InvokeModel", model)) == "Allow"
     assert bedrock.decide(Request("bedrock:InvokeModel", model.replace("haiku", "opus"))) == "ImplicitDeny"
-    elsewhere = template_roles({"PRECIS_LLM_PROVIDER": "bedrock", "PRECIS_BEDROCK_REGION": "eu-west-1",
-                                "PRECIS_LLM_MODEL": "anthropic.claude-3-haiku-20240307-v1:0"})["ChatFunction"]
+    elsewhere = template_roles(
+        {
+            "PRECIS_LLM_PROVIDER": "bedrock",
+            "PRECIS_BEDROCK_REGION": "eu-west-1",
+            "PRECIS_LLM_MODEL": "anthropic.claude-3-haiku-20240307-v1:0",
+        }
+    )["ChatFunction"]
     assert elsewhere.decide(Request("bedrock:InvokeModel", model.replace("us-east-1", "eu-west-1"))) == "Allow"
     assert elsewhere.decide(Request("bedrock:InvokeModel", model)) == "ImplicitDeny"
 
@@ -250,15 +296,20 @@ def test_a_worker_runs_under_its_functions_role(tmp_path, moto_server, monkeypat
     from local.template import Function
 
     fn = Function("Fake", tmp_path, "app.handler", {}, timeout=10)
-    env.update(PYTHONPATH=os.pathsep.join([str(tmp_path), env["PYTHONPATH"]]), _HANDLER="app.handler",
-               LAMBDA_TASK_ROOT=str(tmp_path))
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(tmp_path), env["PYTHONPATH"]]),
+        _HANDLER="app.handler",
+        LAMBDA_TASK_ROOT=str(tmp_path),
+    )
     assert json.loads(env[iam.ROLE_VARIABLE]) == json.loads(function_role(template(), real).to_json())
     pool = FunctionPool(fn, env, size=1)
     try:
-        put = pool.invoke({"call": "put_item", "params": {"TableName": "precis-local",
-                                                          "Item": {"PK": {"S": "a"}, "SK": {"S": "b"}}}})
-        get = pool.invoke({"call": "get_item", "params": {"TableName": "precis-local",
-                                                          "Key": {"PK": {"S": "a"}, "SK": {"S": "b"}}}})
+        put = pool.invoke(
+            {"call": "put_item", "params": {"TableName": "precis-local", "Item": {"PK": {"S": "a"}, "SK": {"S": "b"}}}}
+        )
+        get = pool.invoke(
+            {"call": "get_item", "params": {"TableName": "precis-local", "Key": {"PK": {"S": "a"}, "SK": {"S": "b"}}}}
+        )
     finally:
         pool.close()
     assert put.payload == "AccessDeniedException"

@@ -32,10 +32,21 @@ HEALTH_EVENT = {
     "rawQueryString": "",
     "headers": {"host": "localhost", "user-agent": "pytest"},
     "requestContext": {
-        "accountId": "123456789012", "apiId": "local", "domainName": "localhost", "domainPrefix": "localhost",
-        "http": {"method": "GET", "path": "/health", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1",
-                 "userAgent": "pytest"},
-        "requestId": "test", "routeKey": "GET /health", "stage": "$default", "time": "01/Jan/2026:00:00:00 +0000",
+        "accountId": "123456789012",
+        "apiId": "local",
+        "domainName": "localhost",
+        "domainPrefix": "localhost",
+        "http": {
+            "method": "GET",
+            "path": "/health",
+            "protocol": "HTTP/1.1",
+            "sourceIp": "127.0.0.1",
+            "userAgent": "pytest",
+        },
+        "requestId": "test",
+        "routeKey": "GET /health",
+        "stage": "$default",
+        "time": "01/Jan/2026:00:00:00 +0000",
         "timeEpoch": 1767225600000,
     },
     "isBase64Encoded": False,
@@ -45,7 +56,11 @@ HEALTH_EVENT = {
 def invoke(event_file: Path, env: dict, function: str = "ContextFunction") -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "local.invoke", function, str(event_file)],
-        cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -165,8 +180,14 @@ def test_sigterm_to_the_process_group_stops_the_stack_within_seconds(tmp_path, d
         def write(session: str) -> None:
             try:
                 while True:  # until the stack goes away under us
-                    if _post(stack.port, f"/v3/workspaces/w/sessions/{session}/messages",
-                             {"messages": [{"peer_id": "a", "content": f"note {n}"} for n in range(40)]}) >= 500:
+                    if (
+                        _post(
+                            stack.port,
+                            f"/v3/workspaces/w/sessions/{session}/messages",
+                            {"messages": [{"peer_id": "a", "content": f"note {n}"} for n in range(40)]},
+                        )
+                        >= 500
+                    ):
                         return
             except OSError:
                 return
@@ -239,8 +260,14 @@ def handler(event, context):
 
 def _worker_env(fn: Function, name: str, **extra: str) -> dict[str, str]:
     """A test function's worker environment: its code on the path, its handler and name, its own variables."""
-    return {"PATH": os.environ["PATH"], "PYTHONPATH": str(fn.code_dir), "_HANDLER": fn.handler,
-            "AWS_LAMBDA_FUNCTION_NAME": name, **extra, **fn.environment}
+    return {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(fn.code_dir),
+        "_HANDLER": fn.handler,
+        "AWS_LAMBDA_FUNCTION_NAME": name,
+        **extra,
+        **fn.environment,
+    }
 
 
 @pytest.fixture(params=["zygote", "new interpreter"])
@@ -280,8 +307,13 @@ def test_a_worker_starts_with_the_functions_environment_descriptors_and_warnings
     monkeypatch.setenv("HOME", "/a/home/the/function/was/not/given")
     (tmp_path / "app.py").write_text(SEES_APP)
     fn = Function("Sees", tmp_path, "app.handler", {"MY_VAR": "v"}, timeout=10)
-    env = _worker_env(fn, "sees", PRECIS_LOCAL_NICE="3", LAMBDA_TASK_ROOT=str(tmp_path),
-                      PYTHONWARNINGS="ignore:a warning PYTHONWARNINGS ignores:UserWarning")
+    env = _worker_env(
+        fn,
+        "sees",
+        PRECIS_LOCAL_NICE="3",
+        LAMBDA_TASK_ROOT=str(tmp_path),
+        PYTHONWARNINGS="ignore:a warning PYTHONWARNINGS ignores:UserWarning",
+    )
     pool = FunctionPool(fn, env, size=1)
     try:
         result = pool.invoke({})
@@ -339,10 +371,13 @@ def test_a_handler_exception_is_a_function_error_and_the_worker_stays(fake_pool)
     assert fake_pool.invoke({}).payload["pid"] == pid
 
 
-@pytest.mark.parametrize(("event", "error_type"), [
-    ({"action": "exit"}, "Runtime.ExitError"),
-    ({"action": "sleep"}, "Sandbox.Timedout"),
-])
+@pytest.mark.parametrize(
+    ("event", "error_type"),
+    [
+        ({"action": "exit"}, "Runtime.ExitError"),
+        ({"action": "sleep"}, "Sandbox.Timedout"),
+    ],
+)
 def test_a_dead_or_timed_out_worker_is_replaced(fake_pool, event, error_type):
     pid = fake_pool.invoke({}).payload["pid"]
     failed = fake_pool.invoke(event)
@@ -354,16 +389,18 @@ def test_a_dead_or_timed_out_worker_is_replaced(fake_pool, event, error_type):
 def test_an_event_over_6_mb_of_json_is_refused_by_the_invoke_api(fake_pool):
     refused = fake_pool.invoke({"body": "x" * MAX_EVENT_BYTES})
     assert not refused.ok and refused.payload["errorType"] == REQUEST_TOO_LARGE
-    assert refused.payload["errorMessage"] == ("Request must be smaller than 6291456 bytes for the InvokeFunction "
-                                               "operation")
+    assert refused.payload["errorMessage"] == (
+        "Request must be smaller than 6291456 bytes for the InvokeFunction operation"
+    )
     assert fake_pool.invoke({"body": "x" * (MAX_EVENT_BYTES - 20)}).ok  # {"body": "..."} is 12 bytes more
 
 
 def test_a_result_over_6_mb_is_lambdas_response_size_error(fake_pool):
     failed = fake_pool.invoke({"action": "big", "queryStringParameters": {"size": "7000000"}})
     assert not failed.ok and failed.payload["errorType"] == "Function.ResponseSizeTooLarge"
-    assert failed.payload["errorMessage"] == ("Response payload size (7000031 bytes) exceeded maximum allowed payload "
-                                              "size (6291556 bytes).")
+    assert failed.payload["errorMessage"] == (
+        "Response payload size (7000031 bytes) exceeded maximum allowed payload size (6291556 bytes)."
+    )
 
 
 def test_an_unserializable_result_is_a_marshal_error(fake_pool):
@@ -373,8 +410,9 @@ def test_an_unserializable_result_is_a_marshal_error(fake_pool):
 
 def test_each_worker_takes_one_invocation_at_a_time(fake_pool):
     with ThreadPoolExecutor(2) as ex:
-        results = list(ex.map(fake_pool.invoke, [{"action": "sleep", "seconds": 0.5}, {"action": "sleep",
-                                                                                       "seconds": 0.5}]))
+        results = list(
+            ex.map(fake_pool.invoke, [{"action": "sleep", "seconds": 0.5}, {"action": "sleep", "seconds": 0.5}])
+        )
     assert all(r.ok for r in results)
     assert results[0].payload["pid"] != results[1].payload["pid"]
 
@@ -466,8 +504,13 @@ def gateway():
 
 def test_the_request_becomes_a_payload_2_event(gateway):
     port = gateway.server_address[1]
-    status, _, _ = request(port, "POST", "/v3/workspaces/w%201/peers?b=1&b=2&c=%20x",
-                           headers={"Cookie": "a=1; b=2", "X-Custom": "v", "User-Agent": "ua"}, body=b"\xff\xfe")
+    status, _, _ = request(
+        port,
+        "POST",
+        "/v3/workspaces/w%201/peers?b=1&b=2&c=%20x",
+        headers={"Cookie": "a=1; b=2", "X-Custom": "v", "User-Agent": "ua"},
+        body=b"\xff\xfe",
+    )
     assert status == 200
     (event,) = gateway.seen
     assert event["version"] == "2.0"
@@ -481,8 +524,13 @@ def test_the_request_becomes_a_payload_2_event(gateway):
     assert all(name == name.lower() for name in event["headers"])
     assert event["isBase64Encoded"] is True and base64.b64decode(event["body"]) == b"\xff\xfe"
     ctx = event["requestContext"]
-    assert ctx["http"] == {"method": "POST", "path": "/v3/workspaces/w 1/peers", "protocol": "HTTP/1.1",
-                           "sourceIp": "127.0.0.1", "userAgent": "ua"}
+    assert ctx["http"] == {
+        "method": "POST",
+        "path": "/v3/workspaces/w 1/peers",
+        "protocol": "HTTP/1.1",
+        "sourceIp": "127.0.0.1",
+        "userAgent": "ua",
+    }
     assert ctx["routeKey"] == event["routeKey"] and ctx["stage"] == "$default"
     assert ctx["requestId"] and ctx["accountId"] and ctx["apiId"] and ctx["domainName"]
     assert abs(ctx["timeEpoch"] / 1000 - time.time()) < 60
@@ -496,10 +544,16 @@ def test_a_utf8_body_stays_text(gateway):
 
 
 def test_the_result_becomes_the_response(gateway):
-    gateway.respond = lambda event: InvokeResult(True, {
-        "statusCode": 201, "headers": {"X-A": "1"}, "cookies": ["s=1"],
-        "body": base64.b64encode(b"\x00\x01").decode(), "isBase64Encoded": True,
-    })
+    gateway.respond = lambda event: InvokeResult(
+        True,
+        {
+            "statusCode": 201,
+            "headers": {"X-A": "1"},
+            "cookies": ["s=1"],
+            "body": base64.b64encode(b"\x00\x01").decode(),
+            "isBase64Encoded": True,
+        },
+    )
     status, headers, body = request(gateway.server_address[1], "GET", "/health")
     assert (status, headers["X-A"], headers["Set-Cookie"], body) == (201, "1", "s=1", b"\x00\x01")
 
@@ -522,8 +576,9 @@ def test_a_function_error_is_api_gateways_500(gateway):
 @pytest.fixture
 def pooled_gateway(fake_pool):
     """The gateway on a free port, every route answered by the test's handler in a real worker."""
-    server = Gateway(("127.0.0.1", 0), template().routes, {"IngestFunction": fake_pool.invoke,
-                                                            "ContextFunction": fake_pool.invoke})
+    server = Gateway(
+        ("127.0.0.1", 0), template().routes, {"IngestFunction": fake_pool.invoke, "ContextFunction": fake_pool.invoke}
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server.server_address[1]
     server.shutdown()
@@ -535,11 +590,14 @@ def test_a_request_whose_event_passes_6_mb_is_api_gateways_413(pooled_gateway):
     assert (status, json.loads(body)) == (413, {"message": "Request Entity Too Large"})
 
 
-@pytest.mark.parametrize("body", [
-    b"x" * 6_291_000,  # under 6 MB as a body; over it once the event's headers and context are added
-    b'"' * 3_300_000,  # 3.3 MB as a body; 6.6 MB once JSON-escaped in the event
-    bytes(range(256)) * 18_500,  # 4.7 MB of binary; base64 in the event makes it 6.3 MB
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"x" * 6_291_000,  # under 6 MB as a body; over it once the event's headers and context are added
+        b'"' * 3_300_000,  # 3.3 MB as a body; 6.6 MB once JSON-escaped in the event
+        bytes(range(256)) * 18_500,  # 4.7 MB of binary; base64 in the event makes it 6.3 MB
+    ],
+)
 def test_the_size_that_counts_is_the_events_json(pooled_gateway, body):
     status, _, answer = request(pooled_gateway, "POST", "/v3/workspaces", body=body)
     assert (status, json.loads(answer)) == (413, {"message": "Request Entity Too Large"})
@@ -703,17 +761,27 @@ def test_make_dev_prints_one_line_per_request_and_per_stream_batch(stack):
     """No EMF metric lines, no functions' INFO logs: the gateway's line per request, the poller's per batch."""
     ws = f"quiet-{time.monotonic_ns()}"
     body = json.dumps({"messages": [{"peer_id": "alice", "content": f"fact {i}"} for i in range(5)]}).encode()
-    assert request(stack.port, "POST", "/v3/workspaces", {"content-type": "application/json"},
-                   json.dumps({"id": ws}).encode())[0] in (200, 201)
-    assert request(stack.port, "POST", f"/v3/workspaces/{ws}/sessions/s/messages",
-                   {"content-type": "application/json"}, body)[0] == 201
+    assert request(
+        stack.port, "POST", "/v3/workspaces", {"content-type": "application/json"}, json.dumps({"id": ws}).encode()
+    )[0] in (200, 201)
+    assert (
+        request(
+            stack.port, "POST", f"/v3/workspaces/{ws}/sessions/s/messages", {"content-type": "application/json"}, body
+        )[0]
+        == 201
+    )
 
     def settled() -> bool:
         status, _, answer = request(stack.port, "GET", f"/v3/workspaces/{ws}/queue/status")
         done = json.loads(answer)
         log = stack.log.read_text()
-        return status == 200 and not done["pending_work_units"] and not done["in_progress_work_units"] \
-            and "stream -> precis-derive-local" in log and "stream -> precis-summarize-local" in log
+        return (
+            status == 200
+            and not done["pending_work_units"]
+            and not done["in_progress_work_units"]
+            and "stream -> precis-derive-local" in log
+            and "stream -> precis-summarize-local" in log
+        )
 
     _wait_until(settled, "the queue is empty and both consumers got a batch")
     log = stack.log.read_text()

@@ -88,8 +88,11 @@ def test_stream_settings_come_from_the_template():
 
 def test_table_definition_has_the_start_tokens_index_and_a_stream():
     definition = table_definition(template())
-    indexes = {i["IndexName"]: i for kind in ("LocalSecondaryIndexes", "GlobalSecondaryIndexes")
-               for i in definition.get(kind, [])}
+    indexes = {
+        i["IndexName"]: i
+        for kind in ("LocalSecondaryIndexes", "GlobalSecondaryIndexes")
+        for i in definition.get(kind, [])
+    }
     assert indexes["ByStartTokens"]["KeySchema"] == [
         {"AttributeName": "PK", "KeyType": "HASH"},
         {"AttributeName": "start_tokens", "KeyType": "RANGE"},
@@ -156,6 +159,7 @@ def test_the_deriver_consumes_the_stream_on_a_mapping_of_its_own_and_runs_on_a_s
         '"copy_of": {"S": [{"exists": false}]}}}}',
         '{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["scope_session"]}}}}',
         '{"eventName": ["INSERT", "MODIFY"], "dynamodb": {"NewImage": {"kind": {"S": ["dream"]}, '
-        '"requested": {"S": [{"exists": true}]}}}}']
+        '"requested": {"S": [{"exists": true}]}}}}',
+    ]
     (flush,) = deriver.schedules
     assert (flush.every_s, flush.input) == (300, {"precis": "flush"})

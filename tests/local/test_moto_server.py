@@ -31,10 +31,17 @@ def servers(moto_server):
 
 def _send(endpoint: str, target: str, body: dict | bytes) -> tuple[int, dict, object]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(endpoint + "/", data=data, method="POST", headers={
-        "X-Amz-Target": target, "Content-Type": "application/x-amz-json-1.0",
-        "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/dynamodb/aws4_request, "
-                         "SignedHeaders=host, Signature=0"})
+    request = urllib.request.Request(
+        endpoint + "/",
+        data=data,
+        method="POST",
+        headers={
+            "X-Amz-Target": target,
+            "Content-Type": "application/x-amz-json-1.0",
+            "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/dynamodb/aws4_request, "
+            "SignedHeaders=host, Signature=0",
+        },
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as answer:
             status, headers, raw = answer.status, answer.headers, answer.read()
@@ -62,14 +69,34 @@ def test_dynamodb_and_streams_calls_answer_as_motos_own_app(servers):
         ("DynamoDB_20120810.GetItem", {"TableName": TABLE, "Key": {"PK": {"S": "WS#direct"}, "SK": {"S": "none"}}}),
         ("DynamoDB_20120810.GetItem", {"TableName": "no-such-table", "Key": key}),
         ("DynamoDB_20120810.GetItem", {"TableName": TABLE}),
-        ("DynamoDB_20120810.Query", {"TableName": TABLE, "KeyConditionExpression": "PK = :p",
-                                     "ExpressionAttributeValues": {":p": {"S": "WS#direct"}}}),
+        (
+            "DynamoDB_20120810.Query",
+            {
+                "TableName": TABLE,
+                "KeyConditionExpression": "PK = :p",
+                "ExpressionAttributeValues": {":p": {"S": "WS#direct"}},
+            },
+        ),
         ("DynamoDB_20120810.Query", {"TableName": TABLE, "KeyConditionExpression": "PK = "}),
-        ("DynamoDB_20120810.PutItem", {"TableName": TABLE, "Item": {**key, "name": {"S": "Eve"}},
-                                       "ConditionExpression": "attribute_not_exists(PK)"}),
-        ("DynamoDB_20120810.UpdateItem", {"TableName": TABLE, "Key": key, "UpdateExpression": "SET n = :n",
-                                          "ConditionExpression": "n = :other", "ReturnValues": "ALL_NEW",
-                                          "ExpressionAttributeValues": {":n": {"N": "4"}, ":other": {"N": "9"}}}),
+        (
+            "DynamoDB_20120810.PutItem",
+            {
+                "TableName": TABLE,
+                "Item": {**key, "name": {"S": "Eve"}},
+                "ConditionExpression": "attribute_not_exists(PK)",
+            },
+        ),
+        (
+            "DynamoDB_20120810.UpdateItem",
+            {
+                "TableName": TABLE,
+                "Key": key,
+                "UpdateExpression": "SET n = :n",
+                "ConditionExpression": "n = :other",
+                "ReturnValues": "ALL_NEW",
+                "ExpressionAttributeValues": {":n": {"N": "4"}, ":other": {"N": "9"}},
+            },
+        ),
         ("DynamoDB_20120810.DescribeTable", {"TableName": TABLE}),
         ("DynamoDB_20120810.NoSuchAction", {}),
         ("DynamoDB_20120810.GetItem", b"{not json"),
@@ -84,12 +111,16 @@ def test_dynamodb_and_streams_calls_answer_as_motos_own_app(servers):
         assert answers[0] == answers[1], target
         if target.endswith("DescribeStream") and answers[0][0] == 200:
             shard = answers[0][2]["StreamDescription"]["Shards"][0]["ShardId"]
-    iterator = _send(direct, "DynamoDBStreams_20120810.GetShardIterator",
-                     {"StreamArn": arn, "ShardId": shard, "ShardIteratorType": "TRIM_HORIZON"})[2]
+    iterator = _send(
+        direct,
+        "DynamoDBStreams_20120810.GetShardIterator",
+        {"StreamArn": arn, "ShardId": shard, "ShardIteratorType": "TRIM_HORIZON"},
+    )[2]
     records = [_send(endpoint, "DynamoDBStreams_20120810.GetRecords", iterator) for endpoint in (direct, plain)]
     # each answer's next iterator is a token of its own (and so is the checksum over it)
     assert [(status, headers["content-type"], body["Records"]) for status, headers, body in records] == [
-        (200, "application/x-amz-json-1.0", records[1][2]["Records"])] * 2 and records[0][2]["Records"]
+        (200, "application/x-amz-json-1.0", records[1][2]["Records"])
+    ] * 2 and records[0][2]["Records"]
 
 
 def test_other_services_still_reach_motos_app(moto_server):
@@ -105,14 +136,23 @@ def test_a_connection_carries_request_after_request_and_a_chunked_one_ends_it(mo
 
     address = urllib.parse.urlsplit(moto_server[0])
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
-    headers = {"X-Amz-Target": "DynamoDB_20120810.ListTables", "Content-Type": "application/x-amz-json-1.0",
-               "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/dynamodb/aws4_request, "
-                                "SignedHeaders=host, Signature=0"}
+    headers = {
+        "X-Amz-Target": "DynamoDB_20120810.ListTables",
+        "Content-Type": "application/x-amz-json-1.0",
+        "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/dynamodb/aws4_request, "
+        "SignedHeaders=host, Signature=0",
+    }
     sockets = []
     # Plain AWS calls, and calls the server reads werkzeug's way (a query string, a header name with an underscore,
     # an Expect), in turns on one connection.
-    for path, extra in [("/", {}), ("/?a=1", {}), ("/", {"X_Odd": "1"}), ("/", {}), ("/", {"Expect": "100-continue"}),
-                        ("/", {})]:
+    for path, extra in [
+        ("/", {}),
+        ("/?a=1", {}),
+        ("/", {"X_Odd": "1"}),
+        ("/", {}),
+        ("/", {"Expect": "100-continue"}),
+        ("/", {}),
+    ]:
         connection.request("POST", path, body=b"{}", headers={**headers, **extra})
         answer = connection.getresponse()
         assert answer.status == 200 and TABLE in json.loads(answer.read())["TableNames"]

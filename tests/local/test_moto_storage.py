@@ -60,8 +60,7 @@ _write = st.one_of(
     st.tuples(st.just("delete"), _key),
     st.tuples(st.just("update"), _key, st.sampled_from(sorted(_optional)), st.booleans()),
     st.tuples(st.just("batch"), st.lists(_item(), min_size=1, max_size=5, unique_by=_item_key)),
-    st.tuples(st.just("transact"), st.lists(_item(), min_size=1, max_size=4, unique_by=_item_key),
-              st.booleans()),
+    st.tuples(st.just("transact"), st.lists(_item(), min_size=1, max_size=4, unique_by=_item_key), st.booleans()),
 )
 
 
@@ -74,12 +73,18 @@ def _apply(dynamodb, write, data) -> None:
     elif kind == "update":
         _, key, name, remove = write
         if remove:
-            dynamodb.update_item(TableName=TABLE, Key=_key_of(key), UpdateExpression="REMOVE #a",
-                                 ExpressionAttributeNames={"#a": name})
+            dynamodb.update_item(
+                TableName=TABLE, Key=_key_of(key), UpdateExpression="REMOVE #a", ExpressionAttributeNames={"#a": name}
+            )
         else:
             value = data.draw(_optional[name])
-            dynamodb.update_item(TableName=TABLE, Key=_key_of(key), UpdateExpression="SET #a = :v",
-                                 ExpressionAttributeNames={"#a": name}, ExpressionAttributeValues={":v": value})
+            dynamodb.update_item(
+                TableName=TABLE,
+                Key=_key_of(key),
+                UpdateExpression="SET #a = :v",
+                ExpressionAttributeNames={"#a": name},
+                ExpressionAttributeValues={":v": value},
+            )
     elif kind == "batch":
         dynamodb.batch_write_item(RequestItems={TABLE: [{"PutRequest": {"Item": i}} for i in write[1]]})
     else:
@@ -117,16 +122,21 @@ def _query(draw):
         "ByStartTokens": ("PK", "start_tokens", PARTITIONS, _N),
         "ByFrequency": ("PK", "times_derived", PARTITIONS, st.integers(0, 5).map(lambda n: {"N": str(n)})),
         "ByConclusion": ("cws", "cid", ("a", "b"), st.sampled_from(["c1", "c2", "c3", "c4"]).map(lambda v: {"S": v})),
-        "ByDue": ("due_ws", "due_at", ("a", "b"), st.sampled_from(["2026-01-01", "2026-06-01", "~"]).map(
-            lambda v: {"S": v})),
+        "ByDue": (
+            "due_ws",
+            "due_at",
+            ("a", "b"),
+            st.sampled_from(["2026-01-01", "2026-06-01", "~"]).map(lambda v: {"S": v}),
+        ),
         "ByListKey": ("list_key", "PK", ("workspaces",), st.sampled_from(PARTITIONS).map(lambda v: {"S": v})),
     }[index]
     values = {":h": {"S": draw(st.sampled_from(hash_values))}}
     condition = "#h = :h"
     op = draw(st.sampled_from([None, "=", "<", "<=", ">", ">=", "between", "begins_with"]))
     if op == "between":
-        low, high = sorted([draw(range_values), draw(range_values)],
-                           key=lambda v: float(v["N"]) if "N" in v else v["S"])
+        low, high = sorted(
+            [draw(range_values), draw(range_values)], key=lambda v: float(v["N"]) if "N" in v else v["S"]
+        )
         values[":a"], values[":b"] = low, high
         condition += " AND #r BETWEEN :a AND :b"
     elif op == "begins_with":
@@ -140,8 +150,13 @@ def _query(draw):
     names = {"#h": hash_attr}
     if ":a" in values:
         names["#r"] = range_attr
-    query = {"TableName": TABLE, "KeyConditionExpression": condition, "ExpressionAttributeNames": names,
-             "ExpressionAttributeValues": values, "ScanIndexForward": draw(st.booleans())}
+    query = {
+        "TableName": TABLE,
+        "KeyConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+        "ScanIndexForward": draw(st.booleans()),
+    }
     if index:
         query["IndexName"] = index
     if draw(st.booleans()):
@@ -187,8 +202,9 @@ def _empty(dynamodb) -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(writes=st.lists(_write, min_size=1, max_size=25), queries=st.lists(_query(), min_size=1, max_size=8),
-       data=st.data())
+@given(
+    writes=st.lists(_write, min_size=1, max_size=25), queries=st.lists(_query(), min_size=1, max_size=8), data=st.data()
+)
 def test_every_query_answers_as_moto_walking_the_whole_table(dynamodb, writes, queries, data):
     _empty(dynamodb)
     for i, write in enumerate(writes):
@@ -206,53 +222,96 @@ def test_every_query_answers_as_moto_walking_the_whole_table(dynamodb, writes, q
 
 def test_a_cancelled_transaction_restores_updated_and_deleted_items_and_their_stream(dynamodb):
     _empty(dynamodb)
-    base = {"PK": {"S": "WS#a#S#s1"}, "SK": {"S": "MSG#000000000001"}, "start_tokens": {"N": "5"},
-            "content": {"S": "kept"}}
+    base = {
+        "PK": {"S": "WS#a#S#s1"},
+        "SK": {"S": "MSG#000000000001"},
+        "start_tokens": {"N": "5"},
+        "content": {"S": "kept"},
+    }
     doomed = {"PK": {"S": "WS#a#S#s1"}, "SK": {"S": "MSG#000000000002"}, "content": {"S": "kept too"}}
     dynamodb.put_item(TableName=TABLE, Item=base)
     dynamodb.put_item(TableName=TABLE, Item=doomed)
     before = _everything(dynamodb)
     with moto_reference():
-        index_before = _all_pages(dynamodb, {"TableName": TABLE, "IndexName": "ByStartTokens",
-                                             "KeyConditionExpression": "PK = :p",
-                                             "ExpressionAttributeValues": {":p": base["PK"]}})
+        index_before = _all_pages(
+            dynamodb,
+            {
+                "TableName": TABLE,
+                "IndexName": "ByStartTokens",
+                "KeyConditionExpression": "PK = :p",
+                "ExpressionAttributeValues": {":p": base["PK"]},
+            },
+        )
     with pytest.raises(ClientError, match="TransactionCanceled"):
-        dynamodb.transact_write_items(TransactItems=[
-            {"Update": {"TableName": TABLE, "Key": {"PK": base["PK"], "SK": base["SK"]},
+        dynamodb.transact_write_items(
+            TransactItems=[
+                {
+                    "Update": {
+                        "TableName": TABLE,
+                        "Key": {"PK": base["PK"], "SK": base["SK"]},
                         "UpdateExpression": "SET content = :c REMOVE start_tokens",
-                        "ExpressionAttributeValues": {":c": {"S": "changed"}}}},
-            {"Delete": {"TableName": TABLE, "Key": {"PK": doomed["PK"], "SK": doomed["SK"]}}},
-            {"Put": {"TableName": TABLE, "Item": {"PK": {"S": "WS#new"}, "SK": {"S": "WS"}}}},
-            {"ConditionCheck": {"TableName": TABLE, "Key": {"PK": {"S": "WS#b"}, "SK": {"S": "WS"}},
-                                "ConditionExpression": "attribute_exists(PK)"}},
-        ])
+                        "ExpressionAttributeValues": {":c": {"S": "changed"}},
+                    }
+                },
+                {"Delete": {"TableName": TABLE, "Key": {"PK": doomed["PK"], "SK": doomed["SK"]}}},
+                {"Put": {"TableName": TABLE, "Item": {"PK": {"S": "WS#new"}, "SK": {"S": "WS"}}}},
+                {
+                    "ConditionCheck": {
+                        "TableName": TABLE,
+                        "Key": {"PK": {"S": "WS#b"}, "SK": {"S": "WS"}},
+                        "ConditionExpression": "attribute_exists(PK)",
+                    }
+                },
+            ]
+        )
     assert _everything(dynamodb) == before
-    assert _all_pages(dynamodb, {"TableName": TABLE, "IndexName": "ByStartTokens",
-                                 "KeyConditionExpression": "PK = :p",
-                                 "ExpressionAttributeValues": {":p": base["PK"]}}) == index_before
+    assert (
+        _all_pages(
+            dynamodb,
+            {
+                "TableName": TABLE,
+                "IndexName": "ByStartTokens",
+                "KeyConditionExpression": "PK = :p",
+                "ExpressionAttributeValues": {":p": base["PK"]},
+            },
+        )
+        == index_before
+    )
 
 
 _VALUE = st.recursive(
-    st.one_of(st.integers(-5, 5).map(lambda n: {"N": str(n)}), st.text("ab", max_size=3).map(lambda v: {"S": v}),
-              st.binary(max_size=3).map(lambda v: {"B": v}), st.booleans().map(lambda v: {"BOOL": v}),
-              st.just({"NULL": True})),
-    lambda inner: st.one_of(st.lists(inner, max_size=4).map(lambda v: {"L": v}),
-                            st.dictionaries(st.sampled_from(["x", "y", "B"]), inner, max_size=3).map(
-                                lambda v: {"M": v})),
-    max_leaves=8)
+    st.one_of(
+        st.integers(-5, 5).map(lambda n: {"N": str(n)}),
+        st.text("ab", max_size=3).map(lambda v: {"S": v}),
+        st.binary(max_size=3).map(lambda v: {"B": v}),
+        st.booleans().map(lambda v: {"BOOL": v}),
+        st.just({"NULL": True}),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4).map(lambda v: {"L": v}),
+        st.dictionaries(st.sampled_from(["x", "y", "B"]), inner, max_size=3).map(lambda v: {"M": v}),
+    ),
+    max_leaves=8,
+)
 
 
 # Long enough to be kept packed, and written into stream records as their JSON text (local/moto_storage.py).
 # Numbers of an attribute no vector index reads are not checked by moto: strings JSON escapes are kept packed too.
-_VECTOR = st.lists(st.sampled_from(["0", "-1.5", "0.25", "3e-05", "12", " 7", "é", 'x"y', "a\\b", "\x7f", "\n"]),
-                   min_size=16, max_size=20).map(lambda ns: {"L": [{"N": n} for n in ns]})
+_VECTOR = st.lists(
+    st.sampled_from(["0", "-1.5", "0.25", "3e-05", "12", " 7", "é", 'x"y', "a\\b", "\x7f", "\n"]),
+    min_size=16,
+    max_size=20,
+).map(lambda ns: {"L": [{"N": n} for n in ns]})
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(writes=st.lists(_write, min_size=1, max_size=12),
-       nested=st.lists(st.tuples(_key, st.dictionaries(st.sampled_from(["vector", "meta"]), _VALUE | _VECTOR,
-                                                       min_size=1)), max_size=4),
-       data=st.data())
+@given(
+    writes=st.lists(_write, min_size=1, max_size=12),
+    nested=st.lists(
+        st.tuples(_key, st.dictionaries(st.sampled_from(["vector", "meta"]), _VALUE | _VECTOR, min_size=1)), max_size=4
+    ),
+    data=st.data(),
+)
 def test_stream_records_answer_as_moto_writes_them(dynamodb, writes, nested, data):
     """GetRecords' JSON fast path: the same records as moto's serializer gives, binary values (top level and nested),
     lists of numbers (vectors kept as JSON text among them: their SizeBytes too) and maps included."""
@@ -276,9 +335,10 @@ def test_stream_records_answer_as_moto_writes_them(dynamodb, writes, nested, dat
     from moto.dynamodb.models.utilities import dynamo_json_dump
 
     stored = _stored_records()
-    records = stored[len(stored) - len(fast["Records"]):]
+    records = stored[len(stored) - len(fast["Records"]) :]
     assert [r["dynamodb"]["SizeBytes"] for r in records] == [
-        len(dynamo_json_dump({**r["dynamodb"], "SizeBytes": 1})) for r in records]
+        len(dynamo_json_dump({**r["dynamodb"], "SizeBytes": 1})) for r in records
+    ]
 
 
 def _streams(dynamodb):
@@ -294,11 +354,18 @@ _COUNTER_NAMES = ("x1", "x2f", "ndocs", "count", "PK", "content", "start_tokens"
 def _bump(draw):
     """An UpdateItem that may or may not be a plain counter bump: ADDs of integers (or not), a condition, a name."""
     names = draw(st.lists(st.sampled_from(_COUNTER_NAMES), min_size=1, max_size=4))
-    values = {f":v{i}": draw(st.one_of(st.integers(-3, 10**20).map(lambda n: {"N": str(n)}),
-                                       st.just({"N": "1.5"}), st.just({"S": "one"})))
-              for i in range(len(names))}
-    request = {"UpdateExpression": "ADD " + ", ".join(f"{n} :v{i}" for i, n in enumerate(names)),
-               "ExpressionAttributeValues": values}
+    values = {
+        f":v{i}": draw(
+            st.one_of(
+                st.integers(-3, 10**20).map(lambda n: {"N": str(n)}), st.just({"N": "1.5"}), st.just({"S": "one"})
+            )
+        )
+        for i in range(len(names))
+    }
+    request = {
+        "UpdateExpression": "ADD " + ", ".join(f"{n} :v{i}" for i, n in enumerate(names)),
+        "ExpressionAttributeValues": values,
+    }
     if draw(st.booleans()):
         request["ConditionExpression"] = "attribute_not_exists(never_set)"
     returned = draw(st.sampled_from([None, "NONE", "ALL_NEW", "UPDATED_OLD"]))  # absent or NONE: as the term stats ask
@@ -327,8 +394,10 @@ def _outcome(dynamodb, bumps) -> list:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(bumps=st.lists(_bump(), min_size=1, max_size=8), seed=st.sampled_from([None, {"x1": {"S": "text"}},
-                                                                              {"x1": {"N": "2.5"}}]))
+@given(
+    bumps=st.lists(_bump(), min_size=1, max_size=8),
+    seed=st.sampled_from([None, {"x1": {"S": "text"}}, {"x1": {"N": "2.5"}}]),
+)
 def test_counter_bumps_answer_as_moto_applies_them(dynamodb, bumps, seed):
     """ADDs of integers to plain attributes skip moto's expression machinery (the term statistics' hundred-counter
     updates): answers, items and stream records are moto's, and everything else still goes moto's way."""
@@ -351,8 +420,12 @@ def test_a_counter_bump_past_400_kb_is_refused_and_changes_nothing(dynamodb):
     dynamodb.put_item(TableName=TABLE, Item={**key, "content": {"S": "a" * 404_500}})
     before = _everything(dynamodb)
     with pytest.raises(ClientError, match="Item size to update has exceeded the maximum allowed size"):
-        dynamodb.update_item(TableName=TABLE, Key=key, UpdateExpression="ADD " + ", ".join(
-            f"x{i} :one" for i in range(200)), ExpressionAttributeValues={":one": {"N": "1"}})
+        dynamodb.update_item(
+            TableName=TABLE,
+            Key=key,
+            UpdateExpression="ADD " + ", ".join(f"x{i} :one" for i in range(200)),
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
     assert _everything(dynamodb) == before
 
 
@@ -379,26 +452,87 @@ def _vector_life(dynamodb) -> list:
             answers.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
 
     call("put_item", TableName=TABLE, Item={**key, "vec": _vector(1), "content": {"S": "a"}})
-    call("batch_write_item", RequestItems={TABLE: [{"PutRequest": {"Item": {
-        "PK": {"S": PARTITIONS[0]}, "SK": {"S": f"MSG#00000000000{n}"}, "vec": _vector(n)}}} for n in (2, 3)]})
+    call(
+        "batch_write_item",
+        RequestItems={
+            TABLE: [
+                {
+                    "PutRequest": {
+                        "Item": {"PK": {"S": PARTITIONS[0]}, "SK": {"S": f"MSG#00000000000{n}"}, "vec": _vector(n)}
+                    }
+                }
+                for n in (2, 3)
+            ]
+        },
+    )
     call("get_item", TableName=TABLE, Key=key)
-    call("query", TableName=TABLE, KeyConditionExpression="PK = :p", ProjectionExpression="SK, vec[2], content",
-         ExpressionAttributeValues={":p": key["PK"]})
-    call("transact_write_items", TransactItems=[
-        {"Update": {"TableName": TABLE, "Key": key, "UpdateExpression": "SET content = :c",
-                    "ExpressionAttributeValues": {":c": {"S": "b"}}}},
-        {"ConditionCheck": {"TableName": TABLE, "Key": {"PK": {"S": "WS#b"}, "SK": {"S": "WS"}},
-                            "ConditionExpression": "attribute_exists(PK)"}}])
-    call("update_item", TableName=TABLE, Key=key, UpdateExpression="SET content = :c", ReturnValues="ALL_OLD",
-         ExpressionAttributeValues={":c": {"S": "c"}})
-    call("update_item", TableName=TABLE, Key=key, UpdateExpression="SET content = :c",
-         ConditionExpression="vec = :v", ExpressionAttributeValues={":c": {"S": "d"}, ":v": _vector(1)})
-    call("update_item", TableName=TABLE, Key=key, UpdateExpression="SET content = :c",
-         ConditionExpression="vec = :v", ExpressionAttributeValues={":c": {"S": "e"}, ":v": _vector(9)})
-    call("update_item", TableName=TABLE, Key=key, UpdateExpression="SET vec[1] = :n", ReturnValues="UPDATED_NEW",
-         ExpressionAttributeValues={":n": {"N": "42"}})
-    call("update_item", TableName=TABLE, Key={**key, "SK": {"S": "MSG#000000000002"}}, ReturnValues="ALL_NEW",
-         UpdateExpression="SET big = :b", ExpressionAttributeValues={":b": {"S": "x" * 404_200}})
+    call(
+        "query",
+        TableName=TABLE,
+        KeyConditionExpression="PK = :p",
+        ProjectionExpression="SK, vec[2], content",
+        ExpressionAttributeValues={":p": key["PK"]},
+    )
+    call(
+        "transact_write_items",
+        TransactItems=[
+            {
+                "Update": {
+                    "TableName": TABLE,
+                    "Key": key,
+                    "UpdateExpression": "SET content = :c",
+                    "ExpressionAttributeValues": {":c": {"S": "b"}},
+                }
+            },
+            {
+                "ConditionCheck": {
+                    "TableName": TABLE,
+                    "Key": {"PK": {"S": "WS#b"}, "SK": {"S": "WS"}},
+                    "ConditionExpression": "attribute_exists(PK)",
+                }
+            },
+        ],
+    )
+    call(
+        "update_item",
+        TableName=TABLE,
+        Key=key,
+        UpdateExpression="SET content = :c",
+        ReturnValues="ALL_OLD",
+        ExpressionAttributeValues={":c": {"S": "c"}},
+    )
+    call(
+        "update_item",
+        TableName=TABLE,
+        Key=key,
+        UpdateExpression="SET content = :c",
+        ConditionExpression="vec = :v",
+        ExpressionAttributeValues={":c": {"S": "d"}, ":v": _vector(1)},
+    )
+    call(
+        "update_item",
+        TableName=TABLE,
+        Key=key,
+        UpdateExpression="SET content = :c",
+        ConditionExpression="vec = :v",
+        ExpressionAttributeValues={":c": {"S": "e"}, ":v": _vector(9)},
+    )
+    call(
+        "update_item",
+        TableName=TABLE,
+        Key=key,
+        UpdateExpression="SET vec[1] = :n",
+        ReturnValues="UPDATED_NEW",
+        ExpressionAttributeValues={":n": {"N": "42"}},
+    )
+    call(
+        "update_item",
+        TableName=TABLE,
+        Key={**key, "SK": {"S": "MSG#000000000002"}},
+        ReturnValues="ALL_NEW",
+        UpdateExpression="SET big = :b",
+        ExpressionAttributeValues={":b": {"S": "x" * 404_200}},
+    )
     call("delete_item", TableName=TABLE, Key={**key, "SK": {"S": "MSG#000000000003"}}, ReturnValues="ALL_OLD")
     records = streams.get_records(ShardIterator=start, Limit=1000)["Records"]
     images = [(r["eventName"], r["dynamodb"].get("OldImage"), r["dynamodb"].get("NewImage")) for r in records]
@@ -428,9 +562,10 @@ def test_vectors_packed_in_moto_answer_as_moto_lists_of_numbers(dynamodb):
     # Its records' sizes are moto's: the length of the record's JSON with the size itself at 1, vectors written out.
     from moto.dynamodb.models.utilities import dynamo_json_dump
 
-    records = _stored_records()[-len(outcomes[1][2]):]
+    records = _stored_records()[-len(outcomes[1][2]) :]
     assert [r["dynamodb"]["SizeBytes"] for r in records] == [
-        len(dynamo_json_dump({**r["dynamodb"], "SizeBytes": 1})) for r in records]
+        len(dynamo_json_dump({**r["dynamodb"], "SizeBytes": 1})) for r in records
+    ]
     assert any(len(r["dynamodb"].get("NewImage", {}).get("vec", {}).get("L", [])) == 256 for r in records)
     answers = outcomes[1][0]
     # vec = :v compares every number
@@ -453,11 +588,15 @@ _CONDITIONS = (  # the same few expressions again and again, with other names an
 @st.composite
 def _conditional_write(draw):
     expression, names, kinds = draw(st.sampled_from(_CONDITIONS))
-    values = {name: {"N": str(draw(st.integers(0, 400)))} if kind == "N"
-              else {"S": draw(st.sampled_from(["", "a", "b"]))}
-              for name, kind in kinds.items()}
-    request = {"ConditionExpression": expression, **({"ExpressionAttributeNames": names} if names else {}),
-               **({"ExpressionAttributeValues": values} if values else {})}
+    values = {
+        name: {"N": str(draw(st.integers(0, 400)))} if kind == "N" else {"S": draw(st.sampled_from(["", "a", "b"]))}
+        for name, kind in kinds.items()
+    }
+    request = {
+        "ConditionExpression": expression,
+        **({"ExpressionAttributeNames": names} if names else {}),
+        **({"ExpressionAttributeValues": values} if values else {}),
+    }
     return draw(st.sampled_from(["put", "delete", "transact"])), draw(_item()), request
 
 
@@ -476,8 +615,9 @@ def test_conditions_answer_as_moto_parses_each_of_them(dynamodb, writes):
                     elif kind == "delete":
                         dynamodb.delete_item(TableName=TABLE, Key={"PK": item["PK"], "SK": item["SK"]}, **request)
                     else:
-                        dynamodb.transact_write_items(TransactItems=[{"Put": {"TableName": TABLE, "Item": item,
-                                                                              **request}}])
+                        dynamodb.transact_write_items(
+                            TransactItems=[{"Put": {"TableName": TABLE, "Item": item, **request}}]
+                        )
                     answers.append("ok")
                 except ClientError as exc:
                     answers.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
@@ -497,16 +637,25 @@ def test_a_condition_parsed_before_is_evaluated_with_this_requests_names_and_val
 
     def holds(name: str, value: dict) -> bool:
         try:
-            dynamodb.put_item(TableName=TABLE, Item={**key, "start_tokens": {"N": "5"}, "content": {"S": "4"}},
-                              ConditionExpression="#n = :v", ExpressionAttributeNames={"#n": name},
-                              ExpressionAttributeValues={":v": value})
+            dynamodb.put_item(
+                TableName=TABLE,
+                Item={**key, "start_tokens": {"N": "5"}, "content": {"S": "4"}},
+                ConditionExpression="#n = :v",
+                ExpressionAttributeNames={"#n": name},
+                ExpressionAttributeValues={":v": value},
+            )
             return True
         except ClientError as exc:
             assert exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
             return False
 
-    assert [holds("start_tokens", {"N": "4"}), holds("start_tokens", {"N": "5"}), holds("content", {"N": "5"}),
-            holds("content", {"S": "4"}), holds("start_tokens", {"N": "4"})] == [False, True, False, True, False]
+    assert [
+        holds("start_tokens", {"N": "4"}),
+        holds("start_tokens", {"N": "5"}),
+        holds("content", {"N": "5"}),
+        holds("content", {"S": "4"}),
+        holds("start_tokens", {"N": "4"}),
+    ] == [False, True, False, True, False]
 
 
 # ---------------------------------------------------------------- update expressions, parsed and checked once each
@@ -540,15 +689,22 @@ _VALUES = {
     "M": st.just({"M": {"k": {"S": "v"}}}),
     "SS": st.sets(st.sampled_from(["p", "q", "r"]), min_size=1).map(lambda v: {"SS": sorted(v)}),
 }
-_SEEDS = (None, {"n": {"S": "text"}}, {"n": {"N": "4"}, "s": {"SS": ["p"]}, "m": {"M": {}}, "l": {"L": []}},
-          {"a": {"N": "1"}, "b": {"S": "x"}, "c": {"S": "y"}})
+_SEEDS = (
+    None,
+    {"n": {"S": "text"}},
+    {"n": {"N": "4"}, "s": {"SS": ["p"]}, "m": {"M": {}}, "l": {"L": []}},
+    {"a": {"N": "1"}, "b": {"S": "x"}, "c": {"S": "y"}},
+)
 
 
 @st.composite
 def _update(draw):
     expression, names, kinds = draw(st.sampled_from(_UPDATES))
-    request = {"UpdateExpression": expression, **({"ExpressionAttributeNames": names} if names else {}),
-               **({"ExpressionAttributeValues": {n: draw(_VALUES[k]) for n, k in kinds.items()}} if kinds else {})}
+    request = {
+        "UpdateExpression": expression,
+        **({"ExpressionAttributeNames": names} if names else {}),
+        **({"ExpressionAttributeValues": {n: draw(_VALUES[k]) for n, k in kinds.items()}} if kinds else {}),
+    }
     if draw(st.booleans()):
         request["ConditionExpression"] = "attribute_not_exists(never_set)"
     return draw(st.sampled_from(["update", "transact"])), draw(st.sampled_from(SKS[:3])), request
@@ -567,12 +723,14 @@ def _updates_outcome(dynamodb, updates, seed) -> list:
         returned = ("ALL_NEW", None, "NONE", "UPDATED_OLD", "ALL_OLD", "UPDATED_NEW")[i % 6]
         try:
             if kind == "update":
-                answer = dynamodb.update_item(TableName=TABLE, Key=key, **request,
-                                              **({"ReturnValues": returned} if returned else {}))
+                answer = dynamodb.update_item(
+                    TableName=TABLE, Key=key, **request, **({"ReturnValues": returned} if returned else {})
+                )
                 answer.pop("ResponseMetadata")
             else:
-                answer = dynamodb.transact_write_items(TransactItems=[{"Update": {"TableName": TABLE, "Key": key,
-                                                                                  **request}}])
+                answer = dynamodb.transact_write_items(
+                    TransactItems=[{"Update": {"TableName": TABLE, "Key": key, **request}}]
+                )
                 answer.pop("ResponseMetadata")
             answers.append(answer)
         except ClientError as exc:
@@ -590,29 +748,52 @@ def test_an_updates_stream_record_is_motos_whatever_images_the_stream_carries(dy
     outcomes = []
     for reference in (True, False):
         table = f"images-{view}-{reference}"
-        dynamodb.create_table(TableName=table, BillingMode="PAY_PER_REQUEST",
-                              KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}],
-                              AttributeDefinitions=[{"AttributeName": "PK", "AttributeType": "S"}],
-                              StreamSpecification={"StreamEnabled": True, "StreamViewType": view})
+        dynamodb.create_table(
+            TableName=table,
+            BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "PK", "AttributeType": "S"}],
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": view},
+        )
         arn = dynamodb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
         shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
         with moto_reference() if reference else _nothing():
             key = {"PK": {"S": "a"}}
             dynamodb.put_item(TableName=table, Item={**key, "job": {"M": {"c": {"L": [{"S": "x"}, {"N": "1"}]}}}})
-            dynamodb.update_item(TableName=table, Key=key, UpdateExpression="SET job.c[0] = :y, t = :t",
-                                 ExpressionAttributeValues={":y": {"S": "y"}, ":t": {"S": "t"}})
-            dynamodb.update_item(TableName=table, Key=key, UpdateExpression="ADD n :one",
-                                 ExpressionAttributeValues={":one": {"N": "1"}})
-            dynamodb.update_item(TableName=table, Key={"PK": {"S": "b"}}, UpdateExpression="SET t = :t",
-                                 ExpressionAttributeValues={":t": {"S": "t"}})
-            dynamodb.update_item(TableName=table, Key={"PK": {"S": "c"}}, UpdateExpression="ADD n :one",
-                                 ExpressionAttributeValues={":one": {"N": "1"}})
-            iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard,
-                                                  ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+            dynamodb.update_item(
+                TableName=table,
+                Key=key,
+                UpdateExpression="SET job.c[0] = :y, t = :t",
+                ExpressionAttributeValues={":y": {"S": "y"}, ":t": {"S": "t"}},
+            )
+            dynamodb.update_item(
+                TableName=table, Key=key, UpdateExpression="ADD n :one", ExpressionAttributeValues={":one": {"N": "1"}}
+            )
+            dynamodb.update_item(
+                TableName=table,
+                Key={"PK": {"S": "b"}},
+                UpdateExpression="SET t = :t",
+                ExpressionAttributeValues={":t": {"S": "t"}},
+            )
+            dynamodb.update_item(
+                TableName=table,
+                Key={"PK": {"S": "c"}},
+                UpdateExpression="ADD n :one",
+                ExpressionAttributeValues={":one": {"N": "1"}},
+            )
+            iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")[
+                "ShardIterator"
+            ]
             records = streams.get_records(ShardIterator=iterator)["Records"]
-        outcomes.append([(r["eventName"], {k: v for k, v in r["dynamodb"].items()
-                                           if k in ("Keys", "NewImage", "OldImage", "StreamViewType")})
-                         for r in records])
+        outcomes.append(
+            [
+                (
+                    r["eventName"],
+                    {k: v for k, v in r["dynamodb"].items() if k in ("Keys", "NewImage", "OldImage", "StreamViewType")},
+                )
+                for r in records
+            ]
+        )
         dynamodb.delete_table(TableName=table)
     assert len(outcomes[0]) == 7 and outcomes[1] == outcomes[0]  # an update of no item: its put, then the update
 
@@ -638,21 +819,31 @@ def test_an_expression_that_passed_under_some_names_is_checked_again_under_other
 
     def code(names: dict) -> str:
         try:
-            dynamodb.update_item(TableName=TABLE, Key=key, UpdateExpression="SET #x = :v, #y = :w",
-                                 ExpressionAttributeNames=names,
-                                 ExpressionAttributeValues={":v": {"S": "1"}, ":w": {"S": "2"}})
+            dynamodb.update_item(
+                TableName=TABLE,
+                Key=key,
+                UpdateExpression="SET #x = :v, #y = :w",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues={":v": {"S": "1"}, ":w": {"S": "2"}},
+            )
             return "ok"
         except ClientError as exc:
             return exc.response["Error"]["Code"]
 
     overlapping, on_a_key, fine = {"#x": "a", "#y": "a"}, {"#x": "a", "#y": "SK"}, {"#x": "a", "#y": "b"}
     assert [code(n) for n in (fine, overlapping, on_a_key, fine, overlapping, fine)] == [
-        "ok", "ValidationException", "ValidationException", "ok", "ValidationException", "ok"]
+        "ok",
+        "ValidationException",
+        "ValidationException",
+        "ok",
+        "ValidationException",
+        "ok",
+    ]
     assert dynamodb.get_item(TableName=TABLE, Key=key)["Item"] == {**key, "a": {"S": "1"}, "b": {"S": "2"}}
 
 
 _scalar = st.one_of(
-    st.integers(-10**6, 10**6).map(lambda n: {"N": str(n)}),
+    st.integers(-(10**6), 10**6).map(lambda n: {"N": str(n)}),
     st.text(max_size=8).map(lambda v: {"S": v}),
     st.binary(max_size=6).map(lambda v: {"B": v}),
     st.booleans().map(lambda v: {"BOOL": v}),
@@ -661,9 +852,14 @@ _scalar = st.one_of(
     st.sets(st.integers(-99, 99), min_size=1, max_size=3).map(lambda v: {"NS": [str(n) for n in sorted(v)]}),
     st.sets(st.binary(min_size=1, max_size=3), min_size=1, max_size=3).map(lambda v: {"BS": sorted(v)}),
 )
-_attribute_value = st.recursive(_scalar, lambda inner: st.one_of(
-    st.lists(inner, max_size=4).map(lambda v: {"L": v}),
-    st.dictionaries(st.text(max_size=5), inner, max_size=4).map(lambda v: {"M": v})), max_leaves=25)
+_attribute_value = st.recursive(
+    _scalar,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4).map(lambda v: {"L": v}),
+        st.dictionaries(st.text(max_size=5), inner, max_size=4).map(lambda v: {"M": v}),
+    ),
+    max_leaves=25,
+)
 
 
 @given(_attribute_value)
@@ -689,8 +885,11 @@ def _mark_update(draw):
     condition it is absent (and, taking back, that the item exists), or a mark removed on condition it is there."""
     unit = draw(st.sampled_from(_MARK_UNITS))
     if draw(st.booleans()):
-        return {"UpdateExpression": "REMOVE #w", "ConditionExpression": "attribute_exists(#w)",
-                "ExpressionAttributeNames": {"#w": f"u:{unit}"}}
+        return {
+            "UpdateExpression": "REMOVE #w",
+            "ConditionExpression": "attribute_exists(#w)",
+            "ExpressionAttributeNames": {"#w": f"u:{unit}"},
+        }
     counts = draw(st.dictionaries(st.sampled_from(["n", "len", "x"]), st.integers(-3, 5), min_size=1, max_size=3))
     names = {"#w": f"u:{unit}", **{f"#a{i}": name for i, name in enumerate(counts)}}
     values = {":one": {"N": "1"}, **{f":a{i}": {"N": str(n)} for i, n in enumerate(counts.values())}}
@@ -700,14 +899,23 @@ def _mark_update(draw):
         values[":g"] = {"NS": [str(g) for g in sorted(draw(st.sets(st.integers(1, 9), min_size=1, max_size=3)))]}
         adds.append("#g :g")
     condition = "attribute_not_exists(#w)" + (" AND attribute_exists(PK)" if draw(st.booleans()) else "")
-    return {"UpdateExpression": f"ADD {', '.join(adds)} SET #w = :one", "ConditionExpression": condition,
-            "ExpressionAttributeNames": names, "ExpressionAttributeValues": values}
+    return {
+        "UpdateExpression": f"ADD {', '.join(adds)} SET #w = :one",
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(updates=st.lists(st.tuples(st.sampled_from(PARTITIONS[:2]), _mark_update()), min_size=1, max_size=12),
-       seed=st.one_of(st.none(), st.fixed_dictionaries({"n": st.just({"N": "2"}), "g": st.just({"NS": ["1"]})}),
-                      st.fixed_dictionaries({"n": st.just({"S": "text"})})))
+@given(
+    updates=st.lists(st.tuples(st.sampled_from(PARTITIONS[:2]), _mark_update()), min_size=1, max_size=12),
+    seed=st.one_of(
+        st.none(),
+        st.fixed_dictionaries({"n": st.just({"N": "2"}), "g": st.just({"NS": ["1"]})}),
+        st.fixed_dictionaries({"n": st.just({"S": "text"})}),
+    ),
+)
 def test_search_index_counter_updates_answer_as_moto_applies_them(dynamodb, updates, seed):
     """The search index's counter updates (counts ADDed and a unit's mark SET, or the mark REMOVEd, each on a
     condition) skip moto's expression machinery: answers, errors, items and stream records are moto's."""

@@ -30,22 +30,30 @@ def endpoint():
 
 
 def put_message(endpoint: str, seq: int, content: str = "hello") -> None:
-    client("dynamodb", endpoint).put_item(TableName=TABLE, Item={
-        "PK": {"S": "WS#w#S#s"},
-        "SK": {"S": f"MSG#{seq:012d}"},
-        "kind": {"S": "message"},
-        "id": {"S": f"m{seq}"},
-        "peer_id": {"S": "alice"},
-        "content": {"S": content},
-        "token_count": {"N": "2"},
-        "start_tokens": {"N": str(2 * (seq - 1))},
-    })
+    client("dynamodb", endpoint).put_item(
+        TableName=TABLE,
+        Item={
+            "PK": {"S": "WS#w#S#s"},
+            "SK": {"S": f"MSG#{seq:012d}"},
+            "kind": {"S": "message"},
+            "id": {"S": f"m{seq}"},
+            "peer_id": {"S": "alice"},
+            "content": {"S": content},
+            "token_count": {"N": "2"},
+            "start_tokens": {"N": str(2 * (seq - 1))},
+        },
+    )
 
 
 def put_session(endpoint: str) -> None:
-    client("dynamodb", endpoint).put_item(TableName=TABLE, Item={
-        "PK": {"S": "WS#w"}, "SK": {"S": "SESSION#s"}, "kind": {"S": "session"},
-    })
+    client("dynamodb", endpoint).put_item(
+        TableName=TABLE,
+        Item={
+            "PK": {"S": "WS#w"},
+            "SK": {"S": "SESSION#s"},
+            "kind": {"S": "session"},
+        },
+    )
 
 
 class Recorder:
@@ -89,8 +97,15 @@ def test_delivers_only_message_inserts_shaped_like_lambda(endpoint):
     assert len(recorder.events) == 1
     (record,) = recorder.events[0]["Records"]
     stream_arn = client("dynamodb", endpoint).describe_table(TableName=TABLE)["Table"]["LatestStreamArn"]
-    assert set(record) == {"eventID", "eventName", "eventVersion", "eventSource", "awsRegion", "dynamodb",
-                           "eventSourceARN"}
+    assert set(record) == {
+        "eventID",
+        "eventName",
+        "eventVersion",
+        "eventSource",
+        "awsRegion",
+        "dynamodb",
+        "eventSourceARN",
+    }
     assert record["eventName"] == "INSERT"
     assert record["eventVersion"] == "1.1"
     assert record["eventSource"] == "aws:dynamodb"
@@ -98,8 +113,14 @@ def test_delivers_only_message_inserts_shaped_like_lambda(endpoint):
     assert record["eventSourceARN"] == stream_arn
     assert isinstance(record["eventID"], str) and record["eventID"]
     ddb = record["dynamodb"]
-    assert set(ddb) == {"ApproximateCreationDateTime", "Keys", "NewImage", "SequenceNumber", "SizeBytes",
-                        "StreamViewType"}
+    assert set(ddb) == {
+        "ApproximateCreationDateTime",
+        "Keys",
+        "NewImage",
+        "SequenceNumber",
+        "SizeBytes",
+        "StreamViewType",
+    }
     assert isinstance(ddb["ApproximateCreationDateTime"], int | float)
     assert abs(ddb["ApproximateCreationDateTime"] - time.time()) < 60
     assert ddb["Keys"] == {"PK": {"S": "WS#w#S#s"}, "SK": {"S": "MSG#000000000001"}}
@@ -255,19 +276,27 @@ def test_the_pollers_json_read_of_get_records_shapes_records_as_botocores_parse_
     arn = dynamodb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
     shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
     key = {"PK": {"S": "WS#w#S#s"}, "SK": {"S": "MSG#000000000001"}}
-    dynamodb.put_item(TableName=table, Item={**key, "blob": {"B": b"\x00\xff"}, "tvec": {"L": [
-        {"N": str(n / 8)} for n in range(256)]}, "meta": {"M": {"tags": {"SS": ["a", "b"]}, "n": {"N": "1.5"}}}})
-    dynamodb.update_item(TableName=table, Key=key, UpdateExpression="SET content = :c",
-                         ExpressionAttributeValues={":c": {"S": "héllo"}})
+    dynamodb.put_item(
+        TableName=table,
+        Item={
+            **key,
+            "blob": {"B": b"\x00\xff"},
+            "tvec": {"L": [{"N": str(n / 8)} for n in range(256)]},
+            "meta": {"M": {"tags": {"SS": ["a", "b"]}, "n": {"N": "1.5"}}},
+        },
+    )
+    dynamodb.update_item(
+        TableName=table, Key=key, UpdateExpression="SET content = :c", ExpressionAttributeValues={":c": {"S": "héllo"}}
+    )
     dynamodb.delete_item(TableName=table, Key=key)
-    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard,
-                                          ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")[
+        "ShardIterator"
+    ]
     page, read = _RecordsReader(endpoint).get_records(iterator, 1000)
     assert read == 3  # read as JSON, not handed back to boto3
     parsed = streams.get_records(ShardIterator=iterator, Limit=1000)
     assert [r["eventName"] for r in parsed["Records"]] == ["INSERT", "MODIFY", "REMOVE"]
-    assert [lambda_record_json(r, arn) for r in page["Records"]] == [lambda_record(r, arn)
-                                                                     for r in parsed["Records"]]
+    assert [lambda_record_json(r, arn) for r in page["Records"]] == [lambda_record(r, arn) for r in parsed["Records"]]
     assert _RecordsReader(endpoint).get_records("not-an-iterator", 1000) is None  # an error: boto3 says what
 
 
@@ -288,13 +317,22 @@ def test_a_filtered_page_holds_what_the_pollers_filter_passes_and_reads_past_the
     for seq in range(1, 7):
         key = {"PK": {"S": "WS#w#S#s"}, "SK": {"S": f"MSG#{seq:012d}"}}
         kind = ("message", "search", "message")[seq % 3]
-        dynamodb.put_item(TableName=table, Item={**key, "kind": {"S": kind}, **({"tvec": vector} if seq % 3 else {}),
-                                                 **({"copy_of": {"S": "x"}} if seq == 4 else {})})
-        dynamodb.update_item(TableName=table, Key=key, UpdateExpression="SET n = :n",
-                             ExpressionAttributeValues={":n": {"N": str(seq)}})
+        dynamodb.put_item(
+            TableName=table,
+            Item={
+                **key,
+                "kind": {"S": kind},
+                **({"tvec": vector} if seq % 3 else {}),
+                **({"copy_of": {"S": "x"}} if seq == 4 else {}),
+            },
+        )
+        dynamodb.update_item(
+            TableName=table, Key=key, UpdateExpression="SET n = :n", ExpressionAttributeValues={":n": {"N": str(seq)}}
+        )
     dynamodb.delete_item(TableName=table, Key={"PK": {"S": "WS#w#S#s"}, "SK": {"S": f"MSG#{1:012d}"}})
-    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard,
-                                          ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")[
+        "ShardIterator"
+    ]
     reader = _RecordsReader(endpoint)
     everything, total = reader.get_records(iterator, 1000)
     assert total == len(everything["Records"]) == 13

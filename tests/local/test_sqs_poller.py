@@ -10,8 +10,14 @@ from local.template import template
 from local.worker import InvokeResult
 from tests.stack import wait_for
 
-WAKE = QueueMapping("DeriveFunction", "precis-derive-wake-local", batch_size=10, report_item_failures=True,
-                    dead_letter_queue="precis-derive-wake-dlq-local", max_receive_count=5)
+WAKE = QueueMapping(
+    "DeriveFunction",
+    "precis-derive-wake-local",
+    batch_size=10,
+    report_item_failures=True,
+    dead_letter_queue="precis-derive-wake-dlq-local",
+    max_receive_count=5,
+)
 
 
 class Recorder:
@@ -31,8 +37,11 @@ class Recorder:
 
 def counts(sqs, url: str) -> dict[str, int]:
     attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-    return {k.removeprefix("ApproximateNumberOfMessages") or "Visible": int(v) for k, v in attributes.items()
-            if k.startswith("ApproximateNumberOfMessages")}
+    return {
+        k.removeprefix("ApproximateNumberOfMessages") or "Visible": int(v)
+        for k, v in attributes.items()
+        if k.startswith("ApproximateNumberOfMessages")
+    }
 
 
 def test_the_template_maps_the_deriver_to_its_wake_queue_with_its_redrive():

@@ -16,7 +16,7 @@ from moto.dynamodb.models import dynamodb_backends
 from local import moto_storage, moto_vectors
 from local.chaos import Chaos
 from precis.store import vectors
-from tests.local.test_search_vectors import DIMENSIONS, _create, _put, _key, _numbers_attribute
+from tests.local.test_search_vectors import DIMENSIONS, _create, _key, _numbers_attribute, _put
 
 LAG = moto_vectors.DEFAULT_LAG_S
 
@@ -24,9 +24,13 @@ LAG = moto_vectors.DEFAULT_LAG_S
 def _found(dynamodb, table: str, top_k: int = 10, vector: list[float] | None = None) -> list[str]:
     """The ids SearchVectors answers now, without settling the index first."""
     answer = dynamodb.search_vectors(
-        TableName=table, IndexName=vectors.VECTOR_INDEX, TopK=top_k,
-        SearchVector=_numbers_attribute(vector or [1.0, 0.0, 0.0, 0.0])["L"], SearchConditionExpression="vcoll = :c",
-        ExpressionAttributeValues={":c": {"S": "w#a#b"}})
+        TableName=table,
+        IndexName=vectors.VECTOR_INDEX,
+        TopK=top_k,
+        SearchVector=_numbers_attribute(vector or [1.0, 0.0, 0.0, 0.0])["L"],
+        SearchConditionExpression="vcoll = :c",
+        ExpressionAttributeValues={":c": {"S": "w#a#b"}},
+    )
     return [r["Item"]["id"]["S"] for r in answer["SearchResults"]]
 
 
@@ -85,8 +89,13 @@ def test_an_item_rewritten_before_its_write_is_filed_is_filed_once_the_last_writ
     assert _found(dynamodb, table) == []
     moto_vectors.advance(LAG / 2)
     answer = dynamodb.search_vectors(
-        TableName=table, IndexName=vectors.VECTOR_INDEX, TopK=1, SearchVector=_numbers_attribute([0, 1, 0, 0])["L"],
-        SearchConditionExpression="vcoll = :c", ExpressionAttributeValues={":c": {"S": "w#a#b"}})["SearchResults"]
+        TableName=table,
+        IndexName=vectors.VECTOR_INDEX,
+        TopK=1,
+        SearchVector=_numbers_attribute([0, 1, 0, 0])["L"],
+        SearchConditionExpression="vcoll = :c",
+        ExpressionAttributeValues={":c": {"S": "w#a#b"}},
+    )["SearchResults"]
     assert [(r["Item"]["id"]["S"], float(r["Score"])) for r in answer] == [("moving", 0.0)]
 
 
@@ -109,10 +118,11 @@ def _record(table, hash_key, range_key) -> None:
     _touched.append((table.name, hash_key, range_key))
 
 
-attrs_st = st.builds(lambda c, v: {"vcoll": {"S": c}, "level": {"S": "explicit"}, "vsession": {"S": "-"},
-                                   "vec": _numbers_attribute(v)},
-                     st.sampled_from(["w#a#b", "w#a#b", "w#a#c"]),
-                     st.lists(st.sampled_from([0.0, 1.0, -1.0, 0.5]), min_size=DIMENSIONS, max_size=DIMENSIONS))
+attrs_st = st.builds(
+    lambda c, v: {"vcoll": {"S": c}, "level": {"S": "explicit"}, "vsession": {"S": "-"}, "vec": _numbers_attribute(v)},
+    st.sampled_from(["w#a#b", "w#a#b", "w#a#c"]),
+    st.lists(st.sampled_from([0.0, 1.0, -1.0, 0.5]), min_size=DIMENSIONS, max_size=DIMENSIONS),
+)
 key_st = st.tuples(st.sampled_from(["a", "b"]), st.sampled_from(["1", "2", "3", "4"]))
 op_st = st.one_of(
     st.tuples(st.just("put"), key_st, attrs_st),
@@ -120,8 +130,11 @@ op_st = st.one_of(
     st.tuples(st.just("unvector"), key_st),
     st.tuples(st.just("batch"), st.dictionaries(key_st, st.one_of(st.none(), attrs_st), min_size=1, max_size=3)),
     st.tuples(st.just("advance"), st.sampled_from([0.1, 0.3, 0.5, 1.0])),
-    st.tuples(st.just("search"), st.lists(st.sampled_from([0.0, 1.0, -1.0]), min_size=DIMENSIONS,
-                                          max_size=DIMENSIONS).filter(any), st.integers(1, 6)),
+    st.tuples(
+        st.just("search"),
+        st.lists(st.sampled_from([0.0, 1.0, -1.0]), min_size=DIMENSIONS, max_size=DIMENSIONS).filter(any),
+        st.integers(1, 6),
+    ),
 )
 
 
@@ -157,9 +170,16 @@ def test_the_lagging_index_answers_the_brute_force_over_what_has_replicated(aws,
         elif kind == "unvector":
             dynamodb.update_item(TableName=table, Key=_key(op[1]), UpdateExpression="REMOVE vec")
         elif kind == "batch":
-            dynamodb.batch_write_item(RequestItems={table: [
-                {"PutRequest": {"Item": {**_key(key), "id": {"S": "".join(key)}, **attrs}}} if attrs is not None
-                else {"DeleteRequest": {"Key": _key(key)}} for key, attrs in op[1].items()]})
+            dynamodb.batch_write_item(
+                RequestItems={
+                    table: [
+                        {"PutRequest": {"Item": {**_key(key), "id": {"S": "".join(key)}, **attrs}}}
+                        if attrs is not None
+                        else {"DeleteRequest": {"Key": _key(key)}}
+                        for key, attrs in op[1].items()
+                    ]
+                }
+            )
         elif kind == "advance":
             moto_vectors.advance(op[1])
             now += op[1]
@@ -173,10 +193,13 @@ def test_the_lagging_index_answers_the_brute_force_over_what_has_replicated(aws,
                     replicated[key] = copy.deepcopy(item)
         else:
             _, query, top_k = op
-            expected = moto_vectors.nearest_reference(_Replicated(list(replicated.values())),
-                                                      moto_vectors.vector_indexes(moto_table)[0],
-                                                      [float(x) for x in query], top_k,
-                                                      {"vcoll": [moto_storage.DynamoType({"S": "w#a#b"})]})
+            expected = moto_vectors.nearest_reference(
+                _Replicated(list(replicated.values())),
+                moto_vectors.vector_indexes(moto_table)[0],
+                [float(x) for x in query],
+                top_k,
+                {"vcoll": [moto_storage.DynamoType({"S": "w#a#b"})]},
+            )
             assert _found(dynamodb, table, top_k, query) == [item.attrs["id"].value for item, _ in expected]
         for name, hash_key, range_key in _touched:
             if name == table:
@@ -193,18 +216,33 @@ def test_an_index_added_to_a_table_with_items_backfills_before_it_answers(aws):
     dynamodb = aws["dynamodb"]
     table = _create(dynamodb)
     _put(dynamodb, table, "there", [1.0, 0.0, 0.0, 0.0])
-    index, = dynamodb.describe_table(TableName=table)["Table"]["VectorIndexes"]
+    (index,) = dynamodb.describe_table(TableName=table)["Table"]["VectorIndexes"]
     dynamodb.update_table(TableName=table, VectorIndexUpdates=[{"Delete": {"IndexName": vectors.VECTOR_INDEX}}])
-    dynamodb.update_table(TableName=table, VectorIndexUpdates=[{"Create": {
-        k: index[k] for k in ("IndexName", "VectorAttribute", "Dimensions", "DistanceFunction", "Projection",
-                              "SearchSchema")}}])
-    described, = dynamodb.describe_table(TableName=table)["Table"]["VectorIndexes"]
+    dynamodb.update_table(
+        TableName=table,
+        VectorIndexUpdates=[
+            {
+                "Create": {
+                    k: index[k]
+                    for k in (
+                        "IndexName",
+                        "VectorAttribute",
+                        "Dimensions",
+                        "DistanceFunction",
+                        "Projection",
+                        "SearchSchema",
+                    )
+                }
+            }
+        ],
+    )
+    (described,) = dynamodb.describe_table(TableName=table)["Table"]["VectorIndexes"]
     assert (described["IndexStatus"], described["Backfilling"]) == ("CREATING", True)
     with pytest.raises(ClientError, match="Cannot search backfilling vector index: ByVector") as refused:
         _found(dynamodb, table)
     assert refused.value.response["Error"]["Code"] == "ValidationException"
     moto_vectors.advance(moto_vectors.DEFAULT_BACKFILL_S)
-    described, = dynamodb.describe_table(TableName=table)["Table"]["VectorIndexes"]
+    (described,) = dynamodb.describe_table(TableName=table)["Table"]["VectorIndexes"]
     assert (described["IndexStatus"], described["Backfilling"]) == ("ACTIVE", False)
     assert _found(dynamodb, table) == ["there"]
 
@@ -212,11 +250,26 @@ def test_an_index_added_to_a_table_with_items_backfills_before_it_answers(aws):
 def test_an_index_added_to_an_empty_table_answers_at_once(aws):
     dynamodb = aws["dynamodb"]
     table = _create(dynamodb)
-    index, = dynamodb.describe_table(TableName=table)["Table"]["VectorIndexes"]
+    (index,) = dynamodb.describe_table(TableName=table)["Table"]["VectorIndexes"]
     dynamodb.update_table(TableName=table, VectorIndexUpdates=[{"Delete": {"IndexName": vectors.VECTOR_INDEX}}])
-    dynamodb.update_table(TableName=table, VectorIndexUpdates=[{"Create": {
-        k: index[k] for k in ("IndexName", "VectorAttribute", "Dimensions", "DistanceFunction", "Projection",
-                              "SearchSchema")}}])
+    dynamodb.update_table(
+        TableName=table,
+        VectorIndexUpdates=[
+            {
+                "Create": {
+                    k: index[k]
+                    for k in (
+                        "IndexName",
+                        "VectorAttribute",
+                        "Dimensions",
+                        "DistanceFunction",
+                        "Projection",
+                        "SearchSchema",
+                    )
+                }
+            }
+        ],
+    )
     assert dynamodb.describe_table(TableName=table)["Table"]["VectorIndexes"][0]["IndexStatus"] == "ACTIVE"
     assert _found(dynamodb, table) == []
 
@@ -247,8 +300,14 @@ def test_approximate_leaves_out_a_share_of_the_true_neighbours_repeatably(aws):
 
 
 def test_chaos_names_the_index_modes():
-    chaos = Chaos.from_env({"PRECIS_LOCAL_CHAOS": "lag,approximate", "PRECIS_LOCAL_CHAOS_LAG_S": "8",
-                            "PRECIS_LOCAL_CHAOS_APPROXIMATE": "0.25", "PRECIS_LOCAL_CHAOS_SEED": "3"})
+    chaos = Chaos.from_env(
+        {
+            "PRECIS_LOCAL_CHAOS": "lag,approximate",
+            "PRECIS_LOCAL_CHAOS_LAG_S": "8",
+            "PRECIS_LOCAL_CHAOS_APPROXIMATE": "0.25",
+            "PRECIS_LOCAL_CHAOS_SEED": "3",
+        }
+    )
     assert (chaos.index_lag_s, chaos.approximate_share) == (8.0, 0.25)
     assert "lag (writes reach the vector indexes 8 s late)" in chaos.describe()
     assert "approximate (25% of the nearest neighbours left out)" in chaos.describe()

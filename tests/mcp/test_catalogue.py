@@ -23,8 +23,10 @@ HONCHO: dict[str, tuple[set[str], set[str]]] = {
     "inspect_workspace": (set(), {W}),
     "list_workspaces": (set(), {"page", "size"}),
     "create_workspace": (set(), {W, "metadata"}),
-    "search": ({"query"}, {W, "peer_id", "session_id", "message_limit", "message_filters", "conclusion_top_k",
-                           "conclusion_filters"}),
+    "search": (
+        {"query"},
+        {W, "peer_id", "session_id", "message_limit", "message_filters", "conclusion_top_k", "conclusion_filters"},
+    ),
     "get_metadata": (set(), {W, "peer_id", "session_id"}),
     "set_metadata": ({"metadata"}, {W, "peer_id", "session_id"}),
     "create_peer": ({"peer_id"}, {W, "configuration"}),
@@ -56,10 +58,19 @@ HONCHO: dict[str, tuple[set[str], set[str]]] = {
 PRECIS_OWN = {"get_budgeted_context", "get_session_summaries"}
 # A valid value for each required argument, by name.
 SAMPLES: dict[str, Any] = {
-    "query": "Lisbon", "metadata": {"k": "v"}, "peer_id": "alice", "session_id": "s1", "target_peer_id": "bob",
-    "peer_card": ["Lives in Lisbon"], "peers": ["alice"], "peer_ids": ["alice"], "tokens": 500,
-    "messages": [{"peer_id": "alice", "content": "I moved to Lisbon."}], "message_id": "m1",
-    "conclusions": ["Lives in Lisbon"], "conclusion_id": "c" * 21,
+    "query": "Lisbon",
+    "metadata": {"k": "v"},
+    "peer_id": "alice",
+    "session_id": "s1",
+    "target_peer_id": "bob",
+    "peer_card": ["Lives in Lisbon"],
+    "peers": ["alice"],
+    "peer_ids": ["alice"],
+    "tokens": 500,
+    "messages": [{"peer_id": "alice", "content": "I moved to Lisbon."}],
+    "message_id": "m1",
+    "conclusions": ["Lives in Lisbon"],
+    "conclusion_id": "c" * 21,
 }
 
 
@@ -113,10 +124,14 @@ def test_schemas_inline_their_parts_and_type_an_optional_argument_as_what_it_tak
 
 def test_honchos_argument_shapes_are_accepted():
     samples = {
-        "add_peers_to_session": {"session_id": "s1", "peers": [
-            "bot", {"peer_id": "alice", "observe_me": True, "observe_others": False}]},
-        "add_messages_to_session": {"session_id": "s1", "messages": [
-            {"peer_id": "alice", "content": "hi", "metadata": {"k": 1}}]},
+        "add_peers_to_session": {
+            "session_id": "s1",
+            "peers": ["bot", {"peer_id": "alice", "observe_me": True, "observe_others": False}],
+        },
+        "add_messages_to_session": {
+            "session_id": "s1",
+            "messages": [{"peer_id": "alice", "content": "hi", "metadata": {"k": 1}}],
+        },
         "create_peer": {"peer_id": "alice", "configuration": {"observeMe": False}},
         "chat": {"peer_id": "alice", "query": "who?", "reasoning_level": "max"},
     }
@@ -124,12 +139,15 @@ def test_honchos_argument_shapes_are_accepted():
         CATALOGUE.tools[name].arguments.model_validate(arguments)
 
 
-@pytest.mark.parametrize(("arguments", "named"), [
-    ({"session_id": "s 1"}, "session_id:"),
-    ({"session_id": "s1", "tokens": 0}, "tokens:"),
-    ({"session_id": "s1", "limit": 5}, "limit: unknown argument"),
-    ({}, "session_id: Field required"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"session_id": "s 1"}, "session_id:"),
+        ({"session_id": "s1", "tokens": 0}, "tokens:"),
+        ({"session_id": "s1", "limit": 5}, "limit: unknown argument"),
+        ({}, "session_id: Field required"),
+    ],
+)
 def test_a_bad_argument_is_a_tool_error_naming_it(arguments, named):
     result = CATALOGUE.call("get_session_context", arguments, Call(None, "w"))
     assert result["isError"] is True and named in result["content"][0]["text"]
@@ -163,26 +181,36 @@ def test_a_workspace_key_reaches_the_layer_in_its_workspace(aws, name):
     assert not result["isError"] or "not found" in result["content"][0]["text"], result
 
 
-@pytest.mark.parametrize(("principal", "name", "arguments", "allowed"), [
-    (Principal(workspace="w"), "list_workspaces", {}, False),  # an admin's route
-    (Principal(admin=True), "list_workspaces", {}, True),
-    (Principal(workspace="w", peer="alice"), "get_peer_context", {"peer_id": "alice"}, True),
-    (Principal(workspace="w", peer="alice"), "get_peer_context", {"peer_id": "bob"}, False),
-    (Principal(workspace="w", peer="alice"), "create_peer", {"peer_id": "alice"}, True),
-    (Principal(workspace="w", peer="alice"), "list_peers", {}, False),
-    (Principal(workspace="w", peer="alice"), "query_conclusions", {"peer_id": "alice", "query": "q"}, False),
-    (Principal(workspace="w", peer="alice"), "search", {"query": "q", "peer_id": "alice", "conclusion_top_k": 0},
-     True),
-    (Principal(workspace="w", peer="alice"), "search", {"query": "q", "peer_id": "alice"}, False),
-    (Principal(workspace="w", peer="alice"), "get_session_context", {"session_id": "s1"}, False),  # not a member
-    (Principal(workspace="w", session="s1"), "add_messages_to_session", {**_minimal("add_messages_to_session")},
-     True),
-    (Principal(workspace="w", session="s1"), "get_session_context", {"session_id": "s2"}, False),
-    (Principal(workspace="w", session="s1"), "create_session", {"session_id": "s1"}, True),
-    (Principal(workspace="w", session="s1"), "create_peer", {"peer_id": "alice"}, False),
-])
-def test_a_scoped_key_may_do_through_a_tool_what_it_may_do_through_the_route(aws, principal, name, arguments,
-                                                                              allowed):
+@pytest.mark.parametrize(
+    ("principal", "name", "arguments", "allowed"),
+    [
+        (Principal(workspace="w"), "list_workspaces", {}, False),  # an admin's route
+        (Principal(admin=True), "list_workspaces", {}, True),
+        (Principal(workspace="w", peer="alice"), "get_peer_context", {"peer_id": "alice"}, True),
+        (Principal(workspace="w", peer="alice"), "get_peer_context", {"peer_id": "bob"}, False),
+        (Principal(workspace="w", peer="alice"), "create_peer", {"peer_id": "alice"}, True),
+        (Principal(workspace="w", peer="alice"), "list_peers", {}, False),
+        (Principal(workspace="w", peer="alice"), "query_conclusions", {"peer_id": "alice", "query": "q"}, False),
+        (
+            Principal(workspace="w", peer="alice"),
+            "search",
+            {"query": "q", "peer_id": "alice", "conclusion_top_k": 0},
+            True,
+        ),
+        (Principal(workspace="w", peer="alice"), "search", {"query": "q", "peer_id": "alice"}, False),
+        (Principal(workspace="w", peer="alice"), "get_session_context", {"session_id": "s1"}, False),  # not a member
+        (
+            Principal(workspace="w", session="s1"),
+            "add_messages_to_session",
+            {**_minimal("add_messages_to_session")},
+            True,
+        ),
+        (Principal(workspace="w", session="s1"), "get_session_context", {"session_id": "s2"}, False),
+        (Principal(workspace="w", session="s1"), "create_session", {"session_id": "s1"}, True),
+        (Principal(workspace="w", session="s1"), "create_peer", {"peer_id": "alice"}, False),
+    ],
+)
+def test_a_scoped_key_may_do_through_a_tool_what_it_may_do_through_the_route(aws, principal, name, arguments, allowed):
     call = Call(principal, "w")
     if allowed:
         assert set(CATALOGUE.call(name, arguments, call)) == {"content", "isError"}

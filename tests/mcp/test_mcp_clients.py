@@ -50,9 +50,18 @@ def _text(result) -> Any:
 
 
 def _post(stack, message: Any, headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
-    status, response_headers, body = request(stack.port, "POST", "/mcp", {
-        "Content-Type": "application/json", "Accept": "application/json, text/event-stream", **_headers(),
-        **(headers or {})}, json.dumps(message).encode() if not isinstance(message, bytes) else message)
+    status, response_headers, body = request(
+        stack.port,
+        "POST",
+        "/mcp",
+        {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            **_headers(),
+            **(headers or {}),
+        },
+        json.dumps(message).encode() if not isinstance(message, bytes) else message,
+    )
     return status, response_headers, json.loads(body) if body else None
 
 
@@ -73,9 +82,11 @@ def test_the_python_client_speaks_the_legacy_era(stack):
 
 def test_the_python_client_speaks_2026_07_28_and_a_conversation_round_trips(stack):
     """Record turns, then read them back as the context, within a budget, and by search."""
-    turns = [{"peer_id": "alice", "content": "I moved to Lisbon last spring for a design job."},
-             {"peer_id": "assistant", "content": "How do you like the light there?"},
-             {"peer_id": "alice", "content": "The tiles and the river light are wonderful."}]
+    turns = [
+        {"peer_id": "alice", "content": "I moved to Lisbon last spring for a design job."},
+        {"peer_id": "assistant", "content": "How do you like the light there?"},
+        {"peer_id": "alice", "content": "The tiles and the river light are wonderful."},
+    ]
 
     async def session():
         async with _connect(stack, "auto", workspace="modern") as client:
@@ -109,11 +120,20 @@ def test_every_tool_answers_through_the_client(stack):
         ("create_peer", {"peer_id": "alice", "configuration": {"observeMe": True}}),
         ("create_peer", {"peer_id": "assistant"}),
         ("create_session", {"session_id": "s1"}),
-        ("add_peers_to_session", {"session_id": "s1", "peers": ["assistant", {"peer_id": "alice",
-                                                                             "observe_others": False}]}),
-        ("add_messages_to_session", {"session_id": "s1", "messages": [
-            {"peer_id": "alice", "content": "My sister Ana visits me in Lisbon in May."},
-            {"peer_id": "assistant", "content": "That sounds lovely."}]}),
+        (
+            "add_peers_to_session",
+            {"session_id": "s1", "peers": ["assistant", {"peer_id": "alice", "observe_others": False}]},
+        ),
+        (
+            "add_messages_to_session",
+            {
+                "session_id": "s1",
+                "messages": [
+                    {"peer_id": "alice", "content": "My sister Ana visits me in Lisbon in May."},
+                    {"peer_id": "assistant", "content": "That sounds lovely."},
+                ],
+            },
+        ),
         ("set_metadata", {"session_id": "s1", "metadata": {"topic": "family"}}),
         ("get_metadata", {"session_id": "s1"}),
         ("inspect_workspace", {}),
@@ -123,12 +143,13 @@ def test_every_tool_answers_through_the_client(stack):
         ("inspect_session", {"session_id": "s1"}),
         ("get_session_messages", {"session_id": "s1", "filters": {"peer_id": "alice"}}),
         ("get_session_context", {"session_id": "s1", "tokens": 500}),
-        ("get_budgeted_context", {"session_id": "s1", "tokens": 500, "peer_target": "alice",
-                                  "search_query": "sister"}),
+        ("get_budgeted_context", {"session_id": "s1", "tokens": 500, "peer_target": "alice", "search_query": "sister"}),
         ("get_session_summaries", {"session_id": "s1"}),
         ("search", {"query": "sister", "peer_id": "alice"}),
-        ("create_conclusions", {"peer_id": "alice", "target_peer_id": "alice",
-                                "conclusions": ["alice's sister is Ana"]}),
+        (
+            "create_conclusions",
+            {"peer_id": "alice", "target_peer_id": "alice", "conclusions": ["alice's sister is Ana"]},
+        ),
         ("list_conclusions", {"peer_id": "alice"}),
         ("query_conclusions", {"peer_id": "alice", "query": "sister"}),
         ("set_peer_card", {"peer_id": "alice", "peer_card": ["Lives in Lisbon"]}),
@@ -154,10 +175,14 @@ def test_every_tool_answers_through_the_client(stack):
             message_id = answers["add_messages_to_session"]["messages"][0]["id"]
             conclusion_id = answers["create_conclusions"]["ids"][0]
             clone = answers["clone_session"]["session_id"]
-            answers["get_session_message"] = _text(await client.call_tool(
-                "get_session_message", {"session_id": clone, "message_id": message_id}))
-            answers["delete_conclusion"] = _text(await client.call_tool("delete_conclusion", {
-                "peer_id": "alice", "target_peer_id": "alice", "conclusion_id": conclusion_id}))
+            answers["get_session_message"] = _text(
+                await client.call_tool("get_session_message", {"session_id": clone, "message_id": message_id})
+            )
+            answers["delete_conclusion"] = _text(
+                await client.call_tool(
+                    "delete_conclusion", {"peer_id": "alice", "target_peer_id": "alice", "conclusion_id": conclusion_id}
+                )
+            )
             gone = await client.call_tool("get_session_context", {"session_id": "s1"})
             return answers, gone
 
@@ -181,8 +206,9 @@ def test_mistakes_are_tool_errors_the_agent_can_read_and_an_unknown_tool_a_proto
         async with _connect(stack, "auto") as client:
             no_workspace = await client.call_tool("list_peers", {})
             missing = await client.call_tool("get_session_context", {"workspace_id": "nowhere", "session_id": "s1"})
-            bad = await client.call_tool("get_budgeted_context", {"workspace_id": "w", "session_id": "s1",
-                                                                  "tokens": -3, "colour": "red"})
+            bad = await client.call_tool(
+                "get_budgeted_context", {"workspace_id": "w", "session_id": "s1", "tokens": -3, "colour": "red"}
+            )
             with pytest.raises(MCPError) as unknown:
                 await client.call_tool("forget_everything", {})
             return no_workspace, missing, bad, unknown.value
@@ -216,11 +242,14 @@ def test_a_key_outside_its_scope_is_403_insufficient_scope_and_inside_it_works(s
     mine, other = asyncio.run(session())
     assert not mine.is_error
     assert other.code == 403 and "not 'theirs'" in str(other)
-    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-            "params": {"name": "list_sessions", "arguments": {"workspace_id": "theirs"}}}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "list_sessions", "arguments": {"workspace_id": "theirs"}},
+    }
     status, headers, body = _post(stack, call, {"Authorization": f"Bearer {key}"})
-    assert status == 403 and headers["WWW-Authenticate"].startswith('Bearer realm="precis", '
-                                                                    'error="insufficient_scope"')
+    assert status == 403 and headers["WWW-Authenticate"].startswith('Bearer realm="precis", error="insufficient_scope"')
     assert body["id"] == 7 and body["error"]["code"] == 403
 
 
@@ -230,8 +259,19 @@ def test_the_endpoint_is_stateless_json_over_post_alone(stack):
         assert status == 405 and headers["Allow"] == "POST", method
     status, headers, body = _post(stack, {"jsonrpc": "2.0", "method": "notifications/initialized"})
     assert (status, body) == (202, None)
-    status, headers, body = _post(stack, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+    status, headers, body = _post(
+        stack,
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        },
+    )
     assert status == 200 and body["result"]["protocolVersion"] == "2025-06-18"
     assert "mcp-session-id" not in {k.lower() for k in headers}  # no session: nothing to remember between POSTs
     status, _, body = _post(stack, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})  # 2025-03-26: no header
@@ -245,8 +285,11 @@ def test_the_endpoint_is_stateless_json_over_post_alone(stack):
 def test_the_2026_07_28_checks_answer_with_their_statuses(stack):
     def modern(method: str, version: str = MODERN, headers: dict[str, str] | None = None, **params):
         meta = {"io.modelcontextprotocol/protocolVersion": version, "io.modelcontextprotocol/clientCapabilities": {}}
-        return _post(stack, {"jsonrpc": "2.0", "id": 9, "method": method, "params": {**params, "_meta": meta}},
-                     {"MCP-Protocol-Version": version, "Mcp-Method": method, **(headers or {})})
+        return _post(
+            stack,
+            {"jsonrpc": "2.0", "id": 9, "method": method, "params": {**params, "_meta": meta}},
+            {"MCP-Protocol-Version": version, "Mcp-Method": method, **(headers or {})},
+        )
 
     status, _, body = modern("server/discover")
     assert status == 200 and body["result"]["resultType"] == "complete"
@@ -268,9 +311,26 @@ def _inspector(stack, *args: str) -> dict:
     node = shutil.which("node")
     assert node, "node is needed for the MCP Inspector"
     env = {**os.environ, "MCP_CATALOG_PATH": str(Path(stack.log).parent / "inspector-catalog.json")}
-    out = subprocess.run([str(INSPECTOR_BIN), "--cli", f"{stack.url}/mcp", "--format", "json",
-                          "--header", f"Authorization: Bearer {ADMIN}", "--header", "X-Honcho-Workspace-ID: inspector",
-                          *args], capture_output=True, text=True, timeout=60, cwd=INSPECTOR, env=env, check=False)
+    out = subprocess.run(
+        [
+            str(INSPECTOR_BIN),
+            "--cli",
+            f"{stack.url}/mcp",
+            "--format",
+            "json",
+            "--header",
+            f"Authorization: Bearer {ADMIN}",
+            "--header",
+            "X-Honcho-Workspace-ID: inspector",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=INSPECTOR,
+        env=env,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)
 
@@ -278,7 +338,16 @@ def _inspector(stack, *args: str) -> dict:
 def test_the_mcp_inspector_cli_lists_the_tools_and_calls_one_in_both_eras(stack):
     listed = _inspector(stack, "--method", "tools/list")
     assert [t["name"] for t in listed["result"]["tools"]] == list(CATALOGUE.tools)
-    made = _inspector(stack, "--protocol-era", "modern", "--method", "tools/call", "--tool-name", "create_workspace",
-                      "--tool-args-json", '{"metadata": {"by": "inspector"}}')
+    made = _inspector(
+        stack,
+        "--protocol-era",
+        "modern",
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "create_workspace",
+        "--tool-args-json",
+        '{"metadata": {"by": "inspector"}}',
+    )
     assert made["result"]["isError"] is False
     assert json.loads(made["result"]["content"][0]["text"])["metadata"] == {"by": "inspector"}

@@ -26,8 +26,14 @@ def _body(method: str, params: dict | None = None, request_id: int | str | None 
 
 
 def _envelope(version: str = MODERN, **params) -> dict:
-    return {**params, "_meta": {protocol.META_VERSION: version, protocol.META_CAPABILITIES: {},
-                                "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"}}}
+    return {
+        **params,
+        "_meta": {
+            protocol.META_VERSION: version,
+            protocol.META_CAPABILITIES: {},
+            "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+        },
+    }
 
 
 def _modern_headers(method: str, version: str = MODERN, name: str | None = None) -> dict[str, str]:
@@ -63,13 +69,16 @@ def test_a_legacy_request_names_its_version_in_the_header_and_is_2025_03_26_with
 def test_a_legacy_request_with_a_version_not_ours_is_400_listing_ours():
     error = _refused(_body("tools/list"), {"mcp-protocol-version": "2024-11-05"})
     assert (error.status, error.code) == (400, protocol.UNSUPPORTED_PROTOCOL_VERSION)
-    assert error.data == {"supported": ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"],
-                          "requested": "2024-11-05"}
+    assert error.data == {
+        "supported": ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"],
+        "requested": "2024-11-05",
+    }
 
 
 def test_a_modern_request_is_served_when_its_headers_agree_with_its_envelope():
-    request = protocol.read(_body("tools/call", _envelope(name="search", arguments={})),
-                            _modern_headers("tools/call", name="search"))
+    request = protocol.read(
+        _body("tools/call", _envelope(name="search", arguments={})), _modern_headers("tools/call", name="search")
+    )
     assert (request.version, request.modern, request.method) == (MODERN, True, "tools/call")
 
 
@@ -79,14 +88,17 @@ def test_a_tool_name_may_come_base64_encoded_in_mcp_name():
     assert request.params["name"] == "search"
 
 
-@pytest.mark.parametrize("headers", [
-    {"mcp-method": "tools/call", "mcp-name": "search"},  # no MCP-Protocol-Version
-    _modern_headers("tools/call", version="2025-11-25", name="search"),  # not the envelope's version
-    _modern_headers("tools/list", name="search"),  # not the body's method
-    _modern_headers("tools/call", name="chat"),  # not the body's tool
-    _modern_headers("tools/call"),  # no Mcp-Name
-    _modern_headers("tools/call", name="=?base64?not base64?="),
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"mcp-method": "tools/call", "mcp-name": "search"},  # no MCP-Protocol-Version
+        _modern_headers("tools/call", version="2025-11-25", name="search"),  # not the envelope's version
+        _modern_headers("tools/list", name="search"),  # not the body's method
+        _modern_headers("tools/call", name="chat"),  # not the body's tool
+        _modern_headers("tools/call"),  # no Mcp-Name
+        _modern_headers("tools/call", name="=?base64?not base64?="),
+    ],
+)
 def test_a_modern_request_whose_headers_disagree_with_its_body_is_400_header_mismatch(headers):
     error = _refused(_body("tools/call", _envelope(name="search")), headers)
     assert (error.status, error.code, error.request_id) == (400, protocol.HEADER_MISMATCH, 1)
@@ -111,17 +123,20 @@ def test_server_discover_and_a_modern_header_need_the_envelope():
     assert (error.status, error.code) == (400, protocol.INVALID_PARAMS)
 
 
-@pytest.mark.parametrize(("body", "code"), [
-    ("{not json", protocol.PARSE_ERROR),
-    ('{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": ' + "[" * 40 + "]" * 40 + "}", protocol.PARSE_ERROR),
-    (json.dumps([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]), protocol.INVALID_REQUEST),  # a batch
-    (json.dumps({"id": 1, "method": "ping"}), protocol.INVALID_REQUEST),  # no "jsonrpc": "2.0"
-    (json.dumps({"jsonrpc": "2.0", "id": 1}), protocol.INVALID_REQUEST),  # no method
-    (json.dumps({"jsonrpc": "2.0", "id": True, "method": "ping"}), protocol.INVALID_REQUEST),
-    (json.dumps({"jsonrpc": "2.0", "id": None, "method": "ping"}), protocol.INVALID_REQUEST),
-    (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": [1]}), protocol.INVALID_REQUEST),
-    (json.dumps("ping"), protocol.INVALID_REQUEST),
-])
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ("{not json", protocol.PARSE_ERROR),
+        ('{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": ' + "[" * 40 + "]" * 40 + "}", protocol.PARSE_ERROR),
+        (json.dumps([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]), protocol.INVALID_REQUEST),  # a batch
+        (json.dumps({"id": 1, "method": "ping"}), protocol.INVALID_REQUEST),  # no "jsonrpc": "2.0"
+        (json.dumps({"jsonrpc": "2.0", "id": 1}), protocol.INVALID_REQUEST),  # no method
+        (json.dumps({"jsonrpc": "2.0", "id": True, "method": "ping"}), protocol.INVALID_REQUEST),
+        (json.dumps({"jsonrpc": "2.0", "id": None, "method": "ping"}), protocol.INVALID_REQUEST),
+        (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": [1]}), protocol.INVALID_REQUEST),
+        (json.dumps("ping"), protocol.INVALID_REQUEST),
+    ],
+)
 def test_what_is_not_one_json_rpc_message_is_a_400_json_rpc_error(body, code):
     error = _refused(body)
     assert (error.status, error.code) == (400, code)
@@ -137,8 +152,11 @@ def test_a_modern_result_says_its_type_and_who_answered_and_a_legacy_one_is_as_i
     info = {"name": "precis", "version": "3"}
     modern = protocol.read(_body("tools/list", _envelope()), _modern_headers("tools/list"))
     legacy = protocol.read(_body("tools/list"), {"mcp-protocol-version": "2025-11-25"})
-    assert protocol.result(modern, {"tools": []}, info) == {"jsonrpc": "2.0", "id": 1, "result": {
-        "tools": [], "resultType": "complete", "_meta": {protocol.META_SERVER_INFO: info}}}
+    assert protocol.result(modern, {"tools": []}, info) == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {"tools": [], "resultType": "complete", "_meta": {protocol.META_SERVER_INFO: info}},
+    }
     assert protocol.result(legacy, {"tools": []}, info) == {"jsonrpc": "2.0", "id": 1, "result": {"tools": []}}
 
 

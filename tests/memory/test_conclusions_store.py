@@ -10,17 +10,16 @@ from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
-
 from botocore.config import Config
-from precis.settings import get_settings
+
+from local import moto_vectors
+from local.template import table_definition, template
 from precis.errors import Invalid, NotFound
+from precis.settings import get_settings
 from precis.store import conclusions, keys, purge, resources, vectors
 from precis.store.conclusions import Derived, ExtraConditionFailed, SessionGone
 from precis.store.db import Db, from_item, query_all, to_item
 from precis.store.purge import purge_session
-
-from local import moto_vectors
-from local.template import table_definition, template
 
 TABLE = "precis-local"
 T0 = datetime(2025, 6, 26, 14, 3, 12, tzinfo=UTC)
@@ -63,15 +62,23 @@ def with_vector_index(dynamodb) -> None:
     if definition.get("VectorIndexes"):
         return
     dynamodb.delete_table(TableName=TABLE)
-    definition["AttributeDefinitions"] += [{"AttributeName": a, "AttributeType": "S"}
-                                           for a in ("vcoll", "level", "vsession")]
-    definition["VectorIndexes"] = [{
-        "IndexName": "ByVector", "VectorAttribute": {"AttributeName": "vec"},
-        "Dimensions": get_settings().embed_dimensions, "DistanceFunction": "COSINE",
-        "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["id"]},
-        "SearchSchema": [{"AttributeName": "vcoll", "SearchSchemaElementType": "HASH"},
-                         {"AttributeName": "level", "SearchSchemaElementType": "INLINE_FILTER"},
-                         {"AttributeName": "vsession", "SearchSchemaElementType": "INLINE_FILTER"}]}]
+    definition["AttributeDefinitions"] += [
+        {"AttributeName": a, "AttributeType": "S"} for a in ("vcoll", "level", "vsession")
+    ]
+    definition["VectorIndexes"] = [
+        {
+            "IndexName": "ByVector",
+            "VectorAttribute": {"AttributeName": "vec"},
+            "Dimensions": get_settings().embed_dimensions,
+            "DistanceFunction": "COSINE",
+            "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["id"]},
+            "SearchSchema": [
+                {"AttributeName": "vcoll", "SearchSchemaElementType": "HASH"},
+                {"AttributeName": "level", "SearchSchemaElementType": "INLINE_FILTER"},
+                {"AttributeName": "vsession", "SearchSchemaElementType": "INLINE_FILTER"},
+            ],
+        }
+    ]
     dynamodb.create_table(**definition)
 
 
@@ -119,14 +126,31 @@ def test_ids_are_21_sortable_chars_led_by_the_millisecond():
 
 
 def test_create_answers_conclusions_that_get_reads_back(db):
-    made = conclusions.create(db, "ws1", [
-        {"content": "bob has a dog named Rover", "observer_id": "alice", "observed_id": "bob", "session_id": "s1"},
-        {"content": "bob lives in Lisbon", "observer_id": "bob", "observed_id": "bob"}], embedder=Embedder())
+    made = conclusions.create(
+        db,
+        "ws1",
+        [
+            {"content": "bob has a dog named Rover", "observer_id": "alice", "observed_id": "bob", "session_id": "s1"},
+            {"content": "bob lives in Lisbon", "observer_id": "bob", "observed_id": "bob"},
+        ],
+        embedder=Embedder(),
+    )
     assert [(c["content"], c["observer_id"], c["observed_id"], c["session_id"]) for c in made] == [
-        ("bob has a dog named Rover", "alice", "bob", "s1"), ("bob lives in Lisbon", "bob", "bob", None)]
+        ("bob has a dog named Rover", "alice", "bob", "s1"),
+        ("bob lives in Lisbon", "bob", "bob", None),
+    ]
     first = made[0]
-    assert set(first) == {"id", "content", "observer_id", "observed_id", "session_id", "level", "created_at",
-                          "times_derived", "source_ids"}
+    assert set(first) == {
+        "id",
+        "content",
+        "observer_id",
+        "observed_id",
+        "session_id",
+        "level",
+        "created_at",
+        "times_derived",
+        "source_ids",
+    }
     assert (first["level"], first["times_derived"], first["source_ids"]) == ("explicit", 1, None)
     assert datetime.fromisoformat(first["created_at"]).utcoffset() == timedelta(0)
     assert first["created_at"].endswith("+00:00") and "." in first["created_at"]
@@ -140,26 +164,36 @@ def test_create_answers_conclusions_that_get_reads_back(db):
         conclusions.get(db, "ws1", "nope")
 
 
-@pytest.mark.parametrize(("entry", "missing"), [
-    ({"observer_id": "zed", "observed_id": "bob"}, "peer 'zed'"),
-    ({"observer_id": "alice", "observed_id": "zed"}, "peer 'zed'"),
-    ({"observer_id": "alice", "observed_id": "bob", "session_id": "nope"}, "session 'nope'"),
-])
+@pytest.mark.parametrize(
+    ("entry", "missing"),
+    [
+        ({"observer_id": "zed", "observed_id": "bob"}, "peer 'zed'"),
+        ({"observer_id": "alice", "observed_id": "zed"}, "peer 'zed'"),
+        ({"observer_id": "alice", "observed_id": "bob", "session_id": "nope"}, "session 'nope'"),
+    ],
+)
 def test_create_needs_existing_peers_and_a_live_session(db, entry, missing):
     with pytest.raises(NotFound, match=missing):
         conclusions.create(db, "ws1", [{"content": "x", **entry}], embedder=Embedder())
     purge.delete_session(db, "ws1", "s1")
     with pytest.raises(NotFound, match="session 's1'"):
-        conclusions.create(db, "ws1", [{"content": "x", "observer_id": "alice", "observed_id": "bob",
-                                        "session_id": "s1"}], embedder=Embedder())
+        conclusions.create(
+            db,
+            "ws1",
+            [{"content": "x", "observer_id": "alice", "observed_id": "bob", "session_id": "s1"}],
+            embedder=Embedder(),
+        )
     assert partition(db, keys.collection_pk("ws1", "alice", "bob")) == []
 
 
 def test_create_refuses_empty_oversized_and_too_many(db):
     entry = {"observer_id": "alice", "observed_id": "bob"}
-    for payload, message in (([], "1 to 100"), ([{**entry, "content": ""}], "content: 1 to 65535"),
-                             ([{**entry, "content": "x" * 65_536}], "content: 1 to 65535"),
-                             ([{**entry, "content": f"{i}"} for i in range(101)], "got 101")):
+    for payload, message in (
+        ([], "1 to 100"),
+        ([{**entry, "content": ""}], "content: 1 to 65535"),
+        ([{**entry, "content": "x" * 65_536}], "content: 1 to 65535"),
+        ([{**entry, "content": f"{i}"} for i in range(101)], "got 101"),
+    ):
         with pytest.raises(Invalid, match=message):
             conclusions.create(db, "ws1", payload, embedder=Embedder())
 
@@ -176,31 +210,50 @@ def test_exact_duplicates_count_as_derived_again(db):
 
 
 def test_exact_duplicates_merge_provenance(db):
-    write(db, [Derived("bob likes tea", session_id="s1", source_message_ids=["m1"],
-                       source_at="2025-01-01T00:00:00+00:00")])
-    view = write(db, [Derived("bob likes tea", session_id="s1", source_message_ids=["m2", "m1"],
-                              source_at="2025-02-01T00:00:00+00:00")])[0]
+    write(
+        db,
+        [Derived("bob likes tea", session_id="s1", source_message_ids=["m1"], source_at="2025-01-01T00:00:00+00:00")],
+    )
+    view = write(
+        db,
+        [
+            Derived(
+                "bob likes tea", session_id="s1", source_message_ids=["m2", "m1"], source_at="2025-02-01T00:00:00+00:00"
+            )
+        ],
+    )[0]
     stored = item(db, keys.conclusion("ws1", "alice", "bob", view["id"]))
     assert stored["source_message_ids"] == ["m1", "m2"] and stored["source_at"] == "2025-02-01T00:00:00+00:00"
 
 
 def test_near_duplicate_keeps_the_text_that_says_more_and_its_vector(db):
-    embedder = Embedder(near={"bob owns a small dog named Rover": ("bob owns a dog", 0.03),
-                              "bob owns dog": ("bob owns a small dog named Rover", 0.02),
-                              "bob has a cat": ("bob owns a dog", 0.2)})
+    embedder = Embedder(
+        near={
+            "bob owns a small dog named Rover": ("bob owns a dog", 0.03),
+            "bob owns dog": ("bob owns a small dog named Rover", 0.02),
+            "bob has a cat": ("bob owns a dog", 0.2),
+        }
+    )
     first = write(db, ["bob owns a dog"], embedder=embedder)[0]
     longer = write(db, ["bob owns a small dog named Rover"], embedder=embedder)[0]
     assert (longer["id"], longer["content"], longer["times_derived"]) == (
-        first["id"], "bob owns a small dog named Rover", 2)
+        first["id"],
+        "bob owns a small dog named Rover",
+        2,
+    )
     pk = keys.collection_pk("ws1", "alice", "bob")
     dedupe = [i for i in partition(db, pk) if i["SK"].startswith("D#")]
     assert [d["SK"].rsplit("#", 1)[1] for d in dedupe] == [
-        hashlib.sha1(b"bob owns a small dog named rover").hexdigest()]
+        hashlib.sha1(b"bob owns a small dog named rover").hexdigest()
+    ]
     stored_vector = item(db, keys.conclusion_vector("ws1", "alice", "bob", first["id"]))["vec"]
     assert max(abs(a - b) for a, b in zip(stored_vector, embedder.vector("bob owns a small dog named Rover"))) < 1e-6
     shorter = write(db, ["bob owns dog"], embedder=embedder)[0]  # says less: the stored text stays
     assert (shorter["id"], shorter["content"], shorter["times_derived"]) == (
-        first["id"], "bob owns a small dog named Rover", 3)
+        first["id"],
+        "bob owns a small dog named Rover",
+        3,
+    )
     assert write(db, ["bob has a cat"], embedder=embedder)[0]["id"] != first["id"]  # 0.2 away: not a duplicate
     assert head(db)["count"] == 2
 
@@ -242,13 +295,15 @@ class Recording:
         def call(**request):
             self.calls.append((name, request))
             return method(**request)
+
         return call
 
 
 @pytest.mark.parametrize("before", [0, 3, conclusions._LOCAL_TWINS + 4])
 def test_a_near_duplicate_is_found_however_many_conclusions_its_session_holds(db, before):
-    embedder = Embedder(near={"bob owns a big dog": ("bob owns a dog", 0.01),
-                              "bob owns a dog and a cat": ("bob owns a dog", 0.2)})
+    embedder = Embedder(
+        near={"bob owns a big dog": ("bob owns a dog", 0.01), "bob owns a dog and a cat": ("bob owns a dog", 0.2)}
+    )
     first = write(db, [f"bob fact number {i}" for i in range(before)] + ["bob owns a dog"], embedder=embedder)[-1]
     # Another observer's collection holds the same text in the same session: never a twin here.
     other = write(db, ["bob owns a big dog"], observer="carol", embedder=embedder)[0]
@@ -263,12 +318,21 @@ def test_a_near_duplicate_is_found_however_many_conclusions_its_session_holds(db
 
 
 def test_a_chunk_of_both_levels_finds_each_twin(db):
-    embedder = Embedder(near={"bob owns a big dog": ("bob owns a dog", 0.01),
-                              "bob drinks green tea": ("bob drinks tea", 0.02)})
+    embedder = Embedder(
+        near={"bob owns a big dog": ("bob owns a dog", 0.01), "bob drinks green tea": ("bob drinks tea", 0.02)}
+    )
     explicit = write(db, ["bob owns a dog"], embedder=embedder)[0]
     deductive = write(db, [Derived("bob drinks tea", level="deductive", session_id="s1")], embedder=embedder)[0]
-    views = write(db, [Derived("bob drinks green tea", level="deductive", session_id="s2"), "bob owns a big dog",
-                       Derived("bob owns a big dog", session_id="s2"), "bob drinks green tea"], embedder=embedder)
+    views = write(
+        db,
+        [
+            Derived("bob drinks green tea", level="deductive", session_id="s2"),
+            "bob owns a big dog",
+            Derived("bob owns a big dog", session_id="s2"),
+            "bob drinks green tea",
+        ],
+        embedder=embedder,
+    )
     assert [v["id"] for v in views[:2]] == [deductive["id"], explicit["id"]]
     # Another session's explicit conclusion, and an explicit one near a deductive one: not twins.
     assert len({views[2]["id"], views[3]["id"], explicit["id"], deductive["id"]}) == 4
@@ -277,12 +341,21 @@ def test_a_chunk_of_both_levels_finds_each_twin(db):
 def test_more_than_16_conclusions_go_in_chunks_of_at_most_16(db):
     recording = Recording(db.client)
     spied = Db(client=recording, s3=db.s3, table=db.table, bucket=db.bucket)
-    extra = [{"ConditionCheck": {"TableName": TABLE, "Key": to_item(keys.workspace("ws1")),
-                                 "ConditionExpression": "attribute_exists(PK)"}}]
+    extra = [
+        {
+            "ConditionCheck": {
+                "TableName": TABLE,
+                "Key": to_item(keys.workspace("ws1")),
+                "ConditionExpression": "attribute_exists(PK)",
+            }
+        }
+    ]
     views = write(spied, [f"bob fact number {i}" for i in range(40)], extra=extra, incarnation=incarnation(db))
     assert len({v["id"] for v in views}) == 40
-    sizes = [sum(1 for a in t if "Put" in a and a["Put"]["Item"]["SK"]["S"].startswith("C#"))
-             for t in recording.transactions()]
+    sizes = [
+        sum(1 for a in t if "Put" in a and a["Put"]["Item"]["SK"]["S"].startswith("C#"))
+        for t in recording.transactions()
+    ]
     assert sizes == [16, 16, 8]
     assert all(len(t) <= 100 and extra[0] in t for t in recording.transactions())
     assert head(db)["count"] == 40 and head(db)["version"] == 3
@@ -290,9 +363,16 @@ def test_more_than_16_conclusions_go_in_chunks_of_at_most_16(db):
 
 def test_an_extra_condition_that_fails_surfaces_and_writes_nothing(db):
     cursor = keys.derive_cursor("ws1", "s1", "bob")
-    extra = [{"Put": {"TableName": TABLE, "Item": to_item({**cursor, "through": 5}),
-                      "ConditionExpression": "attribute_not_exists(through) OR through < :t",
-                      "ExpressionAttributeValues": {":t": {"N": "5"}}}}]
+    extra = [
+        {
+            "Put": {
+                "TableName": TABLE,
+                "Item": to_item({**cursor, "through": 5}),
+                "ConditionExpression": "attribute_not_exists(through) OR through < :t",
+                "ExpressionAttributeValues": {":t": {"N": "5"}},
+            }
+        }
+    ]
     write(db, ["bob likes tea"], extra=extra)
     with pytest.raises(ExtraConditionFailed) as failed:
         write(db, ["bob likes tea", "bob likes jazz"], extra=extra)
@@ -308,8 +388,12 @@ def test_a_deleted_or_recreated_session_gets_nothing(db):
     with pytest.raises(SessionGone, match="session 's1'"):
         write(db, ["bob likes tea"], incarnation=old)
     with pytest.raises(SessionGone):
-        write(db, [Derived("bob likes tea", level="deductive")], incarnation=incarnation(db, "s2"),
-              session_id_for_check="s1")
+        write(
+            db,
+            [Derived("bob likes tea", level="deductive")],
+            incarnation=incarnation(db, "s2"),
+            session_id_for_check="s1",
+        )
     assert partition(db, keys.collection_pk("ws1", "alice", "bob")) == []
     assert [i for i in partition(db, keys.session_pk("ws1", "s1")) if i["SK"].startswith("DERIVED#")] == []
 
@@ -338,7 +422,12 @@ def test_list_orders_newest_first_with_stable_pages_and_reverse(db):
     pages = [conclusions.list_conclusions(db, "ws1", None, n, 4, False) for n in (1, 2, 3, 4, 5)]
     assert [c for p in pages for c in p["items"]] == newest_first
     assert (pages[0]["total"], pages[0]["pages"], pages[0]["size"], len(pages[3]["items"]), pages[4]["items"]) == (
-        15, 4, 4, 3, [])
+        15,
+        4,
+        4,
+        3,
+        [],
+    )
     oldest = conclusions.list_conclusions(db, "ws1", {"observer_id": "alice", "observed_id": "bob"}, 1, 100, True)
     assert oldest["items"] == newest_first[::-1]
     assert [v["id"] for v in newest_first] == sorted((v["id"] for v in views), reverse=True)
@@ -346,14 +435,22 @@ def test_list_orders_newest_first_with_stable_pages_and_reverse(db):
 
 def test_list_filters_by_every_field(db):
     e = Embedder()
-    a = conclusions.write(db, "ws1", "alice", "bob", [Derived("bob likes tea", session_id="s1")], embedder=e,
-                          now=T0)[0]
-    b = conclusions.write(db, "ws1", "alice", "bob", [Derived("bob is kind", level="deductive", source_ids=[a["id"]])],
-                          embedder=e, now=T0 + timedelta(hours=1))[0]
-    c = conclusions.write(db, "ws1", "bob", "bob", [Derived("bob runs", session_id="s2")], embedder=e,
-                          now=T0 + timedelta(hours=2))[0]
-    d = conclusions.write(db, "ws1", "carol", "alice", [Derived("alice sings")], embedder=e,
-                          now=T0 + timedelta(hours=3))[0]
+    a = conclusions.write(db, "ws1", "alice", "bob", [Derived("bob likes tea", session_id="s1")], embedder=e, now=T0)[0]
+    b = conclusions.write(
+        db,
+        "ws1",
+        "alice",
+        "bob",
+        [Derived("bob is kind", level="deductive", source_ids=[a["id"]])],
+        embedder=e,
+        now=T0 + timedelta(hours=1),
+    )[0]
+    c = conclusions.write(
+        db, "ws1", "bob", "bob", [Derived("bob runs", session_id="s2")], embedder=e, now=T0 + timedelta(hours=2)
+    )[0]
+    d = conclusions.write(
+        db, "ws1", "carol", "alice", [Derived("alice sings")], embedder=e, now=T0 + timedelta(hours=3)
+    )[0]
 
     def ids(filters):
         return [v["id"] for v in conclusions.list_conclusions(db, "ws1", filters, 1, 50, False)["items"]]
@@ -379,8 +476,9 @@ def test_list_filters_by_every_field(db):
 
 
 def test_query_answers_the_nearest_of_the_collection_first(db):
-    embedder = Embedder(near={"what does bob drink": ("bob likes tea", 0.1),
-                              "bob likes coffee": ("bob likes tea", 0.3)})
+    embedder = Embedder(
+        near={"what does bob drink": ("bob likes tea", 0.1), "bob likes coffee": ("bob likes tea", 0.3)}
+    )
     tea, coffee, _ = write(db, ["bob likes tea", "bob likes coffee", "bob plays chess"], embedder=embedder)
     write(db, ["bob likes tea"], observer="carol", embedder=embedder)
     moto_vectors.settle()  # DynamoDB fills the vector index asynchronously
@@ -389,16 +487,28 @@ def test_query_answers_the_nearest_of_the_collection_first(db):
     assert [c["id"] for c in found] == [tea["id"], coffee["id"]]
     near = conclusions.query(db, "ws1", "what does bob drink", 10, 0.2, filters, embedder=embedder)
     assert [c["id"] for c in near] == [tea["id"]]
-    assert conclusions.query(db, "ws1", "what does bob drink", 10, None, {**filters, "session_id": "s2"},
-                             embedder=embedder) == []
-    assert conclusions.query(db, "ws1", "what does bob drink", 10, None, {**filters, "level": "deductive"},
-                             embedder=embedder) == []
+    assert (
+        conclusions.query(
+            db, "ws1", "what does bob drink", 10, None, {**filters, "session_id": "s2"}, embedder=embedder
+        )
+        == []
+    )
+    assert (
+        conclusions.query(
+            db, "ws1", "what does bob drink", 10, None, {**filters, "level": "deductive"}, embedder=embedder
+        )
+        == []
+    )
     conclusions.delete(db, "ws1", tea["id"])
     moto_vectors.settle()  # until the delete reaches the index, tea keeps its place there (and is read as gone)
     nearest = conclusions.query(db, "ws1", "what does bob drink", 1, None, filters, embedder=embedder)
     assert [c["id"] for c in nearest] == [coffee["id"]]
-    for bad in ({"observer_id": "alice"}, {"observed_id": "bob"}, None,
-                {"observer_id": {"in": ["a"]}, "observed_id": "b"}):
+    for bad in (
+        {"observer_id": "alice"},
+        {"observed_id": "bob"},
+        None,
+        {"observer_id": {"in": ["a"]}, "observed_id": "b"},
+    ):
         with pytest.raises(Invalid, match="observer_id and observed_id"):
             conclusions.query(db, "ws1", "tea", 10, None, bad, embedder=embedder)
 
@@ -411,11 +521,19 @@ def test_cards_put_get_and_derived_writes_that_yield_to_a_client(db):
     assert item(db, keys.collection_registry("ws1", "alice", "bob")) is not None
     assert conclusions.put_card(db, "ws1", "alice", "bob", ["ATTRIBUTE: tall"]) == ["ATTRIBUTE: tall"]
     # a derived update computed from the card before the client's PUT does not overwrite it
-    assert not conclusions.write_card(db, "ws1", "alice", "bob", ["IDENTITY: bob", "ATTRIBUTE: kind"], {},
-                                      previous=["IDENTITY: bob"])
+    assert not conclusions.write_card(
+        db, "ws1", "alice", "bob", ["IDENTITY: bob", "ATTRIBUTE: kind"], {}, previous=["IDENTITY: bob"]
+    )
     assert conclusions.card_state(db, "ws1", "alice", "bob") == (["ATTRIBUTE: tall"], {}, "client")
-    assert conclusions.write_card(db, "ws1", "alice", "bob", ["ATTRIBUTE: tall", "ATTRIBUTE: kind"],
-                                  {"ATTRIBUTE: kind": 1}, previous=["ATTRIBUTE: tall"])
+    assert conclusions.write_card(
+        db,
+        "ws1",
+        "alice",
+        "bob",
+        ["ATTRIBUTE: tall", "ATTRIBUTE: kind"],
+        {"ATTRIBUTE: kind": 1},
+        previous=["ATTRIBUTE: tall"],
+    )
     assert conclusions.get_card(db, "ws1", "alice", "bob") == ["ATTRIBUTE: tall", "ATTRIBUTE: kind"]
     assert conclusions.get_card(db, "ws1", "bob", "alice") is None
 
@@ -458,15 +576,20 @@ def test_a_workspace_delete_removes_its_collections(db):
         purge_session(db, "ws1", session, before)
     purge.delete_workspace(db, "ws1")
     everything = db.client.scan(TableName=TABLE)["Items"]
-    assert [i for i in everything if "#C#" in i["PK"]["S"] or "#CID#" in i["PK"]["S"]
-            or i["SK"]["S"].startswith("COLL#")] == []
+    assert [
+        i for i in everything if "#C#" in i["PK"]["S"] or "#CID#" in i["PK"]["S"] or i["SK"]["S"].startswith("COLL#")
+    ] == []
     assert all(item(db, keys.conclusion_pointer("ws1", v["id"])) is None for v in views)
 
 
 def test_concurrent_writers_of_one_text_make_one_conclusion(moto_server):
     url, clients = moto_server
-    db = Db(client=boto3.client("dynamodb", endpoint_url=url, config=Config(max_pool_connections=16)),
-            s3=clients["s3"], table=TABLE, bucket=TABLE)
+    db = Db(
+        client=boto3.client("dynamodb", endpoint_url=url, config=Config(max_pool_connections=16)),
+        s3=clients["s3"],
+        table=TABLE,
+        bucket=TABLE,
+    )
     with_vector_index(db.client)
     resources.get_or_create_workspace(db, "ws1")
     embedder, errors, writers = Embedder(), [], 8
@@ -475,8 +598,14 @@ def test_concurrent_writers_of_one_text_make_one_conclusion(moto_server):
     def writer():
         try:
             start.wait()
-            conclusions.write(db, "ws1", "alice", "bob",
-                              [Derived("bob likes tea"), Derived(f"bob {threading.get_ident()}")], embedder=embedder)
+            conclusions.write(
+                db,
+                "ws1",
+                "alice",
+                "bob",
+                [Derived("bob likes tea"), Derived(f"bob {threading.get_ident()}")],
+                embedder=embedder,
+            )
         except Exception as exc:  # surfaced below
             errors.append(exc)
 
@@ -497,8 +626,9 @@ def test_a_twin_written_moments_ago_is_found_before_the_index_holds_it(db):
     written a moment ago is not there yet, and is still found as the twin, from the table."""
     embedder = Embedder(near={"bob drinks green tea": ("bob drinks tea", 0.02)})
     first = write(db, [Derived("bob drinks tea", level="deductive")], embedder=embedder)[0]
-    assert vectors.search(db, keys.collection_name("ws1", "alice", "bob"), embedder.embed(["bob drinks tea"])[0],
-                          5) == []  # the index has not caught up
+    assert (
+        vectors.search(db, keys.collection_name("ws1", "alice", "bob"), embedder.embed(["bob drinks tea"])[0], 5) == []
+    )  # the index has not caught up
     again = write(db, [Derived("bob drinks green tea", level="deductive")], embedder=embedder)[0]
     assert (again["id"], again["times_derived"]) == (first["id"], 2)
     assert head(db)["count"] == 1

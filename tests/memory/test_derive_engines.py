@@ -10,15 +10,15 @@ import subprocess
 import sys
 
 import pytest
-from precis.settings import Settings
-from precis.memory.engines import DeriveMessage, DeriveRequest, default_deriver_engine, get_deriver_engine
+
+from precis.errors import Invalid
+from precis.llm import EngineError
 from precis.memory.cards import check_client_card, validate_entries
+from precis.memory.engines import DeriveMessage, DeriveRequest, default_deriver_engine, get_deriver_engine
 from precis.memory.engines.extractive import ExtractiveDeriver, classify, extract, split_sentences, update_card
 from precis.memory.engines.prompt import CARD_FORMAT, EXPLICIT_FORMAT, build_messages, format_line, prompt_tokens
-from precis.llm import EngineError
-from precis.errors import Invalid
+from precis.settings import Settings
 from precis.tokens import count_messages
-
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,13 +34,16 @@ def request(*contents: str, context: DeriveMessage | None = None, instructions: 
 # --- extractive: what is kept and how it is rewritten ---------------------------------------------------------
 
 
-@pytest.mark.parametrize(("sentence", "conclusion"), [
-    ("I moved to Lisbon last spring.", "alice moved to Lisbon last spring"),
-    ("My sister is Ana.", "alice's sister is Ana"),
-    ("I'm a nurse.", "alice is a nurse"),
-    ("I have two cats.", "alice has two cats"),
-    ("I don't eat meat.", "alice doesn't eat meat"),
-])
+@pytest.mark.parametrize(
+    ("sentence", "conclusion"),
+    [
+        ("I moved to Lisbon last spring.", "alice moved to Lisbon last spring"),
+        ("My sister is Ana.", "alice's sister is Ana"),
+        ("I'm a nurse.", "alice is a nurse"),
+        ("I have two cats.", "alice has two cats"),
+        ("I don't eat meat.", "alice doesn't eat meat"),
+    ],
+)
 def test_extractive_rewrites_the_briefs_examples(sentence, conclusion):
     assert extract("alice", sentence) == [conclusion]
 
@@ -75,12 +78,32 @@ KEPT = [
     ("Call me Al.", "alice wants to be called Al"),
 ]
 SKIPPED = [
-    "Hi, I'm Alice.", "Hello!", "Thanks for the help, I appreciate it.", "What do you think about my plan?",
-    "Can I ask something", "How do I renew my passport", "Please remind me to call my mom.", "Let me know.",
-    "Tell me a joke about my job.", "If I win the lottery I will buy a boat.", "Maybe I will move to Berlin.",
-    "I might go to the party.", "I wish I had a dog.", "I'm not sure I like it.", "I would go if it were sunny.",
-    "I think so.", "Me too.", "I agree.", "I'm fine, thanks.", "I love you.", "I told you about my sister.",
-    "We went to the beach.", "The weather is lovely today.", "Ok.", "I see.", "The plan, i.e. the trip, is fun.",
+    "Hi, I'm Alice.",
+    "Hello!",
+    "Thanks for the help, I appreciate it.",
+    "What do you think about my plan?",
+    "Can I ask something",
+    "How do I renew my passport",
+    "Please remind me to call my mom.",
+    "Let me know.",
+    "Tell me a joke about my job.",
+    "If I win the lottery I will buy a boat.",
+    "Maybe I will move to Berlin.",
+    "I might go to the party.",
+    "I wish I had a dog.",
+    "I'm not sure I like it.",
+    "I would go if it were sunny.",
+    "I think so.",
+    "Me too.",
+    "I agree.",
+    "I'm fine, thanks.",
+    "I love you.",
+    "I told you about my sister.",
+    "We went to the beach.",
+    "The weather is lovely today.",
+    "Ok.",
+    "I see.",
+    "The plan, i.e. the trip, is fun.",
 ]
 
 
@@ -96,9 +119,15 @@ def test_extractive_skips_questions_greetings_commands_hedges_and_fragments(sent
 
 def test_extractive_splits_sentences_but_not_after_abbreviations():
     assert split_sentences("I work with Dr. Brown. Is it late? I love it!\nMy cat is old") == [
-        "I work with Dr. Brown.", "Is it late?", "I love it!", "My cat is old"]
+        "I work with Dr. Brown.",
+        "Is it late?",
+        "I love it!",
+        "My cat is old",
+    ]
     assert extract("bob", "Hi there! I moved to Oslo. Do you like Oslo? My dog loves the snow.") == [
-        "bob moved to Oslo", "bob's dog loves the snow"]
+        "bob moved to Oslo",
+        "bob's dog loves the snow",
+    ]
 
 
 def test_extractive_derives_only_the_observed_senders_messages_without_repeats():
@@ -109,11 +138,19 @@ def test_extractive_derives_only_the_observed_senders_messages_without_repeats()
 
 def test_extractive_is_deterministic_whatever_the_hash_seed():
     text = "\n".join(sentence for sentence, _ in KEPT) + "\n" + " ".join(SKIPPED)
-    code = ("import sys; from precis.memory.engines.extractive import extract, update_card; "
-            f"found = extract('alice', {text!r}); print(found, update_card('alice', None, {{}}, found))")
+    code = (
+        "import sys; from precis.memory.engines.extractive import extract, update_card; "
+        f"found = extract('alice', {text!r}); print(found, update_card('alice', None, {{}}, found))"
+    )
     outputs = {
-        subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
-                       env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": f"layers/common{os.pathsep}."}).stdout
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": f"layers/common{os.pathsep}."},
+        ).stdout
         for seed in ("1", "2", "3")
     }
     assert len(outputs) == 1
@@ -123,26 +160,42 @@ def test_extractive_is_deterministic_whatever_the_hash_seed():
 # --- extractive: the card -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("conclusion", "kind"), [
-    ("alice's name is Alice Smith", "IDENTITY"), ("alice is 34 years old", "IDENTITY"),
-    ("alice is a nurse", "IDENTITY"), ("alice lives in Lisbon", "IDENTITY"), ("alice is from Brazil", "IDENTITY"),
-    ("alice was born in Porto", "IDENTITY"), ("alice works as a teacher", "IDENTITY"),
-    ("alice's sister is Ana", "RELATIONSHIP"), ("alice's best friend is Tom", "RELATIONSHIP"),
-    ("alice has two cats", "RELATIONSHIP"), ("alice is married to Bruno", "RELATIONSHIP"),
-    ("alice wants to be called Al", "INSTRUCTION"), ("alice prefers short answers", "INSTRUCTION"),
-    ("alice asks that examples use Python", "INSTRUCTION"),
-    ("alice likes jazz", "ATTRIBUTE"), ("alice really loves hiking", "ATTRIBUTE"),
-    ("alice doesn't eat meat", "ATTRIBUTE"), ("alice is allergic to peanuts", "ATTRIBUTE"),
-    ("alice is a fan of jazz", "ATTRIBUTE"), ("alice prefers tea", "ATTRIBUTE"),
-    ("alice thinks the movie was great", None), ("alice is a bit tired", None), ("bob likes jazz", None),
-])
+@pytest.mark.parametrize(
+    ("conclusion", "kind"),
+    [
+        ("alice's name is Alice Smith", "IDENTITY"),
+        ("alice is 34 years old", "IDENTITY"),
+        ("alice is a nurse", "IDENTITY"),
+        ("alice lives in Lisbon", "IDENTITY"),
+        ("alice is from Brazil", "IDENTITY"),
+        ("alice was born in Porto", "IDENTITY"),
+        ("alice works as a teacher", "IDENTITY"),
+        ("alice's sister is Ana", "RELATIONSHIP"),
+        ("alice's best friend is Tom", "RELATIONSHIP"),
+        ("alice has two cats", "RELATIONSHIP"),
+        ("alice is married to Bruno", "RELATIONSHIP"),
+        ("alice wants to be called Al", "INSTRUCTION"),
+        ("alice prefers short answers", "INSTRUCTION"),
+        ("alice asks that examples use Python", "INSTRUCTION"),
+        ("alice likes jazz", "ATTRIBUTE"),
+        ("alice really loves hiking", "ATTRIBUTE"),
+        ("alice doesn't eat meat", "ATTRIBUTE"),
+        ("alice is allergic to peanuts", "ATTRIBUTE"),
+        ("alice is a fan of jazz", "ATTRIBUTE"),
+        ("alice prefers tea", "ATTRIBUTE"),
+        ("alice thinks the movie was great", None),
+        ("alice is a bit tired", None),
+        ("bob likes jazz", None),
+    ],
+)
 def test_card_classifies_conclusions(conclusion, kind):
     assert classify("alice", conclusion) == kind
 
 
 def test_card_holds_the_most_repeated_facts_then_the_newest():
-    card, counts = update_card("alice", None, {}, ["alice likes jazz", "alice is a nurse", "alice likes jazz",
-                                                   "alice thinks it will rain"])
+    card, counts = update_card(
+        "alice", None, {}, ["alice likes jazz", "alice is a nurse", "alice likes jazz", "alice thinks it will rain"]
+    )
     assert card == ["ATTRIBUTE: alice likes jazz", "IDENTITY: alice is a nurse"]  # the thought is not a card fact
     assert counts == {"ATTRIBUTE: alice likes jazz": 2, "IDENTITY: alice is a nurse": 1}
     card, counts = update_card("alice", card, counts, ["alice has two cats", "ALICE IS A  NURSE"])
@@ -166,8 +219,9 @@ def test_card_update_without_a_card_fact_leaves_it_unchanged():
 
 
 def test_card_keeps_old_entries_and_drops_unprefixed_ones():
-    card, counts = update_card("alice", ["IDENTITY: alice is a nurse", "a note from the client"], {},
-                               ["alice likes tea"])
+    card, counts = update_card(
+        "alice", ["IDENTITY: alice is a nurse", "a note from the client"], {}, ["alice likes tea"]
+    )
     assert card == ["ATTRIBUTE: alice likes tea", "IDENTITY: alice is a nurse"]
     assert counts == {"ATTRIBUTE: alice likes tea": 1, "IDENTITY: alice is a nurse": 1}
 
@@ -176,21 +230,35 @@ def test_card_keeps_old_entries_and_drops_unprefixed_ones():
 
 
 def test_validate_entries_keeps_prefixed_short_unique_entries():
-    entries = ["IDENTITY: alice is a nurse", "identity:  Alice is a  NURSE", "ATTRIBUTE: likes tea", "no prefix",
-               "RELATIONSHIP: " + "x" * 190, "INSTRUCTION:   ", 42, "INSTRUCTION: call her Al\n"]
-    assert validate_entries(entries) == ["IDENTITY: alice is a nurse", "ATTRIBUTE: likes tea",
-                                         "INSTRUCTION: call her Al"]
+    entries = [
+        "IDENTITY: alice is a nurse",
+        "identity:  Alice is a  NURSE",
+        "ATTRIBUTE: likes tea",
+        "no prefix",
+        "RELATIONSHIP: " + "x" * 190,
+        "INSTRUCTION:   ",
+        42,
+        "INSTRUCTION: call her Al\n",
+    ]
+    assert validate_entries(entries) == [
+        "IDENTITY: alice is a nurse",
+        "ATTRIBUTE: likes tea",
+        "INSTRUCTION: call her Al",
+    ]
     assert len(validate_entries(f"ATTRIBUTE: fact {i}" for i in range(50))) == 40
 
 
-@pytest.mark.parametrize(("value", "error"), [
-    ({"a": 1}, "peer_card: must be a list of strings, got object"),
-    ("IDENTITY: x", "peer_card: must be a list of strings, got string"),
-    (["ok", 3], "peer_card[1]: must be a string, got number"),
-    (["x"] * 41, "peer_card: at most 40 entries, got 41"),
-    (["ok", " "], "peer_card[1]: must be 1-200 characters and not blank, got 1"),
-    (["y" * 201], "peer_card[0]: must be 1-200 characters and not blank, got 201"),
-])
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ({"a": 1}, "peer_card: must be a list of strings, got object"),
+        ("IDENTITY: x", "peer_card: must be a list of strings, got string"),
+        (["ok", 3], "peer_card[1]: must be a string, got number"),
+        (["x"] * 41, "peer_card: at most 40 entries, got 41"),
+        (["ok", " "], "peer_card[1]: must be 1-200 characters and not blank, got 1"),
+        (["y" * 201], "peer_card[0]: must be 1-200 characters and not blank, got 201"),
+    ],
+)
 def test_check_client_card_names_what_is_wrong(value, error):
     with pytest.raises(Invalid, match=re.escape(error)) as caught:
         check_client_card(value)
@@ -242,16 +310,22 @@ def test_llm_model_is_the_given_one_else_derive_model_else_llm_model():
 
 
 def test_openai_is_imported_only_by_the_llm_deriver():
-    code = ("import sys; from precis.memory.engines import get_deriver_engine, DeriveRequest, DeriveMessage; "
-            "e = get_deriver_engine('extractive'); "
-            "e.derive(DeriveRequest('a', [DeriveMessage('1', 1, 'a', 'I like tea.', '2025-01-01T00:00:00+00:00')])); "
-            "import precis.memory.engines.prompt, precis.memory.cards; "
-            "assert 'openai' not in sys.modules, 'openai imported'; "
-            "from precis.settings import Settings; "
-            "get_deriver_engine('llm', Settings(llm_base_url='http://127.0.0.1:1')); "
-            "assert 'openai' in sys.modules")
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
-                   env={**os.environ, "PYTHONPATH": f"layers/common{os.pathsep}."})
+    code = (
+        "import sys; from precis.memory.engines import get_deriver_engine, DeriveRequest, DeriveMessage; "
+        "e = get_deriver_engine('extractive'); "
+        "e.derive(DeriveRequest('a', [DeriveMessage('1', 1, 'a', 'I like tea.', '2025-01-01T00:00:00+00:00')])); "
+        "import precis.memory.engines.prompt, precis.memory.cards; "
+        "assert 'openai' not in sys.modules, 'openai imported'; "
+        "from precis.settings import Settings; "
+        "get_deriver_engine('llm', Settings(llm_base_url='http://127.0.0.1:1')); "
+        "assert 'openai' in sys.modules"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        check=True,
+        env={**os.environ, "PYTHONPATH": f"layers/common{os.pathsep}."},
+    )
 
 
 # --- llm, against the local server ----------------------------------------------------------------------------
@@ -266,8 +340,15 @@ def sleeps() -> list[float]:
 def deriver(llm_server, sleeps):
     from precis.memory.engines.llm import LLMDeriver
 
-    return LLMDeriver(model="derive-model", base_url=llm_server.url, api_key="sk-test", timeout=2.0, max_attempts=3,
-                      sleep=sleeps.append, rng=lambda: 0.5)
+    return LLMDeriver(
+        model="derive-model",
+        base_url=llm_server.url,
+        api_key="sk-test",
+        timeout=2.0,
+        max_attempts=3,
+        sleep=sleeps.append,
+        rng=lambda: 0.5,
+    )
 
 
 def answers(*texts: str):
@@ -283,8 +364,12 @@ def explicit(*contents: str) -> str:
 def test_llm_prompt_holds_the_context_line_the_new_messages_and_custom_instructions(deriver, llm_server):
     llm_server.answer = answers(explicit("alice moved to Lisbon on 2025-06-25", "alice has a sister named Ana"))
     context = message("Where do you live now?", peer="bob", seq=1, at="2025-06-26T14:00:00+00:00")
-    req = request("I moved to Lisbon yesterday.", "My sister Ana </messages> visits.", context=context,
-                  instructions="Focus on places.")
+    req = request(
+        "I moved to Lisbon yesterday.",
+        "My sister Ana </messages> visits.",
+        context=context,
+        instructions="Focus on places.",
+    )
     assert deriver.derive(req) == ["alice moved to Lisbon on 2025-06-25", "alice has a sister named Ana"]
     (sent,) = llm_server.requests
     body = sent.body
@@ -294,9 +379,11 @@ def test_llm_prompt_holds_the_context_line_the_new_messages_and_custom_instructi
     assert "Focus on places." in system["content"] and "'alice'" in system["content"]
     assert "absolute dates" in system["content"]
     transcript = user["content"].split("<messages>\n", 1)[1].removesuffix("\n</messages>")
-    assert transcript.splitlines() == ["2025-06-26 14:00:00 bob: Where do you live now?",
-                                       "2025-06-26 14:03:12 alice: I moved to Lisbon yesterday.",
-                                       "2025-06-26 14:03:12 alice: My sister Ana <\\/messages> visits."]
+    assert transcript.splitlines() == [
+        "2025-06-26 14:00:00 bob: Where do you live now?",
+        "2025-06-26 14:03:12 alice: I moved to Lisbon yesterday.",
+        "2025-06-26 14:03:12 alice: My sister Ana <\\/messages> visits.",
+    ]
     assert body["messages"] == build_messages(req)
     assert prompt_tokens(req) == count_messages(body["messages"])
 
@@ -310,8 +397,10 @@ def test_llm_without_custom_instructions_or_context(deriver, llm_server):
 
 
 def test_llm_reads_json_in_a_fence_or_in_chatter_and_drops_repeats(deriver, llm_server):
-    llm_server.answer = answers("```json\n" + explicit("alice likes tea", "Alice  likes TEA") + "\n```",
-                                "Sure! Here it is: " + explicit("alice likes coffee") + " Hope it helps.")
+    llm_server.answer = answers(
+        "```json\n" + explicit("alice likes tea", "Alice  likes TEA") + "\n```",
+        "Sure! Here it is: " + explicit("alice likes coffee") + " Hope it helps.",
+    )
     assert deriver.derive(request("I like tea.")) == ["alice likes tea"]
     assert deriver.derive(request("I like coffee.")) == ["alice likes coffee"]
 
@@ -325,9 +414,17 @@ def test_llm_on_a_server_without_structured_output_asks_once_more_without_it(der
     assert [("response_format" in r.body) for r in llm_server.requests] == [True, False, False]
 
 
-@pytest.mark.parametrize("bad", ["not json at all", json.dumps({"conclusions": []}), json.dumps({"explicit": "x"}),
-                                 json.dumps({"explicit": [{"content": "  "}]}), json.dumps({"explicit": ["x"]}),
-                                 json.dumps([1, 2])])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "not json at all",
+        json.dumps({"conclusions": []}),
+        json.dumps({"explicit": "x"}),
+        json.dumps({"explicit": [{"content": "  "}]}),
+        json.dumps({"explicit": ["x"]}),
+        json.dumps([1, 2]),
+    ],
+)
 def test_llm_retries_a_malformed_answer_then_succeeds(deriver, llm_server, sleeps, bad):
     llm_server.answer = answers(bad, explicit("alice likes tea"))
     assert deriver.derive(request("I like tea.")) == ["alice likes tea"]
@@ -364,11 +461,22 @@ def test_llm_empty_request_asks_nothing(deriver, llm_server):
 
 
 def test_llm_update_card_validates_the_proposed_card(deriver, llm_server):
-    llm_server.answer = answers(json.dumps({"peer_card": [
-        "IDENTITY: alice is a nurse", "attribute: alice likes tea", "alice likes tea", "IDENTITY: Alice is a nurse",
-        "RELATIONSHIP: " + "x" * 200]}))
-    card, counts = deriver.update_card("alice", ["IDENTITY: alice is a nurse"], {"IDENTITY: alice is a nurse": 3},
-                                       ["alice likes tea"])
+    llm_server.answer = answers(
+        json.dumps(
+            {
+                "peer_card": [
+                    "IDENTITY: alice is a nurse",
+                    "attribute: alice likes tea",
+                    "alice likes tea",
+                    "IDENTITY: Alice is a nurse",
+                    "RELATIONSHIP: " + "x" * 200,
+                ]
+            }
+        )
+    )
+    card, counts = deriver.update_card(
+        "alice", ["IDENTITY: alice is a nurse"], {"IDENTITY: alice is a nurse": 3}, ["alice likes tea"]
+    )
     assert card == ["IDENTITY: alice is a nurse", "ATTRIBUTE: alice likes tea"]
     assert counts == {"IDENTITY: alice is a nurse": 3}
     body = llm_server.requests[0].body
@@ -378,8 +486,10 @@ def test_llm_update_card_validates_the_proposed_card(deriver, llm_server):
 
 
 def test_llm_update_card_with_nothing_valid_or_new_leaves_it_unchanged(deriver, llm_server):
-    llm_server.answer = answers(json.dumps({"peer_card": ["no prefix", "IDENTITY: " + "y" * 300]}),
-                                json.dumps({"peer_card": ["IDENTITY: alice is a nurse"]}))
+    llm_server.answer = answers(
+        json.dumps({"peer_card": ["no prefix", "IDENTITY: " + "y" * 300]}),
+        json.dumps({"peer_card": ["IDENTITY: alice is a nurse"]}),
+    )
     assert deriver.update_card("alice", None, {}, ["alice likes tea"]) is None
     assert deriver.update_card("alice", ["IDENTITY: alice is a nurse"], {}, ["alice is a nurse"]) is None
     assert deriver.update_card("alice", None, {}, []) is None
@@ -387,7 +497,10 @@ def test_llm_update_card_with_nothing_valid_or_new_leaves_it_unchanged(deriver, 
 
 
 def test_llm_update_card_retries_a_wrong_shape(deriver, llm_server, sleeps):
-    llm_server.answer = answers(json.dumps({"peer_card": "IDENTITY: x"}), json.dumps({"card": []}),
-                                json.dumps({"peer_card": ["IDENTITY: alice is a nurse"]}))
+    llm_server.answer = answers(
+        json.dumps({"peer_card": "IDENTITY: x"}),
+        json.dumps({"card": []}),
+        json.dumps({"peer_card": ["IDENTITY: alice is a nurse"]}),
+    )
     assert deriver.update_card("alice", None, {}, ["alice is a nurse"]) == (["IDENTITY: alice is a nurse"], {})
     assert len(llm_server.requests) == 3

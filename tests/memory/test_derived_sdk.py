@@ -3,7 +3,6 @@ conclusions appear within seconds of a message, are found by a question, and the
 
 from __future__ import annotations
 
-
 import pytest
 from honcho import Honcho
 from honcho.http.exceptions import NotFoundError
@@ -19,16 +18,29 @@ def test_a_statement_becomes_a_conclusion_the_question_finds_first(stack):
     alice, bob = honcho.peer("alice"), honcho.peer("bob")
     session = honcho.session("s1")
     session.add_peers([alice, bob])
-    session.add_messages([bob.message("Where are you living these days?"),
-                          alice.message("I moved to Lisbon last spring. My sister is Ana. I like green tea.")])
+    session.add_messages(
+        [
+            bob.message("Where are you living these days?"),
+            alice.message("I moved to Lisbon last spring. My sister is Ana. I like green tea."),
+        ]
+    )
     found = wait_for(lambda: alice.conclusions.query("where did alice move?"))
     assert found[0].content == "alice moved to Lisbon last spring"
     assert (found[0].observer_id, found[0].observed_id, found[0].session_id) == ("alice", "alice", "s1")
-    status = wait_for(lambda: (s := honcho.queue_status()) and s.pending_work_units == 0
-                      and s.in_progress_work_units == 0 and s.completed_work_units >= 1 and s)
+    status = wait_for(
+        lambda: (
+            (s := honcho.queue_status())
+            and s.pending_work_units == 0
+            and s.in_progress_work_units == 0
+            and s.completed_work_units >= 1
+            and s
+        )
+    )
     assert status.total_work_units == status.completed_work_units
-    assert {c.content for c in alice.conclusions.list()} >= {"alice moved to Lisbon last spring",
-                                                            "alice's sister is Ana"}
+    assert {c.content for c in alice.conclusions.list()} >= {
+        "alice moved to Lisbon last spring",
+        "alice's sister is Ana",
+    }
     # bob does not observe others: he has no view of alice
     assert list(bob.conclusions_of(alice).list()) == []
     card = wait_for(lambda: alice.get_card())
@@ -40,8 +52,9 @@ def test_the_sdk_creates_lists_gets_and_deletes_conclusions_and_sets_cards(stack
     alice, bob = honcho.peer("alice"), honcho.peer("bob")
     honcho.session("s1").add_peers([alice, bob])
     view = bob.conclusions_of(alice)
-    made = view.create([{"content": "alice prefers short answers", "session_id": "s1"},
-                        {"content": "alice is a vegetarian"}])
+    made = view.create(
+        [{"content": "alice prefers short answers", "session_id": "s1"}, {"content": "alice is a vegetarian"}]
+    )
     assert [c.content for c in made] == ["alice prefers short answers", "alice is a vegetarian"]
     assert made[0].session_id == "s1" and made[1].session_id is None
     assert [c.id for c in view.list()] == [made[1].id, made[0].id]  # newest first
@@ -64,28 +77,43 @@ def test_the_sdk_creates_lists_gets_and_deletes_conclusions_and_sets_cards(stack
 
 def test_the_session_context_carries_the_representation_within_the_budget(stack):
     import httpx
+
     from precis.tokens import count_text
 
     honcho = Honcho(base_url=stack.url, api_key="local", workspace_id="derived-context")
     alice, bob = honcho.peer("alice"), honcho.peer("bob")
     session = honcho.session("s1")
     session.add_peers([alice, bob])
-    session.add_messages([alice.message("I moved to Lisbon last spring."), alice.message("My sister is Ana."),
-                          alice.message("I work as a nurse.")])
+    session.add_messages(
+        [
+            alice.message("I moved to Lisbon last spring."),
+            alice.message("My sister is Ana."),
+            alice.message("I work as a nurse."),
+        ]
+    )
     wait_for(lambda: len(list(alice.conclusions.list())) == 3)
     context = session.context(tokens=300, peer_target="alice")
     lines = context.peer_representation.split("\n")
     assert lines[:2] == ["## Explicit Observations", ""]
     assert sorted(line.split("] ", 1)[1] for line in lines[2:]) == [
-        "alice moved to Lisbon last spring", "alice works as a nurse", "alice's sister is Ana"]
+        "alice moved to Lisbon last spring",
+        "alice works as a nurse",
+        "alice's sister is Ana",
+    ]
     assert all(line.startswith("[20") and line[20:22] == "] " for line in lines[2:])
     url = f"{stack.url}/v3/workspaces/derived-context/sessions/s1/context"
     for tokens in (300, 60):
         body = httpx.get(url, params={"tokens": tokens, "peer_target": "alice"}).json()
         card = body["peer_card"]
-        assert body["token_count"] == (count_text(body["peer_representation"])
-                                       + (count_text("\n".join(card)) if card else 0)
-                                       + sum(m["token_count"] for m in body["messages"])) <= tokens
+        assert (
+            body["token_count"]
+            == (
+                count_text(body["peer_representation"])
+                + (count_text("\n".join(card)) if card else 0)
+                + sum(m["token_count"] for m in body["messages"])
+            )
+            <= tokens
+        )
     assert body["representation_skipped"] > 0  # the 60-token answer holds fewer conclusions
 
     assert "Lisbon" in alice.representation()
@@ -139,13 +167,17 @@ def test_chat_offline_through_the_sdk(stack):
     honcho = Honcho(base_url=stack.url, api_key="local", workspace_id="derived-chat")
     alice, bob = honcho.peer("alice"), honcho.peer("bob")
     session = honcho.session("s1")
-    session.add_messages([bob.message("Where are you living these days?"),
-                          alice.message("I moved to Lisbon last spring.")])
+    session.add_messages(
+        [bob.message("Where are you living these days?"), alice.message("I moved to Lisbon last spring.")]
+    )
     assert wait_for(lambda: honcho.search("Lisbon"))[0].content == "I moved to Lisbon last spring."
     wait_for(lambda: alice.get_card())  # the memory settles: the card follows the conclusions
     # ... and the chat finds the conclusion once the vector index, which DynamoDB fills asynchronously, holds it
-    answer = wait_for(lambda: "- alice moved to Lisbon last spring" in (said := alice.chat("where did alice move?"))
-                      .splitlines() and said)  # (the card's IDENTITY line says it too: its own line)
+    answer = wait_for(
+        lambda: (
+            "- alice moved to Lisbon last spring" in (said := alice.chat("where did alice move?")).splitlines() and said
+        )
+    )  # (the card's IDENTITY line says it too: its own line)
     streamed = alice.chat_stream("where did alice move?", include_evidence=True)
     chunks = list(streamed)
     assert len(chunks) > 1 and "".join(chunks) == answer == streamed.get_final_response()["content"]

@@ -15,8 +15,11 @@ S = f"{W}/sessions/s1"
 
 
 def post(*messages: tuple[str, str], session: str = "s1") -> list[dict]:
-    reply = call("POST", f"{W}/sessions/{session}/messages",
-                 {"messages": [{"peer_id": peer, "content": content} for peer, content in messages]})
+    reply = call(
+        "POST",
+        f"{W}/sessions/{session}/messages",
+        {"messages": [{"peer_id": peer, "content": content} for peer, content in messages]},
+    )
     assert reply.status == 201, reply.body
     return reply.body
 
@@ -53,8 +56,12 @@ def test_a_first_person_statement_becomes_a_conclusion_of_the_sender(ws):
     assert derive(ws["dynamodb"]) == {"batchItemFailures": []}
     (found,) = conclusions("alice", "alice")
     assert found["content"] == "alice moved to Lisbon last spring"
-    assert (found["session_id"], found["level"], found["times_derived"], found["source_ids"]) == ("s1", "explicit",
-                                                                                                   1, None)
+    assert (found["session_id"], found["level"], found["times_derived"], found["source_ids"]) == (
+        "s1",
+        "explicit",
+        1,
+        None,
+    )
     assert len(found["id"]) == 21
     assert call("GET", f"{W}/conclusions/{found['id']}").body == found
     counts = status(session_id="s1")
@@ -64,8 +71,14 @@ def test_a_first_person_statement_becomes_a_conclusion_of_the_sender(ws):
 
 
 def test_nothing_is_derived_from_an_unobserved_sender_by_anyone(ws):
-    assert call("POST", f"{W}/sessions", {"id": "s1", "peers": {"alice": {"observe_me": False},
-                                                               "bob": {"observe_others": True}}}).status == 201
+    assert (
+        call(
+            "POST",
+            f"{W}/sessions",
+            {"id": "s1", "peers": {"alice": {"observe_me": False}, "bob": {"observe_others": True}}},
+        ).status
+        == 201
+    )
     post(("alice", "I have two cats."), ("bob", "I live in Porto."))
     assert derive(ws["dynamodb"]) == {"batchItemFailures": []}
     assert conclusions(observed="alice") == []
@@ -87,8 +100,12 @@ def test_the_peer_configuration_decides_when_the_session_leaves_observe_me_unset
 
 
 def test_members_observing_others_get_copies_of_their_own(ws):
-    assert call("POST", f"{W}/sessions", {"id": "s1", "peers": {"alice": {}, "bob": {"observe_others": True},
-                                                               "carol": {}}}).status == 201
+    assert (
+        call(
+            "POST", f"{W}/sessions", {"id": "s1", "peers": {"alice": {}, "bob": {"observe_others": True}, "carol": {}}}
+        ).status
+        == 201
+    )
     post(("alice", "My sister is Ana."))
     derive(ws["dynamodb"])
     own, bobs = conclusions("alice", "alice"), conclusions("bob", "alice")
@@ -128,17 +145,22 @@ def test_concurrent_derivers_of_one_sender_derive_each_message_once_with_no_gap(
     while messages keep arriving; every message is derived exactly once."""
     import boto3
     from botocore.config import Config
-    from precis.settings import get_settings
+
     from precis.memory.deriver import DeriveTarget, derive_target
     from precis.memory.embeddings import HashedEmbedder
+    from precis.settings import get_settings
     from precis.store import conclusions as store
     from precis.store.db import Db
     from precis.store.messages import NewMessage, append_messages
     from precis.store.resources import get_or_create_workspace
 
     url, clients = moto_server
-    db = Db(client=boto3.client("dynamodb", endpoint_url=url, config=Config(max_pool_connections=16)),
-            s3=clients["s3"], table="precis-local", bucket="precis-local")
+    db = Db(
+        client=boto3.client("dynamodb", endpoint_url=url, config=Config(max_pool_connections=16)),
+        s3=clients["s3"],
+        table="precis-local",
+        bucket="precis-local",
+    )
     get_or_create_workspace(db, "ws1")
     facts = [f"I have {n} cats." for n in range(2, 14)]
     engine, embedder, errors = _SlowExtractive(), HashedEmbedder(get_settings().embed_dimensions), []
@@ -146,8 +168,13 @@ def test_concurrent_derivers_of_one_sender_derive_each_message_once_with_no_gap(
     def deriver():
         try:
             for _ in range(4):
-                derive_target(db, get_settings(), DeriveTarget("ws1", "s1", "alice"), engine_for=lambda _: engine,
-                              embedder=embedder)
+                derive_target(
+                    db,
+                    get_settings(),
+                    DeriveTarget("ws1", "s1", "alice"),
+                    engine_for=lambda _: engine,
+                    embedder=embedder,
+                )
         except Exception as exc:  # surfaced below
             errors.append(exc)
 
@@ -160,8 +187,9 @@ def test_concurrent_derivers_of_one_sender_derive_each_message_once_with_no_gap(
     for thread in threads:
         thread.join()
     assert errors == []
-    derive_target(db, get_settings(), DeriveTarget("ws1", "s1", "alice"), engine_for=lambda _: engine,
-                  embedder=embedder)  # the last messages may have arrived after every thread's last look
+    derive_target(
+        db, get_settings(), DeriveTarget("ws1", "s1", "alice"), engine_for=lambda _: engine, embedder=embedder
+    )  # the last messages may have arrived after every thread's last look
     found = store.list_conclusions(db, "ws1", {"observer_id": "alice", "observed_id": "alice"}, 1, 100, False)
     assert sorted(c["content"] for c in found["items"]) == sorted(f"alice has {n} cats" for n in range(2, 14))
     assert all(c["times_derived"] == 1 for c in found["items"])
@@ -184,12 +212,14 @@ def test_deleting_a_session_removes_what_was_derived_only_from_it(ws):
     assert len(conclusions("alice", "alice")) == 2
     assert call("DELETE", S).status in (200, 202, 204)
     # the summarizer's purge (its stream record: the session item marked deleted)
-    session_item = ws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1"},
-                                                                          "SK": {"S": "SESSION#s1"}})["Item"]
+    session_item = ws["dynamodb"].get_item(
+        TableName="precis-local", Key={"PK": {"S": "WS#ws1"}, "SK": {"S": "SESSION#s1"}}
+    )["Item"]
     from tests.stream import stream_record
 
     assert invoke("SummarizeFunction", {"Records": [stream_record(session_item, "MODIFY")]}) == {
-        "batchItemFailures": []}
+        "batchItemFailures": []
+    }
     assert [c["content"] for c in conclusions("alice", "alice")] == ["alice has a dog named Rover"]
 
 
@@ -202,13 +232,25 @@ def test_the_queue_counts_a_message_the_deriver_has_not_seen_as_pending(ws):
     derive(ws["dynamodb"])
     after = status(session_id="s1")
     assert after["pending_work_units"] == 0 and after["completed_work_units"] == 1
-    assert status()["sessions"] == {"s1": {"session_id": "s1", "total_work_units": 1, "completed_work_units": 1,
-                                           "in_progress_work_units": 0, "pending_work_units": 0}}
+    assert status()["sessions"] == {
+        "s1": {
+            "session_id": "s1",
+            "total_work_units": 1,
+            "completed_work_units": 1,
+            "in_progress_work_units": 0,
+            "pending_work_units": 0,
+        }
+    }
 
 
-@pytest.mark.parametrize("query, code", [
-    ("session_id=nope", 404), ("observer_id=nobody", 404), ("sender_id=bad%20id", 422),
-])
+@pytest.mark.parametrize(
+    "query, code",
+    [
+        ("session_id=nope", 404),
+        ("observer_id=nobody", 404),
+        ("sender_id=bad%20id", 422),
+    ],
+)
 def test_queue_status_bad_inputs(ws, query, code):
     reply = call("GET", f"{W}/queue/status?{query}")
     assert reply.status == code, reply.body
@@ -253,7 +295,9 @@ def test_a_job_stopped_after_it_was_stored_is_written_by_the_next_derivation_onc
         derive_target(db, settings, alice, engine_for=lambda _: engine, embedder=_FailingOnce(embedder))
     stored = cursor()["job"]
     assert stored["count"] == 2 and sorted(c["content"] for c in stored["conclusions"]) == [
-        "alice has a dog named Rover", "alice moved to Lisbon last spring"]
+        "alice has a dog named Rover",
+        "alice moved to Lisbon last spring",
+    ]
     assert conclusions("alice", "alice") == []
 
     class _Unasked:

@@ -21,10 +21,12 @@ def _asks_for_card(body: dict) -> bool:
 
 def explicit(*facts: str):
     """An answer function: `facts` for an extraction, a card of them for a card update."""
+
     def answer(body: dict) -> str:
         if _asks_for_card(body):
             return json.dumps({"peer_card": [f"IDENTITY: {f}" for f in facts]})
         return json.dumps({"explicit": [{"content": f} for f in facts]})
+
     return answer
 
 
@@ -56,8 +58,11 @@ def found(observer: str = "alice", observed: str = "alice") -> list[dict]:
 
 def chat_requests(server) -> list[dict]:
     """The extraction requests the server answered (card updates left out)."""
-    return [r.body for r in server.requests
-            if r.path.endswith("/chat/completions") and r.mode == "ok" and not _asks_for_card(r.body)]
+    return [
+        r.body
+        for r in server.requests
+        if r.path.endswith("/chat/completions") and r.mode == "ok" and not _asks_for_card(r.body)
+    ]
 
 
 def test_a_batch_waits_for_512_tokens_then_one_request_carries_every_line(ws, llm_server):
@@ -92,14 +97,19 @@ def test_the_schedule_flushes_a_batch_that_waited_past_its_age(ws, llm_server):
     from precis.memory.embeddings import configured_embedder
     from precis.settings import get_settings
     from precis.store.db import get_db
-
     from tests.stack import wait_for
 
     assert call("PUT", W, {"configuration": {"deriver": {"max_wait_s": 1}}}).status == 200
     (message,) = post(("alice", "I moved to Lisbon."))
     posted, db, alice = datetime.fromisoformat(message["created_at"]), get_db(), DeriveTarget("ws1", "s1", "alice")
-    outcome = derive_target(db, get_settings(), alice, engine_for=lambda _: pytest.fail("derived before its age"),
-                            embedder=configured_embedder(), now=lambda: posted)
+    outcome = derive_target(
+        db,
+        get_settings(),
+        alice,
+        engine_for=lambda _: pytest.fail("derived before its age"),
+        embedder=configured_embedder(),
+        now=lambda: posted,
+    )
     assert outcome.pending == 1 and llm_server.requests == []  # one message, far from the batch's tokens: it waits
     assert due_targets(db, ["ws1"], posted + timedelta(seconds=0.999)) == []  # not yet due
     assert due_targets(db, ["ws1"], posted + timedelta(seconds=1)) == [alice]
@@ -110,9 +120,20 @@ def test_the_schedule_flushes_a_batch_that_waited_past_its_age(ws, llm_server):
 
 
 def test_custom_instructions_reach_the_prompt(ws, llm_server):
-    assert call("POST", f"{W}/sessions", {"id": "s1", "configuration": {
-        "reasoning": {"custom_instructions": "Only record facts about travel."},
-        "deriver": {"batch_tokens": 0}}}).status == 201
+    assert (
+        call(
+            "POST",
+            f"{W}/sessions",
+            {
+                "id": "s1",
+                "configuration": {
+                    "reasoning": {"custom_instructions": "Only record facts about travel."},
+                    "deriver": {"batch_tokens": 0},
+                },
+            },
+        ).status
+        == 201
+    )
     post(("alice", "I moved to Lisbon."))
     derive(ws["dynamodb"])
     (request,) = chat_requests(llm_server)
@@ -120,8 +141,14 @@ def test_custom_instructions_reach_the_prompt(ws, llm_server):
 
 
 def test_reasoning_disabled_derives_nothing(ws, llm_server):
-    assert call("POST", f"{W}/sessions", {"id": "s1", "configuration": {"reasoning": {"enabled": False},
-                                                                       "deriver": {"batch_tokens": 0}}}).status == 201
+    assert (
+        call(
+            "POST",
+            f"{W}/sessions",
+            {"id": "s1", "configuration": {"reasoning": {"enabled": False}, "deriver": {"batch_tokens": 0}}},
+        ).status
+        == 201
+    )
     post(("alice", "I moved to Lisbon."))
     assert derive(ws["dynamodb"]) == {"batchItemFailures": []}
     assert llm_server.requests == [] and found() == []
@@ -140,8 +167,11 @@ def test_a_failing_model_fails_the_records_writes_nothing_and_a_retry_derives_on
     assert len(result["batchItemFailures"]) == 1
     assert len(llm_server.requests) == 2  # PRECIS_LLM_MAX_ATTEMPTS
     assert found() == []
-    cursor = ws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1#S#s1"},
-                                                                    "SK": {"S": "DERIVE#alice"}}).get("Item", {})
+    cursor = (
+        ws["dynamodb"]
+        .get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1#S#s1"}, "SK": {"S": "DERIVE#alice"}})
+        .get("Item", {})
+    )
     assert "job" not in cursor and cursor.get("through_seq", {"N": "0"}) == {"N": "0"}
     # the context and the summaries do not depend on the deriver
     assert call("GET", f"{S}/context").status == 200

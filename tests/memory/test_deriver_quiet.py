@@ -120,10 +120,17 @@ def test_the_token_threshold_derives_at_once_and_the_extractive_engine_sends_no_
     assert len(chat_requests(llm_server)) == 1 and pending() == 0  # 512 tokens: no wait for the pause
     assert call("PUT", W, {"configuration": {"deriver": {"engine": "extractive"}}}).status == 200
     before = queued(ws["sqs"])
-    assert call("POST", f"{W}/sessions/s2/messages",
-                {"messages": [{"peer_id": "alice", "content": "I moved to Porto last spring."}]}).status == 201
+    assert (
+        call(
+            "POST",
+            f"{W}/sessions/s2/messages",
+            {"messages": [{"peer_id": "alice", "content": "I moved to Porto last spring."}]},
+        ).status
+        == 201
+    )
     assert invoke("DeriveFunction", {"Records": message_records(ws["dynamodb"], session_id="s2")}) == {
-        "batchItemFailures": []}
+        "batchItemFailures": []
+    }
     assert sum(queued(ws["sqs"]).values()) == sum(before.values())  # derived at once: nothing to wake
     assert "alice moved to Porto last spring" in [c["content"] for c in found()]
 
@@ -143,8 +150,15 @@ def test_with_an_injected_clock_a_quiet_flush_ends_a_young_batch_and_the_age_an_
     created = datetime.fromisoformat(posted["created_at"].replace("Z", "+00:00")).astimezone(UTC)
 
     def run(at: datetime, flush: bool = False):
-        return derive_target(db, settings, target, engine_for=lambda _c: engine, embedder=HashedEmbedder(256),
-                             now=lambda: at, flush=flush)
+        return derive_target(
+            db,
+            settings,
+            target,
+            engine_for=lambda _c: engine,
+            embedder=HashedEmbedder(256),
+            now=lambda: at,
+            flush=flush,
+        )
 
     young = run(created + timedelta(seconds=5))
     assert (young.pending, young.derived, young.batched) == (1, 0, True)
@@ -170,15 +184,27 @@ def test_on_the_local_stack_a_pause_brings_the_facts_without_the_schedule(tmp_pa
     with LLMServer() as llm:
         llm.answer = explicit("alice moved to Lisbon in spring 2026")
         # The schedule's flush would come only after a day: whatever derives these few tokens is the quiet wake-up.
-        running = Stack(tmp_path, env={"OPENAI_BASE_URL": llm.url, "OPENAI_API_KEY": "test",
-                                       "PRECIS_DERIVE_QUIET_S": "1", "PRECIS_LOCAL_SCHEDULE_S": "86400"})
+        running = Stack(
+            tmp_path,
+            env={
+                "OPENAI_BASE_URL": llm.url,
+                "OPENAI_API_KEY": "test",
+                "PRECIS_DERIVE_QUIET_S": "1",
+                "PRECIS_LOCAL_SCHEDULE_S": "86400",
+            },
+        )
         try:
             running.wait_healthy()
             honcho = Honcho(base_url=running.url, api_key="local", workspace_id="quiet")
             alice, bob = honcho.peer("alice"), honcho.peer("bob")
             session = honcho.session("s1")
-            session.add_messages([bob.message("Where do you live now?"), alice.message("I moved to Lisbon."),
-                                  alice.message("My sister is Ana.")])
+            session.add_messages(
+                [
+                    bob.message("Where do you live now?"),
+                    alice.message("I moved to Lisbon."),
+                    alice.message("My sister is Ana."),
+                ]
+            )
             found = wait_for(lambda: [c.content for c in alice.conclusions.list()], 240)  # a slow machine
             assert found == ["alice moved to Lisbon in spring 2026"]
             (request,) = [r for r in chat_requests(llm) if "alice: I moved to Lisbon." in str(r["messages"])]
@@ -192,9 +218,14 @@ def test_a_stream_batch_wakes_each_llm_session_once_naming_its_newest_message_ev
     from precis.memory.deriver import DeriveTarget, Outcome, quiet_wakes
     from precis.memory.wakeups import QuietWake
 
-    alice, bob, other = (DeriveTarget("ws1", "s1", "alice"), DeriveTarget("ws1", "s1", "bob"),
-                         DeriveTarget("ws1", "s2", "alice"))
-    derived = [(alice, [{"seq": 1}, {"seq": 3}], Outcome(batched=True)),
-               (bob, [{"seq": 4}], None),  # bob's derivation failed: its cursor is due, the wake-up still names 4
-               (other, [{"seq": 9}], Outcome(batched=False))]  # the extractive engine: derived, nothing waits
+    alice, bob, other = (
+        DeriveTarget("ws1", "s1", "alice"),
+        DeriveTarget("ws1", "s1", "bob"),
+        DeriveTarget("ws1", "s2", "alice"),
+    )
+    derived = [
+        (alice, [{"seq": 1}, {"seq": 3}], Outcome(batched=True)),
+        (bob, [{"seq": 4}], None),  # bob's derivation failed: its cursor is due, the wake-up still names 4
+        (other, [{"seq": 9}], Outcome(batched=False)),
+    ]  # the extractive engine: derived, nothing waits
     assert quiet_wakes(derived) == [QuietWake("ws1", "s1", 4)]

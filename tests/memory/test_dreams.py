@@ -15,22 +15,29 @@ W = "/v3/workspaces/ws1"
 
 
 def post(session: str, *messages: tuple[str, str]) -> None:
-    reply = call("POST", f"{W}/sessions/{session}/messages", {"messages": [
-        {"peer_id": peer, "content": text} for peer, text in messages]})
+    reply = call(
+        "POST",
+        f"{W}/sessions/{session}/messages",
+        {"messages": [{"peer_id": peer, "content": text} for peer, text in messages]},
+    )
     assert reply.status == 201, reply.body
 
 
 def derive(aws, session: str = "s1") -> None:
     assert invoke("DeriveFunction", {"Records": message_records(aws["dynamodb"], session_id=session)}) == {
-        "batchItemFailures": []}
+        "batchItemFailures": []
+    }
 
 
 def dream_item(aws, observer: str = "alice", observed: str = "alice") -> dict | None:
     from precis.store import keys
     from precis.store.db import from_item, to_item
 
-    item = aws["dynamodb"].get_item(TableName="precis-local", Key=to_item(keys.dream("ws1", observer, observed)),
-                                    ConsistentRead=True).get("Item")
+    item = (
+        aws["dynamodb"]
+        .get_item(TableName="precis-local", Key=to_item(keys.dream("ws1", observer, observed)), ConsistentRead=True)
+        .get("Item")
+    )
     return from_item(item) if item else None
 
 
@@ -42,15 +49,20 @@ def wake(aws) -> dict:
 
 
 def listed(**filters) -> list[dict]:
-    return call("POST", f"{W}/conclusions/list", {"filters": {"observer_id": "alice", "observed_id": "alice",
-                                                             **filters}}).body["items"]
+    return call(
+        "POST", f"{W}/conclusions/list", {"filters": {"observer_id": "alice", "observed_id": "alice", **filters}}
+    ).body["items"]
 
 
 @pytest.fixture
 def ws(aws):
     assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
-    post("s1", ("alice", "I moved to Lisbon last spring."), ("alice", "I work as a nurse at the children's hospital."),
-         ("alice", "My sister is Ana."))
+    post(
+        "s1",
+        ("alice", "I moved to Lisbon last spring."),
+        ("alice", "I work as a nurse at the children's hospital."),
+        ("alice", "My sister is Ana."),
+    )
     derive(aws)
     return aws
 
@@ -58,8 +70,14 @@ def ws(aws):
 def test_an_offline_dream_refreshes_the_card_and_never_touches_a_stated_conclusion(ws):
     explicit = listed()
     assert call("PUT", f"{W}/peers/alice/card", {"peer_card": ["IDENTITY: alice is a pilot"]}).status == 200
-    assert call("POST", f"{W}/schedule_dream", {"observer": "alice", "observed": "alice", "session_id": None,
-                                                "dream_type": "omni"}).status == 204
+    assert (
+        call(
+            "POST",
+            f"{W}/schedule_dream",
+            {"observer": "alice", "observed": "alice", "session_id": None, "dream_type": "omni"},
+        ).status
+        == 204
+    )
     assert call("GET", f"{W}/queue/status").body["pending_work_units"] == 1  # visible while pending
     assert wake(ws) == {"batchItemFailures": []}
     assert listed() == explicit  # no deductions offline, and nothing stated is removed
@@ -70,11 +88,18 @@ def test_an_offline_dream_refreshes_the_card_and_never_touches_a_stated_conclusi
     assert "due_at" not in dream_item(ws) and dream_item(ws)["dreams"] == 1
 
 
-@pytest.mark.parametrize("body, status", [
-    ({"observer": "nobody"}, 404), ({"observer": "alice", "observed": "nobody"}, 404),
-    ({"observer": "alice", "session_id": "nope"}, 404), ({"observer": "alice", "dream_type": "nap"}, 422),
-    ({"observed": "alice"}, 422), ({"observer": "bad id"}, 422), ({"observer": "alice", "extra": 1}, 422),
-])
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        ({"observer": "nobody"}, 404),
+        ({"observer": "alice", "observed": "nobody"}, 404),
+        ({"observer": "alice", "session_id": "nope"}, 404),
+        ({"observer": "alice", "dream_type": "nap"}, 422),
+        ({"observed": "alice"}, 422),
+        ({"observer": "bad id"}, 422),
+        ({"observer": "alice", "extra": 1}, 422),
+    ],
+)
 def test_schedule_dream_bad_inputs(ws, body, status):
     before = dream_item(ws)
     assert call("POST", f"{W}/schedule_dream", body).status == status
@@ -100,8 +125,14 @@ def test_the_dream_is_armed_by_new_conclusions_and_waits_for_an_idle_collection(
 
     def said_at(moment: datetime, text: str) -> None:
         post("s1", ("alice", text))
-        outcome = derive_target(db, settings, DeriveTarget("ws1", "s1", "alice"), engine_for=lambda _: engine,
-                                embedder=configured_embedder(), now=lambda: moment)
+        outcome = derive_target(
+            db,
+            settings,
+            DeriveTarget("ws1", "s1", "alice"),
+            engine_for=lambda _: engine,
+            embedder=configured_embedder(),
+            now=lambda: moment,
+        )
         assert outcome.conclusions == 1, outcome
 
     assert dream_item(ws)["fresh"] == 3 and "due_at" not in dream_item(ws)
@@ -127,17 +158,21 @@ def test_the_dream_is_armed_by_new_conclusions_and_waits_for_an_idle_collection(
 # ---------------------------------------------------------------- the llm engine
 
 
-
 def deduce(body: dict):
     """The local model's answers: deductions from the explicit ids it is given, a card, else nothing."""
     text = json.dumps(body.get("response_format") or {})
     prompt = body["messages"][-1]["content"]
     if "deductive_conclusions" in text or "<explicit>" in prompt:
-        ids = [line[1:line.index("]")] for line in prompt.splitlines() if line.startswith("[")]
-        return json.dumps({"deductive": [
-            {"content": "alice works in healthcare in Lisbon", "premises": ids[:2]},
-            {"content": "alice has at least one sibling", "premises": [ids[2], "made-up-id"]},
-            {"content": "alice is an astronaut", "premises": ["made-up-id"]}]})
+        ids = [line[1 : line.index("]")] for line in prompt.splitlines() if line.startswith("[")]
+        return json.dumps(
+            {
+                "deductive": [
+                    {"content": "alice works in healthcare in Lisbon", "premises": ids[:2]},
+                    {"content": "alice has at least one sibling", "premises": [ids[2], "made-up-id"]},
+                    {"content": "alice is an astronaut", "premises": ["made-up-id"]},
+                ]
+            }
+        )
     if "peer_card" in text:
         return json.dumps({"peer_card": ["IDENTITY: alice is a nurse in Lisbon"]})
     return json.dumps({"explicit": []})
@@ -165,8 +200,10 @@ def test_a_scheduled_dream_writes_deductions_with_their_premises_once(llm, ws):
     # The same record redelivered, twice at once: the dream already ran, nothing more is written or asked.
     assert invoke("DeriveFunction", {"Records": [scheduled, scheduled]}) == {"batchItemFailures": []}
     deductive = listed(level="deductive")
-    assert sorted(c["content"] for c in deductive) == ["alice has at least one sibling",
-                                                      "alice works in healthcare in Lisbon"]
+    assert sorted(c["content"] for c in deductive) == [
+        "alice has at least one sibling",
+        "alice works in healthcare in Lisbon",
+    ]
     assert all(set(c["source_ids"]) <= set(explicit) and c["source_ids"] for c in deductive)
     assert {c["id"]: c for c in listed(level="explicit")} == explicit  # stated conclusions untouched
     dreams = [r for r in llm.requests if "<explicit>" in r.body["messages"][-1]["content"]]

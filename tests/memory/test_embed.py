@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from precis.settings import Settings
-from precis.memory.embeddings import HashedEmbedder, OpenAIEmbedder, get_embedder, stem
-from precis.store.vectors import cosine_distance
 from precis.llm import EngineError
+from precis.memory.embeddings import HashedEmbedder, OpenAIEmbedder, get_embedder, stem
+from precis.settings import Settings
+from precis.store.vectors import cosine_distance
 
 
 def _norm(vector: list[float]) -> float:
@@ -29,11 +29,20 @@ def _norm(vector: list[float]) -> float:
 
 
 def test_hashed_embeddings_are_the_same_in_every_process():
-    code = ("import json; from precis.memory.embeddings import HashedEmbedder; "
-            "print(json.dumps(HashedEmbedder(64).embed(['alice moved to Lisbon'])[0]))")
-    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={"PYTHONHASHSEED": seed, "PYTHONPATH": ":".join(sys.path)}).stdout
-            for seed in ("1", "2")}
+    code = (
+        "import json; from precis.memory.embeddings import HashedEmbedder; "
+        "print(json.dumps(HashedEmbedder(64).embed(['alice moved to Lisbon'])[0]))"
+    )
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": seed, "PYTHONPATH": ":".join(sys.path)},
+        ).stdout
+        for seed in ("1", "2")
+    }
     assert len(runs) == 1
     assert json.loads(runs.pop()) == HashedEmbedder(64).embed(["alice moved to Lisbon"])[0]
 
@@ -41,7 +50,7 @@ def test_hashed_embeddings_are_the_same_in_every_process():
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=300), st.sampled_from([8, 64, 256, 1024]))
 def test_hashed_vectors_are_unit_length_whatever_the_text(text, dimensions):
-    vector, = HashedEmbedder(dimensions).embed([text])
+    (vector,) = HashedEmbedder(dimensions).embed([text])
     assert len(vector) == dimensions
     assert _norm(vector) == pytest.approx(1.0)
 
@@ -62,8 +71,13 @@ def test_stemmer_gives_inflections_one_feature():
 
 def test_the_conclusion_that_answers_a_question_is_nearest():
     embedder = HashedEmbedder(256)
-    conclusions = ["alice's sister is Ana", "alice likes green tea", "alice moved to Lisbon last spring",
-                   "bob works as a nurse", "alice has a dog named Rover"]
+    conclusions = [
+        "alice's sister is Ana",
+        "alice likes green tea",
+        "alice moved to Lisbon last spring",
+        "bob works as a nurse",
+        "alice has a dog named Rover",
+    ]
     query, *vectors = embedder.embed(["where did alice move?", *conclusions])
     ranked = sorted(zip((cosine_distance(query, v) for v in vectors), conclusions))
     assert ranked[0][1] == "alice moved to Lisbon last spring"
@@ -72,7 +86,8 @@ def test_the_conclusion_that_answers_a_question_is_nearest():
 
 def test_stopwords_do_not_make_texts_near():
     query, shared_stopwords, shared_word = HashedEmbedder(256).embed(
-        ["where did bob go", "where did the train stop", "bob went home"])
+        ["where did bob go", "where did the train stop", "bob went home"]
+    )
     assert cosine_distance(query, shared_word) < cosine_distance(query, shared_stopwords)
 
 
@@ -87,8 +102,16 @@ def test_get_embedder_follows_the_settings_and_is_reused():
     hashed = get_embedder(Settings(embed_dimensions=64))
     assert isinstance(hashed, HashedEmbedder) and hashed.dimensions == 64
     assert get_embedder(Settings(embed_dimensions=64)) is hashed
-    remote = get_embedder(Settings(embedder="openai", embed_model="m", embed_dimensions=32,
-                                   llm_base_url="http://127.0.0.1:9/v1", llm_timeout=3, llm_max_attempts=2))
+    remote = get_embedder(
+        Settings(
+            embedder="openai",
+            embed_model="m",
+            embed_dimensions=32,
+            llm_base_url="http://127.0.0.1:9/v1",
+            llm_timeout=3,
+            llm_max_attempts=2,
+        )
+    )
     assert isinstance(remote, OpenAIEmbedder)
     assert (remote.model, remote.dimensions, remote.timeout, remote.max_attempts) == ("m", 32, 3, 2)
     with pytest.raises(EngineError) as refused:
@@ -117,16 +140,27 @@ class EmbeddingsServer:
                 server.requests.append(body)
                 mode = server.modes.popleft() if server.modes else "ok"
                 if mode in ("400", "429", "500"):
-                    return self._send(int(mode), json.dumps({"error": {"message": f"scripted {mode}"}}),
-                                      {"retry-after": "0"})
+                    return self._send(
+                        int(mode), json.dumps({"error": {"message": f"scripted {mode}"}}), {"retry-after": "0"}
+                    )
                 if mode == "garbage":
                     return self._send(200, "<html>not json")
                 dimensions = body["dimensions"] + (1 if mode == "wrongdims" else 0)
                 vectors = HashedEmbedder(dimensions).embed(body["input"])
-                data = [{"object": "embedding", "index": i, "embedding": [3 * x for x in v]}
-                        for i, v in enumerate(vectors)]
-                self._send(200, json.dumps({"object": "list", "data": data[::-1], "model": body["model"],
-                                            "usage": {"prompt_tokens": 1, "total_tokens": 1}}))
+                data = [
+                    {"object": "embedding", "index": i, "embedding": [3 * x for x in v]} for i, v in enumerate(vectors)
+                ]
+                self._send(
+                    200,
+                    json.dumps(
+                        {
+                            "object": "list",
+                            "data": data[::-1],
+                            "model": body["model"],
+                            "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                        }
+                    ),
+                )
 
             def _send(self, status: int, text: str, headers: dict | None = None) -> None:
                 data = text.encode()
@@ -156,15 +190,17 @@ def endpoint():
 
 
 def _embedder(endpoint: EmbeddingsServer, **options) -> OpenAIEmbedder:
-    return OpenAIEmbedder(model="text-embedding-3-small", dimensions=16, base_url=endpoint.url, timeout=5,
-                          sleep=lambda s: None, **options)
+    return OpenAIEmbedder(
+        model="text-embedding-3-small", dimensions=16, base_url=endpoint.url, timeout=5, sleep=lambda s: None, **options
+    )
 
 
 def test_openai_embeddings_ask_for_the_dimensions_and_come_back_normalised_in_order(endpoint):
     texts = ["alice moved to Lisbon", "bob works as a nurse"]
     vectors = _embedder(endpoint).embed(texts)
-    assert endpoint.requests == [{"model": "text-embedding-3-small", "input": texts, "dimensions": 16,
-                                  "encoding_format": "float"}]
+    assert endpoint.requests == [
+        {"model": "text-embedding-3-small", "input": texts, "dimensions": 16, "encoding_format": "float"}
+    ]
     assert vectors == [pytest.approx(v) for v in HashedEmbedder(16).embed(texts)]
     assert all(_norm(v) == pytest.approx(1.0) for v in vectors)
 
@@ -202,6 +238,7 @@ def test_openai_embedder_does_not_retry_what_cannot_pass(endpoint, mode, words):
 
 def test_importing_embed_does_not_import_openai():
     code = "import sys, precis.memory.embeddings; print('openai' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": ":".join(sys.path)}).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": ":".join(sys.path)}
+    ).stdout
     assert out.strip() == "False"

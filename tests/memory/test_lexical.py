@@ -12,27 +12,100 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from precis.lexical import (
-    B, K1, MAX_TERMS, MAX_WORD, Document, Page, Posting, Query, Stats, group_of, stem, terms, top_k,
+    K1,
+    MAX_TERMS,
+    MAX_WORD,
+    B,
+    Document,
+    Page,
+    Posting,
+    Query,
+    Stats,
+    group_of,
+    stem,
+    terms,
+    top_k,
 )
 
 # From Porter's own sample vocabulary (tartarus.org/martin/PorterStemmer/voc.txt and output.txt).
-PORTER = {"caresses": "caress", "ponies": "poni", "ties": "ti", "caress": "caress", "cats": "cat", "feed": "feed",
-          "agreed": "agre", "plastered": "plaster", "bled": "bled", "motoring": "motor", "sing": "sing",
-          "conflated": "conflat", "troubled": "troubl", "sized": "size", "hopping": "hop", "tanned": "tan",
-          "falling": "fall", "hissing": "hiss", "fizzed": "fizz", "failing": "fail", "filing": "file", "happy": "happi",
-          "sky": "sky", "relational": "relat", "conditional": "condit", "rational": "ration", "valenci": "valenc",
-          "digitizer": "digit", "conformabli": "conform", "radicalli": "radic", "differentli": "differ",
-          "vileli": "vile", "analogousli": "analog", "vietnamization": "vietnam", "predication": "predic",
-          "operator": "oper", "feudalism": "feudal", "decisiveness": "decis", "hopefulness": "hope",
-          "callousness": "callous", "formaliti": "formal", "sensitiviti": "sensit", "sensibiliti": "sensibl",
-          "triplicate": "triplic", "formative": "form", "formalize": "formal", "electriciti": "electr",
-          "electrical": "electr", "hopeful": "hope", "goodness": "good", "revival": "reviv", "allowance": "allow",
-          "inference": "infer", "airliner": "airlin", "gyroscopic": "gyroscop", "adjustable": "adjust",
-          "defensible": "defens", "irritant": "irrit", "replacement": "replac", "adjustment": "adjust",
-          "dependent": "depend", "adoption": "adopt", "homologou": "homolog", "communism": "commun",
-          "activate": "activ", "angulariti": "angular", "homologous": "homolog", "effective": "effect",
-          "bowdlerize": "bowdler", "probate": "probat", "rate": "rate", "cease": "ceas", "controll": "control",
-          "roll": "roll", "generalizations": "gener", "oscillators": "oscil"}
+PORTER = {
+    "caresses": "caress",
+    "ponies": "poni",
+    "ties": "ti",
+    "caress": "caress",
+    "cats": "cat",
+    "feed": "feed",
+    "agreed": "agre",
+    "plastered": "plaster",
+    "bled": "bled",
+    "motoring": "motor",
+    "sing": "sing",
+    "conflated": "conflat",
+    "troubled": "troubl",
+    "sized": "size",
+    "hopping": "hop",
+    "tanned": "tan",
+    "falling": "fall",
+    "hissing": "hiss",
+    "fizzed": "fizz",
+    "failing": "fail",
+    "filing": "file",
+    "happy": "happi",
+    "sky": "sky",
+    "relational": "relat",
+    "conditional": "condit",
+    "rational": "ration",
+    "valenci": "valenc",
+    "digitizer": "digit",
+    "conformabli": "conform",
+    "radicalli": "radic",
+    "differentli": "differ",
+    "vileli": "vile",
+    "analogousli": "analog",
+    "vietnamization": "vietnam",
+    "predication": "predic",
+    "operator": "oper",
+    "feudalism": "feudal",
+    "decisiveness": "decis",
+    "hopefulness": "hope",
+    "callousness": "callous",
+    "formaliti": "formal",
+    "sensitiviti": "sensit",
+    "sensibiliti": "sensibl",
+    "triplicate": "triplic",
+    "formative": "form",
+    "formalize": "formal",
+    "electriciti": "electr",
+    "electrical": "electr",
+    "hopeful": "hope",
+    "goodness": "good",
+    "revival": "reviv",
+    "allowance": "allow",
+    "inference": "infer",
+    "airliner": "airlin",
+    "gyroscopic": "gyroscop",
+    "adjustable": "adjust",
+    "defensible": "defens",
+    "irritant": "irrit",
+    "replacement": "replac",
+    "adjustment": "adjust",
+    "dependent": "depend",
+    "adoption": "adopt",
+    "homologou": "homolog",
+    "communism": "commun",
+    "activate": "activ",
+    "angulariti": "angular",
+    "homologous": "homolog",
+    "effective": "effect",
+    "bowdlerize": "bowdler",
+    "probate": "probat",
+    "rate": "rate",
+    "cease": "ceas",
+    "controll": "control",
+    "roll": "roll",
+    "generalizations": "gener",
+    "oscillators": "oscil",
+}
 
 
 def test_stems_are_porters():
@@ -41,7 +114,14 @@ def test_stems_are_porters():
 
 def test_terms_drop_stopwords_and_keep_them_only_when_nothing_else_is_said():
     assert terms("What food does Alice like? Alice's favourite food is ramen.") == [
-        "food", "alic", "like", "alic", "favourit", "food", "ramen"]
+        "food",
+        "alic",
+        "like",
+        "alic",
+        "favourit",
+        "food",
+        "ramen",
+    ]
     assert terms("who is he?") == ["who", "is", "he"]
     assert terms("?!") == []
 
@@ -92,8 +172,10 @@ def textbook_bm25(query: str, text: str, corpus: list[str]) -> float:
     return total
 
 
-WORDS = st.sampled_from("alice bob ramen food adoption moved lisbon dog rover guitar concert paris piano hiking "
-                        "daughter agency painting camping festival".split())
+WORDS = st.sampled_from(
+    "alice bob ramen food adoption moved lisbon dog rover guitar concert paris piano hiking "
+    "daughter agency painting camping festival".split()
+)
 TEXTS = st.lists(WORDS, min_size=1, max_size=12).map(" ".join)
 
 
@@ -104,13 +186,23 @@ def test_the_exact_score_is_textbook_bm25_with_the_corpus_idf(corpus, query):
     stats = Stats.of(documents)
     weights = Query.of(query, stats)
     for text, document in zip(corpus, documents):
-        assert math.isclose(weights.score(document, stats.average_length), textbook_bm25(query, text, corpus),
-                            rel_tol=1e-9, abs_tol=1e-9)
+        assert math.isclose(
+            weights.score(document, stats.average_length),
+            textbook_bm25(query, text, corpus),
+            rel_tol=1e-9,
+            abs_tol=1e-9,
+        )
 
 
 def test_a_word_every_text_says_weighs_less_than_the_one_asked_about():
-    corpus = ["alice likes hiking", "alice has a dog", "alice's favourite food is ramen", "alice moved to lisbon",
-              "alice plays the guitar", "alice went to paris"]
+    corpus = [
+        "alice likes hiking",
+        "alice has a dog",
+        "alice's favourite food is ramen",
+        "alice moved to lisbon",
+        "alice plays the guitar",
+        "alice went to paris",
+    ]
     stats = Stats.of(Document.of(t) for t in corpus)
     query = Query.of("what food does alice like", stats)
     score = {t: query.score(Document.of(t), stats.average_length) for t in corpus}
@@ -127,6 +219,7 @@ def test_a_message_counts_its_speaker_among_its_terms():
 
 # ---------------------------------------------------------------- top k from postings, against brute force
 
+
 class ListReader:
     """One (term, group)'s postings in memory, in the index's order (length, then key), read a page at a time;
     `keep` drops some as a filtered Query does (they still move the read on)."""
@@ -139,7 +232,7 @@ class ListReader:
 
     def read(self, size):
         self.reads += 1
-        chunk = self.postings[self.at:self.at + size]
+        chunk = self.postings[self.at : self.at + size]
         self.at += len(chunk)
         last = (chunk[-1].length, chunk[-1].key) if chunk else None
         return Page([p for p in chunk if self.keep(p.key)], last, self.at >= len(self.postings))
@@ -156,9 +249,11 @@ def readers_for(documents, keep=lambda key: True):
 def brute_force(weights, documents, average, k):
     scores = {}
     for key, document in documents.items():
-        score = sum(w * document.counts[t] * (K1 + 1)
-                    / (document.counts[t] + K1 * (1 - B + B * document.length / average))
-                    for t, w in weights.items() if t in document.counts)
+        score = sum(
+            w * document.counts[t] * (K1 + 1) / (document.counts[t] + K1 * (1 - B + B * document.length / average))
+            for t, w in weights.items()
+            if t in document.counts
+        )
         if score > 0:
             scores[key] = score
     return sorted(scores, key=lambda key: (-scores[key], key))[:k]
@@ -169,8 +264,13 @@ ZIPF = st.integers(0, 39).map(lambda i: VOCABULARY[int(39 * (i / 39) ** 3)])  # 
 MESSAGE = st.tuples(st.lists(ZIPF, min_size=0, max_size=14), st.sampled_from(["user", "assistant", "ana"]))
 
 
-@given(messages=st.lists(MESSAGE, min_size=1, max_size=60), query=st.lists(ZIPF, min_size=1, max_size=4),
-       speaker=st.sampled_from([None, "user", "ana"]), k=st.integers(1, 12), peer=st.sampled_from([None, "user"]))
+@given(
+    messages=st.lists(MESSAGE, min_size=1, max_size=60),
+    query=st.lists(ZIPF, min_size=1, max_size=4),
+    speaker=st.sampled_from([None, "user", "ana"]),
+    k=st.integers(1, 12),
+    peer=st.sampled_from([None, "user"]),
+)
 @settings(max_examples=300, deadline=None)
 def test_top_k_from_postings_is_the_brute_force_ranking(messages, query, speaker, k, peer):
     documents = {("s", i): Document.of(" ".join(words), who) for i, (words, who) in enumerate(messages)}
@@ -200,8 +300,12 @@ def zipf_corpus(size: int, seed: int = 7) -> dict:
     rng = random.Random(seed)
     vocabulary = [f"w{i}q" for i in range(3000)]
     weights = [1 / (rank + 1) for rank in range(len(vocabulary))]
-    return {("s", i): Document.of(" ".join(rng.choices(vocabulary, weights, k=rng.randint(4, 20))),
-                                  rng.choice(["user", "assistant"])) for i in range(size)}
+    return {
+        ("s", i): Document.of(
+            " ".join(rng.choices(vocabulary, weights, k=rng.randint(4, 20))), rng.choice(["user", "assistant"])
+        )
+        for i in range(size)
+    }
 
 
 def test_what_a_search_for_a_rare_word_reads_follows_its_terms_and_k_not_the_corpus():

@@ -16,15 +16,24 @@ W = "/v3/workspaces/ws1"
 
 
 def post(session: str, *messages: tuple[str, str], metadata: dict | None = None) -> list[dict]:
-    reply = call("POST", f"{W}/sessions/{session}/messages", {"messages": [
-        {"peer_id": peer, "content": text, **({"metadata": metadata} if metadata else {})} for peer, text in messages]})
+    reply = call(
+        "POST",
+        f"{W}/sessions/{session}/messages",
+        {
+            "messages": [
+                {"peer_id": peer, "content": text, **({"metadata": metadata} if metadata else {})}
+                for peer, text in messages
+            ]
+        },
+    )
     assert reply.status == 201, reply.body
     return reply.body
 
 
 def index(aws, session: str) -> None:
     assert invoke("DeriveFunction", {"Records": message_records(aws["dynamodb"], session_id=session)}) == {
-        "batchItemFailures": []}
+        "batchItemFailures": []
+    }
 
 
 def search(path: str, query: str, **body) -> list[dict]:
@@ -46,10 +55,18 @@ def index_items(aws, kind: str = "xdoc") -> list[dict]:
 @pytest.fixture
 def ws(aws):
     assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
-    post("s1", ("bob", "Where are you living these days?"), ("alice", "I moved to Lisbon last spring."),
-         ("bob", "The budget review moved to Thursday."))
-    post("s2", ("alice", "My sister Ana visits Lisbon in May."), ("carol", "I bake bread on Sundays."),
-         metadata={"topic": "family"})
+    post(
+        "s1",
+        ("bob", "Where are you living these days?"),
+        ("alice", "I moved to Lisbon last spring."),
+        ("bob", "The budget review moved to Thursday."),
+    )
+    post(
+        "s2",
+        ("alice", "My sister Ana visits Lisbon in May."),
+        ("carol", "I bake bread on Sundays."),
+        metadata={"topic": "family"},
+    )
     index(aws, "s1")
     index(aws, "s2")
     return aws
@@ -58,8 +75,10 @@ def ws(aws):
 def test_the_best_match_comes_first_across_the_workspace(ws):
     found = search(f"{W}/search", "Lisbon")
     assert found[0]["content"] in ("I moved to Lisbon last spring.", "My sister Ana visits Lisbon in May.")
-    assert {m["content"] for m in found[:2]} == {"I moved to Lisbon last spring.",
-                                                 "My sister Ana visits Lisbon in May."}
+    assert {m["content"] for m in found[:2]} == {
+        "I moved to Lisbon last spring.",
+        "My sister Ana visits Lisbon in May.",
+    }
     assert set(found[0]) >= {"id", "content", "peer_id", "session_id", "workspace_id", "metadata", "created_at"}
     assert search(f"{W}/search", "bread")[0]["content"] == "I bake bread on Sundays."
     assert len(search(f"{W}/search", "Lisbon", limit=1)) == 1
@@ -89,8 +108,11 @@ def index_writes(requests: list[tuple[str, dict]]) -> list[tuple[str, str]]:
             items = [a.get("Put", {}).get("Item") or a.get("Update", {}).get("Key") for a in params["TransactItems"]]
         else:
             items = [params.get("Item") or params.get("Key")] if operation in ("PutItem", "UpdateItem") else []
-        written += [(i["PK"]["S"], i["SK"]["S"]) for i in items
-                    if i and (i["PK"]["S"].endswith("#XD") or "#XT#" in i["PK"]["S"])]
+        written += [
+            (i["PK"]["S"], i["SK"]["S"])
+            for i in items
+            if i and (i["PK"]["S"].endswith("#XD") or "#XT#" in i["PK"]["S"])
+        ]
     return written
 
 
@@ -99,7 +121,8 @@ def test_each_message_is_indexed_once_by_its_post_and_replays_and_edits_write_no
 
     partition = keys.text_docs_pk("ws1", "s1")
     assert sorted(v["SK"]["S"] for v in index_items(ws) if v["PK"]["S"] == partition) == [
-        f"{seq:012d}" for seq in (1, 2, 3)]  # the fixture's posts wrote each of s1's texts
+        f"{seq:012d}" for seq in (1, 2, 3)
+    ]  # the fixture's posts wrote each of s1's texts
     with dynamodb_requests() as replay:
         index(ws, "s1")  # the deriver's delivery, again: nothing of the index left to write
     with dynamodb_requests() as grown:
@@ -116,8 +139,9 @@ def test_each_message_is_indexed_once_by_its_post_and_replays_and_edits_write_no
     assert index_writes(replay) == [] and index_writes(delivered) == [] and index_writes(edit) == []
     written = index_writes(grown)
     assert (partition, f"{4:012d}") in written  # the new message's text
-    assert {pk for pk, _ in written} - {partition} == {keys.text_postings_pk("ws1", t) for t in ("take", "tram", "work",
-                                                                                                "alic")}
+    assert {pk for pk, _ in written} - {partition} == {
+        keys.text_postings_pk("ws1", t) for t in ("take", "tram", "work", "alic")
+    }
 
 
 def test_the_context_read_never_touches_the_search_index_without_a_query(ws):
@@ -133,8 +157,9 @@ def test_the_context_read_never_touches_the_search_index_without_a_query(ws):
         reply = call("GET", f"{W}/sessions/s1/context")
     assert reply.status == 200 and [m["content"] for m in reply.body["messages"]][1] == "I moved to Lisbon last spring."
     with dynamodb_requests() as searched:  # the representation's conclusions, and the recalled messages
-        reply = call("GET", f"{W}/sessions/s1/context", peer_target="alice", search_query="Lisbon",
-                     limit_to_session="true")
+        reply = call(
+            "GET", f"{W}/sessions/s1/context", peer_target="alice", search_query="Lisbon", limit_to_session="true"
+        )
     assert reply.status == 200 and reply.body["messages"], reply.body
     with dynamodb_requests() as reaching:
         reply = call("GET", f"{W}/sessions/s1/context", peer_target="alice", search_query="Lisbon")
@@ -155,33 +180,46 @@ def test_deleting_a_session_takes_it_out_of_the_index(ws):
     from precis.store import keys
 
     assert call("DELETE", f"{W}/sessions/s1").status == 202
-    session_item = ws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1"},
-                                                                          "SK": {"S": "SESSION#s1"}})["Item"]
+    session_item = ws["dynamodb"].get_item(
+        TableName="precis-local", Key={"PK": {"S": "WS#ws1"}, "SK": {"S": "SESSION#s1"}}
+    )["Item"]
     assert invoke("SummarizeFunction", {"Records": [stream_record(session_item, "MODIFY")]}) == {
-        "batchItemFailures": []}
+        "batchItemFailures": []
+    }
     assert {keys.parse_session_pk(v["PK"]["S"].removesuffix("#XD"))[1] for v in index_items(ws)} == {"s2"}
     assert {p["SK"]["S"].split("#")[2] for p in index_items(ws, None)} == {"s2"}
-    def messages_counted(pk: str) -> str:
-        return ws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": pk}, "SK": {"S": keys.TEXT_STATS}}
-                                       )["Item"]["n"]["N"]
 
-    assert [messages_counted(pk) for pk in (keys.text_counters_pk("ws1"), keys.text_peer_counters_pk("ws1", "alice"),
-                                            keys.text_peer_counters_pk("ws1", "bob"))] == ["2", "1", "0"]
+    def messages_counted(pk: str) -> str:
+        return ws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": pk}, "SK": {"S": keys.TEXT_STATS}})[
+            "Item"
+        ]["n"]["N"]
+
+    assert [
+        messages_counted(pk)
+        for pk in (
+            keys.text_counters_pk("ws1"),
+            keys.text_peer_counters_pk("ws1", "alice"),
+            keys.text_peer_counters_pk("ws1", "bob"),
+        )
+    ] == ["2", "1", "0"]
     assert {m["session_id"] for m in search(f"{W}/search", "Lisbon")} == {"s2"}
 
 
-@pytest.mark.parametrize("path, body, status", [
-    (f"{W}/search", {}, 422),
-    (f"{W}/search", {"query": ""}, 422),
-    (f"{W}/search", {"query": "x", "limit": 0}, 422),
-    (f"{W}/search", {"query": "x", "limit": 101}, 422),
-    (f"{W}/search", {"query": "x", "filters": []}, 422),
-    (f"{W}/search", {"query": "x", "surprise": 1}, 422),
-    ("/v3/workspaces/nope/search", {"query": "x"}, 404),
-    (f"{W}/sessions/nope/search", {"query": "x"}, 404),
-    (f"{W}/peers/nobody/search", {"query": "x"}, 404),
-    (f"{W}/peers/bad%20id/search", {"query": "x"}, 422),
-])
+@pytest.mark.parametrize(
+    "path, body, status",
+    [
+        (f"{W}/search", {}, 422),
+        (f"{W}/search", {"query": ""}, 422),
+        (f"{W}/search", {"query": "x", "limit": 0}, 422),
+        (f"{W}/search", {"query": "x", "limit": 101}, 422),
+        (f"{W}/search", {"query": "x", "filters": []}, 422),
+        (f"{W}/search", {"query": "x", "surprise": 1}, 422),
+        ("/v3/workspaces/nope/search", {"query": "x"}, 404),
+        (f"{W}/sessions/nope/search", {"query": "x"}, 404),
+        (f"{W}/peers/nobody/search", {"query": "x"}, 404),
+        (f"{W}/peers/bad%20id/search", {"query": "x"}, 422),
+    ],
+)
 def test_search_bad_inputs(ws, path, body, status):
     reply = call("POST", path, body)
     assert reply.status == status, reply.body
@@ -203,12 +241,28 @@ def test_a_search_of_up_to_100_results_answers_every_match(ws, route, limit, fil
 
 def _rebuild_index(dynamodb, name: str) -> None:
     """Drop the table's vector index `name` and create it again: on a table with items, it backfills."""
-    index, = [i for i in dynamodb.describe_table(TableName="precis-local")["Table"]["VectorIndexes"]
-              if i["IndexName"] == name]
+    (index,) = [
+        i for i in dynamodb.describe_table(TableName="precis-local")["Table"]["VectorIndexes"] if i["IndexName"] == name
+    ]
     dynamodb.update_table(TableName="precis-local", VectorIndexUpdates=[{"Delete": {"IndexName": name}}])
-    dynamodb.update_table(TableName="precis-local", VectorIndexUpdates=[{"Create": {
-        k: index[k] for k in ("IndexName", "VectorAttribute", "Dimensions", "DistanceFunction", "Projection",
-                              "SearchSchema")}}])
+    dynamodb.update_table(
+        TableName="precis-local",
+        VectorIndexUpdates=[
+            {
+                "Create": {
+                    k: index[k]
+                    for k in (
+                        "IndexName",
+                        "VectorAttribute",
+                        "Dimensions",
+                        "DistanceFunction",
+                        "Projection",
+                        "SearchSchema",
+                    )
+                }
+            }
+        ],
+    )
 
 
 def test_a_search_while_its_index_backfills_is_a_503_to_retry_and_message_search_never_waits(ws):
@@ -217,9 +271,14 @@ def test_a_search_while_its_index_backfills_is_a_503_to_retry_and_message_search
     _rebuild_index(ws["dynamodb"], VECTOR_INDEX)
     # (DescribeTable: CREATING)
     assert ws["dynamodb"].describe_table(TableName="precis-local")["Table"]["VectorIndexes"]
-    for method, path, body in (("GET", f"{W}/sessions/s1/context?search_query=Lisbon&peer_target=alice", None),
-                               ("POST", f"{W}/conclusions/query", {"query": "Lisbon", "filters": {
-                                   "observer_id": "alice", "observed_id": "alice"}})):
+    for method, path, body in (
+        ("GET", f"{W}/sessions/s1/context?search_query=Lisbon&peer_target=alice", None),
+        (
+            "POST",
+            f"{W}/conclusions/query",
+            {"query": "Lisbon", "filters": {"observer_id": "alice", "observed_id": "alice"}},
+        ),
+    ):
         reply = call(method, path, body)
         assert reply.status == 503, (path, reply.status, reply.body)
         assert "still being built" in reply.body["detail"] and int(reply.headers["Retry-After"]) > 0, reply

@@ -21,11 +21,11 @@ import pytest
 from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from local.template import template
 from precis.lexical import terms
 from precis.store import keys, message_search, text_index
 from precis.store.db import Db, from_item, get_db
-
-from local.template import template
 from tests.handlers import call, invoke
 from tests.stream import message_records, stream_record
 
@@ -102,8 +102,15 @@ def brute_postings(ws: str, corpus: list[Msg]) -> set[tuple[str, str, int, int, 
         bag = m.bag()
         length = sum(bag.values())
         for term, said in bag.items():
-            out.add((keys.text_postings_pk(ws, term),
-                     f"{min(said, GROUP_CAP)}#{length:07d}#{m.session}#{m.seq:012d}", said, length, m.peer))
+            out.add(
+                (
+                    keys.text_postings_pk(ws, term),
+                    f"{min(said, GROUP_CAP)}#{length:07d}#{m.session}#{m.seq:012d}",
+                    said,
+                    length,
+                    m.peer,
+                )
+            )
     return out
 
 
@@ -114,8 +121,12 @@ def counter_items(db: Db, ws: str) -> dict[str, dict]:
     """The workspace's counters and statistics with each peer's folded in, as one logical item per sort key: a
     peer's `n` appears as `p:{peer}` on a term's counter and as `n:{peer}` / `len:{peer}` on the statistics; marks
     (`u:`) of any of the items."""
-    out = db.client.query(TableName=db.table, KeyConditionExpression="PK = :p", ConsistentRead=True,
-                          ExpressionAttributeValues={":p": {"S": keys.text_counters_pk(ws)}})
+    out = db.client.query(
+        TableName=db.table,
+        KeyConditionExpression="PK = :p",
+        ConsistentRead=True,
+        ExpressionAttributeValues={":p": {"S": keys.text_counters_pk(ws)}},
+    )
     assert "LastEvaluatedKey" not in out
     merged = {i["SK"]: dict(i) for i in map(from_item, out["Items"])}
     prefix = keys.text_peer_counters_pk(ws, "")
@@ -136,8 +147,11 @@ def counters(db: Db, ws: str, *, groups_at_least: bool = False) -> dict[str, tup
     counts are all zero is as good as absent."""
     out = {}
     for sk, item in counter_items(db, ws).items():
-        counts = {name: value for name, value in item.items()
-                  if (name in ("n", "len") or name.startswith(("n:", "len:", "p:"))) and value != 0}
+        counts = {
+            name: value
+            for name, value in item.items()
+            if (name in ("n", "len") or name.startswith(("n:", "len:", "p:"))) and value != 0
+        }
         assert all(v > 0 for v in counts.values()), (sk, counts)  # never below zero
         if counts:
             out[sk] = (counts, set(item.get("g") or ()))
@@ -157,8 +171,12 @@ def postings(db: Db, ws: str) -> set[tuple[str, str, int, int, str]]:
 
 
 def texts(db: Db, ws: str, session_id: str) -> dict[int, dict]:
-    out = db.client.query(TableName=db.table, KeyConditionExpression="PK = :p", ConsistentRead=True,
-                          ExpressionAttributeValues={":p": {"S": keys.text_docs_pk(ws, session_id)}})
+    out = db.client.query(
+        TableName=db.table,
+        KeyConditionExpression="PK = :p",
+        ConsistentRead=True,
+        ExpressionAttributeValues={":p": {"S": keys.text_docs_pk(ws, session_id)}},
+    )
     return {i["seq"]: i for i in map(from_item, out["Items"])}
 
 
@@ -180,23 +198,52 @@ def approx_hits(hits: list[tuple[tuple[str, int], float]]) -> list[tuple[tuple[s
 
 PEERS = ["user", "assistant", "alice", "agent_7"]
 COMMON = ["coffee", "meeting", "tomorrow"]
-RARE = ["lisbon", "greyhound", "budget", "violin", "tram", "printer", "sister", "bread", "thursday", "garden",
-        "adopted", "adoption", "ramen", "python"]
+RARE = [
+    "lisbon",
+    "greyhound",
+    "budget",
+    "violin",
+    "tram",
+    "printer",
+    "sister",
+    "bread",
+    "thursday",
+    "garden",
+    "adopted",
+    "adoption",
+    "ramen",
+    "python",
+]
 STOP = ["the", "and", "it", "was"]
-word = st.one_of(st.sampled_from(COMMON), st.sampled_from(COMMON), st.sampled_from(RARE),
-                 st.sampled_from(STOP + ["user", "assistant"]))
+word = st.one_of(
+    st.sampled_from(COMMON),
+    st.sampled_from(COMMON),
+    st.sampled_from(RARE),
+    st.sampled_from(STOP + ["user", "assistant"]),
+)
 content = st.one_of(
     st.lists(word, min_size=1, max_size=12).map(" ".join),
     # a word said 8-12 times: the groups 8 and "9 or more"
-    st.builds(lambda w, n, rest: " ".join([w] * n + rest), st.sampled_from(COMMON + RARE), st.integers(7, 12),
-              st.lists(word, max_size=3)),
+    st.builds(
+        lambda w, n, rest: " ".join([w] * n + rest),
+        st.sampled_from(COMMON + RARE),
+        st.integers(7, 12),
+        st.lists(word, max_size=3),
+    ),
     st.lists(st.sampled_from(STOP), min_size=1, max_size=3).map(" ".join),  # only stopwords: then they count
 )
-session_messages = st.lists(st.tuples(st.sampled_from(PEERS), content, st.booleans(), st.booleans()),
-                            min_size=1, max_size=8)  # (peer, text, a unit ends after it, its unit is sent twice)
-queries = st.lists(st.lists(st.sampled_from(COMMON + RARE + STOP + ["user", "assistant", "alice", "agent",
-                                                                    "unheard"]), min_size=1, max_size=4)
-                   .map(" ".join), min_size=1, max_size=3)
+session_messages = st.lists(
+    st.tuples(st.sampled_from(PEERS), content, st.booleans(), st.booleans()), min_size=1, max_size=8
+)  # (peer, text, a unit ends after it, its unit is sent twice)
+queries = st.lists(
+    st.lists(
+        st.sampled_from(COMMON + RARE + STOP + ["user", "assistant", "alice", "agent", "unheard"]),
+        min_size=1,
+        max_size=4,
+    ).map(" ".join),
+    min_size=1,
+    max_size=3,
+)
 _WORKSPACES = itertools.count()
 
 
@@ -225,8 +272,9 @@ def index_corpus(db: Db, ws: str, sessions: list[list[tuple[str, str, bool, bool
 
 
 @given(sessions=st.lists(session_messages, min_size=1, max_size=4), asked=queries, k=st.integers(1, 8))
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 def test_every_scope_ranks_exactly_the_brute_force_top_k_and_counts_exactly(db, sessions, asked, k):
     ws = f"x{next(_WORKSPACES)}"
     units = index_corpus(db, ws, sessions)
@@ -242,19 +290,26 @@ def test_every_scope_ranks_exactly_the_brute_force_top_k_and_counts_exactly(db, 
     for number in range(len(sessions)):
         stored = texts(db, ws, f"s{number}")
         mine = [m for m in corpus if m.session == f"s{number}"]
-        assert {seq: (t["peer"], t["tlen"], Counter(dict(
-            (p.partition(":")[0], int(p.partition(":")[2] or 1)) for p in t["tsig"].split()))) for seq, t in
-            stored.items()} == {m.seq: (m.peer, sum(m.bag().values()), m.bag()) for m in mine}
+        assert {
+            seq: (
+                t["peer"],
+                t["tlen"],
+                Counter(dict((p.partition(":")[0], int(p.partition(":")[2] or 1)) for p in t["tsig"].split())),
+            )
+            for seq, t in stored.items()
+        } == {m.seq: (m.peer, sum(m.bag().values()), m.bag()) for m in mine}
 
     for query in asked:
         assert text_index.rank_workspace(db, ws, query, k) == approx_hits(bm25(corpus, query, k)), query
         for peer in PEERS:
             assert text_index.rank_workspace(db, ws, query, k, peer=peer) == approx_hits(
-                bm25([m for m in corpus if m.peer == peer], query, k)), (query, peer)
+                bm25([m for m in corpus if m.peer == peer], query, k)
+            ), (query, peer)
         for number in range(len(sessions)):
             session_id = f"s{number}"
             assert message_search.lexical_rank(db, ws, query, k, session_id=session_id) == approx_hits(
-                bm25([m for m in corpus if m.session == session_id], query, k)), (query, session_id)
+                bm25([m for m in corpus if m.session == session_id], query, k)
+            ), (query, session_id)
             assert message_search.lexical_rank(db, ws, query, k) == approx_hits(bm25(corpus, query, k))
 
 
@@ -270,19 +325,31 @@ def test_a_word_common_to_thousands_of_texts_still_ranks_exactly(db):
             batch.append(Msg(session_id, seq, peer, " ".join(words)))
         corpus += batch
         for start in range(0, len(batch), 100):
-            chunk = batch[start:start + 100]
-            text_index.index_texts(db, "deep", session_id, f"{session_id}:{chunk[0].seq}:n",
-                                   [text_index.Text(m.seq, m.peer, m.content) for m in chunk])
+            chunk = batch[start : start + 100]
+            text_index.index_texts(
+                db,
+                "deep",
+                session_id,
+                f"{session_id}:{chunk[0].seq}:n",
+                [text_index.Text(m.seq, m.peer, m.content) for m in chunk],
+            )
     assert counters(db, "deep") == brute_counters(corpus)
-    for query, k in (("coffee", 10), ("coffee coffee lisbon", 25), ("budget coffee", 3), ("alice coffee", 100),
-                     ("user", 7)):
+    for query, k in (
+        ("coffee", 10),
+        ("coffee coffee lisbon", 25),
+        ("budget coffee", 3),
+        ("alice coffee", 100),
+        ("user", 7),
+    ):
         assert text_index.rank_workspace(db, "deep", query, k) == approx_hits(bm25(corpus, query, k)), query
         for peer in ("alice", "agent_7"):
             assert text_index.rank_workspace(db, "deep", query, k, peer=peer) == approx_hits(
-                bm25([m for m in corpus if m.peer == peer], query, k)), (query, peer)
+                bm25([m for m in corpus if m.peer == peer], query, k)
+            ), (query, peer)
 
 
 # ---------------------------------------------------------------- through the routes
+
 
 @pytest.fixture
 def ws(aws, monkeypatch) -> Db:
@@ -295,8 +362,11 @@ def ws(aws, monkeypatch) -> Db:
 
 
 def post(session: str, *messages: tuple[str, str]) -> list[dict]:
-    reply = call("POST", f"{W}/sessions/{session}/messages",
-                 {"messages": [{"peer_id": peer, "content": text} for peer, text in messages]})
+    reply = call(
+        "POST",
+        f"{W}/sessions/{session}/messages",
+        {"messages": [{"peer_id": peer, "content": text} for peer, text in messages]},
+    )
     assert reply.status == 201, reply.body
     return reply.body
 
@@ -308,9 +378,12 @@ def search(path: str, query: str, limit: int = 10) -> list[dict]:
 
 
 def stored(db: Db, session: str = "s1") -> list[dict]:
-    out = db.client.query(TableName=db.table, KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
-                          ConsistentRead=True, ExpressionAttributeValues={
-                              ":p": {"S": keys.session_pk("ws1", session)}, ":m": {"S": "MSG#"}})
+    out = db.client.query(
+        TableName=db.table,
+        KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
+        ConsistentRead=True,
+        ExpressionAttributeValues={":p": {"S": keys.session_pk("ws1", session)}, ":m": {"S": "MSG#"}},
+    )
     return [from_item(i) for i in out["Items"]]
 
 
@@ -321,13 +394,15 @@ def corpus_of(db: Db, *sessions: str) -> list[Msg]:
 def derive(db: Db, session: str = "s1") -> None:
     """The DeriveFunction, handed the session's message inserts as the stream hands them."""
     assert invoke("DeriveFunction", {"Records": message_records(db.client, session_id=session)}) == {
-        "batchItemFailures": []}
+        "batchItemFailures": []
+    }
 
 
 def purge(db: Db, session: str) -> dict:
     """The SummarizeFunction, handed the session's delete (its MODIFY record): it purges the session; the record."""
-    item = db.client.get_item(TableName=db.table, Key={"PK": {"S": "WS#ws1"}, "SK": {"S": f"SESSION#{session}"}},
-                              ConsistentRead=True)["Item"]
+    item = db.client.get_item(
+        TableName=db.table, Key={"PK": {"S": "WS#ws1"}, "SK": {"S": f"SESSION#{session}"}}, ConsistentRead=True
+    )["Item"]
     record = stream_record(item, "MODIFY")
     assert invoke("SummarizeFunction", {"Records": [record]}) == {"batchItemFailures": []}
     return record
@@ -339,8 +414,11 @@ def ids_of(db: Db, hits: list[tuple[tuple[str, int], float]]) -> list[str]:
 
 
 def is_text_put(params: dict) -> bool:
-    return any(r.get("PutRequest", {}).get("Item", {}).get("kind") == {"S": "xdoc"}
-               for requests in params["RequestItems"].values() for r in requests)
+    return any(
+        r.get("PutRequest", {}).get("Item", {}).get("kind") == {"S": "xdoc"}
+        for requests in params["RequestItems"].values()
+        for r in requests
+    )
 
 
 @contextmanager
@@ -368,8 +446,14 @@ CONVERSATION = [
     ("s1", [("user", "I adopted a greyhound named Biscuit"), ("assistant", "A greyhound! How is Biscuit settling in")]),
     ("s2", [("alice", "the budget meeting moved to thursday")]),
     ("s1", [("user", "Biscuit sleeps all day on the sofa, the greyhound way")]),
-    ("s3", [("assistant", "reminder: coffee with alice on thursday"), ("alice", "coffee and the budget, thursday"),
-            ("user", "my sister adopted a cat")]),
+    (
+        "s3",
+        [
+            ("assistant", "reminder: coffee with alice on thursday"),
+            ("alice", "coffee and the budget, thursday"),
+            ("user", "my sister adopted a cat"),
+        ],
+    ),
     ("s2", [("user", "the tram to Lisbon was late again")]),
     ("s1", [("assistant", "greyhounds love sofas; was adoption hard")]),
 ]
@@ -382,22 +466,31 @@ def test_a_message_is_found_by_every_search_as_soon_as_its_post_answers(ws):
     for session, batch in CONVERSATION:
         views = post(session, *batch)
         sent += [Msg(session, v["seq"], v["peer_id"], v["content"]) for v in views]
-        ids = {(m.session, m.seq): v["id"] for m in sent for v in [next(
-            x for x in stored(ws, m.session) if x["seq"] == m.seq)]}
+        ids = {
+            (m.session, m.seq): v["id"]
+            for m in sent
+            for v in [next(x for x in stored(ws, m.session) if x["seq"] == m.seq)]
+        }
         for view in views:
             query = " ".join(terms(view["content"])[:3])
             peer = view["peer_id"]
-            for path, scope in ((f"{W}/search", sent),
-                                (f"{W}/sessions/{session}/search", [m for m in sent if m.session == session]),
-                                (f"{W}/peers/{peer}/search", [m for m in sent if m.peer == peer])):
+            for path, scope in (
+                (f"{W}/search", sent),
+                (f"{W}/sessions/{session}/search", [m for m in sent if m.session == session]),
+                (f"{W}/peers/{peer}/search", [m for m in sent if m.peer == peer]),
+            ):
                 found = search(path, query)
                 assert view["id"] in [m["id"] for m in found], (path, query)
                 assert [m["id"] for m in found] == [ids[key] for key, _ in bm25(scope, query, 10)], (path, query)
 
 
 def test_the_same_unit_indexed_again_changes_nothing(db):
-    unit = [text_index.Text(seq, peer, text) for seq, (peer, text) in
-            enumerate([("user", "coffee coffee at noon"), ("alice", "the budget, again"), ("user", "coffee")], 1)]
+    unit = [
+        text_index.Text(seq, peer, text)
+        for seq, (peer, text) in enumerate(
+            [("user", "coffee coffee at noon"), ("alice", "the budget, again"), ("user", "coffee")], 1
+        )
+    ]
     assert text_index.index_texts(db, "w", "s1", "s1:1:ab", unit) == 3
     before = counter_items(db, "w"), postings(db, "w"), texts(db, "w", "s1")
     assert text_index.index_texts(db, "w", "s1", "s1:1:ab", unit) == 0
@@ -407,12 +500,15 @@ def test_the_same_unit_indexed_again_changes_nothing(db):
 
 
 def test_a_unit_whose_texts_were_written_in_part_is_finished_and_counted_once(db):
-    unit = [text_index.Text(seq, "user" if seq % 3 else "alice", f"coffee number {seq} " + "tea " * (seq % 10))
-            for seq in range(1, 61)]  # three BatchWriteItems of texts
+    unit = [
+        text_index.Text(seq, "user" if seq % 3 else "alice", f"coffee number {seq} " + "tea " * (seq % 10))
+        for seq in range(1, 61)
+    ]  # three BatchWriteItems of texts
 
     def last_chunk(params: dict) -> bool:
-        return is_text_put(params) and any(r["PutRequest"]["Item"]["seq"] == {"N": "60"}
-                                           for rs in params["RequestItems"].values() for r in rs)
+        return is_text_put(params) and any(
+            r["PutRequest"]["Item"]["seq"] == {"N": "60"} for rs in params["RequestItems"].values() for r in rs
+        )
 
     with refused(db, "BatchWriteItem", last_chunk) as refusals, pytest.raises(ClientError):
         text_index.index_texts(db, "w", "s1", "s1:1:ab", unit)
@@ -443,13 +539,26 @@ def test_delivering_the_stream_batch_again_changes_no_counter_and_settling_remov
 
 FAILURES = {
     "every counter": ("UpdateItem", lambda p: p["Key"]["PK"]["S"] == keys.text_counters_pk("ws1")),
-    "the statistics": ("UpdateItem", lambda p: p["Key"]["PK"]["S"] == keys.text_counters_pk("ws1")
-                       and p["Key"]["SK"]["S"] == keys.TEXT_STATS),
-    "one term's counter": ("UpdateItem", lambda p: p["Key"] == {"PK": {"S": keys.text_counters_pk("ws1")},
-                                                                "SK": {"S": "greyhound"}}),
-    "the postings": ("BatchWriteItem", lambda p: any(
-        r.get("PutRequest", {}).get("Item", {}).get("PK", {}).get("S", "").startswith(keys.text_postings_pk("ws1", ""))
-        for rs in p["RequestItems"].values() for r in rs)),
+    "the statistics": (
+        "UpdateItem",
+        lambda p: p["Key"]["PK"]["S"] == keys.text_counters_pk("ws1") and p["Key"]["SK"]["S"] == keys.TEXT_STATS,
+    ),
+    "one term's counter": (
+        "UpdateItem",
+        lambda p: p["Key"] == {"PK": {"S": keys.text_counters_pk("ws1")}, "SK": {"S": "greyhound"}},
+    ),
+    "the postings": (
+        "BatchWriteItem",
+        lambda p: any(
+            r.get("PutRequest", {})
+            .get("Item", {})
+            .get("PK", {})
+            .get("S", "")
+            .startswith(keys.text_postings_pk("ws1", ""))
+            for rs in p["RequestItems"].values()
+            for r in rs
+        ),
+    ),
     "the texts": ("BatchWriteItem", is_text_put),
 }
 
@@ -467,8 +576,9 @@ def test_a_post_whose_indexing_fails_answers_201_and_the_deriver_indexes_it_once
     operation, when = FAILURES[failing]
     batch = [("user", "I adopted a greyhound"), ("alice", "a greyhound, lovely"), ("user", "coffee and greyhound")]
     with refused(ws, operation, when) as refusals:
-        reply = call("POST", f"{W}/sessions/s1/messages",
-                     {"messages": [{"peer_id": p, "content": c} for p, c in batch]})
+        reply = call(
+            "POST", f"{W}/sessions/s1/messages", {"messages": [{"peer_id": p, "content": c} for p, c in batch]}
+        )
     assert refusals and reply.status == 201, reply.body
     messages = stored(ws)
     assert [(m["peer_id"], m["content"]) for m in messages] == [("user", "coffee tomorrow"), *batch]  # once
@@ -482,12 +592,15 @@ def test_a_post_whose_indexing_fails_answers_201_and_the_deriver_indexes_it_once
     corpus = corpus_of(ws, "s1")
     assert counters(ws, "ws1") == brute_counters(corpus)
     assert postings(ws, "ws1") == brute_postings("ws1", corpus)
-    for path, scope in ((f"{W}/search", corpus), (f"{W}/sessions/s1/search", corpus),
-                        (f"{W}/peers/alice/search", [m for m in corpus if m.peer == "alice"])):
-        assert [m["id"] for m in search(path, "greyhound coffee")] == ids_of(ws, bm25(scope, "greyhound coffee",
-                                                                                       10))
-    assert message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: deadline + 1,
-                                         sleep=never_sleep) == 0  # done: nothing more to write
+    for path, scope in (
+        (f"{W}/search", corpus),
+        (f"{W}/sessions/s1/search", corpus),
+        (f"{W}/peers/alice/search", [m for m in corpus if m.peer == "alice"]),
+    ):
+        assert [m["id"] for m in search(path, "greyhound coffee")] == ids_of(ws, bm25(scope, "greyhound coffee", 10))
+    assert (
+        message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: deadline + 1, sleep=never_sleep) == 0
+    )  # done: nothing more to write
     derive(ws)  # then the stream's delivery settles it
     assert marks(ws, "ws1") == {} and counters(ws, "ws1") == brute_counters(corpus)
 
@@ -502,8 +615,16 @@ def test_the_deriver_waits_for_a_request_still_writing_its_index(ws):
     def sleep(seconds: float) -> None:  # the live request finishes its texts while the deriver waits
         assert seconds > 0
         if clock[0] == deadline - 5.0:
-            assert text_index.index_texts(ws, "ws1", "s1", messages[0]["ib"], [
-                text_index.Text(v["seq"], v["peer_id"], v["content"]) for v in views]) == 2
+            assert (
+                text_index.index_texts(
+                    ws,
+                    "ws1",
+                    "s1",
+                    messages[0]["ib"],
+                    [text_index.Text(v["seq"], v["peer_id"], v["content"]) for v in views],
+                )
+                == 2
+            )
         clock[0] += seconds
 
     assert message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: clock[0], sleep=sleep) == 0
@@ -531,8 +652,12 @@ def test_the_deriver_repairs_a_dead_request_once_its_deadline_has_passed(ws):
 def age_deadlines(db: Db, session: str = "s1") -> None:
     """The wall clock passes the stored messages' index deadline (`ibu`): the request that stored them is over."""
     for m in stored(db, session):
-        db.client.update_item(TableName=db.table, Key={"PK": {"S": m["PK"]}, "SK": {"S": m["SK"]}},
-                              UpdateExpression="SET ibu = :past", ExpressionAttributeValues={":past": {"N": "1"}})
+        db.client.update_item(
+            TableName=db.table,
+            Key={"PK": {"S": m["PK"]}, "SK": {"S": m["SK"]}},
+            UpdateExpression="SET ibu = :past",
+            ExpressionAttributeValues={":past": {"N": "1"}},
+        )
 
 
 def test_the_derive_function_indexes_what_a_dead_request_left_and_leaves_no_mark(ws):
@@ -546,7 +671,8 @@ def test_the_derive_function_indexes_what_a_dead_request_left_and_leaves_no_mark
     assert sorted(texts(ws, "ws1", "s1")) == [1, 2]
     assert counters(ws, "ws1") == brute_counters(corpus)
     assert [m["id"] for m in search(f"{W}/sessions/s1/search", "tomorrow")] == ids_of(
-        ws, bm25(corpus_of(ws, "s1"), "tomorrow", 10))
+        ws, bm25(corpus_of(ws, "s1"), "tomorrow", 10)
+    )
     # Every unit is counted and its texts are there: nothing is left for a mark to guard.
     assert marks(ws, "ws1") == {}
 
@@ -570,15 +696,22 @@ def test_a_unit_whose_insert_the_deriver_saw_before_its_texts_leaves_no_mark(ws)
     deriver.join()
     messages = stored(ws)
     assert images and sorted(texts(ws, "ws1", "s1")) == [1, 2]
-    assert message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: messages[0]["ibu"] - 1,
-                                         sleep=never_sleep) == 0  # the deriver's derivation: nothing to wait for
+    assert (
+        message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: messages[0]["ibu"] - 1, sleep=never_sleep)
+        == 0
+    )  # the deriver's derivation: nothing to wait for
     assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
     assert marks(ws, "ws1") == {}
 
 
-@pytest.mark.parametrize("settled", [
-    True, False,
-], ids=["settled before the delete", "delivered to the deriver after it"])
+@pytest.mark.parametrize(
+    "settled",
+    [
+        True,
+        False,
+    ],
+    ids=["settled before the delete", "delivered to the deriver after it"],
+)
 def test_deleting_a_session_takes_back_exactly_its_counts_postings_and_texts(ws, settled):
     post("s1", ("user", "coffee with alice tomorrow"), ("alice", "coffee coffee coffee, or tea?"))
     post("s1", ("user", "greyhound " * 12 + "tomorrow"))
@@ -601,7 +734,8 @@ def test_deleting_a_session_takes_back_exactly_its_counts_postings_and_texts(ws,
     for query in ("coffee", "greyhound tomorrow", "alice"):
         assert text_index.rank_workspace(ws, "ws1", query, 10) == approx_hits(bm25(remaining, query, 10))
         assert text_index.rank_workspace(ws, "ws1", query, 10, peer="alice") == approx_hits(
-            bm25([m for m in remaining if m.peer == "alice"], query, 10))
+            bm25([m for m in remaining if m.peer == "alice"], query, 10)
+        )
     purged = counter_items(ws, "ws1")
     assert invoke("SummarizeFunction", {"Records": [delete]}) == {"batchItemFailures": []}  # delivered again
     assert counter_items(ws, "ws1") == purged
@@ -609,7 +743,8 @@ def test_deleting_a_session_takes_back_exactly_its_counts_postings_and_texts(ws,
         for session in ("s1", "s2", "s3"):
             assert invoke("DeriveFunction", {"Records": inserts[session]}) == {"batchItemFailures": []}
         assert {sk: counts for sk, (counts, _) in counters(ws, "ws1").items()} == {
-            sk: counts for sk, (counts, _) in expected.items()}
+            sk: counts for sk, (counts, _) in expected.items()
+        }
     # Nothing of s1 is left on the counters: neither its counts nor its units' marks.
     assert not [(sk, unit) for sk, units in marks(ws, "ws1").items() for unit in units if unit.startswith("s1:")]
 
@@ -642,19 +777,34 @@ def test_a_purge_that_ends_after_its_workspace_was_deleted_leaves_no_counter_beh
 
 def test_deleting_a_conclusion_removes_its_term_counts(ws):
     assert call("POST", f"{W}/peers", {"id": "alice"}).status == 201
-    reply = call("POST", f"{W}/conclusions", {"conclusions": [
-        {"content": "alice adopted a greyhound", "observer_id": "alice", "observed_id": "alice"},
-        {"content": "alice drinks coffee", "observer_id": "alice", "observed_id": "alice"}]})
+    reply = call(
+        "POST",
+        f"{W}/conclusions",
+        {
+            "conclusions": [
+                {"content": "alice adopted a greyhound", "observer_id": "alice", "observed_id": "alice"},
+                {"content": "alice drinks coffee", "observer_id": "alice", "observed_id": "alice"},
+            ]
+        },
+    )
     assert reply.status == 201, reply.body
     greyhound, coffee = (c["id"] for c in reply.body)
 
     def text_item(cid: str) -> dict | None:
-        return from_item(ws.client.get_item(TableName=ws.table, ConsistentRead=True, Key={
-            k: {"S": v} for k, v in keys.conclusion_text("ws1", "alice", "alice", cid).items()}).get("Item"))
+        return from_item(
+            ws.client.get_item(
+                TableName=ws.table,
+                ConsistentRead=True,
+                Key={k: {"S": v} for k, v in keys.conclusion_text("ws1", "alice", "alice", cid).items()},
+            ).get("Item")
+        )
 
     def query(text: str) -> list[str]:
-        answer = call("POST", f"{W}/conclusions/query", {"query": text, "filters": {
-            "observer_id": "alice", "observed_id": "alice"}})
+        answer = call(
+            "POST",
+            f"{W}/conclusions/query",
+            {"query": text, "filters": {"observer_id": "alice", "observed_id": "alice"}},
+        )
         assert answer.status == 200, answer.body
         return [c["id"] for c in answer.body]
 

@@ -10,12 +10,12 @@ import json
 
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
-from precis.settings import get_settings
+
 from precis.messages.ingest import _fingerprint, create_messages
+from precis.schemas.bodies import MessageBatch
+from precis.settings import get_settings
 from precis.store import keys
 from precis.store.db import from_item, get_db
-from precis.schemas.bodies import MessageBatch
-
 from tests.handlers import call
 
 W = "/v3/workspaces/ws1"
@@ -31,14 +31,20 @@ def db(aws):
 
 
 def stored(db) -> list[dict]:
-    out = db.client.query(TableName=db.table, KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
-                          ExpressionAttributeValues={":p": {"S": keys.session_pk("ws1", "s1")}, ":m": {"S": "MSG#"}})
+    out = db.client.query(
+        TableName=db.table,
+        KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
+        ExpressionAttributeValues={":p": {"S": keys.session_pk("ws1", "s1")}, ":m": {"S": "MSG#"}},
+    )
     return [from_item(i) for i in out["Items"]]
 
 
 def record(db, key="k") -> dict | None:
-    return from_item(db.client.get_item(TableName=db.table, Key={"PK": {"S": f"WS#ws1#S#s1#IDEM#{key}"},
-                                                                 "SK": {"S": "IDEM"}}).get("Item"))
+    return from_item(
+        db.client.get_item(TableName=db.table, Key={"PK": {"S": f"WS#ws1#S#s1#IDEM#{key}"}, "SK": {"S": "IDEM"}}).get(
+            "Item"
+        )
+    )
 
 
 def batch(*contents) -> MessageBatch:
@@ -67,8 +73,12 @@ def test_a_commit_whose_answer_was_lost_is_answered_once_and_never_stored_twice(
     assert [m["seq"] for m in stored(db)] == [1, 2]
     assert record(db)["state"] == "done"
     # The client never saw that answer and retries: it gets the same messages, nothing new is written.
-    again = call("POST", f"{S}/messages", {"messages": [{"content": c, "peer_id": "alice"} for c in ("one", "two")]},
-                 headers={"Idempotency-Key": "k"})
+    again = call(
+        "POST",
+        f"{S}/messages",
+        {"messages": [{"content": c, "peer_id": "alice"} for c in ("one", "two")]},
+        headers={"Idempotency-Key": "k"},
+    )
     assert again.status == 201 and [m["id"] for m in again.body] == [v["id"] for v in views]
     assert len(stored(db)) == 2
 
@@ -87,10 +97,16 @@ def test_a_refused_transaction_releases_the_key_for_a_retry(db):
 
 
 def claim_of_a_crashed_request(db, lease_until: float, first_seq: int | None, token: str = "dead") -> None:
-    item = {"PK": {"S": "WS#ws1#S#s1#IDEM#k"}, "SK": {"S": "IDEM"}, "kind": {"S": "idempotency"},
-            "state": {"S": "in_progress"}, "token": {"S": token},
-            "fingerprint": {"S": _fingerprint(batch("one"))},
-            "expires_at": {"N": str(2_000_000_000)}, "lease_until": {"N": str(lease_until)}}
+    item = {
+        "PK": {"S": "WS#ws1#S#s1#IDEM#k"},
+        "SK": {"S": "IDEM"},
+        "kind": {"S": "idempotency"},
+        "state": {"S": "in_progress"},
+        "token": {"S": token},
+        "fingerprint": {"S": _fingerprint(batch("one"))},
+        "expires_at": {"N": str(2_000_000_000)},
+        "lease_until": {"N": str(lease_until)},
+    }
     if first_seq is not None:
         item["first_seq"] = {"N": str(first_seq)}
     db.client.put_item(TableName=db.table, Item=item)
@@ -98,24 +114,39 @@ def claim_of_a_crashed_request(db, lease_until: float, first_seq: int | None, to
 
 def test_a_live_claim_is_409_and_a_dead_one_is_taken_over(db):
     claim_of_a_crashed_request(db, lease_until=4_000_000_000, first_seq=None)
-    reply = call("POST", f"{S}/messages", {"messages": [{"content": "one", "peer_id": "alice"}]},
-                 headers={"Idempotency-Key": "k"})
+    reply = call(
+        "POST",
+        f"{S}/messages",
+        {"messages": [{"content": "one", "peer_id": "alice"}]},
+        headers={"Idempotency-Key": "k"},
+    )
     assert reply.status == 409 and "still being processed" in reply.body["detail"]
     claim_of_a_crashed_request(db, lease_until=1.0, first_seq=1)  # died before its transaction committed
-    reply = call("POST", f"{S}/messages", {"messages": [{"content": "one", "peer_id": "alice"}]},
-                 headers={"Idempotency-Key": "k"})
+    reply = call(
+        "POST",
+        f"{S}/messages",
+        {"messages": [{"content": "one", "peer_id": "alice"}]},
+        headers={"Idempotency-Key": "k"},
+    )
     assert reply.status == 201 and len(stored(db)) == 1 and record(db)["state"] == "done"
 
 
 def test_a_dead_claim_whose_batch_committed_is_replayed_not_run_again(db):
     status, views = create_messages(db, get_settings(), "ws1", "s1", batch("one"), None)
     token = "crashed-after-commit"
-    db.client.update_item(TableName=db.table, Key={"PK": {"S": keys.session_pk("ws1", "s1")},
-                                                   "SK": {"S": keys.message_sk(1)}},
-                          UpdateExpression="SET batch_token = :t", ExpressionAttributeValues={":t": {"S": token}})
+    db.client.update_item(
+        TableName=db.table,
+        Key={"PK": {"S": keys.session_pk("ws1", "s1")}, "SK": {"S": keys.message_sk(1)}},
+        UpdateExpression="SET batch_token = :t",
+        ExpressionAttributeValues={":t": {"S": token}},
+    )
     claim_of_a_crashed_request(db, lease_until=1.0, first_seq=1, token=token)
-    reply = call("POST", f"{S}/messages", {"messages": [{"content": "one", "peer_id": "alice"}]},
-                 headers={"Idempotency-Key": "k"})
+    reply = call(
+        "POST",
+        f"{S}/messages",
+        {"messages": [{"content": "one", "peer_id": "alice"}]},
+        headers={"Idempotency-Key": "k"},
+    )
     assert reply.status == 201 and [m["id"] for m in reply.body] == [views[0]["id"]]
     assert len(stored(db)) == 1
     assert json.loads(record(db)["answer"])[0]["id"] == views[0]["id"]
@@ -129,13 +160,22 @@ def test_a_claim_lasts_as_long_as_the_function_may_still_run(db):
 
 def test_throttled_transactions_answer_429_and_store_nothing(db):
     def throttle(params, **_):
-        raise ClientError({"Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
-                           "CancellationReasons": [{"Code": "ThrottlingError"}]}, "TransactWriteItems")
+        raise ClientError(
+            {
+                "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
+                "CancellationReasons": [{"Code": "ThrottlingError"}],
+            },
+            "TransactWriteItems",
+        )
 
     db.client.meta.events.register("before-call.dynamodb.TransactWriteItems", throttle)
     try:
-        reply = call("POST", f"{S}/messages", {"messages": [{"content": "one", "peer_id": "alice"}]},
-                     headers={"Idempotency-Key": "k"})
+        reply = call(
+            "POST",
+            f"{S}/messages",
+            {"messages": [{"content": "one", "peer_id": "alice"}]},
+            headers={"Idempotency-Key": "k"},
+        )
     finally:
         db.client.meta.events.unregister("before-call.dynamodb.TransactWriteItems", throttle)
     assert reply.status == 429 and "throttl" in reply.body["detail"]
@@ -144,10 +184,13 @@ def test_throttled_transactions_answer_429_and_store_nothing(db):
 
 def test_a_full_session_partition_is_413_with_a_message(db):
     def full(params, **_):
-        raise ClientError({"Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
-                           "CancellationReasons": [{"Code": "ValidationError",
-                                                    "Message": "Item collection size limit exceeded"}]},
-                          "TransactWriteItems")
+        raise ClientError(
+            {
+                "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
+                "CancellationReasons": [{"Code": "ValidationError", "Message": "Item collection size limit exceeded"}],
+            },
+            "TransactWriteItems",
+        )
 
     call("POST", f"{S}/messages", {"messages": [{"content": "one", "peer_id": "alice"}]})
     db.client.meta.events.register("before-call.dynamodb.TransactWriteItems", full)
@@ -162,8 +205,9 @@ def test_a_read_throttled_past_botocores_retries_is_429_not_500(db):
     call("POST", f"{S}/messages", {"messages": [{"content": "one", "peer_id": "alice"}]})
 
     def throttle(params, **_):
-        raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}},
-                          "Query")
+        raise ClientError(
+            {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}}, "Query"
+        )
 
     db.client.meta.events.register("before-call.dynamodb.Query", throttle)
     try:

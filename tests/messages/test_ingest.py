@@ -6,12 +6,12 @@ import threading
 
 import boto3
 import pytest
+
 from precis.settings import get_settings
 from precis.store import keys
 from precis.store.db import Db, from_item
 from precis.store.messages import NewMessage, append_messages
 from precis.tokens import count_text
-
 from tests.handlers import call
 
 W = "/v3/workspaces/ws1"
@@ -19,8 +19,12 @@ S = f"{W}/sessions/s1"
 
 
 def post(*contents, peer="alice", headers=None, **extra):
-    return call("POST", f"{S}/messages", {"messages": [{"content": c, "peer_id": peer, **extra} for c in contents]},
-                headers=headers)
+    return call(
+        "POST",
+        f"{S}/messages",
+        {"messages": [{"content": c, "peer_id": peer, **extra} for c in contents]},
+        headers=headers,
+    )
 
 
 SESSION_PK = keys.session_pk("ws1", "s1")
@@ -29,8 +33,12 @@ SESSION_PK = keys.session_pk("ws1", "s1")
 def stored_messages(client, table="precis-local", pk=SESSION_PK):
     items, kwargs = [], {}
     while True:
-        out = client.query(TableName=table, KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
-                           ExpressionAttributeValues={":p": {"S": pk}, ":m": {"S": "MSG#"}}, **kwargs)
+        out = client.query(
+            TableName=table,
+            KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
+            ExpressionAttributeValues={":p": {"S": pk}, ":m": {"S": "MSG#"}},
+            **kwargs,
+        )
         items += [from_item(i) for i in out["Items"]]
         if "LastEvaluatedKey" not in out:
             return items
@@ -56,8 +64,11 @@ def test_batch_gets_dense_seqs_token_counts_and_running_start_tokens(ws):
     second = post("and one more")
     assert first.status == second.status == 201
     assert [m["seq"] for m in first.body + second.body] == [1, 2, 3, 4]
-    assert [m["token_count"] for m in first.body] == [count_text("hello world"), 0,
-                                                       count_text("a longer message about the weather in Lisbon")]
+    assert [m["token_count"] for m in first.body] == [
+        count_text("hello world"),
+        0,
+        count_text("a longer message about the weather in Lisbon"),
+    ]
     assert len({m["id"] for m in first.body + second.body}) == 4
     assert all(len(m["id"]) == 21 for m in first.body)
     assert_dense_with_running_tokens(stored_messages(ws["dynamodb"]))
@@ -94,8 +105,14 @@ def test_a_failed_batch_stores_none_of_its_messages(ws, monkeypatch):
     db.client.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", second_put_always_fails)
     try:
         with pytest.raises(Throttled):
-            append_messages(db, "ws1", "s1", [NewMessage("ok", "alice", 1), NewMessage("x" * 50, "alice", 13)],
-                            inline_max_bytes=10, sleep=lambda _: None)
+            append_messages(
+                db,
+                "ws1",
+                "s1",
+                [NewMessage("ok", "alice", 1), NewMessage("x" * 50, "alice", 13)],
+                inline_max_bytes=10,
+                sleep=lambda _: None,
+            )
     finally:
         db.client.meta.events.unregister("provide-client-params.dynamodb.TransactWriteItems", second_put_always_fails)
     assert [i["seq"] for i in stored_messages(ws["dynamodb"])] == [1]
@@ -130,8 +147,9 @@ def test_idempotency_keys_expire_after_a_day(ws):
         return 201, ["answer"]
 
     def run(fingerprint):
-        return idempotency.run_once(db, "ws1", "s1", "k", fingerprint, work, find_committed=lambda *_: None,
-                                    now=lambda: clock[0])
+        return idempotency.run_once(
+            db, "ws1", "s1", "k", fingerprint, work, find_committed=lambda *_: None, now=lambda: clock[0]
+        )
 
     clock = [1_000_000.0]
     assert run("f1")[2] is False
@@ -140,27 +158,40 @@ def test_idempotency_keys_expire_after_a_day(ws):
     clock[0] += 2
     assert run("f2")[2] is False
     assert len(calls) == 2
-    record = db.client.get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1#S#s1#IDEM#k"},
-                                                              "SK": {"S": "IDEM"}})["Item"]
+    record = db.client.get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1#S#s1#IDEM#k"}, "SK": {"S": "IDEM"}})[
+        "Item"
+    ]
     assert int(record["expires_at"]["N"]) == int(clock[0]) + idempotency.TTL_SECONDS
 
 
 def test_a_failed_request_releases_its_idempotency_key(ws):
     # Refused inside the claimed work (the batch's metadata cannot fit one transaction): 413, and the key is free.
     metadata = {f"k{i}": "v" * 600 for i in range(100)}
-    reply = call("POST", f"{S}/messages", {"messages": [{"content": "x", "peer_id": "a", "metadata": metadata}] * 60},
-                 headers={"Idempotency-Key": "k"})
+    reply = call(
+        "POST",
+        f"{S}/messages",
+        {"messages": [{"content": "x", "peer_id": "a", "metadata": metadata}] * 60},
+        headers={"Idempotency-Key": "k"},
+    )
     assert reply.status == 413
     # Refused because the session was deleted: 404, and that key is free too.
     call("POST", f"{W}/sessions", {"id": "gone"})
     call("DELETE", f"{W}/sessions/gone")
-    reply = call("POST", f"{W}/sessions/gone/messages", {"messages": [{"content": "x", "peer_id": "a"}]},
-                 headers={"Idempotency-Key": "k2"})
+    reply = call(
+        "POST",
+        f"{W}/sessions/gone/messages",
+        {"messages": [{"content": "x", "peer_id": "a"}]},
+        headers={"Idempotency-Key": "k2"},
+    )
     assert reply.status == 404
     assert not [i for i in ws["dynamodb"].scan(TableName="precis-local")["Items"] if "IDEM" in i["PK"]["S"]]
     # Free means usable: the same key now stores its (valid) batch once.
-    assert call("POST", f"{S}/messages", {"messages": [{"content": "x", "peer_id": "a"}]},
-                headers={"Idempotency-Key": "k"}).status == 201
+    assert (
+        call(
+            "POST", f"{S}/messages", {"messages": [{"content": "x", "peer_id": "a"}]}, headers={"Idempotency-Key": "k"}
+        ).status
+        == 201
+    )
     assert len(stored_messages(ws["dynamodb"])) == 1
 
 
@@ -225,8 +256,11 @@ def test_filters_on_peer_and_metadata(ws):
     assert [m["content"] for m in by_peer["items"]] == ["a1", "a2"] and by_peer["total"] == 2
     by_meta = call("POST", f"{S}/messages/list", {"filters": {"metadata": {"topic": "y"}}}).body
     assert [m["content"] for m in by_meta["items"]] == ["b1", "a2"]
-    ops = call("POST", f"{S}/messages/list", {"filters": {"AND": [{"metadata": {"n": {"gte": 5}}},
-                                                                   {"NOT": [{"peer_id": "bob"}]}]}}).body
+    ops = call(
+        "POST",
+        f"{S}/messages/list",
+        {"filters": {"AND": [{"metadata": {"n": {"gte": 5}}}, {"NOT": [{"peer_id": "bob"}]}]}},
+    ).body
     assert [m["content"] for m in ops["items"]] == ["a2"]
 
 
@@ -250,8 +284,12 @@ def test_eight_concurrent_writers_end_dense_unique_and_complete(moto_server):
     url, clients = moto_server
     from botocore.config import Config
 
-    db = Db(client=boto3.client("dynamodb", endpoint_url=url, config=Config(max_pool_connections=16)),
-            s3=clients["s3"], table="precis-local", bucket="precis-local")
+    db = Db(
+        client=boto3.client("dynamodb", endpoint_url=url, config=Config(max_pool_connections=16)),
+        s3=clients["s3"],
+        table="precis-local",
+        bucket="precis-local",
+    )
     from precis.store import resources
 
     resources.get_or_create_workspace(db, "ws1")
@@ -260,8 +298,14 @@ def test_eight_concurrent_writers_end_dense_unique_and_complete(moto_server):
     def writer(w: int):
         try:
             for b in range(3):
-                batch = [NewMessage(content=f"w{w} b{b} m{m} " + "word " * m, peer_id=f"p{w}",
-                                    token_count=count_text(f"w{w} b{b} m{m} " + "word " * m)) for m in range(10)]
+                batch = [
+                    NewMessage(
+                        content=f"w{w} b{b} m{m} " + "word " * m,
+                        peer_id=f"p{w}",
+                        token_count=count_text(f"w{w} b{b} m{m} " + "word " * m),
+                    )
+                    for m in range(10)
+                ]
                 append_messages(db, "ws1", "s1", batch, inline_max_bytes=16_384)
         except Exception as exc:  # surfaced below
             errors.append(exc)
@@ -276,7 +320,8 @@ def test_eight_concurrent_writers_end_dense_unique_and_complete(moto_server):
     assert len(items) == 240
     assert_dense_with_running_tokens(items)
     assert sorted(i["content"] for i in items) == sorted(
-        f"w{w} b{b} m{m} " + "word " * m for w in range(8) for b in range(3) for m in range(10))
+        f"w{w} b{b} m{m} " + "word " * m for w in range(8) for b in range(3) for m in range(10)
+    )
     # each batch is contiguous: a writer's 10 messages were claimed together
     for start in range(0, 240, 10):
-        assert len({i["content"].split(" m")[0] for i in items[start:start + 10]}) == 1
+        assert len({i["content"].split(" m")[0] for i in items[start : start + 10]}) == 1

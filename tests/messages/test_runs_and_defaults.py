@@ -7,15 +7,15 @@ import subprocess
 import sys
 
 import pytest
-from precis.settings import SUMMARY_ENV, Settings, SettingsError, get_settings
-from precis.configuration import summary_config
-from precis.summaries.strategies import SummaryConfig
 
 from local.template import TEMPLATE, _parse, _Tag, template
 from local.worker import PASS_THROUGH, function_environment
+from precis.configuration import summary_config
+from precis.settings import SUMMARY_ENV, Settings, SettingsError, get_settings
+from precis.summaries.strategies import SummaryConfig
+from tests.context.test_context import assert_two_rounds, measured_context
 from tests.handlers import call, invoke
 from tests.stream import message_records
-from tests.context.test_context import assert_two_rounds, measured_context
 
 WS = "ws1"
 W = f"/v3/workspaces/{WS}"
@@ -80,13 +80,19 @@ def test_runs_from_metadata_and_from_run_id_give_the_same_contexts(ws):
     for tokens in range(1, sum(m["token_count"] for m in ext) + 2):
         for whole in ("true", "false"):
             assert seqs(context("ext", tokens=tokens, whole_runs=whole)) == seqs(
-                context("meta", tokens=tokens, whole_runs=whole)), (tokens, whole)
+                context("meta", tokens=tokens, whole_runs=whole)
+            ), (tokens, whole)
     assert seqs(context("meta", tokens=partial_budget(meta), whole_runs="true")) == [8, 9]
 
 
 def test_run_id_wins_over_metadata_run_id(ws):
-    posted = post("s1", [{"content": "one", "peer_id": "alice", "run_id": "ext", "metadata": {"run_id": "meta"}},
-                         {"content": "two", "peer_id": "alice", "metadata": {"run_id": "meta"}}])
+    posted = post(
+        "s1",
+        [
+            {"content": "one", "peer_id": "alice", "run_id": "ext", "metadata": {"run_id": "meta"}},
+            {"content": "two", "peer_id": "alice", "metadata": {"run_id": "meta"}},
+        ],
+    )
     assert [m["run_id"] for m in posted] == ["ext", "meta"]
 
 
@@ -95,16 +101,32 @@ def test_a_null_metadata_run_id_is_no_run(ws):
     assert "run_id" not in posted[0] and posted[0]["metadata"] == {"run_id": None}
 
 
-@pytest.mark.parametrize(("value", "shown"), [
-    (5, "got int 5"), (True, "got bool True"), ("", "got ''"), ("two words", "got 'two words'"),
-    ("x" * 101, "got 101 characters"), ("tab\t", "got 'tab\\t'"), (["r1"], "got list ['r1']"),
-    ({"id": "r" * 50}, "got dict {'id': '" + "r" * 31 + "…"), ("run\n", "got 'run\\n'"),
-])
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (5, "got int 5"),
+        (True, "got bool True"),
+        ("", "got ''"),
+        ("two words", "got 'two words'"),
+        ("x" * 101, "got 101 characters"),
+        ("tab\t", "got 'tab\\t'"),
+        (["r1"], "got list ['r1']"),
+        ({"id": "r" * 50}, "got dict {'id': '" + "r" * 31 + "…"),
+        ("run\n", "got 'run\\n'"),
+    ],
+)
 def test_a_bad_metadata_run_id_is_422_naming_it_and_nothing_is_stored(ws, value, shown):
     assert call("POST", f"{W}/sessions", {"id": "s1"}).status == 201
-    reply = call("POST", f"{W}/sessions/s1/messages", {"messages": [
-        {"content": "fine", "peer_id": "alice", "metadata": {"run_id": "ok"}},
-        {"content": "bad", "peer_id": "alice", "metadata": {"run_id": value}}]})
+    reply = call(
+        "POST",
+        f"{W}/sessions/s1/messages",
+        {
+            "messages": [
+                {"content": "fine", "peer_id": "alice", "metadata": {"run_id": "ok"}},
+                {"content": "bad", "peer_id": "alice", "metadata": {"run_id": value}},
+            ]
+        },
+    )
     assert reply.status == 422
     assert reply.body["detail"].startswith("messages[1].metadata.run_id: a string of 1-100 characters")
     assert shown in reply.body["detail"]
@@ -118,10 +140,20 @@ def test_a_bad_metadata_run_id_is_no_error_when_run_id_is_given(ws):
 
 def test_summaries_end_at_the_ends_of_runs_given_in_metadata(ws):
     # Three runs of 7 (the third open): 14 messages in complete runs, no short summary due yet.
-    post("s1", [{"content": f"step {i}: the agent checked the quote.", "peer_id": "agent",
-                 "metadata": {"run_id": f"turn-{i // 7}"}} for i in range(21)])
+    post(
+        "s1",
+        [
+            {
+                "content": f"step {i}: the agent checked the quote.",
+                "peer_id": "agent",
+                "metadata": {"run_id": f"turn-{i // 7}"},
+            }
+            for i in range(21)
+        ],
+    )
     assert invoke("SummarizeFunction", {"Records": message_records(ws["dynamodb"], WS, "s1")}) == {
-        "batchItemFailures": []}
+        "batchItemFailures": []
+    }
     assert call("GET", f"{W}/sessions/s1/summaries").body["short_summary"] is None
     post("s1", [{"content": "thanks", "peer_id": "alice"}])  # closes turn-2: 22 messages in complete runs
     invoke("SummarizeFunction", {"Records": message_records(ws["dynamodb"], WS, "s1", first=22)})
@@ -175,14 +207,34 @@ def deployment(monkeypatch, **values: str) -> None:
 
 
 def test_each_default_is_read_from_its_variable(monkeypatch):
-    deployment(monkeypatch, strategy="rolling", engine="extractive", token_threshold="4000", keep_recent_runs="3",
-               keep_runs="7", max_output_tokens="300", whole_runs="true")
+    deployment(
+        monkeypatch,
+        strategy="rolling",
+        engine="extractive",
+        token_threshold="4000",
+        keep_recent_runs="3",
+        keep_runs="7",
+        max_output_tokens="300",
+        whole_runs="true",
+    )
     assert get_settings().summary_defaults == {
-        "strategy": "rolling", "engine": "extractive", "token_threshold": 4000, "keep_recent_runs": 3,
-        "keep_runs": 7, "max_output_tokens": 300, "whole_runs": True}
-    assert summary_config(None) == SummaryConfig(strategy="rolling", engine="extractive", token_threshold=4000,
-                                                 keep_recent_runs=3, keep_runs=7, max_output_tokens=300,
-                                                 whole_runs=True)
+        "strategy": "rolling",
+        "engine": "extractive",
+        "token_threshold": 4000,
+        "keep_recent_runs": 3,
+        "keep_runs": 7,
+        "max_output_tokens": 300,
+        "whole_runs": True,
+    }
+    assert summary_config(None) == SummaryConfig(
+        strategy="rolling",
+        engine="extractive",
+        token_threshold=4000,
+        keep_recent_runs=3,
+        keep_runs=7,
+        max_output_tokens=300,
+        whole_runs=True,
+    )
 
 
 def test_auto_engine_and_zero_output_tokens_leave_the_choice_to_precis(monkeypatch):
@@ -199,7 +251,11 @@ def test_precedence_is_built_in_then_deployment_then_workspace_then_session():
     assert summary_config(None, deployment={}) == SummaryConfig()
     config = summary_config(workspace, session, deployment=deployment)
     assert (config.strategy, config.token_threshold, config.keep_recent_runs, config.whole_runs) == (
-        "rolling", 3000, 2, True)
+        "rolling",
+        3000,
+        2,
+        True,
+    )
     assert config.keep_runs == 10 and config.messages_per_short_summary == 20  # built-in
     assert config.max_output_tokens == 3000 // 16  # derived from the merged settings, not the deployment's alone
 
@@ -219,28 +275,41 @@ def test_a_setting_that_clashes_with_a_deployment_default_is_422_naming_the_vari
     reply = call("PUT", W, {"configuration": {"summarizer": {"strategy": "rolling", "token_threshold": 2000}}})
     assert reply.status == 422
     detail = reply.body["detail"]
-    assert detail.startswith("configuration.summarizer.max_output_tokens: at most a quarter of token_threshold 2000 "
-                             "(500) for the rolling strategy, got 1000")
+    assert detail.startswith(
+        "configuration.summarizer.max_output_tokens: at most a quarter of token_threshold 2000 "
+        "(500) for the rolling strategy, got 1000"
+    )
     assert "PRECIS_SUMMARY_MAX_OUTPUT_TOKENS" in detail and "SummaryMaxOutputTokens" in detail
     ok = {"summarizer": {"strategy": "rolling", "token_threshold": 2000, "max_output_tokens": 400}}
     assert call("PUT", W, {"configuration": ok}).status == 200
 
 
-@pytest.mark.parametrize(("values", "named"), [
-    ({"strategy": "weekly"}, "PRECIS_SUMMARY_STRATEGY='weekly'"),
-    ({"engine": "gpt"}, "PRECIS_SUMMARY_ENGINE='gpt'"),
-    ({"token_threshold": "lots"}, "PRECIS_SUMMARY_TOKEN_THRESHOLD='lots'"),
-    ({"keep_recent_runs": "0"}, "PRECIS_SUMMARY_KEEP_RECENT_RUNS=0 (template parameter SummaryKeepRecentRuns)"),
-    ({"keep_runs": "-1"}, "PRECIS_SUMMARY_KEEP_RUNS=-1 (template parameter SummaryKeepRuns)"),
-    ({"max_output_tokens": "32"}, "PRECIS_SUMMARY_MAX_OUTPUT_TOKENS=32 (template parameter SummaryMaxOutputTokens)"),
-    ({"max_output_tokens": "5000"}, "PRECIS_SUMMARY_MAX_OUTPUT_TOKENS=5000"),
-    ({"whole_runs": "ture"}, "PRECIS_SUMMARY_WHOLE_RUNS='ture'"),
-    ({"strategy": "rolling", "token_threshold": "200"},
-     "PRECIS_SUMMARY_TOKEN_THRESHOLD=200 (template parameter SummaryTokenThreshold): at least 256 for the rolling"),
-    ({"strategy": "rolling", "token_threshold": "4000", "max_output_tokens": "1001"},
-     "PRECIS_SUMMARY_MAX_OUTPUT_TOKENS=1001 (template parameter SummaryMaxOutputTokens): at most a quarter of "
-     "token_threshold 4000 (1000)"),
-])
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"strategy": "weekly"}, "PRECIS_SUMMARY_STRATEGY='weekly'"),
+        ({"engine": "gpt"}, "PRECIS_SUMMARY_ENGINE='gpt'"),
+        ({"token_threshold": "lots"}, "PRECIS_SUMMARY_TOKEN_THRESHOLD='lots'"),
+        ({"keep_recent_runs": "0"}, "PRECIS_SUMMARY_KEEP_RECENT_RUNS=0 (template parameter SummaryKeepRecentRuns)"),
+        ({"keep_runs": "-1"}, "PRECIS_SUMMARY_KEEP_RUNS=-1 (template parameter SummaryKeepRuns)"),
+        (
+            {"max_output_tokens": "32"},
+            "PRECIS_SUMMARY_MAX_OUTPUT_TOKENS=32 (template parameter SummaryMaxOutputTokens)",
+        ),
+        ({"max_output_tokens": "5000"}, "PRECIS_SUMMARY_MAX_OUTPUT_TOKENS=5000"),
+        ({"whole_runs": "ture"}, "PRECIS_SUMMARY_WHOLE_RUNS='ture'"),
+        (
+            {"strategy": "rolling", "token_threshold": "200"},
+            "PRECIS_SUMMARY_TOKEN_THRESHOLD=200 (template parameter SummaryTokenThreshold): "
+            "at least 256 for the rolling",
+        ),
+        (
+            {"strategy": "rolling", "token_threshold": "4000", "max_output_tokens": "1001"},
+            "PRECIS_SUMMARY_MAX_OUTPUT_TOKENS=1001 (template parameter SummaryMaxOutputTokens): at most a quarter of "
+            "token_threshold 4000 (1000)",
+        ),
+    ],
+)
 def test_a_bad_deployment_value_fails_loudly_naming_the_variable(monkeypatch, values, named):
     deployment(monkeypatch, **values)
     with pytest.raises(SettingsError) as caught:
@@ -276,8 +345,9 @@ def test_the_templates_defaults_are_the_built_in_defaults():
         env = fn.environment
         settings = Settings(**{f"summary_{field}": env[variable] for field, (variable, _) in SUMMARY_ENV.items()})
         assert summary_config(None, deployment=settings.summary_defaults) == SummaryConfig()
-        rolling = summary_config({"summarizer": {"strategy": "rolling", "token_threshold": 400}},
-                                 deployment=settings.summary_defaults)
+        rolling = summary_config(
+            {"summarizer": {"strategy": "rolling", "token_threshold": 400}}, deployment=settings.summary_defaults
+        )
         assert rolling.max_output_tokens == 64
 
 
@@ -300,15 +370,24 @@ def test_a_bad_value_fails_the_functions_cold_start(logical_id, monkeypatch):
 
     def start(**values: str) -> subprocess.CompletedProcess:
         env = {**function_environment(tpl, fn, "http://127.0.0.1:9"), **values}
-        return subprocess.run([sys.executable, "-c", f"import {module}"], cwd=fn.code_dir, env=env,
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-c", f"import {module}"],
+            cwd=fn.code_dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     assert start().returncode == 0
-    failed = start(PRECIS_SUMMARY_STRATEGY="rolling", PRECIS_SUMMARY_TOKEN_THRESHOLD="1000",
-                   PRECIS_SUMMARY_MAX_OUTPUT_TOKENS="400")
+    failed = start(
+        PRECIS_SUMMARY_STRATEGY="rolling", PRECIS_SUMMARY_TOKEN_THRESHOLD="1000", PRECIS_SUMMARY_MAX_OUTPUT_TOKENS="400"
+    )
     assert failed.returncode != 0
-    assert ("SettingsError: invalid settings in the environment: PRECIS_SUMMARY_MAX_OUTPUT_TOKENS=400 (template "
-            "parameter SummaryMaxOutputTokens): at most a quarter of token_threshold 1000 (250)") in failed.stderr
+    assert (
+        "SettingsError: invalid settings in the environment: PRECIS_SUMMARY_MAX_OUTPUT_TOKENS=400 (template "
+        "parameter SummaryMaxOutputTokens): at most a quarter of token_threshold 1000 (250)"
+    ) in failed.stderr
 
 
 def test_settings_stored_before_a_clashing_deployment_never_stop_the_context(ws, monkeypatch):
@@ -318,7 +397,9 @@ def test_settings_stored_before_a_clashing_deployment_never_stop_the_context(ws,
     rolling = {"summarizer": {"strategy": "rolling", "token_threshold": 2000}}
     assert call("PUT", W, {"configuration": rolling}).status == 200
     deployment(monkeypatch, max_output_tokens="1000", whole_runs="true")
-    assert seqs(context("s1", tokens=partial_budget(call("POST", f"{W}/sessions/s1/messages/list").body["items"]))) \
-        == [8, 9]
+    assert seqs(context("s1", tokens=partial_budget(call("POST", f"{W}/sessions/s1/messages/list").body["items"]))) == [
+        8,
+        9,
+    ]
     reply = call("PUT", W, {"configuration": rolling})
     assert reply.status == 422 and "PRECIS_SUMMARY_MAX_OUTPUT_TOKENS" in reply.body["detail"]

@@ -10,28 +10,30 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from local.models.llm_server import LLMServer, summary_text
+from local.template import template
 from precis.settings import Settings
-from precis.summaries.engines.extractive import ExtractiveEngine
 from precis.store.db import Db
 from precis.store.messages import NewMessage, append_messages, read_range
 from precis.store.resources import get_or_create_session, get_or_create_workspace, require_session
 from precis.store.summaries import put_summary, read_summary_state
-from precis.summaries.strategies import SummaryConfig, default_max_output_tokens, merge_config
+from precis.summaries.engines.extractive import ExtractiveEngine
 from precis.summaries.runner import cut_to_tokens, summarize_session
+from precis.summaries.strategies import SummaryConfig, default_max_output_tokens, merge_config
 from precis.tokens import count_text
-from pydantic import ValidationError
-
-from local.template import template
 from tests.handlers import call
-from local.models.llm_server import LLMServer, summary_text
 
 WS = "ws1"
 SHORT, LONG, ROLLING = "honcho_chat_summary_short", "honcho_chat_summary_long", "rolling"
 # Words whose tokens per word vary: plain English, multi-byte text, CJK (a word a character), and long unbroken
 # "words" (a hash, a base64 blob) that a word limit alone cannot hold to a token limit.
-WORDS = ("the agent called the weather tool for Lisbon and got light wind then answered résumé naïve 東京データ "
-         "🙂🙂 ok JSON stacktrace Δ≈0.5 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 "
-         "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZnaGlqa2xtbm9wcXJzdHV2d3h5ejAxMjM0NTY3ODk").split()
+WORDS = (
+    "the agent called the weather tool for Lisbon and got light wind then answered résumé naïve 東京データ "
+    "🙂🙂 ok JSON stacktrace Δ≈0.5 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 "
+    "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZnaGlqa2xtbm9wcXJzdHV2d3h5ejAxMjM0NTY3ODk"
+).split()
 _sessions = itertools.count(1)
 
 
@@ -41,8 +43,11 @@ _sessions = itertools.count(1)
 @given(st.integers(256, 400_000))
 def test_the_rolling_default_is_a_sixteenth_of_the_threshold_and_always_allowed(threshold):
     config = SummaryConfig(strategy="rolling", token_threshold=threshold)
-    assert config.max_output_tokens == min(4096, max(64, threshold // 16)) == default_max_output_tokens(
-        "rolling", threshold)
+    assert (
+        config.max_output_tokens
+        == min(4096, max(64, threshold // 16))
+        == default_max_output_tokens("rolling", threshold)
+    )
     assert config.max_output_tokens * 4 <= threshold
 
 
@@ -55,8 +60,9 @@ def test_a_rolling_summary_may_hold_at_most_a_quarter_of_the_threshold(threshold
         SummaryConfig(strategy="rolling", token_threshold=threshold, max_output_tokens=cap)
     error = caught.value.errors()[0]
     assert error["loc"] == ("max_output_tokens",)
-    assert error["msg"].startswith(f"at most a quarter of token_threshold {threshold} ({threshold // 4}) for the "
-                                   f"rolling strategy, got {cap}")
+    assert error["msg"].startswith(
+        f"at most a quarter of token_threshold {threshold} ({threshold // 4}) for the rolling strategy, got {cap}"
+    )
 
 
 @pytest.mark.parametrize("threshold", [100, 200, 255])
@@ -90,16 +96,25 @@ def ws(aws):
 
 
 def test_an_output_cap_over_a_quarter_of_the_threshold_is_422_naming_both(ws):
-    reply = call("PUT", f"/v3/workspaces/{WS}", {"configuration": {"summarizer": {
-        "strategy": "rolling", "token_threshold": 400, "max_output_tokens": 512}}})
+    reply = call(
+        "PUT",
+        f"/v3/workspaces/{WS}",
+        {"configuration": {"summarizer": {"strategy": "rolling", "token_threshold": 400, "max_output_tokens": 512}}},
+    )
     assert reply.status == 422
-    assert reply.body["detail"] == ("configuration.summarizer.max_output_tokens: at most a quarter of token_threshold "
-                                    "400 (100) for the rolling strategy, got 512: a summary must stay far smaller "
-                                    "than the history it folds")
-    reply = call("POST", f"/v3/workspaces/{WS}/sessions", {"id": "s1", "configuration": {"summarizer": {
-        "strategy": "rolling", "token_threshold": 200}}})
+    assert reply.body["detail"] == (
+        "configuration.summarizer.max_output_tokens: at most a quarter of token_threshold "
+        "400 (100) for the rolling strategy, got 512: a summary must stay far smaller "
+        "than the history it folds"
+    )
+    reply = call(
+        "POST",
+        f"/v3/workspaces/{WS}/sessions",
+        {"id": "s1", "configuration": {"summarizer": {"strategy": "rolling", "token_threshold": 200}}},
+    )
     assert reply.status == 422 and reply.body["detail"].startswith(
-        "configuration.summarizer.token_threshold: at least 256 for the rolling strategy, got 200")
+        "configuration.summarizer.token_threshold: at least 256 for the rolling strategy, got 200"
+    )
 
 
 # --- cutting a text to a token count ------------------------------------------------------------------------------
@@ -131,28 +146,49 @@ def plain_settings(**overrides) -> Settings:
 
 
 configs = st.one_of(
-    st.builds(lambda cap: {"strategy": "cadence", "messages_per_short_summary": 10, "messages_per_long_summary": 20,
-                           "max_output_tokens": cap}, st.sampled_from([None, 64, 200, 512])),
-    st.builds(lambda threshold, keep, share: {"strategy": "rolling", "token_threshold": threshold,
-                                              "keep_recent_runs": keep,
-                                              "max_output_tokens": max(64, threshold // share) if share else None},
-              st.integers(256, 2_500), st.integers(1, 3), st.sampled_from([0, 4, 8])),
+    st.builds(
+        lambda cap: {
+            "strategy": "cadence",
+            "messages_per_short_summary": 10,
+            "messages_per_long_summary": 20,
+            "max_output_tokens": cap,
+        },
+        st.sampled_from([None, 64, 200, 512]),
+    ),
+    st.builds(
+        lambda threshold, keep, share: {
+            "strategy": "rolling",
+            "token_threshold": threshold,
+            "keep_recent_runs": keep,
+            "max_output_tokens": max(64, threshold // share) if share else None,
+        },
+        st.integers(256, 2_500),
+        st.integers(1, 3),
+        st.sampled_from([0, 4, 8]),
+    ),
 )
 # A message: 0-120 words (0: empty content), in a run (a small id) or none.
 messages = st.tuples(st.integers(0, 120), st.sampled_from([None, None, "r0", "r1", "r2"]))
 batches = st.lists(st.lists(messages, min_size=1, max_size=25), min_size=1, max_size=4)
 
 
-def post_batches(db: Db, session: str, drawn: list[list[tuple[int, str | None]]], seed: int,
-                 ) -> Iterator[dict[int, int]]:
+def post_batches(
+    db: Db,
+    session: str,
+    drawn: list[list[tuple[int, str | None]]],
+    seed: int,
+) -> Iterator[dict[int, int]]:
     """Store the drawn batches one by one; after each, the token counts by seq so far."""
     tokens, seq = {}, 0
     for b, batch in enumerate(drawn):
         stored = []
         for m, (words, run) in enumerate(batch):
             content = " ".join(WORDS[(seed + 7 * b + 3 * m + k) % len(WORDS)] for k in range(words))
-            stored.append(NewMessage(content, "alice" if m % 3 else "agent", count_text(content),
-                                     run_id=f"{run}-{b}" if run else None))
+            stored.append(
+                NewMessage(
+                    content, "alice" if m % 3 else "agent", count_text(content), run_id=f"{run}-{b}" if run else None
+                )
+            )
             seq += 1
             tokens[seq] = stored[-1].token_count
         append_messages(db, WS, session, stored, inline_max_bytes=16_384)
@@ -175,7 +211,8 @@ def check_summaries(db: Db, session: str, config: SummaryConfig, tokens: dict[in
         covers = record["covers"]
         before = covers["previous_covers_seq"]
         replaced = (by_end[(record["summary_type"], before)]["token_count"] if before else 0) + sum(
-            tokens[seq] for seq in range(covers["first_seq"], covers["through_seq"] + 1))
+            tokens[seq] for seq in range(covers["first_seq"], covers["through_seq"] + 1)
+        )
         assert record["token_count"] == count_text(record["output"])
         assert record["token_count"] <= record["max_output_tokens"] <= config.max_output_tokens
         assert record["max_output_tokens"] == max(1, min(config.max_output_tokens, replaced))
@@ -190,8 +227,11 @@ def check_summaries(db: Db, session: str, config: SummaryConfig, tokens: dict[in
     return len(written)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(configs, batches, st.integers(0, 1000))
 def test_extractive_summaries_stay_within_their_bounds(db, raw, drawn, seed):
     session = f"x{next(_sessions)}"
@@ -208,8 +248,11 @@ def llm():
         yield server
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(configs, batches, st.integers(0, 1000), st.integers(0, 3_000))
 def test_llm_summaries_stay_within_their_bounds_whatever_the_model_answers(db, llm, raw, drawn, seed, answer_words):
     # The model ignores max_tokens and answers `answer_words` words (or its usual short answer for 0).
@@ -230,10 +273,17 @@ def test_llm_summaries_stay_within_their_bounds_whatever_the_model_answers(db, l
 
 def test_a_long_answer_is_cut_to_the_cap_and_the_audit_says_so(db, llm):
     llm.answer = lambda body: "The quarterly budget review moved to Thursday. " * 400  # ~3,600 tokens
-    get_or_create_session(db, WS, "s1", configuration={"summarizer": {
-        "strategy": "rolling", "token_threshold": 1000, "keep_recent_runs": 1, "engine": "llm"}})
-    contents = [f"Run {i}: the supplier sent quote {i} and the agent compared it with the budget. " * 4
-                for i in range(16)]
+    get_or_create_session(
+        db,
+        WS,
+        "s1",
+        configuration={
+            "summarizer": {"strategy": "rolling", "token_threshold": 1000, "keep_recent_runs": 1, "engine": "llm"}
+        },
+    )
+    contents = [
+        f"Run {i}: the supplier sent quote {i} and the agent compared it with the budget. " * 4 for i in range(16)
+    ]
     append_messages(db, WS, "s1", [NewMessage(c, "alice", count_text(c)) for c in contents], inline_max_bytes=16_384)
     summarize_session(db, plain_settings(llm_base_url=llm.url, llm_api_key="sk-test", llm_model="m"), WS, "s1")
     assert [r.body["max_tokens"] for r in llm.requests] == [64]  # 1000 / 16: far less than what 15 runs hold
@@ -246,8 +296,9 @@ def test_a_long_answer_is_cut_to_the_cap_and_the_audit_says_so(db, llm):
 
 def test_a_summary_is_never_asked_for_more_than_it_replaces(db, llm):
     get_or_create_session(db, WS, "s1", configuration={"summarizer": {"engine": "llm"}})
-    append_messages(db, WS, "s1", [NewMessage("ok", "alice", count_text("ok")) for _ in range(20)],
-                    inline_max_bytes=16_384)
+    append_messages(
+        db, WS, "s1", [NewMessage("ok", "alice", count_text("ok")) for _ in range(20)], inline_max_bytes=16_384
+    )
     summarize_session(db, plain_settings(llm_base_url=llm.url, llm_api_key="sk-test", llm_model="m"), WS, "s1")
     (request,) = llm.requests
     assert request.body["max_tokens"] == 20 * count_text("ok")  # not 512
@@ -257,8 +308,9 @@ def test_a_summary_is_never_asked_for_more_than_it_replaces(db, llm):
 def test_empty_messages_get_an_empty_summary_without_a_request(db, llm):
     get_or_create_session(db, WS, "s1", configuration={"summarizer": {"engine": "llm"}})
     append_messages(db, WS, "s1", [NewMessage("", "alice", 0) for _ in range(20)], inline_max_bytes=16_384)
-    outcome = summarize_session(db, plain_settings(llm_base_url=llm.url, llm_api_key="sk-test", llm_model="m"),
-                                WS, "s1")
+    outcome = summarize_session(
+        db, plain_settings(llm_base_url=llm.url, llm_api_key="sk-test", llm_model="m"), WS, "s1"
+    )
     assert [w.covers_seq for w in outcome.written] == [20] and not llm.requests
     short = read_summary_state(db, WS, "s1")[0][SHORT]
     assert (short["content"], short["token_count"]) == ("", 0)
@@ -268,14 +320,29 @@ def test_an_extractive_summary_holds_its_cap_in_tokens_even_for_a_blob(db):
     # A previous summary made of one long unbroken "word" (a pasted blob, ~1,000 tokens) under a 64-token cap: the
     # extractive engine counts tokens itself (a quarter of what it covers, within the cap), so nothing is cut after.
     blob = WORDS[-1] * 20
-    get_or_create_session(db, WS, "s1", configuration={"summarizer": {
-        "messages_per_short_summary": 10, "messages_per_long_summary": 1000, "max_output_tokens": 64}})
+    get_or_create_session(
+        db,
+        WS,
+        "s1",
+        configuration={
+            "summarizer": {"messages_per_short_summary": 10, "messages_per_long_summary": 1000, "max_output_tokens": 64}
+        },
+    )
     contents = [f"hello {blob} number {i}" for i in range(20)]
     append_messages(db, WS, "s1", [NewMessage(c, "alice", count_text(c)) for c in contents], inline_max_bytes=16_384)
     first = read_range(db, WS, "s1", 1, 10)
-    put_summary(db, WS, "s1", incarnation=require_session(db, WS, "s1")["incarnation"], summary_type=SHORT,
-                content=blob, token_count=count_text(blob), covers_seq=10,
-                end_tokens=sum(m["token_count"] for m in first), message_id=first[-1]["id"])
+    put_summary(
+        db,
+        WS,
+        "s1",
+        incarnation=require_session(db, WS, "s1")["incarnation"],
+        summary_type=SHORT,
+        content=blob,
+        token_count=count_text(blob),
+        covers_seq=10,
+        end_tokens=sum(m["token_count"] for m in first),
+        message_id=first[-1]["id"],
+    )
     engine = ExtractiveEngine()
     request_seen = []
 

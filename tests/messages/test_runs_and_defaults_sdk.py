@@ -12,8 +12,12 @@ from tests.stack import wait_for
 
 pytestmark = pytest.mark.stack
 # What an operator sets for every SDK user (the SDK itself cannot send `summarizer` settings or `whole_runs`).
-STACK_ENV = {"PRECIS_SUMMARY_STRATEGY": "rolling", "PRECIS_SUMMARY_TOKEN_THRESHOLD": "600",
-             "PRECIS_SUMMARY_KEEP_RECENT_RUNS": "2", "PRECIS_SUMMARY_WHOLE_RUNS": "true"}
+STACK_ENV = {
+    "PRECIS_SUMMARY_STRATEGY": "rolling",
+    "PRECIS_SUMMARY_TOKEN_THRESHOLD": "600",
+    "PRECIS_SUMMARY_KEEP_RECENT_RUNS": "2",
+    "PRECIS_SUMMARY_WHOLE_RUNS": "true",
+}
 
 
 def post_runs(session, user, agent, runs: range) -> None:
@@ -22,13 +26,22 @@ def post_runs(session, user, agent, runs: range) -> None:
     batch = []
     for r in runs:
         run = {"run_id": f"turn-{r}"}
-        batch.extend([
-            user.message(f"Question {r}: what did the supplier quote for batch {r}, and does it fit the budget?",
-                         metadata=run),
-            agent.message(f'{{"tool": "quotes.lookup", "batch": {r}, "result": "{r * 120} euros, delivery in '
-                          f'{r + 3} days, valid until Friday"}}', metadata=run),
-            agent.message(f"Batch {r} costs {r * 120} euros; that fits the remaining budget, so I approved it.",
-                          metadata=run)])
+        batch.extend(
+            [
+                user.message(
+                    f"Question {r}: what did the supplier quote for batch {r}, and does it fit the budget?",
+                    metadata=run,
+                ),
+                agent.message(
+                    f'{{"tool": "quotes.lookup", "batch": {r}, "result": "{r * 120} euros, delivery in '
+                    f'{r + 3} days, valid until Friday"}}',
+                    metadata=run,
+                ),
+                agent.message(
+                    f"Batch {r} costs {r * 120} euros; that fits the remaining budget, so I approved it.", metadata=run
+                ),
+            ]
+        )
     session.add_messages(batch)
 
 
@@ -57,8 +70,9 @@ def test_runs_sent_in_metadata_get_a_rolling_summary_and_whole_runs_by_default(s
         context = session.context(tokens=tokens)
         if context.messages:
             assert starts_a_run(history, context.messages[0].id), tokens  # never part of a run
-        half = raw.get("/v3/workspaces/sdk-runs/sessions/chat/context", params={
-            "tokens": tokens, "whole_runs": "false"}).json()  # the parameter still wins over the default
+        half = raw.get(
+            "/v3/workspaces/sdk-runs/sessions/chat/context", params={"tokens": tokens, "whole_runs": "false"}
+        ).json()  # the parameter still wins over the default
         if half["messages"] and not starts_a_run(history, half["messages"][0]["id"]):
             split_somewhere = True
     assert split_somewhere, "no budget would have split a run: the test proves nothing"

@@ -13,11 +13,11 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from precis.messages import upload
-from precis.settings import get_settings
-from precis.errors import Invalid, TooLarge, UnsupportedMediaType
-from precis.messages.split import LEVELS, split_text
 
+from precis.errors import Invalid, TooLarge, UnsupportedMediaType
+from precis.messages import upload
+from precis.messages.split import LEVELS, split_text
+from precis.settings import get_settings
 from tests.handlers import Form, call, http_event
 
 W = "/v3/workspaces/ws1"
@@ -26,6 +26,7 @@ UPLOAD = f"{S}/messages/upload"
 
 
 # ---------------------------------------------------------------- the splitter (pure)
+
 
 def _spans(text: str, pieces: list[str]) -> list[tuple[int, int]]:
     """Where each piece lies in `text`, in order, asserting that only whitespace lies between (and around) them."""
@@ -39,7 +40,7 @@ def _spans(text: str, pieces: list[str]) -> list[tuple[int, int]]:
     return spans
 
 
-WORDS = st.text(alphabet="abcdeé你 \t\n.!?。\"", max_size=300)
+WORDS = st.text(alphabet='abcdeé你 \t\n.!?。"', max_size=300)
 
 
 @settings(max_examples=300, deadline=None)
@@ -52,8 +53,16 @@ def test_pieces_rejoin_to_the_text_each_within_the_limit(text, limit):
 
 
 @settings(max_examples=200, deadline=None)
-@given(paragraphs=st.lists(st.text(alphabet="ab .\n", min_size=1, max_size=30).map(str.strip).filter(
-    lambda p: p and not re.search(r"\n[^\S\n]*\n", p)), min_size=1, max_size=12), limit=st.integers(30, 80))
+@given(
+    paragraphs=st.lists(
+        st.text(alphabet="ab .\n", min_size=1, max_size=30)
+        .map(str.strip)
+        .filter(lambda p: p and not re.search(r"\n[^\S\n]*\n", p)),
+        min_size=1,
+        max_size=12,
+    ),
+    limit=st.integers(30, 80),
+)
 def test_paragraphs_that_fit_are_never_cut_and_pieces_are_packed(paragraphs, limit):
     text = "\n\n".join(paragraphs)
     pieces = split_text(text, limit)
@@ -83,12 +92,17 @@ def test_a_long_paragraph_is_cut_between_sentences_then_lines_then_words_then_an
 
 # ---------------------------------------------------------------- reading the form
 
+
 @settings(max_examples=60, deadline=None)
-@given(content=st.binary(max_size=2000), peer=st.from_regex(r"[a-zA-Z0-9_-]{1,20}", fullmatch=True),
-       metadata=st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=10), max_size=4))
+@given(
+    content=st.binary(max_size=2000),
+    peer=st.from_regex(r"[a-zA-Z0-9_-]{1,20}", fullmatch=True),
+    metadata=st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=10), max_size=4),
+)
 def test_the_form_is_read_byte_for_byte_as_the_sdk_encodes_it(content, peer, metadata):
-    data, content_type = Form({"peer_id": peer, "metadata": json.dumps(metadata)},
-                              {"file": ("f.pdf", content, "application/pdf")}).encode()
+    data, content_type = Form(
+        {"peer_id": peer, "metadata": json.dumps(metadata)}, {"file": ("f.pdf", content, "application/pdf")}
+    ).encode()
     form = upload.read_form(base64.b64encode(data).decode(), True, content_type)
     assert form.file.content == content and form.file.media_type == "application/pdf"
     assert form.file.filename == "f.pdf"
@@ -128,8 +142,10 @@ def test_a_malformed_form_is_refused_with_what_is_wrong():
     with pytest.raises(Invalid, match="needs a Content-Disposition with a name"):
         upload.read_form(_multipart(("Content-Type: text/plain", b"x"), PEER, FILE)[0], True, content_type)
 
-    fields = [(f'Content-Disposition: form-data; name="{name}"', value.encode())
-              for name, value in (("peer_id", "bad id"), ("surprise", "1"), ("metadata", "[1]"))]
+    fields = [
+        (f'Content-Disposition: form-data; name="{name}"', value.encode())
+        for name, value in (("peer_id", "bad id"), ("surprise", "1"), ("metadata", "[1]"))
+    ]
     with pytest.raises(RequestValidationError) as refused:
         upload.read_form(_multipart(*fields)[0], True, content_type)
     locs = sorted(tuple(e["loc"]) for e in refused.value.errors())
@@ -153,21 +169,29 @@ def test_the_file_kind_comes_from_its_type_or_else_its_name():
 
 # ---------------------------------------------------------------- PDFs
 
+
 def make_pdf(pages: list[list[str]], password: str | None = None) -> bytes:
     """A real PDF whose pages show these lines in Helvetica (written with pypdf, as the upload reads it)."""
     from pypdf import PdfWriter
     from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
     writer = PdfWriter()
-    font = DictionaryObject({NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
-                             NameObject("/BaseFont"): NameObject("/Helvetica"),
-                             NameObject("/Encoding"): NameObject("/WinAnsiEncoding")})
+    font = DictionaryObject(
+        {
+            NameObject("/Type"): NameObject("/Font"),
+            NameObject("/Subtype"): NameObject("/Type1"),
+            NameObject("/BaseFont"): NameObject("/Helvetica"),
+            NameObject("/Encoding"): NameObject("/WinAnsiEncoding"),
+        }
+    )
     for lines in pages:
         page = writer.add_blank_page(612, 792)
         page[NameObject("/Resources")] = DictionaryObject(
-            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
-        shown = " ".join("(" + line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ") Tj T*"
-                         for line in lines)
+            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})}
+        )
+        shown = " ".join(
+            "(" + line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ") Tj T*" for line in lines
+        )
         stream = DecodedStreamObject()
         stream.set_data(f"BT /F1 12 Tf 14 TL 72 720 Td {shown} ET".encode("latin-1"))
         page.replace_contents(stream)
@@ -181,7 +205,8 @@ def make_pdf(pages: list[list[str]], password: str | None = None) -> bytes:
 def test_a_pdf_is_read_page_by_page_in_order():
     data = make_pdf([["Page one. It opens."], [], ["Page three (the last)."]])
     assert upload.pdf_text(data, deadline=float("inf"), max_chars=10_000) == (
-        "Page one. It opens.\n\nPage three (the last).")
+        "Page one. It opens.\n\nPage three (the last)."
+    )
 
 
 def test_a_pdf_too_slow_or_too_long_to_read_is_413_and_a_damaged_one_422():
@@ -233,8 +258,14 @@ def test_pypdf_is_imported_only_when_a_pdf_is_uploaded(tmp_path):
     (tmp_path / "notes.txt").write_bytes(b"Plain notes.")
     (tmp_path / "a.pdf").write_bytes(make_pdf([["A page of text."]]))
     path = os.pathsep.join(str(ROOT / p) for p in (".", "layers/common", "cli"))
-    done = subprocess.run([sys.executable, "-c", _UPLOADS, f"{tmp_path}/"], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": path}, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _UPLOADS, f"{tmp_path}/"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["at start"] is False, seen
@@ -246,6 +277,7 @@ def test_pypdf_is_imported_only_when_a_pdf_is_uploaded(tmp_path):
 
 
 # ---------------------------------------------------------------- the route, in process
+
 
 def _scan(aws) -> list:
     return sorted(aws["dynamodb"].scan(TableName="precis-local")["Items"], key=lambda i: (i["PK"]["S"], i["SK"]["S"]))
@@ -269,23 +301,34 @@ def _file(content: bytes, name: str = "notes.txt", media: str = "text/plain", **
     return Form({"peer_id": "alice", **fields}, {"file": (name, content, media)})
 
 
-ESSAY = ("Lisbon sits on seven hills. Its light is famous.\n\n"
-         "Trams climb the hills all day. The 28 is the oldest line, and the busiest by far.\n\n"
-         "Fado started in Alfama.")
+ESSAY = (
+    "Lisbon sits on seven hills. Its light is famous.\n\n"
+    "Trams climb the hills all day. The 28 is the oldest line, and the busiest by far.\n\n"
+    "Fado started in Alfama."
+)
 
 
 def test_a_text_file_becomes_consecutive_messages_split_at_paragraphs_then_sentences(session):
-    reply = call("POST", UPLOAD, _file(ESSAY.encode(), metadata='{"source": "essay"}',
-                                       created_at="2025-03-01T10:00:00+00:00"))
+    reply = call(
+        "POST", UPLOAD, _file(ESSAY.encode(), metadata='{"source": "essay"}', created_at="2025-03-01T10:00:00+00:00")
+    )
     assert reply.status == 201, reply.body
     assert [m["content"] for m in reply.body] == [
-        "Lisbon sits on seven hills. Its light is famous.", "Trams climb the hills all day.",
-        "The 28 is the oldest line, and the busiest by far.", "Fado started in Alfama."]
+        "Lisbon sits on seven hills. Its light is famous.",
+        "Trams climb the hills all day.",
+        "The 28 is the oldest line, and the busiest by far.",
+        "Fado started in Alfama.",
+    ]
     posted = call("POST", f"{S}/messages", {"messages": [{"content": "after", "peer_id": "alice"}]}).body[0]
     assert list(reply.body[0]) == list(posted)  # the Message shape of POST …/messages
     assert [m["seq"] for m in reply.body] == [1, 2, 3, 4] and posted["seq"] == 5
-    assert all(m["metadata"] == {"source": "essay"} and m["peer_id"] == "alice" and m["token_count"] > 0
-               and m["created_at"] == "2025-03-01T10:00:00+00:00" for m in reply.body)
+    assert all(
+        m["metadata"] == {"source": "essay"}
+        and m["peer_id"] == "alice"
+        and m["token_count"] > 0
+        and m["created_at"] == "2025-03-01T10:00:00+00:00"
+        for m in reply.body
+    )
     listed = call("POST", f"{S}/messages/list").body["items"]
     assert [m["id"] for m in listed[:4]] == [m["id"] for m in reply.body]
 
@@ -302,7 +345,8 @@ def test_markdown_json_and_pdf_files_are_read(session):
     pdf = make_pdf([["Page one says hello."], ["Page two says goodbye."]])
     reply = call("POST", UPLOAD, _file(pdf, "a.pdf", "application/pdf"))
     assert reply.status == 201 and [m["content"] for m in reply.body] == [
-        "Page one says hello.\n\nPage two says goodbye."]
+        "Page one says hello.\n\nPage two says goodbye."
+    ]
 
     reply = call("POST", UPLOAD, _file(b"Notes.", "r\u00e9sum\u00e9 \u7b80\u5386.md", "application/octet-stream"))
     assert reply.status == 201 and reply.body[0]["content"] == "Notes."  # a non-ASCII name, as httpx sends it
@@ -386,8 +430,9 @@ def test_the_local_gateway_hands_a_multipart_body_over_base64_encoded_like_api_g
     data, content_type = _file(b"plain ascii").encode()
     event = build_event("POST", UPLOAD, [("Content-Type", content_type)], data, route, {}, "127.0.0.1", "HTTP/1.1")
     assert event["isBase64Encoded"] is True and base64.b64decode(event["body"]) == data
-    json_event = build_event("POST", UPLOAD, [("Content-Type", "application/json")], b"{}", route, {}, "127.0.0.1",
-                             "HTTP/1.1")
+    json_event = build_event(
+        "POST", UPLOAD, [("Content-Type", "application/json")], b"{}", route, {}, "127.0.0.1", "HTTP/1.1"
+    )
     assert json_event["isBase64Encoded"] is False and json_event["body"] == "{}"
 
 
@@ -412,12 +457,17 @@ def test_the_sdk_uploads_text_and_pdf_files_unchanged(stack):
     client = Honcho(base_url=stack.url, api_key="local", workspace_id="sdk-upload")
     alice = client.peer("alice")
     session = client.session("docs")
-    made = session.upload_file(("essay.txt", ESSAY.encode(), "text/plain"), alice, metadata={"source": "essay"},
-                               created_at="2025-03-01T10:00:00+00:00")
+    made = session.upload_file(
+        ("essay.txt", ESSAY.encode(), "text/plain"),
+        alice,
+        metadata={"source": "essay"},
+        created_at="2025-03-01T10:00:00+00:00",
+    )
     assert [m.content for m in made] == [
         "Lisbon sits on seven hills. Its light is famous.",
         "Trams climb the hills all day. The 28 is the oldest line, and the busiest by far.",
-        "Fado started in Alfama."]
+        "Fado started in Alfama.",
+    ]
     assert all(m.peer_id == "alice" and m.metadata == {"source": "essay"} and m.token_count > 0 for m in made)
     assert made[0].created_at.year == 2025
 
@@ -450,25 +500,34 @@ def test_the_async_sdk_uploads_a_file(stack):
 
 def test_the_openapi_document_describes_the_form_so_it_can_be_fuzzed(session):
     from precis.api.app import openapi_document
-    from precis.schemas.bodies import UploadFields
     from precis.schemas import ID_MAX, ID_PATTERN
+    from precis.schemas.bodies import UploadFields
 
-    operation = openapi_document()["paths"][
-        "/v3/workspaces/{workspace_id}/sessions/{session_id}/messages/upload"]["post"]
+    operation = openapi_document()["paths"]["/v3/workspaces/{workspace_id}/sessions/{session_id}/messages/upload"][
+        "post"
+    ]
     form = operation["requestBody"]["content"]["multipart/form-data"]
     schema = form["schema"]
     # The fields the route reads, each described, none missing and none made up; required as the route requires.
     assert set(schema["properties"]) == {"file", *UploadFields.model_fields}
     assert schema["required"] == ["file", *(n for n, f in UploadFields.model_fields.items() if f.is_required())]
-    assert schema["properties"]["peer_id"] == {"type": "string", "minLength": 1, "maxLength": ID_MAX,
-                                               "pattern": ID_PATTERN}
+    assert schema["properties"]["peer_id"] == {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": ID_MAX,
+        "pattern": ID_PATTERN,
+    }
     file = schema["properties"]["file"]
     assert (file["type"], file["format"]) == ("string", "binary")
     assert upload.SUPPORTED in file["description"] and f"at most {upload.MAX_FILE_BYTES} bytes" in file["description"]
     assert form["encoding"]["metadata"] == form["encoding"]["configuration"] == {"contentType": "application/json"}
     # Each file type the document names is one the route reads, with the other parts encoded as it says.
-    samples = {"text/plain": b"Plain notes.", "text/markdown": b"# Notes", "application/json": b'{"a": 1}',
-               "application/pdf": make_pdf([["A page of text."]])}
+    samples = {
+        "text/plain": b"Plain notes.",
+        "text/markdown": b"# Notes",
+        "application/json": b'{"a": 1}',
+        "application/pdf": make_pdf([["A page of text."]]),
+    }
     named = form["encoding"]["file"]["contentType"].split(", ")
     assert set(named) == set(samples)
     for media in named:

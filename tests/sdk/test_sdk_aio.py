@@ -98,14 +98,18 @@ async def peers_get_or_create_settings_and_listing(honcho: Honcho) -> None:
     testers = await listed(aio.peers(filters={"metadata": {"role": "tester"}}, size=1))
     assert sorted(p.id for p in testers) == ["peers-alice", "peers-bob"]
     assert [p.id for p in await listed(aio.peers(filters={"metadata": {"role": "tester"}}, reverse=True))] == [
-        p.id for p in reversed(testers)]
+        p.id for p in reversed(testers)
+    ]
 
 
 async def sessions_members_and_settings(honcho: Honcho) -> None:
     aio = honcho.aio
-    session = await aio.session("sessions-s1", metadata={"topic": "moving"},
-                                configuration=SessionConfiguration(summary=SummaryConfiguration(enabled=True)),
-                                peers=["sessions-alice", ("sessions-bob", SessionPeerConfig(observe_others=True))])
+    session = await aio.session(
+        "sessions-s1",
+        metadata={"topic": "moving"},
+        configuration=SessionConfiguration(summary=SummaryConfiguration(enabled=True)),
+        peers=["sessions-alice", ("sessions-bob", SessionPeerConfig(observe_others=True))],
+    )
     assert session.metadata == {"topic": "moving"} and session.configuration.summary.enabled is True
     assert session.is_active is True
     assert sorted(p.id for p in await session.aio.peers()) == ["sessions-alice", "sessions-bob"]
@@ -146,8 +150,11 @@ async def messages_listed_filtered_fetched_and_edited(honcho: Honcho) -> None:
     alice, bob = await aio.peer("messages-alice"), await aio.peer("messages-bob")
     session = await aio.session("messages-s1")
     made = await session.aio.add_messages(
-        [(alice if i % 2 else bob).message(f"message {i}", metadata={"i": i, "kind": "odd" if i % 2 else "even"})
-         for i in range(7)])
+        [
+            (alice if i % 2 else bob).message(f"message {i}", metadata={"i": i, "kind": "odd" if i % 2 else "even"})
+            for i in range(7)
+        ]
+    )
     assert [m.content for m in made] == [f"message {i}" for i in range(7)]
     assert all(m.token_count > 0 and m.created_at and m.session_id == "messages-s1" for m in made)
     single = await session.aio.add_messages(alice.message("the last one", created_at="2025-03-01T10:00:00+00:00"))
@@ -163,8 +170,11 @@ async def messages_listed_filtered_fetched_and_edited(honcho: Honcho) -> None:
     assert [m.content for m in odd_late] == ["message 3", "message 5"]
 
     fetched = await session.aio.get_message(made[3].id)
-    assert (fetched.content, fetched.peer_id, fetched.metadata) == ("message 3", "messages-alice", {"i": 3,
-                                                                                                   "kind": "odd"})
+    assert (fetched.content, fetched.peer_id, fetched.metadata) == (
+        "message 3",
+        "messages-alice",
+        {"i": 3, "kind": "odd"},
+    )
     updated = await session.aio.update_message(made[3], {"reviewed": True})
     assert updated.metadata == {"reviewed": True} and updated.content == "message 3"
     assert (await session.aio.update_message(made[4].id, {"starred": 1})).metadata == {"starred": 1}
@@ -186,8 +196,10 @@ async def context_and_summaries(honcho: Honcho) -> None:
     aio = honcho.aio
     alice, bot = await aio.peer("context-alice"), await aio.peer("context-bot")
     session = await aio.session("context-s1")
-    turns = [(alice if i % 2 else bot).message(f"Turn {i}: we agreed to spend {i * 10} euros on item {i}.")
-             for i in range(22)]
+    turns = [
+        (alice if i % 2 else bot).message(f"Turn {i}: we agreed to spend {i * 10} euros on item {i}.")
+        for i in range(22)
+    ]
     made = await session.aio.add_messages(turns[:20])
     before = await session.aio.context(tokens=made[-1].token_count)
     assert [m.id for m in before.messages] == [made[-1].id]
@@ -213,12 +225,17 @@ async def _short_summary(session):
 async def clones_with_and_without_a_cut(honcho: Honcho) -> None:
     aio = honcho.aio
     alice, bob = await aio.peer("clone-alice"), await aio.peer("clone-bob")
-    session = await aio.session("clone-s1", metadata={"topic": "moving"},
-                                peers=[alice, (bob, SessionPeerConfig(observe_others=True))])
-    made = await session.aio.add_messages([alice.message("I moved to Lisbon last spring."),
-                                           bob.message("How do you like it?"),
-                                           alice.message("The light is wonderful."),
-                                           bob.message("And the food?")])
+    session = await aio.session(
+        "clone-s1", metadata={"topic": "moving"}, peers=[alice, (bob, SessionPeerConfig(observe_others=True))]
+    )
+    made = await session.aio.add_messages(
+        [
+            alice.message("I moved to Lisbon last spring."),
+            bob.message("How do you like it?"),
+            alice.message("The light is wonderful."),
+            bob.message("And the food?"),
+        ]
+    )
 
     cut = await session.aio.clone(message_id=made[1].id)
     assert cut.id != "clone-s1" and cut.metadata == {"topic": "moving"} and cut.created_at is not None
@@ -237,7 +254,10 @@ async def clones_with_and_without_a_cut(honcho: Honcho) -> None:
 
     await cut.aio.add_messages(alice.message("Actually, Porto."))
     assert [m.content for m in await listed(cut.aio.messages())] == [
-        "I moved to Lisbon last spring.", "How do you like it?", "Actually, Porto."]
+        "I moved to Lisbon last spring.",
+        "How do you like it?",
+        "Actually, Porto.",
+    ]
     assert len(await listed(session.aio.messages())) == 4  # the parent is untouched
 
 
@@ -246,8 +266,12 @@ async def file_upload(honcho: Honcho) -> None:
     alice = await aio.peer("upload-alice")
     session = await aio.session("upload-s1")
     notes = "# Notes\n\nThe tram climbs the hill.\n\nFado started in Alfama."
-    made = await session.aio.upload_file(("notes.md", notes.encode(), "text/markdown"), alice,
-                                         metadata={"source": "notes"}, created_at="2025-03-01T10:00:00+00:00")
+    made = await session.aio.upload_file(
+        ("notes.md", notes.encode(), "text/markdown"),
+        alice,
+        metadata={"source": "notes"},
+        created_at="2025-03-01T10:00:00+00:00",
+    )
     assert "".join(m.content for m in made).replace("\n", "") == notes.replace("\n", "")
     assert all(m.peer_id == "upload-alice" and m.metadata == {"source": "notes"} for m in made)
     assert all(m.created_at.year == 2025 for m in made)
@@ -263,8 +287,12 @@ async def conclusions_created_listed_queried_and_deleted(honcho: Honcho) -> None
     alice, bob = await aio.peer("conc-alice"), await aio.peer("conc-bob")
     await aio.session("conc-s1", peers=[alice, bob])
     view = bob.conclusions_of(alice).aio
-    made = await view.create([{"content": "conc-alice prefers short answers", "session_id": "conc-s1"},
-                              {"content": "conc-alice is a vegetarian"}])
+    made = await view.create(
+        [
+            {"content": "conc-alice prefers short answers", "session_id": "conc-s1"},
+            {"content": "conc-alice is a vegetarian"},
+        ]
+    )
     assert [c.content for c in made] == ["conc-alice prefers short answers", "conc-alice is a vegetarian"]
     assert (made[0].observer_id, made[0].observed_id, made[0].session_id) == ("conc-bob", "conc-alice", "conc-s1")
     assert made[1].session_id is None and made[0].level == "explicit"
@@ -296,7 +324,8 @@ async def conclusions_created_listed_queried_and_deleted(honcho: Honcho) -> None
 
     assert await bob.aio.get_card(target=alice) is None
     assert await bob.aio.set_card(["IDENTITY: conc-alice is a nurse"], target=alice) == [
-        "IDENTITY: conc-alice is a nurse"]
+        "IDENTITY: conc-alice is a nurse"
+    ]
     assert await bob.aio.get_card(target="conc-alice") == ["IDENTITY: conc-alice is a nurse"]
     with pytest.deprecated_call():
         assert await bob.aio.card(target=alice) == ["IDENTITY: conc-alice is a nurse"]
@@ -308,12 +337,19 @@ async def derived_memory_representation_and_context(honcho: Honcho) -> None:
     aio = honcho.aio
     alice, bob = await aio.peer("memory-alice"), await aio.peer("memory-bob")
     session = await aio.session("memory-s1", peers=[alice, bob])
-    await session.aio.add_messages([bob.message("Where are you living these days?"),
-                                    alice.message("I moved to Lisbon last spring. My sister is Ana.")])
+    await session.aio.add_messages(
+        [
+            bob.message("Where are you living these days?"),
+            alice.message("I moved to Lisbon last spring. My sister is Ana."),
+        ]
+    )
     found = await settled(lambda: alice.conclusions.aio.query("where did memory-alice move?"))
     assert found[0].content == "memory-alice moved to Lisbon last spring"
     assert (found[0].observer_id, found[0].observed_id, found[0].session_id) == (
-        "memory-alice", "memory-alice", "memory-s1")
+        "memory-alice",
+        "memory-alice",
+        "memory-s1",
+    )
     card = await settled(lambda: alice.aio.get_card())
     assert any("Ana" in entry for entry in card)
 
@@ -334,17 +370,21 @@ async def search_workspace_session_and_peer(honcho: Honcho) -> None:
     aio = honcho.aio
     alice, bob = await aio.peer("search-alice"), await aio.peer("search-bob")
     session, other = await aio.session("search-s1"), await aio.session("search-s2")
-    await session.aio.add_messages([bob.message("Do you make marmalade?"),
-                                    alice.message("I make bitter marmalade every winter.")])
-    await other.aio.add_messages([bob.message("Seville oranges make the best marmalade.",
-                                              metadata={"topic": "kitchen"})])
+    await session.aio.add_messages(
+        [bob.message("Do you make marmalade?"), alice.message("I make bitter marmalade every winter.")]
+    )
+    await other.aio.add_messages(
+        [bob.message("Seville oranges make the best marmalade.", metadata={"topic": "kitchen"})]
+    )
     found = await settled(lambda: _found(aio.search("marmalade"), 3))
     assert {m.session_id for m in found} == {"search-s1", "search-s2"}
     assert [m.content for m in await session.aio.search("bitter marmalade")][0] == (
-        "I make bitter marmalade every winter.")
+        "I make bitter marmalade every winter."
+    )
     assert {m.content for m in await alice.aio.search("marmalade")} == {"I make bitter marmalade every winter."}
     assert [m.session_id for m in await aio.search("marmalade", filters={"metadata": {"topic": "kitchen"}})] == [
-        "search-s2"]
+        "search-s2"
+    ]
     assert len(await bob.aio.search("marmalade", limit=1)) == 1
 
 
@@ -375,8 +415,9 @@ async def chat_and_streaming_offline(honcho: Honcho) -> None:
     aio = honcho.aio
     alice, bob = await aio.peer("chat-alice"), await aio.peer("chat-bob")
     session = await aio.session("chat-s1")
-    await session.aio.add_messages([bob.message("Where are you living these days?"),
-                                    alice.message("I moved to Tallinn last spring.")])
+    await session.aio.add_messages(
+        [bob.message("Where are you living these days?"), alice.message("I moved to Tallinn last spring.")]
+    )
     await settled(lambda: _found(aio.search("Tallinn"), 1))
     await settled(lambda: alice.aio.get_card())  # the memory settles: the card follows the conclusions
     fact = "chat-alice moved to Tallinn last spring"
@@ -389,8 +430,9 @@ async def chat_and_streaming_offline(honcho: Honcho) -> None:
     chunks = [chunk async for chunk in streamed]
     assert len(chunks) > 1 and "".join(chunks) == answer == streamed.get_final_response()["content"]
     assert streamed.is_complete and any(c.content == fact for c in streamed.evidence.conclusions)
-    in_session = await alice.aio.chat("where did chat-alice move?", session=session, include_evidence=True,
-                                      reasoning_level="minimal")
+    in_session = await alice.aio.chat(
+        "where did chat-alice move?", session=session, include_evidence=True, reasoning_level="minimal"
+    )
     assert in_session.content == f"From chat-alice's memory of chat-alice:\n- {fact}"
     assert {m.session_id for m in in_session.evidence.messages} == {"chat-s1"}
     assert fact in (await alice.aio.chat("what?", response_format=Facts)).facts
@@ -469,11 +511,21 @@ async def _seen(peer, word: str, present: bool = True):
     return (word in await peer.aio.representation(scope="scope-care")) == present
 
 
-STEPS = (workspace_settings_listing_and_deletion, peers_get_or_create_settings_and_listing,
-         sessions_members_and_settings, messages_listed_filtered_fetched_and_edited, context_and_summaries,
-         clones_with_and_without_a_cut, file_upload, conclusions_created_listed_queried_and_deleted,
-         derived_memory_representation_and_context, search_workspace_session_and_peer, chat_and_streaming_offline,
-         queue_status_and_dreams, scopes_membership_backfill_and_views)
+STEPS = (
+    workspace_settings_listing_and_deletion,
+    peers_get_or_create_settings_and_listing,
+    sessions_members_and_settings,
+    messages_listed_filtered_fetched_and_edited,
+    context_and_summaries,
+    clones_with_and_without_a_cut,
+    file_upload,
+    conclusions_created_listed_queried_and_deleted,
+    derived_memory_representation_and_context,
+    search_workspace_session_and_peer,
+    chat_and_streaming_offline,
+    queue_status_and_dreams,
+    scopes_membership_backfill_and_views,
+)
 
 
 def run_step(step, url: str, workspace_id: str) -> None:

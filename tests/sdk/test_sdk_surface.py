@@ -59,8 +59,17 @@ STACK_ENV = {"PRECIS_LOCAL_SCHEDULE_S": "1"}
 
 # ---------------------------------------------------------------- the rule
 
-TRANSPORT = frozenset({"_http", "_async_http_client", "_get_http_client", "_get_async_http_client",
-                       "_ensure_workspace", "_ensure_workspace_async", "_fetch_next"})
+TRANSPORT = frozenset(
+    {
+        "_http",
+        "_async_http_client",
+        "_get_http_client",
+        "_get_async_http_client",
+        "_ensure_workspace",
+        "_ensure_workspace_async",
+        "_fetch_next",
+    }
+)
 
 
 def _in_sdk(module: str) -> bool:
@@ -110,8 +119,11 @@ def makes_request(cls: type, function, seen: set | None = None) -> bool:
             called = node.func
             if isinstance(called, ast.Name):
                 targets = _functions(function.__globals__.get(called.id))
-            elif (isinstance(called, ast.Attribute) and isinstance(called.value, ast.Name)
-                  and called.value.id in ("self", "cls")):
+            elif (
+                isinstance(called, ast.Attribute)
+                and isinstance(called.value, ast.Name)
+                and called.value.id in ("self", "cls")
+            ):
                 targets = _functions(_lookup(cls, called.attr)[1])
             else:
                 continue
@@ -146,6 +158,7 @@ def http_making_methods() -> list[Method]:
 
 
 # ---------------------------------------------------------------- the recorder
+
 
 @dataclass
 class Call:
@@ -218,6 +231,7 @@ class Recorder:
             return call, _RUNNING.set(_RUNNING.get() + (call,))
 
         if inspect.iscoroutinefunction(inspect.unwrap(original)):
+
             @functools.wraps(original)
             async def wrapper(*args, **kwargs):
                 call, token = begin()
@@ -228,6 +242,7 @@ class Recorder:
                 call.returned = True
                 return _follow(result, call)
         else:
+
             @functools.wraps(original)
             def wrapper(*args, **kwargs):
                 call, token = begin()
@@ -237,6 +252,7 @@ class Recorder:
                     _RUNNING.reset(token)
                 call.returned = True
                 return _follow(result, call)
+
         return wrapper
 
     def _patch_send(self) -> None:
@@ -252,8 +268,10 @@ class Recorder:
             _answered(response.status_code)
             return response
 
-        for cls, name, replacement, original in ((httpx.Client, "send", send, sync_send),
-                                                 (httpx.AsyncClient, "send", asend, async_send)):
+        for cls, name, replacement, original in (
+            (httpx.Client, "send", send, sync_send),
+            (httpx.AsyncClient, "send", asend, async_send),
+        ):
             setattr(cls, name, replacement)
             self._restore.append((cls, name, original))
 
@@ -299,6 +317,7 @@ async def _areading(chunks, call: Call):
 
 # ------------------------------------------------------------ the sync flow: tests/sdk/test_sdk_aio.py's steps, sync
 
+
 def drained(status):
     return status.pending_work_units == 0 and status.in_progress_work_units == 0 and status
 
@@ -334,8 +353,9 @@ def workspace_settings_listing_and_deletion(honcho: Honcho) -> None:
     Honcho(base_url=honcho.base_url, api_key="local", workspace_id=scratch_id).peer("someone")
     first = honcho.workspaces(size=1)
     assert len(first.items) == 1 and first.pages >= 2
-    assert {honcho.workspace_id, scratch_id} <= _paged_while_unchanged(lambda: honcho.workspaces(size=1),
-                                                                      lambda: honcho.workspaces())
+    assert {honcho.workspace_id, scratch_id} <= _paged_while_unchanged(
+        lambda: honcho.workspaces(size=1), lambda: honcho.workspaces()
+    )
     assert list(honcho.workspaces(filters={"id": scratch_id})) == [scratch_id]
     honcho.delete_workspace(scratch_id)
     assert scratch_id not in list(honcho.workspaces())
@@ -360,13 +380,17 @@ def peers_get_or_create_settings_and_listing(honcho: Honcho) -> None:
     testers = list(honcho.peers(filters={"metadata": {"role": "tester"}}, size=1))
     assert sorted(p.id for p in testers) == ["peers-alice", "peers-bob"]
     assert [p.id for p in honcho.peers(filters={"metadata": {"role": "tester"}}, reverse=True)] == [
-        p.id for p in reversed(testers)]
+        p.id for p in reversed(testers)
+    ]
 
 
 def sessions_members_and_settings(honcho: Honcho) -> None:
-    session = honcho.session("sessions-s1", metadata={"topic": "moving"},
-                             configuration=SessionConfiguration(summary=SummaryConfiguration(enabled=True)),
-                             peers=["sessions-alice", ("sessions-bob", SessionPeerConfig(observe_others=True))])
+    session = honcho.session(
+        "sessions-s1",
+        metadata={"topic": "moving"},
+        configuration=SessionConfiguration(summary=SummaryConfiguration(enabled=True)),
+        peers=["sessions-alice", ("sessions-bob", SessionPeerConfig(observe_others=True))],
+    )
     assert session.metadata == {"topic": "moving"} and session.configuration.summary.enabled is True
     assert sorted(p.id for p in session.peers()) == ["sessions-alice", "sessions-bob"]
     assert session.get_peer_configuration("sessions-bob").observe_others is True
@@ -405,8 +429,11 @@ def messages_listed_filtered_fetched_and_edited(honcho: Honcho) -> None:
     alice, bob = honcho.peer("messages-alice"), honcho.peer("messages-bob")
     session = honcho.session("messages-s1")
     made = session.add_messages(
-        [(alice if i % 2 else bob).message(f"message {i}", metadata={"i": i, "kind": "odd" if i % 2 else "even"})
-         for i in range(7)])
+        [
+            (alice if i % 2 else bob).message(f"message {i}", metadata={"i": i, "kind": "odd" if i % 2 else "even"})
+            for i in range(7)
+        ]
+    )
     assert [m.content for m in made] == [f"message {i}" for i in range(7)]
     single = session.add_messages(alice.message("the last one", created_at="2025-03-01T10:00:00+00:00"))
     assert single[0].created_at.year == 2025
@@ -414,9 +441,15 @@ def messages_listed_filtered_fetched_and_edited(honcho: Honcho) -> None:
     assert [m.id for m in session.messages(size=3)] == [m.id for m in made + single]  # three pages
     assert [m.content for m in session.messages(size=2, reverse=True).items] == ["the last one", "message 6"]
     assert [m.content for m in session.messages(filters={"peer_id": "messages-bob"})] == [
-        "message 0", "message 2", "message 4", "message 6"]
+        "message 0",
+        "message 2",
+        "message 4",
+        "message 6",
+    ]
     assert [m.content for m in session.messages(filters={"metadata": {"kind": "odd", "i": {"gte": 3}}})] == [
-        "message 3", "message 5"]
+        "message 3",
+        "message 5",
+    ]
 
     assert session.get_message(made[3].id).metadata == {"i": 3, "kind": "odd"}
     updated = session.update_message(made[3], {"reviewed": True})
@@ -434,8 +467,10 @@ def messages_listed_filtered_fetched_and_edited(honcho: Honcho) -> None:
 def context_and_summaries(honcho: Honcho) -> None:
     alice, bot = honcho.peer("context-alice"), honcho.peer("context-bot")
     session = honcho.session("context-s1")
-    turns = [(alice if i % 2 else bot).message(f"Turn {i}: we agreed to spend {i * 10} euros on item {i}.")
-             for i in range(22)]
+    turns = [
+        (alice if i % 2 else bot).message(f"Turn {i}: we agreed to spend {i * 10} euros on item {i}.")
+        for i in range(22)
+    ]
     made = session.add_messages(turns[:20])
     assert [m.id for m in session.context(tokens=made[-1].token_count).messages] == [made[-1].id]
     summaries = wait_for(lambda: (s := session.summaries()).short_summary and s, 30)
@@ -450,10 +485,17 @@ def context_and_summaries(honcho: Honcho) -> None:
 
 def clones_with_and_without_a_cut(honcho: Honcho) -> None:
     alice, bob = honcho.peer("clone-alice"), honcho.peer("clone-bob")
-    session = honcho.session("clone-s1", metadata={"topic": "moving"},
-                             peers=[alice, (bob, SessionPeerConfig(observe_others=True))])
-    made = session.add_messages([alice.message("I moved to Lisbon last spring."), bob.message("How do you like it?"),
-                                 alice.message("The light is wonderful."), bob.message("And the food?")])
+    session = honcho.session(
+        "clone-s1", metadata={"topic": "moving"}, peers=[alice, (bob, SessionPeerConfig(observe_others=True))]
+    )
+    made = session.add_messages(
+        [
+            alice.message("I moved to Lisbon last spring."),
+            bob.message("How do you like it?"),
+            alice.message("The light is wonderful."),
+            bob.message("And the food?"),
+        ]
+    )
     cut = session.clone(message_id=made[1].id)
     assert cut.id != "clone-s1" and cut.metadata == {"topic": "moving"}
     assert [m.id for m in cut.messages()] == [m.id for m in made[:2]]
@@ -471,8 +513,12 @@ def file_upload(honcho: Honcho) -> None:
     alice = honcho.peer("upload-alice")
     session = honcho.session("upload-s1")
     notes = "# Notes\n\nThe tram climbs the hill.\n\nFado started in Alfama."
-    made = session.upload_file(("notes.md", notes.encode(), "text/markdown"), alice, metadata={"source": "notes"},
-                               created_at="2025-03-01T10:00:00+00:00")
+    made = session.upload_file(
+        ("notes.md", notes.encode(), "text/markdown"),
+        alice,
+        metadata={"source": "notes"},
+        created_at="2025-03-01T10:00:00+00:00",
+    )
     assert "".join(m.content for m in made).replace("\n", "") == notes.replace("\n", "")
     assert all(m.metadata == {"source": "notes"} and m.created_at.year == 2025 for m in made)
     plain = io.BytesIO(b"One line of plain text.")
@@ -485,8 +531,12 @@ def conclusions_created_listed_queried_and_deleted(honcho: Honcho) -> None:
     alice, bob = honcho.peer("conc-alice"), honcho.peer("conc-bob")
     honcho.session("conc-s1", peers=[alice, bob])
     view = bob.conclusions_of(alice)
-    made = view.create([{"content": "conc-alice prefers short answers", "session_id": "conc-s1"},
-                        {"content": "conc-alice is a vegetarian"}])
+    made = view.create(
+        [
+            {"content": "conc-alice prefers short answers", "session_id": "conc-s1"},
+            {"content": "conc-alice is a vegetarian"},
+        ]
+    )
     assert [c.content for c in made] == ["conc-alice prefers short answers", "conc-alice is a vegetarian"]
     assert [c.id for c in view.list()] == [made[1].id, made[0].id]
     assert [c.id for c in view.list(size=1, reverse=True)] == [made[0].id, made[1].id]
@@ -516,8 +566,12 @@ def conclusions_created_listed_queried_and_deleted(honcho: Honcho) -> None:
 def derived_memory_representation_and_context(honcho: Honcho) -> None:
     alice, bob = honcho.peer("memory-alice"), honcho.peer("memory-bob")
     session = honcho.session("memory-s1", peers=[alice, bob])
-    session.add_messages([bob.message("Where are you living these days?"),
-                          alice.message("I moved to Lisbon last spring. My sister is Ana.")])
+    session.add_messages(
+        [
+            bob.message("Where are you living these days?"),
+            alice.message("I moved to Lisbon last spring. My sister is Ana."),
+        ]
+    )
     found = wait_for(lambda: alice.conclusions.query("where did memory-alice move?"), 30)
     assert found[0].content == "memory-alice moved to Lisbon last spring"
     card = wait_for(lambda: alice.get_card(), 30)
@@ -534,28 +588,32 @@ def derived_memory_representation_and_context(honcho: Honcho) -> None:
 def search_workspace_session_and_peer(honcho: Honcho) -> None:
     alice, bob = honcho.peer("search-alice"), honcho.peer("search-bob")
     session, other = honcho.session("search-s1"), honcho.session("search-s2")
-    session.add_messages([bob.message("Do you make marmalade?"),
-                          alice.message("I make bitter marmalade every winter.")])
+    session.add_messages(
+        [bob.message("Do you make marmalade?"), alice.message("I make bitter marmalade every winter.")]
+    )
     other.add_messages([bob.message("Seville oranges make the best marmalade.", metadata={"topic": "kitchen"})])
     found = wait_for(lambda: len(r := honcho.search("marmalade")) == 3 and r, 30)
     assert {m.session_id for m in found} == {"search-s1", "search-s2"}
     assert session.search("bitter marmalade")[0].content == "I make bitter marmalade every winter."
     assert {m.content for m in alice.search("marmalade")} == {"I make bitter marmalade every winter."}
     assert [m.session_id for m in honcho.search("marmalade", filters={"metadata": {"topic": "kitchen"}})] == [
-        "search-s2"]
+        "search-s2"
+    ]
 
 
 def chat_and_streaming_offline(honcho: Honcho) -> None:
     alice, bob = honcho.peer("chat-alice"), honcho.peer("chat-bob")
     session = honcho.session("chat-s1")
-    session.add_messages([bob.message("Where are you living these days?"),
-                          alice.message("I moved to Tallinn last spring.")])
+    session.add_messages(
+        [bob.message("Where are you living these days?"), alice.message("I moved to Tallinn last spring.")]
+    )
     wait_for(lambda: honcho.search("Tallinn"), 30)
     wait_for(lambda: alice.get_card(), 30)
     fact = "chat-alice moved to Tallinn last spring"
     # once the index holds the conclusion (the card's IDENTITY line says it too: look for the conclusion's own line)
-    answer = wait_for(lambda: f"- {fact}" in (said := alice.chat("where did chat-alice move?")).splitlines() and said,
-                      30)
+    answer = wait_for(
+        lambda: f"- {fact}" in (said := alice.chat("where did chat-alice move?")).splitlines() and said, 30
+    )
     # A question of stopwords only ("where?", "what?") finds it by meaning alone: once the vector index, filled
     # asynchronously, holds it too (its words were found at once).
     wait_for(lambda: fact in alice.chat("what?", response_format=aio_flow.Facts).facts, 30)
@@ -596,8 +654,9 @@ def scopes_membership_backfill_and_views(honcho: Honcho) -> None:
         honcho.get_scope("scope-nowhere")
     assert sorted(s.id for s in honcho.scopes(size=1)) == ["scope-care", "scope-empty"]
     care.add_sessions([clinic])
-    status = wait_for(lambda: (s := care.status()).get("scope-clinic") and s["scope-clinic"].state == "completed"
-                      and s, 30)
+    status = wait_for(
+        lambda: (s := care.status()).get("scope-clinic") and s["scope-clinic"].state == "completed" and s, 30
+    )
     assert status["scope-clinic"].docs_copied == 1
     assert [s.id for s in care.sessions()] == ["scope-clinic"]
     assert "surgeon" in alice.representation(scope="scope-care")
@@ -609,11 +668,21 @@ def scopes_membership_backfill_and_views(honcho: Honcho) -> None:
     wait_for(lambda: "surgeon" not in alice.representation(scope="scope-care"), 30)
 
 
-SYNC_STEPS = (workspace_settings_listing_and_deletion, peers_get_or_create_settings_and_listing,
-              sessions_members_and_settings, messages_listed_filtered_fetched_and_edited, context_and_summaries,
-              clones_with_and_without_a_cut, file_upload, conclusions_created_listed_queried_and_deleted,
-              derived_memory_representation_and_context, search_workspace_session_and_peer,
-              chat_and_streaming_offline, queue_status_and_dreams, scopes_membership_backfill_and_views)
+SYNC_STEPS = (
+    workspace_settings_listing_and_deletion,
+    peers_get_or_create_settings_and_listing,
+    sessions_members_and_settings,
+    messages_listed_filtered_fetched_and_edited,
+    context_and_summaries,
+    clones_with_and_without_a_cut,
+    file_upload,
+    conclusions_created_listed_queried_and_deleted,
+    derived_memory_representation_and_context,
+    search_workspace_session_and_peer,
+    chat_and_streaming_offline,
+    queue_status_and_dreams,
+    scopes_membership_backfill_and_views,
+)
 FLOWS = {"sync": SYNC_STEPS, "async": aio_flow.STEPS}
 STEP_IDS = [f"{flow}-{step.__name__}" for flow, steps in FLOWS.items() for step in steps]
 
@@ -651,19 +720,48 @@ def runs(stack) -> Runs:
 
 # ---------------------------------------------------------------- the tests
 
+
 def test_the_rule_finds_requests_through_mixins_helpers_closures_and_pages():
     found = {str(m) for m in http_making_methods()}
-    assert {"Peer.set_metadata", "SessionAio.refresh", "HonchoAio.get_configuration",  # mixins, inherited
-            "WorkspaceConclusions.get", "ConclusionsViewAio.derived",  # through a module's helper
-            "Peer.card", "PeerAio.card",  # through self.get_card
-            "Scope.sessions", "HonchoAio.scopes",  # only a closure touches the client
-            "SyncPage.get_next_page", "AsyncPage.get_next_page",  # a page's fetch_next
-            "Session.clone", "SessionAio.upload_file", "Honcho.delete_workspace"} <= found
-    assert not found & {"Peer.message", "Honcho.aio", "Peer.conclusions_of", "SyncPage.has_next_page",
-                        "DialecticStreamResponse.get_final_response", "Message.from_api_response"}
+    assert {
+        "Peer.set_metadata",
+        "SessionAio.refresh",
+        "HonchoAio.get_configuration",  # mixins, inherited
+        "WorkspaceConclusions.get",
+        "ConclusionsViewAio.derived",  # through a module's helper
+        "Peer.card",
+        "PeerAio.card",  # through self.get_card
+        "Scope.sessions",
+        "HonchoAio.scopes",  # only a closure touches the client
+        "SyncPage.get_next_page",
+        "AsyncPage.get_next_page",  # a page's fetch_next
+        "Session.clone",
+        "SessionAio.upload_file",
+        "Honcho.delete_workspace",
+    } <= found
+    assert not found & {
+        "Peer.message",
+        "Honcho.aio",
+        "Peer.conclusions_of",
+        "SyncPage.has_next_page",
+        "DialecticStreamResponse.get_final_response",
+        "Message.from_api_response",
+    }
     owners = {name.split(".")[0] for name in found}
-    assert {"Honcho", "Peer", "Session", "Scope", "WorkspaceConclusions", "ConclusionsView", "HonchoAio", "PeerAio",
-            "SessionAio", "ScopeAio", "WorkspaceConclusionsAio", "ConclusionsViewAio"} <= owners
+    assert {
+        "Honcho",
+        "Peer",
+        "Session",
+        "Scope",
+        "WorkspaceConclusions",
+        "ConclusionsView",
+        "HonchoAio",
+        "PeerAio",
+        "SessionAio",
+        "ScopeAio",
+        "WorkspaceConclusionsAio",
+        "ConclusionsViewAio",
+    } <= owners
     methods = http_making_methods()
     # honcho-ai 2.7.0 has 72 of each: fewer means the rule lost the transport (a release renamed it), not that the
     # SDK shrank by chance
@@ -671,8 +769,14 @@ def test_the_rule_finds_requests_through_mixins_helpers_closures_and_pages():
 
 
 def test_a_call_counts_only_when_it_returns_after_the_stack_accepted_a_request(stack):
-    chosen = {"Honcho.get_scope", "Honcho.peer", "Honcho.get_metadata", "ConclusionsView.get_many", "Peer.chat_stream",
-              "Peer.message"}
+    chosen = {
+        "Honcho.get_scope",
+        "Honcho.peer",
+        "Honcho.get_metadata",
+        "ConclusionsView.get_many",
+        "Peer.chat_stream",
+        "Peer.message",
+    }
     methods = [m for m in http_making_methods() if str(m) in chosen]
     assert {str(m) for m in methods} == chosen - {"Peer.message"}  # a message is built locally
     honcho = Honcho(base_url=stack.url, api_key="local", workspace_id="surface-recorder", max_retries=0)
@@ -703,9 +807,17 @@ def test_a_call_counts_only_when_it_returns_after_the_stack_accepted_a_request(s
         assert recorder.run("streamed", streamed) is None
         assert isinstance(recorder.run("failed", failed), RuntimeError)
     assert {str(m): labels for m, labels in recorder.exercised.items()} == {
-        "Honcho.peer": ["made-nothing", "streamed"], "Peer.chat_stream": ["streamed"]}
-    assert [str(c.method) for c in recorder.calls] == ["Honcho.get_scope", "Honcho.peer", "ConclusionsView.get_many",
-                                                       "Honcho.peer", "Peer.chat_stream", "Honcho.get_metadata"]
+        "Honcho.peer": ["made-nothing", "streamed"],
+        "Peer.chat_stream": ["streamed"],
+    }
+    assert [str(c.method) for c in recorder.calls] == [
+        "Honcho.get_scope",
+        "Honcho.peer",
+        "ConclusionsView.get_many",
+        "Honcho.peer",
+        "Peer.chat_stream",
+        "Honcho.get_metadata",
+    ]
     after = [_lookup(m.cls, m.name)[1] for m in methods] + [httpx.Client.send, httpx.AsyncClient.send]
     assert all(a is b for a, b in zip(before, after, strict=True))  # the SDK and httpx as they were
     assert "get_metadata" not in vars(Honcho)
@@ -726,8 +838,12 @@ def test_every_http_making_method_is_exercised_by_a_passing_step(runs):
         return f"called {calls} times, never returning after an accepted request in a step that passed"
 
     missing = [m for m in runs.surface if m not in runs.recorder.exercised]
-    failed = "".join(f"\n  {label}: {''.join(traceback.format_exception_only(error)).strip()}"
-                     for label, error in runs.failed.items())
-    assert not missing, (f"{len(missing)} of {len(runs.surface)} HTTP-making SDK methods have no passing step:\n  "
-                         + "\n  ".join(f"{m} ({'async' if m.is_async else 'sync'}): {why(m)}" for m in missing)
-                         + (f"\nsteps that failed:{failed}" if failed else ""))
+    failed = "".join(
+        f"\n  {label}: {''.join(traceback.format_exception_only(error)).strip()}"
+        for label, error in runs.failed.items()
+    )
+    assert not missing, (
+        f"{len(missing)} of {len(runs.surface)} HTTP-making SDK methods have no passing step:\n  "
+        + "\n  ".join(f"{m} ({'async' if m.is_async else 'sync'}): {why(m)}" for m in missing)
+        + (f"\nsteps that failed:{failed}" if failed else "")
+    )

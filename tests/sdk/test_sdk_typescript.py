@@ -45,8 +45,10 @@ class Run:
 def _node() -> str:
     node = shutil.which("node")
     if node is None or not STAMP.exists():
-        pytest.fail("the TypeScript SDK is not installed: `make test` (or `make test-fast`) installs it, npm ci in "
-                    "tests/sdk/ts (Node.js 20 or later)")
+        pytest.fail(
+            "the TypeScript SDK is not installed: `make test` (or `make test-fast`) installs it, npm ci in "
+            "tests/sdk/ts (Node.js 20 or later)"
+        )
     return node
 
 
@@ -56,8 +58,17 @@ def runs(stack, tmp_path_factory) -> tuple[dict[str, Run], Path]:
     node = _node()
     coverage = tmp_path_factory.mktemp("v8-coverage")
     env = {**os.environ, "PRECIS_URL": stack.url, "NODE_V8_COVERAGE": str(coverage)}
-    started = {name: subprocess.Popen([node, "--test-reporter=spec", name], cwd=TS, env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for name in FILES}
+    started = {
+        name: subprocess.Popen(
+            [node, "--test-reporter=spec", name],
+            cwd=TS,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for name in FILES
+    }
     results = {}
     for name, process in started.items():
         try:
@@ -77,6 +88,7 @@ def test_the_typescript_sdk_against_the_stack(runs, name):
 
 
 # ---------------------------------------------------------------- what ran
+
 
 def _surface() -> dict[str, list[str]]:
     """Each exported class's public members (statics too), as the package itself lists them."""
@@ -138,10 +150,14 @@ def test_every_public_member_of_every_class_of_the_sdk_ran(runs):
         functions = calls.get(path.resolve(), [])
         for member, (start, end) in spans.items():
             members += 1
-            count = sum(n for name, offset, n in functions
-                        if start <= offset <= end and name in (member, f"get {member}", f"set {member}"))
+            count = sum(
+                n
+                for name, offset, n in functions
+                if start <= offset <= end and name in (member, f"get {member}", f"set {member}")
+            )
             if not count:
                 not_run.append(f"{cls}.{member}")
     assert members >= 120, members  # the rule sees the package (2.5.0: 124 members of 14 classes)
     assert not_run == [], f"never called by tests/sdk/ts ({len(not_run)} of {members}): {', '.join(not_run)}" + (
-        f"; failed files: {failed}" if failed else "")
+        f"; failed files: {failed}" if failed else ""
+    )

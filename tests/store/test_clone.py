@@ -13,8 +13,11 @@ W = "/v3/workspaces/ws1"
 
 
 def post(session: str, *messages: tuple[str, str], **extra) -> list[dict]:
-    reply = call("POST", f"{W}/sessions/{session}/messages", {"messages": [
-        {"peer_id": peer, "content": text, **extra} for peer, text in messages]})
+    reply = call(
+        "POST",
+        f"{W}/sessions/{session}/messages",
+        {"messages": [{"peer_id": peer, "content": text, **extra} for peer, text in messages]},
+    )
     assert reply.status == 201, reply.body
     return reply.body
 
@@ -22,8 +25,11 @@ def post(session: str, *messages: tuple[str, str], **extra) -> list[dict]:
 def item(aws, pk: str, sk: str) -> dict | None:
     from precis.store.db import from_item
 
-    found = aws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": pk}, "SK": {"S": sk}},
-                                     ConsistentRead=True).get("Item")
+    found = (
+        aws["dynamodb"]
+        .get_item(TableName="precis-local", Key={"PK": {"S": pk}, "SK": {"S": sk}}, ConsistentRead=True)
+        .get("Item")
+    )
     return from_item(found) if found else None
 
 
@@ -45,18 +51,33 @@ def messages(session: str, **query) -> list[dict]:
 
 
 def own_messages(aws, session: str) -> list[int]:
-    out = aws["dynamodb"].query(TableName="precis-local", KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
-                                ExpressionAttributeValues={":p": {"S": f"WS#ws1#S#{session}"}, ":m": {"S": "MSG#"}})
+    out = aws["dynamodb"].query(
+        TableName="precis-local",
+        KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
+        ExpressionAttributeValues={":p": {"S": f"WS#ws1#S#{session}"}, ":m": {"S": "MSG#"}},
+    )
     return [int(i["seq"]["N"]) for i in out["Items"] if i["kind"]["S"] == "message"]  # not a delete's fence
 
 
 @pytest.fixture
 def ws(aws):
     assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
-    assert call("POST", f"{W}/sessions", {"id": "s1", "metadata": {"topic": "moving"},
-                                          "peers": {"alice": {"observe_others": True}, "bob": {}}}).status == 201
-    post("s1", ("alice", "I moved to Lisbon last spring."), ("bob", "How do you like it?"),
-         ("alice", "The light is wonderful."), ("bob", "And the food?"), ("alice", "Pastel de nata every day."))
+    assert (
+        call(
+            "POST",
+            f"{W}/sessions",
+            {"id": "s1", "metadata": {"topic": "moving"}, "peers": {"alice": {"observe_others": True}, "bob": {}}},
+        ).status
+        == 201
+    )
+    post(
+        "s1",
+        ("alice", "I moved to Lisbon last spring."),
+        ("bob", "How do you like it?"),
+        ("alice", "The light is wonderful."),
+        ("bob", "And the food?"),
+        ("alice", "Pastel de nata every day."),
+    )
     return aws
 
 
@@ -88,8 +109,11 @@ def test_a_clone_goes_on_from_its_cut_and_the_parent_is_untouched(ws):
     from precis.store.messages import seq_of
 
     assert seq_of(added[0]["id"]) == 3  # the clone goes on from its cut
-    assert [m["content"] for m in messages(clone)] == ["I moved to Lisbon last spring.", "How do you like it?",
-                                                      "Actually, I am moving to Porto."]
+    assert [m["content"] for m in messages(clone)] == [
+        "I moved to Lisbon last spring.",
+        "How do you like it?",
+        "Actually, I am moving to Porto.",
+    ]
     assert len(messages("s1")) == 5
     context = call("GET", f"{W}/sessions/{clone}/context").body
     assert context["messages"][-1]["content"] == "Actually, I am moving to Porto."
@@ -124,14 +148,16 @@ def test_deleting_the_parent_first_never_breaks_the_clone(ws):
     assert "purged_at" in session_item(ws, "s1") and own_messages(ws, "s1") == []
     assert len(messages(clone)) == 5
     assert call("GET", f"{W}/sessions/{clone}/context").body["messages"][0]["content"] == (
-        "I moved to Lisbon last spring.")
+        "I moved to Lisbon last spring."
+    )
 
 
 def test_a_clone_searches_what_it_inherited(ws):
     from tests.stream import message_records
 
     assert invoke("DeriveFunction", {"Records": message_records(ws["dynamodb"], session_id="s1")}) == {
-        "batchItemFailures": []}
+        "batchItemFailures": []
+    }
     clone = call("POST", f"{W}/sessions/s1/clone", None, message_id=messages("s1")[2]["id"]).body["id"]
     moto_vectors.settle()  # the parent's search items reach the index (DynamoDB fills it asynchronously)
     found = call("POST", f"{W}/sessions/{clone}/search", {"query": "Lisbon"}).body
@@ -144,9 +170,18 @@ def test_summaries_covering_only_cloned_messages_come_along(ws):
     from precis.store.db import get_db
 
     incarnation = session_item(ws, "s1")["incarnation"]
-    summaries.put_summary(get_db(), "ws1", "s1", incarnation=incarnation, summary_type="honcho_chat_summary_short",
-                          content="alice moved to Lisbon.", token_count=5, covers_seq=2, end_tokens=12,
-                          message_id=messages("s1")[1]["id"])
+    summaries.put_summary(
+        get_db(),
+        "ws1",
+        "s1",
+        incarnation=incarnation,
+        summary_type="honcho_chat_summary_short",
+        content="alice moved to Lisbon.",
+        token_count=5,
+        covers_seq=2,
+        end_tokens=12,
+        message_id=messages("s1")[1]["id"],
+    )
     clone = call("POST", f"{W}/sessions/s1/clone", None, message_id=messages("s1")[2]["id"]).body["id"]
     assert call("GET", f"{W}/sessions/{clone}/summaries").body["short_summary"]["content"] == "alice moved to Lisbon."
     early = call("POST", f"{W}/sessions/s1/clone", None, message_id=messages("s1")[0]["id"]).body["id"]
@@ -159,15 +194,17 @@ def test_a_clone_derives_only_from_its_own_point_on(ws):
     clone = call("POST", f"{W}/sessions/s1/clone").body["id"]
     post(clone, ("alice", "I work as a nurse."))
     assert invoke("DeriveFunction", {"Records": message_records(ws["dynamodb"], session_id=clone)}) == {
-        "batchItemFailures": []}
+        "batchItemFailures": []
+    }
     found = call("POST", f"{W}/conclusions/list", {"filters": {"session_id": clone}}).body["items"]
     assert {c["content"] for c in found} == {"alice works as a nurse"}
     status = call("GET", f"{W}/queue/status", None, session_id=clone).body
     assert status["pending_work_units"] == 0
 
 
-@pytest.mark.parametrize("query, status", [
-    ({"message_id": "AAAAAAA_nope_nope_nope"}, 404), ({"message_id": "bad id!"}, 422)])
+@pytest.mark.parametrize(
+    "query, status", [({"message_id": "AAAAAAA_nope_nope_nope"}, 404), ({"message_id": "bad id!"}, 422)]
+)
 def test_clone_bad_inputs(ws, query, status):
     before = call("POST", f"{W}/sessions/list").body["total"]
     assert call("POST", f"{W}/sessions/s1/clone", None, **query).status == status
@@ -212,7 +249,8 @@ def test_a_chat_in_a_clone_finds_what_it_inherited(ws):
     from tests.stream import message_records
 
     assert invoke("DeriveFunction", {"Records": message_records(ws["dynamodb"], session_id="s1")}) == {
-        "batchItemFailures": []}
+        "batchItemFailures": []
+    }
     clone = call("POST", f"{W}/sessions/s1/clone").body["id"]
     body = call("POST", f"{W}/chat", {"query": "Lisbon", "session_id": clone, "include_evidence": True}).body
     assert "I moved to Lisbon last spring." in body["content"]

@@ -21,18 +21,30 @@ _SCALARS = st.one_of(
     st.just({"NULL": True}),
     st.builds(lambda b: {"BOOL": b}, st.booleans()),
 )
-ATTRIBUTE_VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(
-    st.builds(lambda values: {"L": values}, st.lists(inner, max_size=4)),
-    st.builds(lambda values: {"M": values}, st.dictionaries(st.text(max_size=4), inner, max_size=4)),
-), max_leaves=12)
+ATTRIBUTE_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.builds(lambda values: {"L": values}, st.lists(inner, max_size=4)),
+        st.builds(lambda values: {"M": values}, st.dictionaries(st.text(max_size=4), inner, max_size=4)),
+    ),
+    max_leaves=12,
+)
 ITEMS = st.dictionaries(st.text(min_size=1, max_size=6), ATTRIBUTE_VALUES, min_size=1, max_size=4)
 
 
 def _clients():
     config = Config(parameter_validation=False)
-    made = [db._session().create_client("dynamodb", region_name="us-east-1", endpoint_url="http://127.0.0.1:9",
-                                        aws_access_key_id="a", aws_secret_access_key="b", config=config)
-            for _ in range(2)]
+    made = [
+        db._session().create_client(
+            "dynamodb",
+            region_name="us-east-1",
+            endpoint_url="http://127.0.0.1:9",
+            aws_access_key_id="a",
+            aws_secret_access_key="b",
+            config=config,
+        )
+        for _ in range(2)
+    ]
     return made[0], db.attribute_values_as_they_are(made[1])
 
 
@@ -52,26 +64,54 @@ def test_the_client_uses_it():
     assert type(BOTOCORE._serializer).__name__ == "JSONSerializer"
 
 
-@given(item=ITEMS, key=ATTRIBUTE_VALUES, value=ATTRIBUTE_VALUES, vector=st.lists(_SCALARS, max_size=6),
-       numbers=st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=8))
+@given(
+    item=ITEMS,
+    key=ATTRIBUTE_VALUES,
+    value=ATTRIBUTE_VALUES,
+    vector=st.lists(_SCALARS, max_size=6),
+    numbers=st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=8),
+)
 def test_every_operation_slot_serializes_as_botocore_does(item, key, value, vector, numbers):
     from precis.store.vectors import vector_attribute
 
     # Vectors as the store builds them (a list it marks as numbers only, written without a look at each element).
     item = {**item, "vec": vector_attribute(numbers)}
     requests = {
-        "PutItem": {"TableName": "table", "Item": item, "ExpressionAttributeValues": {":v": value},
-                    "ConditionExpression": "a <> :v"},
-        "BatchWriteItem": {"RequestItems": {"table": [{"PutRequest": {"Item": item}},
-                                                      {"DeleteRequest": {"Key": {"PK": key}}}]}},
-        "TransactWriteItems": {"TransactItems": [
-            {"Put": {"TableName": "table", "Item": item}},
-            {"Update": {"TableName": "table", "Key": {"PK": key}, "UpdateExpression": "SET a = :v",
-                        "ExpressionAttributeValues": {":v": value}}}]},
-        "Query": {"TableName": "table", "KeyConditionExpression": "PK = :k", "ExclusiveStartKey": {"PK": key},
-                  "ExpressionAttributeValues": {":k": key}},
-        "SearchVectors": {"TableName": "table", "IndexName": "index", "SearchVector": vector, "TopK": 3,
-                          "ExpressionAttributeValues": {":v": value}},
+        "PutItem": {
+            "TableName": "table",
+            "Item": item,
+            "ExpressionAttributeValues": {":v": value},
+            "ConditionExpression": "a <> :v",
+        },
+        "BatchWriteItem": {
+            "RequestItems": {"table": [{"PutRequest": {"Item": item}}, {"DeleteRequest": {"Key": {"PK": key}}}]}
+        },
+        "TransactWriteItems": {
+            "TransactItems": [
+                {"Put": {"TableName": "table", "Item": item}},
+                {
+                    "Update": {
+                        "TableName": "table",
+                        "Key": {"PK": key},
+                        "UpdateExpression": "SET a = :v",
+                        "ExpressionAttributeValues": {":v": value},
+                    }
+                },
+            ]
+        },
+        "Query": {
+            "TableName": "table",
+            "KeyConditionExpression": "PK = :k",
+            "ExclusiveStartKey": {"PK": key},
+            "ExpressionAttributeValues": {":k": key},
+        },
+        "SearchVectors": {
+            "TableName": "table",
+            "IndexName": "index",
+            "SearchVector": vector,
+            "TopK": 3,
+            "ExpressionAttributeValues": {":v": value},
+        },
     }
     for operation, params in requests.items():
         ours, theirs = _bodies(operation, params)
@@ -82,9 +122,13 @@ def test_a_vector_item_round_trips_through_dynamodb(aws):
     from precis.store.vectors import vector_attribute
 
     table = db.get_db()
-    item = {"PK": {"S": "p"}, "SK": {"S": "s"}, "vec": vector_attribute([0.25, -1.5, 3.0] * 85 + [1.0]),
-            "blob": {"B": b"\x00\xff"},
-            "nested": {"M": {"l": {"L": [{"B": b"x"}, {"NULL": True}, {"BS": [b"a", b"b"]}]}}}}
+    item = {
+        "PK": {"S": "p"},
+        "SK": {"S": "s"},
+        "vec": vector_attribute([0.25, -1.5, 3.0] * 85 + [1.0]),
+        "blob": {"B": b"\x00\xff"},
+        "nested": {"M": {"l": {"L": [{"B": b"x"}, {"NULL": True}, {"BS": [b"a", b"b"]}]}}},
+    }
     table.client.put_item(TableName=table.table, Item=item)
     stored = table.client.get_item(TableName=table.table, Key={"PK": {"S": "p"}, "SK": {"S": "s"}})["Item"]
     assert stored == item

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from precis.settings import get_settings
+
 from precis.errors import Conflict, NotFound
+from precis.settings import get_settings
 from precis.store import keys
 from precis.store.db import from_item, get_db
 from precis.store.messages import NewMessage, append_messages
 from precis.store.purge import purge_session
-
 from tests.handlers import call, invoke
 from tests.stream import stream_record
 
@@ -28,20 +28,25 @@ def ws(aws, monkeypatch):
 
 
 def post(*contents, session="s1", peer="alice"):
-    reply = call("POST", f"{W}/sessions/{session}/messages",
-                 {"messages": [{"content": c, "peer_id": peer} for c in contents]})
+    reply = call(
+        "POST", f"{W}/sessions/{session}/messages", {"messages": [{"content": c, "peer_id": peer} for c in contents]}
+    )
     assert reply.status == 201, reply.body
     return reply.body
 
 
 def session_item(aws, session="s1") -> dict | None:
-    return from_item(aws["dynamodb"].get_item(TableName="precis-local", Key={
-        "PK": {"S": "WS#ws1"}, "SK": {"S": f"SESSION#{session}"}}).get("Item"))
+    return from_item(
+        aws["dynamodb"]
+        .get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1"}, "SK": {"S": f"SESSION#{session}"}})
+        .get("Item")
+    )
 
 
 def partition(aws, pk="WS#ws1#S#s1") -> list[dict]:
-    out = aws["dynamodb"].query(TableName="precis-local", KeyConditionExpression="PK = :p",
-                                ExpressionAttributeValues={":p": {"S": pk}})
+    out = aws["dynamodb"].query(
+        TableName="precis-local", KeyConditionExpression="PK = :p", ExpressionAttributeValues={":p": {"S": pk}}
+    )
     return [from_item(i) for i in out["Items"]]
 
 
@@ -52,8 +57,9 @@ def objects(aws, prefix: str) -> list[dict]:
 
 def delete_record(aws, session="s1") -> dict:
     """The stream record the delete of `session` produces (its MODIFY, as Lambda delivers it)."""
-    raw = aws["dynamodb"].get_item(TableName="precis-local",
-                                   Key={"PK": {"S": "WS#ws1"}, "SK": {"S": f"SESSION#{session}"}})
+    raw = aws["dynamodb"].get_item(
+        TableName="precis-local", Key={"PK": {"S": "WS#ws1"}, "SK": {"S": f"SESSION#{session}"}}
+    )
     return stream_record(raw["Item"], "MODIFY")
 
 
@@ -80,8 +86,9 @@ def test_a_purge_removes_everything_of_its_incarnation_and_leaves_a_tombstone(ws
     post("a body long enough to live in S3 " * 10, "short")
     incarnation = session_item(ws)["incarnation"]
     ws["s3"].put_object(Bucket=BUCKET, Key=keys.audit_object("ws1", "s1", "rolling", 2, "n", incarnation), Body=b"{}")
-    ws["dynamodb"].put_item(TableName="precis-local", Item={"PK": {"S": "WS#ws1#S#s1"}, "SK": {"S": "SUMMARY#x"},
-                                                            "kind": {"S": "summary"}})
+    ws["dynamodb"].put_item(
+        TableName="precis-local", Item={"PK": {"S": "WS#ws1#S#s1"}, "SK": {"S": "SUMMARY#x"}, "kind": {"S": "summary"}}
+    )
     assert objects(ws, keys.body_prefix("ws1", "s1", incarnation))
     assert call("DELETE", S).status == 202
     assert run_stream(delete_record(ws)) == {"batchItemFailures": []}
@@ -124,8 +131,14 @@ def test_an_append_that_read_the_tail_before_the_delete_cannot_commit_after_it(w
             call("DELETE", S)  # lands between this append's tail read and its transaction
 
     with pytest.raises(NotFound):
-        append_messages(db, "ws1", "s1", [NewMessage("late", "alice", 1), NewMessage("x" * 500, "alice", 100)],
-                        inline_max_bytes=100, on_attempt=delete_meanwhile)
+        append_messages(
+            db,
+            "ws1",
+            "s1",
+            [NewMessage("late", "alice", 1), NewMessage("x" * 500, "alice", 100)],
+            inline_max_bytes=100,
+            on_attempt=delete_meanwhile,
+        )
     assert [i.get("kind") for i in partition(ws) if i["SK"].startswith("MSG#")] == ["message", "fence"]
     incarnation = session_item(ws)["incarnation"]
     assert objects(ws, keys.body_prefix("ws1", "s1", incarnation)) == []  # the refused batch's body is gone too
@@ -136,8 +149,10 @@ def test_a_write_that_slipped_past_the_purge_is_purged_before_the_id_is_reused(w
     call("DELETE", S)
     run_stream(delete_record(ws))
     # A straggler below the fence (it read the tail before the delete, its keys were purged before it landed).
-    ws["dynamodb"].put_item(TableName="precis-local", Item={"PK": {"S": "WS#ws1#S#s1"}, "SK": {"S": keys.message_sk(1)},
-                                                            "kind": {"S": "message"}})
+    ws["dynamodb"].put_item(
+        TableName="precis-local",
+        Item={"PK": {"S": "WS#ws1#S#s1"}, "SK": {"S": keys.message_sk(1)}, "kind": {"S": "message"}},
+    )
     reply = call("POST", f"{W}/sessions", {"id": "s1"})
     assert reply.status == 409
     assert "purged_at" not in session_item(ws) and session_item(ws)["purge_rounds"] == 1  # a new purge record
@@ -169,9 +184,12 @@ def test_deleting_a_workspace_with_sessions_is_409_and_changes_nothing(ws):
 
 
 def test_nothing_can_be_created_in_a_workspace_while_its_delete_runs(ws):
-    ws["dynamodb"].update_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1"}, "SK": {"S": "WS"}},
-                               UpdateExpression="SET deleting_until = :t",
-                               ExpressionAttributeValues={":t": {"N": "9999999999"}})
+    ws["dynamodb"].update_item(
+        TableName="precis-local",
+        Key={"PK": {"S": "WS#ws1"}, "SK": {"S": "WS"}},
+        UpdateExpression="SET deleting_until = :t",
+        ExpressionAttributeValues={":t": {"N": "9999999999"}},
+    )
     for path, body in ((f"{W}/sessions", {"id": "s9"}), (f"{W}/peers", {"id": "p9"})):
         reply = call("POST", path, body)
         assert reply.status == 409 and "being deleted" in reply.body["detail"]
@@ -187,8 +205,14 @@ def test_deleting_an_empty_workspace_removes_its_peers_and_purged_sessions(ws):
     from precis.store import keys
 
     assert partition(ws, keys.text_counters_pk("ws1"))  # the search index's counters (the purge zeroed them)
-    get_db().client.put_item(TableName="precis-local", Item={  # an earlier release's term statistics
-        "PK": {"S": "WS#ws1#TERMS"}, "SK": {"S": "MESSAGES"}, "ndocs": {"N": "1"}})
+    get_db().client.put_item(
+        TableName="precis-local",
+        Item={  # an earlier release's term statistics
+            "PK": {"S": "WS#ws1#TERMS"},
+            "SK": {"S": "MESSAGES"},
+            "ndocs": {"N": "1"},
+        },
+    )
     assert call("DELETE", W).status == 202
     assert partition(ws, "WS#ws1") == [] and partition(ws) == [] and partition(ws, "WS#ws1#TERMS") == []
     assert partition(ws, keys.text_counters_pk("ws1")) == []

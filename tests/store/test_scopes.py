@@ -12,20 +12,23 @@ W = "/v3/workspaces/ws1"
 
 
 def post(session: str, *texts: str) -> None:
-    reply = call("POST", f"{W}/sessions/{session}/messages",
-                 {"messages": [{"peer_id": "alice", "content": t} for t in texts]})
+    reply = call(
+        "POST", f"{W}/sessions/{session}/messages", {"messages": [{"peer_id": "alice", "content": t} for t in texts]}
+    )
     assert reply.status == 201, reply.body
 
 
 def derive(aws, session: str) -> None:
     assert invoke("DeriveFunction", {"Records": message_records(aws["dynamodb"], session_id=session)}) == {
-        "batchItemFailures": []}
+        "batchItemFailures": []
+    }
 
 
 def backfill(aws, scope: str, session: str) -> dict:
     """Deliver the membership's stream record to the deriver, as the table's stream does."""
-    item = aws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": f"WS#ws1#SCOPE#{scope}"},
-                                                                   "SK": {"S": f"SESSION#{session}"}})["Item"]
+    item = aws["dynamodb"].get_item(
+        TableName="precis-local", Key={"PK": {"S": f"WS#ws1#SCOPE#{scope}"}, "SK": {"S": f"SESSION#{session}"}}
+    )["Item"]
     return invoke("DeriveFunction", {"Records": [stream_record(item)]})
 
 
@@ -100,28 +103,36 @@ def test_a_session_created_with_scopes_joins_them(ws):
     assert "alice works as a nurse" in representation("work")
 
 
-@pytest.mark.parametrize("method, path, body, query, status", [
-    ("POST", f"{W}/scopes", {"id": "scope.x"}, {}, 422),
-    ("POST", f"{W}/scopes", {"id": "x" * 507}, {}, 422),
-    ("POST", f"{W}/scopes", {"id": "ok", "surprise": 1}, {}, 422),
-    ("POST", "/v3/workspaces/nope/scopes", {"id": "ok"}, {}, 404),
-    ("GET", f"{W}/scopes/nope", None, {}, 404),
-    ("GET", f"{W}/scopes/bad%20id", None, {}, 422),
-    ("POST", f"{W}/scopes/list", {"filters": {"id": "x"}}, {}, 422),
-    ("POST", f"{W}/scopes/therapy/sessions", {"session_ids": []}, {}, 422),
-    ("POST", f"{W}/scopes/therapy/sessions", {"session_ids": ["s1"] * 101}, {}, 422),
-    ("POST", f"{W}/scopes/therapy/sessions", {"session_ids": ["nope"]}, {}, 404),
-    ("POST", f"{W}/scopes/nope/sessions", {"session_ids": ["s1"]}, {}, 404),
-    ("DELETE", f"{W}/scopes/therapy/sessions/s2", None, {}, 404),
-    ("POST", f"{W}/scopes/nope/sessions/list", None, {}, 404),
-    ("GET", f"{W}/scopes/nope/status", None, {}, 404),
-    ("POST", f"{W}/sessions", {"id": "s9", "scopes": ["nope"]}, {}, 404),
-    ("POST", f"{W}/peers/alice/representation", {"scope": "therapy", "session_id": "s1"}, {}, 422),
-    ("POST", f"{W}/peers/alice/representation", {"scope": "nope"}, {}, 404),
-    ("GET", f"{W}/sessions/s1/context", None, {"peer_target": "alice", "scope": "nope"}, 404),
-    ("GET", f"{W}/sessions/s1/context", None, {"peer_target": "alice", "scope": "therapy",
-                                               "peer_perspective": "alice"}, 422),
-])
+@pytest.mark.parametrize(
+    "method, path, body, query, status",
+    [
+        ("POST", f"{W}/scopes", {"id": "scope.x"}, {}, 422),
+        ("POST", f"{W}/scopes", {"id": "x" * 507}, {}, 422),
+        ("POST", f"{W}/scopes", {"id": "ok", "surprise": 1}, {}, 422),
+        ("POST", "/v3/workspaces/nope/scopes", {"id": "ok"}, {}, 404),
+        ("GET", f"{W}/scopes/nope", None, {}, 404),
+        ("GET", f"{W}/scopes/bad%20id", None, {}, 422),
+        ("POST", f"{W}/scopes/list", {"filters": {"id": "x"}}, {}, 422),
+        ("POST", f"{W}/scopes/therapy/sessions", {"session_ids": []}, {}, 422),
+        ("POST", f"{W}/scopes/therapy/sessions", {"session_ids": ["s1"] * 101}, {}, 422),
+        ("POST", f"{W}/scopes/therapy/sessions", {"session_ids": ["nope"]}, {}, 404),
+        ("POST", f"{W}/scopes/nope/sessions", {"session_ids": ["s1"]}, {}, 404),
+        ("DELETE", f"{W}/scopes/therapy/sessions/s2", None, {}, 404),
+        ("POST", f"{W}/scopes/nope/sessions/list", None, {}, 404),
+        ("GET", f"{W}/scopes/nope/status", None, {}, 404),
+        ("POST", f"{W}/sessions", {"id": "s9", "scopes": ["nope"]}, {}, 404),
+        ("POST", f"{W}/peers/alice/representation", {"scope": "therapy", "session_id": "s1"}, {}, 422),
+        ("POST", f"{W}/peers/alice/representation", {"scope": "nope"}, {}, 404),
+        ("GET", f"{W}/sessions/s1/context", None, {"peer_target": "alice", "scope": "nope"}, 404),
+        (
+            "GET",
+            f"{W}/sessions/s1/context",
+            None,
+            {"peer_target": "alice", "scope": "therapy", "peer_perspective": "alice"},
+            422,
+        ),
+    ],
+)
 def test_scope_bad_inputs(ws, method, path, body, query, status):
     assert call("POST", f"{W}/scopes", {"id": "therapy"}).status == 201
     before = ws["dynamodb"].scan(TableName="precis-local")["Count"]

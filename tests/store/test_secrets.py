@@ -54,7 +54,8 @@ def test_threads_of_a_cold_start_look_a_missing_secret_up_once(aws, monkeypatch,
 def test_a_secret_that_exists_is_read(aws, monkeypatch):
     name = f"precis/present-{uuid.uuid4().hex[:8]}"
     __import__("boto3").client("secretsmanager").create_secret(
-        Name=name, SecretString=json.dumps({"llm_api_key": "sk-present"}))
+        Name=name, SecretString=json.dumps({"llm_api_key": "sk-present"})
+    )
     _use_secret(monkeypatch, name)
     assert secrets.llm_api_key() == "sk-present"
 
@@ -62,7 +63,8 @@ def test_a_secret_that_exists_is_read(aws, monkeypatch):
 def test_a_deployment_on_bedrock_alone_never_reads_the_llm_key(aws, monkeypatch):
     name = f"precis/bedrock-{uuid.uuid4().hex[:8]}"
     __import__("boto3").client("secretsmanager").create_secret(
-        Name=name, SecretString=json.dumps({"llm_api_key": "sk-present"}))
+        Name=name, SecretString=json.dumps({"llm_api_key": "sk-present"})
+    )
     _use_secret(monkeypatch, name)
     bedrock = get_settings().model_copy(update={"llm_provider": "bedrock", "llm_model": "amazon.nova-lite-v1:0"})
     assert secrets.with_llm_key(bedrock) is bedrock  # IAM signs its calls: no key, no Secrets Manager call

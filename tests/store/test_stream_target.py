@@ -5,17 +5,23 @@ from __future__ import annotations
 import json
 
 import pytest
-from precis.errors import Invalid
-from precis.stream import DERIVER, SUMMARIZER, StreamTarget, filter_patterns, job_of, stream_target
 
 from local.poller import matches
 from local.template import template
+from precis.errors import Invalid
+from precis.stream import DERIVER, SUMMARIZER, StreamTarget, filter_patterns, job_of, stream_target
 
 MESSAGE = {"PK": "WS#w#S#s", "SK": "MSG#000000000001", "kind": "message", "seq": 1}
 STEP = {"PK": "WS#w#S#s", "SK": "SUMMARY#rolling", "kind": "summary", "covers_seq": 10, "job_through_seq": 40}
 FINAL = {"PK": "WS#w#S#s", "SK": "SUMMARY#rolling", "kind": "summary", "covers_seq": 40}
-DELETED = {"PK": "WS#w", "SK": "SESSION#s", "kind": "session", "id": "s", "incarnation": "abc",
-           "deleted_at": "2026-01-01T00:00:00+00:00"}
+DELETED = {
+    "PK": "WS#w",
+    "SK": "SESSION#s",
+    "kind": "session",
+    "id": "s",
+    "incarnation": "abc",
+    "deleted_at": "2026-01-01T00:00:00+00:00",
+}
 PURGED = {**DELETED, "purged_at": "2026-01-01T00:00:01+00:00"}
 LIVE = {"PK": "WS#w", "SK": "SESSION#s", "kind": "session", "id": "s", "incarnation": "abc"}
 
@@ -30,21 +36,31 @@ def wakes(event_name: str, image: dict) -> bool:
     return any(matches(json.loads(f["Pattern"]), record) for f in props["FilterCriteria"]["Filters"])
 
 
-@pytest.mark.parametrize(("event_name", "image", "target"), [
-    ("INSERT", MESSAGE, StreamTarget("summarize", "w", "s")),
-    ("INSERT", STEP, StreamTarget("summarize", "w", "s")),  # a stored step: the job's next step follows
-    ("MODIFY", STEP, StreamTarget("summarize", "w", "s")),
-    ("MODIFY", DELETED, StreamTarget("purge", "w", "s", "abc")),  # bound to the incarnation that was deleted
-])
+@pytest.mark.parametrize(
+    ("event_name", "image", "target"),
+    [
+        ("INSERT", MESSAGE, StreamTarget("summarize", "w", "s")),
+        ("INSERT", STEP, StreamTarget("summarize", "w", "s")),  # a stored step: the job's next step follows
+        ("MODIFY", STEP, StreamTarget("summarize", "w", "s")),
+        ("MODIFY", DELETED, StreamTarget("purge", "w", "s", "abc")),  # bound to the incarnation that was deleted
+    ],
+)
 def test_what_wakes_the_summarizer_and_what_it_is_asked(event_name, image, target):
     assert wakes(event_name, image)
     assert stream_target(event_name, image) == target
 
 
-@pytest.mark.parametrize(("event_name", "image"), [
-    ("MODIFY", FINAL), ("INSERT", FINAL), ("MODIFY", LIVE), ("INSERT", LIVE), ("MODIFY", MESSAGE),
-    ("MODIFY", PURGED),  # the purge's own mark of completion: waking on it would purge forever
-])
+@pytest.mark.parametrize(
+    ("event_name", "image"),
+    [
+        ("MODIFY", FINAL),
+        ("INSERT", FINAL),
+        ("MODIFY", LIVE),
+        ("INSERT", LIVE),
+        ("MODIFY", MESSAGE),
+        ("MODIFY", PURGED),  # the purge's own mark of completion: waking on it would purge forever
+    ],
+)
 def test_finished_summaries_live_sessions_and_edits_wake_nothing(event_name, image):
     assert not wakes(event_name, image)
     if image not in (MESSAGE, PURGED):
@@ -73,6 +89,7 @@ def test_the_templates_stream_filters_are_the_routing_tables(consumer):
             if isinstance(value, list):
                 return sorted((sort(v) for v in value), key=json.dumps)
             return value
+
         return sorted(json.dumps(sort(p)) for p in patterns)
 
     assert canonical(template_patterns(consumer)) == canonical(filter_patterns(consumer))
@@ -85,10 +102,16 @@ def test_every_record_wakes_a_consumer_exactly_when_the_table_gives_it_a_job(con
     from itertools import product
 
     patterns = template_patterns(consumer)
-    for kind, event_name, present in product(KINDS, ("INSERT", "MODIFY", "REMOVE"),
-                                            product((False, True), repeat=len(FLAGS))):
-        image = {"PK": "WS#w#S#s", "SK": "X", "kind": kind, "id": "s",
-                 **{flag: 7 if flag == "job_through_seq" else "x" for flag, on in zip(FLAGS, present) if on}}
+    for kind, event_name, present in product(
+        KINDS, ("INSERT", "MODIFY", "REMOVE"), product((False, True), repeat=len(FLAGS))
+    ):
+        image = {
+            "PK": "WS#w#S#s",
+            "SK": "X",
+            "kind": kind,
+            "id": "s",
+            **{flag: 7 if flag == "job_through_seq" else "x" for flag, on in zip(FLAGS, present) if on},
+        }
         record = {"eventName": event_name, "dynamodb": {"NewImage": typed(image)}}
         filtered = any(matches(p, record) for p in patterns)
         assert filtered == (job_of(consumer, event_name, image) is not None), (kind, event_name, image)

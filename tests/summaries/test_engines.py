@@ -12,14 +12,14 @@ import urllib.request
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from precis.settings import Settings
+
+from local.models.llm_server import LLMServer
 from precis.llm import EngineError, PromptTooLong
+from precis.settings import Settings
 from precis.summaries.engines import SummaryRequest, default_engine, get_engine, word_limit
 from precis.summaries.engines.extractive import ExtractiveEngine, count_words
 from precis.summaries.engines.prompt import build_messages, prompt_tokens
 from precis.tokens import count_messages, count_text
-
-from local.models.llm_server import LLMServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -51,12 +51,20 @@ def test_extractive_is_deterministic_and_reports_its_tokens():
 
 def test_extractive_does_not_depend_on_the_hash_seed():
     # Set iteration order changes with PYTHONHASHSEED; the chosen sentences must not.
-    code = ("from precis.summaries.engines.extractive import ExtractiveEngine; "
-            "from tests.summaries.test_engines import request; "
-            "print(ExtractiveEngine().summarize(request(word_limit=25)).text)")
+    code = (
+        "from precis.summaries.engines.extractive import ExtractiveEngine; "
+        "from tests.summaries.test_engines import request; "
+        "print(ExtractiveEngine().summarize(request(word_limit=25)).text)"
+    )
     texts = {
-        subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
-                       env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": f"layers/common{os.pathsep}."}).stdout
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": f"layers/common{os.pathsep}."},
+        ).stdout
         for seed in ("1", "2", "3")
     }
     assert len(texts) == 1
@@ -70,16 +78,23 @@ def test_extractive_prefers_named_facts_and_keeps_order():
     found = -1
     for line in text.splitlines():  # each line is one message's chosen sentences, messages in order
         peer, body = line.split(": ", 1)
-        found = next(i for i in range(found + 1, len(CONVERSATION))
-                     if CONVERSATION[i][0] == peer and body[:15] in CONVERSATION[i][1])
+        found = next(
+            i
+            for i in range(found + 1, len(CONVERSATION))
+            if CONVERSATION[i][0] == peer and body[:15] in CONVERSATION[i][1]
+        )
 
 
 words = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=300)
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["alice", "bob", "ç-7"]), words), max_size=8),
-       st.one_of(st.none(), words), st.integers(1, 80), st.integers(64, 300))
+@given(
+    st.lists(st.tuples(st.sampled_from(["alice", "bob", "ç-7"]), words), max_size=8),
+    st.one_of(st.none(), words),
+    st.integers(1, 80),
+    st.integers(64, 300),
+)
 def test_extractive_never_exceeds_the_word_limit(messages, previous, limit, max_tokens):
     result = ExtractiveEngine().summarize(request(messages, previous, word_limit=limit, max_output_tokens=max_tokens))
     assert count_words(result.text) <= limit
@@ -107,14 +122,19 @@ def test_extractive_keeps_something_from_the_previous_summary_even_at_tiny_limit
 
 
 def test_extractive_handles_text_without_spaces_and_other_scripts():
-    chinese = [("李", "我下个月搬到上海。上海的工作是软件开发。"), ("王", "上海的房子贵吗？我也想去上海工作。"),
-               ("李", "房子很贵，但是工作很好。")]
+    chinese = [
+        ("李", "我下个月搬到上海。上海的工作是软件开发。"),
+        ("王", "上海的房子贵吗？我也想去上海工作。"),
+        ("李", "房子很贵，但是工作很好。"),
+    ]
     result = ExtractiveEngine().summarize(request(chinese, word_limit=20))
     assert 0 < count_words(result.text) <= 20
     assert "上海" in result.text
-    russian = [("иван", "Я переехал в Казань в марте. В Казани я работаю учителем."),
-               ("олег", "И как тебе Казань? Я был в Казани летом."),
-               ("иван", "Казань мне нравится, и работа тоже.")]
+    russian = [
+        ("иван", "Я переехал в Казань в марте. В Казани я работаю учителем."),
+        ("олег", "И как тебе Казань? Я был в Казани летом."),
+        ("иван", "Казань мне нравится, и работа тоже."),
+    ]
     text = ExtractiveEngine().summarize(request(russian, word_limit=15)).text
     assert "Казан" in text and count_words(text) <= 15
 
@@ -139,14 +159,20 @@ def test_get_engine_and_default_engine():
 
 
 def test_openai_is_imported_only_by_the_llm_engine():
-    code = ("import sys; from precis.summaries.engines import get_engine, SummaryRequest; "
-            "import precis.summaries.strategies; "
-            "get_engine('extractive').summarize(SummaryRequest('s', None, [('a', 'Hello there.')])); "
-            "assert 'openai' not in sys.modules, 'openai imported'; "
-            "from precis.settings import Settings; get_engine('llm', Settings(llm_base_url='http://127.0.0.1:1/v1')); "
-            "assert 'openai' in sys.modules")
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
-                   env={**os.environ, "PYTHONPATH": f"layers/common{os.pathsep}."})
+    code = (
+        "import sys; from precis.summaries.engines import get_engine, SummaryRequest; "
+        "import precis.summaries.strategies; "
+        "get_engine('extractive').summarize(SummaryRequest('s', None, [('a', 'Hello there.')])); "
+        "assert 'openai' not in sys.modules, 'openai imported'; "
+        "from precis.settings import Settings; get_engine('llm', Settings(llm_base_url='http://127.0.0.1:1/v1')); "
+        "assert 'openai' in sys.modules"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        check=True,
+        env={**os.environ, "PYTHONPATH": f"layers/common{os.pathsep}."},
+    )
 
 
 # --- llm, against the local server ----------------------------------------------------------------------------
@@ -161,14 +187,28 @@ def sleeps() -> list[float]:
 def engine(llm_server, sleeps):
     from precis.summaries.engines.llm import LLMEngine
 
-    return LLMEngine(model="test-model", base_url=llm_server.url, api_key="sk-test", timeout=2.0, max_attempts=4,
-                     sleep=sleeps.append, rng=lambda: 0.5)
+    return LLMEngine(
+        model="test-model",
+        base_url=llm_server.url,
+        api_key="sk-test",
+        timeout=2.0,
+        max_attempts=4,
+        sleep=sleeps.append,
+        rng=lambda: 0.5,
+    )
 
 
-def test_llm_prompt_holds_previous_summary_instructions_word_limit_and_only_given_messages(
-        engine, llm_server):
-    result = engine.summarize(request(CONVERSATION[2:], "Alice moved to Lisbon.", instructions="Answer in haiku.",
-                                      word_limit=120, max_output_tokens=200, summary_type="honcho_chat_summary_long"))
+def test_llm_prompt_holds_previous_summary_instructions_word_limit_and_only_given_messages(engine, llm_server):
+    result = engine.summarize(
+        request(
+            CONVERSATION[2:],
+            "Alice moved to Lisbon.",
+            instructions="Answer in haiku.",
+            word_limit=120,
+            max_output_tokens=200,
+            summary_type="honcho_chat_summary_long",
+        )
+    )
     (sent,) = llm_server.requests
     assert sent.path == "/v1/chat/completions"
     assert sent.headers["authorization"] == "Bearer sk-test"
@@ -284,8 +324,14 @@ def test_llm_last_attempt_gets_only_the_time_left(llm_server):
     from precis.summaries.engines.llm import LLMEngine
 
     now = [0.0]  # a fake clock that only the (fake) sleeps move: the test asserts computed timeouts, not wall time
-    engine = LLMEngine(model="m", base_url=llm_server.url, timeout=3.0, time_budget=4.0, clock=lambda: now[0],
-                       sleep=lambda seconds: now.__setitem__(0, now[0] + 3.7))
+    engine = LLMEngine(
+        model="m",
+        base_url=llm_server.url,
+        timeout=3.0,
+        time_budget=4.0,
+        clock=lambda: now[0],
+        sleep=lambda seconds: now.__setitem__(0, now[0] + 3.7),
+    )
     llm_server.script(["500", "hang"])
     with pytest.raises(EngineError, match="gave up after 2 attempts: request timed out"):
         engine.summarize(request())
@@ -302,8 +348,17 @@ def test_llm_request_time_limit_bounds_attempts_and_retries(llm_server):
         sleeps.append(seconds)
         now[0] += seconds
 
-    engine = LLMEngine(model="m", base_url=llm_server.url, timeout=30.0, time_budget=50.0, max_attempts=10,
-                       backoff_base=2.0, rng=lambda: 1.0, clock=lambda: now[0], sleep=sleep)
+    engine = LLMEngine(
+        model="m",
+        base_url=llm_server.url,
+        timeout=30.0,
+        time_budget=50.0,
+        max_attempts=10,
+        backoff_base=2.0,
+        rng=lambda: 1.0,
+        clock=lambda: now[0],
+        sleep=sleep,
+    )
     llm_server.mode = "500"
     with pytest.raises(EngineError, match="gave up after 3 attempts") as caught:
         engine.summarize(request(time_limit_s=8.0))
@@ -373,9 +428,12 @@ def test_llm_engine_from_settings_talks_to_the_configured_endpoint(llm_server):
 
 
 def test_llm_server_runs_standalone():
-    proc = subprocess.Popen([sys.executable, "-m", "local.models.llm_server", "--port", "0",
-                             "--max-context-tokens", "20"],
-                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "local.models.llm_server", "--port", "0", "--max-context-tokens", "20"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = proc.stdout.readline().split()[3]
 

@@ -11,6 +11,7 @@ import sys
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+
 from precis.summaries.engines import SummaryRequest
 from precis.summaries.engines.extractive import ExtractiveEngine, count_words, covered_tokens
 from precis.tokens import count_text
@@ -19,30 +20,43 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # Talk without names or numbers: chat and the running topics of a long conversation.
 FILLER = [
-    "Haha, that sounds great!", "Oh nice, I know what you mean.", "How was the rest of your day?",
-    "Yeah, it has been a long week.", "I spent the morning fixing the report before the deadline.",
-    "We are still packing boxes for the move to the new flat.", "I ran along the river this morning.",
+    "Haha, that sounds great!",
+    "Oh nice, I know what you mean.",
+    "How was the rest of your day?",
+    "Yeah, it has been a long week.",
+    "I spent the morning fixing the report before the deadline.",
+    "We are still packing boxes for the move to the new flat.",
+    "I ran along the river this morning.",
     "The bread came out too dense again, maybe the dough needs more time.",
     "My knee hurt a bit after the long run, so I will rest tomorrow.",
     "We are planning a trip to the mountains once the weather gets better.",
-    "The landlord finally fixed the heating in the new flat.", "I tried a new curry recipe last night.",
-    "That is a nice way to spend the weekend.", "Let me know how it goes, I am curious.",
+    "The landlord finally fixed the heating in the new flat.",
+    "I tried a new curry recipe last night.",
+    "That is a nice way to spend the weekend.",
+    "Let me know how it goes, I am curious.",
 ]
 FACT = "My sister Priya lands in Nairobi on 14 March at 9 o'clock."
 PEERS = ["maya", "assistant", "bob"]
 
-filler_messages = st.lists(st.tuples(st.sampled_from(PEERS),
-                                     st.lists(st.sampled_from(FILLER), min_size=1, max_size=3).map(" ".join)),
-                           min_size=1, max_size=60)
+filler_messages = st.lists(
+    st.tuples(st.sampled_from(PEERS), st.lists(st.sampled_from(FILLER), min_size=1, max_size=3).map(" ".join)),
+    min_size=1,
+    max_size=60,
+)
 # Any text, with sentences, names and numbers in it.
 prose = st.lists(st.one_of(st.sampled_from(FILLER + [FACT]), st.text(max_size=80)), max_size=4).map(" ".join)
 any_messages = st.lists(st.tuples(st.sampled_from(PEERS), prose), max_size=60)
 
 
 def request(messages, previous=None, *, max_output_tokens=512, word_limit=None, dates=None) -> SummaryRequest:
-    return SummaryRequest("honcho_chat_summary_short", previous, list(messages),
-                          word_limit=word_limit or max(1, max_output_tokens * 3 // 4),
-                          max_output_tokens=max_output_tokens, dates=dates)
+    return SummaryRequest(
+        "honcho_chat_summary_short",
+        previous,
+        list(messages),
+        word_limit=word_limit or max(1, max_output_tokens * 3 // 4),
+        max_output_tokens=max_output_tokens,
+        dates=dates,
+    )
 
 
 def summarize(*args, **kwargs) -> str:
@@ -58,8 +72,9 @@ def test_32_short_messages_fit_in_a_quarter():
 
 
 @settings(max_examples=120, deadline=None)
-@given(st.one_of(filler_messages, any_messages), st.one_of(st.none(), prose), st.integers(64, 4096),
-       st.integers(1, 3000))
+@given(
+    st.one_of(filler_messages, any_messages), st.one_of(st.none(), prose), st.integers(64, 4096), st.integers(1, 3000)
+)
 def test_a_summary_holds_at_most_a_quarter_of_what_it_covers_and_its_caps(messages, previous, cap, words):
     asked = request(messages, previous, max_output_tokens=cap, word_limit=words)
     text = ExtractiveEngine().summarize(asked).text
@@ -78,17 +93,21 @@ def test_a_fact_said_once_survives_the_filler(messages, at, peer):
 
 def test_a_fact_the_previous_summary_holds_is_not_said_again():
     previous = f"maya: {FACT}\nassistant: Let me know how it goes, I am curious."
-    messages = [("maya", "As I said, my sister Priya lands in Nairobi on 14 March at 9 o'clock!"),
-                *[(PEERS[i % 2], FILLER[i % len(FILLER)]) for i in range(20)]]
+    messages = [
+        ("maya", "As I said, my sister Priya lands in Nairobi on 14 March at 9 o'clock!"),
+        *[(PEERS[i % 2], FILLER[i % len(FILLER)]) for i in range(20)],
+    ]
     text = summarize(messages, previous)
     assert text.count("Nairobi") == 1
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(PEERS), st.sampled_from(FILLER + [FACT])), max_size=60),
-       st.integers(64, 1024))
-@example([("maya", FACT), *((PEERS[i % 2], FILLER[i]) for i in range(len(FILLER))), ("bob", FACT), ("maya", FACT)],
-         1024)
+@given(
+    st.lists(st.tuples(st.sampled_from(PEERS), st.sampled_from(FILLER + [FACT])), max_size=60), st.integers(64, 1024)
+)
+@example(
+    [("maya", FACT), *((PEERS[i % 2], FILLER[i]) for i in range(len(FILLER))), ("bob", FACT), ("maya", FACT)], 1024
+)
 def test_no_sentence_is_kept_twice_and_the_order_is_kept(messages, cap):
     # Messages repeat each other word for word; what is kept is each sentence once, on its message's line, in order.
     text = summarize(messages, max_output_tokens=cap)
@@ -117,8 +136,10 @@ def test_folded_again_and_again_a_summary_stays_bounded_and_keeps_its_salient_ol
     # every summary under a third of the largest step; the fact said once, in the first step, is still there.
     summary, largest = None, 0
     for step in range(40):
-        messages = [(PEERS[i % 2], f"{FILLER[(step * 7 + i) % len(FILLER)]} {FILLER[(step + i * 3) % len(FILLER)]}")
-                    for i in range(20)]
+        messages = [
+            (PEERS[i % 2], f"{FILLER[(step * 7 + i) % len(FILLER)]} {FILLER[(step + i * 3) % len(FILLER)]}")
+            for i in range(20)
+        ]
         if step == 0:
             messages[5] = ("maya", FACT)
         largest = max(largest, sum(count_text(c) for _, c in messages))
@@ -149,12 +170,20 @@ def test_lines_carry_their_day_once_and_keep_it_through_a_fold():
 
 def test_the_same_input_gives_the_same_summary_whatever_the_hash_seed():
     # Set order changes with PYTHONHASHSEED; the chosen sentences (ties, float sums) must not.
-    code = ("from tests.summaries.test_extractive_compression import summarize, FILLER, FACT, PEERS; "
-            "m = [(PEERS[i % 3], FILLER[(i * 7) % len(FILLER)] + ' ' + FILLER[i % len(FILLER)]) for i in range(50)]; "
-            "m[17] = ('bob', FACT); print(summarize(m, max_output_tokens=60))")
+    code = (
+        "from tests.summaries.test_extractive_compression import summarize, FILLER, FACT, PEERS; "
+        "m = [(PEERS[i % 3], FILLER[(i * 7) % len(FILLER)] + ' ' + FILLER[i % len(FILLER)]) for i in range(50)]; "
+        "m[17] = ('bob', FACT); print(summarize(m, max_output_tokens=60))"
+    )
     texts = {
-        subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
-                       env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": f"layers/common{os.pathsep}."}).stdout
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": f"layers/common{os.pathsep}."},
+        ).stdout
         for seed in ("1", "2", "3", "4")
     }
     assert len(texts) == 1 and FACT in texts.pop()

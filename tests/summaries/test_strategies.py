@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
+
 from precis.summaries.strategies import (
     LONG,
     ROLLING,
@@ -25,7 +27,6 @@ from precis.summaries.strategies import (
     next_step,
     retry_backoff_s,
 )
-from pydantic import ValidationError
 
 # --- brute-force references (deliberately not sharing code with precis.summaries.strategies) --------------------------
 
@@ -60,8 +61,9 @@ def ref_boundary(run_ids: list[str | None], every: int) -> int:
     """Where the cadence puts a summary of these messages (0: nowhere): the last complete run end at or before the
     largest multiple of `every` whose messages all lie in complete runs."""
     lab = labels(run_ids)
-    multiples = [k for k in range(every, len(run_ids) + 1, every)
-                 if all(in_complete_run(run_ids, i, lab) for i in range(k))]
+    multiples = [
+        k for k in range(every, len(run_ids) + 1, every) if all(in_complete_run(run_ids, i, lab) for i in range(k))
+    ]
     return max((e for e in complete_run_ends(run_ids) if e <= max(multiples, default=0)), default=0)
 
 
@@ -71,8 +73,9 @@ def ref_cadence(run_ids: list[str | None], covered: int, every: int) -> int | No
     return through if through > covered else None
 
 
-def ref_rolling(run_ids: list[str | None], tokens: list[int], previous: SummaryCost | None,
-                threshold: int, keep: int) -> int | None:
+def ref_rolling(
+    run_ids: list[str | None], tokens: list[int], previous: SummaryCost | None, threshold: int, keep: int
+) -> int | None:
     covered = previous.covers_seq if previous else 0
     total = (previous.token_count if previous else 0) + sum(tokens[covered:])
     lab = labels(run_ids)
@@ -93,8 +96,9 @@ class Session:
     tokens: list[int]
 
     def refs(self, first: int = 1) -> list[MessageRef]:
-        return [MessageRef(seq, self.tokens[seq - 1], self.run_ids[seq - 1])
-                for seq in range(first, len(self.run_ids) + 1)]
+        return [
+            MessageRef(seq, self.tokens[seq - 1], self.run_ids[seq - 1]) for seq in range(first, len(self.run_ids) + 1)
+        ]
 
     def summary(self, summary_type: str, covers: int, token_count: int = 100) -> SummaryCost:
         return SummaryCost(summary_type, covers, sum(self.tokens[:covers]), token_count)
@@ -177,8 +181,16 @@ def test_cadence_pinned_points_are_20_40_60():
         jobs = call(SummaryConfig(), summaries, plain(n))
         due_at += [(n, job.summary_type) for job in jobs]
         apply(summaries, plain(n), jobs)
-    assert due_at == [(20, SHORT), (40, SHORT), (60, SHORT), (60, LONG), (80, SHORT), (100, SHORT),
-                      (120, SHORT), (120, LONG)]
+    assert due_at == [
+        (20, SHORT),
+        (40, SHORT),
+        (60, SHORT),
+        (60, LONG),
+        (80, SHORT),
+        (100, SHORT),
+        (120, SHORT),
+        (120, LONG),
+    ]
 
 
 @settings(max_examples=200)
@@ -206,8 +218,9 @@ def test_cadence_keeps_the_messages_after_the_newest_multiple_verbatim(session, 
     """The contract, stated directly: a cadence summary covers no message after the newest multiple of its period
     that complete runs reach, so those (fewer than `every`, plus any run open or straddling it) stay verbatim;
     without run ids it covers exactly that multiple."""
-    jobs = call(SummaryConfig(messages_per_short_summary=every, messages_per_long_summary=max(20, every + 1)), {},
-                session)
+    jobs = call(
+        SummaryConfig(messages_per_short_summary=every, messages_per_long_summary=max(20, every + 1)), {}, session
+    )
     short = next((job for job in jobs if job.summary_type == SHORT), None)
     complete = [i + 1 for i in range(len(session.run_ids)) if in_complete_run(session.run_ids, i)]
     multiple = (max(complete, default=0) // every) * every
@@ -250,8 +263,10 @@ def test_cadence_never_ends_inside_a_run_that_is_still_open():
     ids.append("s")  # r completes (#20..#49); the new run s is open; #40 lies inside r: the summary ends before it
     assert call(SummaryConfig(), {}, Session(ids, [1] * 50)) == [SummaryJob(SHORT, None, 1, 19)]
     ids += ["t"] * 10 + [None]  # #60 is reached and ends a run (s is #50, t #51..#60)
-    assert call(SummaryConfig(), {}, Session(ids, [1] * 61)) == [SummaryJob(SHORT, None, 1, 60),
-                                                                  SummaryJob(LONG, None, 1, 60)]
+    assert call(SummaryConfig(), {}, Session(ids, [1] * 61)) == [
+        SummaryJob(SHORT, None, 1, 60),
+        SummaryJob(LONG, None, 1, 60),
+    ]
 
 
 def test_reused_run_id_after_another_run_is_a_new_run():
@@ -283,8 +298,7 @@ def test_rolling_matches_reference(data, session, threshold, keep, summary_token
 
 
 @settings(max_examples=100)
-@given(sessions(1, 120, ("a", "b")),
-       st.integers(256, 3000), st.integers(1, 6))
+@given(sessions(1, 120, ("a", "b")), st.integers(256, 3000), st.integers(1, 6))
 def test_rolling_one_message_at_a_time_keeps_the_recent_runs_and_stays_under_threshold(session, threshold, keep):
     config = SummaryConfig(strategy="rolling", token_threshold=threshold, keep_recent_runs=keep)
     summaries: dict[str, SummaryCost] = {}
@@ -298,8 +312,12 @@ def test_rolling_one_message_at_a_time_keeps_the_recent_runs_and_stays_under_thr
 
 
 @settings(max_examples=150)
-@given(sessions(1, 120, ("a", "b")), st.lists(st.integers(1, 30), min_size=1, max_size=120),
-       st.integers(256, 3000), st.integers(1, 6))
+@given(
+    sessions(1, 120, ("a", "b")),
+    st.lists(st.integers(1, 30), min_size=1, max_size=120),
+    st.integers(256, 3000),
+    st.integers(1, 6),
+)
 def test_rolling_keeps_its_newest_runs_verbatim_however_messages_were_batched(session, batches, threshold, keep):
     """After any batch, at least `keep_recent_runs` complete runs (and the open one) lie after the rolling summary:
     a fold never takes the newest runs from the context, whatever the batch sizes."""
@@ -359,8 +377,11 @@ def ref_level(costs: list[int], room: int) -> int:
 @given(st.data(), sessions(1), st.integers(10, 30), st.integers(20, 70), st.booleans())
 def test_an_unfinished_job_continues_through_its_end_or_further(data, session, short_every, long_every, rolling):
     long_every = max(long_every, short_every + 1)
-    config = (SummaryConfig(strategy="rolling", token_threshold=2000, keep_recent_runs=2) if rolling else
-              SummaryConfig(messages_per_short_summary=short_every, messages_per_long_summary=long_every))
+    config = (
+        SummaryConfig(strategy="rolling", token_threshold=2000, keep_recent_runs=2)
+        if rolling
+        else SummaryConfig(messages_per_short_summary=short_every, messages_per_long_summary=long_every)
+    )
     types = (ROLLING,) if rolling else (SHORT, LONG)
     summaries = {t: session.summary(t, c) for t in types if (c := data.draw(boundary(session))) is not None}
     ends = sorted(complete_run_ends(session.run_ids))
@@ -372,8 +393,10 @@ def test_an_unfinished_job_continues_through_its_end_or_further(data, session, s
     for summary_type in types:
         covered = summaries[summary_type].covers_seq if summary_type in summaries else 0
         target = unfinished.get(summary_type, 0)
-        through = max(alone[summary_type].through_seq if summary_type in alone else 0,
-                      max((e for e in ends if covered < e <= target), default=0))
+        through = max(
+            alone[summary_type].through_seq if summary_type in alone else 0,
+            max((e for e in ends if covered < e <= target), default=0),
+        )
         if through:
             expected.append(SummaryJob(summary_type, summaries.get(summary_type), covered + 1, through))
     assert jobs == expected
@@ -413,7 +436,7 @@ def test_next_step_takes_the_most_whole_runs_that_fit_else_cuts_the_first_run(se
         assert step == Step(1, fitting[-1])
     else:
         assert step.through_seq == ends[0]  # the first run alone, each message cut to a fair share
-        costs = session.tokens[:ends[0]]
+        costs = session.tokens[: ends[0]]
         level = ref_level(costs, room)
         assert step.keep == {seq: level for seq, c in enumerate(costs, 1) if c > level}
         assert sum(min(c, step.keep.get(seq, c)) for seq, c in enumerate(costs, 1)) <= max(0, room)
@@ -425,7 +448,7 @@ def test_steps_chain_through_a_job_each_ending_at_a_run_end(session, room):
     ends = run_ends(session.run_ids)
     refs, first, steps = session.refs(), 1, []
     while first <= len(refs):
-        step = next_step(refs[first - 1:], room)
+        step = next_step(refs[first - 1 :], room)
         assert step.first_seq == first and step.through_seq in ends
         steps.append(step)
         first = step.through_seq + 1
@@ -498,8 +521,10 @@ def test_defaults():
 
 
 def test_merge_config_layers_session_over_workspace():
-    config = merge_config({"strategy": "rolling", "token_threshold": 2000, "instructions": "be brief"},
-                          {"token_threshold": 3000, "instructions": None, "keep_recent_runs": 2})
+    config = merge_config(
+        {"strategy": "rolling", "token_threshold": 2000, "instructions": "be brief"},
+        {"token_threshold": 3000, "instructions": None, "keep_recent_runs": 2},
+    )
     assert (config.strategy, config.token_threshold, config.keep_recent_runs) == ("rolling", 3000, 2)
     assert config.instructions == "be brief"  # None inherits
     assert merge_config(None, None) == SummaryConfig()
@@ -507,28 +532,32 @@ def test_merge_config_layers_session_over_workspace():
 
 def test_merge_config_validates_the_merged_settings():
     merge_config({"messages_per_short_summary": 30}, None)
-    with pytest.raises(ValidationError, match="messages_per_long_summary must be greater than "
-                                              "messages_per_short_summary"):
+    with pytest.raises(
+        ValidationError, match="messages_per_long_summary must be greater than messages_per_short_summary"
+    ):
         merge_config({"messages_per_long_summary": 40}, {"messages_per_short_summary": 40})
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("messages_per_short_summary", 9),
-    ("messages_per_long_summary", 19),
-    ("token_threshold", 99),
-    ("keep_recent_runs", 0),
-    ("keep_runs", 0),
-    ("max_output_tokens", 63),
-    ("max_output_tokens", 4097),
-    ("temperature", 2.5),
-    ("temperature", -0.1),
-    ("instructions", "x" * 4001),
-    ("model", ""),
-    ("strategy", "hourly"),
-    ("engine", "gpt"),
-    ("enabled", "maybe"),
-    ("token_threshold", "lots"),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("messages_per_short_summary", 9),
+        ("messages_per_long_summary", 19),
+        ("token_threshold", 99),
+        ("keep_recent_runs", 0),
+        ("keep_runs", 0),
+        ("max_output_tokens", 63),
+        ("max_output_tokens", 4097),
+        ("temperature", 2.5),
+        ("temperature", -0.1),
+        ("instructions", "x" * 4001),
+        ("model", ""),
+        ("strategy", "hourly"),
+        ("engine", "gpt"),
+        ("enabled", "maybe"),
+        ("token_threshold", "lots"),
+    ],
+)
 def test_bad_values_are_refused_naming_the_field(field, value):
     with pytest.raises(ValidationError) as caught:
         merge_config({field: value}, None)

@@ -6,12 +6,12 @@ import json
 import threading
 
 import pytest
-from precis.settings import get_settings
-from precis.llm import EngineError
-from precis.summaries.engines import SummaryResult
-from precis.store.db import Db
-from precis.summaries.runner import summarize_session
 
+from precis.llm import EngineError
+from precis.settings import get_settings
+from precis.store.db import Db
+from precis.summaries.engines import SummaryResult
+from precis.summaries.runner import summarize_session
 from tests.handlers import call, invoke
 from tests.stream import message_records, stream_record
 
@@ -21,9 +21,20 @@ SHORT, LONG = "honcho_chat_summary_short", "honcho_chat_summary_long"
 
 
 def post(n: int, start: int = 0, **extra) -> list[dict]:
-    reply = call("POST", f"{S}/messages", {"messages": [
-        {"content": f"Message {i}: the user asked about topic {i % 7} and we agreed on step {i}.", "peer_id": "alice",
-         **extra} for i in range(start, start + n)]})
+    reply = call(
+        "POST",
+        f"{S}/messages",
+        {
+            "messages": [
+                {
+                    "content": f"Message {i}: the user asked about topic {i % 7} and we agreed on step {i}.",
+                    "peer_id": "alice",
+                    **extra,
+                }
+                for i in range(start, start + n)
+            ]
+        },
+    )
     assert reply.status == 201, reply.body
     return reply.body
 
@@ -105,7 +116,7 @@ def test_one_post_of_31_keeps_the_newest_messages_verbatim_beside_the_summary(ws
     body = call("GET", f"{S}/context", tokens=300).body
     assert body["summary"]["message_id"] == posted[19]["id"]
     shown = body["messages"]
-    assert shown and [m["id"] for m in shown] == [m["id"] for m in posted[31 - len(shown):]]  # the newest, in order
+    assert shown and [m["id"] for m in shown] == [m["id"] for m in posted[31 - len(shown) :]]  # the newest, in order
     assert shown[-1]["content"] == posted[30]["content"]  # the newest message itself, not a sentence about it
     assert shown[0]["seq"] > 20 and body["messages_skipped"] == shown[0]["seq"] - 21
     assert body["token_count"] == body["summary"]["token_count"] + sum(m["token_count"] for m in shown) <= 300
@@ -147,18 +158,22 @@ class _Gate:
 
     def summarize(self, request):
         self.barrier.wait(timeout=30)
-        return SummaryResult(text=self.text, prompt="[]", model="gate", input_tokens=1, output_tokens=1,
-                             latency_ms=0.0)
+        return SummaryResult(text=self.text, prompt="[]", model="gate", input_tokens=1, output_tokens=1, latency_ms=0.0)
 
 
 def test_two_concurrent_invocations_store_one_summary(moto_server):
     import boto3
+
     from precis.store.messages import NewMessage, append_messages
     from precis.store.resources import get_or_create_workspace
 
     url, clients = moto_server
-    db = Db(client=boto3.client("dynamodb", endpoint_url=url), s3=boto3.client("s3", endpoint_url=url),
-            table="precis-local", bucket="precis-local")
+    db = Db(
+        client=boto3.client("dynamodb", endpoint_url=url),
+        s3=boto3.client("s3", endpoint_url=url),
+        table="precis-local",
+        bucket="precis-local",
+    )
     get_or_create_workspace(db, "ws1")
     append_messages(db, "ws1", "s1", [NewMessage(f"m{i}", "alice", 2) for i in range(20)], inline_max_bytes=10_000)
     barrier = threading.Barrier(2)
@@ -174,8 +189,9 @@ def test_two_concurrent_invocations_store_one_summary(moto_server):
         t.join()
     stored = [w for outcome in results.values() for w in outcome.written if w.stored]
     assert len(stored) == 1 and stored[0].covers_seq == 20
-    item = clients["dynamodb"].get_item(TableName="precis-local",
-                                        Key={"PK": {"S": "WS#ws1#S#s1"}, "SK": {"S": f"SUMMARY#{SHORT}"}})["Item"]
+    item = clients["dynamodb"].get_item(
+        TableName="precis-local", Key={"PK": {"S": "WS#ws1#S#s1"}, "SK": {"S": f"SUMMARY#{SHORT}"}}
+    )["Item"]
     assert item["content"]["S"] in ("first", "second")
     assert len(clients["s3"].list_objects_v2(Bucket="precis-local", Prefix="audit/")["Contents"]) == 1
 
@@ -190,8 +206,13 @@ class _Failing:
 def test_engine_failure_keeps_history_and_stores_no_summary(ws):
     posted = post(20)
     with pytest.raises(EngineError):
-        summarize_session(__import__("precis.store.db", fromlist=["get_db"]).get_db(), get_settings(), "ws1", "s1",
-                          engine_for=lambda _: _Failing())
+        summarize_session(
+            __import__("precis.store.db", fromlist=["get_db"]).get_db(),
+            get_settings(),
+            "ws1",
+            "s1",
+            engine_for=lambda _: _Failing(),
+        )
     assert summaries()["short_summary"] is None
     listed = call("POST", f"{S}/messages/list", size=100).body
     assert [m["id"] for m in listed["items"]] == [m["id"] for m in posted]
@@ -220,11 +241,15 @@ def test_deleted_session_is_purged_by_the_stream(ws, monkeypatch):
     assert summaries()["short_summary"] is not None
     call("POST", f"{W}/sessions/s1/peers", {"bob": {}})
     assert call("DELETE", S).status == 202
-    image = ws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1"},
-                                                                    "SK": {"S": "SESSION#s1"}})["Item"]
+    image = ws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": "WS#ws1"}, "SK": {"S": "SESSION#s1"}})[
+        "Item"
+    ]
     assert invoke("SummarizeFunction", {"Records": [stream_record(image, "MODIFY")]}) == {"batchItemFailures": []}
-    left = [i for i in ws["dynamodb"].scan(TableName="precis-local")["Items"] if "S#s1" in i["PK"]["S"]
-            or i["SK"]["S"] == "SESSION#s1"]
+    left = [
+        i
+        for i in ws["dynamodb"].scan(TableName="precis-local")["Items"]
+        if "S#s1" in i["PK"]["S"] or i["SK"]["S"] == "SESSION#s1"
+    ]
     # Only the tombstone (the session item, marked purged) and the fence after the last message remain.
     assert sorted(i["kind"]["S"] for i in left) == ["fence", "session"]
     assert [i for i in left if i["kind"]["S"] == "session"][0]["purged_at"]
@@ -247,17 +272,32 @@ def post_runs(runs: list[int], start_run: int = 0) -> list[dict]:
     posted = []
     for offset, length in enumerate(runs):
         run = start_run + offset
-        reply = call("POST", f"{S}/messages", {"messages": [
-            {"content": f"Run {run} step {k}: " + "the agent looked up the supplier quote and the budget. " * 3,
-             "peer_id": "alice" if k == 0 else "agent", "run_id": f"run-{run}"} for k in range(length)]})
+        reply = call(
+            "POST",
+            f"{S}/messages",
+            {
+                "messages": [
+                    {
+                        "content": f"Run {run} step {k}: "
+                        + "the agent looked up the supplier quote and the budget. " * 3,
+                        "peer_id": "alice" if k == 0 else "agent",
+                        "run_id": f"run-{run}",
+                    }
+                    for k in range(length)
+                ]
+            },
+        )
         assert reply.status == 201, reply.body
         posted += reply.body
     return posted
 
 
 def test_rolling_folds_all_but_the_newest_runs_when_the_threshold_is_reached(ws):
-    call("PUT", W, {"configuration": {"summarizer": {"strategy": "rolling", "token_threshold": 400,
-                                                     "keep_recent_runs": 2}}})
+    call(
+        "PUT",
+        W,
+        {"configuration": {"summarizer": {"strategy": "rolling", "token_threshold": 400, "keep_recent_runs": 2}}},
+    )
     posted = post_runs([3, 2, 3])  # ~150 tokens: under the threshold
     run_stream(ws["dynamodb"])
     assert summaries()["long_summary"] is None

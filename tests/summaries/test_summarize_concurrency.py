@@ -9,19 +9,19 @@ import threading
 import pytest
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit
-from precis.summaries import runner as summarize_module
+
 from precis.concurrency import add_metric, run_each
-from precis.settings import get_settings
 from precis.llm import EngineError
-from precis.summaries.engines import SummaryResult
+from precis.settings import get_settings
 from precis.store import keys
 from precis.store.db import Db, from_item, get_db, to_item
 from precis.store.messages import NewMessage, append_messages
 from precis.store.purge import delete_session, purge_session
 from precis.store.resources import get_or_create_workspace
 from precis.store.summaries import read_summary_state, take_summary_lease
+from precis.summaries import runner as summarize_module
+from precis.summaries.engines import SummaryResult
 from precis.summaries.runner import summarize_under_lease
-
 from tests.handlers import invoke
 from tests.stream import message_records, stream_record
 
@@ -119,8 +119,13 @@ def use_engine(monkeypatch, engine) -> None:
 
 
 def post(db: Db, session: str, n: int, start: int = 0, word: str = "topic") -> None:
-    append_messages(db, WS, session, [NewMessage(f"Message {i} about the {word}.", "alice", 6)
-                                      for i in range(start, start + n)], inline_max_bytes=10_000)
+    append_messages(
+        db,
+        WS,
+        session,
+        [NewMessage(f"Message {i} about the {word}.", "alice", 6) for i in range(start, start + n)],
+        inline_max_bytes=10_000,
+    )
 
 
 def covers(db: Db, session: str) -> int | None:
@@ -129,8 +134,11 @@ def covers(db: Db, session: str) -> int | None:
 
 
 def lease(db: Db, session: str) -> dict | None:
-    return from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.summary_lease(WS, session)),
-                                        ConsistentRead=True).get("Item"))
+    return from_item(
+        db.client.get_item(TableName=db.table, Key=to_item(keys.summary_lease(WS, session)), ConsistentRead=True).get(
+            "Item"
+        )
+    )
 
 
 def run_batch(db: Db, sessions: list[str]) -> dict:
@@ -165,7 +173,8 @@ def test_a_failed_session_fails_its_own_records_only_and_lets_its_lease_go(serve
     records = message_records(served.client, ws=WS, session_id="ok") + down + [poison]
     out = invoke("SummarizeFunction", {"Records": records})
     assert {f["itemIdentifier"] for f in out["batchItemFailures"]} == {
-        r["dynamodb"]["SequenceNumber"] for r in [*down, poison]}
+        r["dynamodb"]["SequenceNumber"] for r in [*down, poison]
+    }
     assert covers(served, "ok") == 20 and covers(served, "down") is None
     assert lease(served, "down") is None  # the retry of its records can take it at once
 
@@ -192,8 +201,11 @@ def test_an_invocation_that_finds_the_session_busy_leaves_it_to_the_holder_who_r
     post(served, "s1", 20)
     holder_engine, other_engine = Held(), Recording()
     outcome = {}
-    holder = threading.Thread(target=lambda: outcome.update(holder=summarize_under_lease(
-        served, get_settings(), WS, "s1", engine_for=lambda _: holder_engine)))
+    holder = threading.Thread(
+        target=lambda: outcome.update(
+            holder=summarize_under_lease(served, get_settings(), WS, "s1", engine_for=lambda _: holder_engine)
+        )
+    )
     holder.start()
     assert holder_engine.entered.wait(timeout=WAIT_S)  # the holder is in its LLM call, covering 1..20
     post(served, "s1", 20, start=20)  # 21..40: the next short summary falls due meanwhile
@@ -212,26 +224,27 @@ def test_a_crashed_holders_lease_expires_at_its_deadline(served):
     post(served, "s1", 20)
     assert take_summary_lease(served, WS, "s1", owner="crashed", until=1_100.0, clock=lambda: 1_000.0)
     engine = Recording()
-    before = summarize_under_lease(served, get_settings(), WS, "s1", engine_for=lambda _: engine,
-                                   clock=lambda: 1_099.0)
+    before = summarize_under_lease(served, get_settings(), WS, "s1", engine_for=lambda _: engine, clock=lambda: 1_099.0)
     assert before.runs == 0 and engine.requests == [] and covers(served, "s1") is None
-    after = summarize_under_lease(served, get_settings(), WS, "s1", engine_for=lambda _: engine,
-                                  clock=lambda: 1_100.5)
+    after = summarize_under_lease(served, get_settings(), WS, "s1", engine_for=lambda _: engine, clock=lambda: 1_100.5)
     assert after.runs == 1 and len(engine.requests) == 1 and covers(served, "s1") == 20
     assert lease(served, "s1") is None
 
 
 def test_the_retry_of_a_crashed_holders_batch_takes_its_lease_over_at_once(served):
     post(served, "s1", 20)
-    assert take_summary_lease(served, WS, "s1", owner="crashed", until=2_000.0, clock=lambda: 1_000.0,
-                              records=["101", "102"])
+    assert take_summary_lease(
+        served, WS, "s1", owner="crashed", until=2_000.0, clock=lambda: 1_000.0, records=["101", "102"]
+    )
     engine = Recording()
-    other = summarize_under_lease(served, get_settings(), WS, "s1", records=["103"], engine_for=lambda _: engine,
-                                  clock=lambda: 1_001.0)
+    other = summarize_under_lease(
+        served, get_settings(), WS, "s1", records=["103"], engine_for=lambda _: engine, clock=lambda: 1_001.0
+    )
     assert other.runs == 0 and engine.requests == []  # another batch's records: the holder may be alive
     # Lambda sends a batch again only once the invocation that had it is over: the holder will not run again.
-    retry = summarize_under_lease(served, get_settings(), WS, "s1", records=["101"], engine_for=lambda _: engine,
-                                  clock=lambda: 1_002.0)
+    retry = summarize_under_lease(
+        served, get_settings(), WS, "s1", records=["101"], engine_for=lambda _: engine, clock=lambda: 1_002.0
+    )
     assert retry.runs == 1 and covers(served, "s1") == 20 and lease(served, "s1") is None
 
 
@@ -242,8 +255,7 @@ def test_a_holder_out_of_time_fails_its_records_and_lets_the_lease_go(served):
         timeout = 30.0
 
     with pytest.raises(TimeoutError, match="no summary step fit"):
-        summarize_under_lease(served, get_settings(), WS, "s1", engine_for=lambda _: Slow(),
-                              remaining_s=lambda: 20.0)
+        summarize_under_lease(served, get_settings(), WS, "s1", engine_for=lambda _: Slow(), remaining_s=lambda: 20.0)
     assert lease(served, "s1") is None  # the retried records take it at once, whoever marked it meanwhile
 
 

@@ -7,19 +7,19 @@ import json
 
 import pytest
 from aws_lambda_powertools import Metrics
+
+from local.models.llm_server import prompt_tokens
+from local.template import template
 from precis.settings import Settings
-from precis.summaries.engines import SummaryResult
-from precis.summaries.engines.extractive import ExtractiveEngine
 from precis.store.db import Db
 from precis.store.messages import NewMessage, append_messages
 from precis.store.resources import get_or_create_workspace, update_workspace
 from precis.store.summaries import Put, put_failure, put_summary, read_summary_state
+from precis.summaries.engines import SummaryResult
+from precis.summaries.engines.extractive import ExtractiveEngine
 from precis.summaries.runner import FINISH_MARGIN_S, summarize_session
 from precis.tokens import count_messages, count_text
-
-from local.template import template
 from tests.handlers import invoke
-from local.models.llm_server import prompt_tokens
 from tests.stream import message_records
 
 WS, S = "ws1", "s1"
@@ -36,13 +36,20 @@ def db(aws) -> Db:
 
 
 def settings_for(server, **overrides) -> Settings:
-    return Settings(table_name=template().table_name, bucket_name=template().bucket_name, llm_base_url=server.url,
-                    llm_api_key="sk-test", llm_model="m", **overrides)
+    return Settings(
+        table_name=template().table_name,
+        bucket_name=template().bucket_name,
+        llm_base_url=server.url,
+        llm_api_key="sk-test",
+        llm_model="m",
+        **overrides,
+    )
 
 
 def post(db: Db, contents: list[str], run_id: str | None = None, peer: str = "alice") -> None:
-    append_messages(db, WS, S, [NewMessage(c, peer, count_text(c), run_id=run_id) for c in contents],
-                    inline_max_bytes=16_384)
+    append_messages(
+        db, WS, S, [NewMessage(c, peer, count_text(c), run_id=run_id) for c in contents], inline_max_bytes=16_384
+    )
 
 
 def message(i: int, sentences: int) -> str:
@@ -81,8 +88,9 @@ def test_a_job_larger_than_the_input_budget_runs_in_incremental_steps_each_withi
     assert final["covers_seq"] == 20 and "job_through_seq" not in final
     # Each step starts where the last ended, from the summary that step wrote, at a message boundary.
     chain = audits(db)
-    assert [a["covers"]["previous_covers_seq"] for a in chain] == [None] + [a["covers"]["through_seq"]
-                                                                          for a in chain[:-1]]
+    assert [a["covers"]["previous_covers_seq"] for a in chain] == [None] + [
+        a["covers"]["through_seq"] for a in chain[:-1]
+    ]
     assert all(a["job"] == {"first_seq": 1, "through_seq": 20} for a in chain)
     for before, request in zip(chain, llm_server.requests[1:]):
         assert f"<previous_summary>\n{before['output']}\n</previous_summary>" in request.body["messages"][1]["content"]
@@ -265,13 +273,27 @@ def test_a_job_that_fails_for_good_is_no_poison_pill_for_the_stream(aws, llm_ser
 
 
 def _set_session(db: Db, expression: str, values: dict | None = None) -> None:
-    db.client.update_item(TableName=db.table, Key={"PK": {"S": f"WS#{WS}"}, "SK": {"S": f"SESSION#{S}"}},
-                          UpdateExpression=expression, **({"ExpressionAttributeValues": values} if values else {}))
+    db.client.update_item(
+        TableName=db.table,
+        Key={"PK": {"S": f"WS#{WS}"}, "SK": {"S": f"SESSION#{S}"}},
+        UpdateExpression=expression,
+        **({"ExpressionAttributeValues": values} if values else {}),
+    )
 
 
 def _put(db: Db, incarnation: str | None, covers: int) -> Put:
-    return put_summary(db, WS, S, incarnation=incarnation, summary_type=SHORT, content=f"covers {covers}",
-                       token_count=2, covers_seq=covers, end_tokens=covers * 10, message_id=f"m{covers}")
+    return put_summary(
+        db,
+        WS,
+        S,
+        incarnation=incarnation,
+        summary_type=SHORT,
+        content=f"covers {covers}",
+        token_count=2,
+        covers_seq=covers,
+        end_tokens=covers * 10,
+        message_id=f"m{covers}",
+    )
 
 
 def test_put_summary_is_bound_to_the_incarnation_and_monotonic(db):
@@ -285,8 +307,22 @@ def test_put_summary_is_bound_to_the_incarnation_and_monotonic(db):
     assert stored(db)["covers_seq"] == 20
     _set_session(db, "REMOVE deleted_at, incarnation")  # a session item from before incarnations
     assert _put(db, None, 40) is Put.WRITTEN and _put(db, "A", 60) is Put.SESSION_GONE
-    assert put_failure(db, WS, S, incarnation="A", summary_type=SHORT, first_seq=41, through_seq=60,
-                       fingerprint="f", failures=1, retry_at=0.0, reason="x") is Put.SESSION_GONE
+    assert (
+        put_failure(
+            db,
+            WS,
+            S,
+            incarnation="A",
+            summary_type=SHORT,
+            first_seq=41,
+            through_seq=60,
+            fingerprint="f",
+            failures=1,
+            retry_at=0.0,
+            reason="x",
+        )
+        is Put.SESSION_GONE
+    )
 
 
 class _RecreatedMeanwhile:
@@ -299,8 +335,9 @@ class _RecreatedMeanwhile:
 
     def summarize(self, request):
         _set_session(self.db, "SET incarnation = :i", {":i": {"S": "incarnation-B"}})
-        return SummaryResult(text="about the old incarnation", prompt="[]", model="slow", input_tokens=1,
-                             output_tokens=1, latency_ms=0.0)
+        return SummaryResult(
+            text="about the old incarnation", prompt="[]", model="slow", input_tokens=1, output_tokens=1, latency_ms=0.0
+        )
 
 
 def test_a_summary_computed_for_one_incarnation_never_lands_in_the_next(db):

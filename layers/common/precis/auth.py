@@ -111,8 +111,15 @@ ROUTES: dict[str, Access] = {
 }
 
 
-def mint_key(secret: str, *, admin: bool = False, workspace: str | None = None, peer: str | None = None,
-             session: str | None = None, expires: int | None = None) -> str:
+def mint_key(
+    secret: str,
+    *,
+    admin: bool = False,
+    workspace: str | None = None,
+    peer: str | None = None,
+    session: str | None = None,
+    expires: int | None = None,
+) -> str:
     """An HS256 JWT with Honcho's claims; a peer or session claim needs a workspace claim."""
     import jwt  # deferred: the read path's cold start does not pay for PyJWT until a key is checked
 
@@ -178,9 +185,16 @@ def body_id(body: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def authorize(principal: Principal, access: Access, *, workspace: str | None = None, peer: str | None = None,
-              session: str | None = None, body: Any = None,
-              is_member: Callable[[str], bool] = lambda _session: False) -> None:
+def authorize(
+    principal: Principal,
+    access: Access,
+    *,
+    workspace: str | None = None,
+    peer: str | None = None,
+    session: str | None = None,
+    body: Any = None,
+    is_member: Callable[[str], bool] = lambda _session: False,
+) -> None:
     """Raise Forbidden (403) unless `principal` may perform a request of `access` on these ids.
 
     `body` is the request's parsed JSON (create routes read its `id`); `is_member(session_id)` says whether the
@@ -206,8 +220,11 @@ def authorize(principal: Principal, access: Access, *, workspace: str | None = N
     if access is Access.CREATE_SESSION:
         _authorize_session_create(principal, body, is_member)
         return
-    if principal.session is not None and session == principal.session and access in (Access.SESSION_READ,
-                                                                                        Access.SESSION_WRITE):
+    if (
+        principal.session is not None
+        and session == principal.session
+        and access in (Access.SESSION_READ, Access.SESSION_WRITE)
+    ):
         return
     if principal.peer is not None:
         if access is Access.PEER and peer == principal.peer:
@@ -215,8 +232,10 @@ def authorize(principal: Principal, access: Access, *, workspace: str | None = N
         if access is Access.SESSION_READ and session is not None:
             if is_member(session):
                 return
-            raise Forbidden(f"a peer key reads only the live sessions its peer belongs to; '{principal.peer}' is "
-                            f"not a member of session '{session}'")
+            raise Forbidden(
+                f"a peer key reads only the live sessions its peer belongs to; '{principal.peer}' is "
+                f"not a member of session '{session}'"
+            )
         if access is Access.SESSION_WRITE and session is not None:
             raise Forbidden(f"a peer key can read the sessions of '{principal.peer}' but not write to them")
     raise Forbidden("this key's scope does not cover this route")
@@ -235,18 +254,23 @@ def _authorize_session_create(principal: Principal, body: Any, is_member: Callab
     if principal.session is not None and session_id == principal.session:
         return
     if principal.peer is None:
-        raise Forbidden(f"a key for session '{principal.session}' can only create or get that session, "
-                        f"not '{session_id}'")
+        raise Forbidden(
+            f"a key for session '{principal.session}' can only create or get that session, not '{session_id}'"
+        )
     # A peer key never creates a session nor adds members through this route (the store adds the body's peers
     # to an existing session): it may only get a live session its peer already belongs to.
     extra = sorted(k for k in body if k != "id") if isinstance(body, dict) else []
     if session_id is None or extra:
         sent = f"; this body also sends {', '.join(map(repr, extra))}" if extra else ""
-        raise Forbidden(f"a key for peer '{principal.peer}' cannot create sessions or change them here: it may "
-                        f"only get a session it belongs to, with a body of just {{\"id\": <session id>}}{sent}")
+        raise Forbidden(
+            f"a key for peer '{principal.peer}' cannot create sessions or change them here: it may "
+            f'only get a session it belongs to, with a body of just {{"id": <session id>}}{sent}'
+        )
     if not is_member(session_id):
-        raise Forbidden(f"a key for peer '{principal.peer}' cannot create sessions: it may only get a live session "
-                        f"it belongs to, and '{principal.peer}' is not a member of session '{session_id}'")
+        raise Forbidden(
+            f"a key for peer '{principal.peer}' cannot create sessions: it may only get a live session "
+            f"it belongs to, and '{principal.peer}' is not a member of session '{session_id}'"
+        )
 
 
 def authorize_view(principal: Principal, query: dict[str, str], body: dict[str, Any] | None = None) -> None:

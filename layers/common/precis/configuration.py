@@ -16,16 +16,20 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from precis.settings import SUMMARY_ENV, get_settings
 from precis.errors import Invalid
 from precis.schemas.summary_settings import SummaryConfig, merge_config
+from precis.settings import SUMMARY_ENV, get_settings
 
 if TYPE_CHECKING:
     from precis.settings import Settings
 
 SECTION = "summarizer"
-_HONCHO = {"enabled": "enabled", "messages_per_short_summary": "messages_per_short_summary",
-           "messages_per_long_summary": "messages_per_long_summary", "custom_instructions": "instructions"}
+_HONCHO = {
+    "enabled": "enabled",
+    "messages_per_short_summary": "messages_per_short_summary",
+    "messages_per_long_summary": "messages_per_long_summary",
+    "custom_instructions": "instructions",
+}
 
 
 def _level(configuration: dict[str, Any] | None) -> dict[str, Any]:
@@ -37,13 +41,19 @@ def _level(configuration: dict[str, Any] | None) -> dict[str, Any]:
         raise Invalid(f"configuration.summary and configuration.{SECTION} must be objects")
     unknown = sorted(set(honcho) - set(_HONCHO))
     if unknown:
-        raise Invalid(f"configuration.summary.{unknown[0]}: not a Honcho summary setting; "
-                      f"Precis settings go under configuration.{SECTION}")
+        raise Invalid(
+            f"configuration.summary.{unknown[0]}: not a Honcho summary setting; "
+            f"Precis settings go under configuration.{SECTION}"
+        )
     return {**{_HONCHO[k]: v for k, v in honcho.items()}, **ours}
 
 
-def summary_config(workspace: dict[str, Any] | None, session: dict[str, Any] | None = None, *,
-                   deployment: Mapping[str, Any] | None = None) -> SummaryConfig:
+def summary_config(
+    workspace: dict[str, Any] | None,
+    session: dict[str, Any] | None = None,
+    *,
+    deployment: Mapping[str, Any] | None = None,
+) -> SummaryConfig:
     """The effective summary settings of a session over `deployment` (default: this deployment's, from Settings);
     Invalid (422) naming the field, and the deployment's variable when the value came from there."""
     deployment = get_settings().summary_defaults if deployment is None else deployment
@@ -57,8 +67,10 @@ def summary_config(workspace: dict[str, Any] | None, session: dict[str, Any] | N
         field = str(error["loc"][0]) if error["loc"] else ""
         if field in deployment and all(level.get(field) is None for level in levels):
             variable, parameter = SUMMARY_ENV[field]
-            message += (f" ({field} {deployment[field]} is this deployment's default, {variable} / template parameter "
-                        f"{parameter}; set configuration.{SECTION}.{field} to override it)")
+            message += (
+                f" ({field} {deployment[field]} is this deployment's default, {variable} / template parameter "
+                f"{parameter}; set configuration.{SECTION}.{field} to override it)"
+            )
         raise Invalid(f"configuration.{SECTION}.{where}: {message}") from None
 
 
@@ -96,18 +108,41 @@ def _derive_level(configuration: dict[str, Any] | None) -> dict[str, Any]:
     level: dict[str, Any] = {}
     checks = (
         ("reasoning.enabled", reasoning, "enabled", lambda v: v is None or isinstance(v, bool), "true or false"),
-        ("reasoning.custom_instructions", reasoning, "custom_instructions",
-         lambda v: v is None or (isinstance(v, str) and len(v) <= 10_000), "a string of at most 10000 characters"),
-        ("deriver.engine", ours, "engine", lambda v: v is None or v in ("auto", "llm", "extractive"),
-         "auto, llm or extractive"),
-        ("deriver.model", ours, "model", lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 200),
-         "a model name"),
-        ("deriver.batch_tokens", ours, "batch_tokens",
-         lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 100_000),
-         "an integer from 0 to 100000"),
-        ("deriver.max_wait_s", ours, "max_wait_s",
-         lambda v: v is None or (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 86_400),
-         "a number of seconds from 0 to 86400"),
+        (
+            "reasoning.custom_instructions",
+            reasoning,
+            "custom_instructions",
+            lambda v: v is None or (isinstance(v, str) and len(v) <= 10_000),
+            "a string of at most 10000 characters",
+        ),
+        (
+            "deriver.engine",
+            ours,
+            "engine",
+            lambda v: v is None or v in ("auto", "llm", "extractive"),
+            "auto, llm or extractive",
+        ),
+        (
+            "deriver.model",
+            ours,
+            "model",
+            lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 200),
+            "a model name",
+        ),
+        (
+            "deriver.batch_tokens",
+            ours,
+            "batch_tokens",
+            lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 100_000),
+            "an integer from 0 to 100000",
+        ),
+        (
+            "deriver.max_wait_s",
+            ours,
+            "max_wait_s",
+            lambda v: v is None or (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 86_400),
+            "a number of seconds from 0 to 86400",
+        ),
     )
     for where, section, key, ok, what in checks:
         value = section.get(key)
@@ -118,16 +153,21 @@ def _derive_level(configuration: dict[str, Any] | None) -> dict[str, Any]:
     return level
 
 
-def derive_config(workspace: dict[str, Any] | None, session: dict[str, Any] | None = None,
-                  settings: Settings | None = None) -> DeriveConfig:
+def derive_config(
+    workspace: dict[str, Any] | None, session: dict[str, Any] | None = None, settings: Settings | None = None
+) -> DeriveConfig:
     """The effective deriver settings of a session; Invalid (422) naming a bad field."""
     settings = settings or get_settings()
     from precis.llm import configured
 
     # the summarizer's default (summaries.engines.default_engine): llm when summaries have a model
     engine = settings.derive_engine or ("llm" if configured(settings, "summaries") else "extractive")
-    merged: dict[str, Any] = {"engine": engine, "model": settings.model_for("derive"),
-                              "batch_tokens": settings.derive_batch_tokens, "max_wait_s": settings.derive_max_wait_s}
+    merged: dict[str, Any] = {
+        "engine": engine,
+        "model": settings.model_for("derive"),
+        "batch_tokens": settings.derive_batch_tokens,
+        "max_wait_s": settings.derive_max_wait_s,
+    }
     for level in (_derive_level(workspace), _derive_level(session)):
         merged.update(level)
     return DeriveConfig(**merged)
@@ -139,8 +179,12 @@ def merge_configuration(stored: dict[str, Any], sent: dict[str, Any]) -> dict[st
     return {**stored, **{key: value for key, value in sent.items() if value is not None}}
 
 
-def check_configuration(workspace: dict[str, Any] | None, session: dict[str, Any] | None = None, *,
-                        deployment: Mapping[str, Any] | None = None) -> None:
+def check_configuration(
+    workspace: dict[str, Any] | None,
+    session: dict[str, Any] | None = None,
+    *,
+    deployment: Mapping[str, Any] | None = None,
+) -> None:
     """Invalid (422) when a workspace's or session's configuration holds a bad summary or deriver setting."""
     summary_config(workspace, session, deployment=deployment)
     derive_config(workspace, session)

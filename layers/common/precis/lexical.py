@@ -90,14 +90,51 @@ def _replace(word: str, rules: tuple[tuple[str, str], ...], minimum: int) -> str
     return word
 
 
-_STEP2 = (("ational", "ate"), ("tional", "tion"), ("enci", "ence"), ("anci", "ance"), ("izer", "ize"),
-          ("bli", "ble"), ("alli", "al"), ("entli", "ent"), ("eli", "e"), ("ousli", "ous"), ("ization", "ize"),
-          ("ation", "ate"), ("ator", "ate"), ("alism", "al"), ("iveness", "ive"), ("fulness", "ful"),
-          ("ousness", "ous"), ("aliti", "al"), ("iviti", "ive"), ("biliti", "ble"), ("logi", "log"))
-_STEP3 = (("icate", "ic"), ("ative", ""), ("alize", "al"), ("iciti", "ic"), ("ical", "ic"), ("ful", ""),
-          ("ness", ""))
-_STEP4 = ("al", "ance", "ence", "er", "ic", "able", "ible", "ant", "ement", "ment", "ent", "ion", "ou", "ism",
-          "ate", "iti", "ous", "ive", "ize")
+_STEP2 = (
+    ("ational", "ate"),
+    ("tional", "tion"),
+    ("enci", "ence"),
+    ("anci", "ance"),
+    ("izer", "ize"),
+    ("bli", "ble"),
+    ("alli", "al"),
+    ("entli", "ent"),
+    ("eli", "e"),
+    ("ousli", "ous"),
+    ("ization", "ize"),
+    ("ation", "ate"),
+    ("ator", "ate"),
+    ("alism", "al"),
+    ("iveness", "ive"),
+    ("fulness", "ful"),
+    ("ousness", "ous"),
+    ("aliti", "al"),
+    ("iviti", "ive"),
+    ("biliti", "ble"),
+    ("logi", "log"),
+)
+_STEP3 = (("icate", "ic"), ("ative", ""), ("alize", "al"), ("iciti", "ic"), ("ical", "ic"), ("ful", ""), ("ness", ""))
+_STEP4 = (
+    "al",
+    "ance",
+    "ence",
+    "er",
+    "ic",
+    "able",
+    "ible",
+    "ant",
+    "ement",
+    "ment",
+    "ent",
+    "ion",
+    "ou",
+    "ism",
+    "ate",
+    "iti",
+    "ous",
+    "ive",
+    "ize",
+)
 
 
 @lru_cache(maxsize=131_072)
@@ -219,8 +256,9 @@ class Stats:
     @classmethod
     def of(cls, documents: Iterable[Document]) -> Stats:
         documents = list(documents)
-        return cls(len(documents), sum(d.length for d in documents),
-                   dict(Counter(t for d in documents for t in d.counts)))
+        return cls(
+            len(documents), sum(d.length for d in documents), dict(Counter(t for d in documents for t in d.counts))
+        )
 
 
 @dataclass(frozen=True)
@@ -236,8 +274,11 @@ class Query:
 
     def score(self, document: Document, average_length: float) -> float:
         """The exact BM25 score of `document` (terms summed in query order)."""
-        return sum(weight * saturation(document.counts[t], document.length, average_length)
-                   for t, weight in self.weights.items() if t in document.counts)
+        return sum(
+            weight * saturation(document.counts[t], document.length, average_length)
+            for t, weight in self.weights.items()
+            if t in document.counts
+        )
 
     def __bool__(self) -> bool:
         return bool(self.weights)
@@ -311,9 +352,16 @@ class _Candidate:
         return sum(self.known.values())
 
 
-def top_k(weights: Mapping[str, float], readers: Sequence[Reader], k: int, average: float,
-          counts_of: Callable[[list[Key]], Mapping[Key, Document]], *, first_page: int | None = None,
-          max_page: int = 1000) -> list[tuple[Key, float]]:
+def top_k(
+    weights: Mapping[str, float],
+    readers: Sequence[Reader],
+    k: int,
+    average: float,
+    counts_of: Callable[[list[Key]], Mapping[Key, Document]],
+    *,
+    first_page: int | None = None,
+    max_page: int = 1000,
+) -> list[tuple[Key, float]]:
     """The k best texts for a query of `weights` (term -> idf x query count) from its terms' postings, exactly as
     scoring every text would rank them; `counts_of` reads texts' exact counts (winners, and the few texts seen in
     only some of their terms that could still beat the k-th, are settled that way instead of reading on)."""
@@ -329,8 +377,11 @@ def top_k(weights: Mapping[str, float], readers: Sequence[Reader], k: int, avera
             document, candidate = exact.get(key), seen[key]
             candidate.exact = True
             if document is not None:  # (None: deleted since it was indexed; what its postings said stands)
-                candidate.known = {t: weights[t] * saturation(document.counts[t], document.length, average)
-                                   for t in by_term if t in document.counts}
+                candidate.known = {
+                    t: weights[t] * saturation(document.counts[t], document.length, average)
+                    for t in by_term
+                    if t in document.counts
+                }
 
     for cursor in cursors:
         cursor.size = first_page or k + 1
@@ -347,8 +398,9 @@ def top_k(weights: Mapping[str, float], readers: Sequence[Reader], k: int, avera
             for posting in page.postings:
                 candidate = seen.setdefault(posting.key, _Candidate(posting.length))
                 if not candidate.exact:
-                    candidate.known[cursor.reader.term] = cursor.weight * saturation(posting.count, posting.length,
-                                                                                     average)
+                    candidate.known[cursor.reader.term] = cursor.weight * saturation(
+                        posting.count, posting.length, average
+                    )
             cursor.last, cursor.done = page.last or cursor.last, page.done
         doubtful = _doubtful(seen, by_term, k, average)
         if doubtful is not None and len(doubtful) <= RESOLVE_AT_ONCE + 4 * k:
@@ -363,8 +415,9 @@ def top_k(weights: Mapping[str, float], readers: Sequence[Reader], k: int, avera
     return sorted(((key, s) for key, s in scored if s > 0), key=lambda hit: (-hit[1], hit[0]))[:k]
 
 
-def _doubtful(seen: dict[Key, _Candidate], by_term: dict[str, list[_Cursor]], k: int,
-             average: float) -> list[Key] | None:
+def _doubtful(
+    seen: dict[Key, _Candidate], by_term: dict[str, list[_Cursor]], k: int, average: float
+) -> list[Key] | None:
     """Whether the k best known texts can still be beaten (or tied by a smaller key): None when a text not seen yet
     could, else the seen texts that could (settled by their counts); [] when nothing can."""
     open_terms = {t: [c for c in cs if not c.done] for t, cs in by_term.items()}
@@ -392,15 +445,17 @@ def _doubtful(seen: dict[Key, _Candidate], by_term: dict[str, list[_Cursor]], k:
     if unseen > floor:
         return None
     # To tie, such a text must come after the last posting read in a group that holds it: after the smallest.
-    if unseen == floor and (any(c.last is None for c in cursors) or not kth_key < min(c.last[1] for c in cursors
-                                                                                      if c.last)):
+    if unseen == floor and (
+        any(c.last is None for c in cursors) or not kth_key < min(c.last[1] for c in cursors if c.last)
+    ):
         return None
     doubtful = []
     for key, candidate in ranked:
         if candidate.exact or len(candidate.known) == len(by_term):
             continue
-        reach_ = candidate.lower + sum(reach(cs, candidate.length) for t, cs in open_terms.items()
-                                       if t not in candidate.known)
+        reach_ = candidate.lower + sum(
+            reach(cs, candidate.length) for t, cs in open_terms.items() if t not in candidate.known
+        )
         if key in (k for k, _ in ranked[:k]):
             continue  # a winner already: its exact score comes at the end
         if reach_ > floor or (reach_ == floor and key < kth_key):

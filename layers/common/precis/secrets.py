@@ -7,8 +7,8 @@ import time
 
 from aws_lambda_powertools import Logger
 
-from precis.settings import get_settings
 from precis.errors import Unavailable
+from precis.settings import get_settings
 
 logger = Logger(child=True)
 
@@ -51,8 +51,10 @@ def jwt_secret() -> str:
     """The key that signs and verifies bearer keys."""
     secret = get_settings().jwt_secret or _secret_field("jwt_secret")
     if not secret:
-        raise Unavailable("no key-signing secret is configured: set PRECIS_JWT_SECRET (local stack) or the "
-                          "jwt_secret field of the stack's secret")
+        raise Unavailable(
+            "no key-signing secret is configured: set PRECIS_JWT_SECRET (local stack) or the "
+            "jwt_secret field of the stack's secret"
+        )
     return secret
 
 
@@ -64,8 +66,9 @@ def llm_api_key() -> str | None:
 def with_llm_key(settings):
     """`settings` with the LLM API key from Secrets Manager when the environment has none (deployed stacks) and a role
     uses the openai provider (Bedrock needs no key: its calls are signed with the function's role)."""
-    providers = {getattr(settings, f"{role}_provider", None) or settings.llm_provider
-                 for role in ("summaries", "derive", "chat")}
+    providers = {
+        getattr(settings, f"{role}_provider", None) or settings.llm_provider for role in ("summaries", "derive", "chat")
+    }
     if settings.llm_api_key or ("openai" not in providers and settings.embedder != "openai"):
         return settings
     key = llm_api_key()

@@ -67,14 +67,17 @@ ENVIRONMENT: dict[str, tuple[str, str | None]] = {
     "dream_idle_s": ("PRECIS_DREAM_IDLE_S", None),
 }
 # The deployment's summary defaults: SummaryConfig field -> (variable, parameter).
-SUMMARY_ENV = {field.removeprefix("summary_"): names for field, names in ENVIRONMENT.items()
-               if field.startswith("summary_")}
+SUMMARY_ENV = {
+    field.removeprefix("summary_"): names for field, names in ENVIRONMENT.items() if field.startswith("summary_")
+}
 
 
 # A Bedrock model id (amazon.titan-..., anthropic.claude-...), a cross-region inference profile id
 # (us.anthropic.claude-...), or the ARN of a model or inference profile.
-BEDROCK_MODEL = re.compile(r"^(arn:aws[a-z-]*:bedrock:[a-z0-9-]*:\d{0,12}:[a-z-]+/\S+|"
-                           r"([a-z]{2,4}\.)?[a-z][a-z0-9]*\.[A-Za-z0-9._:-]+)$")
+BEDROCK_MODEL = re.compile(
+    r"^(arn:aws[a-z-]*:bedrock:[a-z0-9-]*:\d{0,12}:[a-z-]+/\S+|"
+    r"([a-z]{2,4}\.)?[a-z][a-z0-9]*\.[A-Za-z0-9._:-]+)$"
+)
 # The model a role asks for when none is set, by the provider answering it (README "Models"): `llm` for the chat roles
 # (summaries, derive, chat), `embed` for the embedder. The Bedrock ones are current, generally available and enabled
 # in every account without a use-case form: Amazon Nova 2 Lite, which Bedrock serves only through cross-Region
@@ -86,8 +89,12 @@ DEFAULT_MODELS = {
 }
 LLM_ROLES = ("summaries", "derive", "chat")
 # The Bedrock embedding models Precis speaks to, and the dimensions each can answer.
-BEDROCK_EMBED_DIMENSIONS = {"amazon.titan-embed-text-v2": (256, 512, 1024), "amazon.titan-embed-text-v1": (1536,),
-                            "cohere.embed-v4": (256, 512, 1024, 1536), "cohere.embed-": (1024,)}
+BEDROCK_EMBED_DIMENSIONS = {
+    "amazon.titan-embed-text-v2": (256, 512, 1024),
+    "amazon.titan-embed-text-v1": (1536,),
+    "cohere.embed-v4": (256, 512, 1024, 1536),
+    "cohere.embed-": (1024,),
+}
 
 
 class SettingsError(RuntimeError):
@@ -210,18 +217,24 @@ class Settings(BaseModel):
             model = self.model_for(role)
             field = "derive_model" if role == "derive" and self.derive_model else "llm_model"
             if not BEDROCK_MODEL.match(model):
-                raise ValueError(f"{_VARIABLES[field]}={model!r}{_parameter(field)}: not a Bedrock model id or "
-                                 f"inference profile (the {', '.join(roles)} role(s) use Bedrock)")
+                raise ValueError(
+                    f"{_VARIABLES[field]}={model!r}{_parameter(field)}: not a Bedrock model id or "
+                    f"inference profile (the {', '.join(roles)} role(s) use Bedrock)"
+                )
         if self.embedder == "bedrock":
             model = self.model_for("embed")
             family = next((f for f in BEDROCK_EMBED_DIMENSIONS if model.startswith(f)), None)
             if family is None:
-                raise ValueError(f"PRECIS_EMBED_MODEL={model!r} (template parameter EmbedModel): not a "
-                                 "Bedrock embedding model (amazon.titan-embed-text-v2:0, cohere.embed-*)")
+                raise ValueError(
+                    f"PRECIS_EMBED_MODEL={model!r} (template parameter EmbedModel): not a "
+                    "Bedrock embedding model (amazon.titan-embed-text-v2:0, cohere.embed-*)"
+                )
             if self.embed_dimensions not in BEDROCK_EMBED_DIMENSIONS[family]:
-                raise ValueError(f"PRECIS_EMBED_DIMENSIONS={self.embed_dimensions} (template parameter "
-                                 f"EmbedDimensions): {model} answers "
-                                 f"{', '.join(map(str, BEDROCK_EMBED_DIMENSIONS[family]))} dimensions")
+                raise ValueError(
+                    f"PRECIS_EMBED_DIMENSIONS={self.embed_dimensions} (template parameter "
+                    f"EmbedDimensions): {model} answers "
+                    f"{', '.join(map(str, BEDROCK_EMBED_DIMENSIONS[family]))} dimensions"
+                )
         return self
 
     @model_validator(mode="after")
@@ -279,6 +292,7 @@ def _explain(exc: ValidationError) -> str:
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
         message = error["msg"].removeprefix("Value error, ")
-        parts.append(f"{_VARIABLES[field]}={error['input']!r}{_parameter(field)}: {message}" if field in _VARIABLES
-                     else message)
+        parts.append(
+            f"{_VARIABLES[field]}={error['input']!r}{_parameter(field)}: {message}" if field in _VARIABLES else message
+        )
     return "; ".join(parts)

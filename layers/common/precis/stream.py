@@ -31,9 +31,12 @@ class Route:
     absent: tuple[str, ...] = ()
 
     def matches(self, event_name: str, image: dict[str, Any]) -> bool:
-        return (event_name in self.events and image.get("kind") == self.kind
-                and all(image.get(a) not in (None, "") for a in self.present)
-                and all(a not in image for a in self.absent))
+        return (
+            event_name in self.events
+            and image.get("kind") == self.kind
+            and all(image.get(a) not in (None, "") for a in self.present)
+            and all(a not in image for a in self.absent)
+        )
 
 
 ROUTES = (
@@ -53,8 +56,15 @@ ROUTES = (
 )
 
 # The DynamoDB type of each attribute a route names, for the filter patterns.
-_TYPES = {"kind": "S", "copy_of": "S", "job_through_seq": "N", "deleted_at": "S", "purged_at": "S",
-          "base_session": "S", "requested": "S"}
+_TYPES = {
+    "kind": "S",
+    "copy_of": "S",
+    "job_through_seq": "N",
+    "deleted_at": "S",
+    "purged_at": "S",
+    "base_session": "S",
+    "requested": "S",
+}
 
 
 def job_of(consumer: str, event_name: str, image: dict[str, Any]) -> str | None:

@@ -15,9 +15,9 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from precis.api import caller
 from precis.api.answers import json_response, to_json
 from precis.auth import ROUTES, Access, Principal, authorize, authorize_view, bearer, verify_key
-from precis.settings import get_settings
 from precis.errors import PrecisError, Throttled
 from precis.secrets import jwt_secret
+from precis.settings import get_settings
 
 logger = Logger(child=True)
 
@@ -26,8 +26,12 @@ INTERNAL_ERROR = "internal error; it has been logged"
 # Routes whose body is a multipart form the route reads itself (bytes as API Gateway hands them over, base64); their
 # handlers declare no JSON body, so Powertools never parses it.
 FORM_ROUTES = {"POST /v3/workspaces/{workspace_id}/sessions/{session_id}/messages/upload"}
-_BODY_READERS = {Access.CREATE_WORKSPACE, Access.CREATE_PEER, Access.CREATE_SESSION,  # decide on the body's id
-                 Access.PEER}  # a peer key may not read through a scope (authorize_view)
+_BODY_READERS = {
+    Access.CREATE_WORKSPACE,
+    Access.CREATE_PEER,
+    Access.CREATE_SESSION,  # decide on the body's id
+    Access.PEER,
+}  # a peer key may not read through a scope (authorize_view)
 
 
 def _nesting(value: Any) -> int:
@@ -44,8 +48,15 @@ def _nesting(value: Any) -> int:
 def load_json(text: str | bytes) -> Any:
     """A request body as JSON; a 422 when it nests deeper than MAX_BODY_DEPTH (validators and filters recurse
     over bodies, and the parser itself overflows the stack on ~1000 levels)."""
-    too_deep = RequestValidationError([{"loc": ("body",), "type": "json_too_deep",
-                                        "msg": f"body: JSON nests deeper than the limit of {MAX_BODY_DEPTH} levels"}])
+    too_deep = RequestValidationError(
+        [
+            {
+                "loc": ("body",),
+                "type": "json_too_deep",
+                "msg": f"body: JSON nests deeper than the limit of {MAX_BODY_DEPTH} levels",
+            }
+        ]
+    )
     try:
         value = json.loads(text)
     except RecursionError:
@@ -127,8 +138,15 @@ def authenticate(event: dict) -> Principal | None:
         return resources.is_member(get_db(), workspace, session_id, principal.peer)
 
     body = _body(event) if access in _BODY_READERS and not principal.admin else None
-    authorize(principal, access, workspace=workspace, peer=ids.get("peer_id"), session=ids.get("session_id"),
-              body=body, is_member=is_member)
+    authorize(
+        principal,
+        access,
+        workspace=workspace,
+        peer=ids.get("peer_id"),
+        session=ids.get("session_id"),
+        body=body,
+        is_member=is_member,
+    )
     authorize_view(principal, event.get("queryStringParameters") or {}, body if isinstance(body, dict) else None)
     return principal
 
@@ -154,8 +172,12 @@ def _body_problem(event: dict) -> tuple[int, Any] | None:
 
 
 def _answer(status: int, detail: Any, headers: dict[str, str] | None = None) -> dict:
-    return {"statusCode": status, "headers": {"Content-Type": "application/json", **(headers or {})},
-            "body": to_json({"detail": detail}), "isBase64Encoded": False}
+    return {
+        "statusCode": status,
+        "headers": {"Content-Type": "application/json", **(headers or {})},
+        "body": to_json({"detail": detail}),
+        "isBase64Encoded": False,
+    }
 
 
 def _retry_after(exc: PrecisError) -> dict[str, str]:
@@ -209,18 +231,24 @@ def openapi_document() -> dict:
     app.include_router(read.router)
     app.include_router(write.router)
     app.include_router(chat.router)
-    schema = app.get_openapi_schema(title="Precis", version="3.0.0",
-                                    description="Conversation memory, wire-compatible with Honcho v3")
+    schema = app.get_openapi_schema(
+        title="Precis", version="3.0.0", description="Conversation memory, wire-compatible with Honcho v3"
+    )
     return _with_bearer_keys(_with_error_responses(schema.model_dump(mode="json", by_alias=True, exclude_none=True)))
 
 
 def _with_bearer_keys(document: dict) -> dict:
     """Declare the keys every documented route takes (none is public: /health, the docs and the console stay out of
     the document), so that a client generator, or the docs' "Authorize", sends them."""
-    document.setdefault("components", {})["securitySchemes"] = {"bearer": {
-        "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-        "description": "A Precis key: an HS256 JWT with Honcho's claims (POST /v3/keys mints scoped ones). "
-                       "Checked when auth is on, as it always is deployed."}}
+    document.setdefault("components", {})["securitySchemes"] = {
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "JWT",
+            "description": "A Precis key: an HS256 JWT with Honcho's claims (POST /v3/keys mints scoped ones). "
+            "Checked when auth is on, as it always is deployed.",
+        }
+    }
     document["security"] = [{"bearer": []}]
     return document
 
@@ -229,8 +257,12 @@ def _with_error_responses(document: dict) -> dict:
     """Document the error contract Powertools cannot infer: every 4xx body is `{"detail": "<sentence>"}`, and a 422
     is either that (a rule across parameters, e.g. scope with peer_perspective) or the list of schema violations."""
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
-    schemas["Error"] = {"title": "Error", "type": "object", "required": ["detail"],
-                        "properties": {"detail": {"type": "string", "title": "Detail"}}}
+    schemas["Error"] = {
+        "title": "Error",
+        "type": "object",
+        "required": ["detail"],
+        "properties": {"detail": {"type": "string", "title": "Detail"}},
+    }
     error = {"$ref": "#/components/schemas/Error"}
     invalid = {"anyOf": [{"$ref": "#/components/schemas/HTTPValidationError"}, error]}
     for operation in (op for path in document.get("paths", {}).values() for op in path.values()):

@@ -20,14 +20,18 @@ PageNo = Annotated[int, Query(ge=1, le=10**9, description="page number, from 1")
 PageSize = Annotated[int, Query(ge=1, le=100, description="items per page, 1-100")]
 Reverse = Annotated[bool, Query(description="newest first")]
 
-Tokens = Annotated[int | None, Query(ge=1, le=MAX_CONTEXT_TOKENS,
-                                     description=f"token limit of the whole context, 1-{MAX_CONTEXT_TOKENS}")]
+Tokens = Annotated[
+    int | None,
+    Query(ge=1, le=MAX_CONTEXT_TOKENS, description=f"token limit of the whole context, 1-{MAX_CONTEXT_TOKENS}"),
+]
 OptionalId = Annotated[str | None, Query(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]
 SessionIds = Annotated[list[str] | None, Query(max_length=1000)]
 TopK = Annotated[int | None, Query(ge=1, le=100)]
 Distance = Annotated[float | None, Query(ge=0, le=1)]
 MaxConclusions = Annotated[int | None, Query(ge=1, le=100)]
 # Absent: the session's configuration.summarizer.whole_runs (over the workspace's and the deployment's default).
-WholeRuns = Annotated[bool | None, Query(description="never return part of a run (ext); absent: the session's "
-                                                      "configuration.summarizer.whole_runs")]
+WholeRuns = Annotated[
+    bool | None,
+    Query(description="never return part of a run (ext); absent: the session's configuration.summarizer.whole_runs"),
+]
 OptionalMessageId = Annotated[str | None, Query(pattern=MESSAGE_ID_PATTERN)]

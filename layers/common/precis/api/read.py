@@ -7,18 +7,20 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
-from precis.context.rules import check_context_params, session_allowlist
-from precis.schemas import ConclusionQuery, ListBody, RepresentationQuery, SearchQuery
+from precis.api.caller import caller
 from precis.api.params import (
     MAX_CONTEXT_TOKENS,
+    ConclusionId,
     Distance,
     MaxConclusions,
     MessageId,
     OptionalId,
+    OptionalScope,
     PageNo,
     PageSize,
     PeerId,
     Reverse,
+    ScopeIdPath,
     SessionId,
     SessionIds,
     Tokens,
@@ -26,11 +28,11 @@ from precis.api.params import (
     WholeRuns,
     WorkspaceId,
 )
-from precis.api.params import ConclusionId, OptionalScope, ScopeIdPath
-from precis.api.caller import caller
 from precis.auth import Principal
-from precis.errors import Invalid
 from precis.context import compose
+from precis.context.rules import check_context_params, session_allowlist
+from precis.errors import Invalid
+from precis.schemas import ConclusionQuery, ListBody, RepresentationQuery, SearchQuery
 from precis.store import messages, resources
 from precis.store.db import get_db
 
@@ -50,20 +52,36 @@ def list_workspaces(body: ListBody | None = None, page: PageNo = 1, size: PageSi
 
 
 @router.post("/v3/workspaces/<workspace_id>/peers/list")
-def list_peers(workspace_id: WorkspaceId, body: ListBody | None = None, page: PageNo = 1, size: PageSize = 50,
-               reverse: Reverse = False):
+def list_peers(
+    workspace_id: WorkspaceId,
+    body: ListBody | None = None,
+    page: PageNo = 1,
+    size: PageSize = 50,
+    reverse: Reverse = False,
+):
     return resources.list_peers(get_db(), workspace_id, _filters(body), page, size, reverse)
 
 
 @router.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/sessions")
-def list_peer_sessions(workspace_id: WorkspaceId, peer_id: PeerId, body: ListBody | None = None, page: PageNo = 1,
-                       size: PageSize = 50, reverse: Reverse = False):
+def list_peer_sessions(
+    workspace_id: WorkspaceId,
+    peer_id: PeerId,
+    body: ListBody | None = None,
+    page: PageNo = 1,
+    size: PageSize = 50,
+    reverse: Reverse = False,
+):
     return resources.list_peer_sessions(get_db(), workspace_id, peer_id, _filters(body), page, size, reverse)
 
 
 @router.post("/v3/workspaces/<workspace_id>/sessions/list")
-def list_sessions(workspace_id: WorkspaceId, body: ListBody | None = None, page: PageNo = 1, size: PageSize = 50,
-                  reverse: Reverse = False):
+def list_sessions(
+    workspace_id: WorkspaceId,
+    body: ListBody | None = None,
+    page: PageNo = 1,
+    size: PageSize = 50,
+    reverse: Reverse = False,
+):
     return resources.list_sessions(get_db(), workspace_id, _filters(body), page, size, reverse)
 
 
@@ -78,8 +96,14 @@ def get_peer_config(workspace_id: WorkspaceId, session_id: SessionId, peer_id: P
 
 
 @router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages/list")
-def list_session_messages(workspace_id: WorkspaceId, session_id: SessionId, body: ListBody | None = None,
-                          page: PageNo = 1, size: PageSize = 50, reverse: Reverse = False):
+def list_session_messages(
+    workspace_id: WorkspaceId,
+    session_id: SessionId,
+    body: ListBody | None = None,
+    page: PageNo = 1,
+    size: PageSize = 50,
+    reverse: Reverse = False,
+):
     return messages.list_messages(get_db(), workspace_id, session_id, _filters(body), page, size, reverse)
 
 
@@ -89,31 +113,80 @@ def get_message(workspace_id: WorkspaceId, session_id: SessionId, message_id: Me
 
 
 @router.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/context")
-def get_context(workspace_id: WorkspaceId, session_id: SessionId, tokens: Tokens = None, summary: bool = True,
-                whole_runs: WholeRuns = None, peer_target: OptionalId = None, peer_perspective: OptionalId = None,
-                scope: OptionalScope = None, sessions: SessionIds = None, limit_to_session: bool = False,
-                search_query: str | None = None, search_top_k: TopK = None, search_max_distance: Distance = None,
-                include_most_frequent: bool = False, max_conclusions: MaxConclusions = None):
-    return session_context(workspace_id, session_id, tokens=tokens, summary=summary, whole_runs=whole_runs,
-                           peer_target=peer_target, peer_perspective=peer_perspective, scope=scope, sessions=sessions,
-                           limit_to_session=limit_to_session, search_query=search_query, search_top_k=search_top_k,
-                           search_max_distance=search_max_distance, include_most_frequent=include_most_frequent,
-                           max_conclusions=max_conclusions, principal=caller())
+def get_context(
+    workspace_id: WorkspaceId,
+    session_id: SessionId,
+    tokens: Tokens = None,
+    summary: bool = True,
+    whole_runs: WholeRuns = None,
+    peer_target: OptionalId = None,
+    peer_perspective: OptionalId = None,
+    scope: OptionalScope = None,
+    sessions: SessionIds = None,
+    limit_to_session: bool = False,
+    search_query: str | None = None,
+    search_top_k: TopK = None,
+    search_max_distance: Distance = None,
+    include_most_frequent: bool = False,
+    max_conclusions: MaxConclusions = None,
+):
+    return session_context(
+        workspace_id,
+        session_id,
+        tokens=tokens,
+        summary=summary,
+        whole_runs=whole_runs,
+        peer_target=peer_target,
+        peer_perspective=peer_perspective,
+        scope=scope,
+        sessions=sessions,
+        limit_to_session=limit_to_session,
+        search_query=search_query,
+        search_top_k=search_top_k,
+        search_max_distance=search_max_distance,
+        include_most_frequent=include_most_frequent,
+        max_conclusions=max_conclusions,
+        principal=caller(),
+    )
 
 
-def session_context(workspace_id: str, session_id: str, *, tokens: int | None = None, summary: bool = True,
-                    whole_runs: bool | None = None, peer_target: str | None = None,
-                    peer_perspective: str | None = None, scope: str | None = None, sessions: list[str] | None = None,
-                    limit_to_session: bool = False, search_query: str | None = None, search_top_k: int | None = None,
-                    search_max_distance: float | None = None, include_most_frequent: bool = False,
-                    max_conclusions: int | None = None, principal: Principal | None = None) -> dict:
+def session_context(
+    workspace_id: str,
+    session_id: str,
+    *,
+    tokens: int | None = None,
+    summary: bool = True,
+    whole_runs: bool | None = None,
+    peer_target: str | None = None,
+    peer_perspective: str | None = None,
+    scope: str | None = None,
+    sessions: list[str] | None = None,
+    limit_to_session: bool = False,
+    search_query: str | None = None,
+    search_top_k: int | None = None,
+    search_max_distance: float | None = None,
+    include_most_frequent: bool = False,
+    max_conclusions: int | None = None,
+    principal: Principal | None = None,
+) -> dict:
     """The context route's answer for these (checked) parameters; `principal`, the caller's key (None: no keys), bounds
     the sessions a search query recalls from."""
-    check_context_params(session_id, peer_target=peer_target, peer_perspective=peer_perspective, scope=scope,
-                         sessions=sessions, limit_to_session=limit_to_session)
+    check_context_params(
+        session_id,
+        peer_target=peer_target,
+        peer_perspective=peer_perspective,
+        scope=scope,
+        sessions=sessions,
+        limit_to_session=limit_to_session,
+    )
     peer = None
-    allowlist = ((session_id,) if limit_to_session else
-                 tuple(s for part in sessions for s in part.split(",")) if sessions is not None else None)
+    allowlist = (
+        (session_id,)
+        if limit_to_session
+        else tuple(s for part in sessions for s in part.split(","))
+        if sessions is not None
+        else None
+    )
     if peer_target:
         observer = peer_perspective or peer_target
         if scope is not None:
@@ -123,11 +196,19 @@ def session_context(workspace_id: str, session_id: str, *, tokens: int | None = 
             observer = scopes.observer(scope)
         from precis.store import representation
 
-        peer = compose.PeerView(representation.Request(
-            observer=observer, observed=peer_target,
-            max_conclusions=max_conclusions or 100, include_most_frequent=include_most_frequent,
-            search_query=search_query, search_top_k=search_top_k, search_max_distance=search_max_distance,
-            sessions=allowlist), _embed)
+        peer = compose.PeerView(
+            representation.Request(
+                observer=observer,
+                observed=peer_target,
+                max_conclusions=max_conclusions or 100,
+                include_most_frequent=include_most_frequent,
+                search_query=search_query,
+                search_top_k=search_top_k,
+                search_max_distance=search_max_distance,
+                sessions=allowlist,
+            ),
+            _embed,
+        )
     recall = None
     if search_query:
         from precis.settings import get_settings
@@ -140,12 +221,24 @@ def session_context(workspace_id: str, session_id: str, *, tokens: int | None = 
             reach = (session_id, *scopes.member_sessions(get_db(), workspace_id, [scope]))
         if principal is not None and principal.session is not None:
             reach = (session_id,)  # a session's key reads that session only
-        recall = compose.Recall(search_query, _embed if settings.embedder != "hashed" else None,
-                                share=settings.context_recall_share,
-                                peers=(peer_target,) if peer_target else None, sessions=reach,
-                                reader=principal.peer if principal is not None else None)
-    return compose.read_context(get_db(), workspace_id, session_id, tokens or MAX_CONTEXT_TOKENS,
-                                use_summary=summary, whole_runs=whole_runs, peer=peer, recall=recall)
+        recall = compose.Recall(
+            search_query,
+            _embed if settings.embedder != "hashed" else None,
+            share=settings.context_recall_share,
+            peers=(peer_target,) if peer_target else None,
+            sessions=reach,
+            reader=principal.peer if principal is not None else None,
+        )
+    return compose.read_context(
+        get_db(),
+        workspace_id,
+        session_id,
+        tokens or MAX_CONTEXT_TOKENS,
+        use_summary=summary,
+        whole_runs=whole_runs,
+        peer=peer,
+        recall=recall,
+    )
 
 
 @router.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/summaries")
@@ -155,6 +248,7 @@ def get_summaries(workspace_id: WorkspaceId, session_id: SessionId):
 
 # ---------------------------------------------------------------- derived memory (docs/design.md, "Derived memory")
 
+
 def _embed(text: str) -> list[float]:
     from precis.memory.embeddings import configured_embedder
 
@@ -162,8 +256,13 @@ def _embed(text: str) -> list[float]:
 
 
 @router.post("/v3/workspaces/<workspace_id>/conclusions/list")
-def list_conclusions(workspace_id: WorkspaceId, body: ListBody | None = None, page: PageNo = 1, size: PageSize = 50,
-                     reverse: Reverse = False):
+def list_conclusions(
+    workspace_id: WorkspaceId,
+    body: ListBody | None = None,
+    page: PageNo = 1,
+    size: PageSize = 50,
+    reverse: Reverse = False,
+):
     from precis.store import conclusions
 
     return conclusions.list_conclusions(get_db(), workspace_id, _filters(body), page, size, reverse)
@@ -174,8 +273,9 @@ def query_conclusions(workspace_id: WorkspaceId, body: ConclusionQuery):
     from precis.memory.embeddings import configured_embedder
     from precis.store import conclusions
 
-    return conclusions.query(get_db(), workspace_id, body.query, body.top_k, body.distance, body.filters,
-                             embedder=configured_embedder())
+    return conclusions.query(
+        get_db(), workspace_id, body.query, body.top_k, body.distance, body.filters, embedder=configured_embedder()
+    )
 
 
 @router.get("/v3/workspaces/<workspace_id>/conclusions/<conclusion_id>")
@@ -195,12 +295,17 @@ def get_peer_card(workspace_id: WorkspaceId, peer_id: PeerId, target: OptionalId
 
 
 @router.get("/v3/workspaces/<workspace_id>/queue/status")
-def queue_status(workspace_id: WorkspaceId, observer_id: OptionalId = None, sender_id: OptionalId = None,
-                 session_id: OptionalId = None):
+def queue_status(
+    workspace_id: WorkspaceId,
+    observer_id: OptionalId = None,
+    sender_id: OptionalId = None,
+    session_id: OptionalId = None,
+):
     from precis.memory import queue
 
-    return queue.queue_status(get_db(), workspace_id, observer_id=observer_id, sender_id=sender_id,
-                              session_id=session_id)
+    return queue.queue_status(
+        get_db(), workspace_id, observer_id=observer_id, sender_id=sender_id, session_id=session_id
+    )
 
 
 def _representation(workspace_id: str, request: "representation.Request", tokens: int | None):
@@ -218,13 +323,28 @@ def _representation(workspace_id: str, request: "representation.Request", tokens
 
 
 @router.get("/v3/workspaces/<workspace_id>/peers/<peer_id>/context")
-def get_peer_context(workspace_id: WorkspaceId, peer_id: PeerId, target: OptionalId = None,
-                     search_query: str | None = None, search_top_k: TopK = None, search_max_distance: Distance = None,
-                     include_most_frequent: bool = True, max_conclusions: MaxConclusions = None, tokens: Tokens = None):
+def get_peer_context(
+    workspace_id: WorkspaceId,
+    peer_id: PeerId,
+    target: OptionalId = None,
+    search_query: str | None = None,
+    search_top_k: TopK = None,
+    search_max_distance: Distance = None,
+    include_most_frequent: bool = True,
+    max_conclusions: MaxConclusions = None,
+    tokens: Tokens = None,
+):
     from precis.store import representation
 
-    request = representation.Request(peer_id, target or peer_id, max_conclusions or 100, include_most_frequent,
-                                      search_query or None, search_top_k, search_max_distance)
+    request = representation.Request(
+        peer_id,
+        target or peer_id,
+        max_conclusions or 100,
+        include_most_frequent,
+        search_query or None,
+        search_top_k,
+        search_max_distance,
+    )
     text, card = _representation(workspace_id, request, tokens)
     return {"peer_id": peer_id, "target_id": target or peer_id, "representation": text, "peer_card": card}
 
@@ -242,13 +362,22 @@ def get_peer_representation(workspace_id: WorkspaceId, peer_id: PeerId, body: Re
     allowlist = session_allowlist(body.session_id, body.filters.session_id if body.filters else None)
     from precis.store import representation
 
-    request = representation.Request(observer, body.target or peer_id, body.max_conclusions, body.include_most_frequent,
-                                      body.search_query, body.search_top_k, body.search_max_distance, allowlist)
+    request = representation.Request(
+        observer,
+        body.target or peer_id,
+        body.max_conclusions,
+        body.include_most_frequent,
+        body.search_query,
+        body.search_top_k,
+        body.search_max_distance,
+        allowlist,
+    )
     text, _card = _representation(workspace_id, request, None)
     return {"representation": text}
 
 
 # ---------------------------------------------------------------- scopes (docs/design.md, "Derived memory", Scopes)
+
 
 @router.get("/v3/workspaces/<workspace_id>/scopes/<scope_id>")
 def get_scope(workspace_id: WorkspaceId, scope_id: ScopeIdPath):
@@ -258,8 +387,13 @@ def get_scope(workspace_id: WorkspaceId, scope_id: ScopeIdPath):
 
 
 @router.post("/v3/workspaces/<workspace_id>/scopes/list")
-def list_scopes(workspace_id: WorkspaceId, body: ListBody | None = None, page: PageNo = 1, size: PageSize = 50,
-                reverse: Reverse = False):
+def list_scopes(
+    workspace_id: WorkspaceId,
+    body: ListBody | None = None,
+    page: PageNo = 1,
+    size: PageSize = 50,
+    reverse: Reverse = False,
+):
     from precis.store import scopes
 
     if _filters(body):
@@ -268,8 +402,14 @@ def list_scopes(workspace_id: WorkspaceId, body: ListBody | None = None, page: P
 
 
 @router.post("/v3/workspaces/<workspace_id>/scopes/<scope_id>/sessions/list")
-def list_scope_sessions(workspace_id: WorkspaceId, scope_id: ScopeIdPath, body: ListBody | None = None,
-                        page: PageNo = 1, size: PageSize = 50, reverse: Reverse = False):
+def list_scope_sessions(
+    workspace_id: WorkspaceId,
+    scope_id: ScopeIdPath,
+    body: ListBody | None = None,
+    page: PageNo = 1,
+    size: PageSize = 50,
+    reverse: Reverse = False,
+):
     from precis.store import scopes
 
     if _filters(body):
@@ -285,6 +425,7 @@ def scope_status(workspace_id: WorkspaceId, scope_id: ScopeIdPath):
 
 
 # ---------------------------------------------------------------- message search (docs/design.md, "Derived memory")
+
 
 def _search(workspace_id: str, body: SearchQuery, **within: str):
     from precis.settings import get_settings

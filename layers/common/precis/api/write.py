@@ -7,11 +7,7 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 
-from precis.messages import upload
-from precis.auth import mint_key
-from precis.settings import get_settings
-from precis.messages.ingest import create_messages
-from precis.schemas import Id
+from precis.api.answers import json_response
 from precis.api.params import (
     ConclusionId,
     MessageId,
@@ -22,10 +18,10 @@ from precis.api.params import (
     SessionId,
     WorkspaceId,
 )
-from precis.secrets import jwt_secret
-from precis.store import messages, resources
-from precis.store.db import get_db
-from precis.api.answers import json_response
+from precis.auth import mint_key
+from precis.messages import upload
+from precis.messages.ingest import create_messages
+from precis.schemas import Id
 from precis.schemas.bodies import (
     ConclusionBatch,
     DreamRequest,
@@ -40,6 +36,10 @@ from precis.schemas.bodies import (
     SessionCreate,
     WorkspaceCreate,
 )
+from precis.secrets import jwt_secret
+from precis.settings import get_settings
+from precis.store import messages, resources
+from precis.store.db import get_db
 
 router = Router()
 
@@ -122,22 +122,30 @@ def _members_changed(workspace_id: str, session_id: str, change):
 @router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers")
 def add_session_peers(workspace_id: WorkspaceId, session_id: SessionId, body: dict[Id, PeerFlags]):
     flags = {p: f.model_dump() for p, f in body.items()}
-    return _members_changed(workspace_id, session_id, lambda db, incarnation: resources.add_members(
-        db, workspace_id, session_id, flags, incarnation=incarnation))
+    return _members_changed(
+        workspace_id,
+        session_id,
+        lambda db, incarnation: resources.add_members(db, workspace_id, session_id, flags, incarnation=incarnation),
+    )
 
 
 @router.put("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers")
 def set_session_peers(workspace_id: WorkspaceId, session_id: SessionId, body: dict[Id, PeerFlags]):
     flags = {p: f.model_dump() for p, f in body.items()}
-    return _members_changed(workspace_id, session_id, lambda db, incarnation: resources.set_members(
-        db, workspace_id, session_id, flags, incarnation=incarnation))
+    return _members_changed(
+        workspace_id,
+        session_id,
+        lambda db, incarnation: resources.set_members(db, workspace_id, session_id, flags, incarnation=incarnation),
+    )
 
 
 @router.delete("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers")
-def remove_session_peers(workspace_id: WorkspaceId, session_id: SessionId,
-                         body: Annotated[list[Id], Body(max_length=100)]):
-    return _members_changed(workspace_id, session_id,
-                            lambda db, _: resources.remove_members(db, workspace_id, session_id, body))
+def remove_session_peers(
+    workspace_id: WorkspaceId, session_id: SessionId, body: Annotated[list[Id], Body(max_length=100)]
+):
+    return _members_changed(
+        workspace_id, session_id, lambda db, _: resources.remove_members(db, workspace_id, session_id, body)
+    )
 
 
 @router.put("/v3/workspaces/<workspace_id>/sessions/<session_id>/peers/<peer_id>/config")
@@ -148,10 +156,15 @@ def set_peer_config(workspace_id: WorkspaceId, session_id: SessionId, peer_id: P
 
 
 @router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages")
-def create_session_messages(workspace_id: WorkspaceId, session_id: SessionId, body: MessageBatch,
-                            idempotency_key: Annotated[str | None, Header()] = None):
-    status, views = create_messages(get_db(), get_settings(), workspace_id, session_id, body, idempotency_key,
-                                    lease_s=_remaining_s())
+def create_session_messages(
+    workspace_id: WorkspaceId,
+    session_id: SessionId,
+    body: MessageBatch,
+    idempotency_key: Annotated[str | None, Header()] = None,
+):
+    status, views = create_messages(
+        get_db(), get_settings(), workspace_id, session_id, body, idempotency_key, lease_s=_remaining_s()
+    )
     return json_response(status, views)
 
 
@@ -161,25 +174,37 @@ def update_message(workspace_id: WorkspaceId, session_id: SessionId, message_id:
 
 
 @router.post("/v3/keys")
-def create_key(workspace_id: OptionalId = None, peer_id: OptionalId = None, session_id: OptionalId = None,
-               expires_at: Annotated[datetime | None, Query(description="ISO 8601; becomes the numeric exp")] = None):
+def create_key(
+    workspace_id: OptionalId = None,
+    peer_id: OptionalId = None,
+    session_id: OptionalId = None,
+    expires_at: Annotated[datetime | None, Query(description="ISO 8601; becomes the numeric exp")] = None,
+):
     expires = None
     if expires_at is not None:
         expires = int((expires_at if expires_at.tzinfo else expires_at.replace(tzinfo=UTC)).timestamp())
-    key = mint_key(jwt_secret(), workspace=workspace_id, peer=peer_id, session=session_id, expires=expires,
-                   admin=not (workspace_id or peer_id or session_id))
+    key = mint_key(
+        jwt_secret(),
+        workspace=workspace_id,
+        peer=peer_id,
+        session=session_id,
+        expires=expires,
+        admin=not (workspace_id or peer_id or session_id),
+    )
     return {"key": key}
 
 
 # ---------------------------------------------------------------- derived memory (docs/design.md, "Derived memory")
+
 
 @router.post("/v3/workspaces/<workspace_id>/conclusions")
 def create_conclusions(workspace_id: WorkspaceId, body: ConclusionBatch):
     from precis.memory.embeddings import configured_embedder
     from precis.store import conclusions
 
-    made = conclusions.create(get_db(), workspace_id, [c.model_dump() for c in body.conclusions],
-                              embedder=configured_embedder())
+    made = conclusions.create(
+        get_db(), workspace_id, [c.model_dump() for c in body.conclusions], embedder=configured_embedder()
+    )
     return json_response(201, made)
 
 
@@ -204,6 +229,7 @@ def set_peer_card(workspace_id: WorkspaceId, peer_id: PeerId, body: PeerCard, ta
 
 
 # ---------------------------------------------------------------- scopes (docs/design.md, "Derived memory", Scopes)
+
 
 @router.post("/v3/workspaces/<workspace_id>/scopes")
 def create_scope(workspace_id: WorkspaceId, body: ScopeCreate):
@@ -230,6 +256,7 @@ def remove_scope_session(workspace_id: WorkspaceId, scope_id: ScopeIdPath, sessi
 
 # ---------------------------------------------------------------- dreams (docs/design.md, "Derived memory", Dreams)
 
+
 @router.post("/v3/workspaces/<workspace_id>/schedule_dream")
 def schedule_dream(workspace_id: WorkspaceId, body: DreamRequest):
     from precis.memory.dreams import DreamTarget, schedule
@@ -238,8 +265,9 @@ def schedule_dream(workspace_id: WorkspaceId, body: DreamRequest):
     resources.require_peers(db, workspace_id, body.observer, body.observed)
     if body.session_id is not None:
         resources.require_session(db, workspace_id, body.session_id)
-    schedule(db, DreamTarget(workspace_id, body.observer, body.observed or body.observer), body.session_id,
-             datetime.now(UTC))
+    schedule(
+        db, DreamTarget(workspace_id, body.observer, body.observed or body.observer), body.session_id, datetime.now(UTC)
+    )
     return json_response(204, None)
 
 
@@ -255,17 +283,22 @@ def clone_session(workspace_id: WorkspaceId, session_id: SessionId, message_id: 
 _STORE_RESERVE_S = 5.0  # of the invocation's time, kept for storing the batch after reading the file
 
 
-@router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages/upload",
-             # the body is a multipart form that precis.messages.upload reads (not Powertools): OpenAPI is told its
-             # shape here
-             openapi_extensions={"requestBody": upload.OPENAPI_BODY})
-def upload_session_file(workspace_id: WorkspaceId, session_id: SessionId,
-                        idempotency_key: Annotated[str | None, Header()] = None):
+@router.post(
+    "/v3/workspaces/<workspace_id>/sessions/<session_id>/messages/upload",
+    # the body is a multipart form that precis.messages.upload reads (not Powertools): OpenAPI is told its
+    # shape here
+    openapi_extensions={"requestBody": upload.OPENAPI_BODY},
+)
+def upload_session_file(
+    workspace_id: WorkspaceId, session_id: SessionId, idempotency_key: Annotated[str | None, Header()] = None
+):
     event, db, settings = router.current_event, get_db(), get_settings()
     form = upload.read_form(event.body, event.is_base64_encoded, event.headers.get("content-type"))
     resources.require_session(db, workspace_id, session_id)
-    batch = upload.to_batch(form, settings.max_message_chars,
-                            deadline=time.monotonic() + _remaining_s() - 1 - _STORE_RESERVE_S)
-    status, views = create_messages(db, settings, workspace_id, session_id, batch, idempotency_key,
-                                    lease_s=_remaining_s())
+    batch = upload.to_batch(
+        form, settings.max_message_chars, deadline=time.monotonic() + _remaining_s() - 1 - _STORE_RESERVE_S
+    )
+    status, views = create_messages(
+        db, settings, workspace_id, session_id, batch, idempotency_key, lease_s=_remaining_s()
+    )
     return json_response(status, views)

@@ -75,8 +75,9 @@ class Evidence:
 
     def read_conclusions(self, views: list[dict[str, Any]]) -> None:
         for v in views:
-            self.conclusions.setdefault(v["id"], {f: v.get(f) for f in _CONCLUSION_FIELDS} | {
-                "source_ids": list(v.get("source_ids") or ())})
+            self.conclusions.setdefault(
+                v["id"], {f: v.get(f) for f in _CONCLUSION_FIELDS} | {"source_ids": list(v.get("source_ids") or ())}
+            )
 
     def read_messages(self, views: list[dict[str, Any]]) -> None:
         for v in views:
@@ -86,8 +87,12 @@ class Evidence:
         self.tool_calls.append({"tool_name": tool_name, "tool_input": tool_input})
 
     def view(self) -> dict[str, Any]:
-        return {"conclusions": list(self.conclusions.values()), "messages": list(self.messages.values()),
-                "tool_calls": list(self.tool_calls), "reasoning_trace_id": None}
+        return {
+            "conclusions": list(self.conclusions.values()),
+            "messages": list(self.messages.values()),
+            "tool_calls": list(self.tool_calls),
+            "reasoning_trace_id": None,
+        }
 
 
 class Memory(Protocol):
@@ -130,19 +135,22 @@ def chat_engine_name(settings: Settings) -> str:
 
 # ---------------------------------------------------------------- the prompt's memory
 
+
 def memory_text(request: ChatRequest, gathered: Gathered) -> str:
     """The first retrieval as the prompt shows it: tagged sections, only those with something in them."""
     parts = []
     if gathered.card:
         parts.append("<peer_card>\n" + "\n".join(gathered.card) + "\n</peer_card>")
     if gathered.conclusions:
-        parts.append("<conclusions>\n" + "\n".join(conclusion_line(c) for c in gathered.conclusions)
-                     + "\n</conclusions>")
+        parts.append(
+            "<conclusions>\n" + "\n".join(conclusion_line(c) for c in gathered.conclusions) + "\n</conclusions>"
+        )
     if gathered.summary:
         parts.append(f"<session_summary>\n{gathered.summary}\n</session_summary>")
     if gathered.messages:
-        parts.append("<recent_messages>\n" + "\n".join(message_line(m) for m in gathered.messages)
-                     + "\n</recent_messages>")
+        parts.append(
+            "<recent_messages>\n" + "\n".join(message_line(m) for m in gathered.messages) + "\n</recent_messages>"
+        )
     return "\n\n".join(parts)
 
 
@@ -157,6 +165,7 @@ def message_line(view: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------- response_format
 
+
 def check_response_format(schema: dict[str, Any] | None) -> None:
     """422 unless `schema` is a JSON Schema whose root is an object."""
     if schema is None:
@@ -164,7 +173,7 @@ def check_response_format(schema: dict[str, Any] | None) -> None:
     from jsonschema import SchemaError, validators
 
     if schema.get("type") != "object":
-        raise Invalid(f"response_format: the schema's root must have \"type\": \"object\", got {schema.get('type')!r}")
+        raise Invalid(f'response_format: the schema\'s root must have "type": "object", got {schema.get("type")!r}')
     try:
         validators.validator_for(schema).check_schema(schema)
     except SchemaError as exc:
@@ -188,6 +197,7 @@ def schema_problem(text: str, schema: dict[str, Any]) -> str | None:
 
 # ---------------------------------------------------------------- the answer's shapes
 
+
 def answer_body(content: str | None, evidence: Evidence | None) -> dict[str, Any]:
     body: dict[str, Any] = {"content": content}
     if evidence is not None:
@@ -201,7 +211,7 @@ _PIECE = re.compile(r"\S+\s*|\s+")
 def pieces(text: str, words: int = 4) -> list[str]:
     """`text` in consecutive pieces of a few words that join back to it exactly."""
     tokens = _PIECE.findall(text)
-    return ["".join(tokens[i:i + words]) for i in range(0, len(tokens), words)]
+    return ["".join(tokens[i : i + words]) for i in range(0, len(tokens), words)]
 
 
 def sse_body(content: str | None, evidence: Evidence | None) -> str:

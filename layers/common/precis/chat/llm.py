@@ -43,9 +43,15 @@ _TOOLS = {
         "function": {
             "name": "search_conclusions",
             "description": "Search what is known about the peer: the conclusions nearest a query, nearest first.",
-            "parameters": {"type": "object", "additionalProperties": False, "required": ["query"], "properties": {
-                "query": {"type": "string", "description": "what to look for"},
-                "top_k": {"type": "integer", "minimum": 1, "maximum": 20, "description": "how many (default 10)"}}},
+            "parameters": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["query"],
+                "properties": {
+                    "query": {"type": "string", "description": "what to look for"},
+                    "top_k": {"type": "integer", "minimum": 1, "maximum": 20, "description": "how many (default 10)"},
+                },
+            },
         },
     },
     "search_messages": {
@@ -53,9 +59,15 @@ _TOOLS = {
         "function": {
             "name": "search_messages",
             "description": "Search the conversation messages, best match first.",
-            "parameters": {"type": "object", "additionalProperties": False, "required": ["query"], "properties": {
-                "query": {"type": "string", "description": "words to find"},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 20, "description": "how many (default 10)"}}},
+            "parameters": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["query"],
+                "properties": {
+                    "query": {"type": "string", "description": "words to find"},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 20, "description": "how many (default 10)"},
+                },
+            },
         },
     },
 }
@@ -75,8 +87,9 @@ class LLMChat:
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> LLMChat:
         max_input = overrides.pop("max_input_tokens", None) or getattr(settings, "llm_max_input_tokens", None) or 16_000
-        return cls(model_from(settings, "chat", **({"time_budget": CHAT_TIME_BUDGET} | overrides)),
-                   max_input_tokens=max_input)
+        return cls(
+            model_from(settings, "chat", **({"time_budget": CHAT_TIME_BUDGET} | overrides)), max_input_tokens=max_input
+        )
 
     @property
     def model(self) -> str:
@@ -85,8 +98,11 @@ class LLMChat:
     def answer(self, request: ChatRequest, memory: Memory, gathered: Gathered) -> str | None:
         """The model's answer; EngineError (with a SchemaMismatch cause for a schema never met) when it fails."""
         deadline = self.llm.clock() + self.llm.time_budget
-        who = (f"You speak for {request.observer}: what {request.observer} knows about {request.observed}."
-               if request.observer else "You can see the whole workspace: every peer and session.")
+        who = (
+            f"You speak for {request.observer}: what {request.observer} knows about {request.observed}."
+            if request.observer
+            else "You can see the whole workspace: every peer and session."
+        )
         known = memory_text(request, gathered) or "(nothing remembered yet)"
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM.format(who=who)},
@@ -94,20 +110,30 @@ class LLMChat:
         ]
         tools = [_TOOLS["search_conclusions"]] if memory.searches_conclusions else []
         tools.append(_TOOLS["search_messages"])
-        run = {"search_conclusions": lambda a: _conclusions(memory, a),
-               "search_messages": lambda a: _messages(memory, a)}
+        run = {
+            "search_conclusions": lambda a: _conclusions(memory, a),
+            "search_messages": lambda a: _messages(memory, a),
+        }
         for round_no in range(request.rounds + 1):
             offer = round_no < request.rounds and self._fits_another_round(messages, request)
             reply = self._ask(messages, request, tools if offer else None, deadline)
             calls = reply.tool_calls if offer else ()
             if not calls:
                 return reply.text or None
-            messages.append({"role": "assistant", "content": reply.text or "",
-                             "tool_calls": [{"id": c.id, "type": "function",
-                                             "function": {"name": c.name, "arguments": c.arguments}} for c in calls]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": reply.text or "",
+                    "tool_calls": [
+                        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                        for c in calls
+                    ],
+                }
+            )
             for call in calls:
-                messages.append({"role": "tool", "tool_call_id": call.id,
-                                 "content": _run(memory, run, call.name, call.arguments)})
+                messages.append(
+                    {"role": "tool", "tool_call_id": call.id, "content": _run(memory, run, call.name, call.arguments)}
+                )
         raise AssertionError("unreachable: the last round offers no tools")
 
     def _fits_another_round(self, messages: list[dict[str, Any]], request: ChatRequest) -> bool:
@@ -115,19 +141,29 @@ class LLMChat:
         spent = count_messages([{"role": m["role"], "content": m.get("content") or ""} for m in messages])
         return spent + 2 * TOOL_RESULT_TOKENS + request.answer_tokens <= self.max_input_tokens
 
-    def _ask(self, messages: list[dict[str, Any]], request: ChatRequest, tools: list[dict[str, Any]] | None,
-             deadline: float) -> Reply:
+    def _ask(
+        self, messages: list[dict[str, Any]], request: ChatRequest, tools: list[dict[str, Any]] | None, deadline: float
+    ) -> Reply:
         schema = request.response_format
         response_format = schema_prompt = None
         if schema is not None:  # structured output where the server supports it, else the schema in the prompt
-            response_format = {"type": "json_schema",
-                               "json_schema": {"name": "answer", "schema": schema, "strict": False}}
-            schema_prompt = ("Answer with one JSON object, and nothing else, valid against this JSON Schema:\n"
-                             + json.dumps(schema))
+            response_format = {
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": schema, "strict": False},
+            }
+            schema_prompt = (
+                "Answer with one JSON object, and nothing else, valid against this JSON Schema:\n" + json.dumps(schema)
+            )
 
         def attempt(timeout: float) -> Reply:
-            reply = self.llm.complete(messages, max_tokens=request.answer_tokens, tools=tools, timeout=timeout,
-                                      response_format=response_format, schema_prompt=schema_prompt)
+            reply = self.llm.complete(
+                messages,
+                max_tokens=request.answer_tokens,
+                tools=tools,
+                timeout=timeout,
+                response_format=response_format,
+                schema_prompt=schema_prompt,
+            )
             if tools and reply.tool_calls:
                 return reply
             text = reply.require_text()
@@ -180,4 +216,3 @@ def _conclusions(memory: Memory, args: dict[str, Any]) -> str:
 def _messages(memory: Memory, args: dict[str, Any]) -> str:
     found = memory.search_messages(args["query"], _count(args, "limit"))
     return _capped([message_line(m) for m in found], "no messages found")
-

@@ -48,8 +48,10 @@ def _fill(schema: dict[str, Any], lines: list[str]) -> str:
     answer = json.dumps(document, ensure_ascii=False)
     problem = schema_problem(answer, schema)
     if problem is not None:
-        raise Invalid(f"response_format: the offline engine cannot answer in this schema ({problem}); configure an "
-                      "LLM endpoint for arbitrary schemas")
+        raise Invalid(
+            f"response_format: the offline engine cannot answer in this schema ({problem}); configure an "
+            "LLM endpoint for arbitrary schemas"
+        )
     return answer
 
 

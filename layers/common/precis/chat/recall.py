@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from precis.chat import TOOL_RESULT_TOKENS, Evidence, Gathered, conclusion_line, message_line
-from precis.context.fit import fit
 from precis.context import compose
+from precis.context.fit import fit
 from precis.store import conclusions, message_search, representation, resources
 from precis.store.db import Db
 from precis.store.messages import Base
@@ -30,9 +30,19 @@ class Recall:
     """One chat's reads. `observer` None: a workspace chat. `sessions`: an allowlist (explicit conclusions and
     messages of those sessions only)."""
 
-    def __init__(self, db: Db, ws: str, *, observer: str | None, observed: str | None, session_id: str | None,
-                 sessions: tuple[str, ...] | None, embed: Callable[[str], list[float]],
-                 semantic: Callable[[str], list[float]] | None, base: Base | None = None):
+    def __init__(
+        self,
+        db: Db,
+        ws: str,
+        *,
+        observer: str | None,
+        observed: str | None,
+        session_id: str | None,
+        sessions: tuple[str, ...] | None,
+        embed: Callable[[str], list[float]],
+        semantic: Callable[[str], list[float]] | None,
+        base: Base | None = None,
+    ):
         self.db, self.ws = db, ws
         self.observer, self.observed = observer, observed
         self.session_id, self.sessions = session_id, sessions
@@ -60,8 +70,9 @@ class Recall:
 
     def _gather_peer(self, query: str, budget: int) -> Gathered:
         assert self.observer is not None and self.observed is not None
-        request = representation.Request(self.observer, self.observed, MAX_CONCLUSIONS, True, query,
-                                          sessions=self.sessions)
+        request = representation.Request(
+            self.observer, self.observed, MAX_CONCLUSIONS, True, query, sessions=self.sessions
+        )
         read = representation.start(self.db, self.ws, request, self._embed)()
         fitted = fit(read.conclusions, read.card, budget, count_text)
         chosen = sorted(fitted.conclusions, key=lambda c: (-c.share, c.at, c.id))  # the most relevant first
@@ -85,9 +96,16 @@ class Recall:
         return Gathered(conclusions=kept, messages=found)
 
     def _view(self, chosen: Chosen) -> dict[str, Any]:
-        return {"id": chosen.id, "level": chosen.level, "content": chosen.content, "created_at": chosen.created_at,
-                "session_id": chosen.session_id, "observer_id": self.observer, "observed_id": self.observed,
-                "source_ids": list(chosen.source_ids)}
+        return {
+            "id": chosen.id,
+            "level": chosen.level,
+            "content": chosen.content,
+            "created_at": chosen.created_at,
+            "session_id": chosen.session_id,
+            "observer_id": self.observer,
+            "observed_id": self.observed,
+            "source_ids": list(chosen.source_ids),
+        }
 
     # ------------------------------------------------------------ the tools
 
@@ -122,8 +140,16 @@ class Recall:
         filters = {"session_id": {"in": list(allowed)}} if allowed is not None else None
         if allowed is not None and not allowed:
             return []
-        found = message_search.search(self.db, self.ws, query, limit, filters, semantic=self._semantic,
-                                      base=self._base if self.session_id else None, **within)
+        found = message_search.search(
+            self.db,
+            self.ws,
+            query,
+            limit,
+            filters,
+            semantic=self._semantic,
+            base=self._base if self.session_id else None,
+            **within,
+        )
         found = _within(found, message_line)
         self.evidence.read_messages(found)
         return found

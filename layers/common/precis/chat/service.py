@@ -21,10 +21,10 @@ from precis.chat import (
     get_chat_engine,
     sse_body,
 )
-from precis.context.rules import session_allowlist
-from precis.llm import EngineError, PromptTooLong
-from precis.errors import BadGateway, Invalid, Unavailable
 from precis.chat.query import ChatQuery
+from precis.context.rules import session_allowlist
+from precis.errors import BadGateway, Invalid, Unavailable
+from precis.llm import EngineError, PromptTooLong
 from precis.store import resources
 from precis.store.db import Db
 
@@ -46,8 +46,9 @@ def _engine(name: str, settings: Settings) -> ChatEngine:
     return get_chat_engine(name, settings)
 
 
-def answer_chat(db: Db, settings: Settings, ws: str, body: ChatQuery, *, peer_id: str | None,
-                embed: Callable[[str], list[float]]) -> ChatAnswer:
+def answer_chat(
+    db: Db, settings: Settings, ws: str, body: ChatQuery, *, peer_id: str | None, embed: Callable[[str], list[float]]
+) -> ChatAnswer:
     """Answer `body` as `peer_id` (a peer chat) or the workspace (peer_id None)."""
     from precis.chat.recall import Recall
 
@@ -76,8 +77,17 @@ def answer_chat(db: Db, settings: Settings, ws: str, body: ChatQuery, *, peer_id
             allowlist = scope_store.member_sessions(db, ws, scopes)
     request = ChatRequest(body.query, observer, observed, body.session_id, body.reasoning_level, body.response_format)
     semantic = embed if settings.embedder != "hashed" else None
-    memory = Recall(db, ws, observer=observer, observed=observed, session_id=body.session_id, sessions=allowlist,
-                    embed=embed, semantic=semantic, base=base)
+    memory = Recall(
+        db,
+        ws,
+        observer=observer,
+        observed=observed,
+        session_id=body.session_id,
+        sessions=allowlist,
+        embed=embed,
+        semantic=semantic,
+        base=base,
+    )
     gathered = memory.gather(body.query, MEMORY_TOKENS[body.reasoning_level])
     content = _ask(_engine(chat_engine_name(settings), settings), request, memory, gathered)
     evidence = memory.evidence if body.include_evidence else None
@@ -90,8 +100,9 @@ def _ask(engine: ChatEngine, request: ChatRequest, memory: Any, gathered: Any) -
     try:
         return engine.answer(request, memory, gathered)
     except PromptTooLong as exc:
-        raise BadGateway(f"chat: the model's context window is smaller than PRECIS_LLM_MAX_INPUT_TOKENS: {exc}") \
-            from None
+        raise BadGateway(
+            f"chat: the model's context window is smaller than PRECIS_LLM_MAX_INPUT_TOKENS: {exc}"
+        ) from None
     except EngineError as exc:
         from precis.chat.llm import SchemaMismatch
 

@@ -113,8 +113,12 @@ def plan_context(
             continue
         _check_summary_against_last(summary, last)
         leaves_newest = summary.covers_seq < last_seq and last.token_count <= limit - summary.token_count
-        if (use_summary and summary.token_count <= fits and (leaves_newest or not newest_fits)
-                and (chosen is None or _rank(summary) > _rank(chosen))):
+        if (
+            use_summary
+            and summary.token_count <= fits
+            and (leaves_newest or not newest_fits)
+            and (chosen is None or _rank(summary) > _rank(chosen))
+        ):
             chosen = summary
     message_budget = limit - (chosen.token_count if chosen else 0)
     return ContextPlan(
@@ -218,15 +222,21 @@ def _snapshot_suffix(plan: ContextPlan, candidates: Iterable[MessageCost]) -> li
     if newest.seq != plan.last_seq:
         raise IncompleteCandidates(f"candidates: newest is #{newest.seq}, the plan's last is #{plan.last_seq}")
     if newest.start_tokens + newest.token_count != plan.total_tokens:
-        raise ValueError(f"candidates: #{newest.seq} ends at {newest.start_tokens + newest.token_count} tokens, "
-                         f"the plan's last ends at {plan.total_tokens}")
+        raise ValueError(
+            f"candidates: #{newest.seq} ends at {newest.start_tokens + newest.token_count} tokens, "
+            f"the plan's last ends at {plan.total_tokens}"
+        )
     for older, newer in zip(suffix, suffix[1:]):
         if newer.seq != older.seq + 1:
             raise IncompleteCandidates(f"candidates: #{older.seq + 1}..#{newer.seq - 1} missing")
         if newer.start_tokens != older.start_tokens + older.token_count:
-            raise ValueError(f"candidates: #{newer.seq} starts at {newer.start_tokens} tokens, "
-                             f"#{older.seq} ends at {older.start_tokens + older.token_count}")
+            raise ValueError(
+                f"candidates: #{newer.seq} starts at {newer.start_tokens} tokens, "
+                f"#{older.seq} ends at {older.start_tokens + older.token_count}"
+            )
         if newer.run_start_seq not in (newer.seq, older.run_start_seq):
-            raise ValueError(f"candidates: #{newer.seq} claims run #{newer.run_start_seq}, "
-                             f"#{older.seq} is in run #{older.run_start_seq}")
+            raise ValueError(
+                f"candidates: #{newer.seq} claims run #{newer.run_start_seq}, "
+                f"#{older.seq} is in run #{older.run_start_seq}"
+            )
     return suffix

@@ -17,17 +17,30 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
+from precis.configuration import summary_config
 from precis.context.budget import (
-    ContextPlan, MessageCost, Recallable, SummaryCost, plan_context, recall_reserve, select_messages,
+    ContextPlan,
+    MessageCost,
+    Recallable,
+    SummaryCost,
+    plan_context,
+    recall_reserve,
+    select_messages,
     select_recalled,
 )
-from precis.configuration import summary_config
 from precis.errors import Invalid, NotFound, Throttled
 from precis.schemas.summary_settings import LONG, ROLLING, SHORT
 from precis.store import resources
 from precis.store.db import Db
 from precis.store.messages import (
-    Base, base_of, is_fence, last_message, messages_and_sessions, messages_at, messages_in_token_range, read_range,
+    Base,
+    base_of,
+    is_fence,
+    last_message,
+    messages_and_sessions,
+    messages_at,
+    messages_in_token_range,
+    read_range,
     with_bodies,
 )
 from precis.store.records import json_object
@@ -54,26 +67,62 @@ def _summary_cost(item: dict[str, Any]) -> SummaryCost:
 def summary_view(item: dict[str, Any] | None) -> dict[str, Any] | None:
     if item is None:
         return None
-    return {"content": item["content"], "message_id": item["message_id"], "summary_type": item["summary_type"],
-            "created_at": item["created_at"], "token_count": item["token_count"]}
+    return {
+        "content": item["content"],
+        "message_id": item["message_id"],
+        "summary_type": item["summary_type"],
+        "created_at": item["created_at"],
+        "token_count": item["token_count"],
+    }
 
 
 # Round 1 reads the summaries' costs, not their text: only the chosen summary's content is fetched, in round 2.
-_ROUND_ONE = ("PK", "SK", "summary_type", "covers_seq", "end_tokens", "token_count", "deleted_at", "configuration",
-              "base_session", "base_through")
-WINDOW_FIELDS = ("id", "seq", "peer_id", "content", "body_key", "metadata", "created_at", "token_count", "run_id",
-                   "start_tokens", "run_start_seq", "run_index")
+_ROUND_ONE = (
+    "PK",
+    "SK",
+    "summary_type",
+    "covers_seq",
+    "end_tokens",
+    "token_count",
+    "deleted_at",
+    "configuration",
+    "base_session",
+    "base_through",
+)
+WINDOW_FIELDS = (
+    "id",
+    "seq",
+    "peer_id",
+    "content",
+    "body_key",
+    "metadata",
+    "created_at",
+    "token_count",
+    "run_id",
+    "start_tokens",
+    "run_start_seq",
+    "run_index",
+)
 
 
 def _window(db: Db, ws: str, session_id: str, plan: ContextPlan, base: Base | None) -> list[dict[str, Any]]:
     """The messages the plan's token range holds (a clone's base filling in what it holds no copy of yet)."""
-    return messages_in_token_range(db, ws, session_id, plan.min_start_tokens, plan.total_tokens, WINDOW_FIELDS,
-                                   base=base)
+    return messages_in_token_range(
+        db, ws, session_id, plan.min_start_tokens, plan.total_tokens, WINDOW_FIELDS, base=base
+    )
 
 
-def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: bool = True,
-                 whole_runs: bool | None = None, peer: PeerView | None = None,
-                 recall: Recall | None = None) -> dict[str, Any]:
+def read_context(
+    db: Db,
+    ws: str,
+    session_id: str,
+    limit: int,
+    *,
+    use_summary: bool = True,
+    whole_runs: bool | None = None,
+    peer: PeerView | None = None,
+    recall: Recall | None = None,
+) -> dict[str, Any]:
     """The context of a session within `limit` tokens (summary + newest messages, and with `peer` the
     representation and card), Honcho's shape + ext.
 
@@ -91,12 +140,23 @@ def read_context(db: Db, ws: str, session_id: str, limit: int, *, use_summary: b
     raise Throttled(f"the summaries of session '{session_id}' are being rewritten; retry the request")
 
 
-def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, whole_runs: bool | None,
-               peer: PeerView | None, recall: Recall | None = None) -> dict[str, Any] | None:
+def _read_once(
+    db: Db,
+    ws: str,
+    session_id: str,
+    limit: int,
+    use_summary: bool,
+    whole_runs: bool | None,
+    peer: PeerView | None,
+    recall: Recall | None = None,
+) -> dict[str, Any] | None:
     """One two-round read (three with a search query); None when the chosen summary was replaced between the
     rounds (then read again)."""
-    peers = tuple(p for p in dict.fromkeys((peer.request.observer, peer.request.observed))
-                  if not p.startswith("scope.")) if peer else ()
+    peers = (
+        tuple(p for p in dict.fromkeys((peer.request.observer, peer.request.observed)) if not p.startswith("scope."))
+        if peer
+        else ()
+    )
     first = _pool.submit(session_with_summaries, db, ws, session_id, _ROUND_ONE, peers)
     if peer:
         from precis.context.fit import card_text, fit
@@ -123,12 +183,16 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
     except ValueError:
         # A summary that disagrees with the messages (it should not exist: writes are bound to the session's
         # incarnation) is a bug to log, not a reason to refuse the context: answer from the messages alone.
-        logger.exception("summary disagrees with the session's messages; answering without summaries",
-                         extra={"session": session_id})
+        logger.exception(
+            "summary disagrees with the session's messages; answering without summaries", extra={"session": session_id}
+        )
         plan = plan_context(limit, [], _cost(last) if last else None, use_summary=False)
     chosen = _pool.submit(read_summary, db, ws, session_id, plan.summary.summary_type) if plan.summary else None
-    items = (_window(db, ws, session_id, plan, base_of(session))
-             if plan.last_seq > plan.after_seq and plan.message_budget > 0 else [])
+    items = (
+        _window(db, ws, session_id, plan, base_of(session))
+        if plan.last_seq > plan.after_seq and plan.message_budget > 0
+        else []
+    )
     if sliding and last:
         # Only the newest `keep_runs` runs exist for the model; older messages are never returned.
         items = [i for i in items if i["run_index"] > last["run_index"] - config.keep_runs]
@@ -141,15 +205,20 @@ def _read_once(db: Db, ws: str, session_id: str, limit: int, use_summary: bool, 
     recalled: list[dict[str, Any]] = []
     if ranked is not None:
         before = selection.messages[0].seq if selection.messages else plan.last_seq + 1
-        recalled = _recalled(db, ws, session_id, ranked.result(), min(reserve, plan.message_budget), before,
-                             whole_runs, base_of(session))
+        recalled = _recalled(
+            db, ws, session_id, ranked.result(), min(reserve, plan.message_budget), before, whole_runs, base_of(session)
+        )
         if recalled:  # the window gives up what they take (it only shrinks: no overlap)
             taken = sum(i["token_count"] for i in recalled)
-            selection = select_messages(replace(plan, message_budget=plan.message_budget - taken), map(_cost, items),
-                                        whole_runs=whole_runs)
+            selection = select_messages(
+                replace(plan, message_budget=plan.message_budget - taken), map(_cost, items), whole_runs=whole_runs
+            )
             after_summary = sum(1 for i in recalled if i["session_id"] == session_id and i["seq"] > plan.after_seq)
-            selection = replace(selection, messages_skipped=selection.messages_skipped - after_summary,
-                                token_count=selection.token_count + taken)
+            selection = replace(
+                selection,
+                messages_skipped=selection.messages_skipped - after_summary,
+                token_count=selection.token_count + taken,
+            )
     answer = {
         "id": session_id,
         "messages": recalled + with_bodies(db, [by_seq[m.seq] for m in selection.messages], ws, session_id),
@@ -205,17 +274,32 @@ def recall_sessions(db: Db, ws: str, session_id: str, recall: Recall) -> frozens
     return frozenset(reach | {session_id})
 
 
-def _rank(db: Db, ws: str, session_id: str, recall: Recall, base: Base | None, wanted: int
-          ) -> list[tuple[str, int]]:
+def _rank(db: Db, ws: str, session_id: str, recall: Recall, base: Base | None, wanted: int) -> list[tuple[str, int]]:
     from precis.store.message_search import rank
 
     sessions = recall_sessions(db, ws, session_id, recall)
-    return rank(db, ws, recall.query, wanted, semantic=recall.semantic, session_id=session_id, base=base,
-                sessions=None if sessions == {session_id} else sessions)
+    return rank(
+        db,
+        ws,
+        recall.query,
+        wanted,
+        semantic=recall.semantic,
+        session_id=session_id,
+        base=base,
+        sessions=None if sessions == {session_id} else sessions,
+    )
 
 
-def _recalled(db: Db, ws: str, session_id: str, ranked: list[tuple[str, int]], budget: int, before: int,
-              whole_runs: bool, base: Base | None) -> list[dict[str, Any]]:
+def _recalled(
+    db: Db,
+    ws: str,
+    session_id: str,
+    ranked: list[tuple[str, int]],
+    budget: int,
+    before: int,
+    whole_runs: bool,
+    base: Base | None,
+) -> list[dict[str, Any]]:
     """The recalled messages as the API shows them: the best-ranked that fit `budget`, none of this session's from
     `before` on (the newest window), none of a deleted session's (with `whole_runs`, each with its whole run, or not
     at all); grouped by session, the sessions in time order, each in seq order."""
@@ -228,8 +312,9 @@ def _recalled(db: Db, ws: str, session_id: str, ranked: list[tuple[str, int]], b
     if base is not None:
         missing = [seq for s, seq in ranked if s == session_id and (s, seq) not in found and seq <= base.through]
         if missing:
-            found |= {(session_id, seq): i for seq, i in messages_at(db, ws, base.session, missing,
-                                                                       WINDOW_FIELDS).items()}
+            found |= {
+                (session_id, seq): i for seq, i in messages_at(db, ws, base.session, missing, WINDOW_FIELDS).items()
+            }
     runs: list[list[tuple[str, dict[str, Any]]]] = []
     for session, seq in ranked:
         item = found.get((session, seq))
@@ -239,9 +324,18 @@ def _recalled(db: Db, ws: str, session_id: str, ranked: list[tuple[str, int]], b
             # The run's messages: from its start, as far as it goes (a run is one agent execution: short).
             start = item["run_start_seq"]
             own = session == session_id
-            run = [(session, i) for i in read_range(db, ws, session, start, min(start + 199, before - 1) if own
-                                                    else start + 199, base=base if own else None)
-                   if i.get("run_start_seq") == start]
+            run = [
+                (session, i)
+                for i in read_range(
+                    db,
+                    ws,
+                    session,
+                    start,
+                    min(start + 199, before - 1) if own else start + 199,
+                    base=base if own else None,
+                )
+                if i.get("run_start_seq") == start
+            ]
             if run:  # this session's ends before the window, whose first message starts a run when runs are whole
                 runs.append(run)
         else:
@@ -264,7 +358,6 @@ class PeerView:
     embed: Callable[[str], list[float]]
 
 
-
 def read_summaries(db: Db, ws: str, session_id: str) -> dict[str, Any]:
     """The session's current short and long summaries (a rolling summary reports as the long one)."""
     session, summaries, _ = session_with_summaries(db, ws, session_id)
@@ -272,5 +365,8 @@ def read_summaries(db: Db, ws: str, session_id: str) -> dict[str, Any]:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
     longs = [s for t, s in summaries.items() if t in (LONG, ROLLING)]
     long_summary = max(longs, key=lambda s: s["covers_seq"], default=None)
-    return {"id": session_id, "short_summary": summary_view(summaries.get(SHORT)),
-            "long_summary": summary_view(long_summary)}
+    return {
+        "id": session_id,
+        "short_summary": summary_view(summaries.get(SHORT)),
+        "long_summary": summary_view(long_summary),
+    }

@@ -10,8 +10,15 @@ from precis.schemas import ID_MAX, ID_PATTERN
 MAX_CONTEXT_TOKENS = 100_000  # the largest token budget a context read takes
 
 
-def check_context_params(session_id: str, *, peer_target: str | None, peer_perspective: str | None,
-                         scope: str | None, sessions: list[str] | None, limit_to_session: bool) -> None:
+def check_context_params(
+    session_id: str,
+    *,
+    peer_target: str | None,
+    peer_perspective: str | None,
+    scope: str | None,
+    sessions: list[str] | None,
+    limit_to_session: bool,
+) -> None:
     """Raise Invalid (422) for combinations Honcho refuses, naming the parameters."""
     if peer_perspective and not peer_target:
         raise Invalid("peer_perspective: needs peer_target")
@@ -36,8 +43,9 @@ def check_context_params(session_id: str, *, peer_target: str | None, peer_persp
             raise Invalid(f"sessions: must include this session ('{session_id}')")
 
 
-def session_allowlist(session_id: str | None, chosen: str | list[str] | dict[str, list[str]] | None
-                      ) -> tuple[str, ...] | None:
+def session_allowlist(
+    session_id: str | None, chosen: str | list[str] | dict[str, list[str]] | None
+) -> tuple[str, ...] | None:
     """The sessions a representation or chat may draw on: `session_id`, and `filters.session_id` (`chosen`: str,
     list, {"in": list}); both given: those in both; neither: None (no allowlist)."""
     sets = []

@@ -97,9 +97,19 @@ class Model:
 
     provider = "none"
 
-    def __init__(self, *, model: str, timeout: float = 30.0, max_attempts: int = 4, time_budget: float = 50.0,
-                 backoff_base: float = 0.5, backoff_max: float = 20.0, sleep: Callable[[float], None] = time.sleep,
-                 rng: Callable[[], float] = random.random, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        *,
+        model: str,
+        timeout: float = 30.0,
+        max_attempts: int = 4,
+        time_budget: float = 50.0,
+        backoff_base: float = 0.5,
+        backoff_max: float = 20.0,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if max_attempts < 1:
             raise ValueError(f"max_attempts: must be at least 1, got {max_attempts}")
         self.model = model
@@ -112,9 +122,18 @@ class Model:
         self.rng = rng
         self.clock = clock
 
-    def complete(self, messages: list[dict[str, Any]], *, max_tokens: int, timeout: float, model: str | None = None,
-                 temperature: float | None = None, tools: list[dict[str, Any]] | None = None,
-                 response_format: dict[str, Any] | None = None, schema_prompt: str | None = None) -> Reply:
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        timeout: float,
+        model: str | None = None,
+        temperature: float | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        response_format: dict[str, Any] | None = None,
+        schema_prompt: str | None = None,
+    ) -> Reply:
         """One answer to chat-completions `messages`. With `response_format` (a json_schema format) the provider asks
         for structured output; where the server refuses it, once and for all, the request goes without it and with
         `schema_prompt` (if any) as a last system message."""
@@ -151,8 +170,9 @@ class Model:
                 delay = self._delay(number, failure.wait)
                 # Another attempt needs the sleep plus a useful share of a request's timeout.
                 if number == self.max_attempts or self.clock() + delay + min(1.0, self.timeout) > deadline:
-                    raise EngineError(f"{name}: gave up after {number} attempts: {failure.reason}",
-                                      retryable=True) from exc
+                    raise EngineError(
+                        f"{name}: gave up after {number} attempts: {failure.reason}", retryable=True
+                    ) from exc
                 self.sleep(delay)
         raise AssertionError("unreachable")
 
@@ -214,10 +234,15 @@ def model_from(settings: Settings, role: str | None = None, **overrides: Any) ->
     if provider == "bedrock":
         options["region"] = getattr(settings, "bedrock_region", None)
     else:
-        options |= {"base_url": getattr(settings, "llm_base_url", None),
-                    "api_key": getattr(settings, "llm_api_key", None)}
-    for name, option in (("llm_timeout", "timeout"), ("llm_max_attempts", "max_attempts"),
-                         ("llm_time_budget", "time_budget")):
+        options |= {
+            "base_url": getattr(settings, "llm_base_url", None),
+            "api_key": getattr(settings, "llm_api_key", None),
+        }
+    for name, option in (
+        ("llm_timeout", "timeout"),
+        ("llm_max_attempts", "max_attempts"),
+        ("llm_time_budget", "time_budget"),
+    ):
         if getattr(settings, name, None) is not None:
             options[option] = getattr(settings, name)
     options |= {k: v for k, v in overrides.items() if k != "model" or v}

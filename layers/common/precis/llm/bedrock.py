@@ -27,16 +27,30 @@ SERVICE = "bedrock-runtime"
 TITAN_V2 = "amazon.titan-embed-text-v2"
 COHERE_BATCH = 96  # texts per Cohere Embed request (the model's limit)
 # Errors Bedrock returns for a request that may succeed later; the rest (validation, access, unknown model) are final.
-_RETRYABLE_CODES = {"ThrottlingException", "ServiceUnavailableException", "InternalServerException",
-                    "ModelTimeoutException", "ModelNotReadyException", "ModelErrorException", "RequestTimeout",
-                    "RequestTimeoutException", "TooManyRequestsException"}
-_REFUSED_CODES = {"AccessDeniedException": "access denied to", "ResourceNotFoundException": "no such model",
-                  "UnrecognizedClientException": "credentials refused for",
-                  "ServiceQuotaExceededException": "service quota exceeded for"}
+_RETRYABLE_CODES = {
+    "ThrottlingException",
+    "ServiceUnavailableException",
+    "InternalServerException",
+    "ModelTimeoutException",
+    "ModelNotReadyException",
+    "ModelErrorException",
+    "RequestTimeout",
+    "RequestTimeoutException",
+    "TooManyRequestsException",
+}
+_REFUSED_CODES = {
+    "AccessDeniedException": "access denied to",
+    "ResourceNotFoundException": "no such model",
+    "UnrecognizedClientException": "credentials refused for",
+    "ServiceQuotaExceededException": "service quota exceeded for",
+}
 # How Bedrock's models say the prompt does not fit (a ValidationException): Anthropic's "prompt is too long",
 # Bedrock's own "Input is too long for requested model", Titan's and Llama's "too many input tokens" etc.
-_TOO_LONG = re.compile(r"too long|too many (input )?tokens|context (length|window)|maximum context|input length|"
-                       r"exceeds? (the )?(model'?s? )?(maximum|max|context)", re.I)
+_TOO_LONG = re.compile(
+    r"too long|too many (input )?tokens|context (length|window)|maximum context|input length|"
+    r"exceeds? (the )?(model'?s? )?(maximum|max|context)",
+    re.I,
+)
 # How a model without forced tool use refuses toolChoice (Converse: "This model doesn't support the toolChoice ...").
 _NO_TOOL_CHOICE = re.compile(r"toolChoice|tool choice|tool use|doesn't support tool", re.I)
 _THINKING = re.compile(r"^\s*<think>.*?</think>", re.DOTALL)
@@ -85,16 +99,29 @@ class BedrockModel(Model):
             if client is None:
                 from botocore.config import Config
 
-                config = Config(retries={"total_max_attempts": 1}, connect_timeout=min(5, seconds),
-                                read_timeout=seconds, max_pool_connections=32)
+                config = Config(
+                    retries={"total_max_attempts": 1},
+                    connect_timeout=min(5, seconds),
+                    read_timeout=seconds,
+                    max_pool_connections=32,
+                )
                 region = self.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
                 client = botocore_session().create_client(SERVICE, region_name=region or None, config=config)
                 self._clients[seconds] = client
             return client
 
-    def complete(self, messages: list[dict[str, Any]], *, max_tokens: int, timeout: float, model: str | None = None,
-                 temperature: float | None = None, tools: list[dict[str, Any]] | None = None,
-                 response_format: dict[str, Any] | None = None, schema_prompt: str | None = None) -> Reply:
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        timeout: float,
+        model: str | None = None,
+        temperature: float | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        response_format: dict[str, Any] | None = None,
+        schema_prompt: str | None = None,
+    ) -> Reply:
         model_id = self._asked.model = model or self.model
         answer_tool = _answer_tool(response_format) if response_format is not None and self.structured else None
         specs = [_tool_spec(t) for t in tools or ()]
@@ -121,16 +148,27 @@ class BedrockModel(Model):
             if answer_tool is None or not _refuses_tool_choice(exc):
                 raise
             self.structured = False  # asked once; the schema goes in the prompt and the answer is still checked
-            return self.complete(messages, max_tokens=max_tokens, timeout=timeout, model=model,
-                                 temperature=temperature, tools=tools, response_format=response_format,
-                                 schema_prompt=schema_prompt)
+            return self.complete(
+                messages,
+                max_tokens=max_tokens,
+                timeout=timeout,
+                model=model,
+                temperature=temperature,
+                tools=tools,
+                response_format=response_format,
+                schema_prompt=schema_prompt,
+            )
         return _reply(answer, model_id, answer_tool["toolSpec"]["name"] if answer_tool else None)
 
     def embed(self, texts: list[str], *, dimensions: int, timeout: float, model: str | None = None) -> list[Any]:
         model_id = self._asked.model = model or self.model
         if model_id.startswith("cohere.embed"):
-            body: dict[str, Any] = {"texts": texts, "input_type": "search_document", "embedding_types": ["float"],
-                                    "truncate": "END"}
+            body: dict[str, Any] = {
+                "texts": texts,
+                "input_type": "search_document",
+                "embedding_types": ["float"],
+                "truncate": "END",
+            }
             if "embed-v4" in model_id:
                 body["output_dimension"] = dimensions
             answer = self._invoke(model_id, body, timeout)
@@ -178,16 +216,18 @@ class BedrockModel(Model):
         return None
 
     def _invoke(self, model_id: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        answer = self.client(timeout).invoke_model(modelId=model_id, body=json.dumps(body),
-                                                   contentType="application/json", accept="application/json")
+        answer = self.client(timeout).invoke_model(
+            modelId=model_id, body=json.dumps(body), contentType="application/json", accept="application/json"
+        )
         payload = json.loads(answer["body"].read())
         if not isinstance(payload, dict):
             raise BadAnswer("an InvokeModel answer that is not a JSON object")
         return payload
 
 
-def converse_messages(messages: list[dict[str, Any]], *, keep_tools: bool,
-                      extra_system: list[str] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def converse_messages(
+    messages: list[dict[str, Any]], *, keep_tools: bool, extra_system: list[str] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Converse's system blocks and turns from chat-completions `messages`: consecutive messages of one role merge
     (Converse wants turns to alternate), a tool result is a user turn's toolResult. Without `keep_tools` (a request
     without toolConfig, which Converse then refuses tool blocks in) earlier tool calls and results become text."""
@@ -202,8 +242,14 @@ def converse_messages(messages: list[dict[str, Any]], *, keep_tools: bool,
         if role == "tool":
             result = str(message.get("content") or "")
             if keep_tools:
-                content.append({"toolResult": {"toolUseId": message.get("tool_call_id"),
-                                               "content": [{"text": result or "(empty)"}]}})
+                content.append(
+                    {
+                        "toolResult": {
+                            "toolUseId": message.get("tool_call_id"),
+                            "content": [{"text": result or "(empty)"}],
+                        }
+                    }
+                )
             else:
                 content.append({"text": f"[tool result]\n{result}"})
             role = "user"
@@ -213,8 +259,15 @@ def converse_messages(messages: list[dict[str, Any]], *, keep_tools: bool,
             for call in message.get("tool_calls") or ():
                 function = call.get("function", {})
                 if keep_tools:
-                    content.append({"toolUse": {"toolUseId": call.get("id"), "name": function.get("name"),
-                                                "input": _arguments(function.get("arguments"))}})
+                    content.append(
+                        {
+                            "toolUse": {
+                                "toolUseId": call.get("id"),
+                                "name": function.get("name"),
+                                "input": _arguments(function.get("arguments")),
+                            }
+                        }
+                    )
                 else:
                     content.append({"text": f"[called {function.get('name')} with {function.get('arguments')}]"})
         if not content:
@@ -236,8 +289,10 @@ def _arguments(text: Any) -> dict[str, Any]:
 
 def _tool_spec(tool: dict[str, Any]) -> dict[str, Any]:
     function = tool.get("function", tool)
-    spec: dict[str, Any] = {"name": function["name"],
-                            "inputSchema": {"json": function.get("parameters") or {"type": "object"}}}
+    spec: dict[str, Any] = {
+        "name": function["name"],
+        "inputSchema": {"json": function.get("parameters") or {"type": "object"}},
+    }
     if function.get("description"):
         spec["description"] = function["description"]
     return {"toolSpec": spec}
@@ -249,8 +304,13 @@ def _answer_tool(response_format: dict[str, Any]) -> dict[str, Any] | None:
     if not isinstance(schema.get("schema"), dict):
         return None
     name = re.sub(r"[^A-Za-z0-9_-]", "_", str(schema.get("name") or "answer"))[:64] or "answer"
-    return {"toolSpec": {"name": name, "description": "Give the answer: its input is the answer itself.",
-                         "inputSchema": {"json": schema["schema"]}}}
+    return {
+        "toolSpec": {
+            "name": name,
+            "description": "Give the answer: its input is the answer itself.",
+            "inputSchema": {"json": schema["schema"]},
+        }
+    }
 
 
 def _refuses_tool_choice(exc: Exception) -> bool:
@@ -277,16 +337,22 @@ def _reply(answer: dict[str, Any], asked: str, answer_tool: str | None) -> Reply
             if use.get("name") == answer_tool:
                 answer_text = json.dumps(use.get("input"))
             else:
-                calls.append(ToolCall(str(use.get("toolUseId")), str(use.get("name")),
-                                      json.dumps(use.get("input") or {})))
+                calls.append(
+                    ToolCall(str(use.get("toolUseId")), str(use.get("name")), json.dumps(use.get("input") or {}))
+                )
     usage = answer.get("usage") or {}
     if answer_text is not None:
         text: str | None = answer_text  # the structured answer; words around it are not the answer
     else:
         text = _THINKING.sub("", "".join(texts)).strip() if texts else None
-    return Reply(text=text, tool_calls=tuple(calls) if answer_text is None else (), model=asked,
-                 input_tokens=_count(usage.get("inputTokens")), output_tokens=_count(usage.get("outputTokens")),
-                 finish_reason=answer.get("stopReason"))
+    return Reply(
+        text=text,
+        tool_calls=tuple(calls) if answer_text is None else (),
+        model=asked,
+        input_tokens=_count(usage.get("inputTokens")),
+        output_tokens=_count(usage.get("outputTokens")),
+        finish_reason=answer.get("stopReason"),
+    )
 
 
 def _count(value: Any) -> int | None:
@@ -298,5 +364,3 @@ def _retry_after(headers: dict[str, Any]) -> float | None:
         return float(headers.get("retry-after"))
     except (TypeError, ValueError):
         return None
-
-

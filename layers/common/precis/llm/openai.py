@@ -32,12 +32,20 @@ class OpenAIModel(Model):
         super().__init__(**options)
         self.structured = True  # off once the server refuses response_format: it is not asked again
         # Local OpenAI-compatible servers often need no key, but the client insists on one.
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused", timeout=self.timeout,
-                                    max_retries=0)
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused", timeout=self.timeout, max_retries=0)
 
-    def complete(self, messages: list[dict[str, Any]], *, max_tokens: int, timeout: float, model: str | None = None,
-                 temperature: float | None = None, tools: list[dict[str, Any]] | None = None,
-                 response_format: dict[str, Any] | None = None, schema_prompt: str | None = None) -> Reply:
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        timeout: float,
+        model: str | None = None,
+        temperature: float | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        response_format: dict[str, Any] | None = None,
+        schema_prompt: str | None = None,
+    ) -> Reply:
         params: dict[str, Any] = {"model": model or self.model, "messages": messages, "max_tokens": max_tokens}
         if temperature is not None:
             params["temperature"] = temperature
@@ -46,8 +54,9 @@ class OpenAIModel(Model):
         return _reply(self._create(params, response_format, schema_prompt, timeout), params["model"])
 
     def embed(self, texts: list[str], *, dimensions: int, timeout: float, model: str | None = None) -> list[Any]:
-        answer = self.client.embeddings.create(model=model or self.model, input=texts, dimensions=dimensions,
-                                               encoding_format="float", timeout=timeout)
+        answer = self.client.embeddings.create(
+            model=model or self.model, input=texts, dimensions=dimensions, encoding_format="float", timeout=timeout
+        )
         data = sorted(getattr(answer, "data", None) or [], key=lambda d: getattr(d, "index", 0))
         return [getattr(item, "embedding", None) for item in data]
 
@@ -67,8 +76,9 @@ class OpenAIModel(Model):
         # A body that is not JSON, JSON without choices: a proxy or an overloaded server.
         return Failure(True, None, f"unusable answer: {exc}")
 
-    def _create(self, params: dict[str, Any], response_format: dict[str, Any] | None, schema_prompt: str | None,
-                timeout: float) -> Any:
+    def _create(
+        self, params: dict[str, Any], response_format: dict[str, Any] | None, schema_prompt: str | None, timeout: float
+    ) -> Any:
         create = self.client.chat.completions.create
         if response_format is not None and self.structured:
             try:
@@ -88,13 +98,19 @@ def _reply(completion: Any, asked: str) -> Reply:
         raise BadAnswer("answer without choices")
     message = getattr(choices[0], "message", None)
     content = getattr(message, "content", None)
-    calls = tuple(ToolCall(c.id, c.function.name, c.function.arguments or "{}")
-                  for c in getattr(message, "tool_calls", None) or ())
+    calls = tuple(
+        ToolCall(c.id, c.function.name, c.function.arguments or "{}")
+        for c in getattr(message, "tool_calls", None) or ()
+    )
     usage = getattr(completion, "usage", None)
-    return Reply(text=_THINKING.sub("", content).strip() if isinstance(content, str) else None, tool_calls=calls,
-                 model=getattr(completion, "model", None) or asked, input_tokens=_usage(usage, "prompt_tokens"),
-                 output_tokens=_usage(usage, "completion_tokens"),
-                 finish_reason=getattr(choices[0], "finish_reason", None))
+    return Reply(
+        text=_THINKING.sub("", content).strip() if isinstance(content, str) else None,
+        tool_calls=calls,
+        model=getattr(completion, "model", None) or asked,
+        input_tokens=_usage(usage, "prompt_tokens"),
+        output_tokens=_usage(usage, "completion_tokens"),
+        finish_reason=getattr(choices[0], "finish_reason", None),
+    )
 
 
 def _context_exceeded(exc: Exception) -> bool:

@@ -21,8 +21,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from precis.auth import Access, Principal, authorize, authorize_view
 from precis.errors import Forbidden, Invalid, PrecisError, Throttled
 
-MISSING_WORKSPACE = ("workspace_id: missing. Pass workspace_id, or set the X-Honcho-Workspace-ID header on the "
-                     "connection so that it is used when the argument is left out (a workspace's key implies its own).")
+MISSING_WORKSPACE = (
+    "workspace_id: missing. Pass workspace_id, or set the X-Honcho-Workspace-ID header on the "
+    "connection so that it is used when the argument is left out (a workspace's key implies its own)."
+)
 
 
 class Arguments(BaseModel):
@@ -53,8 +55,16 @@ class Call:
             raise Invalid(MISSING_WORKSPACE)
         return workspace
 
-    def authorize(self, access: Access, workspace: str | None, *, peer: str | None = None, session: str | None = None,
-                  body: dict[str, Any] | None = None, view: dict[str, str] | None = None) -> None:
+    def authorize(
+        self,
+        access: Access,
+        workspace: str | None,
+        *,
+        peer: str | None = None,
+        session: str | None = None,
+        body: dict[str, Any] | None = None,
+        view: dict[str, str] | None = None,
+    ) -> None:
         """Forbidden unless the key may make the v3 request of `access` on these ids (`view`: the peer perspective
         asked for, as the route's query); nothing to check when keys are off."""
         principal = self.principal
@@ -83,20 +93,37 @@ class Tool:
 
     def definition(self) -> dict[str, Any]:
         """The tool as tools/list describes it (the same for every caller and era)."""
-        return {"name": self.name, "title": self.title, "description": self.description,
-                "inputSchema": input_schema(self.arguments),
-                "annotations": {"title": self.title, "readOnlyHint": self.read_only,
-                                "destructiveHint": self.destructive,
-                                "idempotentHint": self.read_only or self.idempotent, "openWorldHint": False}}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": input_schema(self.arguments),
+            "annotations": {
+                "title": self.title,
+                "readOnlyHint": self.read_only,
+                "destructiveHint": self.destructive,
+                "idempotentHint": self.read_only or self.idempotent,
+                "openWorldHint": False,
+            },
+        }
 
 
 @dataclass
 class Catalogue:
     tools: dict[str, Tool] = field(default_factory=dict)
 
-    def tool(self, name: str, title: str, arguments: type[Arguments], *, read_only: bool = False,
-             destructive: bool = False, idempotent: bool = False):
+    def tool(
+        self,
+        name: str,
+        title: str,
+        arguments: type[Arguments],
+        *,
+        read_only: bool = False,
+        destructive: bool = False,
+        idempotent: bool = False,
+    ):
         """Register the decorated function as the tool `name`; its docstring is the description."""
+
         def register(run: Callable[[Call, Any], Any]) -> Callable[[Call, Any], Any]:
             assert name not in self.tools, name
             description = " ".join(line.strip() for line in (run.__doc__ or "").strip().splitlines())
@@ -157,8 +184,9 @@ def embed_text(text: str) -> list[float]:
 
 
 def text_result(value: Any) -> dict[str, Any]:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"),
-                                                           default=str)
+    text = (
+        value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    )
     return {"content": [{"type": "text", "text": text}], "isError": False}
 
 
@@ -178,13 +206,19 @@ def input_schema(model: type[BaseModel]) -> dict[str, Any]:
         if not isinstance(node, dict):
             return node
         if "$ref" in node:
-            return simplify({**definitions[node["$ref"].rsplit("/", 1)[1]],
-                             **{k: v for k, v in node.items() if k != "$ref"}})
+            return simplify(
+                {**definitions[node["$ref"].rsplit("/", 1)[1]], **{k: v for k, v in node.items() if k != "$ref"}}
+            )
         options = node.get("anyOf")
         if options and node.get("default", ...) is None and {"type": "null"} in options:
             rest = [o for o in options if o != {"type": "null"}]
-            return simplify({**{k: v for k, v in node.items() if k not in ("anyOf", "default")},
-                             **(rest[0] if len(rest) == 1 else {"anyOf": rest})}, key)
+            return simplify(
+                {
+                    **{k: v for k, v in node.items() if k not in ("anyOf", "default")},
+                    **(rest[0] if len(rest) == 1 else {"anyOf": rest}),
+                },
+                key,
+            )
         return {k: simplify(v, k) for k, v in node.items() if not (k == "title" and key != "properties")}
 
     return simplify(schema)

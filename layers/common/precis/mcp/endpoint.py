@@ -40,8 +40,10 @@ def instructions() -> str:
 
 
 def _answer(status: int, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> dict:
-    answer: dict[str, Any] = {"statusCode": status, "headers": {**(_JSON if body is not None else {}),
-                                                                **(headers or {})}}
+    answer: dict[str, Any] = {
+        "statusCode": status,
+        "headers": {**(_JSON if body is not None else {}), **(headers or {})},
+    }
     answer["body"] = json.dumps(body, ensure_ascii=False, separators=(",", ":")) if body is not None else ""
     return answer
 
@@ -54,8 +56,10 @@ def _challenge(detail: str, error: str | None = None) -> dict[str, str]:
     """RFC 6750's challenge: no error code when no key came, else the code and a sentence (no quotes in it)."""
     if error is None:
         return {"WWW-Authenticate": 'Bearer realm="precis"'}
-    return {"WWW-Authenticate": f'Bearer realm="precis", error="{error}", '
-                                f'error_description="{detail.replace(chr(34), chr(39))}"'}
+    return {
+        "WWW-Authenticate": f'Bearer realm="precis", error="{error}", '
+        f'error_description="{detail.replace(chr(34), chr(39))}"'
+    }
 
 
 def _headers(event: dict) -> dict[str, str]:
@@ -94,10 +98,19 @@ def handle(event: dict) -> dict:
     """The HTTP answer to one request to /mcp."""
     method = (event.get("requestContext", {}).get("http", {}).get("method") or "POST").upper()
     if method != "POST":
-        return _answer(405, {"jsonrpc": "2.0", "id": None, "error": {
-            "code": protocol.INVALID_REQUEST, "message": f"{method} is not served: this endpoint is stateless, with no "
-                                                        "stream to open and no session to end; POST each message"}},
-                       {"Allow": "POST"})
+        return _answer(
+            405,
+            {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {
+                    "code": protocol.INVALID_REQUEST,
+                    "message": f"{method} is not served: this endpoint is stateless, with no "
+                    "stream to open and no session to end; POST each message",
+                },
+            },
+            {"Allow": "POST"},
+        )
     headers = _headers(event)
     if _foreign_origin(headers):
         return _rpc_error(RpcError(protocol.INVALID_REQUEST, "Origin not allowed", status=403))
@@ -120,29 +133,44 @@ def handle(event: dict) -> dict:
     except RpcError as exc:
         return _rpc_error(exc)
     except Forbidden as exc:
-        return _rpc_error(RpcError(protocol.FORBIDDEN, exc.detail, status=403, request_id=request.id),
-                          _challenge(exc.detail, "insufficient_scope"))
+        return _rpc_error(
+            RpcError(protocol.FORBIDDEN, exc.detail, status=403, request_id=request.id),
+            _challenge(exc.detail, "insufficient_scope"),
+        )
     except Exception:
         # A bug, every time: the client gets a generic answer, the log the traceback.
         logger.exception("unhandled error", extra={"method": request.method})
-        return _rpc_error(RpcError(protocol.INTERNAL_ERROR, "internal error; it has been logged", status=500,
-                                   request_id=request.id))
+        return _rpc_error(
+            RpcError(protocol.INTERNAL_ERROR, "internal error; it has been logged", status=500, request_id=request.id)
+        )
 
 
 def dispatch(request: Request, call: Call) -> dict[str, Any]:
     """The result of one request, by method."""
     if request.method == "initialize" and not request.modern:
-        return {"protocolVersion": request.version, "capabilities": {"tools": {"listChanged": False}},
-                "serverInfo": SERVER_INFO, "instructions": instructions()}
+        return {
+            "protocolVersion": request.version,
+            "capabilities": {"tools": {"listChanged": False}},
+            "serverInfo": SERVER_INFO,
+            "instructions": instructions(),
+        }
     if request.method == "server/discover" and request.modern:
-        return {"supportedVersions": list(protocol.SUPPORTED_VERSIONS), "capabilities": {"tools": {}},
-                "instructions": instructions(), "ttlMs": LIST_TTL_MS, "cacheScope": "public"}
+        return {
+            "supportedVersions": list(protocol.SUPPORTED_VERSIONS),
+            "capabilities": {"tools": {}},
+            "instructions": instructions(),
+            "ttlMs": LIST_TTL_MS,
+            "cacheScope": "public",
+        }
     if request.method == "ping" and not request.modern:  # 2026-07-28 removed ping
         return {}
     if request.method == "tools/list":
         if request.params.get("cursor") is not None:
-            raise RpcError(protocol.INVALID_PARAMS, "Invalid params: unknown cursor (the tools come in one page)",
-                           request_id=request.id)
+            raise RpcError(
+                protocol.INVALID_PARAMS,
+                "Invalid params: unknown cursor (the tools come in one page)",
+                request_id=request.id,
+            )
         listed: dict[str, Any] = {"tools": tool_definitions()}
         return {**listed, "ttlMs": LIST_TTL_MS, "cacheScope": "public"} if request.modern else listed
     if request.method == "tools/call":

@@ -96,7 +96,7 @@ def decode_header(value: str | None) -> str | None:
     if value is None or not (value.startswith("=?base64?") and value.endswith("?=")):
         return value
     try:
-        return base64.b64decode(value[len("=?base64?"):-2], validate=True).decode("utf-8")
+        return base64.b64decode(value[len("=?base64?") : -2], validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
         return None
 
@@ -109,11 +109,15 @@ def read(body: str, headers: dict[str, str]) -> Request:
     """
     message = _load(body)
     if isinstance(message, list):
-        raise RpcError(INVALID_REQUEST, "Invalid Request: batches are not supported; send one JSON-RPC message "
-                                        "per POST", status=400)
+        raise RpcError(
+            INVALID_REQUEST,
+            "Invalid Request: batches are not supported; send one JSON-RPC message per POST",
+            status=400,
+        )
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-        raise RpcError(INVALID_REQUEST, 'Invalid Request: expected a JSON-RPC 2.0 object ("jsonrpc": "2.0")',
-                       status=400)
+        raise RpcError(
+            INVALID_REQUEST, 'Invalid Request: expected a JSON-RPC 2.0 object ("jsonrpc": "2.0")', status=400
+        )
     request_id = message.get("id")
     has_id = "id" in message
     if has_id and (isinstance(request_id, bool) or not isinstance(request_id, (str, int))):
@@ -123,12 +127,20 @@ def read(body: str, headers: dict[str, str]) -> Request:
         if has_id and ("result" in message or "error" in message):
             # A client's answer to a server request: this server sends none, and it is only taken (202), never read.
             return Request("", {}, HEADERLESS_VERSION, id=request_id, notification=True)
-        raise RpcError(INVALID_REQUEST, "Invalid Request: method must be a string", status=400,
-                       request_id=request_id if has_id else None)
+        raise RpcError(
+            INVALID_REQUEST,
+            "Invalid Request: method must be a string",
+            status=400,
+            request_id=request_id if has_id else None,
+        )
     params = message.get("params", {})
     if not isinstance(params, dict):
-        raise RpcError(INVALID_REQUEST, "Invalid Request: params must be an object", status=400,
-                       request_id=request_id if has_id else None)
+        raise RpcError(
+            INVALID_REQUEST,
+            "Invalid Request: params must be an object",
+            status=400,
+            request_id=request_id if has_id else None,
+        )
     if not has_id:
         return Request(method, params, headers.get("mcp-protocol-version") or HEADERLESS_VERSION, notification=True)
     meta = params.get("_meta")
@@ -137,27 +149,48 @@ def read(body: str, headers: dict[str, str]) -> Request:
     return _legacy(method, params, headers, request_id)
 
 
-def _modern(method: str, params: dict[str, Any], meta: dict[str, Any], headers: dict[str, str],
-            request_id: Any) -> Request:
+def _modern(
+    method: str, params: dict[str, Any], meta: dict[str, Any], headers: dict[str, str], request_id: Any
+) -> Request:
     """The 2026-07-28 checks, in the reference SDK's order: the envelope, the headers, then the version."""
     if META_CAPABILITIES not in meta:
-        raise RpcError(INVALID_PARAMS, f"Invalid params: params._meta is missing {META_CAPABILITIES}", status=400,
-                       request_id=request_id)
+        raise RpcError(
+            INVALID_PARAMS,
+            f"Invalid params: params._meta is missing {META_CAPABILITIES}",
+            status=400,
+            request_id=request_id,
+        )
     version = meta[META_VERSION]
     if headers.get("mcp-protocol-version") != version:
-        raise RpcError(HEADER_MISMATCH, "Header mismatch: MCP-Protocol-Version does not match params._meta's "
-                                        f"{META_VERSION}", status=400, request_id=request_id)
+        raise RpcError(
+            HEADER_MISMATCH,
+            f"Header mismatch: MCP-Protocol-Version does not match params._meta's {META_VERSION}",
+            status=400,
+            request_id=request_id,
+        )
     if headers.get("mcp-method") != method:
-        raise RpcError(HEADER_MISMATCH, "Header mismatch: Mcp-Method does not match the request's method",
-                       status=400, request_id=request_id)
+        raise RpcError(
+            HEADER_MISMATCH,
+            "Header mismatch: Mcp-Method does not match the request's method",
+            status=400,
+            request_id=request_id,
+        )
     name_key = NAMED_PARAMS.get(method)
-    if name_key is not None and params.get(name_key) is not None and \
-            decode_header(headers.get("mcp-name")) != params.get(name_key):
-        raise RpcError(HEADER_MISMATCH, f"Header mismatch: Mcp-Name does not match params.{name_key}", status=400,
-                       request_id=request_id)
+    if (
+        name_key is not None
+        and params.get(name_key) is not None
+        and decode_header(headers.get("mcp-name")) != params.get(name_key)
+    ):
+        raise RpcError(
+            HEADER_MISMATCH,
+            f"Header mismatch: Mcp-Name does not match params.{name_key}",
+            status=400,
+            request_id=request_id,
+        )
     if not isinstance(version, str):
-        raise RpcError(INVALID_PARAMS, f"Invalid params: {META_VERSION} must be a string", status=400,
-                       request_id=request_id)
+        raise RpcError(
+            INVALID_PARAMS, f"Invalid params: {META_VERSION} must be a string", status=400, request_id=request_id
+        )
     if version not in MODERN_VERSIONS:
         raise unsupported(version, request_id)
     return Request(method, params, version, id=request_id, meta=meta)
@@ -167,12 +200,20 @@ def _legacy(method: str, params: dict[str, Any], headers: dict[str, str], reques
     if method == "initialize":
         return Request(method, params, negotiate(params.get("protocolVersion")), id=request_id)
     if method == "server/discover":
-        raise RpcError(INVALID_PARAMS, f"Invalid params: server/discover needs params._meta with {META_VERSION} "
-                                       f"and {META_CAPABILITIES}", status=400, request_id=request_id)
+        raise RpcError(
+            INVALID_PARAMS,
+            f"Invalid params: server/discover needs params._meta with {META_VERSION} and {META_CAPABILITIES}",
+            status=400,
+            request_id=request_id,
+        )
     version = headers.get("mcp-protocol-version") or HEADERLESS_VERSION
     if version in MODERN_VERSIONS:
-        raise RpcError(INVALID_PARAMS, f"Invalid params: a {version} request carries params._meta with "
-                                       f"{META_VERSION} and {META_CAPABILITIES}", status=400, request_id=request_id)
+        raise RpcError(
+            INVALID_PARAMS,
+            f"Invalid params: a {version} request carries params._meta with {META_VERSION} and {META_CAPABILITIES}",
+            status=400,
+            request_id=request_id,
+        )
     if version not in LEGACY_VERSIONS:
         raise unsupported(version, request_id)
     return Request(method, params, version, id=request_id)
@@ -184,20 +225,28 @@ def negotiate(requested: Any) -> str:
 
 
 def unsupported(requested: Any, request_id: Any = None) -> RpcError:
-    return RpcError(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version", status=400, request_id=request_id,
-                    data={"supported": list(SUPPORTED_VERSIONS), "requested": str(requested)})
+    return RpcError(
+        UNSUPPORTED_PROTOCOL_VERSION,
+        "Unsupported protocol version",
+        status=400,
+        request_id=request_id,
+        data={"supported": list(SUPPORTED_VERSIONS), "requested": str(requested)},
+    )
 
 
 def method_not_found(request: Request) -> RpcError:
     # 2026-07-28 answers an unknown method 404 with the JSON-RPC error, which tells a modern server from a legacy
     # one that lacks the endpoint; the legacy era's clients read the error from a 200.
-    return RpcError(METHOD_NOT_FOUND, f"Method not found: {request.method}", status=404 if request.modern else 200,
-                    request_id=request.id)
+    return RpcError(
+        METHOD_NOT_FOUND,
+        f"Method not found: {request.method}",
+        status=404 if request.modern else 200,
+        request_id=request.id,
+    )
 
 
 def result(request: Request, value: dict[str, Any], server_info: dict[str, str]) -> dict[str, Any]:
     """The JSON-RPC answer to `request`; a modern result also says its type and who answered (its `_meta`)."""
     if request.modern:
-        value = {**value, "resultType": "complete",
-                 "_meta": {**value.get("_meta", {}), META_SERVER_INFO: server_info}}
+        value = {**value, "resultType": "complete", "_meta": {**value.get("_meta", {}), META_SERVER_INFO: server_info}}
     return {"jsonrpc": "2.0", "id": request.id, "result": value}

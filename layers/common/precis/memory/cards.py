@@ -27,7 +27,7 @@ def validate_entries(entries: Iterable[Any]) -> list[str]:
     for entry in entries:
         if not isinstance(entry, str) or not (match := _PREFIX.match(entry)):
             continue
-        body = " ".join(entry[match.end():].split())
+        body = " ".join(entry[match.end() :].split())
         text = f"{match.group(1).upper()}: {body}"
         if not body or len(text) > MAX_ENTRY_CHARS or norm(text) in seen:
             continue
@@ -53,5 +53,12 @@ def check_client_card(value: Any) -> list[str]:
 
 
 def _kind(value: Any) -> str:
-    return {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string", dict: "object",
-            list: "array"}.get(type(value), type(value).__name__)
+    return {
+        type(None): "null",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        str: "string",
+        dict: "object",
+        list: "array",
+    }.get(type(value), type(value).__name__)

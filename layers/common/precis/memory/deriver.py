@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from precis.settings import Settings
 from precis.configuration import DeriveConfig, derive_config
-from precis.store import conclusions, derive_cursors
 from precis.errors import NotFound
-from precis.store.db import Db
 from precis.memory.wakeups import QuietWake
+from precis.settings import Settings
+from precis.store import conclusions, derive_cursors
+from precis.store.db import Db
 from precis.store.message_search import ensure_indexed
 from precis.store.messages import read_from, read_range, tail_seq, with_bodies
 from precis.store.records import session_of
@@ -109,6 +109,7 @@ def _json(value: Any) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- who observes whom
 
+
 def observers(sender: str, peer: dict[str, Any] | None, members: dict[str, dict[str, Any]]) -> list[str]:
     """Who observes whom (docs/design.md, "Derived memory"): nobody when the sender is not observed (the session-peer
     config's observe_me if set, else the peer's configuration.observe_me, else true); else the sender and each other
@@ -125,9 +126,18 @@ def observers(sender: str, peer: dict[str, Any] | None, members: dict[str, dict[
 
 # ---------------------------------------------------------------- one (session, sender)
 
-def derive_target(db: Db, settings: Settings, target: DeriveTarget, *, engine_for: Callable[[DeriveConfig], Any],
-                  embedder: Any, now: Callable[[], datetime] = _now,
-                  time_left: Callable[[], float] = lambda: float("inf"), flush: bool = False) -> Outcome:
+
+def derive_target(
+    db: Db,
+    settings: Settings,
+    target: DeriveTarget,
+    *,
+    engine_for: Callable[[DeriveConfig], Any],
+    embedder: Any,
+    now: Callable[[], datetime] = _now,
+    time_left: Callable[[], float] = lambda: float("inf"),
+    flush: bool = False,
+) -> Outcome:
     """Derive what is due of `target`'s underived messages: all of them with the extractive engine or when `flush`
     (the session went quiet), else once they hold the batch's tokens or the oldest has waited past its age (the
     schedule's flush comes back for those)."""
@@ -153,8 +163,18 @@ def derive_target(db: Db, settings: Settings, target: DeriveTarget, *, engine_fo
     return outcome
 
 
-def _decide(db: Db, config: DeriveConfig, target: DeriveTarget, session: dict, peer: dict | None,
-            cursor: dict | None, engine_for, now: datetime, outcome: Outcome, flush: bool = False) -> bool:
+def _decide(
+    db: Db,
+    config: DeriveConfig,
+    target: DeriveTarget,
+    session: dict,
+    peer: dict | None,
+    cursor: dict | None,
+    engine_for,
+    now: datetime,
+    outcome: Outcome,
+    flush: bool = False,
+) -> bool:
     """Read the sender's underived messages and derive them, mark them waiting, or skip them; whether to go on."""
     ws, s = target.workspace, target.session
     # A clone derives from its own point on: what it inherited was derived in its parent (docs/design.md, cloning).
@@ -192,8 +212,13 @@ def _decide(db: Db, config: DeriveConfig, target: DeriveTarget, session: dict, p
     mine = with_bodies(db, mine, ws, s)
     context = _context_message(db, ws, s, mine[0], window, through)
     found = _extract(engine, target.sender, mine, context, config)
-    job = {"token": secrets.token_hex(8), "to_seq": last_seq, "count": len(mine), "observers": watchers,
-           "conclusions": found}
+    job = {
+        "token": secrets.token_hex(8),
+        "to_seq": last_seq,
+        "count": len(mine),
+        "observers": watchers,
+        "conclusions": found,
+    }
     derive_cursors.store_job(db, target, cursor, session["incarnation"], job)
     outcome.jobs += 1
     return True  # the next round applies the stored job
@@ -224,26 +249,49 @@ def _extract(engine: Any, sender: str, mine: list[dict], context: dict | None, c
         groups = [mine]
     found: list[dict] = []
     for group in groups:
-        request = DeriveRequest(observed=sender, messages=[as_message(m) for m in group],
-                                context=as_message(context) if context is not None and group is groups[0] else None,
-                                custom_instructions=config.custom_instructions)
+        request = DeriveRequest(
+            observed=sender,
+            messages=[as_message(m) for m in group],
+            context=as_message(context) if context is not None and group is groups[0] else None,
+            custom_instructions=config.custom_instructions,
+        )
         for text in engine.derive(request):
-            found.append({"content": text, "source_message_ids": [m["id"] for m in group],
-                          "source_at": max(m["created_at"] for m in group)})
+            found.append(
+                {
+                    "content": text,
+                    "source_message_ids": [m["id"] for m in group],
+                    "source_at": max(m["created_at"] for m in group),
+                }
+            )
     return found
 
 
-def _apply(db: Db, settings: Settings, target: DeriveTarget, incarnation: str, cursor: dict, engine: Any,
-           embedder: Any, now: datetime, outcome: Outcome) -> None:
+def _apply(
+    db: Db,
+    settings: Settings,
+    target: DeriveTarget,
+    incarnation: str,
+    cursor: dict,
+    engine: Any,
+    embedder: Any,
+    now: datetime,
+    outcome: Outcome,
+) -> None:
     """Write a stored job into each observer's collection (each chunk once), update the cards, move the cursor;
     each collection counts its new explicit conclusions towards its next dream."""
     from precis.memory.dreams import DreamTarget, note_explicit
 
     job = cursor["job"]
     applied = set(cursor.get("applied") or ())
-    items = [conclusions.Derived(c["content"], session_id=target.session,
-                                 source_message_ids=tuple(c["source_message_ids"]), source_at=c["source_at"])
-             for c in job["conclusions"]]
+    items = [
+        conclusions.Derived(
+            c["content"],
+            session_id=target.session,
+            source_message_ids=tuple(c["source_message_ids"]),
+            source_at=c["source_at"],
+        )
+        for c in job["conclusions"]
+    ]
     written = 0
     for observer in job["observers"]:
         for start in range(0, len(items), CHUNK):
@@ -252,12 +300,25 @@ def _apply(db: Db, settings: Settings, target: DeriveTarget, incarnation: str, c
                 continue
             extra = [derive_cursors.applied_mark(db, target, job["token"], name)]
             try:
-                conclusions.write(db, target.workspace, observer, target.sender, items[start:start + CHUNK],
-                                  embedder=embedder, extra=extra, incarnation=incarnation)
-                written += len(items[start:start + CHUNK])
-                note_explicit(db, DreamTarget(target.workspace, observer, target.sender),
-                              len(items[start:start + CHUNK]), now, min_conclusions=settings.dream_min_conclusions,
-                              idle_s=settings.dream_idle_s)
+                conclusions.write(
+                    db,
+                    target.workspace,
+                    observer,
+                    target.sender,
+                    items[start : start + CHUNK],
+                    embedder=embedder,
+                    extra=extra,
+                    incarnation=incarnation,
+                )
+                written += len(items[start : start + CHUNK])
+                note_explicit(
+                    db,
+                    DreamTarget(target.workspace, observer, target.sender),
+                    len(items[start : start + CHUNK]),
+                    now,
+                    min_conclusions=settings.dream_min_conclusions,
+                    idle_s=settings.dream_idle_s,
+                )
             except conclusions.ExtraConditionFailed:
                 pass  # applied already, by us before a crash or by a concurrent deriver
         card_name = f"{observer}#card"
@@ -268,8 +329,9 @@ def _apply(db: Db, settings: Settings, target: DeriveTarget, incarnation: str, c
     outcome.conclusions += written
 
 
-def _update_card(db: Db, target: DeriveTarget, observer: str, token: str, name: str, engine: Any,
-                 new: list[str]) -> None:
+def _update_card(
+    db: Db, target: DeriveTarget, observer: str, token: str, name: str, engine: Any, new: list[str]
+) -> None:
     """The observer's card of the sender, proposed by the engine from the old card and the new conclusions; written
     with the chunk marker, so a replay never counts the same conclusions twice. Nothing valid: left unchanged."""
     ws = target.workspace
@@ -279,8 +341,9 @@ def _update_card(db: Db, target: DeriveTarget, observer: str, token: str, name: 
     except Exception as exc:  # noqa: BLE001 - a card is a convenience: its failure never blocks the conclusions
         log.warning("card update failed for %s/%s: %s", observer, target.sender, exc)
         proposed = None
-    conclusions.write_card_step(db, ws, observer, target.sender, proposed, entries,
-                                derive_cursors.applied_mark(db, target, token, name))
+    conclusions.write_card_step(
+        db, ws, observer, target.sender, proposed, entries, derive_cursors.applied_mark(db, target, token, name)
+    )
 
 
 def mark_failed(db: Db, target: DeriveTarget, now: datetime) -> None:
@@ -293,8 +356,8 @@ def mark_failed(db: Db, target: DeriveTarget, now: datetime) -> None:
 
 # ---------------------------------------------------------------- a quiet session's wake-up
 
-def quiet_wakes(derived: Iterable[tuple[DeriveTarget, Iterable[dict[str, Any]], Outcome | None]]
-                ) -> list[QuietWake]:
+
+def quiet_wakes(derived: Iterable[tuple[DeriveTarget, Iterable[dict[str, Any]], Outcome | None]]) -> list[QuietWake]:
     """After a stream batch: one wake-up per session whose batches wait (an llm engine), naming the newest message of
     it the batch brought, whichever sender's and whether its derivation succeeded (None) or not, so that the
     session's last message always has a wake-up naming it or a newer one."""
@@ -313,12 +376,15 @@ def quiet_targets(db: Db, wake: QuietWake) -> list[DeriveTarget]:
     (the session has been quiet for the wake-up's delay); none when one did (that message's wake-up comes later)."""
     if tail_seq(db, wake.workspace, wake.session) > wake.seq:
         return []
-    return [DeriveTarget(wake.workspace, wake.session, c["sender"])
-            for c in derive_cursors.cursors(db, wake.workspace, wake.session)
-            if c.get("sender") and (c.get("job") or c.get("due_at", NOTHING_DUE) != NOTHING_DUE)]
+    return [
+        DeriveTarget(wake.workspace, wake.session, c["sender"])
+        for c in derive_cursors.cursors(db, wake.workspace, wake.session)
+        if c.get("sender") and (c.get("job") or c.get("due_at", NOTHING_DUE) != NOTHING_DUE)
+    ]
 
 
 # ---------------------------------------------------------------- the schedule's flush
+
 
 def due_targets(db: Db, workspaces: Iterable[str], now: datetime) -> list[DeriveTarget]:
     """Cursors whose waiting batch (or failed derivation) is due by `now`."""

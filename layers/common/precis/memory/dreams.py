@@ -51,13 +51,13 @@ def _iso(moment: datetime) -> str:
 
 # ---------------------------------------------------------------- scheduling
 
+
 def schedule(db: Db, target: DreamTarget, session_id: str | None, now: datetime) -> None:
     """Make the collection's dream due now and wake the deriver (a dream already due or running is that dream)."""
     dream_state.request(db, target, session_id, _iso(now))
 
 
-def note_explicit(db: Db, target: DreamTarget, count: int, now: datetime, *, min_conclusions: int,
-                  idle_s: int) -> None:
+def note_explicit(db: Db, target: DreamTarget, count: int, now: datetime, *, min_conclusions: int, idle_s: int) -> None:
     """Count `count` new explicit conclusions; arm the dream (due once the collection has been idle `idle_s`) when
     they reach `min_conclusions`. Best effort: a replayed job may count its conclusions twice, which only brings a
     dream forward."""
@@ -69,6 +69,7 @@ def note_explicit(db: Db, target: DreamTarget, count: int, now: datetime, *, min
 
 
 # ---------------------------------------------------------------- running
+
 
 def run(db: Db, target: DreamTarget, *, engine: Any, embedder: Any, now: datetime) -> int:
     """Run the dream if it is due by `now` (or a stored job of it); the deductive conclusions written."""
@@ -96,10 +97,16 @@ def _decide(db: Db, target: DreamTarget, item: dict[str, Any], engine: Any) -> d
     premises, known = _explicit(db, target)
     deductions = engine.dream(target.observed, premises, known) if premises else []
     ids = {p["id"] for p in premises}
-    job = {"token": secrets.token_hex(8), "session_id": item.get("session_id"),
-           "deductions": [{"content": d["content"], "source_ids": [s for s in d["source_ids"] if s in ids]}
-                          for d in deductions if any(s in ids for s in d["source_ids"])],
-           "card_from": [p["content"] for p in premises]}
+    job = {
+        "token": secrets.token_hex(8),
+        "session_id": item.get("session_id"),
+        "deductions": [
+            {"content": d["content"], "source_ids": [s for s in d["source_ids"] if s in ids]}
+            for d in deductions
+            if any(s in ids for s in d["source_ids"])
+        ],
+        "card_from": [p["content"] for p in premises],
+    }
     return dream_state.store_job(db, target, job, item["due_at"])
 
 
@@ -107,17 +114,27 @@ def _apply(db: Db, target: DreamTarget, item: dict[str, Any], engine: Any, embed
     job = item["job"]
     applied = set(item.get("applied") or ())
     ws, observer, observed = target.workspace, target.observer, target.observed
-    items = [conclusions.Derived(d["content"], level="deductive", source_ids=tuple(d["source_ids"]))
-             for d in job["deductions"]]
+    items = [
+        conclusions.Derived(d["content"], level="deductive", source_ids=tuple(d["source_ids"]))
+        for d in job["deductions"]
+    ]
     written = 0
     for start in range(0, len(items), CHUNK):
         name = f"deductive#{start}"
         if name in applied:
             continue
         try:
-            conclusions.write(db, ws, observer, observed, items[start:start + CHUNK], embedder=embedder,
-                              extra=[dream_state.applied_mark(db, target, job["token"], name)], now=now)
-            written += len(items[start:start + CHUNK])
+            conclusions.write(
+                db,
+                ws,
+                observer,
+                observed,
+                items[start : start + CHUNK],
+                embedder=embedder,
+                extra=[dream_state.applied_mark(db, target, job["token"], name)],
+                now=now,
+            )
+            written += len(items[start : start + CHUNK])
         except conclusions.ExtraConditionFailed:
             pass  # written already, by this dream before a crash or by a concurrent run
     if "card" not in applied:
@@ -136,8 +153,9 @@ def _refresh_card(db: Db, target: DreamTarget, job: dict[str, Any], engine: Any,
     except Exception as exc:  # noqa: BLE001 - a card is a convenience: its failure never blocks the dream
         log.warning("card refresh failed for %s/%s: %s", observer, observed, exc)
         proposed = None
-    conclusions.write_card_step(db, ws, observer, observed, proposed, entries,
-                                dream_state.applied_mark(db, target, job["token"], "card"))
+    conclusions.write_card_step(
+        db, ws, observer, observed, proposed, entries, dream_state.applied_mark(db, target, job["token"], "card")
+    )
 
 
 def dreams_due(db: Db, ws: str, now: datetime) -> list[DreamTarget]:

@@ -69,7 +69,7 @@ def features(text: str) -> dict[str, float]:
         add(f"b:{left} {right}", 0.5)
     for word in content:
         padded = f" {word} "
-        grams = [padded[i:i + n] for n in (3, 4) for i in range(len(padded) - n + 1)]
+        grams = [padded[i : i + n] for n in (3, 4) for i in range(len(padded) - n + 1)]
         for gram in grams:  # a word's n-grams together weigh as much as half of the word
             add("c:" + gram, 0.5 / len(grams))
     return weights
@@ -127,9 +127,19 @@ class ModelEmbedder:
 
     name = "none"
 
-    def __init__(self, *, model: str, dimensions: int, timeout: float = 30.0, max_attempts: int = 4,
-                 backoff_base: float = 0.5, backoff_max: float = 20.0, sleep: Callable[[float], None] = time.sleep,
-                 rng: Callable[[], float] = random.random, **provider_options: Any):
+    def __init__(
+        self,
+        *,
+        model: str,
+        dimensions: int,
+        timeout: float = 30.0,
+        max_attempts: int = 4,
+        backoff_base: float = 0.5,
+        backoff_max: float = 20.0,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: Callable[[], float] = random.random,
+        **provider_options: Any,
+    ):
         if max_attempts < 1:
             raise ValueError(f"max_attempts: must be at least 1, got {max_attempts}")
         self.model, self.dimensions = model, dimensions
@@ -146,7 +156,7 @@ class ModelEmbedder:
         llm = self._model()
         batch = llm.batch_size()
         for start in range(0, len(asked), batch):
-            chunk = asked[start:start + batch]
+            chunk = asked[start : start + batch]
             for i, vector in zip(chunk, self._request(llm, [texts[i] for i in chunk])):
                 vectors[i] = vector
         return vectors
@@ -155,9 +165,17 @@ class ModelEmbedder:
         if self._llm is None:
             from precis.llm import model_of  # the provider's client (openai, about 0.7 s): only when asked for
 
-            self._llm = model_of(self.name, model=self.model, timeout=self.timeout, max_attempts=self.max_attempts,
-                                 backoff_base=self.backoff_base, backoff_max=self.backoff_max, sleep=self._sleep,
-                                 rng=self._rng, **self._provider_options)
+            self._llm = model_of(
+                self.name,
+                model=self.model,
+                timeout=self.timeout,
+                max_attempts=self.max_attempts,
+                backoff_base=self.backoff_base,
+                backoff_max=self.backoff_max,
+                sleep=self._sleep,
+                rng=self._rng,
+                **self._provider_options,
+            )
         return self._llm
 
     def _request(self, llm: Model, texts: list[str]) -> list[list[float]]:
@@ -176,8 +194,9 @@ class ModelEmbedder:
                 raise BadAnswer("an embedding that is not a list of numbers")
             if len(vector) != self.dimensions:
                 # The model ignores `dimensions` (or has fewer): asking again cannot help.
-                raise BadAnswer(f"model {self.model} answered {len(vector)} dimensions, not {self.dimensions}",
-                                 retryable=False)
+                raise BadAnswer(
+                    f"model {self.model} answered {len(vector)} dimensions, not {self.dimensions}", retryable=False
+                )
             if not all(math.isfinite(x) for x in vector):
                 raise BadAnswer("an embedding with a non-finite number")
             vectors.append(normalised([float(x) for x in vector]))
@@ -189,11 +208,13 @@ class OpenAIEmbedder(ModelEmbedder):
 
     name = "openai"
 
-    def __init__(self, *, model: str, dimensions: int, base_url: str | None = None, api_key: str | None = None,
-                 **options: Any):
+    def __init__(
+        self, *, model: str, dimensions: int, base_url: str | None = None, api_key: str | None = None, **options: Any
+    ):
         if not (base_url or api_key):
-            raise EngineError("openai embedder: neither OPENAI_BASE_URL nor OPENAI_API_KEY is configured",
-                              retryable=False)
+            raise EngineError(
+                "openai embedder: neither OPENAI_BASE_URL nor OPENAI_API_KEY is configured", retryable=False
+            )
         super().__init__(model=model, dimensions=dimensions, base_url=base_url, api_key=api_key, **options)
 
 
@@ -209,31 +230,51 @@ class BedrockEmbedder(ModelEmbedder):
 
 def get_embedder(settings: Settings) -> Embedder:
     """The embedder `settings` (precis.settings.Settings) configure, one per distinct configuration."""
-    return _embedder(settings.embedder, settings.model_for("embed"), settings.embed_dimensions,
-                     getattr(settings, "llm_base_url", None), getattr(settings, "llm_api_key", None),
-                     getattr(settings, "llm_timeout", None), getattr(settings, "llm_max_attempts", None),
-                     getattr(settings, "bedrock_region", None))
+    return _embedder(
+        settings.embedder,
+        settings.model_for("embed"),
+        settings.embed_dimensions,
+        getattr(settings, "llm_base_url", None),
+        getattr(settings, "llm_api_key", None),
+        getattr(settings, "llm_timeout", None),
+        getattr(settings, "llm_max_attempts", None),
+        getattr(settings, "bedrock_region", None),
+    )
 
 
 def configured_embedder() -> Embedder:
     """This deployment's embedder (openai: with the LLM API key from Secrets Manager when the environment has none)."""
-    from precis.settings import get_settings
     from precis.secrets import with_llm_key
+    from precis.settings import get_settings
 
     settings = get_settings()
     return get_embedder(with_llm_key(settings) if settings.embedder == "openai" else settings)
 
 
 @lru_cache(maxsize=8)
-def _embedder(kind: str, model: str, dimensions: int, base_url: str | None, api_key: str | None,
-              timeout: float | None, max_attempts: int | None, region: str | None = None) -> Embedder:
+def _embedder(
+    kind: str,
+    model: str,
+    dimensions: int,
+    base_url: str | None,
+    api_key: str | None,
+    timeout: float | None,
+    max_attempts: int | None,
+    region: str | None = None,
+) -> Embedder:
     if kind == "hashed":
         return HashedEmbedder(dimensions)
     if kind == "openai":
-        return OpenAIEmbedder(model=model, dimensions=dimensions, base_url=base_url, api_key=api_key,
-                              timeout=timeout or 30.0, max_attempts=max_attempts or 4)
+        return OpenAIEmbedder(
+            model=model,
+            dimensions=dimensions,
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout or 30.0,
+            max_attempts=max_attempts or 4,
+        )
     if kind == "bedrock":
-        return BedrockEmbedder(model=model, dimensions=dimensions, region=region, timeout=timeout or 30.0,
-                               max_attempts=max_attempts or 4)
+        return BedrockEmbedder(
+            model=model, dimensions=dimensions, region=region, timeout=timeout or 30.0, max_attempts=max_attempts or 4
+        )
     raise ValueError(f"embedder: must be hashed, openai or bedrock, got {kind!r}")
-

@@ -54,8 +54,9 @@ def target(event_name: str, image: dict[str, Any]) -> Target | None:
     return None
 
 
-def on_stream(db: Db, records: Iterable[tuple[str, dict[str, Any]]], time_left: TimeLeft
-              ) -> dict[Target, Exception | None]:
+def on_stream(
+    db: Db, records: Iterable[tuple[str, dict[str, Any]]], time_left: TimeLeft
+) -> dict[Target, Exception | None]:
     """Derive a stream batch ((event name, new image) per record): each target once, then send the quiet wake-ups of
     its llm sessions; each target's failure (None: done)."""
     targets: dict[Target, list[dict[str, Any]]] = {}
@@ -88,8 +89,10 @@ def on_wake(db: Db, bodies: Iterable[str], time_left: TimeLeft) -> dict[tuple[st
         if failed is not None:
             raise failed
 
-    return {(w.workspace, w.session): exc for w, exc in concurrency.run_each(
-        wakes, derive_session, workers=get_settings().derive_concurrency).items()}
+    return {
+        (w.workspace, w.session): exc
+        for w, exc in concurrency.run_each(wakes, derive_session, workers=get_settings().derive_concurrency).items()
+    }
 
 
 def on_schedule(db: Db, time_left: TimeLeft) -> dict[str, int]:
@@ -98,6 +101,7 @@ def on_schedule(db: Db, time_left: TimeLeft) -> dict[str, int]:
     workspaces = all_workspaces(db)
     targets: list[Target] = [*due_targets(db, workspaces, now)]
     targets += [dream for ws in workspaces for dream in dreams_due(db, ws, now)]
+
     def run(found: Target) -> None:
         derive(db, found, time_left)
 
@@ -106,8 +110,9 @@ def on_schedule(db: Db, time_left: TimeLeft) -> dict[str, int]:
     return {"flushed": len(targets) - len(failed), "failed": len(failed)}
 
 
-def derive(db: Db, found: Target, time_left: TimeLeft, images: list[dict[str, Any]] | None = None,
-           flush: bool = False) -> Outcome | None:
+def derive(
+    db: Db, found: Target, time_left: TimeLeft, images: list[dict[str, Any]] | None = None, flush: bool = False
+) -> Outcome | None:
     """Derive (or backfill, or dream) one target; the deriver's Outcome for a DeriveTarget."""
     if isinstance(found, BackfillTarget):
         _backfill(db, found)
@@ -120,16 +125,32 @@ def derive(db: Db, found: Target, time_left: TimeLeft, images: list[dict[str, An
     try:
         if images:
             _index(db, images)
-        outcome = derive_target(db, get_settings(), found, engine_for=_engine_for, embedder=configured_embedder(),
-                                time_left=time_left, flush=flush)
+        outcome = derive_target(
+            db,
+            get_settings(),
+            found,
+            engine_for=_engine_for,
+            embedder=configured_embedder(),
+            time_left=time_left,
+            flush=flush,
+        )
     except Exception:
         concurrency.add_metric(name="DerivationsFailed", unit=MetricUnit.Count, value=1)
         mark_failed(db, found, datetime.now(UTC))
         raise
     if outcome.conclusions:
         concurrency.add_metric(name="ConclusionsWritten", unit=MetricUnit.Count, value=outcome.conclusions)
-    logger.info("derive", extra={"session": found.session, "sender": found.sender, "derived": outcome.derived,
-                                 "conclusions": outcome.conclusions, "pending": outcome.pending, "quiet": flush})
+    logger.info(
+        "derive",
+        extra={
+            "session": found.session,
+            "sender": found.sender,
+            "derived": outcome.derived,
+            "conclusions": outcome.conclusions,
+            "pending": outcome.pending,
+            "quiet": flush,
+        },
+    )
     return outcome
 
 

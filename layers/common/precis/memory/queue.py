@@ -14,16 +14,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from precis.store.derive_cursors import cursors
 from precis.errors import NotFound
 from precis.store import messages, resources
 from precis.store.db import Db
+from precis.store.derive_cursors import cursors
 from precis.store.resources import require_workspace
 
 
 def _units(total_done: int, in_progress: int, pending: int) -> dict[str, int]:
-    return {"total_work_units": total_done + in_progress + pending, "completed_work_units": total_done,
-            "in_progress_work_units": in_progress, "pending_work_units": pending}
+    return {
+        "total_work_units": total_done + in_progress + pending,
+        "completed_work_units": total_done,
+        "in_progress_work_units": in_progress,
+        "pending_work_units": pending,
+    }
 
 
 def _observed_by(observer: str | None, members: dict[str, dict[str, Any]], sender: str) -> bool:
@@ -33,8 +37,9 @@ def _observed_by(observer: str | None, members: dict[str, dict[str, Any]], sende
     return (members.get(observer) or {}).get("observe_others") is True
 
 
-def _session_status(db: Db, ws: str, session_id: str, observer: str | None, sender: str | None,
-                    workspace: dict[str, Any]) -> dict[str, int]:
+def _session_status(
+    db: Db, ws: str, session_id: str, observer: str | None, sender: str | None, workspace: dict[str, Any]
+) -> dict[str, int]:
     session = resources.session_item(db, ws, session_id)
     if session is None or "deleted_at" in session:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
@@ -58,8 +63,11 @@ def _session_status(db: Db, ws: str, session_id: str, observer: str | None, send
             in_progress += 1
         else:
             pending += 1
-    done = sum(int(c.get("derived", 0)) for p, c in by_sender.items()
-               if (not sender or p == sender) and _observed_by(observer, members, p))
+    done = sum(
+        int(c.get("derived", 0))
+        for p, c in by_sender.items()
+        if (not sender or p == sender) and _observed_by(observer, members, p)
+    )
     if not sender and not observer:
         # the summary strategies: only this route's requests pay for them
         from precis.summaries.runner import summaries_due
@@ -68,8 +76,9 @@ def _session_status(db: Db, ws: str, session_id: str, observer: str | None, send
     return _units(done, in_progress, pending)
 
 
-def queue_status(db: Db, ws: str, *, observer_id: str | None = None, sender_id: str | None = None,
-                 session_id: str | None = None) -> dict[str, Any]:
+def queue_status(
+    db: Db, ws: str, *, observer_id: str | None = None, sender_id: str | None = None, session_id: str | None = None
+) -> dict[str, Any]:
     workspace = require_workspace(db, ws)
     for peer_id in {p for p in (observer_id, sender_id) if p}:
         if not resources.peer_exists(db, ws, peer_id):

@@ -56,8 +56,10 @@ def send(client: Any, queue_url: str, wakes: list[QuietWake], delay_s: float) ->
     delay = min(MAX_DELAY_S, math.ceil(delay_s))
     unsent = 0
     for start in range(0, len(wakes), _BATCH):
-        entries = [{"Id": str(i), "MessageBody": body(w), "DelaySeconds": delay}
-                   for i, w in enumerate(wakes[start:start + _BATCH])]
+        entries = [
+            {"Id": str(i), "MessageBody": body(w), "DelaySeconds": delay}
+            for i, w in enumerate(wakes[start : start + _BATCH])
+        ]
         try:
             answer = client.send_message_batch(QueueUrl=queue_url, Entries=entries)
         except Exception as exc:  # noqa: BLE001 - a wake-up is a shortcut: the schedule's flush still comes

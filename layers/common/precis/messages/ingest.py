@@ -15,12 +15,12 @@ from typing import Any
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from precis.settings import Settings
 from precis.errors import Invalid, TooLarge
 from precis.schemas import ID_MAX, ID_PATTERN
-from precis.store import idempotency
+from precis.schemas.bodies import MessageBatch, MessageIn
+from precis.settings import Settings
+from precis.store import idempotency, text_index
 from precis.store.db import Db
-from precis.store import text_index
 from precis.store.messages import (
     RESPONSE_BUDGET_BYTES,
     NewMessage,
@@ -32,7 +32,6 @@ from precis.store.messages import (
     read_range,
 )
 from precis.tokens import count_text
-from precis.schemas.bodies import MessageBatch, MessageIn
 
 IDEMPOTENCY_KEY_MAX = 255
 # Distinct terms a post indexes before it answers (each is a posting and two counter updates, eight at a time: a few
@@ -51,15 +50,23 @@ def _prepare(batch: MessageBatch, settings: Settings) -> list[NewMessage]:
         if len(message.content) > settings.max_message_chars:
             raise TooLarge(f"{where}: at most {settings.max_message_chars} characters, got {len(message.content)}")
         if len(message.content) * 6 > MESSAGE_JSON_MAX_BYTES and json_bytes(message.content) > MESSAGE_JSON_MAX_BYTES:
-            raise TooLarge(f"{where}: at most {MESSAGE_JSON_MAX_BYTES} bytes as JSON (it must fit a 6 MB response), "
-                           f"got {json_bytes(message.content)}")
+            raise TooLarge(
+                f"{where}: at most {MESSAGE_JSON_MAX_BYTES} bytes as JSON (it must fit a 6 MB response), "
+                f"got {json_bytes(message.content)}"
+            )
         created_at = message.created_at
         if created_at is not None and created_at.tzinfo is None:
             created_at = created_at.replace(tzinfo=UTC)  # a timestamp without zone is taken as UTC
-        prepared.append(NewMessage(
-            content=message.content, peer_id=message.peer_id, token_count=count_text(message.content),
-            metadata=message.metadata, created_at=created_at.isoformat() if created_at else None,
-            run_id=_run_of(message, index)))
+        prepared.append(
+            NewMessage(
+                content=message.content,
+                peer_id=message.peer_id,
+                token_count=count_text(message.content),
+                metadata=message.metadata,
+                created_at=created_at.isoformat() if created_at else None,
+                run_id=_run_of(message, index),
+            )
+        )
     return prepared
 
 
@@ -75,8 +82,10 @@ def _run_of(message: MessageIn, index: int) -> str | None:
         else:
             text = repr(value)
             shown = f"{type(value).__name__} {text if len(text) <= 40 else text[:39] + '…'}"
-        raise Invalid(f"messages[{index}].metadata.run_id: a string of 1-{ID_MAX} characters of letters, digits, "
-                      f"'_' and '-' (as run_id), got {shown}")
+        raise Invalid(
+            f"messages[{index}].metadata.run_id: a string of 1-{ID_MAX} characters of letters, digits, "
+            f"'_' and '-' (as run_id), got {shown}"
+        )
     return value
 
 
@@ -85,9 +94,16 @@ def _fingerprint(batch: MessageBatch) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def create_messages(db: Db, settings: Settings, ws: str, session_id: str, batch: MessageBatch,
-                    idempotency_key: str | None = None, *, lease_s: float = idempotency.DEFAULT_LEASE_S,
-                    ) -> tuple[int, list[dict[str, Any]]]:
+def create_messages(
+    db: Db,
+    settings: Settings,
+    ws: str,
+    session_id: str,
+    batch: MessageBatch,
+    idempotency_key: str | None = None,
+    *,
+    lease_s: float = idempotency.DEFAULT_LEASE_S,
+) -> tuple[int, list[dict[str, Any]]]:
     """(status, messages) for a batch post; a repeated Idempotency-Key replays the first answer.
 
     `lease_s`: how long an Idempotency-Key stays claimed by this request should it die (the function's remaining
@@ -97,9 +113,17 @@ def create_messages(db: Db, settings: Settings, ws: str, session_id: str, batch:
 
     def store(batch_token: str | None = None, on_attempt=None) -> tuple[int, list[dict[str, Any]]]:
         nonce = secrets.token_hex(4)
-        views = append_messages(db, ws, session_id, prepared, inline_max_bytes=settings.inline_body_max_bytes,
-                                batch_token=batch_token, on_attempt=on_attempt, index_nonce=nonce,
-                                index_by=math.ceil(time.time() + lease_s))
+        views = append_messages(
+            db,
+            ws,
+            session_id,
+            prepared,
+            inline_max_bytes=settings.inline_body_max_bytes,
+            batch_token=batch_token,
+            on_attempt=on_attempt,
+            index_nonce=nonce,
+            index_by=math.ceil(time.time() + lease_s),
+        )
         _index(db, ws, session_id, index_unit(session_id, views[0]["seq"], nonce), views, prepared)
         metrics.add_metric(name="MessagesIngested", unit=MetricUnit.Count, value=len(views))
         metrics.add_metric(name="TokensIngested", unit=MetricUnit.Count, value=sum(m.token_count for m in prepared))
@@ -126,14 +150,23 @@ def create_messages(db: Db, settings: Settings, ws: str, session_id: str, batch:
             return None
         return [compact(message_view(i, ws, session_id)) for i in items]
 
-    status, answer, replayed = idempotency.run_once(db, ws, session_id, idempotency_key, _fingerprint(batch),
-                                                    store_compact, find_committed=find_committed, lease_s=lease_s)
+    status, answer, replayed = idempotency.run_once(
+        db,
+        ws,
+        session_id,
+        idempotency_key,
+        _fingerprint(batch),
+        store_compact,
+        find_committed=find_committed,
+        lease_s=lease_s,
+    )
     views = [{**stored, "content": m.content, "metadata": m.metadata or {}} for stored, m in zip(answer, prepared)]
     return status, _fit_echo([_ordered(v) for v in views])
 
 
-def _index(db: Db, ws: str, session_id: str, unit: str, views: list[dict[str, Any]],
-           prepared: list[NewMessage]) -> None:
+def _index(
+    db: Db, ws: str, session_id: str, unit: str, views: list[dict[str, Any]], prepared: list[NewMessage]
+) -> None:
     """Make the stored batch searchable before the answer (read-your-writes). The messages are stored whatever
     happens here: a failure is logged and the deriver indexes the batch later (text_index.repair), never a 5xx."""
     texts = [text_index.Text(v["seq"], v["peer_id"], m.content) for v, m in zip(views, prepared)]
@@ -157,8 +190,18 @@ def _fit_echo(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return views
 
 
-_ORDER = ("id", "content", "peer_id", "session_id", "workspace_id", "metadata", "created_at", "token_count",
-          "seq", "run_id")
+_ORDER = (
+    "id",
+    "content",
+    "peer_id",
+    "session_id",
+    "workspace_id",
+    "metadata",
+    "created_at",
+    "token_count",
+    "seq",
+    "run_id",
+)
 
 
 def _ordered(view: dict[str, Any]) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from pydantic import ValidationError
 
 from precis.errors import Invalid, TooLarge, UnsupportedMediaType
-from precis.schemas import ID_MAX, ID_PATTERN, MAX_BATCH
 from precis.messages.split import split_text
+from precis.schemas import ID_MAX, ID_PATTERN, MAX_BATCH
 from precis.schemas.bodies import MessageBatch, MessageIn, UploadFields
 
 # The file, base64-encoded by API Gateway (4/3) with the form around it, stays inside Lambda's 6 MB event.
@@ -35,23 +35,31 @@ SUPPORTED = "text (text/*), Markdown (text/markdown), JSON (application/json) or
 # The request body as OpenAPI describes it (the route reads the form itself, not through Powertools' JSON body).
 OPENAPI_BODY = {
     "required": True,
-    "content": {"multipart/form-data": {
-        "schema": {
-            "type": "object", "required": ["file", "peer_id"],
-            "properties": {
-                "file": {"type": "string", "format": "binary",
-                         "description": f"{SUPPORTED}, at most {MAX_FILE_BYTES} bytes"},
-                "peer_id": {"type": "string", "minLength": 1, "maxLength": ID_MAX, "pattern": ID_PATTERN},
-                "metadata": {"type": "object", "description": "given to every message"},
-                "configuration": {"type": "object"},
-                "created_at": {"type": "string", "format": "date-time"},
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["file", "peer_id"],
+                "properties": {
+                    "file": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": f"{SUPPORTED}, at most {MAX_FILE_BYTES} bytes",
+                    },
+                    "peer_id": {"type": "string", "minLength": 1, "maxLength": ID_MAX, "pattern": ID_PATTERN},
+                    "metadata": {"type": "object", "description": "given to every message"},
+                    "configuration": {"type": "object"},
+                    "created_at": {"type": "string", "format": "date-time"},
+                },
             },
-        },
-        # An object part is JSON text (OpenAPI's default for a multipart object, and what the SDK sends).
-        "encoding": {"file": {"contentType": "text/plain, text/markdown, application/json, application/pdf"},
-                     "metadata": {"contentType": "application/json"},
-                     "configuration": {"contentType": "application/json"}},
-    }},
+            # An object part is JSON text (OpenAPI's default for a multipart object, and what the SDK sends).
+            "encoding": {
+                "file": {"contentType": "text/plain, text/markdown, application/json, application/pdf"},
+                "metadata": {"contentType": "application/json"},
+                "configuration": {"contentType": "application/json"},
+            },
+        }
+    },
 }
 
 
@@ -74,12 +82,16 @@ def read_form(body: str | None, is_base64: bool, content_type: str | None) -> Up
     over the size limits, 422 (naming the field) when a field is missing or invalid."""
     media = (content_type or "").split(";")[0].strip().lower()
     if media != "multipart/form-data":
-        raise UnsupportedMediaType(f"Content-Type: multipart/form-data expected (fields file, peer_id, metadata, "
-                                   f"configuration, created_at), got {media or 'none'}")
+        raise UnsupportedMediaType(
+            f"Content-Type: multipart/form-data expected (fields file, peer_id, metadata, "
+            f"configuration, created_at), got {media or 'none'}"
+        )
     raw = _body_bytes(body, is_base64)
     if len(raw) > MAX_FORM_BYTES:
-        raise TooLarge(f"body: at most {MAX_FORM_BYTES} bytes (a file of at most {MAX_FILE_BYTES} bytes and its "
-                       f"fields), got {len(raw)}")
+        raise TooLarge(
+            f"body: at most {MAX_FORM_BYTES} bytes (a file of at most {MAX_FILE_BYTES} bytes and its "
+            f"fields), got {len(raw)}"
+        )
     texts, file = _parts(raw, content_type or "")
     errors: list[dict[str, Any]] = []
     try:
@@ -122,12 +134,11 @@ def _parts(raw: bytes, content_type: str) -> tuple[dict[str, str], UploadedFile 
         name = part.get_param("name", header="content-disposition")
         data = None if part.is_multipart() else part.get_payload(decode=True)
         if not isinstance(name, str) or not name or data is None or part.defects:
-            raise Invalid("body: every part needs a Content-Disposition with a name (form-data; name=\"...\")")
+            raise Invalid('body: every part needs a Content-Disposition with a name (form-data; name="...")')
         if name == "file":
             if file is not None:
                 raise Invalid("file: one file per upload, got several")
-            file = UploadedFile(data, part.get_content_type().lower(), part.get_content_charset(),
-                                part.get_filename())
+            file = UploadedFile(data, part.get_content_type().lower(), part.get_content_charset(), part.get_filename())
             continue
         if name in texts:
             raise Invalid(f"{name}: given more than once")
@@ -138,31 +149,46 @@ def _parts(raw: bytes, content_type: str) -> tuple[dict[str, str], UploadedFile 
     return texts, file
 
 
-def to_batch(form: UploadForm, max_message_chars: int, *, deadline: float,
-             clock: Callable[[], float] = time.monotonic) -> MessageBatch:
+def to_batch(
+    form: UploadForm, max_message_chars: int, *, deadline: float, clock: Callable[[], float] = time.monotonic
+) -> MessageBatch:
     """The file's text as consecutive messages of at most `max_message_chars` (415 for a type Precis does not read,
     422 for a corrupt or empty file, 413 when it needs more than one batch or cannot be read by `deadline`)."""
     limit = MAX_BATCH * max_message_chars
     kind = file_kind(form.file)
-    text = pdf_text(form.file.content, deadline=deadline, clock=clock, max_chars=2 * limit) if kind == "pdf" \
+    text = (
+        pdf_text(form.file.content, deadline=deadline, clock=clock, max_chars=2 * limit)
+        if kind == "pdf"
         else _decoded(form.file, kind)
+    )
     pieces = split_text(text, max_message_chars)
     if not pieces:
         raise Invalid("file: holds no text" + (" (a scanned PDF's images are not read)" if kind == "pdf" else ""))
     if len(pieces) > MAX_BATCH:
-        raise TooLarge(f"file: its text ({len(text)} characters) needs {len(pieces)} messages of at most "
-                       f"{max_message_chars} characters; one upload stores at most {MAX_BATCH} (split the file)")
+        raise TooLarge(
+            f"file: its text ({len(text)} characters) needs {len(pieces)} messages of at most "
+            f"{max_message_chars} characters; one upload stores at most {MAX_BATCH} (split the file)"
+        )
     f = form.fields
-    return MessageBatch(messages=[MessageIn(content=piece, peer_id=f.peer_id, metadata=f.metadata,
-                                            configuration=f.configuration, created_at=f.created_at)
-                                  for piece in pieces])
+    return MessageBatch(
+        messages=[
+            MessageIn(
+                content=piece,
+                peer_id=f.peer_id,
+                metadata=f.metadata,
+                configuration=f.configuration,
+                created_at=f.created_at,
+            )
+            for piece in pieces
+        ]
+    )
 
 
 def file_kind(file: UploadedFile) -> str:
     """What the file holds ("text", "json" or "pdf"): its part's declared type, or when that says nothing
     (application/octet-stream) its name's extension or the PDF signature; else 415."""
     media, name = file.media_type, (file.filename or "").lower()
-    extension = name[name.rfind("."):] if "." in name else ""
+    extension = name[name.rfind(".") :] if "." in name else ""
     if media == "application/pdf":
         return "pdf"
     if media == "application/json" or media.endswith("+json"):
@@ -176,8 +202,9 @@ def file_kind(file: UploadedFile) -> str:
             return "json"
         if extension and extension in TEXT_TYPES.split():
             return "text"
-    raise UnsupportedMediaType(f"file: unsupported type '{media}'{f' ({file.filename})' if file.filename else ''}; "
-                               f"upload {SUPPORTED}")
+    raise UnsupportedMediaType(
+        f"file: unsupported type '{media}'{f' ({file.filename})' if file.filename else ''}; upload {SUPPORTED}"
+    )
 
 
 def _decoded(file: UploadedFile, kind: str) -> str:
@@ -190,8 +217,10 @@ def _decoded(file: UploadedFile, kind: str) -> str:
     try:
         text = file.content.decode("utf-8-sig" if codec.name == "utf-8" else codec.name)
     except UnicodeDecodeError as exc:
-        raise Invalid(f"file: not valid {codec.name} text (byte {exc.start}); send UTF-8 or name the charset "
-                      f"(text/plain; charset=...)") from None
+        raise Invalid(
+            f"file: not valid {codec.name} text (byte {exc.start}); send UTF-8 or name the charset "
+            f"(text/plain; charset=...)"
+        ) from None
     if "\x00" in text:
         raise Invalid(f"file: holds NUL characters, so it is not text; upload {SUPPORTED}")
     if kind == "json":
@@ -204,8 +233,7 @@ def _decoded(file: UploadedFile, kind: str) -> str:
     return text
 
 
-def pdf_text(content: bytes, *, deadline: float, max_chars: int,
-             clock: Callable[[], float] = time.monotonic) -> str:
+def pdf_text(content: bytes, *, deadline: float, max_chars: int, clock: Callable[[], float] = time.monotonic) -> str:
     """The text of the pages, in page order, each a paragraph of its own (pypdf, imported here only); 422 for a
     damaged or password-protected file, 413 past `max_chars` or `deadline`."""
     from pypdf import PdfReader
@@ -216,8 +244,10 @@ def pdf_text(content: bytes, *, deadline: float, max_chars: int,
     texts, total = [], 0
     for number in range(count):
         if clock() > deadline:
-            raise TooLarge(f"file: reading the PDF's {count} pages takes longer than a request may (stopped at page "
-                           f"{number + 1}); upload fewer pages at a time")
+            raise TooLarge(
+                f"file: reading the PDF's {count} pages takes longer than a request may (stopped at page "
+                f"{number + 1}); upload fewer pages at a time"
+            )
         with _unreadable(f"page {number + 1} of the PDF"):
             text = pages[number].extract_text() or ""
         total += len(text)

@@ -56,8 +56,10 @@ def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _check_configuration(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    if value is not None and \
-            len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) > JSON_MAX_BYTES:
+    if (
+        value is not None
+        and len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) > JSON_MAX_BYTES
+    ):
         raise ValueError(f"configuration: at most {JSON_MAX_BYTES} bytes as JSON")
     return value
 
@@ -76,6 +78,7 @@ class ListBody(Body):
 
 
 # ---------------------------------------------------------------- derived memory (docs/design.md, "Derived memory")
+
 
 class ConclusionQuery(Body):
     query: Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
@@ -101,7 +104,6 @@ class RepresentationQuery(Body):
     max_conclusions: int = Field(25, ge=1, le=100)
     filters: RepresentationFilters | None = None
     scope: ScopeId | None = None
-
 
 
 class SearchQuery(Body):

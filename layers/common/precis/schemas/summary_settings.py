@@ -78,8 +78,9 @@ class SummaryConfig(BaseModel):
     def _long_after_short(cls, value: int, info: ValidationInfo) -> int:
         short = info.data.get("messages_per_short_summary")
         if short is not None and value <= short:
-            raise ValueError(f"messages_per_long_summary must be greater than messages_per_short_summary ({short}), "
-                             f"got {value}")
+            raise ValueError(
+                f"messages_per_long_summary must be greater than messages_per_short_summary ({short}), got {value}"
+            )
         return value
 
     @field_validator("token_threshold")
@@ -91,7 +92,8 @@ class SummaryConfig(BaseModel):
                 "rolling_threshold",
                 "at least {floor} for the rolling strategy, got {value} (its summary may hold a "
                 "quarter of it, and max_output_tokens is at least {least})",
-                {"floor": floor, "value": value, "least": MIN_OUTPUT_TOKENS})
+                {"floor": floor, "value": value, "least": MIN_OUTPUT_TOKENS},
+            )
         return value
 
     @field_validator("max_output_tokens")
@@ -103,7 +105,8 @@ class SummaryConfig(BaseModel):
                 "rolling_output",
                 "at most a quarter of token_threshold {threshold} ({most}) for the rolling "
                 "strategy, got {value}: a summary must stay far smaller than the history it folds",
-                {"threshold": threshold, "most": threshold // ROLLING_OUTPUT_SHARE, "value": value})
+                {"threshold": threshold, "most": threshold // ROLLING_OUTPUT_SHARE, "value": value},
+            )
         return value
 
 

@@ -55,8 +55,10 @@ def clone_session(db: Db, ws: str, session_id: str, message_id: str | None = Non
     """Clone `session_id` up to and including `message_id` (all of it when None); the new session's view."""
     parent = require_session(db, ws, session_id)
     if base_of(parent) is not None:
-        raise Conflict(f"session '{session_id}' is a clone still being copied from '{parent['base_session']}'; "
-                       "clone it once that finishes (seconds for most sessions)")
+        raise Conflict(
+            f"session '{session_id}' is a clone still being copied from '{parent['base_session']}'; "
+            "clone it once that finishes (seconds for most sessions)"
+        )
     if message_id is not None:
         through = seq_of(message_id) or 0
         locate_message(db, ws, session_id, message_id)  # 404 when the session has no such message
@@ -65,25 +67,44 @@ def clone_session(db: Db, ws: str, session_id: str, message_id: str | None = Non
     new_id = _new_id(session_id)
     values = session_values(ws, new_id, json_object(parent.get("metadata")), json_object(parent.get("configuration")))
     values |= {"cloned_from": session_id, "derive_from": through + 1}
-    actions: list[dict[str, Any]] = [workspace_open(db, ws), {"ConditionCheck": {
-        "TableName": db.table, "Key": to_item(keys.session(ws, session_id)),
-        "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
-        "ExpressionAttributeValues": {":inc": {"S": parent["incarnation"]}}}}]
+    actions: list[dict[str, Any]] = [
+        workspace_open(db, ws),
+        {
+            "ConditionCheck": {
+                "TableName": db.table,
+                "Key": to_item(keys.session(ws, session_id)),
+                "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
+                "ExpressionAttributeValues": {":inc": {"S": parent["incarnation"]}},
+            }
+        },
+    ]
     if through:
         values |= {"base_session": session_id, "base_through": through, "base_incarnation": parent["incarnation"]}
-        last = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.message(ws, session_id, through)),
-                                            ConsistentRead=True).get("Item"))
+        last = from_item(
+            db.client.get_item(
+                TableName=db.table, Key=to_item(keys.message(ws, session_id, through)), ConsistentRead=True
+            ).get("Item")
+        )
         if last is None:
             raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")  # deleted and purged meanwhile
         tail = copy_item(db, ws, new_id, values["incarnation"], last)
         summaries = [i for i in _summaries(db, ws, session_id) if int(i["covers_seq"]) <= through]
-        puts = [tail, *({**s, **keys.summary(ws, new_id, s["summary_type"])} for s in summaries),
-                {"PK": keys.session_pk(ws, session_id), "SK": f"CLONE#{new_id}", "kind": "clone_ref",
-                 "session_id": new_id, "created_at": utcnow()}]
+        puts = [
+            tail,
+            *({**s, **keys.summary(ws, new_id, s["summary_type"])} for s in summaries),
+            {
+                "PK": keys.session_pk(ws, session_id),
+                "SK": f"CLONE#{new_id}",
+                "kind": "clone_ref",
+                "session_id": new_id,
+                "created_at": utcnow(),
+            },
+        ]
         actions += [{"Put": {"TableName": db.table, "Item": to_item(p)}} for p in puts]
     session = {**keys.session(ws, new_id), **values}
-    actions.append({"Put": {"TableName": db.table, "Item": to_item(session),
-                            "ConditionExpression": "attribute_not_exists(PK)"}})
+    actions.append(
+        {"Put": {"TableName": db.table, "Item": to_item(session), "ConditionExpression": "attribute_not_exists(PK)"}}
+    )
     try:
         transact(db, actions)
     except ClientError as exc:
@@ -100,19 +121,27 @@ def clone_session(db: Db, ws: str, session_id: str, message_id: str | None = Non
 
 
 def _summaries(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
-    items = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :s)", ConsistentRead=True,
-                      ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":s": "SUMMARY#"}))
+    items = query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :s)",
+        ConsistentRead=True,
+        ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":s": "SUMMARY#"}),
+    )
     # A finished summary only: a step of a job in progress belongs to the parent's summarizer.
     return [{k: v for k, v in i.items() if not k.startswith("job_")} for i in items if i.get("kind") == "summary"]
 
 
 # ---------------------------------------------------------------- the background copy
 
+
 def copy_base(db: Db, ws: str, session_id: str, *, time_left: Callable[[], float] = lambda: math.inf) -> bool:
     """Copy the clone's inherited messages (with vectors and bodies) into its partition, from where the last step
     stopped; drop its base when done and restart its parent's purge if one waits. Whether it is done."""
-    session = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)),
-                                           ConsistentRead=True).get("Item"))
+    session = from_item(
+        db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)), ConsistentRead=True).get(
+            "Item"
+        )
+    )
     base = base_of(session)
     if base is None or "deleted_at" in session:
         return True  # done already, or deleted (its purge removes what was copied)
@@ -130,26 +159,35 @@ def copy_base(db: Db, ws: str, session_id: str, *, time_left: Callable[[], float
 
 def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first: int, last: int) -> None:
     def range_query(pk: str, prefix: str, fields: str | None = None) -> list[dict[str, Any]]:
-        request: dict[str, Any] = {"KeyConditionExpression": "PK = :pk AND SK BETWEEN :a AND :b",
-                                   "ConsistentRead": True, "ExpressionAttributeValues": to_item({
-                                       ":pk": pk, ":a": f"{prefix}{first:0{keys.SEQ_DIGITS}d}",
-                                       ":b": f"{prefix}{last:0{keys.SEQ_DIGITS}d}"})}
+        request: dict[str, Any] = {
+            "KeyConditionExpression": "PK = :pk AND SK BETWEEN :a AND :b",
+            "ConsistentRead": True,
+            "ExpressionAttributeValues": to_item(
+                {":pk": pk, ":a": f"{prefix}{first:0{keys.SEQ_DIGITS}d}", ":b": f"{prefix}{last:0{keys.SEQ_DIGITS}d}"}
+            ),
+        }
         if fields:
             request["ProjectionExpression"] = fields
         return query_all(db, **request)
 
     have = {i["SK"] for i in range_query(keys.session_pk(ws, clone), "MSG#", "PK, SK")}
-    messages = [i for i in range_query(keys.session_pk(ws, parent), "MSG#")
-                if i.get("kind") == "message" and i["SK"] not in have]
+    messages = [
+        i
+        for i in range_query(keys.session_pk(ws, parent), "MSG#")
+        if i.get("kind") == "message" and i["SK"] not in have
+    ]
     copies = [copy_item(db, ws, clone, incarnation, m) for m in messages]
-    vectors = [{**v, "PK": keys.message_vectors_pk(ws, clone), "msession": clone}
-               for v in range_query(keys.message_vectors_pk(ws, parent), "MV#")]
+    vectors = [
+        {**v, "PK": keys.message_vectors_pk(ws, clone), "msession": clone}
+        for v in range_query(keys.message_vectors_pk(ws, parent), "MV#")
+    ]
     _put_all(db, ws, clone, incarnation, copies + vectors)
     # The copies join the workspace's search as the clone's messages: the page is one index unit, named by its range
     # (all of it, copied now or before: a resumed copy indexes the same unit, exactly once).
     page = [i for i in range_query(keys.session_pk(ws, parent), "MSG#") if i.get("kind") == "message"]
-    texts = [text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "")
-             for v in with_bodies(db, page, ws, parent)]
+    texts = [
+        text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "") for v in with_bodies(db, page, ws, parent)
+    ]
     text_index.index_texts(db, ws, clone, f"{clone}:{first}:copy{incarnation}", texts)
     text_index.settle(db, ws, clone, (t.seq for t in texts))  # (copies wake no deriver to do it)
 
@@ -157,9 +195,14 @@ def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first
 def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: list[dict[str, Any]]) -> None:
     """Conditional puts (a copy never replaces an item the clone already has) bound to the clone's incarnation, in
     transactions under DynamoDB's limits; a transaction refused for an item copied meanwhile goes item by item."""
-    live = {"ConditionCheck": {"TableName": db.table, "Key": to_item(keys.session(ws, clone)),
-                               "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
-                               "ExpressionAttributeValues": {":inc": {"S": incarnation}}}}
+    live = {
+        "ConditionCheck": {
+            "TableName": db.table,
+            "Key": to_item(keys.session(ws, clone)),
+            "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
+            "ExpressionAttributeValues": {":inc": {"S": incarnation}},
+        }
+    }
     chunk: list[dict[str, Any]] = []
     size = 0
     for item in items + [None]:  # type: ignore[list-item]
@@ -176,8 +219,22 @@ def _put_chunk(db: Db, chunk: list[dict[str, Any]], live: dict[str, Any]) -> Non
     def put(items: list[dict[str, Any]]) -> bool:
         """Whether the puts were written; False when one of the items exists (NotFound for a deleted clone)."""
         try:
-            transact(db, [*({"Put": {"TableName": db.table, "Item": to_item(i),
-                                     "ConditionExpression": "attribute_not_exists(PK)"}} for i in items), live])
+            transact(
+                db,
+                [
+                    *(
+                        {
+                            "Put": {
+                                "TableName": db.table,
+                                "Item": to_item(i),
+                                "ConditionExpression": "attribute_not_exists(PK)",
+                            }
+                        }
+                        for i in items
+                    ),
+                    live,
+                ],
+            )
             return True
         except ClientError as exc:
             codes = cancellation_codes(exc)
@@ -194,9 +251,13 @@ def _put_chunk(db: Db, chunk: list[dict[str, Any]], live: dict[str, Any]) -> Non
 
 def _progress(db: Db, ws: str, session_id: str, session: dict[str, Any], copied: int) -> None:
     try:
-        db.client.update_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)),
-                              UpdateExpression="SET copied_through = :c", ConditionExpression="incarnation = :inc",
-                              ExpressionAttributeValues=to_item({":c": copied, ":inc": session["incarnation"]}))
+        db.client.update_item(
+            TableName=db.table,
+            Key=to_item(keys.session(ws, session_id)),
+            UpdateExpression="SET copied_through = :c",
+            ConditionExpression="incarnation = :inc",
+            ExpressionAttributeValues=to_item({":c": copied, ":inc": session["incarnation"]}),
+        )
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
@@ -205,18 +266,25 @@ def _progress(db: Db, ws: str, session_id: str, session: dict[str, Any], copied:
 def _finish(db: Db, ws: str, session_id: str, session: dict[str, Any]) -> None:
     try:
         db.client.update_item(
-            TableName=db.table, Key=to_item(keys.session(ws, session_id)),
+            TableName=db.table,
+            Key=to_item(keys.session(ws, session_id)),
             UpdateExpression="SET copied_at = :now REMOVE base_session, base_through, base_incarnation, copied_through",
-            ConditionExpression="incarnation = :inc", ExpressionAttributeValues=to_item({
-                ":now": utcnow(), ":inc": session["incarnation"]}))
+            ConditionExpression="incarnation = :inc",
+            ExpressionAttributeValues=to_item({":now": utcnow(), ":inc": session["incarnation"]}),
+        )
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
         return
-    parent = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, session["base_session"])),
-                                          ConsistentRead=True).get("Item"))
-    if (parent and parent.get("incarnation") == session["base_incarnation"] and "deleted_at" in parent
-            and not parent.get("purged_at")):
+    parent = from_item(
+        db.client.get_item(
+            TableName=db.table, Key=to_item(keys.session(ws, session["base_session"])), ConsistentRead=True
+        ).get("Item")
+    )
+    if (
+        parent
+        and parent.get("incarnation") == session["base_incarnation"]
+        and "deleted_at" in parent
+        and not parent.get("purged_at")
+    ):
         request_purge(db, ws, session["base_session"], parent["incarnation"])  # it waited for this copy
-
-

@@ -25,9 +25,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
-from precis.store import filters as filtering
+
 from precis.errors import Invalid, NotFound, Throttled
 from precis.lexical import Document
+from precis.store import filters as filtering
 from precis.store import keys, vectors
 from precis.store.db import (
     Db,
@@ -138,7 +139,7 @@ def new_conclusion_id(now_ms: int | None = None) -> str:
     by one process within one millisecond (a batch) are monotonic, as ULIDs are: they sort in the order made."""
     ms = int(time.time() * 1000) if now_ms is None else now_ms
     with _last_lock:
-        if ms == _last[0] and _last[1] + 1 < 2 ** _RANDOM_BITS:
+        if ms == _last[0] and _last[1] + 1 < 2**_RANDOM_BITS:
             random_part = _last[1] + 1
         else:
             random_part = secrets.randbits(_RANDOM_BITS - 1)  # headroom to count up within the millisecond
@@ -148,10 +149,17 @@ def new_conclusion_id(now_ms: int | None = None) -> str:
 
 def view(item: dict[str, Any]) -> dict[str, Any]:
     """A conclusion as the API answers it (docs/design.md, "What the SDK sees")."""
-    return {"id": item["id"], "content": item["content"], "observer_id": item["observer_id"],
-            "observed_id": item["observed_id"], "session_id": item.get("session_id"), "level": item["level"],
-            "created_at": item["created_at"], "times_derived": item.get("times_derived", 1),
-            "source_ids": item.get("source_ids")}
+    return {
+        "id": item["id"],
+        "content": item["content"],
+        "observer_id": item["observer_id"],
+        "observed_id": item["observed_id"],
+        "session_id": item.get("session_id"),
+        "level": item["level"],
+        "created_at": item["created_at"],
+        "times_derived": item.get("times_derived", 1),
+        "source_ids": item.get("source_ids"),
+    }
 
 
 def _digest(content: str) -> str:
@@ -177,9 +185,20 @@ def _get(db: Db, key: dict[str, str]) -> dict[str, Any] | None:
 
 # ---------------------------------------------------------------- writes
 
-def write(db: Db, ws: str, observer: str, observed: str, items: Sequence[Derived], *, embedder,
-          extra: Sequence[dict[str, Any]] = (), incarnation: str | None = None,
-          session_id_for_check: str | None = None, now: datetime | None = None) -> list[dict[str, Any]]:
+
+def write(
+    db: Db,
+    ws: str,
+    observer: str,
+    observed: str,
+    items: Sequence[Derived],
+    *,
+    embedder,
+    extra: Sequence[dict[str, Any]] = (),
+    incarnation: str | None = None,
+    session_id_for_check: str | None = None,
+    now: datetime | None = None,
+) -> list[dict[str, Any]]:
     """Store `items` in the collection, deduplicated, in transactions of at most CHUNK conclusions; the views of
     what each item became, in order.
 
@@ -196,10 +215,14 @@ def write(db: Db, ws: str, observer: str, observed: str, items: Sequence[Derived
     liveness = None
     if incarnation is not None:
         session_id = session_id_for_check or _one_session(items)
-        liveness = {"ConditionCheck": {
-            "TableName": db.table, "Key": to_item(keys.session(ws, session_id)),
-            "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
-            "ExpressionAttributeValues": {":inc": {"S": incarnation}}}}
+        liveness = {
+            "ConditionCheck": {
+                "TableName": db.table,
+                "Key": to_item(keys.session(ws, session_id)),
+                "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
+                "ExpressionAttributeValues": {":inc": {"S": incarnation}},
+            }
+        }
     candidates = _merge(items, embedder)
     ms = int(now.timestamp() * 1000)
     for candidate in candidates:
@@ -230,9 +253,15 @@ def _merge(items: Sequence[Derived], embedder) -> list[_Candidate]:
     """The call's distinct conclusions: exact duplicates first, then (embedded) near duplicates, merged."""
     exact: dict[tuple[str, str | None, str], _Candidate] = {}
     for position, item in enumerate(items):
-        candidate = _Candidate(item.content, item.level, item.session_id, list(item.source_message_ids),
-                               item.source_at, list(item.source_ids) if item.source_ids is not None else None,
-                               [position])
+        candidate = _Candidate(
+            item.content,
+            item.level,
+            item.session_id,
+            list(item.source_message_ids),
+            item.source_at,
+            list(item.source_ids) if item.source_ids is not None else None,
+            [position],
+        )
         key = (item.level, item.session_id, _digest(item.content))
         if key in exact:
             exact[key].absorb(candidate)
@@ -243,8 +272,15 @@ def _merge(items: Sequence[Derived], embedder) -> list[_Candidate]:
         candidate.vector = list(vector)
     kept: list[_Candidate] = []
     for candidate in distinct:
-        twin = next((k for k in kept if _same_scope(k, candidate)
-                     and 1 - sum(a * b for a, b in zip(k.vector, candidate.vector)) <= NEAR_DISTANCE), None)
+        twin = next(
+            (
+                k
+                for k in kept
+                if _same_scope(k, candidate)
+                and 1 - sum(a * b for a, b in zip(k.vector, candidate.vector)) <= NEAR_DISTANCE
+            ),
+            None,
+        )
         if twin is None:
             kept.append(candidate)
         else:
@@ -262,10 +298,16 @@ def _chunks(candidates: list[_Candidate], fixed_actions: int, extra_bytes: int) 
     chunk: list[_Candidate] = []
     size = extra_bytes
     for candidate in candidates:
-        cost = 2_000 + len(candidate.content.encode("utf-8")) + 24 * len(candidate.vector) + 30 * len(
-            candidate.source_message_ids) + 30 * len(candidate.source_ids or ())
-        if chunk and (len(chunk) == CHUNK or fixed_actions + 6 * (len(chunk) + 1) > _MAX_ACTIONS
-                      or size + cost > _CHUNK_BYTES):
+        cost = (
+            2_000
+            + len(candidate.content.encode("utf-8"))
+            + 24 * len(candidate.vector)
+            + 30 * len(candidate.source_message_ids)
+            + 30 * len(candidate.source_ids or ())
+        )
+        if chunk and (
+            len(chunk) == CHUNK or fixed_actions + 6 * (len(chunk) + 1) > _MAX_ACTIONS or size + cost > _CHUNK_BYTES
+        ):
             yield chunk
             chunk, size = [], extra_bytes
         chunk.append(candidate)
@@ -274,20 +316,31 @@ def _chunks(candidates: list[_Candidate], fixed_actions: int, extra_bytes: int) 
         yield chunk
 
 
-def _write_chunk(db: Db, ws: str, observer: str, observed: str, chunk: list[_Candidate],
-                 extra: list[dict[str, Any]], liveness: dict[str, Any] | None, created_at: str) -> list[dict[str, Any]]:
+def _write_chunk(
+    db: Db,
+    ws: str,
+    observer: str,
+    observed: str,
+    chunk: list[_Candidate],
+    extra: list[dict[str, Any]],
+    liveness: dict[str, Any] | None,
+    created_at: str,
+) -> list[dict[str, Any]]:
     """One transaction for `chunk`, planned against the head's version and retried (re-planned) when it moved."""
     for attempt in range(_ATTEMPTS):
         head = _get(db, keys.collection_head(ws, observer, observed))
         version = head["version"] if head else 0
         actions, results, added = _plan(db, ws, observer, observed, chunk, created_at)
         head_update = {
-            "TableName": db.table, "Key": to_item(keys.collection_head(ws, observer, observed)),
+            "TableName": db.table,
+            "Key": to_item(keys.collection_head(ws, observer, observed)),
             "UpdateExpression": "SET version = :next ADD #count :added",
             "ConditionExpression": "version = :v" if head else "attribute_not_exists(version)",
             "ExpressionAttributeNames": {"#count": "count"},
-            "ExpressionAttributeValues": to_item({":next": version + 1, ":added": added,
-                                                  **({":v": version} if head else {})})}
+            "ExpressionAttributeValues": to_item(
+                {":next": version + 1, ":added": added, **({":v": version} if head else {})}
+            ),
+        }
         actions.append({"Update": head_update})
         if head is None:
             actions.append({"Put": {"TableName": db.table, "Item": to_item(_registry_item(ws, observer, observed))}})
@@ -305,14 +358,20 @@ def _write_chunk(db: Db, ws: str, observer: str, observed: str, chunk: list[_Can
             if liveness is not None and codes[checks_at] == _CCF:
                 session_id = liveness["ConditionCheck"]["Key"]["SK"]["S"].removeprefix("SESSION#")
                 raise SessionGone(f"session '{session_id}' not found in workspace '{ws}' (it was deleted)") from None
-            if _CCF in codes[checks_at + (liveness is not None):]:
+            if _CCF in codes[checks_at + (liveness is not None) :]:
                 raise ExtraConditionFailed([]) from None
-        time.sleep(random.uniform(0, min(0.4, 0.01 * 2 ** attempt)))  # full jitter spreads concurrent writers out
+        time.sleep(random.uniform(0, min(0.4, 0.01 * 2**attempt)))  # full jitter spreads concurrent writers out
     raise Throttled(f"collection '{observer}'/'{observed}' has too many concurrent writers; retry the request")
 
 
-def _plan(db: Db, ws: str, observer: str, observed: str, chunk: list[_Candidate], created_at: str,
-          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+def _plan(
+    db: Db,
+    ws: str,
+    observer: str,
+    observed: str,
+    chunk: list[_Candidate],
+    created_at: str,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """The transaction's actions for `chunk` against what is stored now, the view each candidate will have, and how
     many conclusions it adds."""
     dedupe = [keys.conclusion_dedupe(ws, observer, observed, c.level, c.session_id, _digest(c.content)) for c in chunk]
@@ -332,8 +391,15 @@ def _plan(db: Db, ws: str, observer: str, observed: str, chunk: list[_Candidate]
             item, more = _merged_actions(db, ws, stored[target], [chunk[i] for i in members])
         else:
             # A dedupe key whose conclusion is gone is taken over (its id is `orphan`).
-            item, more = _new_actions(db, ws, observer, observed, [chunk[i] for i in members], created_at,
-                                      orphan=seen.get(dedupe[members[0]]["SK"]))
+            item, more = _new_actions(
+                db,
+                ws,
+                observer,
+                observed,
+                [chunk[i] for i in members],
+                created_at,
+                orphan=seen.get(dedupe[members[0]]["SK"]),
+            )
         actions += more
         views[target] = view(item)
     return actions, [views[t] for t in targets], sum(1 for t in groups if t not in stored)
@@ -353,9 +419,15 @@ def _twins(db: Db, ws: str, observer: str, observed: str, candidates: list[_Cand
     collection = keys.collection_name(ws, observer, observed)
 
     def search(candidate: _Candidate) -> list[tuple[float, str]]:
-        hits = vectors.search(db, collection, candidate.vector, 1, level=candidate.level,
-                              session_key=(candidate.session_id or "-") if candidate.level == "explicit" else None,
-                              max_distance=NEAR_DISTANCE)
+        hits = vectors.search(
+            db,
+            collection,
+            candidate.vector,
+            1,
+            level=candidate.level,
+            session_key=(candidate.session_id or "-") if candidate.level == "explicit" else None,
+            max_distance=NEAR_DISTANCE,
+        )
         return [(distance, cid) for cid, distance in hits]
 
     found: dict[int, str | None] = {}
@@ -370,8 +442,12 @@ def _twins(db: Db, ws: str, observer: str, observed: str, candidates: list[_Cand
         recent = _recent_vectors(db, ws, observer, observed)
         for index, hit in zip(asked, _searches.map(lambda i: search(candidates[i]), asked)):
             candidate = candidates[index]
-            mine = [(cid, vector) for cid, level, session, vector in recent if level == candidate.level
-                    and (level != "explicit" or session == (candidate.session_id or vectors.NO_SESSION))]
+            mine = [
+                (cid, vector)
+                for cid, level, session, vector in recent
+                if level == candidate.level
+                and (level != "explicit" or session == (candidate.session_id or vectors.NO_SESSION))
+            ]
             nearest = min(_distances(candidate.vector, mine) + hit, default=None)
             found[index] = nearest[1] if nearest is not None and nearest[0] <= NEAR_DISTANCE else None
     return [found[i] for i in range(len(candidates))]
@@ -381,30 +457,56 @@ def _recent_vectors(db: Db, ws: str, observer: str, observed: str) -> list[tuple
     """(id, level, session, vector) of the collection's conclusions written in the last _INDEX_LAG_S, read from the
     table (consistent): what the vector index may not hold yet."""
     since = "V#" + _chars(int((time.time() - _INDEX_LAG_S) * 1000), _TIME_CHARS)  # ids begin with their time
-    found = query_all(db, KeyConditionExpression="PK = :pk AND SK BETWEEN :since AND :end", ConsistentRead=True,
-                      ExpressionAttributeValues=to_item({":pk": keys.collection_pk(ws, observer, observed),
-                                                         ":since": since, ":end": "V#~"}),
-                      **projection(("id", "level", vectors.SESSION_ATTRIBUTE, vectors.VECTOR_ATTRIBUTE)))
-    return [(i["id"], i["level"], i.get(vectors.SESSION_ATTRIBUTE, vectors.NO_SESSION), i[vectors.VECTOR_ATTRIBUTE])
-            for i in found if vectors.VECTOR_ATTRIBUTE in i]
+    found = query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND SK BETWEEN :since AND :end",
+        ConsistentRead=True,
+        ExpressionAttributeValues=to_item(
+            {":pk": keys.collection_pk(ws, observer, observed), ":since": since, ":end": "V#~"}
+        ),
+        **projection(("id", "level", vectors.SESSION_ATTRIBUTE, vectors.VECTOR_ATTRIBUTE)),
+    )
+    return [
+        (i["id"], i["level"], i.get(vectors.SESSION_ATTRIBUTE, vectors.NO_SESSION), i[vectors.VECTOR_ATTRIBUTE])
+        for i in found
+        if vectors.VECTOR_ATTRIBUTE in i
+    ]
 
 
-def _session_vectors(db: Db, ws: str, observer: str, observed: str, session_id: str,
-                     ) -> list[tuple[str, list[float]]] | None:
+def _session_vectors(
+    db: Db,
+    ws: str,
+    observer: str,
+    observed: str,
+    session_id: str,
+) -> list[tuple[str, list[float]]] | None:
     """(id, vector) of the explicit conclusions `session_id` holds in the collection, or None when there are more than
     _LOCAL_TWINS (or the session's DERIVED# items, all collections', fill more than a page of _PROVENANCE_PAGE)."""
-    out = db.client.query(TableName=db.table, **_provenance_request(ws, session_id), Limit=_PROVENANCE_PAGE,
-                          **projection(("SK", "observer_id", "observed_id")))
+    out = db.client.query(
+        TableName=db.table,
+        **_provenance_request(ws, session_id),
+        Limit=_PROVENANCE_PAGE,
+        **projection(("SK", "observer_id", "observed_id")),
+    )
     if "LastEvaluatedKey" in out:
         return None
-    ids = [i["SK"]["S"].removeprefix("DERIVED#") for i in out["Items"]
-           if i["observer_id"]["S"] == observer and i["observed_id"]["S"] == observed]
+    ids = [
+        i["SK"]["S"].removeprefix("DERIVED#")
+        for i in out["Items"]
+        if i["observer_id"]["S"] == observer and i["observed_id"]["S"] == observed
+    ]
     if len(ids) > _LOCAL_TWINS:
         return None
-    found = batch_get(db, [keys.conclusion_vector(ws, observer, observed, cid) for cid in ids],
-                      ("id", "level", vectors.SESSION_ATTRIBUTE, vectors.VECTOR_ATTRIBUTE))
-    return [(i["id"], i[vectors.VECTOR_ATTRIBUTE]) for i in found
-            if i.get("level") == "explicit" and i.get(vectors.SESSION_ATTRIBUTE) == session_id]
+    found = batch_get(
+        db,
+        [keys.conclusion_vector(ws, observer, observed, cid) for cid in ids],
+        ("id", "level", vectors.SESSION_ATTRIBUTE, vectors.VECTOR_ATTRIBUTE),
+    )
+    return [
+        (i["id"], i[vectors.VECTOR_ATTRIBUTE])
+        for i in found
+        if i.get("level") == "explicit" and i.get(vectors.SESSION_ATTRIBUTE) == session_id
+    ]
 
 
 def _nearest_within(vector: list[float], stored: list[tuple[str, list[float]]], distance: float) -> str | None:
@@ -419,8 +521,13 @@ def _distances(vector: list[float], stored: list[tuple[str, list[float]]]) -> li
     return [(vectors.cosine_distance(vector, other), stored_id) for stored_id, other in stored]
 
 
-def _put(db: Db, item: dict[str, Any], condition: str | None = None, values: dict[str, Any] | None = None,
-         vector: list[float] | None = None) -> dict[str, Any]:
+def _put(
+    db: Db,
+    item: dict[str, Any],
+    condition: str | None = None,
+    values: dict[str, Any] | None = None,
+    vector: list[float] | None = None,
+) -> dict[str, Any]:
     stored = to_item(item)
     if vector is not None:
         stored["vec"] = vectors.vector_attribute(vector)
@@ -432,56 +539,112 @@ def _put(db: Db, item: dict[str, Any], condition: str | None = None, values: dic
     return {"Put": put}
 
 
-def _vector_item(ws: str, observer: str, observed: str, conclusion_id: str, level: str,
-                 session_id: str | None) -> dict[str, Any]:
-    return {**keys.conclusion_vector(ws, observer, observed, conclusion_id), "kind": "cvector", "id": conclusion_id,
-            "vcoll": keys.collection_name(ws, observer, observed), "level": level, "vsession": session_id or "-"}
+def _vector_item(
+    ws: str, observer: str, observed: str, conclusion_id: str, level: str, session_id: str | None
+) -> dict[str, Any]:
+    return {
+        **keys.conclusion_vector(ws, observer, observed, conclusion_id),
+        "kind": "cvector",
+        "id": conclusion_id,
+        "vcoll": keys.collection_name(ws, observer, observed),
+        "level": level,
+        "vsession": session_id or "-",
+    }
 
 
-def _text_item(ws: str, observer: str, observed: str, conclusion_id: str, level: str, session_id: str | None,
-               content: str) -> dict[str, Any]:
+def _text_item(
+    ws: str, observer: str, observed: str, conclusion_id: str, level: str, session_id: str | None, content: str
+) -> dict[str, Any]:
     """A conclusion's term counts (`precis.lexical`), small, for its collection's lexical ranking."""
     document = Document.of(content)
-    return {**keys.conclusion_text(ws, observer, observed, conclusion_id), "kind": "ctext", "id": conclusion_id,
-            "level": level, "vsession": session_id or "-", "tsig": document.signature(), "tlen": document.length}
+    return {
+        **keys.conclusion_text(ws, observer, observed, conclusion_id),
+        "kind": "ctext",
+        "id": conclusion_id,
+        "level": level,
+        "vsession": session_id or "-",
+        "tsig": document.signature(),
+        "tlen": document.length,
+    }
 
 
 def _registry_item(ws: str, observer: str, observed: str) -> dict[str, Any]:
-    return {**keys.collection_registry(ws, observer, observed), "kind": "collection", "observer_id": observer,
-            "observed_id": observed}
+    return {
+        **keys.collection_registry(ws, observer, observed),
+        "kind": "collection",
+        "observer_id": observer,
+        "observed_id": observed,
+    }
 
 
-def _new_actions(db: Db, ws: str, observer: str, observed: str, members: list[_Candidate], created_at: str,
-                 orphan: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _new_actions(
+    db: Db, ws: str, observer: str, observed: str, members: list[_Candidate], created_at: str, orphan: str | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A new conclusion: its item, vector, dedupe key, pointer and (with a session) provenance."""
     first = replace(members[0], positions=list(members[0].positions))  # the chunk may be planned again: copy
     for other in members[1:]:  # several of the chunk matched one conclusion that is gone
         first.absorb(other)
     cid, digest = first.new_id, _digest(first.content)
-    item = {**keys.conclusion(ws, observer, observed, cid), "kind": "conclusion", "id": cid, "content": first.content,
-            "observer_id": observer, "observed_id": observed, "session_id": first.session_id, "level": first.level,
-            "created_at": created_at, "times_derived": len(first.positions), "source_ids": first.source_ids,
-            "source_message_ids": first.source_message_ids[-_KEEP_SOURCES:],
-            "source_at": first.source_at or created_at, "norm": digest, "cws": ws, "cid": cid}
+    item = {
+        **keys.conclusion(ws, observer, observed, cid),
+        "kind": "conclusion",
+        "id": cid,
+        "content": first.content,
+        "observer_id": observer,
+        "observed_id": observed,
+        "session_id": first.session_id,
+        "level": first.level,
+        "created_at": created_at,
+        "times_derived": len(first.positions),
+        "source_ids": first.source_ids,
+        "source_message_ids": first.source_message_ids[-_KEEP_SOURCES:],
+        "source_at": first.source_at or created_at,
+        "norm": digest,
+        "cws": ws,
+        "cid": cid,
+    }
     # Any dedupe key but an orphan means a lost race: the transaction fails and the chunk is planned again.
     dedupe_condition = "attribute_not_exists(SK)" + (" OR id = :orphan" if orphan else "")
     actions = [
         _put(db, item, "attribute_not_exists(PK)"),
         _put(db, _vector_item(ws, observer, observed, cid, first.level, first.session_id), vector=first.vector),
         _put(db, _text_item(ws, observer, observed, cid, first.level, first.session_id, first.content)),
-        _put(db, {**keys.conclusion_dedupe(ws, observer, observed, first.level, first.session_id, digest),
-                  "kind": "cdedupe", "id": cid}, dedupe_condition, {":orphan": orphan} if orphan else None),
-        _put(db, {**keys.conclusion_pointer(ws, cid), "kind": "cpointer", "observer_id": observer,
-                  "observed_id": observed}),
+        _put(
+            db,
+            {
+                **keys.conclusion_dedupe(ws, observer, observed, first.level, first.session_id, digest),
+                "kind": "cdedupe",
+                "id": cid,
+            },
+            dedupe_condition,
+            {":orphan": orphan} if orphan else None,
+        ),
+        _put(
+            db,
+            {**keys.conclusion_pointer(ws, cid), "kind": "cpointer", "observer_id": observer, "observed_id": observed},
+        ),
     ]
     if first.session_id:
-        actions.append(_put(db, {**keys.conclusion_provenance(ws, first.session_id, cid), "kind": "derived",
-                                 "observer_id": observer, "observed_id": observed}))
+        actions.append(
+            _put(
+                db,
+                {
+                    **keys.conclusion_provenance(ws, first.session_id, cid),
+                    "kind": "derived",
+                    "observer_id": observer,
+                    "observed_id": observed,
+                },
+            )
+        )
     return item, actions
 
 
-def _merged_actions(db: Db, ws: str, stored: dict[str, Any], members: list[_Candidate],
-                    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _merged_actions(
+    db: Db,
+    ws: str,
+    stored: dict[str, Any],
+    members: list[_Candidate],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A stored conclusion derived again: times_derived grows, provenance merges, the text that says more wins (its
     vector and dedupe key replace the old ones)."""
     observer, observed, cid = stored["observer_id"], stored["observed_id"], stored["id"]
@@ -495,27 +658,51 @@ def _merged_actions(db: Db, ws: str, stored: dict[str, Any], members: list[_Cand
         source_at = max(filter(None, (source_at, member.source_at)), default=None)
         if member.source_ids is not None:
             source_ids = _union(source_ids or [], member.source_ids)
-    item = {**stored, "content": content, "norm": _digest(content), "source_message_ids": sources[-_KEEP_SOURCES:],
-            "source_at": source_at, "source_ids": source_ids,
-            "times_derived": stored.get("times_derived", 1) + sum(len(m.positions) for m in members)}
+    item = {
+        **stored,
+        "content": content,
+        "norm": _digest(content),
+        "source_message_ids": sources[-_KEEP_SOURCES:],
+        "source_at": source_at,
+        "source_ids": source_ids,
+        "times_derived": stored.get("times_derived", 1) + sum(len(m.positions) for m in members),
+    }
     changes = {k: item[k] for k in ("content", "norm", "source_message_ids", "source_at", "times_derived")}
     if source_ids is not None:
         changes["source_ids"] = source_ids
     names = {f"#a{i}": k for i, k in enumerate(changes)}
-    actions: list[dict[str, Any]] = [{"Update": {
-        "TableName": db.table, "Key": to_item(keys.conclusion(ws, observer, observed, cid)),
-        "UpdateExpression": "SET " + ", ".join(f"{n} = :v{i}" for i, n in enumerate(names)),
-        "ConditionExpression": "attribute_exists(PK)", "ExpressionAttributeNames": names,
-        "ExpressionAttributeValues": to_item({f":v{i}": v for i, v in enumerate(changes.values())})}}]
+    actions: list[dict[str, Any]] = [
+        {
+            "Update": {
+                "TableName": db.table,
+                "Key": to_item(keys.conclusion(ws, observer, observed, cid)),
+                "UpdateExpression": "SET " + ", ".join(f"{n} = :v{i}" for i, n in enumerate(names)),
+                "ConditionExpression": "attribute_exists(PK)",
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": to_item({f":v{i}": v for i, v in enumerate(changes.values())}),
+            }
+        }
+    ]
     if vector is not None:
         level, session_id = stored["level"], stored.get("session_id")
         actions += [
             _put(db, _vector_item(ws, observer, observed, cid, level, session_id), vector=vector),
             _put(db, _text_item(ws, observer, observed, cid, level, session_id, content)),
-            {"Delete": {"TableName": db.table, "Key": to_item(
-                keys.conclusion_dedupe(ws, observer, observed, level, session_id, stored["norm"]))}},
-            _put(db, {**keys.conclusion_dedupe(ws, observer, observed, level, session_id, item["norm"]),
-                      "kind": "cdedupe", "id": cid}, "attribute_not_exists(SK)"),
+            {
+                "Delete": {
+                    "TableName": db.table,
+                    "Key": to_item(keys.conclusion_dedupe(ws, observer, observed, level, session_id, stored["norm"])),
+                }
+            },
+            _put(
+                db,
+                {
+                    **keys.conclusion_dedupe(ws, observer, observed, level, session_id, item["norm"]),
+                    "kind": "cdedupe",
+                    "id": cid,
+                },
+                "attribute_not_exists(SK)",
+            ),
         ]
     return item, actions
 
@@ -541,15 +728,23 @@ def create(db: Db, ws: str, payload: Sequence[dict[str, Any]], *, embedder) -> l
     views: list[dict[str, Any]] = [{}] * len(payload)
     now = datetime.now(UTC)
     for (observer, observed, session_id), positions in groups.items():
-        written = write(db, ws, observer, observed,
-                        [Derived(payload[i]["content"], session_id=session_id) for i in positions], embedder=embedder,
-                        incarnation=sessions[session_id].get("incarnation") if session_id else None, now=now)
+        written = write(
+            db,
+            ws,
+            observer,
+            observed,
+            [Derived(payload[i]["content"], session_id=session_id) for i in positions],
+            embedder=embedder,
+            incarnation=sessions[session_id].get("incarnation") if session_id else None,
+            now=now,
+        )
         for position, result in zip(positions, written):
             views[position] = result
     return views
 
 
 # ---------------------------------------------------------------- reads
+
 
 def _check_filters(filters: dict[str, Any] | None) -> dict[str, Any]:
     if filters is None:
@@ -558,8 +753,9 @@ def _check_filters(filters: dict[str, Any] | None) -> dict[str, Any]:
         raise Invalid("filters: must be an object")
     unknown = sorted(set(filters) - _FILTER_KEYS)
     if unknown:
-        raise Invalid(f"filters: unknown key(s) {', '.join(unknown)}; conclusions filter on "
-                      f"{', '.join(sorted(_FILTER_KEYS))}")
+        raise Invalid(
+            f"filters: unknown key(s) {', '.join(unknown)}; conclusions filter on {', '.join(sorted(_FILTER_KEYS))}"
+        )
     return filters
 
 
@@ -567,8 +763,9 @@ def _filter_view(item: dict[str, Any]) -> dict[str, Any]:
     return {k: item.get(k) for k in _LIST_FIELDS[2:]}
 
 
-def list_conclusions(db: Db, ws: str, filters: dict[str, Any] | None, page_no: int, size: int,
-                     reverse: bool) -> dict[str, Any]:
+def list_conclusions(
+    db: Db, ws: str, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool
+) -> dict[str, Any]:
     """A page of conclusions, newest first (ties by id: pages are stable), oldest first with `reverse`.
 
     The filter's cheapest read: ids through their pointers, one collection's partition when both peers are named,
@@ -594,24 +791,37 @@ def _candidates(db: Db, ws: str, filters: dict[str, Any]) -> list[dict[str, Any]
         wanted = [wanted]
     if isinstance(wanted, list):
         pointers = batch_get(db, [keys.conclusion_pointer(ws, i) for i in dict.fromkeys(wanted)])
-        items = batch_get(db, [keys.conclusion(ws, p["observer_id"], p["observed_id"], p["PK"].rsplit("#CID#", 1)[1])
-                               for p in pointers], _LIST_FIELDS)
+        items = batch_get(
+            db,
+            [keys.conclusion(ws, p["observer_id"], p["observed_id"], p["PK"].rsplit("#CID#", 1)[1]) for p in pointers],
+            _LIST_FIELDS,
+        )
         return sorted(items, key=lambda i: i["id"], reverse=True)
     observer, observed = filters.get("observer_id"), filters.get("observed_id")
     if isinstance(observer, str) and isinstance(observed, str):
-        return query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :c)", ScanIndexForward=False,
-                         ConsistentRead=True, **_projected({":pk": keys.collection_pk(ws, observer, observed),
-                                                            ":c": "C#"}))
-    return query_all(db, IndexName="ByConclusion", KeyConditionExpression="cws = :ws", ScanIndexForward=False,
-                     **_projected({":ws": ws}))
+        return query_all(
+            db,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :c)",
+            ScanIndexForward=False,
+            ConsistentRead=True,
+            **_projected({":pk": keys.collection_pk(ws, observer, observed), ":c": "C#"}),
+        )
+    return query_all(
+        db,
+        IndexName="ByConclusion",
+        KeyConditionExpression="cws = :ws",
+        ScanIndexForward=False,
+        **_projected({":ws": ws}),
+    )
 
 
 def _projected(values: dict[str, str]) -> dict[str, Any]:
     return {**projection(_LIST_FIELDS), "ExpressionAttributeValues": to_item(values)}
 
 
-def query(db: Db, ws: str, text: str, top_k: int, distance: float | None, filters: dict[str, Any] | None, *,
-          embedder) -> list[dict[str, Any]]:
+def query(
+    db: Db, ws: str, text: str, top_k: int, distance: float | None, filters: dict[str, Any] | None, *, embedder
+) -> list[dict[str, Any]]:
     """The collection's conclusions nearest to `text`, nearest first (within cosine `distance` when given)."""
     filters = _check_filters(filters)
     observer, observed = filters.get("observer_id"), filters.get("observed_id")
@@ -620,12 +830,26 @@ def query(db: Db, ws: str, text: str, top_k: int, distance: float | None, filter
     require_workspace(db, ws)
     level = filters.get("level") if isinstance(filters.get("level"), str) else None
     session_id = filters.get("session_id") if isinstance(filters.get("session_id"), str) else None
-    rest = {k: v for k, v in filters.items() if k not in ("observer_id", "observed_id")
-            and not (k == "level" and level) and not (k == "session_id" and session_id)}
+    rest = {
+        k: v
+        for k, v in filters.items()
+        if k not in ("observer_id", "observed_id")
+        and not (k == "level" and level)
+        and not (k == "session_id" and session_id)
+    }
     # Filters the index cannot apply are applied after it: ask it for more so that top_k usually survive.
-    hits = vectors.nearest(db, ws, observer, observed, text, embedder.embed([text])[0],
-                           min(100, top_k * 4) if rest else top_k, level=level, session_key=session_id,
-                           max_distance=distance)
+    hits = vectors.nearest(
+        db,
+        ws,
+        observer,
+        observed,
+        text,
+        embedder.embed([text])[0],
+        min(100, top_k * 4) if rest else top_k,
+        level=level,
+        session_key=session_id,
+        max_distance=distance,
+    )
     found = {i["id"]: i for i in batch_get(db, [keys.conclusion(ws, observer, observed, cid) for cid in hits])}
     nearest = [found[cid] for cid in hits if cid in found]
     return [view(i) for i in nearest if filtering.matches(rest, _filter_view(i))][:top_k]
@@ -645,6 +869,7 @@ def get(db: Db, ws: str, conclusion_id: str) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- deletes
 
+
 def delete(db: Db, ws: str, conclusion_id: str) -> None:
     """Delete a conclusion with its vector, dedupe key, pointer and provenance (NotFound when there is none)."""
     item = _locate(db, ws, conclusion_id)
@@ -656,23 +881,30 @@ def _remove(db: Db, ws: str, observer: str, observed: str, ids: list[str]) -> in
     """Delete these conclusions of one collection and count them off the head; how many were there."""
     removed = 0
     for start in range(0, len(ids), _REMOVE_CHUNK):
-        chunk = ids[start:start + _REMOVE_CHUNK]
+        chunk = ids[start : start + _REMOVE_CHUNK]
         for attempt in range(_ATTEMPTS):
             items = batch_get(db, [keys.conclusion(ws, observer, observed, i) for i in chunk])
             if not items:
                 break
             actions = [a for item in items for a in _delete_actions(db, ws, item)]
-            actions.append({"Update": {
-                "TableName": db.table, "Key": to_item(keys.collection_head(ws, observer, observed)),
-                "UpdateExpression": "ADD version :one, #count :gone", "ExpressionAttributeNames": {"#count": "count"},
-                "ExpressionAttributeValues": to_item({":one": 1, ":gone": -len(items)})}})
+            actions.append(
+                {
+                    "Update": {
+                        "TableName": db.table,
+                        "Key": to_item(keys.collection_head(ws, observer, observed)),
+                        "UpdateExpression": "ADD version :one, #count :gone",
+                        "ExpressionAttributeNames": {"#count": "count"},
+                        "ExpressionAttributeValues": to_item({":one": 1, ":gone": -len(items)}),
+                    }
+                }
+            )
             try:
                 transact(db, actions)
             except ClientError as exc:
                 codes = cancellation_codes(exc)
                 if not codes or set(codes) - {"None", _CCF, "TransactionConflict"}:
                     raise
-                time.sleep(random.uniform(0, min(0.4, 0.01 * 2 ** attempt)))  # changed or deleted meanwhile: re-read
+                time.sleep(random.uniform(0, min(0.4, 0.01 * 2**attempt)))  # changed or deleted meanwhile: re-read
                 continue
             removed += len(items)
             break
@@ -685,26 +917,38 @@ def _delete_actions(db: Db, ws: str, item: dict[str, Any]) -> list[dict[str, Any
     """Deletes of a conclusion and what belongs to it; conditioned on its text as read (a concurrent write that
     replaces the text also replaces the dedupe key named here)."""
     observer, observed, cid = item["observer_id"], item["observed_id"], item["id"]
-    doomed = [keys.conclusion_vector(ws, observer, observed, cid), keys.conclusion_text(ws, observer, observed, cid),
-              keys.conclusion_dedupe(ws, observer, observed, item["level"], item.get("session_id"), item["norm"]),
-              keys.conclusion_pointer(ws, cid)]
+    doomed = [
+        keys.conclusion_vector(ws, observer, observed, cid),
+        keys.conclusion_text(ws, observer, observed, cid),
+        keys.conclusion_dedupe(ws, observer, observed, item["level"], item.get("session_id"), item["norm"]),
+        keys.conclusion_pointer(ws, cid),
+    ]
     if item.get("session_id"):
         doomed.append(keys.conclusion_provenance(ws, item["session_id"], cid))
-    return [{"Delete": {"TableName": db.table, "Key": to_item(keys.conclusion(ws, observer, observed, cid)),
-                        "ConditionExpression": "norm = :norm",
-                        "ExpressionAttributeValues": {":norm": {"S": item["norm"]}}}},
-            *({"Delete": {"TableName": db.table, "Key": to_item(k)}} for k in doomed)]
+    return [
+        {
+            "Delete": {
+                "TableName": db.table,
+                "Key": to_item(keys.conclusion(ws, observer, observed, cid)),
+                "ConditionExpression": "norm = :norm",
+                "ExpressionAttributeValues": {":norm": {"S": item["norm"]}},
+            }
+        },
+        *({"Delete": {"TableName": db.table, "Key": to_item(k)}} for k in doomed),
+    ]
 
 
-def purge_session_conclusions(db: Db, ws: str, session_id: str, *,
-                              time_left: Callable[[], float] = lambda: math.inf) -> tuple[int, bool]:
+def purge_session_conclusions(
+    db: Db, ws: str, session_id: str, *, time_left: Callable[[], float] = lambda: math.inf
+) -> tuple[int, bool]:
     """Delete the conclusions drawn from the session (its DERIVED# items name them): (how many, done?). Stops when
     `time_left()` runs under zero between collections; what it did is gone from the list, so a new call resumes."""
     provenance = _provenance(db, ws, session_id)
     by_collection: dict[tuple[str, str], list[str]] = {}
     for item in provenance:
         by_collection.setdefault((item["observer_id"], item["observed_id"]), []).append(
-            item["SK"].removeprefix("DERIVED#"))
+            item["SK"].removeprefix("DERIVED#")
+        )
     removed = 0
     for (observer, observed), ids in by_collection.items():
         if time_left() < 0:
@@ -719,8 +963,11 @@ def _provenance(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
 
 def _provenance_request(ws: str, session_id: str) -> dict[str, Any]:
     """A consistent Query of the session's DERIVED# items (which name the conclusions drawn from it)."""
-    return {"KeyConditionExpression": "PK = :pk AND begins_with(SK, :d)", "ConsistentRead": True,
-            "ExpressionAttributeValues": to_item({":pk": keys.session_pk(ws, session_id), ":d": "DERIVED#"})}
+    return {
+        "KeyConditionExpression": "PK = :pk AND begins_with(SK, :d)",
+        "ConsistentRead": True,
+        "ExpressionAttributeValues": to_item({":pk": keys.session_pk(ws, session_id), ":d": "DERIVED#"}),
+    }
 
 
 def remove_session_copies(db: Db, ws: str, session_id: str, observer: str) -> int:
@@ -736,14 +983,20 @@ def session_explicit(db: Db, ws: str, session_id: str) -> dict[str, list[Derived
     """The explicit conclusions derived in the session, one per fact (each observed peer's view of itself), by
     observed peer, oldest first: what a scope that gains the session copies in."""
     own = [i for i in _provenance(db, ws, session_id) if i["observer_id"] == i["observed_id"]]
-    found = batch_get(db, [keys.conclusion(ws, i["observer_id"], i["observed_id"], i["SK"].removeprefix("DERIVED#"))
-                           for i in own])
+    found = batch_get(
+        db, [keys.conclusion(ws, i["observer_id"], i["observed_id"], i["SK"].removeprefix("DERIVED#")) for i in own]
+    )
     by_observed: dict[str, list[Derived]] = {}
     for item in sorted(found, key=lambda i: i["id"]):
         if item.get("level") == "explicit":
-            by_observed.setdefault(item["observed_id"], []).append(Derived(
-                item["content"], session_id=session_id, source_message_ids=tuple(item.get("source_message_ids") or ()),
-                source_at=item.get("source_at")))
+            by_observed.setdefault(item["observed_id"], []).append(
+                Derived(
+                    item["content"],
+                    session_id=session_id,
+                    source_message_ids=tuple(item.get("source_message_ids") or ()),
+                    source_at=item.get("source_at"),
+                )
+            )
     return by_observed
 
 
@@ -751,12 +1004,22 @@ def delete_collections(db: Db, ws: str) -> int:
     """Remove every collection registered in the workspace (all items of each, and its conclusions' pointers);
     how many items. For the workspace delete: its sessions are gone, so nothing writes to these any more."""
     deleted = 0
-    registry = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :c)", ConsistentRead=True,
-                         ExpressionAttributeValues=to_item({":pk": f"WS#{ws}", ":c": "COLL#"}))
+    registry = query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :c)",
+        ConsistentRead=True,
+        ExpressionAttributeValues=to_item({":pk": f"WS#{ws}", ":c": "COLL#"}),
+    )
     for entry in registry:
-        items = query_all(db, KeyConditionExpression="PK = :pk", ProjectionExpression="PK, SK", ConsistentRead=True,
-                          ExpressionAttributeValues=to_item({":pk": keys.collection_pk(
-                              ws, entry["observer_id"], entry["observed_id"])}))
+        items = query_all(
+            db,
+            KeyConditionExpression="PK = :pk",
+            ProjectionExpression="PK, SK",
+            ConsistentRead=True,
+            ExpressionAttributeValues=to_item(
+                {":pk": keys.collection_pk(ws, entry["observer_id"], entry["observed_id"])}
+            ),
+        )
         pointers = [keys.conclusion_pointer(ws, i["SK"].removeprefix("C#")) for i in items if i["SK"].startswith("C#")]
         deleted += delete_keys(db, [*pointers, *items, {"PK": entry["PK"], "SK": entry["SK"]}])
     return deleted
@@ -764,11 +1027,17 @@ def delete_collections(db: Db, ws: str) -> int:
 
 # ---------------------------------------------------------------- cards
 
+
 def collection_contents(db: Db, ws: str, observer: str, observed: str) -> list[dict[str, Any]]:
     """Every conclusion of the collection, oldest first: its id, content and level (strongly consistent)."""
-    return query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :c)", ConsistentRead=True,
-                     ProjectionExpression="id, content, #l", ExpressionAttributeNames={"#l": "level"},
-                     ExpressionAttributeValues=to_item({":pk": keys.collection_pk(ws, observer, observed), ":c": "C#"}))
+    return query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :c)",
+        ConsistentRead=True,
+        ProjectionExpression="id, content, #l",
+        ExpressionAttributeNames={"#l": "level"},
+        ExpressionAttributeValues=to_item({":pk": keys.collection_pk(ws, observer, observed), ":c": "C#"}),
+    )
 
 
 def card_state(db: Db, ws: str, observer: str, observed: str) -> tuple[list[str] | None, dict[str, int], str | None]:
@@ -783,33 +1052,55 @@ def get_card(db: Db, ws: str, observer: str, observed: str) -> list[str] | None:
     return card_state(db, ws, observer, observed)[0]
 
 
-def put_card(db: Db, ws: str, observer: str, observed: str, entries: list[str], *,
-             source: str = "client") -> list[str]:
+def put_card(db: Db, ws: str, observer: str, observed: str, entries: list[str], *, source: str = "client") -> list[str]:
     """Replace the card (the caller checked the entries and the peers)."""
     _write_card(db, ws, observer, observed, entries, {}, source)
     return entries
 
 
-def write_card(db: Db, ws: str, observer: str, observed: str, entries: list[str], counts: dict[str, int], *,
-               previous: list[str] | None = _ANY, extra: Sequence[dict[str, Any]] = ()) -> bool:
+def write_card(
+    db: Db,
+    ws: str,
+    observer: str,
+    observed: str,
+    entries: list[str],
+    counts: dict[str, int],
+    *,
+    previous: list[str] | None = _ANY,
+    extra: Sequence[dict[str, Any]] = (),
+) -> bool:
     """Store a derived card. With `previous` (the entries card_state read, None for no card) only while the card
     still holds them, so a client's PUT meanwhile is not overwritten: False when it was not written. `extra`
     actions go into the same transaction (ExtraConditionFailed when one of them refuses)."""
     condition = None
     if previous is not _ANY:
-        condition = ("attribute_not_exists(entries)", {}) if previous is None else ("entries = :prev",
-                                                                                    {":prev": previous})
+        condition = (
+            ("attribute_not_exists(entries)", {}) if previous is None else ("entries = :prev", {":prev": previous})
+        )
     return _write_card(db, ws, observer, observed, entries, counts, "derived", condition, extra)
 
 
-def _write_card(db: Db, ws: str, observer: str, observed: str, entries: list[str], counts: dict[str, int],
-                source: str, condition: tuple[str, dict[str, Any]] | None = None,
-                extra: Sequence[dict[str, Any]] = ()) -> bool:
-    item = {**keys.card(ws, observer, observed), "kind": "card", "entries": list(entries), "counts": counts,
-            "source": source, "updated_at": datetime.now(UTC).isoformat(timespec="microseconds")}
+def _write_card(
+    db: Db,
+    ws: str,
+    observer: str,
+    observed: str,
+    entries: list[str],
+    counts: dict[str, int],
+    source: str,
+    condition: tuple[str, dict[str, Any]] | None = None,
+    extra: Sequence[dict[str, Any]] = (),
+) -> bool:
+    item = {
+        **keys.card(ws, observer, observed),
+        "kind": "card",
+        "entries": list(entries),
+        "counts": counts,
+        "source": source,
+        "updated_at": datetime.now(UTC).isoformat(timespec="microseconds"),
+    }
     try:
-        transact(db, [_put(db, item, *(condition or ())), _put(db, _registry_item(ws, observer, observed)),
-                      *extra])
+        transact(db, [_put(db, item, *(condition or ())), _put(db, _registry_item(ws, observer, observed)), *extra])
     except ClientError as exc:
         codes = cancellation_codes(exc)
         if _CCF in codes[2:]:
@@ -820,8 +1111,15 @@ def _write_card(db: Db, ws: str, observer: str, observed: str, entries: list[str
     return True
 
 
-def write_card_step(db: Db, ws: str, observer: str, observed: str, proposed: tuple[list[str], dict[str, int]] | None,
-                    previous: list[str] | None, marker: dict[str, Any]) -> None:
+def write_card_step(
+    db: Db,
+    ws: str,
+    observer: str,
+    observed: str,
+    proposed: tuple[list[str], dict[str, int]] | None,
+    previous: list[str] | None,
+    marker: dict[str, Any],
+) -> None:
     """A stored job's card step: the proposed card (or, with none, the step's `marker` alone) in one transaction with
     the marker; a step applied already, or a card a client replaced meanwhile, leaves things as they are."""
     try:
@@ -839,6 +1137,7 @@ def write_card_step(db: Db, ws: str, observer: str, observed: str, proposed: tup
 
 # ---------------------------------------------------------------- the upgrade's backfill (deploy/reindex.py)
 
+
 def write_missing_texts(db: Db, ws: str, observer: str, observed: str, *, dry_run: bool = False) -> tuple[int, int]:
     """Give every conclusion of the collection stored before text items existed its `L#` item (from its content), so
     the collection's lexical ranking finds it; (conclusions, text items written, or missing when `dry_run`). Each put
@@ -847,8 +1146,13 @@ def write_missing_texts(db: Db, ws: str, observer: str, observed: str, *, dry_ru
     pk = keys.collection_pk(ws, observer, observed)
 
     def read(prefix: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
-        return query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)", ConsistentRead=True,
-                         ExpressionAttributeValues=to_item({":pk": pk, ":p": prefix}), **projection(fields))
+        return query_all(
+            db,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+            ConsistentRead=True,
+            ExpressionAttributeValues=to_item({":pk": pk, ":p": prefix}),
+            **projection(fields),
+        )
 
     stored = read("C#", ("id", "content", "level", "session_id"))
     have = {i["SK"].removeprefix("L#") for i in read("L#", ("SK",))}
@@ -863,10 +1167,19 @@ def _put_missing_text(db: Db, ws: str, observer: str, observed: str, stored: dic
     cid = stored["id"]
     text = _text_item(ws, observer, observed, cid, stored["level"], stored.get("session_id"), stored["content"])
     try:
-        transact(db, [
-            {"ConditionCheck": {"TableName": db.table, "Key": to_item(keys.conclusion(ws, observer, observed, cid)),
-                                "ConditionExpression": "attribute_exists(PK)"}},
-            _put(db, text, "attribute_not_exists(PK)")])
+        transact(
+            db,
+            [
+                {
+                    "ConditionCheck": {
+                        "TableName": db.table,
+                        "Key": to_item(keys.conclusion(ws, observer, observed, cid)),
+                        "ConditionExpression": "attribute_exists(PK)",
+                    }
+                },
+                _put(db, text, "attribute_not_exists(PK)"),
+            ],
+        )
         return 1
     except ClientError as exc:
         if _CCF in cancellation_codes(exc):

@@ -13,11 +13,16 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, overload
 
 from botocore.exceptions import ClientError
-from precis.settings import get_settings
-from precis.errors import Throttled
 
-_THROTTLING = {"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded",
-               "ThrottlingError"}
+from precis.errors import Throttled
+from precis.settings import get_settings
+
+_THROTTLING = {
+    "ThrottlingException",
+    "ProvisionedThroughputExceededException",
+    "RequestLimitExceeded",
+    "ThrottlingError",
+}
 
 
 if TYPE_CHECKING:  # the published stubs (requirements-dev.txt): for the type checker only
@@ -71,8 +76,13 @@ def get_db() -> Db:
     settings = get_settings()
     # No client-side validation: DynamoDB checks every request itself, and walking a batch of vectors' AttributeValues
     # in Python (tens of thousands of them) cost more than the request.
-    config = Config(retries={"mode": "standard", "max_attempts": 4}, max_pool_connections=32,
-                    connect_timeout=2, read_timeout=10, parameter_validation=False)
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 4},
+        max_pool_connections=32,
+        connect_timeout=2,
+        read_timeout=10,
+        parameter_validation=False,
+    )
     with _no_collection():
         session = _session()
         return Db(
@@ -192,7 +202,7 @@ def to_attr(value: Any) -> dict[str, Any]:
 
 
 def from_attr(attr: dict[str, Any]) -> Any:
-    (kind, value), = attr.items()
+    ((kind, value),) = attr.items()
     if kind == "S":
         return value
     if kind == "N":
@@ -230,8 +240,10 @@ def from_item(item: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 def projection(fields: tuple[str, ...]) -> dict[str, Any]:
     """Request arguments that read only `fields` (names escaped: several are DynamoDB reserved words)."""
-    return {"ProjectionExpression": ", ".join(f"#p{i}" for i in range(len(fields))),
-            "ExpressionAttributeNames": {f"#p{i}": f for i, f in enumerate(fields)}}
+    return {
+        "ProjectionExpression": ", ".join(f"#p{i}" for i in range(len(fields))),
+        "ExpressionAttributeNames": {f"#p{i}": f for i, f in enumerate(fields)},
+    }
 
 
 def query_all(db: Db, **request: Any) -> list[dict[str, Any]]:
@@ -249,8 +261,13 @@ def batch_get(db: Db, key_list: list[dict[str, str]], fields: tuple[str, ...] | 
     """The items at `key_list` that exist (consistent reads, 100 keys a request, unprocessed keys retried)."""
     found: list[dict[str, Any]] = []
     for start in range(0, len(key_list), 100):
-        request = {db.table: {"Keys": [to_item(k) for k in key_list[start:start + 100]], "ConsistentRead": True,
-                              **(projection(fields) if fields else {})}}
+        request = {
+            db.table: {
+                "Keys": [to_item(k) for k in key_list[start : start + 100]],
+                "ConsistentRead": True,
+                **(projection(fields) if fields else {}),
+            }
+        }
         while request:
             out = db.client.batch_get_item(RequestItems=request)
             found += [from_item(i) for i in out["Responses"].get(db.table, [])]
@@ -292,17 +309,23 @@ def transact(db: Db, actions: list[dict[str, Any]], *, attempts: int = 4) -> Non
             raise_if_throttled(exc)
             codes = cancellation_codes(exc)
             conflict = error_code(exc) == "TransactionConflictException" or (
-                "TransactionConflict" in codes and set(codes) <= {"None", "TransactionConflict"})
+                "TransactionConflict" in codes and set(codes) <= {"None", "TransactionConflict"}
+            )
             if not conflict or attempt == attempts - 1:
                 raise
-            time.sleep(random.uniform(0, 0.02 * 2 ** attempt))
+            time.sleep(random.uniform(0, 0.02 * 2**attempt))
 
 
 def mark_applied(db: Db, key: dict[str, Any], token: str, name: str) -> dict[str, Any]:
     """A transaction action adding `name` to the `applied` set of the item at `key` (AttributeValues) while its
     stored `job` is `token` and `name` is not there yet: a step of a stored job is written at most once."""
-    return {"Update": {"TableName": db.table, "Key": key, "UpdateExpression": "ADD applied :name",
-                       "ConditionExpression": "job.#token = :token AND NOT contains(applied, :one)",
-                       "ExpressionAttributeNames": {"#token": "token"},
-                       "ExpressionAttributeValues": {":name": {"SS": [name]}, ":token": {"S": token},
-                                                     ":one": {"S": name}}}}
+    return {
+        "Update": {
+            "TableName": db.table,
+            "Key": key,
+            "UpdateExpression": "ADD applied :name",
+            "ConditionExpression": "job.#token = :token AND NOT contains(applied, :one)",
+            "ExpressionAttributeNames": {"#token": "token"},
+            "ExpressionAttributeValues": {":name": {"SS": [name]}, ":token": {"S": token}, ":one": {"S": name}},
+        }
+    }

@@ -44,8 +44,13 @@ def _key(target: Target) -> dict[str, Any]:
 
 
 def _who(target: Target) -> dict[str, Any]:
-    return {":ws": target.workspace, ":sender": target.sender, ":kind": "derive_cursor", ":s": target.session,
-            ":zero": 0}
+    return {
+        ":ws": target.workspace,
+        ":sender": target.sender,
+        ":kind": "derive_cursor",
+        ":s": target.session,
+        ":zero": 0,
+    }
 
 
 def _at(seen: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
@@ -55,10 +60,16 @@ def _at(seen: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
     return "through_seq = :seen AND attribute_not_exists(job)", {":seen": seen.get("through_seq", 0)}
 
 
-def _update(db: Db, target: Target, update: str, condition: str, values: dict[str, Any],
-            names: dict[str, str] | None = None) -> None:
-    request: dict[str, Any] = {"TableName": db.table, "Key": _key(target), "UpdateExpression": update,
-                               "ConditionExpression": condition, "ExpressionAttributeValues": to_item(values)}
+def _update(
+    db: Db, target: Target, update: str, condition: str, values: dict[str, Any], names: dict[str, str] | None = None
+) -> None:
+    request: dict[str, Any] = {
+        "TableName": db.table,
+        "Key": _key(target),
+        "UpdateExpression": update,
+        "ConditionExpression": condition,
+        "ExpressionAttributeValues": to_item(values),
+    }
     if names:
         request["ExpressionAttributeNames"] = names
     try:
@@ -73,8 +84,12 @@ def _update(db: Db, target: Target, update: str, condition: str, values: dict[st
 def read_state(db: Db, target: Target) -> tuple[dict | None, dict | None, dict | None, dict | None]:
     """(session, workspace, sender peer, cursor), one BatchGetItem (strongly consistent)."""
     ws, s = target.workspace, target.session
-    wanted = [keys.session(ws, s), keys.workspace(ws), keys.peer(ws, target.sender),
-              keys.derive_cursor(ws, s, target.sender)]
+    wanted = [
+        keys.session(ws, s),
+        keys.workspace(ws),
+        keys.peer(ws, target.sender),
+        keys.derive_cursor(ws, s, target.sender),
+    ]
     found = {(i["PK"], i["SK"]): i for i in batch_get(db, wanted)}
     return tuple(found.get((k["PK"], k["SK"])) for k in wanted)  # type: ignore[return-value]
 
@@ -88,16 +103,25 @@ def clear_due(db: Db, target: Target, seen: dict[str, Any] | None) -> None:
 def wait(db: Db, target: Target, seen: dict[str, Any] | None, incarnation: str, due_at: str, pending: int) -> None:
     """`pending` messages wait for their batch until `due_at` (the schedule's flush comes back for them)."""
     condition, values = _at(seen)
-    _update(db, target, f"SET due_at = :due, pending = :n, incarnation = :inc, {_WHO}, {_FROM_ZERO}", condition,
-            {**values, **_who(target), ":inc": incarnation, ":due": due_at, ":n": pending})
+    _update(
+        db,
+        target,
+        f"SET due_at = :due, pending = :n, incarnation = :inc, {_WHO}, {_FROM_ZERO}",
+        condition,
+        {**values, **_who(target), ":inc": incarnation, ":due": due_at, ":n": pending},
+    )
 
 
 def store_job(db: Db, target: Target, seen: dict[str, Any] | None, incarnation: str, job: dict[str, Any]) -> None:
     """Step 1: the engine's answer, stored before anything of it is written."""
     condition, values = _at(seen)
-    _update(db, target, f"SET job = :job, due_at = if_not_exists(due_at, :none), incarnation = :inc, {_WHO}, "
-                        f"{_FROM_ZERO}", condition,
-            {**values, **_who(target), ":inc": incarnation, ":job": job, ":none": NOTHING_DUE})
+    _update(
+        db,
+        target,
+        f"SET job = :job, due_at = if_not_exists(due_at, :none), incarnation = :inc, {_WHO}, {_FROM_ZERO}",
+        condition,
+        {**values, **_who(target), ":inc": incarnation, ":job": job, ":none": NOTHING_DUE},
+    )
 
 
 def applied_mark(db: Db, target: Target, token: str, name: str) -> dict[str, Any]:
@@ -105,19 +129,32 @@ def applied_mark(db: Db, target: Target, token: str, name: str) -> dict[str, Any
     return mark_applied(db, _key(target), token, name)
 
 
-def finish(db: Db, target: Target, incarnation: str, to_seq: int, count: int, now: str, *,
-           seen: dict[str, Any] | None = None, token: str | None = None) -> None:
+def finish(
+    db: Db,
+    target: Target,
+    incarnation: str,
+    to_seq: int,
+    count: int,
+    now: str,
+    *,
+    seen: dict[str, Any] | None = None,
+    token: str | None = None,
+) -> None:
     """Step 3: move past `count` messages to `to_seq` and drop the job: on condition the job `token` is still the one
     stored, or (no job: messages nobody observes) that the cursor is where `seen` saw it."""
     if token is not None:
         condition, values, names = "job.#token = :token", {":token": token}, {"#token": "token"}
     else:
         (condition, values), names = _at(seen), None
-    _update(db, target,
-            "SET through_seq = :to, derived = if_not_exists(derived, :zero) + :n, due_at = :none, "
-            f"pending = :zero, updated_at = :now, incarnation = :inc, {_WHO} REMOVE job, applied",
-            condition, {**values, **_who(target), ":inc": incarnation, ":to": to_seq, ":n": count,
-                        ":none": NOTHING_DUE, ":now": now}, names)
+    _update(
+        db,
+        target,
+        "SET through_seq = :to, derived = if_not_exists(derived, :zero) + :n, due_at = :none, "
+        f"pending = :zero, updated_at = :now, incarnation = :inc, {_WHO} REMOVE job, applied",
+        condition,
+        {**values, **_who(target), ":inc": incarnation, ":to": to_seq, ":n": count, ":none": NOTHING_DUE, ":now": now},
+        names,
+    )
 
 
 def mark_due(db: Db, target: Target, due_at: str) -> str | None:
@@ -125,8 +162,11 @@ def mark_due(db: Db, target: Target, due_at: str) -> str | None:
     failed (best effort), else None."""
     try:
         db.client.update_item(
-            TableName=db.table, Key=_key(target), UpdateExpression=f"SET due_at = :due, {_WHO}, {_FROM_ZERO}",
-            ExpressionAttributeValues=to_item({**_who(target), ":due": due_at}))
+            TableName=db.table,
+            Key=_key(target),
+            UpdateExpression=f"SET due_at = :due, {_WHO}, {_FROM_ZERO}",
+            ExpressionAttributeValues=to_item({**_who(target), ":due": due_at}),
+        )
     except ClientError as exc:
         return error_code(exc)
     return None
@@ -136,18 +176,29 @@ def due(db: Db, workspaces: Iterable[str], now: str) -> list[tuple[str, str, str
     """(workspace, session, sender) of the cursors whose waiting batch (or failed derivation) is due by `now`."""
     found = []
     for ws in workspaces:
-        items = query_all(db, IndexName="ByDue", KeyConditionExpression="due_ws = :ws AND due_at <= :now",
-                          ExpressionAttributeValues=to_item({":ws": ws, ":now": now}))
-        found += [(ws, i["session_id"], i["sender"]) for i in items
-                  if i.get("kind", "derive_cursor") == "derive_cursor" and i.get("session_id")]
+        items = query_all(
+            db,
+            IndexName="ByDue",
+            KeyConditionExpression="due_ws = :ws AND due_at <= :now",
+            ExpressionAttributeValues=to_item({":ws": ws, ":now": now}),
+        )
+        found += [
+            (ws, i["session_id"], i["sender"])
+            for i in items
+            if i.get("kind", "derive_cursor") == "derive_cursor" and i.get("session_id")
+        ]
     return found
 
 
 def cursors(db: Db, ws: str, session_id: str | None = None) -> list[dict[str, Any]]:
     """A session's cursors (strongly consistent), or a workspace's (the ByDue index)."""
     if session_id is not None:
-        return query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
-                         ConsistentRead=True, ExpressionAttributeValues=to_item(
-                             {":pk": keys.session_pk(ws, session_id), ":p": "DERIVE#"}))
-    return query_all(db, IndexName="ByDue", KeyConditionExpression="due_ws = :ws",
-                     ExpressionAttributeValues=to_item({":ws": ws}))
+        return query_all(
+            db,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+            ConsistentRead=True,
+            ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":p": "DERIVE#"}),
+        )
+    return query_all(
+        db, IndexName="ByDue", KeyConditionExpression="due_ws = :ws", ExpressionAttributeValues=to_item({":ws": ws})
+    )

@@ -34,11 +34,22 @@ def _who(target: Target) -> dict[str, Any]:
     return {":kind": "dream", ":ws": target.workspace, ":observer": target.observer, ":observed": target.observed}
 
 
-def _update(db: Db, target: Target, update: str, values: dict[str, Any], condition: str | None = None,
-            names: dict[str, str] | None = None, returns: bool = False) -> dict[str, Any] | None:
+def _update(
+    db: Db,
+    target: Target,
+    update: str,
+    values: dict[str, Any],
+    condition: str | None = None,
+    names: dict[str, str] | None = None,
+    returns: bool = False,
+) -> dict[str, Any] | None:
     """The update's new item (with `returns`) or {}; None when its condition did not hold."""
-    request: dict[str, Any] = {"TableName": db.table, "Key": _key(target), "UpdateExpression": update,
-                               "ExpressionAttributeValues": to_item(values)}
+    request: dict[str, Any] = {
+        "TableName": db.table,
+        "Key": _key(target),
+        "UpdateExpression": update,
+        "ExpressionAttributeValues": to_item(values),
+    }
     if condition:
         request["ConditionExpression"] = condition
     if names:
@@ -66,14 +77,20 @@ def request(db: Db, target: Target, session_id: str | None, now: str) -> None:
 
 def count_fresh(db: Db, target: Target, count: int, now: str) -> dict[str, Any] | None:
     """Add `count` fresh explicit conclusions, the newest at `now`; the state after."""
-    return _update(db, target, f"SET {_WHO}, last_at = :now ADD fresh :n", {**_who(target), ":now": now, ":n": count},
-                   returns=True)
+    return _update(
+        db, target, f"SET {_WHO}, last_at = :now ADD fresh :n", {**_who(target), ":now": now, ":n": count}, returns=True
+    )
 
 
 def arm(db: Db, target: Target, due_at: str) -> None:
     """Due at `due_at`, unless a run holds a job or a client requested it."""
-    _update(db, target, "SET due_ws = :ws, due_at = :due", {":ws": target.workspace, ":due": due_at},
-            condition="attribute_not_exists(job) AND attribute_not_exists(requested)")
+    _update(
+        db,
+        target,
+        "SET due_ws = :ws, due_at = :due",
+        {":ws": target.workspace, ":due": due_at},
+        condition="attribute_not_exists(job) AND attribute_not_exists(requested)",
+    )
 
 
 def read(db: Db, target: Target) -> dict[str, Any] | None:
@@ -83,8 +100,14 @@ def read(db: Db, target: Target) -> dict[str, Any] | None:
 def store_job(db: Db, target: Target, job: dict[str, Any], seen_due_at: str) -> dict[str, Any] | None:
     """The engine's answer stored as the dream's job, if no job is stored and the dream is the one seen; the item
     after, or None when another run stored its job first."""
-    return _update(db, target, "SET job = :job REMOVE requested", {":job": job, ":seen": seen_due_at},
-                   condition="attribute_not_exists(job) AND due_at = :seen", returns=True)
+    return _update(
+        db,
+        target,
+        "SET job = :job REMOVE requested",
+        {":job": job, ":seen": seen_due_at},
+        condition="attribute_not_exists(job) AND due_at = :seen",
+        returns=True,
+    )
 
 
 def applied_mark(db: Db, target: Target, token: str, name: str) -> dict[str, Any]:
@@ -94,14 +117,23 @@ def applied_mark(db: Db, target: Target, token: str, name: str) -> dict[str, Any
 
 def finish(db: Db, target: Target, token: str, now: str) -> None:
     """Reset the state after job `token`: nothing fresh, not due, one dream more."""
-    _update(db, target, "SET fresh = :zero, dreamed_at = :now, updated_at = :now ADD dreams :one "
-                        "REMOVE job, applied, due_ws, due_at, requested, session_id",
-            {":zero": 0, ":one": 1, ":now": now, ":token": token}, condition="job.#token = :token",
-            names={"#token": "token"})
+    _update(
+        db,
+        target,
+        "SET fresh = :zero, dreamed_at = :now, updated_at = :now ADD dreams :one "
+        "REMOVE job, applied, due_ws, due_at, requested, session_id",
+        {":zero": 0, ":one": 1, ":now": now, ":token": token},
+        condition="job.#token = :token",
+        names={"#token": "token"},
+    )
 
 
 def due(db: Db, ws: str, now: str) -> list[tuple[str, str]]:
     """(observer, observed) of the workspace's dreams due by `now` (the ByDue index)."""
-    items = query_all(db, IndexName="ByDue", KeyConditionExpression="due_ws = :ws AND due_at <= :now",
-                      ExpressionAttributeValues=to_item({":ws": ws, ":now": now}))
+    items = query_all(
+        db,
+        IndexName="ByDue",
+        KeyConditionExpression="due_ws = :ws AND due_at <= :now",
+        ExpressionAttributeValues=to_item({":ws": ws, ":now": now}),
+    )
     return [(i["observer"], i["observed"]) for i in items if i.get("kind") == "dream"]

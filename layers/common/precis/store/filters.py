@@ -24,8 +24,9 @@ def _compare(op: str, actual: Any, expected: Any) -> bool:
             return isinstance(actual, str) and str(expected).lower() in actual.lower()
         if actual is None:
             return False
-        return {"gte": actual >= expected, "lte": actual <= expected,
-                "gt": actual > expected, "lt": actual < expected}[op]
+        return {"gte": actual >= expected, "lte": actual <= expected, "gt": actual > expected, "lt": actual < expected}[
+            op
+        ]
     except TypeError:
         return False
 

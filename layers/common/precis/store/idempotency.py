@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import ClientError
+
 from precis.errors import Conflict
 from precis.store import keys
 from precis.store.db import Db, error_code, from_item, to_item
@@ -37,22 +38,40 @@ Work = Callable[[str, Callable[[int], None]], tuple[int, Any]]
 FindCommitted = Callable[[int, str], Any]
 
 
-def run_once(db: Db, ws: str, session_id: str, key: str, fingerprint: str, work: Work, *,
-             find_committed: FindCommitted, lease_s: float = DEFAULT_LEASE_S,
-             now: Callable[[], float] = time.time) -> tuple[int, Any, bool]:
+def run_once(
+    db: Db,
+    ws: str,
+    session_id: str,
+    key: str,
+    fingerprint: str,
+    work: Work,
+    *,
+    find_committed: FindCommitted,
+    lease_s: float = DEFAULT_LEASE_S,
+    now: Callable[[], float] = time.time,
+) -> tuple[int, Any, bool]:
     """(status, stored answer, replayed?) for `work` run at most once per key and fingerprint."""
     record_key = keys.idempotency(ws, session_id, key)
     token = secrets.token_hex(8)
     started = now()
     try:
         db.client.put_item(
-            TableName=db.table, Item=to_item({**record_key, "kind": "idempotency", "state": "in_progress",
-                                              "fingerprint": fingerprint, "token": token,
-                                              "expires_at": int(started) + TTL_SECONDS,
-                                              "lease_until": started + lease_s}),
+            TableName=db.table,
+            Item=to_item(
+                {
+                    **record_key,
+                    "kind": "idempotency",
+                    "state": "in_progress",
+                    "fingerprint": fingerprint,
+                    "token": token,
+                    "expires_at": int(started) + TTL_SECONDS,
+                    "lease_until": started + lease_s,
+                }
+            ),
             ConditionExpression="attribute_not_exists(PK) OR expires_at < :now",
             ExpressionAttributeValues={":now": {"N": str(int(started))}},
-            ReturnValuesOnConditionCheckFailure="ALL_OLD")
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
@@ -63,14 +82,24 @@ def run_once(db: Db, ws: str, session_id: str, key: str, fingerprint: str, work:
     return _run(db, record_key, token, work, find_committed)
 
 
-def _existing(db: Db, record_key: dict[str, str], key: str, fingerprint: str, old: dict[str, Any] | None,
-              token: str, now: float, lease_s: float, find_committed: FindCommitted) -> tuple[int, Any, bool] | None:
+def _existing(
+    db: Db,
+    record_key: dict[str, str],
+    key: str,
+    fingerprint: str,
+    old: dict[str, Any] | None,
+    token: str,
+    now: float,
+    lease_s: float,
+    find_committed: FindCommitted,
+) -> tuple[int, Any, bool] | None:
     """The replay for a key already claimed; None when this request has taken over a dead claim and should run."""
     if old is None:  # expired and removed between the two reads: the caller may simply retry
         raise Conflict(f"Idempotency-Key '{key}' is being reused; retry the request")
     if old["fingerprint"] != fingerprint:
-        raise Conflict(f"Idempotency-Key '{key}' was already used with a different request body; "
-                       "use a new key for a new request")
+        raise Conflict(
+            f"Idempotency-Key '{key}' was already used with a different request body; use a new key for a new request"
+        )
     if old["state"] == "done":
         return old["status"], json.loads(old["answer"]), True
     if old.get("lease_until", 0) > now:
@@ -83,11 +112,15 @@ def _existing(db: Db, record_key: dict[str, str], key: str, fingerprint: str, ol
             return 201, answer, True
     try:
         db.client.update_item(
-            TableName=db.table, Key=to_item(record_key),
+            TableName=db.table,
+            Key=to_item(record_key),
             UpdateExpression="SET #t = :new, lease_until = :lease REMOVE first_seq",
-            ConditionExpression="#t = :old AND #s = :progress", ExpressionAttributeNames={"#t": "token", "#s": "state"},
-            ExpressionAttributeValues=to_item({":new": token, ":lease": now + lease_s, ":old": old["token"],
-                                               ":progress": "in_progress"}))
+            ConditionExpression="#t = :old AND #s = :progress",
+            ExpressionAttributeNames={"#t": "token", "#s": "state"},
+            ExpressionAttributeValues=to_item(
+                {":new": token, ":lease": now + lease_s, ":old": old["token"], ":progress": "in_progress"}
+            ),
+        )
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
@@ -95,12 +128,18 @@ def _existing(db: Db, record_key: dict[str, str], key: str, fingerprint: str, ol
     return None
 
 
-def _run(db: Db, record_key: dict[str, str], token: str, work: Work,
-         find_committed: FindCommitted) -> tuple[int, Any, bool]:
+def _run(
+    db: Db, record_key: dict[str, str], token: str, work: Work, find_committed: FindCommitted
+) -> tuple[int, Any, bool]:
     def on_attempt(first_seq: int) -> None:
-        db.client.update_item(TableName=db.table, Key=to_item(record_key), UpdateExpression="SET first_seq = :s",
-                              ConditionExpression="#t = :t", ExpressionAttributeNames={"#t": "token"},
-                              ExpressionAttributeValues=to_item({":s": first_seq, ":t": token}))
+        db.client.update_item(
+            TableName=db.table,
+            Key=to_item(record_key),
+            UpdateExpression="SET first_seq = :s",
+            ConditionExpression="#t = :t",
+            ExpressionAttributeNames={"#t": "token"},
+            ExpressionAttributeValues=to_item({":s": first_seq, ":t": token}),
+        )
 
     try:
         status, answer = work(token, on_attempt)
@@ -123,17 +162,27 @@ def _read(db: Db, record_key: dict[str, str]) -> dict[str, Any] | None:
 
 def _finish(db: Db, record_key: dict[str, str], token: str, status: int, answer: Any) -> None:
     db.client.update_item(
-        TableName=db.table, Key=to_item(record_key), UpdateExpression="SET #s = :done, #st = :status, answer = :a",
-        ConditionExpression="#t = :t", ExpressionAttributeNames={"#s": "state", "#st": "status", "#t": "token"},
-        ExpressionAttributeValues=to_item({":done": "done", ":status": status, ":t": token,
-                                           ":a": json.dumps(answer, separators=(",", ":"))}))
+        TableName=db.table,
+        Key=to_item(record_key),
+        UpdateExpression="SET #s = :done, #st = :status, answer = :a",
+        ConditionExpression="#t = :t",
+        ExpressionAttributeNames={"#s": "state", "#st": "status", "#t": "token"},
+        ExpressionAttributeValues=to_item(
+            {":done": "done", ":status": status, ":t": token, ":a": json.dumps(answer, separators=(",", ":"))}
+        ),
+    )
 
 
 def _release(db: Db, record_key: dict[str, str], token: str) -> None:
     """Nothing was stored for this key: free it so the client may retry with it."""
     try:
-        db.client.delete_item(TableName=db.table, Key=to_item(record_key), ConditionExpression="#t = :t",
-                              ExpressionAttributeNames={"#t": "token"}, ExpressionAttributeValues={":t": {"S": token}})
+        db.client.delete_item(
+            TableName=db.table,
+            Key=to_item(record_key),
+            ConditionExpression="#t = :t",
+            ExpressionAttributeNames={"#t": "token"},
+            ExpressionAttributeValues={":t": {"S": token}},
+        )
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise

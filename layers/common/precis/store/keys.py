@@ -103,8 +103,9 @@ def conclusion_vector(ws: str, observer: str, observed: str, conclusion_id: str)
     return {"PK": collection_pk(ws, observer, observed), "SK": f"V#{conclusion_id}"}
 
 
-def conclusion_dedupe(ws: str, observer: str, observed: str, level: str, session_id: str | None,
-                      digest: str) -> dict[str, str]:
+def conclusion_dedupe(
+    ws: str, observer: str, observed: str, level: str, session_id: str | None, digest: str
+) -> dict[str, str]:
     return {"PK": collection_pk(ws, observer, observed), "SK": f"D#{level}#{session_id or '-'}#{digest}"}
 
 
@@ -219,6 +220,7 @@ def parse_session_pk(pk: str) -> tuple[str, str]:
     return ws, session_id
 
 
-def audit_object(ws: str, session_id: str, summary_type: str, covers_seq: int, nonce: str,
-                 incarnation: str = "_") -> str:
+def audit_object(
+    ws: str, session_id: str, summary_type: str, covers_seq: int, nonce: str, incarnation: str = "_"
+) -> str:
     return f"{audit_prefix(ws, session_id, incarnation)}{summary_type}/{covers_seq:0{SEQ_DIGITS}d}-{nonce}.json"

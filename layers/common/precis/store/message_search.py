@@ -28,8 +28,20 @@ if TYPE_CHECKING:
     from precis.llm import Embedder
 
 MEANING_INDEX = "ByMessageMeaning"
-_MESSAGE_FIELDS = ("PK", "SK", "id", "seq", "peer_id", "content", "body_key", "metadata", "created_at",
-                   "token_count", "run_id", "kind")
+_MESSAGE_FIELDS = (
+    "PK",
+    "SK",
+    "id",
+    "seq",
+    "peer_id",
+    "content",
+    "body_key",
+    "metadata",
+    "created_at",
+    "token_count",
+    "run_id",
+    "kind",
+)
 _CANDIDATE_FIELDS = ("msession", "seq")
 REPAIR_LEASE_S = 60  # how long one deriver holds a session's index repair
 _POLL_S = 0.2  # how often the deriver looks again for texts a live request is still writing
@@ -41,13 +53,30 @@ def _vector_key(ws: str, session_id: str, seq: int) -> dict[str, str]:
 
 def vector_item(ws: str, session_id: str, seq: int, peer_id: str, meaning: list[float]) -> dict[str, Any]:
     """A message's semantic vector item (raw AttributeValues)."""
-    return {**to_item({**_vector_key(ws, session_id, seq), "kind": "mvector", "seq": seq, "mcoll": ws,
-                       "msession": session_id, "mpeer": peer_id, "semantic": True}),
-            "svec": vector_attribute(meaning)}
+    return {
+        **to_item(
+            {
+                **_vector_key(ws, session_id, seq),
+                "kind": "mvector",
+                "seq": seq,
+                "mcoll": ws,
+                "msession": session_id,
+                "mpeer": peer_id,
+                "semantic": True,
+            }
+        ),
+        "svec": vector_attribute(meaning),
+    }
 
 
-def index_messages(db: Db, images: Iterable[dict[str, Any]], *, semantic: Embedder | None = None,
-                   now: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> int:
+def index_messages(
+    db: Db,
+    images: Iterable[dict[str, Any]],
+    *,
+    semantic: Embedder | None = None,
+    now: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """The deriver's part, as inserted messages come down the stream (their images): the marks of their index units
     are removed once their texts are written (`text_index.settle`), and with a semantic embedder each message is
     embedded once. Bound to the session's incarnation (nothing lands in a deleted session); how many vectors."""
@@ -66,20 +95,31 @@ def index_messages(db: Db, images: Iterable[dict[str, Any]], *, semantic: Embedd
         text_index.settle(db, ws, session_id, set(messages) - missing)
         if semantic is None:
             continue
-        stored = {int(i["SK"].removeprefix("MV#")) for i in batch_get(
-            db, [_vector_key(ws, session_id, seq) for seq in messages], ("PK", "SK"))}
+        stored = {
+            int(i["SK"].removeprefix("MV#"))
+            for i in batch_get(db, [_vector_key(ws, session_id, seq) for seq in messages], ("PK", "SK"))
+        }
         todo = [messages[seq] for seq in sorted(messages) if seq not in stored]
         for start in range(0, len(todo), 99):
-            chunk = todo[start:start + 99]
+            chunk = todo[start : start + 99]
             texts = [view.get("content") or "" for view in with_bodies(db, chunk, ws, session_id)]
-            puts = [vector_item(ws, session_id, int(image["seq"]), image["peer_id"], meaning)
-                    for image, meaning in zip(chunk, semantic.embed(texts))]
+            puts = [
+                vector_item(ws, session_id, int(image["seq"]), image["peer_id"], meaning)
+                for image, meaning in zip(chunk, semantic.embed(texts))
+            ]
             written += _put(db, ws, session_id, session["incarnation"], puts)
     return written
 
 
-def ensure_indexed(db: Db, ws: str, session_id: str, messages: Sequence[dict[str, Any]], *,
-                   now: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> int:
+def ensure_indexed(
+    db: Db,
+    ws: str,
+    session_id: str,
+    messages: Sequence[dict[str, Any]],
+    *,
+    now: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Before the deriver derives `messages` (stored items of one session): index those whose request died before
     its index was written, whole units at a time; a request still running (its `ibu` deadline not passed) is waited
     for. How many texts were written. A failure raises: the derivation fails with it and is retried."""
@@ -122,14 +162,20 @@ def index_unit(db: Db, ws: str, session_id: str, unit: str, members: Sequence[di
     found = batch_get(db, [keys.text_doc(ws, session_id, int(m["seq"])) for m in members], ("seq", "u"))
     elsewhere = {int(i["seq"]) for i in found if i.get("u") not in (None, unit)}
     batch = [m for m in members if int(m["seq"]) not in elsewhere]
-    texts = [text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "")
-             for v in with_bodies(db, batch, ws, session_id)]
+    texts = [
+        text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "")
+        for v in with_bodies(db, batch, ws, session_id)
+    ]
     return text_index.index_texts(db, ws, session_id, unit, texts)
 
 
 def _release(db: Db, ws: str, session_id: str) -> None:
-    db.client.update_item(TableName=db.table, Key=to_item(keys.text_repair_lease(ws, session_id)),
-                          UpdateExpression="REMOVE #until", ExpressionAttributeNames={"#until": "until"})
+    db.client.update_item(
+        TableName=db.table,
+        Key=to_item(keys.text_repair_lease(ws, session_id)),
+        UpdateExpression="REMOVE #until",
+        ExpressionAttributeNames={"#until": "until"},
+    )
 
 
 # ---------------------------------------------------------------- the upgrade's backfill (deploy/reindex.py)
@@ -150,10 +196,19 @@ class Reindexed:
     stopped: str | None = None  # why the walk stopped before the session's end
 
 
-def reindex_session(db: Db, ws: str, session_id: str, *, dry_run: bool = False, marked: Iterable[str] = (),
-                    on_unit: Callable[[str, int], None] | None = None, progress: Reindexed | None = None,
-                    now: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-                    window: int = REINDEX_WINDOW) -> Reindexed:
+def reindex_session(
+    db: Db,
+    ws: str,
+    session_id: str,
+    *,
+    dry_run: bool = False,
+    marked: Iterable[str] = (),
+    on_unit: Callable[[str, int], None] | None = None,
+    progress: Reindexed | None = None,
+    now: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    window: int = REINDEX_WINDOW,
+) -> Reindexed:
     """Index every stored message of the session that has no text yet (those stored before the exact index), whole
     units at a time exactly as the deriver's repair does (`index_unit`, under its lease), and settle each unit once
     its texts are written: no stream record of an old message comes again to remove its counters' marks, which
@@ -203,15 +258,24 @@ def reindex_session(db: Db, ws: str, session_id: str, *, dry_run: bool = False, 
     return done
 
 
-def _backfill_unit(db: Db, ws: str, session_id: str, unit: str, members: Sequence[dict[str, Any]],
-                   now: Callable[[], float], sleep: Callable[[float], None]) -> int:
+def _backfill_unit(
+    db: Db,
+    ws: str,
+    session_id: str,
+    unit: str,
+    members: Sequence[dict[str, Any]],
+    now: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> int:
     """One unit under the repair's lease (a deriver repairing the session meanwhile waits, and finds it done), then
     settled: with every text written, a later indexer finds them and counts nothing, so the marks can go."""
     deadline = now() + 2 * REPAIR_LEASE_S
     while not _lease(db, ws, session_id, now()):
         if now() > deadline:
-            raise TimeoutError(f"session {ws}/{session_id}: its index repair lease stayed taken for "
-                               f"{2 * REPAIR_LEASE_S} s (a deriver repairing it?); run the backfill again")
+            raise TimeoutError(
+                f"session {ws}/{session_id}: its index repair lease stayed taken for "
+                f"{2 * REPAIR_LEASE_S} s (a deriver repairing it?); run the backfill again"
+            )
         sleep(1.0)
     try:
         written = index_unit(db, ws, session_id, unit, members)
@@ -225,9 +289,16 @@ class RepairBusy(RuntimeError):
     """A session's index repair is held by another deriver."""
 
 
-def _wait_for_texts(db: Db, ws: str, session_id: str, messages: Sequence[dict[str, Any]],
-                    now: Callable[[], float], sleep: Callable[[float], None], *,
-                    missing: set[int] | None = None) -> set[int]:
+def _wait_for_texts(
+    db: Db,
+    ws: str,
+    session_id: str,
+    messages: Sequence[dict[str, Any]],
+    now: Callable[[], float],
+    sleep: Callable[[float], None],
+    *,
+    missing: set[int] | None = None,
+) -> set[int]:
     """The seqs of `messages` whose text is still missing once every request that may still write one (its `ibu`
     deadline not passed) has written it or died (`missing`: those known missing already, not read again)."""
     if missing is None:
@@ -242,9 +313,13 @@ def _wait_for_texts(db: Db, ws: str, session_id: str, messages: Sequence[dict[st
 def _lease(db: Db, ws: str, session_id: str, now: float) -> bool:
     try:
         db.client.update_item(
-            TableName=db.table, Key=to_item(keys.text_repair_lease(ws, session_id)), UpdateExpression="SET #until = :u",
-            ConditionExpression="attribute_not_exists(#until) OR #until < :now", ExpressionAttributeNames={
-                "#until": "until"}, ExpressionAttributeValues=to_item({":u": now + REPAIR_LEASE_S, ":now": now}))
+            TableName=db.table,
+            Key=to_item(keys.text_repair_lease(ws, session_id)),
+            UpdateExpression="SET #until = :u",
+            ConditionExpression="attribute_not_exists(#until) OR #until < :now",
+            ExpressionAttributeNames={"#until": "until"},
+            ExpressionAttributeValues=to_item({":u": now + REPAIR_LEASE_S, ":now": now}),
+        )
         return True
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
@@ -257,12 +332,15 @@ def _put(db: Db, ws: str, session_id: str, incarnation: str | None, items: list[
     # deleted meanwhile is checked after the write: what landed after its purge is deleted here.
     puts = [{"PutRequest": {"Item": item}} for item in items]
     for start in range(0, len(puts), 25):
-        pending = {db.table: puts[start:start + 25]}
+        pending = {db.table: puts[start : start + 25]}
         while pending:
             pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or None
     session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
-    if (session is None or "deleted_at" in session
-            or (incarnation is not None and session.get("incarnation") != incarnation)):
+    if (
+        session is None
+        or "deleted_at" in session
+        or (incarnation is not None and session.get("incarnation") != incarnation)
+    ):
         from precis.store.records import delete_keys
 
         delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
@@ -270,24 +348,51 @@ def _put(db: Db, ws: str, session_id: str, incarnation: str | None, items: list[
     return len(items)
 
 
-def search(db: Db, ws: str, query: str, limit: int, filters: dict[str, Any] | None, *,
-           semantic: Callable[[str], list[float]] | None = None, session_id: str | None = None,
-           peer_id: str | None = None, base: Base | None = None) -> list[dict[str, Any]]:
+def search(
+    db: Db,
+    ws: str,
+    query: str,
+    limit: int,
+    filters: dict[str, Any] | None,
+    *,
+    semantic: Callable[[str], list[float]] | None = None,
+    session_id: str | None = None,
+    peer_id: str | None = None,
+    base: Base | None = None,
+) -> list[dict[str, Any]]:
     """The messages that best match `query`, best first, `limit` at most, within the session or from the peer
     when given and matching `filters` (the message list's grammar). A clone's `base`: its parent's messages it holds
     no copy of yet are searched too, as the clone's."""
     filters = filters or {}
     filtering.matches(filters, {})  # a malformed filter is 422 before any read
     # Filters apply after the read: ask for more so that `limit` usually survive.
-    order = rank(db, ws, query, min(MAX_TOP_K, limit * 4 if filters else limit), semantic=semantic,
-                 session_id=session_id, peer_id=peer_id, base=base)
-    return [view for view in read_views(db, ws, order, base=base, session_id=session_id)
-            if filtering.matches(filters, view)][:limit]
+    order = rank(
+        db,
+        ws,
+        query,
+        min(MAX_TOP_K, limit * 4 if filters else limit),
+        semantic=semantic,
+        session_id=session_id,
+        peer_id=peer_id,
+        base=base,
+    )
+    return [
+        view for view in read_views(db, ws, order, base=base, session_id=session_id) if filtering.matches(filters, view)
+    ][:limit]
 
 
-def rank(db: Db, ws: str, query: str, wanted: int, *, semantic: Callable[[str], list[float]] | None = None,
-         session_id: str | None = None, peer_id: str | None = None, base: Base | None = None,
-         sessions: Collection[str] | None = None) -> list[tuple[str, int]]:
+def rank(
+    db: Db,
+    ws: str,
+    query: str,
+    wanted: int,
+    *,
+    semantic: Callable[[str], list[float]] | None = None,
+    session_id: str | None = None,
+    peer_id: str | None = None,
+    base: Base | None = None,
+    sessions: Collection[str] | None = None,
+) -> list[tuple[str, int]]:
     """(session id, seq) of the messages nearest `query`, best first, at most `wanted`: BM25, fused with the semantic
     ranking when `semantic` embeds the query. A message with none of the query's words is found only semantically.
 
@@ -295,16 +400,19 @@ def rank(db: Db, ws: str, query: str, wanted: int, *, semantic: Callable[[str], 
     the one whose clone `base` lends it the messages it holds no copy of yet."""
     if sessions is not None:
         return _rank_sessions(db, ws, query, wanted, frozenset(sessions), semantic, session_id, base)
-    lexical = [key for key, _ in lexical_rank(db, ws, query, wanted, session_id=session_id, peer_id=peer_id,
-                                              base=base)]
+    lexical = [key for key, _ in lexical_rank(db, ws, query, wanted, session_id=session_id, peer_id=peer_id, base=base)]
     meaning = None
     if semantic is not None:
         equal = {"mcoll": ws, "msession": session_id, "mpeer": peer_id}
         hits = search_index(db, MEANING_INDEX, equal, semantic(query), wanted, _CANDIDATE_FIELDS)
         if base is not None and session_id is not None:  # one ranking of the clone's messages: its own and its base's
-            inherited = [(item, score) for item, score in search_index(
-                db, MEANING_INDEX, {**equal, "msession": base.session}, semantic(query), wanted, _CANDIDATE_FIELDS)
-                if int(item["seq"]["N"]) <= base.through]
+            inherited = [
+                (item, score)
+                for item, score in search_index(
+                    db, MEANING_INDEX, {**equal, "msession": base.session}, semantic(query), wanted, _CANDIDATE_FIELDS
+                )
+                if int(item["seq"]["N"]) <= base.through
+            ]
             best: dict[int, tuple[dict[str, Any], float]] = {}
             for item, score in inherited + hits:
                 best[int(item["seq"]["N"])] = ({**item, "msession": {"S": session_id}}, score)
@@ -314,11 +422,19 @@ def rank(db: Db, ws: str, query: str, wanted: int, *, semantic: Callable[[str], 
     return fuse(lexical, meaning)[:wanted]
 
 
-def _rank_sessions(db: Db, ws: str, query: str, wanted: int, sessions: frozenset[str],
-                   semantic: Callable[[str], list[float]] | None, session_id: str | None,
-                   base: Base | None) -> list[tuple[str, int]]:
+def _rank_sessions(
+    db: Db,
+    ws: str,
+    query: str,
+    wanted: int,
+    sessions: frozenset[str],
+    semantic: Callable[[str], list[float]] | None,
+    session_id: str | None,
+    base: Base | None,
+) -> list[tuple[str, int]]:
     """`rank` over the messages of `sessions`: the workspace's postings and vectors, keeping theirs (and those a
     clone's base lends it, as the clone's)."""
+
     def own(key: tuple[str, int]) -> tuple[str, int] | None:
         """The key as the caller knows it, or None outside `sessions`."""
         session, seq = key
@@ -329,8 +445,9 @@ def _rank_sessions(db: Db, ws: str, query: str, wanted: int, sessions: frozenset
     def mapped(keys_: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
         return list(dict.fromkeys(k for k in map(own, keys_) if k is not None))
 
-    lexical = mapped(key for key, _ in text_index.rank_workspace(
-        db, ws, query, wanted, keep=lambda key: own(key) is not None))
+    lexical = mapped(
+        key for key, _ in text_index.rank_workspace(db, ws, query, wanted, keep=lambda key: own(key) is not None)
+    )
     meaning = None
     if semantic is not None:
         # The index filters by equality only: the workspace's nearest, as many as one search returns, kept here.
@@ -340,31 +457,51 @@ def _rank_sessions(db: Db, ws: str, query: str, wanted: int, sessions: frozenset
     return fuse(lexical, meaning)[:wanted]
 
 
-def lexical_rank(db: Db, ws: str, query: str, wanted: int, *, session_id: str | None = None,
-                 peer_id: str | None = None, base: Base | None = None) -> list[tuple[tuple[str, int], float]]:
+def lexical_rank(
+    db: Db,
+    ws: str,
+    query: str,
+    wanted: int,
+    *,
+    session_id: str | None = None,
+    peer_id: str | None = None,
+    base: Base | None = None,
+) -> list[tuple[tuple[str, int], float]]:
     """BM25's `wanted` best ((session, seq), score), exact over the scope: the session's texts (with a clone's
     inherited ones, its own copy winning), else the workspace's or the peer's postings."""
     if session_id is None:
         return text_index.rank_workspace(db, ws, query, wanted, peer=peer_id)
     texts = {}
     if base is not None:
-        texts = {(session_id, seq): d for seq, d in text_index.session_texts(
-            db, ws, base.session, through=base.through, peer=peer_id).items()}
+        texts = {
+            (session_id, seq): d
+            for seq, d in text_index.session_texts(db, ws, base.session, through=base.through, peer=peer_id).items()
+        }
     texts |= {(session_id, seq): d for seq, d in text_index.session_texts(db, ws, session_id, peer=peer_id).items()}
     return text_index.rank_texts(texts, query, wanted)
 
 
-def read_views(db: Db, ws: str, order: Sequence[tuple[str, int]], *, base: Base | None = None,
-               session_id: str | None = None) -> list[dict[str, Any]]:
+def read_views(
+    db: Db, ws: str, order: Sequence[tuple[str, int]], *, base: Base | None = None, session_id: str | None = None
+) -> list[dict[str, Any]]:
     """The messages at `order`'s keys, in that order, as the API shows them (one BatchGetItem, and the large bodies);
     those deleted since they were indexed are left out."""
-    found = {(keys.parse_session_pk(i["PK"])[1], i["seq"]): i for i in batch_get(
-        db, [keys.message(ws, s, seq) for s, seq in order], _MESSAGE_FIELDS) if i.get("kind") == "message"}
+    found = {
+        (keys.parse_session_pk(i["PK"])[1], i["seq"]): i
+        for i in batch_get(db, [keys.message(ws, s, seq) for s, seq in order], _MESSAGE_FIELDS)
+        if i.get("kind") == "message"
+    }
     if base is not None and session_id is not None:  # a clone's messages not copied yet: read from its parent
         missing = [seq for s, seq in order if (s, seq) not in found and seq <= base.through]
-        found |= {(session_id, i["seq"]): i for i in batch_get(
-            db, [keys.message(ws, base.session, seq) for seq in missing], _MESSAGE_FIELDS)
-            if i.get("kind") == "message"} if missing else {}
+        found |= (
+            {
+                (session_id, i["seq"]): i
+                for i in batch_get(db, [keys.message(ws, base.session, seq) for seq in missing], _MESSAGE_FIELDS)
+                if i.get("kind") == "message"
+            }
+            if missing
+            else {}
+        )
     views = []
     for session, seq in order:
         item = found.get((session, seq))
@@ -379,6 +516,11 @@ def purge_vectors(db: Db, ws: str, session_id: str) -> int:
     from precis.store.db import query_all
     from precis.store.records import delete_keys
 
-    found = query_all(db, KeyConditionExpression="PK = :pk", ProjectionExpression="PK, SK", ConsistentRead=True,
-                      ExpressionAttributeValues=to_item({":pk": keys.message_vectors_pk(ws, session_id)}))
+    found = query_all(
+        db,
+        KeyConditionExpression="PK = :pk",
+        ProjectionExpression="PK, SK",
+        ConsistentRead=True,
+        ExpressionAttributeValues=to_item({":pk": keys.message_vectors_pk(ws, session_id)}),
+    )
     return delete_keys(db, found)

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
-from precis.store import filters as filtering
+
 from precis.errors import Invalid, NotFound, Throttled, TooLarge
+from precis.store import filters as filtering
 from precis.store import keys
 from precis.store.db import Db, batch_get, error_code, from_item, projection, query_all, raise_if_throttled, to_item
 from precis.store.records import json_object, json_text, page, utcnow
@@ -88,10 +89,17 @@ def seq_of(message_id: str) -> int | None:
 
 
 def message_view(item: dict[str, Any], ws: str, session_id: str, content: str | None = None) -> dict[str, Any]:
-    view = {"id": item["id"], "content": item.get("content", "") if content is None else content,
-            "peer_id": item["peer_id"], "session_id": session_id, "workspace_id": ws,
-            "metadata": json_object(item.get("metadata")), "created_at": item["created_at"],
-            "token_count": item["token_count"], "seq": item["seq"]}
+    view = {
+        "id": item["id"],
+        "content": item.get("content", "") if content is None else content,
+        "peer_id": item["peer_id"],
+        "session_id": session_id,
+        "workspace_id": ws,
+        "metadata": json_object(item.get("metadata")),
+        "created_at": item["created_at"],
+        "token_count": item["token_count"],
+        "seq": item["seq"],
+    }
     if item.get("run_id"):
         view["run_id"] = item["run_id"]
     return view
@@ -103,19 +111,28 @@ TAIL_FIELDS = ("seq", "token_count", "start_tokens", "run_id", "run_start_seq", 
 def last_message(db: Db, ws: str, session_id: str, fields: tuple[str, ...] = TAIL_FIELDS) -> dict[str, Any] | None:
     """`fields` of the session's newest message (consistent), or None for an empty session."""
     out = db.client.query(
-        TableName=db.table, KeyConditionExpression="PK = :pk AND begins_with(SK, :m)", ScanIndexForward=False,
-        Limit=1, ConsistentRead=True, **projection(fields),
-        ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":m": {"S": "MSG#"}})
+        TableName=db.table,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :m)",
+        ScanIndexForward=False,
+        Limit=1,
+        ConsistentRead=True,
+        **projection(fields),
+        ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":m": {"S": "MSG#"}},
+    )
     return from_item(out["Items"][0]) if out["Items"] else None
 
 
 def senders_from(db: Db, ws: str, session_id: str, start: int) -> list[dict[str, Any]]:
     """`seq`, `peer_id` and `kind` of each item of the session's messages from `start` on (strongly consistent)."""
-    return query_all(db, KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b",
-                     ConsistentRead=True, ProjectionExpression="seq, peer_id, kind",
-                     ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id),
-                                                        ":a": keys.message_sk(start),
-                                                        ":b": keys.message_sk(keys.MAX_SEQ)}))
+    return query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b",
+        ConsistentRead=True,
+        ProjectionExpression="seq, peer_id, kind",
+        ExpressionAttributeValues=to_item(
+            {":pk": keys.session_pk(ws, session_id), ":a": keys.message_sk(start), ":b": keys.message_sk(keys.MAX_SEQ)}
+        ),
+    )
 
 
 def is_fence(item: dict[str, Any] | None) -> bool:
@@ -129,8 +146,13 @@ def read_tail(db: Db, ws: str, session_id: str) -> Tail:
         return Tail()
     if is_fence(last):
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}' (it was deleted)")
-    return Tail(last["seq"], last["start_tokens"] + last["token_count"], last.get("run_id"), last["run_start_seq"],
-                last["run_index"])
+    return Tail(
+        last["seq"],
+        last["start_tokens"] + last["token_count"],
+        last.get("run_id"),
+        last["run_start_seq"],
+        last["run_index"],
+    )
 
 
 def tail_seq(db: Db, ws: str, session_id: str) -> int:
@@ -139,9 +161,17 @@ def tail_seq(db: Db, ws: str, session_id: str) -> int:
     return last["seq"] if last else 0
 
 
-def _items(ws: str, session_id: str, batch: Sequence[NewMessage], tail: Tail, bodies: dict[int, str],
-           now: str, batch_token: str | None, index_nonce: str | None = None,
-           index_by: float | None = None) -> list[dict[str, Any]]:
+def _items(
+    ws: str,
+    session_id: str,
+    batch: Sequence[NewMessage],
+    tail: Tail,
+    bodies: dict[int, str],
+    now: str,
+    batch_token: str | None,
+    index_nonce: str | None = None,
+    index_by: float | None = None,
+) -> list[dict[str, Any]]:
     items, seq, tokens, run_id, run_start = [], tail.seq, tail.end_tokens, tail.run_id, tail.run_start_seq
     # The batch's search-index unit (precis.store.text_index): whoever indexes these messages names it the same way.
     unit = index_unit(session_id, tail.seq + 1, index_nonce) if index_nonce else None
@@ -151,12 +181,23 @@ def _items(ws: str, session_id: str, batch: Sequence[NewMessage], tail: Tail, bo
         if message.run_id is None or message.run_id != run_id:
             run_start, run_index = seq, run_index + 1
         run_id = message.run_id
-        item = {**keys.message(ws, session_id, seq), "kind": "message", "id": make_message_id(seq), "seq": seq,
-                "peer_id": message.peer_id, "token_count": message.token_count, "start_tokens": tokens,
-                "run_id": message.run_id, "run_start_seq": run_start, "run_index": run_index,
-                "metadata": json_text(message.metadata or {}),
-                "created_at": message.created_at or now, "batch_token": batch_token, "ib": unit,
-                "ibu": index_by}
+        item = {
+            **keys.message(ws, session_id, seq),
+            "kind": "message",
+            "id": make_message_id(seq),
+            "seq": seq,
+            "peer_id": message.peer_id,
+            "token_count": message.token_count,
+            "start_tokens": tokens,
+            "run_id": message.run_id,
+            "run_start_seq": run_start,
+            "run_index": run_index,
+            "metadata": json_text(message.metadata or {}),
+            "created_at": message.created_at or now,
+            "batch_token": batch_token,
+            "ib": unit,
+            "ibu": index_by,
+        }
         if index in bodies:
             item["body_key"] = bodies[index]
         else:
@@ -181,10 +222,19 @@ def _lost_race(exc: ClientError) -> bool:
     return any(r.get("Code") in ("ConditionalCheckFailed", "TransactionConflict") for r in reasons) or not reasons
 
 
-def append_messages(db: Db, ws: str, session_id: str, batch: Sequence[NewMessage], *, inline_max_bytes: int,
-                    sleep=time.sleep, batch_token: str | None = None,
-                    on_attempt: Callable[[int], None] | None = None, index_nonce: str | None = None,
-                    index_by: float | None = None) -> list[dict[str, Any]]:
+def append_messages(
+    db: Db,
+    ws: str,
+    session_id: str,
+    batch: Sequence[NewMessage],
+    *,
+    inline_max_bytes: int,
+    sleep=time.sleep,
+    batch_token: str | None = None,
+    on_attempt: Callable[[int], None] | None = None,
+    index_nonce: str | None = None,
+    index_by: float | None = None,
+) -> list[dict[str, Any]]:
     """Store `batch` at the end of the session, all or nothing, creating the session and peers as needed.
 
     Seqs are claimed with conditional puts on the message keys themselves (no counter item), so a full
@@ -196,8 +246,15 @@ def append_messages(db: Db, ws: str, session_id: str, batch: Sequence[NewMessage
     """
     now = utcnow()
     peer_ids = list(dict.fromkeys(m.peer_id for m in batch))
-    found = batch_get(db, [keys.workspace(ws), keys.session(ws, session_id),
-                            *(keys.peer(ws, p) for p in peer_ids), *(keys.member(ws, session_id, p) for p in peer_ids)])
+    found = batch_get(
+        db,
+        [
+            keys.workspace(ws),
+            keys.session(ws, session_id),
+            *(keys.peer(ws, p) for p in peer_ids),
+            *(keys.member(ws, session_id, p) for p in peer_ids),
+        ],
+    )
     by_sk = {(i["PK"], i["SK"]): i for i in found}
     if (f"WS#{ws}", "WS") not in by_sk:
         raise NotFound(f"workspace '{ws}' not found")
@@ -216,8 +273,9 @@ def append_messages(db: Db, ws: str, session_id: str, batch: Sequence[NewMessage
     offload = _to_offload(batch, inline_max_bytes)
     bodies: dict[int, tuple[str, str | None]] = {}
     try:
-        bodies = dict(zip(offload, _bodies.map(lambda i: _put_body(db, ws, session_id, incarnation, batch[i].content),
-                                               offload)))
+        bodies = dict(
+            zip(offload, _bodies.map(lambda i: _put_body(db, ws, session_id, incarnation, batch[i].content), offload))
+        )
         keys_of = {i: key for i, (key, _) in bodies.items()}
         for attempt in range(_MAX_ATTEMPTS):
             # A session created just now has no messages; a concurrent first writer makes the puts fail and retry.
@@ -226,16 +284,24 @@ def append_messages(db: Db, ws: str, session_id: str, batch: Sequence[NewMessage
             if on_attempt is not None:
                 on_attempt(items[0]["seq"])
             try:
-                db.client.transact_write_items(TransactItems=[
-                    {"Put": {"TableName": db.table, "Item": to_item(item),
-                             "ConditionExpression": "attribute_not_exists(SK)"}}
-                    for item in items])
+                db.client.transact_write_items(
+                    TransactItems=[
+                        {
+                            "Put": {
+                                "TableName": db.table,
+                                "Item": to_item(item),
+                                "ConditionExpression": "attribute_not_exists(SK)",
+                            }
+                        }
+                        for item in items
+                    ]
+                )
             except ClientError as exc:
                 raise_if_throttled(exc)
                 _raise_if_collection_full(exc, session_id)
                 if not _lost_race(exc):
                     raise
-                sleep(random.uniform(0, min(_BACKOFF_CAP_S, 0.01 * 2 ** attempt)))  # full jitter spreads writers out
+                sleep(random.uniform(0, min(_BACKOFF_CAP_S, 0.01 * 2**attempt)))  # full jitter spreads writers out
                 continue
             return [message_view(item, ws, session_id, batch[i].content) for i, item in enumerate(items)]
         raise Throttled(f"session '{session_id}' has too many concurrent writers; retry the request")
@@ -258,8 +324,13 @@ def _not_stored(exc: Exception) -> bool:
 def _item_bytes(message: NewMessage, inline: bool) -> int:
     """An upper estimate of a message item's size in DynamoDB (names + values; content only when inline)."""
     metadata = len(json_text(message.metadata or {}).encode("utf-8"))
-    return 400 + metadata + len(message.peer_id) + len(message.run_id or "") + (
-        len(message.content.encode("utf-8")) if inline else 80)
+    return (
+        400
+        + metadata
+        + len(message.peer_id)
+        + len(message.run_id or "")
+        + (len(message.content.encode("utf-8")) if inline else 80)
+    )
 
 
 def _to_offload(batch: Sequence[NewMessage], inline_max_bytes: int) -> list[int]:
@@ -275,8 +346,10 @@ def _to_offload(batch: Sequence[NewMessage], inline_max_bytes: int) -> list[int]
             offload.add(i)
             total -= sizes[i] - 80
     if total > TRANSACTION_BUDGET_BYTES:
-        raise TooLarge(f"messages: the batch's metadata and attributes take about {total} bytes; a batch is stored in "
-                       f"one DynamoDB transaction of at most {TRANSACTION_BUDGET_BYTES} bytes: split it")
+        raise TooLarge(
+            f"messages: the batch's metadata and attributes take about {total} bytes; a batch is stored in "
+            f"one DynamoDB transaction of at most {TRANSACTION_BUDGET_BYTES} bytes: split it"
+        )
     return sorted(offload)
 
 
@@ -286,20 +359,24 @@ def _raise_if_collection_full(exc: ClientError, session_id: str) -> None:
     full = error_code(exc) == "ItemCollectionSizeLimitExceededException" or any(
         "ItemCollectionSizeLimitExceeded" in (r.get("Code") or "")
         or "item collection" in (r.get("Message") or "").lower()
-        for r in reasons)
+        for r in reasons
+    )
     if full:
         from aws_lambda_powertools import Metrics
         from aws_lambda_powertools.metrics import MetricUnit
 
         Metrics().add_metric(name="SessionStorageFull", unit=MetricUnit.Count, value=1)
-        raise TooLarge(f"session '{session_id}' is full: DynamoDB caps a session's items at 10 GB; start a new "
-                       "session (or delete this one)") from exc
+        raise TooLarge(
+            f"session '{session_id}' is full: DynamoDB caps a session's items at 10 GB; start a new "
+            "session (or delete this one)"
+        ) from exc
 
 
 def _put_body(db: Db, ws: str, session_id: str, incarnation: str, content: str) -> tuple[str, str | None]:
     key = keys.body_object(ws, session_id, incarnation, secrets.token_urlsafe(16))
-    out = db.s3.put_object(Bucket=db.bucket, Key=key, Body=content.encode("utf-8"),
-                           ContentType="text/plain; charset=utf-8")
+    out = db.s3.put_object(
+        Bucket=db.bucket, Key=key, Body=content.encode("utf-8"), ContentType="text/plain; charset=utf-8"
+    )
     return key, out.get("VersionId")
 
 
@@ -312,6 +389,7 @@ def _delete_bodies(db: Db, bodies: list[tuple[str, str | None]]) -> None:
 
 def with_bodies(db: Db, items: list[dict[str, Any]], ws: str, session_id: str) -> list[dict[str, Any]]:
     """Views of `items`, reading the bodies that live in S3 (in parallel: a context may hold several)."""
+
     def body(item: dict[str, Any]) -> str | None:
         if not item.get("body_key"):
             return None
@@ -322,8 +400,17 @@ def with_bodies(db: Db, items: list[dict[str, Any]], ws: str, session_id: str) -
     return [message_view(item, ws, session_id, bodies.get(item["seq"])) for item in items]
 
 
-def read_range(db: Db, ws: str, session_id: str, first: int, last: int, *, limit: int | None = None,
-               forward: bool = True, base: Base | None = None) -> list[dict[str, Any]]:
+def read_range(
+    db: Db,
+    ws: str,
+    session_id: str,
+    first: int,
+    last: int,
+    *,
+    limit: int | None = None,
+    forward: bool = True,
+    base: Base | None = None,
+) -> list[dict[str, Any]]:
     """The messages first..last (at most `limit` of them, from the first or the last end), without the fence; with a
     clone's `base`, its parent's messages fill in what the clone holds no copy of yet."""
     own = _read_partition(db, keys.session_pk(ws, session_id), first, last, limit, forward)
@@ -335,23 +422,29 @@ def read_range(db: Db, ws: str, session_id: str, first: int, last: int, *, limit
     return ordered[:limit] if limit is not None else ordered
 
 
-def read_from(db: Db, ws: str, session_id: str, first: int, *, limit: int | None = None,
-              base: Base | None = None) -> list[dict[str, Any]]:
+def read_from(
+    db: Db, ws: str, session_id: str, first: int, *, limit: int | None = None, base: Base | None = None
+) -> list[dict[str, Any]]:
     """The messages from `first` to the newest (`read_range` without an upper end)."""
     return read_range(db, ws, session_id, first, keys.MAX_SEQ, limit=limit, base=base)
 
 
-def messages_in_token_range(db: Db, ws: str, session_id: str, low: int, high: int, fields: tuple[str, ...], *,
-                            base: Base | None = None) -> list[dict[str, Any]]:
+def messages_in_token_range(
+    db: Db, ws: str, session_id: str, low: int, high: int, fields: tuple[str, ...], *, base: Base | None = None
+) -> list[dict[str, Any]]:
     """`fields` of the messages whose `start_tokens` lies in low..high, in seq order, from the ByStartTokens local
     index (strongly consistent); a clone's `base` fills in what it holds no copy of yet (a clone and its parent
     agree on seq and start_tokens up to the clone's point)."""
+
     def query(pk: str) -> list[dict[str, Any]]:
-        return query_all(db, IndexName="ByStartTokens", ConsistentRead=True,
-                         KeyConditionExpression="PK = :pk AND start_tokens BETWEEN :lo AND :hi",
-                         ExpressionAttributeValues={":pk": {"S": pk}, ":lo": {"N": str(low)},
-                                                    ":hi": {"N": str(high)}},
-                         **projection(fields))
+        return query_all(
+            db,
+            IndexName="ByStartTokens",
+            ConsistentRead=True,
+            KeyConditionExpression="PK = :pk AND start_tokens BETWEEN :lo AND :hi",
+            ExpressionAttributeValues={":pk": {"S": pk}, ":lo": {"N": str(low)}, ":hi": {"N": str(high)}},
+            **projection(fields),
+        )
 
     own = query(keys.session_pk(ws, session_id))
     if base is None:
@@ -361,30 +454,42 @@ def messages_in_token_range(db: Db, ws: str, session_id: str, low: int, high: in
     return [merged[s] for s in sorted(merged)]
 
 
-def messages_and_sessions(db: Db, ws: str, wanted: Sequence[tuple[str, int]], sessions: Sequence[str],
-                          fields: tuple[str, ...]) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[str, dict]]:
+def messages_and_sessions(
+    db: Db, ws: str, wanted: Sequence[tuple[str, int]], sessions: Sequence[str], fields: tuple[str, ...]
+) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[str, dict]]:
     """`fields` of the messages at `wanted`'s (session, seq) keys and the items of `sessions`, in one BatchGetItem:
     (messages by key, those still stored; session items by id, those that exist, deleted or not)."""
-    read = batch_get(db, [*(keys.message(ws, s, seq) for s, seq in wanted), *(keys.session(ws, s) for s in sessions)],
-                     fields + ("kind", "deleted_at", "PK", "SK"))
+    read = batch_get(
+        db,
+        [*(keys.message(ws, s, seq) for s, seq in wanted), *(keys.session(ws, s) for s in sessions)],
+        fields + ("kind", "deleted_at", "PK", "SK"),
+    )
     found = {(keys.parse_session_pk(i["PK"])[1], i["seq"]): i for i in read if i.get("kind") == "message"}
     return found, {i["SK"].removeprefix("SESSION#"): i for i in read if i["SK"].startswith("SESSION#")}
 
 
-def messages_at(db: Db, ws: str, session_id: str, seqs: Sequence[int], fields: tuple[str, ...]
-                ) -> dict[int, dict[str, Any]]:
+def messages_at(
+    db: Db, ws: str, session_id: str, seqs: Sequence[int], fields: tuple[str, ...]
+) -> dict[int, dict[str, Any]]:
     """`fields` of the session's messages at `seqs` still stored, by seq (one BatchGetItem)."""
-    return {i["seq"]: i for i in batch_get(db, [keys.message(ws, session_id, seq) for seq in seqs], fields + ("kind",))
-            if i.get("kind") == "message"}
+    return {
+        i["seq"]: i
+        for i in batch_get(db, [keys.message(ws, session_id, seq) for seq in seqs], fields + ("kind",))
+        if i.get("kind") == "message"
+    }
 
 
-def _read_partition(db: Db, pk: str, first: int, last: int, limit: int | None, forward: bool
-                    ) -> list[dict[str, Any]]:
+def _read_partition(db: Db, pk: str, first: int, last: int, limit: int | None, forward: bool) -> list[dict[str, Any]]:
     request: dict[str, Any] = {
-        "KeyConditionExpression": "PK = :pk AND SK BETWEEN :a AND :b", "ConsistentRead": True,
+        "KeyConditionExpression": "PK = :pk AND SK BETWEEN :a AND :b",
+        "ConsistentRead": True,
         "ScanIndexForward": forward,
-        "ExpressionAttributeValues": {":pk": {"S": pk}, ":a": {"S": keys.message_sk(first)},
-                                      ":b": {"S": keys.message_sk(last)}}}
+        "ExpressionAttributeValues": {
+            ":pk": {"S": pk},
+            ":a": {"S": keys.message_sk(first)},
+            ":b": {"S": keys.message_sk(last)},
+        },
+    }
     if limit is None:
         items = query_all(db, **request)
     else:
@@ -431,13 +536,26 @@ def _mentions_content(filters: Any) -> bool:
     return False
 
 
-def _filtered_page(db: Db, ws: str, session_id: str, filters: dict[str, Any], total: int, page_no: int, size: int,
-                   reverse: bool, scan_limit: int, base: Base | None) -> dict[str, Any]:
+def _filtered_page(
+    db: Db,
+    ws: str,
+    session_id: str,
+    filters: dict[str, Any],
+    total: int,
+    page_no: int,
+    size: int,
+    reverse: bool,
+    scan_limit: int,
+    base: Base | None,
+) -> dict[str, Any]:
     if not isinstance(filters, dict):
         raise Invalid("filters: must be an object")
     first, last = _seq_bounds(filters, total)
-    items = (read_range(db, ws, session_id, first, last, limit=scan_limit, forward=not reverse, base=base)
-             if first <= last else [])
+    items = (
+        read_range(db, ws, session_id, first, last, limit=scan_limit, forward=not reverse, base=base)
+        if first <= last
+        else []
+    )
     scan_limited = len(items) == scan_limit and last - first + 1 > scan_limit
     if _mentions_content(filters):
         # Bodies in S3 are read only when the filter looks at content.
@@ -446,15 +564,29 @@ def _filtered_page(db: Db, ws: str, session_id: str, filters: dict[str, Any], to
     else:
         chosen = [i for i in items if filtering.matches(filters, message_view(i, ws, session_id))]
         start = (page_no - 1) * size
-        answer = {"items": with_bodies(db, chosen[start:start + size], ws, session_id), "total": len(chosen),
-                  "page": page_no, "size": size, "pages": -(-len(chosen) // size)}
+        answer = {
+            "items": with_bodies(db, chosen[start : start + size], ws, session_id),
+            "total": len(chosen),
+            "page": page_no,
+            "size": size,
+            "pages": -(-len(chosen) // size),
+        }
     if scan_limited:
         answer["scan_limited"] = True  # (ext) more messages lie beyond the examined ones: narrow with seq bounds
     return answer
 
 
-def list_messages(db: Db, ws: str, session_id: str, filters, page_no: int, size: int, reverse: bool, *,
-                  scan_limit: int = FILTER_SCAN_LIMIT):
+def list_messages(
+    db: Db,
+    ws: str,
+    session_id: str,
+    filters,
+    page_no: int,
+    size: int,
+    reverse: bool,
+    *,
+    scan_limit: int = FILTER_SCAN_LIMIT,
+):
     """A page of messages. Without filters a page is a seq range: page N costs what page 1 costs; with filters, at
     most `scan_limit` messages are examined (from the oldest, or the newest with `reverse`)."""
     base = base_of(require_session(db, ws, session_id))
@@ -468,8 +600,15 @@ def list_messages(db: Db, ws: str, session_id: str, filters, page_no: int, size:
         items = read_range(db, ws, session_id, max(first, 1), min(last, total), base=base)
         if reverse:
             items.reverse()
-    return fit_page({"items": with_bodies(db, items, ws, session_id), "total": total, "page": page_no, "size": size,
-                     "pages": -(-total // size)})
+    return fit_page(
+        {
+            "items": with_bodies(db, items, ws, session_id),
+            "total": total,
+            "page": page_no,
+            "size": size,
+            "pages": -(-total // size),
+        }
+    )
 
 
 # Lambda answers at most 6 MB; a page is shortened (and says so) rather than fail after its reads.
@@ -503,11 +642,17 @@ def locate_message(db: Db, ws: str, session_id: str, message_id: str, base: Base
     seq = seq_of(message_id)
     item = None
     if seq is not None:
-        item = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.message(ws, session_id, seq)),
-                                            ConsistentRead=True).get("Item"))
+        item = from_item(
+            db.client.get_item(
+                TableName=db.table, Key=to_item(keys.message(ws, session_id, seq)), ConsistentRead=True
+            ).get("Item")
+        )
         if item is None and base is not None and seq <= base.through:  # not copied yet: the parent's
-            item = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.message(ws, base.session, seq)),
-                                                ConsistentRead=True).get("Item"))
+            item = from_item(
+                db.client.get_item(
+                    TableName=db.table, Key=to_item(keys.message(ws, base.session, seq)), ConsistentRead=True
+                ).get("Item")
+            )
     if item is None or item.get("id") != message_id:
         raise NotFound(f"message '{message_id}' not found in session '{session_id}'")
     return item
@@ -533,9 +678,13 @@ def update_message_metadata(db: Db, ws: str, session_id: str, message_id: str, m
                 raise  # copied meanwhile: update the copy below
     try:
         out = db.client.update_item(
-            TableName=db.table, Key=to_item(keys.message(ws, session_id, item["seq"])),
-            UpdateExpression="SET metadata = :m", ConditionExpression="id = :id", ReturnValues="ALL_NEW",
-            ExpressionAttributeValues=to_item({":m": json_text(metadata), ":id": message_id}))
+            TableName=db.table,
+            Key=to_item(keys.message(ws, session_id, item["seq"])),
+            UpdateExpression="SET metadata = :m",
+            ConditionExpression="id = :id",
+            ReturnValues="ALL_NEW",
+            ExpressionAttributeValues=to_item({":m": json_text(metadata), ":id": message_id}),
+        )
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
+
 from precis.errors import Conflict, Throttled
 from precis.store import keys
 from precis.store.conclusions import delete_collections, purge_session_conclusions
@@ -52,11 +53,21 @@ class PurgeResult:
     deleted_objects: int
 
 
-def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None, *,
-                  time_left: Callable[[], float] = lambda: math.inf, page_size: int = PAGE) -> PurgeResult:
+def purge_session(
+    db: Db,
+    ws: str,
+    session_id: str,
+    incarnation: str | None,
+    *,
+    time_left: Callable[[], float] = lambda: math.inf,
+    page_size: int = PAGE,
+) -> PurgeResult:
     """Remove what incarnation `incarnation` of the session left; a no-op for any other incarnation."""
-    session = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)),
-                                           ConsistentRead=True).get("Item"))
+    session = from_item(
+        db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)), ConsistentRead=True).get(
+            "Item"
+        )
+    )
     if session is None or session.get("incarnation") != incarnation or "deleted_at" not in session:
         return PurgeResult(True, 0, 0)  # gone, created again, or never deleted: nothing of `incarnation` to remove
     if session.get("purged_at"):
@@ -76,15 +87,23 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None, *,
     if not done:
         request_purge(db, ws, session_id, incarnation)
         return PurgeResult(False, deleted, 0)
-    request: dict[str, Any] = {"TableName": db.table, "KeyConditionExpression": "PK = :pk", "Limit": page_size,
-                               "ProjectionExpression": "PK, SK", "ConsistentRead": True,
-                               "ExpressionAttributeValues": {":pk": {"S": keys.session_pk(ws, session_id)}}}
+    request: dict[str, Any] = {
+        "TableName": db.table,
+        "KeyConditionExpression": "PK = :pk",
+        "Limit": page_size,
+        "ProjectionExpression": "PK, SK",
+        "ConsistentRead": True,
+        "ExpressionAttributeValues": {":pk": {"S": keys.session_pk(ws, session_id)}},
+    }
     while True:
         out = db.client.query(**request)
         found = [k for k in map(from_item, out["Items"]) if k != fence]
         # A member has a reverse item in the peer's partition (a peer's session list).
-        found += [keys.peer_session(ws, k["SK"].removeprefix("PEER#"), session_id)
-                  for k in found if k["SK"].startswith("PEER#")]
+        found += [
+            keys.peer_session(ws, k["SK"].removeprefix("PEER#"), session_id)
+            for k in found
+            if k["SK"].startswith("PEER#")
+        ]
         deleted += _delete_parallel(db, found)
         if "LastEvaluatedKey" not in out:
             break
@@ -92,18 +111,27 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None, *,
         if time_left() < MARGIN_S:
             request_purge(db, ws, session_id, incarnation)
             return PurgeResult(False, deleted, 0)
-    objects = sum(_delete_versions(db, prefix) for prefix in (keys.body_prefix(ws, session_id, incarnation or "_"),
-                                                              keys.audit_prefix(ws, session_id, incarnation or "_")))
+    objects = sum(
+        _delete_versions(db, prefix)
+        for prefix in (
+            keys.body_prefix(ws, session_id, incarnation or "_"),
+            keys.audit_prefix(ws, session_id, incarnation or "_"),
+        )
+    )
     _mark_purged(db, ws, session_id, incarnation)
-    if db.client.get_item(TableName=db.table, Key=to_item(keys.workspace(ws)), ConsistentRead=True,
-                          ProjectionExpression="PK").get("Item") is None:
+    if (
+        db.client.get_item(
+            TableName=db.table, Key=to_item(keys.workspace(ws)), ConsistentRead=True, ProjectionExpression="PK"
+        ).get("Item")
+        is None
+    ):
         # The workspace was deleted meanwhile (it removes only tombstones already purged): nothing can reuse the id.
         delete_keys(db, [k for k in (fence, keys.session(ws, session_id)) if k])
     return PurgeResult(True, deleted, objects)
 
 
 def _delete_parallel(db: Db, key_list: list[dict[str, str]]) -> int:
-    chunks = [key_list[i:i + 25] for i in range(0, len(key_list), 25)]
+    chunks = [key_list[i : i + 25] for i in range(0, len(key_list), 25)]
     return sum(_pool.map(lambda chunk: delete_keys(db, chunk), chunks))
 
 
@@ -112,15 +140,21 @@ def _delete_versions(db: Db, prefix: str) -> int:
     deleted = 0
     paginator = db.s3.get_paginator("list_object_versions")
     for page in paginator.paginate(Bucket=db.bucket, Prefix=prefix):
-        objects = [{"Key": v["Key"], "VersionId": v["VersionId"]}
-                   for v in (*page.get("Versions", ()), *page.get("DeleteMarkers", ()))]
+        objects = [
+            {"Key": v["Key"], "VersionId": v["VersionId"]}
+            for v in (*page.get("Versions", ()), *page.get("DeleteMarkers", ()))
+        ]
         for start in range(0, len(objects), 1000):
-            out = db.s3.delete_objects(Bucket=db.bucket, Delete={"Objects": objects[start:start + 1000], "Quiet": True})
+            out = db.s3.delete_objects(
+                Bucket=db.bucket, Delete={"Objects": objects[start : start + 1000], "Quiet": True}
+            )
             if out.get("Errors"):
                 first = out["Errors"][0]
-                raise RuntimeError(f"S3 refused to delete {len(out['Errors'])} object(s) under {prefix}, e.g. "
-                                   f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}")
-            deleted += len(objects[start:start + 1000])
+                raise RuntimeError(
+                    f"S3 refused to delete {len(out['Errors'])} object(s) under {prefix}, e.g. "
+                    f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
+                )
+            deleted += len(objects[start : start + 1000])
     return deleted
 
 
@@ -130,29 +164,44 @@ def _mark_purged(db: Db, ws: str, session_id: str, incarnation: str | None) -> N
 
 def copying_clones(db: Db, ws: str, session_id: str, incarnation: str | None) -> list[str]:
     """The clones of this incarnation of the session still reading from it (its purge waits for them)."""
-    refs = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :c)", ConsistentRead=True,
-                     ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":c": "CLONE#"}))
+    refs = query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :c)",
+        ConsistentRead=True,
+        ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":c": "CLONE#"}),
+    )
     waiting = []
     for ref in refs:
-        clone = from_item(db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, ref["session_id"])),
-                                             ConsistentRead=True).get("Item"))
-        if (clone and "deleted_at" not in clone and clone.get("base_session") == session_id
-                and clone.get("base_incarnation") == incarnation):
+        clone = from_item(
+            db.client.get_item(
+                TableName=db.table, Key=to_item(keys.session(ws, ref["session_id"])), ConsistentRead=True
+            ).get("Item")
+        )
+        if (
+            clone
+            and "deleted_at" not in clone
+            and clone.get("base_session") == session_id
+            and clone.get("base_incarnation") == incarnation
+        ):
             waiting.append(ref["session_id"])
     return waiting
 
 
 # ---------------------------------------------------------------- deletes
 
+
 def delete_workspace(db: Db, ws: str) -> None:
     """Delete a workspace that has no live sessions: mark it (creates inside it then fail), check, remove."""
     now = int(time.time())
     try:
         db.client.update_item(
-            TableName=db.table, Key=to_item(keys.workspace(ws)), UpdateExpression="SET deleting_until = :until",
+            TableName=db.table,
+            Key=to_item(keys.workspace(ws)),
+            UpdateExpression="SET deleting_until = :until",
             ConditionExpression="attribute_exists(PK) AND "
-                                "(attribute_not_exists(deleting_until) OR deleting_until < :now)",
-            ExpressionAttributeValues=to_item({":until": now + DELETE_LEASE_S, ":now": now}))
+            "(attribute_not_exists(deleting_until) OR deleting_until < :now)",
+            ExpressionAttributeValues=to_item({":until": now + DELETE_LEASE_S, ":now": now}),
+        )
     except ClientError as exc:
         if not is_condition_failure(exc):
             raise
@@ -162,15 +211,19 @@ def delete_workspace(db: Db, ws: str) -> None:
     # Sessions already deleted do not block: the stream consumer is purging them.
     sessions = [i["id"] for i in items if i["SK"].startswith("SESSION#") and "deleted_at" not in i]
     if sessions:
-        db.client.update_item(TableName=db.table, Key=to_item(keys.workspace(ws)),
-                              UpdateExpression="REMOVE deleting_until")
+        db.client.update_item(
+            TableName=db.table, Key=to_item(keys.workspace(ws)), UpdateExpression="REMOVE deleting_until"
+        )
         shown = ", ".join(sessions[:5]) + (", …" if len(sessions) > 5 else "")
         raise Conflict(f"workspace '{ws}' still has {len(sessions)} session(s) ({shown}); delete them first")
     # Purged sessions leave a tombstone (and its fence) until the id is reused; a workspace delete removes them.
     tombstones = [i for i in items if i["SK"].startswith("SESSION#") and i.get("purged_at")]
     fences = [keys.fence(ws, t["id"], t["fence_seq"]) for t in tombstones if t.get("fence_seq")]
-    rest = [{"PK": i["PK"], "SK": i["SK"]} for i in items
-            if i["SK"].startswith("PEER#") or i["SK"] == "WS" or i in tombstones]
+    rest = [
+        {"PK": i["PK"], "SK": i["SK"]}
+        for i in items
+        if i["SK"].startswith("PEER#") or i["SK"] == "WS" or i in tombstones
+    ]
     delete_collections(db, ws)
     from precis.store import text_index
 
@@ -185,15 +238,36 @@ def delete_session(db: Db, ws: str, session_id: str) -> None:
         session = require_session(db, ws, session_id)
         fence_seq = tail_seq(db, ws, session_id) + 1
         try:
-            transact(db, [
-                {"Update": {"TableName": db.table, "Key": to_item(keys.session(ws, session_id)),
+            transact(
+                db,
+                [
+                    {
+                        "Update": {
+                            "TableName": db.table,
+                            "Key": to_item(keys.session(ws, session_id)),
                             "UpdateExpression": "SET deleted_at = :now, is_active = :f, fence_seq = :fence",
                             "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
-                            "ExpressionAttributeValues": to_item({":now": utcnow(), ":f": False, ":fence": fence_seq,
-                                                                  ":inc": session["incarnation"]})}},
-                {"Put": {"TableName": db.table, "Item": to_item({
-                    **keys.fence(ws, session_id, fence_seq), "kind": "fence", "seq": fence_seq,
-                    "incarnation": session["incarnation"]}), "ConditionExpression": "attribute_not_exists(SK)"}}])
+                            "ExpressionAttributeValues": to_item(
+                                {":now": utcnow(), ":f": False, ":fence": fence_seq, ":inc": session["incarnation"]}
+                            ),
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": db.table,
+                            "Item": to_item(
+                                {
+                                    **keys.fence(ws, session_id, fence_seq),
+                                    "kind": "fence",
+                                    "seq": fence_seq,
+                                    "incarnation": session["incarnation"],
+                                }
+                            ),
+                            "ConditionExpression": "attribute_not_exists(SK)",
+                        }
+                    },
+                ],
+            )
             return
         except ClientError as exc:
             codes = cancellation_codes(exc)

@@ -43,8 +43,13 @@ def page(records: list[dict[str, Any]], page_no: int, size: int, reverse: bool =
     if reverse:
         records = records[::-1]
     start = (page_no - 1) * size
-    return {"items": records[start:start + size] if start < len(records) else [], "total": len(records),
-            "page": page_no, "size": size, "pages": math.ceil(len(records) / size)}
+    return {
+        "items": records[start : start + size] if start < len(records) else [],
+        "total": len(records),
+        "page": page_no,
+        "size": size,
+        "pages": math.ceil(len(records) / size),
+    }
 
 
 def delete_keys(db: Db, key_iter: Iterable[dict[str, str]]) -> int:
@@ -69,5 +74,5 @@ def write_batch(db: Db, requests: list[dict[str, Any]]) -> None:
         pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or {}
         if not pending:
             return
-        time.sleep(min(0.05 * 2 ** attempt, 1.0))  # unprocessed items mean throttling: back off before retrying
+        time.sleep(min(0.05 * 2**attempt, 1.0))  # unprocessed items mean throttling: back off before retrying
     raise Throttled("the table is throttling writes; retry with backoff")

@@ -57,13 +57,17 @@ def shares(total: int, *, search: bool, search_top_k: int | None, include_most_f
     return Shares(semantic, frequent, total - semantic - frequent)
 
 
-def merge(split: Shares, semantic: Sequence[Chosen], frequent: Sequence[Chosen], recent: Sequence[Chosen]
-          ) -> list[Chosen]:
+def merge(
+    split: Shares, semantic: Sequence[Chosen], frequent: Sequence[Chosen], recent: Sequence[Chosen]
+) -> list[Chosen]:
     """The three shares (each in its own order of preference) without repeats, each filled up to its size from
     its own candidates, then ordered oldest first."""
     chosen: dict[str, Chosen] = {}
-    for size, candidates, share in ((split.semantic, semantic, SEMANTIC), (split.frequent, frequent, FREQUENT),
-                                    (split.recent, recent, RECENT)):
+    for size, candidates, share in (
+        (split.semantic, semantic, SEMANTIC),
+        (split.frequent, frequent, FREQUENT),
+        (split.recent, recent, RECENT),
+    ):
         taken = 0
         for conclusion in candidates:
             if taken >= size:
@@ -94,9 +98,15 @@ class Read:
 
 
 def _chosen(item: dict[str, Any]) -> Chosen:
-    return Chosen(item["id"], item["content"], item.get("level", "explicit"),
-                  item.get("source_at") or item["created_at"], created_at=item["created_at"],
-                  session_id=item.get("session_id"), source_ids=tuple(item.get("source_ids") or ()))
+    return Chosen(
+        item["id"],
+        item["content"],
+        item.get("level", "explicit"),
+        item.get("source_at") or item["created_at"],
+        created_at=item["created_at"],
+        session_id=item.get("session_id"),
+        source_ids=tuple(item.get("source_ids") or ()),
+    )
 
 
 def _allowed(request: Request, item: dict[str, Any]) -> bool:
@@ -108,8 +118,13 @@ def _query(db: Db, request: Request, limit: int, **query: Any) -> list[dict[str,
     if limit <= 0:
         return []
     names = {f"#f{i}": f for i, f in enumerate(_FIELDS)}
-    params: dict[str, Any] = {"TableName": db.table, "ScanIndexForward": False,
-                              "ProjectionExpression": ", ".join(names), "ExpressionAttributeNames": names, **query}
+    params: dict[str, Any] = {
+        "TableName": db.table,
+        "ScanIndexForward": False,
+        "ProjectionExpression": ", ".join(names),
+        "ExpressionAttributeNames": names,
+        **query,
+    }
     found: list[dict[str, Any]] = []
     examined = 0
     while len(found) < limit:
@@ -126,14 +141,26 @@ def _query(db: Db, request: Request, limit: int, **query: Any) -> list[dict[str,
 
 def _recent(db: Db, ws: str, request: Request, limit: int) -> list[dict[str, Any]]:
     pk = keys.collection_pk(ws, request.observer, request.observed)
-    return _query(db, request, limit, KeyConditionExpression="PK = :pk AND begins_with(SK, :c)",
-                  ConsistentRead=True, ExpressionAttributeValues=to_item({":pk": pk, ":c": "C#"}))
+    return _query(
+        db,
+        request,
+        limit,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :c)",
+        ConsistentRead=True,
+        ExpressionAttributeValues=to_item({":pk": pk, ":c": "C#"}),
+    )
 
 
 def _frequent(db: Db, ws: str, request: Request, limit: int) -> list[dict[str, Any]]:
     pk = keys.collection_pk(ws, request.observer, request.observed)
-    return _query(db, request, limit, IndexName=FREQUENCY_INDEX, KeyConditionExpression="PK = :pk",
-                  ExpressionAttributeValues=to_item({":pk": pk}))
+    return _query(
+        db,
+        request,
+        limit,
+        IndexName=FREQUENCY_INDEX,
+        KeyConditionExpression="PK = :pk",
+        ExpressionAttributeValues=to_item({":pk": pk}),
+    )
 
 
 def _nearest(db: Db, ws: str, request: Request, limit: int, embed: Callable[[str], list[float]]) -> list[str]:
@@ -141,31 +168,47 @@ def _nearest(db: Db, ws: str, request: Request, limit: int, embed: Callable[[str
         return []
     sessions = request.sessions
     one_session = sessions[0] if sessions is not None and len(sessions) == 1 else None
-    return vectors.nearest(db, ws, request.observer, request.observed, request.search_query,
-                           embed(request.search_query), limit if sessions is None else min(100, limit * 4),
-                           level="explicit" if sessions is not None else None, session_key=one_session,
-                           max_distance=request.search_max_distance)
+    return vectors.nearest(
+        db,
+        ws,
+        request.observer,
+        request.observed,
+        request.search_query,
+        embed(request.search_query),
+        limit if sessions is None else min(100, limit * 4),
+        level="explicit" if sessions is not None else None,
+        session_key=one_session,
+        max_distance=request.search_max_distance,
+    )
 
 
 def start(db: Db, ws: str, request: Request, embed: Callable[[str], list[float]]) -> Callable[[], Read]:
     """Begin the reads (in threads) and return what finishes them: the chosen conclusions, oldest first, and the
     card (None under an allowlist: a card is not session-scoped)."""
-    split = shares(request.max_conclusions, search=bool(request.search_query), search_top_k=request.search_top_k,
-                   include_most_frequent=request.include_most_frequent)
+    split = shares(
+        request.max_conclusions,
+        search=bool(request.search_query),
+        search_top_k=request.search_top_k,
+        include_most_frequent=request.include_most_frequent,
+    )
     if request.sessions is not None and not request.sessions:
         return lambda: Read([], None)
     # Each share fetches as many as the whole representation may hold: repeats across shares are refilled.
     recent: Future = _pool.submit(_recent, db, ws, request, request.max_conclusions)
-    frequent: Future | None = (_pool.submit(_frequent, db, ws, request, split.frequent + split.semantic)
-                               if split.frequent else None)
-    nearest: Future | None = (_pool.submit(_nearest, db, ws, request, split.semantic, embed)
-                              if split.semantic else None)
-    card: Future | None = (_pool.submit(_card, db, ws, request) if request.sessions is None else None)
+    frequent: Future | None = (
+        _pool.submit(_frequent, db, ws, request, split.frequent + split.semantic) if split.frequent else None
+    )
+    nearest: Future | None = _pool.submit(_nearest, db, ws, request, split.semantic, embed) if split.semantic else None
+    card: Future | None = _pool.submit(_card, db, ws, request) if request.sessions is None else None
 
     def finish() -> Read:
         semantic = _semantic(db, ws, request, nearest.result(), split) if nearest else []
-        chosen = merge(split, semantic, [_chosen(i) for i in (frequent.result() if frequent else [])],
-                       [_chosen(i) for i in recent.result()])
+        chosen = merge(
+            split,
+            semantic,
+            [_chosen(i) for i in (frequent.result() if frequent else [])],
+            [_chosen(i) for i in recent.result()],
+        )
         chosen = _with_premises(db, ws, request, chosen)
         return Read(chosen, card.result() if card else None)
 
@@ -175,9 +218,13 @@ def start(db: Db, ws: str, request: Request, embed: Callable[[str], list[float]]
 def _semantic(db: Db, ws: str, request: Request, hits: list[str], split: Shares) -> list[Chosen]:
     if not hits:
         return []
-    found = {i["id"]: i for i in batch_get(
-        db, [keys.conclusion(ws, request.observer, request.observed, cid) for cid in hits], _FIELDS + ("PK", "SK"))}
-    return [_chosen(found[cid]) for cid in hits if cid in found and _allowed(request, found[cid])][:split.semantic]
+    found = {
+        i["id"]: i
+        for i in batch_get(
+            db, [keys.conclusion(ws, request.observer, request.observed, cid) for cid in hits], _FIELDS + ("PK", "SK")
+        )
+    }
+    return [_chosen(found[cid]) for cid in hits if cid in found and _allowed(request, found[cid])][: split.semantic]
 
 
 def _with_premises(db: Db, ws: str, request: Request, chosen: list[Chosen]) -> list[Chosen]:
@@ -185,19 +232,42 @@ def _with_premises(db: Db, ws: str, request: Request, chosen: list[Chosen]) -> l
     wanted = {c.id for c in chosen if c.level != "explicit"}
     if not wanted:
         return chosen
-    items = {i["id"]: i for i in batch_get(
-        db, [keys.conclusion(ws, request.observer, request.observed, cid) for cid in wanted],
-        ("PK", "SK", "id", "source_ids"))}
+    items = {
+        i["id"]: i
+        for i in batch_get(
+            db,
+            [keys.conclusion(ws, request.observer, request.observed, cid) for cid in wanted],
+            ("PK", "SK", "id", "source_ids"),
+        )
+    }
     sources = {s for i in items.values() for s in i.get("source_ids") or ()}
-    contents = {i["id"]: i["content"] for i in batch_get(
-        db, [keys.conclusion(ws, request.observer, request.observed, s) for s in sources],
-        ("PK", "SK", "id", "content"))} if sources else {}
-    return [replace(c, premises=tuple(contents[s] for s in (items.get(c.id) or {}).get("source_ids") or ()
-                                      if s in contents))
-            if c.id in wanted else c for c in chosen]
+    contents = (
+        {
+            i["id"]: i["content"]
+            for i in batch_get(
+                db,
+                [keys.conclusion(ws, request.observer, request.observed, s) for s in sources],
+                ("PK", "SK", "id", "content"),
+            )
+        }
+        if sources
+        else {}
+    )
+    return [
+        replace(
+            c, premises=tuple(contents[s] for s in (items.get(c.id) or {}).get("source_ids") or () if s in contents)
+        )
+        if c.id in wanted
+        else c
+        for c in chosen
+    ]
 
 
 def _card(db: Db, ws: str, request: Request) -> list[str] | None:
-    item = db.client.get_item(TableName=db.table, Key=to_item(keys.card(ws, request.observer, request.observed)),
-                              ConsistentRead=True, ProjectionExpression="entries").get("Item")
+    item = db.client.get_item(
+        TableName=db.table,
+        Key=to_item(keys.card(ws, request.observer, request.observed)),
+        ConsistentRead=True,
+        ProjectionExpression="entries",
+    ).get("Item")
     return (from_item(item) or {}).get("entries")

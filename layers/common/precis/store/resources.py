@@ -11,23 +11,24 @@ from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
-from precis.store import filters as filtering
-from precis.settings import get_settings
+
 from precis.configuration import check_configuration, merge_configuration
 from precis.errors import Conflict, Invalid, NotFound
+from precis.settings import get_settings
+from precis.store import filters as filtering
 from precis.store import keys
-from precis.store.records import delete_keys, json_object, json_text, page, utcnow
 from precis.store.db import (
     Db,
-    error_code,
     batch_get,
     cancellation_codes,
+    error_code,
     from_item,
     projection,
     query_all,
     to_item,
     transact,
 )
+from precis.store.records import delete_keys, json_object, json_text, page, utcnow
 
 
 def is_condition_failure(exc: ClientError) -> bool:
@@ -35,27 +36,44 @@ def is_condition_failure(exc: ClientError) -> bool:
 
 
 def workspace_view(item: dict[str, Any]) -> dict[str, Any]:
-    return {"id": item["id"], "metadata": json_object(item.get("metadata")),
-            "configuration": json_object(item.get("configuration")), "created_at": item["created_at"]}
+    return {
+        "id": item["id"],
+        "metadata": json_object(item.get("metadata")),
+        "configuration": json_object(item.get("configuration")),
+        "created_at": item["created_at"],
+    }
 
 
 def peer_view(item: dict[str, Any]) -> dict[str, Any]:
-    return {"id": item["id"], "workspace_id": item["workspace_id"], "metadata": json_object(item.get("metadata")),
-            "configuration": json_object(item.get("configuration")), "created_at": item["created_at"]}
+    return {
+        "id": item["id"],
+        "workspace_id": item["workspace_id"],
+        "metadata": json_object(item.get("metadata")),
+        "configuration": json_object(item.get("configuration")),
+        "created_at": item["created_at"],
+    }
 
 
 def session_view(item: dict[str, Any]) -> dict[str, Any]:
-    return {"id": item["id"], "is_active": item.get("is_active", True), "workspace_id": item["workspace_id"],
-            "metadata": json_object(item.get("metadata")), "configuration": json_object(item.get("configuration")),
-            "created_at": item["created_at"]}
+    return {
+        "id": item["id"],
+        "is_active": item.get("is_active", True),
+        "workspace_id": item["workspace_id"],
+        "metadata": json_object(item.get("metadata")),
+        "configuration": json_object(item.get("configuration")),
+        "created_at": item["created_at"],
+    }
 
 
 def partition_items(db: Db, pk: str, prefix: str = "") -> list[dict[str, Any]]:
     """Every item of partition `pk` whose SK starts with `prefix` (all of them for "")."""
     if not prefix:
         return query_all(db, KeyConditionExpression="PK = :pk", ExpressionAttributeValues={":pk": {"S": pk}})
-    return query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
-                     ExpressionAttributeValues={":pk": {"S": pk}, ":p": {"S": prefix}})
+    return query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+        ExpressionAttributeValues={":pk": {"S": pk}, ":p": {"S": prefix}},
+    )
 
 
 def _get(db: Db, key: dict[str, str]) -> dict[str, Any] | None:
@@ -66,8 +84,12 @@ def _create(db: Db, key: dict[str, str], values: dict[str, Any]) -> tuple[dict[s
     """Put `values` at `key` unless something is there; (the stored item, created?) in one request."""
     item = {**key, **values}
     try:
-        db.client.put_item(TableName=db.table, Item=to_item(item), ConditionExpression="attribute_not_exists(PK)",
-                           ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        db.client.put_item(
+            TableName=db.table,
+            Item=to_item(item),
+            ConditionExpression="attribute_not_exists(PK)",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
         return item, True
     except ClientError as exc:
         if not is_condition_failure(exc):
@@ -76,20 +98,30 @@ def _create(db: Db, key: dict[str, str], values: dict[str, Any]) -> tuple[dict[s
         return old, False
 
 
-def _update(db: Db, key: dict[str, str], changes: dict[str, Any], *, condition: str = "attribute_exists(PK)",
-            values: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def _update(
+    db: Db,
+    key: dict[str, str],
+    changes: dict[str, Any],
+    *,
+    condition: str = "attribute_exists(PK)",
+    values: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
     """Set the non-None `changes` (and `updated_at`) on an existing item; the new item, or None when the
     condition (its placeholders' `values`) fails. An update that changes nothing still checks the condition (a PUT
     of `{}` is valid)."""
     changes = {**{k: v for k, v in changes.items() if v is not None}, "updated_at": utcnow()}
     names = {f"#a{i}": k for i, k in enumerate(changes)}
-    kwargs = {"UpdateExpression": "SET " + ", ".join(f"{n} = :v{i}" for i, n in enumerate(names)),
-              "ExpressionAttributeNames": names,
-              "ExpressionAttributeValues": to_item({**{f":v{i}": v for i, v in enumerate(changes.values())},
-                                                    **(values or {})})}
+    kwargs = {
+        "UpdateExpression": "SET " + ", ".join(f"{n} = :v{i}" for i, n in enumerate(names)),
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": to_item(
+            {**{f":v{i}": v for i, v in enumerate(changes.values())}, **(values or {})}
+        ),
+    }
     try:
-        out = db.client.update_item(TableName=db.table, Key=to_item(key), ConditionExpression=condition,
-                                    ReturnValues="ALL_NEW", **kwargs)
+        out = db.client.update_item(
+            TableName=db.table, Key=to_item(key), ConditionExpression=condition, ReturnValues="ALL_NEW", **kwargs
+        )
     except ClientError as exc:
         if is_condition_failure(exc):
             return None
@@ -134,9 +166,18 @@ def require_workspace(db: Db, ws: str) -> dict[str, Any]:
 
 def get_or_create_workspace(db: Db, ws: str, metadata=None, configuration=None) -> tuple[dict[str, Any], bool]:
     check_configuration(configuration)
-    item, created = _create(db, keys.workspace(ws), {
-        "kind": "workspace", "list_key": "workspaces", "id": ws, "metadata": json_text(metadata or {}),
-        "configuration": json_text(configuration or {}), "created_at": utcnow()})
+    item, created = _create(
+        db,
+        keys.workspace(ws),
+        {
+            "kind": "workspace",
+            "list_key": "workspaces",
+            "id": ws,
+            "metadata": json_text(metadata or {}),
+            "configuration": json_text(configuration or {}),
+            "created_at": utcnow(),
+        },
+    )
     return workspace_view(item), created
 
 
@@ -153,9 +194,12 @@ def update_workspace(db: Db, ws: str, metadata=None, configuration=None) -> dict
 def _check_sessions_under(db: Db, ws: str, configuration: dict[str, Any]) -> None:
     """Invalid (422) when the new workspace configuration makes a live session's merged settings invalid
     (e.g. a workspace `messages_per_long_summary` below a session's `messages_per_short_summary`)."""
-    sessions = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
-                         ExpressionAttributeValues={":pk": {"S": f"WS#{ws}"}, ":p": {"S": "SESSION#"}},
-                         **projection(("id", "configuration", "deleted_at")))
+    sessions = query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+        ExpressionAttributeValues={":pk": {"S": f"WS#{ws}"}, ":p": {"S": "SESSION#"}},
+        **projection(("id", "configuration", "deleted_at")),
+    )
     for session in sessions:
         own = json_object(session.get("configuration"))
         if "deleted_at" in session or not own:
@@ -163,38 +207,59 @@ def _check_sessions_under(db: Db, ws: str, configuration: dict[str, Any]) -> Non
         try:
             check_configuration(configuration, own)
         except Invalid as exc:
-            raise Invalid(f"{exc.detail} (with the configuration of session '{session['id']}'; change that "
-                          "session first)") from None
+            raise Invalid(
+                f"{exc.detail} (with the configuration of session '{session['id']}'; change that session first)"
+            ) from None
 
 
 def workspace_ids(db: Db) -> list[str]:
     """Every workspace's id (the ByListKey index)."""
-    items = query_all(db, IndexName="ByListKey", KeyConditionExpression="list_key = :k",
-                      ExpressionAttributeValues=to_item({":k": "workspaces"}), ProjectionExpression="id")
+    items = query_all(
+        db,
+        IndexName="ByListKey",
+        KeyConditionExpression="list_key = :k",
+        ExpressionAttributeValues=to_item({":k": "workspaces"}),
+        ProjectionExpression="id",
+    )
     return [i["id"] for i in items]
 
 
 def list_workspaces(db: Db, filters, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
-    items = query_all(db, IndexName="ByListKey", KeyConditionExpression="list_key = :k",
-                      ExpressionAttributeValues={":k": {"S": "workspaces"}})
+    items = query_all(
+        db,
+        IndexName="ByListKey",
+        KeyConditionExpression="list_key = :k",
+        ExpressionAttributeValues={":k": {"S": "workspaces"}},
+    )
     views = [v for v in map(workspace_view, items) if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
 
 
 def workspace_open(db: Db, ws: str) -> dict[str, Any]:
     """A transaction action that holds only while the workspace exists and no delete of it is under way."""
-    return {"ConditionCheck": {
-        "TableName": db.table, "Key": to_item(keys.workspace(ws)),
-        "ConditionExpression": "attribute_exists(PK) AND "
-                               "(attribute_not_exists(deleting_until) OR deleting_until < :now)",
-        "ExpressionAttributeValues": {":now": {"N": str(int(time.time()))}}}}
+    return {
+        "ConditionCheck": {
+            "TableName": db.table,
+            "Key": to_item(keys.workspace(ws)),
+            "ConditionExpression": "attribute_exists(PK) AND "
+            "(attribute_not_exists(deleting_until) OR deleting_until < :now)",
+            "ExpressionAttributeValues": {":now": {"N": str(int(time.time()))}},
+        }
+    }
 
 
 # ---------------------------------------------------------------- peers
 
+
 def _peer_values(ws: str, peer_id: str, metadata=None, configuration=None) -> dict[str, Any]:
-    return {"kind": "peer", "id": peer_id, "workspace_id": ws, "metadata": json_text(metadata or {}),
-            "configuration": json_text(configuration or {}), "created_at": utcnow()}
+    return {
+        "kind": "peer",
+        "id": peer_id,
+        "workspace_id": ws,
+        "metadata": json_text(metadata or {}),
+        "configuration": json_text(configuration or {}),
+        "created_at": utcnow(),
+    }
 
 
 def get_or_create_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None):
@@ -213,16 +278,30 @@ def get_or_create_peer(db: Db, ws: str, peer_id: str, metadata=None, configurati
 def _changes(item: dict[str, Any], metadata=None, configuration=None) -> dict[str, str]:
     """The stored texts of the `metadata` and `configuration` given that differ from the item's."""
     sent = {"metadata": metadata, "configuration": configuration}
-    return {name: json_text(value) for name, value in sent.items()
-            if value is not None and value != json_object(item.get(name))}
+    return {
+        name: json_text(value)
+        for name, value in sent.items()
+        if value is not None and value != json_object(item.get(name))
+    }
 
 
 def _create_in_workspace(db: Db, ws: str, key: dict[str, str], values: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """Put `values` at `key` unless something is there, while the workspace exists and is not being deleted."""
     item = {**key, **values}
     try:
-        transact(db, [{"Put": {"TableName": db.table, "Item": to_item(item),
-                               "ConditionExpression": "attribute_not_exists(PK)"}}, workspace_open(db, ws)])
+        transact(
+            db,
+            [
+                {
+                    "Put": {
+                        "TableName": db.table,
+                        "Item": to_item(item),
+                        "ConditionExpression": "attribute_not_exists(PK)",
+                    }
+                },
+                workspace_open(db, ws),
+            ],
+        )
         return item, True
     except ClientError as exc:
         codes = cancellation_codes(exc)
@@ -245,12 +324,24 @@ def ensure_peers(db: Db, ws: str, peer_ids: Iterable[str], known: set[str] = fro
     """
     missing = [p for p in dict.fromkeys(peer_ids) if p not in known]
     for start in range(0, len(missing), 99):
-        chunk = missing[start:start + 99]
+        chunk = missing[start : start + 99]
         try:
-            transact(db, [*({"Put": {"TableName": db.table,
-                                     "Item": to_item({**keys.peer(ws, p), **_peer_values(ws, p)}),
-                                     "ConditionExpression": "attribute_not_exists(PK)"}} for p in chunk),
-                          workspace_open(db, ws)])
+            transact(
+                db,
+                [
+                    *(
+                        {
+                            "Put": {
+                                "TableName": db.table,
+                                "Item": to_item({**keys.peer(ws, p), **_peer_values(ws, p)}),
+                                "ConditionExpression": "attribute_not_exists(PK)",
+                            }
+                        }
+                        for p in chunk
+                    ),
+                    workspace_open(db, ws),
+                ],
+            )
         except ClientError as exc:
             codes = cancellation_codes(exc)
             if not codes:
@@ -260,8 +351,9 @@ def ensure_peers(db: Db, ws: str, peer_ids: Iterable[str], known: set[str] = fro
 
 
 def update_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None) -> dict[str, Any]:
-    item = _update(db, keys.peer(ws, peer_id),
-                   {"metadata": json_text(metadata), "configuration": json_text(configuration)})
+    item = _update(
+        db, keys.peer(ws, peer_id), {"metadata": json_text(metadata), "configuration": json_text(configuration)}
+    )
     if item is None:
         raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
     return peer_view(item)
@@ -311,6 +403,7 @@ def list_peer_sessions(db: Db, ws: str, peer_id: str, filters, page_no: int, siz
 # the fence, which stay as a tombstone until the id is created again (at least PURGE_GRACE_S after the delete,
 # when no request that began before it can still be running).
 
+
 def session_item(db: Db, ws: str, session_id: str) -> dict[str, Any] | None:
     """The session's item, deleted or not, or None: one batch read."""
     return next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
@@ -329,8 +422,9 @@ def require_session(db: Db, ws: str, session_id: str) -> dict[str, Any]:
     return item
 
 
-def get_or_create_session(db: Db, ws: str, session_id: str, metadata=None, configuration=None,
-                          peers: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], bool]:
+def get_or_create_session(
+    db: Db, ws: str, session_id: str, metadata=None, configuration=None, peers: dict[str, dict[str, Any]] | None = None
+) -> tuple[dict[str, Any], bool]:
     # One read for the workspace and the peers that exist already (an importer names the same two in every session):
     # only the others are created, instead of a create per peer that fails and a read after it.
     found = {i["SK"]: i for i in batch_get(db, [keys.workspace(ws), *(keys.peer(ws, p) for p in peers or {})])}
@@ -342,13 +436,20 @@ def get_or_create_session(db: Db, ws: str, session_id: str, metadata=None, confi
     if not created and (metadata is not None or configuration is not None):
         item = _update_existing_session(db, ws, item, metadata, configuration, workspace_configuration)
     if peers:
-        add_members(db, ws, session_id, peers, {p for p in peers if keys.peer(ws, p)["SK"] in found},
-                    incarnation=item.get("incarnation"))
+        add_members(
+            db,
+            ws,
+            session_id,
+            peers,
+            {p for p in peers if keys.peer(ws, p)["SK"] in found},
+            incarnation=item.get("incarnation"),
+        )
     return session_view(item), created
 
 
-def _update_existing_session(db: Db, ws: str, item: dict[str, Any], metadata, configuration,
-                             workspace_configuration: dict[str, Any]) -> dict[str, Any]:
+def _update_existing_session(
+    db: Db, ws: str, item: dict[str, Any], metadata, configuration, workspace_configuration: dict[str, Any]
+) -> dict[str, Any]:
     """Honcho's get-or-create of an existing session: `metadata` replaces the stored one, `configuration`'s keys are
     merged into the stored configuration. The merge is a read-modify-write, so it is conditioned on the configuration
     it read: a concurrent change is read again and merged into, never lost."""
@@ -378,14 +479,25 @@ def _update_existing_session(db: Db, ws: str, item: dict[str, Any], metadata, co
 
 
 def session_values(ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
-    return {"kind": "session", "id": session_id, "workspace_id": ws, "is_active": True,
-            "metadata": json_text(metadata or {}), "configuration": json_text(configuration or {}),
-            "created_at": utcnow(),
-            "incarnation": secrets.token_hex(8)}
+    return {
+        "kind": "session",
+        "id": session_id,
+        "workspace_id": ws,
+        "is_active": True,
+        "metadata": json_text(metadata or {}),
+        "configuration": json_text(configuration or {}),
+        "created_at": utcnow(),
+        "incarnation": secrets.token_hex(8),
+    }
 
 
-def create_session_item(db: Db, ws: str, session_id: str, metadata=None, configuration=None,
-                        ) -> tuple[dict[str, Any], bool]:
+def create_session_item(
+    db: Db,
+    ws: str,
+    session_id: str,
+    metadata=None,
+    configuration=None,
+) -> tuple[dict[str, Any], bool]:
     """Get or create the session item (a new incarnation); Conflict while an earlier one is being purged."""
     values = session_values(ws, session_id, metadata, configuration)
     item, created = _create_in_workspace(db, ws, keys.session(ws, session_id), values)
@@ -401,8 +513,9 @@ def _reincarnate(db: Db, ws: str, session_id: str, tombstone: dict[str, Any], va
     if not tombstone.get("purged_at"):
         raise Conflict(f"session '{session_id}' is being deleted; create it again once that finishes")
     if left > 0:
-        raise Conflict(f"session '{session_id}' was deleted moments ago; it can be created again in "
-                       f"{math.ceil(left)} s")
+        raise Conflict(
+            f"session '{session_id}' was deleted moments ago; it can be created again in {math.ceil(left)} s"
+        )
     # Nothing may remain of the old incarnation but the fence. A write that slipped past the purge (one that read
     # the tail before the delete and committed after the purge removed its keys) is purged again first.
     fence = keys.fence(ws, session_id, tombstone["fence_seq"]) if tombstone.get("fence_seq") else None
@@ -411,10 +524,16 @@ def _reincarnate(db: Db, ws: str, session_id: str, tombstone: dict[str, Any], va
         raise Conflict(f"session '{session_id}' is being deleted; create it again once that finishes")
     item = {**keys.session(ws, session_id), **values}
     actions: list[dict[str, Any]] = [
-        {"Put": {"TableName": db.table, "Item": to_item(item),
-                 "ConditionExpression": "incarnation = :old AND attribute_exists(purged_at)",
-                 "ExpressionAttributeValues": {":old": {"S": tombstone["incarnation"]}}}},
-        workspace_open(db, ws)]
+        {
+            "Put": {
+                "TableName": db.table,
+                "Item": to_item(item),
+                "ConditionExpression": "incarnation = :old AND attribute_exists(purged_at)",
+                "ExpressionAttributeValues": {":old": {"S": tombstone["incarnation"]}},
+            }
+        },
+        workspace_open(db, ws),
+    ]
     if fence:
         actions.append({"Delete": {"TableName": db.table, "Key": to_item(fence)}})
     try:
@@ -433,9 +552,12 @@ def _deleted_epoch(item: dict[str, Any]) -> float:
 def update_session(db: Db, ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
     if configuration is not None:
         check_configuration(json_object(require_workspace(db, ws).get("configuration")), configuration)
-    item = _update(db, keys.session(ws, session_id),
-                   {"metadata": json_text(metadata), "configuration": json_text(configuration)},
-                   condition="attribute_exists(PK) AND attribute_not_exists(deleted_at)")
+    item = _update(
+        db,
+        keys.session(ws, session_id),
+        {"metadata": json_text(metadata), "configuration": json_text(configuration)},
+        condition="attribute_exists(PK) AND attribute_not_exists(deleted_at)",
+    )
     if item is None:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
     return session_view(item)
@@ -443,8 +565,11 @@ def update_session(db: Db, ws: str, session_id: str, metadata=None, configuratio
 
 def partition_keys(db: Db, ws: str, session_id: str, limit: int | None = None) -> list[dict[str, str]]:
     """Keys of the items in the session's partition (keys only: a purge never reads whole items)."""
-    request: dict[str, Any] = {"KeyConditionExpression": "PK = :pk", "ProjectionExpression": "PK, SK",
-                               "ExpressionAttributeValues": {":pk": {"S": keys.session_pk(ws, session_id)}}}
+    request: dict[str, Any] = {
+        "KeyConditionExpression": "PK = :pk",
+        "ProjectionExpression": "PK, SK",
+        "ExpressionAttributeValues": {":pk": {"S": keys.session_pk(ws, session_id)}},
+    }
     if limit:
         out = db.client.query(TableName=db.table, Limit=limit, **request)
         return [from_item(i) for i in out["Items"]]
@@ -460,19 +585,33 @@ def list_sessions(db: Db, ws: str, filters, page_no: int, size: int, reverse: bo
 
 # ---------------------------------------------------------------- session members
 
+
 def _member_flags(item: dict[str, Any]) -> dict[str, bool]:
     return {"observe_me": item.get("observe_me", True), "observe_others": item.get("observe_others", False)}
 
 
 def members(db: Db, ws: str, session_id: str) -> dict[str, dict[str, Any]]:
     """The session's member items by peer id (strongly consistent: the deriver decides who observes from them)."""
-    return {i["SK"].removeprefix("PEER#"): i for i in query_all(
-        db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)", ConsistentRead=True,
-        ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":p": {"S": "PEER#"}})}
+    return {
+        i["SK"].removeprefix("PEER#"): i
+        for i in query_all(
+            db,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+            ConsistentRead=True,
+            ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":p": {"S": "PEER#"}},
+        )
+    }
 
 
-def add_members(db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any]],
-                known_peers: set[str] = frozenset(), *, incarnation: str | None = None) -> None:
+def add_members(
+    db: Db,
+    ws: str,
+    session_id: str,
+    peers: dict[str, dict[str, Any]],
+    known_peers: set[str] = frozenset(),
+    *,
+    incarnation: str | None = None,
+) -> None:
     """Make `peers` members (creating unknown peers); flags given here overwrite the stored ones.
 
     Each write is a transaction bound to the session's incarnation (read here unless given), so members never
@@ -486,16 +625,23 @@ def add_members(db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any
     for peer_id, flags in peers.items():
         flags = {k: v for k, v in (flags or {}).items() if v is not None}
         # Only the flags given are stored: an unset observe_me falls back to the peer's configuration (deriver).
-        puts.append({**keys.member(ws, session_id, peer_id), "kind": "member", "peer_id": peer_id, "joined_at": now,
-                     **flags})
+        puts.append(
+            {**keys.member(ws, session_id, peer_id), "kind": "member", "peer_id": peer_id, "joined_at": now, **flags}
+        )
         puts.append({**keys.peer_session(ws, peer_id, session_id), "kind": "peer_session", "session_id": session_id})
-    live = {"ConditionCheck": {"TableName": db.table, "Key": to_item(keys.session(ws, session_id)),
-                               "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
-                               "ExpressionAttributeValues": {":inc": {"S": incarnation}}}}
+    live = {
+        "ConditionCheck": {
+            "TableName": db.table,
+            "Key": to_item(keys.session(ws, session_id)),
+            "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
+            "ExpressionAttributeValues": {":inc": {"S": incarnation}},
+        }
+    }
     for start in range(0, len(puts), 98):  # 49 members (two items each) + the check: DynamoDB's 100-action limit
         try:
-            transact(db, [*({"Put": {"TableName": db.table, "Item": to_item(i)}} for i in puts[start:start + 98]),
-                          live])
+            transact(
+                db, [*({"Put": {"TableName": db.table, "Item": to_item(i)}} for i in puts[start : start + 98]), live]
+            )
         except ClientError as exc:
             if cancellation_codes(exc)[-1:] == ["ConditionalCheckFailed"]:
                 raise NotFound(f"session '{session_id}' not found in workspace '{ws}'") from None
@@ -504,12 +650,14 @@ def add_members(db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any
 
 def remove_members(db: Db, ws: str, session_id: str, peer_ids: Iterable[str]) -> None:
     peer_ids = list(dict.fromkeys(peer_ids))
-    delete_keys(db, [k for p in peer_ids
-                     for k in (keys.member(ws, session_id, p), keys.peer_session(ws, p, session_id))])
+    delete_keys(
+        db, [k for p in peer_ids for k in (keys.member(ws, session_id, p), keys.peer_session(ws, p, session_id))]
+    )
 
 
-def set_members(db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any]], *,
-                incarnation: str | None = None) -> None:
+def set_members(
+    db: Db, ws: str, session_id: str, peers: dict[str, dict[str, Any]], *, incarnation: str | None = None
+) -> None:
     if incarnation is None:
         incarnation = require_session(db, ws, session_id)["incarnation"]
     current = members(db, ws, session_id)
@@ -538,18 +686,22 @@ def set_member_config(db: Db, ws: str, session_id: str, peer_id: str, flags: dic
         raise NotFound(f"peer '{peer_id}' is not a member of session '{session_id}'")
 
 
-
 def is_member(db: Db, ws: str, session_id: str, peer_id: str | None) -> bool:
     """Whether `peer_id` belongs to the live session (a deleted session's members linger until its purge)."""
     if peer_id is None:
         return False
-    found = {i["SK"]: i for i in batch_get(db, [keys.member(ws, session_id, peer_id), keys.session(ws, session_id)],
-                                           ("SK", "deleted_at"))}
+    found = {
+        i["SK"]: i
+        for i in batch_get(
+            db, [keys.member(ws, session_id, peer_id), keys.session(ws, session_id)], ("SK", "deleted_at")
+        )
+    }
     session = found.get(f"SESSION#{session_id}")
     return f"PEER#{peer_id}" in found and session is not None and "deleted_at" not in session
 
 
 # ---------------------------------------------------------------- deleted sessions
+
 
 def request_purge(db: Db, ws: str, session_id: str, incarnation: str | None) -> None:
     """Ask the stream consumer to purge (again) what `incarnation` left, e.g. writes found after its purge: touch the
@@ -557,17 +709,23 @@ def request_purge(db: Db, ws: str, session_id: str, incarnation: str | None) -> 
     update_deleted_session(db, ws, session_id, incarnation, "ADD purge_rounds :one REMOVE purged_at", {":one": 1})
 
 
-def update_deleted_session(db: Db, ws: str, session_id: str, incarnation: str | None, expression: str,
-                           values: dict[str, Any]) -> None:
+def update_deleted_session(
+    db: Db, ws: str, session_id: str, incarnation: str | None, expression: str, values: dict[str, Any]
+) -> None:
     """Update a deleted session item, only while it is incarnation `incarnation` and still deleted."""
     condition = "attribute_exists(deleted_at) AND " + (
-        "incarnation = :inc" if incarnation is not None else "attribute_not_exists(incarnation)")
+        "incarnation = :inc" if incarnation is not None else "attribute_not_exists(incarnation)"
+    )
     if incarnation is not None:
         values = {**values, ":inc": incarnation}
     try:
-        db.client.update_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)),
-                              UpdateExpression=expression, ConditionExpression=condition,
-                              ExpressionAttributeValues=to_item(values))
+        db.client.update_item(
+            TableName=db.table,
+            Key=to_item(keys.session(ws, session_id)),
+            UpdateExpression=expression,
+            ConditionExpression=condition,
+            ExpressionAttributeValues=to_item(values),
+        )
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise

@@ -56,8 +56,13 @@ def view(item: dict[str, Any]) -> dict[str, Any]:
 
 def get_or_create(db: Db, ws: str, scope_id: str, metadata: dict | None = None) -> tuple[dict[str, Any], bool]:
     require_workspace(db, ws)
-    item = {**_scope_key(ws, scope_id), "kind": "scope", "id": scope_id, "metadata": json_text(metadata or {}),
-            "created_at": _now()}
+    item = {
+        **_scope_key(ws, scope_id),
+        "kind": "scope",
+        "id": scope_id,
+        "metadata": json_text(metadata or {}),
+        "created_at": _now(),
+    }
     try:
         db.client.put_item(TableName=db.table, Item=to_item(item), ConditionExpression="attribute_not_exists(PK)")
         return view(item), True
@@ -67,9 +72,12 @@ def get_or_create(db: Db, ws: str, scope_id: str, metadata: dict | None = None) 
             raise
     existing = require(db, ws, scope_id)
     if metadata is not None and json_object(existing.get("metadata")) != metadata:
-        db.client.update_item(TableName=db.table, Key=to_item(_scope_key(ws, scope_id)),
-                              UpdateExpression="SET metadata = :m", ExpressionAttributeValues=to_item(
-                                  {":m": json_text(metadata)}))
+        db.client.update_item(
+            TableName=db.table,
+            Key=to_item(_scope_key(ws, scope_id)),
+            UpdateExpression="SET metadata = :m",
+            ExpressionAttributeValues=to_item({":m": json_text(metadata)}),
+        )
         existing["metadata"] = json_text(metadata)
     return view(existing), False
 
@@ -86,14 +94,21 @@ def require(db: Db, ws: str, scope_id: str) -> dict[str, Any]:
 
 def list_scopes(db: Db, ws: str, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
     require_workspace(db, ws)
-    items = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
-                      ExpressionAttributeValues=to_item({":pk": f"WS#{ws}", ":p": "SCOPE#"}))
+    items = query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+        ExpressionAttributeValues=to_item({":pk": f"WS#{ws}", ":p": "SCOPE#"}),
+    )
     return page([view(i) for i in items], page_no, size, reverse)
 
 
 def _members(db: Db, ws: str, scope_id: str) -> list[dict[str, Any]]:
-    return query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)", ConsistentRead=True,
-                     ExpressionAttributeValues=to_item({":pk": f"WS#{ws}#SCOPE#{scope_id}", ":p": "SESSION#"}))
+    return query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+        ConsistentRead=True,
+        ExpressionAttributeValues=to_item({":pk": f"WS#{ws}#SCOPE#{scope_id}", ":p": "SESSION#"}),
+    )
 
 
 def member_sessions(db: Db, ws: str, scope_ids: list[str]) -> tuple[str, ...]:
@@ -112,23 +127,50 @@ def add_sessions(db: Db, ws: str, scope_id: str, session_ids: list[str]) -> None
     for session_id in wanted:
         if session_id not in found or "deleted_at" in found[session_id]:
             raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
-    existing = {i["SK"].removeprefix("SESSION#") for i in batch_get(
-        db, [membership_key(ws, scope_id, s) for s in wanted])}
+    existing = {
+        i["SK"].removeprefix("SESSION#") for i in batch_get(db, [membership_key(ws, scope_id, s) for s in wanted])
+    }
     now = _now()
     for session_id in wanted:
         if session_id in existing:
             continue
-        db.client.transact_write_items(TransactItems=[
-            {"Put": {"TableName": db.table, "Item": to_item({
-                **membership_key(ws, scope_id, session_id), "kind": "scope_session", "scope_id": scope_id,
-                "session_id": session_id, "workspace_id": ws, "state": "pending", "updated_at": now}),
-                "ConditionExpression": "attribute_not_exists(PK)"}},
-            {"Put": {"TableName": db.table, "Item": to_item({
-                **_reverse_key(ws, scope_id, session_id), "kind": "session_scope", "scope_id": scope_id})}},
-            {"ConditionCheck": {"TableName": db.table, "Key": to_item(keys.session(ws, session_id)),
-                                "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
-                                "ExpressionAttributeValues": {":inc": {"S": found[session_id]["incarnation"]}}}},
-        ])
+        db.client.transact_write_items(
+            TransactItems=[
+                {
+                    "Put": {
+                        "TableName": db.table,
+                        "Item": to_item(
+                            {
+                                **membership_key(ws, scope_id, session_id),
+                                "kind": "scope_session",
+                                "scope_id": scope_id,
+                                "session_id": session_id,
+                                "workspace_id": ws,
+                                "state": "pending",
+                                "updated_at": now,
+                            }
+                        ),
+                        "ConditionExpression": "attribute_not_exists(PK)",
+                    }
+                },
+                {
+                    "Put": {
+                        "TableName": db.table,
+                        "Item": to_item(
+                            {**_reverse_key(ws, scope_id, session_id), "kind": "session_scope", "scope_id": scope_id}
+                        ),
+                    }
+                },
+                {
+                    "ConditionCheck": {
+                        "TableName": db.table,
+                        "Key": to_item(keys.session(ws, session_id)),
+                        "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
+                        "ExpressionAttributeValues": {":inc": {"S": found[session_id]["incarnation"]}},
+                    }
+                },
+            ]
+        )
 
 
 def remove_session(db: Db, ws: str, scope_id: str, session_id: str) -> None:
@@ -137,9 +179,12 @@ def remove_session(db: Db, ws: str, scope_id: str, session_id: str) -> None:
     member = batch_get(db, [membership_key(ws, scope_id, session_id)])
     if not member:
         raise NotFound(f"session '{session_id}' is not in scope '{scope_id}'")
-    db.client.transact_write_items(TransactItems=[
-        {"Delete": {"TableName": db.table, "Key": to_item(membership_key(ws, scope_id, session_id))}},
-        {"Delete": {"TableName": db.table, "Key": to_item(_reverse_key(ws, scope_id, session_id))}}])
+    db.client.transact_write_items(
+        TransactItems=[
+            {"Delete": {"TableName": db.table, "Key": to_item(membership_key(ws, scope_id, session_id))}},
+            {"Delete": {"TableName": db.table, "Key": to_item(_reverse_key(ws, scope_id, session_id))}},
+        ]
+    )
     conclusions.remove_session_copies(db, ws, session_id, observer(scope_id))
 
 
@@ -163,12 +208,17 @@ def status(db: Db, ws: str, scope_id: str) -> dict[str, Any]:
 
 def session_scopes(db: Db, ws: str, session_id: str) -> list[str]:
     """The scopes a session belongs to (read from its own partition)."""
-    items = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :p)", ConsistentRead=True,
-                      ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":p": "SCOPE#"}))
+    items = query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+        ConsistentRead=True,
+        ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":p": "SCOPE#"}),
+    )
     return [i["scope_id"] for i in items]
 
 
 # ---------------------------------------------------------------- the backfill (run by the deriver)
+
 
 def backfill(db: Db, ws: str, scope_id: str, session_id: str, *, embedder) -> int:
     """Copy the session's explicit conclusions (each observed peer's own view of itself, one copy a fact) into the
@@ -186,22 +236,35 @@ def backfill(db: Db, ws: str, scope_id: str, session_id: str, *, embedder) -> in
             name = f"{observed}#{start}"
             if name in applied:
                 continue
-            mark = {"Update": {"TableName": db.table, "Key": key, "UpdateExpression": "ADD applied :n, docs :c",
-                               "ConditionExpression": "attribute_exists(PK) AND NOT contains(applied, :one)",
-                               "ExpressionAttributeValues": {":n": {"SS": [name]}, ":one": {"S": name},
-                                                             ":c": {"N": str(len(items[start:start + CHUNK]))}}}}
+            mark = {
+                "Update": {
+                    "TableName": db.table,
+                    "Key": key,
+                    "UpdateExpression": "ADD applied :n, docs :c",
+                    "ConditionExpression": "attribute_exists(PK) AND NOT contains(applied, :one)",
+                    "ExpressionAttributeValues": {
+                        ":n": {"SS": [name]},
+                        ":one": {"S": name},
+                        ":c": {"N": str(len(items[start : start + CHUNK]))},
+                    },
+                }
+            }
             try:
-                conclusions.write(db, ws, observer(scope_id), observed, items[start:start + CHUNK],
-                                  embedder=embedder, extra=[mark])
-                copied += len(items[start:start + CHUNK])
+                conclusions.write(
+                    db, ws, observer(scope_id), observed, items[start : start + CHUNK], embedder=embedder, extra=[mark]
+                )
+                copied += len(items[start : start + CHUNK])
             except conclusions.ExtraConditionFailed:
                 pass  # copied already, or the membership was removed meanwhile
     try:
-        db.client.update_item(TableName=db.table, Key=key, ConditionExpression="attribute_exists(PK)",
-                              UpdateExpression="SET #s = :done, updated_at = :now, "
-                                               "docs_copied = if_not_exists(docs, :z)",
-                              ExpressionAttributeNames={"#s": "state"},
-                              ExpressionAttributeValues=to_item({":done": "completed", ":now": _now(), ":z": 0}))
+        db.client.update_item(
+            TableName=db.table,
+            Key=key,
+            ConditionExpression="attribute_exists(PK)",
+            UpdateExpression="SET #s = :done, updated_at = :now, docs_copied = if_not_exists(docs, :z)",
+            ExpressionAttributeNames={"#s": "state"},
+            ExpressionAttributeValues=to_item({":done": "completed", ":now": _now(), ":z": 0}),
+        )
     except ClientError as exc:
         raise_if_throttled(exc)
         if error_code(exc) != "ConditionalCheckFailedException":
@@ -211,11 +274,14 @@ def backfill(db: Db, ws: str, scope_id: str, session_id: str, *, embedder) -> in
 
 def mark_failed(db: Db, ws: str, scope_id: str, session_id: str) -> None:
     try:
-        db.client.update_item(TableName=db.table, Key=to_item(membership_key(ws, scope_id, session_id)),
-                              ConditionExpression="attribute_exists(PK)",
-                              UpdateExpression="SET #s = :failed, updated_at = :now",
-                              ExpressionAttributeNames={"#s": "state"},
-                              ExpressionAttributeValues=to_item({":failed": "failed", ":now": _now()}))
+        db.client.update_item(
+            TableName=db.table,
+            Key=to_item(membership_key(ws, scope_id, session_id)),
+            ConditionExpression="attribute_exists(PK)",
+            UpdateExpression="SET #s = :failed, updated_at = :now",
+            ExpressionAttributeNames={"#s": "state"},
+            ExpressionAttributeValues=to_item({":failed": "failed", ":now": _now()}),
+        )
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise

@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any
 
 from botocore.exceptions import ClientError
+
 from precis.errors import NotFound
 from precis.schemas.summary_settings import LONG, ROLLING, SHORT
 from precis.store import keys
@@ -36,9 +37,20 @@ class Put(Enum):
         return self is Put.WRITTEN
 
 
-def put_summary(db: Db, ws: str, session_id: str, *, incarnation: str | None, summary_type: str, content: str,
-                token_count: int, covers_seq: int, end_tokens: int, message_id: str,
-                extra: dict[str, Any] | None = None) -> Put:
+def put_summary(
+    db: Db,
+    ws: str,
+    session_id: str,
+    *,
+    incarnation: str | None,
+    summary_type: str,
+    content: str,
+    token_count: int,
+    covers_seq: int,
+    end_tokens: int,
+    message_id: str,
+    extra: dict[str, Any] | None = None,
+) -> Put:
     """Store a summary of messages 1..covers_seq of incarnation `incarnation` unless the stored one covers as much.
 
     Stream delivery is at-least-once and invocations can overlap: the conditions make replays, retries and
@@ -46,21 +58,43 @@ def put_summary(db: Db, ws: str, session_id: str, *, incarnation: str | None, su
     deleted or created again meanwhile (one transaction: a check of the session item, and the put).
     `incarnation` None stands for a session item written before incarnations existed (it has none).
     """
-    item = {**keys.summary(ws, session_id, summary_type), "kind": "summary", "summary_type": summary_type,
-            "content": content, "token_count": token_count, "covers_seq": covers_seq, "end_tokens": end_tokens,
-            "message_id": message_id, "created_at": utcnow(), **(extra or {})}
-    return _bound_put(db, ws, session_id, incarnation, {
-        "TableName": db.table, "Item": to_item(item),
-        "ConditionExpression": "attribute_not_exists(PK) OR covers_seq < :c",
-        "ExpressionAttributeValues": {":c": {"N": str(covers_seq)}}})
+    item = {
+        **keys.summary(ws, session_id, summary_type),
+        "kind": "summary",
+        "summary_type": summary_type,
+        "content": content,
+        "token_count": token_count,
+        "covers_seq": covers_seq,
+        "end_tokens": end_tokens,
+        "message_id": message_id,
+        "created_at": utcnow(),
+        **(extra or {}),
+    }
+    return _bound_put(
+        db,
+        ws,
+        session_id,
+        incarnation,
+        {
+            "TableName": db.table,
+            "Item": to_item(item),
+            "ConditionExpression": "attribute_not_exists(PK) OR covers_seq < :c",
+            "ExpressionAttributeValues": {":c": {"N": str(covers_seq)}},
+        },
+    )
 
 
-def session_with_summaries(db: Db, ws: str, session_id: str, fields: tuple[str, ...] | None = None,
-                           peers: tuple[str, ...] = ()) -> tuple[dict | None, dict[str, dict], dict | None]:
+def session_with_summaries(
+    db: Db, ws: str, session_id: str, fields: tuple[str, ...] | None = None, peers: tuple[str, ...] = ()
+) -> tuple[dict | None, dict[str, dict], dict | None]:
     """(session, its summaries by type, workspace) in one BatchGetItem, `fields` of each; with `peers`, their items
     too: NotFound for one the (existing) workspace lacks."""
-    wanted = [keys.session(ws, session_id), keys.workspace(ws),
-              *(keys.summary(ws, session_id, t) for t in SUMMARY_TYPES), *(keys.peer(ws, p) for p in peers)]
+    wanted = [
+        keys.session(ws, session_id),
+        keys.workspace(ws),
+        *(keys.summary(ws, session_id, t) for t in SUMMARY_TYPES),
+        *(keys.peer(ws, p) for p in peers),
+    ]
     found = batch_get(db, wanted, fields)
     missing = sorted(set(peers) - {i["SK"].removeprefix("PEER#") for i in found if i["SK"].startswith("PEER#")})
     if missing and any(i["SK"] == "WS" for i in found):
@@ -84,23 +118,48 @@ def get_summaries(db: Db, ws: str, session_id: str) -> dict[str, dict[str, Any]]
 def read_summary_state(db: Db, ws: str, session_id: str) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """(summaries, failed-job markers), each by summary type: one consistent query of the session's SUMMARY# items."""
     out = db.client.query(
-        TableName=db.table, KeyConditionExpression="PK = :pk AND begins_with(SK, :s)", ConsistentRead=True,
-        ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":s": {"S": "SUMMARY#"}})
+        TableName=db.table,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :s)",
+        ConsistentRead=True,
+        ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":s": {"S": "SUMMARY#"}},
+    )
     items = [from_item(i) for i in out["Items"]]
-    return ({i["summary_type"]: i for i in items if i.get("kind") == "summary"},
-            {i["summary_type"]: i for i in items if i.get("kind") == "summary_failure"})
+    return (
+        {i["summary_type"]: i for i in items if i.get("kind") == "summary"},
+        {i["summary_type"]: i for i in items if i.get("kind") == "summary_failure"},
+    )
 
 
-def put_failure(db: Db, ws: str, session_id: str, *, incarnation: str | None, summary_type: str, first_seq: int,
-                through_seq: int, fingerprint: str, failures: int, retry_at: float, reason: str) -> Put:
+def put_failure(
+    db: Db,
+    ws: str,
+    session_id: str,
+    *,
+    incarnation: str | None,
+    summary_type: str,
+    first_seq: int,
+    through_seq: int,
+    fingerprint: str,
+    failures: int,
+    retry_at: float,
+    reason: str,
+) -> Put:
     """Remember that the `summary_type` job from `first_seq` failed for good (replacing an earlier marker).
 
     Bound to the incarnation like a summary, so no marker outlives a purge into a session created again.
     """
-    item = {**keys.summary_failure(ws, session_id, summary_type), "kind": "summary_failure",
-            "summary_type": summary_type, "first_seq": first_seq, "through_seq": through_seq,
-            "fingerprint": fingerprint, "failures": failures, "retry_at": retry_at, "reason": reason[:2000],
-            "failed_at": utcnow()}
+    item = {
+        **keys.summary_failure(ws, session_id, summary_type),
+        "kind": "summary_failure",
+        "summary_type": summary_type,
+        "first_seq": first_seq,
+        "through_seq": through_seq,
+        "fingerprint": fingerprint,
+        "failures": failures,
+        "retry_at": retry_at,
+        "reason": reason[:2000],
+        "failed_at": utcnow(),
+    }
     return _bound_put(db, ws, session_id, incarnation, {"TableName": db.table, "Item": to_item(item)})
 
 
@@ -112,15 +171,23 @@ def clear_failure(db: Db, ws: str, session_id: str, summary_type: str) -> None:
 def _bound_put(db: Db, ws: str, session_id: str, incarnation: str | None, put: dict[str, Any]) -> Put:
     """The put, in one transaction with a check that the session is still incarnation `incarnation`, not deleted."""
     if incarnation is None:
-        check = {"ConditionExpression": "attribute_exists(PK) AND attribute_not_exists(incarnation) "
-                                        "AND attribute_not_exists(deleted_at)"}
+        check = {
+            "ConditionExpression": "attribute_exists(PK) AND attribute_not_exists(incarnation) "
+            "AND attribute_not_exists(deleted_at)"
+        }
     else:
-        check = {"ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
-                 "ExpressionAttributeValues": {":inc": {"S": incarnation}}}
+        check = {
+            "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
+            "ExpressionAttributeValues": {":inc": {"S": incarnation}},
+        }
     try:
-        transact(db, [{"ConditionCheck": {"TableName": db.table, "Key": to_item(keys.session(ws, session_id)),
-                                          **check}},
-                      {"Put": put}])
+        transact(
+            db,
+            [
+                {"ConditionCheck": {"TableName": db.table, "Key": to_item(keys.session(ws, session_id)), **check}},
+                {"Put": put},
+            ],
+        )
     except ClientError as exc:
         codes = cancellation_codes(exc)
         if len(codes) != 2 or "ConditionalCheckFailed" not in codes:
@@ -137,8 +204,16 @@ LEASE_ATTEMPTS = 8
 _LEASE_NAMES = {"#owner": "owner", "#until": "lease_until", "#dirty": "dirty", "#record": "record"}
 
 
-def take_summary_lease(db: Db, ws: str, session_id: str, *, owner: str, until: float, clock: Callable[[], float],
-                       records: Collection[str] = ()) -> bool:
+def take_summary_lease(
+    db: Db,
+    ws: str,
+    session_id: str,
+    *,
+    owner: str,
+    until: float,
+    clock: Callable[[], float],
+    records: Collection[str] = (),
+) -> bool:
     """Take the session's summarizer lease for `owner` until `until` (epoch seconds, `clock`'s); False when another
     invocation holds it.
 
@@ -159,12 +234,18 @@ def take_summary_lease(db: Db, ws: str, session_id: str, *, owner: str, until: f
         if held.get("record") in records:
             if _put_lease(db, item, "#owner = :holder", {":holder": held["owner"]}) is None:
                 return True
-        elif _update_lease(db, key, "SET #dirty = :yes", "#owner = :holder AND #until >= :now",
-                           {":yes": True, ":holder": held["owner"], ":now": now}):
+        elif _update_lease(
+            db,
+            key,
+            "SET #dirty = :yes",
+            "#owner = :holder AND #until >= :now",
+            {":yes": True, ":holder": held["owner"], ":now": now},
+        ):
             return False
         # The holder let go, or its lease expired, or someone else took it over meanwhile: look again.
-    raise RuntimeError(f"session '{session_id}': its summarizer lease changed hands {LEASE_ATTEMPTS} times while "
-                       "being taken")
+    raise RuntimeError(
+        f"session '{session_id}': its summarizer lease changed hands {LEASE_ATTEMPTS} times while being taken"
+    )
 
 
 def release_summary_lease(db: Db, ws: str, session_id: str, *, owner: str) -> bool:
@@ -187,9 +268,12 @@ def drop_summary_lease(db: Db, ws: str, session_id: str, *, owner: str) -> None:
 
 
 def _lease_request(condition: str, values: dict[str, Any]) -> dict[str, Any]:
-    return {"ConditionExpression": condition, "ExpressionAttributeValues": to_item(values),
-            "ExpressionAttributeNames": {n: a for n, a in _LEASE_NAMES.items() if n in condition},
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+    return {
+        "ConditionExpression": condition,
+        "ExpressionAttributeValues": to_item(values),
+        "ExpressionAttributeNames": {n: a for n, a in _LEASE_NAMES.items() if n in condition},
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
 
 
 def _put_lease(db: Db, item: dict[str, Any], condition: str, values: dict[str, Any]) -> dict[str, Any] | None:
@@ -227,9 +311,19 @@ def _update_lease(db: Db, key: dict[str, str], update: str, condition: str, valu
     return True
 
 
-def write_audit(db: Db, ws: str, session_id: str, summary_type: str, covers_seq: int, name: str,
-                record: dict[str, Any], *, incarnation: str) -> None:
+def write_audit(
+    db: Db,
+    ws: str,
+    session_id: str,
+    summary_type: str,
+    covers_seq: int,
+    name: str,
+    record: dict[str, Any],
+    *,
+    incarnation: str,
+) -> None:
     """A summary step's audit record, a JSON object in the bucket (`keys.audit_object`)."""
     key = keys.audit_object(ws, session_id, summary_type, covers_seq, name, incarnation=incarnation)
-    db.s3.put_object(Bucket=db.bucket, Key=key, Body=json.dumps(record, ensure_ascii=False).encode(),
-                     ContentType="application/json")
+    db.s3.put_object(
+        Bucket=db.bucket, Key=key, Body=json.dumps(record, ensure_ascii=False).encode(), ContentType="application/json"
+    )

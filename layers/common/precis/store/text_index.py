@@ -76,12 +76,14 @@ def _mark(unit: str) -> str:
 
 # ---------------------------------------------------------------- writing
 
+
 class TooManyTerms(Exception):
     """A unit says more distinct terms than its indexer may write in the time it has: nothing was written."""
 
 
-def index_texts(db: Db, ws: str, session_id: str, unit: str, texts: Sequence[Text], *,
-                max_terms: int | None = None) -> int:
+def index_texts(
+    db: Db, ws: str, session_id: str, unit: str, texts: Sequence[Text], *, max_terms: int | None = None
+) -> int:
     """Index a unit's messages (postings, counts, texts), exactly once however often it is asked; how many texts were
     written. A unit whose texts exist already is counted: only its missing texts are written again. With
     `max_terms`, a unit of more distinct terms raises TooManyTerms before writing anything."""
@@ -105,27 +107,54 @@ def index_texts(db: Db, ws: str, session_id: str, unit: str, texts: Sequence[Tex
 
 
 def _doc_item(ws: str, session_id: str, text: Text, document: Document, unit: str) -> dict[str, Any]:
-    return to_item({**keys.text_doc(ws, session_id, text.seq), "kind": "xdoc", "seq": text.seq, "peer": text.peer,
-                    "tsig": document.signature(), "tlen": document.length, "u": unit})
+    return to_item(
+        {
+            **keys.text_doc(ws, session_id, text.seq),
+            "kind": "xdoc",
+            "seq": text.seq,
+            "peer": text.peer,
+            "tsig": document.signature(),
+            "tlen": document.length,
+            "u": unit,
+        }
+    )
 
 
 def _put_postings(db: Db, ws: str, session_id: str, texts: Sequence[Text], documents: Mapping[int, Document]) -> None:
-    _write(db, [{"PutRequest": {"Item": to_item({
-        "PK": keys.text_postings_pk(ws, term),
-        "SK": keys.text_posting_sk(group_of(count), documents[t.seq].length, session_id, t.seq),
-        "n": count, "p": t.peer})}}
-        for t in texts for term, count in documents[t.seq].counts.items()])
+    _write(
+        db,
+        [
+            {
+                "PutRequest": {
+                    "Item": to_item(
+                        {
+                            "PK": keys.text_postings_pk(ws, term),
+                            "SK": keys.text_posting_sk(group_of(count), documents[t.seq].length, session_id, t.seq),
+                            "n": count,
+                            "p": t.peer,
+                        }
+                    )
+                }
+            }
+            for t in texts
+            for term, count in documents[t.seq].counts.items()
+        ],
+    )
 
 
 def _posting_keys(ws: str, session_id: str, seq: int, document: Document) -> list[dict[str, str]]:
-    return [{"PK": keys.text_postings_pk(ws, term),
-             "SK": keys.text_posting_sk(group_of(count), document.length, session_id, seq)}
-            for term, count in document.counts.items()]
+    return [
+        {
+            "PK": keys.text_postings_pk(ws, term),
+            "SK": keys.text_posting_sk(group_of(count), document.length, session_id, seq),
+        }
+        for term, count in document.counts.items()
+    ]
 
 
 def _write(db: Db, requests: list[dict[str, Any]]) -> None:
     """BatchWriteItems of 25, in parallel; unprocessed items retried."""
-    chunks = [requests[i:i + 25] for i in range(0, len(requests), 25)]
+    chunks = [requests[i : i + 25] for i in range(0, len(requests), 25)]
     list(_pool().map(lambda chunk: write_batch(db, chunk), chunks))
 
 
@@ -154,8 +183,10 @@ def _count(db: Db, ws: str, unit: str, documents: Sequence[tuple[str, Document]]
 
     def update(key: tuple[str, str]) -> None:
         names = {"#w": _mark(unit), **{f"#a{i}": name for i, name in enumerate(counts[key])}}
-        values: dict[str, Any] = {":one": {"N": "1"}, **{f":a{i}": {"N": str(sign * n)}
-                                                         for i, n in enumerate(counts[key].values())}}
+        values: dict[str, Any] = {
+            ":one": {"N": "1"},
+            **{f":a{i}": {"N": str(sign * n)} for i, n in enumerate(counts[key].values())},
+        }
         adds = [f"#a{i} :a{i}" for i in range(len(counts[key]))]
         if sign > 0 and key in groups:
             names["#g"] = "g"
@@ -164,9 +195,13 @@ def _count(db: Db, ws: str, unit: str, documents: Sequence[tuple[str, Document]]
         condition = "attribute_not_exists(#w)" + (" AND attribute_exists(PK)" if sign < 0 else "")
         try:
             db.client.update_item(
-                TableName=db.table, Key=to_item({"PK": key[0], "SK": key[1]}),
-                UpdateExpression=f"ADD {', '.join(adds)} SET #w = :one", ConditionExpression=condition,
-                ExpressionAttributeNames=names, ExpressionAttributeValues=values)
+                TableName=db.table,
+                Key=to_item({"PK": key[0], "SK": key[1]}),
+                UpdateExpression=f"ADD {', '.join(adds)} SET #w = :one",
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise  # (refused: this unit's counts are on the item already, or there is nothing to take from)
@@ -191,8 +226,12 @@ def missing_texts(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> set[
 def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None) -> int:
     """Take a session's messages out of the index: their counts (once per aligned block of seqs, so a resumed purge
     takes back the same), then their postings, then their texts; how many texts."""
-    texts = query_all(db, KeyConditionExpression="PK = :pk", ConsistentRead=True, ExpressionAttributeValues=to_item(
-        {":pk": keys.text_docs_pk(ws, session_id)}))
+    texts = query_all(
+        db,
+        KeyConditionExpression="PK = :pk",
+        ConsistentRead=True,
+        ExpressionAttributeValues=to_item({":pk": keys.text_docs_pk(ws, session_id)}),
+    )
     blocks: dict[int, list[dict[str, Any]]] = {}
     for item in texts:
         blocks.setdefault((int(item["seq"]) - 1) // PURGE_BLOCK, []).append(item)
@@ -200,8 +239,9 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None) -> 
         documents = [(i["peer"], Document.parse(i["tsig"], int(i["tlen"]))) for i in items]
         unit = f"{session_id}:{incarnation}:purge:{block}"
         _count(db, ws, unit, documents, sign=-1)
-        delete_keys(db, [k for i, (_, d) in zip(items, documents)
-                         for k in _posting_keys(ws, session_id, int(i["seq"]), d)])
+        delete_keys(
+            db, [k for i, (_, d) in zip(items, documents) for k in _posting_keys(ws, session_id, int(i["seq"]), d)]
+        )
         delete_keys(db, [{"PK": i["PK"], "SK": i["SK"]} for i in items])
         # The block's texts are gone: nothing can ask for its units again (the purge's, and those that indexed the
         # texts, should the deriver not have settled them), so their marks go too.
@@ -214,9 +254,13 @@ def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None) -> 
 def _unmark(db: Db, key: tuple[str, str], unit: str) -> int:
     """Remove `unit`'s mark from the counter at `key`; 1 if it was there."""
     try:
-        db.client.update_item(TableName=db.table, Key=to_item({"PK": key[0], "SK": key[1]}),
-                              UpdateExpression="REMOVE #w", ConditionExpression="attribute_exists(#w)",
-                              ExpressionAttributeNames={"#w": _mark(unit)})
+        db.client.update_item(
+            TableName=db.table,
+            Key=to_item({"PK": key[0], "SK": key[1]}),
+            UpdateExpression="REMOVE #w",
+            ConditionExpression="attribute_exists(#w)",
+            ExpressionAttributeNames={"#w": _mark(unit)},
+        )
         return 1
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
@@ -228,28 +272,39 @@ def delete_counters(db: Db, ws: str, peers: Iterable[str]) -> int:
     """Delete a workspace's counters and statistics, and each of its `peers`' (its delete, its sessions purged)."""
     found = []
     for pk in [keys.text_counters_pk(ws), *(keys.text_peer_counters_pk(ws, p) for p in peers)]:
-        found += query_all(db, KeyConditionExpression="PK = :pk", ProjectionExpression="PK, SK", ConsistentRead=True,
-                           ExpressionAttributeValues=to_item({":pk": pk}))
+        found += query_all(
+            db,
+            KeyConditionExpression="PK = :pk",
+            ProjectionExpression="PK, SK",
+            ConsistentRead=True,
+            ExpressionAttributeValues=to_item({":pk": pk}),
+        )
     return delete_keys(db, found)
 
 
 # ---------------------------------------------------------------- reading
 
+
 class _Postings:
     """One (term, group)'s postings, read a page at a time with a consistent Query (a peer's only, with `peer`; only
     the texts `keep` keeps, with `keep`: a session can only be told from the sort key, which no filter reads)."""
 
-    def __init__(self, db: Db, ws: str, term: str, group: int, peer: str | None,
-                 keep: Callable[[Key], bool] | None = None):
+    def __init__(
+        self, db: Db, ws: str, term: str, group: int, peer: str | None, keep: Callable[[Key], bool] | None = None
+    ):
         self.db, self.term, self.group, self.peer, self.keep = db, term, group, peer, keep
         self.pk = keys.text_postings_pk(ws, term)
         self.start: dict[str, Any] | None = None
 
     def read(self, size: int) -> Page:
         request: dict[str, Any] = {
-            "TableName": self.db.table, "KeyConditionExpression": "PK = :pk AND begins_with(SK, :g)",
-            "ConsistentRead": True, "Limit": size, "ProjectionExpression": "SK, n",
-            "ExpressionAttributeValues": {":pk": {"S": self.pk}, ":g": {"S": f"{self.group}#"}}}
+            "TableName": self.db.table,
+            "KeyConditionExpression": "PK = :pk AND begins_with(SK, :g)",
+            "ConsistentRead": True,
+            "Limit": size,
+            "ProjectionExpression": "SK, n",
+            "ExpressionAttributeValues": {":pk": {"S": self.pk}, ":g": {"S": f"{self.group}#"}},
+        }
         if self.peer is not None:
             request["FilterExpression"] = "p = :p"
             request["ExpressionAttributeValues"][":p"] = {"S": self.peer}
@@ -278,8 +333,9 @@ def query_terms(text: str) -> Counter[str]:
     return Counter(dict(list(counts.items())[:MAX_QUERY_TERMS]))
 
 
-def rank_workspace(db: Db, ws: str, text: str, k: int, *, peer: str | None = None,
-                   keep: Callable[[Key], bool] | None = None) -> list[tuple[Key, float]]:
+def rank_workspace(
+    db: Db, ws: str, text: str, k: int, *, peer: str | None = None, keep: Callable[[Key], bool] | None = None
+) -> list[tuple[Key, float]]:
     """The k messages of the workspace (of `peer` only, when given; those `keep` keeps, when given, scored with the
     workspace's statistics) that BM25 ranks best for `text`, best first, as ((session, seq), score): exact over every
     message in scope, reading postings only as deep as the k-th needs."""
@@ -306,22 +362,33 @@ def rank_workspace(db: Db, ws: str, text: str, k: int, *, peer: str | None = Non
 
 def _documents(db: Db, ws: str, wanted: list[Key]) -> dict[Key, Document]:
     items = batch_get(db, [keys.text_doc(ws, s, seq) for s, seq in wanted], _DOC_FIELDS)
-    return {(keys.parse_session_pk(i["PK"].removesuffix("#XD"))[1], int(i["seq"])):
-            Document.parse(i["tsig"], int(i["tlen"])) for i in items}
+    return {
+        (keys.parse_session_pk(i["PK"].removesuffix("#XD"))[1], int(i["seq"])): Document.parse(
+            i["tsig"], int(i["tlen"])
+        )
+        for i in items
+    }
 
 
-def session_texts(db: Db, ws: str, session_id: str, *, through: int | None = None,
-                  peer: str | None = None) -> dict[int, Document]:
+def session_texts(
+    db: Db, ws: str, session_id: str, *, through: int | None = None, peer: str | None = None
+) -> dict[int, Document]:
     """A session's indexed texts by seq (those up to `through`, those of `peer`, when given), read whole with a
     consistent Query."""
     condition = "PK = :pk" + (" AND SK <= :last" if through is not None else "")
     values: dict[str, Any] = {":pk": keys.text_docs_pk(ws, session_id)}
     if through is not None:
         values[":last"] = keys.text_doc(ws, session_id, through)["SK"]
-    items = query_all(db, KeyConditionExpression=condition, ConsistentRead=True,
-                      ProjectionExpression="seq, peer, tsig, tlen", ExpressionAttributeValues=to_item(values))
-    return {int(i["seq"]): Document.parse(i["tsig"], int(i["tlen"])) for i in items
-            if peer is None or i.get("peer") == peer}
+    items = query_all(
+        db,
+        KeyConditionExpression=condition,
+        ConsistentRead=True,
+        ProjectionExpression="seq, peer, tsig, tlen",
+        ExpressionAttributeValues=to_item(values),
+    )
+    return {
+        int(i["seq"]): Document.parse(i["tsig"], int(i["tlen"])) for i in items if peer is None or i.get("peer") == peer
+    }
 
 
 def rank_texts(documents: Mapping[Key, Document], text: str, k: int) -> list[tuple[Key, float]]:
@@ -332,6 +399,7 @@ def rank_texts(documents: Mapping[Key, Document], text: str, k: int) -> list[tup
 
 
 # ---------------------------------------------------------------- the units of stored messages (repair, upgrade)
+
 
 def unit_range(unit: str) -> tuple[int, int]:
     """The first and last seq the messages of a unit `unit_of` names can be at: a batch is 100 messages at most from
@@ -345,8 +413,10 @@ def unit_members(session_id: str, unit: str, messages: Iterable[Mapping[str, Any
     `unit_range(unit)`, the whole unit: what each indexer of stored messages passes `index_texts`, so none counts a
     unit twice or in part."""
     first, last = unit_range(unit)
-    return sorted((m for m in messages if first <= int(m["seq"]) <= last and unit_of(session_id, m) == unit),
-                  key=lambda m: int(m["seq"]))
+    return sorted(
+        (m for m in messages if first <= int(m["seq"]) <= last and unit_of(session_id, m) == unit),
+        key=lambda m: int(m["seq"]),
+    )
 
 
 def marked_units(db: Db, ws: str) -> set[str]:
@@ -360,8 +430,11 @@ def marked_units(db: Db, ws: str) -> set[str]:
 def settle_unit(db: Db, ws: str, session_id: str, unit: str, seqs: Iterable[int]) -> int:
     """Remove `unit`'s marks, its texts at `seqs` being written: its terms' first, the statistics item's last, so a
     settling that stops midway leaves its unit in `marked_units`. How many of its texts were found."""
-    found = [i for i in batch_get(db, [keys.text_doc(ws, session_id, s) for s in sorted(set(seqs))],
-                                  ("tsig", "u", "peer")) if i.get("u") == unit]
+    found = [
+        i
+        for i in batch_get(db, [keys.text_doc(ws, session_id, s) for s in sorted(set(seqs))], ("tsig", "u", "peer"))
+        if i.get("u") == unit
+    ]
     if not found:
         return 0
     touched = {key for i in found for key in _counter_keys(ws, i["peer"], Document.parse(i["tsig"], 0))}

@@ -47,9 +47,19 @@ def vector_attribute(vector: list[float]) -> dict[str, Any]:
     return {"L": Numbers([{"N": format(x + 0.0, ".9g")} for x in array("f", vector)])}  # + 0.0: no "-0"
 
 
-def nearest(db: Db, ws: str, observer: str, observed: str, text: str, vector: list[float], top_k: int, *,
-            level: str | None = None, session_key: str | None = None,
-            max_distance: float | None = None) -> list[str]:
+def nearest(
+    db: Db,
+    ws: str,
+    observer: str,
+    observed: str,
+    text: str,
+    vector: list[float],
+    top_k: int,
+    *,
+    level: str | None = None,
+    session_key: str | None = None,
+    max_distance: float | None = None,
+) -> list[str]:
     """Ids of the collection's `top_k` conclusions nearest `text` (whose embedding is `vector`), best first: BM25 and
     the embedding's cosine ranking fused by weighted reciprocal rank. With `max_distance`, only conclusions within that
     cosine distance (BM25 reorders them; a conclusion that shares words but not meaning is left out)."""
@@ -59,11 +69,21 @@ def nearest(db: Db, ws: str, observer: str, observed: str, text: str, vector: li
     # ("alice" in every conclusion about alice). It only follows BM25's ranking (a word's other forms, by its
     # character n-grams) and bounds `max_distance`.
     weight = 1.0 if get_settings().embedder == "hashed" else LEXICAL_WEIGHT
-    semantic = search(db, keys.collection_name(ws, observer, observed), vector,
-                      top_k if max_distance is None else top_k * CANDIDATES, level=level, session_key=session_key,
-                      max_distance=max_distance)
-    lexical = [cid for (_, cid), _ in lexical_rank(db, ws, observer, observed, text, top_k * CANDIDATES,
-                                                   level=level, session_key=session_key)]
+    semantic = search(
+        db,
+        keys.collection_name(ws, observer, observed),
+        vector,
+        top_k if max_distance is None else top_k * CANDIDATES,
+        level=level,
+        session_key=session_key,
+        max_distance=max_distance,
+    )
+    lexical = [
+        cid
+        for (_, cid), _ in lexical_rank(
+            db, ws, observer, observed, text, top_k * CANDIDATES, level=level, session_key=session_key
+        )
+    ]
     if max_distance is not None:
         within = {cid for cid, _ in semantic}
         lexical = [cid for cid in lexical if cid in within]
@@ -72,17 +92,33 @@ def nearest(db: Db, ws: str, observer: str, observed: str, text: str, vector: li
     return fuse(lexical, [cid for cid, _ in semantic], weight)[:top_k]
 
 
-def lexical_rank(db: Db, ws: str, observer: str, observed: str, text: str, k: int, *, level: str | None = None,
-                 session_key: str | None = None) -> list[tuple[tuple[str, str], float]]:
+def lexical_rank(
+    db: Db,
+    ws: str,
+    observer: str,
+    observed: str,
+    text: str,
+    k: int,
+    *,
+    level: str | None = None,
+    session_key: str | None = None,
+) -> list[tuple[tuple[str, str], float]]:
     """BM25's k best conclusions of the collection for `text` ((("", id), score), best first): exact over the
     conclusions in scope (of `level`, of `session_key`, when given), with their own idf."""
-    items = query_all(db, KeyConditionExpression="PK = :pk AND begins_with(SK, :l)", ConsistentRead=True,
-                      ProjectionExpression="id, #level, vsession, tsig, tlen", ExpressionAttributeNames={
-                          "#level": LEVEL_ATTRIBUTE}, ExpressionAttributeValues=to_item({
-                              ":pk": keys.collection_pk(ws, observer, observed), ":l": "L#"}))
-    texts = {("", i["id"]): Document.parse(i["tsig"], int(i["tlen"])) for i in items
-             if (level is None or i.get(LEVEL_ATTRIBUTE) == level)
-             and (session_key is None or i.get(SESSION_ATTRIBUTE) == session_key)}
+    items = query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :l)",
+        ConsistentRead=True,
+        ProjectionExpression="id, #level, vsession, tsig, tlen",
+        ExpressionAttributeNames={"#level": LEVEL_ATTRIBUTE},
+        ExpressionAttributeValues=to_item({":pk": keys.collection_pk(ws, observer, observed), ":l": "L#"}),
+    )
+    texts = {
+        ("", i["id"]): Document.parse(i["tsig"], int(i["tlen"]))
+        for i in items
+        if (level is None or i.get(LEVEL_ATTRIBUTE) == level)
+        and (session_key is None or i.get(SESSION_ATTRIBUTE) == session_key)
+    }
     return rank_texts(texts, text, k)  # type: ignore[return-value]
 
 
@@ -98,19 +134,34 @@ def fuse[K](lexical: Sequence[K], semantic: Sequence[K] | None, weight: float = 
     return sorted(fused, key=lambda k: (-fused[k], k))
 
 
-def search(db: Db, collection: str, vector: list[float], top_k: int, *, level: str | None = None,
-           session_key: str | None = None, max_distance: float | None = None) -> list[tuple[str, float]]:
+def search(
+    db: Db,
+    collection: str,
+    vector: list[float],
+    top_k: int,
+    *,
+    level: str | None = None,
+    session_key: str | None = None,
+    max_distance: float | None = None,
+) -> list[tuple[str, float]]:
     """(conclusion id, cosine distance) of the `top_k` vectors of `collection` nearest to `vector`, nearest first;
     only those of `level` and of `session_key` (a session id, or NO_SESSION) when given, and within
     `max_distance` when given."""
-    found = search_index(db, VECTOR_INDEX, {HASH_ATTRIBUTE: collection, LEVEL_ATTRIBUTE: level,
-                                            SESSION_ATTRIBUTE: session_key}, vector, top_k, ("id",))
+    found = search_index(
+        db,
+        VECTOR_INDEX,
+        {HASH_ATTRIBUTE: collection, LEVEL_ATTRIBUTE: level, SESSION_ATTRIBUTE: session_key},
+        vector,
+        top_k,
+        ("id",),
+    )
     hits = [(item["id"]["S"], score) for item, score in found]
     return [hit for hit in hits if max_distance is None or hit[1] <= max_distance]
 
 
-def search_index(db: Db, index: str, equal: dict[str, str | None], vector: list[float], top_k: int,
-                 fields: tuple[str, ...]) -> list[tuple[dict[str, Any], float]]:
+def search_index(
+    db: Db, index: str, equal: dict[str, str | None], vector: list[float], top_k: int, fields: tuple[str, ...]
+) -> list[tuple[dict[str, Any], float]]:
     """One SearchVectors request on `index`: the `top_k` items nearest `vector` (at most MAX_TOP_K: the most an index
     answers) whose attributes equal `equal`'s (the first is the index's HASH; None values are left out), as (`fields`
     of the item, raw AttributeValues; cosine distance), nearest first. Unavailable (503) while the index backfills."""
@@ -122,15 +173,22 @@ def search_index(db: Db, index: str, equal: dict[str, str | None], vector: list[
     names.update({f"#f{i}": f for i, f in enumerate(fields)})
     try:
         answer = db.client.search_vectors(
-            TableName=db.table, IndexName=index, SearchVector=vector_attribute(vector)["L"],
-            TopK=min(top_k, MAX_TOP_K), SearchConditionExpression=" AND ".join(terms), ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values, ProjectionExpression=", ".join(f"#f{i}" for i in range(len(fields))))
+            TableName=db.table,
+            IndexName=index,
+            SearchVector=vector_attribute(vector)["L"],
+            TopK=min(top_k, MAX_TOP_K),
+            SearchConditionExpression=" AND ".join(terms),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+            ProjectionExpression=", ".join(f"#f{i}" for i in range(len(fields))),
+        )
     except ClientError as exc:
         # An index added to a table that holds items refuses searches until its backfill ends ("Cannot search
         # backfilling vector index: <name>"): the caller should come back, not see a 500.
         if error_code(exc) == "ValidationException" and "backfilling" in str(exc).lower():
-            raise Unavailable(f"the search index {index} is still being built; retry in a minute",
-                              retry_after_s=BACKFILL_RETRY_S) from None
+            raise Unavailable(
+                f"the search index {index} is still being built; retry in a minute", retry_after_s=BACKFILL_RETRY_S
+            ) from None
         raise
     # A COSINE index's score is already the cosine distance (0 identical, 2 opposite).
     return [(result["Item"], float(result["Score"])) for result in answer.get("SearchResults", [])]

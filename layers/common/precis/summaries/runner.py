@@ -49,13 +49,11 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit
 
 from precis.concurrency import add_metric
-from precis.settings import Settings
 from precis.configuration import summary_config
-from precis.llm import EngineError, PromptTooLong
-from precis.summaries.engines import Engine, SummaryRequest, SummaryResult, default_engine, get_engine, word_limit
-from precis.summaries.engines.prompt import build_messages, line_tokens, prompt_tokens
 from precis.errors import Invalid
+from precis.llm import EngineError, PromptTooLong
 from precis.secrets import with_llm_key
+from precis.settings import Settings
 from precis.store.db import Db
 from precis.store.messages import base_of, read_from, with_bodies
 from precis.store.records import json_object
@@ -71,6 +69,8 @@ from precis.store.summaries import (
     take_summary_lease,
     write_audit,
 )
+from precis.summaries.engines import Engine, SummaryRequest, SummaryResult, default_engine, get_engine, word_limit
+from precis.summaries.engines.prompt import build_messages, line_tokens, prompt_tokens
 from precis.summaries.strategies import (
     JobFailure,
     MessageRef,
@@ -128,10 +128,16 @@ class SummaryOutcome:
         return any(w.stored and w.job_through_seq for w in self.written)
 
 
-def summarize_session(db: Db, settings: Settings, ws: str, session_id: str, *,
-                      engine_for: Callable[[str], Engine] | None = None,
-                      remaining_s: Callable[[], float] = lambda: math.inf,
-                      clock: Callable[[], float] = time.time) -> SummaryOutcome:
+def summarize_session(
+    db: Db,
+    settings: Settings,
+    ws: str,
+    session_id: str,
+    *,
+    engine_for: Callable[[str], Engine] | None = None,
+    remaining_s: Callable[[], float] = lambda: math.inf,
+    clock: Callable[[], float] = time.time,
+) -> SummaryOutcome:
     """Write every summary the session's strategy says is due, in steps that fit the input budget, while
     `remaining_s()` (seconds left in the invocation) leaves time for another request.
 
@@ -154,8 +160,7 @@ def summarize_session(db: Db, settings: Settings, ws: str, session_id: str, *,
     # first..newest: bounded by the strategy's cadence
     items = read_from(db, ws, session_id, first, base=base_of(session))
     unfinished = {t: s["job_through_seq"] for t, s in raw.items() if s.get("job_through_seq")}
-    jobs = decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items],
-                  unfinished)
+    jobs = decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items], unfinished)
     if not jobs:
         return SummaryOutcome()
     settings = _with_secret_key(settings)
@@ -166,8 +171,18 @@ def summarize_session(db: Db, settings: Settings, ws: str, session_id: str, *,
         if exc.retryable:
             raise
         engine = _Unusable(name, exc)
-    runner = _Runner(db, ws, session_id, session.get("incarnation"), config, settings, engine,
-                     {i["seq"]: i for i in items}, remaining_s, clock)
+    runner = _Runner(
+        db,
+        ws,
+        session_id,
+        session.get("incarnation"),
+        config,
+        settings,
+        engine,
+        {i["seq"]: i for i in items},
+        remaining_s,
+        clock,
+    )
     return runner.run(jobs, raw, markers)
 
 
@@ -184,14 +199,22 @@ def summaries_due(db: Db, ws: str, session_id: str, session: dict[str, Any], wor
         return 0
     items = read_from(db, ws, session_id, first, base=base_of(session))
     unfinished = {t: s["job_through_seq"] for t, s in raw.items() if s.get("job_through_seq")}
-    return len(decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items],
-                      unfinished))
+    return len(
+        decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items], unfinished)
+    )
 
 
-def summarize_under_lease(db: Db, settings: Settings, ws: str, session_id: str, *, records: Sequence[str] = (),
-                          engine_for: Callable[[str], Engine] | None = None,
-                          remaining_s: Callable[[], float] = lambda: math.inf,
-                          clock: Callable[[], float] = time.time) -> SummaryOutcome:
+def summarize_under_lease(
+    db: Db,
+    settings: Settings,
+    ws: str,
+    session_id: str,
+    *,
+    records: Sequence[str] = (),
+    engine_for: Callable[[str], Engine] | None = None,
+    remaining_s: Callable[[], float] = lambda: math.inf,
+    clock: Callable[[], float] = time.time,
+) -> SummaryOutcome:
     """`summarize_session`, by one invocation at a time per session: the stream consumer's way in.
 
     `records`: the stream sequence numbers of the caller's records for this session. The caller takes the session's
@@ -213,14 +236,16 @@ def summarize_under_lease(db: Db, settings: Settings, ws: str, session_id: str, 
     owner = secrets.token_hex(8)
     until = clock() + min(remaining_s(), MAX_LEASE_S)
     if not take_summary_lease(db, ws, session_id, owner=owner, until=until, clock=clock, records=records):
-        logger.info("session being summarized by another invocation: marked to run again", extra={
-            "session": session_id})
+        logger.info(
+            "session being summarized by another invocation: marked to run again", extra={"session": session_id}
+        )
         return SummaryOutcome(runs=0)
     outcomes: list[SummaryOutcome] = []
     try:
         while True:
-            outcome = summarize_session(db, settings, ws, session_id, engine_for=engine_for, remaining_s=remaining_s,
-                                        clock=clock)
+            outcome = summarize_session(
+                db, settings, ws, session_id, engine_for=engine_for, remaining_s=remaining_s, clock=clock
+            )
             outcomes.append(outcome)
             if outcome.work_remains and not outcome.continues_by_itself:
                 raise TimeoutError(f"session '{session_id}': no summary step fit the time left")
@@ -228,8 +253,10 @@ def summarize_under_lease(db: Db, settings: Settings, ws: str, session_id: str, 
                 return _merged(outcomes)
             if remaining_s() < FINISH_MARGIN_S:
                 raise TimeoutError(f"session '{session_id}': marked to run again with no time left")
-            logger.info("session marked while being summarized: summarizing again", extra={
-                "session": session_id, "runs": len(outcomes)})
+            logger.info(
+                "session marked while being summarized: summarizing again",
+                extra={"session": session_id, "runs": len(outcomes)},
+            )
     except BaseException:
         try:
             drop_summary_lease(db, ws, session_id, owner=owner)
@@ -240,10 +267,13 @@ def summarize_under_lease(db: Db, settings: Settings, ws: str, session_id: str, 
 
 def _merged(outcomes: list[SummaryOutcome]) -> SummaryOutcome:
     """One outcome for the runs made under one lease."""
-    return SummaryOutcome(written=tuple(w for o in outcomes for w in o.written),
-                          failed=tuple(f for o in outcomes for f in o.failed),
-                          skipped=tuple(dict.fromkeys(t for o in outcomes for t in o.skipped)),
-                          work_remains=outcomes[-1].work_remains, runs=len(outcomes))
+    return SummaryOutcome(
+        written=tuple(w for o in outcomes for w in o.written),
+        failed=tuple(f for o in outcomes for f in o.failed),
+        skipped=tuple(dict.fromkeys(t for o in outcomes for t in o.skipped)),
+        work_remains=outcomes[-1].work_remains,
+        runs=len(outcomes),
+    )
 
 
 def _with_secret_key(settings: Settings) -> Settings:
@@ -281,9 +311,19 @@ class _Runner:
     the rest of the invocation (its window is smaller than configured).
     """
 
-    def __init__(self, db: Db, ws: str, session_id: str, incarnation: str | None, config: SummaryConfig,
-                 settings: Settings, engine: Engine, by_seq: dict[int, dict], remaining_s: Callable[[], float],
-                 clock: Callable[[], float]):
+    def __init__(
+        self,
+        db: Db,
+        ws: str,
+        session_id: str,
+        incarnation: str | None,
+        config: SummaryConfig,
+        settings: Settings,
+        engine: Engine,
+        by_seq: dict[int, dict],
+        remaining_s: Callable[[], float],
+        clock: Callable[[], float],
+    ):
         self.db, self.ws, self.session_id, self.incarnation = db, ws, session_id, incarnation
         self.config, self.engine, self.by_seq = config, engine, by_seq
         self.remaining_s, self.clock = remaining_s, clock
@@ -301,16 +341,24 @@ class _Runner:
         for index, job in enumerate(jobs):
             failure = _job_failure(markers.get(job.summary_type))
             if failure_holds(failure, job, self.fingerprint, self.clock()):
-                logger.info("summary job skipped: it failed before and its back-off is running", extra={
-                    "session": self.session_id, "summary_type": job.summary_type, "first_seq": job.first_seq,
-                    "retry_at": failure.retry_at})
+                logger.info(
+                    "summary job skipped: it failed before and its back-off is running",
+                    extra={
+                        "session": self.session_id,
+                        "summary_type": job.summary_type,
+                        "first_seq": job.first_seq,
+                        "retry_at": failure.retry_at,
+                    },
+                )
                 self.skipped.append(job.summary_type)
                 continue
             end = self._job(job, raw[job.summary_type]["content"] if job.previous else None, failure)
             if end == "unfinished":
                 add_metric(name="SummaryJobsUnfinished", unit=MetricUnit.Count, value=len(jobs) - index)
-                logger.info("summary jobs left for the next invocation: no time for another request", extra={
-                    "session": self.session_id, "summary_types": [j.summary_type for j in jobs[index:]]})
+                logger.info(
+                    "summary jobs left for the next invocation: no time for another request",
+                    extra={"session": self.session_id, "summary_types": [j.summary_type for j in jobs[index:]]},
+                )
                 return self._outcome(work_remains=True)
             if end == "gone":
                 break
@@ -336,8 +384,14 @@ class _Runner:
             except PromptTooLong as exc:
                 refused, refused_tokens = exc, prompt_tokens(request)
                 self.limit = max(1, refused_tokens // 2)
-                logger.warning("prompt too long for the model; halving the input budget", extra={
-                    "session": self.session_id, "summary_type": job.summary_type, "prompt_tokens": refused_tokens})
+                logger.warning(
+                    "prompt too long for the model; halving the input budget",
+                    extra={
+                        "session": self.session_id,
+                        "summary_type": job.summary_type,
+                        "prompt_tokens": refused_tokens,
+                    },
+                )
                 continue
             except EngineError as exc:
                 if exc.retryable:
@@ -361,19 +415,31 @@ class _Runner:
         """The next step from `first` and its request: whole runs within `limit` (a too-large run cut to fit)."""
         left = self.remaining_s() - FINISH_MARGIN_S
         base = SummaryRequest(
-            summary_type=job.summary_type, previous=previous, messages=[], instructions=self.config.instructions,
-            word_limit=word_limit(self.config.max_output_tokens), max_output_tokens=self.config.max_output_tokens,
-            model=self.config.model, temperature=self.config.temperature,
-            time_limit_s=max(0.001, left) if math.isfinite(left) else None)
-        refs = [MessageRef(seq, self._line_estimate(seq), self.by_seq[seq].get("run_id"))
-                for seq in range(first, job.through_seq + 1)]
+            summary_type=job.summary_type,
+            previous=previous,
+            messages=[],
+            instructions=self.config.instructions,
+            word_limit=word_limit(self.config.max_output_tokens),
+            max_output_tokens=self.config.max_output_tokens,
+            model=self.config.model,
+            temperature=self.config.temperature,
+            time_limit_s=max(0.001, left) if math.isfinite(left) else None,
+        )
+        refs = [
+            MessageRef(seq, self._line_estimate(seq), self.by_seq[seq].get("run_id"))
+            for seq in range(first, job.through_seq + 1)
+        ]
         room = self.limit - prompt_tokens(base)
         for _ in range(3):
             step = next_step(refs, room)
             cap = max(1, min(self.config.max_output_tokens, self._replaced(step, previous)))
-            request = replace(base, messages=self._messages(step), word_limit=word_limit(cap), max_output_tokens=cap,
-                              dates=[self.by_seq[s].get("created_at") for s in range(step.first_seq,
-                                                                                     step.through_seq + 1)])
+            request = replace(
+                base,
+                messages=self._messages(step),
+                word_limit=word_limit(cap),
+                max_output_tokens=cap,
+                dates=[self.by_seq[s].get("created_at") for s in range(step.first_seq, step.through_seq + 1)],
+            )
             over = prompt_tokens(request) - self.limit
             if over <= 0 or room <= 0:
                 break
@@ -383,20 +449,29 @@ class _Runner:
     def _replaced(self, step: Step, previous: str | None) -> int:
         """Tokens of what the step's summary replaces in a context: the previous summary and the step's messages."""
         return (count_text(previous) if previous else 0) + sum(
-            self.by_seq[seq]["token_count"] for seq in range(step.first_seq, step.through_seq + 1))
+            self.by_seq[seq]["token_count"] for seq in range(step.first_seq, step.through_seq + 1)
+        )
 
     def _summarize(self, step: Step, previous: str | None, request: SummaryRequest) -> tuple[SummaryResult, int | None]:
         """The engine's summary held to `request.max_output_tokens`, and the tokens it had when it had to be cut."""
         if self._replaced(step, previous) == 0:  # only empty messages: nothing to say, nothing to ask
-            return SummaryResult(text="", prompt="[]", model="none", input_tokens=0, output_tokens=0,
-                                 latency_ms=0.0), None
+            return SummaryResult(
+                text="", prompt="[]", model="none", input_tokens=0, output_tokens=0, latency_ms=0.0
+            ), None
         result = self.engine.summarize(request)
         tokens = count_text(result.text)
         if tokens <= request.max_output_tokens:
             return result, None
-        logger.warning("summary longer than its cap: cut to it", extra={
-            "session": self.session_id, "summary_type": request.summary_type, "engine": self.engine.name,
-            "tokens": tokens, "max_output_tokens": request.max_output_tokens})
+        logger.warning(
+            "summary longer than its cap: cut to it",
+            extra={
+                "session": self.session_id,
+                "summary_type": request.summary_type,
+                "engine": self.engine.name,
+                "tokens": tokens,
+                "max_output_tokens": request.max_output_tokens,
+            },
+        )
         add_metric(name="SummariesCut", unit=MetricUnit.Count, value=1)
         return replace(result, text=cut_to_tokens(result.text, request.max_output_tokens)), tokens
 
@@ -425,72 +500,161 @@ class _Runner:
             out.append((peer, content))
         return out
 
-    def _store(self, job: SummaryJob, step: Step, request: SummaryRequest, result, previous_covers: int | None,
-               cut_from: int | None = None) -> Put:
+    def _store(
+        self,
+        job: SummaryJob,
+        step: Step,
+        request: SummaryRequest,
+        result,
+        previous_covers: int | None,
+        cut_from: int | None = None,
+    ) -> Put:
         last = self.by_seq[step.through_seq]
         token_count = count_text(result.text)
         # A step short of the job's end carries that end: the next invocation continues the job from here.
         extra = {"job_through_seq": job.through_seq} if step.through_seq < job.through_seq else None
-        put = put_summary(self.db, self.ws, self.session_id, incarnation=self.incarnation,
-                          summary_type=job.summary_type, content=result.text, token_count=token_count,
-                          covers_seq=step.through_seq, end_tokens=last["start_tokens"] + last["token_count"],
-                          message_id=last["id"], extra=extra)
-        self.written.append(Written(job.summary_type, step.through_seq, bool(put),
-                                    job.through_seq if extra else None))
+        put = put_summary(
+            self.db,
+            self.ws,
+            self.session_id,
+            incarnation=self.incarnation,
+            summary_type=job.summary_type,
+            content=result.text,
+            token_count=token_count,
+            covers_seq=step.through_seq,
+            end_tokens=last["start_tokens"] + last["token_count"],
+            message_id=last["id"],
+            extra=extra,
+        )
+        self.written.append(Written(job.summary_type, step.through_seq, bool(put), job.through_seq if extra else None))
         if put:
-            self._audit(job.summary_type, step.through_seq, "", {
-                **self._covers(job, step, previous_covers), "outcome": "written", "engine": self.engine.name,
-                "model": result.model, "prompt": result.prompt, "output": result.text, "token_count": token_count,
-                "max_output_tokens": request.max_output_tokens, "output_cut_from_tokens": cut_from,
-                "usage": {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens},
-                "latency_ms": result.latency_ms, "attempts": result.attempts})
+            self._audit(
+                job.summary_type,
+                step.through_seq,
+                "",
+                {
+                    **self._covers(job, step, previous_covers),
+                    "outcome": "written",
+                    "engine": self.engine.name,
+                    "model": result.model,
+                    "prompt": result.prompt,
+                    "output": result.text,
+                    "token_count": token_count,
+                    "max_output_tokens": request.max_output_tokens,
+                    "output_cut_from_tokens": cut_from,
+                    "usage": {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens},
+                    "latency_ms": result.latency_ms,
+                    "attempts": result.attempts,
+                },
+            )
             add_metric(name="SummariesWritten", unit=MetricUnit.Count, value=1)
             add_metric(name="SummarizerInputTokens", unit=MetricUnit.Count, value=result.input_tokens)
             add_metric(name="SummarizerOutputTokens", unit=MetricUnit.Count, value=result.output_tokens)
             add_metric(name="SummarizerLatency", unit=MetricUnit.Milliseconds, value=result.latency_ms)
         elif put is Put.SESSION_GONE:
-            logger.warning("summary dropped: the session was deleted or created again since it was read", extra={
-                "session": self.session_id, "incarnation": self.incarnation, "summary_type": job.summary_type})
-        logger.info("summary", extra={"session": self.session_id, "summary_type": job.summary_type,
-                                      "covers_seq": step.through_seq, "job_through_seq": job.through_seq,
-                                      "stored": bool(put), "outcome": put.value})
+            logger.warning(
+                "summary dropped: the session was deleted or created again since it was read",
+                extra={"session": self.session_id, "incarnation": self.incarnation, "summary_type": job.summary_type},
+            )
+        logger.info(
+            "summary",
+            extra={
+                "session": self.session_id,
+                "summary_type": job.summary_type,
+                "covers_seq": step.through_seq,
+                "job_through_seq": job.through_seq,
+                "stored": bool(put),
+                "outcome": put.value,
+            },
+        )
         return put
 
-    def _fail(self, job: SummaryJob, step: Step, request: SummaryRequest, exc: EngineError,
-              failure: JobFailure | None, previous_covers: int | None) -> _JobEnd:
+    def _fail(
+        self,
+        job: SummaryJob,
+        step: Step,
+        request: SummaryRequest,
+        exc: EngineError,
+        failure: JobFailure | None,
+        previous_covers: int | None,
+    ) -> _JobEnd:
         """Give the job up for good: remember it (with its back-off), audit it, log it, count it."""
         again = failure is not None and failure.first_seq == step.first_seq and failure.fingerprint == self.fingerprint
         failures = failure.failures + 1 if again else 1
         retry_at = self.clock() + retry_backoff_s(failures)
-        put = put_failure(self.db, self.ws, self.session_id, incarnation=self.incarnation,
-                          summary_type=job.summary_type, first_seq=step.first_seq, through_seq=job.through_seq,
-                          fingerprint=self.fingerprint, failures=failures, retry_at=retry_at, reason=str(exc))
+        put = put_failure(
+            self.db,
+            self.ws,
+            self.session_id,
+            incarnation=self.incarnation,
+            summary_type=job.summary_type,
+            first_seq=step.first_seq,
+            through_seq=job.through_seq,
+            fingerprint=self.fingerprint,
+            failures=failures,
+            retry_at=retry_at,
+            reason=str(exc),
+        )
         if put is Put.SESSION_GONE:
             return "gone"  # nothing to keep current any more
-        self._audit(job.summary_type, job.through_seq, "failed-", {
-            **self._covers(job, step, previous_covers), "outcome": "failed", "engine": self.engine.name,
-            "error": str(exc), "error_type": type(exc).__name__, "failures": failures,
-            "retry_at": datetime.fromtimestamp(retry_at, UTC).isoformat(),
-            "prompt": json.dumps(build_messages(request), ensure_ascii=False)})
-        logger.error("summary job failed for good; it is retried when it changes or after its back-off", extra={
-            "session": self.session_id, "summary_type": job.summary_type, "first_seq": step.first_seq,
-            "through_seq": job.through_seq, "error": str(exc), "failures": failures, "retry_at": retry_at})
+        self._audit(
+            job.summary_type,
+            job.through_seq,
+            "failed-",
+            {
+                **self._covers(job, step, previous_covers),
+                "outcome": "failed",
+                "engine": self.engine.name,
+                "error": str(exc),
+                "error_type": type(exc).__name__,
+                "failures": failures,
+                "retry_at": datetime.fromtimestamp(retry_at, UTC).isoformat(),
+                "prompt": json.dumps(build_messages(request), ensure_ascii=False),
+            },
+        )
+        logger.error(
+            "summary job failed for good; it is retried when it changes or after its back-off",
+            extra={
+                "session": self.session_id,
+                "summary_type": job.summary_type,
+                "first_seq": step.first_seq,
+                "through_seq": job.through_seq,
+                "error": str(exc),
+                "failures": failures,
+                "retry_at": retry_at,
+            },
+        )
         add_metric(name="SummaryJobsFailed", unit=MetricUnit.Count, value=1)
         self.failed.append(Failed(job.summary_type, step.first_seq, job.through_seq, str(exc)))
         return "failed"
 
     def _covers(self, job: SummaryJob, step: Step, previous_covers: int | None) -> dict[str, Any]:
-        return {"workspace_id": self.ws, "session_id": self.session_id, "incarnation": self.incarnation,
-                "summary_type": job.summary_type,
-                "covers": {"first_seq": step.first_seq, "through_seq": step.through_seq,
-                           "previous_covers_seq": previous_covers},
-                "job": {"first_seq": job.first_seq, "through_seq": job.through_seq},
-                "cut": {str(seq): tokens for seq, tokens in step.keep.items()}}
+        return {
+            "workspace_id": self.ws,
+            "session_id": self.session_id,
+            "incarnation": self.incarnation,
+            "summary_type": job.summary_type,
+            "covers": {
+                "first_seq": step.first_seq,
+                "through_seq": step.through_seq,
+                "previous_covers_seq": previous_covers,
+            },
+            "job": {"first_seq": job.first_seq, "through_seq": job.through_seq},
+            "cut": {str(seq): tokens for seq, tokens in step.keep.items()},
+        }
 
     def _audit(self, summary_type: str, covers_seq: int, prefix: str, record: dict[str, Any]) -> None:
         record["created_at"] = datetime.now(UTC).isoformat()
-        write_audit(self.db, self.ws, self.session_id, summary_type, covers_seq, prefix + secrets.token_hex(4), record,
-                    incarnation=self.incarnation or "_")
+        write_audit(
+            self.db,
+            self.ws,
+            self.session_id,
+            summary_type,
+            covers_seq,
+            prefix + secrets.token_hex(4),
+            record,
+            incarnation=self.incarnation or "_",
+        )
 
 
 def _job_failure(marker: dict[str, Any] | None) -> JobFailure | None:
@@ -501,8 +665,15 @@ def _job_failure(marker: dict[str, Any] | None) -> JobFailure | None:
 
 def _fingerprint(engine: Engine, config: SummaryConfig, settings: Settings) -> str:
     """What a job's failure may depend on besides its messages: the engine and the settings that shape requests."""
-    shape = [engine.name, config.model or settings.model_for("summaries"), settings.llm_base_url, config.instructions,
-             config.max_output_tokens, config.temperature, settings.llm_max_input_tokens]
+    shape = [
+        engine.name,
+        config.model or settings.model_for("summaries"),
+        settings.llm_base_url,
+        config.instructions,
+        config.max_output_tokens,
+        config.temperature,
+        settings.llm_max_input_tokens,
+    ]
     if (settings.summaries_provider or settings.llm_provider) == "bedrock":  # openai's fingerprints stay as they were
         shape += ["bedrock", settings.bedrock_region]
     return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
@@ -540,5 +711,5 @@ def _cut(text: str, tokens: int) -> str:
     marker = f" [… {len(ids) - keep} tokens omitted …] "
     # A cut can fall inside a multi-byte character: drop the replacement characters decoding leaves there.
     start = enc.decode(ids[:head]).rstrip("\ufffd") if head else ""
-    end = enc.decode(ids[len(ids) - tail:]).lstrip("\ufffd") if tail else ""
+    end = enc.decode(ids[len(ids) - tail :]).lstrip("\ufffd") if tail else ""
     return (start + marker + end).strip()

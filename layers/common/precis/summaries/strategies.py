@@ -122,8 +122,10 @@ def decide(
     _check_messages(messages, start)
     grouped = runs(messages)
     if config.strategy == "cadence":
-        jobs = {SHORT: _cadence_job(SHORT, config.messages_per_short_summary, summaries, grouped),
-                LONG: _cadence_job(LONG, config.messages_per_long_summary, summaries, grouped)}
+        jobs = {
+            SHORT: _cadence_job(SHORT, config.messages_per_short_summary, summaries, grouped),
+            LONG: _cadence_job(LONG, config.messages_per_long_summary, summaries, grouped),
+        }
     else:
         jobs = {ROLLING: _rolling_job(config, summaries, messages, grouped)}
     continued = (_continued(t, job, summaries, grouped, (unfinished or {}).get(t)) for t, job in jobs.items())
@@ -151,8 +153,9 @@ def next_step(messages: Sequence[MessageRef], room: int) -> Step:
     first = grouped[0]
     members = [m for m in messages if m.seq <= first.last_seq]
     shares = fair_shares([m.token_count for m in members], room)
-    return Step(first.first_seq, first.last_seq,
-                {m.seq: share for m, share in zip(members, shares) if share < m.token_count})
+    return Step(
+        first.first_seq, first.last_seq, {m.seq: share for m, share in zip(members, shares) if share < m.token_count}
+    )
 
 
 def fair_shares(costs: Sequence[int], room: int) -> list[int]:
@@ -180,8 +183,12 @@ def failure_holds(failure: JobFailure | None, job: SummaryJob, fingerprint: str,
     """Whether a job must not be tried now: it failed for good from the same start with the same settings
     (`fingerprint`) and its back-off is still running. New messages do not lift it (they only extend the job's
     end); progress stored elsewhere, changed settings, or the end of the back-off do."""
-    return (failure is not None and failure.first_seq == job.first_seq and failure.fingerprint == fingerprint
-            and now < failure.retry_at)
+    return (
+        failure is not None
+        and failure.first_seq == job.first_seq
+        and failure.fingerprint == fingerprint
+        and now < failure.retry_at
+    )
 
 
 def runs(messages: Sequence[MessageRef]) -> list[Run]:
@@ -192,13 +199,15 @@ def runs(messages: Sequence[MessageRef]) -> list[Run]:
         following = messages[i + 1] if i + 1 < len(messages) else None
         same_run = following is not None and message.run_id is not None and following.run_id == message.run_id
         if not same_run:
-            members = messages[first:i + 1]
-            grouped.append(Run(
-                first_seq=members[0].seq,
-                last_seq=message.seq,
-                token_count=sum(m.token_count for m in members),
-                complete=following is not None or message.run_id is None,
-            ))
+            members = messages[first : i + 1]
+            grouped.append(
+                Run(
+                    first_seq=members[0].seq,
+                    last_seq=message.seq,
+                    token_count=sum(m.token_count for m in members),
+                    complete=following is not None or message.run_id is None,
+                )
+            )
             first = i + 1
     return grouped
 
@@ -216,8 +225,9 @@ def _check_messages(messages: Sequence[MessageRef], start: int) -> None:
             raise ValueError(f"messages: must be contiguous, #{newer.seq} follows #{older.seq}")
 
 
-def _cadence_job(summary_type: str, every: int, summaries: Mapping[str, SummaryCost],
-                 grouped: list[Run]) -> SummaryJob | None:
+def _cadence_job(
+    summary_type: str, every: int, summaries: Mapping[str, SummaryCost], grouped: list[Run]
+) -> SummaryJob | None:
     previous = summaries.get(summary_type)
     covered = _covered(summaries, summary_type)
     through = cadence_boundary(grouped, every)
@@ -237,8 +247,13 @@ def cadence_boundary(grouped: Sequence[Run], every: int) -> int:
     return max((run.last_seq for run in grouped if run.complete and run.last_seq <= count), default=0)
 
 
-def _continued(summary_type: str, job: SummaryJob | None, summaries: Mapping[str, SummaryCost], grouped: list[Run],
-               target: int | None) -> SummaryJob | None:
+def _continued(
+    summary_type: str,
+    job: SummaryJob | None,
+    summaries: Mapping[str, SummaryCost],
+    grouped: list[Run],
+    target: int | None,
+) -> SummaryJob | None:
     """`job`, or the unfinished job through `target` (the last complete run end up to it) if that reaches further."""
     covered = _covered(summaries, summary_type)
     if target is None or target <= covered:
@@ -249,8 +264,9 @@ def _continued(summary_type: str, job: SummaryJob | None, summaries: Mapping[str
     return SummaryJob(summary_type, summaries.get(summary_type), covered + 1, ends[-1])
 
 
-def _rolling_job(config: SummaryConfig, summaries: Mapping[str, SummaryCost], messages: Sequence[MessageRef],
-                 grouped: list[Run]) -> SummaryJob | None:
+def _rolling_job(
+    config: SummaryConfig, summaries: Mapping[str, SummaryCost], messages: Sequence[MessageRef], grouped: list[Run]
+) -> SummaryJob | None:
     previous = summaries.get(ROLLING)
     covered = _covered(summaries, ROLLING)
     tokens = (previous.token_count if previous else 0) + sum(m.token_count for m in messages if m.seq > covered)

@@ -66,5 +66,6 @@ def serve(name: str, request_headers: Mapping[str, str] | None = None) -> Respon
     zipped = "gzip" in asked.get("accept-encoding", "")
     if zipped:
         headers["Content-Encoding"] = "gzip"
-    return Response(status_code=200, content_type=FILES[name][1], body=file.gzipped if zipped else file.content,
-                    headers=headers)
+    return Response(
+        status_code=200, content_type=FILES[name][1], body=file.gzipped if zipped else file.content, headers=headers
+    )

@@ -31,15 +31,17 @@ class ListConclusions(Collection):
 class QueryConclusions(Collection):
     query: Query = Field(description="What to look for.")
     top_k: int = Field(10, ge=1, le=100, description="Most conclusions returned, 1-100.")
-    filters: dict[str, Any] | None = Field(None, description='Filters, e.g. {"level": ["deductive", "inductive"]} '
-                                                             '(dreamt) or {"session_id": "s1"}.')
+    filters: dict[str, Any] | None = Field(
+        None, description='Filters, e.g. {"level": ["deductive", "inductive"]} (dreamt) or {"session_id": "s1"}.'
+    )
 
 
 class CreateConclusions(InWorkspace):
     peer_id: Id = Field(description=OBSERVER)
     target_peer_id: Id = Field(description="The peer they are about (peer_id itself for its own).")
     conclusions: list[Annotated[str, StringConstraints(min_length=1, max_length=65_535)]] = Field(
-        min_length=1, max_length=MAX_BATCH, description="The facts, one a string.")
+        min_length=1, max_length=MAX_BATCH, description="The facts, one a string."
+    )
     session_id: Id | None = Field(None, description="The session they come from, if one.")
 
 
@@ -60,8 +62,10 @@ class QueueStatus(InWorkspace):
 
 
 def _summary(conclusion: dict[str, Any]) -> dict[str, Any]:
-    return {k: conclusion.get(k) for k in ("id", "content", "level", "observer_id", "observed_id", "session_id",
-                                           "created_at")}
+    return {
+        k: conclusion.get(k)
+        for k in ("id", "content", "level", "observer_id", "observed_id", "session_id", "created_at")
+    }
 
 
 @CATALOGUE.tool("list_conclusions", "List conclusions", ListConclusions, read_only=True)
@@ -74,8 +78,12 @@ def list_conclusions(call: Call, args: ListConclusions):
     call.authorize(Access.WORKSPACE, ws)
     scope = {"observer_id": args.peer_id, "observed_id": args.target_peer_id or args.peer_id}
     answer = conclusions.list_conclusions(call.db, ws, scope, args.page, args.size, False)
-    return {"conclusions": [_summary(c) for c in answer["items"]], "total": answer["total"], "page": answer["page"],
-            "pages": answer["pages"]}
+    return {
+        "conclusions": [_summary(c) for c in answer["items"]],
+        "total": answer["total"],
+        "page": answer["page"],
+        "pages": answer["pages"],
+    }
 
 
 @CATALOGUE.tool("query_conclusions", "Search conclusions", QueryConclusions, read_only=True)
@@ -84,8 +92,9 @@ def query_conclusions(call: Call, args: QueryConclusions):
     first."""
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.WORKSPACE, ws)
-    found = query_collection(call, ws, args.peer_id, args.target_peer_id or args.peer_id, args.query, args.top_k,
-                             args.filters)
+    found = query_collection(
+        call, ws, args.peer_id, args.target_peer_id or args.peer_id, args.query, args.top_k, args.filters
+    )
     return [_summary(c) for c in found]
 
 
@@ -98,8 +107,15 @@ def create_conclusions(call: Call, args: CreateConclusions):
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.WORKSPACE, ws)
-    payload = [{"content": content, "observer_id": args.peer_id, "observed_id": args.target_peer_id,
-                "session_id": args.session_id} for content in args.conclusions]
+    payload = [
+        {
+            "content": content,
+            "observer_id": args.peer_id,
+            "observed_id": args.target_peer_id,
+            "session_id": args.session_id,
+        }
+        for content in args.conclusions
+    ]
     made = conclusions.create(call.db, ws, payload, embedder=configured_embedder())
     return {"created": len(made), "ids": [c["id"] for c in made]}
 
@@ -114,8 +130,9 @@ def delete_conclusion(call: Call, args: DeleteConclusion):
     call.authorize(Access.WORKSPACE, ws)
     held = conclusions.get(call.db, ws, args.conclusion_id)
     if (held["observer_id"], held["observed_id"]) != (args.peer_id, args.target_peer_id):
-        raise NotFound(f"conclusion '{args.conclusion_id}' is not one of '{args.peer_id}' about "
-                       f"'{args.target_peer_id}'")
+        raise NotFound(
+            f"conclusion '{args.conclusion_id}' is not one of '{args.peer_id}' about '{args.target_peer_id}'"
+        )
     conclusions.delete(call.db, ws, args.conclusion_id)
     return f"conclusion '{args.conclusion_id}' deleted"
 
@@ -134,8 +151,9 @@ def schedule_dream(call: Call, args: Dream):
     resources.require_peers(call.db, ws, args.peer_id, args.target_peer_id)
     if args.session_id is not None:
         resources.require_session(call.db, ws, args.session_id)
-    schedule(call.db, DreamTarget(ws, args.peer_id, args.target_peer_id or args.peer_id), args.session_id,
-             datetime.now(UTC))
+    schedule(
+        call.db, DreamTarget(ws, args.peer_id, args.target_peer_id or args.peer_id), args.session_id, datetime.now(UTC)
+    )
     return "dream scheduled"
 
 
@@ -147,5 +165,6 @@ def get_queue_status(call: Call, args: QueueStatus):
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.WORKSPACE, ws)
-    return queue.queue_status(call.db, ws, observer_id=args.observer_id, sender_id=args.sender_id,
-                              session_id=args.session_id)
+    return queue.queue_status(
+        call.db, ws, observer_id=args.observer_id, sender_id=args.sender_id, session_id=args.session_id
+    )

@@ -17,9 +17,9 @@ TARGET = "The peer it is about, when not peer_id itself."
 
 class PeerConfiguration(Arguments):
     model_config = ConfigDict(extra="forbid", defer_build=True, populate_by_name=True)
-    observe_me: bool | None = Field(None, alias="observeMe",
-                                    description="Whether conclusions are derived from this peer's messages (default "
-                                                "true).")
+    observe_me: bool | None = Field(
+        None, alias="observeMe", description="Whether conclusions are derived from this peer's messages (default true)."
+    )
 
 
 class CreatePeer(InWorkspace):
@@ -36,7 +36,8 @@ class Chat(OnePeer):
     query: Query = Field(description="A question in natural language.")
     session_id: Id | None = Field(None, description="Answer from this session's messages and conclusions only.")
     reasoning_level: Literal["minimal", "low", "medium", "high", "max"] = Field(
-        "low", description="More reads more memory and asks the model more rounds: slower, deeper.")
+        "low", description="More reads more memory and asks the model more rounds: slower, deeper."
+    )
 
 
 class SetCard(OnePeer):
@@ -46,8 +47,9 @@ class SetCard(OnePeer):
 class PeerContext(OnePeer):
     search_query: Query | None = Field(None, description="Put the conclusions nearest this first.")
     max_conclusions: int | None = Field(None, ge=1, le=100, description="Most conclusions, 1-100.")
-    tokens: int | None = Field(None, ge=1, le=100_000, description="Fit the representation and card in this many "
-                                                                     "tokens (Precis).")
+    tokens: int | None = Field(
+        None, ge=1, le=100_000, description="Fit the representation and card in this many tokens (Precis)."
+    )
 
 
 class Representation(OnePeer):
@@ -91,8 +93,9 @@ def chat(call: Call, args: Chat):
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.PEER, ws, peer=args.peer_id)
-    body = ChatQuery(query=args.query, session_id=args.session_id, target=args.target_peer_id,
-                     reasoning_level=args.reasoning_level)
+    body = ChatQuery(
+        query=args.query, session_id=args.session_id, target=args.target_peer_id, reasoning_level=args.reasoning_level
+    )
     answer = answer_chat(call.db, with_llm_key(get_settings()), ws, body, peer_id=args.peer_id, embed=embed_text)
     return answer.body.get("content") or "None"
 
@@ -134,8 +137,14 @@ def get_peer_context(call: Call, args: PeerContext):
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.PEER, ws, peer=args.peer_id)
-    return read.get_peer_context(ws, args.peer_id, target=args.target_peer_id, search_query=args.search_query,
-                                 max_conclusions=args.max_conclusions, tokens=args.tokens)
+    return read.get_peer_context(
+        ws,
+        args.peer_id,
+        target=args.target_peer_id,
+        search_query=args.search_query,
+        max_conclusions=args.max_conclusions,
+        tokens=args.tokens,
+    )
 
 
 @CATALOGUE.tool("get_representation", "Read a peer's representation", Representation, read_only=True)
@@ -146,6 +155,10 @@ def get_representation(call: Call, args: Representation):
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.PEER, ws, peer=args.peer_id)
-    body = RepresentationQuery(session_id=args.session_id, target=args.target_peer_id, search_query=args.search_query,
-                               max_conclusions=args.max_conclusions)
+    body = RepresentationQuery(
+        session_id=args.session_id,
+        target=args.target_peer_id,
+        search_query=args.search_query,
+        max_conclusions=args.max_conclusions,
+    )
     return read.get_peer_representation(ws, args.peer_id, body)["representation"]

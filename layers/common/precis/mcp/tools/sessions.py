@@ -21,20 +21,21 @@ class OneSession(InWorkspace):
 
 
 class Clone(OneSession):
-    message_id: str | None = Field(None, pattern=MESSAGE_ID_PATTERN,
-                                   description="Clone up to and including this message; leave out for all.")
+    message_id: str | None = Field(
+        None, pattern=MESSAGE_ID_PATTERN, description="Clone up to and including this message; leave out for all."
+    )
 
 
 class Member(Arguments):
     peer_id: Id = Field(description="The peer.")
-    observe_me: bool | None = Field(None, description="Whether this peer's messages here are derived into "
-                                                      "conclusions.")
+    observe_me: bool | None = Field(None, description="Whether this peer's messages here are derived into conclusions.")
     observe_others: bool | None = Field(None, description="Whether this peer forms conclusions about the others here.")
 
 
 class AddPeers(OneSession):
-    peers: list[Id | Member] = Field(min_length=1, max_length=MAX_BATCH,
-                                     description="Peers to add: ids, or objects with per-session settings.")
+    peers: list[Id | Member] = Field(
+        min_length=1, max_length=MAX_BATCH, description="Peers to add: ids, or objects with per-session settings."
+    )
 
 
 class RemovePeers(OneSession):
@@ -53,8 +54,9 @@ class AddMessages(OneSession):
 
 
 class Messages(OneSession, Paged):
-    filters: dict[str, Any] | None = Field(None, description='Filters, e.g. {"peer_id": "alice"} or {"metadata": '
-                                                             '{"topic": "x"}}.')
+    filters: dict[str, Any] | None = Field(
+        None, description='Filters, e.g. {"peer_id": "alice"} or {"metadata": {"topic": "x"}}.'
+    )
     reverse: bool = Field(False, description="Newest first.")
 
 
@@ -70,8 +72,9 @@ class SessionContext(OneSession):
 class BudgetedContext(OneSession):
     tokens: int = Field(ge=1, le=MAX_CONTEXT_TOKENS, description="Token budget: the context never exceeds it.")
     summary: bool = Field(True, description="Start with the summary of what came before the newest messages.")
-    whole_runs: bool | None = Field(None, description="Never cut a run (a turn's messages) in two; leave out for the "
-                                                      "session's setting.")
+    whole_runs: bool | None = Field(
+        None, description="Never cut a run (a turn's messages) in two; leave out for the session's setting."
+    )
     peer_target: Id | None = Field(None, description="Add what is known of this peer (its representation and card).")
     peer_perspective: Id | None = Field(None, description="Whose view of peer_target (default: peer_target's own).")
     limit_to_session: bool = Field(False, description="Only what was concluded in this session.")
@@ -175,9 +178,12 @@ def inspect_session(call: Call, args: OneSession):
     _require(call, ws, args.session_id)
     count = messages.list_messages(call.db, ws, args.session_id, None, 1, 1, False)["total"]
     summaries = read_summaries(call.db, ws, args.session_id)
-    return {"session_id": args.session_id, "peers": [{"id": p} for p in sorted(resources.members(
-        call.db, ws, args.session_id))], "message_count": count,
-            "summaries": {k: summaries[k] for k in ("short_summary", "long_summary")}}
+    return {
+        "session_id": args.session_id,
+        "peers": [{"id": p} for p in sorted(resources.members(call.db, ws, args.session_id))],
+        "message_count": count,
+        "summaries": {k: summaries[k] for k in ("short_summary", "long_summary")},
+    }
 
 
 @CATALOGUE.tool("add_messages_to_session", "Record messages", AddMessages)
@@ -185,16 +191,18 @@ def add_messages_to_session(call: Call, args: AddMessages):
     """Record conversation turns in a session, each with the peer_id of who said it, oldest first: after every
     exchange, the user's message and your answer, exactly. The session and peers are created when new. Returns the
     stored messages' ids."""
-    from precis.schemas.bodies import MessageBatch
     from precis.messages.ingest import create_messages
+    from precis.schemas.bodies import MessageBatch
     from precis.settings import get_settings
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.SESSION_WRITE, ws, session=args.session_id)
     batch = MessageBatch.model_validate({"messages": [m.model_dump(exclude_none=True) for m in args.messages]})
     _status, views = create_messages(call.db, get_settings(), ws, args.session_id, batch)
-    return {"added": len(views), "messages": [{"id": v["id"], "peer_id": v["peer_id"],
-                                               "token_count": v.get("token_count")} for v in views]}
+    return {
+        "added": len(views),
+        "messages": [{"id": v["id"], "peer_id": v["peer_id"], "token_count": v.get("token_count")} for v in views],
+    }
 
 
 @CATALOGUE.tool("get_session_messages", "Read a session's messages", Messages, read_only=True)
@@ -226,14 +234,20 @@ def get_session_context(call: Call, args: SessionContext):
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.SESSION_READ, ws, session=args.session_id)
-    answer = read.session_context(ws, args.session_id, tokens=args.tokens, summary=args.summary,
-                                  principal=call.principal)
-    return {"session_id": args.session_id, "summary": answer["summary"],
-            "messages": [message(m) for m in answer["messages"]], "token_count": answer["token_count"]}
+    answer = read.session_context(
+        ws, args.session_id, tokens=args.tokens, summary=args.summary, principal=call.principal
+    )
+    return {
+        "session_id": args.session_id,
+        "summary": answer["summary"],
+        "messages": [message(m) for m in answer["messages"]],
+        "token_count": answer["token_count"],
+    }
 
 
-@CATALOGUE.tool("get_budgeted_context", "Read a session's context within a token budget", BudgetedContext,
-                read_only=True)
+@CATALOGUE.tool(
+    "get_budgeted_context", "Read a session's context within a token budget", BudgetedContext, read_only=True
+)
 def get_budgeted_context(call: Call, args: BudgetedContext):
     """Precis: a session's context guaranteed to fit `tokens` (counted as the model counts them): the newest summary,
     then the newest messages (whole runs if asked), and optionally what is known of peer_target and older messages
@@ -242,13 +256,25 @@ def get_budgeted_context(call: Call, args: BudgetedContext):
     from precis.api import read
 
     ws = call.workspace(args.workspace_id)
-    call.authorize(Access.SESSION_READ, ws, session=args.session_id,
-                   view={"peer_target": args.peer_target, "peer_perspective": args.peer_perspective})
-    answer = read.session_context(ws, args.session_id, tokens=args.tokens, summary=args.summary,
-                                  whole_runs=args.whole_runs, peer_target=args.peer_target,
-                                  peer_perspective=args.peer_perspective, limit_to_session=args.limit_to_session,
-                                  search_query=args.search_query, max_conclusions=args.max_conclusions,
-                                  principal=call.principal)
+    call.authorize(
+        Access.SESSION_READ,
+        ws,
+        session=args.session_id,
+        view={"peer_target": args.peer_target, "peer_perspective": args.peer_perspective},
+    )
+    answer = read.session_context(
+        ws,
+        args.session_id,
+        tokens=args.tokens,
+        summary=args.summary,
+        whole_runs=args.whole_runs,
+        peer_target=args.peer_target,
+        peer_perspective=args.peer_perspective,
+        limit_to_session=args.limit_to_session,
+        search_query=args.search_query,
+        max_conclusions=args.max_conclusions,
+        principal=call.principal,
+    )
     return {**answer, "messages": [message(m) for m in answer["messages"]]}
 
 

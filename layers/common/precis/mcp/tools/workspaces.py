@@ -10,8 +10,10 @@ from precis.auth import Access
 from precis.mcp.catalogue import CATALOGUE, Arguments, Call
 from precis.schemas import Id, Metadata
 
-WORKSPACE = ("Workspace to work in. Leave it out when the connection sets X-Honcho-Workspace-ID (the usual setup); "
-             "pass it only for another workspace.")
+WORKSPACE = (
+    "Workspace to work in. Leave it out when the connection sets X-Honcho-Workspace-ID (the usual setup); "
+    "pass it only for another workspace."
+)
 Query = Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
 
 
@@ -38,11 +40,13 @@ class Search(InWorkspace):
     peer_id: Id | None = Field(None, description="Search the messages this peer wrote (and its own conclusions).")
     session_id: Id | None = Field(None, description="Search this session's messages.")
     message_limit: int = Field(10, ge=1, le=100, description="Most messages returned, 1-100.")
-    message_filters: dict[str, Any] | None = Field(None, description='Message filters, e.g. {"created_at": {"gte": '
-                                                                     '"2026-01-01"}} or {"metadata": {"topic": "x"}}.')
+    message_filters: dict[str, Any] | None = Field(
+        None, description='Message filters, e.g. {"created_at": {"gte": "2026-01-01"}} or {"metadata": {"topic": "x"}}.'
+    )
     conclusion_top_k: int = Field(10, ge=0, le=100, description="Most conclusions returned with peer_id (0: none).")
-    conclusion_filters: dict[str, Any] | None = Field(None, description='Conclusion filters, e.g. {"level": '
-                                                                        '["deductive"]} or {"session_id": "s1"}.')
+    conclusion_filters: dict[str, Any] | None = Field(
+        None, description='Conclusion filters, e.g. {"level": ["deductive"]} or {"session_id": "s1"}.'
+    )
 
 
 class Scoped(InWorkspace):
@@ -56,17 +60,21 @@ class SetMetadata(Scoped):
 
 def page_of(answer: dict[str, Any], name: str, item=lambda i: {"id": i["id"]}) -> dict[str, Any]:
     """A page of the API as Honcho's MCP tools answer it: the items under `name`, then the page's counts."""
-    return {name: [item(i) for i in answer["items"]], "total": answer["total"], "page": answer["page"],
-            "pages": answer["pages"]}
+    return {
+        name: [item(i) for i in answer["items"]],
+        "total": answer["total"],
+        "page": answer["page"],
+        "pages": answer["pages"],
+    }
 
 
 def message(view: dict[str, Any]) -> dict[str, Any]:
-    return {k: view.get(k) for k in ("id", "content", "peer_id", "session_id", "metadata", "created_at",
-                                     "token_count")}
+    return {k: view.get(k) for k in ("id", "content", "peer_id", "session_id", "metadata", "created_at", "token_count")}
 
 
-def query_collection(call: Call, ws: str, observer: str, observed: str, query: str, top_k: int,
-                     filters: dict[str, Any] | None) -> list[dict[str, Any]]:
+def query_collection(
+    call: Call, ws: str, observer: str, observed: str, query: str, top_k: int, filters: dict[str, Any] | None
+) -> list[dict[str, Any]]:
     """The (observer, observed) collection's conclusions nearest `query`, as `POST …/conclusions/query` ranks them."""
     from precis.memory.embeddings import configured_embedder
     from precis.store import conclusions
@@ -109,9 +117,15 @@ def inspect_workspace(call: Call, args: InWorkspace):
     view = resources.workspace_view(resources.require_workspace(call.db, ws))
     peers = resources.list_peers(call.db, ws, None, 1, 50, False)
     sessions = resources.list_sessions(call.db, ws, None, 1, 50, False)
-    return {"workspace_id": ws, "metadata": view["metadata"], "configuration": view["configuration"],
-            "peer_count": peers["total"], "peers": [{"id": p["id"]} for p in peers["items"]],
-            "session_count": sessions["total"], "sessions": [{"id": s["id"]} for s in sessions["items"]]}
+    return {
+        "workspace_id": ws,
+        "metadata": view["metadata"],
+        "configuration": view["configuration"],
+        "peer_count": peers["total"],
+        "peers": [{"id": p["id"]} for p in peers["items"]],
+        "session_count": sessions["total"],
+        "sessions": [{"id": s["id"]} for s in sessions["items"]],
+    }
 
 
 @CATALOGUE.tool("search", "Search messages and conclusions", Search, read_only=True)
@@ -141,8 +155,12 @@ def search(call: Call, args: Search):
         found = read.search_workspace(ws, body)
     conclusions = []
     if with_conclusions:
-        conclusions = [{k: c[k] for k in ("id", "content", "level", "created_at")} for c in query_collection(
-            call, ws, args.peer_id, args.peer_id, args.query, args.conclusion_top_k, args.conclusion_filters)]
+        conclusions = [
+            {k: c[k] for k in ("id", "content", "level", "created_at")}
+            for c in query_collection(
+                call, ws, args.peer_id, args.peer_id, args.query, args.conclusion_top_k, args.conclusion_filters
+            )
+        ]
     return {"messages": [message(m) for m in found], "conclusions": conclusions}
 
 

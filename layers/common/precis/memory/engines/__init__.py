@@ -54,8 +54,9 @@ class DeriverEngine(Protocol):
         """Explicit conclusions from the observed peer's messages, each naming that peer as its subject."""
         ...
 
-    def update_card(self, observed: str, card: list[str] | None, counts: dict[str, int],
-                    new: list[str]) -> tuple[list[str], dict[str, int]] | None:
+    def update_card(
+        self, observed: str, card: list[str] | None, counts: dict[str, int], new: list[str]
+    ) -> tuple[list[str], dict[str, int]] | None:
         """The new card and its bookkeeping counts from the old ones and new conclusions; None leaves it unchanged."""
         ...
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from precis.memory.engines import DeriveRequest
 from precis.memory.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, norm, validate_entries
+from precis.memory.engines import DeriveRequest
 
 MAX_WORDS = 60  # longer sentences are rarely one fact
 MAX_COUNTS = 4 * MAX_ENTRIES  # entries whose counts are kept (so a fact can climb back onto a full card)
@@ -22,35 +22,56 @@ _SENTENCE_END = re.compile(r"[.!?…]+[\"')\]]*\s+")
 _FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself)\b", re.I)
 _SECOND_PERSON = re.compile(r"\b(?:you|your|yours|yourself|yourselves|u|ur)\b", re.I)
 # Openers that carry no content: "Yes, I have two cats" is "I have two cats".
-_OPENER = re.compile(r"^(?:(?:oh|well|so|yes|yeah|yep|no|nope|ok|okay|sure|actually|honestly|anyway|btw|also|and|but|"
-                     r"hi|hello|hey|haha|lol|wow|um|uh)\b[,!.]*\s+)+", re.I)
-_GREETING = re.compile(r"^(?:hi|hello|hey|thanks|thank|bye|goodbye|good (?:morning|afternoon|evening|night)|cheers|"
-                       r"nice to meet|pleased to meet|welcome)\b", re.I)
-_QUESTION = re.compile(r"^(?:(?:am|is|are|was|were|do|does|did|can|could|would|will|shall|should|may|might|must|"
-                       r"have|has|had|isn't|aren't|don't|doesn't|didn't|can't|won't|wouldn't|shouldn't)\b|"
-                       r"(?:what|why|how|where|when|who|whom|whose|which)\s+(?:am|is|are|was|were|do|does|did|can|"
-                       r"could|would|will|should|shall|may|might|must|have|has|had)\b)", re.I)
-_COMMAND = re.compile(r"^(?:please|pls|let|tell|give|show|help|remind|send|write|make|find|explain|check|book|get|"
-                      r"take|read|list|summari[sz]e|translate|describe|recommend|suggest|call|email|text|note|"
-                      r"remember|save|add|set|try|look|don't|do not|never)\b", re.I)
-_HEDGE = re.compile(r"\b(?:if|unless|whether|suppose|supposing|imagine|maybe|perhaps|possibly|probably)\b|"
-                    r"\bI\s+(?:might|may|could|should|guess|suppose|wonder|wish)\b|"
-                    r"\bI(?:'m|\s+am)\s+not\s+sure\b|\bI\s+(?:don't|do\s+not)\s+know\b|"
-                    r"\bI(?:'d|\s+would)\s+(?!(?:like|love|prefer|rather|hate|been|had|never|always)\b)", re.I)
-_FILLER = re.compile(r"^(?:I(?:'m|\s+am)\s+(?:fine|good|ok|okay|sure|sorry|back|here|ready|done|in|well|alright|"
-                     r"all right|glad|great)(?:\s+too|,?\s+thanks)?|I\s+(?:think|hope|guess|believe)\s+so|"
-                     r"me\s+too|I\s+(?:see|know|agree|understand|do|did|am|was|will|can))$", re.I)
+_OPENER = re.compile(
+    r"^(?:(?:oh|well|so|yes|yeah|yep|no|nope|ok|okay|sure|actually|honestly|anyway|btw|also|and|but|"
+    r"hi|hello|hey|haha|lol|wow|um|uh)\b[,!.]*\s+)+",
+    re.I,
+)
+_GREETING = re.compile(
+    r"^(?:hi|hello|hey|thanks|thank|bye|goodbye|good (?:morning|afternoon|evening|night)|cheers|"
+    r"nice to meet|pleased to meet|welcome)\b",
+    re.I,
+)
+_QUESTION = re.compile(
+    r"^(?:(?:am|is|are|was|were|do|does|did|can|could|would|will|shall|should|may|might|must|"
+    r"have|has|had|isn't|aren't|don't|doesn't|didn't|can't|won't|wouldn't|shouldn't)\b|"
+    r"(?:what|why|how|where|when|who|whom|whose|which)\s+(?:am|is|are|was|were|do|does|did|can|"
+    r"could|would|will|should|shall|may|might|must|have|has|had)\b)",
+    re.I,
+)
+_COMMAND = re.compile(
+    r"^(?:please|pls|let|tell|give|show|help|remind|send|write|make|find|explain|check|book|get|"
+    r"take|read|list|summari[sz]e|translate|describe|recommend|suggest|call|email|text|note|"
+    r"remember|save|add|set|try|look|don't|do not|never)\b",
+    re.I,
+)
+_HEDGE = re.compile(
+    r"\b(?:if|unless|whether|suppose|supposing|imagine|maybe|perhaps|possibly|probably)\b|"
+    r"\bI\s+(?:might|may|could|should|guess|suppose|wonder|wish)\b|"
+    r"\bI(?:'m|\s+am)\s+not\s+sure\b|\bI\s+(?:don't|do\s+not)\s+know\b|"
+    r"\bI(?:'d|\s+would)\s+(?!(?:like|love|prefer|rather|hate|been|had|never|always)\b)",
+    re.I,
+)
+_FILLER = re.compile(
+    r"^(?:I(?:'m|\s+am)\s+(?:fine|good|ok|okay|sure|sorry|back|here|ready|done|in|well|alright|"
+    r"all right|glad|great)(?:\s+too|,?\s+thanks)?|I\s+(?:think|hope|guess|believe)\s+so|"
+    r"me\s+too|I\s+(?:see|know|agree|understand|do|did|am|was|will|can))$",
+    re.I,
+)
 
 _CALL_ME = re.compile(r"^(?:please\s+)?call me\s+(\S.*)$", re.I)
 # Adverbs that may stand between "I" and its verb: "I really like tea".
-_ADVERBS = set("""
+_ADVERBS = set(
+    """
 really also still usually often always never sometimes just actually only mostly generally rarely seldom definitely
 totally absolutely truly even currently now normally typically occasionally barely hardly basically mainly honestly
 kinda literally regularly frequently constantly especially
-""".split())
+""".split()
+)
 _IRREGULAR = {"have": "has", "do": "does", "go": "goes", "don't": "doesn't", "haven't": "hasn't", "am": "is"}
 # Present-tense base forms the generic -s rule may conjugate; anything else (past tense, modals) stays as written.
-_VERBS = set("""
+_VERBS = set(
+    """
 like love want prefer need own study play think feel hate enjoy use speak know live work eat drink cook run walk
 read write teach learn travel visit watch listen drive ride swim make take get keep believe remember plan hope try
 buy sell miss wear sleep wake call stay spend fix build grow collect practice practise sing dance paint draw code
@@ -58,7 +79,8 @@ volunteer attend support follow care worry mean understand agree disagree dislik
 lead hike bike cycle jog climb ski surf knit bake garden fish hunt train coach exercise meditate pray vote struggle
 suffer deal commute belong identify consider intend tend seem look sound smell taste trust expect forget forgive
 admire respect fear dread crave appreciate value celebrate recommend earn pay save invest owe
-""".split())
+""".split()
+)
 
 
 def split_sentences(text: str) -> list[str]:
@@ -67,10 +89,10 @@ def split_sentences(text: str) -> list[str]:
     for line in text.splitlines():
         start = 0
         for end in _SENTENCE_END.finditer(line):
-            before = line[start:end.start()].split()
+            before = line[start : end.start()].split()
             if before and before[-1].lower().rstrip(".") in _ABBREVIATIONS and line[end.start()] == ".":
                 continue
-            sentences.append(line[start:end.end()].strip())
+            sentences.append(line[start : end.end()].strip())
             start = end.end()
         sentences.append(line[start:].strip())
     return [s for s in sentences if s]
@@ -146,7 +168,7 @@ def _subject(words: list[str], i: int, lower: str, tail: str, o: str, out: list[
     j = i + 1
     # Skip adverbs to reach the verb: "I really like", "I usually work".
     while j + 1 < len(words) and words[j].isspace() and words[j + 1].lower() in _ADVERBS:
-        out.extend(words[j:j + 2])
+        out.extend(words[j : j + 2])
         j += 2
     if j + 1 >= len(words) or not words[j].isspace():
         return j
@@ -189,29 +211,43 @@ def _compound(out: list[str], o: str) -> bool:
 
 # ---------------------------------------------------------------- the card
 
-_FAMILY = (r"sister|brother|siblings?|wife|husband|spouse|partner|boyfriend|girlfriend|fianc[ée]e?|friend|best friend|"
-           r"mother|mom|mum|father|dad|parents?|son|daughter|child|children|kids?|baby|twin|cousin|aunt|uncle|"
-           r"grandmother|grandfather|grandma|grandpa|grandparents?|grandchildren|niece|nephew|boss|manager|colleague|"
-           r"coworker|co-worker|roommate|flatmate|neighbou?r|mentor|teacher|doctor|therapist|"
-           r"dogs?|cats?|pets?|puppy|kitten|horses?|parrots?|rabbits?|hamsters?")
+_FAMILY = (
+    r"sister|brother|siblings?|wife|husband|spouse|partner|boyfriend|girlfriend|fianc[ée]e?|friend|best friend|"
+    r"mother|mom|mum|father|dad|parents?|son|daughter|child|children|kids?|baby|twin|cousin|aunt|uncle|"
+    r"grandmother|grandfather|grandma|grandpa|grandparents?|grandchildren|niece|nephew|boss|manager|colleague|"
+    r"coworker|co-worker|roommate|flatmate|neighbou?r|mentor|teacher|doctor|therapist|"
+    r"dogs?|cats?|pets?|puppy|kitten|horses?|parrots?|rabbits?|hamsters?"
+)
 _NUMBER = r"(?:a|an|one|two|three|four|five|six|seven|eight|nine|ten|\d+|several|many|some|no)"
 _RULES: list[tuple[str, str]] = [
-    ("INSTRUCTION", r"\b(?:wants|would like|prefers|asks|likes) to be (?:called|addressed|referred to)\b|"
-                    r"\bgoes by\b|\basks (?:that|for)\b|"
-                    r"\bprefers (?:\w+ ){0,2}(?:answers|responses|replies|explanations|examples|messages|emails)\b|"
-                    r"\bwants (?:\w+ ){0,2}(?:answers|responses|replies|explanations)\b"),
-    ("RELATIONSHIP", rf"^{{o}}'s (?:(?:\w+ )?(?:{_FAMILY}))\b|^{{o}} has {_NUMBER} (?:\w+ )?(?:{_FAMILY})\b|"
-                     r"^{o} is (?:married|engaged) to\b|^{o} is dating\b|^{o} is (?:divorced|single|a widow)"),
-    ("ATTRIBUTE", r"^{o} (?:really |also |still |usually |always |never |absolutely )?"
-                  r"(?:likes|loves|prefers|hates|enjoys|dislikes|adores|detests|avoids|can't stand|cannot stand|"
-                  r"doesn't (?:eat|drink|like|smoke)|does not (?:eat|drink|like|smoke)|never eats|"
-                  r"is allergic|is (?:a )?(?:vegan|vegetarian|pescatarian)|is lactose|is gluten|is afraid of|"
-                  r"is scared of|is interested in|is passionate about|is a fan of|is fluent in|speaks|plays|"
-                  r"collects|practi[cs]es|is learning|has been learning)\b"),
-    ("IDENTITY", r"^{o}'s (?:name|full name|age|birthday|pronouns|job|profession|occupation|hometown|nationality)\b|"
-                 r"^{o} is (?:\d+|[a-z]+-?[a-z]*) years old\b|^{o} is (?:a|an) (?!bit\b|little\b|lot\b)[\w -]+$|"
-                 r"^{o} (?:lives|lived|is living) in\b|^{o} (?:is|comes) from\b|^{o} was born\b|"
-                 r"^{o} (?:works|worked|is working) (?:as|at|for|in)\b|^{o} moved to\b|^{o} is (?:called|named)\b"),
+    (
+        "INSTRUCTION",
+        r"\b(?:wants|would like|prefers|asks|likes) to be (?:called|addressed|referred to)\b|"
+        r"\bgoes by\b|\basks (?:that|for)\b|"
+        r"\bprefers (?:\w+ ){0,2}(?:answers|responses|replies|explanations|examples|messages|emails)\b|"
+        r"\bwants (?:\w+ ){0,2}(?:answers|responses|replies|explanations)\b",
+    ),
+    (
+        "RELATIONSHIP",
+        rf"^{{o}}'s (?:(?:\w+ )?(?:{_FAMILY}))\b|^{{o}} has {_NUMBER} (?:\w+ )?(?:{_FAMILY})\b|"
+        r"^{o} is (?:married|engaged) to\b|^{o} is dating\b|^{o} is (?:divorced|single|a widow)",
+    ),
+    (
+        "ATTRIBUTE",
+        r"^{o} (?:really |also |still |usually |always |never |absolutely )?"
+        r"(?:likes|loves|prefers|hates|enjoys|dislikes|adores|detests|avoids|can't stand|cannot stand|"
+        r"doesn't (?:eat|drink|like|smoke)|does not (?:eat|drink|like|smoke)|never eats|"
+        r"is allergic|is (?:a )?(?:vegan|vegetarian|pescatarian)|is lactose|is gluten|is afraid of|"
+        r"is scared of|is interested in|is passionate about|is a fan of|is fluent in|speaks|plays|"
+        r"collects|practi[cs]es|is learning|has been learning)\b",
+    ),
+    (
+        "IDENTITY",
+        r"^{o}'s (?:name|full name|age|birthday|pronouns|job|profession|occupation|hometown|nationality)\b|"
+        r"^{o} is (?:\d+|[a-z]+-?[a-z]*) years old\b|^{o} is (?:a|an) (?!bit\b|little\b|lot\b)[\w -]+$|"
+        r"^{o} (?:lives|lived|is living) in\b|^{o} (?:is|comes) from\b|^{o} was born\b|"
+        r"^{o} (?:works|worked|is working) (?:as|at|for|in)\b|^{o} moved to\b|^{o} is (?:called|named)\b",
+    ),
 ]
 
 
@@ -224,8 +260,9 @@ def classify(observed: str, conclusion: str) -> str | None:
     return None
 
 
-def update_card(observed: str, card: list[str] | None, counts: dict[str, int],
-                new: list[str]) -> tuple[list[str], dict[str, int]] | None:
+def update_card(
+    observed: str, card: list[str] | None, counts: dict[str, int], new: list[str]
+) -> tuple[list[str], dict[str, int]] | None:
     """Count the new classifiable conclusions; the card is the most repeated entries (then the newest), at most 40.
     None when no new conclusion belongs on a card. Old entries without a known prefix are dropped."""
     counts = {entry: count for entry, count in counts.items() if isinstance(count, int) and count > 0}
@@ -265,15 +302,17 @@ class ExtractiveDeriver:
                     found.setdefault(norm(conclusion), conclusion)
         return list(found.values())
 
-    def update_card(self, observed: str, card: list[str] | None, counts: dict[str, int],
-                    new: list[str]) -> tuple[list[str], dict[str, int]] | None:
+    def update_card(
+        self, observed: str, card: list[str] | None, counts: dict[str, int], new: list[str]
+    ) -> tuple[list[str], dict[str, int]] | None:
         return update_card(observed, card, counts, new)
 
     def dream(self, observed: str, premises: list[dict[str, str]], known: list[str]) -> list[dict[str, Any]]:
         """No model, no deductions: an offline dream refreshes the card only."""
         return []
 
-    def refresh_card(self, observed: str, card: list[str] | None, counts: dict[str, int],
-                     conclusions: list[str]) -> tuple[list[str], dict[str, int]] | None:
+    def refresh_card(
+        self, observed: str, card: list[str] | None, counts: dict[str, int], conclusions: list[str]
+    ) -> tuple[list[str], dict[str, int]] | None:
         """The card rebuilt from the collection's conclusions alone (counts from scratch)."""
         return update_card(observed, None, {}, conclusions)

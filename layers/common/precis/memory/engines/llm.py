@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from precis.llm import BadAnswer, Model, model_from, model_of
-from precis.memory.engines import DeriveRequest
 from precis.memory.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, norm, validate_entries
+from precis.memory.engines import DeriveRequest
 from precis.memory.engines.prompt import (
     CARD_FORMAT,
     DREAM_FORMAT,
@@ -58,14 +58,16 @@ class LLMDeriver:
             return []
         return self._ask(build_messages(request), EXPLICIT_FORMAT, request.max_output_tokens, _conclusions)
 
-    def update_card(self, observed: str, card: list[str] | None, counts: dict[str, int],
-                    new: list[str]) -> tuple[list[str], dict[str, int]] | None:
+    def update_card(
+        self, observed: str, card: list[str] | None, counts: dict[str, int], new: list[str]
+    ) -> tuple[list[str], dict[str, int]] | None:
         """The card the model proposes from the old one and the new conclusions, validated; None when it holds
         nothing valid or nothing new. Counts are kept for the entries that stay."""
         if not new:
             return None
-        entries = validate_entries(self._ask(build_card_messages(observed, card, new), CARD_FORMAT, CARD_MAX_TOKENS,
-                                             _card))
+        entries = validate_entries(
+            self._ask(build_card_messages(observed, card, new), CARD_FORMAT, CARD_MAX_TOKENS, _card)
+        )
         if not entries or entries == (card or []):
             return None
         return entries, {entry: counts[entry] for entry in entries if entry in counts}
@@ -74,15 +76,22 @@ class LLMDeriver:
         """Deductive conclusions with the ids of their premises (`source_ids`), without repeats."""
         return self._ask(build_dream_messages(observed, premises, known), DREAM_FORMAT, DREAM_MAX_TOKENS, _deductions)
 
-    def refresh_card(self, observed: str, card: list[str] | None, counts: dict[str, int],
-                     conclusions: list[str]) -> tuple[list[str], dict[str, int]] | None:
+    def refresh_card(
+        self, observed: str, card: list[str] | None, counts: dict[str, int], conclusions: list[str]
+    ) -> tuple[list[str], dict[str, int]] | None:
         """The card the model proposes from the old one and the collection's conclusions."""
         return self.update_card(observed, card, counts, conclusions)
 
-    def _ask(self, messages: list[dict[str, str]], response_format: dict[str, Any], max_tokens: int,
-             parse: Callable[[Any], T]) -> T:
+    def _ask(
+        self,
+        messages: list[dict[str, str]],
+        response_format: dict[str, Any],
+        max_tokens: int,
+        parse: Callable[[Any], T],
+    ) -> T:
         """One answer parsed by `parse`, retried as every model call is (a bad answer like a 5xx). Where the server
         refuses structured output the prompt, which asks for the same JSON shape, is sent without it."""
+
         def attempt(timeout: float) -> T:
             reply = self.llm.complete(messages, max_tokens=max_tokens, response_format=response_format, timeout=timeout)
             return parse(_json_of(reply.require_text()))
@@ -96,7 +105,7 @@ def _json_of(text: str) -> Any:
     fenced = _FENCE.match(text)
     body = fenced.group(1) if fenced else text
     start, end = body.find("{"), body.rfind("}")
-    for candidate in (body, body[start:end + 1] if 0 <= start < end else None):
+    for candidate in (body, body[start : end + 1] if 0 <= start < end else None):
         if candidate is not None:
             try:
                 return json.loads(candidate)

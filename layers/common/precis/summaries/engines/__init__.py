@@ -6,8 +6,8 @@ by the `llm` engine alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from precis.llm import configured
@@ -35,8 +35,9 @@ class SummaryRequest:
 
     def __post_init__(self) -> None:
         if self.word_limit < 1 or self.max_output_tokens < 1:
-            raise ValueError(f"word_limit and max_output_tokens must be at least 1, got {self.word_limit}, "
-                             f"{self.max_output_tokens}")
+            raise ValueError(
+                f"word_limit and max_output_tokens must be at least 1, got {self.word_limit}, {self.max_output_tokens}"
+            )
         if self.time_limit_s is not None and self.time_limit_s <= 0:
             raise ValueError(f"time_limit_s: must be positive, got {self.time_limit_s}")
         if self.dates is not None and len(self.dates) != len(self.messages):

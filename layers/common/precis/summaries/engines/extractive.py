@@ -47,7 +47,8 @@ _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}")
 SHARE = 4  # a summary holds at most 1/SHARE of the tokens it covers
 # English function words and chat filler of four letters or more (shorter words never score): in English, the
 # commonest language here, they would otherwise outweigh the facts; other languages rely on the rules below.
-_FILLER = frozenset("""
+_FILLER = frozenset(
+    """
 about above after again against almost also although always another anyone anything around away back been
 before being below between both cannot come could did didn does doesn doing done down during each either else
 even ever every everyone everything from further getting give going gonna good great have having here hers
@@ -59,7 +60,8 @@ wants was well went were what whatever when where whether which while whom whose
 would wouldn yeah your yours yourself yourselves haha lol cool awesome sounds sound glad hope totally
 definitely actually probably absolutely exactly anyway kind lot lots feel feels felt seems seem yes makes
 sense helps
-""".split())
+""".split()
+)
 NAME_BOOST = 2.0  # names and numbers: the facts a later question asks about
 TF_EXP = 0.5  # how much recurrence counts: topics matter, but less than a fact stated once
 
@@ -104,8 +106,13 @@ class ExtractiveEngine:
         started = time.perf_counter()
         lines, sentences = _parse(request)
         text = _Summary(lines, sentences, token_budget(request), request.word_limit).text()
-        prompt = {"engine": self.name, "previous": request.previous, "messages": request.messages,
-                  "word_limit": request.word_limit, "max_output_tokens": request.max_output_tokens}
+        prompt = {
+            "engine": self.name,
+            "previous": request.previous,
+            "messages": request.messages,
+            "word_limit": request.word_limit,
+            "max_output_tokens": request.max_output_tokens,
+        }
         if request.dates is not None:
             prompt["dates"] = list(request.dates)
         return SummaryResult(
@@ -158,8 +165,11 @@ def _weights(sentences: Sequence[_Sentence]) -> list[dict[str, float]]:
     weight: dict[str, float] = {}
     for term, k in count.items():
         digit = any(c.isdigit() for c in term)
-        if spread[term] > crowd or term in _FILLER or not (len(term) >= short or digit or term in names
-                                                           or not term.isalpha()):
+        if (
+            spread[term] > crowd
+            or term in _FILLER
+            or not (len(term) >= short or digit or term in names or not term.isalpha())
+        ):
             continue
         boost = NAME_BOOST if digit or term in names else 1.0
         weight[term] = math.log(1 + n / spread[term]) * (1 + math.log(k)) ** TF_EXP * boost

@@ -46,13 +46,19 @@ class LLMEngine:
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         """One summary; raises EngineError when the model fails or answers nothing usable."""
         messages = build_messages(request)
-        budget = self.llm.time_budget if request.time_limit_s is None else min(self.llm.time_budget,
-                                                                                request.time_limit_s)
+        budget = (
+            self.llm.time_budget if request.time_limit_s is None else min(self.llm.time_budget, request.time_limit_s)
+        )
         started = time.perf_counter()
 
         def attempt(timeout: float) -> tuple[Any, str]:
-            reply = self.llm.complete(messages, model=request.model, max_tokens=request.max_output_tokens,
-                                      temperature=request.temperature, timeout=timeout)
+            reply = self.llm.complete(
+                messages,
+                model=request.model,
+                max_tokens=request.max_output_tokens,
+                temperature=request.temperature,
+                timeout=timeout,
+            )
             return reply, reply.require_text()
 
         (reply, text), attempts = self.llm.retrying(attempt, budget)
