@@ -307,8 +307,8 @@ def test_only_the_store_names_keys_or_calls_the_clients():
 
 # local/'s floors, lowest first: a module imports only from its own floor or below. The template and what every floor
 # shares; the AWS stand-in (moto, its fidelity rules and speed-ups); the Lambda runtime (workers, zygote); the event
-# sources (gateway, stream and queue pollers, schedules); the entry points. The fake model servers (local.models) stand
-# beside the AWS stand-in and import nothing of the stack: they are on the ground floor.
+# sources (gateway, stream and queue pollers, schedules, the in-process harness); the entry points. The fake model
+# servers (local.models) stand beside the AWS stand-in and import nothing of the stack: they are on the ground floor.
 LOCAL_FLOORS = [
     {
         "local",
@@ -323,7 +323,7 @@ LOCAL_FLOORS = [
     },
     {"local.moto_storage", "local.moto_vectors", "local.moto_patches", "local.moto_server", "local.moto_backend"},
     {"local.runtime", "local.zygote", "local.worker"},
-    {"local.gateway", "local.poller", "local.sqs_poller", "local.scheduler"},
+    {"local.gateway", "local.poller", "local.sqs_poller", "local.scheduler", "local.inprocess"},
     {"local.__main__", "local.invoke"},
 ]
 
