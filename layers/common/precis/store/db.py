@@ -249,6 +249,12 @@ class Projection(TypedDict):
     ExpressionAttributeNames: dict[str, str]
 
 
+def returned_item(exc: ClientError) -> dict[str, Any] | None:
+    """The item a failed condition returned (ReturnValuesOnConditionCheckFailure="ALL_OLD"), as plain values; None
+    when none was asked for or none was there. botocore-stubs' error response does not list it."""
+    return from_item(cast("Mapping[str, Any] | None", exc.response.get("Item")))
+
+
 def projection(fields: tuple[str, ...]) -> Projection:
     """Request arguments that read only `fields` (names escaped: several are DynamoDB reserved words)."""
     return {
