@@ -411,7 +411,7 @@ def unit_range(unit: str) -> tuple[int, int]:
     return first, first + PURGE_BLOCK - 1
 
 
-def unit_members(session_id: str, unit: str, messages: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def unit_members[M: Mapping[str, Any]](session_id: str, unit: str, messages: Iterable[M]) -> list[M]:
     """The messages of `unit` among `messages` (stored items of the session), by seq. Given every stored message of
     `unit_range(unit)`, the whole unit: what each indexer of stored messages passes `index_texts`, so none counts a
     unit twice or in part."""
