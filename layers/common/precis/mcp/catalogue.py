@@ -74,6 +74,8 @@ class Call:
         def is_member(session_id: str) -> bool:
             from precis.store import resources
 
+            if workspace is None:  # (authorize asks only once the call's workspace is the key's)
+                return False
             return resources.is_member(self.db, workspace, session_id, principal.peer)
 
         authorize(principal, access, workspace=workspace, peer=peer, session=session, body=body, is_member=is_member)
