@@ -77,7 +77,7 @@ class UploadForm:
     file: UploadedFile
 
 
-def read_form(body: str | None, is_base64: bool, content_type: str | None) -> UploadForm:
+def read_form(body: str | None, is_base64: bool | None, content_type: str | None) -> UploadForm:
     """The upload's form as API Gateway delivers it (multipart, base64-encoded): 415 unless multipart/form-data, 413
     over the size limits, 422 (naming the field) when a field is missing or invalid."""
     media = (content_type or "").split(";")[0].strip().lower()
@@ -107,7 +107,7 @@ def read_form(body: str | None, is_base64: bool, content_type: str | None) -> Up
     return UploadForm(fields, file)
 
 
-def _body_bytes(body: str | None, is_base64: bool) -> bytes:
+def _body_bytes(body: str | None, is_base64: bool | None) -> bytes:
     if not body:
         return b""
     try:
