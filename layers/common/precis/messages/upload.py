@@ -100,7 +100,7 @@ def read_form(body: str | None, is_base64: bool | None, content_type: str | None
         errors += [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False, include_input=False)]
     if file is None:
         errors.append({"loc": ("body", "file"), "msg": "Field required", "type": "missing"})
-    if errors:
+    if errors or file is None:  # (a missing file is one of the errors)
         raise RequestValidationError(errors)
     if len(file.content) > MAX_FILE_BYTES:
         raise TooLarge(f"file: at most {MAX_FILE_BYTES} bytes (4 MiB), got {len(file.content)}")
@@ -133,7 +133,8 @@ def _parts(raw: bytes, content_type: str) -> tuple[dict[str, str], UploadedFile 
     for part in message.iter_parts():
         name = part.get_param("name", header="content-disposition")
         data = None if part.is_multipart() else part.get_payload(decode=True)
-        if not isinstance(name, str) or not name or data is None or part.defects:
+        # (a part that is not multipart decodes to bytes)
+        if not isinstance(name, str) or not name or not isinstance(data, bytes) or part.defects:
             raise Invalid('body: every part needs a Content-Disposition with a name (form-data; name="...")')
         if name == "file":
             if file is not None:
