@@ -63,7 +63,7 @@ class Call:
         peer: str | None = None,
         session: str | None = None,
         body: dict[str, Any] | None = None,
-        view: dict[str, str] | None = None,
+        view: dict[str, str | None] | None = None,
     ) -> None:
         """Forbidden unless the key may make the v3 request of `access` on these ids (`view`: the peer perspective
         asked for, as the route's query); nothing to check when keys are off."""
