@@ -100,11 +100,11 @@ def _derive_level(configuration: dict[str, Any] | None) -> dict[str, Any]:
     ours = configuration.get(DERIVER_SECTION) or {}
     if not isinstance(reasoning, dict) or not isinstance(ours, dict):
         raise Invalid(f"configuration.reasoning and configuration.{DERIVER_SECTION} must be objects")
-    for section, allowed, value in (("reasoning", _REASONING_KEYS, reasoning), (DERIVER_SECTION, _DERIVER_KEYS, ours)):
-        unknown = sorted(set(value) - allowed)
+    for name, allowed, given in (("reasoning", _REASONING_KEYS, reasoning), (DERIVER_SECTION, _DERIVER_KEYS, ours)):
+        unknown = sorted(set(given) - allowed)
         if unknown:
             known = ", ".join(sorted(allowed))
-            raise Invalid(f"configuration.{section}.{unknown[0]}: unknown setting (known: {known})")
+            raise Invalid(f"configuration.{name}.{unknown[0]}: unknown setting (known: {known})")
     level: dict[str, Any] = {}
     checks = (
         ("reasoning.enabled", reasoning, "enabled", lambda v: v is None or isinstance(v, bool), "true or false"),

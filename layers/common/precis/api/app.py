@@ -135,6 +135,8 @@ def authenticate(event: dict) -> Principal | None:
         from precis.store import resources
         from precis.store.db import get_db
 
+        if workspace is None:  # (authorize asks only once the route's workspace is the key's)
+            return False
         return resources.is_member(get_db(), workspace, session_id, principal.peer)
 
     body = _body(event) if access in _BODY_READERS and not principal.admin else None

@@ -1,8 +1,13 @@
 """Chat routes of the v3 API (served by the chat function): a peer's and the workspace's dialectic
 (docs/design.md, "Derived memory", Chat)."""
 
+from typing import TYPE_CHECKING
+
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from precis.api.params import PeerId, WorkspaceId
 from precis.chat.query import ChatQuery
@@ -13,7 +18,7 @@ from precis.store.db import get_db
 
 router = Router()
 # Documented for the OpenAPI document: a JSON answer, or (stream: true) its Server-Sent Events.
-_ANSWERS = {
+_ANSWERS: "dict[int, OpenAPIResponse]" = {
     200: {
         "description": "The answer: `{content, evidence?}`, or with `stream: true` Server-Sent Events "
         '(`data: {"delta": {"content"}, "done": false}` … `data: {"done": true}`)',

@@ -123,6 +123,9 @@ def get_chat_engine(name: str, settings: Settings | None = None, **options: Any)
     if name == "llm":
         from precis.chat.llm import LLMChat
 
+        if settings is None:  # its model comes from them (it failed on None further in before)
+            raise ValueError("chat engine 'llm': needs settings")
+
         return LLMChat.from_settings(settings, **options)
     raise ValueError(f"chat engine: must be one of {', '.join(CHAT_ENGINES)}, got {name!r}")
 

@@ -360,7 +360,10 @@ def _count(value: Any) -> int | None:
 
 
 def _retry_after(headers: dict[str, Any]) -> float | None:
+    value = headers.get("retry-after")
+    if value is None:
+        return None
     try:
-        return float(headers.get("retry-after"))
+        return float(value)
     except (TypeError, ValueError):
         return None

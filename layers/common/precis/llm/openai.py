@@ -8,11 +8,14 @@ over the model's context window (OpenAI's code, or other servers' words, on a 40
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import openai
 
 from precis.llm import BadAnswer, EngineError, Failure, Model, Reply, ToolCall
+
+if TYPE_CHECKING:
+    from openai.types.chat.completion_create_params import ResponseFormat
 
 _RETRYABLE_STATUS = {408, 409, 429}  # and every 5xx
 _THINKING = re.compile(r"^\s*<think>.*?</think>", re.DOTALL)  # reasoning models served by vLLM/Ollama
@@ -82,7 +85,8 @@ class OpenAIModel(Model):
         create = self.client.chat.completions.create
         if response_format is not None and self.structured:
             try:
-                return create(**params, response_format=response_format, timeout=timeout)
+                # precis.llm's response_format is the chat-completions one (a json_schema format), kept as a plain dict
+                return create(**params, response_format=cast("ResponseFormat", response_format), timeout=timeout)
             except openai.BadRequestError as exc:
                 if exc.param != "response_format" and not _UNSUPPORTED.search(exc.message or ""):
                     raise

@@ -30,7 +30,7 @@ def _units(total_done: int, in_progress: int, pending: int) -> dict[str, int]:
     }
 
 
-def _observed_by(observer: str | None, members: dict[str, dict[str, Any]], sender: str) -> bool:
+def _observed_by(observer: str | None, members: dict[str, dict[str, Any]], sender: str | None) -> bool:
     """Whether `observer` derives from `sender`'s messages here (itself, or a member observing others)."""
     if observer is None or observer == sender:
         return True

@@ -77,7 +77,7 @@ class UploadForm:
     file: UploadedFile
 
 
-def read_form(body: str | None, is_base64: bool, content_type: str | None) -> UploadForm:
+def read_form(body: str | None, is_base64: bool | None, content_type: str | None) -> UploadForm:
     """The upload's form as API Gateway delivers it (multipart, base64-encoded): 415 unless multipart/form-data, 413
     over the size limits, 422 (naming the field) when a field is missing or invalid."""
     media = (content_type or "").split(";")[0].strip().lower()
@@ -100,14 +100,14 @@ def read_form(body: str | None, is_base64: bool, content_type: str | None) -> Up
         errors += [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False, include_input=False)]
     if file is None:
         errors.append({"loc": ("body", "file"), "msg": "Field required", "type": "missing"})
-    if errors:
+    if errors or file is None:  # (a missing file is one of the errors)
         raise RequestValidationError(errors)
     if len(file.content) > MAX_FILE_BYTES:
         raise TooLarge(f"file: at most {MAX_FILE_BYTES} bytes (4 MiB), got {len(file.content)}")
     return UploadForm(fields, file)
 
 
-def _body_bytes(body: str | None, is_base64: bool) -> bytes:
+def _body_bytes(body: str | None, is_base64: bool | None) -> bytes:
     if not body:
         return b""
     try:
@@ -133,7 +133,8 @@ def _parts(raw: bytes, content_type: str) -> tuple[dict[str, str], UploadedFile 
     for part in message.iter_parts():
         name = part.get_param("name", header="content-disposition")
         data = None if part.is_multipart() else part.get_payload(decode=True)
-        if not isinstance(name, str) or not name or data is None or part.defects:
+        # (a part that is not multipart decodes to bytes)
+        if not isinstance(name, str) or not name or not isinstance(data, bytes) or part.defects:
             raise Invalid('body: every part needs a Content-Disposition with a name (form-data; name="...")')
         if name == "file":
             if file is not None:

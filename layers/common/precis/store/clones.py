@@ -142,8 +142,8 @@ def copy_base(db: Db, ws: str, session_id: str, *, time_left: Callable[[], float
             "Item"
         )
     )
-    base = base_of(session)
-    if base is None or "deleted_at" in session:
+    base = base_of(session)  # None for a missing session too
+    if session is None or base is None or "deleted_at" in session:
         return True  # done already, or deleted (its purge removes what was copied)
     copied = int(session.get("copied_through", 0))
     while copied < base.through:
@@ -205,7 +205,7 @@ def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: list[dict[str
     }
     chunk: list[dict[str, Any]] = []
     size = 0
-    for item in items + [None]:  # type: ignore[list-item]
+    for item in [*items, None]:
         weight = len(json.dumps(item, default=str)) if item is not None else 0
         if chunk and (item is None or len(chunk) == _TRANSACTION_ITEMS or size + weight > _TRANSACTION_BYTES):
             _put_chunk(db, chunk, live)

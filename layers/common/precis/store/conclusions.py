@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
@@ -45,6 +45,9 @@ from precis.store.db import (
 from precis.store.messages import check_text, fit_page
 from precis.store.records import delete_keys, page
 from precis.store.resources import require_peers, require_workspace
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 ID_LEN = 21
 _ALPHABET = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"  # ASCII order: ids sort by time
@@ -244,9 +247,10 @@ def write(
 
 def _one_session(items: Sequence[Derived]) -> str:
     sessions = {i.session_id for i in items}
-    if len(sessions) != 1 or None in sessions:
+    session = next(iter(sessions)) if len(sessions) == 1 else None
+    if session is None:
         raise ValueError("write: an incarnation check needs session_id_for_check or items of one session")
-    return sessions.pop()
+    return session
 
 
 def _merge(items: Sequence[Derived], embedder) -> list[_Candidate]:
@@ -380,7 +384,7 @@ def _plan(
     matched = [seen[key["SK"]] if key["SK"] in seen else next(twins) for key in dedupe]
     ids = list(dict.fromkeys(m for m in matched if m))
     stored = {i["id"]: i for i in batch_get(db, [keys.conclusion(ws, observer, observed, i) for i in ids])}
-    targets = [m if m in stored else c.new_id for c, m in zip(chunk, matched)]
+    targets = [m if m is not None and m in stored else c.new_id for c, m in zip(chunk, matched)]
     groups: dict[str, list[int]] = {}
     for index, target in enumerate(targets):
         groups.setdefault(target, []).append(index)
@@ -433,7 +437,8 @@ def _twins(db: Db, ws: str, observer: str, observed: str, candidates: list[_Cand
     found: dict[int, str | None] = {}
     asked: list[int] = []
     for index, candidate in enumerate(candidates):
-        stored = local.get(candidate.session_id) if candidate.level == "explicit" else None
+        # (`local` holds only sessions that are named: one without a session has no local twins)
+        stored = local.get(candidate.session_id) if candidate.level == "explicit" and candidate.session_id else None
         if stored is None:
             asked.append(index)
         else:
@@ -1124,7 +1129,8 @@ def write_card_step(
     the marker; a step applied already, or a card a client replaced meanwhile, leaves things as they are."""
     try:
         if proposed is None:
-            db.client.transact_write_items(TransactItems=[marker])
+            # The marker is a plain-dict action, as the store builds them (see db.transact); DynamoDB checks its shape.
+            db.client.transact_write_items(TransactItems=[cast("TransactWriteItemTypeDef", marker)])
         else:
             write_card(db, ws, observer, observed, *proposed, previous=previous, extra=[marker])
     except ExtraConditionFailed:

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypedDict, cast, overload
 
 from botocore.exceptions import ClientError
 
@@ -27,6 +27,11 @@ _THROTTLING = {
 
 if TYPE_CHECKING:  # the published stubs (requirements-dev.txt): for the type checker only
     from types_boto3_dynamodb.client import DynamoDBClient
+    from types_boto3_dynamodb.type_defs import (
+        KeysAndAttributesOutputTypeDef,
+        KeysAndAttributesTypeDef,
+        TransactWriteItemTypeDef,
+    )
     from types_boto3_s3.client import S3Client
 
 
@@ -107,24 +112,25 @@ def attribute_values_as_they_are(client: Any) -> Any:
     if type(inner) is not JSONSerializer:  # a validating decorator, or another protocol: left as botocore made it
         return client
 
+    # The ignores below: botocore's JSONSerializer defines these methods; botocore-stubs list only its public one.
     class AttributeValueSerializer(JSONSerializer):
         def _serialize_type_structure(self, serialized: Any, value: Any, shape: Any, key: Any) -> None:
             if shape.name == "AttributeValue" and key is not None:
                 serialized[key] = _wire(value)
             else:
-                super()._serialize_type_structure(serialized, value, shape, key)
+                super()._serialize_type_structure(serialized, value, shape, key)  # type: ignore[misc]
 
         def _serialize_type_list(self, serialized: Any, value: Any, shape: Any, key: Any) -> None:
             if shape.member.name == "AttributeValue":
                 serialized[key] = [_wire(v) for v in value]
             else:
-                super()._serialize_type_list(serialized, value, shape, key)
+                super()._serialize_type_list(serialized, value, shape, key)  # type: ignore[misc]
 
         def _serialize_type_map(self, serialized: Any, value: Any, shape: Any, key: Any) -> None:
             if shape.value.name == "AttributeValue":
                 serialized[key] = {k: _wire(v) for k, v in value.items()}
             else:
-                super()._serialize_type_map(serialized, value, shape, key)
+                super()._serialize_type_map(serialized, value, shape, key)  # type: ignore[misc]
 
     client._serializer = AttributeValueSerializer()
     return client
@@ -238,7 +244,18 @@ def from_item(item: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return None if item is None else {k: from_attr(v) for k, v in item.items()}
 
 
-def projection(fields: tuple[str, ...]) -> dict[str, Any]:
+class Projection(TypedDict):
+    ProjectionExpression: str
+    ExpressionAttributeNames: dict[str, str]
+
+
+def returned_item(exc: ClientError) -> dict[str, Any] | None:
+    """The item a failed condition returned (ReturnValuesOnConditionCheckFailure="ALL_OLD"), as plain values; None
+    when none was asked for or none was there. botocore-stubs' error response does not list it."""
+    return from_item(cast("Mapping[str, Any] | None", exc.response.get("Item")))
+
+
+def projection(fields: tuple[str, ...]) -> Projection:
     """Request arguments that read only `fields` (names escaped: several are DynamoDB reserved words)."""
     return {
         "ProjectionExpression": ", ".join(f"#p{i}" for i in range(len(fields))),
@@ -261,13 +278,13 @@ def batch_get(db: Db, key_list: list[dict[str, str]], fields: tuple[str, ...] | 
     """The items at `key_list` that exist (consistent reads, 100 keys a request, unprocessed keys retried)."""
     found: list[dict[str, Any]] = []
     for start in range(0, len(key_list), 100):
-        request = {
-            db.table: {
-                "Keys": [to_item(k) for k in key_list[start : start + 100]],
-                "ConsistentRead": True,
-                **(projection(fields) if fields else {}),
-            }
-        }
+        keys_list = [to_item(k) for k in key_list[start : start + 100]]
+        wanted: KeysAndAttributesTypeDef = (
+            {"Keys": keys_list, "ConsistentRead": True, **projection(fields)}
+            if fields
+            else {"Keys": keys_list, "ConsistentRead": True}
+        )
+        request: Mapping[str, KeysAndAttributesTypeDef | KeysAndAttributesOutputTypeDef] = {db.table: wanted}
         while request:
             out = db.client.batch_get_item(RequestItems=request)
             found += [from_item(i) for i in out["Responses"].get(db.table, [])]
@@ -303,7 +320,8 @@ def transact(db: Db, actions: list[dict[str, Any]], *, attempts: int = 4) -> Non
     """
     for attempt in range(attempts):
         try:
-            db.client.transact_write_items(TransactItems=actions)
+            # The store builds its actions as plain dicts (AttributeValues from to_item); DynamoDB checks their shape.
+            db.client.transact_write_items(TransactItems=cast("list[TransactWriteItemTypeDef]", actions))
             return
         except ClientError as exc:
             raise_if_throttled(exc)

@@ -27,7 +27,7 @@ from botocore.exceptions import ClientError
 
 from precis.errors import Conflict
 from precis.store import keys
-from precis.store.db import Db, error_code, from_item, to_item
+from precis.store.db import Db, error_code, from_item, returned_item, to_item
 
 TTL_SECONDS = 24 * 3600
 DEFAULT_LEASE_S = 30.0
@@ -75,7 +75,7 @@ def run_once(
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
-        old = from_item(exc.response.get("Item")) or _read(db, record_key)
+        old = returned_item(exc) or _read(db, record_key)
         replay = _existing(db, record_key, key, fingerprint, old, token, started, lease_s, find_committed)
         if replay is not None:
             return replay

@@ -12,7 +12,7 @@ deriver also finishes the index of a batch whose request died before it could (`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,8 @@ from precis.store.messages import Base, message_view, with_bodies
 from precis.store.vectors import MAX_TOP_K, fuse, search_index, vector_attribute
 
 if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import WriteRequestOutputTypeDef, WriteRequestTypeDef
+
     from precis.llm import Embedder
 
 MEANING_INDEX = "ByMessageMeaning"
@@ -330,9 +332,11 @@ def _lease(db: Db, ws: str, session_id: str, now: float) -> bool:
 def _put(db: Db, ws: str, session_id: str, incarnation: str | None, items: list[dict[str, Any]]) -> int:
     # A batch write, not a transaction: these items are derived data, rewritten identically by a replay. A session
     # deleted meanwhile is checked after the write: what landed after its purge is deleted here.
-    puts = [{"PutRequest": {"Item": item}} for item in items]
+    puts: list[WriteRequestTypeDef] = [{"PutRequest": {"Item": item}} for item in items]
     for start in range(0, len(puts), 25):
-        pending = {db.table: puts[start : start + 25]}
+        pending: Mapping[str, Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef]] | None = {
+            db.table: puts[start : start + 25]
+        }
         while pending:
             pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or None
     session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -19,6 +19,9 @@ from precis.store import keys
 from precis.store.db import Db, batch_get, error_code, from_item, projection, query_all, raise_if_throttled, to_item
 from precis.store.records import json_object, json_text, page, utcnow
 from precis.store.resources import add_members, create_session_item, require_session
+
+if TYPE_CHECKING:
+    from types_boto3_s3.type_defs import ObjectIdentifierTypeDef
 
 ID_LEN = 21
 _SEQ_CHARS = 7  # base64url digits of seq at the front of a message id: 64**7 ≈ 4.4e12 messages per session
@@ -382,7 +385,7 @@ def _put_body(db: Db, ws: str, session_id: str, incarnation: str, content: str) 
 
 def _delete_bodies(db: Db, bodies: list[tuple[str, str | None]]) -> None:
     """Remove the bodies of a batch that was not stored (best effort: the session's purge sweeps what is left)."""
-    objects = [{"Key": k, **({"VersionId": v} if v else {})} for k, v in bodies]
+    objects: list[ObjectIdentifierTypeDef] = [{"Key": k, "VersionId": v} if v else {"Key": k} for k, v in bodies]
     with contextlib.suppress(ClientError):
         db.s3.delete_objects(Bucket=db.bucket, Delete={"Objects": objects, "Quiet": True})
 
@@ -627,7 +630,8 @@ def json_bytes(value: Any) -> int:
 def fit_page(answer: dict[str, Any]) -> dict[str, Any]:
     """`answer` with as many of its first items as fit a Lambda response; a shortened page says so (`truncated`,
     ext): ask for a smaller `size` to read the rest."""
-    used, kept = 200, []
+    used = 200
+    kept: list[dict[str, Any]] = []
     for item in answer["items"]:
         used += json_bytes(item) + 1
         if used > RESPONSE_BUDGET_BYTES and kept:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -40,6 +40,9 @@ from precis.store.resources import (
     require_workspace,
     update_deleted_session,
 )
+
+if TYPE_CHECKING:
+    from types_boto3_s3.type_defs import ObjectIdentifierTypeDef
 
 PAGE = 1000  # keys per query page: one page's deletes take well under the margin
 MARGIN_S = 10.0  # stop when less than this is left of the invocation
@@ -140,7 +143,7 @@ def _delete_versions(db: Db, prefix: str) -> int:
     deleted = 0
     paginator = db.s3.get_paginator("list_object_versions")
     for page in paginator.paginate(Bucket=db.bucket, Prefix=prefix):
-        objects = [
+        objects: list[ObjectIdentifierTypeDef] = [
             {"Key": v["Key"], "VersionId": v["VersionId"]}
             for v in (*page.get("Versions", ()), *page.get("DeleteMarkers", ()))
         ]

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from precis.errors import Throttled
 from precis.store import keys
 from precis.store.db import Db, to_item
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import WriteRequestOutputTypeDef, WriteRequestTypeDef
 
 
 def utcnow() -> str:
@@ -21,6 +24,14 @@ def utcnow() -> str:
 def json_object(raw: str | None) -> dict[str, Any]:
     """A JSON attribute as a dict ({} when absent)."""
     return json.loads(raw) if raw else {}
+
+
+@overload
+def json_text(value: dict[str, Any]) -> str: ...
+@overload
+def json_text(value: None) -> None: ...
+@overload
+def json_text(value: dict[str, Any] | None) -> str | None: ...
 
 
 def json_text(value: dict[str, Any] | None) -> str | None:
@@ -54,7 +65,7 @@ def page(records: list[dict[str, Any]], page_no: int, size: int, reverse: bool =
 
 def delete_keys(db: Db, key_iter: Iterable[dict[str, str]]) -> int:
     """Delete the items at these keys (25 a request, unprocessed ones retried); how many were asked."""
-    batch: list[dict[str, Any]] = []
+    batch: list[WriteRequestTypeDef] = []
     count = 0
     for key in key_iter:
         batch.append({"DeleteRequest": {"Key": to_item(key)}})
@@ -67,9 +78,9 @@ def delete_keys(db: Db, key_iter: Iterable[dict[str, str]]) -> int:
     return count
 
 
-def write_batch(db: Db, requests: list[dict[str, Any]]) -> None:
+def write_batch(db: Db, requests: Sequence[WriteRequestTypeDef]) -> None:
     """One BatchWriteItem of at most 25 requests, unprocessed ones retried with backoff."""
-    pending = {db.table: requests}
+    pending: Mapping[str, Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef]] = {db.table: requests}
     for attempt in range(20):
         pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or {}
         if not pending:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -25,6 +25,7 @@ from precis.store.db import (
     from_item,
     projection,
     query_all,
+    returned_item,
     to_item,
     transact,
 )
@@ -94,7 +95,9 @@ def _create(db: Db, key: dict[str, str], values: dict[str, Any]) -> tuple[dict[s
     except ClientError as exc:
         if not is_condition_failure(exc):
             raise
-        old = from_item(exc.response.get("Item")) or _get(db, key)
+        old = returned_item(exc) or _get(db, key)
+        if old is None:  # deleted between the two requests
+            raise Conflict(f"'{key['SK']}' was deleted while being read; retry the request") from None
         return old, False
 
 
@@ -111,16 +114,17 @@ def _update(
     of `{}` is valid)."""
     changes = {**{k: v for k, v in changes.items() if v is not None}, "updated_at": utcnow()}
     names = {f"#a{i}": k for i, k in enumerate(changes)}
-    kwargs = {
-        "UpdateExpression": "SET " + ", ".join(f"{n} = :v{i}" for i, n in enumerate(names)),
-        "ExpressionAttributeNames": names,
-        "ExpressionAttributeValues": to_item(
-            {**{f":v{i}": v for i, v in enumerate(changes.values())}, **(values or {})}
-        ),
-    }
     try:
         out = db.client.update_item(
-            TableName=db.table, Key=to_item(key), ConditionExpression=condition, ReturnValues="ALL_NEW", **kwargs
+            TableName=db.table,
+            Key=to_item(key),
+            ConditionExpression=condition,
+            ReturnValues="ALL_NEW",
+            UpdateExpression="SET " + ", ".join(f"{n} = :v{i}" for i, n in enumerate(names)),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=to_item(
+                {**{f":v{i}": v for i, v in enumerate(changes.values())}, **(values or {})}
+            ),
         )
     except ClientError as exc:
         if is_condition_failure(exc):
@@ -269,9 +273,10 @@ def get_or_create_peer(db: Db, ws: str, peer_id: str, metadata=None, configurati
     item, created = _create_in_workspace(db, ws, key, _peer_values(ws, peer_id, metadata, configuration))
     changes = {} if created else _changes(item, metadata, configuration)
     if changes:
-        item = _update(db, key, changes)
-        if item is None:  # only a workspace delete removes a peer
+        updated = _update(db, key, changes)
+        if updated is None:  # only a workspace delete removes a peer
             raise Conflict(f"peer '{peer_id}' was deleted while being updated; retry the request")
+        item = updated
     return peer_view(item), created
 
 
@@ -316,7 +321,7 @@ def _create_in_workspace(db: Db, ws: str, key: dict[str, str], values: dict[str,
     return old, False
 
 
-def ensure_peers(db: Db, ws: str, peer_ids: Iterable[str], known: set[str] = frozenset()) -> None:
+def ensure_peers(db: Db, ws: str, peer_ids: Iterable[str], known: Set[str] = frozenset()) -> None:
     """Create the peers of `peer_ids` that are not in `known` (already read) and do not exist.
 
     One transaction of conditional puts per 99 peers (plus the workspace check); if one was created meanwhile,
@@ -472,9 +477,10 @@ def _update_existing_session(
         updated = _update(db, keys.session(ws, session_id), changes, condition=" AND ".join(condition), values=values)
         if updated is not None:
             return updated
-        item = _get(db, keys.session(ws, session_id))
-        if item is None or "deleted_at" in item:
+        fresh = _get(db, keys.session(ws, session_id))
+        if fresh is None or "deleted_at" in fresh:
             raise Conflict(f"session '{session_id}' was deleted while being updated; retry the request")
+        item = fresh
     raise Conflict(f"session '{session_id}': its configuration kept changing while being merged; retry the request")
 
 
@@ -608,7 +614,7 @@ def add_members(
     ws: str,
     session_id: str,
     peers: dict[str, dict[str, Any]],
-    known_peers: set[str] = frozenset(),
+    known_peers: Set[str] = frozenset(),
     *,
     incarnation: str | None = None,
 ) -> None:

@@ -20,7 +20,16 @@ from botocore.exceptions import ClientError
 from precis.errors import NotFound
 from precis.schemas.summary_settings import LONG, ROLLING, SHORT
 from precis.store import keys
-from precis.store.db import Db, batch_get, cancellation_codes, error_code, from_item, to_item, transact
+from precis.store.db import (
+    Db,
+    batch_get,
+    cancellation_codes,
+    error_code,
+    from_item,
+    returned_item,
+    to_item,
+    transact,
+)
 from precis.store.records import utcnow
 
 SUMMARY_TYPES = (SHORT, LONG, ROLLING)
@@ -170,6 +179,7 @@ def clear_failure(db: Db, ws: str, session_id: str, summary_type: str) -> None:
 
 def _bound_put(db: Db, ws: str, session_id: str, incarnation: str | None, put: dict[str, Any]) -> Put:
     """The put, in one transaction with a check that the session is still incarnation `incarnation`, not deleted."""
+    check: dict[str, Any]
     if incarnation is None:
         check = {
             "ConditionExpression": "attribute_exists(PK) AND attribute_not_exists(incarnation) "
@@ -283,7 +293,7 @@ def _put_lease(db: Db, item: dict[str, Any], condition: str, values: dict[str, A
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
-        return from_item(exc.response.get("Item")) or {}
+        return returned_item(exc) or {}
     return None
 
 
@@ -294,7 +304,7 @@ def _delete_lease(db: Db, key: dict[str, str], condition: str, values: dict[str,
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
-        return from_item(exc.response.get("Item")) or {}
+        return returned_item(exc) or {}
     return None
 
 

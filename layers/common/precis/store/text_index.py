@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -38,6 +38,9 @@ from precis.lexical import Document, Key, Page, Posting, Query, Stats, group_of,
 from precis.store import keys
 from precis.store.db import Db, batch_get, error_code, query_all, to_item
 from precis.store.records import delete_keys, write_batch
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import WriteRequestTypeDef
 
 MAX_QUERY_TERMS = 99  # distinct words of a query that count (one BatchGetItem reads their counters and the stats)
 PURGE_BLOCK = 100  # seqs per unit of a purge: aligned, so a resumed purge takes back the same counts
@@ -152,7 +155,7 @@ def _posting_keys(ws: str, session_id: str, seq: int, document: Document) -> lis
     ]
 
 
-def _write(db: Db, requests: list[dict[str, Any]]) -> None:
+def _write(db: Db, requests: list[WriteRequestTypeDef]) -> None:
     """BatchWriteItems of 25, in parallel; unprocessed items retried."""
     chunks = [requests[i : i + 25] for i in range(0, len(requests), 25)]
     list(_pool().map(lambda chunk: write_batch(db, chunk), chunks))
@@ -408,7 +411,7 @@ def unit_range(unit: str) -> tuple[int, int]:
     return first, first + PURGE_BLOCK - 1
 
 
-def unit_members(session_id: str, unit: str, messages: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def unit_members[M: Mapping[str, Any]](session_id: str, unit: str, messages: Iterable[M]) -> list[M]:
     """The messages of `unit` among `messages` (stored items of the session), by seq. Given every stored message of
     `unit_range(unit)`, the whole unit: what each indexer of stored messages passes `index_texts`, so none counts a
     unit twice or in part."""

@@ -579,8 +579,10 @@ class _Runner:
         previous_covers: int | None,
     ) -> _JobEnd:
         """Give the job up for good: remember it (with its back-off), audit it, log it, count it."""
-        again = failure is not None and failure.first_seq == step.first_seq and failure.fingerprint == self.fingerprint
-        failures = failure.failures + 1 if again else 1
+        if failure is not None and failure.first_seq == step.first_seq and failure.fingerprint == self.fingerprint:
+            failures = failure.failures + 1  # failed again from the same start with the same settings
+        else:
+            failures = 1
         retry_at = self.clock() + retry_backoff_s(failures)
         put = put_failure(
             self.db,

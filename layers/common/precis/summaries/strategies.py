@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from precis.context.budget import SummaryCost  # a stored summary's position and size, as the context budget sees it
 from precis.schemas.summary_settings import (  # noqa: F401  (the settings the strategies decide by; re-exported)
@@ -179,7 +180,7 @@ def retry_backoff_s(failures: int) -> float:
     return min(86_400.0, 600.0 * 2 ** max(0, failures - 1))
 
 
-def failure_holds(failure: JobFailure | None, job: SummaryJob, fingerprint: str, now: float) -> bool:
+def failure_holds(failure: JobFailure | None, job: SummaryJob, fingerprint: str, now: float) -> TypeGuard[JobFailure]:
     """Whether a job must not be tried now: it failed for good from the same start with the same settings
     (`fingerprint`) and its back-off is still running. New messages do not lift it (they only extend the job's
     end); progress stored elsewhere, changed settings, or the end of the back-off do."""

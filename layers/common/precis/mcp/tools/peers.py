@@ -97,6 +97,7 @@ def chat(call: Call, args: Chat):
         query=args.query, session_id=args.session_id, target=args.target_peer_id, reasoning_level=args.reasoning_level
     )
     answer = answer_chat(call.db, with_llm_key(get_settings()), ws, body, peer_id=args.peer_id, embed=embed_text)
+    assert isinstance(answer.body, dict)  # a JSON answer: the query above does not ask for a stream
     return answer.body.get("content") or "None"
 
 

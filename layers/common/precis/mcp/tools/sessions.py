@@ -138,7 +138,7 @@ def add_peers_to_session(call: Call, args: AddPeers):
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.SESSION_WRITE, ws, session=args.session_id)
-    flags = {p: {} for p in args.peers if isinstance(p, str)}
+    flags: dict[str, dict[str, Any]] = {p: {} for p in args.peers if isinstance(p, str)}
     flags.update({p.peer_id: p.model_dump(exclude={"peer_id"}) for p in args.peers if isinstance(p, Member)})
     incarnation = _require(call, ws, args.session_id)["incarnation"]
     resources.add_members(call.db, ws, args.session_id, flags, incarnation=incarnation)

@@ -143,8 +143,8 @@ def search(call: Call, args: Search):
         call.authorize(Access.PEER, ws, peer=args.peer_id)
     else:
         call.authorize(Access.WORKSPACE, ws)
-    with_conclusions = bool(args.peer_id and args.conclusion_top_k)
-    if with_conclusions:  # the conclusion query is a workspace route (POST …/conclusions/query)
+    conclusions_of = args.peer_id if args.peer_id and args.conclusion_top_k else None
+    if conclusions_of:  # the conclusion query is a workspace route (POST …/conclusions/query)
         call.authorize(Access.WORKSPACE, ws)
     body = SearchQuery(query=args.query, filters=args.message_filters, limit=args.message_limit)
     if args.session_id:
@@ -154,11 +154,11 @@ def search(call: Call, args: Search):
     else:
         found = read.search_workspace(ws, body)
     conclusions = []
-    if with_conclusions:
+    if conclusions_of:
         conclusions = [
             {k: c[k] for k in ("id", "content", "level", "created_at")}
             for c in query_collection(
-                call, ws, args.peer_id, args.peer_id, args.query, args.conclusion_top_k, args.conclusion_filters
+                call, ws, conclusions_of, conclusions_of, args.query, args.conclusion_top_k, args.conclusion_filters
             )
         ]
     return {"messages": [message(m) for m in found], "conclusions": conclusions}

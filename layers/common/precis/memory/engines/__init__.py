@@ -75,5 +75,8 @@ def get_deriver_engine(name: str, settings: Settings | None = None, model: str |
     if name == "llm":
         from precis.memory.engines.llm import LLMDeriver
 
+        if settings is None:  # its model comes from them (it failed on None further in before)
+            raise ValueError("deriver engine 'llm': needs settings")
+
         return LLMDeriver.from_settings(settings, model=model)
     raise ValueError(f"deriver engine: must be one of {', '.join(DERIVER_ENGINES)}, got {name!r}")

@@ -89,5 +89,8 @@ def get_engine(name: str, settings: Settings | None = None) -> Engine:
     if name == "llm":
         from precis.summaries.engines.llm import LLMEngine
 
+        if settings is None:  # its model comes from them (it failed on None further in before)
+            raise ValueError("engine 'llm': needs settings")
+
         return LLMEngine.from_settings(settings)
     raise ValueError(f"engine: must be one of {', '.join(ENGINES)}, got {name!r}")

@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from precis.summaries.engines import SummaryRequest, SummaryResult
 from precis.tokens import count_text, encoding
@@ -106,7 +107,7 @@ class ExtractiveEngine:
         started = time.perf_counter()
         lines, sentences = _parse(request)
         text = _Summary(lines, sentences, token_budget(request), request.word_limit).text()
-        prompt = {
+        prompt: dict[str, Any] = {
             "engine": self.name,
             "previous": request.previous,
             "messages": request.messages,
@@ -141,7 +142,9 @@ def _parse(request: SummaryRequest) -> tuple[list[_Line], list[_Sentence]]:
 
     day = None  # a previous summary dates only the first line of each day: later lines inherit it
     for raw in (request.previous or "").splitlines():
-        dated, speaker, body = _LINE.match(raw).groups()
+        line = _LINE.match(raw)
+        assert line is not None  # every group of _LINE is optional and its last takes any text: it matches any line
+        dated, speaker, body = line.groups()
         day = dated or day
         add(_Line(day, f"{speaker}: " if speaker else "", True), body)
     dates = request.dates or [None] * len(request.messages)
@@ -268,8 +271,9 @@ class _Summary:
         self.used += tokens
         self.used_words += words
         self.open_lines.add(sentence.line)
-        if self.lines[sentence.line].day:
-            self.open_days.add(self.lines[sentence.line].day)
+        day = self.lines[sentence.line].day
+        if day:
+            self.open_days.add(day)
 
     def _truncated(self, candidates: Sequence[int], limit: int) -> None:
         """The start of the best sentence that says anything, cut to what is left of `limit`."""
