@@ -19,7 +19,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 help:
 	@echo "make dev      run Precis locally on 127.0.0.1:\$${PRECIS_PORT:-8000} (moto, no Docker)"
 	@echo "make test     lint the template, sam build, checkov, ruff and mypy, run the whole test suite"
-	@echo "make check-py ruff check and ruff format --check over the Python, mypy over the shared layer (pyproject.toml)"
+	@echo "make check-py ruff check and ruff format --check over the Python, mypy over the shared layer and the handlers (pyproject.toml)"
 	@echo "make security checkov on the template (offline; skips justified in .checkov.yaml)"
 	@echo "make bench    run the benchmarks (tables, plots under bench/out/); make bench local (or BENCH=\"local cost\") for some"
 	@echo "make invoke FN=ContextFunction EVENT=events/context_health.json   one handler, one event"
@@ -67,7 +67,7 @@ dev: $(VENV)/.installed $(SAM_VENV)/.installed $(ENCODINGS)
 lint: $(SAM_VENV)/.installed
 	$(SAM) validate --lint
 
-# ruff (well under a second) and mypy over layers/common/precis (pyproject.toml: strict for the pure modules; about a
+# ruff (well under a second) and mypy over layers/common/precis and functions/ (pyproject.toml: strict for the pure modules; about a
 # minute cold, a few seconds from its cache in .mypy_cache).
 PY_DIRS := layers functions local bench tests cli deploy scripts
 check-py: $(VENV)/.installed

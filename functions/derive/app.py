@@ -9,7 +9,9 @@ retries them, then dead-letters them; the job marked it due, so the schedule ret
 from precis import startup  # first: no garbage collection while the imports run (precis.startup)
 
 import math
+from collections.abc import Mapping
 from contextlib import suppress
+from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -43,7 +45,7 @@ def wake_record_handler(record: SQSRecord) -> None:
         raise failure
 
 
-def on_stream(event: dict, context, time_left) -> dict:
+def on_stream(event: dict, context, time_left) -> Mapping[str, Any]:
     records = []
     for record in map(DynamoDBRecord, event.get("Records") or ()):
         with suppress(Exception):  # a record that cannot be read names no target: it passes
@@ -53,7 +55,7 @@ def on_stream(event: dict, context, time_left) -> dict:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
 
 
-def on_wake(event: dict, context, time_left) -> dict:
+def on_wake(event: dict, context, time_left) -> Mapping[str, Any]:
     _failures.clear()
     _failures.update(jobs.on_wake(get_db(), (SQSRecord(r).body or "" for r in event["Records"]), time_left))
     return process_partial_response(
@@ -61,20 +63,20 @@ def on_wake(event: dict, context, time_left) -> dict:
     )
 
 
-def on_schedule(event: dict, context, time_left) -> dict:
+def on_schedule(event: dict, context, time_left) -> Mapping[str, Any]:
     return jobs.on_schedule(get_db(), time_left)
 
 
 @logger.inject_lambda_context
 @log_metrics(metrics)
-def lambda_handler(event: dict, context) -> dict:
+def lambda_handler(event: dict, context) -> Mapping[str, Any]:
     def time_left() -> float:
         return context.get_remaining_time_in_millis() / 1000 if context else math.inf
 
     # The schedule's input is {"precis": "flush"} (template.yaml); SQS and the stream name their source.
     records = event.get("Records") or ()
     source = "schedule" if event.get("precis") == "flush" else records[0].get("eventSource") if records else None
-    entry = {"schedule": on_schedule, "aws:sqs": on_wake}.get(source, on_stream)
+    entry = {"schedule": on_schedule, "aws:sqs": on_wake}.get(source or "", on_stream)
     return entry(event, context, time_left)
 
 

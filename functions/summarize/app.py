@@ -15,8 +15,9 @@ active tracing (template) still traces each invocation.
 from precis import startup  # first: no garbage collection while the imports run (precis.startup)
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
+from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -73,14 +74,16 @@ def _serve(db: Db, target: StreamTarget, records: list[str], time_left: Callable
 
 @logger.inject_lambda_context
 @log_metrics(metrics)
-def lambda_handler(event: dict, context) -> dict:
+def lambda_handler(event: dict, context) -> Mapping[str, Any]:
     def time_left() -> float:
         return context.get_remaining_time_in_millis() / 1000 if context else math.inf
 
     targets: dict[StreamTarget, list[str]] = {}
     for record in map(DynamoDBRecord, event.get("Records") or ()):
         with suppress(Invalid):
-            targets.setdefault(_target(record), []).append(record.dynamodb.sequence_number)
+            numbers = targets.setdefault(_target(record), [])
+            if record.dynamodb is not None and record.dynamodb.sequence_number:  # always, from DynamoDB Streams
+                numbers.append(record.dynamodb.sequence_number)
     db = get_db()  # made here: boto3 builds clients safely from one thread only
     _failures.clear()
     _failures.update(
