@@ -438,44 +438,27 @@ def _update_item_action(self: DynamoHandler) -> Any:
     straight to the backend."""
     body = self.body
     table = self.dynamodb_backend.tables.get(body.get("TableName"))
-    if (
+    plain = (
         table is not None
         and not getattr(_local, "reference", False)
-        and set(body) <= _BUMP_FIELDS
         and body.get("ReturnValues", "NONE") == "NONE"
         and isinstance(body.get("Key"), dict)
         and set(body["Key"]) == {a for a in (table.hash_key_attr, table.range_key_attr) if a}
-    ):
-        keys = _keys_of(table, body["Key"])
-        expression, values = body.get("UpdateExpression"), body.get("ExpressionAttributeValues")
-        if (
-            keys is not None
-            and _counters(table, _get(table, *keys), expression, None, values, None, None, None) is not None
-        ):
-            # the backend's update_item applies it as a bump (`_update_item`), and tells the listeners
-            self.dynamodb_backend.update_item(
-                body["TableName"],
-                body["Key"],
-                update_expression=expression,
-                expression_attribute_names=None,
-                expression_attribute_values=values,
-            )
-            return DynamoResult({"ConsumedCapacity": {"TableName": body["TableName"], "CapacityUnits": 0.5}})
-    if (
-        table is not None
-        and not getattr(_local, "reference", False)
-        and set(body) <= _MARK_FIELDS
-        and body.get("ReturnValues", "NONE") == "NONE"
-        and isinstance(body.get("Key"), dict)
-        and set(body["Key"]) == {a for a in (table.hash_key_attr, table.range_key_attr) if a}
-    ):
+    )
+    # A counter bump, or the search index's conditional bump-and-mark / mark removal: each recognizer answers None for
+    # anything else, which goes to moto's own handler.
+    for fields, recognize in ((_BUMP_FIELDS, _counters), (_MARK_FIELDS, _marks)):
+        if not plain or not set(body) <= fields:
+            continue
         keys = _keys_of(table, body["Key"])
         expression, values = body.get("UpdateExpression"), body.get("ExpressionAttributeValues")
         names, condition = body.get("ExpressionAttributeNames"), body.get("ConditionExpression")
-        if (
-            keys is not None
-            and _marks(table, _get(table, *keys), expression, names, values, None, None, condition) is not None
-        ):
+        plan = (
+            None
+            if keys is None
+            else recognize(table, _get(table, *keys), expression, names, values, None, None, condition)
+        )
+        if plan is not None:
             # the backend's update_item applies it (`_update_item`), and tells the listeners
             self.dynamodb_backend.update_item(
                 body["TableName"],
