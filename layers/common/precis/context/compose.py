@@ -266,9 +266,10 @@ def recall_sessions(db: Db, ws: str, session_id: str, recall: Recall) -> frozens
     if recall.sessions is not None and set(recall.sessions) <= {session_id}:
         return frozenset({session_id})
     peers = recall.peers if recall.peers is not None else tuple(resources.members(db, ws, session_id))
-    reach = resources.sessions_of(db, ws, peers)
+    joined = resources.sessions_by_peer(db, ws, [*peers, *([recall.reader] if recall.reader is not None else [])])
+    reach = set().union(*(joined[p] for p in peers))
     if recall.reader is not None:
-        reach &= resources.sessions_of(db, ws, [recall.reader])
+        reach &= joined[recall.reader]
     if recall.sessions is not None:
         reach &= set(recall.sessions)
     return frozenset(reach | {session_id})

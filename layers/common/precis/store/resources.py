@@ -379,13 +379,12 @@ def peer_session_ids(db: Db, ws: str, peer_id: str) -> list[str]:
 _pool = ThreadPoolExecutor(max_workers=4)  # the membership reads of one request, side by side
 
 
-def sessions_of(db: Db, ws: str, peer_ids: Iterable[str]) -> set[str]:
-    """The ids of the sessions any of the peers has joined (one Query each, in parallel; deleted sessions' ids linger
+def sessions_by_peer(db: Db, ws: str, peer_ids: Iterable[str]) -> dict[str, set[str]]:
+    """The ids of the sessions each peer has joined (one Query a peer, side by side; deleted sessions' ids linger
     until their purge)."""
     peer_ids = list(dict.fromkeys(peer_ids))
-    if len(peer_ids) <= 1:
-        return {s for p in peer_ids for s in peer_session_ids(db, ws, p)}
-    return {s for ids in _pool.map(lambda p: peer_session_ids(db, ws, p), peer_ids) for s in ids}
+    read = (map if len(peer_ids) <= 1 else _pool.map)(lambda p: peer_session_ids(db, ws, p), peer_ids)
+    return {p: set(ids) for p, ids in zip(peer_ids, read, strict=True)}
 
 
 def list_peer_sessions(db: Db, ws: str, peer_id: str, filters, page_no: int, size: int, reverse: bool):
