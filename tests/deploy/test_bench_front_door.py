@@ -28,7 +28,6 @@ STILL_INSIDE = {
         "precis.store.db",
         "precis.store.vectors",
     },  # the deriver's step with a priced engine; 10,000 conclusions in bulk
-    "retrieval.py": {"precis.store.vectors"},  # `fuse`, the search's pure fusion, in the offline ranking
     "retrieval_scale.py": {
         "precis.store.keys",
         "precis.store.db",
