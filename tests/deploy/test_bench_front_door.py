@@ -13,7 +13,6 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 # too slow on moto, so these write the table in bulk with the store's item encoding; the offline rankings take the
 # store's pure fusion. Each entry is a step still to take, not a permission.
 STILL_INSIDE = {
-    "clone.py": {"precis.store.clones", "precis.store.db"},  # the background copy, as the summarizer runs it
     "derive.py": {
         "precis.store.conclusions",
         "precis.store.keys",
