@@ -204,14 +204,16 @@ class Queue:
     @staticmethod
     @contextmanager
     def clock() -> Iterator[Callable[[float], None]]:
-        """moto's SQS clock, with a `later(seconds)` that moves it on."""
+        """moto's SQS clock, stopped, with a `later(seconds)` that moves it on: only the bench's pauses pass (the
+        seconds the handlers take would let a wake-up due after a pause of 9.5 s arrive before the next burst)."""
         from moto.sqs import models
 
-        real, offset = models.unix_time_millis, [0.0]
-        models.unix_time_millis = lambda *args: real(*args) + offset[0]
+        real = models.unix_time_millis
+        now = [real()]
+        models.unix_time_millis = lambda dt=None: real(dt) if dt is not None else now[0]
 
         def later(seconds: float) -> None:
-            offset[0] += seconds * 1000
+            now[0] += seconds * 1000
 
         try:
             yield later
