@@ -1,26 +1,33 @@
 """Derived memory's cost: LLM input tokens per 1,000 messages, and what a conclusion query reads.
 
 1. Derivation: 1,000 messages (a user and an agent taking turns, in bursts of one to three exchanges with pauses
-   between them, each burst delivered by the stream as one batch) run through the real deriver (`derive_target`) on
-   in-process moto, with the llm engine's batching (512 tokens), twice in one run: without the quiet flush, and
-   with it (a pause of QUIET_S or more fires the session's wake-up: `quiet_targets`, then `flush=True`). The engine
-   answers extractively (offline) but every request is priced as the prompt the `llm` engine would send
-   (`precis.memory.engines.prompt.build_messages`, counted with tiktoken). The baseline, in the same run, prices
-   re-deriving the sender's whole history at every derivation the deriver made.
+   between them) posted through the API, each burst delivered by the table's stream to the deriver's handler as one
+   batch (bench.front.Stream: the DeriveStream mapping's filter and batch size), with the llm engine's batching (512
+   tokens), twice in one run: without the quiet flush (PRECIS_DERIVE_QUIET_S=0, as a deployment turns it off), and
+   with it (10 s, the default): the handler sends each waiting session's wake-up to the DeriveWakeQueue, delayed; the
+   queue's clock moves on by each pause (bench.front.Queue), and what is due by the next burst reaches the handler
+   through the DeriveWakeups mapping, as Lambda's SQS records. The deriver runs the real `llm` engine through the
+   openai client against the local OpenAI-compatible server (local/models/llm_server.py), whose model answers as the
+   extractive deriver would (`_answer`), so the run derives what an offline one does; every request the server
+   received is counted with tiktoken (its chat messages, as `precis.tokens.count_messages` counts a prompt). The
+   baseline, in the same run, prices re-deriving the sender's whole history at every extraction the server saw.
 2. Query: `POST /conclusions/query` through its handler on collections of 100, 1,000 and 10,000 conclusions (loaded
-   in bulk as the store writes them): DynamoDB requests and response bytes per query, counted at the AWS door,
-   against reading the whole collection (what a store without a vector index would do). moto answers SearchVectors
-   with the local stack's exact emulation. Then the context route with `peer_target` (and `search_query`).
+   through `POST /conclusions`, 100 a request, but for 10,000: see `_bulk_load`): DynamoDB requests and response
+   bytes per query, counted at the AWS door, against reading the whole collection (what a store without a vector
+   index would do). moto answers SearchVectors with the local stack's exact emulation. Then the context route with
+   `peer_target` (and `search_query`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 import time
 
 from bench.common import Requests, moto, print_table, write_json
-from bench.front import AWS, call
+from bench.front import AWS, Queue, Stream, call
 
 MESSAGES = 1_000
 QUIET_S = 10.0  # the default PRECIS_DERIVE_QUIET_S
@@ -41,6 +48,7 @@ FACTS = (
     "I have a {w} meeting every week.",
     "I prefer short answers about the {w}.",
 )
+_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ([^:]+): (.*)$")
 
 
 def _user_text(rng: random.Random) -> str:
@@ -48,110 +56,169 @@ def _user_text(rng: random.Random) -> str:
     return f"{rng.choice(FACTS).format(w=rng.choice(WORDS))} {filler}"
 
 
-class _PricedDeriver:
-    """The extractive deriver, with each request priced as the llm engine's prompt."""
+def _block(text: str, tag: str) -> list[str]:
+    """The lines of a prompt's <tag> block, unescaped as the engine's prompt escaped them."""
+    inner = text.split(f"<{tag}>\n", 1)[1].split(f"\n</{tag}>", 1)[0]
+    return [line.replace(f"<\\/{tag}>", f"</{tag}>") for line in inner.splitlines()]
 
-    name = "priced"
 
-    def __init__(self):
-        from precis.memory.engines.extractive import ExtractiveDeriver
+def _kind(body: dict) -> str:
+    """What a request asks: `explicit_conclusions` (an extraction) or `peer_card` (the card update after one)."""
+    return ((body.get("response_format") or {}).get("json_schema") or {}).get("name", "")
 
-        self.inner, self.input_tokens, self.requests = ExtractiveDeriver(), 0, []
 
-    def derive(self, request):
-        from precis.memory.engines.prompt import build_messages
-        from precis.tokens import count_messages
+def _transcript(body: dict) -> tuple[str, list[tuple[str, str]]]:
+    """An extraction prompt's observed peer and its (peer, content) lines, context first."""
+    user = body["messages"][-1]["content"]
+    observed = user.split("Target peer: ", 1)[1].split("\n", 1)[0]
+    lines = [_LINE.match(line) for line in _block(user, "messages")]
+    return observed, [(m.group(1), m.group(2)) for m in lines if m]
 
-        self.input_tokens += count_messages(build_messages(request))
-        self.requests.append(request)
-        return self.inner.derive(request)
 
-    def update_card(self, observed, card, counts, new):
-        return self.inner.update_card(observed, card, counts, new)
+def _answer(body: dict) -> str:
+    """The offline model: an extraction is answered with the observed sender's first-person statements in the third
+    person (the extractive deriver's own rule), a card update as the extractive card is updated (from the card the
+    prompt shows, without counts: the llm engine keeps none), so the conclusions match an extractive run's."""
+    from precis.memory.cards import norm
+    from precis.memory.engines.extractive import extract, update_card
+
+    if _kind(body) == "peer_card":
+        user = body["messages"][-1]["content"]
+        observed = re.search(r"peer card of '([^']*)'", body["messages"][0]["content"]).group(1)
+        card = [line for line in _block(user, "card") if line != "(empty)"]
+        updated = update_card(observed, card, {}, _block(user, "conclusions"))
+        return json.dumps({"peer_card": updated[0] if updated else card})
+    observed, lines = _transcript(body)
+    found: dict[str, str] = {}
+    for peer, content in lines:
+        if peer == observed:
+            for conclusion in extract(observed, content):
+                found.setdefault(norm(conclusion), conclusion)
+    return json.dumps({"explicit": [{"content": c} for c in found.values()]})
 
 
 def _derivation(quiet: bool) -> dict:
-    from precis.memory.deriver import DeriveTarget, derive_target, quiet_targets
-    from precis.memory.embeddings import HashedEmbedder
+    from local.models.llm_server import LLMServer
     from precis.memory.engines import DeriveMessage, DeriveRequest
     from precis.memory.engines.prompt import build_messages
-    from precis.memory.wakeups import QuietWake
     from precis.settings import get_settings
-    from precis.store.db import Db
     from precis.tokens import count_messages
 
     rng = random.Random(11)
-    with moto(stream=False) as clients:
-        # The deriver's own step runs in-process on a Db of the bench's clients (its engine priced); the messages
-        # arrive through the API.
-        db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
-        _ok(
-            call(
-                "POST",
-                "/v3/workspaces",
-                {"id": "bench", "configuration": {"deriver": {"engine": "llm", "batch_tokens": 512}}},
-            )
-        )
-        _ok(call("POST", "/v3/workspaces/bench/sessions", {"id": "s"}))
-        engine, embedder = _PricedDeriver(), HashedEmbedder(get_settings().embed_dimensions)
-        history: list = []
-        conclusions = flushes = 0
-        while len(history) < MESSAGES:
-            batch = []
-            for i in range(len(history), min(MESSAGES, len(history) + 2 * rng.randint(*BURST_EXCHANGES))):
-                peer = "alice" if i % 2 == 0 else "agent"
-                text = _user_text(rng) if peer == "alice" else " ".join(rng.choice(WORDS) for _ in range(40))
-                batch.append({"content": text, "peer_id": peer})
-            stored = _ok(call("POST", "/v3/workspaces/bench/sessions/s/messages", {"messages": batch}))
-            history += stored
-            for sender in ("alice", "agent"):
-                outcome = derive_target(
-                    db,
-                    get_settings(),
-                    DeriveTarget("bench", "s", sender),
-                    engine_for=lambda _config: engine,
-                    embedder=embedder,
+    deriver = {  # the deriver's template environment, its model the local server's, the quiet period on or off
+        "PRECIS_DERIVE_WAKE_QUEUE_URL": "",
+        "PRECIS_DERIVE_QUIET_S": str(int(QUIET_S)) if quiet else "0",
+        "OPENAI_API_KEY": "bench",
+    }
+    with LLMServer() as server, moto() as clients, Queue.clock() as later:
+        server.answer = _answer
+        queue = Queue("DeriveFunction", clients["sqs"])
+        os.environ.update(deriver, PRECIS_DERIVE_WAKE_QUEUE_URL=queue.url, OPENAI_BASE_URL=server.url)
+        get_settings.cache_clear()
+        try:
+            _ok(
+                call(
+                    "POST",
+                    "/v3/workspaces",
+                    {"id": "bench", "configuration": {"deriver": {"engine": "llm", "batch_tokens": 512}}},
                 )
-                conclusions += outcome.conclusions
-            pause = rng.uniform(*PAUSE_S)  # drawn in both runs, so both see the same messages
-            if quiet and pause >= QUIET_S:  # the burst's wake-up fires and finds no newer message
-                for target in quiet_targets(db, QuietWake("bench", "s", stored[-1]["seq"])):
-                    flushes += 1
-                    conclusions += derive_target(
-                        db, get_settings(), target, engine_for=lambda _config: engine, embedder=embedder, flush=True
-                    ).conclusions
-        message_tokens = sum(m["token_count"] for m in history)
-        # The baseline: every derivation re-sends all of the sender's messages so far.
-        from_scratch = 0
-        for request in engine.requests:
-            last = request.messages[-1].seq
-            everything = [
-                DeriveMessage(m["id"], m["seq"], m["peer_id"], m["content"], m["created_at"])
-                for m in history
-                if m["peer_id"] == request.observed and m["seq"] <= last
-            ]
-            from_scratch += count_messages(build_messages(DeriveRequest(request.observed, everything)))
+            )
+            _ok(call("POST", "/v3/workspaces/bench/sessions", {"id": "s"}))
+            stream = Stream(("DeriveFunction",))
+            history: list = []
+            quiet_requests = woken = 0
+            while len(history) < MESSAGES:
+                batch = []
+                for i in range(len(history), min(MESSAGES, len(history) + 2 * rng.randint(*BURST_EXCHANGES))):
+                    peer = "alice" if i % 2 == 0 else "agent"
+                    text = _user_text(rng) if peer == "alice" else " ".join(rng.choice(WORDS) for _ in range(40))
+                    batch.append({"content": text, "peer_id": peer})
+                history += _ok(call("POST", "/v3/workspaces/bench/sessions/s/messages", {"messages": batch}))
+                stream.drain()  # the burst, one batch to the deriver
+                later(rng.uniform(*PAUSE_S))  # drawn in both runs, so both see the same messages
+                before = len(server.requests)
+                woken += queue.deliver()  # the wake-ups due before the next burst (a newer message: they pass)
+                quiet_requests += sum(_kind(r.body) == "explicit_conclusions" for r in server.requests[before:])
+            conclusions = sum(
+                _ok(
+                    call(
+                        "POST",
+                        "/v3/workspaces/bench/conclusions/list",
+                        {"filters": {"observer_id": peer, "observed_id": peer}},
+                        size=1,
+                    )
+                )["total"]
+                for peer in ("alice", "agent")
+            )
+        finally:
+            for var in (*deriver, "OPENAI_BASE_URL"):
+                os.environ.pop(var, None)
+            get_settings.cache_clear()
+    sent = [r.body for r in server.requests if r.mode == "ok"]
+    extractions = [b for b in sent if _kind(b) == "explicit_conclusions"]
+    cards = [b for b in sent if _kind(b) == "peer_card"]
+    message_tokens = sum(m["token_count"] for m in history)
+    # The baseline: every extraction re-sends all of the sender's messages up to its newest.
+    seq_of = {(m["peer_id"], m["content"]): m["seq"] for m in history}
+    from_scratch = 0
+    for body in extractions:
+        observed, lines = _transcript(body)
+        last = seq_of[lines[-1]]
+        everything = [
+            DeriveMessage(m["id"], m["seq"], m["peer_id"], m["content"], m["created_at"])
+            for m in history
+            if m["peer_id"] == observed and m["seq"] <= last
+        ]
+        from_scratch += count_messages(build_messages(DeriveRequest(observed, everything)))
     return {
         "quiet_s": QUIET_S if quiet else None,
         "messages": MESSAGES,
         "message_tokens": message_tokens,
-        "requests": len(engine.requests),
-        "quiet_flushes": flushes,
-        "incremental": engine.input_tokens,
+        "requests": len(extractions),
+        "quiet_flushes": quiet_requests,
+        "wakeups": woken,
+        "incremental": sum(count_messages(b["messages"]) for b in extractions),
+        "card_requests": len(cards),
+        "card_input": sum(count_messages(b["messages"]) for b in cards),
         "from_scratch": from_scratch,
-        "conclusions": conclusions,
+        # As the deriver counts what it writes: every conclusion of every answer (a repeat merges into the one stored).
+        "conclusions": sum(len(json.loads(_answer(b))["explicit"]) for b in extractions),
+        "stored": conclusions,
+        "model_requests": len(server.requests),
     }
 
 
-def _load(db, ws: str, observer: str, observed: str, texts: list[str], embedder) -> None:
-    """Store a collection as the store writes it (conclusion, vector, dedupe key, pointer), by BatchWriteItem: the
-    write path's near-duplicate search would make loading 10,000 quadratic in moto's brute-force emulation."""
+BULK_FROM = 10_000  # collections this large are written in bulk: see `_bulk_load`
+
+
+def _load(clients: dict, ws: str, observer: str, observed: str, texts: list[str]) -> None:
+    """A collection through the route the callers use, 100 conclusions a request (its near-duplicate search and
+    writes as they run for a client); from BULK_FROM conclusions, in bulk (`_bulk_load`)."""
+    if len(texts) >= BULK_FROM:
+        _bulk_load(clients["dynamodb"], ws, observer, observed, texts)
+        return
+    for start in range(0, len(texts), 100):
+        items = [{"content": t, "observer_id": observer, "observed_id": observed} for t in texts[start : start + 100]]
+        _ok(call("POST", f"/v3/workspaces/{ws}/conclusions", {"conclusions": items}))
+
+
+def _bulk_load(client, ws: str, observer: str, observed: str, texts: list[str]) -> None:
+    """Store a collection as the store writes it (conclusion, vector, dedupe key, pointer), by BatchWriteItem with the
+    bench's own client. Through the route, each conclusion's near-duplicate search grows with the collection in
+    moto's exact emulation: 1,000 conclusions took 183 s and 2,000 took 417 s (the second thousand 226 s) on a loaded
+    2-core machine, so 10,000 would take most of an hour. It writes no text index (the route's BM25 postings, a fourth
+    item per conclusion): the query makes the same requests, but the postings of a word in every conclusion ("alice")
+    are not there to read, so its bytes stay flat where the route's collections show them growing (7 KB at 10,000
+    here; 22 KB at 100 and 161 KB at 1,000 through the route)."""
+    from precis.memory.embeddings import HashedEmbedder
+    from precis.settings import get_settings
     from precis.store import conclusions, keys
     from precis.store.db import to_item
     from precis.store.vectors import vector_attribute
 
     now = "2026-11-30T00:00:00.000000+00:00"
     requests = []
+    embedder = HashedEmbedder(get_settings().embed_dimensions)  # the deployment's default embedder
     for text, vector in zip(texts, embedder.embed(texts)):
         cid = conclusions.new_conclusion_id()
         digest = conclusions._digest(text)
@@ -180,7 +247,7 @@ def _load(db, ws: str, observer: str, observed: str, texts: list[str], embedder)
         ):
             requests.append({"PutRequest": {"Item": put if "vec" in put else to_item(put)}})
     for start in range(0, len(requests), 25):
-        db.client.batch_write_item(RequestItems={db.table: requests[start : start + 25]})
+        client.batch_write_item(RequestItems={"precis-local": requests[start : start + 25]})
 
 
 def _ok(reply) -> object:
@@ -189,22 +256,19 @@ def _ok(reply) -> object:
 
 
 def _query_costs() -> list[dict]:
-    from precis.memory.embeddings import HashedEmbedder
-    from precis.settings import get_settings
-    from precis.store import keys
-    from precis.store.db import Db, query_all, to_item
+    # The collection's partition, to read it whole as a store without a vector index would (the baseline's read,
+    # by the bench's own client): the one key the bench names.
+    from precis.store.keys import collection_pk
 
     rng = random.Random(5)
     rows = []
     for size in SIZES:
         with moto(stream=False) as clients:
-            db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
             _ok(call("POST", "/v3/workspaces", {"id": "bench"}))
             _ok(call("POST", "/v3/workspaces/bench/peers", {"id": "alice"}))
-            embedder = HashedEmbedder(get_settings().embed_dimensions)  # the deployment's default embedder
             texts = [f"alice {rng.choice(WORDS)} {rng.choice(WORDS)} {rng.choice(WORDS)} {i}" for i in range(size)]
             started = time.perf_counter()
-            _load(db, "bench", "alice", "alice", texts, embedder)
+            _load(clients, "bench", "alice", "alice", texts)
             load_s = time.perf_counter() - started
             filters = {"observer_id": "alice", "observed_id": "alice"}
             with Requests(AWS) as counted:
@@ -216,12 +280,15 @@ def _query_costs() -> list[dict]:
                     )
                 )
                 query_ops, query_requests, query_bytes = counted.by_op(), len(counted.ops), counted.bytes
-            with Requests(db.client) as counted:
-                everything = query_all(
-                    db,
+            own = clients["dynamodb"]
+            everything: list = []
+            with Requests(own) as counted:
+                for page in own.get_paginator("query").paginate(
+                    TableName="precis-local",
                     KeyConditionExpression="PK = :pk",
-                    ExpressionAttributeValues=to_item({":pk": keys.collection_pk("bench", "alice", "alice")}),
-                )
+                    ExpressionAttributeValues={":pk": {"S": collection_pk("bench", "alice", "alice")}},
+                ):
+                    everything += page["Items"]
                 scan_requests, scan_bytes = len(counted.ops), counted.bytes
             rows.append(
                 {
@@ -279,6 +346,8 @@ def run() -> None:
             "re-derive-all input",
             "x messages",
             "conclusions",
+            "card requests",
+            "card input",
         ],
         [
             (
@@ -293,6 +362,8 @@ def run() -> None:
                 d["from_scratch"],
                 d["from_scratch"] / d["message_tokens"],
                 d["conclusions"],
+                d["card_requests"],
+                d["card_input"],
             )
             for d in derived
         ],

@@ -8,6 +8,9 @@ its own), so the code measured runs unchanged. A client the bench makes for itse
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 from local.inprocess import Reply, call, handler_module, http_event, invoke
 
 # The events the meters listen to: each is forwarded to AWS's emitter first, in the middle and last of a client's own
@@ -96,5 +99,147 @@ def own(client):
     return client
 
 
+class Stream:
+    """Lambda's event-source mappings on moto's table stream, in-process: each stream function (of `functions`, else
+    every one the template maps) reads the stream from its start with its own position, keeps the records its filters
+    match and is invoked with batches of its batch size, until no function has anything left (handlers write records
+    too: summaries, cursors).
+
+    The records are read from moto's stream shard in memory, not by GetRecords: moto re-serialises every image
+    through its generic serializer (vectors included), which took minutes for a hundred messages."""
+
+    def __init__(self, functions: tuple[str, ...] | None = None):
+        from local.poller import StreamSettings
+        from local.template import template
+
+        self.consumers = {
+            fn.logical_id: StreamSettings.from_properties(fn.stream)
+            for fn in template().stream_functions()
+            if functions is None or fn.logical_id in functions
+        }
+        self.seen = {name: -1 for name in self.consumers}  # the last sequence number each function was given
+        self.invocations = 0
+
+    @staticmethod
+    def _records() -> tuple[str, list[dict]]:
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.dynamodb.models import dynamodb_backends
+
+        table = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].get_table(_table())
+        return table.latest_stream_label, [r.record for r in table.stream_shard.items]
+
+    def drain(self) -> int:
+        """Deliver everything pending to every consumer; the number of records delivered."""
+        from local.poller import matches
+
+        delivered, busy = 0, True
+        while busy:
+            busy = False
+            label, raw = self._records()
+            arn = f"arn:aws:dynamodb:us-east-1:123456789012:table/{_table()}/stream/{label}"
+            for name, settings in self.consumers.items():
+                fresh = [r for r in raw if int(r["dynamodb"]["SequenceNumber"]) > self.seen[name]]
+                if not fresh:
+                    continue
+                self.seen[name] = int(fresh[-1]["dynamodb"]["SequenceNumber"])
+                records = [
+                    r
+                    for r in (_lambda_record(x, arn) for x in fresh)
+                    if not settings.filters or any(matches(p, r) for p in settings.filters)
+                ]
+                for start in range(0, len(records), settings.batch_size):
+                    batch = records[start : start + settings.batch_size]
+                    result = invoke(name, {"Records": batch})
+                    self.invocations += 1
+                    if (result or {}).get("batchItemFailures"):
+                        raise RuntimeError(f"{name} failed records: {result['batchItemFailures']}")
+                    delivered += len(batch)
+                busy = True
+        return delivered
+
+
+def _lambda_record(record: dict, arn: str) -> dict:
+    """A moto stream record as Lambda hands it to the function (local/poller.py's shape)."""
+    src = record["dynamodb"]
+    ddb = {
+        "ApproximateCreationDateTime": int(src["ApproximateCreationDateTime"].timestamp()),
+        **{k: src[k] for k in ("Keys", "NewImage", "OldImage") if k in src},
+        "SequenceNumber": src["SequenceNumber"],
+        "SizeBytes": src["SizeBytes"],
+        "StreamViewType": src["StreamViewType"],
+    }
+    return {
+        "eventID": record["eventID"],
+        "eventName": record["eventName"],
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": ddb,
+        "eventSourceARN": arn,
+    }
+
+
+def _table() -> str:
+    from local.template import template
+
+    return template().table_name
+
+
+class Queue:
+    """Lambda's SQS event-source mapping of a template queue, in-process: `deliver` receives what is visible (moto
+    honours a message's DelaySeconds), invokes the function with batches of the mapping's size as Lambda's SQS records,
+    and deletes what it processed. Messages delayed past now wait: `later(seconds)` moves the queue's clock on (a
+    pause in the bench's conversation) without the bench sleeping through it."""
+
+    def __init__(self, function: str, sqs):
+        from local.sqs_poller import queue_mappings
+        from local.template import template
+
+        (self.mapping,) = [m for m in queue_mappings(template()) if m.function == function]
+        self.sqs = own(sqs)
+        self.url = sqs.get_queue_url(QueueName=self.mapping.queue)["QueueUrl"]
+        self.arn = f"arn:aws:sqs:us-east-1:123456789012:{self.mapping.queue}"
+        self.invocations = 0
+
+    @staticmethod
+    @contextmanager
+    def clock() -> Iterator[Callable[[float], None]]:
+        """moto's SQS clock, stopped, with a `later(seconds)` that moves it on: only the bench's pauses pass (the
+        seconds the handlers take would let a wake-up due after a pause of 9.5 s arrive before the next burst)."""
+        from moto.sqs import models
+
+        real = models.unix_time_millis
+        now = [real()]
+        models.unix_time_millis = lambda dt=None: real(dt) if dt is not None else now[0]
+
+        def later(seconds: float) -> None:
+            now[0] += seconds * 1000
+
+        try:
+            yield later
+        finally:
+            models.unix_time_millis = real
+
+    def deliver(self) -> int:
+        """Invoke the function with every message visible now; how many it was given."""
+        from local.sqs_poller import lambda_record
+
+        given = 0
+        while True:
+            answer = self.sqs.receive_message(
+                QueueUrl=self.url, MaxNumberOfMessages=self.mapping.batch_size, AttributeNames=["All"]
+            )
+            messages = answer.get("Messages") or []
+            if not messages:
+                return given
+            result = invoke(self.mapping.function, {"Records": [lambda_record(m, self.arn) for m in messages]})
+            self.invocations += 1
+            if (result or {}).get("batchItemFailures"):
+                raise RuntimeError(f"{self.mapping.function} failed messages: {result['batchItemFailures']}")
+            for message in messages:
+                self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=message["ReceiptHandle"])
+            given += len(messages)
+
+
 # The handlers as Lambda and API Gateway invoke them: the local runtime's in-process harness (imported above).
-__all__ = ["AWS", "Reply", "call", "handler_module", "http_event", "install", "invoke", "own"]
+__all__ = ["AWS", "Queue", "Reply", "Stream", "call", "handler_module", "http_event", "install", "invoke", "own"]

@@ -43,7 +43,7 @@ from datetime import datetime
 from typing import Any
 
 from bench.common import Requests, moto, print_table, write_json
-from bench.front import AWS, call, invoke, own
+from bench.front import AWS, Stream, call, invoke, own
 from bench.retrieval_bm25 import BM25, words
 from bench.retrieval_data import KINDS, Conversation, Question, generate
 
@@ -193,83 +193,6 @@ def held(question: Question, text: str) -> float:
 
 
 # ---------------------------------------------------------------- loading through the handlers
-
-
-class Stream:
-    """Lambda's event-source mappings on moto's table stream, in-process: each stream function reads the stream
-    from its start with its own position, keeps the records its filters match and is invoked with batches of its
-    batch size, until no function has anything left (handlers write records too: summaries, cursors).
-
-    The records are read from moto's stream shard in memory, not by GetRecords: moto re-serialises every image
-    through its generic serializer (vectors included), which took minutes for a hundred messages."""
-
-    def __init__(self):
-        from local.poller import StreamSettings
-        from local.template import template
-
-        self.consumers = {
-            fn.logical_id: StreamSettings.from_properties(fn.stream) for fn in template().stream_functions()
-        }
-        self.seen = {name: -1 for name in self.consumers}  # the last sequence number each function was given
-        self.invocations = 0
-
-    @staticmethod
-    def _records() -> tuple[str, list[dict]]:
-        from moto.core import DEFAULT_ACCOUNT_ID
-        from moto.dynamodb.models import dynamodb_backends
-
-        table = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].get_table(_table())
-        return table.latest_stream_label, [r.record for r in table.stream_shard.items]
-
-    def drain(self) -> int:
-        """Deliver everything pending to every consumer; the number of records delivered."""
-        from local.poller import matches
-
-        delivered, busy = 0, True
-        while busy:
-            busy = False
-            label, raw = self._records()
-            arn = f"arn:aws:dynamodb:us-east-1:123456789012:table/{_table()}/stream/{label}"
-            for name, settings in self.consumers.items():
-                fresh = [r for r in raw if int(r["dynamodb"]["SequenceNumber"]) > self.seen[name]]
-                if not fresh:
-                    continue
-                self.seen[name] = int(fresh[-1]["dynamodb"]["SequenceNumber"])
-                records = [
-                    r
-                    for r in map(lambda x: _lambda_record(x, arn), fresh)
-                    if not settings.filters or any(matches(p, r) for p in settings.filters)
-                ]
-                for start in range(0, len(records), settings.batch_size):
-                    batch = records[start : start + settings.batch_size]
-                    result = invoke(name, {"Records": batch})
-                    self.invocations += 1
-                    if (result or {}).get("batchItemFailures"):
-                        raise RuntimeError(f"{name} failed records: {result['batchItemFailures']}")
-                    delivered += len(batch)
-                busy = True
-        return delivered
-
-
-def _lambda_record(record: dict, arn: str) -> dict:
-    """A moto stream record as Lambda hands it to the function (local/poller.py's shape)."""
-    src = record["dynamodb"]
-    ddb = {
-        "ApproximateCreationDateTime": int(src["ApproximateCreationDateTime"].timestamp()),
-        **{k: src[k] for k in ("Keys", "NewImage", "OldImage") if k in src},
-        "SequenceNumber": src["SequenceNumber"],
-        "SizeBytes": src["SizeBytes"],
-        "StreamViewType": src["StreamViewType"],
-    }
-    return {
-        "eventID": record["eventID"],
-        "eventName": record["eventName"],
-        "eventVersion": "1.1",
-        "eventSource": "aws:dynamodb",
-        "awsRegion": "us-east-1",
-        "dynamodb": ddb,
-        "eventSourceARN": arn,
-    }
 
 
 def _table() -> str:

@@ -5,19 +5,26 @@ The conversation (`conversation`): two peers over months, hundreds of turns a se
 few running topics (work, a move, a trip, running, cooking), chit-chat, and facts stated once each (a name, a date
 or a number: "My sister Priya lands in Nairobi on 14 March."), each fact kept with the word that proves it survived.
 
-1. Compression: each strategy runs through the real summarizer (`summarize_session`) on in-process moto, one batch
-   of 10 messages at a time as the stream drives it, with the extractive engine as it is (after) and, in the same
-   run, the previous engine's selection copied here (`_BaselineExtractive`, before). Ratio: a summary's tokens over
-   the tokens it covers (previous summary + the step's messages). Facts kept: of the facts stated in a step's
-   messages, the share its summary holds; facts in the newest summary: of every fact stated, the share the newest
-   summary of the chain still holds (older facts surviving the folds).
-2. Cost: every request is priced as the prompt the `llm` engine would send (`build_messages`, counted with
-   tiktoken); the baseline prices re-summarizing the whole history (no previous summary) at every summary written.
+1. Compression: each strategy runs through the summarizer's handler on in-process moto: 10 messages posted at a
+   time through the API, their records delivered by the table's stream as the SummarizeStream mapping delivers them
+   (bench.front.Stream). The summarizer's engine is chosen as a deployment chooses it: with an OpenAI-compatible
+   endpoint configured, the `llm` engine, whose requests go through the openai client to the local server
+   (local/models/llm_server.py); its model (`_Model`) reads each request back from the prompt and answers with the
+   extractive engine as it is (after) or, in the same run, the previous engine's selection copied here
+   (`_BaselineExtractive`, before), so the summaries are the extractive engine's (what the summaries route shows is
+   checked to be the model's answer). Ratio: a summary's tokens over the tokens it covers (previous summary + the
+   step's messages). Facts kept: of the facts stated in a step's messages, the share its summary holds; facts in the
+   newest summary: of every fact stated, the share the newest summary of the chain still holds (older facts
+   surviving the folds).
+2. Cost: every request the server received, counted with tiktoken (`precis.tokens.count_messages`); the baseline
+   prices re-summarizing the whole history (no previous summary) at every summary stored (each chain's newest, read
+   through the summaries route after each batch, with the message it ends at).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import random
 import re
 import statistics
@@ -25,7 +32,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 from bench.common import moto, print_table, write_json
-from bench.front import call
+from bench.front import Stream, call
 
 MESSAGES = 1_000
 BATCH = 10
@@ -278,99 +285,146 @@ class _BaselineExtractive:
 # --- the run -----------------------------------------------------------------------------------------------------
 
 
-class _Recording:
-    """An engine that prices each request as the llm engine's prompt and records what each summary covers."""
+_BLOCK = re.compile(r"<(previous_summary|messages)>\n(.*?)\n</\1>", re.DOTALL)
 
-    def __init__(self, inner):
-        self.inner, self.name = inner, "extractive"
-        self.input_tokens: dict[str, int] = {}
+
+class _Model:
+    """The model behind the local OpenAI-compatible server: it reads each summary request back from the prompt the
+    `llm` engine sent (the previous summary, the messages, the word limit, and max_tokens as the output cap) and answers
+    with `inner`'s summary of it, recording what each step covered and wrote; `chains` names a prompt's chain by its
+    style (a rolling summary is written in the long one's). The prompt holds no dates: each message's is the one the
+    bench posted it with (`talk`, found where the chain's last step ended), as the extractive engine is given them."""
+
+    def __init__(self, inner, chains: dict[str, str], talk: list[dict]):
+        self.inner, self.chains, self.talk = inner, chains, talk
         self.steps: list[dict] = []
+        self.cursor: dict[str, int] = {}  # chain -> the index in `talk` after its last step's messages
 
-    def summarize(self, request):
-        from precis.summaries.engines.prompt import build_messages
+    def _dates(self, chain: str, messages: list[tuple[str, str]]) -> list[str]:
+        wanted = [c for _, c in messages]
+        start = self.cursor.get(chain, 0)
+        while [m["content"] for m in self.talk[start : start + len(wanted)]] != wanted:
+            start += 1
+            assert start < len(self.talk), f"a {chain} step's messages are not the conversation's"
+        self.cursor[chain] = start + len(wanted)
+        return [m["created_at"] for m in self.talk[start : start + len(wanted)]]
+
+    def __call__(self, body: dict) -> str:
+        from precis.summaries.engines import SummaryRequest
         from precis.tokens import count_messages, count_text
 
-        price = count_messages(build_messages(request))
-        self.input_tokens[request.summary_type] = self.input_tokens.get(request.summary_type, 0) + price
-        result = self.inner.summarize(request)
-        covered = count_text(request.previous or "") + sum(count_text(c) for _, c in request.messages)
+        system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+        blocks = {
+            tag: [line.replace(f"<\\/{tag}>", f"</{tag}>") for line in text.splitlines()]
+            for tag, text in _BLOCK.findall(user)
+        }
+        chain = self.chains["short" if "Write a short summary" in system else "long"]
+        messages = [(peer, content) for peer, content in (line.split(": ", 1) for line in blocks["messages"])]
+        request = SummaryRequest(
+            summary_type=chain,
+            previous="\n".join(blocks["previous_summary"]) if "previous_summary" in blocks else None,
+            messages=messages,
+            word_limit=int(re.search(r"Use at most (\d+) words\.", system).group(1)),  # type: ignore[union-attr]
+            max_output_tokens=int(body["max_tokens"]),
+            dates=self._dates(chain, messages),
+        )
+        text = self.inner.summarize(request).text
         self.steps.append(
             {
                 "type": request.summary_type,
-                "covered": covered,
-                "tokens": count_text(result.text),
+                "price": count_messages(body["messages"]),  # the prompt as the server received it
+                "covered": count_text(request.previous or "") + sum(count_text(c) for _, c in request.messages),
+                "tokens": count_text(text),
                 "cap": request.max_output_tokens,
                 "contents": [c for _, c in request.messages],
-                "text": result.text,
+                "text": text,
             }
         )
-        return result
+        return text
 
 
 def _run_strategy(strategy: str, settings: dict, inner) -> dict:
+    from local.models.llm_server import LLMServer
     from precis.settings import get_settings
-    from precis.store.db import get_db
     from precis.summaries.engines import SummaryRequest
     from precis.summaries.engines.prompt import build_messages
-    from precis.summaries.runner import summarize_session
     from precis.tokens import count_messages, count_text
 
     talk = conversation(random.Random(7), MESSAGES)
     facts = {m["content"]: m["fact"] for m in talk if m["fact"]}
-    with moto(stream=False):
-        ok = (200, 201)
-        assert (
-            call(
-                "POST",
-                "/v3/workspaces",
-                {"id": "bench", "configuration": {"summarizer": {"strategy": strategy, **settings}}},
-            ).status
-            in ok
-        )
-        assert call("POST", "/v3/workspaces/bench/sessions", {"id": "s"}).status in ok
-        engine, written = _Recording(inner), []
-        for start in range(0, MESSAGES, BATCH):
-            body = {
-                "messages": [
-                    {
-                        "content": m["content"],
-                        "peer_id": m["peer"],
-                        "run_id": f"run-{i // 2}",
-                        "created_at": m["created_at"],
-                    }  # runs of two: a turn and its answer
-                    for i, m in enumerate(talk[start : start + BATCH], start)
-                ]
-            }
-            reply = call("POST", "/v3/workspaces/bench/sessions/s/messages", body)
-            assert reply.status == 201, reply.body
-            # The summarizer's own step, as its function runs it for the session, with the engine recorded.
-            written += [
-                w
-                for w in summarize_session(get_db(), get_settings(), "bench", "s", engine_for=lambda _: engine).written
-                if w.stored
-            ]
+    long = "rolling" if strategy == "rolling" else "honcho_chat_summary_long"
+    model = _Model(inner, {"short": "honcho_chat_summary_short", "long": long}, talk)
+    url = "/v3/workspaces/bench/sessions/s"
+    # The summarizer's engine is chosen as a deployment chooses it: an OpenAI-compatible endpoint and key configured
+    # (PRECIS_SUMMARY_ENGINE auto) make it the `llm` engine, here against the local server.
+    with LLMServer() as server, moto():
+        server.answer = model
+        os.environ.update(OPENAI_BASE_URL=server.url, OPENAI_API_KEY="bench")
+        get_settings.cache_clear()
+        try:
+            ok = (200, 201)
+            assert (
+                call(
+                    "POST",
+                    "/v3/workspaces",
+                    {"id": "bench", "configuration": {"summarizer": {"strategy": strategy, **settings}}},
+                ).status
+                in ok
+            )
+            assert call("POST", "/v3/workspaces/bench/sessions", {"id": "s"}).status in ok
+            stream, seq_of, newest = Stream(("SummarizeFunction",)), {}, {}
+            written: list[tuple[str, int]] = []  # (chain, covers_seq) of each summary stored
+            for start in range(0, MESSAGES, BATCH):
+                body = {
+                    "messages": [
+                        {
+                            "content": m["content"],
+                            "peer_id": m["peer"],
+                            "run_id": f"run-{i // 2}",
+                            "created_at": m["created_at"],
+                        }  # runs of two: a turn and its answer
+                        for i, m in enumerate(talk[start : start + BATCH], start)
+                    ]
+                }
+                reply = call("POST", f"{url}/messages", body)
+                assert reply.status == 201, reply.body
+                seq_of |= {m["id"]: m["seq"] for m in reply.body}
+                steps = len(model.steps)
+                stream.drain()  # the batch's records, as the stream delivers them to the summarizer's handler
+                # What the run stored, through the front door: each chain's newest summary and the message it ends at.
+                stored = _summaries(call("GET", f"{url}/summaries").body)
+                fresh = {t: s for t, s in stored.items() if s != newest.get(t)}
+                assert len(fresh) == len(model.steps) - steps, (fresh, model.steps[steps:])  # one step per summary
+                for chain, summary in fresh.items():
+                    assert summary["content"] == next(s for s in reversed(model.steps) if s["type"] == chain)["text"]
+                    written.append((chain, seq_of[summary["message_id"]]))
+                newest = stored
+        finally:
+            for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
+                os.environ.pop(var, None)
+            get_settings.cache_clear()
         history = [(m["peer"], m["content"]) for m in talk]
         message_tokens = sum(count_text(c) for _, c in history)
         from_scratch = sum(
-            count_messages(
-                build_messages(
-                    SummaryRequest(summary_type=w.summary_type, previous=None, messages=history[: w.covers_seq])
-                )
-            )
-            for w in written
+            count_messages(build_messages(SummaryRequest(summary_type=chain, previous=None, messages=history[:covers])))
+            for chain, covers in written
         )
-    steps = [s for s in engine.steps if s["covered"]]
+    steps = [s for s in model.steps if s["covered"]]
+    input_tokens: dict[str, int] = {}
+    for step in model.steps:
+        input_tokens[step["type"]] = input_tokens.get(step["type"], 0) + step["price"]
     stated = [(s, facts[c]) for s in steps for c in s["contents"] if c in facts]
-    newest = {s["type"]: s for s in steps}  # the last summary of each chain
-    seen = {t: [facts[c] for s in steps if s["type"] == t for c in s["contents"] if c in facts] for t in newest}
+    newest_step = {s["type"]: s for s in steps}  # the last summary of each chain
+    seen = {t: [facts[c] for s in steps if s["type"] == t for c in s["contents"] if c in facts] for t in newest_step}
     return {
         "strategy": strategy,
         "engine": inner.name,
         "messages": MESSAGES,
         "message_tokens": message_tokens,
         "summaries": len(written),
-        "incremental": sum(engine.input_tokens.values()),
-        "by_type": engine.input_tokens,
+        "model_requests": len(server.requests),
+        "incremental": sum(input_tokens.values()),
+        "by_type": input_tokens,
         "from_scratch": from_scratch,
         "covered": sum(s["covered"] for s in steps),
         "summary_tokens": sum(s["tokens"] for s in steps),
@@ -379,9 +433,14 @@ def _run_strategy(strategy: str, settings: dict, inner) -> dict:
         "steps": len(steps),
         "mean_tokens": statistics.mean(s["tokens"] for s in steps),
         "facts_kept": sum(_holds(s["text"], proof) for s, proof in stated) / max(1, len(stated)),
-        "facts_newest": sum(_holds(newest[t]["text"], p) for t in newest for p in seen[t])
+        "facts_newest": sum(_holds(newest_step[t]["text"], p) for t in newest_step for p in seen[t])
         / max(1, sum(len(v) for v in seen.values())),
     }
+
+
+def _summaries(answer: dict) -> dict[str, dict]:
+    """The summaries route's answer as chain -> summary (its content and the message it ends at)."""
+    return {s["summary_type"]: s for s in (answer["short_summary"], answer["long_summary"]) if s}
 
 
 def _holds(text: str, proof: str) -> bool:
