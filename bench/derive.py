@@ -12,10 +12,11 @@
    received is counted with tiktoken (its chat messages, as `precis.tokens.count_messages` counts a prompt). The
    baseline, in the same run, prices re-deriving the sender's whole history at every extraction the server saw.
 2. Query: `POST /conclusions/query` through its handler on collections of 100, 1,000 and 10,000 conclusions (loaded
-   through `POST /conclusions`, 100 a request, but for 10,000: see `_bulk_load`): DynamoDB requests and response
-   bytes per query, counted at the AWS door, against reading the whole collection (what a store without a vector
-   index would do). moto answers SearchVectors with the local stack's exact emulation. Then the context route with
-   `peer_target` (and `search_query`).
+   through `POST /conclusions`, 100 a request; 10,000 by bench/seed.py's `write_conclusions`, which stores what the
+   route stores: the route's near-duplicate search made 1,000 take 183 s and 2,000 417 s in moto): DynamoDB requests
+   and response bytes per query, counted at the AWS door, against reading the whole collection (what a store without
+   a vector index would do). moto answers SearchVectors with the local stack's exact emulation. Then the context
+   route with `peer_target` (and `search_query`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import time
 
 from bench.common import Requests, moto, print_table, write_json
 from bench.front import AWS, Queue, Stream, call
+from bench.seed import write_conclusions
 
 MESSAGES = 1_000
 QUIET_S = 10.0  # the default PRECIS_DERIVE_QUIET_S
@@ -188,66 +190,18 @@ def _derivation(quiet: bool) -> dict:
     }
 
 
-BULK_FROM = 10_000  # collections this large are written in bulk: see `_bulk_load`
+BULK_FROM = 10_000  # collections this large are written in bulk (bench/seed.py's `write_conclusions`)
 
 
 def _load(clients: dict, ws: str, observer: str, observed: str, texts: list[str]) -> None:
     """A collection through the route the callers use, 100 conclusions a request (its near-duplicate search and
-    writes as they run for a client); from BULK_FROM conclusions, in bulk (`_bulk_load`)."""
+    writes as they run for a client); from BULK_FROM conclusions, in bulk (`bench.seed.write_conclusions`)."""
     if len(texts) >= BULK_FROM:
-        _bulk_load(clients["dynamodb"], ws, observer, observed, texts)
+        write_conclusions(clients["dynamodb"], "precis-local", ws, observer, observed, texts)
         return
     for start in range(0, len(texts), 100):
         items = [{"content": t, "observer_id": observer, "observed_id": observed} for t in texts[start : start + 100]]
         _ok(call("POST", f"/v3/workspaces/{ws}/conclusions", {"conclusions": items}))
-
-
-def _bulk_load(client, ws: str, observer: str, observed: str, texts: list[str]) -> None:
-    """Store a collection as the store writes it (conclusion, vector, dedupe key, pointer), by BatchWriteItem with the
-    bench's own client. Through the route, each conclusion's near-duplicate search grows with the collection in
-    moto's exact emulation: 1,000 conclusions took 183 s and 2,000 took 417 s (the second thousand 226 s) on a loaded
-    2-core machine, so 10,000 would take most of an hour. It writes no text index (the route's BM25 postings, a fourth
-    item per conclusion): the query makes the same requests, but the postings of a word in every conclusion ("alice")
-    are not there to read, so its bytes stay flat where the route's collections show them growing (7 KB at 10,000
-    here; 22 KB at 100 and 161 KB at 1,000 through the route)."""
-    from precis.memory.embeddings import HashedEmbedder
-    from precis.settings import get_settings
-    from precis.store import conclusions, keys
-    from precis.store.db import to_item
-    from precis.store.vectors import vector_attribute
-
-    now = "2026-11-30T00:00:00.000000+00:00"
-    requests = []
-    embedder = HashedEmbedder(get_settings().embed_dimensions)  # the deployment's default embedder
-    for text, vector in zip(texts, embedder.embed(texts)):
-        cid = conclusions.new_conclusion_id()
-        digest = conclusions._digest(text)
-        item = {
-            **keys.conclusion(ws, observer, observed, cid),
-            "kind": "conclusion",
-            "id": cid,
-            "content": text,
-            "observer_id": observer,
-            "observed_id": observed,
-            "level": "explicit",
-            "created_at": now,
-            "times_derived": 1,
-            "source_message_ids": [],
-            "source_at": now,
-            "norm": digest,
-            "cws": ws,
-            "cid": cid,
-        }
-        vector_item = {**conclusions._vector_item(ws, observer, observed, cid, "explicit", None)}
-        for put in (
-            item,
-            {**to_item(vector_item), "vec": vector_attribute(vector)},
-            {**keys.conclusion_dedupe(ws, observer, observed, "explicit", None, digest), "kind": "cdedupe", "id": cid},
-            {**keys.conclusion_pointer(ws, cid), "kind": "cpointer", "observer_id": observer, "observed_id": observed},
-        ):
-            requests.append({"PutRequest": {"Item": put if "vec" in put else to_item(put)}})
-    for start in range(0, len(requests), 25):
-        client.batch_write_item(RequestItems={"precis-local": requests[start : start + 25]})
 
 
 def _ok(reply) -> object:
@@ -256,10 +210,8 @@ def _ok(reply) -> object:
 
 
 def _query_costs() -> list[dict]:
-    # The collection's partition, to read it whole as a store without a vector index would (the baseline's read,
-    # by the bench's own client): the one key the bench names.
-    from precis.store.keys import collection_pk
-
+    # The collection's partition (the table's documented layout: WS#<ws>#C#<observer>#<observed>), read whole as a
+    # store without a vector index would: the baseline's read, by the bench's own client.
     rng = random.Random(5)
     rows = []
     for size in SIZES:
@@ -286,7 +238,7 @@ def _query_costs() -> list[dict]:
                 for page in own.get_paginator("query").paginate(
                     TableName="precis-local",
                     KeyConditionExpression="PK = :pk",
-                    ExpressionAttributeValues={":pk": {"S": collection_pk("bench", "alice", "alice")}},
+                    ExpressionAttributeValues={":pk": {"S": "WS#bench#C#alice#alice"}},
                 ):
                     everything += page["Items"]
                 scan_requests, scan_bytes = len(counted.ops), counted.bytes

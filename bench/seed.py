@@ -12,6 +12,10 @@ kind with the same attributes. Everything else the benches do goes through bench
   search index as the ingest function writes it (`text_index.index_texts` per post) and settled as the deriver
   settles it (`text_index.settle`).
 - `put_summary`: a summary, as the summarizer stores it (no route writes one).
+- `write_conclusions`: a collection of explicit conclusions as `POST .../conclusions` stores them (the conclusion, its
+  vector, dedupe key, pointer, BM25 text item and the collection's registry entry), embedded with the deployment's
+  default (hashed) embedder, because the route's near-duplicate search makes 10,000 take most of an hour in moto;
+  checked by tests/deploy/test_bench_seed_conclusions.py.
 - `in_line`: the index's writes run in the calling thread (for a client that is a dict, bench/retrieval_scale.py's
   `DictTable`).
 """
@@ -167,6 +171,76 @@ def put_summary(
         end_tokens=covers.start + covers.tokens,
         message_id=covers.id,
     )
+
+
+def write_conclusions(client, table: str, ws: str, observer: str, observed: str, texts: Sequence[str]) -> list[str]:
+    """Store `texts` as `observer`'s explicit conclusions about `observed` (no session), as the conclusions route
+    stores them, with BatchWriteItem and then the store's own text-index backfill; their ids, in order. The texts
+    must be distinct and not near-duplicates of each other (the route would merge those)."""
+    from precis.memory.embeddings import HashedEmbedder
+    from precis.settings import get_settings
+    from precis.store import conclusions, keys
+    from precis.store.db import to_item
+    from precis.store.vectors import vector_attribute
+
+    now = "2026-11-30T00:00:00.000000+00:00"
+    ids, requests = [], []
+    registry = {
+        **keys.collection_registry(ws, observer, observed),
+        "kind": "collection",
+        "observer_id": observer,
+        "observed_id": observed,
+    }
+    requests.append({"PutRequest": {"Item": to_item(registry)}})
+    embedder = HashedEmbedder(get_settings().embed_dimensions)  # the deployment's default embedder
+    for text, vector in zip(texts, embedder.embed(list(texts))):
+        cid = conclusions.new_conclusion_id()
+        ids.append(cid)
+        digest = conclusions._digest(text)
+        item = {
+            **keys.conclusion(ws, observer, observed, cid),
+            "kind": "conclusion",
+            "id": cid,
+            "content": text,
+            "observer_id": observer,
+            "observed_id": observed,
+            "level": "explicit",
+            "created_at": now,
+            "times_derived": 1,
+            "source_message_ids": [],
+            "source_at": now,
+            "norm": digest,
+            "cws": ws,
+            "cid": cid,
+        }
+        vector_item = conclusions._vector_item(ws, observer, observed, cid, "explicit", None)
+        for put in (
+            to_item(item),
+            {**to_item(vector_item), "vec": vector_attribute(vector)},
+            to_item(
+                {
+                    **keys.conclusion_dedupe(ws, observer, observed, "explicit", None, digest),
+                    "kind": "cdedupe",
+                    "id": cid,
+                }
+            ),
+            to_item(
+                {
+                    **keys.conclusion_pointer(ws, cid),
+                    "kind": "cpointer",
+                    "observer_id": observer,
+                    "observed_id": observed,
+                }
+            ),
+        ):
+            requests.append({"PutRequest": {"Item": put}})
+    for start in range(0, len(requests), 25):
+        pending = {table: requests[start : start + 25]}
+        while pending:
+            pending = client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or {}
+    # Each conclusion's BM25 text item, as the store writes it for a collection stored before text items existed.
+    conclusions.write_missing_texts(_db(client, table), ws, observer, observed)
+    return ids
 
 
 class _InLine:
