@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -40,7 +40,7 @@ from precis.store.db import Db
 from precis.store.message_search import ensure_indexed
 from precis.store.messages import read_from, read_range, tail_seq, with_bodies
 from precis.store.records import session_of
-from precis.store.resources import members, workspace_ids
+from precis.store.resources import MemberItem, PeerItem, SessionItem, members, workspace_ids
 
 log = logging.getLogger("precis.memory.deriver")
 NOTHING_DUE = derive_cursors.NOTHING_DUE
@@ -110,14 +110,14 @@ def _json(value: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------- who observes whom
 
 
-def observers(sender: str, peer: dict[str, Any] | None, members: dict[str, dict[str, Any]]) -> list[str]:
+def observers(sender: str, peer: PeerItem | None, members: Mapping[str, MemberItem]) -> list[str]:
     """Who observes whom (docs/design.md, "Derived memory"): nobody when the sender is not observed (the session-peer
     config's observe_me if set, else the peer's configuration.observe_me, else true); else the sender and each other
     member with observe_others."""
-    member = members.get(sender) or {}
-    observe_me = member.get("observe_me")
+    member = members.get(sender)
+    observe_me = member.get("observe_me") if member is not None else None
     if observe_me is None:
-        observe_me = _json((peer or {}).get("configuration")).get("observe_me")
+        observe_me = _json(peer["configuration"] if peer is not None else None).get("observe_me")
     if observe_me is False:
         return []
     others = sorted(p for p, m in members.items() if p != sender and m.get("observe_others") is True)
@@ -167,9 +167,9 @@ def _decide(
     db: Db,
     config: DeriveConfig,
     target: DeriveTarget,
-    session: dict,
-    peer: dict | None,
-    cursor: dict | None,
+    session: SessionItem,
+    peer: PeerItem | None,
+    cursor: dict[str, Any] | None,
     engine_for,
     now: datetime,
     outcome: Outcome,

@@ -31,8 +31,11 @@ from precis.store.db import Db, cancellation_codes, error_code, from_item, query
 from precis.store.messages import base_of, copy_item, locate_message, read_tail, seq_of, with_bodies
 from precis.store.records import json_object, utcnow
 from precis.store.resources import (
+    SessionItem,
     add_members,
+    as_session,
     members,
+    read_session_item,
     request_purge,
     require_session,
     session_values,
@@ -117,7 +120,7 @@ def clone_session(db: Db, ws: str, session_id: str, message_id: str | None = Non
     peers = {p: {k: v for k, v in m.items() if k not in _MEMBER_META} for p, m in members(db, ws, session_id).items()}
     if peers:
         add_members(db, ws, new_id, peers, known_peers=set(peers), incarnation=values["incarnation"])
-    return session_view(session)
+    return session_view(as_session(session))
 
 
 def _summaries(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
@@ -137,11 +140,7 @@ def _summaries(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
 def copy_base(db: Db, ws: str, session_id: str, *, time_left: Callable[[], float] = lambda: math.inf) -> bool:
     """Copy the clone's inherited messages (with vectors and bodies) into its partition, from where the last step
     stopped; drop its base when done and restart its parent's purge if one waits. Whether it is done."""
-    session = from_item(
-        db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)), ConsistentRead=True).get(
-            "Item"
-        )
-    )
+    session = read_session_item(db, ws, session_id)
     base = base_of(session)  # None for a missing session too
     if session is None or base is None or "deleted_at" in session:
         return True  # done already, or deleted (its purge removes what was copied)
@@ -249,7 +248,7 @@ def _put_chunk(db: Db, chunk: list[dict[str, Any]], live: dict[str, Any]) -> Non
             put([item])
 
 
-def _progress(db: Db, ws: str, session_id: str, session: dict[str, Any], copied: int) -> None:
+def _progress(db: Db, ws: str, session_id: str, session: SessionItem, copied: int) -> None:
     try:
         db.client.update_item(
             TableName=db.table,
@@ -263,7 +262,7 @@ def _progress(db: Db, ws: str, session_id: str, session: dict[str, Any], copied:
             raise
 
 
-def _finish(db: Db, ws: str, session_id: str, session: dict[str, Any]) -> None:
+def _finish(db: Db, ws: str, session_id: str, session: SessionItem) -> None:
     try:
         db.client.update_item(
             TableName=db.table,
@@ -276,11 +275,7 @@ def _finish(db: Db, ws: str, session_id: str, session: dict[str, Any]) -> None:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
         return
-    parent = from_item(
-        db.client.get_item(
-            TableName=db.table, Key=to_item(keys.session(ws, session["base_session"])), ConsistentRead=True
-        ).get("Item")
-    )
+    parent = read_session_item(db, ws, session["base_session"])
     if (
         parent
         and parent.get("incarnation") == session["base_incarnation"]

@@ -22,6 +22,7 @@ from precis.store import filters as filtering
 from precis.store import keys, text_index
 from precis.store.db import Db, batch_get, error_code, to_item
 from precis.store.messages import Base, message_view, with_bodies
+from precis.store.resources import session_item
 from precis.store.vectors import MAX_TOP_K, fuse, search_index, vector_attribute
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def index_messages(
         by_session.setdefault((ws, session_id), {})[int(image["seq"])] = image
     written = 0
     for (ws, session_id), messages in by_session.items():
-        session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
+        session = session_item(db, ws, session_id)
         if session is None or "deleted_at" in session:
             continue  # (its purge takes its counts back and removes their marks)
         # The stream can be faster than the request: wait for the texts a live request is still writing, then remove
@@ -225,7 +226,7 @@ def reindex_session(
     done, seen, marked = progress if progress is not None else Reindexed(), set(), set(marked)
     last = tail_seq(db, ws, session_id)
     for start in range(1, last + 1, window):
-        session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
+        session = session_item(db, ws, session_id)
         if session is None or "deleted_at" in session:
             done.stopped = "deleted"  # (its purge takes back whatever was indexed)
             return done
@@ -339,7 +340,7 @@ def _put(db: Db, ws: str, session_id: str, incarnation: str | None, items: list[
         }
         while pending:
             pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or None
-    session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
+    session = session_item(db, ws, session_id)
     if (
         session is None
         or "deleted_at" in session

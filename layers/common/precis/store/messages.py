@@ -18,7 +18,7 @@ from precis.store import filters as filtering
 from precis.store import keys
 from precis.store.db import Db, batch_get, error_code, from_item, projection, query_all, raise_if_throttled, to_item
 from precis.store.records import json_object, json_text, page, utcnow
-from precis.store.resources import add_members, create_session_item, require_session
+from precis.store.resources import SessionItem, add_members, as_session, create_session_item, require_session
 
 if TYPE_CHECKING:
     from types_boto3_s3.type_defs import ObjectIdentifierTypeDef
@@ -58,7 +58,7 @@ class Base:
 BASE_FIELDS = ("base_session", "base_through")
 
 
-def base_of(session: dict[str, Any] | None) -> Base | None:
+def base_of(session: SessionItem | None) -> Base | None:
     """The base a session item names (a clone whose copy is not complete), else None."""
     if not session or not session.get("base_session"):
         return None
@@ -261,7 +261,8 @@ def append_messages(
     by_sk = {(i["PK"], i["SK"]): i for i in found}
     if (f"WS#{ws}", "WS") not in by_sk:
         raise NotFound(f"workspace '{ws}' not found")
-    session = by_sk.get((f"WS#{ws}", f"SESSION#{session_id}"))
+    stored = by_sk.get((f"WS#{ws}", f"SESSION#{session_id}"))
+    session = None if stored is None else as_session(stored)
     if session is not None and "deleted_at" in session:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}' (it was deleted)")
     created = False

@@ -31,6 +31,7 @@ from precis.store.db import (
     transact,
 )
 from precis.store.records import utcnow
+from precis.store.resources import SessionItem, WorkspaceItem, as_session, as_workspace
 
 SUMMARY_TYPES = (SHORT, LONG, ROLLING)
 
@@ -95,7 +96,7 @@ def put_summary(
 
 def session_with_summaries(
     db: Db, ws: str, session_id: str, fields: tuple[str, ...] | None = None, peers: tuple[str, ...] = ()
-) -> tuple[dict | None, dict[str, dict], dict | None]:
+) -> tuple[SessionItem | None, dict[str, dict[str, Any]], WorkspaceItem | None]:
     """(session, its summaries by type, workspace) in one BatchGetItem, `fields` of each; with `peers`, their items
     too: NotFound for one the (existing) workspace lacks."""
     wanted = [
@@ -108,8 +109,8 @@ def session_with_summaries(
     missing = sorted(set(peers) - {i["SK"].removeprefix("PEER#") for i in found if i["SK"].startswith("PEER#")})
     if missing and any(i["SK"] == "WS" for i in found):
         raise NotFound(f"peer '{missing[0]}' not found in workspace '{ws}'")
-    session = next((i for i in found if i["SK"].startswith("SESSION#")), None)
-    workspace = next((i for i in found if i["SK"] == "WS"), None)
+    session = next((as_session(i) for i in found if i["SK"].startswith("SESSION#")), None)
+    workspace = next((as_workspace(i) for i in found if i["SK"] == "WS"), None)
     return session, {i["summary_type"]: i for i in found if i["SK"].startswith("SUMMARY#")}, workspace
 
 

@@ -57,7 +57,7 @@ from precis.settings import Settings
 from precis.store.db import Db
 from precis.store.messages import base_of, read_from, with_bodies
 from precis.store.records import json_object
-from precis.store.resources import session_and_workspace
+from precis.store.resources import SessionItem, WorkspaceItem, session_and_workspace
 from precis.store.summaries import (
     Put,
     clear_failure,
@@ -186,7 +186,7 @@ def summarize_session(
     return runner.run(jobs, raw, markers)
 
 
-def summaries_due(db: Db, ws: str, session_id: str, session: dict[str, Any], workspace: dict[str, Any]) -> int:
+def summaries_due(db: Db, ws: str, session_id: str, session: SessionItem, workspace: WorkspaceItem) -> int:
     """How many summaries the session's strategy says are due and not yet written (the queue status counts them)."""
     try:
         config = summary_config(json_object(workspace.get("configuration")), json_object(session.get("configuration")))
