@@ -38,7 +38,7 @@ from precis.settings import Settings
 from precis.store import conclusions, derive_cursors
 from precis.store.db import Db
 from precis.store.message_search import ensure_indexed
-from precis.store.messages import read_from, read_range, tail_seq, with_bodies
+from precis.store.messages import MessageItem, read_from, read_range, tail_seq, with_bodies
 from precis.store.records import session_of
 from precis.store.resources import MemberItem, PeerItem, SessionItem, members, workspace_ids
 
@@ -209,13 +209,13 @@ def _decide(
     # derivation, which the stream and then the schedule retry: the cursor has not moved).
     ensure_indexed(db, ws, s, mine)
     engine = engine_for(config)
-    mine = with_bodies(db, mine, ws, s)
+    views = with_bodies(db, mine, ws, s)
     context = _context_message(db, ws, s, mine[0], window, through)
-    found = _extract(engine, target.sender, mine, context, config)
+    found = _extract(engine, target.sender, views, context, config)
     job = {
         "token": secrets.token_hex(8),
         "to_seq": last_seq,
-        "count": len(mine),
+        "count": len(views),
         "observers": watchers,
         "conclusions": found,
     }
@@ -224,7 +224,9 @@ def _decide(
     return True  # the next round applies the stored job
 
 
-def _context_message(db: Db, ws: str, s: str, first: dict, window: list[dict], through: int) -> dict | None:
+def _context_message(
+    db: Db, ws: str, s: str, first: MessageItem, window: list[MessageItem], through: int
+) -> dict[str, Any] | None:
     """The message just before the sender's first new one, when another peer sent it (Honcho's context line)."""
     before = [m for m in window if m["seq"] < first["seq"]]
     if not before and first["seq"] - 1 > 0:

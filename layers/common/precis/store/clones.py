@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -28,7 +28,7 @@ from botocore.exceptions import ClientError
 from precis.errors import Conflict, NotFound
 from precis.store import keys, text_index
 from precis.store.db import Db, cancellation_codes, error_code, from_item, query_all, to_item, transact
-from precis.store.messages import base_of, copy_item, locate_message, read_tail, seq_of, with_bodies
+from precis.store.messages import as_message, base_of, copy_item, locate_message, read_tail, seq_of, with_bodies
 from precis.store.records import json_object, utcnow
 from precis.store.resources import (
     SessionItem,
@@ -90,7 +90,7 @@ def clone_session(db: Db, ws: str, session_id: str, message_id: str | None = Non
         )
         if last is None:
             raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")  # deleted and purged meanwhile
-        tail = copy_item(db, ws, new_id, values["incarnation"], last)
+        tail = copy_item(db, ws, new_id, values["incarnation"], as_message(last))
         summaries = [i for i in _summaries(db, ws, session_id) if int(i["covers_seq"]) <= through]
         puts = [
             tail,
@@ -171,19 +171,19 @@ def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first
 
     have = {i["SK"] for i in range_query(keys.session_pk(ws, clone), "MSG#", "PK, SK")}
     messages = [
-        i
+        as_message(i)
         for i in range_query(keys.session_pk(ws, parent), "MSG#")
         if i.get("kind") == "message" and i["SK"] not in have
     ]
     copies = [copy_item(db, ws, clone, incarnation, m) for m in messages]
-    vectors = [
+    vectors: list[Mapping[str, Any]] = [
         {**v, "PK": keys.message_vectors_pk(ws, clone), "msession": clone}
         for v in range_query(keys.message_vectors_pk(ws, parent), "MV#")
     ]
     _put_all(db, ws, clone, incarnation, copies + vectors)
     # The copies join the workspace's search as the clone's messages: the page is one index unit, named by its range
     # (all of it, copied now or before: a resumed copy indexes the same unit, exactly once).
-    page = [i for i in range_query(keys.session_pk(ws, parent), "MSG#") if i.get("kind") == "message"]
+    page = [as_message(i) for i in range_query(keys.session_pk(ws, parent), "MSG#") if i.get("kind") == "message"]
     texts = [
         text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "") for v in with_bodies(db, page, ws, parent)
     ]
@@ -191,7 +191,7 @@ def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first
     text_index.settle(db, ws, clone, (t.seq for t in texts))  # (copies wake no deriver to do it)
 
 
-def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: list[dict[str, Any]]) -> None:
+def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: Sequence[Mapping[str, Any]]) -> None:
     """Conditional puts (a copy never replaces an item the clone already has) bound to the clone's incarnation, in
     transactions under DynamoDB's limits; a transaction refused for an item copied meanwhile goes item by item."""
     live = {
@@ -202,7 +202,7 @@ def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: list[dict[str
             "ExpressionAttributeValues": {":inc": {"S": incarnation}},
         }
     }
-    chunk: list[dict[str, Any]] = []
+    chunk: list[Mapping[str, Any]] = []
     size = 0
     for item in [*items, None]:
         weight = len(json.dumps(item, default=str)) if item is not None else 0
@@ -214,8 +214,8 @@ def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: list[dict[str
             size += weight
 
 
-def _put_chunk(db: Db, chunk: list[dict[str, Any]], live: dict[str, Any]) -> None:
-    def put(items: list[dict[str, Any]]) -> bool:
+def _put_chunk(db: Db, chunk: list[Mapping[str, Any]], live: dict[str, Any]) -> None:
+    def put(items: list[Mapping[str, Any]]) -> bool:
         """Whether the puts were written; False when one of the items exists (NotFound for a deleted clone)."""
         try:
             transact(

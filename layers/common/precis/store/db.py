@@ -228,7 +228,7 @@ def from_attr(attr: dict[str, Any]) -> Any:
     raise TypeError(f"unexpected attribute type {kind}")
 
 
-def to_item(values: dict[str, Any]) -> dict[str, Any]:
+def to_item(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: to_attr(v) for k, v in values.items() if v is not None}
 
 
