@@ -49,7 +49,7 @@ def workspace_of(item: dict[str, Any]) -> str:
     return item.get("PK", "").removeprefix("WS#")
 
 
-def page(records: list[dict[str, Any]], page_no: int, size: int, reverse: bool = False) -> dict[str, Any]:
+def page(records: Sequence[Any], page_no: int, size: int, reverse: bool = False) -> dict[str, Any]:
     """A Honcho page of already-filtered records (pages are exact)."""
     if reverse:
         records = records[::-1]
