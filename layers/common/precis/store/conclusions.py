@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict, cast
 
 from botocore.exceptions import ClientError
 
@@ -103,6 +103,12 @@ def as_conclusion(item: dict[str, Any]) -> ConclusionItem:
     """A decoded conclusion item (`db.from_item`'s dict) as a ConclusionItem: the one place it is taken to be one. A
     projected read holds only the fields it asked for."""
     return cast(ConclusionItem, item)
+
+
+class EmbedsTexts(Protocol):
+    """What the writes and the query ask of an embedder (`llm.Embedder` is one): a vector per text, in order."""
+
+    def embed(self, texts: list[str]) -> list[list[float]]: ...
 
 
 class ExtraConditionFailed(Exception):
@@ -225,7 +231,7 @@ def write(
     observed: str,
     items: Sequence[Derived],
     *,
-    embedder,
+    embedder: EmbedsTexts,
     extra: Sequence[dict[str, Any]] = (),
     incarnation: str | None = None,
     session_id_for_check: str | None = None,
@@ -282,7 +288,7 @@ def _one_session(items: Sequence[Derived]) -> str:
     return session
 
 
-def _merge(items: Sequence[Derived], embedder) -> list[_Candidate]:
+def _merge(items: Sequence[Derived], embedder: EmbedsTexts) -> list[_Candidate]:
     """The call's distinct conclusions: exact duplicates first, then (embedded) near duplicates, merged."""
     exact: dict[tuple[str, str | None, str], _Candidate] = {}
     for position, item in enumerate(items):
@@ -757,7 +763,7 @@ def _merged_actions(
     return item, actions
 
 
-def create(db: Db, ws: str, payload: Sequence[dict[str, Any]], *, embedder) -> list[dict[str, Any]]:
+def create(db: Db, ws: str, payload: Sequence[dict[str, Any]], *, embedder: EmbedsTexts) -> list[dict[str, Any]]:
     """POST /conclusions: explicit conclusions written by a client (peers and sessions must exist: NotFound)."""
     if not 1 <= len(payload) <= MAX_CREATE:
         raise Invalid(f"conclusions: 1 to {MAX_CREATE} per request, got {len(payload)}")
@@ -875,7 +881,14 @@ def _projected(values: dict[str, str]) -> dict[str, Any]:
 
 
 def query(
-    db: Db, ws: str, text: str, top_k: int, distance: float | None, filters: dict[str, Any] | None, *, embedder
+    db: Db,
+    ws: str,
+    text: str,
+    top_k: int,
+    distance: float | None,
+    filters: dict[str, Any] | None,
+    *,
+    embedder: EmbedsTexts,
 ) -> list[dict[str, Any]]:
     """The collection's conclusions nearest to `text`, nearest first (within cosine `distance` when given)."""
     filters = _check_filters(filters)

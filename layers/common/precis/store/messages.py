@@ -279,7 +279,7 @@ def append_messages(
     batch: Sequence[NewMessage],
     *,
     inline_max_bytes: int,
-    sleep=time.sleep,
+    sleep: Callable[[float], None] = time.sleep,
     batch_token: str | None = None,
     on_attempt: Callable[[int], None] | None = None,
     index_nonce: str | None = None,
@@ -632,13 +632,13 @@ def list_messages(
     db: Db,
     ws: str,
     session_id: str,
-    filters,
+    filters: dict[str, Any] | None,
     page_no: int,
     size: int,
     reverse: bool,
     *,
     scan_limit: int = FILTER_SCAN_LIMIT,
-):
+) -> dict[str, Any]:
     """A page of messages. Without filters a page is a seq range: page N costs what page 1 costs; with filters, at
     most `scan_limit` messages are examined (from the oldest, or the newest with `reverse`)."""
     base = base_of(require_session(db, ws, session_id))
@@ -716,7 +716,9 @@ def get_message(db: Db, ws: str, session_id: str, message_id: str) -> dict[str, 
     return with_bodies(db, [locate_message(db, ws, session_id, message_id, base)], ws, session_id)[0]
 
 
-def update_message_metadata(db: Db, ws: str, session_id: str, message_id: str, metadata: dict[str, Any]):
+def update_message_metadata(
+    db: Db, ws: str, session_id: str, message_id: str, metadata: dict[str, Any]
+) -> dict[str, Any]:
     session = require_session(db, ws, session_id)
     item = locate_message(db, ws, session_id, message_id, base_of(session))
     if keys.parse_session_pk(item["PK"])[1] != session_id:

@@ -221,7 +221,8 @@ def _update(
         if is_condition_failure(exc):
             return None
         raise
-    return from_item(out["Attributes"])
+    updated: dict[str, Any] = from_item(out["Attributes"])
+    return updated
 
 
 # ---------------------------------------------------------------- workspaces
@@ -259,7 +260,9 @@ def require_workspace(db: Db, ws: str) -> WorkspaceItem:
     return as_workspace(item)
 
 
-def get_or_create_workspace(db: Db, ws: str, metadata=None, configuration=None) -> tuple[dict[str, Any], bool]:
+def get_or_create_workspace(
+    db: Db, ws: str, metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], bool]:
     check_configuration(configuration)
     item, created = _create(
         db,
@@ -276,7 +279,9 @@ def get_or_create_workspace(db: Db, ws: str, metadata=None, configuration=None) 
     return workspace_view(as_workspace(item)), created
 
 
-def update_workspace(db: Db, ws: str, metadata=None, configuration=None) -> dict[str, Any]:
+def update_workspace(
+    db: Db, ws: str, metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
+) -> dict[str, Any]:
     check_configuration(configuration)
     if configuration is not None:
         _check_sessions_under(db, ws, configuration)
@@ -319,7 +324,7 @@ def workspace_ids(db: Db) -> list[str]:
     return [i["id"] for i in items]
 
 
-def list_workspaces(db: Db, filters, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
+def list_workspaces(db: Db, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
     items = query_all(
         db,
         IndexName="ByListKey",
@@ -346,7 +351,9 @@ def workspace_open(db: Db, ws: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- peers
 
 
-def _peer_values(ws: str, peer_id: str, metadata=None, configuration=None) -> dict[str, Any]:
+def _peer_values(
+    ws: str, peer_id: str, metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "kind": "peer",
         "id": peer_id,
@@ -357,7 +364,9 @@ def _peer_values(ws: str, peer_id: str, metadata=None, configuration=None) -> di
     }
 
 
-def get_or_create_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None):
+def get_or_create_peer(
+    db: Db, ws: str, peer_id: str, metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], bool]:
     """Get or create the peer; an existing one takes the `metadata` and `configuration` sent in place of its own
     (Honcho's get-or-create), written only when they differ."""
     key = keys.peer(ws, peer_id)
@@ -371,7 +380,9 @@ def get_or_create_peer(db: Db, ws: str, peer_id: str, metadata=None, configurati
     return peer_view(as_peer(item)), created
 
 
-def _changes(item: Mapping[str, Any], metadata=None, configuration=None) -> dict[str, str]:
+def _changes(
+    item: Mapping[str, Any], metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
+) -> dict[str, str]:
     """The stored texts of the `metadata` and `configuration` given that differ from the item's."""
     sent = {"metadata": metadata, "configuration": configuration}
     return {
@@ -446,7 +457,9 @@ def ensure_peers(db: Db, ws: str, peer_ids: Iterable[str], known: Set[str] = fro
                 _create_in_workspace(db, ws, keys.peer(ws, peer_id), _peer_values(ws, peer_id))
 
 
-def update_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None) -> dict[str, Any]:
+def update_peer(
+    db: Db, ws: str, peer_id: str, metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
+) -> dict[str, Any]:
     item = _update(
         db, keys.peer(ws, peer_id), {"metadata": json_text(metadata), "configuration": json_text(configuration)}
     )
@@ -455,7 +468,9 @@ def update_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None
     return peer_view(as_peer(item))
 
 
-def list_peers(db: Db, ws: str, filters, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
+def list_peers(
+    db: Db, ws: str, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool
+) -> dict[str, Any]:
     require_workspace(db, ws)
     peers = (peer_view(as_peer(i)) for i in partition_items(db, f"WS#{ws}", "PEER#"))
     views = [v for v in peers if filtering.matches(filters, v)]
@@ -479,7 +494,9 @@ def sessions_by_peer(db: Db, ws: str, peer_ids: Iterable[str]) -> dict[str, set[
     return {p: set(ids) for p, ids in zip(peer_ids, read, strict=True)}
 
 
-def list_peer_sessions(db: Db, ws: str, peer_id: str, filters, page_no: int, size: int, reverse: bool):
+def list_peer_sessions(
+    db: Db, ws: str, peer_id: str, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool
+) -> dict[str, Any]:
     if _get(db, keys.peer(ws, peer_id)) is None:
         raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
     ids = peer_session_ids(db, ws, peer_id)
@@ -529,7 +546,12 @@ def require_session(db: Db, ws: str, session_id: str) -> SessionItem:
 
 
 def get_or_create_session(
-    db: Db, ws: str, session_id: str, metadata=None, configuration=None, peers: dict[str, dict[str, Any]] | None = None
+    db: Db,
+    ws: str,
+    session_id: str,
+    metadata: dict[str, Any] | None = None,
+    configuration: dict[str, Any] | None = None,
+    peers: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     # One read for the workspace and the peers that exist already (an importer names the same two in every session):
     # only the others are created, instead of a create per peer that fails and a read after it.
@@ -554,7 +576,12 @@ def get_or_create_session(
 
 
 def _update_existing_session(
-    db: Db, ws: str, item: SessionItem, metadata, configuration, workspace_configuration: dict[str, Any]
+    db: Db,
+    ws: str,
+    item: SessionItem,
+    metadata: dict[str, Any] | None,
+    configuration: dict[str, Any] | None,
+    workspace_configuration: dict[str, Any],
 ) -> SessionItem:
     """Honcho's get-or-create of an existing session: `metadata` replaces the stored one, `configuration`'s keys are
     merged into the stored configuration. The merge is a read-modify-write, so it is conditioned on the configuration
@@ -586,7 +613,9 @@ def _update_existing_session(
     raise Conflict(f"session '{session_id}': its configuration kept changing while being merged; retry the request")
 
 
-def session_values(ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
+def session_values(
+    ws: str, session_id: str, metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "kind": "session",
         "id": session_id,
@@ -603,8 +632,8 @@ def create_session_item(
     db: Db,
     ws: str,
     session_id: str,
-    metadata=None,
-    configuration=None,
+    metadata: dict[str, Any] | None = None,
+    configuration: dict[str, Any] | None = None,
 ) -> tuple[SessionItem, bool]:
     """Get or create the session item (a new incarnation); Conflict while an earlier one is being purged."""
     values = session_values(ws, session_id, metadata, configuration)
@@ -657,7 +686,13 @@ def _deleted_epoch(item: SessionItem) -> float:
     return datetime.fromisoformat(item["deleted_at"]).timestamp()
 
 
-def update_session(db: Db, ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
+def update_session(
+    db: Db,
+    ws: str,
+    session_id: str,
+    metadata: dict[str, Any] | None = None,
+    configuration: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     if configuration is not None:
         check_configuration(json_object(require_workspace(db, ws).get("configuration")), configuration)
     item = _update(
@@ -684,7 +719,9 @@ def partition_keys(db: Db, ws: str, session_id: str, limit: int | None = None) -
     return query_all(db, **request)
 
 
-def list_sessions(db: Db, ws: str, filters, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
+def list_sessions(
+    db: Db, ws: str, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool
+) -> dict[str, Any]:
     require_workspace(db, ws)
     items = [as_session(i) for i in partition_items(db, f"WS#{ws}", "SESSION#") if "deleted_at" not in i]
     views = [v for v in map(session_view, items) if filtering.matches(filters, v)]

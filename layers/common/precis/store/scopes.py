@@ -54,7 +54,9 @@ def view(item: dict[str, Any]) -> dict[str, Any]:
     return {"id": item["id"], "metadata": json_object(item.get("metadata")), "created_at": item["created_at"]}
 
 
-def get_or_create(db: Db, ws: str, scope_id: str, metadata: dict | None = None) -> tuple[dict[str, Any], bool]:
+def get_or_create(
+    db: Db, ws: str, scope_id: str, metadata: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], bool]:
     require_workspace(db, ws)
     item = {
         **_scope_key(ws, scope_id),
@@ -220,7 +222,7 @@ def session_scopes(db: Db, ws: str, session_id: str) -> list[str]:
 # ---------------------------------------------------------------- the backfill (run by the deriver)
 
 
-def backfill(db: Db, ws: str, scope_id: str, session_id: str, *, embedder) -> int:
+def backfill(db: Db, ws: str, scope_id: str, session_id: str, *, embedder: conclusions.EmbedsTexts) -> int:
     """Copy the session's explicit conclusions (each observed peer's own view of itself, one copy a fact) into the
     scope's collections, chunk by chunk, each chunk once; then mark the membership completed. How many were
     copied by this call."""
