@@ -46,14 +46,20 @@ def _request_tokens(body: dict) -> int:
     return total + (count_text(json.dumps(body["tools"])) if body.get("tools") else 0)
 
 
-def _load(db, rng: random.Random) -> None:
-    """The workspace through the API (peer, sessions, conclusions, card); its messages in bulk (bench.search)."""
-    from bench.search import load_messages
+def _load(rng: random.Random) -> None:
+    """The workspace through the API: peer, sessions and their messages (posts of 100, as a client sends them: texts
+    of 12 words drawn as bench/search.py draws them, sent by alice), conclusions, card."""
+    from bench.search import PER_SESSION, WORDS
 
     _ok(call("POST", "/v3/workspaces", {"id": "bench"}))
     _ok(call("POST", "/v3/workspaces/bench/peers", {"id": "alice"}))
-    for session in load_messages(db, "bench", MESSAGES, rng):  # sessions s0..s9, sent by alice
+    for start in range(0, MESSAGES, PER_SESSION):  # sessions s0..s9
+        session = f"s{start // PER_SESSION}"
         _ok(call("POST", "/v3/workspaces/bench/sessions", {"id": session}))
+        texts = [" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(PER_SESSION)]
+        for at in range(0, len(texts), 100):
+            batch = [{"peer_id": "alice", "content": text} for text in texts[at : at + 100]]
+            _ok(call("POST", f"/v3/workspaces/bench/sessions/{session}/messages", {"messages": batch}))
     items = [
         {
             "content": f"alice {rng.choice(FACTS)} (note {n})",
@@ -82,10 +88,9 @@ def _ok(reply) -> object:
 def run() -> None:
     from local.models.llm_server import LLMServer
     from precis.settings import get_settings
-    from precis.store.db import Db
 
     rows = []
-    with LLMServer() as server, moto(stream=False) as clients:
+    with LLMServer() as server, moto(stream=False):
         server.answer = lambda body: (
             {"tool_calls": [{"name": "search_conclusions", "arguments": {"query": "Lisbon"}}]}
             if body.get("tools")
@@ -94,8 +99,7 @@ def run() -> None:
         os.environ.update(OPENAI_BASE_URL=server.url, OPENAI_API_KEY="bench")
         get_settings.cache_clear()
         try:
-            db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
-            _load(db, random.Random(5))
+            _load(random.Random(5))
             for level in LEVELS:
                 server.requests.clear()
                 body = {"query": "where does alice live?", "session_id": "s0", "reasoning_level": level}

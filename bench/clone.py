@@ -1,16 +1,20 @@
 """Session clone's cost: the clone request's latency and DynamoDB requests for sessions of 100 → 100,000 messages,
 the context read on a clone (while it reads through its parent, and once its background copy is done) against the
-same read on the ordinary session, and what the background copy costs."""
+same read on the ordinary session, and what the background copy costs: the summarizer (the function whose stream
+filter routes a clone's session record to its `copy` job, precis/stream.py's ROUTES) invoked with the records of
+moto's stream as its event-source mapping delivers them, its requests counted at the AWS door. Sessions are loaded
+in bulk by bench/seed.py (through bench/context.py's `seed_session`)."""
 
 from __future__ import annotations
 
 import os
 import random
 import time
+from typing import Any
 
-from bench.common import Requests, moto, print_table, write_json
+from bench.common import Requests, moto, print_table, template, write_json
 from bench.context import WS, add_summaries, read_context, seed_session, text_pool
-from bench.front import AWS, call
+from bench.front import AWS, call, invoke
 
 SIZES = tuple(int(s) for s in os.environ.get("PRECIS_BENCH_CLONE_SIZES", "100,1000,10000,100000").split(","))
 # In-process moto copies its whole table for every transaction, so a transaction's time grows with the table there
@@ -20,36 +24,87 @@ COPY_UP_TO = 1_000
 BUDGET = 8_000
 
 
-def _context(db, session: str) -> tuple[int, int, float]:
+def _context(session: str) -> tuple[int, int, float]:
     """The context route's requests, bytes read and time on `session` (through its handler)."""
-    read_context(db, WS, session, BUDGET)  # warm
+    read_context(None, WS, session, BUDGET)  # warm
     with Requests(AWS) as counted:
         started = time.perf_counter()
-        read_context(db, WS, session, BUDGET)
+        read_context(None, WS, session, BUDGET)
         seconds = time.perf_counter() - started
     return len(counted.ops), counted.bytes, seconds * 1000
 
 
-def run() -> None:
-    from local.template import template
-    from precis.store.clones import copy_base
-    from precis.store.db import Db
+class Stream:
+    """The table's stream (moto's), read with the bench's own client from where it was last read, and delivered to a
+    function as its event-source mapping delivers it: Lambda-shaped records, filtered by the mapping's patterns, in
+    batches of its BatchSize."""
 
+    def __init__(self, dynamodb) -> None:
+        import boto3
+
+        from bench.front import own
+
+        self.client = own(boto3.client("dynamodbstreams"))
+        self.arn = dynamodb.describe_table(TableName=template().table_name)["Table"]["LatestStreamArn"]
+        self.after: dict[str, str] = {}  # shard id -> the last sequence number read
+
+    def take(self) -> list[dict[str, Any]]:
+        """Every record written since the last `take`, Lambda-shaped, in stream order per shard."""
+        from local.stream_records import lambda_record
+
+        out = []
+        for shard in self.client.describe_stream(StreamArn=self.arn)["StreamDescription"]["Shards"]:
+            shard_id = shard["ShardId"]
+            where = (
+                {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": self.after[shard_id]}
+                if shard_id in self.after
+                else {"ShardIteratorType": "TRIM_HORIZON"}
+            )
+            iterator = self.client.get_shard_iterator(StreamArn=self.arn, ShardId=shard_id, **where)["ShardIterator"]
+            while iterator:
+                page = self.client.get_records(ShardIterator=iterator, Limit=1000)
+                if not page["Records"]:
+                    break
+                out += [lambda_record(r, self.arn) for r in page["Records"]]
+                self.after[shard_id] = page["Records"][-1]["dynamodb"]["SequenceNumber"]
+                iterator = page.get("NextShardIterator")
+        return out
+
+    def drain(self, function: str) -> int:
+        """Deliver what the stream holds to `function` until it holds nothing new for it (what it writes may wake
+        it again: each step of a clone's copy does); how many invocations."""
+        from local.poller import StreamSettings
+        from local.stream_records import matches
+
+        settings = StreamSettings.from_properties(template().functions[function].stream or {})
+        invocations = 0
+        while records := self.take():
+            wanted = [r for r in records if not settings.filters or any(matches(p, r) for p in settings.filters)]
+            for start in range(0, len(wanted), settings.batch_size):
+                answer = invoke(function, {"Records": wanted[start : start + settings.batch_size]})
+                assert not (answer or {}).get("batchItemFailures"), (function, answer)
+                invocations += 1
+        return invocations
+
+
+def run() -> None:
     rows = []
     rng = random.Random(11)
     for size in SIZES:
-        with moto(stream=False) as clients:
-            # The bench's own clients seed the session and run the background copy; the routes' are counted apart.
-            db = Db(
-                client=clients["dynamodb"], s3=clients["s3"], table=template().table_name, bucket=template().bucket_name
-            )
+        # The stream only where the background copy runs (moto keeps every record of a 100,000-message seeding).
+        with moto(stream=size <= COPY_UP_TO) as clients:
+            # The bench's own clients seed the session; the routes' and the summarizer's are counted apart.
+            table = template().table_name
+            stream = Stream(clients["dynamodb"]) if size <= COPY_UP_TO else None
             assert call("POST", "/v3/workspaces", {"id": WS}).status in (200, 201)
             session = f"s{size}"
             assert call(
                 "POST", f"/v3/workspaces/{WS}/sessions", {"id": session, "peers": {"alice": {}, "assistant": {}}}
             ).status in (200, 201)
-            costs = seed_session(clients["dynamodb"], db.table, session, size, text_pool(rng), rng)
-            add_summaries(db, session, costs, rng)
+            costs = seed_session(clients["dynamodb"], table, session, size, text_pool(rng), rng)
+            add_summaries(clients["dynamodb"], table, session, costs, rng)
+            if stream is not None:
+                stream.take()  # the seeding's records: the bench's, not the clone's (no summarizer would see them)
             with Requests(AWS) as counted:
                 started = time.perf_counter()
                 reply = call("POST", f"/v3/workspaces/{WS}/sessions/{session}/clone")
@@ -57,16 +112,16 @@ def run() -> None:
             assert reply.status == 201, reply.body
             clone = reply.body["id"]
             clone_requests, clone_bytes = len(counted.ops), counted.bytes
-            plain = _context(db, session)
-            through = _context(db, clone)
+            plain = _context(session)
+            through = _context(clone)
             copy_requests, copy_s, copied = None, None, (None, 0, None)
-            if size <= COPY_UP_TO:  # what the summarizer runs on the clone's stream record
-                with Requests(db.client) as counted:
+            if stream is not None:  # the summarizer, on the clone's stream record (and each copy step's)
+                with Requests(AWS) as counted:
                     started = time.perf_counter()
-                    assert copy_base(db, WS, clone)
+                    assert stream.drain("SummarizeFunction") >= 1
                     copy_s = time.perf_counter() - started
                 copy_requests = len(counted.ops)
-                copied = _context(db, clone)
+                copied = _context(clone)
             rows.append(
                 {
                     "messages": size,

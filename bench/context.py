@@ -3,11 +3,13 @@
 Precis: `GET /v3/workspaces/{ws}/sessions/{id}/context` through the context handler as API Gateway invokes it
 (bench/front.py), its DynamoDB requests counted at the in-process AWS's door: two rounds (session + summaries and the
 last message's cost, then the messages whose `start_tokens` lie in the budget's window on the ByStartTokens index).
-Baseline, written here: the same first request for the session and summaries, then every message after the
+Baseline, written here (with its own keys and decoding: a reference shares no code with what it checks): the same
+first request for the session and summaries, then every message after the
 chosen summary with a paginated Query on the base table, trimmed newest-first to the budget (Honcho's way).
 Both must return the same answer; the benchmark checks that.
 
-Sessions are seeded with BatchWriteItem (items shaped as ingestion shapes them): 20-400 tokens per message,
+Sessions are seeded in bulk by bench/seed.py (BatchWriteItem, items as the message route stores them: checked by
+tests/deploy/test_bench_seed.py): 20-400 tokens per message,
 skewed small, a third of them in agent runs of 2-6 messages, a short summary (~600 tokens) covering up to
 ~10 messages before the end and a long one (~2,500 tokens) up to ~30 before, as a summarizer that keeps up
 leaves them. Each budget is read with `summary=true` (the baseline then reads only the messages after the
@@ -25,10 +27,12 @@ import json
 import os
 import random
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from bench.common import OUT, ROOT, Requests, median, moto, print_table, write_json
 from bench.front import AWS, call
+from bench.seed import Said, Stored, put_summary, timed, write_messages
 from local.moto_storage import moto_reference
 
 SESSION_LENGTHS = tuple(
@@ -62,109 +66,116 @@ def text_pool(rng: random.Random) -> list[tuple[str, int]]:
     return pool
 
 
-def seed_session(client, table: str, session: str, length: int, pool, rng: random.Random) -> list[dict[str, Any]]:
-    """Write `length` messages with BatchWriteItem; returns their costs (seq, tokens, start, run start, id)."""
-    from precis.store import keys
-    from precis.store.db import to_item
-    from precis.store.messages import make_message_id
-
-    costs, requests, start, seq, run_index, reported = [], [], 0, 0, 0, 0
-    started = time.perf_counter()
+def seed_session(client, table: str, session: str, length: int, pool, rng: random.Random) -> list[Stored]:
+    """`length` messages in runs (a third of them in agent runs of 2-6), loaded in bulk by bench/seed.py as the
+    message route stores them; what each one costs (seq, tokens, start, run start, id)."""
+    said, seq = [], 0
     while seq < length:
         run_length = 1 if rng.random() < 0.6 else rng.randint(2, 6)
         run_id = f"run-{seq + 1}" if run_length > 1 else None
-        run_start, run_index = seq + 1, run_index + 1
         for _ in range(min(run_length, length - seq)):
             seq += 1
             content, tokens = pool[rng.randrange(len(pool))]
-            item = {
-                **keys.message(WS, session, seq),
-                "kind": "message",
-                "id": make_message_id(seq),
-                "seq": seq,
-                "peer_id": "alice" if seq % 2 else "assistant",
-                "token_count": tokens,
-                "start_tokens": start,
-                "run_id": run_id,
-                "run_start_seq": run_start,
-                "run_index": run_index,
-                "metadata": "{}",
-                "created_at": "2024-05-01T10:00:00+00:00",
-                "content": content,
-            }
-            costs.append({"seq": seq, "tokens": tokens, "start": start, "run_start": run_start, "id": item["id"]})
-            requests.append({"PutRequest": {"Item": to_item(item)}})
-            start += tokens
-            if len(requests) == 25:
-                _write(client, table, requests)
-                requests = []
-        if seq // 20_000 > reported:
-            reported = seq // 20_000
-            print(f"    {session}: {seq:,} / {length:,} messages ({time.perf_counter() - started:.0f} s)", flush=True)
-    if requests:
-        _write(client, table, requests)
-    return costs
+            said.append(Said("alice" if seq % 2 else "assistant", content, tokens, run_id))
+    return write_messages(client, table, WS, session, said, progress=timed(session, 20_000, length))
 
 
-def _write(client, table: str, requests: list[dict]) -> None:
-    pending = {table: requests}
-    while pending:
-        pending = client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or {}
-
-
-def add_summaries(db, session: str, costs: list[dict], rng: random.Random) -> None:
-    """A short and a long summary ending at run ends ~10 and ~30 messages before the session's end."""
-    from precis.store.resources import require_session
-    from precis.store.summaries import put_summary
-    from precis.tokens import count_text
-
-    incarnation = require_session(db, WS, session)["incarnation"]
-    run_ends = [c["seq"] for c, nxt in zip(costs, costs[1:]) if nxt["run_start"] == nxt["seq"]]
+def add_summaries(client, table: str, session: str, costs: list[Stored], rng: random.Random) -> None:
+    """A short and a long summary ending at run ends ~10 and ~30 messages before the session's end (bench/seed.py
+    stores them as the summarizer does: no route writes one)."""
+    run_ends = [c.seq for c, nxt in zip(costs, costs[1:]) if nxt.run_start == nxt.seq]
     for summary_type, behind, words in (("honcho_chat_summary_short", 10, 450), ("honcho_chat_summary_long", 30, 1900)):
         covers = max([s for s in run_ends if s <= len(costs) - behind], default=None)
         if covers is None:
             continue
         content = " ".join(rng.choice(WORDS) for _ in range(words))
-        last = costs[covers - 1]
-        put_summary(
-            db,
-            WS,
-            session,
-            incarnation=incarnation,
-            summary_type=summary_type,
-            content=content,
-            token_count=count_text(content),
-            covers_seq=covers,
-            end_tokens=last["start"] + last["tokens"],
-            message_id=last["id"],
-        )
+        put_summary(client, table, WS, session, summary_type, content, costs[covers - 1])
 
 
 # --- the baseline ----------------------------------------------------------------------------------------------
 
 
+# The table's documented layout (docs/design.md; precis/store/keys.py is Precis's code and the baseline does not share
+# it): a session's item is ("WS#{ws}", "SESSION#{id}"); its messages and summaries live in its own partition
+# "WS#{ws}#S#{id}", a message at "MSG#" + its seq in 12 digits, a summary at "SUMMARY#{type}".
+SEQ_DIGITS = 12
+SUMMARY_TYPES = ("honcho_chat_summary_short", "honcho_chat_summary_long", "rolling")
+
+
+@dataclass(frozen=True)
+class Table:
+    """The bench's own clients and the template's table and bucket: the baseline's handle."""
+
+    client: Any
+    s3: Any
+    table: str
+    bucket: str
+
+
+def _plain(value: dict[str, Any]) -> Any:
+    """A DynamoDB typed value as a plain one (the types the table's items hold; integers as int)."""
+    ((kind, v),) = value.items()
+    if kind == "N":
+        return int(v) if v.lstrip("-").isdigit() else float(v)
+    if kind == "M":
+        return {k: _plain(x) for k, x in v.items()}
+    if kind == "L":
+        return [_plain(x) for x in v]
+    if kind == "NULL":
+        return None
+    return v  # S, BOOL
+
+
+def _decode(item: dict[str, Any]) -> dict[str, Any]:
+    return {name: _plain(value) for name, value in item.items()}
+
+
+def _message_view(db: Table, item: dict[str, Any], ws: str, session_id: str) -> dict[str, Any]:
+    """A message as the API answers it; a large body is read from S3, where the item's `body_key` names it."""
+    content = item.get("content", "")
+    if item.get("body_key"):
+        content = db.s3.get_object(Bucket=db.bucket, Key=item["body_key"])["Body"].read().decode("utf-8")
+    view = {
+        "id": item["id"],
+        "content": content,
+        "peer_id": item["peer_id"],
+        "session_id": session_id,
+        "workspace_id": ws,
+        "metadata": json.loads(item["metadata"]) if item.get("metadata") else {},
+        "created_at": item["created_at"],
+        "token_count": item["token_count"],
+        "seq": item["seq"],
+    }
+    if item.get("run_id"):
+        view["run_id"] = item["run_id"]
+    return view
+
+
 def naive_context(
-    db, ws: str, session_id: str, limit: int, *, use_summary: bool = True, items: list[dict] | None = None
+    db: Table, ws: str, session_id: str, limit: int, *, use_summary: bool = True, items: list[dict] | None = None
 ) -> dict[str, Any]:
     """Every message after the summary (paginated Query on the table), trimmed newest-first to the budget.
 
     `items` skips the Query with messages read before (the benchmark reuses one read for budgets that choose the
     same summary: their reads are identical, only the trim differs). The messages read come back in "_items".
     """
-    from precis.context.compose import SUMMARY_TYPES, summary_view
-    from precis.errors import NotFound
-    from precis.store import keys
-    from precis.store.db import from_item, to_item
-    from precis.store.messages import with_bodies
-
-    wanted = [keys.session(ws, session_id), *(keys.summary(ws, session_id, t) for t in SUMMARY_TYPES)]
+    partition = f"WS#{ws}#S#{session_id}"
+    wanted = [
+        {"PK": f"WS#{ws}", "SK": f"SESSION#{session_id}"},
+        *({"PK": partition, "SK": f"SUMMARY#{t}"} for t in SUMMARY_TYPES),
+    ]
     out = db.client.batch_get_item(
-        RequestItems={db.table: {"Keys": [to_item(k) for k in wanted], "ConsistentRead": True}}
+        RequestItems={
+            db.table: {
+                "Keys": [{name: {"S": value} for name, value in key.items()} for key in wanted],
+                "ConsistentRead": True,
+            }
+        }
     )
-    found = [from_item(i) for i in out["Responses"][db.table]]
+    found = [_decode(i) for i in out["Responses"][db.table]]
     session = next((i for i in found if i["SK"].startswith("SESSION#")), None)
     if session is None or "deleted_at" in session:
-        raise NotFound(f"session '{session_id}' not found")
+        raise LookupError(f"session '{session_id}' not found")
     summaries = [i for i in found if i["SK"].startswith("SUMMARY#")]
     fitting = [s for s in summaries if use_summary and s["token_count"] <= limit * 2 // 5]
     chosen = max(fitting, key=lambda s: (s["token_count"], s["covers_seq"], s["summary_type"]), default=None)
@@ -179,13 +190,13 @@ def naive_context(
             KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b",
             ConsistentRead=True,
             ExpressionAttributeValues={
-                ":pk": {"S": keys.session_pk(ws, session_id)},
-                ":a": {"S": keys.message_sk(after + 1)},
-                ":b": {"S": keys.message_sk(10**keys.SEQ_DIGITS - 1)},
+                ":pk": {"S": partition},
+                ":a": {"S": f"MSG#{after + 1:0{SEQ_DIGITS}d}"},
+                ":b": {"S": f"MSG#{10**SEQ_DIGITS - 1}"},
             },
             **kwargs,
         )
-        items += [from_item(i) for i in page["Items"]]
+        items += [_decode(i) for i in page["Items"]]
         if "LastEvaluatedKey" not in page:
             break
         kwargs = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
@@ -195,8 +206,12 @@ def naive_context(
         used += items[first]["token_count"]
     return {
         "id": session_id,
-        "messages": with_bodies(db, items[first:], ws, session_id),
-        "summary": summary_view(chosen),
+        "messages": [_message_view(db, item, ws, session_id) for item in items[first:]],
+        "summary": (
+            {k: chosen[k] for k in ("content", "message_id", "summary_type", "created_at", "token_count")}
+            if chosen
+            else None
+        ),
         "peer_representation": None,
         "peer_card": None,
         "messages_skipped": first,
@@ -328,15 +343,12 @@ def plot(results: list[dict]) -> None:
 
 def run() -> dict:
     from local.template import template
-    from precis.store.db import Db
 
     rng = random.Random(7)
     results: list[dict] = []
     with moto(stream=False) as clients:
         # The bench's own clients: seeding and the baseline's reads (the handler's are counted apart).
-        db = Db(
-            client=clients["dynamodb"], s3=clients["s3"], table=template().table_name, bucket=template().bucket_name
-        )
+        db = Table(clients["dynamodb"], clients["s3"], template().table_name, template().bucket_name)
         assert call("POST", "/v3/workspaces", {"id": WS}).status in (200, 201)
         pool = text_pool(rng)
         sessions = {}
@@ -346,7 +358,7 @@ def run() -> dict:
             assert call("POST", f"/v3/workspaces/{WS}/sessions", {"id": session}).status in (200, 201)
             print(f"  seeding {session} ({length:,} messages) ...", flush=True)
             costs = seed_session(clients["dynamodb"], db.table, session, length, pool, rng)
-            add_summaries(db, session, costs, rng)
+            add_summaries(clients["dynamodb"], db.table, session, costs, rng)
             sessions[length] = session
         seed_seconds = time.perf_counter() - started
         print(f"  seeded {sum(SESSION_LENGTHS):,} messages in {seed_seconds:.0f} s", flush=True)

@@ -725,8 +725,7 @@ def precis_ranking(weight: float | None = None) -> Callable[[str, Conversation],
     import numpy as np
 
     from local.models.llm_server import test_embedding
-    from precis.lexical import Document, Query, Stats
-    from precis.store.vectors import fuse
+    from precis.lexical import Document, Query, Stats, fuse
 
     prepared: dict[str, tuple] = {}
 
@@ -759,7 +758,7 @@ FUSION_WEIGHTS = (0.5, 0.6, 0.7, 0.8, 0.9)
 def fusion_sweep(full: list[Conversation], reference: dict) -> dict:
     """BM25's share of the fused ranking, chosen here: the weight with the best recall@10, then @5, then @1, with the
     test embedder (a weight of 1 would ignore the embedder, so it is not a candidate)."""
-    from precis.store.vectors import LEXICAL_WEIGHT
+    from precis.lexical import LEXICAL_WEIGHT
 
     lexical = evaluate(precis_ranking(), full)["overall"]
     rows, best = [], None

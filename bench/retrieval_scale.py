@@ -15,19 +15,20 @@ name twice, stopwords removed (STOPWORDS is Precis's list, copied: it is part of
 distinct terms weighted by how often the query says it, ties to the smaller (session id, seq). Each scope has its
 own statistics: a workspace search all messages, a peer search that peer's, a session search that session's.
 
-Precis's side is its own code. The messages are indexed by `text_index.index_texts`, a unit per post of UNIT (what
-the ingest function calls), then `text_index.settle` per unit (what the deriver does as the stream brings the
-inserts; without it each counter keeps a mark per unit ever written). Through botocore and moto that costs ~200 ms a
-message, hours for 100,000, so the load sends the same calls to `DictTable`, a client that applies them to a dict
-and meters their write units, then puts the items in moto; `check_direct` loads the first session both ways and
-compares every item and the write units. The searches are `message_search.search` through botocore on moto, with
-their requests and response bytes counted, and read units from the stored items' sizes (`ReadMeter`, checked against
-bench/cost.py's `Capacity` at 1,000 messages).
+Precis's side is its own code. The messages are loaded by bench/seed.py as the message route stores them, posts of
+UNIT, each indexed by `text_index.index_texts` (what the ingest function calls), then `text_index.settle` per unit
+(what the deriver does as the stream brings the inserts; without it each counter keeps a mark per unit ever
+written). Through botocore and moto that costs ~200 ms a message, hours for 100,000, so the load sends the same
+calls to `DictTable`, a client that applies them to a dict and meters their write units, then puts the items in
+moto; `check_direct` loads the first session both ways and compares every item and the write units. The searches
+go through the search routes (`POST .../search` of the workspace, the session, the peer: the handler as API Gateway
+invokes it), their requests and response bytes counted at the AWS door, and read units from the stored items' sizes
+(`ReadMeter`, checked against bench/cost.py's `Capacity` at 1,000 messages).
 
 Beside it, in the same run, the previous design (commit PREVIOUS: hashed 256-slot BM25 vectors in a DynamoDB vector
 index and a count-min sketch of document frequencies) on the same corpus and queries: its own code, from a temporary
-git worktree, in a subprocess (`_previous_main`) started first and running alongside. moto answers its SearchVectors
-by an exact scan (about a second a search at 100,000), so it runs at 1,000 and PREVIOUS_MESSAGES messages.
+git worktree, in a subprocess (bench/retrieval_previous.py) started first and running alongside. moto answers its
+SearchVectors by an exact scan (about a second a search at 100,000), so it runs at 1,000 and PREVIOUS_MESSAGES messages.
 
 PRECIS_BENCH_SCALE_SESSIONS (default 1,000) sets the corpus's sessions, for a quicker look.
 """
@@ -47,8 +48,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -301,53 +301,32 @@ class Reference:
 # ---------------------------------------------------------------- Precis, on moto
 
 WS = "bench"
+CREATED_AT = "2026-11-30T00:00:00+00:00"
 
 
-def message_item(message: Message) -> dict[str, Any]:
-    """The stored message `search` reads back by key (as bench/search.py writes them: the write path's transactions
-    are not what this bench measures)."""
-    from precis.store import keys
-    from precis.store.db import to_item
-    from precis.store.messages import make_message_id
-
-    tokens = len(message.text.split())
-    return to_item(
-        {
-            **keys.message(WS, message.session, message.seq),
-            "kind": "message",
-            "id": make_message_id(message.seq),
-            "seq": message.seq,
-            "peer_id": message.peer,
-            "content": message.text,
-            "token_count": tokens,
-            "start_tokens": 20 * (message.seq - 1),
-            "run_start_seq": message.seq,
-            "run_index": message.seq,
-            "metadata": "{}",
-            "created_at": "2026-11-30T00:00:00+00:00",
-        }
-    )
-
-
-def load(db, messages: Sequence[Message]) -> None:
-    """Store `messages` and index them through Precis's write path: each session's messages in units of UNIT (as
-    posts of UNIT would be: `text_index.index_texts`, what the ingest function calls), then the deriver's `settle` of
-    each unit (what it does as the stream brings the inserts)."""
-    from precis.store import text_index
-    from precis.store.messages import index_unit
-    from precis.store.records import write_batch
+def load(client, messages: Sequence[Message]) -> None:
+    """Store `messages` and index them as Precis's write path does, by bench/seed.py: each session's messages in posts
+    of UNIT (each post's index written as the ingest function writes it, `text_index.index_texts`), then each unit
+    settled as the deriver settles it when the stream brings the inserts (`text_index.settle`). `client` is a
+    DynamoDB client, or a `DictTable`."""
+    from bench.common import template
+    from bench.seed import Said, write_messages
 
     by_session: dict[str, list[Message]] = {}
     for message in messages:
         by_session.setdefault(message.session, []).append(message)
     for sid, said in by_session.items():
-        for start in range(0, len(said), UNIT):
-            chunk = said[start : start + UNIT]
-            for at in range(0, len(chunk), 25):
-                write_batch(db, [{"PutRequest": {"Item": message_item(m)}} for m in chunk[at : at + 25]])
-            unit = index_unit(sid, chunk[0].seq, f"{chunk[0].seq:08x}")  # (the ingest's nonce is random)
-            text_index.index_texts(db, WS, sid, unit, [text_index.Text(m.seq, m.peer, m.text) for m in chunk])
-            text_index.settle(db, WS, sid, [m.seq for m in chunk])
+        assert [m.seq for m in said] == list(range(1, len(said) + 1)), sid  # whole sessions, from their first seq
+        write_messages(
+            client,
+            template().table_name,
+            WS,
+            sid,
+            [Said(m.peer, m.text, tokens=len(m.text.split()), created_at=CREATED_AT) for m in said],
+            post=UNIT,
+            index=True,
+            settle=True,
+        )
 
 
 class DictTable:
@@ -511,29 +490,6 @@ def _size(item: dict[str, Any] | None) -> int:
     return size
 
 
-class _InLine:
-    """An executor's `map`, run in the calling thread."""
-
-    @staticmethod
-    def map(function: Callable, iterable: Iterable) -> Iterable:
-        return [function(x) for x in iterable]
-
-
-@contextmanager
-def in_line() -> Iterator[None]:
-    """`text_index` sends a unit's requests from a pool of threads, as DynamoDB answers them in parallel; against
-    `DictTable` each is a dict update under one lock and the threads only add switches (a tenth of the load), so the
-    bulk load runs them in line. `check_direct` loads one session both ways."""
-    from precis.store import text_index
-
-    pool = text_index._pool
-    text_index._pool = _InLine
-    try:
-        yield
-    finally:
-        text_index._pool = pool
-
-
 class ReadMeter:
     """Read units of a client's reads as DynamoDB bills them (strongly consistent: 1 per started 4 KB), from the
     sizes of the items stored (`DictTable.sizes`): a Query page examines `ScannedCount` items from where it starts
@@ -634,16 +590,16 @@ def check_direct(data: Corpus) -> dict[str, Any]:
 
     from bench.common import moto, template
     from bench.cost import Capacity
+    from bench.seed import in_line
     from local.template import table_definition
-    from precis.store.db import Db
 
     sample = [m for m in data.messages if m.session == session_id(0)]
-    name, bucket = template().table_name, template().bucket_name
+    name = template().table_name
     with moto(stream=False) as clients:
         metered = boto3.client("dynamodb")
         capacity = Capacity(metered, clients["dynamodb"], table_definition(template()))
         started = time.perf_counter()
-        load(Db(client=metered, s3=clients["s3"], table=name, bucket=bucket), sample)
+        load(metered, sample)
         botocore_s = time.perf_counter() - started
         capacity.hooks.detach()
         stored = _dump(name)
@@ -651,7 +607,7 @@ def check_direct(data: Corpus) -> dict[str, Any]:
     direct = DictTable(name)
     started = time.perf_counter()
     with in_line():
-        load(Db(client=direct, s3=None, table=name, bucket=bucket), sample)
+        load(direct, sample)
     direct_s = time.perf_counter() - started
     mine = {key: _normal(item) for key, item in direct.items.items()}
     differ = sorted(k for k in stored.keys() | mine.keys() if stored.get(k) != mine.get(k))
@@ -671,8 +627,24 @@ SCOPES = ("workspace", "session", "peer")
 PEER = "user"
 
 
-def _scope_arguments(query: Query, scope: str) -> dict[str, str]:
-    return {"session_id": query.session} if scope == "session" else {"peer_id": PEER} if scope == "peer" else {}
+def _scope_path(query: Query, scope: str) -> str:
+    """The search route of `scope`: the workspace's, the query's session's, or PEER's."""
+    within = {"session": f"/sessions/{query.session}", "peer": f"/peers/{PEER}"}.get(scope, "")
+    return f"/v3/workspaces/{WS}{within}/search"
+
+
+def _open(asked: Sequence[Query]) -> None:
+    """What the search routes check before they search, created through the API: the workspace, the peers, and the
+    sessions the session searches ask."""
+    from bench.front import call
+
+    for path, body in (
+        ("/v3/workspaces", {"id": WS}),
+        *((f"/v3/workspaces/{WS}/peers", {"id": peer}) for peer in PEERS),
+        *((f"/v3/workspaces/{WS}/sessions", {"id": sid}) for sid in sorted({q.session for q in asked})),
+    ):
+        reply = call("POST", path, body)
+        assert reply.status in (200, 201), (path, reply.status, reply.body)
 
 
 def _searches(
@@ -682,24 +654,21 @@ def _searches(
     sizes: dict[tuple[str, str], int] | None = None,
     capacity: bool = False,
 ) -> list[dict[str, Any]]:
-    """Every query in every scope through `message_search.search` (limit K): each search's results, DynamoDB requests
-    and response bytes; with `sizes` (the stored items'), its read units by `ReadMeter`; with `capacity`, by
-    bench/cost.py's `Capacity` too."""
-    import boto3
-
+    """Every query in every scope through its search route (`POST .../search`, limit K, the search function's handler
+    as API Gateway invokes it): each search's results, DynamoDB requests and response bytes counted at the AWS door;
+    with `sizes` (the stored items'), its read units by `ReadMeter`; with `capacity`, by bench/cost.py's `Capacity`
+    too."""
     from bench.common import Requests, template
-    from precis.store import message_search
-    from precis.store.db import Db
+    from bench.front import AWS, call
 
-    metered = boto3.client("dynamodb")
-    meter = ReadMeter(metered, sizes) if sizes is not None else None
+    _open(asked)
+    meter = ReadMeter(AWS, sizes) if sizes is not None else None
     check = None
     if capacity:
         from bench.cost import Capacity
         from local.template import table_definition
 
-        check = Capacity(metered, clients["dynamodb"], table_definition(template()))
-    db = Db(client=metered, s3=clients["s3"], table=template().table_name, bucket=template().bucket_name)
+        check = Capacity(AWS, clients["dynamodb"], table_definition(template()))
     rows = []
     try:
         for number, query in enumerate(asked):
@@ -708,14 +677,15 @@ def _searches(
                 if check is not None:
                     check.label = label
                 read_before = meter.rru if meter is not None else 0
-                with Requests(metered) as counted:
-                    views = message_search.search(db, WS, query.text, K, None, **_scope_arguments(query, scope))
+                with Requests(AWS) as counted:
+                    reply = call("POST", _scope_path(query, scope), {"query": query.text, "limit": K})
+                assert reply.status == 200, (query.text, scope, reply.status, reply.body)
                 rows.append(
                     {
                         "query": number,
                         "kind": query.kind,
                         "scope": scope,
-                        "got": [[v["session_id"], int(v["seq"])] for v in views],
+                        "got": [[v["session_id"], int(v["seq"])] for v in reply.body],
                         "requests": len(counted.ops),
                         "bytes": counted.bytes,
                         "ops": counted.by_op(),
@@ -736,16 +706,15 @@ def measure_precis(data: Corpus, asked: Sequence[Query], sizes: Sequence[int]) -
     them in a fresh moto each time, and search (read units metered by `ReadMeter`, and at the first size by
     `Capacity` as well)."""
     from bench.common import moto, template
-    from precis.store.db import Db
+    from bench.seed import in_line
 
     name = template().table_name
     direct = DictTable(name)
-    loader = Db(client=direct, s3=None, table=name, bucket=template().bucket_name)
     out, loaded, load_s = {}, 0, 0.0
     for size in sizes:
         started = time.perf_counter()
         with in_line():
-            load(loader, data.messages[loaded:size])
+            load(direct, data.messages[loaded:size])
         load_s += time.perf_counter() - started
         loaded = size
         print(
@@ -777,8 +746,8 @@ PREVIOUS_MESSAGES = 10_000  # moto's SearchVectors is an exact scan: ~1 s a sear
 
 
 class Previous:
-    """The previous design's run: a temporary git worktree of PREVIOUS, and this module's `_previous_main` run there
-    by a subprocess with that worktree's `precis`, `local` and `bench` (started at once; `finish` waits for it and
+    """The previous design's run: a temporary git worktree of PREVIOUS, and bench/retrieval_previous.py's `main` run
+    there by a subprocess with that worktree's `precis`, `local` and `bench` (started at once; `finish` waits for it and
     removes the worktree)."""
 
     def __init__(self, data: Corpus, asked: Sequence[Query], sizes: Sequence[int]):
@@ -808,10 +777,11 @@ class Previous:
             )
         )
         # Run from the worktree with `-c`: the module is loaded by path, everything it imports from the worktree.
+        previous = str(Path(__file__).with_name("retrieval_previous.py"))
         code = (
-            "import importlib.util, sys; spec = importlib.util.spec_from_file_location('retrieval_scale_now', "
-            f"{str(Path(__file__))!r}); module = importlib.util.module_from_spec(spec); "
-            "sys.modules[spec.name] = module; spec.loader.exec_module(module); module._previous_main(sys.argv[1:])"
+            "import importlib.util, sys; spec = importlib.util.spec_from_file_location('retrieval_previous', "
+            f"{previous!r}); module = importlib.util.module_from_spec(spec); "
+            "sys.modules[spec.name] = module; spec.loader.exec_module(module); module.main(sys.argv[1:])"
         )
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.tree), str(self.tree / "layers" / "common")])}
         with open(self.log, "w") as log:
@@ -839,70 +809,6 @@ class Previous:
                 self.process.kill()
             subprocess.run(["git", "-C", str(self.root), "worktree", "remove", "--force", str(self.tree)], check=False)
             shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _previous_main(argv: list[str]) -> None:
-    """In the previous design's worktree: load its search items (`message_search.vector_item`, as its ingest wrote
-    them) and its term statistics (`term_stats.count` per unit, as its deriver did) with the messages, metered by its
-    bench/cost.py `Capacity`; then ask every query in every scope at each size. Writes the rows as JSON."""
-    request, answer = argv
-    spec = json.loads(Path(request).read_text())
-    from bench.common import moto, template, use_fake_aws
-
-    use_fake_aws()
-    import boto3
-
-    from bench.cost import Capacity
-    from local.template import table_definition
-    from precis.lexical import Document
-    from precis.store import keys, term_stats
-    from precis.store.db import Db
-    from precis.store.message_search import vector_item
-
-    def write_batch(db, requests):  # (its records module had no public one)
-        pending = {db.table: requests}
-        while pending:
-            pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or None
-
-    messages = [Message(*m) for m in spec["messages"]]
-    asked = [Query(**q) for q in spec["queries"]]
-    out: dict[str, Any] = {"sizes": {}}
-    name, bucket = template().table_name, template().bucket_name
-    with moto(stream=False) as clients:
-        metered = boto3.client("dynamodb")
-        capacity = Capacity(metered, clients["dynamodb"], table_definition(template()))
-        db = Db(client=metered, s3=clients["s3"], table=name, bucket=bucket)
-        loaded, load_s = 0, 0.0
-        for size in spec["sizes"]:
-            started = time.perf_counter()
-            chunk_of: dict[tuple[str, int], list[Message]] = {}
-            for message in messages[loaded:size]:
-                chunk_of.setdefault((message.session, (message.seq - 1) // UNIT), []).append(message)
-            for (sid, _), chunk in chunk_of.items():
-                for label, items in (
-                    ("messages", [message_item(m) for m in chunk]),
-                    ("search items", [vector_item(WS, sid, m.seq, m.peer, m.text) for m in chunk]),
-                ):
-                    capacity.label = label
-                    for at in range(0, len(items), 25):
-                        write_batch(db, [{"PutRequest": {"Item": item}} for item in items[at : at + 25]])
-                capacity.label = "term statistics"
-                term_stats.count(db, keys.message_terms(WS), (Document.of(m.text, m.peer) for m in chunk))
-            capacity.label = "setup"
-            load_s += time.perf_counter() - started
-            loaded = size
-            print(f"previous: {size:,} messages loaded in {load_s:.0f} s", flush=True)
-            wru = {label: dict(capacity.totals[label]) for label in ("messages", "search items", "term statistics")}
-            started = time.perf_counter()
-            rows = _searches(clients, asked)
-            print(f"previous: {len(rows)} searches at {size:,} in {time.perf_counter() - started:.0f} s", flush=True)
-            out["sizes"][str(size)] = {
-                "rows": rows,
-                "wru": wru,
-                "load_s": load_s,
-                "search_s": time.perf_counter() - started,
-            }
-    Path(answer).write_text(json.dumps(out))
 
 
 # ---------------------------------------------------------------- scoring and report

@@ -1,16 +1,19 @@
 """Message search's cost: DynamoDB requests and response bytes per `POST /search` (through its handler, counted at the
 AWS door) for workspaces of 1,000 → 100,000 messages (100 a session), against reading every message of the workspace
-(what a store without an index would do to rank them). The messages are loaded in bulk, their index written as the
-ingest function writes it (`text_index.index_texts`, a unit per session)."""
+(what a store without an index would do to rank them). The messages are loaded in bulk by bench/seed.py, as the
+message route stores them and with their index as the ingest function writes it (a unit per session: a post of 100).
+PRECIS_BENCH_SEARCH_SIZES (default 1000,10000,100000) chooses the workspace sizes."""
 
 from __future__ import annotations
 
+import os
 import random
 
-from bench.common import Requests, moto, print_table, write_json
+from bench.common import Requests, moto, print_table, template, write_json
 from bench.front import AWS, call
+from bench.seed import Said, write_messages
 
-SIZES = (1_000, 10_000, 100_000)
+SIZES = tuple(int(n) for n in os.environ.get("PRECIS_BENCH_SEARCH_SIZES", "1000,10000,100000").split(","))
 PER_SESSION = 100
 WORDS = (
     "budget invoice Lisbon studio design river deadline client proposal meeting contract schedule review "
@@ -18,70 +21,53 @@ WORDS = (
 ).split()
 
 
-def load_messages(db, ws: str, count: int, rng: random.Random) -> list[str]:
-    """Messages (by BatchWriteItem: the write path's transactions would make loading 100,000 slow in moto) and their
-    search index, a unit per session, as the ingest function writes it."""
-    from precis.store import keys, text_index
-    from precis.store.db import to_item
-    from precis.store.messages import make_message_id
-
-    sessions, requests = [], []
+def load_messages(client, table: str, ws: str, count: int, rng: random.Random) -> list[str]:
+    """`count` messages, PER_SESSION a session, and their search index, loaded by bench/seed.py as the message route
+    and the ingest function store them (the route's transactions and index writes would make 100,000 slow in moto).
+    Returns the sessions' ids."""
+    sessions = []
     for start in range(0, count, PER_SESSION):
         session = f"s{start // PER_SESSION}"
         sessions.append(session)
         texts = [" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(PER_SESSION)]
-        for offset, text in enumerate(texts, start=1):
-            message = {
-                **keys.message(ws, session, offset),
-                "kind": "message",
-                "id": make_message_id(offset),
-                "seq": offset,
-                "peer_id": "alice",
-                "content": text,
-                "token_count": 12,
-                "start_tokens": 12 * (offset - 1),
-                "run_start_seq": offset,
-                "run_index": offset,
-                "metadata": "{}",
-                "created_at": "2026-11-30T00:00:00+00:00",
-            }
-            requests.append({"PutRequest": {"Item": to_item(message)}})
-        for i in range(0, len(requests), 25):
-            db.client.batch_write_item(RequestItems={db.table: requests[i : i + 25]})
-        requests = []
-        text_index.index_texts(
-            db,
-            ws,
-            session,
-            f"{session}:1:bench",
-            [text_index.Text(i, "alice", t) for i, t in enumerate(texts, start=1)],
-        )
+        said = [Said("alice", text, tokens=12, created_at="2026-11-30T00:00:00+00:00") for text in texts]
+        write_messages(client, table, ws, session, said, post=PER_SESSION, index=True)
     return sessions
 
 
-def run() -> None:
-    from precis.store import keys
-    from precis.store.db import Db, query_all, to_item
+def read_all(client, table: str, ws: str, session: str) -> int:
+    """What a store without an index does to rank a session's messages: read them all (a paginated Query of the
+    session's partition, in the table's documented layout: "WS#{ws}#S#{id}", messages under "MSG#"). How many."""
+    read, kwargs = 0, {}
+    while True:
+        page = client.query(
+            TableName=table,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :m)",
+            ExpressionAttributeValues={":pk": {"S": f"WS#{ws}#S#{session}"}, ":m": {"S": "MSG#"}},
+            **kwargs,
+        )
+        read += len(page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return read
+        kwargs = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
 
+
+def run() -> None:
     rows = []
     rng = random.Random(3)
     for size in SIZES:
         with moto(stream=False) as clients:
-            db = Db(client=clients["dynamodb"], s3=clients["s3"], table="precis-local", bucket="precis-local")
+            own, table = clients["dynamodb"], template().table_name
             assert call("POST", "/v3/workspaces", {"id": "bench"}).status in (200, 201)
-            sessions = load_messages(db, "bench", size, rng)
+            sessions = load_messages(own, table, "bench", size, rng)
             with Requests(AWS) as counted:
                 reply = call("POST", "/v3/workspaces/bench/search", {"query": "Lisbon budget deadline", "limit": 10})
                 requests, read = len(counted.ops), counted.bytes
             assert reply.status == 200, reply.body
             found = reply.body
-            with Requests(db.client) as counted:
+            with Requests(own) as counted:
                 for session in sessions:
-                    query_all(
-                        db,
-                        KeyConditionExpression="PK = :pk AND begins_with(SK, :m)",
-                        ExpressionAttributeValues=to_item({":pk": keys.session_pk("bench", session), ":m": "MSG#"}),
-                    )
+                    read_all(own, table, "bench", session)
                 scan_requests, scan_bytes = len(counted.ops), counted.bytes
             rows.append(
                 {

@@ -994,12 +994,28 @@ def _execute_result(self: DynamoResult, context: Any) -> Any:
     ):
         try:
             # moto's separators, so an answer's bytes (which the benchmarks count) are what they were
-            body = json.dumps({k: v for k, v in self.result.items() if v is not None}, default=_unwritable)
+            answer = {k: v for k, v in self.result.items() if v is not None}
+            if "ConsumedCapacity" in answer:
+                answer["ConsumedCapacity"] = _doubles(answer["ConsumedCapacity"])
+            body = json.dumps(answer, default=_unwritable)
         except TypeError:
             pass  # bytes (binary attributes), datetimes, Decimals: moto's serializer writes them
         else:
             return 200, {"Content-Type": "application/x-amz-json-1.0"}, body
     return _MOTO["execute_result"](self, context)
+
+
+def _doubles(capacity: Any) -> Any:
+    """Consumed capacity as moto's serializer writes it: its units are Doubles in the API's shapes (4.0, never 4, as
+    BatchGetItem's count of keys would otherwise be written)."""
+    if isinstance(capacity, list):
+        return [_doubles(c) for c in capacity]
+    if isinstance(capacity, dict):
+        return {
+            k: float(v) if k.endswith("CapacityUnits") and isinstance(v, int) else _doubles(v)
+            for k, v in capacity.items()
+        }
+    return capacity
 
 
 def _parse_parameters(self: DynamoHandler, request: Any) -> None:

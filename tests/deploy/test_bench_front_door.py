@@ -9,36 +9,34 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
-# file -> the precis.store modules it still imports. Seeding sessions of up to 100,000 messages through the API is
-# too slow on moto, so these write the table in bulk with the store's item encoding; the offline rankings take the
-# store's pure fusion. Each entry is a step still to take, not a permission.
+# file -> the precis.store modules it still imports, and why. Each entry is a step still to take, not a permission.
 STILL_INSIDE = {
-    "chat.py": {"precis.store.db"},  # a Db for bench.search's bulk loader
-    "clone.py": {"precis.store.clones", "precis.store.db"},  # the background copy, as the summarizer runs it
-    "context.py": {
-        "precis.store.keys",
-        "precis.store.db",
-        "precis.store.messages",
-        "precis.store.resources",
-        "precis.store.summaries",
-    },  # bulk seeding, summaries (no route writes one), the baseline's reads
     "derive.py": {
         "precis.store.conclusions",
         "precis.store.keys",
         "precis.store.db",
         "precis.store.vectors",
     },  # the deriver's step with a priced engine; 10,000 conclusions in bulk
-    "retrieval.py": {"precis.store.vectors"},  # `fuse`, the search's pure fusion, in the offline ranking
-    "retrieval_scale.py": {
+    # The previous search design (a5037bf), run in that commit's worktree on that commit's store by
+    # bench/retrieval_scale.py, as a measured baseline: that commit has no front door to go through.
+    "retrieval_previous.py": {
         "precis.store.keys",
         "precis.store.db",
         "precis.store.messages",
-        "precis.store.text_index",
-        "precis.store.records",
         "precis.store.message_search",
         "precis.store.term_stats",
     },
-    "search.py": {"precis.store.keys", "precis.store.text_index", "precis.store.db", "precis.store.messages"},
+    # The one bulk loader (sessions of up to 100,000 messages, their search index, summaries: no route writes one),
+    # with the store's item encoding; tests/deploy/test_bench_seed.py checks it writes what the message route writes.
+    "seed.py": {
+        "precis.store.keys",
+        "precis.store.db",
+        "precis.store.messages",
+        "precis.store.records",
+        "precis.store.resources",
+        "precis.store.summaries",
+        "precis.store.text_index",
+    },
     "summarize.py": {"precis.store.db"},  # the summarizer's step with a recording engine
 }
 

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from precis.lexical import fuse
 from precis.store import filters as filtering
 from precis.store import keys, text_index
 from precis.store.db import Db, batch_get, error_code, to_item
 from precis.store.messages import Base, MessageItem, as_message, message_view, with_bodies
 from precis.store.resources import session_item
-from precis.store.vectors import MAX_TOP_K, fuse, search_index, vector_attribute
+from precis.store.vectors import MAX_TOP_K, search_index, vector_attribute
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import WriteRequestOutputTypeDef, WriteRequestTypeDef

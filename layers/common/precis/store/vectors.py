@@ -13,22 +13,17 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from precis.errors import Unavailable
-from precis.lexical import Document
+from precis.lexical import LEXICAL_WEIGHT, Document, fuse
 from precis.store import keys
 from precis.store.db import Db, Numbers, error_code, query_all, to_item
 from precis.store.text_index import rank_texts
 
 VECTOR_INDEX = "ByVector"
-RRF_K = 60
-# BM25's share of a fused ranking (messages' and conclusions'), beside a semantic embedder's: chosen on
-# `make bench retrieval`.
-LEXICAL_WEIGHT = 0.9
 CANDIDATES = 4  # semantic candidates asked per result wanted when a distance bounds them
 MAX_TOP_K = 100  # SearchVectors' TopK: 1-100, and no pagination
 BACKFILL_RETRY_S = 30  # Retry-After while an index backfills (minutes at most, whatever the table's size)
@@ -120,18 +115,6 @@ def lexical_rank(
         and (session_key is None or i.get(SESSION_ATTRIBUTE) == session_key)
     }
     return rank_texts(texts, text, k)  # type: ignore[return-value]
-
-
-def fuse[K](lexical: Sequence[K], semantic: Sequence[K] | None, weight: float = LEXICAL_WEIGHT) -> list[K]:
-    """One ranking from a lexical and a semantic one (best first): weighted reciprocal rank (k = 60), ties in key
-    order; the lexical ranking alone when there is no semantic one."""
-    if semantic is None:
-        return list(lexical)
-    fused: dict[K, float] = {}
-    for share, ranking in ((weight, lexical), (1.0 - weight, semantic)):
-        for rank, key in enumerate(ranking, start=1):
-            fused[key] = fused.get(key, 0.0) + share / (RRF_K + rank)
-    return sorted(fused, key=lambda k: (-fused[k], k))
 
 
 def search(

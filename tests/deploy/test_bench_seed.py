@@ -1,0 +1,195 @@
+"""bench/seed.py writes what the front door writes: a conversation posted through the message route and the same
+conversation loaded in bulk by the benches' loader read back the same through the routes a caller uses (the message
+list, the context, the three searches), and are stored as the same items, kind by kind, attribute by attribute.
+
+What legitimately differs, and is left out of the comparison: a message id's tail (random, `make_message_id`: the
+head that encodes the seq is compared), the index unit's nonce (random in the route, the post's first seq in the
+loader: the unit's session and first seq are compared), the route's index-by second `ibu` (its start plus the
+function's remaining time; the loader's is fixed in the past: only its presence is compared), and the workspace's
+name, which is the only difference between the two copies' keys."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from bench.front import call
+from bench.seed import Said, write_messages
+from local.template import template
+
+FRONT, SEEDED, SESSION = "front", "seeded", "s1"
+POST = 25  # messages a post: the conversation is two posts (and two index units), a run across their boundary
+WORDS = (
+    "the refund policy covers parts but not labour; the orders tool returned a JSON list of items with prices, dates "
+    "and shipping status for Lisbon and Porto, so I opened ticket 4521 and asked finance about the invoice deadline"
+).split()
+
+
+def conversation() -> list[Said]:
+    """45 messages of two peers: single turns and agent runs (one across the posts' boundary), some with metadata."""
+    said: list[Said] = []
+    runs = {5: 3, 12: 4, 23: 5, 38: 2}  # first index of a run -> its length (23..27 spans the first post's end)
+    run_id, left = None, 0
+    for i in range(45):
+        if i in runs:
+            run_id, left = f"run-{i}", runs[i]
+        peer = "assistant" if left or i % 2 else "alice"
+        words = [WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(3 + (i * 5) % 17)]
+        said.append(
+            Said(
+                peer,
+                " ".join(words) + f" #{i}",
+                run_id=run_id if left else None,
+                metadata={"turn": i, "tag": "x" * (i % 3)} if i % 4 == 0 else None,
+                created_at=f"2024-05-01T10:{i:02d}:00+00:00",
+            )
+        )
+        left = max(0, left - 1)
+    return said
+
+
+@pytest.fixture(scope="module")
+def both():
+    """In-process moto with the template's resources (as the `aws` fixture, once for the module), the conversation
+    posted to FRONT through the route and loaded into SEEDED by bench/seed.py; the test's own clients."""
+    import boto3
+    from moto import mock_aws
+
+    from local import iam, moto_patches
+    from local.template import create_resources
+
+    moto_patches.install()
+    with mock_aws():
+        clients = {name: iam.exempt(boto3.client(name)) for name in ("dynamodb", "s3", "sqs")}
+        create_resources(template(), clients["dynamodb"], clients["s3"], clients["sqs"])
+        _load(clients)
+        yield clients
+
+
+def _load(aws: dict[str, Any]) -> None:
+    said = conversation()
+    for ws in (FRONT, SEEDED):
+        assert call("POST", "/v3/workspaces", {"id": ws}).status in (200, 201)
+    for at in range(0, len(said), POST):
+        body = {
+            "messages": [
+                {
+                    "peer_id": m.peer,
+                    "content": m.content,
+                    "created_at": m.created_at,
+                    **({"run_id": m.run_id} if m.run_id else {}),
+                    **({"metadata": m.metadata} if m.metadata else {}),
+                }
+                for m in said[at : at + POST]
+            ]
+        }
+        reply = call("POST", f"/v3/workspaces/{FRONT}/sessions/{SESSION}/messages", body)
+        assert reply.status == 201, reply.body
+    peers = {"alice": {}, "assistant": {}}
+    assert call("POST", f"/v3/workspaces/{SEEDED}/sessions", {"id": SESSION, "peers": peers}).status in (200, 201)
+    write_messages(aws["dynamodb"], template().table_name, SEEDED, SESSION, said, post=POST, index=True)
+
+
+def _id_head(value: Any) -> Any:
+    """A message id's head, which encodes its seq (the tail is random); any other id as it is."""
+    return value[:7] if isinstance(value, str) and len(value) == 21 else value
+
+
+def _same(value: Any, ws: str) -> Any:
+    """An answer with its workspace's name taken out and each message id cut to its seq's head."""
+    if isinstance(value, dict):
+        return {k: _id_head(v) if k == "id" else _same(v, ws) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_same(v, ws) for v in value]
+    return "WS" if value == ws else value
+
+
+def _both(method: str, path: str, body: Any = None, **query: Any) -> tuple[Any, Any]:
+    replies = [call(method, path.format(ws=ws), body, **query) for ws in (FRONT, SEEDED)]
+    for reply in replies:
+        assert reply.status == 200, reply.body
+    return _same(replies[0].body, FRONT), _same(replies[1].body, SEEDED)
+
+
+def test_the_message_list_is_the_same(both):
+    front, seeded = _both("POST", "/v3/workspaces/{ws}/sessions/s1/messages/list", {}, size=100)
+    assert len(front["items"]) == 45
+    assert front == seeded
+
+
+@pytest.mark.parametrize("tokens", [120, 600, 100_000])
+def test_the_context_is_the_same(both, tokens):
+    front, seeded = _both("GET", "/v3/workspaces/{ws}/sessions/s1/context", tokens=tokens)
+    assert front["messages"] and front == seeded
+
+
+@pytest.mark.parametrize("query", ["refund invoice deadline", "Lisbon", "ticket finance orders prices"])
+def test_the_searches_rank_the_same(both, query):
+    for where in ("", "/sessions/s1", "/peers/alice", "/peers/assistant"):
+        front, seeded = _both("POST", f"/v3/workspaces/{{ws}}{where}/search", {"query": query, "limit": 20})
+        assert front, where
+        assert [(m["session_id"], m["seq"]) for m in front] == [(m["session_id"], m["seq"]) for m in seeded]
+        assert front == seeded
+
+
+def _kind(pk: str, sk: str) -> str | None:
+    """The item kinds the loader writes, by key; None for the rest (workspace, session, peers, members)."""
+    if pk.endswith("#S#s1") and sk.startswith("MSG#"):
+        return "message"
+    if pk.endswith("#S#s1#XD"):
+        return "text"
+    if "#XT#" in pk:
+        return "posting"
+    if re.search(r"#XC(#P#\w+)?$", pk):
+        return "counter" if sk != "#" else "statistics"
+    return None
+
+
+def _stored(client, ws: str) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The workspace's items of the loader's kinds, read with the test's own client: keyed by (kind, PK without the
+    workspace, SK), their differing-by-right values normalized (see the module's doc)."""
+    items, kwargs = [], {}
+    while True:
+        page = client.scan(TableName=template().table_name, **kwargs)
+        items += page["Items"]
+        if "LastEvaluatedKey" not in page:
+            break
+        kwargs = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
+    out = {}
+    for item in items:
+        pk, sk = item["PK"]["S"], item["SK"]["S"]
+        if not (pk == f"WS#{ws}" or pk.startswith(f"WS#{ws}#")) or (kind := _kind(pk, sk)) is None:
+            continue
+        normal: dict[str, Any] = {}
+        for name, value in item.items():
+            if name.startswith("u:"):  # a counter's mark of the unit that counted it
+                normal[re.sub(r"[0-9a-f]{8}$", "*", name)] = value
+            elif name in ("ib", "u"):  # the unit: its session and first seq; not its nonce
+                normal[name] = re.sub(r"[0-9a-f]{8}$", "*", value["S"])
+            elif name == "ibu":
+                normal[name] = "present"
+            elif name == "id":
+                normal[name] = value["S"][:7]
+            elif name == "PK":
+                normal[name] = pk.removeprefix(f"WS#{ws}")
+            else:
+                normal[name] = value
+        out[kind, normal["PK"], sk] = normal
+    return out
+
+
+def test_the_stored_items_are_the_same_kind_by_kind(both):
+    front, seeded = _stored(both["dynamodb"], FRONT), _stored(both["dynamodb"], SEEDED)
+    kinds = {kind for kind, _, _ in front}
+    assert kinds == {"message", "text", "posting", "counter", "statistics"}
+    for kind in sorted(kinds):
+        mine = {key: item for key, item in seeded.items() if key[0] == kind}
+        theirs = {key: item for key, item in front.items() if key[0] == kind}
+        assert sorted(mine) == sorted(theirs), kind
+        names = {key: sorted(item) for key, item in theirs.items()}
+        assert {key: sorted(item) for key, item in mine.items()} == names, f"{kind}: attribute names differ"
+        assert mine == theirs, f"{kind}: values differ"
+    units = {item["ib"] for key, item in front.items() if key[0] == "message"}
+    assert units == {"s1:1:*", "s1:26:*"}  # two posts, two units
