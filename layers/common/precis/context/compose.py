@@ -34,6 +34,7 @@ from precis.store import resources
 from precis.store.db import Db
 from precis.store.messages import (
     Base,
+    MessageItem,
     base_of,
     is_fence,
     last_message,
@@ -45,7 +46,7 @@ from precis.store.messages import (
 )
 from precis.store.records import json_object
 from precis.store.summaries import SUMMARY_TYPES as SUMMARY_TYPES  # bench/context.py still reads it here
-from precis.store.summaries import read_summary, session_with_summaries
+from precis.store.summaries import SummaryItem, read_summary, session_with_summaries
 from precis.tokens import count_text
 
 if TYPE_CHECKING:  # the representation's modules load with the first read that has a peer_target (_read_once)
@@ -56,15 +57,15 @@ _pool = ThreadPoolExecutor(max_workers=4)
 logger = Logger(child=True)
 
 
-def _cost(item: dict[str, Any]) -> MessageCost:
+def _cost(item: MessageItem) -> MessageCost:
     return MessageCost(item["seq"], item["token_count"], item["start_tokens"], item["run_start_seq"])
 
 
-def _summary_cost(item: dict[str, Any]) -> SummaryCost:
+def _summary_cost(item: SummaryItem) -> SummaryCost:
     return SummaryCost(item["summary_type"], item["covers_seq"], item["end_tokens"], item["token_count"])
 
 
-def summary_view(item: dict[str, Any] | None) -> dict[str, Any] | None:
+def summary_view(item: SummaryItem | None) -> dict[str, Any] | None:
     if item is None:
         return None
     return {
@@ -105,7 +106,7 @@ WINDOW_FIELDS = (
 )
 
 
-def _window(db: Db, ws: str, session_id: str, plan: ContextPlan, base: Base | None) -> list[dict[str, Any]]:
+def _window(db: Db, ws: str, session_id: str, plan: ContextPlan, base: Base | None) -> list[MessageItem]:
     """The messages the plan's token range holds (a clone's base filling in what it holds no copy of yet)."""
     return messages_in_token_range(
         db, ws, session_id, plan.min_start_tokens, plan.total_tokens, WINDOW_FIELDS, base=base
@@ -316,7 +317,7 @@ def _recalled(
             found |= {
                 (session_id, seq): i for seq, i in messages_at(db, ws, base.session, missing, WINDOW_FIELDS).items()
             }
-    runs: list[list[tuple[str, dict[str, Any]]]] = []
+    runs: list[list[tuple[str, MessageItem]]] = []
     for session, seq in ranked:
         item = found.get((session, seq))
         if item is None or session in gone:
@@ -343,7 +344,7 @@ def _recalled(
             runs.append([(session, item)])
     by_key = {(s, i["seq"]): i for run in runs for s, i in run}
     chosen = select_recalled(([Recallable((s, i["seq"]), i["token_count"]) for s, i in run] for run in runs), budget)
-    sessions: dict[str, list[dict[str, Any]]] = {}
+    sessions: dict[str, list[MessageItem]] = {}
     for key in sorted(m.key for m in chosen):
         sessions.setdefault(key[0], []).append(by_key[key])
     ordered = sorted(sessions.items(), key=lambda entry: (min(i["created_at"] for i in entry[1]), entry[0]))

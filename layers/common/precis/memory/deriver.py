@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -38,9 +38,9 @@ from precis.settings import Settings
 from precis.store import conclusions, derive_cursors
 from precis.store.db import Db
 from precis.store.message_search import ensure_indexed
-from precis.store.messages import read_from, read_range, tail_seq, with_bodies
+from precis.store.messages import MessageItem, read_from, read_range, tail_seq, with_bodies
 from precis.store.records import session_of
-from precis.store.resources import members, workspace_ids
+from precis.store.resources import MemberItem, PeerItem, SessionItem, members, workspace_ids
 
 log = logging.getLogger("precis.memory.deriver")
 NOTHING_DUE = derive_cursors.NOTHING_DUE
@@ -110,14 +110,14 @@ def _json(value: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------- who observes whom
 
 
-def observers(sender: str, peer: dict[str, Any] | None, members: dict[str, dict[str, Any]]) -> list[str]:
+def observers(sender: str, peer: PeerItem | None, members: Mapping[str, MemberItem]) -> list[str]:
     """Who observes whom (docs/design.md, "Derived memory"): nobody when the sender is not observed (the session-peer
     config's observe_me if set, else the peer's configuration.observe_me, else true); else the sender and each other
     member with observe_others."""
-    member = members.get(sender) or {}
-    observe_me = member.get("observe_me")
+    member = members.get(sender)
+    observe_me = member.get("observe_me") if member is not None else None
     if observe_me is None:
-        observe_me = _json((peer or {}).get("configuration")).get("observe_me")
+        observe_me = _json(peer["configuration"] if peer is not None else None).get("observe_me")
     if observe_me is False:
         return []
     others = sorted(p for p, m in members.items() if p != sender and m.get("observe_others") is True)
@@ -167,9 +167,9 @@ def _decide(
     db: Db,
     config: DeriveConfig,
     target: DeriveTarget,
-    session: dict,
-    peer: dict | None,
-    cursor: dict | None,
+    session: SessionItem,
+    peer: PeerItem | None,
+    cursor: dict[str, Any] | None,
     engine_for,
     now: datetime,
     outcome: Outcome,
@@ -209,13 +209,13 @@ def _decide(
     # derivation, which the stream and then the schedule retry: the cursor has not moved).
     ensure_indexed(db, ws, s, mine)
     engine = engine_for(config)
-    mine = with_bodies(db, mine, ws, s)
+    views = with_bodies(db, mine, ws, s)
     context = _context_message(db, ws, s, mine[0], window, through)
-    found = _extract(engine, target.sender, mine, context, config)
+    found = _extract(engine, target.sender, views, context, config)
     job = {
         "token": secrets.token_hex(8),
         "to_seq": last_seq,
-        "count": len(mine),
+        "count": len(views),
         "observers": watchers,
         "conclusions": found,
     }
@@ -224,7 +224,9 @@ def _decide(
     return True  # the next round applies the stored job
 
 
-def _context_message(db: Db, ws: str, s: str, first: dict, window: list[dict], through: int) -> dict | None:
+def _context_message(
+    db: Db, ws: str, s: str, first: MessageItem, window: list[MessageItem], through: int
+) -> dict[str, Any] | None:
     """The message just before the sender's first new one, when another peer sent it (Honcho's context line)."""
     before = [m for m in window if m["seq"] < first["seq"]]
     if not before and first["seq"] - 1 > 0:

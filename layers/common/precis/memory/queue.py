@@ -11,6 +11,7 @@ collection to be idle (an hour) is not work a client waiting for the queue to em
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +19,7 @@ from precis.errors import NotFound
 from precis.store import messages, resources
 from precis.store.db import Db
 from precis.store.derive_cursors import cursors
-from precis.store.resources import require_workspace
+from precis.store.resources import MemberItem, WorkspaceItem, require_workspace
 
 
 def _units(total_done: int, in_progress: int, pending: int) -> dict[str, int]:
@@ -30,15 +31,16 @@ def _units(total_done: int, in_progress: int, pending: int) -> dict[str, int]:
     }
 
 
-def _observed_by(observer: str | None, members: dict[str, dict[str, Any]], sender: str | None) -> bool:
+def _observed_by(observer: str | None, members: Mapping[str, MemberItem], sender: str | None) -> bool:
     """Whether `observer` derives from `sender`'s messages here (itself, or a member observing others)."""
     if observer is None or observer == sender:
         return True
-    return (members.get(observer) or {}).get("observe_others") is True
+    member = members.get(observer)
+    return member is not None and member.get("observe_others") is True
 
 
 def _session_status(
-    db: Db, ws: str, session_id: str, observer: str | None, sender: str | None, workspace: dict[str, Any]
+    db: Db, ws: str, session_id: str, observer: str | None, sender: str | None, workspace: WorkspaceItem
 ) -> dict[str, int]:
     session = resources.session_item(db, ws, session_id)
     if session is None or "deleted_at" in session:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -28,11 +28,14 @@ from botocore.exceptions import ClientError
 from precis.errors import Conflict, NotFound
 from precis.store import keys, text_index
 from precis.store.db import Db, cancellation_codes, error_code, from_item, query_all, to_item, transact
-from precis.store.messages import base_of, copy_item, locate_message, read_tail, seq_of, with_bodies
+from precis.store.messages import as_message, base_of, copy_item, locate_message, read_tail, seq_of, with_bodies
 from precis.store.records import json_object, utcnow
 from precis.store.resources import (
+    SessionItem,
     add_members,
+    as_session,
     members,
+    read_session_item,
     request_purge,
     require_session,
     session_values,
@@ -87,7 +90,7 @@ def clone_session(db: Db, ws: str, session_id: str, message_id: str | None = Non
         )
         if last is None:
             raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")  # deleted and purged meanwhile
-        tail = copy_item(db, ws, new_id, values["incarnation"], last)
+        tail = copy_item(db, ws, new_id, values["incarnation"], as_message(last))
         summaries = [i for i in _summaries(db, ws, session_id) if int(i["covers_seq"]) <= through]
         puts = [
             tail,
@@ -117,7 +120,7 @@ def clone_session(db: Db, ws: str, session_id: str, message_id: str | None = Non
     peers = {p: {k: v for k, v in m.items() if k not in _MEMBER_META} for p, m in members(db, ws, session_id).items()}
     if peers:
         add_members(db, ws, new_id, peers, known_peers=set(peers), incarnation=values["incarnation"])
-    return session_view(session)
+    return session_view(as_session(session))
 
 
 def _summaries(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
@@ -137,11 +140,7 @@ def _summaries(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
 def copy_base(db: Db, ws: str, session_id: str, *, time_left: Callable[[], float] = lambda: math.inf) -> bool:
     """Copy the clone's inherited messages (with vectors and bodies) into its partition, from where the last step
     stopped; drop its base when done and restart its parent's purge if one waits. Whether it is done."""
-    session = from_item(
-        db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)), ConsistentRead=True).get(
-            "Item"
-        )
-    )
+    session = read_session_item(db, ws, session_id)
     base = base_of(session)  # None for a missing session too
     if session is None or base is None or "deleted_at" in session:
         return True  # done already, or deleted (its purge removes what was copied)
@@ -172,19 +171,19 @@ def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first
 
     have = {i["SK"] for i in range_query(keys.session_pk(ws, clone), "MSG#", "PK, SK")}
     messages = [
-        i
+        as_message(i)
         for i in range_query(keys.session_pk(ws, parent), "MSG#")
         if i.get("kind") == "message" and i["SK"] not in have
     ]
     copies = [copy_item(db, ws, clone, incarnation, m) for m in messages]
-    vectors = [
+    vectors: list[Mapping[str, Any]] = [
         {**v, "PK": keys.message_vectors_pk(ws, clone), "msession": clone}
         for v in range_query(keys.message_vectors_pk(ws, parent), "MV#")
     ]
     _put_all(db, ws, clone, incarnation, copies + vectors)
     # The copies join the workspace's search as the clone's messages: the page is one index unit, named by its range
     # (all of it, copied now or before: a resumed copy indexes the same unit, exactly once).
-    page = [i for i in range_query(keys.session_pk(ws, parent), "MSG#") if i.get("kind") == "message"]
+    page = [as_message(i) for i in range_query(keys.session_pk(ws, parent), "MSG#") if i.get("kind") == "message"]
     texts = [
         text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "") for v in with_bodies(db, page, ws, parent)
     ]
@@ -192,7 +191,7 @@ def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first
     text_index.settle(db, ws, clone, (t.seq for t in texts))  # (copies wake no deriver to do it)
 
 
-def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: list[dict[str, Any]]) -> None:
+def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: Sequence[Mapping[str, Any]]) -> None:
     """Conditional puts (a copy never replaces an item the clone already has) bound to the clone's incarnation, in
     transactions under DynamoDB's limits; a transaction refused for an item copied meanwhile goes item by item."""
     live = {
@@ -203,7 +202,7 @@ def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: list[dict[str
             "ExpressionAttributeValues": {":inc": {"S": incarnation}},
         }
     }
-    chunk: list[dict[str, Any]] = []
+    chunk: list[Mapping[str, Any]] = []
     size = 0
     for item in [*items, None]:
         weight = len(json.dumps(item, default=str)) if item is not None else 0
@@ -215,8 +214,8 @@ def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: list[dict[str
             size += weight
 
 
-def _put_chunk(db: Db, chunk: list[dict[str, Any]], live: dict[str, Any]) -> None:
-    def put(items: list[dict[str, Any]]) -> bool:
+def _put_chunk(db: Db, chunk: list[Mapping[str, Any]], live: dict[str, Any]) -> None:
+    def put(items: list[Mapping[str, Any]]) -> bool:
         """Whether the puts were written; False when one of the items exists (NotFound for a deleted clone)."""
         try:
             transact(
@@ -249,7 +248,7 @@ def _put_chunk(db: Db, chunk: list[dict[str, Any]], live: dict[str, Any]) -> Non
             put([item])
 
 
-def _progress(db: Db, ws: str, session_id: str, session: dict[str, Any], copied: int) -> None:
+def _progress(db: Db, ws: str, session_id: str, session: SessionItem, copied: int) -> None:
     try:
         db.client.update_item(
             TableName=db.table,
@@ -263,7 +262,7 @@ def _progress(db: Db, ws: str, session_id: str, session: dict[str, Any], copied:
             raise
 
 
-def _finish(db: Db, ws: str, session_id: str, session: dict[str, Any]) -> None:
+def _finish(db: Db, ws: str, session_id: str, session: SessionItem) -> None:
     try:
         db.client.update_item(
             TableName=db.table,
@@ -276,11 +275,7 @@ def _finish(db: Db, ws: str, session_id: str, session: dict[str, Any]) -> None:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
         return
-    parent = from_item(
-        db.client.get_item(
-            TableName=db.table, Key=to_item(keys.session(ws, session["base_session"])), ConsistentRead=True
-        ).get("Item")
-    )
+    parent = read_session_item(db, ws, session["base_session"])
     if (
         parent
         and parent.get("incarnation") == session["base_incarnation"]

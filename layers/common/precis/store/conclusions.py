@@ -18,11 +18,11 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict, cast
 
 from botocore.exceptions import ClientError
 
@@ -74,6 +74,41 @@ _FILTER_KEYS = {"observer_id", "observed_id", "session_id", "id", "source_ids", 
 _LIST_FIELDS = ("PK", "SK", "id", "observer_id", "observed_id", "session_id", "level", "created_at", "source_ids")
 _CCF = "ConditionalCheckFailed"
 _ANY: Any = object()
+
+
+class ConclusionItem(TypedDict):
+    """A conclusion's item (`C#{id}` in its collection's partition) as the store reads it (decoded: plain values).
+    Its vector, term counts, dedupe key, pointer and provenance are items of their own."""
+
+    PK: str
+    SK: str
+    kind: str
+    id: str
+    content: str
+    observer_id: str
+    observed_id: str
+    level: str
+    created_at: str
+    times_derived: int
+    source_message_ids: list[str]
+    source_at: str  # the newest source message's created_at (the write's time when none was given)
+    norm: str  # the digest its dedupe key names
+    cws: str  # the workspace and id again: the ByConclusion index's keys
+    cid: str
+    session_id: NotRequired[str]  # what it was derived from, when a session
+    source_ids: NotRequired[list[str]]  # a deduction's premises
+
+
+def as_conclusion(item: dict[str, Any]) -> ConclusionItem:
+    """A decoded conclusion item (`db.from_item`'s dict) as a ConclusionItem: the one place it is taken to be one. A
+    projected read holds only the fields it asked for."""
+    return cast(ConclusionItem, item)
+
+
+class EmbedsTexts(Protocol):
+    """What the writes and the query ask of an embedder (`llm.Embedder` is one): a vector per text, in order."""
+
+    def embed(self, texts: list[str]) -> list[list[float]]: ...
 
 
 class ExtraConditionFailed(Exception):
@@ -150,7 +185,7 @@ def new_conclusion_id(now_ms: int | None = None) -> str:
     return _chars(ms, _TIME_CHARS) + _chars(random_part, ID_LEN - _TIME_CHARS)
 
 
-def view(item: dict[str, Any]) -> dict[str, Any]:
+def view(item: ConclusionItem) -> dict[str, Any]:
     """A conclusion as the API answers it (docs/design.md, "What the SDK sees")."""
     return {
         "id": item["id"],
@@ -196,7 +231,7 @@ def write(
     observed: str,
     items: Sequence[Derived],
     *,
-    embedder,
+    embedder: EmbedsTexts,
     extra: Sequence[dict[str, Any]] = (),
     incarnation: str | None = None,
     session_id_for_check: str | None = None,
@@ -253,7 +288,7 @@ def _one_session(items: Sequence[Derived]) -> str:
     return session
 
 
-def _merge(items: Sequence[Derived], embedder) -> list[_Candidate]:
+def _merge(items: Sequence[Derived], embedder: EmbedsTexts) -> list[_Candidate]:
     """The call's distinct conclusions: exact duplicates first, then (embedded) near duplicates, merged."""
     exact: dict[tuple[str, str | None, str], _Candidate] = {}
     for position, item in enumerate(items):
@@ -383,7 +418,9 @@ def _plan(
     twins = iter(_twins(db, ws, observer, observed, [c for c, key in zip(chunk, dedupe) if key["SK"] not in seen]))
     matched = [seen[key["SK"]] if key["SK"] in seen else next(twins) for key in dedupe]
     ids = list(dict.fromkeys(m for m in matched if m))
-    stored = {i["id"]: i for i in batch_get(db, [keys.conclusion(ws, observer, observed, i) for i in ids])}
+    stored = {
+        i["id"]: as_conclusion(i) for i in batch_get(db, [keys.conclusion(ws, observer, observed, i) for i in ids])
+    }
     targets = [m if m is not None and m in stored else c.new_id for c, m in zip(chunk, matched)]
     groups: dict[str, list[int]] = {}
     for index, target in enumerate(targets):
@@ -528,7 +565,7 @@ def _distances(vector: list[float], stored: list[tuple[str, list[float]]]) -> li
 
 def _put(
     db: Db,
-    item: dict[str, Any],
+    item: Mapping[str, Any],
     condition: str | None = None,
     values: dict[str, Any] | None = None,
     vector: list[float] | None = None,
@@ -584,30 +621,35 @@ def _registry_item(ws: str, observer: str, observed: str) -> dict[str, Any]:
 
 def _new_actions(
     db: Db, ws: str, observer: str, observed: str, members: list[_Candidate], created_at: str, orphan: str | None
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[ConclusionItem, list[dict[str, Any]]]:
     """A new conclusion: its item, vector, dedupe key, pointer and (with a session) provenance."""
     first = replace(members[0], positions=list(members[0].positions))  # the chunk may be planned again: copy
     for other in members[1:]:  # several of the chunk matched one conclusion that is gone
         first.absorb(other)
     cid, digest = first.new_id, _digest(first.content)
-    item = {
-        **keys.conclusion(ws, observer, observed, cid),
+    key = keys.conclusion(ws, observer, observed, cid)
+    item: ConclusionItem = {
+        "PK": key["PK"],
+        "SK": key["SK"],
         "kind": "conclusion",
         "id": cid,
         "content": first.content,
         "observer_id": observer,
         "observed_id": observed,
-        "session_id": first.session_id,
         "level": first.level,
         "created_at": created_at,
         "times_derived": len(first.positions),
-        "source_ids": first.source_ids,
         "source_message_ids": first.source_message_ids[-_KEEP_SOURCES:],
         "source_at": first.source_at or created_at,
         "norm": digest,
         "cws": ws,
         "cid": cid,
     }
+    # (what is None is not stored)
+    if first.session_id is not None:
+        item["session_id"] = first.session_id
+    if first.source_ids is not None:
+        item["source_ids"] = first.source_ids
     # Any dedupe key but an orphan means a lost race: the transaction fails and the chunk is planned again.
     dedupe_condition = "attribute_not_exists(SK)" + (" OR id = :orphan" if orphan else "")
     actions = [
@@ -647,15 +689,16 @@ def _new_actions(
 def _merged_actions(
     db: Db,
     ws: str,
-    stored: dict[str, Any],
+    stored: ConclusionItem,
     members: list[_Candidate],
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[ConclusionItem, list[dict[str, Any]]]:
     """A stored conclusion derived again: times_derived grows, provenance merges, the text that says more wins (its
     vector and dedupe key replace the old ones)."""
     observer, observed, cid = stored["observer_id"], stored["observed_id"], stored["id"]
     content, vector = stored["content"], None
     sources = list(stored.get("source_message_ids") or ())
-    source_at, source_ids = stored.get("source_at"), stored.get("source_ids")
+    source_at: str | None = stored.get("source_at")
+    source_ids = stored.get("source_ids")
     for member in members:
         if _tokens(member.content) > _tokens(content):
             content, vector = member.content, member.vector
@@ -663,16 +706,24 @@ def _merged_actions(
         source_at = max(filter(None, (source_at, member.source_at)), default=None)
         if member.source_ids is not None:
             source_ids = _union(source_ids or [], member.source_ids)
-    item = {
+    item: ConclusionItem = {
         **stored,
         "content": content,
         "norm": _digest(content),
         "source_message_ids": sources[-_KEEP_SOURCES:],
-        "source_at": source_at,
-        "source_ids": source_ids,
         "times_derived": stored.get("times_derived", 1) + sum(len(m.positions) for m in members),
     }
-    changes = {k: item[k] for k in ("content", "norm", "source_message_ids", "source_at", "times_derived")}
+    if source_at is not None:
+        item["source_at"] = source_at
+    if source_ids is not None:
+        item["source_ids"] = source_ids
+    changes: dict[str, Any] = {
+        "content": item["content"],
+        "norm": item["norm"],
+        "source_message_ids": item["source_message_ids"],
+        "source_at": source_at,
+        "times_derived": item["times_derived"],
+    }
     if source_ids is not None:
         changes["source_ids"] = source_ids
     names = {f"#a{i}": k for i, k in enumerate(changes)}
@@ -712,7 +763,7 @@ def _merged_actions(
     return item, actions
 
 
-def create(db: Db, ws: str, payload: Sequence[dict[str, Any]], *, embedder) -> list[dict[str, Any]]:
+def create(db: Db, ws: str, payload: Sequence[dict[str, Any]], *, embedder: EmbedsTexts) -> list[dict[str, Any]]:
     """POST /conclusions: explicit conclusions written by a client (peers and sessions must exist: NotFound)."""
     if not 1 <= len(payload) <= MAX_CREATE:
         raise Invalid(f"conclusions: 1 to {MAX_CREATE} per request, got {len(payload)}")
@@ -764,8 +815,9 @@ def _check_filters(filters: dict[str, Any] | None) -> dict[str, Any]:
     return filters
 
 
-def _filter_view(item: dict[str, Any]) -> dict[str, Any]:
-    return {k: item.get(k) for k in _LIST_FIELDS[2:]}
+def _filter_view(item: ConclusionItem) -> dict[str, Any]:
+    fields: Mapping[str, Any] = item
+    return {k: fields.get(k) for k in _LIST_FIELDS[2:]}
 
 
 def list_conclusions(
@@ -780,12 +832,14 @@ def list_conclusions(
     require_workspace(db, ws)
     records = [r for r in _candidates(db, ws, filters) if filtering.matches(filters, _filter_view(r))]
     answer = page(records, page_no, size, reverse)
-    found = {i["id"]: i for i in batch_get(db, [{"PK": r["PK"], "SK": r["SK"]} for r in answer["items"]])}
+    found = {
+        i["id"]: as_conclusion(i) for i in batch_get(db, [{"PK": r["PK"], "SK": r["SK"]} for r in answer["items"]])
+    }
     answer["items"] = [view(found[r["id"]]) for r in answer["items"] if r["id"] in found]
     return fit_page(answer)
 
 
-def _candidates(db: Db, ws: str, filters: dict[str, Any]) -> list[dict[str, Any]]:
+def _candidates(db: Db, ws: str, filters: dict[str, Any]) -> list[ConclusionItem]:
     """Conclusions that may match `filters` (projected to _LIST_FIELDS), newest first."""
     wanted = filters.get("id")
     if isinstance(wanted, dict) and set(wanted) == {"in"}:
@@ -801,23 +855,25 @@ def _candidates(db: Db, ws: str, filters: dict[str, Any]) -> list[dict[str, Any]
             [keys.conclusion(ws, p["observer_id"], p["observed_id"], p["PK"].rsplit("#CID#", 1)[1]) for p in pointers],
             _LIST_FIELDS,
         )
-        return sorted(items, key=lambda i: i["id"], reverse=True)
+        return sorted(map(as_conclusion, items), key=lambda i: i["id"], reverse=True)
     observer, observed = filters.get("observer_id"), filters.get("observed_id")
     if isinstance(observer, str) and isinstance(observed, str):
-        return query_all(
+        found = query_all(
             db,
             KeyConditionExpression="PK = :pk AND begins_with(SK, :c)",
             ScanIndexForward=False,
             ConsistentRead=True,
             **_projected({":pk": keys.collection_pk(ws, observer, observed), ":c": "C#"}),
         )
-    return query_all(
-        db,
-        IndexName="ByConclusion",
-        KeyConditionExpression="cws = :ws",
-        ScanIndexForward=False,
-        **_projected({":ws": ws}),
-    )
+    else:
+        found = query_all(
+            db,
+            IndexName="ByConclusion",
+            KeyConditionExpression="cws = :ws",
+            ScanIndexForward=False,
+            **_projected({":ws": ws}),
+        )
+    return [as_conclusion(i) for i in found]
 
 
 def _projected(values: dict[str, str]) -> dict[str, Any]:
@@ -825,7 +881,14 @@ def _projected(values: dict[str, str]) -> dict[str, Any]:
 
 
 def query(
-    db: Db, ws: str, text: str, top_k: int, distance: float | None, filters: dict[str, Any] | None, *, embedder
+    db: Db,
+    ws: str,
+    text: str,
+    top_k: int,
+    distance: float | None,
+    filters: dict[str, Any] | None,
+    *,
+    embedder: EmbedsTexts,
 ) -> list[dict[str, Any]]:
     """The collection's conclusions nearest to `text`, nearest first (within cosine `distance` when given)."""
     filters = _check_filters(filters)
@@ -855,17 +918,19 @@ def query(
         session_key=session_id,
         max_distance=distance,
     )
-    found = {i["id"]: i for i in batch_get(db, [keys.conclusion(ws, observer, observed, cid) for cid in hits])}
+    found = {
+        i["id"]: as_conclusion(i) for i in batch_get(db, [keys.conclusion(ws, observer, observed, c) for c in hits])
+    }
     nearest = [found[cid] for cid in hits if cid in found]
     return [view(i) for i in nearest if filtering.matches(rest, _filter_view(i))][:top_k]
 
 
-def _locate(db: Db, ws: str, conclusion_id: str) -> dict[str, Any]:
+def _locate(db: Db, ws: str, conclusion_id: str) -> ConclusionItem:
     pointer = _get(db, keys.conclusion_pointer(ws, conclusion_id))
     item = pointer and _get(db, keys.conclusion(ws, pointer["observer_id"], pointer["observed_id"], conclusion_id))
     if not item:
         raise NotFound(f"conclusion '{conclusion_id}' not found in workspace '{ws}'")
-    return item
+    return as_conclusion(item)
 
 
 def get(db: Db, ws: str, conclusion_id: str) -> dict[str, Any]:
@@ -888,7 +953,9 @@ def _remove(db: Db, ws: str, observer: str, observed: str, ids: list[str]) -> in
     for start in range(0, len(ids), _REMOVE_CHUNK):
         chunk = ids[start : start + _REMOVE_CHUNK]
         for attempt in range(_ATTEMPTS):
-            items = batch_get(db, [keys.conclusion(ws, observer, observed, i) for i in chunk])
+            items = [
+                as_conclusion(i) for i in batch_get(db, [keys.conclusion(ws, observer, observed, i) for i in chunk])
+            ]
             if not items:
                 break
             actions = [a for item in items for a in _delete_actions(db, ws, item)]
@@ -918,7 +985,7 @@ def _remove(db: Db, ws: str, observer: str, observed: str, ids: list[str]) -> in
     return removed
 
 
-def _delete_actions(db: Db, ws: str, item: dict[str, Any]) -> list[dict[str, Any]]:
+def _delete_actions(db: Db, ws: str, item: ConclusionItem) -> list[dict[str, Any]]:
     """Deletes of a conclusion and what belongs to it; conditioned on its text as read (a concurrent write that
     replaces the text also replaces the dedupe key named here)."""
     observer, observed, cid = item["observer_id"], item["observed_id"], item["id"]
@@ -992,7 +1059,7 @@ def session_explicit(db: Db, ws: str, session_id: str) -> dict[str, list[Derived
         db, [keys.conclusion(ws, i["observer_id"], i["observed_id"], i["SK"].removeprefix("DERIVED#")) for i in own]
     )
     by_observed: dict[str, list[Derived]] = {}
-    for item in sorted(found, key=lambda i: i["id"]):
+    for item in sorted(map(as_conclusion, found), key=lambda i: i["id"]):
         if item.get("level") == "explicit":
             by_observed.setdefault(item["observed_id"], []).append(
                 Derived(
@@ -1033,9 +1100,9 @@ def delete_collections(db: Db, ws: str) -> int:
 # ---------------------------------------------------------------- cards
 
 
-def collection_contents(db: Db, ws: str, observer: str, observed: str) -> list[dict[str, Any]]:
+def collection_contents(db: Db, ws: str, observer: str, observed: str) -> list[ConclusionItem]:
     """Every conclusion of the collection, oldest first: its id, content and level (strongly consistent)."""
-    return query_all(
+    items = query_all(
         db,
         KeyConditionExpression="PK = :pk AND begins_with(SK, :c)",
         ConsistentRead=True,
@@ -1043,6 +1110,7 @@ def collection_contents(db: Db, ws: str, observer: str, observed: str) -> list[d
         ExpressionAttributeNames={"#l": "level"},
         ExpressionAttributeValues=to_item({":pk": keys.collection_pk(ws, observer, observed), ":c": "C#"}),
     )
+    return [as_conclusion(i) for i in items]
 
 
 def card_state(db: Db, ws: str, observer: str, observed: str) -> tuple[list[str] | None, dict[str, int], str | None]:

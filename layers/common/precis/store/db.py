@@ -136,7 +136,7 @@ def attribute_values_as_they_are(client: Any) -> Any:
     return client
 
 
-class Numbers(list):
+class Numbers(list[Any]):
     """The elements of a list AttributeValue that are numbers only (`{"N": "0.5"}` each, a vector's): no binary
     among them, so `_wire` writes the list as it is instead of looking at each of its hundreds of elements."""
 
@@ -228,7 +228,7 @@ def from_attr(attr: dict[str, Any]) -> Any:
     raise TypeError(f"unexpected attribute type {kind}")
 
 
-def to_item(values: dict[str, Any]) -> dict[str, Any]:
+def to_item(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: to_attr(v) for k, v in values.items() if v is not None}
 
 

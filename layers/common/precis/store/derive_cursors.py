@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 
 from precis.store import keys
 from precis.store.db import Db, batch_get, error_code, mark_applied, query_all, raise_if_throttled, to_item
+from precis.store.resources import PeerItem, SessionItem, WorkspaceItem, as_peer, as_session, as_workspace
 
 NOTHING_DUE = "~"  # due_at of a cursor with nothing waiting: sorts after every timestamp
 
@@ -81,7 +82,9 @@ def _update(
         raise
 
 
-def read_state(db: Db, target: Target) -> tuple[dict | None, dict | None, dict | None, dict | None]:
+def read_state(
+    db: Db, target: Target
+) -> tuple[SessionItem | None, WorkspaceItem | None, PeerItem | None, dict[str, Any] | None]:
     """(session, workspace, sender peer, cursor), one BatchGetItem (strongly consistent)."""
     ws, s = target.workspace, target.session
     wanted = [
@@ -91,7 +94,13 @@ def read_state(db: Db, target: Target) -> tuple[dict | None, dict | None, dict |
         keys.derive_cursor(ws, s, target.sender),
     ]
     found = {(i["PK"], i["SK"]): i for i in batch_get(db, wanted)}
-    return tuple(found.get((k["PK"], k["SK"])) for k in wanted)  # type: ignore[return-value]
+    session, workspace, peer, cursor = (found.get((k["PK"], k["SK"])) for k in wanted)
+    return (
+        None if session is None else as_session(session),
+        None if workspace is None else as_workspace(workspace),
+        None if peer is None else as_peer(peer),
+        cursor,
+    )
 
 
 def clear_due(db: Db, target: Target, seen: dict[str, Any] | None) -> None:

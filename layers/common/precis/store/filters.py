@@ -13,20 +13,20 @@ _OPERATORS = {"gte", "lte", "gt", "lt", "ne", "in", "contains", "icontains"}
 def _compare(op: str, actual: Any, expected: Any) -> bool:
     try:
         if op == "ne":
-            return actual != expected
+            return bool(actual != expected)
         if op == "in":
             if not isinstance(expected, list):
                 raise Invalid(f"filters: 'in' takes a list, got {type(expected).__name__}")
-            return actual in expected
+            return bool(actual in expected)
         if op == "contains":
-            return expected in actual if isinstance(actual, (str, list, dict)) else False
+            return bool(expected in actual) if isinstance(actual, (str, list, dict)) else False
         if op == "icontains":
             return isinstance(actual, str) and str(expected).lower() in actual.lower()
         if actual is None:
             return False
-        return {"gte": actual >= expected, "lte": actual <= expected, "gt": actual > expected, "lt": actual < expected}[
-            op
-        ]
+        return bool(
+            {"gte": actual >= expected, "lte": actual <= expected, "gt": actual > expected, "lt": actual < expected}[op]
+        )
     except TypeError:
         return False
 
@@ -38,7 +38,7 @@ def _match_value(condition: Any, actual: Any, path: str) -> bool:
         return all(_compare(op, actual, expected) for op, expected in condition.items())
     if isinstance(condition, dict) and isinstance(actual, dict):
         return all(_match_value(v, actual.get(k), f"{path}.{k}") for k, v in condition.items())
-    return actual == condition
+    return bool(actual == condition)
 
 
 def matches(filters: dict[str, Any] | None, record: dict[str, Any]) -> bool:

@@ -22,7 +22,8 @@ from precis.lexical import fuse
 from precis.store import filters as filtering
 from precis.store import keys, text_index
 from precis.store.db import Db, batch_get, error_code, to_item
-from precis.store.messages import Base, message_view, with_bodies
+from precis.store.messages import Base, MessageItem, as_message, message_view, with_bodies
+from precis.store.resources import session_item
 from precis.store.vectors import MAX_TOP_K, search_index, vector_attribute
 
 if TYPE_CHECKING:
@@ -83,13 +84,13 @@ def index_messages(
     """The deriver's part, as inserted messages come down the stream (their images): the marks of their index units
     are removed once their texts are written (`text_index.settle`), and with a semantic embedder each message is
     embedded once. Bound to the session's incarnation (nothing lands in a deleted session); how many vectors."""
-    by_session: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    by_session: dict[tuple[str, str], dict[int, MessageItem]] = {}
     for image in images:
         ws, session_id = keys.parse_session_pk(image["PK"])
-        by_session.setdefault((ws, session_id), {})[int(image["seq"])] = image
+        by_session.setdefault((ws, session_id), {})[int(image["seq"])] = as_message(image)
     written = 0
     for (ws, session_id), messages in by_session.items():
-        session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
+        session = session_item(db, ws, session_id)
         if session is None or "deleted_at" in session:
             continue  # (its purge takes its counts back and removes their marks)
         # The stream can be faster than the request: wait for the texts a live request is still writing, then remove
@@ -118,7 +119,7 @@ def ensure_indexed(
     db: Db,
     ws: str,
     session_id: str,
-    messages: Sequence[dict[str, Any]],
+    messages: Sequence[MessageItem],
     *,
     now: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
@@ -157,7 +158,7 @@ def ensure_indexed(
     return written
 
 
-def index_unit(db: Db, ws: str, session_id: str, unit: str, members: Sequence[dict[str, Any]]) -> int:
+def index_unit(db: Db, ws: str, session_id: str, unit: str, members: Sequence[MessageItem]) -> int:
     """Index a unit of stored messages, given all its members (`text_index.unit_members`): the deriver's repair and
     the upgrade's backfill both index through here, so they pass `index_texts` the same texts for the same unit.
     A member whose text a clone's copy wrote under its own unit is left out (its words are counted there already;
@@ -226,7 +227,7 @@ def reindex_session(
     done, seen, marked = progress if progress is not None else Reindexed(), set(), set(marked)
     last = tail_seq(db, ws, session_id)
     for start in range(1, last + 1, window):
-        session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
+        session = session_item(db, ws, session_id)
         if session is None or "deleted_at" in session:
             done.stopped = "deleted"  # (its purge takes back whatever was indexed)
             return done
@@ -266,7 +267,7 @@ def _backfill_unit(
     ws: str,
     session_id: str,
     unit: str,
-    members: Sequence[dict[str, Any]],
+    members: Sequence[MessageItem],
     now: Callable[[], float],
     sleep: Callable[[float], None],
 ) -> int:
@@ -296,7 +297,7 @@ def _wait_for_texts(
     db: Db,
     ws: str,
     session_id: str,
-    messages: Sequence[dict[str, Any]],
+    messages: Sequence[MessageItem],
     now: Callable[[], float],
     sleep: Callable[[float], None],
     *,
@@ -340,7 +341,7 @@ def _put(db: Db, ws: str, session_id: str, incarnation: str | None, items: list[
         }
         while pending:
             pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or None
-    session = next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
+    session = session_item(db, ws, session_id)
     if (
         session is None
         or "deleted_at" in session
@@ -492,7 +493,7 @@ def read_views(
     """The messages at `order`'s keys, in that order, as the API shows them (one BatchGetItem, and the large bodies);
     those deleted since they were indexed are left out."""
     found = {
-        (keys.parse_session_pk(i["PK"])[1], i["seq"]): i
+        (keys.parse_session_pk(i["PK"])[1], i["seq"]): as_message(i)
         for i in batch_get(db, [keys.message(ws, s, seq) for s, seq in order], _MESSAGE_FIELDS)
         if i.get("kind") == "message"
     }
@@ -500,7 +501,7 @@ def read_views(
         missing = [seq for s, seq in order if (s, seq) not in found and seq <= base.through]
         found |= (
             {
-                (session_id, i["seq"]): i
+                (session_id, i["seq"]): as_message(i)
                 for i in batch_get(db, [keys.message(ws, base.session, seq) for seq in missing], _MESSAGE_FIELDS)
                 if i.get("kind") == "message"
             }

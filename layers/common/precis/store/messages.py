@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from botocore.exceptions import ClientError
 
@@ -18,7 +18,13 @@ from precis.store import filters as filtering
 from precis.store import keys
 from precis.store.db import Db, batch_get, error_code, from_item, projection, query_all, raise_if_throttled, to_item
 from precis.store.records import json_object, json_text, page, utcnow
-from precis.store.resources import add_members, create_session_item, require_session
+from precis.store.resources import (
+    SessionItem,
+    add_members,
+    as_session,
+    create_session_item,
+    require_session,
+)
 
 if TYPE_CHECKING:
     from types_boto3_s3.type_defs import ObjectIdentifierTypeDef
@@ -32,6 +38,38 @@ _BACKOFF_CAP_S = 0.4
 # DynamoDB refuses a transaction over 4 MB (the items' aggregate size); bodies move to S3, largest first, until a
 # batch fits this, leaving room for attribute overhead the estimate does not see.
 TRANSACTION_BUDGET_BYTES = 3_500_000
+
+
+class MessageItem(TypedDict):
+    """A message's item as the store reads it (decoded: plain values); `metadata` is the JSON text stored. Its
+    content is inline (`content`) or in S3 (`body_key`): `with_bodies` reads it into the message's view. The fence
+    a delete puts after the last message is an item under MSG# too (`kind` "fence", `seq`, `incarnation` only)."""
+
+    PK: str
+    SK: str
+    kind: str
+    id: str
+    seq: int
+    peer_id: str
+    token_count: int
+    start_tokens: int
+    run_start_seq: int
+    run_index: int
+    metadata: str
+    created_at: str
+    content: NotRequired[str]
+    body_key: NotRequired[str]
+    run_id: NotRequired[str]
+    batch_token: NotRequired[str]  # the request that stored it (store.idempotency)
+    ib: NotRequired[str]  # its search-index unit (`index_unit`) and the epoch second it is indexed by
+    ibu: NotRequired[float]
+    copy_of: NotRequired[str]  # a clone's copy of its parent's message: the parent's session id
+    incarnation: NotRequired[str]  # a fence's
+
+
+def as_message(item: dict[str, Any]) -> MessageItem:
+    """A decoded item under MSG# (`db.from_item`'s dict) as a message item: the one place it is taken to be one."""
+    return cast(MessageItem, item)
 
 
 @dataclass(frozen=True)
@@ -58,7 +96,7 @@ class Base:
 BASE_FIELDS = ("base_session", "base_through")
 
 
-def base_of(session: dict[str, Any] | None) -> Base | None:
+def base_of(session: SessionItem | None) -> Base | None:
     """The base a session item names (a clone whose copy is not complete), else None."""
     if not session or not session.get("base_session"):
         return None
@@ -91,7 +129,7 @@ def seq_of(message_id: str) -> int | None:
     return seq or None
 
 
-def message_view(item: dict[str, Any], ws: str, session_id: str, content: str | None = None) -> dict[str, Any]:
+def message_view(item: MessageItem, ws: str, session_id: str, content: str | None = None) -> dict[str, Any]:
     view = {
         "id": item["id"],
         "content": item.get("content", "") if content is None else content,
@@ -111,7 +149,7 @@ def message_view(item: dict[str, Any], ws: str, session_id: str, content: str | 
 TAIL_FIELDS = ("seq", "token_count", "start_tokens", "run_id", "run_start_seq", "run_index", "kind")
 
 
-def last_message(db: Db, ws: str, session_id: str, fields: tuple[str, ...] = TAIL_FIELDS) -> dict[str, Any] | None:
+def last_message(db: Db, ws: str, session_id: str, fields: tuple[str, ...] = TAIL_FIELDS) -> MessageItem | None:
     """`fields` of the session's newest message (consistent), or None for an empty session."""
     out = db.client.query(
         TableName=db.table,
@@ -122,12 +160,12 @@ def last_message(db: Db, ws: str, session_id: str, fields: tuple[str, ...] = TAI
         **projection(fields),
         ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":m": {"S": "MSG#"}},
     )
-    return from_item(out["Items"][0]) if out["Items"] else None
+    return as_message(from_item(out["Items"][0])) if out["Items"] else None
 
 
-def senders_from(db: Db, ws: str, session_id: str, start: int) -> list[dict[str, Any]]:
+def senders_from(db: Db, ws: str, session_id: str, start: int) -> list[MessageItem]:
     """`seq`, `peer_id` and `kind` of each item of the session's messages from `start` on (strongly consistent)."""
-    return query_all(
+    items = query_all(
         db,
         KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b",
         ConsistentRead=True,
@@ -136,9 +174,10 @@ def senders_from(db: Db, ws: str, session_id: str, start: int) -> list[dict[str,
             {":pk": keys.session_pk(ws, session_id), ":a": keys.message_sk(start), ":b": keys.message_sk(keys.MAX_SEQ)}
         ),
     )
+    return [as_message(i) for i in items]
 
 
-def is_fence(item: dict[str, Any] | None) -> bool:
+def is_fence(item: MessageItem | None) -> bool:
     """Whether the newest item under MSG# is the fence a delete put after the last message."""
     return item is not None and item.get("kind") == "fence"
 
@@ -174,8 +213,9 @@ def _items(
     batch_token: str | None,
     index_nonce: str | None = None,
     index_by: float | None = None,
-) -> list[dict[str, Any]]:
-    items, seq, tokens, run_id, run_start = [], tail.seq, tail.end_tokens, tail.run_id, tail.run_start_seq
+) -> list[MessageItem]:
+    items: list[MessageItem] = []
+    seq, tokens, run_id, run_start = tail.seq, tail.end_tokens, tail.run_id, tail.run_start_seq
     # The batch's search-index unit (precis.store.text_index): whoever indexes these messages names it the same way.
     unit = index_unit(session_id, tail.seq + 1, index_nonce) if index_nonce else None
     run_index = tail.run_index
@@ -184,23 +224,30 @@ def _items(
         if message.run_id is None or message.run_id != run_id:
             run_start, run_index = seq, run_index + 1
         run_id = message.run_id
-        item = {
-            **keys.message(ws, session_id, seq),
+        key = keys.message(ws, session_id, seq)
+        item: MessageItem = {
+            "PK": key["PK"],
+            "SK": key["SK"],
             "kind": "message",
             "id": make_message_id(seq),
             "seq": seq,
             "peer_id": message.peer_id,
             "token_count": message.token_count,
             "start_tokens": tokens,
-            "run_id": message.run_id,
             "run_start_seq": run_start,
             "run_index": run_index,
             "metadata": json_text(message.metadata or {}),
             "created_at": message.created_at or now,
-            "batch_token": batch_token,
-            "ib": unit,
-            "ibu": index_by,
         }
+        # (what is None is not stored)
+        if message.run_id is not None:
+            item["run_id"] = message.run_id
+        if batch_token is not None:
+            item["batch_token"] = batch_token
+        if unit is not None:
+            item["ib"] = unit
+        if index_by is not None:
+            item["ibu"] = index_by
         if index in bodies:
             item["body_key"] = bodies[index]
         else:
@@ -232,7 +279,7 @@ def append_messages(
     batch: Sequence[NewMessage],
     *,
     inline_max_bytes: int,
-    sleep=time.sleep,
+    sleep: Callable[[float], None] = time.sleep,
     batch_token: str | None = None,
     on_attempt: Callable[[int], None] | None = None,
     index_nonce: str | None = None,
@@ -261,7 +308,8 @@ def append_messages(
     by_sk = {(i["PK"], i["SK"]): i for i in found}
     if (f"WS#{ws}", "WS") not in by_sk:
         raise NotFound(f"workspace '{ws}' not found")
-    session = by_sk.get((f"WS#{ws}", f"SESSION#{session_id}"))
+    stored = by_sk.get((f"WS#{ws}", f"SESSION#{session_id}"))
+    session = None if stored is None else as_session(stored)
     if session is not None and "deleted_at" in session:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}' (it was deleted)")
     created = False
@@ -390,10 +438,10 @@ def _delete_bodies(db: Db, bodies: list[tuple[str, str | None]]) -> None:
         db.s3.delete_objects(Bucket=db.bucket, Delete={"Objects": objects, "Quiet": True})
 
 
-def with_bodies(db: Db, items: list[dict[str, Any]], ws: str, session_id: str) -> list[dict[str, Any]]:
+def with_bodies(db: Db, items: Sequence[MessageItem], ws: str, session_id: str) -> list[dict[str, Any]]:
     """Views of `items`, reading the bodies that live in S3 (in parallel: a context may hold several)."""
 
-    def body(item: dict[str, Any]) -> str | None:
+    def body(item: MessageItem) -> str | None:
         if not item.get("body_key"):
             return None
         return db.s3.get_object(Bucket=db.bucket, Key=item["body_key"])["Body"].read().decode("utf-8")
@@ -413,7 +461,7 @@ def read_range(
     limit: int | None = None,
     forward: bool = True,
     base: Base | None = None,
-) -> list[dict[str, Any]]:
+) -> list[MessageItem]:
     """The messages first..last (at most `limit` of them, from the first or the last end), without the fence; with a
     clone's `base`, its parent's messages fill in what the clone holds no copy of yet."""
     own = _read_partition(db, keys.session_pk(ws, session_id), first, last, limit, forward)
@@ -427,20 +475,20 @@ def read_range(
 
 def read_from(
     db: Db, ws: str, session_id: str, first: int, *, limit: int | None = None, base: Base | None = None
-) -> list[dict[str, Any]]:
+) -> list[MessageItem]:
     """The messages from `first` to the newest (`read_range` without an upper end)."""
     return read_range(db, ws, session_id, first, keys.MAX_SEQ, limit=limit, base=base)
 
 
 def messages_in_token_range(
     db: Db, ws: str, session_id: str, low: int, high: int, fields: tuple[str, ...], *, base: Base | None = None
-) -> list[dict[str, Any]]:
+) -> list[MessageItem]:
     """`fields` of the messages whose `start_tokens` lies in low..high, in seq order, from the ByStartTokens local
     index (strongly consistent); a clone's `base` fills in what it holds no copy of yet (a clone and its parent
     agree on seq and start_tokens up to the clone's point)."""
 
-    def query(pk: str) -> list[dict[str, Any]]:
-        return query_all(
+    def query(pk: str) -> list[MessageItem]:
+        items = query_all(
             db,
             IndexName="ByStartTokens",
             ConsistentRead=True,
@@ -448,6 +496,7 @@ def messages_in_token_range(
             ExpressionAttributeValues={":pk": {"S": pk}, ":lo": {"N": str(low)}, ":hi": {"N": str(high)}},
             **projection(fields),
         )
+        return [as_message(i) for i in items]
 
     own = query(keys.session_pk(ws, session_id))
     if base is None:
@@ -459,7 +508,7 @@ def messages_in_token_range(
 
 def messages_and_sessions(
     db: Db, ws: str, wanted: Sequence[tuple[str, int]], sessions: Sequence[str], fields: tuple[str, ...]
-) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[str, dict]]:
+) -> tuple[dict[tuple[str, int], MessageItem], dict[str, SessionItem]]:
     """`fields` of the messages at `wanted`'s (session, seq) keys and the items of `sessions`, in one BatchGetItem:
     (messages by key, those still stored; session items by id, those that exist, deleted or not)."""
     read = batch_get(
@@ -467,22 +516,22 @@ def messages_and_sessions(
         [*(keys.message(ws, s, seq) for s, seq in wanted), *(keys.session(ws, s) for s in sessions)],
         fields + ("kind", "deleted_at", "PK", "SK"),
     )
-    found = {(keys.parse_session_pk(i["PK"])[1], i["seq"]): i for i in read if i.get("kind") == "message"}
-    return found, {i["SK"].removeprefix("SESSION#"): i for i in read if i["SK"].startswith("SESSION#")}
+    found = {(keys.parse_session_pk(i["PK"])[1], i["seq"]): as_message(i) for i in read if i.get("kind") == "message"}
+    return found, {i["SK"].removeprefix("SESSION#"): as_session(i) for i in read if i["SK"].startswith("SESSION#")}
 
 
 def messages_at(
     db: Db, ws: str, session_id: str, seqs: Sequence[int], fields: tuple[str, ...]
-) -> dict[int, dict[str, Any]]:
+) -> dict[int, MessageItem]:
     """`fields` of the session's messages at `seqs` still stored, by seq (one BatchGetItem)."""
     return {
-        i["seq"]: i
+        i["seq"]: as_message(i)
         for i in batch_get(db, [keys.message(ws, session_id, seq) for seq in seqs], fields + ("kind",))
         if i.get("kind") == "message"
     }
 
 
-def _read_partition(db: Db, pk: str, first: int, last: int, limit: int | None, forward: bool) -> list[dict[str, Any]]:
+def _read_partition(db: Db, pk: str, first: int, last: int, limit: int | None, forward: bool) -> list[MessageItem]:
     request: dict[str, Any] = {
         "KeyConditionExpression": "PK = :pk AND SK BETWEEN :a AND :b",
         "ConsistentRead": True,
@@ -503,7 +552,7 @@ def _read_partition(db: Db, pk: str, first: int, last: int, limit: int | None, f
             if "LastEvaluatedKey" not in out:
                 break
             request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
-    return [i for i in items if i.get("kind") == "message"]
+    return [as_message(i) for i in items if i.get("kind") == "message"]
 
 
 # A filtered list examines at most this many messages per request (a filter is not an index): a request's cost is
@@ -583,13 +632,13 @@ def list_messages(
     db: Db,
     ws: str,
     session_id: str,
-    filters,
+    filters: dict[str, Any] | None,
     page_no: int,
     size: int,
     reverse: bool,
     *,
     scan_limit: int = FILTER_SCAN_LIMIT,
-):
+) -> dict[str, Any]:
     """A page of messages. Without filters a page is a seq range: page N costs what page 1 costs; with filters, at
     most `scan_limit` messages are examined (from the oldest, or the newest with `reverse`)."""
     base = base_of(require_session(db, ws, session_id))
@@ -597,7 +646,7 @@ def list_messages(
     if filters:
         return fit_page(_filtered_page(db, ws, session_id, filters, total, page_no, size, reverse, scan_limit, base))
     start = (page_no - 1) * size
-    items: list[dict[str, Any]] = []
+    items: list[MessageItem] = []
     if start < total:
         first, last = (total - start - size + 1, total - start) if reverse else (start + 1, start + size)
         items = read_range(db, ws, session_id, max(first, 1), min(last, total), base=base)
@@ -642,7 +691,7 @@ def fit_page(answer: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def locate_message(db: Db, ws: str, session_id: str, message_id: str, base: Base | None = None) -> dict[str, Any]:
+def locate_message(db: Db, ws: str, session_id: str, message_id: str, base: Base | None = None) -> MessageItem:
     seq = seq_of(message_id)
     item = None
     if seq is not None:
@@ -659,7 +708,7 @@ def locate_message(db: Db, ws: str, session_id: str, message_id: str, base: Base
             )
     if item is None or item.get("id") != message_id:
         raise NotFound(f"message '{message_id}' not found in session '{session_id}'")
-    return item
+    return as_message(item)
 
 
 def get_message(db: Db, ws: str, session_id: str, message_id: str) -> dict[str, Any]:
@@ -667,13 +716,18 @@ def get_message(db: Db, ws: str, session_id: str, message_id: str) -> dict[str, 
     return with_bodies(db, [locate_message(db, ws, session_id, message_id, base)], ws, session_id)[0]
 
 
-def update_message_metadata(db: Db, ws: str, session_id: str, message_id: str, metadata: dict[str, Any]):
+def update_message_metadata(
+    db: Db, ws: str, session_id: str, message_id: str, metadata: dict[str, Any]
+) -> dict[str, Any]:
     session = require_session(db, ws, session_id)
     item = locate_message(db, ws, session_id, message_id, base_of(session))
     if keys.parse_session_pk(item["PK"])[1] != session_id:
         # A clone's message still in its parent: copy on write, its large body too (the parent's goes with its
         # purge); the clone's copy job never overwrites a copy.
-        copy = {**copy_item(db, ws, session_id, session["incarnation"], item), "metadata": json_text(metadata)}
+        copy: MessageItem = {
+            **copy_item(db, ws, session_id, session["incarnation"], item),
+            "metadata": json_text(metadata),
+        }
         try:
             db.client.put_item(TableName=db.table, Item=to_item(copy), ConditionExpression="attribute_not_exists(PK)")
             return with_bodies(db, [copy], ws, session_id)[0]
@@ -693,7 +747,7 @@ def update_message_metadata(db: Db, ws: str, session_id: str, message_id: str, m
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
         raise NotFound(f"message '{message_id}' not found in session '{session_id}'") from None
-    return with_bodies(db, [from_item(out["Attributes"])], ws, session_id)[0]
+    return with_bodies(db, [as_message(from_item(out["Attributes"]))], ws, session_id)[0]
 
 
 def check_text(content: str, where: str) -> None:
@@ -704,10 +758,11 @@ def check_text(content: str, where: str) -> None:
         raise Invalid(f"{where}: not valid UTF-8 text (lone surrogate at index {exc.start})") from exc
 
 
-def copy_item(db: Db, ws: str, clone: str, incarnation: str, item: dict[str, Any]) -> dict[str, Any]:
+def copy_item(db: Db, ws: str, clone: str, incarnation: str, item: MessageItem) -> MessageItem:
     """The clone's copy of a parent's message item (its large body copied into the clone's own prefix)."""
     # `copy_of`: the stream's consumers skip it (its summaries, vectors and derivations came from the parent).
-    copy = {**item, **keys.message(ws, clone, int(item["seq"])), "copy_of": keys.parse_session_pk(item["PK"])[1]}
+    at = keys.message(ws, clone, int(item["seq"]))
+    copy: MessageItem = {**item, "PK": at["PK"], "SK": at["SK"], "copy_of": keys.parse_session_pk(item["PK"])[1]}
     if item.get("body_key"):
         key = keys.body_object(ws, clone, incarnation, secrets.token_hex(16))
         db.s3.copy_object(Bucket=db.bucket, Key=key, CopySource={"Bucket": db.bucket, "Key": item["body_key"]})

@@ -35,6 +35,7 @@ from precis.store.resources import (
     DELETE_LEASE_S,
     is_condition_failure,
     partition_items,
+    read_session_item,
     request_purge,
     require_session,
     require_workspace,
@@ -66,11 +67,7 @@ def purge_session(
     page_size: int = PAGE,
 ) -> PurgeResult:
     """Remove what incarnation `incarnation` of the session left; a no-op for any other incarnation."""
-    session = from_item(
-        db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)), ConsistentRead=True).get(
-            "Item"
-        )
-    )
+    session = read_session_item(db, ws, session_id)
     if session is None or session.get("incarnation") != incarnation or "deleted_at" not in session:
         return PurgeResult(True, 0, 0)  # gone, created again, or never deleted: nothing of `incarnation` to remove
     if session.get("purged_at"):
@@ -175,11 +172,7 @@ def copying_clones(db: Db, ws: str, session_id: str, incarnation: str | None) ->
     )
     waiting = []
     for ref in refs:
-        clone = from_item(
-            db.client.get_item(
-                TableName=db.table, Key=to_item(keys.session(ws, ref["session_id"])), ConsistentRead=True
-            ).get("Item")
-        )
+        clone = read_session_item(db, ws, ref["session_id"])
         if (
             clone
             and "deleted_at" not in clone

@@ -46,10 +46,11 @@ def session_of(item: dict[str, Any]) -> tuple[str, str]:
 
 def workspace_of(item: dict[str, Any]) -> str:
     """The workspace of an item in a workspace's partition (a session, a peer), by its keys."""
-    return item.get("PK", "").removeprefix("WS#")
+    pk: str = item.get("PK", "")
+    return pk.removeprefix("WS#")
 
 
-def page(records: list[dict[str, Any]], page_no: int, size: int, reverse: bool = False) -> dict[str, Any]:
+def page(records: Sequence[Any], page_no: int, size: int, reverse: bool = False) -> dict[str, Any]:
     """A Honcho page of already-filtered records (pages are exact)."""
     if reverse:
         records = records[::-1]

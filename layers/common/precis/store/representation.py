@@ -194,12 +194,14 @@ def start(db: Db, ws: str, request: Request, embed: Callable[[str], list[float]]
     if request.sessions is not None and not request.sessions:
         return lambda: Read([], None)
     # Each share fetches as many as the whole representation may hold: repeats across shares are refilled.
-    recent: Future = _pool.submit(_recent, db, ws, request, request.max_conclusions)
-    frequent: Future | None = (
+    recent: Future[list[dict[str, Any]]] = _pool.submit(_recent, db, ws, request, request.max_conclusions)
+    frequent: Future[list[dict[str, Any]]] | None = (
         _pool.submit(_frequent, db, ws, request, split.frequent + split.semantic) if split.frequent else None
     )
-    nearest: Future | None = _pool.submit(_nearest, db, ws, request, split.semantic, embed) if split.semantic else None
-    card: Future | None = _pool.submit(_card, db, ws, request) if request.sessions is None else None
+    nearest: Future[list[str]] | None = (
+        _pool.submit(_nearest, db, ws, request, split.semantic, embed) if split.semantic else None
+    )
+    card: Future[list[str] | None] | None = _pool.submit(_card, db, ws, request) if request.sessions is None else None
 
     def finish() -> Read:
         semantic = _semantic(db, ws, request, nearest.result(), split) if nearest else []

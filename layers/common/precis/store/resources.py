@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from collections.abc import Iterable, Set
+from collections.abc import Iterable, Mapping, Set
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 from botocore.exceptions import ClientError
 
@@ -32,11 +32,102 @@ from precis.store.db import (
 from precis.store.records import delete_keys, json_object, json_text, page, utcnow
 
 
+class WorkspaceItem(TypedDict):
+    """A workspace's item as the store reads it (decoded: plain values). `metadata` and `configuration` are the JSON
+    texts stored (`records.json_object` reads them)."""
+
+    PK: str
+    SK: str
+    kind: str
+    list_key: str
+    id: str
+    metadata: str
+    configuration: str
+    created_at: str
+    updated_at: NotRequired[str]
+    deleting_until: NotRequired[int]  # a delete under way, until this epoch second (store.purge)
+
+
+class PeerItem(TypedDict):
+    """A peer's item as the store reads it."""
+
+    PK: str
+    SK: str
+    kind: str
+    id: str
+    workspace_id: str
+    metadata: str
+    configuration: str
+    created_at: str
+    updated_at: NotRequired[str]
+
+
+class SessionItem(TypedDict):
+    """A session's item as the store reads it: the live session, or a deleted one's tombstone (`deleted_at`)."""
+
+    PK: str
+    SK: str
+    kind: str
+    id: str
+    workspace_id: str
+    is_active: bool
+    metadata: str
+    configuration: str
+    created_at: str
+    incarnation: NotRequired[str]  # absent only on items written before incarnations existed
+    updated_at: NotRequired[str]
+    # a delete (store.purge): its time, the fence's seq, the purge's end and the purges asked again
+    deleted_at: NotRequired[str]
+    fence_seq: NotRequired[int]
+    purged_at: NotRequired[str]
+    purge_rounds: NotRequired[int]
+    # a clone (store.clones): its parent, where it derives from, and its base while its copy runs
+    cloned_from: NotRequired[str]
+    derive_from: NotRequired[int]
+    base_session: NotRequired[str]
+    base_through: NotRequired[int]
+    base_incarnation: NotRequired[str]
+    copied_through: NotRequired[int]
+    copied_at: NotRequired[str]
+
+
+class MemberItem(TypedDict):
+    """A session member's item (in the session's partition, SK `PEER#{peer_id}`); a flag not stored falls back to
+    the peer's configuration."""
+
+    PK: str
+    SK: str
+    kind: str
+    peer_id: str
+    joined_at: str
+    observe_me: NotRequired[bool]
+    observe_others: NotRequired[bool]
+    updated_at: NotRequired[str]
+
+
+# The one place each family's decoded item (`db.from_item`'s dict) is taken to be of its shape. A projected read
+# holds only the fields it asked for: the shape names what the item may hold.
+def as_workspace(item: dict[str, Any]) -> WorkspaceItem:
+    return cast(WorkspaceItem, item)
+
+
+def as_peer(item: dict[str, Any]) -> PeerItem:
+    return cast(PeerItem, item)
+
+
+def as_session(item: dict[str, Any]) -> SessionItem:
+    return cast(SessionItem, item)
+
+
+def as_member(item: dict[str, Any]) -> MemberItem:
+    return cast(MemberItem, item)
+
+
 def is_condition_failure(exc: ClientError) -> bool:
     return exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
 
 
-def workspace_view(item: dict[str, Any]) -> dict[str, Any]:
+def workspace_view(item: WorkspaceItem) -> dict[str, Any]:
     return {
         "id": item["id"],
         "metadata": json_object(item.get("metadata")),
@@ -45,7 +136,7 @@ def workspace_view(item: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def peer_view(item: dict[str, Any]) -> dict[str, Any]:
+def peer_view(item: PeerItem) -> dict[str, Any]:
     return {
         "id": item["id"],
         "workspace_id": item["workspace_id"],
@@ -55,7 +146,7 @@ def peer_view(item: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def session_view(item: dict[str, Any]) -> dict[str, Any]:
+def session_view(item: SessionItem) -> dict[str, Any]:
     return {
         "id": item["id"],
         "is_active": item.get("is_active", True),
@@ -130,7 +221,8 @@ def _update(
         if is_condition_failure(exc):
             return None
         raise
-    return from_item(out["Attributes"])
+    updated: dict[str, Any] = from_item(out["Attributes"])
+    return updated
 
 
 # ---------------------------------------------------------------- workspaces
@@ -156,19 +248,21 @@ def peer_exists(db: Db, ws: str, peer_id: str) -> bool:
     return bool(batch_get(db, [keys.peer(ws, peer_id)]))
 
 
-def workspace_item(db: Db, ws: str) -> dict[str, Any] | None:
+def workspace_item(db: Db, ws: str) -> WorkspaceItem | None:
     """The workspace's item, or None: one batch read."""
-    return next(iter(batch_get(db, [keys.workspace(ws)])), None)
+    return next((as_workspace(i) for i in batch_get(db, [keys.workspace(ws)])), None)
 
 
-def require_workspace(db: Db, ws: str) -> dict[str, Any]:
+def require_workspace(db: Db, ws: str) -> WorkspaceItem:
     item = _get(db, keys.workspace(ws))
     if item is None:
         raise NotFound(f"workspace '{ws}' not found")
-    return item
+    return as_workspace(item)
 
 
-def get_or_create_workspace(db: Db, ws: str, metadata=None, configuration=None) -> tuple[dict[str, Any], bool]:
+def get_or_create_workspace(
+    db: Db, ws: str, metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], bool]:
     check_configuration(configuration)
     item, created = _create(
         db,
@@ -182,17 +276,19 @@ def get_or_create_workspace(db: Db, ws: str, metadata=None, configuration=None) 
             "created_at": utcnow(),
         },
     )
-    return workspace_view(item), created
+    return workspace_view(as_workspace(item)), created
 
 
-def update_workspace(db: Db, ws: str, metadata=None, configuration=None) -> dict[str, Any]:
+def update_workspace(
+    db: Db, ws: str, metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
+) -> dict[str, Any]:
     check_configuration(configuration)
     if configuration is not None:
         _check_sessions_under(db, ws, configuration)
     item = _update(db, keys.workspace(ws), {"metadata": json_text(metadata), "configuration": json_text(configuration)})
     if item is None:
         raise NotFound(f"workspace '{ws}' not found")
-    return workspace_view(item)
+    return workspace_view(as_workspace(item))
 
 
 def _check_sessions_under(db: Db, ws: str, configuration: dict[str, Any]) -> None:
@@ -228,14 +324,14 @@ def workspace_ids(db: Db) -> list[str]:
     return [i["id"] for i in items]
 
 
-def list_workspaces(db: Db, filters, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
+def list_workspaces(db: Db, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
     items = query_all(
         db,
         IndexName="ByListKey",
         KeyConditionExpression="list_key = :k",
         ExpressionAttributeValues={":k": {"S": "workspaces"}},
     )
-    views = [v for v in map(workspace_view, items) if filtering.matches(filters, v)]
+    views = [v for v in (workspace_view(as_workspace(i)) for i in items) if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
 
 
@@ -255,7 +351,9 @@ def workspace_open(db: Db, ws: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- peers
 
 
-def _peer_values(ws: str, peer_id: str, metadata=None, configuration=None) -> dict[str, Any]:
+def _peer_values(
+    ws: str, peer_id: str, metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "kind": "peer",
         "id": peer_id,
@@ -266,7 +364,9 @@ def _peer_values(ws: str, peer_id: str, metadata=None, configuration=None) -> di
     }
 
 
-def get_or_create_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None):
+def get_or_create_peer(
+    db: Db, ws: str, peer_id: str, metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], bool]:
     """Get or create the peer; an existing one takes the `metadata` and `configuration` sent in place of its own
     (Honcho's get-or-create), written only when they differ."""
     key = keys.peer(ws, peer_id)
@@ -277,10 +377,12 @@ def get_or_create_peer(db: Db, ws: str, peer_id: str, metadata=None, configurati
         if updated is None:  # only a workspace delete removes a peer
             raise Conflict(f"peer '{peer_id}' was deleted while being updated; retry the request")
         item = updated
-    return peer_view(item), created
+    return peer_view(as_peer(item)), created
 
 
-def _changes(item: dict[str, Any], metadata=None, configuration=None) -> dict[str, str]:
+def _changes(
+    item: Mapping[str, Any], metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
+) -> dict[str, str]:
     """The stored texts of the `metadata` and `configuration` given that differ from the item's."""
     sent = {"metadata": metadata, "configuration": configuration}
     return {
@@ -355,18 +457,23 @@ def ensure_peers(db: Db, ws: str, peer_ids: Iterable[str], known: Set[str] = fro
                 _create_in_workspace(db, ws, keys.peer(ws, peer_id), _peer_values(ws, peer_id))
 
 
-def update_peer(db: Db, ws: str, peer_id: str, metadata=None, configuration=None) -> dict[str, Any]:
+def update_peer(
+    db: Db, ws: str, peer_id: str, metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
+) -> dict[str, Any]:
     item = _update(
         db, keys.peer(ws, peer_id), {"metadata": json_text(metadata), "configuration": json_text(configuration)}
     )
     if item is None:
         raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
-    return peer_view(item)
+    return peer_view(as_peer(item))
 
 
-def list_peers(db: Db, ws: str, filters, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
+def list_peers(
+    db: Db, ws: str, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool
+) -> dict[str, Any]:
     require_workspace(db, ws)
-    views = [v for v in map(peer_view, partition_items(db, f"WS#{ws}", "PEER#")) if filtering.matches(filters, v)]
+    peers = (peer_view(as_peer(i)) for i in partition_items(db, f"WS#{ws}", "PEER#"))
+    views = [v for v in peers if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
 
 
@@ -387,12 +494,14 @@ def sessions_by_peer(db: Db, ws: str, peer_ids: Iterable[str]) -> dict[str, set[
     return {p: set(ids) for p, ids in zip(peer_ids, read, strict=True)}
 
 
-def list_peer_sessions(db: Db, ws: str, peer_id: str, filters, page_no: int, size: int, reverse: bool):
+def list_peer_sessions(
+    db: Db, ws: str, peer_id: str, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool
+) -> dict[str, Any]:
     if _get(db, keys.peer(ws, peer_id)) is None:
         raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
     ids = peer_session_ids(db, ws, peer_id)
     sessions = batch_get(db, [keys.session(ws, s) for s in ids])
-    views = [session_view(s) for s in sessions if "deleted_at" not in s]
+    views = [session_view(as_session(s)) for s in sessions if "deleted_at" not in s]
     views.sort(key=lambda v: v["id"])
     return page([v for v in views if filtering.matches(filters, v)], page_no, size, reverse)
 
@@ -408,26 +517,41 @@ def list_peer_sessions(db: Db, ws: str, peer_id: str, filters, page_no: int, siz
 # when no request that began before it can still be running).
 
 
-def session_item(db: Db, ws: str, session_id: str) -> dict[str, Any] | None:
+def session_item(db: Db, ws: str, session_id: str) -> SessionItem | None:
     """The session's item, deleted or not, or None: one batch read."""
-    return next(iter(batch_get(db, [keys.session(ws, session_id)])), None)
+    return next((as_session(i) for i in batch_get(db, [keys.session(ws, session_id)])), None)
 
 
-def session_and_workspace(db: Db, ws: str, session_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def read_session_item(db: Db, ws: str, session_id: str) -> SessionItem | None:
+    """The session's item, deleted or not, or None: one strongly consistent GetItem."""
+    item = _get(db, keys.session(ws, session_id))
+    return None if item is None else as_session(item)
+
+
+def session_and_workspace(db: Db, ws: str, session_id: str) -> tuple[SessionItem | None, WorkspaceItem | None]:
     """The session's item (deleted or not) and its workspace's, each None when absent: one batch read."""
     found = {i["SK"]: i for i in batch_get(db, [keys.session(ws, session_id), keys.workspace(ws)])}
-    return found.get(f"SESSION#{session_id}"), found.get("WS")
+    session, workspace = found.get(f"SESSION#{session_id}"), found.get("WS")
+    return (
+        None if session is None else as_session(session),
+        None if workspace is None else as_workspace(workspace),
+    )
 
 
-def require_session(db: Db, ws: str, session_id: str) -> dict[str, Any]:
+def require_session(db: Db, ws: str, session_id: str) -> SessionItem:
     item = _get(db, keys.session(ws, session_id))
     if item is None or "deleted_at" in item:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
-    return item
+    return as_session(item)
 
 
 def get_or_create_session(
-    db: Db, ws: str, session_id: str, metadata=None, configuration=None, peers: dict[str, dict[str, Any]] | None = None
+    db: Db,
+    ws: str,
+    session_id: str,
+    metadata: dict[str, Any] | None = None,
+    configuration: dict[str, Any] | None = None,
+    peers: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     # One read for the workspace and the peers that exist already (an importer names the same two in every session):
     # only the others are created, instead of a create per peer that fails and a read after it.
@@ -452,8 +576,13 @@ def get_or_create_session(
 
 
 def _update_existing_session(
-    db: Db, ws: str, item: dict[str, Any], metadata, configuration, workspace_configuration: dict[str, Any]
-) -> dict[str, Any]:
+    db: Db,
+    ws: str,
+    item: SessionItem,
+    metadata: dict[str, Any] | None,
+    configuration: dict[str, Any] | None,
+    workspace_configuration: dict[str, Any],
+) -> SessionItem:
     """Honcho's get-or-create of an existing session: `metadata` replaces the stored one, `configuration`'s keys are
     merged into the stored configuration. The merge is a read-modify-write, so it is conditioned on the configuration
     it read: a concurrent change is read again and merged into, never lost."""
@@ -467,23 +596,26 @@ def _update_existing_session(
         if not changes:
             return item
         condition, values = ["attribute_not_exists(deleted_at)"], {}
+        read: Mapping[str, Any] = item
         for name in ("incarnation", "configuration"):  # the same incarnation, still holding what was read
-            if name in item:
+            if name in read:
                 condition.append(f"{name} = :{name}")
-                values[f":{name}"] = item[name]
+                values[f":{name}"] = read[name]
             else:
                 condition.append(f"attribute_not_exists({name})")
         updated = _update(db, keys.session(ws, session_id), changes, condition=" AND ".join(condition), values=values)
         if updated is not None:
-            return updated
+            return as_session(updated)
         fresh = _get(db, keys.session(ws, session_id))
         if fresh is None or "deleted_at" in fresh:
             raise Conflict(f"session '{session_id}' was deleted while being updated; retry the request")
-        item = fresh
+        item = as_session(fresh)
     raise Conflict(f"session '{session_id}': its configuration kept changing while being merged; retry the request")
 
 
-def session_values(ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
+def session_values(
+    ws: str, session_id: str, metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "kind": "session",
         "id": session_id,
@@ -500,18 +632,18 @@ def create_session_item(
     db: Db,
     ws: str,
     session_id: str,
-    metadata=None,
-    configuration=None,
-) -> tuple[dict[str, Any], bool]:
+    metadata: dict[str, Any] | None = None,
+    configuration: dict[str, Any] | None = None,
+) -> tuple[SessionItem, bool]:
     """Get or create the session item (a new incarnation); Conflict while an earlier one is being purged."""
     values = session_values(ws, session_id, metadata, configuration)
     item, created = _create_in_workspace(db, ws, keys.session(ws, session_id), values)
     if "deleted_at" in item:
-        item, created = _reincarnate(db, ws, session_id, item, values), True
-    return item, created
+        return _reincarnate(db, ws, session_id, as_session(item), values), True
+    return as_session(item), created
 
 
-def _reincarnate(db: Db, ws: str, session_id: str, tombstone: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+def _reincarnate(db: Db, ws: str, session_id: str, tombstone: SessionItem, values: dict[str, Any]) -> SessionItem:
     """Create a deleted session id again in place of its tombstone, once its purge is done and the grace is over."""
     grace = get_settings().purge_grace_s
     left = _deleted_epoch(tombstone) + grace - time.time()
@@ -547,14 +679,20 @@ def _reincarnate(db: Db, ws: str, session_id: str, tombstone: dict[str, Any], va
         if not cancellation_codes(exc):
             raise
         raise Conflict(f"session '{session_id}' was created or deleted concurrently; retry the request") from None
-    return item
+    return as_session(item)
 
 
-def _deleted_epoch(item: dict[str, Any]) -> float:
+def _deleted_epoch(item: SessionItem) -> float:
     return datetime.fromisoformat(item["deleted_at"]).timestamp()
 
 
-def update_session(db: Db, ws: str, session_id: str, metadata=None, configuration=None) -> dict[str, Any]:
+def update_session(
+    db: Db,
+    ws: str,
+    session_id: str,
+    metadata: dict[str, Any] | None = None,
+    configuration: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     if configuration is not None:
         check_configuration(json_object(require_workspace(db, ws).get("configuration")), configuration)
     item = _update(
@@ -565,7 +703,7 @@ def update_session(db: Db, ws: str, session_id: str, metadata=None, configuratio
     )
     if item is None:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
-    return session_view(item)
+    return session_view(as_session(item))
 
 
 def partition_keys(db: Db, ws: str, session_id: str, limit: int | None = None) -> list[dict[str, str]]:
@@ -581,9 +719,11 @@ def partition_keys(db: Db, ws: str, session_id: str, limit: int | None = None) -
     return query_all(db, **request)
 
 
-def list_sessions(db: Db, ws: str, filters, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
+def list_sessions(
+    db: Db, ws: str, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool
+) -> dict[str, Any]:
     require_workspace(db, ws)
-    items = [i for i in partition_items(db, f"WS#{ws}", "SESSION#") if "deleted_at" not in i]
+    items = [as_session(i) for i in partition_items(db, f"WS#{ws}", "SESSION#") if "deleted_at" not in i]
     views = [v for v in map(session_view, items) if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
 
@@ -591,14 +731,14 @@ def list_sessions(db: Db, ws: str, filters, page_no: int, size: int, reverse: bo
 # ---------------------------------------------------------------- session members
 
 
-def _member_flags(item: dict[str, Any]) -> dict[str, bool]:
+def _member_flags(item: MemberItem) -> dict[str, bool]:
     return {"observe_me": item.get("observe_me", True), "observe_others": item.get("observe_others", False)}
 
 
-def members(db: Db, ws: str, session_id: str) -> dict[str, dict[str, Any]]:
+def members(db: Db, ws: str, session_id: str) -> dict[str, MemberItem]:
     """The session's member items by peer id (strongly consistent: the deriver decides who observes from them)."""
     return {
-        i["SK"].removeprefix("PEER#"): i
+        i["SK"].removeprefix("PEER#"): as_member(i)
         for i in query_all(
             db,
             KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
@@ -673,7 +813,7 @@ def set_members(
 def list_members(db: Db, ws: str, session_id: str, page_no: int, size: int) -> dict[str, Any]:
     require_session(db, ws, session_id)
     ids = sorted(members(db, ws, session_id))
-    peers = {p["id"]: p for p in batch_get(db, [keys.peer(ws, p) for p in ids])}
+    peers = {p["id"]: as_peer(p) for p in batch_get(db, [keys.peer(ws, p) for p in ids])}
     return page([peer_view(peers[p]) for p in ids if p in peers], page_no, size)
 
 
@@ -682,7 +822,7 @@ def member_config(db: Db, ws: str, session_id: str, peer_id: str) -> dict[str, b
     item = _get(db, keys.member(ws, session_id, peer_id))
     if item is None:
         raise NotFound(f"peer '{peer_id}' is not a member of session '{session_id}'")
-    return _member_flags(item)
+    return _member_flags(as_member(item))
 
 
 def set_member_config(db: Db, ws: str, session_id: str, peer_id: str, flags: dict[str, Any]) -> None:

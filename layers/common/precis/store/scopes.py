@@ -24,7 +24,7 @@ from precis.errors import NotFound
 from precis.store import conclusions, keys
 from precis.store.db import Db, batch_get, error_code, from_item, query_all, raise_if_throttled, to_item
 from precis.store.records import json_object, json_text, page
-from precis.store.resources import require_workspace, session_view
+from precis.store.resources import as_session, require_workspace, session_view
 
 PREFIX = "scope."  # the observer of a scope's collections; no peer id can start with it (ids have no ".")
 CHUNK = 16
@@ -54,7 +54,9 @@ def view(item: dict[str, Any]) -> dict[str, Any]:
     return {"id": item["id"], "metadata": json_object(item.get("metadata")), "created_at": item["created_at"]}
 
 
-def get_or_create(db: Db, ws: str, scope_id: str, metadata: dict | None = None) -> tuple[dict[str, Any], bool]:
+def get_or_create(
+    db: Db, ws: str, scope_id: str, metadata: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], bool]:
     require_workspace(db, ws)
     item = {
         **_scope_key(ws, scope_id),
@@ -191,7 +193,7 @@ def remove_session(db: Db, ws: str, scope_id: str, session_id: str) -> None:
 def list_sessions(db: Db, ws: str, scope_id: str, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
     require(db, ws, scope_id)
     ids = [m["session_id"] for m in _members(db, ws, scope_id)]
-    sessions = [s for s in batch_get(db, [keys.session(ws, s) for s in ids]) if "deleted_at" not in s]
+    sessions = [as_session(s) for s in batch_get(db, [keys.session(ws, s) for s in ids]) if "deleted_at" not in s]
     return page(sorted((session_view(s) for s in sessions), key=lambda v: v["id"]), page_no, size, reverse)
 
 
@@ -220,7 +222,7 @@ def session_scopes(db: Db, ws: str, session_id: str) -> list[str]:
 # ---------------------------------------------------------------- the backfill (run by the deriver)
 
 
-def backfill(db: Db, ws: str, scope_id: str, session_id: str, *, embedder) -> int:
+def backfill(db: Db, ws: str, scope_id: str, session_id: str, *, embedder: conclusions.EmbedsTexts) -> int:
     """Copy the session's explicit conclusions (each observed peer's own view of itself, one copy a fact) into the
     scope's collections, chunk by chunk, each chunk once; then mark the membership completed. How many were
     copied by this call."""

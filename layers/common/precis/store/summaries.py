@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection
 from enum import Enum
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 from botocore.exceptions import ClientError
 
@@ -31,8 +31,50 @@ from precis.store.db import (
     transact,
 )
 from precis.store.records import utcnow
+from precis.store.resources import SessionItem, WorkspaceItem, as_session, as_workspace
 
 SUMMARY_TYPES = (SHORT, LONG, ROLLING)
+
+
+class SummaryItem(TypedDict):
+    """A session's summary of its messages 1..`covers_seq` as the store reads it (decoded: plain values)."""
+
+    PK: str
+    SK: str
+    kind: str
+    summary_type: str
+    content: str
+    token_count: int
+    covers_seq: int
+    end_tokens: int
+    message_id: str  # the id of message `covers_seq`
+    created_at: str
+    job_through_seq: NotRequired[int]  # a step short of its job's end: the job goes on to this seq
+
+
+class SummaryFailureItem(TypedDict):
+    """The marker of a summary job that failed for good (SK `SUMMARY#{type}#FAILED`), read with the summaries."""
+
+    PK: str
+    SK: str
+    kind: str
+    summary_type: str
+    first_seq: int
+    through_seq: int
+    fingerprint: str
+    failures: int
+    retry_at: float
+    reason: str
+    failed_at: str
+
+
+# The one place a decoded SUMMARY# item (`db.from_item`'s dict) is taken to be of its shape.
+def as_summary(item: dict[str, Any]) -> SummaryItem:
+    return cast(SummaryItem, item)
+
+
+def as_summary_failure(item: dict[str, Any]) -> SummaryFailureItem:
+    return cast(SummaryFailureItem, item)
 
 
 class Put(Enum):
@@ -95,7 +137,7 @@ def put_summary(
 
 def session_with_summaries(
     db: Db, ws: str, session_id: str, fields: tuple[str, ...] | None = None, peers: tuple[str, ...] = ()
-) -> tuple[dict | None, dict[str, dict], dict | None]:
+) -> tuple[SessionItem | None, dict[str, SummaryItem], WorkspaceItem | None]:
     """(session, its summaries by type, workspace) in one BatchGetItem, `fields` of each; with `peers`, their items
     too: NotFound for one the (existing) workspace lacks."""
     wanted = [
@@ -108,23 +150,27 @@ def session_with_summaries(
     missing = sorted(set(peers) - {i["SK"].removeprefix("PEER#") for i in found if i["SK"].startswith("PEER#")})
     if missing and any(i["SK"] == "WS" for i in found):
         raise NotFound(f"peer '{missing[0]}' not found in workspace '{ws}'")
-    session = next((i for i in found if i["SK"].startswith("SESSION#")), None)
-    workspace = next((i for i in found if i["SK"] == "WS"), None)
-    return session, {i["summary_type"]: i for i in found if i["SK"].startswith("SUMMARY#")}, workspace
+    session = next((as_session(i) for i in found if i["SK"].startswith("SESSION#")), None)
+    workspace = next((as_workspace(i) for i in found if i["SK"] == "WS"), None)
+    summaries = {i["summary_type"]: as_summary(i) for i in found if i["SK"].startswith("SUMMARY#")}
+    return session, summaries, workspace
 
 
-def read_summary(db: Db, ws: str, session_id: str, summary_type: str) -> dict[str, Any] | None:
+def read_summary(db: Db, ws: str, session_id: str, summary_type: str) -> SummaryItem | None:
     """The session's `summary_type` summary, strongly consistent (one GetItem), or None."""
     key = to_item(keys.summary(ws, session_id, summary_type))
-    return from_item(db.client.get_item(TableName=db.table, Key=key, ConsistentRead=True).get("Item"))
+    item = from_item(db.client.get_item(TableName=db.table, Key=key, ConsistentRead=True).get("Item"))
+    return None if item is None else as_summary(item)
 
 
-def get_summaries(db: Db, ws: str, session_id: str) -> dict[str, dict[str, Any]]:
+def get_summaries(db: Db, ws: str, session_id: str) -> dict[str, SummaryItem]:
     """The session's stored summaries by type."""
     return read_summary_state(db, ws, session_id)[0]
 
 
-def read_summary_state(db: Db, ws: str, session_id: str) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+def read_summary_state(
+    db: Db, ws: str, session_id: str
+) -> tuple[dict[str, SummaryItem], dict[str, SummaryFailureItem]]:
     """(summaries, failed-job markers), each by summary type: one consistent query of the session's SUMMARY# items."""
     out = db.client.query(
         TableName=db.table,
@@ -134,8 +180,8 @@ def read_summary_state(db: Db, ws: str, session_id: str) -> tuple[dict[str, dict
     )
     items = [from_item(i) for i in out["Items"]]
     return (
-        {i["summary_type"]: i for i in items if i.get("kind") == "summary"},
-        {i["summary_type"]: i for i in items if i.get("kind") == "summary_failure"},
+        {i["summary_type"]: as_summary(i) for i in items if i.get("kind") == "summary"},
+        {i["summary_type"]: as_summary_failure(i) for i in items if i.get("kind") == "summary_failure"},
     )
 
 

@@ -55,11 +55,13 @@ from precis.llm import EngineError, PromptTooLong
 from precis.secrets import with_llm_key
 from precis.settings import Settings
 from precis.store.db import Db
-from precis.store.messages import base_of, read_from, with_bodies
+from precis.store.messages import MessageItem, base_of, read_from, with_bodies
 from precis.store.records import json_object
-from precis.store.resources import session_and_workspace
+from precis.store.resources import SessionItem, WorkspaceItem, session_and_workspace
 from precis.store.summaries import (
     Put,
+    SummaryFailureItem,
+    SummaryItem,
     clear_failure,
     drop_summary_lease,
     put_failure,
@@ -186,7 +188,7 @@ def summarize_session(
     return runner.run(jobs, raw, markers)
 
 
-def summaries_due(db: Db, ws: str, session_id: str, session: dict[str, Any], workspace: dict[str, Any]) -> int:
+def summaries_due(db: Db, ws: str, session_id: str, session: SessionItem, workspace: WorkspaceItem) -> int:
     """How many summaries the session's strategy says are due and not yet written (the queue status counts them)."""
     try:
         config = summary_config(json_object(workspace.get("configuration")), json_object(session.get("configuration")))
@@ -320,7 +322,7 @@ class _Runner:
         config: SummaryConfig,
         settings: Settings,
         engine: Engine,
-        by_seq: dict[int, dict],
+        by_seq: dict[int, MessageItem],
         remaining_s: Callable[[], float],
         clock: Callable[[], float],
     ):
@@ -337,7 +339,9 @@ class _Runner:
         self._contents: dict[int, str] = {}
         self._prefix_tokens: dict[str, int] = {}
 
-    def run(self, jobs: list[SummaryJob], raw: dict[str, dict], markers: dict[str, dict]) -> SummaryOutcome:
+    def run(
+        self, jobs: list[SummaryJob], raw: dict[str, SummaryItem], markers: dict[str, SummaryFailureItem]
+    ) -> SummaryOutcome:
         for index, job in enumerate(jobs):
             failure = _job_failure(markers.get(job.summary_type))
             if failure_holds(failure, job, self.fingerprint, self.clock()):
@@ -659,7 +663,7 @@ class _Runner:
         )
 
 
-def _job_failure(marker: dict[str, Any] | None) -> JobFailure | None:
+def _job_failure(marker: SummaryFailureItem | None) -> JobFailure | None:
     if marker is None:
         return None
     return JobFailure(marker["first_seq"], marker["fingerprint"], marker["failures"], float(marker["retry_at"]))

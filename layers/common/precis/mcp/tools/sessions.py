@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -12,6 +12,9 @@ from precis.context.rules import MAX_CONTEXT_TOKENS
 from precis.mcp.catalogue import CATALOGUE, Arguments, Call
 from precis.mcp.tools.workspaces import InWorkspace, Paged, Query, message, page_of
 from precis.schemas import MAX_BATCH, MESSAGE_ID_PATTERN, Id, Metadata
+
+if TYPE_CHECKING:
+    from precis.store.resources import SessionItem
 
 SESSION = "The session (one conversation, thread or channel, reused for all of its turns)."
 
@@ -82,7 +85,7 @@ class BudgetedContext(OneSession):
     max_conclusions: int | None = Field(None, ge=1, le=100, description="Most conclusions, 1-100.")
 
 
-def _require(call: Call, ws: str, session_id: str) -> dict[str, Any]:
+def _require(call: Call, ws: str, session_id: str) -> SessionItem:
     from precis.store import resources
 
     return resources.require_session(call.db, ws, session_id)
