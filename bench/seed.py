@@ -196,7 +196,7 @@ def write_conclusions(client, table: str, ws: str, observer: str, observed: str,
     for text, vector in zip(texts, embedder.embed(list(texts))):
         cid = conclusions.new_conclusion_id()
         ids.append(cid)
-        digest = conclusions._digest(text)
+        digest = conclusions.content_digest(text)
         item = {
             **keys.conclusion(ws, observer, observed, cid),
             "kind": "conclusion",
@@ -213,7 +213,7 @@ def write_conclusions(client, table: str, ws: str, observer: str, observed: str,
             "cws": ws,
             "cid": cid,
         }
-        vector_item = conclusions._vector_item(ws, observer, observed, cid, "explicit", None)
+        vector_item = conclusions.vector_item(ws, observer, observed, cid, "explicit", None)
         for put in (
             to_item(item),
             {**to_item(vector_item), "vec": vector_attribute(vector)},

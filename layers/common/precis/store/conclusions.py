@@ -200,7 +200,8 @@ def view(item: ConclusionItem) -> dict[str, Any]:
     }
 
 
-def _digest(content: str) -> str:
+def content_digest(content: str) -> str:
+    """What two conclusions equal but for case and surrounding space share (a collection's dedupe key holds it)."""
     return hashlib.sha1(content.strip().casefold().encode("utf-8")).hexdigest()
 
 
@@ -301,7 +302,7 @@ def _merge(items: Sequence[Derived], embedder: EmbedsTexts) -> list[_Candidate]:
             list(item.source_ids) if item.source_ids is not None else None,
             [position],
         )
-        key = (item.level, item.session_id, _digest(item.content))
+        key = (item.level, item.session_id, content_digest(item.content))
         if key in exact:
             exact[key].absorb(candidate)
         else:
@@ -413,7 +414,9 @@ def _plan(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """The transaction's actions for `chunk` against what is stored now, the view each candidate will have, and how
     many conclusions it adds."""
-    dedupe = [keys.conclusion_dedupe(ws, observer, observed, c.level, c.session_id, _digest(c.content)) for c in chunk]
+    dedupe = [
+        keys.conclusion_dedupe(ws, observer, observed, c.level, c.session_id, content_digest(c.content)) for c in chunk
+    ]
     seen = {i["SK"]: i["id"] for i in batch_get(db, dedupe)}
     twins = iter(_twins(db, ws, observer, observed, [c for c, key in zip(chunk, dedupe) if key["SK"] not in seen]))
     matched = [seen[key["SK"]] if key["SK"] in seen else next(twins) for key in dedupe]
@@ -581,9 +584,10 @@ def _put(
     return {"Put": put}
 
 
-def _vector_item(
+def vector_item(
     ws: str, observer: str, observed: str, conclusion_id: str, level: str, session_id: str | None
 ) -> dict[str, Any]:
+    """A conclusion's vector item, without its vector (`vectors.vector_attribute` adds it as the table stores it)."""
     return {
         **keys.conclusion_vector(ws, observer, observed, conclusion_id),
         "kind": "cvector",
@@ -626,7 +630,7 @@ def _new_actions(
     first = replace(members[0], positions=list(members[0].positions))  # the chunk may be planned again: copy
     for other in members[1:]:  # several of the chunk matched one conclusion that is gone
         first.absorb(other)
-    cid, digest = first.new_id, _digest(first.content)
+    cid, digest = first.new_id, content_digest(first.content)
     key = keys.conclusion(ws, observer, observed, cid)
     item: ConclusionItem = {
         "PK": key["PK"],
@@ -654,7 +658,7 @@ def _new_actions(
     dedupe_condition = "attribute_not_exists(SK)" + (" OR id = :orphan" if orphan else "")
     actions = [
         _put(db, item, "attribute_not_exists(PK)"),
-        _put(db, _vector_item(ws, observer, observed, cid, first.level, first.session_id), vector=first.vector),
+        _put(db, vector_item(ws, observer, observed, cid, first.level, first.session_id), vector=first.vector),
         _put(db, _text_item(ws, observer, observed, cid, first.level, first.session_id, first.content)),
         _put(
             db,
@@ -709,7 +713,7 @@ def _merged_actions(
     item: ConclusionItem = {
         **stored,
         "content": content,
-        "norm": _digest(content),
+        "norm": content_digest(content),
         "source_message_ids": sources[-_KEEP_SOURCES:],
         "times_derived": stored.get("times_derived", 1) + sum(len(m.positions) for m in members),
     }
@@ -742,7 +746,7 @@ def _merged_actions(
     if vector is not None:
         level, session_id = stored["level"], stored.get("session_id")
         actions += [
-            _put(db, _vector_item(ws, observer, observed, cid, level, session_id), vector=vector),
+            _put(db, vector_item(ws, observer, observed, cid, level, session_id), vector=vector),
             _put(db, _text_item(ws, observer, observed, cid, level, session_id, content)),
             {
                 "Delete": {
