@@ -108,15 +108,9 @@ def test_the_context_recalls_the_same_representation(both):
 def _stored(client, ws: str) -> dict[str, list[tuple[str, ...]]]:
     """The workspace's conclusion-side items (those under its collections and its conclusion pointers), by kind: the
     sorted attribute names of each."""
-    items, kwargs = [], {}
-    while True:
-        page = client.scan(TableName=template().table_name, **kwargs)
-        items += page["Items"]
-        if "LastEvaluatedKey" not in page:
-            break
-        kwargs = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
+    pages = client.get_paginator("scan").paginate(TableName=template().table_name)
     out: dict[str, list[tuple[str, ...]]] = {}
-    for item in items:
+    for item in (item for page in pages for item in page["Items"]):
         pk = item["PK"]["S"]
         if not pk.startswith(f"WS#{ws}") or item.get("kind", {}).get("S") in (None, "workspace", "peer", "session"):
             continue
