@@ -12,9 +12,9 @@ kind with the same attributes. Everything else the benches do goes through bench
   search index as the ingest function writes it (`text_index.index_texts` per post) and settled as the deriver
   settles it (`text_index.settle`).
 - `put_summary`: a summary, as the summarizer stores it (no route writes one).
-- `write_conclusions`: a collection of explicit conclusions as `POST .../conclusions` stores them (the conclusion, its
-  vector, dedupe key, pointer, BM25 text item and the collection's registry entry), embedded with the deployment's
-  default (hashed) embedder, because the route's near-duplicate search makes 10,000 take most of an hour in moto;
+- `write_conclusions`: a collection of explicit conclusions as `POST .../conclusions` stores them (the conclusion,
+  its vector, dedupe key, pointer, BM25 text item, the collection's head and its registry entry), embedded with the
+  deployment's default (hashed) embedder, because the route's near-duplicate search makes 10,000 take most of an hour in moto;
   checked by tests/deploy/test_bench_seed_conclusions.py.
 - `in_line`: the index's writes run in the calling thread (for a client that is a dict, bench/retrieval_scale.py's
   `DictTable`).
@@ -191,7 +191,9 @@ def write_conclusions(client, table: str, ws: str, observer: str, observed: str,
         "observer_id": observer,
         "observed_id": observed,
     }
-    requests.append({"PutRequest": {"Item": to_item(registry)}})
+    # the collection's head: its version (one per write the route makes; the loader's is one write) and count
+    head = {**keys.collection_head(ws, observer, observed), "version": 1, "count": len(texts)}
+    requests += [{"PutRequest": {"Item": to_item(registry)}}, {"PutRequest": {"Item": to_item(head)}}]
     embedder = HashedEmbedder(get_settings().embed_dimensions)  # the deployment's default embedder
     for text, vector in zip(texts, embedder.embed(list(texts))):
         cid = conclusions.new_conclusion_id()

@@ -106,24 +106,24 @@ def test_the_context_recalls_the_same_representation(both):
 
 
 def _stored(client, ws: str) -> dict[str, list[tuple[str, ...]]]:
-    """The workspace's conclusion-side items (those under its collections and its conclusion pointers), by kind: the
-    sorted attribute names of each."""
+    """Every item of the workspace (its partitions: the setup's workspace, peer and session items are in both), by
+    kind (an item without one, such as a collection's HEAD, by its sort key's first word): the sorted attribute
+    names of each, with a HEAD's count."""
     pages = client.get_paginator("scan").paginate(TableName=template().table_name)
     out: dict[str, list[tuple[str, ...]]] = {}
     for item in (item for page in pages for item in page["Items"]):
         pk = item["PK"]["S"]
-        if not pk.startswith(f"WS#{ws}") or item.get("kind", {}).get("S") in (None, "workspace", "peer", "session"):
+        if pk != f"WS#{ws}" and not pk.startswith(f"WS#{ws}#"):
             continue
-        kind = item["kind"]["S"]
-        if kind in ("member", "message", "session_peer"):
-            continue
-        out.setdefault(kind, []).append(tuple(sorted(item)))
+        kind = item["kind"]["S"] if "kind" in item else item["SK"]["S"].split("#")[0]
+        count = (f"count={item['count']['N']}",) if "count" in item else ()
+        out.setdefault(kind, []).append((*sorted(item), *count))
     return {kind: sorted(names) for kind, names in out.items()}
 
 
 def test_the_stored_items_are_the_same_kind_by_kind(both):
     front, seeded = _stored(both["dynamodb"], FRONT), _stored(both["dynamodb"], SEEDED)
-    assert {"conclusion", "cdedupe", "cpointer", "ctext", "collection"} <= set(front)
+    assert {"conclusion", "cvector", "cdedupe", "cpointer", "ctext", "collection", "HEAD"} <= set(front)
     assert sorted(seeded) == sorted(front)
     for kind in sorted(front):
         names = {name for item in front[kind] for name in item}
