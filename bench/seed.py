@@ -14,8 +14,8 @@ kind with the same attributes. Everything else the benches do goes through bench
 - `put_summary`: a summary, as the summarizer stores it (no route writes one).
 - `write_conclusions`: a collection of explicit conclusions as `POST .../conclusions` stores them (the conclusion,
   its vector, dedupe key, pointer, BM25 text item, the collection's head and its registry entry), embedded with the
-  deployment's default (hashed) embedder, because the route's near-duplicate search makes 10,000 take most of an hour in moto;
-  checked by tests/deploy/test_bench_seed_conclusions.py.
+  deployment's default (hashed) embedder, because the route's near-duplicate search makes 10,000 take most of an
+  hour in moto; checked by tests/deploy/test_bench_seed_conclusions.py.
 - `in_line`: the index's writes run in the calling thread (for a client that is a dict, bench/retrieval_scale.py's
   `DictTable`).
 """
