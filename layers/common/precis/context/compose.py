@@ -33,6 +33,7 @@ from precis.schemas.summary_settings import LONG, ROLLING, SHORT
 from precis.store import resources
 from precis.store.db import Db
 from precis.store.messages import (
+    VIEW_FIELDS,
     Base,
     MessageItem,
     base_of,
@@ -90,20 +91,7 @@ _ROUND_ONE = (
     "base_session",
     "base_through",
 )
-WINDOW_FIELDS = (
-    "id",
-    "seq",
-    "peer_id",
-    "content",
-    "body_key",
-    "metadata",
-    "created_at",
-    "token_count",
-    "run_id",
-    "start_tokens",
-    "run_start_seq",
-    "run_index",
-)
+WINDOW_FIELDS = (*VIEW_FIELDS, "start_tokens", "run_start_seq", "run_index")
 
 
 def _window(db: Db, ws: str, session_id: str, plan: ContextPlan, base: Base | None) -> list[MessageItem]:

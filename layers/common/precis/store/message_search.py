@@ -22,7 +22,7 @@ from precis.lexical import fuse
 from precis.store import filters as filtering
 from precis.store import keys, text_index
 from precis.store.db import Db, batch_get, error_code, to_item
-from precis.store.messages import Base, MessageItem, as_message, message_view, with_bodies
+from precis.store.messages import VIEW_FIELDS, Base, MessageItem, as_message, message_view, with_bodies
 from precis.store.resources import session_item
 from precis.store.vectors import MAX_TOP_K, search_index, vector_attribute
 
@@ -32,20 +32,7 @@ if TYPE_CHECKING:
     from precis.llm import Embedder
 
 MEANING_INDEX = "ByMessageMeaning"
-_MESSAGE_FIELDS = (
-    "PK",
-    "SK",
-    "id",
-    "seq",
-    "peer_id",
-    "content",
-    "body_key",
-    "metadata",
-    "created_at",
-    "token_count",
-    "run_id",
-    "kind",
-)
+_MESSAGE_FIELDS = ("PK", "SK", *VIEW_FIELDS, "kind")
 _CANDIDATE_FIELDS = ("msession", "seq")
 REPAIR_LEASE_S = 60  # how long one deriver holds a session's index repair
 _POLL_S = 0.2  # how often the deriver looks again for texts a live request is still writing

@@ -129,6 +129,10 @@ def seq_of(message_id: str) -> int | None:
     return seq or None
 
 
+# What `message_view` and `with_bodies` read of a stored message: a projection that answers messages asks for these.
+VIEW_FIELDS = ("id", "seq", "peer_id", "content", "body_key", "metadata", "created_at", "token_count", "run_id")
+
+
 def message_view(item: MessageItem, ws: str, session_id: str, content: str | None = None) -> dict[str, Any]:
     view = {
         "id": item["id"],
