@@ -10,11 +10,10 @@ from __future__ import annotations
 import os
 import random
 import time
-from typing import Any
 
 from bench.common import Requests, moto, print_table, template, write_json
 from bench.context import WS, add_summaries, read_context, seed_session, text_pool
-from bench.front import AWS, call, invoke
+from bench.front import AWS, Stream, call
 
 SIZES = tuple(int(s) for s in os.environ.get("PRECIS_BENCH_CLONE_SIZES", "100,1000,10000,100000").split(","))
 # In-process moto copies its whole table for every transaction, so a transaction's time grows with the table there
@@ -34,59 +33,6 @@ def _context(session: str) -> tuple[int, int, float]:
     return len(counted.ops), counted.bytes, seconds * 1000
 
 
-class Stream:
-    """The table's stream (moto's), read with the bench's own client from where it was last read, and delivered to a
-    function as its event-source mapping delivers it: Lambda-shaped records, filtered by the mapping's patterns, in
-    batches of its BatchSize."""
-
-    def __init__(self, dynamodb) -> None:
-        import boto3
-
-        from bench.front import own
-
-        self.client = own(boto3.client("dynamodbstreams"))
-        self.arn = dynamodb.describe_table(TableName=template().table_name)["Table"]["LatestStreamArn"]
-        self.after: dict[str, str] = {}  # shard id -> the last sequence number read
-
-    def take(self) -> list[dict[str, Any]]:
-        """Every record written since the last `take`, Lambda-shaped, in stream order per shard."""
-        from local.stream_records import lambda_record
-
-        out = []
-        for shard in self.client.describe_stream(StreamArn=self.arn)["StreamDescription"]["Shards"]:
-            shard_id = shard["ShardId"]
-            where = (
-                {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": self.after[shard_id]}
-                if shard_id in self.after
-                else {"ShardIteratorType": "TRIM_HORIZON"}
-            )
-            iterator = self.client.get_shard_iterator(StreamArn=self.arn, ShardId=shard_id, **where)["ShardIterator"]
-            while iterator:
-                page = self.client.get_records(ShardIterator=iterator, Limit=1000)
-                if not page["Records"]:
-                    break
-                out += [lambda_record(r, self.arn) for r in page["Records"]]
-                self.after[shard_id] = page["Records"][-1]["dynamodb"]["SequenceNumber"]
-                iterator = page.get("NextShardIterator")
-        return out
-
-    def drain(self, function: str) -> int:
-        """Deliver what the stream holds to `function` until it holds nothing new for it (what it writes may wake
-        it again: each step of a clone's copy does); how many invocations."""
-        from local.poller import StreamSettings
-        from local.stream_records import matches
-
-        settings = StreamSettings.from_properties(template().functions[function].stream or {})
-        invocations = 0
-        while records := self.take():
-            wanted = [r for r in records if not settings.filters or any(matches(p, r) for p in settings.filters)]
-            for start in range(0, len(wanted), settings.batch_size):
-                answer = invoke(function, {"Records": wanted[start : start + settings.batch_size]})
-                assert not (answer or {}).get("batchItemFailures"), (function, answer)
-                invocations += 1
-        return invocations
-
-
 def run() -> None:
     rows = []
     rng = random.Random(11)
@@ -95,7 +41,7 @@ def run() -> None:
         with moto(stream=size <= COPY_UP_TO) as clients:
             # The bench's own clients seed the session; the routes' and the summarizer's are counted apart.
             table = template().table_name
-            stream = Stream(clients["dynamodb"]) if size <= COPY_UP_TO else None
+            stream = Stream(("SummarizeFunction",)) if size <= COPY_UP_TO else None
             assert call("POST", "/v3/workspaces", {"id": WS}).status in (200, 201)
             session = f"s{size}"
             assert call(
@@ -104,7 +50,7 @@ def run() -> None:
             costs = seed_session(clients["dynamodb"], table, session, size, text_pool(rng), rng)
             add_summaries(clients["dynamodb"], table, session, costs, rng)
             if stream is not None:
-                stream.take()  # the seeding's records: the bench's, not the clone's (no summarizer would see them)
+                stream.skip()  # the seeding's records: the bench's, not the clone's (no summarizer would see them)
             with Requests(AWS) as counted:
                 started = time.perf_counter()
                 reply = call("POST", f"/v3/workspaces/{WS}/sessions/{session}/clone")
@@ -118,7 +64,7 @@ def run() -> None:
             if stream is not None:  # the summarizer, on the clone's stream record (and each copy step's)
                 with Requests(AWS) as counted:
                     started = time.perf_counter()
-                    assert stream.drain("SummarizeFunction") >= 1
+                    assert stream.drain() >= 1
                     copy_s = time.perf_counter() - started
                 copy_requests = len(counted.ops)
                 copied = _context(clone)

@@ -128,6 +128,14 @@ class Stream:
         table = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].get_table(_table())
         return table.latest_stream_label, [r.record for r in table.stream_shard.items]
 
+    def skip(self) -> None:
+        """Let every consumer start after what the stream holds now (a bulk seeding's records: no function of a
+        deployment would have been given them)."""
+        _, raw = self._records()
+        if raw:
+            last = int(raw[-1]["dynamodb"]["SequenceNumber"])
+            self.seen = dict.fromkeys(self.seen, last)
+
     def drain(self) -> int:
         """Deliver everything pending to every consumer; the number of records delivered."""
         from local.poller import matches
@@ -159,24 +167,13 @@ class Stream:
 
 
 def _lambda_record(record: dict, arn: str) -> dict:
-    """A moto stream record as Lambda hands it to the function (local/poller.py's shape)."""
+    """A moto stream record as Lambda hands it to the function: its images are already JSON-shaped (as GetRecords
+    writes them), its creation time a datetime."""
+    from local.stream_records import lambda_record_json
+
     src = record["dynamodb"]
-    ddb = {
-        "ApproximateCreationDateTime": int(src["ApproximateCreationDateTime"].timestamp()),
-        **{k: src[k] for k in ("Keys", "NewImage", "OldImage") if k in src},
-        "SequenceNumber": src["SequenceNumber"],
-        "SizeBytes": src["SizeBytes"],
-        "StreamViewType": src["StreamViewType"],
-    }
-    return {
-        "eventID": record["eventID"],
-        "eventName": record["eventName"],
-        "eventVersion": "1.1",
-        "eventSource": "aws:dynamodb",
-        "awsRegion": "us-east-1",
-        "dynamodb": ddb,
-        "eventSourceARN": arn,
-    }
+    created = src["ApproximateCreationDateTime"].timestamp()
+    return lambda_record_json({**record, "dynamodb": {**src, "ApproximateCreationDateTime": created}}, arn)
 
 
 def _table() -> str:
