@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Set
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from precis.errors import Forbidden, Invalid, Unauthorized
 
@@ -284,3 +284,111 @@ def authorize_view(principal: Principal, query: dict[str, str], body: dict[str, 
     observer = query.get("peer_perspective") or query.get("peer_target")
     if observer is not None and observer != principal.peer:
         raise Forbidden(f"a key for peer '{principal.peer}' reads only its own perspective, not '{observer}''s")
+
+
+# ---------------------------------------------------------------- what a key reads (docs/design.md, "Keys")
+
+
+class Membership(Protocol):
+    """A peer's sessions as the store reads them (precis.store.resources.PeerSessions)."""
+
+    def among(self, sessions: Collection[str]) -> Set[str]:
+        """Those of `sessions` the peer belongs to and that are live (one BatchGetItem per 50)."""
+        ...
+
+    def joined(self) -> Collection[str]:
+        """Every session the peer has joined (one Query)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What a key admitted to a route may read inside its workspace: everything (an admin's or a workspace's key, or
+    no key checked), its session only (a session key; a key with both claims counts as one), or the live sessions
+    its peer belongs to (a peer key). Every read path asks it about the sessions and scopes it names (`require`)
+    and bounds by it what it reads without naming sessions (`bound`, `representation`)."""
+
+    session: str | None = None
+    peer: str | None = None
+
+    @staticmethod
+    def of(principal: Principal | None) -> Reach:
+        if principal is None or principal.admin:
+            return Reach()
+        if principal.session is not None:
+            return Reach(session=principal.session)
+        return Reach(peer=principal.peer)
+
+    @property
+    def whole(self) -> bool:
+        return self.session is None and self.peer is None
+
+    def require(self, membership: Membership, *, scope: object = None, sessions: Iterable[str] = ()) -> None:
+        """Forbidden (403) when the read names a scope (only a key that reads everything may), or a session the key
+        may not read (the first one it may not, by name)."""
+        if self.whole:
+            return
+        if scope:
+            raise Forbidden(f"a {self._kind()} key cannot read through a scope: scopes need a workspace key")
+        named = sorted(set(sessions))
+        if not named:
+            return
+        if self.session is not None:
+            other = next((s for s in named if s != self.session), None)
+            if other is not None:
+                raise Forbidden(f"a key for session '{self.session}' reads that session only, not '{other}'")
+            return
+        members = membership.among(named)
+        outside = next((s for s in named if s not in members), None)
+        if outside is not None:
+            raise Forbidden(
+                f"a peer key reads only the live sessions its peer belongs to; '{self.peer}' is not a member of "
+                f"session '{outside}'"
+            )
+
+    def bound(self, membership: Membership, allowlist: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        """The sessions a read may draw on: its `allowlist` (sessions already `require`d), else for a key that does
+        not read everything its own (the session, or the sessions its peer has joined); None: no bound."""
+        if allowlist is not None or self.whole:
+            return allowlist
+        if self.session is not None:
+            return (self.session,)
+        return tuple(sorted(membership.joined()))
+
+    def representation(self, allowlist: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        """The allowlist of a peer's representation read: a session key's own session (its explicit conclusions, no
+        card: MEMORY.md's allowlist), else the read's own (a peer key reads its own perspective whole)."""
+        if self.session is not None:
+            return tuple(s for s in allowlist if s == self.session) if allowlist is not None else (self.session,)
+        return allowlist
+
+    def _kind(self) -> str:
+        return "session" if self.session is not None else "peer"
+
+
+def named_sessions(filters: Any) -> set[str]:
+    """The session ids a message filter names (under `session_id`, at any depth of AND/OR/NOT, as a value, a list,
+    or an operator's operand); `*` names none."""
+    found: set[str] = set()
+    stack = [filters]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key == "session_id":
+                    found |= _ids_in(value)
+                elif key in ("AND", "OR", "NOT"):
+                    stack.append(value)
+    return found
+
+
+def _ids_in(value: Any) -> set[str]:
+    if isinstance(value, str):
+        return set() if value == "*" else {value}
+    if isinstance(value, list):
+        return {v for v in value if isinstance(v, str)}
+    if isinstance(value, dict):
+        return set().union(*(_ids_in(v) for v in value.values())) if value else set()
+    return set()

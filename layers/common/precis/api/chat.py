@@ -9,6 +9,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
+from precis.api.caller import caller
 from precis.api.params import PeerId, WorkspaceId
 from precis.chat.query import ChatQuery
 from precis.chat.service import ChatAnswer, answer_chat
@@ -62,11 +63,13 @@ def _respond(answer: ChatAnswer):
 
 @router.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/chat", responses=_ANSWERS)
 def peer_chat(workspace_id: WorkspaceId, peer_id: PeerId, body: ChatQuery):
+    settings = with_llm_key(get_settings())
     return _respond(
-        answer_chat(get_db(), with_llm_key(get_settings()), workspace_id, body, peer_id=peer_id, embed=_embed)
+        answer_chat(get_db(), settings, workspace_id, body, peer_id=peer_id, embed=_embed, principal=caller())
     )
 
 
 @router.post("/v3/workspaces/<workspace_id>/chat", responses=_ANSWERS)
 def workspace_chat(workspace_id: WorkspaceId, body: ChatQuery):
-    return _respond(answer_chat(get_db(), with_llm_key(get_settings()), workspace_id, body, peer_id=None, embed=_embed))
+    settings = with_llm_key(get_settings())
+    return _respond(answer_chat(get_db(), settings, workspace_id, body, peer_id=None, embed=_embed, principal=caller()))

@@ -28,7 +28,7 @@ from precis.api.params import (
     WholeRuns,
     WorkspaceId,
 )
-from precis.auth import Principal
+from precis.auth import Principal, Reach, named_sessions
 from precis.context import compose
 from precis.context.rules import check_context_params, session_allowlist
 from precis.errors import Invalid
@@ -187,6 +187,10 @@ def session_context(
         if sessions is not None
         else None
     )
+    # The path's session is the route's to check; the scope and the other sessions named are the key's reach's.
+    reach = Reach.of(principal)
+    membership = resources.PeerSessions(get_db(), workspace_id, reach.peer)
+    reach.require(membership, scope=scope, sessions=set(allowlist or ()) - {session_id})
     if peer_target:
         observer = peer_perspective or peer_target
         if scope is not None:
@@ -205,7 +209,7 @@ def session_context(
                 search_query=search_query,
                 search_top_k=search_top_k,
                 search_max_distance=search_max_distance,
-                sessions=allowlist,
+                sessions=reach.representation(allowlist),
             ),
             _embed,
         )
@@ -214,20 +218,17 @@ def session_context(
         from precis.settings import get_settings
 
         settings = get_settings()
-        reach = allowlist
+        within = allowlist
         if scope is not None:  # the scope's sessions (and this one, whose newest messages the context holds anyway)
             from precis.store import scopes
 
-            reach = (session_id, *scopes.member_sessions(get_db(), workspace_id, [scope]))
-        if principal is not None and principal.session is not None:
-            reach = (session_id,)  # a session's key reads that session only
+            within = (session_id, *scopes.member_sessions(get_db(), workspace_id, [scope]))
         recall = compose.Recall(
             search_query,
             _embed if settings.embedder != "hashed" else None,
             share=settings.context_recall_share,
             peers=(peer_target,) if peer_target else None,
-            sessions=reach,
-            reader=principal.peer if principal is not None else None,
+            sessions=reach.bound(membership, within),
         )
     return compose.read_context(
         get_db(),
@@ -351,15 +352,26 @@ def get_peer_context(
 
 @router.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/representation")
 def get_peer_representation(workspace_id: WorkspaceId, peer_id: PeerId, body: RepresentationQuery):
+    return peer_representation(workspace_id, peer_id, body, caller())
+
+
+def peer_representation(
+    workspace_id: str, peer_id: str, body: RepresentationQuery, principal: Principal | None
+) -> dict[str, str]:
+    """The representation route's answer, reading what `principal`'s key reads (None: no key checked)."""
+    chosen = body.filters.session_id if body.filters else None
+    if body.scope is not None and (body.session_id is not None or chosen is not None):
+        raise Invalid("scope: cannot be combined with session_id or filters.session_id")
+    allowlist = session_allowlist(body.session_id, chosen)
+    reach = Reach.of(principal)
+    named = named_sessions([{"session_id": body.session_id}, {"session_id": chosen}])
+    reach.require(resources.PeerSessions(get_db(), workspace_id, reach.peer), scope=body.scope, sessions=named)
     observer = peer_id
     if body.scope is not None:
         from precis.store import scopes
 
-        if body.session_id is not None or (body.filters and body.filters.session_id is not None):
-            raise Invalid("scope: cannot be combined with session_id or filters.session_id")
         scopes.require(get_db(), workspace_id, body.scope)
         observer = scopes.observer(body.scope)
-    allowlist = session_allowlist(body.session_id, body.filters.session_id if body.filters else None)
     from precis.store import representation
 
     request = representation.Request(
@@ -370,7 +382,7 @@ def get_peer_representation(workspace_id: WorkspaceId, peer_id: PeerId, body: Re
         body.search_query,
         body.search_top_k,
         body.search_max_distance,
-        allowlist,
+        reach.representation(allowlist),
     )
     text, _card = _representation(workspace_id, request, None)
     return {"representation": text}
@@ -427,12 +439,24 @@ def scope_status(workspace_id: WorkspaceId, scope_id: ScopeIdPath):
 # ---------------------------------------------------------------- message search (docs/design.md, "Derived memory")
 
 
-def _search(workspace_id: str, body: SearchQuery, **within: str):
+def search_messages(workspace_id: str, body: SearchQuery, principal: Principal | None, **within: str):
+    """A search route's answer: the workspace's messages, a session's (`session_id`) or a peer's (`peer_id`), of
+    the sessions `principal`'s key reads (None: no key checked)."""
     from precis.settings import get_settings
     from precis.store.message_search import search
 
     settings = get_settings()
     db = get_db()
+    reach = Reach.of(principal)
+    membership = resources.PeerSessions(db, workspace_id, reach.peer)
+    reach.require(membership, sessions=named_sessions(body.filters) - {within.get("session_id")})
+    filters = body.filters
+    if "session_id" not in within:
+        bound = reach.bound(membership, None)
+        if bound is not None:  # what the key does not read is never ranked in front of what it does
+            if not bound:
+                return []
+            filters = {"AND": [filters or {}, {"session_id": {"in": list(bound)}}]}
     base = None
     if "peer_id" in within:
         resources.require_peers(db, workspace_id, within["peer_id"])
@@ -441,19 +465,19 @@ def _search(workspace_id: str, body: SearchQuery, **within: str):
     else:
         resources.require_workspace(db, workspace_id)
     semantic = _embed if settings.embedder != "hashed" else None
-    return search(db, workspace_id, body.query, body.limit, body.filters, semantic=semantic, base=base, **within)
+    return search(db, workspace_id, body.query, body.limit, filters, semantic=semantic, base=base, **within)
 
 
 @router.post("/v3/workspaces/<workspace_id>/search")
 def search_workspace(workspace_id: WorkspaceId, body: SearchQuery):
-    return _search(workspace_id, body)
+    return search_messages(workspace_id, body, caller())
 
 
 @router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/search")
 def search_session(workspace_id: WorkspaceId, session_id: SessionId, body: SearchQuery):
-    return _search(workspace_id, body, session_id=session_id)
+    return search_messages(workspace_id, body, caller(), session_id=session_id)
 
 
 @router.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/search")
 def search_peer(workspace_id: WorkspaceId, peer_id: PeerId, body: SearchQuery):
-    return _search(workspace_id, body, peer_id=peer_id)
+    return search_messages(workspace_id, body, caller(), peer_id=peer_id)

@@ -11,6 +11,7 @@ Nothing here writes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from precis.chat import TOOL_RESULT_TOKENS, Evidence, Gathered, conclusion_line, message_line
@@ -28,7 +29,8 @@ FIRST_SEARCH = 10  # messages a workspace chat's first retrieval searches for
 
 class Recall:
     """One chat's reads. `observer` None: a workspace chat. `sessions`: an allowlist (explicit conclusions and
-    messages of those sessions only)."""
+    messages of those sessions only). `bound`: the sessions the caller's key reads (precis.auth.Reach.bound; None:
+    every one), asked only when a message search names none."""
 
     def __init__(
         self,
@@ -42,12 +44,14 @@ class Recall:
         embed: Callable[[str], list[float]],
         semantic: Callable[[str], list[float]] | None,
         base: Base | None = None,
+        bound: Callable[[], tuple[str, ...] | None] = lambda: None,
     ):
         self.db, self.ws = db, ws
         self.observer, self.observed = observer, observed
         self.session_id, self.sessions = session_id, sessions
         self._embed, self._semantic = embed, semantic
         self._base = base  # a clone's: the parent's messages it inherited are searched as its own
+        self._bound = cache(bound)  # one Query at most for a peer key, however many searches the model asks for
         self.evidence = Evidence()
         self.searches_conclusions = observer is not None
         self._observer_sessions: list[str] | None = None
@@ -132,11 +136,14 @@ class Recall:
         allowed: tuple[str, ...] | list[str] | None = self.sessions
         if self.session_id:
             within["session_id"] = self.session_id
-        elif self.observer is not None:
-            assert self.observed is not None
-            within["peer_id"] = self.observed
-            if allowed is None and self.observer != self.observed and not self.observer.startswith("scope."):
-                allowed = self._sessions_of_observer()
+        else:
+            if allowed is None:  # a key that reads some sessions only searches those
+                allowed = self._bound()
+            if self.observer is not None:
+                assert self.observed is not None
+                within["peer_id"] = self.observed
+                if allowed is None and self.observer != self.observed and not self.observer.startswith("scope."):
+                    allowed = self._sessions_of_observer()
         filters = {"session_id": {"in": list(allowed)}} if allowed is not None else None
         if allowed is not None and not allowed:
             return []

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from precis.auth import Principal, Reach, named_sessions
 from precis.chat import (
     MEMORY_TOKENS,
     ChatEngine,
@@ -47,9 +48,17 @@ def _engine(name: str, settings: Settings) -> ChatEngine:
 
 
 def answer_chat(
-    db: Db, settings: Settings, ws: str, body: ChatQuery, *, peer_id: str | None, embed: Callable[[str], list[float]]
+    db: Db,
+    settings: Settings,
+    ws: str,
+    body: ChatQuery,
+    *,
+    peer_id: str | None,
+    embed: Callable[[str], list[float]],
+    principal: Principal | None = None,
 ) -> ChatAnswer:
-    """Answer `body` as `peer_id` (a peer chat) or the workspace (peer_id None)."""
+    """Answer `body` as `peer_id` (a peer chat) or the workspace (peer_id None), reading only what `principal`'s key
+    reads (None: no key checked)."""
     from precis.chat.recall import Recall
 
     check_response_format(body.response_format)
@@ -57,6 +66,13 @@ def answer_chat(
     scopes = [body.scope] if isinstance(body.scope, str) else body.scope
     if scopes is not None and (body.session_id is not None or chosen is not None):
         raise Invalid("scope: cannot be combined with session_id or filters.session_id")
+    allowlist = session_allowlist(body.session_id, chosen)
+    # Every session the body names is one the key reads (the session and the allowlist, each by name); what the
+    # chat's message search reads without a name is bounded to the key's own.
+    reach = Reach.of(principal)
+    membership = resources.PeerSessions(db, ws, reach.peer)
+    named = named_sessions([{"session_id": body.session_id}, {"session_id": chosen}])
+    reach.require(membership, scope=scopes, sessions=named)
     observer, observed = (peer_id, body.target or peer_id) if peer_id else (None, None)
     if peer_id is None and body.target is not None:
         raise Invalid("target: a workspace chat has no target; ask a peer (POST /peers/{peer_id}/chat)")
@@ -66,7 +82,6 @@ def answer_chat(
         from precis.store.messages import base_of
 
         base = base_of(resources.require_session(db, ws, body.session_id))  # a clone searches what it inherited
-    allowlist = session_allowlist(body.session_id, chosen)
     if scopes is not None:
         from precis.store import scopes as scope_store
 
@@ -87,6 +102,7 @@ def answer_chat(
         embed=embed,
         semantic=semantic,
         base=base,
+        bound=lambda: reach.bound(membership, None),
     )
     gathered = memory.gather(body.query, MEMORY_TOKENS[body.reasoning_level])
     content = _ask(_engine(chat_engine_name(settings), settings), request, memory, gathered)

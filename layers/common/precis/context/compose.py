@@ -229,14 +229,14 @@ def _read_once(
 class Recall:
     """What a context read recalls by and from where: the search query, its semantic embedding function (None:
     lexical only), the share of the tokens set aside for it, whose sessions it reaches (`peers`; None: the session's
-    members), narrowed to `sessions` when given and to those `reader` (a peer key's peer) belongs to."""
+    members), narrowed to `sessions` when given (the request's allowlist, or the sessions the caller's key reads:
+    precis.auth.Reach.bound)."""
 
     query: str
     semantic: Callable[[str], list[float]] | None = None
     share: float = 0.25
     peers: tuple[str, ...] | None = None
     sessions: tuple[str, ...] | None = None
-    reader: str | None = None
 
 
 # Ranked messages looked at (those inside the newest window are passed over): enough to fill the reserve with
@@ -255,10 +255,8 @@ def recall_sessions(db: Db, ws: str, session_id: str, recall: Recall) -> frozens
     if recall.sessions is not None and set(recall.sessions) <= {session_id}:
         return frozenset({session_id})
     peers = recall.peers if recall.peers is not None else tuple(resources.members(db, ws, session_id))
-    joined = resources.sessions_by_peer(db, ws, [*peers, *([recall.reader] if recall.reader is not None else [])])
+    joined = resources.sessions_by_peer(db, ws, peers)
     reach = set().union(*(joined[p] for p in peers))
-    if recall.reader is not None:
-        reach &= joined[recall.reader]
     if recall.sessions is not None:
         reach &= set(recall.sessions)
     return frozenset(reach | {session_id})

@@ -2,7 +2,8 @@
 
 A tool is a function of (Call, its arguments' pydantic model). It resolves its workspace (the argument, else the
 connection's `X-Honcho-Workspace-ID`), authorizes as the v3 route it stands for (`Call.authorize`: the same
-`precis.auth` rules, the same Access), then calls the layer function that route calls. Its answer becomes the
+`precis.auth` rules, the same Access), then calls the layer function that route calls, with the key (what a key
+reads beyond the route's ids is that function's to bound: `precis.auth.Reach`). Its answer becomes the
 result's text; a bad argument or one of Precis's own errors (NotFound, Invalid, Conflict...) becomes a result with
 `isError: true` and the error's sentence, so the agent can correct itself. A key outside its scope is not a tool
 result: `Forbidden` leaves the call for the endpoint to answer 403 (MCP's authorization: insufficient scope).

@@ -833,16 +833,36 @@ def set_member_config(db: Db, ws: str, session_id: str, peer_id: str, flags: dic
 
 def is_member(db: Db, ws: str, session_id: str, peer_id: str | None) -> bool:
     """Whether `peer_id` belongs to the live session (a deleted session's members linger until its purge)."""
-    if peer_id is None:
-        return False
-    found = {
-        i["SK"]: i
-        for i in batch_get(
-            db, [keys.member(ws, session_id, peer_id), keys.session(ws, session_id)], ("SK", "deleted_at")
-        )
-    }
-    session = found.get(f"SESSION#{session_id}")
-    return f"PEER#{peer_id}" in found and session is not None and "deleted_at" not in session
+    return session_id in PeerSessions(db, ws, peer_id).among([session_id])
+
+
+class PeerSessions:
+    """A peer's sessions as a key's reach reads them (precis.auth.Membership): nothing read until asked."""
+
+    def __init__(self, db: Db, ws: str, peer: str | None):
+        self.db, self.ws, self.peer = db, ws, peer
+
+    def among(self, sessions: Iterable[str]) -> set[str]:
+        """Those of `sessions` the peer belongs to and that are live (a deleted session's members linger until its
+        purge): one BatchGetItem per 50 sessions, a member item and a session item each."""
+        wanted = list(dict.fromkeys(sessions))
+        if self.peer is None or not wanted:
+            return set()
+        asked = {s: (keys.member(self.ws, s, self.peer), keys.session(self.ws, s)) for s in wanted}
+        found = {
+            (i["PK"], i["SK"]): i
+            for i in batch_get(self.db, [key for pair in asked.values() for key in pair], ("PK", "SK", "deleted_at"))
+        }
+
+        def live_member(member: dict[str, str], session: dict[str, str]) -> bool:
+            item = found.get((session["PK"], session["SK"]))
+            return (member["PK"], member["SK"]) in found and item is not None and "deleted_at" not in item
+
+        return {s for s, (member, session) in asked.items() if live_member(member, session)}
+
+    def joined(self) -> list[str]:
+        """The sessions the peer has joined (one Query; a deleted session's id lingers until its purge)."""
+        return peer_session_ids(self.db, self.ws, self.peer) if self.peer is not None else []
 
 
 # ---------------------------------------------------------------- deleted sessions

@@ -96,7 +96,8 @@ def chat(call: Call, args: Chat):
     body = ChatQuery(
         query=args.query, session_id=args.session_id, target=args.target_peer_id, reasoning_level=args.reasoning_level
     )
-    answer = answer_chat(call.db, with_llm_key(get_settings()), ws, body, peer_id=args.peer_id, embed=embed_text)
+    settings = with_llm_key(get_settings())
+    answer = answer_chat(call.db, settings, ws, body, peer_id=args.peer_id, embed=embed_text, principal=call.principal)
     assert isinstance(answer.body, dict)  # a JSON answer: the query above does not ask for a stream
     return answer.body.get("content") or "None"
 
@@ -162,4 +163,4 @@ def get_representation(call: Call, args: Representation):
         search_query=args.search_query,
         max_conclusions=args.max_conclusions,
     )
-    return read.get_peer_representation(ws, args.peer_id, body)["representation"]
+    return read.peer_representation(ws, args.peer_id, body, call.principal)["representation"]

@@ -148,11 +148,11 @@ def search(call: Call, args: Search):
         call.authorize(Access.WORKSPACE, ws)
     body = SearchQuery(query=args.query, filters=args.message_filters, limit=args.message_limit)
     if args.session_id:
-        found = read.search_session(ws, args.session_id, body)
+        found = read.search_messages(ws, body, call.principal, session_id=args.session_id)
     elif args.peer_id:
-        found = read.search_peer(ws, args.peer_id, body)
+        found = read.search_messages(ws, body, call.principal, peer_id=args.peer_id)
     else:
-        found = read.search_workspace(ws, body)
+        found = read.search_messages(ws, body, call.principal)
     conclusions = []
     if conclusions_of:
         conclusions = [
