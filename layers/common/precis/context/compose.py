@@ -39,8 +39,8 @@ from precis.store.messages import (
     base_of,
     is_fence,
     last_message,
-    messages_and_sessions,
     messages_at,
+    messages_by_key,
     messages_in_token_range,
     read_range,
     with_bodies,
@@ -251,7 +251,7 @@ def _candidates(reserve: int) -> int:
 
 def recall_sessions(db: Db, ws: str, session_id: str, recall: Recall) -> frozenset[str]:
     """The sessions a context's recall reaches: the session itself, and those its peers take part in as far as the
-    request narrows them and its key may read (deleted ones are left out once their messages are read)."""
+    request narrows them and its key may read (deleted ones are left out by the ranking)."""
     if recall.sessions is not None and set(recall.sessions) <= {session_id}:
         return frozenset({session_id})
     peers = recall.peers if recall.peers is not None else tuple(resources.members(db, ws, session_id))
@@ -294,9 +294,7 @@ def _recalled(
     ranked = [(s, seq) for s, seq in ranked if s != session_id or seq < before]
     if budget <= 0 or not ranked:
         return []
-    others = sorted({s for s, _ in ranked} - {session_id})
-    found, stored = messages_and_sessions(db, ws, ranked, others, WINDOW_FIELDS)
-    gone = {s for s in others if s not in stored or "deleted_at" in stored[s]}
+    found = messages_by_key(db, ws, ranked, WINDOW_FIELDS)  # (`rank` leaves deleted sessions out)
     if base is not None:
         missing = [seq for s, seq in ranked if s == session_id and (s, seq) not in found and seq <= base.through]
         if missing:
@@ -306,7 +304,7 @@ def _recalled(
     runs: list[list[tuple[str, MessageItem]]] = []
     for session, seq in ranked:
         item = found.get((session, seq))
-        if item is None or session in gone:
+        if item is None:
             continue
         if whole_runs:
             # The run's messages: from its start, as far as it goes (a run is one agent execution: short).

@@ -374,6 +374,51 @@ def search(
     ][:limit]
 
 
+DEEPER = 2  # rounds a ranking reads past the candidates of deleted sessions it dropped, after its first
+
+
+class _Live:
+    """Which candidate sessions are deleted: `deleted_at` on the session item, written in the transaction the delete
+    answers after, so a search drops a deleted session's messages from then on, not from its purge. Each session's
+    item is read once per search, those a ranking brings in one consistent BatchGetItem (100 keys a request)."""
+
+    def __init__(self, db: Db, ws: str):
+        self.db, self.ws = db, ws
+        self.gone: set[str] = set()
+        self._known: set[str] = set()
+
+    def check(self, sessions: Iterable[str]) -> None:
+        fresh = sorted(set(sessions) - self._known)
+        if not fresh:
+            return
+        wanted = [keys.session(self.ws, s) for s in fresh]
+        found = {i["id"]: i for i in batch_get(self.db, wanted, ("id", "deleted_at"))}
+        self._known.update(fresh)
+        self.gone.update(s for s in fresh if s not in found or "deleted_at" in found[s])
+
+    def kept(self, ranking: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+        self.check(s for s, _ in ranking)
+        return [key for key in ranking if key[0] not in self.gone]
+
+    def deeper(
+        self,
+        wanted: int,
+        first: tuple[list[tuple[str, int]], bool],
+        again: Callable[[int], tuple[list[tuple[str, int]], bool]],
+    ) -> list[tuple[str, int]]:
+        """A ranking's best `wanted` of live sessions: `first` (the ranking, and whether it could go deeper), ranked
+        `again(dropped)` past the `dropped` candidates of deleted sessions while they leave fewer than `wanted`
+        (DEEPER times at most)."""
+        found, more = first
+        kept = self.kept(found)
+        for _ in range(DEEPER):
+            if len(kept) >= wanted or len(kept) == len(found) or not more:
+                break
+            found, more = again(len(found) - len(kept))
+            kept = self.kept(found)
+        return kept[:wanted]
+
+
 def rank(
     db: Db,
     ws: str,
@@ -388,31 +433,57 @@ def rank(
 ) -> list[tuple[str, int]]:
     """(session id, seq) of the messages nearest `query`, best first, at most `wanted`: BM25, fused with the semantic
     ranking when `semantic` embeds the query. A message with none of the query's words is found only semantically.
+    Never a deleted session's (a clone's inherited messages are its own, whatever became of its parent).
 
     With `sessions`, the messages of those sessions (ranked with the workspace's statistics); `session_id` is then
     the one whose clone `base` lends it the messages it holds no copy of yet."""
+    live = _Live(db, ws)
     if sessions is not None:
-        return _rank_sessions(db, ws, query, wanted, frozenset(sessions), semantic, session_id, base)
-    lexical = [key for key, _ in lexical_rank(db, ws, query, wanted, session_id=session_id, peer_id=peer_id, base=base)]
-    meaning = None
-    if semantic is not None:
+        return _rank_sessions(db, ws, query, wanted, frozenset(sessions), semantic, session_id, base, live)
+
+    def lexical(_dropped: int = 0) -> tuple[list[tuple[str, int]], bool]:
+        found = lexical_rank(
+            db,
+            ws,
+            query,
+            wanted,
+            session_id=session_id,
+            peer_id=peer_id,
+            base=base,
+            keep=lambda key: key[0] not in live.gone,
+        )
+        # (a session's ranking is of that session's texts only: none deeper once it is gone)
+        return [key for key, _ in found], session_id is None and len(found) >= wanted
+
+    vector = semantic(query) if semantic is not None else []  # embedded once, however often the index is asked
+    depths = [wanted]
+
+    def meaning(dropped: int = 0) -> tuple[list[tuple[str, int]], bool]:
+        # The index excludes nothing: ask again deeper, by twice what was dropped (a deleted session's vectors are
+        # its messages' neighbours: more of them are likely next).
+        depth = depths[-1] = min(MAX_TOP_K, depths[-1] + 2 * dropped)
         equal = {"mcoll": ws, "msession": session_id, "mpeer": peer_id}
-        hits = search_index(db, MEANING_INDEX, equal, semantic(query), wanted, _CANDIDATE_FIELDS)
+        hits = search_index(db, MEANING_INDEX, equal, vector, depth, _CANDIDATE_FIELDS)
+        more = len(hits) >= depth
         if base is not None and session_id is not None:  # one ranking of the clone's messages: its own and its base's
-            inherited = [
-                (item, score)
-                for item, score in search_index(
-                    db, MEANING_INDEX, {**equal, "msession": base.session}, semantic(query), wanted, _CANDIDATE_FIELDS
-                )
-                if int(item["seq"]["N"]) <= base.through
-            ]
+            parents = {**equal, "msession": base.session}
+            lent = search_index(db, MEANING_INDEX, parents, vector, depth, _CANDIDATE_FIELDS)
+            more = more or len(lent) >= depth
             best: dict[int, tuple[dict[str, Any], float]] = {}
-            for item, score in inherited + hits:
+            for item, score in [(item, score) for item, score in lent if int(item["seq"]["N"]) <= base.through] + hits:
                 best[int(item["seq"]["N"])] = ({**item, "msession": {"S": session_id}}, score)
             hits = list(best.values())
-        meaning = [(item["msession"]["S"], int(item["seq"]["N"])) for item, _ in sorted(hits, key=lambda h: h[1])]
-        meaning = meaning[:wanted]
-    return fuse(lexical, meaning)[:wanted]
+        ranked = [(item["msession"]["S"], int(item["seq"]["N"])) for item, _ in sorted(hits, key=lambda h: h[1])]
+        return ranked, more and depth < MAX_TOP_K
+
+    first_lexical = lexical()
+    first_meaning = None
+    if semantic is not None:
+        first_meaning = meaning()
+    live.check(s for s, _ in first_lexical[0] + (first_meaning[0] if first_meaning else []))  # one read for both
+    ranked = live.deeper(wanted, first_lexical, lexical)
+    nearest = live.deeper(wanted, first_meaning, meaning) if first_meaning is not None else None
+    return fuse(ranked, nearest)[:wanted]
 
 
 def _rank_sessions(
@@ -424,9 +495,10 @@ def _rank_sessions(
     semantic: Callable[[str], list[float]] | None,
     session_id: str | None,
     base: Base | None,
+    live: _Live,
 ) -> list[tuple[str, int]]:
     """`rank` over the messages of `sessions`: the workspace's postings and vectors, keeping theirs (and those a
-    clone's base lends it, as the clone's)."""
+    clone's base lends it, as the clone's) of sessions not deleted."""
 
     def own(key: tuple[str, int]) -> tuple[str, int] | None:
         """The key as the caller knows it, or None outside `sessions`."""
@@ -438,16 +510,25 @@ def _rank_sessions(
     def mapped(keys_: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
         return list(dict.fromkeys(k for k in map(own, keys_) if k is not None))
 
-    lexical = mapped(
-        key for key, _ in text_index.rank_workspace(db, ws, query, wanted, keep=lambda key: own(key) is not None)
-    )
+    def keep(key: tuple[str, int]) -> bool:
+        mine = own(key)
+        return mine is not None and mine[0] not in live.gone
+
+    def lexical(_dropped: int = 0) -> tuple[list[tuple[str, int]], bool]:
+        found = text_index.rank_workspace(db, ws, query, wanted, keep=keep)
+        return mapped(key for key, _ in found), len(found) >= wanted
+
+    first_lexical = lexical()
     meaning = None
     if semantic is not None:
         # The index filters by equality only: the workspace's nearest, as many as one search returns, kept here.
         hits = search_index(db, MEANING_INDEX, {"mcoll": ws}, semantic(query), MAX_TOP_K, _CANDIDATE_FIELDS)
         meaning = mapped((item["msession"]["S"], int(item["seq"]["N"])) for item, _ in sorted(hits, key=lambda h: h[1]))
-        meaning = meaning[:wanted]
-    return fuse(lexical, meaning)[:wanted]
+    live.check(s for s, _ in first_lexical[0] + (meaning or []))
+    ranked = live.deeper(wanted, first_lexical, lexical)
+    if meaning is not None:
+        meaning = live.kept(meaning)[:wanted]  # (as deep as one search goes already)
+    return fuse(ranked, meaning)[:wanted]
 
 
 def lexical_rank(
@@ -459,11 +540,14 @@ def lexical_rank(
     session_id: str | None = None,
     peer_id: str | None = None,
     base: Base | None = None,
+    keep: Callable[[tuple[str, int]], bool] | None = None,
 ) -> list[tuple[tuple[str, int], float]]:
     """BM25's `wanted` best ((session, seq), score), exact over the scope: the session's texts (with a clone's
-    inherited ones, its own copy winning), else the workspace's or the peer's postings."""
+    inherited ones, its own copy winning), else the workspace's or the peer's postings; those `keep` keeps."""
     if session_id is None:
-        return text_index.rank_workspace(db, ws, query, wanted, peer=peer_id)
+        return text_index.rank_workspace(db, ws, query, wanted, peer=peer_id, keep=keep)
+    if keep is not None and not keep((session_id, 0)):
+        return []
     texts = {}
     if base is not None:
         texts = {

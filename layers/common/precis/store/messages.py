@@ -510,18 +510,12 @@ def messages_in_token_range(
     return [merged[s] for s in sorted(merged)]
 
 
-def messages_and_sessions(
-    db: Db, ws: str, wanted: Sequence[tuple[str, int]], sessions: Sequence[str], fields: tuple[str, ...]
-) -> tuple[dict[tuple[str, int], MessageItem], dict[str, SessionItem]]:
-    """`fields` of the messages at `wanted`'s (session, seq) keys and the items of `sessions`, in one BatchGetItem:
-    (messages by key, those still stored; session items by id, those that exist, deleted or not)."""
-    read = batch_get(
-        db,
-        [*(keys.message(ws, s, seq) for s, seq in wanted), *(keys.session(ws, s) for s in sessions)],
-        fields + ("kind", "deleted_at", "PK", "SK"),
-    )
-    found = {(keys.parse_session_pk(i["PK"])[1], i["seq"]): as_message(i) for i in read if i.get("kind") == "message"}
-    return found, {i["SK"].removeprefix("SESSION#"): as_session(i) for i in read if i["SK"].startswith("SESSION#")}
+def messages_by_key(
+    db: Db, ws: str, wanted: Sequence[tuple[str, int]], fields: tuple[str, ...]
+) -> dict[tuple[str, int], MessageItem]:
+    """`fields` of the messages at `wanted`'s (session, seq) keys still stored, by key (one BatchGetItem)."""
+    read = batch_get(db, [keys.message(ws, s, seq) for s, seq in wanted], fields + ("kind", "PK"))
+    return {(keys.parse_session_pk(i["PK"])[1], i["seq"]): as_message(i) for i in read if i.get("kind") == "message"}
 
 
 def messages_at(
