@@ -362,23 +362,13 @@ def _expected_named(read: Read, key: Key, session: str) -> set[int]:
     return {200} if session in key.reads else {403}
 
 
-# A key that reads everything, naming the deleted session in an allowlist (not in the path): still its conclusions
-# and messages until the read paths leave deleted sessions out (issue 46 item 3, another helper's branch).
-_ALLOWLISTED_DELETED = pytest.mark.xfail(
-    reason="a deleted session named in an allowlist is still read: issue 46 item 3, another helper's branch",
-    strict=False,
-)
-
-
 def _named_cells() -> list[Any]:
-    cells = []
-    for read in NAMED:
-        for key_name, key in KEYS.items():
-            for target, session in TARGETS.items():
-                allowlisted = "filters" in str(read) or "representation" in str(read)
-                marks = [_ALLOWLISTED_DELETED] if session == DELETED and key.whole(WS) and allowlisted else []
-                cells.append(pytest.param(read, key_name, target, marks=marks, id=f"{read}-{key_name}-{target}"))
-    return cells
+    return [
+        pytest.param(read, key_name, target, id=f"{read}-{key_name}-{target}")
+        for read in NAMED
+        for key_name in KEYS
+        for target in TARGETS
+    ]
 
 
 @pytest.mark.parametrize(("read", "key_name", "target"), _named_cells())
@@ -428,35 +418,6 @@ def test_a_read_naming_no_session_holds_only_what_the_key_reads(world, read, key
     assert not _leaks(key, ws, answer.text, deleted=False), answer.text
 
 
-# The reads that still hold a deleted session's messages or conclusions until its purge runs (issue 46 item 3,
-# another helper's branch): their cells are expected to fail until then, every other cell must pass now.
-STILL_READ_DELETED = {
-    "GET context+peer",
-    "GET peer context",
-    "POST conclusions/list",
-    "POST conclusions/query",
-    "POST peer chat",
-    "POST peer search",
-    "POST representation",
-    "POST workspace chat",
-    "POST workspace search",
-    'mcp chat {"query": "{q}", "peer_id": "{p}"}',
-    'mcp get_budgeted_context {"session_id": "{s}", "tokens": 4000, "peer_target": "{p}", "peer_perspective": "{p}", '
-    '"search_query": "{q}"}',
-    'mcp get_peer_context {"peer_id": "{p}", "search_query": "{q}"}',
-    'mcp get_representation {"peer_id": "{p}", "search_query": "{q}"}',
-    'mcp list_conclusions {"peer_id": "{p}"}',
-    'mcp query_conclusions {"peer_id": "{p}", "query": "{q}", "top_k": 50}',
-    'mcp search {"query": "{q}", "peer_id": "{p}", "conclusion_top_k": 0}',
-    'mcp search {"query": "{q}"}',
-}
-_READS_DELETED = pytest.mark.xfail(
-    reason="deleted sessions invisible to search, chat, recall and representations: issue 46 item 3, another "
-    "helper's branch",
-    strict=False,
-)
-
-
 def _beyond_cells() -> list[Any]:
     """(read, key) where the read answers the key and may draw on sessions it does not name: every read naming none,
     and those naming one that also recall, represent, chat or search."""
@@ -470,10 +431,7 @@ def _beyond_cells() -> list[Any]:
                 else _expected_named(read, key, key.home) == {200} and WS in key.workspaces()
             )
             if answered:
-                # (a session key's reads stay in its session: they hold nothing of another already)
-                still = str(read) in STILL_READ_DELETED and key.principal.session is None
-                marks = [_READS_DELETED] if still else []
-                cells.append(pytest.param(read, key_name, marks=marks, id=f"{read}-{key_name}"))
+                cells.append(pytest.param(read, key_name, id=f"{read}-{key_name}"))
     return cells
 
 

@@ -161,3 +161,36 @@ def test_the_semantic_ranking_leaves_out_a_deleted_session(aws, llm_server, monk
             reply = call("POST", path, {"query": query, "limit": 5})
             assert reply.status == 200, reply.body
             assert shows(reply.body) == (False, True), (path, query)
+
+
+def test_conclusions_drawn_in_a_deleted_session_are_left_out_before_its_purge(aws):
+    """Posted conclusions carry their session: from the delete on, no list, query, get or representation shows those
+    of the deleted one (the purge, which the stream would run, has not)."""
+    assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
+    post("s1", ("alice", "hello"))
+    post("s2", ("alice", "hello again"))
+    made = call(
+        "POST",
+        f"{W}/conclusions",
+        {
+            "conclusions": [
+                {"content": f"alice keeps a {word}", "observer_id": "alice", "observed_id": "alice", "session_id": s}
+                for word, s in ((GONE, "s1"), (KEPT, "s2"))
+            ]
+        },
+    )
+    assert made.status == 201, made.body
+    gone_id = next(c["id"] for c in made.body if c["session_id"] == "s1")
+    assert call("DELETE", f"{W}/sessions/s1").status == 202
+    moto_vectors.settle()
+    both = {"observer_id": "alice", "observed_id": "alice"}
+    answers = [
+        call("POST", f"{W}/conclusions/list", {"filters": both}).body["items"],
+        call("POST", f"{W}/conclusions/list").body["items"],
+        call("POST", f"{W}/conclusions/query", {"query": f"alice keeps a {GONE}", "filters": both}).body,
+        call("POST", f"{W}/peers/alice/representation", {"search_query": GONE}).body,
+        call("GET", f"{W}/peers/alice/context?search_query={GONE}").body,
+    ]
+    for answer in answers:
+        assert shows(answer) == (False, True), answer
+    assert call("GET", f"{W}/conclusions/{gone_id}").status == 404

@@ -44,7 +44,7 @@ from precis.store.db import (
 )
 from precis.store.messages import check_text, fit_page
 from precis.store.records import delete_keys, page
-from precis.store.resources import require_peers, require_workspace
+from precis.store.resources import gone_sessions, require_peers, require_workspace
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -839,8 +839,17 @@ def list_conclusions(
     found = {
         i["id"]: as_conclusion(i) for i in batch_get(db, [{"PK": r["PK"], "SK": r["SK"]} for r in answer["items"]])
     }
-    answer["items"] = [view(found[r["id"]]) for r in answer["items"] if r["id"] in found]
+    shown = live(db, ws, [found[r["id"]] for r in answer["items"] if r["id"] in found])
+    answer["items"] = [view(i) for i in shown]
     return fit_page(answer)
+
+
+def live[C: Mapping[str, Any]](db: Db, ws: str, conclusions: Sequence[C]) -> list[C]:
+    """`conclusions` but those drawn in a deleted session, which are invisible from the moment its delete answers
+    (its purge removes them later): one BatchGetItem of their distinct sessions, none when no conclusion names one.
+    Until then `total` and `pages` still count them."""
+    gone = gone_sessions(db, ws, {c["session_id"] for c in conclusions if c.get("session_id")})
+    return [c for c in conclusions if c.get("session_id") not in gone] if gone else list(conclusions)
 
 
 def _candidates(db: Db, ws: str, filters: dict[str, Any]) -> list[ConclusionItem]:
@@ -925,14 +934,14 @@ def query(
     found = {
         i["id"]: as_conclusion(i) for i in batch_get(db, [keys.conclusion(ws, observer, observed, c) for c in hits])
     }
-    nearest = [found[cid] for cid in hits if cid in found]
+    nearest = live(db, ws, [found[cid] for cid in hits if cid in found])
     return [view(i) for i in nearest if filtering.matches(rest, _filter_view(i))][:top_k]
 
 
 def _locate(db: Db, ws: str, conclusion_id: str) -> ConclusionItem:
     pointer = _get(db, keys.conclusion_pointer(ws, conclusion_id))
     item = pointer and _get(db, keys.conclusion(ws, pointer["observer_id"], pointer["observed_id"], conclusion_id))
-    if not item:
+    if not item or not live(db, ws, [item]):
         raise NotFound(f"conclusion '{conclusion_id}' not found in workspace '{ws}'")
     return as_conclusion(item)
 

@@ -23,7 +23,7 @@ from precis.store import filters as filtering
 from precis.store import keys, text_index
 from precis.store.db import Db, batch_get, error_code, to_item
 from precis.store.messages import VIEW_FIELDS, Base, MessageItem, as_message, message_view, with_bodies
-from precis.store.resources import session_item
+from precis.store.resources import gone_sessions, session_item
 from precis.store.vectors import MAX_TOP_K, search_index, vector_attribute
 
 if TYPE_CHECKING:
@@ -391,10 +391,8 @@ class _Live:
         fresh = sorted(set(sessions) - self._known)
         if not fresh:
             return
-        wanted = [keys.session(self.ws, s) for s in fresh]
-        found = {i["id"]: i for i in batch_get(self.db, wanted, ("id", "deleted_at"))}
         self._known.update(fresh)
-        self.gone.update(s for s in fresh if s not in found or "deleted_at" in found[s])
+        self.gone.update(gone_sessions(self.db, self.ws, fresh))
 
     def kept(self, ranking: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
         self.check(s for s, _ in ranking)

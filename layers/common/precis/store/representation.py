@@ -16,6 +16,7 @@ from typing import Any
 
 from precis.store import keys, vectors
 from precis.store.db import Db, batch_get, from_item, to_item
+from precis.store.resources import gone_sessions
 
 SEMANTIC, FREQUENT, RECENT = 2, 1, 0  # relevance of a share: the least relevant is dropped first
 FREQUENCY_INDEX = "ByFrequency"
@@ -205,12 +206,14 @@ def start(db: Db, ws: str, request: Request, embed: Callable[[str], list[float]]
 
     def finish() -> Read:
         semantic = _semantic(db, ws, request, nearest.result(), split) if nearest else []
-        chosen = merge(
-            split,
-            semantic,
-            [_chosen(i) for i in (frequent.result() if frequent else [])],
-            [_chosen(i) for i in recent.result()],
-        )
+        most = [_chosen(i) for i in (frequent.result() if frequent else [])]
+        newest = [_chosen(i) for i in recent.result()]
+        # A deleted session's conclusions are invisible from its delete on (its purge removes them later): each share
+        # fills from its other candidates. One BatchGetItem of the candidates' sessions, none when none names one.
+        gone = gone_sessions(db, ws, {c.session_id for c in (*semantic, *most, *newest) if c.session_id})
+        if gone:
+            semantic, most, newest = ([c for c in s if c.session_id not in gone] for s in (semantic, most, newest))
+        chosen = merge(split, semantic, most, newest)
         chosen = _with_premises(db, ws, request, chosen)
         return Read(chosen, card.result() if card else None)
 

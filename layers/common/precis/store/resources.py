@@ -522,6 +522,16 @@ def session_item(db: Db, ws: str, session_id: str) -> SessionItem | None:
     return next((as_session(i) for i in batch_get(db, [keys.session(ws, session_id)])), None)
 
 
+def gone_sessions(db: Db, ws: str, session_ids: Iterable[str]) -> set[str]:
+    """Which of `session_ids` are deleted (`deleted_at`, set in the transaction the delete answers after) or absent:
+    what every read leaves out from then on, not from the purge. One consistent BatchGetItem per 100 ids."""
+    wanted = sorted(set(session_ids))
+    if not wanted:
+        return set()
+    found = {i["id"]: i for i in batch_get(db, [keys.session(ws, s) for s in wanted], ("id", "deleted_at"))}
+    return {s for s in wanted if s not in found or "deleted_at" in found[s]}
+
+
 def read_session_item(db: Db, ws: str, session_id: str) -> SessionItem | None:
     """The session's item, deleted or not, or None: one strongly consistent GetItem."""
     item = _get(db, keys.session(ws, session_id))
