@@ -26,7 +26,7 @@ from local.template import template
 from precis.lexical import terms
 from precis.store import keys, message_search, text_index
 from precis.store.db import Db, from_item, get_db
-from tests.handlers import call, invoke
+from tests.handlers import call, dynamodb_requests, invoke
 from tests.stream import message_records, stream_record
 
 K1, B = 0.9, 0.4
@@ -818,10 +818,12 @@ def test_deleting_a_conclusion_removes_its_term_counts(ws):
 def test_a_post_saying_more_words_than_a_request_indexes_is_indexed_by_the_deriver(ws):
     """A batch of more distinct words than a post indexes before answering (each costs a posting and two counter
     updates) is stored and answered at once; the deriver indexes it once its request is done."""
-    from precis.messages.ingest import INLINE_INDEX_MAX_TERMS
+    from precis.lexical import Document
+    from precis.messages.ingest import INLINE_INDEX_MAX_WRITES
 
     wide = [" ".join(f"w{m}x{i}q" for i in range(1001)) + " kayak" for m in range(2)]
-    assert INLINE_INDEX_MAX_TERMS < 2 * 1002
+    cost = text_index.index_cost([("user", Document.of(text, speaker="user")) for text in wide])
+    assert cost == 2 * 1003 + 2 + text_index.UPDATE_COST * 2 * 2005 > INLINE_INDEX_MAX_WRITES  # (terms, stats)
     post("s1", *(("user", text) for text in wide))
     assert texts(ws, "ws1", "s1") == {} and search(f"{W}/search", "kayak") == []  # not indexed by the post
     age_deadlines(ws)
@@ -829,3 +831,124 @@ def test_a_post_saying_more_words_than_a_request_indexes_is_indexed_by_the_deriv
     assert [m["seq"] for m in search(f"{W}/search", "kayak")] == [1, 2]
     assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
     assert marks(ws, "ws1") == {}
+
+
+# ---------------------------------------------------------------- bounded work (issue 46, reproduction 6)
+
+
+def items_written(requests: list[tuple[str, dict]]) -> dict[str, int]:
+    """The items the recorded DynamoDB requests write, by operation (a batch's or a transaction's items each)."""
+    written: Counter[str] = Counter()
+    for operation, params in requests:
+        if operation == "BatchWriteItem":
+            written[operation] += sum(len(r) for r in params["RequestItems"].values())
+        elif operation == "TransactWriteItems":
+            written[operation] += len(params["TransactItems"])
+        elif operation in ("PutItem", "UpdateItem", "DeleteItem"):
+            written[operation] += 1
+    return dict(written)
+
+
+def test_a_post_of_words_its_messages_share_indexes_no_more_than_its_write_budget(ws):
+    """100 messages sharing 1,000 words say 1,001 distinct terms (a budget of terms let them through) but are 100,100
+    postings and 2,004 counter updates: more than a post can write before its timeout. It is stored and answered
+    with none of them written; the deriver indexes it."""
+    from precis.messages.ingest import INLINE_INDEX_MAX_WRITES
+
+    shared = " ".join(f"w{i}x" for i in range(1000))
+    with dynamodb_requests() as seen:
+        body = post("s1", *(("user", shared) for _ in range(100)))
+    assert [m["seq"] for m in body] == list(range(1, 101))
+    written = items_written(seen)
+    assert sum(written.values()) < 1_000 < INLINE_INDEX_MAX_WRITES, written  # the batch (100) and its bookkeeping
+    assert texts(ws, "ws1", "s1") == {} and postings(ws, "ws1") == set()
+
+
+def test_a_batch_past_the_write_budget_is_indexed_by_the_deriver_and_then_found(ws):
+    """100 messages sharing 200 words (202 distinct terms, but 20,200 postings): past a post's budget, so the post
+    writes none, and the deriver, once the request is over, indexes the whole batch exactly once."""
+    shared = " ".join(f"w{i}x" for i in range(200))
+    post("s1", *(("user", f"{shared} kayak{m}q") for m in range(100)))
+    assert texts(ws, "ws1", "s1") == {} and search(f"{W}/search", "kayak7q") == []  # not indexed by the post
+    age_deadlines(ws)
+    derive(ws)
+    assert len(texts(ws, "ws1", "s1")) == 100
+    assert [m["seq"] for m in search(f"{W}/search", "kayak7q")] == [8]
+    assert [m["seq"] for m in search(f"{W}/sessions/s1/search", "kayak42q w3x")][:1] == [43]
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
+    assert marks(ws, "ws1") == {}
+
+
+TWENTY = [f"note {i}: " + " ".join(f"t{i}x{j} c{j % 4}z" for j in range(8)) for i in range(20)]
+
+
+def counter_updates(requests: list[tuple[str, dict]]) -> int:
+    return sum(
+        1
+        for operation, params in requests
+        if operation == "UpdateItem" and params["Key"]["PK"]["S"].startswith(keys.text_counters_pk("ws1"))
+    )
+
+
+@pytest.mark.parametrize("settled", [True, False], ids=["settled", "unsettled"])
+def test_a_session_purge_updates_only_the_counters_it_counted_and_the_marks_they_hold(ws, settled):
+    """20 single-message posts (20 units, one purge block): the purge takes back each counter the block counted once
+    and removes the marks that are there, not every (unit x counter) pair of the block."""
+    for i, text in enumerate(TWENTY):
+        post("s1", ("user" if i % 2 else "alice", text))
+    post("s2", ("alice", "c1z and the rest"))
+    if settled:
+        derive(ws, "s1")
+    corpus = corpus_of(ws, "s1")
+    touched = len({(m.peer, t) for m in corpus for t in m.bag()} | {(None, t) for m in corpus for t in m.bag()})
+    touched += 3  # the statistics: the workspace's and each of the two peers'
+    held = sum(len(units) for units in marks(ws, "ws1").values())  # (as counter_items folds them: a lower bound)
+    assert call("DELETE", f"{W}/sessions/s1").status == 202
+    with dynamodb_requests() as seen:
+        purge(ws, "s1")
+    # Each counter: its count taken back (marked with the purge's unit), then that mark removed; and the marks the
+    # block's units still held (none once settled).
+    assert counter_updates(seen) <= 2 * touched + (0 if settled else 2 * held), (counter_updates(seen), touched)
+    remaining = corpus_of(ws, "s2")
+    assert {sk: c for sk, (c, _) in counters(ws, "ws1").items()} == {
+        sk: c for sk, (c, _) in brute_counters(remaining).items()
+    }
+    assert not [unit for units in marks(ws, "ws1").values() for unit in units if unit.startswith("s1:")]
+
+
+def test_a_purge_out_of_time_mid_block_stops_asks_again_and_ends_with_the_counters_of_a_workspace_without_it(ws):
+    """A purge whose deadline passes in the middle of a block's counters stops there and touches the session (its
+    MODIFY record continues it); the next invocation finishes it, taking back each count once: the counters are
+    those of the same workspace in which the session never existed."""
+    from precis.store.purge import purge_session
+
+    for i, text in enumerate(TWENTY):
+        post("s1", ("user" if i % 2 else "alice", text))
+    post("s2", ("alice", "c1z and the rest"), ("user", "t3x1 again"))
+    derive(ws, "s1")
+    before = counter_items(ws, "ws1")
+    assert call("DELETE", f"{W}/sessions/s1").status == 202
+    session = ws.client.get_item(
+        TableName=ws.table, Key={"PK": {"S": "WS#ws1"}, "SK": {"S": "SESSION#s1"}}, ConsistentRead=True
+    )["Item"]
+    incarnation = session["incarnation"]["S"]
+
+    first = purge_session(ws, "ws1", "s1", incarnation, time_left=lambda: 0.0)  # out of time from the start
+    assert not first.done
+    session = from_item(
+        ws.client.get_item(
+            TableName=ws.table, Key={"PK": {"S": "WS#ws1"}, "SK": {"S": "SESSION#s1"}}, ConsistentRead=True
+        )["Item"]
+    )
+    assert session["purge_rounds"] == 1 and "purged_at" not in session  # its continuation is asked for
+    midway = counter_items(ws, "ws1")
+    assert midway != before and sorted(texts(ws, "ws1", "s1")) == list(range(1, 21))  # some counts back, not all
+
+    again = purge_session(ws, "ws1", "s1", incarnation)
+    assert again.done
+    remaining = corpus_of(ws, "s2")
+    assert {sk: c for sk, (c, _) in counters(ws, "ws1").items()} == {
+        sk: c for sk, (c, _) in brute_counters(remaining).items()
+    }
+    assert postings(ws, "ws1") == brute_postings("ws1", remaining) and texts(ws, "ws1", "s1") == {}
+    assert not [unit for units in marks(ws, "ws1").values() for unit in units if unit.startswith("s1:")]

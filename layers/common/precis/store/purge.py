@@ -83,7 +83,10 @@ def purge_session(
         from precis.store.message_search import purge_vectors
 
         deleted += purge_vectors(db, ws, session_id)
-        deleted += text_index.purge_session(db, ws, session_id, incarnation)
+        indexed, done = text_index.purge_session(
+            db, ws, session_id, incarnation, time_left=lambda: time_left() - MARGIN_S
+        )
+        deleted += indexed
     if not done:
         request_purge(db, ws, session_id, incarnation)
         return PurgeResult(False, deleted, 0)
