@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from local.template import template
-from precis.lexical import terms
+from precis.lexical import Document, terms
 from precis.store import keys, message_search, text_index
 from precis.store.db import Db, from_item, get_db
 from tests.handlers import call, dynamodb_requests, invoke
@@ -952,3 +952,37 @@ def test_a_purge_out_of_time_mid_block_stops_asks_again_and_ends_with_the_counte
     }
     assert postings(ws, "ws1") == brute_postings("ws1", remaining) and texts(ws, "ws1", "s1") == {}
     assert not [unit for units in marks(ws, "ws1").values() for unit in units if unit.startswith("s1:")]
+
+
+def test_a_repair_stopped_midway_goes_on_from_its_marks_instead_of_sending_every_update_again(ws):
+    """The deriver's repair of a unit dies after some of its counter updates (its timeout, a throttle): the next
+    attempt reads which counters hold the unit's mark and updates only the others, so a unit too large for one
+    invocation still gets indexed over a few, counted exactly once."""
+    wide = [" ".join(f"r{m}x{i}q" for i in range(30)) + " kayak" for m in range(2)]
+
+    def is_counter(params: dict) -> bool:
+        return params["Key"]["PK"]["S"].startswith(keys.text_counters_pk("ws1"))
+
+    with refused(ws, "UpdateItem", is_counter):  # the post's index fails: the deriver's to do
+        post("s1", *(("user", text) for text in wide))
+    age_deadlines(ws)
+    messages = stored(ws)
+    unit = messages[0]["ib"]
+    attempts: list[int] = []
+    dies = refused(ws, "UpdateItem", lambda p: is_counter(p) and (attempts.append(1) or len(attempts) > 40))
+    with dies, pytest.raises(ClientError):
+        message_search.ensure_indexed(ws, "ws1", "s1", messages, sleep=never_sleep)
+    counted = sum(1 for units in marks_by_item(ws, "ws1").values() if unit in units)
+    assert 0 < counted <= 40 and texts(ws, "ws1", "s1") == {}
+    touched = len(text_index._tally("ws1", [(m.peer, Document.of(m.content, "user")) for m in corpus_of(ws, "s1")])[0])
+    with dynamodb_requests() as seen:
+        assert message_search.ensure_indexed(ws, "ws1", "s1", messages, sleep=never_sleep) == 2
+    assert counter_updates(seen) == (touched - counted) + touched  # the rest, then settle's removal of every mark
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
+    assert marks(ws, "ws1") == {}
+
+
+def marks_by_item(db: Db, ws: str) -> dict[tuple[str, str], set[str]]:
+    """(partition, sort key) of each counter -> the units marked on it, the workspace's and each peer's apart."""
+    items = scan(db, "begins_with(PK, :p)", {":p": {"S": keys.text_counters_pk(ws)}})
+    return {(i["PK"], i["SK"]): {n[2:] for n in i if n.startswith("u:")} for i in items}

@@ -187,7 +187,7 @@ def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first
     texts = [
         text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "") for v in with_bodies(db, page, ws, parent)
     ]
-    text_index.index_texts(db, ws, clone, f"{clone}:{first}:copy{incarnation}", texts)
+    text_index.index_texts(db, ws, clone, f"{clone}:{first}:copy{incarnation}", texts, resume=True)
     text_index.settle(db, ws, clone, (t.seq for t in texts))  # (copies wake no deriver to do it)
 
 

@@ -157,7 +157,7 @@ def index_unit(db: Db, ws: str, session_id: str, unit: str, members: Sequence[Me
         text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "")
         for v in with_bodies(db, batch, ws, session_id)
     ]
-    return text_index.index_texts(db, ws, session_id, unit, texts)
+    return text_index.index_texts(db, ws, session_id, unit, texts, resume=True)
 
 
 def _release(db: Db, ws: str, session_id: str) -> None:

@@ -101,11 +101,21 @@ def index_cost(documents: Sequence[tuple[str, Document]]) -> int:
 
 
 def index_texts(
-    db: Db, ws: str, session_id: str, unit: str, texts: Sequence[Text], *, max_cost: int | None = None
+    db: Db,
+    ws: str,
+    session_id: str,
+    unit: str,
+    texts: Sequence[Text],
+    *,
+    max_cost: int | None = None,
+    resume: bool = False,
 ) -> int:
     """Index a unit's messages (postings, counts, texts), exactly once however often it is asked; how many texts were
     written. A unit whose texts exist already is counted: only its missing texts are written again. With
-    `max_cost`, a unit whose `index_cost` is higher raises TooMuchToIndex before writing anything."""
+    `max_cost`, a unit whose `index_cost` is higher raises TooMuchToIndex before writing anything. With `resume`
+    (an indexer that may have stopped midway before: the deriver's repair, a clone's copy), the counters are read
+    first, PURGE_CHUNK at a time, and only those without the unit's mark updated: each attempt goes on from where the
+    last one stopped instead of sending every update again."""
     if not texts:
         return 0
     documents = {t.seq: Document.of(t.content, speaker=t.peer) for t in texts}
@@ -119,7 +129,7 @@ def index_texts(
     have = {int(i["seq"]) for i in found if i.get("u") == unit}
     if texts and not have:
         _put_postings(db, ws, session_id, texts, documents)
-        _count(db, ws, unit, [(t.peer, documents[t.seq]) for t in texts], sign=1)
+        _count(db, ws, unit, [(t.peer, documents[t.seq]) for t in texts], sign=1, resume=resume)
     missing = [t for t in texts if t.seq not in have]
     _write(db, [{"PutRequest": {"Item": _doc_item(ws, session_id, t, documents[t.seq], unit)}} for t in missing])
     return len(missing)
@@ -207,13 +217,22 @@ def _count(
     unit: str,
     documents: Sequence[tuple[str, Document]],
     sign: int,
+    *,
+    resume: bool = False,
 ) -> None:
     """Add (sign 1) or take back (-1) the documents' counts, each counter and the statistics once for `unit`: the
     workspace's and each peer's, each an item of its own (a workspace of thousands of peers grows none of them).
     Counts are taken back only from counters that exist: a workspace deleted before its sessions' purges ran has
-    none."""
+    none. With `resume`, the counters already marked are read and left alone."""
     counts, groups = _tally(ws, documents)
-    _update_counters(db, unit, counts, groups, sign, list(counts))
+    if not resume:
+        _update_counters(db, unit, counts, groups, sign, list(counts))
+        return
+    touched = sorted(counts)
+    for start in range(0, len(touched), PURGE_CHUNK):
+        chunk = touched[start : start + PURGE_CHUNK]
+        marked = {key for key, units in _marks_held(db, chunk, [unit]).items() if units}
+        _update_counters(db, unit, counts, groups, sign, [key for key in chunk if key not in marked])
 
 
 def _update_counters(
