@@ -986,3 +986,16 @@ def marks_by_item(db: Db, ws: str) -> dict[tuple[str, str], set[str]]:
     """(partition, sort key) of each counter -> the units marked on it, the workspace's and each peer's apart."""
     items = scan(db, "begins_with(PK, :p)", {":p": {"S": keys.text_counters_pk(ws)}})
     return {(i["PK"], i["SK"]): {n[2:] for n in i if n.startswith("u:")} for i in items}
+
+
+def test_a_session_purge_deletes_its_message_vectors_a_page_at_a_time_under_its_deadline(db):
+    """A session's vectors (one per message) are deleted 1,000 keys a page: out of time, the purge stops after a
+    page and the next call goes on, rather than reading the whole partition into one invocation."""
+    vectors = [message_search.vector_item("ws1", "s1", seq, "user", [0.5] * 256) for seq in range(1, 1003)]
+    for start in range(0, len(vectors), 25):
+        db.client.batch_write_item(
+            RequestItems={db.table: [{"PutRequest": {"Item": v}} for v in vectors[start : start + 25]]}
+        )
+    assert message_search.purge_vectors(db, "ws1", "s1", time_left=lambda: -1.0) == (1000, False)
+    assert message_search.purge_vectors(db, "ws1", "s1", time_left=lambda: -1.0) == (2, True)
+    assert message_search.purge_vectors(db, "ws1", "s1") == (0, True)

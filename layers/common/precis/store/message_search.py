@@ -504,16 +504,27 @@ def read_views(
     return views
 
 
-def purge_vectors(db: Db, ws: str, session_id: str) -> int:
-    """Delete every message vector of the session (its purge)."""
-    from precis.store.db import query_all
+def purge_vectors(
+    db: Db, ws: str, session_id: str, *, time_left: Callable[[], float] = lambda: float("inf")
+) -> tuple[int, bool]:
+    """Delete the session's message vectors (its purge), a page of 1,000 keys at a time: (how many, done?). Stops
+    once `time_left()` is under zero between pages; a new call goes on (what was deleted is gone from the Query)."""
     from precis.store.records import delete_keys
 
-    found = query_all(
-        db,
-        KeyConditionExpression="PK = :pk",
-        ProjectionExpression="PK, SK",
-        ConsistentRead=True,
-        ExpressionAttributeValues=to_item({":pk": keys.message_vectors_pk(ws, session_id)}),
-    )
-    return delete_keys(db, found)
+    request: dict[str, Any] = {
+        "TableName": db.table,
+        "KeyConditionExpression": "PK = :pk",
+        "ProjectionExpression": "PK, SK",
+        "ConsistentRead": True,
+        "Limit": 1000,
+        "ExpressionAttributeValues": to_item({":pk": keys.message_vectors_pk(ws, session_id)}),
+    }
+    deleted = 0
+    while True:
+        out = db.client.query(**request)
+        deleted += delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in out["Items"]])
+        if "LastEvaluatedKey" not in out:
+            return deleted, True
+        if time_left() < 0:
+            return deleted, False
+        request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
