@@ -999,3 +999,18 @@ def test_a_session_purge_deletes_its_message_vectors_a_page_at_a_time_under_its_
     assert message_search.purge_vectors(db, "ws1", "s1", time_left=lambda: -1.0) == (1000, False)
     assert message_search.purge_vectors(db, "ws1", "s1", time_left=lambda: -1.0) == (2, True)
     assert message_search.purge_vectors(db, "ws1", "s1") == (0, True)
+
+
+def test_the_deriver_does_not_wait_for_a_request_that_left_its_batch_to_it(ws):
+    """A batch past the post's budget is never indexed by its request: the deriver indexes it as soon as the stream
+    brings it, without waiting for the request's deadline (it would sleep up to the ingest function's 15 s)."""
+    shared = " ".join(f"w{i}x" for i in range(200))
+    post("s1", *(("user", f"{shared} kayak{m}q") for m in range(100)))
+    messages = stored(ws)
+    live = messages[0]["ibu"] - 1  # the request's deadline has not passed
+    images = [from_item(r["dynamodb"]["NewImage"]) for r in message_records(ws.client, session_id="s1")]
+    message_search.index_messages(ws, images, now=lambda: live, sleep=never_sleep)
+    assert message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: live, sleep=never_sleep) == 100
+    assert [m["seq"] for m in search(f"{W}/search", "kayak7q")] == [8]
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
+    assert marks(ws, "ws1") == {}

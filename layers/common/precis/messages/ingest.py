@@ -34,11 +34,9 @@ from precis.store.messages import (
 from precis.tokens import count_text
 
 IDEMPOTENCY_KEY_MAX = 255
-# The writes a post's index may make before it answers, in postings (text_index.index_cost: a posting or a text 1, a
-# counter update UPDATE_COST = 8). Measured in-process (moto, 8 threads): 0.12 ms a posting; the ingest function has
-# 15 s, of which the index may take a third (5 s, ~40,000 postings), halved for Lambda's 512 MB (a third of a vCPU,
-# and botocore's serializing is CPU). A batch costing more is stored, answered, and indexed by the deriver.
-INLINE_INDEX_MAX_WRITES = 20_000
+# The writes a post's index may make before it answers, in postings (text_index.index_cost, where the figure is
+# derived); a batch costing more is stored, answered, and indexed by the deriver.
+INLINE_INDEX_MAX_WRITES = text_index.INLINE_MAX_COST
 MESSAGE_JSON_MAX_BYTES = 5_000_000  # one message, read back alone, fits Lambda's 6 MB response
 metrics = Metrics()
 log = logging.getLogger("precis.messages.ingest")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from precis.lexical import fuse
+from precis.lexical import Document, fuse
 from precis.store import filters as filtering
 from precis.store import keys, text_index
 from precis.store.db import Db, batch_get, error_code, to_item
@@ -294,7 +294,19 @@ def _wait_for_texts(
     deadline not passed) has written it or died (`missing`: those known missing already, not read again)."""
     if missing is None:
         missing = text_index.missing_texts(db, ws, session_id, (int(m["seq"]) for m in messages))
-    deadline = max((float(m.get("ibu") or 0) for m in messages if int(m["seq"]) in missing), default=0.0)
+    # A unit whose request found it past its budget writes none of its texts: nothing to wait for. Its members here
+    # (inline contents) cost at most what the whole unit does, so past the budget here means past it there.
+    units: dict[str, list[MessageItem]] = {}
+    for m in messages:
+        units.setdefault(text_index.unit_of(session_id, m), []).append(m)
+    waiting = [
+        members
+        for members in units.values()
+        if any(int(m["seq"]) in missing for m in members)
+        and text_index.index_cost([(m["peer_id"], Document.of(m.get("content") or "", m["peer_id"])) for m in members])
+        <= text_index.INLINE_MAX_COST
+    ]
+    deadline = max((float(m.get("ibu") or 0) for members in waiting for m in members), default=0.0)
     while missing and now() < deadline:
         sleep(_POLL_S)
         missing = text_index.missing_texts(db, ws, session_id, missing)

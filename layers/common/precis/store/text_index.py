@@ -87,6 +87,11 @@ def _mark(unit: str) -> str:
 # What a counter update costs against a posting, measured (moto in-process, 8 threads: 0.12 ms a put in a
 # BatchWriteItem of 25, 1.0 ms an UpdateItem, a request of its own): a unit's cost is counted in postings.
 UPDATE_COST = 8
+# The cost a post's index may have before it answers (messages.ingest): the ingest function has 15 s, of which the
+# index may take a third (5 s, ~40,000 postings at 0.12 ms), halved for Lambda's 512 MB (a third of a vCPU, and
+# botocore's serializing is CPU). A unit costing more is stored, answered, and indexed by the deriver, which need not
+# wait for its request (message_search).
+INLINE_MAX_COST = 20_000
 
 
 class TooMuchToIndex(Exception):
