@@ -969,9 +969,10 @@ def test_a_repair_stopped_midway_goes_on_from_its_marks_instead_of_sending_every
     messages = stored(ws)
     unit = messages[0]["ib"]
     attempts: list[int] = []
-    dies = refused(ws, "UpdateItem", lambda p: is_counter(p) and (attempts.append(1) or len(attempts) > 40))
-    with dies, pytest.raises(ClientError):
-        message_search.ensure_indexed(ws, "ws1", "s1", messages, sleep=never_sleep)
+    with refused(ws, "UpdateItem", lambda p: is_counter(p) and (attempts.append(1) or len(attempts) > 40)):
+        with pytest.raises(ClientError):
+            message_search.ensure_indexed(ws, "ws1", "s1", messages, sleep=never_sleep)
+        died()
     counted = sum(1 for units in marks_by_item(ws, "ws1").values() if unit in units)
     assert 0 < counted <= 40 and texts(ws, "ws1", "s1") == {}
     touched = len(text_index._tally("ws1", [(m.peer, Document.of(m.content, "user")) for m in corpus_of(ws, "s1")])[0])
@@ -980,6 +981,13 @@ def test_a_repair_stopped_midway_goes_on_from_its_marks_instead_of_sending_every
     assert counter_updates(seen) == (touched - counted) + touched  # the rest, then settle's removal of every mark
     assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
     assert marks(ws, "ws1") == {}
+
+
+def died() -> None:
+    """The interrupted call's requests still in flight on the index's threads end (as an invocation's would with it):
+    its pool is shut down, waiting for them, and the next call makes a new one."""
+    text_index._pool().shutdown(wait=True)
+    text_index._pool.cache_clear()
 
 
 def marks_by_item(db: Db, ws: str) -> dict[tuple[str, str], set[str]]:
@@ -1014,3 +1022,22 @@ def test_the_deriver_does_not_wait_for_a_request_that_left_its_batch_to_it(ws):
     assert [m["seq"] for m in search(f"{W}/search", "kayak7q")] == [8]
     assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
     assert marks(ws, "ws1") == {}
+
+
+def test_a_large_settle_stopped_midway_removes_only_the_marks_left(ws):
+    """A unit holding more than a thousand marks (a post of long messages) whose settle dies midway: the next settle
+    reads which marks are left and removes those, instead of sending every removal again."""
+    wide = " ".join(f"s{i}x" for i in range(600))
+    post("s1", ("user", wide))
+    held = sum(len(units) for units in marks_by_item(ws, "ws1").values())
+    assert held == 2 * 602 > text_index.SETTLE_READ_FIRST  # (600 words, 'user', the statistics; twice)
+    calls: list[int] = []
+    with refused(ws, "UpdateItem", lambda p: bool(calls.append(1)) or len(calls) > 500):
+        with pytest.raises(ClientError):
+            text_index.settle(ws, "ws1", "s1", [1])
+        died()
+    left = sum(len(units) for units in marks_by_item(ws, "ws1").values())
+    assert 0 < left < held
+    with dynamodb_requests() as seen:
+        assert text_index.settle(ws, "ws1", "s1", [1]) == left
+    assert counter_updates(seen) == left and marks(ws, "ws1") == {}

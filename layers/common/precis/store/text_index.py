@@ -48,6 +48,10 @@ if TYPE_CHECKING:
 MAX_QUERY_TERMS = 99  # distinct words of a query that count (one BatchGetItem reads their counters and the stats)
 PURGE_BLOCK = 100  # seqs per unit of a purge: aligned, so a resumed purge takes back the same counts
 PURGE_CHUNK = 100  # counters a purge reads (one BatchGetItem) and takes back between two looks at its deadline
+# Marks past which a settle reads which are there before removing them: one attempt may then not finish (a unit of
+# 100 long messages holds up to 204,802), and the next removes only what is left, not every mark again. Below it,
+# the common case (a post of chat messages), the removals are sent blind: cheaper than reading first.
+SETTLE_READ_FIRST = 1_000
 _DOC_FIELDS = ("PK", "SK", "seq", "peer", "tsig", "tlen", "u")
 
 
@@ -283,7 +287,21 @@ def settle(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> int:
     stream); how many marks were removed. A text not written yet is left to the deriver's repair."""
     found = batch_get(db, [keys.text_doc(ws, session_id, s) for s in sorted(set(seqs))], ("tsig", "u", "peer"))
     marks = {(i["u"], key) for i in found for key in _counter_keys(ws, i["peer"], Document.parse(i["tsig"], 0))}
+    if len(marks) > SETTLE_READ_FIRST:
+        marks = _held(db, marks)
     return sum(_pool().map(lambda mark: _unmark(db, mark[1], mark[0]), sorted(marks)))
+
+
+def _held(db: Db, marks: Iterable[tuple[str, tuple[str, str]]]) -> set[tuple[str, tuple[str, str]]]:
+    """Those of the (unit, counter) `marks` that are there, read PURGE_CHUNK counters a BatchGetItem."""
+    by_key: dict[tuple[str, str], set[str]] = {}
+    for unit, key in marks:
+        by_key.setdefault(key, set()).add(unit)
+    units, touched, held = sorted({u for us in by_key.values() for u in us}), sorted(by_key), set()
+    for start in range(0, len(touched), PURGE_CHUNK):
+        for key, marked in _marks_held(db, touched[start : start + PURGE_CHUNK], units).items():
+            held |= {(unit, key) for unit in marked & by_key[key]}
+    return held
 
 
 def missing_texts(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> set[int]:
