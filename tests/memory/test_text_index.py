@@ -1041,3 +1041,25 @@ def test_a_large_settle_stopped_midway_removes_only_the_marks_left(ws):
     with dynamodb_requests() as seen:
         assert text_index.settle(ws, "ws1", "s1", [1]) == left
     assert counter_updates(seen) == left and marks(ws, "ws1") == {}
+
+
+def test_a_clone_copy_out_of_time_in_a_page_index_stops_and_the_next_step_finishes_it_exactly(ws):
+    """A clone's copy indexes each page of 200 copied messages as one unit: a page of long messages can outlast the
+    step. Out of time between two chunks of its counters, the step stops and asks for the next (its session item
+    changes, so the stream brings a record); that one goes on from the marks, and the counters are exact."""
+    from precis.store.clones import copy_base
+
+    post("s1", *(("user" if m % 2 else "alice", " ".join(f"p{m}x{i}q" for i in range(40))) for m in range(4)))
+    clone = call("POST", f"{W}/sessions/s1/clone").body["id"]
+    clock = iter([100.0])  # enough for the page, then less than the margin: the index stops after its first chunk
+    assert copy_base(ws, "ws1", clone, time_left=lambda: next(clock, 5.0)) is False
+    item = from_item(
+        ws.client.get_item(
+            TableName=ws.table, Key={"PK": {"S": "WS#ws1"}, "SK": {"S": f"SESSION#{clone}"}}, ConsistentRead=True
+        )["Item"]
+    )
+    assert item["copy_rounds"] == 1 and "base_session" in item and texts(ws, "ws1", clone) == {}
+    assert copy_base(ws, "ws1", clone) is True
+    assert sorted(texts(ws, "ws1", clone)) == [1, 2, 3, 4]
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1", clone))
+    assert not [unit for units in marks(ws, "ws1").values() for unit in units if unit.startswith(f"{clone}:")]

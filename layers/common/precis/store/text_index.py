@@ -98,6 +98,10 @@ UPDATE_COST = 8
 INLINE_MAX_COST = 20_000
 
 
+class OutOfTime(Exception):
+    """An indexer given a deadline stopped before it: what it counted is marked, its texts are not written."""
+
+
 class TooMuchToIndex(Exception):
     """A unit makes more writes than its indexer may make in the time it has: nothing was written."""
 
@@ -118,13 +122,15 @@ def index_texts(
     *,
     max_cost: int | None = None,
     resume: bool = False,
+    time_left: Callable[[], float] | None = None,
 ) -> int:
     """Index a unit's messages (postings, counts, texts), exactly once however often it is asked; how many texts were
     written. A unit whose texts exist already is counted: only its missing texts are written again. With
     `max_cost`, a unit whose `index_cost` is higher raises TooMuchToIndex before writing anything. With `resume`
     (an indexer that may have stopped midway before: the deriver's repair, a clone's copy), the counters are read
     first, PURGE_CHUNK at a time, and only those without the unit's mark updated: each attempt goes on from where the
-    last one stopped instead of sending every update again."""
+    last one stopped instead of sending every update again; with `time_left` too, it raises OutOfTime between two
+    chunks once that is under zero (no text written: the next attempt goes on from the marks)."""
     if not texts:
         return 0
     documents = {t.seq: Document.of(t.content, speaker=t.peer) for t in texts}
@@ -138,7 +144,7 @@ def index_texts(
     have = {int(i["seq"]) for i in found if i.get("u") == unit}
     if texts and not have:
         _put_postings(db, ws, session_id, texts, documents)
-        _count(db, ws, unit, [(t.peer, documents[t.seq]) for t in texts], sign=1, resume=resume)
+        _count(db, ws, unit, [(t.peer, documents[t.seq]) for t in texts], sign=1, resume=resume, time_left=time_left)
     missing = [t for t in texts if t.seq not in have]
     _write(db, [{"PutRequest": {"Item": _doc_item(ws, session_id, t, documents[t.seq], unit)}} for t in missing])
     return len(missing)
@@ -228,6 +234,7 @@ def _count(
     sign: int,
     *,
     resume: bool = False,
+    time_left: Callable[[], float] | None = None,
 ) -> None:
     """Add (sign 1) or take back (-1) the documents' counts, each counter and the statistics once for `unit`: the
     workspace's and each peer's, each an item of its own (a workspace of thousands of peers grows none of them).
@@ -239,6 +246,8 @@ def _count(
         return
     touched = sorted(counts)
     for start in range(0, len(touched), PURGE_CHUNK):
+        if start and time_left is not None and time_left() < 0:
+            raise OutOfTime(f"unit {unit}: {start} of {len(touched)} counters counted")
         chunk = touched[start : start + PURGE_CHUNK]
         marked = {key for key, units in _marks_held(db, chunk, [unit]).items() if units}
         _update_counters(db, unit, counts, groups, sign, [key for key in chunk if key not in marked])
