@@ -916,16 +916,19 @@ def test_a_session_purge_updates_only_the_counters_it_counted_and_the_marks_they
     assert not [unit for units in marks(ws, "ws1").values() for unit in units if unit.startswith("s1:")]
 
 
-def test_a_purge_out_of_time_mid_block_stops_asks_again_and_ends_with_the_counters_of_a_workspace_without_it(ws):
-    """A purge whose deadline passes in the middle of a block's counters stops there and touches the session (its
-    MODIFY record continues it); the next invocation finishes it, taking back each count once: the counters are
-    those of the same workspace in which the session never existed."""
+@pytest.mark.parametrize("where", ["counters", "marks"])
+def test_a_purge_out_of_time_mid_block_stops_asks_again_and_ends_with_the_counters_of_a_workspace_without_it(ws, where):
+    """A purge whose deadline passes in the middle of a block (among its counters, or among the marks it removes
+    once its counts are back) stops there and touches the session (its MODIFY record continues it); the next
+    invocation finishes it, taking back each count once: the counters are those of the same workspace in which the
+    session never existed, and no mark of the session is left."""
     from precis.store.purge import purge_session
 
     for i, text in enumerate(TWENTY):
         post("s1", ("user" if i % 2 else "alice", text))
     post("s2", ("alice", "c1z and the rest"), ("user", "t3x1 again"))
-    derive(ws, "s1")
+    if where == "counters":
+        derive(ws, "s1")  # (settled: 382 marks to remove, one chunk; unsettled, 1,022: two)
     before = counter_items(ws, "ws1")
     assert call("DELETE", f"{W}/sessions/s1").status == 202
     session = ws.client.get_item(
@@ -933,7 +936,10 @@ def test_a_purge_out_of_time_mid_block_stops_asks_again_and_ends_with_the_counte
     )["Item"]
     incarnation = session["incarnation"]["S"]
 
-    first = purge_session(ws, "ws1", "s1", incarnation, time_left=lambda: 0.0)  # out of time from the start
+    # Out of time from the start (each call does a first chunk), or once the counters (4 chunks) and the first
+    # chunk of marks are done.
+    clock = iter([] if where == "counters" else [math.inf] * 4)
+    first = purge_session(ws, "ws1", "s1", incarnation, time_left=lambda: next(clock, 0.0))
     assert not first.done
     session = from_item(
         ws.client.get_item(
@@ -941,8 +947,11 @@ def test_a_purge_out_of_time_mid_block_stops_asks_again_and_ends_with_the_counte
         )["Item"]
     )
     assert session["purge_rounds"] == 1 and "purged_at" not in session  # its continuation is asked for
-    midway = counter_items(ws, "ws1")
-    assert midway != before and sorted(texts(ws, "ws1", "s1")) == list(range(1, 21))  # some counts back, not all
+    left = texts(ws, "ws1", "s1")
+    assert counter_items(ws, "ws1") != before and sorted(left) == list(range(1, 21))  # some counts back, not all
+    s1_marks = [u for units in marks_by_item(ws, "ws1").values() for u in units if u.startswith("s1:")]
+    if where == "marks":  # every count is back and the texts say so; some marks are gone, not all
+        assert all(t.get("tb") == 1 for t in left.values()) and 0 < len(s1_marks) < 1_022
 
     again = purge_session(ws, "ws1", "s1", incarnation)
     assert again.done

@@ -20,8 +20,9 @@ marks the unit on the item (`u:{unit}`), refused if the mark is there (a retried
 transaction: concurrent writers of a common word never conflict), then the texts, last, so a text present means its
 unit is counted. The deriver removes the marks once the texts are there (`settle`), and indexes, after a grace period
 longer than the ingest function can run, a unit whose request died before its texts (`repair`). A session's purge
-takes its counts back the same way, in units of aligned seq blocks, then deletes postings and texts, then the marks its
-counters hold (read first, so it removes only those that are there), under a deadline, resumably. A post indexes only
+takes its counts back the same way, in units of aligned seq blocks, then marks its texts taken back, deletes its
+postings, the marks its counters hold (read first, so it removes only those that are there) and its texts, under a
+deadline, resumably. A post indexes only
 what it can write in its time (`index_cost`, in postings); the deriver indexes a larger batch.
 """
 
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 MAX_QUERY_TERMS = 99  # distinct words of a query that count (one BatchGetItem reads their counters and the stats)
 PURGE_BLOCK = 100  # seqs per unit of a purge: aligned, so a resumed purge takes back the same counts
 PURGE_CHUNK = 100  # counters a purge reads (one BatchGetItem) and takes back between two looks at its deadline
+MARK_CHUNK = 800  # marks a purge removes between two looks at its deadline (~0.1 s, 8 at a time)
 # Marks past which a settle reads which are there before removing them: one attempt may then not finish (a unit of
 # 100 long messages holds up to 204,802), and the next removes only what is left, not every mark again. Below it,
 # the common case (a post of chat messages), the removals are sent blind: cheaper than reading first.
@@ -371,32 +373,48 @@ def _purge_block(
     items: Sequence[Mapping[str, Any]],
     time_left: Callable[[], float],
 ) -> bool:
-    """Take one block's texts out: its counts once (the block is a unit, `{session}:{incarnation}:purge:{block}`),
-    then its postings and texts, then the marks its counters hold of it and of the units that indexed its texts;
-    whether it finished. The counters it touched are read PURGE_CHUNK at a time with the marks they hold: a count
-    is taken back only from a counter that exists without the purge's mark (so a resumed block goes on where it
-    stopped), and only marks that are there are removed. Out of time between two chunks, it stops before
-    deleting anything: the texts still there, the next call finds the same block and the same counts."""
+    """Take one block's texts out; whether it finished. In order, each step resumable: its counts, once (the block
+    is a unit, `{session}:{incarnation}:purge:{block}`: a count is taken back only from a counter that exists
+    without that mark); then its texts say so (`tb`); then its postings go; then the marks its counters hold, of
+    the purge and of the units that indexed its texts (those that are there, read first); then its texts. The
+    counters are read PURGE_CHUNK at a time with the marks they hold, and the marks removed MARK_CHUNK at a time;
+    out of time between two chunks it stops, and the next call finds the same block: with `tb` on its texts it
+    takes nothing back again, only removes the marks still there."""
     block = (int(items[0]["seq"]) - 1) // PURGE_BLOCK
     unit = f"{session_id}:{incarnation}:purge:{block}"
     documents = [(i["peer"], Document.parse(i["tsig"], int(i["tlen"]))) for i in items]
     counts, groups = _tally(ws, documents)
     touched = sorted(counts)
     units = sorted({unit, *(i["u"] for i in items if i.get("u"))})
+    taken = all(i.get("tb") for i in items)  # counted back already: only marks and deletes are left
+    steps = 0
+
+    def out_of_time() -> bool:
+        nonlocal steps
+        steps += 1
+        return steps > 1 and time_left() < 0  # (the first step always runs: each call makes progress)
+
     held: dict[tuple[str, str], set[str]] = {}  # the touched counters that exist -> the block's units marked there
-    for n, start in enumerate(range(0, len(touched), PURGE_CHUNK)):
-        if n and time_left() < 0:
+    for start in range(0, len(touched), PURGE_CHUNK):
+        if out_of_time():
             return False
         found = _marks_held(db, touched[start : start + PURGE_CHUNK], units)
-        _update_counters(db, unit, counts, groups, -1, [key for key, marked in found.items() if unit not in marked])
-        held |= {key: marked | {unit} for key, marked in found.items()}
+        if not taken:
+            _update_counters(db, unit, counts, groups, -1, [k for k, marked in found.items() if unit not in marked])
+            found = {key: marked | {unit} for key, marked in found.items()}
+        held |= {key: marked for key, marked in found.items() if marked}
+    if not taken:
+        _write(db, [{"PutRequest": {"Item": to_item({**i, "tb": 1})}} for i in items])
     postings = [k for i, (_, d) in zip(items, documents) for k in _posting_keys(ws, session_id, int(i["seq"]), d)]
     _write(db, [{"DeleteRequest": {"Key": to_item(key)}} for key in postings])
-    _write(db, [{"DeleteRequest": {"Key": to_item({"PK": i["PK"], "SK": i["SK"]})}} for i in items])
-    # The block's texts are gone: nothing can ask for its units again (the purge's, and those that indexed the texts,
-    # should the deriver not have settled them), so their marks go too.
+    # The block's counts are back and its texts say so: nothing can ask for its units again (the purge's, and those
+    # that indexed the texts, should the deriver not have settled them), so their marks go.
     marks = sorted((u, key) for key, marked in held.items() for u in marked)
-    list(_pool().map(lambda mark: _unmark(db, mark[1], mark[0]), marks))
+    for start in range(0, len(marks), MARK_CHUNK):
+        if out_of_time():
+            return False
+        list(_pool().map(lambda mark: _unmark(db, mark[1], mark[0]), marks[start : start + MARK_CHUNK]))
+    _write(db, [{"DeleteRequest": {"Key": to_item({"PK": i["PK"], "SK": i["SK"]})}} for i in items])
     return True
 
 
