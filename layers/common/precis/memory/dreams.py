@@ -29,7 +29,7 @@ from precis.store.db import Db
 log = logging.getLogger("precis.memory.dreams")
 CHUNK = 16
 MAX_PREMISES = 200  # explicit conclusions a dream reasons over (the newest)
-MAX_KNOWN = 200  # deductive ones it is told are known (the newest): each dream adds some, and the prompt must fit
+MAX_KNOWN = 100  # deductive ones it is told are known (the newest): each dream adds some, and the prompt must fit
 
 
 @dataclass(frozen=True)
