@@ -946,6 +946,7 @@ def test_a_purge_out_of_time_mid_block_stops_asks_again_and_ends_with_the_counte
     }
     assert postings(ws, "ws1") == brute_postings("ws1", remaining) and texts(ws, "ws1", "s1") == {}
     assert not [unit for units in marks(ws, "ws1").values() for unit in units if unit.startswith("s1:")]
+    assert call("POST", f"{W}/sessions", {"id": "s1"}).status == 201  # purged: the id is free again
 
 
 def test_a_repair_stopped_midway_goes_on_from_its_marks_instead_of_sending_every_update_again(ws):
