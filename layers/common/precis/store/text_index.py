@@ -22,8 +22,8 @@ unit is counted. The deriver removes the marks once the texts are there (`settle
 longer than the ingest function can run, a unit whose request died before its texts (`repair`). A session's purge
 takes its counts back the same way, in units of aligned seq blocks, then marks its texts taken back, deletes its
 postings, the marks its counters hold (read first, so it removes only those that are there) and its texts, under a
-deadline, resumably. A post indexes only
-what it can write in its time (`index_cost`, in postings); the deriver indexes a larger batch.
+deadline, resumably. A post indexes only what it can write in its time (`index_cost`, in postings); the deriver
+indexes a larger batch.
 """
 
 from __future__ import annotations
@@ -325,8 +325,8 @@ def purge_session(
     db: Db, ws: str, session_id: str, incarnation: str | None, *, time_left: Callable[[], float] = lambda: math.inf
 ) -> tuple[int, bool]:
     """Take a session's messages out of the index, an aligned block of seqs at a time (`_purge_block`): (how many
-    texts, done?). Stops once `time_left()` is under zero, between blocks or within one between chunks of its
-    counters, after some progress; a new call resumes where it stopped, taking back no count twice."""
+    texts, done?). Stops once `time_left()` is under zero, between blocks or between chunks of one, after some
+    progress; a new call resumes where it stopped, taking back no count twice."""
     deleted, started = 0, False
     while items := _first_block(db, ws, session_id):
         if started and time_left() < 0:
