@@ -632,3 +632,14 @@ def test_a_twin_written_moments_ago_is_found_before_the_index_holds_it(db):
     again = write(db, [Derived("bob drinks green tea", level="deductive")], embedder=embedder)[0]
     assert (again["id"], again["times_derived"]) == (first["id"], 2)
     assert head(db)["count"] == 1
+
+
+def test_a_session_purge_of_a_large_collection_stops_between_transactions(db):
+    """The deadline is looked at between delete transactions, not only between collections: a session that drew
+    40 conclusions into one collection stops after the first 16 when out of time, and the next call goes on."""
+    write(db, [f"bob likes tea number {i}" for i in range(40)])
+    purge.delete_session(db, "ws1", "s1")
+    clock = iter([1, -1, 1, 1, 1])
+    assert conclusions.purge_session_conclusions(db, "ws1", "s1", time_left=clock.__next__) == (16, False)
+    assert conclusions.purge_session_conclusions(db, "ws1", "s1", time_left=clock.__next__) == (24, True)
+    assert conclusions.list_conclusions(db, "ws1", None, 1, 50, False)["total"] == 0

@@ -222,3 +222,22 @@ def test_a_failing_model_leaves_the_dream_due_for_the_schedule(llm, ws):
     llm.mode = "ok"
     assert invoke("DeriveFunction", {"precis": "flush"})["failed"] == 0
     assert len(listed(level="deductive")) == 2
+
+
+def test_a_dream_tells_the_model_only_the_newest_deductions_it_knows(llm, ws):
+    """Each dream adds deductive conclusions and every later dream was told all of them: the prompt grew with the
+    collection until the model refused it. It names the newest MAX_KNOWN only (a repeat is deduplicated on write)."""
+    from precis.memory.dreams import MAX_KNOWN
+    from precis.memory.embeddings import configured_embedder
+    from precis.store import conclusions
+    from precis.store.db import get_db
+
+    known = [conclusions.Derived(f"alice deduction number {i}", level="deductive") for i in range(MAX_KNOWN + 20)]
+    conclusions.write(get_db(), "ws1", "alice", "alice", known, embedder=configured_embedder())
+    assert call("POST", f"{W}/schedule_dream", {"observer": "alice"}).status == 204
+    assert wake(ws) == {"batchItemFailures": []}
+    prompt = next(
+        r.body["messages"][-1]["content"] for r in llm.requests if "<explicit>" in r.body["messages"][-1]["content"]
+    )
+    told = prompt.split("<known>\n")[1].split("\n</known>")[0].splitlines()
+    assert len(told) == MAX_KNOWN and told[-1] == f"alice deduction number {MAX_KNOWN + 19}"

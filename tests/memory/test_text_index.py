@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from local.template import template
-from precis.lexical import terms
+from precis.lexical import Document, terms
 from precis.store import keys, message_search, text_index
 from precis.store.db import Db, from_item, get_db
-from tests.handlers import call, invoke
+from tests.handlers import call, dynamodb_requests, invoke
 from tests.stream import message_records, stream_record
 
 K1, B = 0.9, 0.4
@@ -818,10 +818,12 @@ def test_deleting_a_conclusion_removes_its_term_counts(ws):
 def test_a_post_saying_more_words_than_a_request_indexes_is_indexed_by_the_deriver(ws):
     """A batch of more distinct words than a post indexes before answering (each costs a posting and two counter
     updates) is stored and answered at once; the deriver indexes it once its request is done."""
-    from precis.messages.ingest import INLINE_INDEX_MAX_TERMS
+    from precis.lexical import Document
+    from precis.messages.ingest import INLINE_INDEX_MAX_WRITES
 
     wide = [" ".join(f"w{m}x{i}q" for i in range(1001)) + " kayak" for m in range(2)]
-    assert INLINE_INDEX_MAX_TERMS < 2 * 1002
+    cost = text_index.index_cost([("user", Document.of(text, speaker="user")) for text in wide])
+    assert cost == 2 * 1003 + 2 + text_index.UPDATE_COST * 2 * 2005 > INLINE_INDEX_MAX_WRITES  # (terms, stats)
     post("s1", *(("user", text) for text in wide))
     assert texts(ws, "ws1", "s1") == {} and search(f"{W}/search", "kayak") == []  # not indexed by the post
     age_deadlines(ws)
@@ -829,3 +831,234 @@ def test_a_post_saying_more_words_than_a_request_indexes_is_indexed_by_the_deriv
     assert [m["seq"] for m in search(f"{W}/search", "kayak")] == [1, 2]
     assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
     assert marks(ws, "ws1") == {}
+
+
+# ---------------------------------------------------------------- bounded work (issue 46, reproduction 6)
+
+
+def items_written(requests: list[tuple[str, dict]]) -> dict[str, int]:
+    """The items the recorded DynamoDB requests write, by operation (a batch's or a transaction's items each)."""
+    written: Counter[str] = Counter()
+    for operation, params in requests:
+        if operation == "BatchWriteItem":
+            written[operation] += sum(len(r) for r in params["RequestItems"].values())
+        elif operation == "TransactWriteItems":
+            written[operation] += len(params["TransactItems"])
+        elif operation in ("PutItem", "UpdateItem", "DeleteItem"):
+            written[operation] += 1
+    return dict(written)
+
+
+def test_a_post_of_words_its_messages_share_indexes_no_more_than_its_write_budget(ws):
+    """100 messages sharing 1,000 words say 1,001 distinct terms (a budget of terms let them through) but are 100,100
+    postings and 2,004 counter updates: more than a post can write before its timeout. It is stored and answered
+    with none of them written; the deriver indexes it."""
+    from precis.messages.ingest import INLINE_INDEX_MAX_WRITES
+
+    shared = " ".join(f"w{i}x" for i in range(1000))
+    with dynamodb_requests() as seen:
+        body = post("s1", *(("user", shared) for _ in range(100)))
+    assert [m["seq"] for m in body] == list(range(1, 101))
+    written = items_written(seen)
+    assert sum(written.values()) < 1_000 < INLINE_INDEX_MAX_WRITES, written  # the batch (100) and its bookkeeping
+    assert texts(ws, "ws1", "s1") == {} and postings(ws, "ws1") == set()
+
+
+TWENTY = [f"note {i}: " + " ".join(f"t{i}x{j} c{j % 4}z" for j in range(8)) for i in range(20)]
+
+
+def counter_updates(requests: list[tuple[str, dict]]) -> int:
+    return sum(
+        1
+        for operation, params in requests
+        if operation == "UpdateItem" and params["Key"]["PK"]["S"].startswith(keys.text_counters_pk("ws1"))
+    )
+
+
+@pytest.mark.parametrize("settled", [True, False], ids=["settled", "unsettled"])
+def test_a_session_purge_updates_only_the_counters_it_counted_and_the_marks_they_hold(ws, settled):
+    """20 single-message posts (20 units, one purge block): the purge takes back each counter the block counted once
+    and removes the marks that are there, not every (unit x counter) pair of the block."""
+    for i, text in enumerate(TWENTY):
+        post("s1", ("user" if i % 2 else "alice", text))
+    post("s2", ("alice", "c1z and the rest"))
+    if settled:
+        derive(ws, "s1")
+    corpus = corpus_of(ws, "s1")
+    touched = len({(m.peer, t) for m in corpus for t in m.bag()} | {(None, t) for m in corpus for t in m.bag()})
+    touched += 3  # the statistics: the workspace's and each of the two peers'
+    held = sum(len(units) for units in marks(ws, "ws1").values())  # (as counter_items folds them: a lower bound)
+    assert call("DELETE", f"{W}/sessions/s1").status == 202
+    with dynamodb_requests() as seen:
+        purge(ws, "s1")
+    # Each counter: its count taken back (marked with the purge's unit), then that mark removed; and the marks the
+    # block's units still held (none once settled).
+    assert counter_updates(seen) <= 2 * touched + (0 if settled else 2 * held), (counter_updates(seen), touched)
+    remaining = corpus_of(ws, "s2")
+    assert {sk: c for sk, (c, _) in counters(ws, "ws1").items()} == {
+        sk: c for sk, (c, _) in brute_counters(remaining).items()
+    }
+    assert not [unit for units in marks(ws, "ws1").values() for unit in units if unit.startswith("s1:")]
+
+
+@pytest.mark.parametrize("where", ["counters", "marks"])
+def test_a_purge_out_of_time_mid_block_stops_asks_again_and_ends_with_the_counters_of_a_workspace_without_it(ws, where):
+    """A purge whose deadline passes in the middle of a block (among its counters, or among the marks it removes
+    once its counts are back) stops there and touches the session (its MODIFY record continues it); the next
+    invocation finishes it, taking back each count once: the counters are those of the same workspace in which the
+    session never existed, and no mark of the session is left."""
+    from precis.store.purge import purge_session
+
+    for i, text in enumerate(TWENTY):
+        post("s1", ("user" if i % 2 else "alice", text))
+    post("s2", ("alice", "c1z and the rest"), ("user", "t3x1 again"))
+    if where == "counters":
+        derive(ws, "s1")  # (settled: 382 marks to remove, one chunk; unsettled, 1,022: two)
+    before = counter_items(ws, "ws1")
+    assert call("DELETE", f"{W}/sessions/s1").status == 202
+    session = ws.client.get_item(
+        TableName=ws.table, Key={"PK": {"S": "WS#ws1"}, "SK": {"S": "SESSION#s1"}}, ConsistentRead=True
+    )["Item"]
+    incarnation = session["incarnation"]["S"]
+
+    # Out of time from the start (each call does a first chunk), or once the counters (4 chunks) and the first
+    # chunk of marks are done.
+    clock = iter([] if where == "counters" else [math.inf] * 4)
+    first = purge_session(ws, "ws1", "s1", incarnation, time_left=lambda: next(clock, 0.0))
+    assert not first.done
+    session = from_item(
+        ws.client.get_item(
+            TableName=ws.table, Key={"PK": {"S": "WS#ws1"}, "SK": {"S": "SESSION#s1"}}, ConsistentRead=True
+        )["Item"]
+    )
+    assert session["purge_rounds"] == 1 and "purged_at" not in session  # its continuation is asked for
+    left = texts(ws, "ws1", "s1")
+    assert counter_items(ws, "ws1") != before and sorted(left) == list(range(1, 21))  # some counts back, not all
+    s1_marks = [u for units in marks_by_item(ws, "ws1").values() for u in units if u.startswith("s1:")]
+    if where == "marks":  # every count is back and the texts say so; some marks are gone, not all
+        assert all(t.get("tb") == 1 for t in left.values()) and 0 < len(s1_marks) < 1_022
+
+    again = purge_session(ws, "ws1", "s1", incarnation)
+    assert again.done
+    remaining = corpus_of(ws, "s2")
+    assert {sk: c for sk, (c, _) in counters(ws, "ws1").items()} == {
+        sk: c for sk, (c, _) in brute_counters(remaining).items()
+    }
+    assert postings(ws, "ws1") == brute_postings("ws1", remaining) and texts(ws, "ws1", "s1") == {}
+    assert not [unit for units in marks(ws, "ws1").values() for unit in units if unit.startswith("s1:")]
+    assert call("POST", f"{W}/sessions", {"id": "s1"}).status == 201  # purged: the id is free again
+
+
+def test_a_repair_stopped_midway_goes_on_from_its_marks_instead_of_sending_every_update_again(ws):
+    """The deriver's repair of a unit dies after some of its counter updates (its timeout, a throttle): the next
+    attempt reads which counters hold the unit's mark and updates only the others, so a unit too large for one
+    invocation still gets indexed over a few, counted exactly once."""
+    wide = [" ".join(f"r{m}x{i}q" for i in range(30)) + " kayak" for m in range(2)]
+
+    def is_counter(params: dict) -> bool:
+        return params["Key"]["PK"]["S"].startswith(keys.text_counters_pk("ws1"))
+
+    with refused(ws, "UpdateItem", is_counter):  # the post's index fails: the deriver's to do
+        post("s1", *(("user", text) for text in wide))
+    age_deadlines(ws)
+    messages = stored(ws)
+    unit = messages[0]["ib"]
+    attempts: list[int] = []
+    with refused(ws, "UpdateItem", lambda p: is_counter(p) and (attempts.append(1) or len(attempts) > 40)):
+        with pytest.raises(ClientError):
+            message_search.ensure_indexed(ws, "ws1", "s1", messages, sleep=never_sleep)
+        died()
+    counted = sum(1 for units in marks_by_item(ws, "ws1").values() if unit in units)
+    assert 0 < counted <= 40 and texts(ws, "ws1", "s1") == {}
+    touched = len(text_index._tally("ws1", [(m.peer, Document.of(m.content, "user")) for m in corpus_of(ws, "s1")])[0])
+    with dynamodb_requests() as seen:
+        assert message_search.ensure_indexed(ws, "ws1", "s1", messages, sleep=never_sleep) == 2
+    assert counter_updates(seen) == (touched - counted) + touched  # the rest, then settle's removal of every mark
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
+    assert marks(ws, "ws1") == {}
+
+
+def died() -> None:
+    """The interrupted call's requests still in flight on the index's threads end (as an invocation's would with it):
+    its pool is shut down, waiting for them, and the next call makes a new one."""
+    text_index._pool().shutdown(wait=True)
+    text_index._pool.cache_clear()
+
+
+def marks_by_item(db: Db, ws: str) -> dict[tuple[str, str], set[str]]:
+    """(partition, sort key) of each counter -> the units marked on it, the workspace's and each peer's apart."""
+    items = scan(db, "begins_with(PK, :p)", {":p": {"S": keys.text_counters_pk(ws)}})
+    return {(i["PK"], i["SK"]): {n[2:] for n in i if n.startswith("u:")} for i in items}
+
+
+def test_a_session_purge_deletes_its_message_vectors_a_page_at_a_time_under_its_deadline(db):
+    """A session's vectors (one per message) are deleted 1,000 keys a page: out of time, the purge stops after a
+    page and the next call goes on, rather than reading the whole partition into one invocation."""
+    vectors = [message_search.vector_item("ws1", "s1", seq, "user", [0.5] * 256) for seq in range(1, 1003)]
+    for start in range(0, len(vectors), 25):
+        db.client.batch_write_item(
+            RequestItems={db.table: [{"PutRequest": {"Item": v}} for v in vectors[start : start + 25]]}
+        )
+    assert message_search.purge_vectors(db, "ws1", "s1", time_left=lambda: -1.0) == (1000, False)
+    assert message_search.purge_vectors(db, "ws1", "s1", time_left=lambda: -1.0) == (2, True)
+    assert message_search.purge_vectors(db, "ws1", "s1") == (0, True)
+
+
+def test_the_deriver_does_not_wait_for_a_request_that_left_its_batch_to_it(ws):
+    """100 messages sharing 200 words (202 distinct terms, but 20,200 postings) are past a post's budget: the post
+    writes none of their index, and the deriver indexes the whole batch, exactly once, as soon as the stream brings
+    it, without waiting for the request's deadline (it would sleep up to the ingest function's 15 s); then every
+    search finds them."""
+    shared = " ".join(f"w{i}x" for i in range(200))
+    post("s1", *(("user", f"{shared} kayak{m}q") for m in range(100)))
+    assert texts(ws, "ws1", "s1") == {} and search(f"{W}/search", "kayak7q") == []  # not indexed by the post
+    messages = stored(ws)
+    live = messages[0]["ibu"] - 1  # the request's deadline has not passed
+    images = [from_item(r["dynamodb"]["NewImage"]) for r in message_records(ws.client, session_id="s1")]
+    message_search.index_messages(ws, images, now=lambda: live, sleep=never_sleep)
+    assert message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: live, sleep=never_sleep) == 100
+    assert [m["seq"] for m in search(f"{W}/search", "kayak7q")] == [8]
+    assert [m["seq"] for m in search(f"{W}/sessions/s1/search", "kayak42q w3x")][:1] == [43]
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1"))
+    assert marks(ws, "ws1") == {}
+
+
+def test_a_large_settle_stopped_midway_removes_only_the_marks_left(ws):
+    """A unit holding more than a thousand marks (a post of long messages) whose settle dies midway: the next settle
+    reads which marks are left and removes those, instead of sending every removal again."""
+    wide = " ".join(f"s{i}x" for i in range(600))
+    post("s1", ("user", wide))
+    held = sum(len(units) for units in marks_by_item(ws, "ws1").values())
+    assert held == 2 * 602 > text_index.SETTLE_READ_FIRST  # (600 words, 'user', the statistics; twice)
+    calls: list[int] = []
+    with refused(ws, "UpdateItem", lambda p: bool(calls.append(1)) or len(calls) > 500):
+        with pytest.raises(ClientError):
+            text_index.settle(ws, "ws1", "s1", [1])
+        died()
+    left = sum(len(units) for units in marks_by_item(ws, "ws1").values())
+    assert 0 < left < held
+    with dynamodb_requests() as seen:
+        assert text_index.settle(ws, "ws1", "s1", [1]) == left
+    assert counter_updates(seen) == left and marks(ws, "ws1") == {}
+
+
+def test_a_clone_copy_out_of_time_in_a_page_index_stops_and_the_next_step_finishes_it_exactly(ws):
+    """A clone's copy indexes each page of 200 copied messages as one unit: a page of long messages can outlast the
+    step. Out of time between two chunks of its counters, the step stops and asks for the next (its session item
+    changes, so the stream brings a record); that one goes on from the marks, and the counters are exact."""
+    from precis.store.clones import copy_base
+
+    post("s1", *(("user" if m % 2 else "alice", " ".join(f"p{m}x{i}q" for i in range(40))) for m in range(4)))
+    clone = call("POST", f"{W}/sessions/s1/clone").body["id"]
+    clock = iter([100.0])  # enough for the page, then less than the margin: the index stops after its first chunk
+    assert copy_base(ws, "ws1", clone, time_left=lambda: next(clock, 5.0)) is False
+    item = from_item(
+        ws.client.get_item(
+            TableName=ws.table, Key={"PK": {"S": "WS#ws1"}, "SK": {"S": f"SESSION#{clone}"}}, ConsistentRead=True
+        )["Item"]
+    )
+    assert item["copy_rounds"] == 1 and "base_session" in item and texts(ws, "ws1", clone) == {}
+    assert copy_base(ws, "ws1", clone) is True
+    assert sorted(texts(ws, "ws1", clone)) == [1, 2, 3, 4]
+    assert counters(ws, "ws1") == brute_counters(corpus_of(ws, "s1", clone))
+    assert not [unit for units in marks(ws, "ws1").values() for unit in units if unit.startswith(f"{clone}:")]

@@ -29,6 +29,7 @@ from precis.store.db import Db
 log = logging.getLogger("precis.memory.dreams")
 CHUNK = 16
 MAX_PREMISES = 200  # explicit conclusions a dream reasons over (the newest)
+MAX_KNOWN = 100  # deductive ones it is told are known (the newest): each dream adds some, and the prompt must fit
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def _explicit(db: Db, target: DreamTarget) -> tuple[list[dict[str, Any]], list[s
     items = conclusions.collection_contents(db, target.workspace, target.observer, target.observed)
     explicit = [{"id": i["id"], "content": i["content"]} for i in items if i.get("level", "explicit") == "explicit"]
     deductive = [i["content"] for i in items if i.get("level") == "deductive"]
-    return explicit[-MAX_PREMISES:], deductive
+    return explicit[-MAX_PREMISES:], deductive[-MAX_KNOWN:]
 
 
 def _decide(db: Db, target: DreamTarget, item: dict[str, Any], engine: Any) -> dict[str, Any] | None:

@@ -145,18 +145,28 @@ def copy_base(db: Db, ws: str, session_id: str, *, time_left: Callable[[], float
     if session is None or base is None or "deleted_at" in session:
         return True  # done already, or deleted (its purge removes what was copied)
     copied = int(session.get("copied_through", 0))
+
+    def index_time() -> float:  # a page's index stops where the step would
+        return time_left() - MARGIN_S
+
     while copied < base.through:
         if time_left() < MARGIN_S:
             _progress(db, ws, session_id, session, copied)  # a MODIFY: the next invocation goes on from here
             return False
         last = min(copied + PAGE, base.through)
-        _copy_page(db, ws, session_id, session["incarnation"], base.session, copied + 1, last)
+        try:
+            _copy_page(db, ws, session_id, session["incarnation"], base.session, copied + 1, last, index_time)
+        except text_index.OutOfTime:  # (a page of long messages: its index goes on, from its marks, next time)
+            _progress(db, ws, session_id, session, copied)
+            return False
         copied = last
     _finish(db, ws, session_id, session)
     return True
 
 
-def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first: int, last: int) -> None:
+def _copy_page(
+    db: Db, ws: str, clone: str, incarnation: str, parent: str, first: int, last: int, time_left: Callable[[], float]
+) -> None:
     def range_query(pk: str, prefix: str, fields: str | None = None) -> list[dict[str, Any]]:
         request: dict[str, Any] = {
             "KeyConditionExpression": "PK = :pk AND SK BETWEEN :a AND :b",
@@ -187,7 +197,7 @@ def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first
     texts = [
         text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "") for v in with_bodies(db, page, ws, parent)
     ]
-    text_index.index_texts(db, ws, clone, f"{clone}:{first}:copy{incarnation}", texts)
+    text_index.index_texts(db, ws, clone, f"{clone}:{first}:copy{incarnation}", texts, resume=True, time_left=time_left)
     text_index.settle(db, ws, clone, (t.seq for t in texts))  # (copies wake no deriver to do it)
 
 
@@ -249,13 +259,15 @@ def _put_chunk(db: Db, chunk: list[Mapping[str, Any]], live: dict[str, Any]) -> 
 
 
 def _progress(db: Db, ws: str, session_id: str, session: SessionItem, copied: int) -> None:
+    # The round changes the item even when `copied` does not (a page whose index ran out of time): an update that
+    # changes nothing writes no stream record, and the record is what continues the copy.
     try:
         db.client.update_item(
             TableName=db.table,
             Key=to_item(keys.session(ws, session_id)),
-            UpdateExpression="SET copied_through = :c",
+            UpdateExpression="SET copied_through = :c ADD copy_rounds :one",
             ConditionExpression="incarnation = :inc",
-            ExpressionAttributeValues=to_item({":c": copied, ":inc": session["incarnation"]}),
+            ExpressionAttributeValues=to_item({":c": copied, ":inc": session["incarnation"], ":one": 1}),
         )
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":

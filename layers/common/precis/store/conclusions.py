@@ -1027,7 +1027,8 @@ def purge_session_conclusions(
     db: Db, ws: str, session_id: str, *, time_left: Callable[[], float] = lambda: math.inf
 ) -> tuple[int, bool]:
     """Delete the conclusions drawn from the session (its DERIVED# items name them): (how many, done?). Stops when
-    `time_left()` runs under zero between collections; what it did is gone from the list, so a new call resumes."""
+    `time_left()` runs under zero between transactions (a collection's are _REMOVE_CHUNK conclusions each); what it
+    did is gone from the list, so a new call resumes."""
     provenance = _provenance(db, ws, session_id)
     by_collection: dict[tuple[str, str], list[str]] = {}
     for item in provenance:
@@ -1036,9 +1037,10 @@ def purge_session_conclusions(
         )
     removed = 0
     for (observer, observed), ids in by_collection.items():
-        if time_left() < 0:
-            return removed, False
-        removed += _remove(db, ws, observer, observed, ids)
+        for start in range(0, len(ids), _REMOVE_CHUNK):
+            if time_left() < 0:
+                return removed, False
+            removed += _remove(db, ws, observer, observed, ids[start : start + _REMOVE_CHUNK])
     return removed, True
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from precis.lexical import fuse
+from precis.lexical import Document, fuse
 from precis.store import filters as filtering
 from precis.store import keys, text_index
 from precis.store.db import Db, batch_get, error_code, to_item
@@ -157,7 +157,7 @@ def index_unit(db: Db, ws: str, session_id: str, unit: str, members: Sequence[Me
         text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "")
         for v in with_bodies(db, batch, ws, session_id)
     ]
-    return text_index.index_texts(db, ws, session_id, unit, texts)
+    return text_index.index_texts(db, ws, session_id, unit, texts, resume=True)
 
 
 def _release(db: Db, ws: str, session_id: str) -> None:
@@ -294,7 +294,19 @@ def _wait_for_texts(
     deadline not passed) has written it or died (`missing`: those known missing already, not read again)."""
     if missing is None:
         missing = text_index.missing_texts(db, ws, session_id, (int(m["seq"]) for m in messages))
-    deadline = max((float(m.get("ibu") or 0) for m in messages if int(m["seq"]) in missing), default=0.0)
+    # A unit whose request found it past its budget writes none of its texts: nothing to wait for. Its members here
+    # (inline contents) cost at most what the whole unit does, so past the budget here means past it there.
+    units: dict[str, list[MessageItem]] = {}
+    for m in messages:
+        units.setdefault(text_index.unit_of(session_id, m), []).append(m)
+    waiting = [
+        members
+        for members in units.values()
+        if any(int(m["seq"]) in missing for m in members)
+        and text_index.index_cost([(m["peer_id"], Document.of(m.get("content") or "", m["peer_id"])) for m in members])
+        <= text_index.INLINE_MAX_COST
+    ]
+    deadline = max((float(m.get("ibu") or 0) for members in waiting for m in members), default=0.0)
     while missing and now() < deadline:
         sleep(_POLL_S)
         missing = text_index.missing_texts(db, ws, session_id, missing)
@@ -586,16 +598,27 @@ def read_views(
     return views
 
 
-def purge_vectors(db: Db, ws: str, session_id: str) -> int:
-    """Delete every message vector of the session (its purge)."""
-    from precis.store.db import query_all
+def purge_vectors(
+    db: Db, ws: str, session_id: str, *, time_left: Callable[[], float] = lambda: float("inf")
+) -> tuple[int, bool]:
+    """Delete the session's message vectors (its purge), a page of 1,000 keys at a time: (how many, done?). Stops
+    once `time_left()` is under zero between pages; a new call goes on (what was deleted is gone from the Query)."""
     from precis.store.records import delete_keys
 
-    found = query_all(
-        db,
-        KeyConditionExpression="PK = :pk",
-        ProjectionExpression="PK, SK",
-        ConsistentRead=True,
-        ExpressionAttributeValues=to_item({":pk": keys.message_vectors_pk(ws, session_id)}),
-    )
-    return delete_keys(db, found)
+    request: dict[str, Any] = {
+        "TableName": db.table,
+        "KeyConditionExpression": "PK = :pk",
+        "ProjectionExpression": "PK, SK",
+        "ConsistentRead": True,
+        "Limit": 1000,
+        "ExpressionAttributeValues": to_item({":pk": keys.message_vectors_pk(ws, session_id)}),
+    }
+    deleted = 0
+    while True:
+        out = db.client.query(**request)
+        deleted += delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in out["Items"]])
+        if "LastEvaluatedKey" not in out:
+            return deleted, True
+        if time_left() < 0:
+            return deleted, False
+        request["ExclusiveStartKey"] = out["LastEvaluatedKey"]

@@ -82,8 +82,13 @@ def purge_session(
         from precis.store import text_index
         from precis.store.message_search import purge_vectors
 
-        deleted += purge_vectors(db, ws, session_id)
-        deleted += text_index.purge_session(db, ws, session_id, incarnation)
+        vectors, done = purge_vectors(db, ws, session_id, time_left=lambda: time_left() - MARGIN_S)
+        deleted += vectors
+        if done:
+            indexed, done = text_index.purge_session(
+                db, ws, session_id, incarnation, time_left=lambda: time_left() - MARGIN_S
+            )
+            deleted += indexed
     if not done:
         request_purge(db, ws, session_id, incarnation)
         return PurgeResult(False, deleted, 0)

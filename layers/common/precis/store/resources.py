@@ -88,6 +88,7 @@ class SessionItem(TypedDict):
     base_through: NotRequired[int]
     base_incarnation: NotRequired[str]
     copied_through: NotRequired[int]
+    copy_rounds: NotRequired[int]  # bumped by each step that stops, so its update writes a stream record
     copied_at: NotRequired[str]
 
 

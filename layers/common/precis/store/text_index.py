@@ -20,11 +20,15 @@ marks the unit on the item (`u:{unit}`), refused if the mark is there (a retried
 transaction: concurrent writers of a common word never conflict), then the texts, last, so a text present means its
 unit is counted. The deriver removes the marks once the texts are there (`settle`), and indexes, after a grace period
 longer than the ingest function can run, a unit whose request died before its texts (`repair`). A session's purge
-takes its counts back the same way, in units of aligned seq blocks, then deletes postings and texts.
+takes its counts back the same way, in units of aligned seq blocks, then marks its texts taken back, deletes its
+postings, the marks its counters hold (read first, so it removes only those that are there) and its texts, under a
+deadline, resumably. A post indexes only what it can write in its time (`index_cost`, in postings); the deriver
+indexes a larger batch.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +48,12 @@ if TYPE_CHECKING:
 
 MAX_QUERY_TERMS = 99  # distinct words of a query that count (one BatchGetItem reads their counters and the stats)
 PURGE_BLOCK = 100  # seqs per unit of a purge: aligned, so a resumed purge takes back the same counts
+PURGE_CHUNK = 100  # counters a purge reads (one BatchGetItem) and takes back between two looks at its deadline
+MARK_CHUNK = 800  # marks a purge removes between two looks at its deadline (~0.1 s, 8 at a time)
+# Marks past which a settle reads which are there before removing them: one attempt may then not finish (a unit of
+# 100 long messages holds up to 204,802), and the next removes only what is left, not every mark again. Below it,
+# the common case (a post of chat messages), the removals are sent blind: cheaper than reading first.
+SETTLE_READ_FIRST = 1_000
 _DOC_FIELDS = ("PK", "SK", "seq", "peer", "tsig", "tlen", "u")
 
 
@@ -80,30 +90,63 @@ def _mark(unit: str) -> str:
 # ---------------------------------------------------------------- writing
 
 
-class TooManyTerms(Exception):
-    """A unit says more distinct terms than its indexer may write in the time it has: nothing was written."""
+# What a counter update costs against a posting, measured (moto in-process, 8 threads: 0.12 ms a put in a
+# BatchWriteItem of 25, 1.0 ms an UpdateItem, a request of its own): a unit's cost is counted in postings.
+UPDATE_COST = 8
+# The cost a post's index may have before it answers (messages.ingest): the ingest function has 15 s, of which the
+# index may take a third (5 s, ~40,000 postings at 0.12 ms), halved for Lambda's 512 MB (a third of a vCPU, and
+# botocore's serializing is CPU). A unit costing more is stored, answered, and indexed by the deriver, which need not
+# wait for its request (message_search).
+INLINE_MAX_COST = 20_000
+
+
+class OutOfTime(Exception):
+    """An indexer given a deadline stopped before it: what it counted is marked, its texts are not written."""
+
+
+class TooMuchToIndex(Exception):
+    """A unit makes more writes than its indexer may make in the time it has: nothing was written."""
+
+
+def index_cost(documents: Sequence[tuple[str, Document]]) -> int:
+    """The writes indexing these (speaker, document)s as one unit makes, in postings: a posting per (term, text), a
+    text each, and UPDATE_COST per counter it adds to (each term's, the workspace's and the speaker's, and the
+    statistics)."""
+    return sum(len(d.counts) + 1 for _, d in documents) + UPDATE_COST * len(_tally("", documents)[0])
 
 
 def index_texts(
-    db: Db, ws: str, session_id: str, unit: str, texts: Sequence[Text], *, max_terms: int | None = None
+    db: Db,
+    ws: str,
+    session_id: str,
+    unit: str,
+    texts: Sequence[Text],
+    *,
+    max_cost: int | None = None,
+    resume: bool = False,
+    time_left: Callable[[], float] | None = None,
 ) -> int:
     """Index a unit's messages (postings, counts, texts), exactly once however often it is asked; how many texts were
     written. A unit whose texts exist already is counted: only its missing texts are written again. With
-    `max_terms`, a unit of more distinct terms raises TooManyTerms before writing anything."""
+    `max_cost`, a unit whose `index_cost` is higher raises TooMuchToIndex before writing anything. With `resume`
+    (an indexer that may have stopped midway before: the deriver's repair, a clone's copy), the counters are read
+    first, PURGE_CHUNK at a time, and only those without the unit's mark updated: each attempt goes on from where the
+    last one stopped instead of sending every update again; with `time_left` too, it raises OutOfTime between two
+    chunks once that is under zero (no text written: the next attempt goes on from the marks)."""
     if not texts:
         return 0
     documents = {t.seq: Document.of(t.content, speaker=t.peer) for t in texts}
-    if max_terms is not None:
-        said = len({term for d in documents.values() for term in d.counts})
-        if said > max_terms:
-            raise TooManyTerms(f"unit {unit}: {said} distinct terms, more than {max_terms}")
+    if max_cost is not None:
+        cost = index_cost([(t.peer, documents[t.seq]) for t in texts])
+        if cost > max_cost:
+            raise TooMuchToIndex(f"unit {unit}: {cost} writes (in postings), more than {max_cost}")
     found = batch_get(db, [keys.text_doc(ws, session_id, t.seq) for t in texts], ("seq", "u"))
     # A text another unit wrote (a clone's copy of the same seq) is counted there: not this unit's to count or write.
     texts = [t for t in texts if t.seq not in {int(i["seq"]) for i in found if i.get("u") != unit}]
     have = {int(i["seq"]) for i in found if i.get("u") == unit}
     if texts and not have:
         _put_postings(db, ws, session_id, texts, documents)
-        _count(db, ws, unit, [(t.peer, documents[t.seq]) for t in texts], sign=1)
+        _count(db, ws, unit, [(t.peer, documents[t.seq]) for t in texts], sign=1, resume=resume, time_left=time_left)
     missing = [t for t in texts if t.seq not in have]
     _write(db, [{"PutRequest": {"Item": _doc_item(ws, session_id, t, documents[t.seq], unit)}} for t in missing])
     return len(missing)
@@ -168,11 +211,10 @@ def _counter_keys(ws: str, peer: str, document: Document) -> list[tuple[str, str
     return [(pk, term) for pk in scopes for term in sorted(document.counts)] + [(pk, keys.TEXT_STATS) for pk in scopes]
 
 
-def _count(db: Db, ws: str, unit: str, documents: Sequence[tuple[str, Document]], sign: int) -> None:
-    """Add (sign 1) or take back (-1) the documents' counts, each counter and the statistics once for `unit`: the
-    workspace's and each peer's, each an item of its own (a workspace of thousands of peers grows none of them).
-    Counts are taken back only from counters that exist: a workspace deleted before its sessions' purges ran has
-    none."""
+def _tally(
+    ws: str, documents: Sequence[tuple[str, Document]]
+) -> tuple[dict[tuple[str, str], Counter[str]], dict[tuple[str, str], set[int]]]:
+    """What the documents add to each counter (partition, sort key) they touch, and the groups of its postings."""
     counts: dict[tuple[str, str], Counter[str]] = {}
     groups: dict[tuple[str, str], set[int]] = {}
     for peer, document in documents:
@@ -183,6 +225,45 @@ def _count(db: Db, ws: str, unit: str, documents: Sequence[tuple[str, Document]]
             for term, count in document.counts.items():
                 counts.setdefault((pk, term), Counter())["n"] += 1
                 groups.setdefault((pk, term), set()).add(group_of(count))
+    return counts, groups
+
+
+def _count(
+    db: Db,
+    ws: str,
+    unit: str,
+    documents: Sequence[tuple[str, Document]],
+    sign: int,
+    *,
+    resume: bool = False,
+    time_left: Callable[[], float] | None = None,
+) -> None:
+    """Add (sign 1) or take back (-1) the documents' counts, each counter and the statistics once for `unit`: the
+    workspace's and each peer's, each an item of its own (a workspace of thousands of peers grows none of them).
+    Counts are taken back only from counters that exist: a workspace deleted before its sessions' purges ran has
+    none. With `resume`, the counters already marked are read and left alone."""
+    counts, groups = _tally(ws, documents)
+    if not resume:
+        _update_counters(db, unit, counts, groups, sign, list(counts))
+        return
+    touched = sorted(counts)
+    for start in range(0, len(touched), PURGE_CHUNK):
+        if start and time_left is not None and time_left() < 0:
+            raise OutOfTime(f"unit {unit}: {start} of {len(touched)} counters counted")
+        chunk = touched[start : start + PURGE_CHUNK]
+        marked = {key for key, units in _marks_held(db, chunk, [unit]).items() if units}
+        _update_counters(db, unit, counts, groups, sign, [key for key in chunk if key not in marked])
+
+
+def _update_counters(
+    db: Db,
+    unit: str,
+    counts: Mapping[tuple[str, str], Counter[str]],
+    groups: Mapping[tuple[str, str], set[int]],
+    sign: int,
+    which: Sequence[tuple[str, str]],
+) -> None:
+    """Add (sign 1) or take back (-1) `counts` on the counters `which`, each once for `unit` (its mark)."""
 
     def update(key: tuple[str, str]) -> None:
         names = {"#w": _mark(unit), **{f"#a{i}": name for i, name in enumerate(counts[key])}}
@@ -209,7 +290,7 @@ def _count(db: Db, ws: str, unit: str, documents: Sequence[tuple[str, Document]]
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise  # (refused: this unit's counts are on the item already, or there is nothing to take from)
 
-    list(_pool().map(update, list(counts)))
+    list(_pool().map(update, which))
 
 
 def settle(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> int:
@@ -217,7 +298,21 @@ def settle(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> int:
     stream); how many marks were removed. A text not written yet is left to the deriver's repair."""
     found = batch_get(db, [keys.text_doc(ws, session_id, s) for s in sorted(set(seqs))], ("tsig", "u", "peer"))
     marks = {(i["u"], key) for i in found for key in _counter_keys(ws, i["peer"], Document.parse(i["tsig"], 0))}
+    if len(marks) > SETTLE_READ_FIRST:
+        marks = _held(db, marks)
     return sum(_pool().map(lambda mark: _unmark(db, mark[1], mark[0]), sorted(marks)))
+
+
+def _held(db: Db, marks: Iterable[tuple[str, tuple[str, str]]]) -> set[tuple[str, tuple[str, str]]]:
+    """Those of the (unit, counter) `marks` that are there, read PURGE_CHUNK counters a BatchGetItem."""
+    by_key: dict[tuple[str, str], set[str]] = {}
+    for unit, key in marks:
+        by_key.setdefault(key, set()).add(unit)
+    units, touched, held = sorted({u for us in by_key.values() for u in us}), sorted(by_key), set()
+    for start in range(0, len(touched), PURGE_CHUNK):
+        for key, marked in _marks_held(db, touched[start : start + PURGE_CHUNK], units).items():
+            held |= {(unit, key) for unit in marked & by_key[key]}
+    return held
 
 
 def missing_texts(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> set[int]:
@@ -226,32 +321,107 @@ def missing_texts(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> set[
     return seqs - {int(i["seq"]) for i in batch_get(db, [keys.text_doc(ws, session_id, s) for s in seqs], ("seq",))}
 
 
-def purge_session(db: Db, ws: str, session_id: str, incarnation: str | None) -> int:
-    """Take a session's messages out of the index: their counts (once per aligned block of seqs, so a resumed purge
-    takes back the same), then their postings, then their texts; how many texts."""
-    texts = query_all(
-        db,
+def purge_session(
+    db: Db, ws: str, session_id: str, incarnation: str | None, *, time_left: Callable[[], float] = lambda: math.inf
+) -> tuple[int, bool]:
+    """Take a session's messages out of the index, an aligned block of seqs at a time (`_purge_block`): (how many
+    texts, done?). Stops once `time_left()` is under zero, between blocks or between chunks of one, after some
+    progress; a new call resumes where it stopped, taking back no count twice."""
+    deleted, started = 0, False
+    while items := _first_block(db, ws, session_id):
+        if started and time_left() < 0:
+            return deleted, False
+        if not _purge_block(db, ws, session_id, incarnation, items, time_left):
+            return deleted, False
+        deleted, started = deleted + len(items), True
+    return deleted, True
+
+
+def _first_block(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
+    """The texts of the session's first aligned block of seqs still indexed (at most PURGE_BLOCK, one page)."""
+    pk = keys.text_docs_pk(ws, session_id)
+    first = db.client.query(
+        TableName=db.table,
         KeyConditionExpression="PK = :pk",
         ConsistentRead=True,
-        ExpressionAttributeValues=to_item({":pk": keys.text_docs_pk(ws, session_id)}),
+        Limit=1,
+        ProjectionExpression="seq",
+        ExpressionAttributeValues=to_item({":pk": pk}),
+    )["Items"]
+    if not first:
+        return []
+    start = (int(first[0]["seq"]["N"]) - 1) // PURGE_BLOCK * PURGE_BLOCK + 1
+    return query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b",
+        ConsistentRead=True,
+        ExpressionAttributeValues=to_item(
+            {
+                ":pk": pk,
+                ":a": keys.text_doc(ws, session_id, start)["SK"],
+                ":b": keys.text_doc(ws, session_id, start + PURGE_BLOCK - 1)["SK"],
+            }
+        ),
     )
-    blocks: dict[int, list[dict[str, Any]]] = {}
-    for item in texts:
-        blocks.setdefault((int(item["seq"]) - 1) // PURGE_BLOCK, []).append(item)
-    for block, items in sorted(blocks.items()):
-        documents = [(i["peer"], Document.parse(i["tsig"], int(i["tlen"]))) for i in items]
-        unit = f"{session_id}:{incarnation}:purge:{block}"
-        _count(db, ws, unit, documents, sign=-1)
-        delete_keys(
-            db, [k for i, (_, d) in zip(items, documents) for k in _posting_keys(ws, session_id, int(i["seq"]), d)]
-        )
-        delete_keys(db, [{"PK": i["PK"], "SK": i["SK"]} for i in items])
-        # The block's texts are gone: nothing can ask for its units again (the purge's, and those that indexed the
-        # texts, should the deriver not have settled them), so their marks go too.
-        touched = {key for peer, d in documents for key in _counter_keys(ws, peer, d)}
-        marks = {(u, key) for u in {unit, *(i.get("u") for i in items if i.get("u"))} for key in touched}
-        list(_pool().map(lambda mark: _unmark(db, mark[1], mark[0]), sorted(marks)))
-    return len(texts)
+
+
+def _purge_block(
+    db: Db,
+    ws: str,
+    session_id: str,
+    incarnation: str | None,
+    items: Sequence[Mapping[str, Any]],
+    time_left: Callable[[], float],
+) -> bool:
+    """Take one block's texts out; whether it finished. In order, each step resumable: its counts, once (the block
+    is a unit, `{session}:{incarnation}:purge:{block}`: a count is taken back only from a counter that exists
+    without that mark); then its texts say so (`tb`); then its postings go; then the marks its counters hold, of
+    the purge and of the units that indexed its texts (those that are there, read first); then its texts. The
+    counters are read PURGE_CHUNK at a time with the marks they hold, and the marks removed MARK_CHUNK at a time;
+    out of time between two chunks it stops, and the next call finds the same block: with `tb` on its texts it
+    takes nothing back again, only removes the marks still there."""
+    block = (int(items[0]["seq"]) - 1) // PURGE_BLOCK
+    unit = f"{session_id}:{incarnation}:purge:{block}"
+    documents = [(i["peer"], Document.parse(i["tsig"], int(i["tlen"]))) for i in items]
+    counts, groups = _tally(ws, documents)
+    touched = sorted(counts)
+    units = sorted({unit, *(i["u"] for i in items if i.get("u"))})
+    taken = all(i.get("tb") for i in items)  # counted back already: only marks and deletes are left
+    steps = 0
+
+    def out_of_time() -> bool:
+        nonlocal steps
+        steps += 1
+        return steps > 1 and time_left() < 0  # (the first step always runs: each call makes progress)
+
+    held: dict[tuple[str, str], set[str]] = {}  # the touched counters that exist -> the block's units marked there
+    for start in range(0, len(touched), PURGE_CHUNK):
+        if out_of_time():
+            return False
+        found = _marks_held(db, touched[start : start + PURGE_CHUNK], units)
+        if not taken:
+            _update_counters(db, unit, counts, groups, -1, [k for k, marked in found.items() if unit not in marked])
+            found = {key: marked | {unit} for key, marked in found.items()}
+        held |= {key: marked for key, marked in found.items() if marked}
+    if not taken:
+        _write(db, [{"PutRequest": {"Item": to_item({**i, "tb": 1})}} for i in items])
+    postings = [k for i, (_, d) in zip(items, documents) for k in _posting_keys(ws, session_id, int(i["seq"]), d)]
+    _write(db, [{"DeleteRequest": {"Key": to_item(key)}} for key in postings])
+    # The block's counts are back and its texts say so: nothing can ask for its units again (the purge's, and those
+    # that indexed the texts, should the deriver not have settled them), so their marks go.
+    marks = sorted((u, key) for key, marked in held.items() for u in marked)
+    for start in range(0, len(marks), MARK_CHUNK):
+        if out_of_time():
+            return False
+        list(_pool().map(lambda mark: _unmark(db, mark[1], mark[0]), marks[start : start + MARK_CHUNK]))
+    _write(db, [{"DeleteRequest": {"Key": to_item({"PK": i["PK"], "SK": i["SK"]})}} for i in items])
+    return True
+
+
+def _marks_held(db: Db, counters: Sequence[tuple[str, str]], units: Sequence[str]) -> dict[tuple[str, str], set[str]]:
+    """The counters among `counters` that exist, each with those of `units` whose mark it holds (one BatchGetItem)."""
+    found = batch_get(db, [{"PK": pk, "SK": sk} for pk, sk in counters], ("PK", "SK", *map(_mark, units)))
+    return {(i["PK"], i["SK"]): {u for u in units if _mark(u) in i} for i in found}
 
 
 def _unmark(db: Db, key: tuple[str, str], unit: str) -> int:
