@@ -1,0 +1,109 @@
+"""Every answer fits Lambda's 6 MB as its runtime serializes it (issue 46, item 5): pages fitted by bytes (never a
+page silently shorter than its size: the SDKs would skip what it left out), large answers framed so escaping cannot
+double them, and the workspace's queue status bounded in what it reads and answers."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from honcho import Honcho
+
+from local.gateway import http_response
+from local.inprocess import http_event, invoke
+from precis.settings import get_settings
+from precis.store.db import get_db
+from tests.handlers import call
+
+W = "/v3/workspaces/ws1"
+LAMBDA_PAYLOAD_MAX = 6_291_556  # Lambda: "exceeded maximum allowed payload size (6291556 bytes)"
+QUOTES = {"q": '"' * 32_700}  # 65,424 bytes as JSON (each quote escaped once): just under the 64 KiB cap
+
+
+@pytest.fixture
+def ws(aws):
+    get_settings.cache_clear()
+    get_db.cache_clear()
+    assert call("POST", "/v3/workspaces", {"id": "ws1", "metadata": QUOTES}).status == 201
+    return aws
+
+
+def _create(kind: str, count: int, prefix: str = "") -> None:
+    for i in range(count):
+        if kind == "workspaces":
+            reply = call("POST", "/v3/workspaces", {"id": f"{prefix}w{i:03d}", "metadata": QUOTES})
+        else:
+            reply = call("POST", f"{W}/{kind}", {"id": f"{prefix}{kind[0]}{i:03d}", "metadata": QUOTES})
+        assert reply.status == 201, reply.body
+
+
+LISTS = {
+    "sessions": f"{W}/sessions/list",
+    "peers": f"{W}/peers/list",
+    "workspaces": "/v3/workspaces/list",
+}
+
+
+@pytest.mark.parametrize("kind", list(LISTS))
+def test_a_page_of_50_items_with_64_kb_of_quotes_each_fits_a_lambda_answer(ws, kind):
+    """The reproduction: 6,408,182 bytes for 50 sessions before (AWS answers a 5xx); framed in base64 now."""
+    _create(kind, 50)
+    reply = call("POST", LISTS[kind], size=50)
+    assert reply.status == 200, reply.body
+    assert reply.payload_bytes <= LAMBDA_PAYLOAD_MAX
+    assert len(reply.body["items"]) == 50 and all(i["metadata"] == QUOTES for i in reply.body["items"])
+
+
+def test_a_page_that_cannot_fit_is_413_naming_a_size_that_does_and_that_size_reads_every_item_once(ws):
+    _create("sessions", 80)
+    too_big = call("POST", LISTS["sessions"], size=100)
+    assert too_big.status == 413 and too_big.payload_bytes <= LAMBDA_PAYLOAD_MAX
+    detail = too_big.body["detail"]
+    assert detail.startswith("size: ") and "ask for size at most" in detail
+    named = int(detail.rsplit(" ", 1)[1])
+    assert 50 <= named < 80
+    seen, page = [], 1
+    while True:
+        reply = call("POST", LISTS["sessions"], size=named, page=page)
+        assert reply.status == 200 and reply.payload_bytes <= LAMBDA_PAYLOAD_MAX
+        assert len(reply.body["items"]) == min(named, 80 - len(seen))  # every page but the last is full
+        seen += [s["id"] for s in reply.body["items"]]
+        if page >= reply.body["pages"]:
+            break
+        page += 1
+    assert seen == [f"s{i:03d}" for i in range(80)]
+
+
+def _sdk_transport(request: httpx.Request) -> httpx.Response:
+    """The SDK's requests through the handlers, answered as API Gateway answers (a base64 body decoded)."""
+    url = request.url.raw_path.decode()
+    function, event = http_event(
+        request.method, url, headers=dict(request.headers), raw=request.content.decode() or None
+    )
+    out = invoke(function, event)
+    if len(json.dumps(out, ensure_ascii=False).encode()) > LAMBDA_PAYLOAD_MAX:
+        return httpx.Response(502, json={"message": "Internal Server Error"})  # Lambda's refusal, through API Gateway
+    status, headers, data = http_response(out)
+    return httpx.Response(status, headers=headers, content=data)
+
+
+def test_the_sdk_iterates_a_byte_heavy_list_and_gets_every_item_exactly_once(ws):
+    _create("sessions", 60)
+    http = httpx.Client(base_url="http://precis.test", transport=httpx.MockTransport(_sdk_transport))
+    client = Honcho(base_url="http://precis.test", api_key="local", workspace_id="ws1", http_client=http)
+    ids = [s.id for s in client.sessions()]  # 50 a page
+    assert ids == [f"s{i:03d}" for i in range(60)]
+    assert client.session("s007").get_metadata() == QUOTES
+
+
+def test_large_answers_are_framed_so_api_gateway_hands_the_client_the_same_json(ws):
+    _create("sessions", 20)
+    function, event = http_event("POST", f"{LISTS['sessions']}?size=20")
+    out = invoke(function, event)
+    assert out["isBase64Encoded"] is True  # 1.3 MB of API JSON, 2.6 MB as a JSON string: 1.75 MB as base64
+    assert len(json.dumps(out, ensure_ascii=False).encode()) < 1_800_000
+    status, _headers, data = http_response(out)
+    assert status == 200 and [s["metadata"] for s in json.loads(data)["items"]] == [QUOTES] * 20
+    small = call("POST", LISTS["sessions"], size=1)  # small answers stay text
+    assert small.status == 200 and len(small.body["items"]) == 1
