@@ -169,18 +169,27 @@ def last_message(db: Db, ws: str, session_id: str, fields: tuple[str, ...] = TAI
     return as_message(from_item(out["Items"][0])) if out["Items"] else None
 
 
-def senders_from(db: Db, ws: str, session_id: str, start: int) -> list[MessageItem]:
-    """`seq`, `peer_id` and `kind` of each item of the session's messages from `start` on (strongly consistent)."""
-    items = query_all(
-        db,
-        KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b",
-        ConsistentRead=True,
-        ProjectionExpression="seq, peer_id, kind",
-        ExpressionAttributeValues=to_item(
+def senders_from(db: Db, ws: str, session_id: str, start: int, limit: int | None = None) -> list[MessageItem]:
+    """`seq`, `peer_id` and `kind` of each item of the session's messages from `start` on (strongly consistent), the
+    first `limit` of them when given."""
+    request: dict[str, Any] = {
+        "KeyConditionExpression": "PK = :pk AND SK BETWEEN :a AND :b",
+        "ConsistentRead": True,
+        "ProjectionExpression": "seq, peer_id, kind",
+        "ExpressionAttributeValues": to_item(
             {":pk": keys.session_pk(ws, session_id), ":a": keys.message_sk(start), ":b": keys.message_sk(keys.MAX_SEQ)}
         ),
-    )
-    return [as_message(i) for i in items]
+    }
+    if limit is None:
+        return [as_message(i) for i in query_all(db, **request)]
+    found: list[MessageItem] = []
+    while len(found) < limit:
+        out = db.client.query(TableName=db.table, Limit=limit - len(found), **request)
+        found += [as_message(from_item(i)) for i in out["Items"]]
+        if "LastEvaluatedKey" not in out:
+            break
+        request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+    return found
 
 
 def is_fence(item: MessageItem | None) -> bool:
