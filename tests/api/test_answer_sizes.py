@@ -107,3 +107,40 @@ def test_large_answers_are_framed_so_api_gateway_hands_the_client_the_same_json(
     assert status == 200 and [s["metadata"] for s in json.loads(data)["items"]] == [QUOTES] * 20
     small = call("POST", LISTS["sessions"], size=1)  # small answers stay text
     assert small.status == 200 and len(small.body["items"]) == 1
+
+
+@pytest.fixture
+def long_messages(ws, monkeypatch):
+    monkeypatch.setenv("PRECIS_MAX_MESSAGE_CHARS", "300000")
+    get_settings.cache_clear()
+    return ws
+
+
+def _post(contents: list[str]) -> None:
+    reply = call(
+        "POST", f"{W}/sessions/s1/messages", {"messages": [{"peer_id": "alice", "content": c} for c in contents]}
+    )
+    assert reply.status == 201, reply.body
+
+
+def test_a_search_whose_matches_cannot_fit_is_413_naming_a_limit_that_does(long_messages):
+    quoted = "apple " + '"' * 290_000  # 580 KB as JSON, 1.16 MB as a JSON string
+    for _ in range(3):
+        _post([quoted] * 4)
+    reply = call("POST", f"{W}/sessions/s1/search", {"query": "apple", "limit": 12})
+    assert reply.status == 413 and reply.body["detail"].startswith("limit: ")
+    named = int(reply.body["detail"].rsplit(" ", 1)[1])
+    found = call("POST", f"{W}/sessions/s1/search", {"query": "apple", "limit": named})
+    assert found.status == 200 and found.payload_bytes <= LAMBDA_PAYLOAD_MAX
+    assert len(found.body) == named and all(m["content"] == quoted for m in found.body)
+
+
+def test_a_context_whose_tokens_hold_more_bytes_than_an_answer_is_413_naming_tokens_that_fit(long_messages):
+    blank = "apple" + " " * 290_000  # whitespace: about 128 bytes a token
+    for _ in range(5):
+        _post([blank] * 5)
+    reply = call("GET", f"{W}/sessions/s1/context", tokens=100_000)
+    assert reply.status == 413 and reply.body["detail"].startswith("tokens: ")
+    named = int(reply.body["detail"].rsplit(" ", 1)[1])
+    fitted = call("GET", f"{W}/sessions/s1/context", tokens=named)
+    assert fitted.status == 200 and fitted.payload_bytes <= LAMBDA_PAYLOAD_MAX and fitted.body["messages"]

@@ -65,16 +65,34 @@ def fitting(items: Sequence[Any], budget: int = ANSWER_BUDGET) -> tuple[int, int
     return (len(items) if fit is None else fit), framed_bytes(raw, escaped)
 
 
-def fit_page(answer: dict[str, Any], *, name: str = "size", key: str = "items") -> dict[str, Any]:
-    """`answer` unchanged when its items fit one Lambda answer, else TooLarge (413) naming the `name` that would: a
-    page never silently holds fewer items than asked for (Honcho's SDKs ask for page + 1 with the same size, so a
-    shortened page would skip what it left out)."""
-    items = answer[key]
+def fit_items(items: list[Any], name: str) -> list[Any]:
+    """`items` unchanged when they fit one Lambda answer, else TooLarge (413) naming the `name` (`size`, `limit`,
+    `top_k`) that would: an answer never silently holds fewer items than asked for (Honcho's SDKs ask for page + 1
+    with the same size, so a shortened page would skip what it left out)."""
     fit, cost = fitting(items)
     if fit < len(items):
         raise TooLarge(
             f"{name}: these {len(items)} items come to {cost:,} bytes, past the {ANSWER_BUDGET:,} an answer holds; "
             f"ask for {name} at most {max(fit, 1)}"
+        )
+    return items
+
+
+def fit_page(answer: dict[str, Any], *, name: str = "size", key: str = "items") -> dict[str, Any]:
+    """A page whose `key` items fit one Lambda answer, unchanged; else TooLarge (413) naming the size that would."""
+    fit_items(answer[key], name)
+    return answer
+
+
+def fit_answer(answer: Any, name: str, asked: int) -> Any:
+    """`answer` unchanged when it fits one Lambda answer, else TooLarge (413) naming a smaller `name` (asked:
+    `asked`) in proportion (the context's `tokens`, a representation's `max_conclusions`)."""
+    text = json_text(answer)
+    cost = framed_bytes(len(text.encode("utf-8")), escaped_bytes(text))
+    if cost > ANSWER_BUDGET:
+        raise TooLarge(
+            f"{name}: this answer comes to {cost:,} bytes, past the {ANSWER_BUDGET:,} an answer holds; "
+            f"ask for {name} at most {max(1, asked * ANSWER_BUDGET // cost)}"
         )
     return answer
 

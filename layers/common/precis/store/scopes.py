@@ -197,14 +197,33 @@ def list_sessions(db: Db, ws: str, scope_id: str, page_no: int, size: int, rever
     return page(sorted((session_view(s) for s in sessions), key=lambda v: v["id"]), page_no, size, reverse)
 
 
+STATUS_MAX = 5_000  # sessions one scope status reads and answers (~250 bytes each; docs/design.md, "Limits")
+
+
 def status(db: Db, ws: str, scope_id: str) -> dict[str, Any]:
+    """Each member session's backfill, the first STATUS_MAX of them by id; `backfill_capped` (ext) when there are
+    more (a read and an answer bounded whatever the scope holds)."""
     require(db, ws, scope_id)
+    request: dict[str, Any] = {
+        "KeyConditionExpression": "PK = :pk AND begins_with(SK, :p)",
+        "ConsistentRead": True,
+        "ExpressionAttributeValues": to_item({":pk": f"WS#{ws}#SCOPE#{scope_id}", ":p": "SESSION#"}),
+    }
+    members: list[dict[str, Any]] = []
+    while len(members) <= STATUS_MAX:
+        out = db.client.query(TableName=db.table, Limit=STATUS_MAX + 1 - len(members), **request)
+        members += [from_item(i) for i in out["Items"]]
+        if "LastEvaluatedKey" not in out:
+            break
+        request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
     jobs = {}
-    for member in _members(db, ws, scope_id):
+    for member in members[:STATUS_MAX]:
         job = {"state": member["state"], "updated_at": member["updated_at"]}
         if member.get("docs_copied") is not None:
             job["docs_copied"] = member["docs_copied"]
         jobs[member["session_id"]] = job
+    if len(members) > STATUS_MAX:
+        return {"backfill_status": jobs, "backfill_capped": True}
     return {"backfill_status": jobs}
 
 
