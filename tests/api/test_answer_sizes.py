@@ -144,3 +144,47 @@ def test_a_context_whose_tokens_hold_more_bytes_than_an_answer_is_413_naming_tok
     named = int(reply.body["detail"].rsplit(" ", 1)[1])
     fitted = call("GET", f"{W}/sessions/s1/context", tokens=named)
     assert fitted.status == 200 and fitted.payload_bytes <= LAMBDA_PAYLOAD_MAX and fitted.body["messages"]
+
+
+def test_an_mcp_tool_result_that_cannot_fit_is_a_tool_error_saying_so(long_messages):
+    """A tool's result is a JSON string inside the JSON-RPC answer, itself a string in Lambda's: escaped twice."""
+    from precis.mcp.catalogue import Call
+    from precis.mcp.tools import CATALOGUE
+
+    quoted = "apple " + '"' * 290_000
+    for _ in range(2):
+        _post([quoted] * 4)
+    arguments = {"session_id": "s1", "size": 8}
+    result = CATALOGUE.call("get_session_messages", arguments, Call(None, "ws1"))
+    assert result["isError"] is True and "ask for less" in result["content"][0]["text"]
+    fits = CATALOGUE.call("get_session_messages", {**arguments, "size": 2}, Call(None, "ws1"))
+    assert fits["isError"] is False and len(json.loads(fits["content"][0]["text"])["messages"]) == 2
+
+
+def test_the_edge_refuses_an_answer_that_would_still_pass_the_limit_and_logs_it_as_a_bug(caplog):
+    from precis.api.app import fitted
+
+    body = json.dumps({"x": "\x01" * 1_100_000})  # 6.6 MB of \u0001 escapes: 7.7 MB as a string, 8.8 MB as base64
+    out = fitted({"statusCode": 200, "headers": {}, "body": body, "isBase64Encoded": False}, "GET /x")
+    assert out["statusCode"] == 413 and "past the 6,291,556" in json.loads(out["body"])["detail"]
+    assert any("payload limit" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+    assert len(json.dumps(out)) < 1_000
+
+
+@pytest.mark.parametrize("kind", list(LISTS))
+def test_a_page_of_an_unfiltered_list_reads_whole_only_the_items_it_shows(ws, kind):
+    """The list is counted from ids alone: 50 items of 64 KiB metadata are not brought in for a page of one."""
+    _create(kind, 50)
+    received: list[int] = []
+
+    def record(http_response, **_) -> None:
+        received.append(len(http_response.content))
+
+    client = get_db().client
+    client.meta.events.register("after-call.dynamodb", record)
+    try:
+        reply = call("POST", LISTS[kind], size=1, page=7)
+    finally:
+        client.meta.events.unregister("after-call.dynamodb", record)
+    assert reply.status == 200 and len(reply.body["items"]) == 1 and reply.body["total"] >= 50
+    assert sum(received) < 5 * 65_536  # the page's item, the workspace's, and ids: not the 50 items' 3.3 MB

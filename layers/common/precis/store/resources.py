@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, NotRequired, TypedDict, cast
@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 from precis.configuration import check_configuration, merge_configuration
 from precis.errors import Conflict, Invalid, NotFound
 from precis.settings import get_settings
+from precis.sizes import fit_page
 from precis.store import filters as filtering
 from precis.store import keys
 from precis.store.db import (
@@ -165,6 +166,17 @@ def partition_items(db: Db, pk: str, prefix: str = "") -> list[dict[str, Any]]:
         db,
         KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
         ExpressionAttributeValues={":pk": {"S": pk}, ":p": {"S": prefix}},
+    )
+
+
+def _partition_fields(db: Db, pk: str, prefix: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """`fields` of every item of partition `pk` whose SK starts with `prefix` (capacity is the whole items', but
+    only these bytes come back)."""
+    return query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+        ExpressionAttributeValues={":pk": {"S": pk}, ":p": {"S": prefix}},
+        **projection(fields),
     )
 
 
@@ -325,14 +337,33 @@ def workspace_ids(db: Db) -> list[str]:
 
 
 def list_workspaces(db: Db, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
-    items = query_all(
-        db,
-        IndexName="ByListKey",
-        KeyConditionExpression="list_key = :k",
-        ExpressionAttributeValues={":k": {"S": "workspaces"}},
-    )
+    request: dict[str, Any] = {
+        "IndexName": "ByListKey",
+        "KeyConditionExpression": "list_key = :k",
+        "ExpressionAttributeValues": {":k": {"S": "workspaces"}},
+    }
+    if not filters:
+        ids = [i["id"] for i in query_all(db, **request, **projection(("id",)))]
+        return _page_of_ids(db, ids, page_no, size, reverse, keys.workspace, lambda i: workspace_view(as_workspace(i)))
+    items = query_all(db, **request)
     views = [v for v in (workspace_view(as_workspace(i)) for i in items) if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
+
+
+def _page_of_ids(
+    db: Db,
+    ids: list[str],
+    page_no: int,
+    size: int,
+    reverse: bool,
+    key_of: Callable[[str], dict[str, str]],
+    view_of: Callable[[dict[str, Any]], dict[str, Any]],
+) -> dict[str, Any]:
+    """A page of an unfiltered list from its ids alone: only the page's items are read whole (one BatchGetItem), so
+    a list of many large items (64 KiB of metadata each) never brings them all into memory."""
+    shown = page(ids, page_no, size, reverse, fit=False)
+    found = {i["id"]: i for i in batch_get(db, [key_of(i) for i in shown["items"]])}
+    return fit_page({**shown, "items": [view_of(found[i]) for i in shown["items"] if i in found]})
 
 
 def workspace_open(db: Db, ws: str) -> dict[str, Any]:
@@ -472,6 +503,11 @@ def list_peers(
     db: Db, ws: str, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool
 ) -> dict[str, Any]:
     require_workspace(db, ws)
+    if not filters:
+        ids = [i["id"] for i in _partition_fields(db, f"WS#{ws}", "PEER#", ("id",))]
+        return _page_of_ids(
+            db, ids, page_no, size, reverse, lambda p: keys.peer(ws, p), lambda i: peer_view(as_peer(i))
+        )
     peers = (peer_view(as_peer(i)) for i in partition_items(db, f"WS#{ws}", "PEER#"))
     views = [v for v in peers if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
@@ -723,6 +759,11 @@ def list_sessions(
     db: Db, ws: str, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool
 ) -> dict[str, Any]:
     require_workspace(db, ws)
+    if not filters:
+        found = _partition_fields(db, f"WS#{ws}", "SESSION#", ("id", "deleted_at"))
+        ids = [i["id"] for i in found if "deleted_at" not in i]
+        view_of = lambda i: session_view(as_session(i))  # noqa: E731
+        return _page_of_ids(db, ids, page_no, size, reverse, lambda s: keys.session(ws, s), view_of)
     items = [as_session(i) for i in partition_items(db, f"WS#{ws}", "SESSION#") if "deleted_at" not in i]
     views = [v for v in map(session_view, items) if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
