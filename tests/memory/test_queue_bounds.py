@@ -84,3 +84,20 @@ def test_a_job_being_applied_leaves_the_flush_alone_and_a_waiting_batch_keeps_it
     derive_cursors.store_job(db, waited, seen, "inc", {"token": "b", "to_seq": 1, "count": 1})
     assert derive_cursors.due(db, ["ws1"], "2026-01-01T00:10:00+00:00") == [("ws1", "s2", "alice")]
     assert call("GET", f"{W}/queue/status").body["in_progress_work_units"] == 2
+
+
+def test_one_sessions_status_reads_a_bounded_number_of_messages_and_counts_the_rest_as_pending(ws):
+    from precis.memory.queue import SESSION_READ_MAX
+    from precis.summaries.runner import SUMMARIES_READ_MAX
+
+    posted = SESSION_READ_MAX + 500
+    for start in range(0, posted, 100):
+        batch = [{"peer_id": "alice", "content": f"m{i}"} for i in range(start, start + 100)]
+        assert call("POST", f"{W}/sessions/s1/messages", {"messages": batch}).status == 201
+    db = get_db()
+    with items_read(db) as counts:
+        status = call("GET", f"{W}/queue/status?session_id=s1").body
+    # none derived yet: every message, those not read included (counted from the tail: never fewer)
+    assert posted <= status["pending_work_units"] <= posted + 5
+    assert sum(counts) <= SESSION_READ_MAX + SUMMARIES_READ_MAX + 10  # the cursors' messages, the summaries'
+    assert status["pending_work_units"] >= posted

@@ -27,7 +27,7 @@ from precis.store.db import Db
 from precis.store.derive_cursors import NOTHING_DUE, cursors, workspace_cursors
 from precis.store.resources import MemberItem, WorkspaceItem, require_workspace
 
-SESSION_READ_MAX = 5_000  # messages one session's status reads past its least advanced cursor
+SESSION_READ_MAX = 1_000  # messages one session's status reads past its least advanced cursor (whole items' capacity)
 
 
 def _units(total_done: int, in_progress: int, pending: int) -> dict[str, int]:
