@@ -344,13 +344,13 @@ def list_workspaces(db: Db, filters: dict[str, Any] | None, page_no: int, size: 
     }
     if not filters:
         ids = [i["id"] for i in query_all(db, **request, **projection(("id",)))]
-        return _page_of_ids(db, ids, page_no, size, reverse, keys.workspace, lambda i: workspace_view(as_workspace(i)))
+        return page_of_ids(db, ids, page_no, size, reverse, keys.workspace, lambda i: workspace_view(as_workspace(i)))
     items = query_all(db, **request)
     views = [v for v in (workspace_view(as_workspace(i)) for i in items) if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
 
 
-def _page_of_ids(
+def page_of_ids(
     db: Db,
     ids: list[str],
     page_no: int,
@@ -505,9 +505,7 @@ def list_peers(
     require_workspace(db, ws)
     if not filters:
         ids = [i["id"] for i in _partition_fields(db, f"WS#{ws}", "PEER#", ("id",))]
-        return _page_of_ids(
-            db, ids, page_no, size, reverse, lambda p: keys.peer(ws, p), lambda i: peer_view(as_peer(i))
-        )
+        return page_of_ids(db, ids, page_no, size, reverse, lambda p: keys.peer(ws, p), lambda i: peer_view(as_peer(i)))
     peers = (peer_view(as_peer(i)) for i in partition_items(db, f"WS#{ws}", "PEER#"))
     views = [v for v in peers if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
@@ -536,10 +534,20 @@ def list_peer_sessions(
     if _get(db, keys.peer(ws, peer_id)) is None:
         raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
     ids = peer_session_ids(db, ws, peer_id)
+    if not filters:
+        return sessions_page(db, ws, ids, page_no, size, reverse)
     sessions = batch_get(db, [keys.session(ws, s) for s in ids])
     views = [session_view(as_session(s)) for s in sessions if "deleted_at" not in s]
     views.sort(key=lambda v: v["id"])
     return page([v for v in views if filtering.matches(filters, v)], page_no, size, reverse)
+
+
+def sessions_page(db: Db, ws: str, ids: Iterable[str], page_no: int, size: int, reverse: bool) -> dict[str, Any]:
+    """A page of the live sessions among `ids`, by id, reading whole only the page's (`page_of_ids`)."""
+    found = batch_get(db, [keys.session(ws, s) for s in ids], ("id", "deleted_at"))
+    live = sorted(i["id"] for i in found if "deleted_at" not in i)
+    view_of = lambda i: session_view(as_session(i))  # noqa: E731
+    return page_of_ids(db, live, page_no, size, reverse, lambda s: keys.session(ws, s), view_of)
 
 
 # ---------------------------------------------------------------- sessions
@@ -763,7 +771,7 @@ def list_sessions(
         found = _partition_fields(db, f"WS#{ws}", "SESSION#", ("id", "deleted_at"))
         ids = [i["id"] for i in found if "deleted_at" not in i]
         view_of = lambda i: session_view(as_session(i))  # noqa: E731
-        return _page_of_ids(db, ids, page_no, size, reverse, lambda s: keys.session(ws, s), view_of)
+        return page_of_ids(db, ids, page_no, size, reverse, lambda s: keys.session(ws, s), view_of)
     items = [as_session(i) for i in partition_items(db, f"WS#{ws}", "SESSION#") if "deleted_at" not in i]
     views = [v for v in map(session_view, items) if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
