@@ -188,3 +188,28 @@ def test_a_page_of_an_unfiltered_list_reads_whole_only_the_items_it_shows(ws, ki
         client.meta.events.unregister("after-call.dynamodb", record)
     assert reply.status == 200 and len(reply.body["items"]) == 1 and reply.body["total"] >= 50
     assert sum(received) < 5 * 65_536  # the page's item, the workspace's, and ids: not the 50 items' 3.3 MB
+
+
+def test_conclusions_and_the_representation_that_cannot_fit_are_413_naming_what_would(ws):
+    """A conclusion holds up to 65,535 characters: 100 of quotes are 13 MB of JSON, 17.5 MB framed."""
+    assert call("POST", f"{W}/peers", {"id": "alice"}).status == 201
+    for start in range(0, 60, 20):
+        conclusions = [
+            {"content": f"alice {i} " + '"' * 65_000, "observer_id": "alice", "observed_id": "alice"}
+            for i in range(start, start + 20)
+        ]
+        assert call("POST", f"{W}/conclusions", {"conclusions": conclusions}).status == 201
+    listed = call("POST", f"{W}/conclusions/list", size=60)
+    assert listed.status == 413 and listed.body["detail"].startswith("size: ")
+    named = int(listed.body["detail"].rsplit(" ", 1)[1])
+    seen = []
+    for page in range(1, -(-60 // named) + 1):
+        reply = call("POST", f"{W}/conclusions/list", size=named, page=page)
+        assert reply.status == 200 and reply.payload_bytes <= LAMBDA_PAYLOAD_MAX
+        seen += [c["id"] for c in reply.body["items"]]
+    assert len(seen) == len(set(seen)) == 60
+    view = call("POST", f"{W}/peers/alice/representation", {"max_conclusions": 60})
+    assert view.status == 413 and view.body["detail"].startswith("max_conclusions: ")
+    fewer = int(view.body["detail"].rsplit(" ", 1)[1])
+    fitted = call("POST", f"{W}/peers/alice/representation", {"max_conclusions": fewer})
+    assert fitted.status == 200 and fitted.payload_bytes <= LAMBDA_PAYLOAD_MAX
