@@ -213,3 +213,20 @@ def test_conclusions_and_the_representation_that_cannot_fit_are_413_naming_what_
     fewer = int(view.body["detail"].rsplit(" ", 1)[1])
     fitted = call("POST", f"{W}/peers/alice/representation", {"max_conclusions": fewer})
     assert fitted.status == 200 and fitted.payload_bytes <= LAMBDA_PAYLOAD_MAX
+
+
+def test_a_chats_evidence_leaves_out_the_largest_conclusions_contents_rather_than_pass_one_answer():
+    from precis.api.app import fitted
+    from precis.chat import Evidence, answer_body
+    from precis.sizes import payload_bytes
+
+    evidence = Evidence()
+    views = [{"id": f"c{i:03d}", "content": f"{i} " + '"' * 65_000, "level": "explicit"} for i in range(60)]
+    evidence.read_conclusions([*views, {"id": "small", "content": "alice lives in Lisbon", "level": "explicit"}])
+    text = json.dumps(answer_body("an answer", evidence), ensure_ascii=False, separators=(",", ":"))
+    out = fitted({"statusCode": 200, "headers": {}, "body": text, "isBase64Encoded": False}, "POST /chat")
+    assert out["statusCode"] == 200 and payload_bytes(out) <= LAMBDA_PAYLOAD_MAX
+    kept = {c["id"]: c for c in json.loads(text)["evidence"]["conclusions"]}
+    assert len(kept) == 61 and kept["small"]["content"] == "alice lives in Lisbon"
+    omitted = [c for c in kept.values() if c.get("content_omitted")]
+    assert 0 < len(omitted) < 60 and all(c["content"] == "" for c in omitted)
