@@ -230,3 +230,17 @@ def test_a_chats_evidence_leaves_out_the_largest_conclusions_contents_rather_tha
     assert len(kept) == 61 and kept["small"]["content"] == "alice lives in Lisbon"
     omitted = [c for c in kept.values() if c.get("content_omitted")]
     assert 0 < len(omitted) < 60 and all(c["content"] == "" for c in omitted)
+
+
+def test_the_cli_export_reads_every_message_of_pages_too_large_for_one_answer(long_messages):
+    """`precis export` pages by 100: a page past one answer (413, naming a size) is read by seq in smaller pages."""
+    from precis_cli.cli import _all_messages
+    from precis_cli.client import Precis
+
+    quoted = "apple " + '"' * 290_000
+    for start in range(0, 12, 4):
+        _post([f"{i} {quoted}" for i in range(start, start + 4)])
+    _post([f"{i} short" for i in range(12, 112)])  # a second page of 100, then a third of 12
+    client = Precis("http://precis.test", None, "ws1", transport=httpx.MockTransport(_sdk_transport))
+    contents = [m["content"] for m in _all_messages(client, "s1")]
+    assert [c.split(" ", 1)[0] for c in contents] == [str(i) for i in range(112)]
