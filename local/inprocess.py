@@ -164,6 +164,8 @@ def call(
     function, event = http_event(method, url, body, headers, raw)
     out = invoke(function, event)
     text = out.get("body")
+    if text and out.get("isBase64Encoded"):  # as API Gateway does: the client gets the decoded bytes
+        text = base64.b64decode(text).decode("utf-8")
     headers = out.get("headers") or {}
     is_json = "json" in {k.lower(): v for k, v in headers.items()}.get("content-type", "application/json")
     return Reply(

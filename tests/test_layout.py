@@ -137,7 +137,7 @@ def test_a_name_means_one_thing(name):
 # its own floor or below, and no two packages import each other, directly or round a loop. docs/layout.md, "Floors".
 FLOORS = [
     # shared leaves: errors, shapes and pure arithmetic that every floor uses
-    {"precis", "errors", "tokens", "lexical", "schemas", "concurrency", "telemetry", "startup"},
+    {"precis", "errors", "tokens", "lexical", "schemas", "concurrency", "telemetry", "startup", "sizes"},
     # the deployment: its settings, secrets, the model seam, who may do what, a workspace's or session's configuration
     {"settings", "secrets", "llm", "auth", "configuration"},
     # the store: the only code that names table keys and S3 objects

@@ -478,17 +478,41 @@ def export(client: Precis, session: str, output: Path | None) -> None:
 
 
 def _all_messages(client: Precis, session: str, size: int = 100):
-    """Every message, page by page (`POST …/messages/list`); a page the service shortened to fit its answer limit
-    (`truncated`) is finished by seq before the next page."""
-    page_no, pages = 1, 1
-    while page_no <= pages:
-        answer = client.messages_page(session, page_no, size)
-        pages = answer["pages"]
-        items = answer["items"]
-        yield from items
-        end = page_no * size
-        while answer.get("truncated") and items and items[-1]["seq"] < end:
-            answer = client.messages_page(session, 1, size, {"seq": {"gt": items[-1]["seq"], "lte": end}})
-            items = answer["items"]
-            yield from items
+    """Every message, page by page (`POST …/messages/list`, a page being a seq range); a page too large for one
+    answer (413, naming a size that fits) is read by seq in smaller pages before the next."""
+    page_no, pages = 1, None
+    while pages is None or page_no <= pages:
+        try:
+            answer = client.messages_page(session, page_no, size)
+        except ServiceError as exc:
+            if exc.status != 413:
+                raise
+            if pages is None:
+                pages = -(-client.last_seq(session) // size)
+            yield from _seq_range(client, session, (page_no - 1) * size + 1, page_no * size, _smaller(exc, size))
+        else:
+            pages = answer["pages"]
+            yield from answer["items"]
         page_no += 1
+
+
+def _seq_range(client: Precis, session: str, first: int, end: int, size: int):
+    """The messages first..end, in pages each small enough for one answer."""
+    while first <= end:
+        try:
+            answer = client.messages_page(session, 1, size, {"seq": {"gte": first, "lte": end}})
+        except ServiceError as exc:
+            if exc.status != 413 or size == 1:
+                raise
+            size = _smaller(exc, size)
+            continue
+        if not answer["items"]:
+            return
+        yield from answer["items"]
+        first = answer["items"][-1]["seq"] + 1
+
+
+def _smaller(exc: ServiceError, size: int) -> int:
+    """The size a 413 names ("ask for size at most N"), else half: always smaller, at least 1."""
+    named = exc.detail.rsplit(" ", 1)[-1]
+    return max(1, min(int(named) if named.isdigit() else size // 2, size - 1))

@@ -104,11 +104,14 @@ class Precis:
         *,
         timeout: float = 60.0,
         sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.BaseTransport | None = None,  # (tests: the handlers in-process, as the SDKs' http_client)
     ):
         self.url = url.rstrip("/")
         self.workspace = workspace
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout, connect=5.0))
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout, connect=5.0), transport=transport
+        )
         self._sleep = sleep
 
     def close(self) -> None:

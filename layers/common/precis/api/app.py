@@ -18,6 +18,7 @@ from precis.auth import ROUTES, Access, Principal, authorize, authorize_view, be
 from precis.errors import PrecisError, Throttled
 from precis.secrets import jwt_secret
 from precis.settings import get_settings
+from precis.sizes import LAMBDA_PAYLOAD_MAX, frame, too_large
 
 logger = Logger(child=True)
 
@@ -196,7 +197,7 @@ def serve(app: APIGatewayHttpResolver, event: dict, context) -> dict:
             problem = _body_problem(event)
             if problem is not None:
                 return _answer(*problem)
-            return app.resolve(event, context)
+            return fitted(app.resolve(event, context), event.get("routeKey"))
         finally:
             caller.done(token)
     except PrecisError as exc:
@@ -209,6 +210,25 @@ def serve(app: APIGatewayHttpResolver, event: dict, context) -> dict:
         # the generic answer rather than API Gateway's bare 500.
         logger.exception("unhandled error")
         return _answer(500, INTERNAL_ERROR)
+
+
+def fitted(response: dict, route: str | None) -> dict:
+    """`response` framed to fit Lambda's answer (base64 when escaping would inflate a large body); the last line
+    when it still would not: a 413 and an error in the log, since every page and answer is fitted before it comes
+    here (docs/design.md, "Limits")."""
+    response = frame(response)
+    size = too_large(response)
+    if size is None:
+        return response
+    logger.error(
+        "answer past Lambda's payload limit: a bug, answers are fitted before this",
+        extra={"route": route, "bytes": size},
+    )
+    return _answer(
+        413,
+        f"the answer would be {size:,} bytes, past the {LAMBDA_PAYLOAD_MAX:,} a Lambda answer holds; "
+        "ask for less (a smaller size, limit, top_k or tokens)",
+    )
 
 
 def _throttled(exc: Exception) -> PrecisError | None:

@@ -33,6 +33,7 @@ from precis.context import compose
 from precis.context.rules import check_context_params, session_allowlist
 from precis.errors import Invalid
 from precis.schemas import ConclusionQuery, ListBody, RepresentationQuery, SearchQuery
+from precis.sizes import fit_answer, fit_items
 from precis.store import messages, resources
 from precis.store.db import get_db
 
@@ -130,7 +131,7 @@ def get_context(
     include_most_frequent: bool = False,
     max_conclusions: MaxConclusions = None,
 ):
-    return session_context(
+    answer = session_context(
         workspace_id,
         session_id,
         tokens=tokens,
@@ -148,6 +149,9 @@ def get_context(
         max_conclusions=max_conclusions,
         principal=caller(),
     )
+    # A token of whitespace may be 128 bytes: a context that cannot fit names the tokens that would, in proportion.
+    held = int(answer.get("token_count") or 0)  # (ext) what it holds, which may be less than it was allowed
+    return fit_answer(answer, "tokens", min(tokens or MAX_CONTEXT_TOKENS, max(held, 1)))
 
 
 def session_context(
@@ -274,9 +278,10 @@ def query_conclusions(workspace_id: WorkspaceId, body: ConclusionQuery):
     from precis.memory.embeddings import configured_embedder
     from precis.store import conclusions
 
-    return conclusions.query(
+    found = conclusions.query(
         get_db(), workspace_id, body.query, body.top_k, body.distance, body.filters, embedder=configured_embedder()
     )
+    return fit_items(found, "top_k")
 
 
 @router.get("/v3/workspaces/<workspace_id>/conclusions/<conclusion_id>")
@@ -347,7 +352,8 @@ def get_peer_context(
         search_max_distance,
     )
     text, card = _representation(workspace_id, request, tokens)
-    return {"peer_id": peer_id, "target_id": target or peer_id, "representation": text, "peer_card": card}
+    answer = {"peer_id": peer_id, "target_id": target or peer_id, "representation": text, "peer_card": card}
+    return fit_answer(answer, "max_conclusions", request.max_conclusions)
 
 
 @router.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/representation")
@@ -385,7 +391,7 @@ def peer_representation(
         reach.representation(allowlist),
     )
     text, _card = _representation(workspace_id, request, None)
-    return {"representation": text}
+    return fit_answer({"representation": text}, "max_conclusions", request.max_conclusions)
 
 
 # ---------------------------------------------------------------- scopes (docs/design.md, "Derived memory", Scopes)
@@ -465,7 +471,8 @@ def search_messages(workspace_id: str, body: SearchQuery, principal: Principal |
     else:
         resources.require_workspace(db, workspace_id)
     semantic = _embed if settings.embedder != "hashed" else None
-    return search(db, workspace_id, body.query, body.limit, filters, semantic=semantic, base=base, **within)
+    found = search(db, workspace_id, body.query, body.limit, filters, semantic=semantic, base=base, **within)
+    return fit_items(found, "limit")
 
 
 @router.post("/v3/workspaces/<workspace_id>/search")

@@ -87,12 +87,32 @@ class Evidence:
         self.tool_calls.append({"tool_name": tool_name, "tool_input": tool_input})
 
     def view(self) -> dict[str, Any]:
+        """What was read, within one Lambda answer: past it, the largest conclusions' contents are left out, marked
+        `"content_omitted": true` (ext; `GET /conclusions/{id}` returns them), largest first."""
         return {
-            "conclusions": list(self.conclusions.values()),
+            "conclusions": _fitted_conclusions(list(self.conclusions.values())),
             "messages": list(self.messages.values()),
             "tool_calls": list(self.tool_calls),
             "reasoning_trace_id": None,
         }
+
+
+def _fitted_conclusions(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from precis.sizes import ANSWER_BUDGET, framed_bytes, item_cost
+
+    budget = ANSWER_BUDGET // 2  # the rest for the answer itself (at most a few thousand tokens) and the messages' ids
+    costs = [item_cost(v) for v in views]
+    raw, escaped = sum(c[0] for c in costs), sum(c[1] for c in costs)
+    if framed_bytes(raw, escaped) <= budget:
+        return views
+    fitted = list(views)
+    for at in sorted(range(len(views)), key=lambda i: -costs[i][0]):
+        text_raw, text_escaped = item_cost(views[at].get("content") or "")
+        fitted[at] = {**views[at], "content": "", "content_omitted": True}
+        raw, escaped = raw - text_raw, escaped - text_escaped
+        if framed_bytes(raw, escaped) <= budget:
+            break
+    return fitted
 
 
 class Memory(Protocol):

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from precis.auth import Access, Principal, authorize, authorize_view
 from precis.errors import Forbidden, Invalid, PrecisError, Throttled
+from precis.sizes import ANSWER_BUDGET, escaped_bytes, framed_bytes, json_text
 
 MISSING_WORKSPACE = (
     "workspace_id: missing. Pass workspace_id, or set the X-Honcho-Workspace-ID header on the "
@@ -147,7 +148,7 @@ class Catalogue:
         except ValidationError as exc:
             return error_result(arguments_problem(exc))
         try:
-            return text_result(tool.run(call, args))
+            return fitted_result(text_result(tool.run(call, args)))
         except Forbidden:
             raise
         except PrecisError as exc:
@@ -191,6 +192,19 @@ def text_result(value: Any) -> dict[str, Any]:
         value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     )
     return {"content": [{"type": "text", "text": text}], "isError": False}
+
+
+def fitted_result(result: dict[str, Any]) -> dict[str, Any]:
+    """`result` when it fits one Lambda answer (its text is a JSON string in the JSON-RPC answer, itself a string in
+    Lambda's payload: escaped twice), else a tool error the agent can act on (docs/design.md, "Limits")."""
+    text = json_text(result)
+    cost = framed_bytes(len(text.encode("utf-8")), escaped_bytes(text))
+    if cost <= ANSWER_BUDGET:
+        return result
+    return error_result(
+        f"this result comes to {cost:,} bytes, past the {ANSWER_BUDGET:,} an answer holds; ask for less "
+        "(a smaller size, limit, top_k or tokens)"
+    )
 
 
 def error_result(message: str) -> dict[str, Any]:

@@ -22,9 +22,10 @@ from aws_lambda_powertools import Logger
 
 from precis.errors import Forbidden, PrecisError, Unauthorized
 from precis.mcp import protocol
-from precis.mcp.catalogue import Call
+from precis.mcp.catalogue import Call, error_result
 from precis.mcp.protocol import Request, RpcError
 from precis.mcp.tools import CATALOGUE
+from precis.sizes import LAMBDA_PAYLOAD_MAX, frame, too_large
 
 logger = Logger(child=True)
 
@@ -129,7 +130,7 @@ def handle(event: dict) -> dict:
         return _answer(202)
     call = Call(principal, headers.get(WORKSPACE_HEADER, "").strip() or None)
     try:
-        return _answer(200, protocol.result(request, dispatch(request, call), SERVER_INFO))
+        return _fitted(request, _answer(200, protocol.result(request, dispatch(request, call), SERVER_INFO)))
     except RpcError as exc:
         return _rpc_error(exc)
     except Forbidden as exc:
@@ -143,6 +144,23 @@ def handle(event: dict) -> dict:
         return _rpc_error(
             RpcError(protocol.INTERNAL_ERROR, "internal error; it has been logged", status=500, request_id=request.id)
         )
+
+
+def _fitted(request: Request, answer: dict) -> dict:
+    """`answer` framed to fit Lambda's (base64 when escaping would inflate a large body); when it still would not, a
+    tool error the agent can act on, and an error in the log: the tools' pages are fitted before this."""
+    answer = frame(answer)
+    size = too_large(answer)
+    if size is None:
+        return answer
+    logger.error("answer past Lambda's payload limit: a bug, answers are fitted before this", extra={"bytes": size})
+    detail = (
+        f"the answer would be {size:,} bytes, past the {LAMBDA_PAYLOAD_MAX:,} a Lambda answer holds; "
+        "ask for less (a smaller size, limit or top_k)"
+    )
+    if request.method == "tools/call":
+        return _answer(200, protocol.result(request, error_result(detail), SERVER_INFO))
+    return _rpc_error(RpcError(protocol.INTERNAL_ERROR, detail, status=413, request_id=request.id))
 
 
 def dispatch(request: Request, call: Call) -> dict[str, Any]:

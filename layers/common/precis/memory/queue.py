@@ -7,6 +7,12 @@ message just posted counts as pending at once. For a whole workspace the deriver
 work the deriver has not yet seen (a few hundred milliseconds of stream delay) is not counted there, and summaries are
 counted per session only. Dreams count in the workspace's totals while due or running: one armed and waiting for its
 collection to be idle (an hour) is not work a client waiting for the queue to empty should wait for.
+
+Both reads are bounded whatever the corpus (docs/design.md, "Limits"): one session's reads at most SESSION_READ_MAX
+messages and counts those past them as pending (an overestimate: the SDK polls until nothing is pending, so the
+count may say too much, never too little); a workspace's reads at most `WORKSPACE_READ_MAX` cursors, those with work
+first, and says `sessions_capped` (ext) when there were more: its map and its completed count then leave out idle
+sessions, and pending is at least 1 if work may lie among those unread.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ from typing import Any
 from precis.errors import NotFound
 from precis.store import messages, resources
 from precis.store.db import Db
-from precis.store.derive_cursors import cursors
+from precis.store.derive_cursors import NOTHING_DUE, cursors, workspace_cursors
 from precis.store.resources import MemberItem, WorkspaceItem, require_workspace
+
+SESSION_READ_MAX = 1_000  # messages one session's status reads past its least advanced cursor (whole items' capacity)
 
 
 def _units(total_done: int, in_progress: int, pending: int) -> dict[str, int]:
@@ -53,7 +61,10 @@ def _session_status(
     start = min((int(c.get("through_seq", 0)) for c in by_sender.values()), default=inherited) + 1
     start = max(start, inherited + 1)
     pending = in_progress = 0
-    for m in messages.senders_from(db, ws, session_id, start):
+    read = messages.senders_from(db, ws, session_id, start, limit=SESSION_READ_MAX)
+    if len(read) == SESSION_READ_MAX:  # a backlog past what one request reads: the rest count as pending
+        pending += max(0, messages.read_tail(db, ws, session_id).seq - int(read[-1]["seq"]))
+    for m in read:
         peer = m.get("peer_id")
         if m.get("kind") != "message" or (sender and peer != sender) or not _observed_by(observer, members, peer):
             continue
@@ -91,7 +102,8 @@ def queue_status(
     sessions: dict[str, list[int]] = {}
     dreams = [0, 0, 0]
     now = datetime.now(UTC).isoformat()
-    for cursor in cursors(db, ws):
+    found, beyond = workspace_cursors(db, ws)
+    for cursor in found:
         if cursor.get("kind") == "dream":  # a dream due or running: one work unit of its observer's
             due = cursor.get("job") or cursor.get("due_at", "~") <= now
             if due and not sender_id and observer_id in (None, cursor.get("observer")):
@@ -110,4 +122,9 @@ def queue_status(
     # Honcho's shape: each session's counts name it, and a workspace with none has no map (null, not {}).
     per_session = {s: {"session_id": s, **_units(*c)} for s, c in sorted(sessions.items())}
     total = [sum(c[i] for c in sessions.values()) + dreams[i] for i in range(3)]
-    return {**_units(*total), "sessions": per_session or None}
+    if beyond is not None and beyond < NOTHING_DUE and total[1] + total[2] == 0:
+        total[2] = 1  # work may lie among the cursors not read: never say the queue is empty when it may not be
+    answer = {**_units(*total), "sessions": per_session or None}
+    if beyond is not None:
+        answer["sessions_capped"] = True  # (ext) more cursors than one request reads: idle sessions are left out
+    return answer

@@ -28,6 +28,7 @@ from botocore.exceptions import ClientError
 
 from precis.errors import Invalid, NotFound, Throttled
 from precis.lexical import Document
+from precis.sizes import fit_page
 from precis.store import filters as filtering
 from precis.store import keys, vectors
 from precis.store.db import (
@@ -42,7 +43,7 @@ from precis.store.db import (
     to_item,
     transact,
 )
-from precis.store.messages import check_text, fit_page
+from precis.store.messages import check_text
 from precis.store.records import delete_keys, page
 from precis.store.resources import gone_sessions, require_peers, require_workspace
 
@@ -835,7 +836,7 @@ def list_conclusions(
     filters = _check_filters(filters)
     require_workspace(db, ws)
     records = [r for r in _candidates(db, ws, filters) if filtering.matches(filters, _filter_view(r))]
-    answer = page(records, page_no, size, reverse)
+    answer = page(records, page_no, size, reverse, fit=False)
     found = {
         i["id"]: as_conclusion(i) for i in batch_get(db, [{"PK": r["PK"], "SK": r["SK"]} for r in answer["items"]])
     }

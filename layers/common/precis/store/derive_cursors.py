@@ -16,10 +16,23 @@ from typing import Any, Protocol
 from botocore.exceptions import ClientError
 
 from precis.store import keys
-from precis.store.db import Db, batch_get, error_code, mark_applied, query_all, raise_if_throttled, to_item
+from precis.store.db import (
+    Db,
+    batch_get,
+    error_code,
+    from_item,
+    mark_applied,
+    query_all,
+    raise_if_throttled,
+    to_item,
+)
 from precis.store.resources import PeerItem, SessionItem, WorkspaceItem, as_peer, as_session, as_workspace
 
 NOTHING_DUE = "~"  # due_at of a cursor with nothing waiting: sorts after every timestamp
+# due_at of a cursor applying a job with no batch waiting: after every timestamp (the flush never takes it), before
+# NOTHING_DUE, so that a workspace's cursors with work come first in the ByDue index (the queue status reads those).
+RUNNING = "}"
+WORKSPACE_READ_MAX = 1_000  # cursors one workspace-wide queue status reads (docs/design.md, "Limits")
 
 # What every write of a cursor sets, so that whichever writes it first makes a whole cursor: whose it is (and its
 # place in the ByDue index), and its counts from zero.
@@ -124,12 +137,13 @@ def wait(db: Db, target: Target, seen: dict[str, Any] | None, incarnation: str, 
 def store_job(db: Db, target: Target, seen: dict[str, Any] | None, incarnation: str, job: dict[str, Any]) -> None:
     """Step 1: the engine's answer, stored before anything of it is written."""
     condition, values = _at(seen)
+    waiting = str((seen or {}).get("due_at", NOTHING_DUE))  # a waiting batch's time stays: the flush retries a job
     _update(
         db,
         target,
-        f"SET job = :job, due_at = if_not_exists(due_at, :none), incarnation = :inc, {_WHO}, {_FROM_ZERO}",
+        f"SET job = :job, due_at = :due, incarnation = :inc, {_WHO}, {_FROM_ZERO}",
         condition,
-        {**values, **_who(target), ":inc": incarnation, ":job": job, ":none": NOTHING_DUE},
+        {**values, **_who(target), ":inc": incarnation, ":job": job, ":due": min(waiting, RUNNING)},
     )
 
 
@@ -199,15 +213,34 @@ def due(db: Db, workspaces: Iterable[str], now: str) -> list[tuple[str, str, str
     return found
 
 
-def cursors(db: Db, ws: str, session_id: str | None = None) -> list[dict[str, Any]]:
-    """A session's cursors (strongly consistent), or a workspace's (the ByDue index)."""
-    if session_id is not None:
-        return query_all(
-            db,
-            KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
-            ConsistentRead=True,
-            ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":p": "DERIVE#"}),
-        )
+def cursors(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
+    """A session's cursors (strongly consistent); a workspace's are read bounded (`workspace_cursors`)."""
     return query_all(
-        db, IndexName="ByDue", KeyConditionExpression="due_ws = :ws", ExpressionAttributeValues=to_item({":ws": ws})
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+        ConsistentRead=True,
+        ExpressionAttributeValues=to_item({":pk": keys.session_pk(ws, session_id), ":p": "DERIVE#"}),
     )
+
+
+def workspace_cursors(db: Db, ws: str, limit: int = WORKSPACE_READ_MAX) -> tuple[list[dict[str, Any]], str | None]:
+    """A workspace's derive cursors and dreams (the ByDue index) in its order, those with work first (due or waiting,
+    then running, then idle), at most `limit` of them and only what the queue status counts; with the `due_at` of the
+    first one left unread (None: none was), which says whether work may lie beyond (anything before NOTHING_DUE)."""
+    request: dict[str, Any] = {
+        "IndexName": "ByDue",
+        "KeyConditionExpression": "due_ws = :ws",
+        "ExpressionAttributeValues": to_item({":ws": ws}),
+        # not the job's conclusions, nor the applied set: the counts only (capacity is still the whole item's)
+        "ProjectionExpression": "session_id, sender, kind, observer, derived, pending, due_at, job.#token, job.#count",
+        "ExpressionAttributeNames": {"#token": "token", "#count": "count"},
+    }
+    found: list[dict[str, Any]] = []
+    while len(found) <= limit:
+        out = db.client.query(TableName=db.table, Limit=limit + 1 - len(found), **request)
+        found += [from_item(i) for i in out["Items"]]
+        if "LastEvaluatedKey" not in out:
+            break
+        request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+    beyond = found[limit].get("due_at", NOTHING_DUE) if len(found) > limit else None
+    return found[:limit], beyond

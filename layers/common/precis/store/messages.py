@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import random
 import secrets
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 from botocore.exceptions import ClientError
 
 from precis.errors import Invalid, NotFound, Throttled, TooLarge
+from precis.sizes import ANSWER_BUDGET, fit_page
 from precis.store import filters as filtering
 from precis.store import keys
 from precis.store.db import Db, batch_get, error_code, from_item, projection, query_all, raise_if_throttled, to_item
@@ -167,18 +169,27 @@ def last_message(db: Db, ws: str, session_id: str, fields: tuple[str, ...] = TAI
     return as_message(from_item(out["Items"][0])) if out["Items"] else None
 
 
-def senders_from(db: Db, ws: str, session_id: str, start: int) -> list[MessageItem]:
-    """`seq`, `peer_id` and `kind` of each item of the session's messages from `start` on (strongly consistent)."""
-    items = query_all(
-        db,
-        KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b",
-        ConsistentRead=True,
-        ProjectionExpression="seq, peer_id, kind",
-        ExpressionAttributeValues=to_item(
+def senders_from(db: Db, ws: str, session_id: str, start: int, limit: int | None = None) -> list[MessageItem]:
+    """`seq`, `peer_id` and `kind` of each item of the session's messages from `start` on (strongly consistent), the
+    first `limit` of them when given."""
+    request: dict[str, Any] = {
+        "KeyConditionExpression": "PK = :pk AND SK BETWEEN :a AND :b",
+        "ConsistentRead": True,
+        "ProjectionExpression": "seq, peer_id, kind",
+        "ExpressionAttributeValues": to_item(
             {":pk": keys.session_pk(ws, session_id), ":a": keys.message_sk(start), ":b": keys.message_sk(keys.MAX_SEQ)}
         ),
-    )
-    return [as_message(i) for i in items]
+    }
+    if limit is None:
+        return [as_message(i) for i in query_all(db, **request)]
+    found: list[MessageItem] = []
+    while len(found) < limit:
+        out = db.client.query(TableName=db.table, Limit=limit - len(found), **request)
+        found += [as_message(from_item(i)) for i in out["Items"]]
+        if "LastEvaluatedKey" not in out:
+            break
+        request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+    return found
 
 
 def is_fence(item: MessageItem | None) -> bool:
@@ -442,16 +453,42 @@ def _delete_bodies(db: Db, bodies: list[tuple[str, str | None]]) -> None:
         db.s3.delete_objects(Bucket=db.bucket, Delete={"Objects": objects, "Quiet": True})
 
 
-def with_bodies(db: Db, items: Sequence[MessageItem], ws: str, session_id: str) -> list[dict[str, Any]]:
-    """Views of `items`, reading the bodies that live in S3 (in parallel: a context may hold several)."""
+def with_bodies(
+    db: Db, items: Sequence[MessageItem], ws: str, session_id: str, *, max_bytes: int | None = None
+) -> list[dict[str, Any]]:
+    """Views of `items`, reading the bodies that live in S3 (in parallel: a context may hold several). With
+    `max_bytes` (a page's answer), TooLarge (413) as soon as their text passes it, before reading the rest."""
+    sizes = {i["seq"]: len(i.get("content", "").encode("utf-8", "surrogatepass")) for i in items}
+    used = [sum(sizes.values())]
+    lock = threading.Lock()
 
     def body(item: MessageItem) -> str | None:
-        if not item.get("body_key"):
+        if not item.get("body_key") or (max_bytes is not None and used[0] > max_bytes):
             return None
-        return db.s3.get_object(Bucket=db.bucket, Key=item["body_key"])["Body"].read().decode("utf-8")
+        found = db.s3.get_object(Bucket=db.bucket, Key=item["body_key"])
+        with lock:
+            sizes[item["seq"]] = size = int(found.get("ContentLength", 0))
+            used[0] += size
+            past = max_bytes is not None and used[0] > max_bytes
+        if past:
+            found["Body"].close()
+            return None
+        return found["Body"].read().decode("utf-8")
 
     stored = [i for i in items if i.get("body_key")]
     bodies = dict(zip((i["seq"] for i in stored), _bodies.map(body, stored))) if stored else {}
+    if max_bytes is not None and used[0] > max_bytes:
+        fit = total = 0  # how many of the first fit, by the sizes read (an upper bound: escapes only add)
+        for item in items:
+            read = not item.get("body_key") or bodies.get(item["seq"]) is not None
+            total += sizes[item["seq"]] if read else max_bytes
+            if total > max_bytes:
+                break
+            fit += 1
+        raise TooLarge(
+            f"size: these {len(items)} items hold more than {max_bytes:,} bytes of text, past what an answer holds; "
+            f"ask for size at most {max(fit, 1)}"
+        )
     return [message_view(item, ws, session_id, bodies.get(item["seq"])) for item in items]
 
 
@@ -610,12 +647,12 @@ def _filtered_page(
     if _mentions_content(filters):
         # Bodies in S3 are read only when the filter looks at content.
         matched = [v for v in with_bodies(db, items, ws, session_id) if filtering.matches(filters, v)]
-        answer = page(matched, page_no, size)  # already in the requested order
+        answer = page(matched, page_no, size, fit=False)  # already in the requested order; fitted below
     else:
         chosen = [i for i in items if filtering.matches(filters, message_view(i, ws, session_id))]
         start = (page_no - 1) * size
         answer = {
-            "items": with_bodies(db, chosen[start : start + size], ws, session_id),
+            "items": with_bodies(db, chosen[start : start + size], ws, session_id, max_bytes=ANSWER_BUDGET),
             "total": len(chosen),
             "page": page_no,
             "size": size,
@@ -652,7 +689,7 @@ def list_messages(
             items.reverse()
     return fit_page(
         {
-            "items": with_bodies(db, items, ws, session_id),
+            "items": with_bodies(db, items, ws, session_id, max_bytes=ANSWER_BUDGET),
             "total": total,
             "page": page_no,
             "size": size,
@@ -661,7 +698,7 @@ def list_messages(
     )
 
 
-# Lambda answers at most 6 MB; a page is shortened (and says so) rather than fail after its reads.
+# Lambda answers at most 6 MB: the answer to a stored batch leaves out its largest contents past this (ingest).
 RESPONSE_BUDGET_BYTES = 5_500_000
 
 
@@ -672,21 +709,6 @@ def json_bytes(value: Any) -> int:
 
     body = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     return len(json.dumps(body, ensure_ascii=False).encode("utf-8")) - 2
-
-
-def fit_page(answer: dict[str, Any]) -> dict[str, Any]:
-    """`answer` with as many of its first items as fit a Lambda response; a shortened page says so (`truncated`,
-    ext): ask for a smaller `size` to read the rest."""
-    used = 200
-    kept: list[dict[str, Any]] = []
-    for item in answer["items"]:
-        used += json_bytes(item) + 1
-        if used > RESPONSE_BUDGET_BYTES and kept:
-            break
-        kept.append(item)
-    if len(kept) < len(answer["items"]):
-        answer = {**answer, "items": kept, "truncated": True}
-    return answer
 
 
 def locate_message(db: Db, ws: str, session_id: str, message_id: str, base: Base | None = None) -> MessageItem:

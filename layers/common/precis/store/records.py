@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, overload
 
 from precis.errors import Throttled
+from precis.sizes import fit_page
 from precis.store import keys
 from precis.store.db import Db, to_item
 
@@ -50,18 +51,20 @@ def workspace_of(item: dict[str, Any]) -> str:
     return pk.removeprefix("WS#")
 
 
-def page(records: Sequence[Any], page_no: int, size: int, reverse: bool = False) -> dict[str, Any]:
-    """A Honcho page of already-filtered records (pages are exact)."""
+def page(records: Sequence[Any], page_no: int, size: int, reverse: bool = False, *, fit: bool = True) -> dict[str, Any]:
+    """A Honcho page of already-filtered records (pages are exact); TooLarge (413) naming the size that would fit when
+    its records pass one Lambda answer (`fit=False`: records to be replaced by the caller, who fits the page)."""
     if reverse:
         records = records[::-1]
     start = (page_no - 1) * size
-    return {
+    answer = {
         "items": records[start : start + size] if start < len(records) else [],
         "total": len(records),
         "page": page_no,
         "size": size,
         "pages": math.ceil(len(records) / size),
     }
+    return fit_page(answer) if fit else answer
 
 
 def delete_keys(db: Db, key_iter: Iterable[dict[str, str]]) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, NotRequired, TypedDict, cast
@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 from precis.configuration import check_configuration, merge_configuration
 from precis.errors import Conflict, Invalid, NotFound
 from precis.settings import get_settings
+from precis.sizes import fit_page
 from precis.store import filters as filtering
 from precis.store import keys
 from precis.store.db import (
@@ -166,6 +167,17 @@ def partition_items(db: Db, pk: str, prefix: str = "") -> list[dict[str, Any]]:
         db,
         KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
         ExpressionAttributeValues={":pk": {"S": pk}, ":p": {"S": prefix}},
+    )
+
+
+def _partition_fields(db: Db, pk: str, prefix: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """`fields` of every item of partition `pk` whose SK starts with `prefix` (capacity is the whole items', but
+    only these bytes come back)."""
+    return query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+        ExpressionAttributeValues={":pk": {"S": pk}, ":p": {"S": prefix}},
+        **projection(fields),
     )
 
 
@@ -326,14 +338,33 @@ def workspace_ids(db: Db) -> list[str]:
 
 
 def list_workspaces(db: Db, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
-    items = query_all(
-        db,
-        IndexName="ByListKey",
-        KeyConditionExpression="list_key = :k",
-        ExpressionAttributeValues={":k": {"S": "workspaces"}},
-    )
+    request: dict[str, Any] = {
+        "IndexName": "ByListKey",
+        "KeyConditionExpression": "list_key = :k",
+        "ExpressionAttributeValues": {":k": {"S": "workspaces"}},
+    }
+    if not filters:
+        ids = [i["id"] for i in query_all(db, **request, **projection(("id",)))]
+        return page_of_ids(db, ids, page_no, size, reverse, keys.workspace, lambda i: workspace_view(as_workspace(i)))
+    items = query_all(db, **request)
     views = [v for v in (workspace_view(as_workspace(i)) for i in items) if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
+
+
+def page_of_ids(
+    db: Db,
+    ids: list[str],
+    page_no: int,
+    size: int,
+    reverse: bool,
+    key_of: Callable[[str], dict[str, str]],
+    view_of: Callable[[dict[str, Any]], dict[str, Any]],
+) -> dict[str, Any]:
+    """A page of an unfiltered list from its ids alone: only the page's items are read whole (one BatchGetItem), so
+    a list of many large items (64 KiB of metadata each) never brings them all into memory."""
+    shown = page(ids, page_no, size, reverse, fit=False)
+    found = {i["id"]: i for i in batch_get(db, [key_of(i) for i in shown["items"]])}
+    return fit_page({**shown, "items": [view_of(found[i]) for i in shown["items"] if i in found]})
 
 
 def workspace_open(db: Db, ws: str) -> dict[str, Any]:
@@ -473,6 +504,9 @@ def list_peers(
     db: Db, ws: str, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool
 ) -> dict[str, Any]:
     require_workspace(db, ws)
+    if not filters:
+        ids = [i["id"] for i in _partition_fields(db, f"WS#{ws}", "PEER#", ("id",))]
+        return page_of_ids(db, ids, page_no, size, reverse, lambda p: keys.peer(ws, p), lambda i: peer_view(as_peer(i)))
     peers = (peer_view(as_peer(i)) for i in partition_items(db, f"WS#{ws}", "PEER#"))
     views = [v for v in peers if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
@@ -501,10 +535,20 @@ def list_peer_sessions(
     if _get(db, keys.peer(ws, peer_id)) is None:
         raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
     ids = peer_session_ids(db, ws, peer_id)
+    if not filters:
+        return sessions_page(db, ws, ids, page_no, size, reverse)
     sessions = batch_get(db, [keys.session(ws, s) for s in ids])
     views = [session_view(as_session(s)) for s in sessions if "deleted_at" not in s]
     views.sort(key=lambda v: v["id"])
     return page([v for v in views if filtering.matches(filters, v)], page_no, size, reverse)
+
+
+def sessions_page(db: Db, ws: str, ids: Iterable[str], page_no: int, size: int, reverse: bool) -> dict[str, Any]:
+    """A page of the live sessions among `ids`, by id, reading whole only the page's (`page_of_ids`)."""
+    found = batch_get(db, [keys.session(ws, s) for s in ids], ("id", "deleted_at"))
+    live = sorted(i["id"] for i in found if "deleted_at" not in i)
+    view_of = lambda i: session_view(as_session(i))  # noqa: E731
+    return page_of_ids(db, live, page_no, size, reverse, lambda s: keys.session(ws, s), view_of)
 
 
 # ---------------------------------------------------------------- sessions
@@ -734,6 +778,11 @@ def list_sessions(
     db: Db, ws: str, filters: dict[str, Any] | None, page_no: int, size: int, reverse: bool
 ) -> dict[str, Any]:
     require_workspace(db, ws)
+    if not filters:
+        found = _partition_fields(db, f"WS#{ws}", "SESSION#", ("id", "deleted_at"))
+        ids = [i["id"] for i in found if "deleted_at" not in i]
+        view_of = lambda i: session_view(as_session(i))  # noqa: E731
+        return page_of_ids(db, ids, page_no, size, reverse, lambda s: keys.session(ws, s), view_of)
     items = [as_session(i) for i in partition_items(db, f"WS#{ws}", "SESSION#") if "deleted_at" not in i]
     views = [v for v in map(session_view, items) if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)

@@ -24,7 +24,7 @@ from precis.errors import NotFound
 from precis.store import conclusions, keys
 from precis.store.db import Db, batch_get, error_code, from_item, query_all, raise_if_throttled, to_item
 from precis.store.records import json_object, json_text, page
-from precis.store.resources import as_session, require_workspace, session_view
+from precis.store.resources import require_workspace, sessions_page
 
 PREFIX = "scope."  # the observer of a scope's collections; no peer id can start with it (ids have no ".")
 CHUNK = 16
@@ -192,19 +192,36 @@ def remove_session(db: Db, ws: str, scope_id: str, session_id: str) -> None:
 
 def list_sessions(db: Db, ws: str, scope_id: str, page_no: int, size: int, reverse: bool) -> dict[str, Any]:
     require(db, ws, scope_id)
-    ids = [m["session_id"] for m in _members(db, ws, scope_id)]
-    sessions = [as_session(s) for s in batch_get(db, [keys.session(ws, s) for s in ids]) if "deleted_at" not in s]
-    return page(sorted((session_view(s) for s in sessions), key=lambda v: v["id"]), page_no, size, reverse)
+    return sessions_page(db, ws, [m["session_id"] for m in _members(db, ws, scope_id)], page_no, size, reverse)
+
+
+STATUS_MAX = 5_000  # sessions one scope status reads and answers (~250 bytes each; docs/design.md, "Limits")
 
 
 def status(db: Db, ws: str, scope_id: str) -> dict[str, Any]:
+    """Each member session's backfill, the first STATUS_MAX of them by id; `backfill_capped` (ext) when there are
+    more (a read and an answer bounded whatever the scope holds)."""
     require(db, ws, scope_id)
+    request: dict[str, Any] = {
+        "KeyConditionExpression": "PK = :pk AND begins_with(SK, :p)",
+        "ConsistentRead": True,
+        "ExpressionAttributeValues": to_item({":pk": f"WS#{ws}#SCOPE#{scope_id}", ":p": "SESSION#"}),
+    }
+    members: list[dict[str, Any]] = []
+    while len(members) <= STATUS_MAX:
+        out = db.client.query(TableName=db.table, Limit=STATUS_MAX + 1 - len(members), **request)
+        members += [from_item(i) for i in out["Items"]]
+        if "LastEvaluatedKey" not in out:
+            break
+        request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
     jobs = {}
-    for member in _members(db, ws, scope_id):
+    for member in members[:STATUS_MAX]:
         job = {"state": member["state"], "updated_at": member["updated_at"]}
         if member.get("docs_copied") is not None:
             job["docs_copied"] = member["docs_copied"]
         jobs[member["session_id"]] = job
+    if len(members) > STATUS_MAX:
+        return {"backfill_status": jobs, "backfill_capped": True}
     return {"backfill_status": jobs}
 
 

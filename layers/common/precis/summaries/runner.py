@@ -188,6 +188,9 @@ def summarize_session(
     return runner.run(jobs, raw, markers)
 
 
+SUMMARIES_READ_MAX = 1_000  # messages the queue status reads to count a session's due summaries (a bounded read)
+
+
 def summaries_due(db: Db, ws: str, session_id: str, session: SessionItem, workspace: WorkspaceItem) -> int:
     """How many summaries the session's strategy says are due and not yet written (the queue status counts them)."""
     try:
@@ -199,11 +202,13 @@ def summaries_due(db: Db, ws: str, session_id: str, session: SessionItem, worksp
     first = needed_from(config, stored)
     if first is None:
         return 0
-    items = read_from(db, ws, session_id, first, base=base_of(session))
+    items = read_from(db, ws, session_id, first, limit=SUMMARIES_READ_MAX, base=base_of(session))
     unfinished = {t: s["job_through_seq"] for t, s in raw.items() if s.get("job_through_seq")}
-    return len(
+    due = len(
         decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items], unfinished)
     )
+    # More messages wait than one status reads: summaries are behind, so at least one is due (never 0 while they are).
+    return max(due, 1) if len(items) == SUMMARIES_READ_MAX else due
 
 
 def summarize_under_lease(
