@@ -22,7 +22,7 @@ from aws_lambda_powertools import Logger
 
 from precis.errors import Forbidden, PrecisError, Unauthorized
 from precis.mcp import protocol
-from precis.mcp.catalogue import Call
+from precis.mcp.catalogue import Call, error_result
 from precis.mcp.protocol import Request, RpcError
 from precis.mcp.tools import CATALOGUE
 
@@ -192,4 +192,6 @@ def _call_tool(request: Request, call: Call) -> dict[str, Any]:
         raise RpcError(protocol.INVALID_PARAMS, f"Unknown tool: {name}", request_id=request.id)
     if not isinstance(arguments, dict):
         raise RpcError(protocol.INVALID_PARAMS, "Invalid params: arguments must be an object", request_id=request.id)
+    if request.unreadable:  # text that is not Unicode: a bad argument, answered as the catalogue answers one
+        return error_result(f"invalid arguments: {request.unreadable}")
     return CATALOGUE.call(name, arguments, call)
