@@ -32,7 +32,7 @@ S = f"{W}/sessions/{{session_id}}"
 # ---------------------------------------------------------------- what is sent
 
 FILTERS = {"AND": [{"metadata": {"mood": "happy"}}, {"peer_id": {"in": ["alice", "bob"]}}], "created_at": {"gte": "x"}}
-META = {"metadata": {"note": "hi", "deep": {"a": [1, {"b": None}]}}, "configuration": {"deriver": {"enabled": True}}}
+META = {"metadata": {"note": "hi", "deep": {"a": [1, {"b": None}]}}, "configuration": {"deriver": {"max_wait_s": 60}}}
 # Each route's bodies as a client sends them (an empty list: the route reads no body; anything is sent anyway).
 BODIES: dict[str, list[Any]] = {
     "POST /v3/workspaces": [{"id": "made", **META}],
@@ -85,7 +85,7 @@ BODIES: dict[str, list[Any]] = {
         {"query": "where?", "scope": ["therapy"], "response_format": {"type": "object", "properties": {}}},
     ],
     f"POST {W}/chat": [{"query": "where does alice live?", "filters": {"session_id": {"in": ["s1"]}}}],
-    f"POST {W}/scopes/list": [{"filters": {"id": "therapy"}}],
+    f"POST {W}/scopes/list": [{}],
     f"POST {W}/scopes/{{scope_id}}/sessions/list": [{}],
 }
 # The query parameters a route reads, with a valid value each (hostile ones replace them at random).

@@ -55,6 +55,9 @@ SAMPLES: dict[str, Any] = {
     "limit_to_session": False,
 }
 
+# Where one tool takes an argument of that name differently.
+SAMPLES_OF: dict[tuple[str, str], Any] = {("query_conclusions", "filters"): {"session_id": "s1"}}
+
 
 def test_every_argument_of_every_tool_has_a_sample():
     named = {a for tool in CATALOGUE.tools.values() for a in tool.arguments.model_fields}
@@ -148,7 +151,7 @@ def tool_calls(draw) -> tuple[str, Any]:
     fields = CATALOGUE.tools[name].arguments.model_fields
     required = [a for a, f in fields.items() if f.is_required()]
     optional = draw(st.lists(st.sampled_from(sorted(set(fields) - set(required)) or ["workspace_id"]), unique=True))
-    template = {a: SAMPLES[a] for a in [*required, *optional, "workspace_id"] if a in fields}
+    template = {a: SAMPLES_OF.get((name, a), SAMPLES[a]) for a in [*required, *optional, "workspace_id"] if a in fields}
     kind = draw(st.sampled_from(["hostile", "hostile", "hostile", "any", "text"]))
     if kind == "hostile":
         return name, draw(hostile(template))
