@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from typing import Any
 
 from hypothesis import strategies as st
@@ -153,3 +154,17 @@ def admin_key(monkeypatch) -> dict[str, str]:
     monkeypatch.setenv("PRECIS_JWT_SECRET", SECRET)
     get_settings.cache_clear()
     return {"Authorization": f"Bearer {mint_key(SECRET, admin=True)}"}
+
+
+def strict(value: Any) -> bool:
+    """Whether an answer is JSON every client reads: no NaN or Infinity, which Python writes and browsers refuse."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return False
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return True

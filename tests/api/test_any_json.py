@@ -23,6 +23,7 @@ from tests.hostile import (
     hostile,
     seed,
     stored,
+    strict,
     to_text,
 )
 
@@ -128,6 +129,7 @@ def send(aws, headers: dict[str, str], route: str, ids: dict[str, str], body: An
     text = None if body is None else to_text(body)
     reply = call(method, path.format(**ids), raw=text, headers=headers, **query)
     assert reply.status < 500, (route, text and text[:2000], query, reply.status, reply.body)
+    assert strict(reply.body), (route, text and text[:2000], query, reply.status, reply.body)
     if 400 <= reply.status < 500:
         detail = reply.body["detail"]
         assert detail, "a refusal says what is wrong"

@@ -168,6 +168,24 @@ CASES = [
     ("POST", f"{S}/messages", '{"messages": [{"content": "hi", "peer_id": "\\ud800"}]}', {}, {}, 422),
     ("POST", f"{W}/peers/list", '{"filters": {"metadata": {"\\ud800": "x"}}}', {}, {}, 422),
     ("POST", f"{W}/peers", '{"id": "p", "metadata": {"n": ' + "1" * 4301 + "}}", {}, {}, 422),
+    # NaN and Infinity are not JSON (Python reads them, and 1e400 as infinity): stored, they came back unreadable
+    ("PUT", W, '{"configuration": {"x": NaN}}', {}, {}, 422),
+    ("POST", f"{W}/sessions", '{"id": "s2", "configuration": {"x": [1e400]}}', {}, {}, 422),
+    (
+        "POST",
+        f"{S}/messages",
+        (
+            "POST",
+            f"{S}/messages",
+            '{"messages": [{"content": "hi", "peer_id": "alice", "configuration": {"x": -Infinity}}]}',
+            {},
+            {},
+            422,
+        ),
+        {},
+        {},
+        422,
+    ),
     # derived memory: conclusions, cards, queue status
     ("POST", f"{W}/conclusions", {"conclusions": []}, {}, {}, 422),
     ("POST", f"{W}/conclusions", {"conclusions": [CONCLUSION] * 101}, {}, {}, 422),

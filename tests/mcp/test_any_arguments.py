@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from precis.mcp.tools import CATALOGUE
 from tests.handlers import call
-from tests.hostile import ANY_JSON, HOSTILE_TEXT, admin_key, hostile, seed, stored, to_text
+from tests.hostile import ANY_JSON, HOSTILE_TEXT, admin_key, hostile, seed, stored, strict, to_text
 
 FILTERS = {"metadata": {"mood": "happy"}, "peer_id": {"in": ["alice", "bob"]}}
 # A valid value of each argument, by name ({...}: an id of the example's workspace).
@@ -86,10 +86,11 @@ def admin(aws, monkeypatch) -> dict[str, str]:
         ({"peer_id": "alice", "metadata": {"note": "x\udfff"}}, "metadata.note"),
         ({"session_id": "s1", "metadata": {"\ud800": 1}}, "metadata"),
         ({"metadata": {"list": ["ok", {"deep": "\udbff"}]}}, "metadata.list[1].deep"),
+        ({"metadata": {"n": float("nan")}}, "metadata.n"),  # not JSON, and stored it would come back unreadable
     ],
-    ids=["workspace", "peer", "session key", "nested"],
+    ids=["workspace", "peer", "session key", "nested", "NaN"],
 )
-def test_set_metadata_refuses_a_lone_surrogate_as_a_bad_argument_and_stores_nothing(aws, admin, arguments, where):
+def test_set_metadata_takes_unreadable_values_as_a_bad_argument_and_stores_nothing(aws, admin, arguments, where):
     ids = seed(admin)
     before = stored(aws)
     reply = rpc(admin, "set_metadata", to_text({"workspace_id": ids["workspace_id"], **arguments}))
@@ -97,7 +98,8 @@ def test_set_metadata_refuses_a_lone_surrogate_as_a_bad_argument_and_stores_noth
     result = reply.body["result"]
     assert result["isError"] is True, result
     [content] = result["content"]
-    assert content["text"].startswith(f"invalid arguments: {where}: ") and "lone surrogate" in content["text"]
+    assert content["text"].startswith(f"invalid arguments: {where}: "), content
+    assert ("not a finite number" if where == "metadata.n" else "not valid Unicode") in content["text"], content
     assert stored(aws) == before
     got = rpc(admin, "get_metadata", to_text({"workspace_id": ids["workspace_id"]})).body["result"]
     assert got["isError"] is False and "\\ud800" not in got["content"][0]["text"]
@@ -172,6 +174,14 @@ def _ids(value: Any, ids: dict[str, str]) -> Any:
     return value
 
 
+def _result_json(answer: dict[str, Any]) -> Any:
+    """A tool result's text read as JSON (what an agent's client parses), or None when it is prose."""
+    try:
+        return json.loads(answer["result"]["content"][0]["text"])
+    except (KeyError, IndexError, ValueError):
+        return None
+
+
 @given(tool_call=tool_calls())
 @settings(
     max_examples=40,  # ~0.25 s each (a workspace seeded by six requests, then the call under test)
@@ -186,6 +196,7 @@ def test_any_arguments_to_any_tool_are_never_an_internal_error_and_a_refusal_sto
     reply = rpc(admin, name, text)
     assert reply.status < 500, (name, text[:2000], reply.status, reply.body)
     answer = reply.body
+    assert strict(answer) and strict(_result_json(answer)), (name, text[:2000], answer)
     assert "error" not in answer or answer["error"]["code"] != -32603, (name, text[:2000], answer)
     refused = "error" in answer or answer["result"]["isError"]
     if refused:

@@ -75,8 +75,9 @@ class Request:
 
 def _load(body: str) -> tuple[Any, str | None]:
     """The message a body holds, read once (precis.schemas.json_body), and what is wrong with the text of a tools/call's
-    arguments, if anything: a bad argument, which the call answers as a tool result (isError) the agent can correct.
-    Text that is not Unicode anywhere else is the request's own fault: a JSON-RPC error naming where."""
+    arguments, if anything (text that is not Unicode, a number that is not finite): a bad argument, which the call
+    answers as a tool result (isError) the agent can correct. Anywhere else it is the request's own fault: a JSON-RPC
+    error naming where."""
     try:
         message = json_body.parse(body, max_depth=MAX_BODY_DEPTH, root=())
     except json_body.Unreadable as exc:  # JSON Python cannot read: too deep for its parser, too many digits
@@ -88,7 +89,7 @@ def _load(body: str) -> tuple[Any, str | None]:
     try:
         json_body.check(message, max_depth=MAX_BODY_DEPTH, root=())
     except json_body.Unreadable as exc:
-        if exc.kind != "string_unicode":
+        if exc.kind == "json_too_deep":
             raise RpcError(PARSE_ERROR, f"Parse error: {exc.msg}", status=400) from None
         if call and exc.loc[:2] == ("params", "arguments"):
             envelope = {**message, "params": {**params, "arguments": None}}

@@ -5,12 +5,16 @@ cannot store or answer with. Pure."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
 Loc = tuple[str | int, ...]
 MAX_DEPTH = 32  # the deepest legitimate body (a message's metadata, nested filters) is well under this
 MAX_DIGITS = sys.get_int_max_str_digits()  # 4,300 unless the interpreter was told otherwise
+# JSON has no NaN or Infinity (Python reads them, and 1e400 as infinity): stored, they would come back as tokens a
+# client's JSON parser refuses.
+_NOT_FINITE = "not a finite number (JSON has no NaN or Infinity, and a double ends near 1.8e308)"
 _UNPAIRED = "(a \\ud800-\\udfff escape without its pair); send text that encodes as UTF-8"
 
 
@@ -45,8 +49,8 @@ def _lone_surrogate(text: str) -> int | None:
 
 
 def check(value: Any, *, max_depth: int, root: Loc = ("body",)) -> None:
-    """Unreadable when `value` (parsed JSON) nests deeper than `max_depth` or holds a key or string that is not
-    Unicode; one walk, without recursion (a body's depth is the client's to choose)."""
+    """Unreadable when `value` (parsed JSON) nests deeper than `max_depth`, holds a key or string that is not Unicode,
+    or a number that is not finite; one walk, without recursion (a body's depth is the client's to choose)."""
     deepest, stack = 0, [(value, root, 1)]
     while stack:
         node, loc, depth = stack.pop()
@@ -57,6 +61,8 @@ def check(value: Any, *, max_depth: int, root: Loc = ("body",)) -> None:
                     loc, f"not valid Unicode: a lone surrogate at index {at} {_UNPAIRED}", "string_unicode"
                 )
             continue
+        if isinstance(node, float) and not math.isfinite(node):
+            raise Unreadable(loc, _NOT_FINITE, "finite_number")
         if not isinstance(node, (dict, list)):
             continue
         if depth > deepest:
