@@ -148,6 +148,44 @@ CASES = [
     ),
     ("POST", f"{S}/messages/list", DEEP_OBJECTS, {}, {}, 422),
     ("PUT", f"{S}/messages/{'A' * 21}", '{"metadata":' + DEEP_ARRAYS + "}", {}, {}, 422),
+    # text that is not Unicode (a lone surrogate from a \ud800 escape) anywhere in a body, and numbers Python cannot
+    # read: a 422 from where the body is read (issue 46; each was a 500 when it reached the store)
+    ("POST", f"{W}/peers", '{"id": "p", "metadata": {"note": "\\ud800"}}', {}, {}, 422),
+    ("POST", f"{W}/peers", '{"id": "p", "metadata": {"\\udc00": 1}}', {}, {}, 422),
+    ("POST", f"{W}/sessions", '{"id": "s2", "metadata": {"note": "\\ud800"}}', {}, {}, 422),
+    ("POST", f"{W}/sessions", '{"id": "s2", "peers": {"alice": {}}, "configuration": {"k": ["\\udfff"]}}', {}, {}, 422),
+    ("PUT", W, '{"metadata": {"note": "\\ud800"}}', {}, {}, 422),
+    ("PUT", W, '{"configuration": {"\\ud800x": {}}}', {}, {}, 422),
+    ("PUT", S, '{"metadata": {"a": {"b": "x\\udbff"}}}', {}, {}, 422),
+    (
+        "POST",
+        f"{S}/messages",
+        '{"messages": [{"content": "hi", "peer_id": "alice", "metadata": {"note": "\\ud800"}}]}',
+        {},
+        {},
+        422,
+    ),
+    ("POST", f"{S}/messages", '{"messages": [{"content": "hi", "peer_id": "\\ud800"}]}', {}, {}, 422),
+    ("POST", f"{W}/peers/list", '{"filters": {"metadata": {"\\ud800": "x"}}}', {}, {}, 422),
+    ("POST", f"{W}/peers", '{"id": "p", "metadata": {"n": ' + "1" * 4301 + "}}", {}, {}, 422),
+    # NaN and Infinity are not JSON (Python reads them, and 1e400 as infinity): stored, they came back unreadable
+    ("PUT", W, '{"configuration": {"x": NaN}}', {}, {}, 422),
+    ("POST", f"{W}/sessions", '{"id": "s2", "configuration": {"x": [1e400]}}', {}, {}, 422),
+    (
+        "POST",
+        f"{S}/messages",
+        (
+            "POST",
+            f"{S}/messages",
+            '{"messages": [{"content": "hi", "peer_id": "alice", "configuration": {"x": -Infinity}}]}',
+            {},
+            {},
+            422,
+        ),
+        {},
+        {},
+        422,
+    ),
     # derived memory: conclusions, cards, queue status
     ("POST", f"{W}/conclusions", {"conclusions": []}, {}, {}, 422),
     ("POST", f"{W}/conclusions", {"conclusions": [CONCLUSION] * 101}, {}, {}, 422),
@@ -275,6 +313,22 @@ CASES = [
     ),
     (
         "POST",
+        f"{S}/messages/upload",
+        Form({"peer_id": "alice", "metadata": '{"note": "\\ud800"}'}, {"file": ("a.txt", b"hi", "text/plain")}),
+        {},
+        {},
+        422,
+    ),
+    (
+        "POST",
+        f"{S}/messages/upload",
+        Form({"peer_id": "alice"}, {"file": ("a.txt", b"caf\\ud800", "text/plain; charset=unicode_escape")}),
+        {},
+        {},
+        422,
+    ),
+    (
+        "POST",
         f"{W}/sessions/nope/messages/upload",
         Form({"peer_id": "alice"}, {"file": ("a.txt", b"hi", "text/plain")}),
         {},
@@ -363,6 +417,34 @@ def test_a_put_that_changes_nothing_is_fine(seeded):
 def test_minting_a_key_without_a_signing_secret_is_503_not_a_crash(seeded):
     reply = call("POST", "/v3/keys")
     assert reply.status == 503 and "PRECIS_JWT_SECRET" in reply.body["detail"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "loc"),
+    [
+        ("POST", f"{W}/peers", {"id": "p", "metadata": {"note": "ok \ud800"}}, ["body", "metadata", "note"]),
+        ("POST", f"{W}/sessions", {"id": "s2", "metadata": {"\udfff": 1}}, ["body", "metadata"]),
+        ("PUT", W, {"metadata": {"note": "\ud800"}}, ["body", "metadata", "note"]),
+        (
+            "POST",
+            f"{S}/messages",
+            {"messages": [{"content": "hi", "peer_id": "alice"}, {"content": "\ud800", "peer_id": "alice"}]},
+            ["body", "messages", 1, "content"],
+        ),
+        ("POST", f"{W}/peers/alice/chat", {"query": "where\ud800"}, ["body", "query"]),
+        ("PUT", f"{W}/peers/alice/card", {"peer_card": ["ok", "\udc00"]}, ["body", "peer_card", 1]),
+    ],
+    ids=["peer metadata", "session metadata key", "workspace metadata", "second message", "chat query", "card"],
+)
+def test_text_that_is_not_unicode_is_a_422_naming_where(seeded, method, path, body, loc):
+    before = _scan(seeded)
+    reply = call(method, path, body)
+    assert reply.status == 422, reply.body
+    [error] = reply.body["detail"]
+    where = ".".join(str(p) for p in loc[:1]) + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+    assert error["loc"] == loc and error["type"] == "string_unicode", error
+    assert error["msg"].startswith(f"{where}: ") and "lone surrogate" in error["msg"], error
+    assert _scan(seeded) == before
 
 
 def test_a_body_at_the_nesting_limit_is_read(seeded):

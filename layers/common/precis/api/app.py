@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from functools import lru_cache
 from typing import Any
 
@@ -16,13 +15,14 @@ from precis.api import caller
 from precis.api.answers import json_response, to_json
 from precis.auth import ROUTES, Access, Principal, authorize, authorize_view, bearer, verify_key
 from precis.errors import PrecisError, Throttled
+from precis.schemas import json_body
 from precis.secrets import jwt_secret
 from precis.settings import get_settings
 from precis.sizes import LAMBDA_PAYLOAD_MAX, frame, too_large
 
 logger = Logger(child=True)
 
-MAX_BODY_DEPTH = 32  # the deepest legitimate body (a message's metadata, nested filters) is well under this
+MAX_BODY_DEPTH = json_body.MAX_DEPTH
 INTERNAL_ERROR = "internal error; it has been logged"
 # Routes whose body is a multipart form the route reads itself (bytes as API Gateway hands them over, base64); their
 # handlers declare no JSON body, so Powertools never parses it.
@@ -35,36 +35,14 @@ _BODY_READERS = {
 }  # a peer key may not read through a scope (authorize_view)
 
 
-def _nesting(value: Any) -> int:
-    """How deeply `value`'s objects and arrays nest (a scalar is 0), without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, (dict, list)):
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
-    return deepest
-
-
 def load_json(text: str | bytes) -> Any:
-    """A request body as JSON; a 422 when it nests deeper than MAX_BODY_DEPTH (validators and filters recurse
-    over bodies, and the parser itself overflows the stack on ~1000 levels)."""
-    too_deep = RequestValidationError(
-        [
-            {
-                "loc": ("body",),
-                "type": "json_too_deep",
-                "msg": f"body: JSON nests deeper than the limit of {MAX_BODY_DEPTH} levels",
-            }
-        ]
-    )
+    """A request body as JSON, read once for every route (precis.schemas.json_body): a 422 naming where when it nests
+    deeper than MAX_BODY_DEPTH (validators and filters recurse over bodies) or holds text that is not Unicode (a lone
+    surrogate, which no route could store or send back)."""
     try:
-        value = json.loads(text)
-    except RecursionError:
-        raise too_deep from None
-    if _nesting(value) > MAX_BODY_DEPTH:
-        raise too_deep
-    return value
+        return json_body.read(text, max_depth=MAX_BODY_DEPTH)
+    except json_body.Unreadable as exc:
+        raise RequestValidationError([{"loc": exc.loc, "type": exc.kind, "msg": exc.msg}]) from None
 
 
 def _describe(error: dict) -> dict:

@@ -12,6 +12,7 @@ result: `Forbidden` leaves the call for the endpoint to answer 403 (MCP's author
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from precis.auth import Access, Principal, authorize, authorize_view
 from precis.errors import Forbidden, Invalid, PrecisError, Throttled
+from precis.schemas import ID_MAX, ID_PATTERN
 from precis.sizes import ANSWER_BUDGET, escaped_bytes, framed_bytes, json_text
 
 MISSING_WORKSPACE = (
@@ -55,6 +57,11 @@ class Call:
         workspace = given or self.default_workspace or (self.principal.workspace if self.principal else None)
         if not workspace:
             raise Invalid(MISSING_WORKSPACE)
+        if len(workspace) > ID_MAX or not re.fullmatch(ID_PATTERN, workspace):  # the header is checked only here
+            raise Invalid(
+                f"X-Honcho-Workspace-ID: '{workspace[:ID_MAX]}' is not a workspace id (1-{ID_MAX} letters, digits, "
+                "_ and -); fix the header or pass workspace_id"
+            )
         return workspace
 
     def authorize(

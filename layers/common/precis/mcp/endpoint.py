@@ -210,4 +210,6 @@ def _call_tool(request: Request, call: Call) -> dict[str, Any]:
         raise RpcError(protocol.INVALID_PARAMS, f"Unknown tool: {name}", request_id=request.id)
     if not isinstance(arguments, dict):
         raise RpcError(protocol.INVALID_PARAMS, "Invalid params: arguments must be an object", request_id=request.id)
+    if request.unreadable:  # text that is not Unicode: a bad argument, answered as the catalogue answers one
+        return error_result(f"invalid arguments: {request.unreadable}")
     return CATALOGUE.call(name, arguments, call)

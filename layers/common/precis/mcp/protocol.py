@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from precis.schemas import json_body
 
 LEGACY_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")  # newest first: initialize's counter-offer is the first
 MODERN_VERSIONS = ("2026-07-28",)
@@ -38,7 +39,7 @@ META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 # Methods whose name (a params key) the modern era mirrors in the Mcp-Name header.
 NAMED_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
-MAX_BODY_DEPTH = 32
+MAX_BODY_DEPTH = json_body.MAX_DEPTH
 
 
 class RpcError(Exception):
@@ -65,30 +66,48 @@ class Request:
     id: Any = None
     notification: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+    unreadable: str | None = None  # what is wrong with the text of a tools/call's arguments (a tool result's error)
 
     @property
     def modern(self) -> bool:
         return self.version in MODERN_VERSIONS
 
 
-def _nesting(value: Any) -> int:
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, (dict, list)):
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
-    return deepest
-
-
-def _load(body: str) -> Any:
+def _load(body: str) -> tuple[Any, str | None]:
+    """The message a body holds, read once (precis.schemas.json_body), and what is wrong with the text of a tools/call's
+    arguments, if anything (text that is not Unicode, a number that is not finite): a bad argument, which the call
+    answers as a tool result (isError) the agent can correct. Anywhere else it is the request's own fault: a JSON-RPC
+    error naming where."""
     try:
-        value = json.loads(body)
-    except (ValueError, RecursionError) as exc:
+        message = json_body.parse(body, max_depth=MAX_BODY_DEPTH, root=())
+    except json_body.Unreadable as exc:  # JSON Python cannot read: too deep for its parser, too many digits
+        raise RpcError(PARSE_ERROR, f"Parse error: {exc.msg}", status=400) from None
+    except ValueError as exc:
         raise RpcError(PARSE_ERROR, f"Parse error: the body is not JSON ({exc})", status=400) from None
-    if _nesting(value) > MAX_BODY_DEPTH:
-        raise RpcError(PARSE_ERROR, f"Parse error: JSON nests deeper than {MAX_BODY_DEPTH} levels", status=400)
-    return value
+    params: Any = message.get("params") if isinstance(message, dict) else None
+    call = isinstance(params, dict) and message.get("method") == "tools/call" and "arguments" in params
+    try:
+        json_body.check(message, max_depth=MAX_BODY_DEPTH, root=())
+    except json_body.Unreadable as exc:
+        if exc.kind == "json_too_deep":
+            raise RpcError(PARSE_ERROR, f"Parse error: {exc.msg}", status=400) from None
+        if call and exc.loc[:2] == ("params", "arguments"):
+            envelope = {**message, "params": {**params, "arguments": None}}
+            try:  # the arguments are the one bad part only when the rest of the message reads
+                json_body.check(envelope, max_depth=MAX_BODY_DEPTH, root=())
+            except json_body.Unreadable as elsewhere:
+                exc = elsewhere
+            else:
+                return message, json_body.Unreadable(exc.loc[2:], exc.problem, exc.kind).msg
+        in_params = exc.loc[:1] == ("params",)
+        request_id = message.get("id") if isinstance(message, dict) and exc.loc[:1] != ("id",) else None
+        raise RpcError(
+            INVALID_PARAMS if in_params else INVALID_REQUEST,
+            f"{'Invalid params' if in_params else 'Invalid Request'}: {exc.msg}",
+            status=400,
+            request_id=request_id if isinstance(request_id, (str, int)) and not isinstance(request_id, bool) else None,
+        ) from None
+    return message, None
 
 
 def decode_header(value: str | None) -> str | None:
@@ -107,7 +126,7 @@ def read(body: str, headers: dict[str, str]) -> Request:
     `headers` are lower-cased (API Gateway's payload 2.0). A batch is refused: 2025-06-18 removed batching, and a
     stateless endpoint that answers one JSON object per POST has no order to keep among a batch's answers.
     """
-    message = _load(body)
+    message, unreadable = _load(body)
     if isinstance(message, list):
         raise RpcError(
             INVALID_REQUEST,
@@ -145,8 +164,10 @@ def read(body: str, headers: dict[str, str]) -> Request:
         return Request(method, params, headers.get("mcp-protocol-version") or HEADERLESS_VERSION, notification=True)
     meta = params.get("_meta")
     if isinstance(meta, dict) and META_VERSION in meta:
-        return _modern(method, params, meta, headers, request_id)
-    return _legacy(method, params, headers, request_id)
+        request = _modern(method, params, meta, headers, request_id)
+    else:
+        request = _legacy(method, params, headers, request_id)
+    return replace(request, unreadable=unreadable) if unreadable else request
 
 
 def _modern(

@@ -3,13 +3,12 @@ that the functions that only read (context, chat) build none of these classes on
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
-from precis.schemas import MAX_BATCH, Body, Configuration, Id, Metadata, ScopeId
+from precis.schemas import MAX_BATCH, Body, Configuration, Id, Metadata, ScopeId, json_body
 
 
 class PeerFlags(Body):
@@ -102,13 +101,14 @@ class DreamRequest(Body):
 
 
 def _json_text(value: Any) -> Any:
-    """A form field holding JSON (the SDK sends metadata and configuration as `json.dumps` text)."""
+    """A form field holding JSON (the SDK sends metadata and configuration as `json.dumps` text), read as a JSON body
+    is (json_body): JSON, not too deep, its text Unicode."""
     if not isinstance(value, str):
         return value
     try:
-        return json.loads(value)
-    except RecursionError:
-        raise ValueError("nests too deeply") from None
+        return json_body.read(value, max_depth=json_body.MAX_DEPTH, root=())
+    except json_body.Unreadable as exc:
+        raise ValueError(exc.msg) from None
     except ValueError as exc:
         raise ValueError(f"not valid JSON ({exc})") from None
 
