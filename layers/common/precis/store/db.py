@@ -274,6 +274,19 @@ def query_all(db: Db, **request: Any) -> list[dict[str, Any]]:
         request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
 
+def query_first(db: Db, count: int, **request: Any) -> list[dict[str, Any]]:
+    """The first `count` items a Query matches (fewer when it matches fewer), following its pages: a read bounded
+    whatever the partition holds. Ask for one more than you keep to learn whether more lie beyond."""
+    items: list[dict[str, Any]] = []
+    while len(items) < count:
+        out = db.client.query(TableName=db.table, Limit=count - len(items), **request)
+        items += [from_item(i) for i in out["Items"]]
+        if "LastEvaluatedKey" not in out:
+            break
+        request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+    return items
+
+
 def batch_get(db: Db, key_list: list[dict[str, str]], fields: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """The items at `key_list` that exist (consistent reads, 100 keys a request, unprocessed keys retried)."""
     found: list[dict[str, Any]] = []

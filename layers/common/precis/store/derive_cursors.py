@@ -20,9 +20,9 @@ from precis.store.db import (
     Db,
     batch_get,
     error_code,
-    from_item,
     mark_applied,
     query_all,
+    query_first,
     raise_if_throttled,
     to_item,
 )
@@ -235,12 +235,6 @@ def workspace_cursors(db: Db, ws: str, limit: int = WORKSPACE_READ_MAX) -> tuple
         "ProjectionExpression": "session_id, sender, kind, observer, derived, pending, due_at, job.#token, job.#count",
         "ExpressionAttributeNames": {"#token": "token", "#count": "count"},
     }
-    found: list[dict[str, Any]] = []
-    while len(found) <= limit:
-        out = db.client.query(TableName=db.table, Limit=limit + 1 - len(found), **request)
-        found += [from_item(i) for i in out["Items"]]
-        if "LastEvaluatedKey" not in out:
-            break
-        request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+    found = query_first(db, limit + 1, **request)
     beyond = found[limit].get("due_at", NOTHING_DUE) if len(found) > limit else None
     return found[:limit], beyond

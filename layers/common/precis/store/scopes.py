@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 
 from precis.errors import NotFound
 from precis.store import conclusions, keys
-from precis.store.db import Db, batch_get, error_code, from_item, query_all, raise_if_throttled, to_item
+from precis.store.db import Db, batch_get, error_code, from_item, query_all, query_first, raise_if_throttled, to_item
 from precis.store.records import json_object, json_text, page
 from precis.store.resources import require_workspace, sessions_page
 
@@ -207,13 +207,7 @@ def status(db: Db, ws: str, scope_id: str) -> dict[str, Any]:
         "ConsistentRead": True,
         "ExpressionAttributeValues": to_item({":pk": f"WS#{ws}#SCOPE#{scope_id}", ":p": "SESSION#"}),
     }
-    members: list[dict[str, Any]] = []
-    while len(members) <= STATUS_MAX:
-        out = db.client.query(TableName=db.table, Limit=STATUS_MAX + 1 - len(members), **request)
-        members += [from_item(i) for i in out["Items"]]
-        if "LastEvaluatedKey" not in out:
-            break
-        request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+    members = query_first(db, STATUS_MAX + 1, **request)
     jobs = {}
     for member in members[:STATUS_MAX]:
         job = {"state": member["state"], "updated_at": member["updated_at"]}
