@@ -35,6 +35,7 @@ from precis.store.db import (
     Db,
     batch_get,
     cancellation_codes,
+    each,
     error_code,
     from_item,
     projection,
@@ -1250,7 +1251,7 @@ def write_missing_texts(db: Db, ws: str, observer: str, observed: str, *, dry_ru
     if dry_run or not todo:
         return len(stored), len(todo)
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="conclusion-texts") as pool:
-        return len(stored), sum(pool.map(lambda i: _put_missing_text(db, ws, observer, observed, i), todo))
+        return len(stored), sum(each(pool, lambda i: _put_missing_text(db, ws, observer, observed, i), todo))
 
 
 def _put_missing_text(db: Db, ws: str, observer: str, observed: str, stored: dict[str, Any]) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import gc
 import random
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Executor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
@@ -272,6 +273,15 @@ def query_all(db: Db, **request: Any) -> list[dict[str, Any]]:
         if "LastEvaluatedKey" not in out:
             return items
         request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
+
+def each[T, R](pool: Executor, work: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """`work(item)` for every item in `pool`'s threads, their results in order; every one has ended before this
+    returns or raises (the first error): an error never leaves writes running after the request has answered (Lambda
+    would run them during a later invocation, and the caller's retry would race them)."""
+    futures = [pool.submit(work, item) for item in items]
+    wait(futures)
+    return [f.result() for f in futures]
 
 
 def query_first(db: Db, count: int, **request: Any) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ from botocore.exceptions import ClientError
 from precis.errors import Conflict, Throttled
 from precis.store import keys
 from precis.store.conclusions import delete_collections, purge_session_conclusions
-from precis.store.db import Db, cancellation_codes, from_item, query_all, to_item, transact
+from precis.store.db import Db, cancellation_codes, each, from_item, query_all, to_item, transact
 from precis.store.messages import tail_seq
 from precis.store.records import delete_keys, utcnow
 from precis.store.resources import (
@@ -137,7 +137,7 @@ def purge_session(
 
 def _delete_parallel(db: Db, key_list: list[dict[str, str]]) -> int:
     chunks = [key_list[i : i + 25] for i in range(0, len(key_list), 25)]
-    return sum(_pool.map(lambda chunk: delete_keys(db, chunk), chunks))
+    return sum(each(_pool, lambda chunk: delete_keys(db, chunk), chunks))
 
 
 def _delete_versions(db: Db, prefix: str) -> int:

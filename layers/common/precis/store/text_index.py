@@ -40,7 +40,7 @@ from botocore.exceptions import ClientError
 
 from precis.lexical import Document, Key, Page, Posting, Query, Stats, group_of, idf, rank_all, terms, top_k
 from precis.store import keys
-from precis.store.db import Db, batch_get, error_code, query_all, to_item
+from precis.store.db import Db, batch_get, each, error_code, query_all, to_item
 from precis.store.records import delete_keys, write_batch
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ def _posting_keys(ws: str, session_id: str, seq: int, document: Document) -> lis
 def _write(db: Db, requests: list[WriteRequestTypeDef]) -> None:
     """BatchWriteItems of 25, in parallel; unprocessed items retried."""
     chunks = [requests[i : i + 25] for i in range(0, len(requests), 25)]
-    list(_pool().map(lambda chunk: write_batch(db, chunk), chunks))
+    each(_pool(), lambda chunk: write_batch(db, chunk), chunks)
 
 
 def _counter_keys(ws: str, peer: str, document: Document) -> list[tuple[str, str]]:
@@ -290,7 +290,7 @@ def _update_counters(
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise  # (refused: this unit's counts are on the item already, or there is nothing to take from)
 
-    list(_pool().map(update, which))
+    each(_pool(), update, which)
 
 
 def settle(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> int:
@@ -300,7 +300,7 @@ def settle(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> int:
     marks = {(i["u"], key) for i in found for key in _counter_keys(ws, i["peer"], Document.parse(i["tsig"], 0))}
     if len(marks) > SETTLE_READ_FIRST:
         marks = _held(db, marks)
-    return sum(_pool().map(lambda mark: _unmark(db, mark[1], mark[0]), sorted(marks)))
+    return sum(each(_pool(), lambda mark: _unmark(db, mark[1], mark[0]), sorted(marks)))
 
 
 def _held(db: Db, marks: Iterable[tuple[str, tuple[str, str]]]) -> set[tuple[str, tuple[str, str]]]:
@@ -413,7 +413,7 @@ def _purge_block(
     for start in range(0, len(marks), MARK_CHUNK):
         if out_of_time():
             return False
-        list(_pool().map(lambda mark: _unmark(db, mark[1], mark[0]), marks[start : start + MARK_CHUNK]))
+        each(_pool(), lambda mark: _unmark(db, mark[1], mark[0]), marks[start : start + MARK_CHUNK])
     _write(db, [{"DeleteRequest": {"Key": to_item({"PK": i["PK"], "SK": i["SK"]})}} for i in items])
     return True
 
@@ -612,6 +612,6 @@ def settle_unit(db: Db, ws: str, session_id: str, unit: str, seqs: Iterable[int]
         return 0
     touched = {key for i in found for key in _counter_keys(ws, i["peer"], Document.parse(i["tsig"], 0))}
     stats = (keys.text_counters_pk(ws), keys.TEXT_STATS)
-    list(_pool().map(lambda key: _unmark(db, key, unit), sorted(touched - {stats})))
+    each(_pool(), lambda key: _unmark(db, key, unit), sorted(touched - {stats}))
     _unmark(db, stats, unit)
     return len(found)
