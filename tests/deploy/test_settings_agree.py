@@ -34,7 +34,13 @@ RUNTIME = {
     "PYDANTIC_DISABLE_PLUGINS",
 }
 # Parameters that size or name resources and reach no function's environment.
-RESOURCE_PARAMETERS = {"SummarizerReservedConcurrency", "DeriverReservedConcurrency", "LogRetentionDays"}
+RESOURCE_PARAMETERS = {
+    "SummarizerReservedConcurrency",
+    "DeriverReservedConcurrency",
+    "LogRetentionDays",
+    "ApiRateLimit",
+    "ApiBurstLimit",
+}
 # Settings the template fixes, or takes from its own resources: nothing for a deployer to choose, so no parameter.
 FIXED = {
     "TABLE_NAME": "the stack's table",

@@ -633,7 +633,13 @@ def test_the_api_is_throttled_and_its_access_logged():
     assert apis and not resources_of("AWS::Serverless::Api")
     for lid, props in apis.items():
         settings = props["DefaultRouteSettings"]
-        assert settings["ThrottlingRateLimit"] > 0 and settings["ThrottlingBurstLimit"] > 0, lid
+        for limit in ("ThrottlingRateLimit", "ThrottlingBurstLimit"):
+            value = settings[limit]
+            if getattr(value, "name", None) == "Ref":  # a parameter: its default and its floor are positive
+                value = PARAMETERS[value.value]
+                assert value["MinValue"] > 0 and value["Default"] >= value["MinValue"], (lid, limit)
+            else:
+                assert value > 0, (lid, limit)
         target = props["AccessLogSettings"]["DestinationArn"]
         assert target.name == "GetAtt" and target.value.split(".")[0] in resources_of("AWS::Logs::LogGroup"), lid
 
