@@ -369,3 +369,21 @@ def test_peer_routes_bad_inputs(seeded, method, path, body, query, status):
     reply = call(method, path, body, **query)
     assert reply.status == status, reply.body
     assert reply.body["detail"]
+
+
+def test_conclusions_posted_a_moment_ago_are_found_by_meaning_before_the_index_holds_them(seeded):
+    """Read-your-writes (issue 47): the vector index's clock stands still here, so nothing posted has reached it;
+    `conclusions/query` within a distance and the representation's search share find them from the table."""
+    filters = {"observer_id": "alice", "observed_id": "alice"}
+    query = {"query": "where did alice move", "top_k": 1, "distance": 0.9, "filters": filters}
+    found = call("POST", f"{W}/conclusions/query", query)
+    assert found.status == 200 and [c["content"] for c in found.body] == ["alice moved to Lisbon last spring"]
+    reply = call(
+        "GET",
+        f"{S}/context",
+        peer_target="alice",
+        search_query="where did alice move",
+        search_max_distance="0.9",
+        max_conclusions=1,
+    )
+    assert reply.status == 200 and "Lisbon" in reply.body["peer_representation"]

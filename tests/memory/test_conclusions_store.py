@@ -4,6 +4,7 @@ that leave nothing behind, and peer cards."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import threading
 from datetime import UTC, datetime, timedelta
@@ -11,6 +12,8 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 from botocore.config import Config
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from local import moto_vectors
 from local.template import table_definition, template
@@ -22,6 +25,7 @@ from precis.store.db import Db, from_item, query_all, to_item
 from precis.store.purge import purge_session
 
 TABLE = "precis-local"
+_examples = itertools.count()  # a collection of its own for each hypothesis example
 T0 = datetime(2025, 6, 26, 14, 3, 12, tzinfo=UTC)
 
 
@@ -643,3 +647,59 @@ def test_a_session_purge_of_a_large_collection_stops_between_transactions(db):
     assert conclusions.purge_session_conclusions(db, "ws1", "s1", time_left=clock.__next__) == (16, False)
     assert conclusions.purge_session_conclusions(db, "ws1", "s1", time_left=clock.__next__) == (24, True)
     assert conclusions.list_conclusions(db, "ws1", None, 1, 50, False)["total"] == 0
+
+
+def test_a_conclusion_is_found_by_a_query_as_soon_as_it_is_written(db):
+    """Read-your-writes (issue 47): the vector index has not caught up (its clock stands still), and the conclusions
+    written a moment ago are still found by meaning, ranked and filtered as the index would rank and filter them."""
+    embedder = Embedder(near={"favourite beverage": ("bob likes tea", 0.1), "bob likes coffee": ("bob likes tea", 0.3)})
+    tea, coffee, _ = write(db, ["bob likes tea", "bob likes coffee", "bob plays chess"], embedder=embedder)
+    filters = {"observer_id": "alice", "observed_id": "bob"}
+    vector = embedder.embed(["favourite beverage"])[0]
+    assert vectors.search(db, keys.collection_name("ws1", "alice", "bob"), vector, 5) == []  # not in the index yet
+    found = conclusions.query(db, "ws1", "favourite beverage", 2, None, filters, embedder=embedder)
+    assert [c["id"] for c in found] == [tea["id"], coffee["id"]]
+    near = conclusions.query(db, "ws1", "favourite beverage", 10, 0.2, filters, embedder=embedder)
+    assert [c["id"] for c in near] == [tea["id"]]
+    for other in ({"session_id": "s2"}, {"level": "deductive"}):
+        assert (
+            conclusions.query(db, "ws1", "favourite beverage", 10, None, {**filters, **other}, embedder=embedder) == []
+        )
+    purge.delete_session(db, "ws1", "s1")  # its conclusions are invisible from the delete on
+    assert conclusions.query(db, "ws1", "favourite beverage", 10, None, filters, embedder=embedder) == []
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    replicated=st.integers(0, 8),
+    fresh=st.integers(0, 8),
+    weights=st.lists(st.floats(0.0, 1.0), min_size=3, max_size=3),
+    top_k=st.integers(1, 12),
+    max_distance=st.sampled_from([None, 0.6, 0.9, 1.0]),
+    level=st.sampled_from([None, "explicit", "deductive"]),
+)
+def test_the_semantic_ranking_is_the_brute_forces_over_the_collection_however_far_the_index_is_behind(
+    db, replicated, fresh, weights, top_k, max_distance, level
+):
+    """Some conclusions are in the index, the newest are not yet: the semantic ranking is the exact one over them all
+    (cosine on the stored vectors, ties by id), filtered and cut at top_k and max_distance as the index would."""
+    observed = f"p{next(_examples)}"
+    resources.get_or_create_peer(db, "ws1", observed)
+    embedder = Embedder()
+    texts = [f"{observed} fact {i}" for i in range(replicated + fresh)]
+    derived = [Derived(t, session_id="s1") if i % 2 else Derived(t, level="deductive") for i, t in enumerate(texts)]
+    write(db, derived[:replicated], observed=observed, embedder=embedder) if replicated else None
+    moto_vectors.settle()
+    write(db, derived[replicated:], observed=observed, embedder=embedder) if fresh else None
+    # A query near a few of them, sharing no word with any (the lexical ranking adds nothing).
+    anchors = [embedder.vector(t) for t in (texts[:3] or ["nothing"])]
+    query = [sum(w * a[d] for w, a in zip(weights, anchors)) + 0.01 for d in range(len(anchors[0]))]
+    stored = [
+        i
+        for i in partition(db, keys.collection_pk("ws1", "alice", observed))
+        if i["SK"].startswith("V#") and (level is None or i["level"] == level)
+    ]
+    brute = sorted((vectors.cosine_distance(query, i["vec"]), i["id"]) for i in stored)
+    wanted = [cid for distance, cid in brute if max_distance is None or distance <= max_distance][:top_k]
+    found = vectors.nearest(db, "ws1", "alice", observed, "zzyzx", query, top_k, level=level, max_distance=max_distance)
+    assert found == wanted

@@ -52,8 +52,7 @@ if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 ID_LEN = 21
-_ALPHABET = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"  # ASCII order: ids sort by time
-_TIME_CHARS = 8  # 64**8 ms ≈ 8900 years
+_TIME_CHARS = keys.TIME_CHARS  # ids begin with their time (keys.ID_ALPHABET, ASCII order): ids sort by time
 LEVELS = ("explicit", "deductive")
 MAX_CONTENT = 65_535
 MAX_CREATE = 100
@@ -63,9 +62,6 @@ _MAX_ACTIONS = 100  # DynamoDB's TransactWriteItems limit
 _searches = ThreadPoolExecutor(max_workers=CHUNK, thread_name_prefix="near-duplicates")  # a chunk's at once
 _LOCAL_TWINS = 32  # a session's explicit conclusions in a collection compared here, not by the index, up to this many
 _PROVENANCE_PAGE = 200  # DERIVED# items read to find them (a session's, every collection's); more: the index
-# DynamoDB fills a vector index from the table asynchronously (normally within a second): a conclusion written less
-# than this long ago is looked for in the table too (its ids sort by time), so a near duplicate of it is never missed.
-_INDEX_LAG_S = 60
 _CHUNK_BYTES = 3_500_000  # under DynamoDB's 4 MB per transaction, with room for what the estimate misses
 _ATTEMPTS = 25  # lost races (the head moved) before a write gives up with Throttled
 _KEEP_SOURCES = 100  # source message ids kept per conclusion (the newest): a conclusion derived often stays small
@@ -170,8 +166,7 @@ _last = [0, 0]  # the newest (ms, random part) this process made
 _last_lock = threading.Lock()
 
 
-def _chars(value: int, width: int) -> str:
-    return "".join(_ALPHABET[(value >> (6 * i)) & 63] for i in reversed(range(width)))
+_chars = keys.id_chars
 
 
 def new_conclusion_id(now_ms: int | None = None) -> str:
@@ -458,7 +453,7 @@ def _twins(db: Db, ws: str, observer: str, observed: str, candidates: list[_Cand
     session's DERIVED# items name those: while they are few, their vectors are read (one Query and one BatchGetItem
     for the chunk, nothing more when the session has none yet, as for its first conclusions) and compared here.
     Otherwise each candidate asks the vector index, all at once: one SearchVectors each; the index may not hold the
-    newest conclusions yet, so those written in the last _INDEX_LAG_S are read from the table (one Query) and
+    newest conclusions yet, so those written in the last vectors.INDEX_LAG_S are read from the table (one Query) and
     compared here too."""
     sessions = {c.session_id for c in candidates if c.level == "explicit" and c.session_id}
     local = {s: _session_vectors(db, ws, observer, observed, s) for s in sessions}
@@ -486,7 +481,7 @@ def _twins(db: Db, ws: str, observer: str, observed: str, candidates: list[_Cand
         else:
             found[index] = _nearest_within(candidate.vector, stored, NEAR_DISTANCE)
     if asked:
-        recent = _recent_vectors(db, ws, observer, observed)
+        recent = vectors.recent(db, ws, observer, observed)
         for index, hit in zip(asked, _searches.map(lambda i: search(candidates[i]), asked)):
             candidate = candidates[index]
             mine = [
@@ -498,26 +493,6 @@ def _twins(db: Db, ws: str, observer: str, observed: str, candidates: list[_Cand
             nearest = min(_distances(candidate.vector, mine) + hit, default=None)
             found[index] = nearest[1] if nearest is not None and nearest[0] <= NEAR_DISTANCE else None
     return [found[i] for i in range(len(candidates))]
-
-
-def _recent_vectors(db: Db, ws: str, observer: str, observed: str) -> list[tuple[str, str, str, list[float]]]:
-    """(id, level, session, vector) of the collection's conclusions written in the last _INDEX_LAG_S, read from the
-    table (consistent): what the vector index may not hold yet."""
-    since = "V#" + _chars(int((time.time() - _INDEX_LAG_S) * 1000), _TIME_CHARS)  # ids begin with their time
-    found = query_all(
-        db,
-        KeyConditionExpression="PK = :pk AND SK BETWEEN :since AND :end",
-        ConsistentRead=True,
-        ExpressionAttributeValues=to_item(
-            {":pk": keys.collection_pk(ws, observer, observed), ":since": since, ":end": "V#~"}
-        ),
-        **projection(("id", "level", vectors.SESSION_ATTRIBUTE, vectors.VECTOR_ATTRIBUTE)),
-    )
-    return [
-        (i["id"], i["level"], i.get(vectors.SESSION_ATTRIBUTE, vectors.NO_SESSION), i[vectors.VECTOR_ATTRIBUTE])
-        for i in found
-        if vectors.VECTOR_ATTRIBUTE in i
-    ]
 
 
 def _session_vectors(

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 SEQ_DIGITS = 12
 MAX_SEQ = 10**SEQ_DIGITS - 1
+# A conclusion id begins with its creation time in ms, in TIME_CHARS of ID_ALPHABET (ASCII order): ids sort by time.
+ID_ALPHABET = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
+TIME_CHARS = 8  # 64**8 ms ≈ 8900 years
+
+
+def id_chars(value: int, width: int) -> str:
+    """`value` in `width` chars of ID_ALPHABET, most significant first."""
+    return "".join(ID_ALPHABET[(value >> (6 * i)) & 63] for i in reversed(range(width)))
 
 
 def workspace(ws: str) -> dict[str, str]:
@@ -101,6 +109,11 @@ def conclusion(ws: str, observer: str, observed: str, conclusion_id: str) -> dic
 def conclusion_vector(ws: str, observer: str, observed: str, conclusion_id: str) -> dict[str, str]:
     """A conclusion's embedding, in an item of its own so reads of the text never pay for it."""
     return {"PK": collection_pk(ws, observer, observed), "SK": f"V#{conclusion_id}"}
+
+
+def conclusion_vectors_since(ms: int) -> tuple[str, str]:
+    """The sort keys that bound a collection's vector items of conclusions made from `ms` (epoch ms) on."""
+    return "V#" + id_chars(ms, TIME_CHARS), "V#~"
 
 
 def conclusion_dedupe(

@@ -6,12 +6,14 @@ cosine), the collection in `vcoll` (the index's HASH attribute: a search reads o
 conclusions in scope (their term counts, `keys.conclusion_text`, read with one consistent Query), fused with the
 embedding's ranking. SearchVectors does not paginate: TopK (1-100) results come in one answer. The index is
 DynamoDB's replica of the table, written asynchronously and searched approximately: a search may miss an item written
-a moment ago (what must see it reads the table), and an index still backfilling refuses searches (503, retry).
+a moment ago (what must see it reads the table: `nearest` merges the collection's last minute, `recent`), and an
+index still backfilling refuses searches (503, retry).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from array import array
 from typing import Any
 
@@ -20,7 +22,7 @@ from botocore.exceptions import ClientError
 from precis.errors import Unavailable
 from precis.lexical import LEXICAL_WEIGHT, Document, fuse
 from precis.store import keys
-from precis.store.db import Db, Numbers, error_code, query_all, to_item
+from precis.store.db import Db, Numbers, error_code, projection, query_all, query_first, to_item
 from precis.store.text_index import rank_texts
 
 VECTOR_INDEX = "ByVector"
@@ -32,6 +34,10 @@ HASH_ATTRIBUTE = "vcoll"
 LEVEL_ATTRIBUTE = "level"
 SESSION_ATTRIBUTE = "vsession"
 NO_SESSION = "-"
+# DynamoDB fills a vector index from the table asynchronously (normally within a second): a conclusion written less
+# than this long ago is looked for in the table too (consistent reads; its id begins with its time).
+INDEX_LAG_S = 60
+FRESH = 100  # a query merges at most this many of them, the newest (a whole create, MAX_CREATE): older are indexed
 
 
 def vector_attribute(vector: list[float]) -> dict[str, Any]:
@@ -64,15 +70,23 @@ def nearest(
     # ("alice" in every conclusion about alice). It only follows BM25's ranking (a word's other forms, by its
     # character n-grams) and bounds `max_distance`.
     weight = 1.0 if get_settings().embedder == "hashed" else LEXICAL_WEIGHT
+    wanted = top_k if max_distance is None else top_k * CANDIDATES
     semantic = search(
         db,
         keys.collection_name(ws, observer, observed),
         vector,
-        top_k if max_distance is None else top_k * CANDIDATES,
+        wanted,
         level=level,
         session_key=session_key,
         max_distance=max_distance,
     )
+    # Read-your-writes: what the index may not hold yet is ranked here, by the distance the index measures.
+    fresh = [
+        (cid, cosine_distance(vector, other))
+        for cid, cid_level, cid_session, other in recent(db, ws, observer, observed, newest=FRESH)
+        if (level is None or cid_level == level) and (session_key is None or cid_session == session_key)
+    ]
+    semantic = merged(semantic, fresh, min(wanted, MAX_TOP_K), max_distance)
     lexical = [
         cid
         for (_, cid), _ in lexical_rank(
@@ -85,6 +99,40 @@ def nearest(
     if weight == 1.0:
         return list(dict.fromkeys(lexical + [cid for cid, _ in semantic]))[:top_k]
     return fuse(lexical, [cid for cid, _ in semantic], weight)[:top_k]
+
+
+def merged(
+    indexed: list[tuple[str, float]], fresh: list[tuple[str, float]], k: int, max_distance: float | None
+) -> list[tuple[str, float]]:
+    """The `k` nearest of the index's hits and the table's fresh ones ((id, distance), one per id, nearest first; ties
+    by id), within `max_distance` when given."""
+    best = dict(indexed)
+    for cid, distance in fresh:  # the table's copy is the same vector: its distance, computed here, stands
+        best[cid] = distance
+    ranked = sorted(best.items(), key=lambda hit: (hit[1], hit[0]))
+    return [hit for hit in ranked if max_distance is None or hit[1] <= max_distance][:k]
+
+
+def recent(
+    db: Db, ws: str, observer: str, observed: str, *, newest: int | None = None
+) -> list[tuple[str, str, str, list[float]]]:
+    """(id, level, session, vector) of the collection's conclusions written in the last INDEX_LAG_S (at most the
+    `newest` when given), read from the table (one consistent Query): what the vector index may not hold yet."""
+    since, end = keys.conclusion_vectors_since(int((time.time() - INDEX_LAG_S) * 1000))
+    request = {
+        "KeyConditionExpression": "PK = :pk AND SK BETWEEN :since AND :end",
+        "ConsistentRead": True,
+        "ExpressionAttributeValues": to_item(
+            {":pk": keys.collection_pk(ws, observer, observed), ":since": since, ":end": end}
+        ),
+        **projection(("id", LEVEL_ATTRIBUTE, SESSION_ATTRIBUTE, VECTOR_ATTRIBUTE)),
+    }
+    found = query_all(db, **request) if newest is None else query_first(db, newest, ScanIndexForward=False, **request)
+    return [
+        (i["id"], i[LEVEL_ATTRIBUTE], i.get(SESSION_ATTRIBUTE, NO_SESSION), i[VECTOR_ATTRIBUTE])
+        for i in found
+        if VECTOR_ATTRIBUTE in i
+    ]
 
 
 def lexical_rank(
