@@ -473,7 +473,9 @@ class Capacity:
             units = query_read_units(sizes, consistent=bool(params.get("ConsistentRead")))
             totals["rru"] += units
             if op == "Query" and partition is not None:
-                self.heat[self.label]["rru", "partition", params.get("IndexName", ""), partition] += units
+                index = next((i for i in self.indexes if i.name == params.get("IndexName")), None)
+                place = index.name if index is not None and index.kind != "lsi" else ""  # a local index: the table's
+                self.heat[self.label]["rru", "partition", place, partition] += units
         elif op == "SearchVectors":
             totals["search_vectors"] += 1
 
