@@ -187,6 +187,8 @@ def main() -> int:
     scheduler.join(timeout=1)
     watchdog.step = "stopping moto"
     moto.stop()
+    if meter is not None:
+        logging.info("throughput: %d DynamoDB calls refused for capacity", meter.refused)
     _remove_if_ours(dev_json)
     return 0
 
