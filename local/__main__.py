@@ -4,7 +4,8 @@ process, until Ctrl-C or SIGTERM.
 PRECIS_PORT picks the port (8000); PRECIS_LOCAL_CONCURRENCY the workers per function (4); PRECIS_LOCAL_SCHEDULE_S
 the period of every schedule (the template's: the deriver's flush runs every five minutes);
 PRECIS_DEV_JSON where the running stack is announced (.precis/dev.json), for `make invoke`;
-PRECIS_LOCAL_CHAOS (with _THROTTLE and _SEED) how much harsher than moto it is (local/chaos.py).
+PRECIS_LOCAL_CHAOS (with _THROTTLE and _SEED) how much harsher than moto it is (local/chaos.py);
+PRECIS_LOCAL_THROUGHPUT_SCALE holds the functions to DynamoDB's throughput limits divided by it (local/moto_meter.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from local.chaos import Chaos, ChaosError
 from local.gateway import Gateway
 from local.moto_backend import dev_json_path, start_moto
+from local.moto_meter import ThroughputError, ThroughputMeter, scale_from_env
 from local.poller import StreamPoller
 from local.scheduler import Scheduler
 from local.sqs_poller import QueuePoller
@@ -98,7 +100,8 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         chaos = Chaos.from_env(os.environ)
-    except ChaosError as exc:
+        scale = scale_from_env(os.environ)
+    except (ChaosError, ThroughputError) as exc:
         logging.error("%s", exc)
         return 2
     port = int(os.environ.get("PRECIS_PORT") or 8000)
@@ -110,7 +113,8 @@ def main() -> int:
         return 1
     stop_signal = _StopSignal()
 
-    moto = start_moto(tpl, chaos, freeze_heap=True)
+    meter = ThroughputMeter(scale) if scale is not None else None
+    moto = start_moto(tpl, chaos, freeze_heap=True, meter=meter)
     try:
         pools = start_pools(tpl, moto.functions_endpoint, background_endpoint=moto.background_endpoint)
     except ValueError as exc:  # a role that cannot run its event source: on AWS the deploy would fail
@@ -148,6 +152,8 @@ def main() -> int:
     partial.replace(dev_json)
     if chaos.modes:
         logging.info("%s", chaos.describe())
+    if meter is not None:
+        logging.info("%s", meter.describe())
     print(f"Precis local stack: {url}", flush=True)
     print(f"console: {url}/console (what the memory holds and what the model gets)", flush=True)
     print(f"API docs: {url}/docs (every route, and Try it out)", flush=True)
@@ -181,6 +187,8 @@ def main() -> int:
     scheduler.join(timeout=1)
     watchdog.step = "stopping moto"
     moto.stop()
+    if meter is not None:
+        logging.info("throughput: %d DynamoDB calls refused for capacity", meter.refused)
     _remove_if_ours(dev_json)
     return 0
 

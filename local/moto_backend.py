@@ -14,6 +14,7 @@ import boto3
 
 from local import moto_vectors
 from local.chaos import Chaos
+from local.moto_meter import ThroughputMeter
 from local.moto_server import SerializedMotoServer
 from local.template import ROOT, Template, create_resources
 
@@ -52,7 +53,12 @@ class MotoBackend:
         self.server.stop()
 
 
-def start_moto(tpl: Template, chaos: Chaos | None = None, freeze_heap: bool = False) -> MotoBackend:
+def start_moto(
+    tpl: Template,
+    chaos: Chaos | None = None,
+    freeze_heap: bool = False,
+    meter: ThroughputMeter | None = None,
+) -> MotoBackend:
     """Start an empty moto on 127.0.0.1 (a free port) and create the template's table, bucket and queues.
 
     `freeze_heap` for a process that is moto's (the stack's): what survives a full garbage collection is frozen
@@ -60,13 +66,15 @@ def start_moto(tpl: Template, chaos: Chaos | None = None, freeze_heap: bool = Fa
 
     With `throttle` chaos the functions get a port of their own that refuses some of their DynamoDB calls; the stream
     consumers always get one of their own, served after the API (local/moto_server.py). Writes reach the vector
-    indexes `chaos.index_lag_s` late on the wall clock, and `approximate` chaos leaves neighbours out.
+    indexes `chaos.index_lag_s` late on the wall clock, and `approximate` chaos leaves neighbours out. With a `meter`
+    (PRECIS_LOCAL_THROUGHPUT_SCALE) the functions' and the stream consumers' DynamoDB calls are held to DynamoDB's
+    throughput limits (local/moto_meter.py).
     """
     chaos = chaos or Chaos()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access line per moto call drowns the stack's logs
     throttle = (chaos.throttle_rate, chaos.seed) if chaos.throttle else None
     server = SerializedMotoServer(
-        ip_address="127.0.0.1", port=0, verbose=False, throttle=throttle, freeze_heap=freeze_heap
+        ip_address="127.0.0.1", port=0, verbose=False, throttle=throttle, freeze_heap=freeze_heap, meter=meter
     )
     # After the server's install() (moto_patches: the tests' standing clock): the stack's index runs on the wall clock.
     moto_vectors.configure(

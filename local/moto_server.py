@@ -23,6 +23,7 @@ import gc
 import io
 import json
 import random
+import re
 import selectors
 import sys
 import threading
@@ -51,7 +52,8 @@ from moto.moto_server.werkzeug_app import (
 from werkzeug.exceptions import InternalServerError
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from local import moto_patches
+from local import moto_patches, moto_storage
+from local.moto_meter import ThroughputMeter, read_units, write_units
 
 
 def install() -> None:
@@ -302,6 +304,159 @@ class Throttling:
         }
 
 
+def _refusal(start_response, error: dict[str, Any]):
+    """A DynamoDB error answer (HTTP 400, as DynamoDB sends its throttling errors)."""
+    data = json.dumps(error).encode()
+    start_response(
+        "400 Bad Request",
+        [
+            ("Content-Type", "application/x-amz-json-1.0"),
+            ("Content-Length", str(len(data))),
+            ("x-amzn-RequestId", str(uuid.uuid4())),
+        ],
+    )
+    return [data]
+
+
+def _cancelled_for_capacity(actions: int, throttled: int) -> dict[str, Any]:
+    """TransactionCanceledException with action `throttled` refused for capacity and `None` for the others."""
+    reasons: list[dict[str, str]] = [{"Code": "None"} for _ in range(actions)]
+    reasons[throttled] = {"Code": "ThrottlingError", "Message": THROUGHPUT_MESSAGE}
+    codes = ", ".join(r["Code"] for r in reasons)
+    return {
+        "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+        "Message": f"Transaction cancelled, please refer cancellation reasons for specific reasons [{codes}]",
+        "CancellationReasons": reasons,
+    }
+
+
+_THROTTLED = {"__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException", "message": THROUGHPUT_MESSAGE}
+_WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"})
+_READS = frozenset({"GetItem", "BatchGetItem", "TransactGetItems", "Query"})  # not Scan: maintenance only
+_CHARGED_ERRORS = ("ConditionalCheckFailedException", "TransactionCanceledException")  # they consume capacity too
+_REGION = re.compile(r"Credential=[^/]+/[0-9]+/([^/]+)/")
+_KEY_CLAUSE = re.compile(r"([#\w.]+)\s*=\s*(:\w+)")
+
+
+class Metering:
+    """WSGI front (inside the request's turn, so the items it sizes hold still) that meters DynamoDB's throughput
+    rules (local/moto_meter.py): a request that would draw on an exhausted item, partition or table never reaches
+    moto and is refused as DynamoDB refuses it (ThrottlingException; a transaction cancelled with a ThrottlingError
+    reason on the action that named the hot key; a batch refused whole, which botocore retries); an answered one
+    is charged the units it consumed, from the sizes of the items before and after it."""
+
+    def __init__(self, app, meter: ThroughputMeter):
+        self.app, self.meter = app, meter
+
+    def __call__(self, environ, start_response):
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        operation = target[len(_DYNAMODB) :] if target.startswith(_DYNAMODB) else ""
+        if operation not in _WRITES | _READS:
+            return self.app(environ, start_response)
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        environ["wsgi.input"] = io.BytesIO(body)
+        try:
+            params = json.loads(body)
+            region = _REGION.search(environ.get("HTTP_AUTHORIZATION", ""))
+            named = self._named(operation, params, region.group(1) if region else "us-east-1")
+            index = self._global_index(named, params.get("IndexName") if operation == "Query" else None)
+        except Exception:  # noqa: BLE001 - a malformed request or an unknown table: moto says what is wrong with it
+            return self.app(environ, start_response)
+        kind = "write" if operation in _WRITES else "read"
+        keys = [(table.name, pk, sk) for table, pk, sk, *_ in named]
+        hot = self.meter.exhausted(kind, keys, index)
+        if hot is not None:
+            if operation in ("TransactWriteItems", "TransactGetItems"):
+                return _refusal(start_response, _cancelled_for_capacity(len(named), hot))
+            return _refusal(start_response, _THROTTLED)
+        before = [self._size(table, key) for table, _, _, key, _ in named] if kind == "write" else []
+        status: list[str] = []
+
+        def recording(line: str, headers, exc_info=None):
+            status.append(line)
+            return start_response(line, headers, exc_info) if exc_info else start_response(line, headers)
+
+        answer = list(self.app(environ, recording))
+        ok = bool(status) and status[0].startswith("200")
+        if kind == "write":
+            if not ok and not any(code.encode() in b"".join(answer) for code in _CHARGED_ERRORS):
+                return answer
+            for (table, pk, sk, key, tx), was in zip(named, before):
+                self.meter.charge(
+                    "write", (table.name, pk, sk), write_units(max(was, self._size(table, key)), transactional=tx)
+                )
+        elif ok:
+            self._charge_reads(operation, params, named, answer, index)
+        return answer
+
+    @staticmethod
+    def _global_index(named: list, index: str | None) -> str | None:
+        """A Query's index if it has partitions of its own (a global one); a local index is in the table's."""
+        if not index or not named:
+            return None
+        return index if any(i.name == index for i in named[0][0].global_indexes) else None
+
+    def _charge_reads(self, operation: str, params: dict, named: list, answer: list[bytes], index: str | None) -> None:
+        if operation == "Query":  # what it answered (moto does not say what it examined)
+            units = read_units(sum(len(part) for part in answer), consistent=bool(params.get("ConsistentRead")))
+            for table, pk, sk, _, _ in named:
+                self.meter.charge("read", (table.name, pk, sk), units, index)
+            return
+        for table, pk, sk, key, tx in named:
+            consistent = tx or bool(
+                params.get("ConsistentRead")
+                or (params.get("RequestItems") or {}).get(table.name, {}).get("ConsistentRead")
+            )
+            self.meter.charge(
+                "read",
+                (table.name, pk, sk),
+                read_units(self._size(table, key), consistent=consistent, transactional=tx),
+            )
+
+    @staticmethod
+    def _size(table, key: dict) -> int:
+        item = moto_storage.item_at(table, key)
+        return item.size() if item is not None else 0
+
+    def _named(self, operation: str, params: dict, region: str) -> list[tuple]:
+        """(table, partition key value, sort key value, key, transactional) of each item the request names; for a
+        Query, its partition with sort key None."""
+
+        def one(table_name: str, key_or_item: dict, tx: bool = False) -> tuple:
+            table = moto_storage.table_named(table_name, region)
+            key = {a: key_or_item[a] for a in (table.hash_key_attr, table.range_key_attr) if a}
+            sk = str(next(iter(key[table.range_key_attr].values()))) if table.range_key_attr else ""
+            return table, str(next(iter(key[table.hash_key_attr].values()))), sk, key, tx
+
+        if operation in ("GetItem", "UpdateItem", "DeleteItem"):
+            return [one(params["TableName"], params["Key"])]
+        if operation == "PutItem":
+            return [one(params["TableName"], params["Item"])]
+        if operation == "BatchGetItem":
+            return [one(name, key) for name, spec in params["RequestItems"].items() for key in spec["Keys"]]
+        if operation == "BatchWriteItem":
+            return [
+                one(name, r["PutRequest"]["Item"] if "PutRequest" in r else r["DeleteRequest"]["Key"])
+                for name, requests in params["RequestItems"].items()
+                for r in requests
+            ]
+        if operation in ("TransactWriteItems", "TransactGetItems"):
+            out = []
+            for entry in params["TransactItems"]:
+                ((action, spec),) = entry.items()
+                out.append(one(spec["TableName"], spec["Item"] if action == "Put" else spec["Key"], tx=True))
+            return out
+        table = moto_storage.table_named(params["TableName"], region)
+        index = params.get("IndexName")
+        schema = table.get_index(index).schema if index else [{"AttributeName": table.hash_key_attr, "KeyType": "HASH"}]
+        hash_attr = next(k["AttributeName"] for k in schema if k["KeyType"] == "HASH")
+        names = params.get("ExpressionAttributeNames") or {}
+        for name, value in _KEY_CLAUSE.findall(params["KeyConditionExpression"]):
+            if names.get(name, name) == hash_attr:
+                return [(table, str(next(iter(params["ExpressionAttributeValues"][value].values()))), None, {}, False)]
+        return []
+
+
 _read_whole = threading.local()  # on: this thread's request was read whole (`_RequestHandler.make_environ`)
 
 
@@ -530,13 +685,23 @@ class SerializedMotoServer(ThreadedMotoServer):
 
     A second port serves the same moto in the background's turns (`background_address`, for the stream consumers).
     With `throttle` (a rate and a seed), the API functions get a port of their own that serves it through
-    `Throttling` (`functions_address`), and the background port throttles the same way.
+    `Throttling` (`functions_address`), and the background port throttles the same way. With a `meter`
+    (local/moto_meter.py) the functions get a port of their own too, and both it and the background port refuse what
+    DynamoDB's throughput limits would (`Metering`); the stack's own clients (the poller, the tests) never are.
     """
 
-    def __init__(self, *args: Any, throttle: tuple[float, int] | None = None, freeze_heap: bool = False, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        throttle: tuple[float, int] | None = None,
+        freeze_heap: bool = False,
+        meter: ThroughputMeter | None = None,
+        **kwargs: Any,
+    ):
         install()
         super().__init__(*args, **kwargs)
         self._throttle = throttle
+        self.meter = meter
         self.heap = HeapFreezer() if freeze_heap else None
         self._fronts: dict[str, BaseWSGIServer] = {}
         self._front_threads: list[threading.Thread] = []
@@ -553,12 +718,16 @@ class SerializedMotoServer(ThreadedMotoServer):
     def _server_entry(self) -> None:
         moto = DirectCalls(DomainDispatcherApplication(create_backend_app))
         app = _Serialized(moto, self.turns, heap=self.heap)
-        background = _Serialized(moto, self.turns, background=True, heap=self.heap)
+        metered = Metering(moto, self.meter) if self.meter is not None else moto  # inside the turn: items hold still
+        functions = _Serialized(metered, self.turns, heap=self.heap) if self.meter is not None else app
+        background = _Serialized(metered, self.turns, background=True, heap=self.heap)
         self._server = make_server(self._ip_address, self._port, app, True, request_handler=_RequestHandler)
         if self._throttle is not None:
-            self.throttling = Throttling(app, *self._throttle)
+            self.throttling = Throttling(functions, *self._throttle)
             self._serve("functions", self.throttling)
             background = Throttling(background, self._throttle[0], self._throttle[1] + 1)
+        elif self.meter is not None:
+            self._serve("functions", functions)
         self._serve("background", background)
         self._server_ready_event.set()
         self._server.serve_forever()

@@ -138,6 +138,19 @@ def _get(table: Table, hash_key: DynamoType, range_key: DynamoType | None) -> It
     return partition.get(range_key) if table.range_key_attr else partition
 
 
+def table_named(name: str, region: str) -> Table:
+    """The table called `name` in moto's backend for `region` (the default account, as the stack's clients use)."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+
+    return _backend_module.dynamodb_backends[DEFAULT_ACCOUNT_ID][region].get_table(name)
+
+
+def item_at(table: Table, key: dict[str, Any]) -> Item | None:
+    """The item stored at a typed key (`{"PK": {"S": ...}, "SK": {"S": ...}}`), or None."""
+    range_key = DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
+    return _get(table, DynamoType(key[table.hash_key_attr]), range_key)
+
+
 def _file(
     indexes: _TableIndexes, name: str, buckets: dict[DynamoType, set[Key]], key: Key, item: Item | None, attribute: str
 ) -> None:

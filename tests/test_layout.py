@@ -314,6 +314,7 @@ LOCAL_FLOORS = [
         "local",
         "local.template",
         "local.chaos",
+        "local.moto_meter",
         "local.lambda_context",
         "local.stream_records",
         "local.iam",

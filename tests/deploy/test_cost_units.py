@@ -14,13 +14,16 @@ from bench.cost import (
     batch_read_units,
     billed_ms,
     index_entry,
+    index_partition_writes,
     index_write_units,
     item_size,
+    key_kind,
     lambda_dollars,
     number_size,
     query_read_units,
     read_units,
     s3_dollars,
+    sustainable_rate,
     write_units,
 )
 
@@ -182,6 +185,43 @@ def test_index_writes_follow_what_the_index_stores():
     assert index_write_units(new, entry(_conclusion(2)), BY_FREQUENCY.required) == 2  # key moved: delete and put
     longer = entry(_conclusion(1, content="z" * 1_500))
     assert index_write_units(new, longer, BY_FREQUENCY.required) == 2  # in place, at the larger size
+
+
+def test_index_writes_land_on_the_partitions_of_the_entries_they_write():
+    by_due = Index("ByDue", "gsi", ("due_ws", "due_at"))
+    old = {"PK": {"S": "p"}, "SK": {"S": "s"}, "due_ws": {"S": "w1"}, "due_at": {"S": "1"}}
+    moved = {**old, "due_ws": {"S": "w2"}}
+    assert index_partition_writes(None, old, by_due) == [("w1", 1)]
+    assert index_partition_writes(old, None, by_due) == [("w1", 1)]
+    assert index_partition_writes(old, old, by_due) == []
+    assert index_partition_writes(old, moved, by_due) == [("w1", 1), ("w2", 1)]  # delete there, put here
+    later = {**old, "due_at": {"S": "2"}, "note": {"S": "x" * 1_500}}
+    assert index_partition_writes(old, later, by_due) == [("w1", 1), ("w1", 2)]  # sort key moved: delete, 1.5 KB put
+    grown = {**old, "note": {"S": "x" * 1_500}}
+    assert index_partition_writes(old, grown, by_due) == [("w1", 2)]  # in place, at the larger size
+    vectors = Index("ByVector", "vector", ("vec", "vcoll"))
+    entry = {"PK": {"S": "p"}, "SK": {"S": "s"}, "vec": {"L": []}, "vcoll": {"S": "c"}}
+    assert index_partition_writes(None, entry, vectors) == [("c", 1)]  # a vector index's partition: its HASH
+    for before, after in ((None, old), (old, moved), (old, later), (old, grown)):
+        units = index_write_units(before, after, by_due.required)
+        assert sum(u for _, u in index_partition_writes(before, after, by_due)) == units
+
+
+def test_a_workspace_sustains_what_its_hottest_item_or_partition_allows():
+    # 1,000 WRU/s for an item or a partition, 3,000 RRU/s for a partition (DynamoDB's per-partition limits).
+    assert sustainable_rate(2.0, 4.0, 3.0) == (250.0, "partition writes")
+    assert sustainable_rate(5.0, 5.0, 3.0) == (200.0, "item writes")
+    assert sustainable_rate(1.0, 1.0, 30.0) == (100.0, "partition reads")
+    assert sustainable_rate(0.0, 0.0, 0.0)[0] == float("inf")
+
+
+def test_hot_keys_are_named_by_what_they_hold():
+    assert key_kind("item", "WS#bench#XC", "#") == "workspace statistics"
+    assert key_kind("item", "WS#bench#XC#P#alice", "#") == "speaker statistics"
+    assert key_kind("item", "WS#bench#XC", "lisbon") == "workspace term counter"
+    assert key_kind("partition", "", "WS#bench#XT#lisbon") == "term postings"
+    assert key_kind("partition", "", "WS#bench#S#s0") == "session (messages, cursors)"
+    assert key_kind("partition", "ByDue", "bench") == "ByDue index: {ws}"
 
 
 # --- the other services --------------------------------------------------------------------------------------------
