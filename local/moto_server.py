@@ -275,16 +275,7 @@ class Throttling:
             }
         with self._lock:
             self.refused += 1
-        data = json.dumps(error).encode()
-        start_response(
-            "400 Bad Request",
-            [
-                ("Content-Type", "application/x-amz-json-1.0"),
-                ("Content-Length", str(len(data))),
-                ("x-amzn-RequestId", str(uuid.uuid4())),
-            ],
-        )
-        return [data]
+        return _refusal(start_response, error)
 
     @staticmethod
     def _cancelled(body: bytes, pick: float) -> dict[str, Any]:
@@ -293,15 +284,7 @@ class Throttling:
             actions = len(json.loads(body)["TransactItems"])
         except (ValueError, KeyError, TypeError):
             actions = 1
-        throttled = min(int(pick * actions), actions - 1)
-        reasons = [{"Code": "None"} for _ in range(actions)]
-        reasons[throttled] = {"Code": "ThrottlingError", "Message": THROUGHPUT_MESSAGE}
-        codes = ", ".join(r["Code"] for r in reasons)
-        return {
-            "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
-            "Message": f"Transaction cancelled, please refer cancellation reasons for specific reasons [{codes}]",
-            "CancellationReasons": reasons,
-        }
+        return _cancelled_for_capacity(actions, min(int(pick * actions), actions - 1))
 
 
 def _refusal(start_response, error: dict[str, Any]):
