@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
+from botocore.config import Config
 
 from local import moto_vectors
 from local.chaos import Chaos
@@ -30,8 +31,8 @@ AWS_ENV = {
 }
 
 
-def client(service: str, endpoint: str):
-    """A boto3 client for `service` talking to the moto server at `endpoint`."""
+def client(service: str, endpoint: str, config: Config | None = None):
+    """A boto3 client for `service` talking to the moto server at `endpoint` (botocore `config`, e.g. its retries)."""
     return boto3.session.Session().client(
         service,
         endpoint_url=endpoint,
@@ -39,6 +40,7 @@ def client(service: str, endpoint: str):
         aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=AWS_ENV["AWS_SECRET_ACCESS_KEY"],
         aws_session_token=AWS_ENV["AWS_SESSION_TOKEN"],
+        config=config,
     )
 
 

@@ -11,13 +11,12 @@ import threading
 import time
 import urllib.request
 
-import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from local.chaos import Chaos, ChaosError
-from local.moto_backend import AWS_ENV, REGION, client, start_moto
+from local.moto_backend import client, start_moto
 from local.moto_server import Throttling
 from local.poller import StreamPoller
 from local.template import ROOT, template
@@ -298,15 +297,7 @@ def throttled():
 
 def dynamodb(endpoint: str, **retries):
     """A DynamoDB client with the given botocore retry settings (no retry unless asked)."""
-    return boto3.session.Session().client(
-        "dynamodb",
-        endpoint_url=endpoint,
-        region_name=REGION,
-        aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=AWS_ENV["AWS_SECRET_ACCESS_KEY"],
-        aws_session_token=AWS_ENV["AWS_SESSION_TOKEN"],
-        config=Config(retries=retries or {"mode": "standard", "total_max_attempts": 1}),
-    )
+    return client("dynamodb", endpoint, Config(retries=retries or {"mode": "standard", "total_max_attempts": 1}))
 
 
 def outcomes(ddb, calls: int) -> list[str]:
@@ -332,14 +323,8 @@ def test_throttle_refuses_a_share_of_the_functions_dynamodb_calls_with_dynamodbs
 def test_throttle_spares_the_stacks_own_clients_and_other_services(throttled):
     assert throttled.functions_endpoint != throttled.endpoint
     assert set(outcomes(dynamodb(throttled.endpoint), 50)) == {"ok"}  # the poller's and the tests' port
-    streams = boto3.session.Session().client(
-        "dynamodbstreams",
-        endpoint_url=throttled.functions_endpoint,
-        region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        aws_session_token="testing",
-        config=Config(retries={"mode": "standard", "total_max_attempts": 1}),
+    streams = client(
+        "dynamodbstreams", throttled.functions_endpoint, Config(retries={"mode": "standard", "total_max_attempts": 1})
     )
     arn = client("dynamodb", throttled.endpoint).describe_table(TableName=TABLE)["Table"]["LatestStreamArn"]
     for _ in range(30):

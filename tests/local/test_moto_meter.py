@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from local.moto_backend import AWS_ENV, REGION, client, start_moto
+from local.moto_backend import client, start_moto
 from local.moto_meter import ThroughputError, ThroughputMeter, read_units, scale_from_env, write_units
 from local.moto_server import THROUGHPUT_MESSAGE
 from local.template import template
@@ -111,15 +110,7 @@ def metered():
 
 def dynamodb(endpoint: str):
     """A client that does not retry (botocore would retry a ThrottlingException)."""
-    return boto3.session.Session().client(
-        "dynamodb",
-        endpoint_url=endpoint,
-        region_name=REGION,
-        aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=AWS_ENV["AWS_SECRET_ACCESS_KEY"],
-        aws_session_token=AWS_ENV["AWS_SESSION_TOKEN"],
-        config=Config(retries={"mode": "standard", "total_max_attempts": 1}),
-    )
+    return client("dynamodb", endpoint, Config(retries={"mode": "standard", "total_max_attempts": 1}))
 
 
 def key(pk: str, sk: str) -> dict:
