@@ -456,18 +456,22 @@ class Capacity:
             totals["errors"] += 1
         elif op == "GetItem":
             (item,) = self.stored([params["Key"]])
-            self._read(params["Key"], read_units(item_size(item), consistent=bool(params.get("ConsistentRead"))))
+            self._charge(
+                "rru", params["Key"], read_units(item_size(item), consistent=bool(params.get("ConsistentRead")))
+            )
         elif op == "BatchGetItem":
             unprocessed = parsed.get("UnprocessedKeys") or {}
             for table, spec in params["RequestItems"].items():
                 skipped = {self._id(k) for k in (unprocessed.get(table) or {}).get("Keys", [])}
                 read = [k for k in spec["Keys"] if self._id(k) not in skipped]
                 for key, item in zip(read, self.stored(read)):  # each item rounded on its own (batch_read_units)
-                    self._read(key, batch_read_units([item_size(item)], consistent=bool(spec.get("ConsistentRead"))))
+                    self._charge(
+                        "rru", key, batch_read_units([item_size(item)], consistent=bool(spec.get("ConsistentRead")))
+                    )
         elif op == "TransactGetItems":
             got = [t["Get"]["Key"] for t in params["TransactItems"]]
             for key, item in zip(got, self.stored(got)):
-                self._read(key, read_units(item_size(item), consistent=True, transactional=True))
+                self._charge("rru", key, read_units(item_size(item), consistent=True, transactional=True))
         elif op in ("Query", "Scan"):
             sizes, partition = self._examined(op, params)
             units = query_read_units(sizes, consistent=bool(params.get("ConsistentRead")))
@@ -479,21 +483,13 @@ class Capacity:
         elif op == "SearchVectors":
             totals["search_vectors"] += 1
 
-    def _read(self, key: dict, units: float) -> None:
-        """Charge a read of the item at `key` to the label, the item and its partition."""
+    def _charge(self, unit: str, key: dict, units: float) -> None:
+        """Charge `units` ("rru" or "wru") at the item at `key` to the label, the item and its partition."""
         pk, sk = self._id(key)
-        self.totals[self.label]["rru"] += units
+        self.totals[self.label][unit] += units
         heat = self.heat[self.label]
-        heat["rru", "item", pk, sk] += units
-        heat["rru", "partition", "", pk] += units
-
-    def _write(self, key: dict, units: int) -> None:
-        """Charge a write of the item at `key` to the label, the item and its partition."""
-        pk, sk = self._id(key)
-        self.totals[self.label]["wru"] += units
-        heat = self.heat[self.label]
-        heat["wru", "item", pk, sk] += units
-        heat["wru", "partition", "", pk] += units
+        heat[unit, "item", pk, sk] += units
+        heat[unit, "partition", "", pk] += units
 
     def _write_actions(self, op: str, params: dict) -> list[dict]:
         def key_of(item):
@@ -530,7 +526,7 @@ class Capacity:
             totals["failed_conditions" if op != "TransactWriteItems" else "cancelled_transactions"] += 1
             for action in actions:
                 size = max(item_size(action["before"]), item_size(action.get("new")) if action["kind"] == "put" else 0)
-                self._write(action["key"], write_units(size, transactional=action["tx"]))
+                self._charge("wru", action["key"], write_units(size, transactional=action["tx"]))
             return
         unprocessed = {
             self._id(
@@ -549,7 +545,7 @@ class Capacity:
                 action["kind"]
             ]
             size = max(item_size(before), item_size(after))
-            self._write(action["key"], write_units(size, transactional=action["tx"]))
+            self._charge("wru", action["key"], write_units(size, transactional=action["tx"]))
             heat = self.heat[self.label]
             for index in self.indexes:
                 entries = index_entry(before, index, self.keys), index_entry(after, index, self.keys)
