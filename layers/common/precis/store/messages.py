@@ -18,7 +18,17 @@ from precis.errors import Invalid, NotFound, Throttled, TooLarge
 from precis.sizes import ANSWER_BUDGET, fit_page
 from precis.store import filters as filtering
 from precis.store import keys
-from precis.store.db import Db, batch_get, error_code, from_item, projection, query_all, raise_if_throttled, to_item
+from precis.store.db import (
+    Db,
+    batch_get,
+    error_code,
+    from_item,
+    projection,
+    query_all,
+    query_first,
+    raise_if_throttled,
+    to_item,
+)
 from precis.store.records import json_object, json_text, page, utcnow
 from precis.store.resources import (
     SessionItem,
@@ -180,16 +190,8 @@ def senders_from(db: Db, ws: str, session_id: str, start: int, limit: int | None
             {":pk": keys.session_pk(ws, session_id), ":a": keys.message_sk(start), ":b": keys.message_sk(keys.MAX_SEQ)}
         ),
     }
-    if limit is None:
-        return [as_message(i) for i in query_all(db, **request)]
-    found: list[MessageItem] = []
-    while len(found) < limit:
-        out = db.client.query(TableName=db.table, Limit=limit - len(found), **request)
-        found += [as_message(from_item(i)) for i in out["Items"]]
-        if "LastEvaluatedKey" not in out:
-            break
-        request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
-    return found
+    found = query_all(db, **request) if limit is None else query_first(db, limit, **request)
+    return [as_message(i) for i in found]
 
 
 def is_fence(item: MessageItem | None) -> bool:

@@ -159,26 +159,15 @@ def session_view(item: SessionItem) -> dict[str, Any]:
     }
 
 
-def partition_items(db: Db, pk: str, prefix: str = "") -> list[dict[str, Any]]:
-    """Every item of partition `pk` whose SK starts with `prefix` (all of them for "")."""
-    if not prefix:
-        return query_all(db, KeyConditionExpression="PK = :pk", ExpressionAttributeValues={":pk": {"S": pk}})
-    return query_all(
-        db,
-        KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
-        ExpressionAttributeValues={":pk": {"S": pk}, ":p": {"S": prefix}},
-    )
-
-
-def _partition_fields(db: Db, pk: str, prefix: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
-    """`fields` of every item of partition `pk` whose SK starts with `prefix` (capacity is the whole items', but
-    only these bytes come back)."""
-    return query_all(
-        db,
-        KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
-        ExpressionAttributeValues={":pk": {"S": pk}, ":p": {"S": prefix}},
-        **projection(fields),
-    )
+def partition_items(db: Db, pk: str, prefix: str = "", fields: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """Every item of partition `pk` whose SK starts with `prefix` (all of them for ""), only `fields` of each when
+    given (capacity is the whole items', but only those bytes come back)."""
+    condition, values = "PK = :pk", {":pk": {"S": pk}}
+    if prefix:
+        condition, values = "PK = :pk AND begins_with(SK, :p)", {**values, ":p": {"S": prefix}}
+    if fields:
+        return query_all(db, KeyConditionExpression=condition, ExpressionAttributeValues=values, **projection(fields))
+    return query_all(db, KeyConditionExpression=condition, ExpressionAttributeValues=values)
 
 
 def _get(db: Db, key: dict[str, str]) -> dict[str, Any] | None:
@@ -505,7 +494,7 @@ def list_peers(
 ) -> dict[str, Any]:
     require_workspace(db, ws)
     if not filters:
-        ids = [i["id"] for i in _partition_fields(db, f"WS#{ws}", "PEER#", ("id",))]
+        ids = [i["id"] for i in partition_items(db, f"WS#{ws}", "PEER#", ("id",))]
         return page_of_ids(db, ids, page_no, size, reverse, lambda p: keys.peer(ws, p), lambda i: peer_view(as_peer(i)))
     peers = (peer_view(as_peer(i)) for i in partition_items(db, f"WS#{ws}", "PEER#"))
     views = [v for v in peers if filtering.matches(filters, v)]
@@ -779,7 +768,7 @@ def list_sessions(
 ) -> dict[str, Any]:
     require_workspace(db, ws)
     if not filters:
-        found = _partition_fields(db, f"WS#{ws}", "SESSION#", ("id", "deleted_at"))
+        found = partition_items(db, f"WS#{ws}", "SESSION#", ("id", "deleted_at"))
         ids = [i["id"] for i in found if "deleted_at" not in i]
         view_of = lambda i: session_view(as_session(i))  # noqa: E731
         return page_of_ids(db, ids, page_no, size, reverse, lambda s: keys.session(ws, s), view_of)
