@@ -53,6 +53,12 @@ def item_cost(value: Any) -> tuple[int, int]:
     return len(text.encode("utf-8")) + 1, escaped_bytes(text) + 1
 
 
+def answer_bytes(value: Any) -> int:
+    """What `value`, written as the API writes it, costs in Lambda's payload as `frame` frames it."""
+    text = json_text(value)
+    return framed_bytes(len(text.encode("utf-8")), escaped_bytes(text))
+
+
 def fitting(items: Sequence[Any], budget: int = ANSWER_BUDGET) -> tuple[int, int]:
     """(how many of `items`, from the first, fit an answer of `budget` bytes; what all of them cost framed)."""
     raw = escaped = 0
@@ -87,8 +93,7 @@ def fit_page(answer: dict[str, Any], *, name: str = "size", key: str = "items") 
 def fit_answer(answer: Any, name: str, asked: int) -> Any:
     """`answer` unchanged when it fits one Lambda answer, else TooLarge (413) naming a smaller `name` (asked:
     `asked`) in proportion (the context's `tokens`, a representation's `max_conclusions`)."""
-    text = json_text(answer)
-    cost = framed_bytes(len(text.encode("utf-8")), escaped_bytes(text))
+    cost = answer_bytes(answer)
     if cost > ANSWER_BUDGET:
         raise TooLarge(
             f"{name}: this answer comes to {cost:,} bytes, past the {ANSWER_BUDGET:,} an answer holds; "
@@ -105,7 +110,7 @@ def frame(response: dict[str, Any]) -> dict[str, Any]:
     if response.get("isBase64Encoded") or not isinstance(body, str) or len(body) * 4 <= BASE64_ABOVE:
         return response
     data = body.encode("utf-8", "surrogatepass")
-    escaped = len(data) + body.count('"') + body.count("\\")
+    escaped = escaped_bytes(body)
     if escaped <= BASE64_ABOVE or base64_bytes(len(data)) >= escaped:
         return response
     import base64

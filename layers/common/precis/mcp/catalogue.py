@@ -12,7 +12,6 @@ result: `Forbidden` leaves the call for the endpoint to answer 403 (MCP's author
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -22,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from precis.auth import Access, Principal, authorize, authorize_view
 from precis.errors import Forbidden, Invalid, PrecisError, Throttled
-from precis.schemas import ID_MAX, ID_PATTERN
-from precis.sizes import ANSWER_BUDGET, escaped_bytes, framed_bytes, json_text
+from precis.schemas import ID_MAX, is_id
+from precis.sizes import ANSWER_BUDGET, answer_bytes
 
 MISSING_WORKSPACE = (
     "workspace_id: missing. Pass workspace_id, or set the X-Honcho-Workspace-ID header on the "
@@ -57,7 +56,7 @@ class Call:
         workspace = given or self.default_workspace or (self.principal.workspace if self.principal else None)
         if not workspace:
             raise Invalid(MISSING_WORKSPACE)
-        if len(workspace) > ID_MAX or not re.fullmatch(ID_PATTERN, workspace):  # the header is checked only here
+        if not is_id(workspace):  # the header is checked only here
             raise Invalid(
                 f"X-Honcho-Workspace-ID: '{workspace[:ID_MAX]}' is not a workspace id (1-{ID_MAX} letters, digits, "
                 "_ and -); fix the header or pass workspace_id"
@@ -204,8 +203,7 @@ def text_result(value: Any) -> dict[str, Any]:
 def fitted_result(result: dict[str, Any]) -> dict[str, Any]:
     """`result` when it fits one Lambda answer (its text is a JSON string in the JSON-RPC answer, itself a string in
     Lambda's payload: escaped twice), else a tool error the agent can act on (docs/design.md, "Limits")."""
-    text = json_text(result)
-    cost = framed_bytes(len(text.encode("utf-8")), escaped_bytes(text))
+    cost = answer_bytes(result)
     if cost <= ANSWER_BUDGET:
         return result
     return error_result(

@@ -6,7 +6,6 @@ import hashlib
 import json
 import logging
 import math
-import re
 import secrets
 import time
 from datetime import UTC
@@ -16,7 +15,7 @@ from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from precis.errors import Invalid, TooLarge
-from precis.schemas import ID_MAX, ID_PATTERN
+from precis.schemas import ID_MAX, is_id
 from precis.schemas.bodies import MessageBatch, MessageIn
 from precis.settings import Settings
 from precis.store import idempotency, text_index
@@ -76,7 +75,7 @@ def _run_of(message: MessageIn, index: int) -> str | None:
     value = (message.metadata or {}).get("run_id")
     if message.run_id is not None or value is None:
         return message.run_id
-    if not isinstance(value, str) or not 1 <= len(value) <= ID_MAX or not re.fullmatch(ID_PATTERN, value):
+    if not is_id(value):
         if isinstance(value, str):
             shown = f"{len(value)} characters" if len(value) > ID_MAX else repr(value)
         else:

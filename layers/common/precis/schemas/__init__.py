@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
@@ -16,6 +17,13 @@ METADATA_MAX_DEPTH = 5
 JSON_MAX_BYTES = 65_536  # metadata/configuration as JSON; with the inline body cap (config) an item stays under 400 KB
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)]
+
+
+def is_id(value: object) -> bool:
+    """Whether `value` is an id as `Id` takes one (1–ID_MAX characters of ID_PATTERN), checked outside a model."""
+    return isinstance(value, str) and 1 <= len(value) <= ID_MAX and re.fullmatch(ID_PATTERN, value) is not None
+
+
 SCOPE_ID_MAX = 506
 ScopeId = Annotated[str, StringConstraints(min_length=1, max_length=SCOPE_ID_MAX, pattern=ID_PATTERN)]
 MESSAGE_ID_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
