@@ -8,6 +8,7 @@ import json
 import math
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from precis.auth import mint_key
@@ -15,6 +16,12 @@ from precis.settings import get_settings
 from tests.handlers import call
 
 _WORKSPACES = itertools.count()
+# The property tests' settings: each example seeds its own workspace through the handlers on the one function-scoped
+# `aws` (so Hypothesis's fixture warning does not apply), and is slower than Hypothesis expects.
+SEEDED = settings(
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 SECRET = "hostile-json-test-secret-0123456789abcdef"
 
 # Tokens json.dumps cannot write (or writes as Python reads them only): put in a body as a placeholder string, then

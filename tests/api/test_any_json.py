@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from precis.auth import ROUTES
@@ -19,6 +19,7 @@ from tests.hostile import (
     MESSAGE,
     ODD_TEXT,
     RAW_NUMBERS,
+    SEEDED,
     admin_key,
     hostile,
     seed,
@@ -151,11 +152,7 @@ def requests(draw) -> tuple[str, Any, dict[str, str]]:
 
 
 @given(request=requests())
-@settings(
-    max_examples=50,  # ~0.2 s each (a workspace seeded by six requests, then the one under test)
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@settings(SEEDED, max_examples=50)  # ~0.2 s each (a workspace seeded by six requests, then the one under test)
 def test_any_body_on_any_route_is_never_a_5xx_and_a_refusal_stores_nothing(aws, admin, request):
     route, body, replaced = request
     ids = seed(admin)

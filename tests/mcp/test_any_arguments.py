@@ -9,12 +9,12 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from precis.mcp.tools import CATALOGUE
 from tests.handlers import call
-from tests.hostile import ANY_JSON, HOSTILE_TEXT, admin_key, hostile, seed, stored, strict, to_text
+from tests.hostile import ANY_JSON, HOSTILE_TEXT, SEEDED, admin_key, hostile, seed, stored, strict, to_text
 
 FILTERS = {"metadata": {"mood": "happy"}, "peer_id": {"in": ["alice", "bob"]}}
 # A valid value of each argument, by name ({...}: an id of the example's workspace).
@@ -183,11 +183,7 @@ def _result_json(answer: dict[str, Any]) -> Any:
 
 
 @given(tool_call=tool_calls())
-@settings(
-    max_examples=40,  # ~0.25 s each (a workspace seeded by six requests, then the call under test)
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@settings(SEEDED, max_examples=40)  # ~0.25 s each (a workspace seeded by six requests, then the call under test)
 def test_any_arguments_to_any_tool_are_never_an_internal_error_and_a_refusal_stores_nothing(aws, admin, tool_call):
     name, arguments = tool_call
     ids = seed(admin)
