@@ -8,7 +8,17 @@ from contextlib import contextmanager
 
 from local.inprocess import Form, Reply, call, handler_module, http_event, invoke, route_of
 
-__all__ = ["Form", "Reply", "call", "dynamodb_requests", "handler_module", "http_event", "invoke", "route_of"]
+__all__ = [
+    "Form",
+    "Reply",
+    "call",
+    "dynamodb_requests",
+    "handler_module",
+    "http_event",
+    "invoke",
+    "post_messages",
+    "route_of",
+]
 
 
 @contextmanager
@@ -28,3 +38,14 @@ def dynamodb_requests() -> Iterator[list[tuple[str, dict]]]:
         yield seen
     finally:
         client.meta.events.unregister("provide-client-params.dynamodb", record)
+
+
+def post_messages(session: str, *messages: tuple[str, str], workspace: str = "ws1") -> list[dict]:
+    """Add `messages`, each (peer, text), to a session of the workspace, which must answer 201; the stored messages."""
+    reply = call(
+        "POST",
+        f"/v3/workspaces/{workspace}/sessions/{session}/messages",
+        {"messages": [{"peer_id": peer, "content": text} for peer, text in messages]},
+    )
+    assert reply.status == 201, reply.body
+    return reply.body

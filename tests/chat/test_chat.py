@@ -9,19 +9,10 @@ import pytest
 
 from local import moto_vectors
 from tests.handlers import call, invoke
+from tests.handlers import post_messages as post
 from tests.stream import message_records
 
 W = "/v3/workspaces/ws1"
-
-
-def post(session: str, *messages: tuple[str, str]) -> list[dict]:
-    reply = call(
-        "POST",
-        f"{W}/sessions/{session}/messages",
-        {"messages": [{"peer_id": peer, "content": text} for peer, text in messages]},
-    )
-    assert reply.status == 201, reply.body
-    return reply.body
 
 
 def derive(aws, session: str) -> None:

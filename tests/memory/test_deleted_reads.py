@@ -11,22 +11,13 @@ import pytest
 
 from local import moto_vectors
 from tests.handlers import call, invoke
+from tests.handlers import post_messages as post
 from tests.stream import message_records
 
 W = "/v3/workspaces/ws1"
 GONE, KEPT = "quokkaplum", "marmotfig"  # planted words: the deleted session's, the live session's
 QUERY = KEPT  # which the deleted session says too, in shorter messages: they rank first
 CROWD = 30  # the deleted session's matches, each better than the live one's: more than a search or recall ranks
-
-
-def post(session: str, *messages: tuple[str, str]) -> list[dict]:
-    reply = call(
-        "POST",
-        f"{W}/sessions/{session}/messages",
-        {"messages": [{"peer_id": peer, "content": text} for peer, text in messages]},
-    )
-    assert reply.status == 201, reply.body
-    return reply.body
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from precis.lexical import Document, terms
 from precis.store import keys, message_search, text_index
 from precis.store.db import Db, from_item, get_db
 from tests.handlers import call, dynamodb_requests, invoke
+from tests.handlers import post_messages as post
 from tests.stream import message_records, stream_record
 
 K1, B = 0.9, 0.4
@@ -359,16 +360,6 @@ def ws(aws, monkeypatch) -> Db:
     assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
     yield get_db()
     get_db.cache_clear()
-
-
-def post(session: str, *messages: tuple[str, str]) -> list[dict]:
-    reply = call(
-        "POST",
-        f"{W}/sessions/{session}/messages",
-        {"messages": [{"peer_id": peer, "content": text} for peer, text in messages]},
-    )
-    assert reply.status == 201, reply.body
-    return reply.body
 
 
 def search(path: str, query: str, limit: int = 10) -> list[dict]:
