@@ -944,13 +944,13 @@ def key_kind(where: str, first: str, second: str) -> str:
     """A readable name for a hot item (PK, SK) or partition (index, value): "workspace statistics", "term postings"."""
     if where == "partition" and first:  # a global index's partition: named by the index
         return f"{first} index: {re.sub(rf'(?<![^#]){WS}(?![^#])', '{ws}', key_shape(second))}"
-    pk = first if where == "item" else second
-    kind = _PARTITION_KINDS.get(key_shape(pk), key_shape(pk))
+    shape = key_shape(first if where == "item" else second)
+    kind = _PARTITION_KINDS.get(shape, shape)
     if where == "item":
-        if key_shape(pk) in ("WS#{ws}#XC", "WS#{ws}#XC#P#{peer}"):
+        if shape in ("WS#{ws}#XC", "WS#{ws}#XC#P#{peer}"):
             whose = "speaker" if kind.startswith("speaker") else "workspace"
             return f"{whose} {'statistics' if second == _STATISTICS_SK else 'term counter'}"
-        return f"{kind}: {re.sub(r'[0-9]+', '{n}', second.split('#')[0] if '#' in second else second)}"
+        return f"{kind}: {re.sub(r'[0-9]+', '{n}', second.split('#')[0])}"
     return kind
 
 
