@@ -357,7 +357,7 @@ class Metering:
 
         def recording(line: str, headers, exc_info=None):
             status.append(line)
-            return start_response(line, headers, exc_info) if exc_info else start_response(line, headers)
+            return start_response(line, headers, exc_info)
 
         answer = list(self.app(environ, recording))
         ok = bool(status) and status[0].startswith("200")
