@@ -688,9 +688,11 @@ def test_the_semantic_ranking_is_the_brute_forces_over_the_collection_however_fa
     embedder = Embedder()
     texts = [f"{observed} fact {i}" for i in range(replicated + fresh)]
     derived = [Derived(t, session_id="s1") if i % 2 else Derived(t, level="deductive") for i, t in enumerate(texts)]
-    write(db, derived[:replicated], observed=observed, embedder=embedder) if replicated else None
+    if replicated:
+        write(db, derived[:replicated], observed=observed, embedder=embedder)
     moto_vectors.settle()
-    write(db, derived[replicated:], observed=observed, embedder=embedder) if fresh else None
+    if fresh:
+        write(db, derived[replicated:], observed=observed, embedder=embedder)
     # A query near a few of them, sharing no word with any (the lexical ranking adds nothing).
     anchors = [embedder.vector(t) for t in (texts[:3] or ["nothing"])]
     query = [sum(w * a[d] for w, a in zip(weights, anchors)) + 0.01 for d in range(len(anchors[0]))]
