@@ -456,7 +456,7 @@ class Capacity:
             totals["errors"] += 1
         elif op == "GetItem":
             (item,) = self.stored([params["Key"]])
-            self._charge(
+            self._charge_item(
                 "rru", params["Key"], read_units(item_size(item), consistent=bool(params.get("ConsistentRead")))
             )
         elif op == "BatchGetItem":
@@ -465,13 +465,13 @@ class Capacity:
                 skipped = {self._id(k) for k in (unprocessed.get(table) or {}).get("Keys", [])}
                 read = [k for k in spec["Keys"] if self._id(k) not in skipped]
                 for key, item in zip(read, self.stored(read)):  # each item rounded on its own (batch_read_units)
-                    self._charge(
+                    self._charge_item(
                         "rru", key, batch_read_units([item_size(item)], consistent=bool(spec.get("ConsistentRead")))
                     )
         elif op == "TransactGetItems":
             got = [t["Get"]["Key"] for t in params["TransactItems"]]
             for key, item in zip(got, self.stored(got)):
-                self._charge("rru", key, read_units(item_size(item), consistent=True, transactional=True))
+                self._charge_item("rru", key, read_units(item_size(item), consistent=True, transactional=True))
         elif op in ("Query", "Scan"):
             sizes, partition = self._examined(op, params)
             units = query_read_units(sizes, consistent=bool(params.get("ConsistentRead")))
@@ -483,7 +483,7 @@ class Capacity:
         elif op == "SearchVectors":
             totals["search_vectors"] += 1
 
-    def _charge(self, unit: str, key: dict, units: float) -> None:
+    def _charge_item(self, unit: str, key: dict, units: float) -> None:
         """Charge `units` ("rru" or "wru") at the item at `key` to the label, the item and its partition."""
         pk, sk = self._id(key)
         self.totals[self.label][unit] += units
@@ -526,7 +526,7 @@ class Capacity:
             totals["failed_conditions" if op != "TransactWriteItems" else "cancelled_transactions"] += 1
             for action in actions:
                 size = max(item_size(action["before"]), item_size(action.get("new")) if action["kind"] == "put" else 0)
-                self._charge("wru", action["key"], write_units(size, transactional=action["tx"]))
+                self._charge_item("wru", action["key"], write_units(size, transactional=action["tx"]))
             return
         unprocessed = {
             self._id(
@@ -545,7 +545,7 @@ class Capacity:
                 action["kind"]
             ]
             size = max(item_size(before), item_size(after))
-            self._charge("wru", action["key"], write_units(size, transactional=action["tx"]))
+            self._charge_item("wru", action["key"], write_units(size, transactional=action["tx"]))
             heat = self.heat[self.label]
             for index in self.indexes:
                 entries = index_entry(before, index, self.keys), index_entry(after, index, self.keys)
