@@ -139,8 +139,9 @@ def batch_read_units(sizes: list[int], *, consistent: bool) -> float:
 
 
 def index_partition_writes(before: dict | None, after: dict | None, index: Index) -> list[tuple[str, int]]:
-    """Where `index_write_units` lands: (the index's partition key value, WRU) per entry written, so a changed index
-    key charges the old entry's partition with its delete and the new one's with its put."""
+    """The WRU a table write spends on one index, from the item's index entries before and after it, as (the index's
+    partition key value, WRU) per entry written: a new or removed entry is one write, a changed index key two (the
+    delete on the old entry's partition, the put on the new one's), a changed entry one at the larger size."""
     if before == after:
         return []
     if before is None or after is None:
@@ -167,18 +168,6 @@ def sustainable_rate(item_wru: float, partition_wru: float, partition_rru: float
         (PARTITION_RRU_S / partition_rru if partition_rru else math.inf, "partition reads"),
     ]
     return min(rates)
-
-
-def index_write_units(before: dict | None, after: dict | None, key_attributes: tuple[str, ...]) -> int:
-    """WRU a table write spends on one index, from the item's index entries before and after it: a new or removed
-    entry is one write, a changed index key two (delete and put), a changed entry one at the larger size."""
-    if before == after:
-        return 0
-    if before is None or after is None:
-        return write_units(item_size(before or after))
-    if any(before.get(k) != after.get(k) for k in key_attributes):
-        return write_units(item_size(before)) + write_units(item_size(after))
-    return write_units(max(item_size(before), item_size(after)))
 
 
 @dataclass(frozen=True)
@@ -548,11 +537,13 @@ class Capacity:
             self._charge_item("wru", action["key"], write_units(size, transactional=action["tx"]))
             heat = self.heat[self.label]
             for index in self.indexes:
-                entries = index_entry(before, index, self.keys), index_entry(after, index, self.keys)
-                totals[f"wru_{index.kind}"] += index_write_units(*entries, index.required)
+                writes = index_partition_writes(
+                    index_entry(before, index, self.keys), index_entry(after, index, self.keys), index
+                )
+                totals[f"wru_{index.kind}"] += sum(units for _, units in writes)
                 if index.kind == "vector":
                     continue
-                for partition, units in index_partition_writes(*entries, index):
+                for partition, units in writes:
                     # A local index's entries share their item's partition (and its 1,000 WRU/s).
                     heat["wru", "partition", "" if index.kind == "lsi" else index.name, partition] += units
             if before != after:  # a write that changes nothing leaves no stream record
