@@ -38,12 +38,12 @@ if str(LAYER_DIR) not in sys.path:
 
 from botocore.exceptions import ClientError  # noqa: E402
 
-from precis.store import conclusions, keys, message_search, text_index  # noqa: E402
+from precis.store import conclusions, keys, message_search  # noqa: E402
 from precis.store.db import Db, batch_get, error_code, query_all, to_item  # noqa: E402
 from precis.store.records import delete_keys  # noqa: E402
 from precis.store.resources import partition_items, require_workspace, workspace_ids  # noqa: E402
 
-_WALKED = ("messages", "indexed", "units", "settled", "in_flight", "copying")  # what a session's walk counts
+_WALKED = ("messages", "indexed", "units", "in_flight", "copying")  # what a session's walk counts
 OLD_LEXICAL = ("tvec", "tsig", "tlen")  # the earlier releases' BM25 vector and term signature on vector items
 PROGRESS_S = 10.0  # at most this long without a line while a workspace is walked
 
@@ -57,7 +57,6 @@ class Totals:
     messages: int = 0  # stored messages read
     indexed: int = 0  # messages indexed (texts written)
     units: int = 0  # units indexed
-    settled: int = 0  # units indexed before (a repair's, a stopped run's) whose marks were removed
     in_flight: int = 0  # messages of a batch whose request may still be indexing it: the next run sees
     copying: int = 0  # a clone's messages while its copy of its parent's runs: the next run sees
     conclusions: int = 0  # conclusions read
@@ -80,7 +79,7 @@ class Totals:
     def pending(self) -> bool:
         """Whether a dry run found anything to do."""
         return bool(
-            self.left or self.indexed or self.settled or self.conclusion_texts or self.statistics or self.stripped
+            self.left or self.indexed or self.conclusion_texts or self.statistics or self.stripped
         )
 
 
@@ -158,7 +157,7 @@ def reindex_workspace(
     """Backfill one workspace: its sessions' messages, its collections' conclusions, its old statistics; counted into
     `done` as it goes (a run stopped midway still says what it did)."""
     started = shown = clock()
-    sessions, marked = _sessions(db, ws), text_index.marked_units(db, ws)
+    sessions = _sessions(db, ws)
     number, walked = 0, message_search.Reindexed()
 
     def tick() -> None:
@@ -178,7 +177,7 @@ def reindex_workspace(
         walked = message_search.Reindexed()
         try:
             message_search.reindex_session(
-                db, ws, session_id, dry_run=dry_run, marked=marked, on_unit=unit_done, progress=walked
+                db, ws, session_id, dry_run=dry_run, on_unit=unit_done, progress=walked
             )
         finally:
             done.sessions += 1
@@ -228,8 +227,6 @@ def _summary(totals: Totals, dry_run: bool) -> str:
             f"{totals.statistics} old statistics items deleted",
             f"{totals.stripped} vector items stripped",
         ]
-    if totals.settled:
-        parts.append(f"{totals.settled} units indexed before {'to settle' if dry_run else 'settled'}")
     return ", ".join([f"{totals.sessions} sessions", _indexed(totals, dry_run), *parts])
 
 

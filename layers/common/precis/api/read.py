@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
+from precis.api.answers import json_response
 from precis.api.caller import caller
 from precis.api.params import (
     MAX_CONTEXT_TOKENS,
@@ -36,6 +37,7 @@ from precis.schemas import ConclusionQuery, ListBody, RepresentationQuery, Searc
 from precis.sizes import fit_answer, fit_items
 from precis.store import messages, resources
 from precis.store.db import get_db
+from precis.store.text_index import Budget
 
 if TYPE_CHECKING:
     from precis.store import representation
@@ -445,9 +447,28 @@ def scope_status(workspace_id: WorkspaceId, scope_id: ScopeIdPath):
 # ---------------------------------------------------------------- message search (docs/design.md, "Derived memory")
 
 
-def search_messages(workspace_id: str, body: SearchQuery, principal: Principal | None, **within: str):
-    """A search route's answer: the workspace's messages, a session's (`session_id`) or a peer's (`peer_id`), of
+SEARCH_BUDGET_HEADER = "X-Precis-Search-Budget"  # (ext) on a search answer whose read budget ran out first
+
+
+def search_messages(workspace_id: str, body: SearchQuery, principal: Principal | None, **within: str) -> list:
+    """The messages a search finds, fitted: the workspace's, a session's (`session_id`) or a peer's (`peer_id`), of
     the sessions `principal`'s key reads (None: no key checked)."""
+    return fit_items(find_messages(workspace_id, body, principal, **within)[0], "limit")
+
+
+def _search_answer(workspace_id: str, body: SearchQuery, principal: Principal | None, **within: str):
+    """A search route's answer; (ext) when the read budget ran out first, a header says so: the answer is the best
+    the search found in what it read (the list is Honcho's shape, with no room for a field)."""
+    found, budget = find_messages(workspace_id, body, principal, **within)
+    if not budget.exhausted:
+        return fit_items(found, "limit")
+    answer = json_response(200, fit_items(found, "limit"))
+    answer.headers[SEARCH_BUDGET_HEADER] = f"exhausted; requests={budget.used_requests}; bytes={budget.used_bytes}"
+    return answer
+
+
+def find_messages(workspace_id: str, body: SearchQuery, principal: Principal | None, **within: str):
+    """(the messages, the budget their ranking read under) for a search."""
     from precis.settings import get_settings
     from precis.store.message_search import search
 
@@ -461,7 +482,7 @@ def search_messages(workspace_id: str, body: SearchQuery, principal: Principal |
         bound = reach.bound(membership, None)
         if bound is not None:  # what the key does not read is never ranked in front of what it does
             if not bound:
-                return []
+                return [], Budget()
             filters = {"AND": [filters or {}, {"session_id": {"in": list(bound)}}]}
     base = None
     if "peer_id" in within:
@@ -471,20 +492,23 @@ def search_messages(workspace_id: str, body: SearchQuery, principal: Principal |
     else:
         resources.require_workspace(db, workspace_id)
     semantic = _embed if settings.embedder != "hashed" else None
-    found = search(db, workspace_id, body.query, body.limit, filters, semantic=semantic, base=base, **within)
-    return fit_items(found, "limit")
+    budget = Budget()
+    found = search(
+        db, workspace_id, body.query, body.limit, filters, semantic=semantic, base=base, budget=budget, **within
+    )
+    return found, budget
 
 
 @router.post("/v3/workspaces/<workspace_id>/search")
 def search_workspace(workspace_id: WorkspaceId, body: SearchQuery):
-    return search_messages(workspace_id, body, caller())
+    return _search_answer(workspace_id, body, caller())
 
 
 @router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/search")
 def search_session(workspace_id: WorkspaceId, session_id: SessionId, body: SearchQuery):
-    return search_messages(workspace_id, body, caller(), session_id=session_id)
+    return _search_answer(workspace_id, body, caller(), session_id=session_id)
 
 
 @router.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/search")
 def search_peer(workspace_id: WorkspaceId, peer_id: PeerId, body: SearchQuery):
-    return search_messages(workspace_id, body, caller(), peer_id=peer_id)
+    return _search_answer(workspace_id, body, caller(), peer_id=peer_id)

@@ -33,9 +33,6 @@ from precis.store.messages import (
 from precis.tokens import count_text
 
 IDEMPOTENCY_KEY_MAX = 255
-# The writes a post's index may make before it answers, in postings (text_index.index_cost, where the figure is
-# derived); a batch costing more is stored, answered, and indexed by the deriver.
-INLINE_INDEX_MAX_WRITES = text_index.INLINE_MAX_COST
 MESSAGE_JSON_MAX_BYTES = 5_000_000  # one message, read back alone, fits Lambda's 6 MB response
 metrics = Metrics()
 log = logging.getLogger("precis.messages.ingest")
@@ -166,14 +163,12 @@ def create_messages(
 def _index(
     db: Db, ws: str, session_id: str, unit: str, views: list[dict[str, Any]], prepared: list[NewMessage]
 ) -> None:
-    """Make the stored batch searchable before the answer (read-your-writes). The messages are stored whatever
-    happens here: a failure is logged and the deriver indexes the batch later (text_index.repair), never a 5xx."""
+    """Make the stored batch searchable before the answer (read-your-writes): one fresh item and a text a message.
+    The messages are stored whatever happens here: a failure is logged and the deriver indexes the batch later
+    (message_search.ensure_indexed), never a 5xx."""
     texts = [text_index.Text(v["seq"], v["peer_id"], m.content) for v, m in zip(views, prepared)]
     try:
-        text_index.index_texts(db, ws, session_id, unit, texts, max_cost=INLINE_INDEX_MAX_WRITES)
-    except text_index.TooMuchToIndex as exc:
-        log.info("%s/%s: %s; the deriver will index it", ws, session_id, exc)
-        metrics.add_metric(name="IndexDeferred", unit=MetricUnit.Count, value=len(texts))
+        text_index.index_texts(db, ws, session_id, unit, texts)
     except Exception:  # noqa: BLE001 - stored is stored: the answer is 201 and the deriver finishes the index
         log.exception("indexing %s/%s unit %s failed; the deriver will index it", ws, session_id, unit)
         metrics.add_metric(name="IndexDeferred", unit=MetricUnit.Count, value=len(texts))

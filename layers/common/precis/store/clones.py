@@ -146,27 +146,18 @@ def copy_base(db: Db, ws: str, session_id: str, *, time_left: Callable[[], float
         return True  # done already, or deleted (its purge removes what was copied)
     copied = int(session.get("copied_through", 0))
 
-    def index_time() -> float:  # a page's index stops where the step would
-        return time_left() - MARGIN_S
-
     while copied < base.through:
         if time_left() < MARGIN_S:
             _progress(db, ws, session_id, session, copied)  # a MODIFY: the next invocation goes on from here
             return False
         last = min(copied + PAGE, base.through)
-        try:
-            _copy_page(db, ws, session_id, session["incarnation"], base.session, copied + 1, last, index_time)
-        except text_index.OutOfTime:  # (a page of long messages: its index goes on, from its marks, next time)
-            _progress(db, ws, session_id, session, copied)
-            return False
+        _copy_page(db, ws, session_id, session["incarnation"], base.session, copied + 1, last)
         copied = last
     _finish(db, ws, session_id, session)
     return True
 
 
-def _copy_page(
-    db: Db, ws: str, clone: str, incarnation: str, parent: str, first: int, last: int, time_left: Callable[[], float]
-) -> None:
+def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first: int, last: int) -> None:
     def range_query(pk: str, prefix: str, fields: str | None = None) -> list[dict[str, Any]]:
         request: dict[str, Any] = {
             "KeyConditionExpression": "PK = :pk AND SK BETWEEN :a AND :b",
@@ -197,8 +188,7 @@ def _copy_page(
     texts = [
         text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "") for v in with_bodies(db, page, ws, parent)
     ]
-    text_index.index_texts(db, ws, clone, f"{clone}:{first}:copy{incarnation}", texts, resume=True, time_left=time_left)
-    text_index.settle(db, ws, clone, (t.seq for t in texts))  # (copies wake no deriver to do it)
+    text_index.index_texts(db, ws, clone, f"{clone}:{first}:copy{incarnation}", texts, incarnation=incarnation)
 
 
 def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: Sequence[Mapping[str, Any]]) -> None:

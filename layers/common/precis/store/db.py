@@ -201,6 +201,8 @@ def to_attr(value: Any) -> dict[str, Any]:
         return {"N": repr(value)}
     if isinstance(value, str):
         return {"S": value}
+    if isinstance(value, (bytes, bytearray)):
+        return {"B": bytes(value)}
     if isinstance(value, dict):
         return {"M": {str(k): to_attr(v) for k, v in value.items()}}
     if isinstance(value, (list, tuple)):
@@ -222,6 +224,8 @@ def from_attr(attr: dict[str, Any]) -> Any:
         return {k: from_attr(v) for k, v in value.items()}
     if kind == "L":
         return [from_attr(v) for v in value]
+    if kind == "B":
+        return bytes(value)
     if kind == "SS":
         return sorted(value)
     if kind == "NS":

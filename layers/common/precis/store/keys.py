@@ -168,37 +168,30 @@ def message_vectors_pk(ws: str, session_id: str) -> str:
     return f"{session_pk(ws, session_id)}#MV"
 
 
-def text_postings_pk(ws: str, term: str) -> str:
-    """Partition of one term's postings in a workspace's messages (exact lexical search): a partition per term, so a
-    search reads only its words' postings, in the order of their sort keys (`text_posting_sk`)."""
-    return f"WS#{ws}#XT#{term}"
+def text_fresh_pk(ws: str, shard: int) -> str:
+    """Partition of one shard of a workspace's fresh index units (exact lexical search): a post's batch, packed, until
+    the deriver merges it into a segment. Sharded by session, so no partition takes every post of a workspace."""
+    return f"WS#{ws}#XF#{shard:02d}"
 
 
-def text_posting_sk(group: int, length: int, session_id: str, seq: int) -> str:
-    """A posting's place in its term's partition: by how often the text says the term (its group), then by the
-    text's length (shortest, so highest scoring, first), then by text."""
-    return f"{group}#{length:07d}#{session_id}#{seq:0{SEQ_DIGITS}d}"
+def text_segment_pk(ws: str, segment: str) -> str:
+    """Partition of one segment of a workspace's lexical index: immutable, packed postings of many messages."""
+    return f"WS#{ws}#XG#{segment}"
 
 
-def parse_text_posting_sk(sk: str) -> tuple[int, int, str, int]:
-    """(group, length, session, seq) of a posting's sort key."""
-    group, length, session_id, seq = sk.split("#")
-    return int(group), int(length), session_id, int(seq)
+def text_manifest(ws: str) -> dict[str, str]:
+    """The workspace's lexical index manifest: its live segments and their statistics (changed once a merge)."""
+    return {"PK": f"WS#{ws}#XM", "SK": "#"}
 
 
 def text_counters_pk(ws: str) -> str:
-    """Partition of a workspace's term counters (one item per term: how many messages, and each peer's, say it)
-    and its statistics item (`TEXT_STATS`): a workspace delete lists them here."""
+    """Partition where the release before segments kept a workspace's term counters (a workspace delete takes it)."""
     return f"WS#{ws}#XC"
 
 
 def text_peer_counters_pk(ws: str, peer_id: str) -> str:
-    """Partition of one peer's term counters and statistics (a peer search's idf): items of its own, so a workspace
-    of many peers grows no item."""
+    """Partition where the release before segments kept one peer's term counters (a workspace delete takes it)."""
     return f"WS#{ws}#XC#P#{peer_id}"
-
-
-TEXT_STATS = "#"  # the statistics item's sort key: before every term (a term is letters and digits)
 
 
 def text_docs_pk(ws: str, session_id: str) -> str:

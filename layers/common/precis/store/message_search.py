@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from precis.lexical import Document, fuse
+from precis.lexical import fuse
 from precis.store import filters as filtering
 from precis.store import keys, text_index
 from precis.store.db import Db, batch_get, error_code, to_item
@@ -68,22 +68,24 @@ def index_messages(
     now: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
-    """The deriver's part, as inserted messages come down the stream (their images): the marks of their index units
-    are removed once their texts are written (`text_index.settle`), and with a semantic embedder each message is
-    embedded once. Bound to the session's incarnation (nothing lands in a deleted session); how many vectors."""
+    """The deriver's part, as inserted messages come down the stream (their images): their sessions' fresh index
+    shards are merged into segments once they hold enough (`text_index.merge`), and with a semantic embedder each
+    message is embedded once. Bound to the session's incarnation (nothing lands in a deleted session); how many
+    vectors."""
     by_session: dict[tuple[str, str], dict[int, MessageItem]] = {}
     for image in images:
         ws, session_id = keys.parse_session_pk(image["PK"])
         by_session.setdefault((ws, session_id), {})[int(image["seq"])] = as_message(image)
     written = 0
+    by_workspace: dict[str, set[str]] = {}
+    for ws, session_id in by_session:
+        by_workspace.setdefault(ws, set()).add(session_id)
+    for ws, session_ids in by_workspace.items():
+        text_index.merge(db, ws, session_ids)
     for (ws, session_id), messages in by_session.items():
         session = session_item(db, ws, session_id)
         if session is None or "deleted_at" in session:
-            continue  # (its purge takes its counts back and removes their marks)
-        # The stream can be faster than the request: wait for the texts a live request is still writing, then remove
-        # the marks of every unit whose texts are there (those of a dead request: `ensure_indexed`, when deriving).
-        missing = _wait_for_texts(db, ws, session_id, list(messages.values()), now, sleep)
-        text_index.settle(db, ws, session_id, set(messages) - missing)
+            continue  # (its purge takes back what was indexed)
         if semantic is None:
             continue
         stored = {
@@ -118,8 +120,6 @@ def ensure_indexed(
     if not found_missing:
         return 0
     missing = _wait_for_texts(db, ws, session_id, messages, now, sleep, missing=found_missing)
-    if found_missing - missing:  # written meanwhile by their request: their units are complete
-        text_index.settle(db, ws, session_id, found_missing - missing)
     # Another deriver (another sender's, or the upgrade's backfill) may hold the session's repair: wait while it
     # does, then index what is still missing (it may have done it); past its lease, fail to be retried.
     give_up = now() + REPAIR_LEASE_S
@@ -139,7 +139,6 @@ def ensure_indexed(
             stored = read_range(db, ws, session_id, *text_index.unit_range(unit))
             members = text_index.unit_members(session_id, unit, stored)
             written += index_unit(db, ws, session_id, unit, members)
-            text_index.settle(db, ws, session_id, (int(m["seq"]) for m in members))
     finally:
         _release(db, ws, session_id)
     return written
@@ -157,7 +156,10 @@ def index_unit(db: Db, ws: str, session_id: str, unit: str, members: Sequence[Me
         text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "")
         for v in with_bodies(db, batch, ws, session_id)
     ]
-    return text_index.index_texts(db, ws, session_id, unit, texts, resume=True)
+    session = session_item(db, ws, session_id)
+    if session is None or "deleted_at" in session:
+        return 0
+    return text_index.index_texts(db, ws, session_id, unit, texts, incarnation=session["incarnation"])
 
 
 def _release(db: Db, ws: str, session_id: str) -> None:
@@ -181,7 +183,6 @@ class Reindexed:
     messages: int = 0  # stored messages read
     indexed: int = 0  # texts written
     units: int = 0  # units indexed
-    settled: int = 0  # units indexed before whose marks were still on the counters, removed
     in_flight: int = 0  # messages of a batch whose request may still be indexing it: left to it (or the deriver)
     copying: int = 0  # a clone's messages while its copy runs (the copy indexes what it copies): left to a later run
     stopped: str | None = None  # why the walk stopped before the session's end
@@ -193,7 +194,6 @@ def reindex_session(
     session_id: str,
     *,
     dry_run: bool = False,
-    marked: Iterable[str] = (),
     on_unit: Callable[[str, int], None] | None = None,
     progress: Reindexed | None = None,
     now: Callable[[], float] = time.time,
@@ -201,17 +201,15 @@ def reindex_session(
     window: int = REINDEX_WINDOW,
 ) -> Reindexed:
     """Index every stored message of the session that has no text yet (those stored before the exact index), whole
-    units at a time exactly as the deriver's repair does (`index_unit`, under its lease), and settle each unit once
-    its texts are written: no stream record of an old message comes again to remove its counters' marks, which
-    would otherwise pile up on every counter the unit touched. A unit of `marked` (`text_index.marked_units`) whose
-    texts are all written is settled too (a repair's, or a walk's that stopped before settling).
+    units at a time exactly as the deriver's repair does (`index_unit`, under its lease); the workspace's fresh
+    shards are merged as they fill (no stream record of an old message comes again to do it).
 
     The texts' presence is the progress: a message with one is skipped, so an interrupted walk is run again from the
     start. `on_unit(unit, written)` after each unit indexed (raising there stops the walk between two units);
     counted into `progress` as it goes, when given."""
     from precis.store.messages import base_of, read_range, tail_seq
 
-    done, seen, marked = progress if progress is not None else Reindexed(), set(), set(marked)
+    done, seen = progress if progress is not None else Reindexed(), set()
     last = tail_seq(db, ws, session_id)
     for start in range(1, last + 1, window):
         session = session_item(db, ws, session_id)
@@ -223,7 +221,7 @@ def reindex_session(
         done.messages += len(stored)
         missing = text_index.missing_texts(db, ws, session_id, (int(m["seq"]) for m in stored))
         units = [text_index.unit_of(session_id, m) for m in stored]
-        for unit in dict.fromkeys(u for u, m in zip(units, stored) if int(m["seq"]) in missing or u in marked):
+        for unit in dict.fromkeys(u for u, m in zip(units, stored) if int(m["seq"]) in missing):
             if unit in seen:
                 continue  # (a batch across two windows: done, or left, in the first)
             seen.add(unit)
@@ -236,9 +234,7 @@ def reindex_session(
             elif base is not None and first <= base.through:
                 done.copying += todo
             elif not todo:
-                done.settled += 1
-                if not dry_run:
-                    text_index.settle_unit(db, ws, session_id, unit, (int(m["seq"]) for m in members))
+                continue
             elif dry_run:
                 done.units, done.indexed = done.units + 1, done.indexed + todo
             else:
@@ -258,8 +254,8 @@ def _backfill_unit(
     now: Callable[[], float],
     sleep: Callable[[float], None],
 ) -> int:
-    """One unit under the repair's lease (a deriver repairing the session meanwhile waits, and finds it done), then
-    settled: with every text written, a later indexer finds them and counts nothing, so the marks can go."""
+    """One unit under the repair's lease (a deriver repairing the session meanwhile waits, and finds it done); the
+    session's fresh shard is merged once it holds enough."""
     deadline = now() + 2 * REPAIR_LEASE_S
     while not _lease(db, ws, session_id, now()):
         if now() > deadline:
@@ -270,7 +266,7 @@ def _backfill_unit(
         sleep(1.0)
     try:
         written = index_unit(db, ws, session_id, unit, members)
-        text_index.settle_unit(db, ws, session_id, unit, (int(m["seq"]) for m in members))
+        text_index.merge(db, ws, [session_id])
     finally:
         _release(db, ws, session_id)
     return written
@@ -294,19 +290,7 @@ def _wait_for_texts(
     deadline not passed) has written it or died (`missing`: those known missing already, not read again)."""
     if missing is None:
         missing = text_index.missing_texts(db, ws, session_id, (int(m["seq"]) for m in messages))
-    # A unit whose request found it past its budget writes none of its texts: nothing to wait for. Its members here
-    # (inline contents) cost at most what the whole unit does, so past the budget here means past it there.
-    units: dict[str, list[MessageItem]] = {}
-    for m in messages:
-        units.setdefault(text_index.unit_of(session_id, m), []).append(m)
-    waiting = [
-        members
-        for members in units.values()
-        if any(int(m["seq"]) in missing for m in members)
-        and text_index.index_cost([(m["peer_id"], Document.of(m.get("content") or "", m["peer_id"])) for m in members])
-        <= text_index.INLINE_MAX_COST
-    ]
-    deadline = max((float(m.get("ibu") or 0) for members in waiting for m in members), default=0.0)
+    deadline = max((float(m.get("ibu") or 0) for m in messages if int(m["seq"]) in missing), default=0.0)
     while missing and now() < deadline:
         sleep(_POLL_S)
         missing = text_index.missing_texts(db, ws, session_id, missing)
@@ -364,10 +348,12 @@ def search(
     session_id: str | None = None,
     peer_id: str | None = None,
     base: Base | None = None,
+    budget: text_index.Budget | None = None,
 ) -> list[dict[str, Any]]:
     """The messages that best match `query`, best first, `limit` at most, within the session or from the peer
     when given and matching `filters` (the message list's grammar). A clone's `base`: its parent's messages it holds
-    no copy of yet are searched too, as the clone's."""
+    no copy of yet are searched too, as the clone's. The lexical ranking reads at most `budget` (a default one when
+    None); whether it ran out is on it."""
     filters = filters or {}
     filtering.matches(filters, {})  # a malformed filter is 422 before any read
     # Filters apply after the read: ask for more so that `limit` usually survive.
@@ -380,6 +366,7 @@ def search(
         session_id=session_id,
         peer_id=peer_id,
         base=base,
+        budget=budget,
     )
     return [
         view for view in read_views(db, ws, order, base=base, session_id=session_id) if filtering.matches(filters, view)
@@ -440,6 +427,7 @@ def rank(
     peer_id: str | None = None,
     base: Base | None = None,
     sessions: Collection[str] | None = None,
+    budget: text_index.Budget | None = None,
 ) -> list[tuple[str, int]]:
     """(session id, seq) of the messages nearest `query`, best first, at most `wanted`: BM25, fused with the semantic
     ranking when `semantic` embeds the query. A message with none of the query's words is found only semantically.
@@ -448,8 +436,9 @@ def rank(
     With `sessions`, the messages of those sessions (ranked with the workspace's statistics); `session_id` is then
     the one whose clone `base` lends it the messages it holds no copy of yet."""
     live = _Live(db, ws)
+    budget = budget if budget is not None else text_index.Budget()
     if sessions is not None:
-        return _rank_sessions(db, ws, query, wanted, frozenset(sessions), semantic, session_id, base, live)
+        return _rank_sessions(db, ws, query, wanted, frozenset(sessions), semantic, session_id, base, live, budget)
 
     def lexical(_dropped: int = 0) -> tuple[list[tuple[str, int]], bool]:
         found = lexical_rank(
@@ -461,6 +450,7 @@ def rank(
             peer_id=peer_id,
             base=base,
             keep=lambda key: key[0] not in live.gone,
+            budget=budget,
         )
         # (a session's ranking is of that session's texts only: none deeper once it is gone)
         return [key for key, _ in found], session_id is None and len(found) >= wanted
@@ -506,6 +496,7 @@ def _rank_sessions(
     session_id: str | None,
     base: Base | None,
     live: _Live,
+    budget: text_index.Budget,
 ) -> list[tuple[str, int]]:
     """`rank` over the messages of `sessions`: the workspace's postings and vectors, keeping theirs (and those a
     clone's base lends it, as the clone's) of sessions not deleted."""
@@ -525,7 +516,7 @@ def _rank_sessions(
         return mine is not None and mine[0] not in live.gone
 
     def lexical(_dropped: int = 0) -> tuple[list[tuple[str, int]], bool]:
-        found = text_index.rank_workspace(db, ws, query, wanted, keep=keep)
+        found = text_index.rank_workspace(db, ws, query, wanted, keep=keep, budget=budget)
         return mapped(key for key, _ in found), len(found) >= wanted
 
     first_lexical = lexical()
@@ -551,20 +542,24 @@ def lexical_rank(
     peer_id: str | None = None,
     base: Base | None = None,
     keep: Callable[[tuple[str, int]], bool] | None = None,
+    budget: text_index.Budget | None = None,
 ) -> list[tuple[tuple[str, int], float]]:
     """BM25's `wanted` best ((session, seq), score), exact over the scope: the session's texts (with a clone's
     inherited ones, its own copy winning), else the workspace's or the peer's postings; those `keep` keeps."""
     if session_id is None:
-        return text_index.rank_workspace(db, ws, query, wanted, peer=peer_id, keep=keep)
+        return text_index.rank_workspace(db, ws, query, wanted, peer=peer_id, keep=keep, budget=budget)
     if keep is not None and not keep((session_id, 0)):
         return []
     texts = {}
     if base is not None:
         texts = {
             (session_id, seq): d
-            for seq, d in text_index.session_texts(db, ws, base.session, through=base.through, peer=peer_id).items()
+            for seq, d in text_index.session_texts(
+                db, ws, base.session, through=base.through, peer=peer_id, budget=budget
+            ).items()
         }
-    texts |= {(session_id, seq): d for seq, d in text_index.session_texts(db, ws, session_id, peer=peer_id).items()}
+    own = text_index.session_texts(db, ws, session_id, peer=peer_id, budget=budget)
+    texts |= {(session_id, seq): d for seq, d in own.items()}
     return text_index.rank_texts(texts, query, wanted)
 
 

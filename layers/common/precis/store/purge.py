@@ -228,7 +228,7 @@ def delete_workspace(db: Db, ws: str) -> None:
     delete_collections(db, ws)
     from precis.store import text_index
 
-    text_index.delete_counters(db, ws, [i["SK"].removeprefix("PEER#") for i in items if i["SK"].startswith("PEER#")])
+    text_index.delete_index(db, ws, [i["SK"].removeprefix("PEER#") for i in items if i["SK"].startswith("PEER#")])
     delete_keys(db, [*fences, *rest, keys.message_terms(ws)])
 
 

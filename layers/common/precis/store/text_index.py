@@ -1,60 +1,70 @@
-"""Exact lexical search over a workspace's messages: an inverted index in the table, written by the request that
-stores the messages, read with strongly consistent Queries, so a message is found as soon as its post answers.
+"""Exact lexical search over a workspace's messages: an inverted index in the table, packed, so that indexing a message
+costs a few of its own bytes rather than an item per word, and no item is written by every message of a workspace.
 
 Items (keys in `precis.store.keys`):
 
-- a **posting** per (term, message), in the term's partition, sorted by count group, then length, then text
-  (`text_posting_sk`): each group is read shortest text first, which `precis.lexical.top_k` turns into the exact top
-  k with early termination. It carries the count and the speaker (peer search filters on it); the length is in its
-  sort key.
-- a **counter** per term, in the workspace's counters partition (`n` messages say it, `g` the groups its postings
-  are in) and one in each peer's (`n` of that peer's messages say it), with a **statistics** item in each (`n`
-  messages, `len` their total length). Exact: a peer search's idf is the peer's, a workspace search's the workspace's;
-  items of their own, so no item grows with the number of peers.
-- a **text** per message (`text_doc`): its term counts, length, speaker and the unit that indexed it. A session search
-  ranks the session's texts from these alone; a workspace search reads a few of them to settle its winners.
+- a **text** per message (`text_doc`), beside its session's partition: its term counts, length, speaker and the unit
+  that indexed it. A session search ranks the session's texts alone. A text present means its unit is in the index
+  (fresh or merged): the repair and the backfill index only what has none.
+- a **fresh** item per unit (a post's batch; `text_fresh_pk`, one of FRESH_SHARDS partitions chosen by session): the
+  unit's texts packed, written by the request that stores the messages before it writes their texts, and read by
+  every workspace search with consistent Queries, so a message is found as soon as its post answers.
+- **segments** (`text_segment_pk`, a partition each), immutable: a header (`H`: its speakers, their messages and
+  lengths), doc tables (`D…`: session, seq and incarnation by doc number) and term buckets (`T…`: each term's whole
+  postings list in the segment, as doc number, count, length and speaker; a term too long for one item is chunked in
+  `W…` items, best postings first).
+- the **manifest** (`text_manifest`): the live segments with their sizes. It changes once a merge, never a message.
 
-A batch of messages is indexed as one **unit** (its session, incarnation and first seq): postings first (a rewrite
-is the same item), then each counter and the statistics with one conditional update that adds the unit's counts and
-marks the unit on the item (`u:{unit}`), refused if the mark is there (a retried unit never counts twice, and no
-transaction: concurrent writers of a common word never conflict), then the texts, last, so a text present means its
-unit is counted. The deriver removes the marks once the texts are there (`settle`), and indexes, after a grace period
-longer than the ingest function can run, a unit whose request died before its texts (`repair`). A session's purge
-takes its counts back the same way, in units of aligned seq blocks, then marks its texts taken back, deletes its
-postings, the marks its counters hold (read first, so it removes only those that are there) and its texts, under a
-deadline, resumably. A post indexes only what it can write in its time (`index_cost`, in postings); the deriver
-indexes a larger batch.
+The deriver merges a shard's fresh units into a segment once MERGE_MIN_DOCS are there: the segment's items first,
+then one transaction adds it to the manifest and deletes the fresh items (both or neither, so nothing is counted
+twice or lost), then FAN_IN segments of a level are merged into one of the next (size-tiered, up to
+MAX_SEGMENT_DOCS). A merge leaves out the messages of deleted sessions and of earlier incarnations; until it runs, a
+search leaves them out when it resolves its winners. A search reads the manifest before and after its other reads
+and reads again when a merge came between (a merge removes what it merged only after its manifest changed).
+
+Statistics are exact sums, read with the postings: N and the total length from the manifest (a speaker's from the
+headers), a term's document frequency the length of its postings lists. A search reads at most a `Budget`
+(requests, bytes, seconds); when it ends first, the ranking is of what was read (the rarest terms' postings come
+first, a long list's best postings first) and the budget says so.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import secrets
+import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from precis.lexical import Document, Key, Page, Posting, Query, Stats, group_of, idf, rank_all, terms, top_k
+from precis.lexical import Document, Key, Query, Stats, idf, rank_all, saturation, terms
 from precis.store import keys
-from precis.store.db import Db, batch_get, each, error_code, query_all, to_item
+from precis.store.db import Db, batch_get, each, error_code, from_item, is_throttling, query_all, query_first, to_item
 from precis.store.records import delete_keys, write_batch
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import WriteRequestTypeDef
 
-MAX_QUERY_TERMS = 99  # distinct words of a query that count (one BatchGetItem reads their counters and the stats)
-PURGE_BLOCK = 100  # seqs per unit of a purge: aligned, so a resumed purge takes back the same counts
-PURGE_CHUNK = 100  # counters a purge reads (one BatchGetItem) and takes back between two looks at its deadline
-MARK_CHUNK = 800  # marks a purge removes between two looks at its deadline (~0.1 s, 8 at a time)
-# Marks past which a settle reads which are there before removing them: one attempt may then not finish (a unit of
-# 100 long messages holds up to 204,802), and the next removes only what is left, not every mark again. Below it,
-# the common case (a post of chat messages), the removals are sent blind: cheaper than reading first.
-SETTLE_READ_FIRST = 1_000
-_DOC_FIELDS = ("PK", "SK", "seq", "peer", "tsig", "tlen", "u")
+MAX_QUERY_TERMS = 99  # distinct words of a query that count
+FRESH_SHARDS = 8  # partitions a workspace's fresh units spread over (by session): 1,000 WCU/s each
+MERGE_MIN_DOCS = 100  # fresh messages in a shard before the deriver merges them into a segment
+FAN_IN = 4  # segments of one level merged into one of the next
+MAX_SEGMENT_DOCS = 100_000  # a segment this large is not merged further
+TRANSACT_MAX = 100  # actions in one TransactWriteItems
+MERGE_UNITS = TRANSACT_MAX - 1  # fresh items one merge takes: each is deleted in the manifest's transaction
+PART_RAW = 24_000  # raw (JSON) bytes a segment's term bucket aims at: ~8 KB stored
+ITEM_RAW = 300_000  # raw bytes past which an item is split (DynamoDB's item limit is 400 KB; zlib only shrinks it)
+DOC_PART = 500  # docs a segment's doc table item holds
+PURGE_PAGE = 1_000  # texts a purge deletes between two looks at its deadline
+LEGACY_BLOCK = 100  # seqs of a legacy unit (a message stored without one)
 
 
 @dataclass(frozen=True)
@@ -66,15 +76,47 @@ class Text:
     content: str
 
 
+@dataclass(frozen=True)
+class Doc:
+    """One indexed message: where it is, the incarnation of its session it belongs to, its speaker and its terms."""
+
+    session: str
+    seq: int
+    incarnation: str
+    peer: str
+    document: Document
+
+    @property
+    def key(self) -> Key:
+        return (self.session, self.seq)
+
+
 @cache
 def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=8, thread_name_prefix="precis-text-index")
 
 
+def shard_of(session_id: str) -> int:
+    """The fresh shard of a session's units."""
+    return zlib.crc32(session_id.encode("utf-8", "surrogatepass")) % FRESH_SHARDS
+
+
+def _bucket(term: str, buckets: int) -> int:
+    return zlib.crc32(term.encode("utf-8")) % buckets
+
+
+def _pack(value: Any) -> bytes:
+    return zlib.compress(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"), 6)
+
+
+def _unpack(data: bytes) -> Any:
+    return json.loads(zlib.decompress(data))
+
+
 def legacy_unit(session_id: str, seq: int) -> str:
     """The unit of a message stored without one (before this index, or by a writer that does not index): the aligned
     block of 100 seqs it is in, so every indexer (the deriver's repair, the upgrade's backfill) names it the same."""
-    first = (seq - 1) // PURGE_BLOCK * PURGE_BLOCK + 1
+    first = (seq - 1) // LEGACY_BLOCK * LEGACY_BLOCK + 1
     return f"{session_id}:{first}:-"
 
 
@@ -83,119 +125,113 @@ def unit_of(session_id: str, message: Mapping[str, Any]) -> str:
     return message.get("ib") or legacy_unit(session_id, int(message["seq"]))
 
 
-def _mark(unit: str) -> str:
-    return f"u:{unit}"
-
-
-# ---------------------------------------------------------------- writing
-
-
-# What a counter update costs against a posting, measured (moto in-process, 8 threads: 0.12 ms a put in a
-# BatchWriteItem of 25, 1.0 ms an UpdateItem, a request of its own): a unit's cost is counted in postings.
-UPDATE_COST = 8
-# The cost a post's index may have before it answers (messages.ingest): the ingest function has 15 s, of which the
-# index may take a third (5 s, ~40,000 postings at 0.12 ms), halved for Lambda's 512 MB (a third of a vCPU, and
-# botocore's serializing is CPU). A unit costing more is stored, answered, and indexed by the deriver, which need not
-# wait for its request (message_search).
-INLINE_MAX_COST = 20_000
-
-
-class OutOfTime(Exception):
-    """An indexer given a deadline stopped before it: what it counted is marked, its texts are not written."""
-
-
-class TooMuchToIndex(Exception):
-    """A unit makes more writes than its indexer may make in the time it has: nothing was written."""
-
-
-def index_cost(documents: Sequence[tuple[str, Document]]) -> int:
-    """The writes indexing these (speaker, document)s as one unit makes, in postings: a posting per (term, text), a
-    text each, and UPDATE_COST per counter it adds to (each term's, the workspace's and the speaker's, and the
-    statistics)."""
-    return sum(len(d.counts) + 1 for _, d in documents) + UPDATE_COST * len(_tally("", documents)[0])
+# ---------------------------------------------------------------- writing: fresh units
 
 
 def index_texts(
-    db: Db,
-    ws: str,
-    session_id: str,
-    unit: str,
-    texts: Sequence[Text],
-    *,
-    max_cost: int | None = None,
-    resume: bool = False,
-    time_left: Callable[[], float] | None = None,
+    db: Db, ws: str, session_id: str, unit: str, texts: Sequence[Text], *, incarnation: str | None = None
 ) -> int:
-    """Index a unit's messages (postings, counts, texts), exactly once however often it is asked; how many texts were
-    written. A unit whose texts exist already is counted: only its missing texts are written again. With
-    `max_cost`, a unit whose `index_cost` is higher raises TooMuchToIndex before writing anything. With `resume`
-    (an indexer that may have stopped midway before: the deriver's repair, a clone's copy), the counters are read
-    first, PURGE_CHUNK at a time, and only those without the unit's mark updated: each attempt goes on from where the
-    last one stopped instead of sending every update again; with `time_left` too, it raises OutOfTime between two
-    chunks once that is under zero (no text written: the next attempt goes on from the marks)."""
+    """Index a unit's messages (a fresh item, then their texts), exactly once however often it is asked; how many
+    texts were written. A unit whose texts exist already is indexed: nothing is written. A text another unit wrote
+    (a clone's copy of the same seq) is that unit's. The session is read after the writes: when it was deleted (or, its
+    `incarnation` named, created again) meanwhile, what was written is taken back, so nothing outlives a purge that
+    could not see it."""
     if not texts:
         return 0
     documents = {t.seq: Document.of(t.content, speaker=t.peer) for t in texts}
-    if max_cost is not None:
-        cost = index_cost([(t.peer, documents[t.seq]) for t in texts])
-        if cost > max_cost:
-            raise TooMuchToIndex(f"unit {unit}: {cost} writes (in postings), more than {max_cost}")
     found = batch_get(db, [keys.text_doc(ws, session_id, t.seq) for t in texts], ("seq", "u"))
-    # A text another unit wrote (a clone's copy of the same seq) is counted there: not this unit's to count or write.
-    texts = [t for t in texts if t.seq not in {int(i["seq"]) for i in found if i.get("u") != unit}]
+    others = {int(i["seq"]) for i in found if i.get("u") != unit}
+    texts = [t for t in texts if t.seq not in others]
     have = {int(i["seq"]) for i in found if i.get("u") == unit}
-    if texts and not have:
-        _put_postings(db, ws, session_id, texts, documents)
-        _count(db, ws, unit, [(t.peer, documents[t.seq]) for t in texts], sign=1, resume=resume, time_left=time_left)
     missing = [t for t in texts if t.seq not in have]
-    _write(db, [{"PutRequest": {"Item": _doc_item(ws, session_id, t, documents[t.seq], unit)}} for t in missing])
+    if not missing:
+        return 0
+    entries = [[t.seq, t.peer, documents[t.seq].length, documents[t.seq].signature()] for t in texts]
+    fresh = _fresh_items(ws, session_id, unit, incarnation, entries)
+    _write(db, [{"PutRequest": {"Item": item}} for item in fresh])
+    _write(
+        db,
+        [{"PutRequest": {"Item": _doc_item(ws, session_id, t.seq, t.peer, documents[t.seq], unit)}} for t in missing],
+    )
+    if not _alive(db, ws, session_id, incarnation):
+        delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in fresh])
+        _unwrite_texts(db, ws, session_id, unit, [t.seq for t in missing])
+        return 0
     return len(missing)
 
 
-def _doc_item(ws: str, session_id: str, text: Text, document: Document, unit: str) -> dict[str, Any]:
+def _alive(db: Db, ws: str, session_id: str, incarnation: str | None) -> bool:
+    """Whether the session is there, not deleted, in `incarnation` (when named)."""
+    found = batch_get(db, [keys.session(ws, session_id)], ("incarnation", "deleted_at"))
+    return (
+        bool(found)
+        and "deleted_at" not in found[0]
+        and (incarnation is None or found[0].get("incarnation") == incarnation)
+    )
+
+
+def _unwrite_texts(db: Db, ws: str, session_id: str, unit: str, seqs: Iterable[int]) -> None:
+    """Delete the texts at `seqs` that `unit` wrote (not a later incarnation's at the same seq)."""
+
+    def delete(seq: int) -> None:
+        try:
+            db.client.delete_item(
+                TableName=db.table,
+                Key=to_item(keys.text_doc(ws, session_id, seq)),
+                ConditionExpression="#u = :u",
+                ExpressionAttributeNames={"#u": "u"},
+                ExpressionAttributeValues={":u": {"S": unit}},
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+
+    each(_pool(), delete, list(seqs))
+
+
+def _fresh_items(
+    ws: str, session_id: str, unit: str, incarnation: str | None, entries: Sequence[list[Any]]
+) -> list[dict[str, Any]]:
+    """A unit's fresh items: its texts packed, ITEM_RAW raw bytes an item at most."""
+    parts: list[list[list[Any]]] = [[]]
+    size = 0
+    for entry in entries:
+        n = len(entry[3]) + len(entry[1]) + 32
+        if parts[-1] and size + n > ITEM_RAW:
+            parts.append([])
+            size = 0
+        parts[-1].append(entry)
+        size += n
+    pk = keys.text_fresh_pk(ws, shard_of(session_id))
+    return [
+        to_item(
+            {
+                "PK": pk,
+                "SK": f"{unit}#{i:03d}",
+                "kind": "xfresh",
+                "s": session_id,
+                "i": incarnation,
+                "u": unit,
+                "n": len(part),
+                "z": _pack(part),
+            }
+        )
+        for i, part in enumerate(parts)
+    ]
+
+
+def _doc_item(ws: str, session_id: str, seq: int, peer: str, document: Document, unit: str) -> dict[str, Any]:
     return to_item(
         {
-            **keys.text_doc(ws, session_id, text.seq),
+            **keys.text_doc(ws, session_id, seq),
             "kind": "xdoc",
-            "seq": text.seq,
-            "peer": text.peer,
+            "seq": seq,
+            "peer": peer,
             "tsig": document.signature(),
             "tlen": document.length,
             "u": unit,
         }
     )
-
-
-def _put_postings(db: Db, ws: str, session_id: str, texts: Sequence[Text], documents: Mapping[int, Document]) -> None:
-    _write(
-        db,
-        [
-            {
-                "PutRequest": {
-                    "Item": to_item(
-                        {
-                            "PK": keys.text_postings_pk(ws, term),
-                            "SK": keys.text_posting_sk(group_of(count), documents[t.seq].length, session_id, t.seq),
-                            "n": count,
-                            "p": t.peer,
-                        }
-                    )
-                }
-            }
-            for t in texts
-            for term, count in documents[t.seq].counts.items()
-        ],
-    )
-
-
-def _posting_keys(ws: str, session_id: str, seq: int, document: Document) -> list[dict[str, str]]:
-    return [
-        {
-            "PK": keys.text_postings_pk(ws, term),
-            "SK": keys.text_posting_sk(group_of(count), document.length, session_id, seq),
-        }
-        for term, count in document.counts.items()
-    ]
 
 
 def _write(db: Db, requests: list[WriteRequestTypeDef]) -> None:
@@ -204,247 +240,371 @@ def _write(db: Db, requests: list[WriteRequestTypeDef]) -> None:
     each(_pool(), lambda chunk: write_batch(db, chunk), chunks)
 
 
-def _counter_keys(ws: str, peer: str, document: Document) -> list[tuple[str, str]]:
-    """Every counter (partition, sort key) a text adds to: its terms' and the statistics, the workspace's and its
-    peer's (the statistics last)."""
-    scopes = (keys.text_peer_counters_pk(ws, peer), keys.text_counters_pk(ws))
-    return [(pk, term) for pk in scopes for term in sorted(document.counts)] + [(pk, keys.TEXT_STATS) for pk in scopes]
-
-
-def _tally(
-    ws: str, documents: Sequence[tuple[str, Document]]
-) -> tuple[dict[tuple[str, str], Counter[str]], dict[tuple[str, str], set[int]]]:
-    """What the documents add to each counter (partition, sort key) they touch, and the groups of its postings."""
-    counts: dict[tuple[str, str], Counter[str]] = {}
-    groups: dict[tuple[str, str], set[int]] = {}
-    for peer, document in documents:
-        for pk in (keys.text_counters_pk(ws), keys.text_peer_counters_pk(ws, peer)):
-            stats = counts.setdefault((pk, keys.TEXT_STATS), Counter())
-            stats["n"] += 1
-            stats["len"] += document.length
-            for term, count in document.counts.items():
-                counts.setdefault((pk, term), Counter())["n"] += 1
-                groups.setdefault((pk, term), set()).add(group_of(count))
-    return counts, groups
-
-
-def _count(
-    db: Db,
-    ws: str,
-    unit: str,
-    documents: Sequence[tuple[str, Document]],
-    sign: int,
-    *,
-    resume: bool = False,
-    time_left: Callable[[], float] | None = None,
-) -> None:
-    """Add (sign 1) or take back (-1) the documents' counts, each counter and the statistics once for `unit`: the
-    workspace's and each peer's, each an item of its own (a workspace of thousands of peers grows none of them).
-    Counts are taken back only from counters that exist: a workspace deleted before its sessions' purges ran has
-    none. With `resume`, the counters already marked are read and left alone."""
-    counts, groups = _tally(ws, documents)
-    if not resume:
-        _update_counters(db, unit, counts, groups, sign, list(counts))
-        return
-    touched = sorted(counts)
-    for start in range(0, len(touched), PURGE_CHUNK):
-        if start and time_left is not None and time_left() < 0:
-            raise OutOfTime(f"unit {unit}: {start} of {len(touched)} counters counted")
-        chunk = touched[start : start + PURGE_CHUNK]
-        marked = {key for key, units in _marks_held(db, chunk, [unit]).items() if units}
-        _update_counters(db, unit, counts, groups, sign, [key for key in chunk if key not in marked])
-
-
-def _update_counters(
-    db: Db,
-    unit: str,
-    counts: Mapping[tuple[str, str], Counter[str]],
-    groups: Mapping[tuple[str, str], set[int]],
-    sign: int,
-    which: Sequence[tuple[str, str]],
-) -> None:
-    """Add (sign 1) or take back (-1) `counts` on the counters `which`, each once for `unit` (its mark)."""
-
-    def update(key: tuple[str, str]) -> None:
-        names = {"#w": _mark(unit), **{f"#a{i}": name for i, name in enumerate(counts[key])}}
-        values: dict[str, Any] = {
-            ":one": {"N": "1"},
-            **{f":a{i}": {"N": str(sign * n)} for i, n in enumerate(counts[key].values())},
-        }
-        adds = [f"#a{i} :a{i}" for i in range(len(counts[key]))]
-        if sign > 0 and key in groups:
-            names["#g"] = "g"
-            values[":g"] = {"NS": [str(g) for g in sorted(groups[key])]}
-            adds.append("#g :g")
-        condition = "attribute_not_exists(#w)" + (" AND attribute_exists(PK)" if sign < 0 else "")
-        try:
-            db.client.update_item(
-                TableName=db.table,
-                Key=to_item({"PK": key[0], "SK": key[1]}),
-                UpdateExpression=f"ADD {', '.join(adds)} SET #w = :one",
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise  # (refused: this unit's counts are on the item already, or there is nothing to take from)
-
-    each(_pool(), update, which)
-
-
-def settle(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> int:
-    """Remove the marks of the units whose texts at `seqs` are written (the deriver, as their inserts come down the
-    stream); how many marks were removed. A text not written yet is left to the deriver's repair."""
-    found = batch_get(db, [keys.text_doc(ws, session_id, s) for s in sorted(set(seqs))], ("tsig", "u", "peer"))
-    marks = {(i["u"], key) for i in found for key in _counter_keys(ws, i["peer"], Document.parse(i["tsig"], 0))}
-    if len(marks) > SETTLE_READ_FIRST:
-        marks = _held(db, marks)
-    return sum(each(_pool(), lambda mark: _unmark(db, mark[1], mark[0]), sorted(marks)))
-
-
-def _held(db: Db, marks: Iterable[tuple[str, tuple[str, str]]]) -> set[tuple[str, tuple[str, str]]]:
-    """Those of the (unit, counter) `marks` that are there, read PURGE_CHUNK counters a BatchGetItem."""
-    by_key: dict[tuple[str, str], set[str]] = {}
-    for unit, key in marks:
-        by_key.setdefault(key, set()).add(unit)
-    units, touched, held = sorted({u for us in by_key.values() for u in us}), sorted(by_key), set()
-    for start in range(0, len(touched), PURGE_CHUNK):
-        for key, marked in _marks_held(db, touched[start : start + PURGE_CHUNK], units).items():
-            held |= {(unit, key) for unit in marked & by_key[key]}
-    return held
-
-
 def missing_texts(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> set[int]:
     """The seqs among `seqs` whose text is not indexed yet."""
     seqs = set(seqs)
     return seqs - {int(i["seq"]) for i in batch_get(db, [keys.text_doc(ws, session_id, s) for s in seqs], ("seq",))}
 
 
-def purge_session(
-    db: Db, ws: str, session_id: str, incarnation: str | None, *, time_left: Callable[[], float] = lambda: math.inf
-) -> tuple[int, bool]:
-    """Take a session's messages out of the index, an aligned block of seqs at a time (`_purge_block`): (how many
-    texts, done?). Stops once `time_left()` is under zero, between blocks or between chunks of one, after some
-    progress; a new call resumes where it stopped, taking back no count twice."""
-    deleted, started = 0, False
-    while items := _first_block(db, ws, session_id):
-        if started and time_left() < 0:
-            return deleted, False
-        if not _purge_block(db, ws, session_id, incarnation, items, time_left):
-            return deleted, False
-        deleted, started = deleted + len(items), True
-    return deleted, True
+# ---------------------------------------------------------------- segments (pure)
 
 
-def _first_block(db: Db, ws: str, session_id: str) -> list[dict[str, Any]]:
-    """The texts of the session's first aligned block of seqs still indexed (at most PURGE_BLOCK, one page)."""
-    pk = keys.text_docs_pk(ws, session_id)
-    first = db.client.query(
-        TableName=db.table,
-        KeyConditionExpression="PK = :pk",
-        ConsistentRead=True,
-        Limit=1,
-        ProjectionExpression="seq",
-        ExpressionAttributeValues=to_item({":pk": pk}),
-    )["Items"]
-    if not first:
-        return []
-    start = (int(first[0]["seq"]["N"]) - 1) // PURGE_BLOCK * PURGE_BLOCK + 1
+@dataclass(frozen=True)
+class Segment:
+    """A segment built from docs: its manifest entry and its items."""
+
+    id: str
+    level: int
+    docs: tuple[Doc, ...]
+
+    @classmethod
+    def of(cls, docs: Iterable[Doc], level: int) -> Segment:
+        unique = {(d.session, d.seq, d.incarnation): d for d in docs}
+        ordered = tuple(sorted(unique.values(), key=lambda d: (d.session, d.seq, d.incarnation)))
+        return cls(f"{level}.{int(time.time() * 1000):013d}.{secrets.token_hex(4)}", level, ordered)
+
+    def build(self, ws: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """(manifest entry, items) of the segment."""
+        peers = sorted({d.peer for d in self.docs})
+        peer_no = {p: i for i, p in enumerate(peers)}
+        peer_stats = [[0, 0] for _ in peers]
+        postings: dict[str, list[tuple[int, int, int, int]]] = {}
+        for number, doc in enumerate(self.docs):
+            p = peer_no[doc.peer]
+            peer_stats[p][0] += 1
+            peer_stats[p][1] += doc.document.length
+            for term, count in doc.document.counts.items():
+                postings.setdefault(term, []).append((number, count, doc.document.length, p))
+        raw = sum(16 * len(plist) + len(term) for term, plist in postings.items())
+        buckets = max(1, math.ceil(raw / PART_RAW))
+        pk = keys.text_segment_pk(ws, self.id)
+        items: list[dict[str, Any]] = []
+        parts: list[dict[str, Any]] = [{"t": {}, "c": {}} for _ in range(buckets)]
+        for term, plist in postings.items():
+            plist.sort(key=lambda p: (-p[1], p[2], p[0]))  # best first: most said, then shortest
+            part = parts[_bucket(term, buckets)]
+            if 16 * len(plist) <= ITEM_RAW // 2:
+                part["t"][term] = [x for posting in plist for x in posting]
+                continue
+            per_chunk = ITEM_RAW // 16
+            chunks = [plist[i : i + per_chunk] for i in range(0, len(plist), per_chunk)]
+            by_peer = Counter(p[3] for p in plist)
+            part["c"][term] = [len(chunks), len(plist), [by_peer.get(i, 0) for i in range(len(peers))]]
+            items += [
+                to_item({"PK": pk, "SK": f"W{term}#{i:04d}", "z": _pack([x for posting in chunk for x in posting])})
+                for i, chunk in enumerate(chunks)
+            ]
+        items += [to_item({"PK": pk, "SK": f"T{b:05d}", "z": _pack(part)}) for b, part in enumerate(parts)]
+        doc_parts = math.ceil(len(self.docs) / DOC_PART)
+        items += [
+            to_item(
+                {
+                    "PK": pk,
+                    "SK": f"D{j:05d}",
+                    "z": _pack(
+                        [[d.session, d.seq, d.incarnation] for d in self.docs[j * DOC_PART : (j + 1) * DOC_PART]]
+                    ),
+                }
+            )
+            for j in range(doc_parts)
+        ]
+        items.append(to_item({"PK": pk, "SK": "H", "z": _pack({"p": peers, "s": peer_stats})}))
+        entry = {
+            "id": self.id,
+            "lv": self.level,
+            "n": len(self.docs),
+            "len": sum(d.document.length for d in self.docs),
+            "tb": buckets,
+        }
+        return entry, items
+
+
+def _segment_docs(items: Iterable[Mapping[str, Any]]) -> list[Doc]:
+    """The docs of a segment, rebuilt from all its items (its doc tables, header and postings)."""
+    header: dict[str, Any] = {}
+    table: dict[int, list[Any]] = {}
+    counts: dict[int, dict[str, int]] = {}
+    lengths: dict[int, int] = {}
+    speaker: dict[int, int] = {}
+    chunks: dict[str, list[int]] = {}
+    for item in items:
+        sk, data = item["SK"], _unpack(item["z"])
+        if sk == "H":
+            header = data
+        elif sk.startswith("D"):
+            start = int(sk[1:]) * DOC_PART
+            table.update({start + i: row for i, row in enumerate(data)})
+        elif sk.startswith("T"):
+            for term, flat in data["t"].items():
+                _add_postings(term, flat, counts, lengths, speaker)
+        elif sk.startswith("W"):
+            term = sk[1:].rpartition("#")[0]
+            chunks.setdefault(term, []).extend(data)
+    for term, flat in chunks.items():
+        _add_postings(term, flat, counts, lengths, speaker)
+    peers = header.get("p") or []
+    out = []
+    for number in sorted(table):
+        session, seq, incarnation = table[number]
+        peer = peers[speaker[number]] if number in speaker else ""
+        out.append(Doc(session, seq, incarnation, peer, Document(counts.get(number, {}), lengths.get(number, 0))))
+    return out
+
+
+def _add_postings(
+    term: str,
+    flat: Sequence[int],
+    counts: dict[int, dict[str, int]],
+    lengths: dict[int, int],
+    speaker: dict[int, int],
+) -> None:
+    for i in range(0, len(flat), 4):
+        number, count, length, peer = flat[i : i + 4]
+        counts.setdefault(number, {})[term] = count
+        lengths[number], speaker[number] = length, peer
+
+
+# ---------------------------------------------------------------- the manifest
+
+
+@dataclass(frozen=True)
+class Manifest:
+    version: int = 0
+    segments: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def documents(self) -> int:
+        return sum(int(s["n"]) for s in self.segments)
+
+    @property
+    def total_length(self) -> int:
+        return sum(int(s["len"]) for s in self.segments)
+
+
+def read_manifest(db: Db, ws: str) -> Manifest:
+    found = batch_get(db, [keys.text_manifest(ws)])
+    if not found:
+        return Manifest()
+    return Manifest(int(found[0]["v"]), tuple(json.loads(found[0]["segs"])))
+
+
+def _commit(
+    db: Db,
+    ws: str,
+    manifest: Manifest,
+    add: Sequence[dict[str, Any]],
+    remove: Iterable[str],
+    deletes: Sequence[dict[str, Any]],
+) -> bool:
+    """Change the manifest from `manifest` (unchanged since read) and delete `deletes` (each still there), in one
+    transaction; False when another merge came first or something to delete is gone."""
+    gone = set(remove)
+    segments = [s for s in manifest.segments if s["id"] not in gone] + list(add)
+    values: dict[str, Any] = {":v": manifest.version + 1, ":s": json.dumps(segments, separators=(",", ":"))}
+    if manifest.version:
+        values[":old"] = manifest.version
+    actions: list[dict[str, Any]] = [
+        {
+            "Update": {
+                "TableName": db.table,
+                "Key": to_item(keys.text_manifest(ws)),
+                "UpdateExpression": "SET #v = :v, #s = :s",
+                "ConditionExpression": "#v = :old" if manifest.version else "attribute_not_exists(#v)",
+                "ExpressionAttributeNames": {"#v": "v", "#s": "segs"},
+                "ExpressionAttributeValues": to_item(values),
+            }
+        }
+    ]
+    actions += [
+        {
+            "Delete": {
+                "TableName": db.table,
+                "Key": to_item({"PK": k["PK"], "SK": k["SK"]}),
+                "ConditionExpression": "attribute_exists(PK)",
+            }
+        }
+        for k in deletes
+    ]
+    try:
+        db.client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
+        return True
+    except ClientError as exc:
+        if is_throttling(exc) or error_code(exc) not in (
+            "TransactionCanceledException",
+            "TransactionConflictException",
+        ):
+            raise
+        return False
+
+
+# ---------------------------------------------------------------- merging (the deriver)
+
+
+def merge(db: Db, ws: str, session_ids: Iterable[str], *, min_docs: int = MERGE_MIN_DOCS) -> int:
+    """Merge the fresh shards of `session_ids` that hold `min_docs` messages or more into segments, then compact;
+    how many messages were merged."""
+    return sum(merge_shard(db, ws, shard, min_docs=min_docs) for shard in sorted({shard_of(s) for s in session_ids}))
+
+
+def merge_shard(db: Db, ws: str, shard: int, *, min_docs: int = MERGE_MIN_DOCS, attempts: int = 3) -> int:
+    """Merge a fresh shard's units (MERGE_UNITS at most) into a new segment, when they hold `min_docs` messages or
+    more: its items, then the manifest and the fresh items' deletes in one transaction; compacts after. How many
+    messages were merged (0: too few, or another merge kept winning)."""
+    for _ in range(attempts):
+        manifest = read_manifest(db, ws)
+        fresh = query_first(
+            db,
+            MERGE_UNITS,
+            KeyConditionExpression="PK = :pk",
+            ConsistentRead=True,
+            ExpressionAttributeValues=to_item({":pk": keys.text_fresh_pk(ws, shard)}),
+        )
+        if not fresh or sum(int(i["n"]) for i in fresh) < min_docs:
+            return 0
+        docs = _fresh_docs(db, ws, fresh)
+        entry, items = Segment.of(docs, 0).build(ws) if docs else ({}, [])
+        _write(db, [{"PutRequest": {"Item": item}} for item in items])
+        if _commit(db, ws, manifest, [entry] if docs else [], (), fresh):
+            compact(db, ws)
+            return len(docs)
+        delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
+    return 0
+
+
+def _fresh_docs(db: Db, ws: str, fresh: Sequence[Mapping[str, Any]]) -> list[Doc]:
+    """The docs of fresh items whose session is live in their incarnation, their texts written (a merged unit has
+    its texts, as one indexed by its request does: what the repair relies on)."""
+    sessions = _sessions(db, ws, {i["s"] for i in fresh})
+    docs, units = [], {}
+    for item in fresh:
+        session = sessions.get(item["s"])
+        if session is None or "deleted_at" in session:
+            continue
+        incarnation = session.get("incarnation") or ""
+        if item.get("i") is not None and item["i"] != incarnation:
+            continue
+        for seq, peer, length, signature in _unpack(item["z"]):
+            doc = Doc(item["s"], int(seq), incarnation, peer, Document.parse(signature, int(length)))
+            docs.append(doc)
+            units[doc.key] = item["u"]
+    found = batch_get(db, [keys.text_doc(ws, d.session, d.seq) for d in docs], ("PK", "seq"))
+    present = {(keys.parse_session_pk(i["PK"].removesuffix("#XD"))[1], int(i["seq"])) for i in found}
+    _write(
+        db,
+        [
+            {"PutRequest": {"Item": _doc_item(ws, d.session, d.seq, d.peer, d.document, units[d.key])}}
+            for d in docs
+            if d.key not in present
+        ],
+    )
+    return docs
+
+
+def _sessions(db: Db, ws: str, session_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    wanted = sorted(set(session_ids))
+    found = batch_get(db, [keys.session(ws, s) for s in wanted], ("id", "incarnation", "deleted_at")) if wanted else []
+    return {i["id"]: i for i in found}
+
+
+def compact(db: Db, ws: str, *, rounds: int = 2) -> int:
+    """Merge FAN_IN segments of the lowest level that has as many into one of the next (their messages of deleted
+    sessions and earlier incarnations left out), `rounds` times at most; how many segments were merged."""
+    merged = 0
+    for _ in range(rounds):
+        manifest = read_manifest(db, ws)
+        by_level: dict[int, list[dict[str, Any]]] = {}
+        for segment in manifest.segments:
+            by_level.setdefault(int(segment["lv"]), []).append(segment)
+        chosen = next(
+            (
+                sorted(group, key=lambda s: s["id"])[:FAN_IN]
+                for level, group in sorted(by_level.items())
+                if len(group) >= FAN_IN
+                and sum(int(s["n"]) for s in sorted(group, key=lambda s: s["id"])[:FAN_IN]) <= MAX_SEGMENT_DOCS
+            ),
+            None,
+        )
+        if chosen is None:
+            return merged
+        read = [_segment_items(db, ws, s["id"]) for s in chosen]
+        docs = [d for items in read for d in _segment_docs(items)]
+        sessions = _sessions(db, ws, {d.session for d in docs})
+        live = [
+            d
+            for d in docs
+            if d.session in sessions
+            and "deleted_at" not in sessions[d.session]
+            and (sessions[d.session].get("incarnation") or "") == d.incarnation
+        ]
+        level = max(int(s["lv"]) for s in chosen) + 1
+        entry, items = Segment.of(live, level).build(ws) if live else ({}, [])
+        _write(db, [{"PutRequest": {"Item": item}} for item in items])
+        if not _commit(db, ws, manifest, [entry] if live else [], [s["id"] for s in chosen], ()):
+            delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
+            continue
+        delete_keys(db, [{"PK": i["PK"], "SK": i["SK"]} for items_ in read for i in items_])
+        merged += len(chosen)
+    return merged
+
+
+def _segment_items(db: Db, ws: str, segment: str) -> list[dict[str, Any]]:
     return query_all(
         db,
-        KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b",
+        KeyConditionExpression="PK = :pk",
         ConsistentRead=True,
-        ExpressionAttributeValues=to_item(
-            {
-                ":pk": pk,
-                ":a": keys.text_doc(ws, session_id, start)["SK"],
-                ":b": keys.text_doc(ws, session_id, start + PURGE_BLOCK - 1)["SK"],
-            }
-        ),
+        ExpressionAttributeValues=to_item({":pk": keys.text_segment_pk(ws, segment)}),
     )
 
 
-def _purge_block(
-    db: Db,
-    ws: str,
-    session_id: str,
-    incarnation: str | None,
-    items: Sequence[Mapping[str, Any]],
-    time_left: Callable[[], float],
-) -> bool:
-    """Take one block's texts out; whether it finished. In order, each step resumable: its counts, once (the block
-    is a unit, `{session}:{incarnation}:purge:{block}`: a count is taken back only from a counter that exists
-    without that mark); then its texts say so (`tb`); then its postings go; then the marks its counters hold, of
-    the purge and of the units that indexed its texts (those that are there, read first); then its texts. The
-    counters are read PURGE_CHUNK at a time with the marks they hold, and the marks removed MARK_CHUNK at a time;
-    out of time between two chunks it stops, and the next call finds the same block: with `tb` on its texts it
-    takes nothing back again, only removes the marks still there."""
-    block = (int(items[0]["seq"]) - 1) // PURGE_BLOCK
-    unit = f"{session_id}:{incarnation}:purge:{block}"
-    documents = [(i["peer"], Document.parse(i["tsig"], int(i["tlen"]))) for i in items]
-    counts, groups = _tally(ws, documents)
-    touched = sorted(counts)
-    units = sorted({unit, *(i["u"] for i in items if i.get("u"))})
-    taken = all(i.get("tb") for i in items)  # counted back already: only marks and deletes are left
-    steps = 0
-
-    def out_of_time() -> bool:
-        nonlocal steps
-        steps += 1
-        return steps > 1 and time_left() < 0  # (the first step always runs: each call makes progress)
-
-    held: dict[tuple[str, str], set[str]] = {}  # the touched counters that exist -> the block's units marked there
-    for start in range(0, len(touched), PURGE_CHUNK):
-        if out_of_time():
-            return False
-        found = _marks_held(db, touched[start : start + PURGE_CHUNK], units)
-        if not taken:
-            _update_counters(db, unit, counts, groups, -1, [k for k, marked in found.items() if unit not in marked])
-            found = {key: marked | {unit} for key, marked in found.items()}
-        held |= {key: marked for key, marked in found.items() if marked}
-    if not taken:
-        _write(db, [{"PutRequest": {"Item": to_item({**i, "tb": 1})}} for i in items])
-    postings = [k for i, (_, d) in zip(items, documents) for k in _posting_keys(ws, session_id, int(i["seq"]), d)]
-    _write(db, [{"DeleteRequest": {"Key": to_item(key)}} for key in postings])
-    # The block's counts are back and its texts say so: nothing can ask for its units again (the purge's, and those
-    # that indexed the texts, should the deriver not have settled them), so their marks go.
-    marks = sorted((u, key) for key, marked in held.items() for u in marked)
-    for start in range(0, len(marks), MARK_CHUNK):
-        if out_of_time():
-            return False
-        each(_pool(), lambda mark: _unmark(db, mark[1], mark[0]), marks[start : start + MARK_CHUNK])
-    _write(db, [{"DeleteRequest": {"Key": to_item({"PK": i["PK"], "SK": i["SK"]})}} for i in items])
-    return True
+# ---------------------------------------------------------------- purging
 
 
-def _marks_held(db: Db, counters: Sequence[tuple[str, str]], units: Sequence[str]) -> dict[tuple[str, str], set[str]]:
-    """The counters among `counters` that exist, each with those of `units` whose mark it holds (one BatchGetItem)."""
-    found = batch_get(db, [{"PK": pk, "SK": sk} for pk, sk in counters], ("PK", "SK", *map(_mark, units)))
-    return {(i["PK"], i["SK"]): {u for u in units if _mark(u) in i} for i in found}
-
-
-def _unmark(db: Db, key: tuple[str, str], unit: str) -> int:
-    """Remove `unit`'s mark from the counter at `key`; 1 if it was there."""
-    try:
-        db.client.update_item(
-            TableName=db.table,
-            Key=to_item({"PK": key[0], "SK": key[1]}),
-            UpdateExpression="REMOVE #w",
-            ConditionExpression="attribute_exists(#w)",
-            ExpressionAttributeNames={"#w": _mark(unit)},
+def purge_session(
+    db: Db, ws: str, session_id: str, incarnation: str | None, *, time_left: Callable[[], float] = lambda: math.inf
+) -> tuple[int, bool]:
+    """Take a session's messages out of the index: its fresh units (of `incarnation`, or of none named) and its texts,
+    PURGE_PAGE at a time: (how many texts, done?). Stops once `time_left()` is under zero between pages; a new call
+    goes on. Its messages in segments are left out by every search from its delete on, and by the next merge of each
+    segment."""
+    fresh = query_all(
+        db,
+        KeyConditionExpression="PK = :pk",
+        FilterExpression="#s = :s",
+        ProjectionExpression="PK, SK, i",
+        ConsistentRead=True,
+        ExpressionAttributeNames={"#s": "s"},
+        ExpressionAttributeValues=to_item({":pk": keys.text_fresh_pk(ws, shard_of(session_id)), ":s": session_id}),
+    )
+    delete_keys(
+        db,
+        [{"PK": i["PK"], "SK": i["SK"]} for i in fresh if incarnation is None or i.get("i") in (None, incarnation)],
+    )
+    deleted = 0
+    while True:
+        page = query_first(
+            db,
+            PURGE_PAGE,
+            KeyConditionExpression="PK = :pk",
+            ProjectionExpression="PK, SK",
+            ConsistentRead=True,
+            ExpressionAttributeValues=to_item({":pk": keys.text_docs_pk(ws, session_id)}),
         )
-        return 1
-    except ClientError as exc:
-        if error_code(exc) != "ConditionalCheckFailedException":
-            raise
-        return 0
+        if not page:
+            return deleted, True
+        deleted += delete_keys(db, page)
+        if time_left() < 0:
+            return deleted, False
 
 
-def delete_counters(db: Db, ws: str, peers: Iterable[str]) -> int:
-    """Delete a workspace's counters and statistics, and each of its `peers`' (its delete, its sessions purged)."""
-    found = []
-    for pk in [keys.text_counters_pk(ws), *(keys.text_peer_counters_pk(ws, p) for p in peers)]:
+def delete_index(db: Db, ws: str, peers: Iterable[str]) -> int:
+    """Delete a workspace's index (its delete, its sessions purged): its manifest, segments and fresh shards, and
+    the counters the release before segments kept (the workspace's and each of `peers`')."""
+    manifest = read_manifest(db, ws)
+    pks = [keys.text_segment_pk(ws, s["id"]) for s in manifest.segments]
+    pks += [keys.text_fresh_pk(ws, shard) for shard in range(FRESH_SHARDS)]
+    pks += [keys.text_counters_pk(ws), *(keys.text_peer_counters_pk(ws, p) for p in peers)]
+    found = [keys.text_manifest(ws)] if manifest.version else []
+    for pk in pks:
         found += query_all(
             db,
             KeyConditionExpression="PK = :pk",
@@ -458,46 +618,39 @@ def delete_counters(db: Db, ws: str, peers: Iterable[str]) -> int:
 # ---------------------------------------------------------------- reading
 
 
-class _Postings:
-    """One (term, group)'s postings, read a page at a time with a consistent Query (a peer's only, with `peer`; only
-    the texts `keep` keeps, with `keep`: a session can only be told from the sort key, which no filter reads)."""
+def _setting(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value else default
 
-    def __init__(
-        self, db: Db, ws: str, term: str, group: int, peer: str | None, keep: Callable[[Key], bool] | None = None
-    ):
-        self.db, self.term, self.group, self.peer, self.keep = db, term, group, peer, keep
-        self.pk = keys.text_postings_pk(ws, term)
-        self.start: dict[str, Any] | None = None
 
-    def read(self, size: int) -> Page:
-        request: dict[str, Any] = {
-            "TableName": self.db.table,
-            "KeyConditionExpression": "PK = :pk AND begins_with(SK, :g)",
-            "ConsistentRead": True,
-            "Limit": size,
-            "ProjectionExpression": "SK, n",
-            "ExpressionAttributeValues": {":pk": {"S": self.pk}, ":g": {"S": f"{self.group}#"}},
-        }
-        if self.peer is not None:
-            request["FilterExpression"] = "p = :p"
-            request["ExpressionAttributeValues"][":p"] = {"S": self.peer}
-        if self.start:
-            request["ExclusiveStartKey"] = self.start
-        out = self.db.client.query(**request)
-        postings = []
-        for item in out.get("Items", []):
-            _group, length, session_id, seq = keys.parse_text_posting_sk(item["SK"]["S"])
-            if self.keep is None or self.keep((session_id, seq)):
-                postings.append(Posting((session_id, seq), int(item["n"]["N"]), length))
-        self.start = out.get("LastEvaluatedKey")
-        last = None
-        if self.start:
-            _group, length, session_id, seq = keys.parse_text_posting_sk(self.start["SK"]["S"])
-            last = (length, (session_id, seq))
-        elif out.get("Items"):
-            _group, length, session_id, seq = keys.parse_text_posting_sk(out["Items"][-1]["SK"]["S"])
-            last = (length, (session_id, seq))
-        return Page(postings, last, self.start is None)
+@dataclass
+class Budget:
+    """What one search may read: requests, bytes (as stored) and seconds, defaults from PRECIS_SEARCH_MAX_REQUESTS
+    (64), PRECIS_SEARCH_MAX_BYTES (8 MB) and PRECIS_SEARCH_MAX_SECONDS (5). `exhausted` once something was left
+    unread for it."""
+
+    requests: int = field(default_factory=lambda: int(_setting("PRECIS_SEARCH_MAX_REQUESTS", 64)))
+    bytes: int = field(default_factory=lambda: int(_setting("PRECIS_SEARCH_MAX_BYTES", 8_000_000)))
+    seconds: float = field(default_factory=lambda: _setting("PRECIS_SEARCH_MAX_SECONDS", 5.0))
+    used_requests: int = 0
+    used_bytes: int = 0
+    exhausted: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+    def spend(self, requests: int, nbytes: int) -> None:
+        self.used_requests += requests
+        self.used_bytes += nbytes
+
+    def allows(self, requests: int = 1) -> bool:
+        """Whether `requests` more may be made; marks the budget exhausted when not."""
+        ok = (
+            self.used_requests + requests <= self.requests
+            and self.used_bytes < self.bytes
+            and time.monotonic() - self.started < self.seconds
+        )
+        if not ok:
+            self.exhausted = True
+        return ok
 
 
 def query_terms(text: str) -> Counter[str]:
@@ -506,59 +659,263 @@ def query_terms(text: str) -> Counter[str]:
     return Counter(dict(list(counts.items())[:MAX_QUERY_TERMS]))
 
 
+def _size(item: Mapping[str, Any]) -> int:
+    return sum(len(k) + (len(v) if isinstance(v, (str, bytes)) else 8) for k, v in item.items())
+
+
+def _get(db: Db, key_list: list[dict[str, str]], budget: Budget, *, bounded: bool = True) -> list[dict[str, Any]]:
+    """BatchGetItems of `key_list`, each while the budget allows one more request (every one, not `bounded`: what
+    resolves a ranking's winners, k at a time, is read whatever is left)."""
+    found: list[dict[str, Any]] = []
+    for start in range(0, len(key_list), 100):
+        if bounded and not budget.allows():
+            break
+        got = batch_get(db, key_list[start : start + 100])
+        budget.spend(1, sum(map(_size, got)))
+        found += got
+    return found
+
+
+@dataclass
+class _Read:
+    """What one search read of the index: the manifest, fresh docs, and each segment's postings of the query's terms
+    (and speakers' statistics)."""
+
+    manifest: Manifest
+    fresh: list[Doc]
+    postings: dict[tuple[str, str], list[int]]  # (segment, term) -> flat postings (number, count, length, speaker)
+    df: dict[tuple[str, str], tuple[int, list[int]]]  # (segment, term) -> (its df, by speaker) when chunked
+    headers: dict[str, dict[str, Any]]  # segment -> header
+
+
+def _read(db: Db, ws: str, asked: Iterable[str], budget: Budget, with_headers: bool) -> _Read:
+    asked = sorted(asked)
+    for _attempt in range(3):
+        manifest = read_manifest(db, ws)
+        budget.spend(1, 0)
+        fresh_items = each(_pool(), lambda shard: _fresh_shard(db, ws, shard), range(FRESH_SHARDS))
+        budget.spend(FRESH_SHARDS, sum(_size(i) for items in fresh_items for i in items))
+        fresh = [
+            Doc(i["s"], int(seq), i.get("i") or "", peer, Document.parse(signature, int(length)))
+            for items in fresh_items
+            for i in items
+            for seq, peer, length, signature in _unpack(i["z"])
+        ]
+        wanted = [
+            {"PK": keys.text_segment_pk(ws, s["id"]), "SK": f"T{b:05d}"}
+            for s in manifest.segments
+            for b in sorted({_bucket(t, int(s["tb"])) for t in asked})
+        ]
+        if with_headers:
+            wanted += [{"PK": keys.text_segment_pk(ws, s["id"]), "SK": "H"} for s in manifest.segments]
+        postings: dict[tuple[str, str], list[int]] = {}
+        df: dict[tuple[str, str], tuple[int, list[int]]] = {}
+        headers: dict[str, dict[str, Any]] = {}
+        chunked: list[tuple[str, str, int]] = []
+        for item in _get(db, wanted, budget):
+            segment = item["PK"].rpartition("#XG#")[2]
+            data = _unpack(item["z"])
+            if item["SK"] == "H":
+                headers[segment] = data
+                continue
+            for term in asked:
+                if term in data["t"]:
+                    postings[(segment, term)] = data["t"][term]
+                elif term in data["c"]:
+                    chunks, count, by_peer = data["c"][term]
+                    df[(segment, term)] = (count, by_peer)
+                    chunked.append((segment, term, chunks))
+        # A long list's chunks, best postings first: the first chunk of each, then the second, while the budget lasts.
+        depth = 0
+        while chunked and budget.allows():
+            keys_ = [
+                {"PK": keys.text_segment_pk(ws, seg), "SK": f"W{term}#{depth:04d}"}
+                for seg, term, chunks in chunked
+                if depth < chunks
+            ]
+            if not keys_:
+                break
+            for item in _get(db, keys_, budget):
+                segment = item["PK"].rpartition("#XG#")[2]
+                term = item["SK"][1:].rpartition("#")[0]
+                postings.setdefault((segment, term), []).extend(_unpack(item["z"]))
+            depth += 1
+            if any(depth < chunks for _, _, chunks in chunked) and not budget.allows():
+                break
+        again = read_manifest(db, ws)
+        budget.spend(1, 0)
+        if again.version == manifest.version:
+            return _Read(manifest, fresh, postings, df, headers)
+    return _Read(manifest, fresh, postings, df, headers)
+
+
+def _fresh_shard(db: Db, ws: str, shard: int) -> list[dict[str, Any]]:
+    return query_all(
+        db,
+        KeyConditionExpression="PK = :pk",
+        ConsistentRead=True,
+        ExpressionAttributeValues=to_item({":pk": keys.text_fresh_pk(ws, shard)}),
+    )
+
+
 def rank_workspace(
-    db: Db, ws: str, text: str, k: int, *, peer: str | None = None, keep: Callable[[Key], bool] | None = None
+    db: Db,
+    ws: str,
+    text: str,
+    k: int,
+    *,
+    peer: str | None = None,
+    keep: Callable[[Key], bool] | None = None,
+    budget: Budget | None = None,
 ) -> list[tuple[Key, float]]:
-    """The k messages of the workspace (of `peer` only, when given; those `keep` keeps, when given, scored with the
-    workspace's statistics) that BM25 ranks best for `text`, best first, as ((session, seq), score): exact over every
-    message in scope, reading postings only as deep as the k-th needs."""
+    """The k messages of the workspace (of `peer` only, when given, with that peer's statistics; those `keep` keeps,
+    when given, with the workspace's) that BM25 ranks best for `text`, best first, as ((session, seq), score): exact
+    over every message in scope the budget let it read, the messages of deleted sessions and of earlier incarnations
+    left out."""
     asked = query_terms(text)
     if not asked or k <= 0:
         return []
-    pk = keys.text_peer_counters_pk(ws, peer) if peer else keys.text_counters_pk(ws)
-    found = {i["SK"]: i for i in batch_get(db, [{"PK": pk, "SK": sk} for sk in [keys.TEXT_STATS, *asked]])}
-    stats = found.get(keys.TEXT_STATS) or {}
-    documents, total = int(stats.get("n", 0)), int(stats.get("len", 0))
+    budget = budget if budget is not None else Budget()
+    read = _read(db, ws, asked, budget, peer is not None)
+    segments = {s["id"]: s for s in read.manifest.segments}
+    fresh = {(d.session, d.seq, d.incarnation): d for d in read.fresh if peer is None or d.peer == peer}
+
+    def speaker_of(segment: str) -> int | None:
+        """The number of `peer` among the segment's speakers (None: not one of them)."""
+        names = (read.headers.get(segment) or {}).get("p") or []
+        return names.index(peer) if peer in names else None
+
+    # The scope's statistics.
+    documents, total = len(fresh), sum(d.document.length for d in fresh.values())
+    if peer is None:
+        documents, total = documents + read.manifest.documents, total + read.manifest.total_length
+    else:
+        for segment in segments:
+            number = speaker_of(segment)
+            if number is not None:
+                n, length = read.headers[segment]["s"][number]
+                documents, total = documents + n, total + length
     if documents <= 0:
         return []
-    scope = Stats(documents, total)
-    weights, readers = {}, []
-    for term, said in asked.items():
-        counter = found.get(term) or {}
-        df = int(counter.get("n", 0))
-        if df <= 0:
-            continue  # no text in scope says it: it adds nothing to any score
-        weights[term] = idf(df, documents) * said
-        readers += [_Postings(db, ws, term, int(g), peer, keep) for g in sorted(counter.get("g") or ())]
-    return top_k(weights, readers, k, scope.average_length, lambda keys_: _documents(db, ws, keys_))
+    average = total / documents
+    df: Counter[str] = Counter()
+    for d in fresh.values():
+        df.update(t for t in asked if t in d.document.counts)
+    mine = {segment: speaker_of(segment) if peer is not None else None for segment in segments}
+    for (segment, term), (count, by_peer) in read.df.items():
+        number = mine[segment]
+        df[term] += count if peer is None else (by_peer[number] if number is not None else 0)
+    for (segment, term), flat in read.postings.items():
+        if (segment, term) in read.df:
+            continue
+        number = mine[segment]
+        df[term] += len(flat) // 4 if peer is None else sum(1 for i in range(3, len(flat), 4) if flat[i] == number)
+    weights = {t: idf(df[t], documents) * n for t, n in asked.items() if df[t] > 0}
+    if not weights:
+        return []
+
+    # Every message with a term: its exact score.
+    scores: dict[tuple[str, Any], float] = {}
+    for (segment, term), flat in read.postings.items():
+        if term not in weights or segment not in segments:
+            continue
+        number, weight = mine[segment], weights[term]
+        for i in range(0, len(flat), 4):
+            if peer is not None and flat[i + 3] != number:
+                continue
+            key = (segment, flat[i])
+            scores[key] = scores.get(key, 0.0) + weight * saturation(flat[i + 1], flat[i + 2], average)
+    query = Query(weights)
+    for fresh_key, d in fresh.items():
+        score = query.score(d.document, average)
+        if score > 0:
+            scores[("", fresh_key)] = score
+    return _resolve(db, ws, scores, k, keep, budget)
 
 
-def _documents(db: Db, ws: str, wanted: list[Key]) -> dict[Key, Document]:
-    items = batch_get(db, [keys.text_doc(ws, s, seq) for s, seq in wanted], _DOC_FIELDS)
-    return {
-        (keys.parse_session_pk(i["PK"].removesuffix("#XD"))[1], int(i["seq"])): Document.parse(
-            i["tsig"], int(i["tlen"])
-        )
-        for i in items
-    }
+def _resolve(
+    db: Db,
+    ws: str,
+    scores: Mapping[tuple[str, Any], float],
+    k: int,
+    keep: Callable[[Key], bool] | None,
+    budget: Budget,
+) -> list[tuple[Key, float]]:
+    """The k best of `scores` as ((session, seq), score), ties to the smaller key: each candidate's doc read from its
+    segment's doc table, those of deleted sessions and earlier incarnations, those `keep` refuses, and repeats left
+    out. Read in rounds, best first, until the k-th's score is above every unread one's."""
+    order = sorted(scores.items(), key=lambda kv: -kv[1])
+    tables: dict[tuple[str, int], list[Any]] = {}
+    sessions: dict[str, dict[str, Any] | None] = {}
+    kept: dict[Key, float] = {}
+    at = 0
+    while at < len(order):
+        if len(kept) >= k and order[at][1] < sorted(kept.values(), reverse=True)[k - 1]:
+            break
+        batch = order[at : at + max(2 * k, 20)]
+        at += len(batch)
+        wanted = sorted({(seg, number // DOC_PART) for (seg, number), _ in batch if seg} - set(tables))
+        doc_tables = [{"PK": keys.text_segment_pk(ws, s), "SK": f"D{j:05d}"} for s, j in wanted]
+        for item in _get(db, doc_tables, budget, bounded=False):
+            tables[(item["PK"].rpartition("#XG#")[2], int(item["SK"][1:]))] = _unpack(item["z"])
+        resolved = []
+        for (seg, ref), score in batch:
+            if not seg:
+                resolved.append((ref, score))
+            elif (seg, ref // DOC_PART) in tables:
+                session, seq, incarnation = tables[(seg, ref // DOC_PART)][ref % DOC_PART]
+                resolved.append(((session, seq, incarnation), score))
+        fresh_ids = sorted({session for (session, _, _), _ in resolved} - set(sessions))
+        if fresh_ids:
+            found = _sessions(db, ws, fresh_ids)
+            budget.spend(math.ceil(len(fresh_ids) / 100), 0)
+            sessions.update({s: found.get(s) for s in fresh_ids})
+        for (session, seq, incarnation), score in resolved:
+            item = sessions.get(session)
+            if item is None or "deleted_at" in item or incarnation not in ("", item.get("incarnation") or ""):
+                continue  # (a fresh unit its writer did not name an incarnation for is the session's)
+            key = (session, int(seq))
+            if keep is not None and not keep(key):
+                continue
+            kept[key] = max(kept.get(key, 0.0), score)
+    return sorted(kept.items(), key=lambda hit: (-hit[1], hit[0]))[:k]
 
 
 def session_texts(
-    db: Db, ws: str, session_id: str, *, through: int | None = None, peer: str | None = None
+    db: Db,
+    ws: str,
+    session_id: str,
+    *,
+    through: int | None = None,
+    peer: str | None = None,
+    budget: Budget | None = None,
 ) -> dict[int, Document]:
-    """A session's indexed texts by seq (those up to `through`, those of `peer`, when given), read whole with a
-    consistent Query."""
+    """A session's indexed texts by seq (those up to `through`, those of `peer`, when given), read with consistent
+    Queries, newest first: whole, or as many pages (1 MB each) as `budget` allows."""
     condition = "PK = :pk" + (" AND SK <= :last" if through is not None else "")
     values: dict[str, Any] = {":pk": keys.text_docs_pk(ws, session_id)}
     if through is not None:
         values[":last"] = keys.text_doc(ws, session_id, through)["SK"]
-    items = query_all(
-        db,
-        KeyConditionExpression=condition,
-        ConsistentRead=True,
-        ProjectionExpression="seq, peer, tsig, tlen",
-        ExpressionAttributeValues=to_item(values),
-    )
+    request: dict[str, Any] = {
+        "TableName": db.table,
+        "KeyConditionExpression": condition,
+        "ConsistentRead": True,
+        "ScanIndexForward": False,
+        "ProjectionExpression": "seq, peer, tsig, tlen",
+        "ExpressionAttributeValues": to_item(values),
+    }
+    items: list[dict[str, Any]] = []
+    while True:
+        if budget is not None and items and not budget.allows():
+            break
+        out = db.client.query(**request)
+        page = [from_item(i) for i in out["Items"]]
+        if budget is not None:
+            budget.spend(1, sum(map(_size, page)))
+        items += page
+        if "LastEvaluatedKey" not in out:
+            break
+        request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
     return {
         int(i["seq"]): Document.parse(i["tsig"], int(i["tlen"])) for i in items if peer is None or i.get("peer") == peer
     }
@@ -578,40 +935,15 @@ def unit_range(unit: str) -> tuple[int, int]:
     """The first and last seq the messages of a unit `unit_of` names can be at: a batch is 100 messages at most from
     its first seq, a legacy block 100 seqs from its first (`session:first:nonce`; ids hold no colon)."""
     first = int(unit.split(":")[1])
-    return first, first + PURGE_BLOCK - 1
+    return first, first + LEGACY_BLOCK - 1
 
 
 def unit_members[M: Mapping[str, Any]](session_id: str, unit: str, messages: Iterable[M]) -> list[M]:
     """The messages of `unit` among `messages` (stored items of the session), by seq. Given every stored message of
-    `unit_range(unit)`, the whole unit: what each indexer of stored messages passes `index_texts`, so none counts a
+    `unit_range(unit)`, the whole unit: what each indexer of stored messages passes `index_texts`, so none indexes a
     unit twice or in part."""
     first, last = unit_range(unit)
     return sorted(
         (m for m in messages if first <= int(m["seq"]) <= last and unit_of(session_id, m) == unit),
         key=lambda m: int(m["seq"]),
     )
-
-
-def marked_units(db: Db, ws: str) -> set[str]:
-    """The units whose mark is still on the workspace's statistics item: counted and not settled (a batch whose
-    insert the deriver has not seen yet, an indexer that stopped before settling, or one that never settles)."""
-    found = batch_get(db, [{"PK": keys.text_counters_pk(ws), "SK": keys.TEXT_STATS}])
-    prefix = _mark("")
-    return {name.removeprefix(prefix) for item in found for name in item if name.startswith(prefix)}
-
-
-def settle_unit(db: Db, ws: str, session_id: str, unit: str, seqs: Iterable[int]) -> int:
-    """Remove `unit`'s marks, its texts at `seqs` being written: its terms' first, the statistics item's last, so a
-    settling that stops midway leaves its unit in `marked_units`. How many of its texts were found."""
-    found = [
-        i
-        for i in batch_get(db, [keys.text_doc(ws, session_id, s) for s in sorted(set(seqs))], ("tsig", "u", "peer"))
-        if i.get("u") == unit
-    ]
-    if not found:
-        return 0
-    touched = {key for i in found for key in _counter_keys(ws, i["peer"], Document.parse(i["tsig"], 0))}
-    stats = (keys.text_counters_pk(ws), keys.TEXT_STATS)
-    each(_pool(), lambda key: _unmark(db, key, unit), sorted(touched - {stats}))
-    _unmark(db, stats, unit)
-    return len(found)
