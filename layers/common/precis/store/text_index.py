@@ -308,7 +308,8 @@ class Segment:
             )
             for j in range(doc_parts)
         ]
-        items.append(to_item({"PK": pk, "SK": "H", "z": _pack({"p": peers, "s": peer_stats})}))
+        sessions = sorted({d.session for d in self.docs})
+        items.append(to_item({"PK": pk, "SK": "H", "z": _pack({"p": peers, "s": peer_stats, "ss": sessions})}))
         entry = {
             "id": self.id,
             "lv": self.level,
@@ -526,25 +527,52 @@ def compact(db: Db, ws: str, *, rounds: int = 2) -> int:
         )
         if chosen is None:
             return merged
-        read = [_segment_items(db, ws, s["id"]) for s in chosen]
-        docs = [d for items in read for d in _segment_docs(items)]
-        sessions = _sessions(db, ws, {d.session for d in docs})
-        live = [
-            d
-            for d in docs
-            if d.session in sessions
-            and "deleted_at" not in sessions[d.session]
-            and (sessions[d.session].get("incarnation") or "") == d.incarnation
-        ]
-        level = max(int(s["lv"]) for s in chosen) + 1
-        entry, items = Segment.of(live, level).build(ws) if live else ({}, [])
-        _write(db, [{"PutRequest": {"Item": item}} for item in items])
-        if not _commit(db, ws, manifest, [entry] if live else [], [s["id"] for s in chosen], ()):
-            delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
-            continue
-        delete_keys(db, [{"PK": i["PK"], "SK": i["SK"]} for items_ in read for i in items_])
-        merged += len(chosen)
+        if _replace(db, ws, manifest, chosen, max(int(s["lv"]) for s in chosen) + 1):
+            merged += len(chosen)
     return merged
+
+
+def _replace(db: Db, ws: str, manifest: Manifest, chosen: Sequence[Mapping[str, Any]], level: int) -> bool:
+    """Replace the segments `chosen` by one of `level` holding their live messages (none: by nothing): its items,
+    then the manifest, then their items; False when another merge changed the manifest first."""
+    read = [_segment_items(db, ws, s["id"]) for s in chosen]
+    docs = [d for items in read for d in _segment_docs(items)]
+    sessions = _sessions(db, ws, {d.session for d in docs})
+    live = [
+        d
+        for d in docs
+        if d.session in sessions
+        and "deleted_at" not in sessions[d.session]
+        and (sessions[d.session].get("incarnation") or "") == d.incarnation
+    ]
+    entry, items = Segment.of(live, level).build(ws) if live else ({}, [])
+    _write(db, [{"PutRequest": {"Item": item}} for item in items])
+    if not _commit(db, ws, manifest, [entry] if live else [], [s["id"] for s in chosen], ()):
+        delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
+        return False
+    delete_keys(db, [{"PK": i["PK"], "SK": i["SK"]} for items_ in read for i in items_])
+    return True
+
+
+def vacuum(
+    db: Db, ws: str, session_id: str, *, time_left: Callable[[], float] = lambda: math.inf, attempts: int = 3
+) -> bool:
+    """Rewrite each segment holding messages of `session_id` (deleted) without them, so the statistics are again
+    exactly the live messages'; whether every one was (out of time, or outrun by merges: ask again)."""
+    for _ in range(attempts):
+        manifest = read_manifest(db, ws)
+        headers = batch_get(db, [{"PK": keys.text_segment_pk(ws, s["id"]), "SK": "H"} for s in manifest.segments])
+        holding = {i["PK"].rpartition("#XG#")[2] for i in headers if session_id in (_unpack(i["z"]).get("ss") or ())}
+        left = [s for s in manifest.segments if s["id"] in holding]
+        if not left:
+            return True
+        for segment in left:
+            if time_left() < 0:
+                return False
+            if not _replace(db, ws, manifest, [segment], int(segment["lv"])):
+                break  # (another merge changed the manifest: read it again)
+            manifest = read_manifest(db, ws)
+    return False
 
 
 def _segment_items(db: Db, ws: str, segment: str) -> list[dict[str, Any]]:
@@ -562,10 +590,10 @@ def _segment_items(db: Db, ws: str, segment: str) -> list[dict[str, Any]]:
 def purge_session(
     db: Db, ws: str, session_id: str, incarnation: str | None, *, time_left: Callable[[], float] = lambda: math.inf
 ) -> tuple[int, bool]:
-    """Take a session's messages out of the index: its fresh units (of `incarnation`, or of none named) and its texts,
-    PURGE_PAGE at a time: (how many texts, done?). Stops once `time_left()` is under zero between pages; a new call
-    goes on. Its messages in segments are left out by every search from its delete on, and by the next merge of each
-    segment."""
+    """Take a session's messages out of the index: its fresh units (of `incarnation`, or of none named), the segments
+    holding its messages rewritten without them (`vacuum`), its texts PURGE_PAGE at a time: (how many texts, done?).
+    Stops once `time_left()` is under zero between steps; a new call goes on. From its delete until then, every
+    search leaves its messages out (its statistics still count them)."""
     fresh = query_all(
         db,
         KeyConditionExpression="PK = :pk",
@@ -579,6 +607,8 @@ def purge_session(
         db,
         [{"PK": i["PK"], "SK": i["SK"]} for i in fresh if incarnation is None or i.get("i") in (None, incarnation)],
     )
+    if not vacuum(db, ws, session_id, time_left=time_left):
+        return 0, False
     deleted = 0
     while True:
         page = query_first(
