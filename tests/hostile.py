@@ -152,7 +152,8 @@ def stored(aws) -> list[dict]:
             break
         request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
     objects = aws["s3"].list_objects_v2(Bucket=template().bucket_name).get("Contents", [])
-    return sorted(json.dumps(i, sort_keys=True) for i in items) + sorted(o["Key"] for o in objects)
+    # (binary attributes, the search index's packed items, as hex)
+    return sorted(json.dumps(i, sort_keys=True, default=bytes.hex) for i in items) + sorted(o["Key"] for o in objects)
 
 
 def admin_key(monkeypatch) -> dict[str, str]:
