@@ -814,8 +814,10 @@ def rank_workspace(
     if not weights:
         return []
 
-    # Every message with a term: its exact score.
-    scores: dict[tuple[str, Any], float] = {}
+    # Every message with a term: its exact score, its terms summed in the query's order as a fresh one's are
+    # (`Query.score`), not in the order the buckets were read: equal scores are then equal to the last bit, and a
+    # tie goes to the smaller key wherever the two messages are indexed.
+    parts: dict[tuple[str, Any], dict[str, float]] = {}
     for (segment, term), flat in read.postings.items():
         if term not in weights or segment not in segments:
             continue
@@ -823,8 +825,8 @@ def rank_workspace(
         for i in range(0, len(flat), 4):
             if peer is not None and flat[i + 3] != number:
                 continue
-            key = (segment, flat[i])
-            scores[key] = scores.get(key, 0.0) + weight * saturation(flat[i + 1], flat[i + 2], average)
+            parts.setdefault((segment, flat[i]), {})[term] = weight * saturation(flat[i + 1], flat[i + 2], average)
+    scores = {key: sum(said[t] for t in weights if t in said) for key, said in parts.items()}
     query = Query(weights)
     for fresh_key, d in fresh.items():
         score = query.score(d.document, average)
