@@ -50,3 +50,30 @@ def test_twins_in_a_segment_and_in_a_fresh_shard_tie_and_rank_by_key(db):
         hits = text_index.rank_workspace(db, WS, query, 2)
         assert [key for key, _ in hits] == [(MERGED, 1), (FRESH, 1)], query
         assert hits[0][1] == hits[1][1], query
+
+
+def test_a_thousand_messages_tied_at_the_kth_score_are_resolved_in_a_few_rounds(db):
+    """Every message the same (a speaker's name alone, in a busy workspace): the k with the smallest keys are found by
+    reading the doc tables and sessions of all the tied ones, in rounds that grow, not a session's worth at a time."""
+    sessions = [f"t{n:02d}" for n in range(50)]
+    for session in sessions:
+        get_or_create_session(db, WS, session)
+        texts = [text_index.Text(seq, "alice", "kayak") for seq in range(1, 21)]
+        assert text_index.index_texts(db, WS, session, f"{session}:1:a", texts) == 20
+    text_index.merge(db, WS, sessions, min_docs=1)
+    assert text_index.read_manifest(db, WS).documents == 1_000  # all in segments: each resolved through its table
+
+    seen: list[str] = []
+
+    def record(model, **_) -> None:
+        seen.append(model.name)
+
+    db.client.meta.events.register("provide-client-params.dynamodb", record)
+    try:
+        hits = text_index.rank_workspace(db, WS, "kayak", 10)
+    finally:
+        db.client.meta.events.unregister("provide-client-params.dynamodb", record)
+    assert [key for key, _ in hits] == [(sessions[0], seq) for seq in range(1, 11)]
+    # the manifest twice, 8 fresh shards, the buckets, then each round's doc tables and sessions (20, 40, ... 1,280
+    # candidates): not one round for each session's 20
+    assert len(seen) <= 1 + 8 + 1 + 1 + 2 * 7, seen
