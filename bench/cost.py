@@ -899,48 +899,53 @@ def hot_spots(capacity: Capacity, units: int, top: int = 5) -> dict[str, Any]:
     return out
 
 
-# What the bench's keys stand for, to name the hot ones: its own names (workspace, sessions, peers, terms, ids) are
-# replaced by their roles. The bench builds no key; these only label the ones the handlers wrote.
+# What the bench's keys stand for, to name the hot ones: its own names (workspace, sessions, peers, shards, segments,
+# ids) are replaced by their roles. The bench builds no key; these only label the ones the handlers wrote.
 _KEY_ROLES = (
     (re.compile(rf"^WS#{WS}(?=#|$)"), "WS#{ws}"),
     (re.compile(r"#S#[^#]+"), "#S#{session}"),
     (re.compile(r"#P#[^#]+"), "#P#{peer}"),
-    (re.compile(r"#XT#[^#]+"), "#XT#{term}"),
+    (re.compile(r"#XF#[0-9]+$"), "#XF#{shard}"),
+    (re.compile(r"#XG#[^#]+$"), "#XG#{segment}"),
     (re.compile(r"#C#[^#]+#[^#]+"), "#C#{observer}#{observed}"),
     (re.compile(r"#CID#[^#]+"), "#CID#{id}"),
     (re.compile(r"#IDEM#.*"), "#IDEM#{key}"),
 )
 _PARTITION_KINDS = {
     "WS#{ws}": "workspace (peers, sessions)",
-    "WS#{ws}#XC": "workspace term counters",
-    "WS#{ws}#XC#P#{peer}": "speaker term counters",
-    "WS#{ws}#XT#{term}": "term postings",
+    "WS#{ws}#XF#{shard}": "fresh index shard",
+    "WS#{ws}#XG#{segment}": "index segment",
+    "WS#{ws}#XM": "index manifest",
     "WS#{ws}#S#{session}": "session (messages, cursors)",
     "WS#{ws}#S#{session}#XD": "session indexed texts",
     "WS#{ws}#S#{session}#MV": "session message vectors",
     "WS#{ws}#P#{peer}": "peer's sessions",
     "WS#{ws}#C#{observer}#{observed}": "collection (conclusions)",
 }
-_STATISTICS_SK = "#"
+# A segment's items by their sort key's first letter (text_index.Segment.build).
+_SEGMENT_ITEMS = {"H": "header", "D": "doc table", "T": "term bucket", "W": "long term's chunk"}
 
 
 def key_shape(pk: str) -> str:
-    """A partition key with the bench's names replaced by their roles (`WS#bench#XC` -> `WS#{ws}#XC`)."""
+    """A partition key with the bench's names replaced by their roles (`WS#bench#XF#03` -> `WS#{ws}#XF#{shard}`)."""
     for pattern, role in _KEY_ROLES:
         pk = pattern.sub(role, pk)
     return pk
 
 
 def key_kind(where: str, first: str, second: str) -> str:
-    """A readable name for a hot item (PK, SK) or partition (index, value): "workspace statistics", "term postings"."""
+    """A readable name for a hot item (PK, SK) or partition (index, value): "index manifest", "fresh index shard"."""
     if where == "partition" and first:  # a global index's partition: named by the index
         return f"{first} index: {re.sub(rf'(?<![^#]){WS}(?![^#])', '{ws}', key_shape(second))}"
     shape = key_shape(first if where == "item" else second)
     kind = _PARTITION_KINDS.get(shape, shape)
     if where == "item":
-        if shape in ("WS#{ws}#XC", "WS#{ws}#XC#P#{peer}"):
-            whose = "speaker" if kind.startswith("speaker") else "workspace"
-            return f"{whose} {'statistics' if second == _STATISTICS_SK else 'term counter'}"
+        if shape == "WS#{ws}#XM":
+            return kind  # (one item)
+        if shape == "WS#{ws}#XF#{shard}":
+            return f"{kind}: a post's unit"
+        if shape == "WS#{ws}#XG#{segment}":
+            return f"{kind}: {_SEGMENT_ITEMS.get(second[:1], second)}"
         return f"{kind}: {re.sub(r'[0-9]+', '{n}', second.split('#')[0])}"
     return kind
 
@@ -1185,7 +1190,10 @@ def _print_hot(results: dict) -> None:
         "partition), a global index's on that index's partition; vector indexes are left out. A partition here is "
         "one partition key: the table has a local index, so DynamoDB keeps each key's item collection in one "
         "partition (no split for heat; a single item never splits either). Posts are sequential and the stream is "
-        "drained after each, so unsettled marks never pile up: under concurrent posts the hot items are larger."
+        "drained after each, so the deriver merges a fresh index shard as soon as it holds 100 messages: under "
+        "concurrent posts a shard holds more between merges (a merge takes up to 99 posts' items at once) and the "
+        "index manifest changes once a merge or compaction, whatever the posts' rate; each post writes one item to "
+        "one of its workspace's 8 fresh shards."
     )
 
 

@@ -15,15 +15,19 @@ name twice, stopwords removed (STOPWORDS is Precis's list, copied: it is part of
 distinct terms weighted by how often the query says it, ties to the smaller (session id, seq). Each scope has its
 own statistics: a workspace search all messages, a peer search that peer's, a session search that session's.
 
-Precis's side is its own code. The messages are loaded by bench/seed.py as the message route stores them, posts of
-UNIT, each indexed by `text_index.index_texts` (what the ingest function calls), then `text_index.settle` per unit
-(what the deriver does as the stream brings the inserts; without it each counter keeps a mark per unit ever
-written). Through botocore and moto that costs ~200 ms a message, hours for 100,000, so the load sends the same
-calls to `DictTable`, a client that applies them to a dict and meters their write units, then puts the items in
-moto; `check_direct` loads the first session both ways and compares every item and the write units. The searches
-go through the search routes (`POST .../search` of the workspace, the session, the peer: the handler as API Gateway
-invokes it), their requests and response bytes counted at the AWS door, and read units from the stored items' sizes
-(`ReadMeter`, checked against bench/cost.py's `Capacity` at 1,000 messages).
+Precis's side is its own code. The workspace, its peers and its sessions are made through their routes; the messages
+are loaded by bench/seed.py as the message route stores them, posts of UNIT, each indexed by `text_index.index_texts`
+(what the ingest function calls: a fresh item in its session's shard and a text a message), then the session's shard
+merged by `text_index.merge` (what the deriver does as the stream brings the post's inserts: a shard of 100 fresh
+messages becomes a segment, the manifest's transaction deletes the fresh items, segments are compacted four into
+one). The load sends these calls to `DictTable`, a client that applies them to a dict and meters their write units
+as DynamoDB bills them, then puts the items in moto in one pass: the same load through botocore and moto, metered by
+bench/cost.py's `Capacity` (which sizes each written item before and after, from moto), is several times slower (the
+report prints both for the first session). `check_direct` loads the first session both ways and compares every
+item and the write units. The searches go through the search routes (`POST .../search` of the workspace, the
+session, the peer: the handler as API Gateway invokes it), their requests and response bytes counted at the AWS door,
+whether their read budget ran out (`text_index.Budget`; the answer's X-Precis-Search-Budget), and read units from the
+stored items' sizes (`ReadMeter`, checked against bench/cost.py's `Capacity` at 1,000 messages).
 
 Beside it, in the same run, the previous design (commit PREVIOUS: hashed 256-slot BM25 vectors in a DynamoDB vector
 index and a count-min sketch of document frequencies) on the same corpus and queries: its own code, from a temporary
@@ -35,6 +39,7 @@ PRECIS_BENCH_SCALE_SESSIONS (default 1,000) sets the corpus's sessions, for a qu
 
 from __future__ import annotations
 
+import base64
 import bisect
 import functools
 import json
@@ -302,13 +307,16 @@ class Reference:
 
 WS = "bench"
 CREATED_AT = "2026-11-30T00:00:00+00:00"
+BUDGET_HEADER = "x-precis-search-budget"  # (ext) on a search answer whose read budget ran out first
+INDEX_FAMILIES = ("fresh", "texts", "segments", "manifest")  # the index's items (`family`)
 
 
 def load(client, messages: Sequence[Message]) -> None:
     """Store `messages` and index them as Precis's write path does, by bench/seed.py: each session's messages in posts
-    of UNIT (each post's index written as the ingest function writes it, `text_index.index_texts`), then each unit
-    settled as the deriver settles it when the stream brings the inserts (`text_index.settle`). `client` is a
-    DynamoDB client, or a `DictTable`."""
+    of UNIT, each post's index written as the ingest function writes it (`text_index.index_texts`: a fresh item and
+    the texts), then the session's fresh shard merged as the deriver merges it when the stream brings the post's
+    inserts (`text_index.merge`). The sessions exist already (`_open`). `client` is a DynamoDB client, or a
+    `DictTable`."""
     from bench.common import template
     from bench.seed import Said, write_messages
 
@@ -325,17 +333,45 @@ def load(client, messages: Sequence[Message]) -> None:
             [Said(m.peer, m.text, tokens=len(m.text.split()), created_at=CREATED_AT) for m in said],
             post=UNIT,
             index=True,
-            settle=True,
+            merge=True,
         )
 
 
+KB, PAGE = 1024, 1024 * 1024  # a write unit's size; a Query page's
+_KEY_CONDITION = re.compile(r"PK = (:\w+)(?: AND SK (<=|<|>=|>|=) (:\w+)| AND begins_with\(SK, (:\w+)\))?")
+_SET = re.compile(r"SET (.+)")
+_ASSIGNMENT = re.compile(r"(#?\w+) = (:\w+)")
+_TEST = re.compile(r"(attribute_exists|attribute_not_exists)\((#?\w+)\)|(#?\w+) = (:\w+)")
+
+
+def _bytes(value: dict[str, Any]) -> dict[str, Any]:
+    """A typed value, binary as bytes (moto holds what a request wrote as base64 text)."""
+    return {"B": base64.b64decode(value["B"])} if isinstance(value.get("B"), str) else value
+
+
+def family(pk: str, sk: str) -> str:
+    """What an item is, for the meter: an index family by its key (keys.py), else messages or other items."""
+    if re.search(r"#XF#\d+$", pk):
+        return "fresh"
+    if "#XG#" in pk:
+        return "segments"
+    if pk.endswith("#XM"):
+        return "manifest"
+    if pk.endswith("#XD"):
+        return "texts"
+    return "messages" if sk.startswith("MSG#") else "other"
+
+
 class DictTable:
-    """A DynamoDB client for the bulk load: the requests Precis's index writes send (BatchGetItem, BatchWriteItem of
-    puts, and `text_index`'s two UpdateItem shapes: a unit's ADDs with `SET #w = :one` if `attribute_not_exists(#w)`,
-    the deriver's `REMOVE #w` if `attribute_exists(#w)`), applied to a dict of items, which `materialize` then puts in
-    moto's table. Through moto's client each UpdateItem costs ~4 ms and 100,000 messages make ~2 million: hours.
-    Every write is metered as DynamoDB bills it (the larger of the item before and after, per started KB), by item
-    family; `check_direct` shows that it stores and bills what the botocore path does."""
+    """A DynamoDB client for the bulk load: the requests Precis's index and the loader send (BatchWriteItem puts and
+    deletes, BatchGetItem, GetItem, Query with a key condition on PK (and SK), ConsistentRead, Limit,
+    ExclusiveStartKey, ScanIndexForward, a FilterExpression and ProjectionExpression of plain equality and names,
+    TransactWriteItems of conditional Updates (SET) and Deletes, DeleteItem), applied to a dict of items, which
+    `materialize` then puts in moto's table: through botocore and moto the load costs minutes per thousand messages.
+    Every write is metered as DynamoDB bills it, by item family and write kind: 1 WRU per started KB of the larger of
+    the item before and after, a failed condition as the write it would have been, each action of a transaction
+    twice (a cancelled one too: nothing applied); `check_direct` shows that it stores and bills what botocore's path
+    does (bench/cost.py's `Capacity`)."""
 
     def __init__(self, table: str = "precis-local"):
         import threading
@@ -343,104 +379,227 @@ class DictTable:
         self.name = table
         self.items: dict[tuple[str, str], dict[str, Any]] = {}
         self.sizes: dict[tuple[str, str], int] = {}
-        self.lock = threading.Lock()
-        self.wru: Counter[str] = Counter()
+        self.keys: dict[str, list[str]] = {}  # each partition's sort keys, in order
+        self.lock = threading.RLock()
+        self.wru: Counter[str] = Counter()  # by family
+        self.by_kind: Counter[tuple[str, str]] = Counter()  # by (family, "put" | "update" | "delete" | "refused")
         self.writes: Counter[str] = Counter()
 
-    def _store(self, key: tuple[str, str], item: dict[str, Any], family: str) -> None:
-        size = _size(item)
-        self.wru[family] += max(1, -(-max(size, self.sizes.get(key, 0)) // 1024))
-        self.writes[family] += 1
-        self.items[key], self.sizes[key] = item, size
+    # -- the dict
+
+    def _set(self, key: tuple[str, str], item: dict[str, Any] | None) -> None:
+        if item is None:
+            if self.items.pop(key, None) is not None:
+                del self.sizes[key]
+                sks = self.keys[key[0]]
+                del sks[bisect.bisect_left(sks, key[1])]
+                if not sks:
+                    del self.keys[key[0]]
+            return
+        if key not in self.items:
+            bisect.insort(self.keys.setdefault(key[0], []), key[1])
+        self.items[key], self.sizes[key] = item, _size(item)
+
+    def _bill(self, key: tuple[str, str], size: int, kind: str, *, transactional: bool = False) -> None:
+        units = max(1, -(-size // KB)) * (2 if transactional else 1)
+        which = family(*key)
+        self.wru[which] += units
+        self.by_kind[which, kind] += units
+        self.writes[which] += 1
+
+    def absorb(self, items: Iterable[dict[str, Any]]) -> None:
+        """Hold `items` (typed; binary values as bytes or base64 text), unbilled: what the routes made before a load."""
+        with self.lock:
+            for typed in items:
+                item = {k: _bytes(v) for k, v in typed.items()}
+                self._set((item["PK"]["S"], item["SK"]["S"]), item)
+
+    # -- expressions (the shapes Precis sends; anything else is refused, not guessed)
+
+    @staticmethod
+    def _name(token: str, names: dict[str, str]) -> str:
+        return names[token] if token.startswith("#") else token
+
+    def _project(self, item: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+        expression = request.get("ProjectionExpression")
+        if not expression:
+            return item
+        names = request.get("ExpressionAttributeNames") or {}
+        wanted = {self._name(p.strip(), names) for p in expression.split(",")}
+        return {k: v for k, v in item.items() if k in wanted}
+
+    def _holds(self, expression: str | None, item: dict[str, Any] | None, request: dict[str, Any]) -> bool:
+        if not expression:
+            return True
+        names, values = request.get("ExpressionAttributeNames") or {}, request.get("ExpressionAttributeValues") or {}
+        for test in expression.split(" AND "):
+            matched = _TEST.fullmatch(test.strip())
+            if matched is None:
+                raise NotImplementedError(expression)
+            function, operand, left, right = matched.groups()
+            if function is not None:
+                present = item is not None and self._name(operand, names) in item
+                if present != (function == "attribute_exists"):
+                    return False
+            elif item is None or item.get(self._name(left, names)) != values[right]:
+                return False
+        return True
+
+    def _updated(self, before: dict[str, Any] | None, key: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+        matched = _SET.fullmatch(spec["UpdateExpression"].strip())
+        if matched is None:
+            raise NotImplementedError(spec["UpdateExpression"])
+        names, values = spec.get("ExpressionAttributeNames") or {}, spec["ExpressionAttributeValues"]
+        after = dict(before or key)
+        for assignment in matched.group(1).split(","):
+            pair = _ASSIGNMENT.fullmatch(assignment.strip())
+            if pair is None:
+                raise NotImplementedError(spec["UpdateExpression"])
+            after[self._name(pair.group(1), names)] = values[pair.group(2)]
+        return after
+
+    @staticmethod
+    def _key(key: dict[str, Any]) -> tuple[str, str]:
+        return key["PK"]["S"], key["SK"]["S"]
+
+    @staticmethod
+    def _error(code: str, operation: str, **extra: Any) -> Exception:
+        from botocore.exceptions import ClientError
+
+        return ClientError({"Error": {"Code": code, "Message": code}, **extra}, operation)
+
+    # -- reads
+
+    def get_item(self, *, TableName: str, Key: dict[str, Any], **request: Any) -> dict[str, Any]:  # noqa: N803
+        with self.lock:
+            item = self.items.get(self._key(Key))
+        return {} if item is None else {"Item": self._project(item, request)}
 
     def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:  # noqa: N803 - botocore's names
         (spec,) = RequestItems.values()
-        names = spec.get("ExpressionAttributeNames") or {}
-        fields = (
-            {names.get(p.strip(), p.strip()) for p in spec["ProjectionExpression"].split(",")}
-            if spec.get("ProjectionExpression")
-            else None
-        )
         with self.lock:
-            found = [self.items.get((key["PK"]["S"], key["SK"]["S"])) for key in spec["Keys"]]
+            found = [self.items.get(self._key(key)) for key in spec["Keys"]]
         return {
-            "Responses": {
-                self.name: [
-                    {k: v for k, v in item.items() if fields is None or k in fields}
-                    for item in found
-                    if item is not None
-                ]
-            },
+            "Responses": {self.name: [self._project(item, spec) for item in found if item is not None]},
             "UnprocessedKeys": {},
         }
+
+    def query(self, *, TableName: str, KeyConditionExpression: str, **request: Any) -> dict[str, Any]:  # noqa: N803
+        """A page: the partition's items the key condition selects, in order (reversed when not ScanIndexForward),
+        after ExclusiveStartKey, until Limit items or 1 MB examined; then the filter and the projection."""
+        if request.get("IndexName"):
+            raise NotImplementedError("IndexName")
+        matched = _KEY_CONDITION.fullmatch(KeyConditionExpression.strip())
+        if matched is None:
+            raise NotImplementedError(KeyConditionExpression)
+        values = request["ExpressionAttributeValues"]
+        pk_value, operator, sk_value, prefix = matched.groups()
+        pk = values[pk_value]["S"]
+        bound = values[sk_value]["S"] if sk_value else None
+        compare = {
+            "<=": lambda s: s <= bound,
+            "<": lambda s: s < bound,
+            ">=": lambda s: s >= bound,
+            ">": lambda s: s > bound,
+            "=": lambda s: s == bound,
+        }
+        with self.lock:
+            sks = [
+                s
+                for s in self.keys.get(pk, ())
+                if (operator is None or compare[operator](s)) and (prefix is None or s.startswith(values[prefix]["S"]))
+            ]
+            forward = request.get("ScanIndexForward", True)
+            if not forward:
+                sks.reverse()
+            start = request.get("ExclusiveStartKey")
+            if start is not None:
+                after = start["SK"]["S"]
+                sks = [s for s in sks if (s > after if forward else s < after)]
+            page, size, limit = [], 0, request.get("Limit") or math.inf
+            for sk in sks:
+                if len(page) >= limit or (page and size + self.sizes[pk, sk] > PAGE):
+                    break
+                page.append(sk)
+                size += self.sizes[pk, sk]
+            examined = [self.items[pk, sk] for sk in page]
+        kept = [i for i in examined if self._holds(request.get("FilterExpression"), i, request)]
+        out: dict[str, Any] = {
+            "Items": [self._project(i, request) for i in kept],
+            "Count": len(kept),
+            "ScannedCount": len(examined),
+        }
+        if page and page[-1] != sks[-1]:
+            out["LastEvaluatedKey"] = {"PK": {"S": pk}, "SK": {"S": page[-1]}}
+        return out
+
+    # -- writes
 
     def batch_write_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:  # noqa: N803
         (requests,) = RequestItems.values()
         with self.lock:
             for request in requests:
-                item = request["PutRequest"]["Item"]  # (the load only puts)
-                pk = item["PK"]["S"]
-                family = "postings" if "#XT#" in pk else "texts" if pk.endswith("#XD") else "messages"
-                self._store((pk, item["SK"]["S"]), item, family)
+                if "PutRequest" in request:
+                    item = request["PutRequest"]["Item"]
+                    key = self._key(item)
+                    self._bill(key, max(self.sizes.get(key, 0), _size(item)), "put")
+                    self._set(key, item)
+                else:
+                    key = self._key(request["DeleteRequest"]["Key"])
+                    self._bill(key, self.sizes.get(key, 0), "delete")
+                    self._set(key, None)
         return {"UnprocessedItems": {}}
 
-    def update_item(
-        self,
-        *,
-        TableName: str,
-        Key: dict[str, Any],
-        UpdateExpression: str,  # noqa: N803
-        ConditionExpression: str,
-        ExpressionAttributeNames: dict[str, str],
-        ExpressionAttributeValues: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        names, values = ExpressionAttributeNames, ExpressionAttributeValues or {}
-        mark, key = names["#w"], (Key["PK"]["S"], Key["SK"]["S"])
+    def delete_item(self, *, TableName: str, Key: dict[str, Any], **request: Any) -> dict[str, Any]:  # noqa: N803
+        key = self._key(Key)
         with self.lock:
-            before = self.items.get(key)
-            after = dict(before or Key)
-            if UpdateExpression == "REMOVE #w":
-                if ConditionExpression != "attribute_exists(#w)":
-                    raise NotImplementedError(ConditionExpression)
-                family = "marks removed (deriver)"
-                if before is None or mark not in before:
-                    raise self._refused(key, family)
-                del after[mark]
-            else:
-                adds, sets = UpdateExpression.removeprefix("ADD ").split(" SET ")
-                if sets != "#w = :one" or ConditionExpression != "attribute_not_exists(#w)":
-                    raise NotImplementedError(UpdateExpression)
-                family = "counters"
-                if mark in after:
-                    raise self._refused(key, family)
-                for add in adds.split(", "):
-                    name, placeholder = add.split()
-                    name, value = names[name], values[placeholder]
-                    if "N" in value:
-                        after[name] = {
-                            "N": str(int(after[name]["N"]) + int(value["N"]) if name in after else int(value["N"]))
-                        }
-                    else:
-                        after[name] = {
-                            "NS": sorted(
-                                {*after[name]["NS"], *value["NS"]} if name in after else set(value["NS"]), key=int
-                            )
-                        }
-                after[mark] = values[":one"]
-            self._store(key, after, family)
+            holds = self._holds(request.get("ConditionExpression"), self.items.get(key), request)
+            self._bill(key, self.sizes.get(key, 0), "delete" if holds else "refused")  # (refused: billed the same)
+            if not holds:
+                raise self._error("ConditionalCheckFailedException", "DeleteItem")
+            self._set(key, None)
         return {}
 
-    def _refused(self, key: tuple[str, str], family: str) -> Exception:
-        """A failed condition, billed as DynamoDB bills it: the item's size, at least one unit."""
-        from botocore.exceptions import ClientError
-
-        self.wru[family] += max(1, -(-self.sizes.get(key, 0) // 1024))
-        self.writes[family] += 1
-        return ClientError({"Error": {"Code": "ConditionalCheckFailedException"}}, "UpdateItem")
+    def transact_write_items(self, TransactItems: list[dict[str, Any]], **_: Any) -> dict[str, Any]:  # noqa: N803
+        """All or nothing: every action's condition is checked first; a failed one cancels the transaction (its
+        reasons, action by action), billed as the writes it would have made."""
+        actions = []
+        for entry in TransactItems:
+            ((kind, spec),) = entry.items()
+            if kind not in ("Update", "Delete", "Put"):
+                raise NotImplementedError(kind)
+            actions.append((kind, spec, self._key(spec["Item"] if kind == "Put" else spec["Key"])))
+        if len({key for _, _, key in actions}) < len(actions):
+            raise self._error("ValidationException", "TransactWriteItems")  # (one action an item)
+        with self.lock:
+            befores = [self.items.get(key) for _, _, key in actions]
+            reasons = [
+                "None" if self._holds(spec.get("ConditionExpression"), before, spec) else "ConditionalCheckFailed"
+                for (_, spec, _), before in zip(actions, befores)
+            ]
+            if any(r != "None" for r in reasons):
+                for (kind, spec, key), before in zip(actions, befores):
+                    new = _size(spec["Item"]) if kind == "Put" else 0
+                    self._bill(key, max(_size(before), new), "refused", transactional=True)
+                raise self._error(
+                    "TransactionCanceledException",
+                    "TransactWriteItems",
+                    CancellationReasons=[{"Code": r} for r in reasons],
+                )
+            for (kind, spec, key), before in zip(actions, befores):
+                after = None
+                if kind == "Put":
+                    after = spec["Item"]
+                elif kind == "Update":
+                    after = self._updated(before, spec["Key"], spec)
+                self._bill(key, max(_size(before), _size(after)), kind.lower(), transactional=True)
+                self._set(key, after)
+        return {}
 
     def materialize(self, table_name: str) -> None:
         """Put every item in moto's table `table_name`, before any Query of it (nothing derived from it to update):
-        moto's Items built as local/moto_storage.py's `_item_init` builds them, without re-reading each value."""
+        moto's Items built as local/moto_storage.py's `_item_init` builds them, without re-reading each value; binary
+        values as moto holds what a request wrote (base64 text)."""
         from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 
         from bench.cost import moto_table
@@ -450,7 +609,7 @@ class DictTable:
             if kind in ("L", "M"):
                 return DynamoType(typed)
             out = object.__new__(DynamoType)
-            out.type, out.value = kind, v
+            out.type, out.value = kind, base64.b64encode(v).decode() if kind == "B" else v
             return out
 
         table = moto_table(table_name)
@@ -471,7 +630,7 @@ def _number_size(text: str) -> int:
 
 
 def _size(item: dict[str, Any] | None) -> int:
-    """bench/cost.py's `item_size` for the attribute types the index writes (S, N, NS), remembering number sizes."""
+    """bench/cost.py's `item_size`, remembering number sizes (the index's items are mostly S, N and B)."""
     if item is None:
         return 0
     size = 0
@@ -481,8 +640,8 @@ def _size(item: dict[str, Any] | None) -> int:
             size += len(name) + (len(text) if text.isascii() else len(text.encode()))
         elif (number := value.get("N")) is not None:
             size += len(name) + _number_size(number)
-        elif (numbers := value.get("NS")) is not None:
-            size += len(name) + sum(_number_size(n) for n in numbers)
+        elif isinstance(data := value.get("B"), bytes):
+            size += len(name) + len(data)
         else:
             from bench.cost import attribute_size
 
@@ -494,9 +653,9 @@ class ReadMeter:
     """Read units of a client's reads as DynamoDB bills them (strongly consistent: 1 per started 4 KB), from the
     sizes of the items stored (`DictTable.sizes`): a Query page examines `ScannedCount` items from where it starts
     (the key conditions Precis's search sends: `PK = :pk`, alone, with `begins_with(SK, :p)` or `SK <= :s`, read
-    forward), summed then rounded up; a BatchGetItem is billed per item, a missing one a minimal read. bench/cost.py's
-    `Capacity` finds the same by asking each page again and sizing every item it names: at 100,000 messages, most of
-    the searches' time. `measure_precis` runs both at the small size and compares."""
+    forward or backward), summed then rounded up; a BatchGetItem is billed per item, a missing one a minimal read.
+    bench/cost.py's `Capacity` finds the same by asking each page again and sizing every item it names: at 100,000
+    messages, most of the searches' time. `measure_precis` runs both at the small size and compares."""
 
     _KEY = re.compile(r"PK = (:\w+)(?: AND (?:begins_with\(SK, (:\w+)\)|SK <= (:\w+)))?")
 
@@ -533,15 +692,28 @@ class ReadMeter:
         op, params = context["read_meter"]
         if op == "Query":
             matched = self._KEY.fullmatch(params["KeyConditionExpression"])
-            if matched is None or params.get("ScanIndexForward") is False or params.get("IndexName"):
+            if matched is None or params.get("IndexName"):
                 raise NotImplementedError(params["KeyConditionExpression"])
             values = params["ExpressionAttributeValues"]
             sks, totals = self.partitions.get(values[matched.group(1)]["S"], ([], [0]))
-            start = bisect.bisect_left(sks, values[matched.group(2)]["S"]) if matched.group(2) else 0
-            if params.get("ExclusiveStartKey"):
-                start = max(start, bisect.bisect_right(sks, params["ExclusiveStartKey"]["SK"]["S"]))
-            end = start + parsed["ScannedCount"]
-            self.rru += self._units(totals[end] - totals[start], bool(params.get("ConsistentRead")))
+            # The key range [low, high) of sort keys, then where the page starts in it, and its ScannedCount items.
+            low, high = 0, len(sks)
+            if matched.group(2):
+                prefix = values[matched.group(2)]["S"]
+                low = bisect.bisect_left(sks, prefix)
+                high = bisect.bisect_left(sks, prefix + "\U0010ffff")
+            if matched.group(3):
+                high = bisect.bisect_right(sks, values[matched.group(3)]["S"])
+            after = (params.get("ExclusiveStartKey") or {}).get("SK", {}).get("S")
+            if params.get("ScanIndexForward") is False:
+                if after is not None:
+                    high = min(high, bisect.bisect_left(sks, after))
+                low = max(low, high - parsed["ScannedCount"])
+            else:
+                if after is not None:
+                    low = max(low, bisect.bisect_right(sks, after))
+                high = min(high, low + parsed["ScannedCount"])
+            self.rru += self._units(totals[high] - totals[low], bool(params.get("ConsistentRead")))
         elif op == "BatchGetItem":
             unprocessed = {
                 (k["PK"]["S"], k["SK"]["S"])
@@ -563,61 +735,86 @@ class ReadMeter:
             raise NotImplementedError(op)
 
 
-def _dump(table_name: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """Every item of moto's table, typed, sets sorted (a set has no order)."""
+def _moto_items(table_name: str) -> list[dict[str, Any]]:
+    """Every item of moto's table, typed as stored (binary values as base64 text)."""
     from bench.cost import moto_table, typed
 
-    return {
-        (item.hash_key.value, item.range_key.value): _normal({k: typed(v) for k, v in item.attrs.items()})
+    return [
+        {k: typed(v) for k, v in item.attrs.items()}
         for partition in moto_table(table_name).items.values()
         for item in partition.values()
-    }
+    ]
 
 
-def _normal(item: dict[str, Any]) -> dict[str, Any]:
-    """An item as compared: sets sorted, and without a message's id (its tail is random, `make_message_id`)."""
+def _comparable(items: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Items as two loads of the same messages are compared: sets sorted, binary values as bytes, without a message's
+    id (its tail is random, `make_message_id`), and a segment's id (its creation time and a random tail) replaced by
+    its place in the manifest, in its partition key and in the manifest."""
+    items = list(items)
+    manifest = next((i for i in items if i["PK"]["S"].endswith("#XM")), None)
+    place = {s["id"]: f"segment {n}" for n, s in enumerate(json.loads(manifest["segs"]["S"]))} if manifest else {}
+
+    def pk(value: str) -> str:
+        head, mark, segment = value.partition("#XG#")
+        return f"{head}{mark}{place.get(segment, segment)}"
+
+    def one(name: str, value: dict[str, Any]) -> Any:
+        if "NS" in value:
+            return {"NS": sorted(value["NS"], key=float)}
+        if isinstance(value.get("B"), str):
+            return {"B": base64.b64decode(value["B"])}
+        if name == "PK":
+            return {"S": pk(value["S"])}
+        if name == "segs":
+            return [{**s, "id": place.get(s["id"], s["id"])} for s in json.loads(value["S"])]
+        return value
+
     return {
-        k: {"NS": sorted(v["NS"], key=float)} if "NS" in v else v
-        for k, v in item.items()
-        if not (k == "id" and item.get("kind") == {"S": "message"})
+        (pk(i["PK"]["S"]), i["SK"]["S"]): {
+            k: one(k, v) for k, v in i.items() if not (k == "id" and i.get("kind") == {"S": "message"})
+        }
+        for i in items
     }
 
 
 def check_direct(data: Corpus) -> dict[str, Any]:
     """The first session loaded both ways: through botocore and moto (metered by bench/cost.py's `Capacity`), and
-    through `DictTable`. The same items and the same write units mean the bulk load stands for the botocore one."""
+    through `DictTable`, after the same workspace, peers and session made by their routes. The same items and the
+    same write units mean the bulk load stands for the botocore one."""
     import boto3
 
     from bench.common import moto, template
     from bench.cost import Capacity
-    from bench.seed import in_line
     from local.template import table_definition
 
     sample = [m for m in data.messages if m.session == session_id(0)]
     name = template().table_name
     with moto(stream=False) as clients:
+        _open([session_id(0)])
+        made = _moto_items(name)
         metered = boto3.client("dynamodb")
         capacity = Capacity(metered, clients["dynamodb"], table_definition(template()))
         started = time.perf_counter()
         load(metered, sample)
         botocore_s = time.perf_counter() - started
         capacity.hooks.detach()
-        stored = _dump(name)
-        wru = capacity.totals["setup"]["wru"]
+        stored = _comparable(_moto_items(name))
+        totals = capacity.totals["setup"]
     direct = DictTable(name)
+    direct.absorb(made)
     started = time.perf_counter()
-    with in_line():
-        load(direct, sample)
+    load(direct, sample)
     direct_s = time.perf_counter() - started
-    mine = {key: _normal(item) for key, item in direct.items.items()}
+    mine = _comparable(direct.items.values())
     differ = sorted(k for k in stored.keys() | mine.keys() if stored.get(k) != mine.get(k))
     return {
         "messages": len(sample),
         "items": len(stored),
         "differing_items": len(differ),
         "example": differ[:3],
-        "wru_botocore": wru,
+        "wru_botocore": totals["wru"],
         "wru_direct": sum(direct.wru.values()),
+        "wru_indexes": {k: v for k, v in totals.items() if k.startswith("wru_")},
         "botocore_s": botocore_s,
         "direct_s": direct_s,
     }
@@ -633,15 +830,16 @@ def _scope_path(query: Query, scope: str) -> str:
     return f"/v3/workspaces/{WS}{within}/search"
 
 
-def _open(asked: Sequence[Query]) -> None:
-    """What the search routes check before they search, created through the API: the workspace, the peers, and the
-    sessions the session searches ask."""
+def _open(sessions: Iterable[str]) -> None:
+    """What the load and the search routes need there, created through the API: the workspace, the peers, and the
+    sessions (the index takes back what a post wrote for a session that is not there, and a search leaves out a
+    message whose session it does not find)."""
     from bench.front import call
 
     for path, body in (
         ("/v3/workspaces", {"id": WS}),
         *((f"/v3/workspaces/{WS}/peers", {"id": peer}) for peer in PEERS),
-        *((f"/v3/workspaces/{WS}/sessions", {"id": sid}) for sid in sorted({q.session for q in asked})),
+        *((f"/v3/workspaces/{WS}/sessions", {"id": sid}) for sid in sessions),
     ):
         reply = call("POST", path, body)
         assert reply.status in (200, 201), (path, reply.status, reply.body)
@@ -655,13 +853,12 @@ def _searches(
     capacity: bool = False,
 ) -> list[dict[str, Any]]:
     """Every query in every scope through its search route (`POST .../search`, limit K, the search function's handler
-    as API Gateway invokes it): each search's results, DynamoDB requests and response bytes counted at the AWS door;
-    with `sizes` (the stored items'), its read units by `ReadMeter`; with `capacity`, by bench/cost.py's `Capacity`
-    too."""
+    as API Gateway invokes it): each search's results, DynamoDB requests and response bytes counted at the AWS door,
+    and whether its read budget ran out (the answer's X-Precis-Search-Budget); with `sizes` (the stored items'), its
+    read units by `ReadMeter`; with `capacity`, by bench/cost.py's `Capacity` too."""
     from bench.common import Requests, template
     from bench.front import AWS, call
 
-    _open(asked)
     meter = ReadMeter(AWS, sizes) if sizes is not None else None
     check = None
     if capacity:
@@ -680,6 +877,7 @@ def _searches(
                 with Requests(AWS) as counted:
                     reply = call("POST", _scope_path(query, scope), {"query": query.text, "limit": K})
                 assert reply.status == 200, (query.text, scope, reply.status, reply.body)
+                budget = {k.lower(): v for k, v in reply.headers.items()}.get(BUDGET_HEADER)
                 rows.append(
                     {
                         "query": number,
@@ -689,6 +887,8 @@ def _searches(
                         "requests": len(counted.ops),
                         "bytes": counted.bytes,
                         "ops": counted.by_op(),
+                        "exhausted": budget is not None,
+                        "budget": budget,
                         "rru": meter.rru - read_before if meter is not None else None,
                         "rru_capacity": check.totals[label]["rru"] if check is not None else None,
                     }
@@ -702,25 +902,31 @@ def _searches(
 
 
 def measure_precis(data: Corpus, asked: Sequence[Query], sizes: Sequence[int]) -> dict[int, dict[str, Any]]:
-    """Load the corpus's first `sizes` messages one after the other (each the next's prefix) with `DictTable`, put
-    them in a fresh moto each time, and search (read units metered by `ReadMeter`, and at the first size by
+    """The workspace, its peers and every session of the corpus made through their routes (in moto, then held by a
+    `DictTable`); then the corpus's first `sizes` messages loaded one after the other (each the next's prefix) into
+    it, put in a fresh moto each time, and searched (read units metered by `ReadMeter`, and at the first size by
     `Capacity` as well)."""
     from bench.common import moto, template
-    from bench.seed import in_line
 
     name = template().table_name
     direct = DictTable(name)
+    started = time.perf_counter()
+    with moto(stream=False):
+        _open(dict.fromkeys(m.session for m in data.messages))
+        direct.absorb(_moto_items(name))
+    print(f"  Precis: the workspace and its sessions made through the routes in {time.perf_counter() - started:.0f} s")
     out, loaded, load_s = {}, 0, 0.0
     for size in sizes:
         started = time.perf_counter()
-        with in_line():
-            load(direct, data.messages[loaded:size])
+        load(direct, data.messages[loaded:size])
         load_s += time.perf_counter() - started
         loaded = size
         print(
-            f"  Precis: {size:,} messages indexed through text_index.index_texts + settle in {load_s:.0f} s", flush=True
+            f"  Precis: {size:,} messages indexed through text_index.index_texts + merge in {load_s:.0f} s", flush=True
         )
-        wru = dict(direct.wru)
+        wru, by_kind = dict(direct.wru), {f"{f} {k}": v for (f, k), v in direct.by_kind.items()}
+        manifest = direct.items.get((f"WS#{WS}#XM", "#"))
+        segments = len(json.loads(manifest["segs"]["S"])) if manifest else 0
         with moto(stream=False) as clients:
             started = time.perf_counter()
             direct.materialize(name)
@@ -735,7 +941,15 @@ def measure_precis(data: Corpus, asked: Sequence[Query], sizes: Sequence[int]) -
             f"{search_s:.0f} s",
             flush=True,
         )
-        out[size] = {"rows": rows, "wru": wru, "load_s": load_s, "materialize_s": materialize_s, "search_s": search_s}
+        out[size] = {
+            "rows": rows,
+            "wru": wru,
+            "wru_by_kind": by_kind,
+            "segments": segments,
+            "load_s": load_s,
+            "materialize_s": materialize_s,
+            "search_s": search_s,
+        }
     return out
 
 
@@ -922,6 +1136,28 @@ def cost_rows(label: str, small: int, large: int, by_size: dict[int, list[dict[s
     return out
 
 
+def budget_rows(precis: dict[int, dict[str, Any]]) -> list[tuple]:
+    """Per scope and query class, at each size: the searches whose read budget ran out, and the largest search's
+    requests and response bytes."""
+    out = []
+    for scope in SCOPES:
+        for kind, title in KINDS:
+            for size, result in precis.items():
+                chosen = [r for r in result["rows"] if r["scope"] == scope and r["kind"] == kind]
+                out.append(
+                    (
+                        scope,
+                        title,
+                        size,
+                        len(chosen),
+                        sum(r["exhausted"] for r in chosen),
+                        max(r["requests"] for r in chosen),
+                        max(r["bytes"] for r in chosen),
+                    )
+                )
+    return out
+
+
 DF_BUCKETS = ((1, 1), (2, 100), (101, 1_000), (1_001, 10_000), (10_001, 10**9))
 
 
@@ -1004,20 +1240,35 @@ def report(
 
     print_table(
         f"Precis's growth per search, {small:,} -> {large:,} messages, by how many of the {large:,} say the "
-        "query's rarest word (an exact top k reads a common word's postings until the k-th best is settled)",
+        "query's rarest word (a search reads each query word's whole postings in every segment, and the fresh "
+        "shards: a common word's grow with the corpus)",
         ["scope", "rarest word's messages", "n", "requests x med", "max", "bytes x med", "max", "RRU x med", "max"],
         growth_by_rarity(small, large, {s: r["rows"] for s, r in precis.items()}, asked, references.workspace[large]),
+    )
+
+    print_table(
+        "Read budget (text_index.Budget: 64 requests, 8 MB, 5 s a search by default): the searches whose budget ran "
+        "out before the ranking had read everything (the answer's X-Precis-Search-Budget), and the largest search's "
+        "requests and response bytes, at each size",
+        ["scope", "queries", "messages", "n", "budget out", "max requests", "max bytes"],
+        budget_rows(precis),
     )
 
     # Write units per message: Precis's from DictTable's meter, the previous design's from its Capacity.
     writes = []
     for size, result in precis.items():
-        index = {k: v for k, v in result["wru"].items() if k != "messages"}
+        kinds = result["wru_by_kind"]
+        index = {k: v for k, v in result["wru"].items() if k in INDEX_FAMILIES}
         writes.append(
             (
                 "Precis (now)",
                 size,
-                *(index.get(f, 0) / size for f in ("postings", "counters", "texts", "marks removed (deriver)")),
+                kinds.get("fresh put", 0) / size,
+                sum(v for k, v in kinds.items() if k.startswith("fresh ") and k != "fresh put") / size,
+                index.get("texts", 0) / size,
+                sum(v for k, v in kinds.items() if k.startswith("segments ") and k != "segments delete") / size,
+                kinds.get("segments delete", 0) / size,
+                index.get("manifest", 0) / size,
                 "-",
                 "-",
                 sum(index.values()) / size,
@@ -1029,33 +1280,39 @@ def report(
             (
                 f"previous ({PREVIOUS})",
                 size,
-                "-",
-                "-",
-                "-",
-                "-",
+                *["-"] * 6,
                 (search_items.get("wru", 0) + search_items.get("wru_vector", 0)) / size,
                 stats.get("wru", 0) / size,
                 (search_items.get("wru", 0) + search_items.get("wru_vector", 0) + stats.get("wru", 0)) / size,
             )
         )
     print_table(
-        f"Write units per message written, for the search index alone (units of {UNIT} messages; the message "
+        f"Write units per message written, for the search index alone (posts of {UNIT} messages; the message "
         "items themselves, the same in both designs, left out). Precis: metered per item as DynamoDB bills it "
-        "(the larger of the item before and after, per started KB) by the bulk loader; previous: its vector "
-        "item and its entry in the ByMessageTerms vector index, and its statistics item's update per unit, "
+        "(the larger of the item before and after, per started KB; twice in a transaction) by the bulk loader: a "
+        "post's fresh item and texts, the deriver's merge (segment items written, the fresh items deleted in the "
+        "manifest's transaction) and compaction (segments written and the merged ones deleted); previous: its "
+        "vector item and its entry in the ByMessageTerms vector index, and its statistics item's update per unit, "
         "metered by bench/cost.py's Capacity in its own run",
         [
             "design",
             "messages",
-            "postings",
-            "counters",
+            "fresh (post)",
+            "fresh deleted (merge)",
             "texts",
-            "marks removed",
+            "segments written",
+            "segments deleted",
+            "manifest",
             "vector item+index",
             "term stats",
             "total",
         ],
         writes,
+    )
+    print(
+        "  Segments at each size: "
+        + ", ".join(f"{size:,} messages: {result['segments']}" for size, result in precis.items()),
+        flush=True,
     )
 
     print(
@@ -1064,8 +1321,10 @@ def report(
         f"{check['botocore_s'] / check['messages'] * large / 60:.0f} min for {large:,}), so the corpus is indexed by "
         f"the same Precis calls with DictTable as the client ({check['direct_s']:.2f} s for that session): the two "
         f"tables differ in {check['differing_items']} of {check['items']} items, write units {check['wru_direct']} "
-        f"vs {check['wru_botocore']} (botocore, Capacity). Precis: {large:,} messages indexed in "
-        f"{precis[large]['load_s']:.0f} s, put in moto in {precis[large]['materialize_s']:.0f} s.",
+        f"vs {check['wru_botocore']} (botocore, Capacity; besides, the messages' ByStartTokens entries: "
+        f"{check['wru_indexes']}). Precis: "
+        f"{large:,} messages indexed in {precis[large]['load_s']:.0f} s, put in moto in "
+        f"{precis[large]['materialize_s']:.0f} s.",
         flush=True,
     )
     checked = [r for r in precis[small]["rows"] if r["rru_capacity"] is not None]
@@ -1153,6 +1412,16 @@ def _verdicts(precis: dict[int, dict], old: dict[int, dict], small: int, large: 
                     "met" if worst <= 2 else "NOT met",
                 )
             )
+    for size, result in precis.items():
+        out_of_budget = sum(r["exhausted"] for r in result["rows"])
+        out.append(
+            (
+                f"searches whose read budget ran out, {size:,} messages",
+                "0",
+                f"{out_of_budget}/{len(result['rows'])}",
+                "met" if out_of_budget == 0 else "NOT met",
+            )
+        )
     now = [w for w in writes if w[0] == "Precis (now)"]
     before = [w for w in writes if w[0] != "Precis (now)"]
     if now and before:

@@ -1,8 +1,9 @@
 """Message search's cost: DynamoDB requests and response bytes per `POST /search` (through its handler, counted at the
 AWS door) for workspaces of 1,000 → 100,000 messages (100 a session), against reading every message of the workspace
-(what a store without an index would do to rank them). The messages are loaded in bulk by bench/seed.py, as the
-message route stores them and with their index as the ingest function writes it (a unit per session: a post of 100).
-PRECIS_BENCH_SEARCH_SIZES (default 1000,10000,100000) chooses the workspace sizes."""
+(what a store without an index would do to rank them). The sessions are created through their route and their messages
+loaded in bulk by bench/seed.py, as the message route stores them, with their index as the ingest function writes it
+(a unit per session: a post of 100) and merged as the deriver merges it. PRECIS_BENCH_SEARCH_SIZES (default
+1000,10000,100000) chooses the workspace sizes."""
 
 from __future__ import annotations
 
@@ -22,16 +23,17 @@ WORDS = (
 
 
 def load_messages(client, table: str, ws: str, count: int, rng: random.Random) -> list[str]:
-    """`count` messages, PER_SESSION a session, and their search index, loaded by bench/seed.py as the message route
-    and the ingest function store them (the route's transactions and index writes would make 100,000 slow in moto).
-    Returns the sessions' ids."""
+    """`count` messages, PER_SESSION a session (created through the route), and their search index, loaded by
+    bench/seed.py as the message route, the ingest function and the deriver store them (the route's transactions would
+    make 100,000 slow in moto). Returns the sessions' ids."""
     sessions = []
     for start in range(0, count, PER_SESSION):
         session = f"s{start // PER_SESSION}"
         sessions.append(session)
+        assert call("POST", f"/v3/workspaces/{ws}/sessions", {"id": session}).status in (200, 201)
         texts = [" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(PER_SESSION)]
         said = [Said("alice", text, tokens=12, created_at="2026-11-30T00:00:00+00:00") for text in texts]
-        write_messages(client, table, ws, session, said, post=PER_SESSION, index=True)
+        write_messages(client, table, ws, session, said, post=PER_SESSION, index=True, merge=True)
     return sessions
 
 

@@ -9,22 +9,21 @@ kind with the same attributes. Everything else the benches do goes through bench
 
 - `write_messages`: a session's messages as the route stores them (a post of `post` messages at a time: seqs,
   `start_tokens`, runs, each post's search-index unit `ib` and its index-by second `ibu`), optionally with their
-  search index as the ingest function writes it (`text_index.index_texts` per post) and settled as the deriver
-  settles it (`text_index.settle`).
+  search index as the ingest function writes it (`text_index.index_texts` per post: a fresh item and the texts) and
+  merged as the deriver merges it when the stream brings the post's inserts (`text_index.merge` of the session's
+  shard after each post). The session must exist (created through the route): the index takes back what it wrote
+  for a session that is not there.
 - `put_summary`: a summary, as the summarizer stores it (no route writes one).
 - `write_conclusions`: a collection of explicit conclusions as `POST .../conclusions` stores them (the conclusion,
   its vector, dedupe key, pointer, BM25 text item, the collection's head and its registry entry), embedded with the
   deployment's default (hashed) embedder, because the route's near-duplicate search makes 10,000 take most of an
   hour in moto; checked by tests/deploy/test_bench_seed_conclusions.py.
-- `in_line`: the index's writes run in the calling thread (for a client that is a dict, bench/retrieval_scale.py's
-  `DictTable`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,12 +122,12 @@ def write_messages(
     *,
     post: int = POST,
     index: bool = False,
-    settle: bool = False,
+    merge: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> list[Stored]:
-    """Store `said` in the (empty) session as the route would, `post` messages a post, with BatchWriteItem (25 a
-    request); with `index`, each post's search index as the ingest function writes it, and with `settle` its marks
-    removed as the deriver removes them. `progress(seqs written)` after each post."""
+    """Store `said` in the (empty, existing) session as the route would, `post` messages a post, with BatchWriteItem
+    (25 a request); with `index`, each post's search index as the ingest function writes it, and with `merge` the
+    session's fresh shard merged after each post as the deriver merges it. `progress(seqs written)` after each post."""
     from precis.store import text_index
     from precis.store.db import to_item
     from precis.store.records import write_batch
@@ -142,9 +141,11 @@ def write_messages(
             write_batch(db, [{"PutRequest": {"Item": to_item(item)}} for item in batch[at : at + 25]])
         if index:
             texts = [text_index.Text(i["seq"], i["peer_id"], i["content"]) for i in batch]
-            text_index.index_texts(db, ws, session, batch[0]["ib"], texts)
-            if settle:
-                text_index.settle(db, ws, session, [t.seq for t in texts])
+            if text_index.index_texts(db, ws, session, batch[0]["ib"], texts) != len(texts):
+                # (taken back: the session is not there, so nothing would find these messages)
+                raise LookupError(f"{ws}/{session}: not indexed; create the session through the route first")
+            if merge:
+                text_index.merge(db, ws, [session])
         if progress is not None:
             progress(first + len(batch))
     return stored
@@ -243,29 +244,6 @@ def write_conclusions(client, table: str, ws: str, observer: str, observed: str,
     # Each conclusion's BM25 text item, as the store writes it for a collection stored before text items existed.
     conclusions.write_missing_texts(_db(client, table), ws, observer, observed)
     return ids
-
-
-class _InLine:
-    """An executor's `map`, run in the calling thread."""
-
-    @staticmethod
-    def map(function: Callable, iterable: Iterable) -> Iterable:
-        return [function(x) for x in iterable]
-
-
-@contextmanager
-def in_line() -> Iterator[None]:
-    """`text_index` sends a unit's requests from a pool of threads, as DynamoDB answers them in parallel; against a
-    client that is a dict (bench/retrieval_scale.py's `DictTable`) each is a dict update under one lock and the
-    threads only add switches (a tenth of the load), so the bulk load runs them in line."""
-    from precis.store import text_index
-
-    pool = text_index._pool
-    text_index._pool = _InLine  # (called for an executor: `_InLine()` maps in line)
-    try:
-        yield
-    finally:
-        text_index._pool = pool
 
 
 def timed(label: str, every: int, total: int) -> Callable[[int], None]:

@@ -1,5 +1,5 @@
 """The workspace-scale bench's own parts (bench/retrieval_scale.py): its corpus, its reference BM25 and its bulk
-loader's client, without moto."""
+loader's client (`DictTable`: alone, and against botocore and moto on one session)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from bench.retrieval_scale import (
     DictTable,
     Message,
     Reference,
+    check_direct,
     corpus,
     queries,
     reference_terms,
@@ -100,38 +101,168 @@ def test_reference_breaks_ties_by_session_then_seq():
     assert [key for key, _ in Reference(messages).rank("kayak")] == [("s0001", 3), ("s0001", 7), ("s0002", 1)]
 
 
-def _update(table: DictTable, unit: str, counts: dict[str, int], groups: list[int] | None = None) -> None:
-    names = {"#w": f"u:{unit}", **{f"#a{i}": name for i, name in enumerate(counts)}}
-    values = {":one": {"N": "1"}, **{f":a{i}": {"N": str(n)} for i, n in enumerate(counts.values())}}
-    adds = [f"#a{i} :a{i}" for i in range(len(counts))]
-    if groups:
-        names["#g"], values[":g"] = "g", {"NS": [str(g) for g in groups]}
-        adds.append("#g :g")
-    table.update_item(
-        TableName="t",
-        Key={"PK": {"S": "WS#w#XC"}, "SK": {"S": "kayak"}},
-        UpdateExpression=f"ADD {', '.join(adds)} SET #w = :one",
-        ConditionExpression="attribute_not_exists(#w)",
-        ExpressionAttributeNames=names,
-        ExpressionAttributeValues=values,
-    )
+WS_PK = "WS#w"
+MANIFEST = (f"{WS_PK}#XM", "#")
+FRESH = f"{WS_PK}#XF#03"
 
 
-def test_dict_table_adds_a_units_counts_once_bills_the_refusal_and_settle_removes_its_mark():
+def _table() -> DictTable:
+    """A manifest at version 2 and two fresh items, the second over 1 KB (binary as DynamoDB carries it: bytes)."""
     table = DictTable("t")
-    _update(table, "s:1:a", {"n": 2, "p:user": 1}, [1])
-    _update(table, "s:51:b", {"n": 3}, [2, 1])
-    with pytest.raises(ClientError) as refused:
-        _update(table, "s:1:a", {"n": 2, "p:user": 1}, [1])
-    assert refused.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
-    table.update_item(
-        TableName="t",
-        Key={"PK": {"S": "WS#w#XC"}, "SK": {"S": "kayak"}},
-        UpdateExpression="REMOVE #w",
-        ConditionExpression="attribute_exists(#w)",
-        ExpressionAttributeNames={"#w": "u:s:1:a"},
+    puts = [
+        {"PK": {"S": MANIFEST[0]}, "SK": {"S": "#"}, "v": {"N": "2"}, "segs": {"S": "[]"}},
+        {"PK": {"S": FRESH}, "SK": {"S": "s1:1:a#000"}, "s": {"S": "s1"}, "z": {"B": b"x" * 100}},
+        {"PK": {"S": FRESH}, "SK": {"S": "s1:51:b#000"}, "s": {"S": "s1"}, "z": {"B": b"y" * 1500}},
+    ]
+    table.batch_write_item(RequestItems={"t": [{"PutRequest": {"Item": item}} for item in puts]})
+    table.wru.clear()
+    table.by_kind.clear()
+    return table
+
+
+def _merge(old: int, deletes: list[str], segs: str = '[{"id":"0.1"}]') -> list[dict]:
+    """A merge's transaction as text_index sends it: the manifest from `old` to `old + 1`, and the fresh deletes."""
+    return [
+        {
+            "Update": {
+                "TableName": "t",
+                "Key": {"PK": {"S": MANIFEST[0]}, "SK": {"S": "#"}},
+                "UpdateExpression": "SET #v = :v, #s = :s",
+                "ConditionExpression": "#v = :old",
+                "ExpressionAttributeNames": {"#v": "v", "#s": "segs"},
+                "ExpressionAttributeValues": {":v": {"N": str(old + 1)}, ":s": {"S": segs}, ":old": {"N": str(old)}},
+            }
+        },
+        *(
+            {
+                "Delete": {
+                    "TableName": "t",
+                    "Key": {"PK": {"S": FRESH}, "SK": {"S": sk}},
+                    "ConditionExpression": "attribute_exists(PK)",
+                }
+            }
+            for sk in deletes
+        ),
+    ]
+
+
+def _kb(size: int) -> int:
+    return max(1, -(-size // 1024))
+
+
+# Item sizes by DynamoDB's rule (names plus values; a number of one digit is 2 bytes), written out here.
+MANIFEST_SIZE = len("PK") + len(MANIFEST[0]) + len("SK") + 1 + len("v") + 2 + len("segs") + 2
+FRESH_SIZES = [
+    len("PK") + len(FRESH) + len("SK") + len(sk) + 1 + 2 + 1 + n
+    for sk, n in (("s1:1:a#000", 100), ("s1:51:b#000", 1500))
+]
+
+
+@pytest.mark.parametrize(
+    "old, deletes, reasons",
+    [
+        (1, ["s1:1:a#000", "s1:51:b#000"], ["ConditionalCheckFailed", "None", "None"]),  # another merge came first
+        (2, ["s1:1:a#000", "s1:9:gone#000"], ["None", "None", "ConditionalCheckFailed"]),  # a fresh item purged
+    ],
+    ids=["manifest moved", "fresh item gone"],
+)
+def test_a_merge_whose_condition_fails_applies_nothing_and_bills_every_action_twice(old, deletes, reasons):
+    table = _table()
+    before = {k: dict(v) for k, v in table.items.items()}
+    with pytest.raises(ClientError) as cancelled:
+        table.transact_write_items(TransactItems=_merge(old, deletes))
+    assert cancelled.value.response["Error"]["Code"] == "TransactionCanceledException"
+    assert [r["Code"] for r in cancelled.value.response["CancellationReasons"]] == reasons
+    assert table.items == before
+    # each action at the size of the item it names (a missing one: the minimum), doubled
+    sizes = [MANIFEST_SIZE] + [dict(zip(("s1:1:a#000", "s1:51:b#000"), FRESH_SIZES)).get(sk, 0) for sk in deletes]
+    assert sum(table.wru.values()) == sum(2 * _kb(size) for size in sizes)
+    assert set(table.by_kind) == {("manifest", "refused"), ("fresh", "refused")}
+
+
+def test_a_merge_that_holds_moves_the_manifest_deletes_the_fresh_items_and_bills_the_larger_image_twice():
+    table = _table()
+    segs = '[{"id":"0.1","lv":0,"n":100}]' + " " * 1100  # the manifest grows past 1 KB
+    table.transact_write_items(TransactItems=_merge(2, ["s1:1:a#000", "s1:51:b#000"], segs))
+    manifest = table.items[MANIFEST]
+    assert manifest["v"] == {"N": "3"} and manifest["segs"] == {"S": segs}
+    assert not [key for key in table.items if key[0] == FRESH]
+    assert (
+        table.query(TableName="t", KeyConditionExpression="PK = :pk", ExpressionAttributeValues={":pk": {"S": FRESH}})[
+            "Items"
+        ]
+        == []
     )
-    item = table.items["WS#w#XC", "kayak"]
-    assert item["n"] == {"N": "5"} and item["p:user"] == {"N": "1"} and item["g"] == {"NS": ["1", "2"]}
-    assert "u:s:1:a" not in item and "u:s:51:b" in item
-    assert table.wru == {"counters": 3, "marks removed (deriver)": 1} and table.writes["counters"] == 3
+    after = MANIFEST_SIZE - 2 + len(segs)
+    assert table.by_kind == {
+        ("manifest", "update"): 2 * _kb(after),
+        ("fresh", "delete"): 2 * _kb(FRESH_SIZES[0]) + 2 * _kb(FRESH_SIZES[1]),
+    }
+    assert table.by_kind["fresh", "delete"] == 2 * 1 + 2 * 2
+
+
+def test_dict_table_bills_puts_by_the_larger_image_and_a_failed_conditional_delete_as_a_delete():
+    table = _table()
+    key = {"PK": {"S": FRESH}, "SK": {"S": "s1:51:b#000"}}
+    table.batch_write_item(RequestItems={"t": [{"PutRequest": {"Item": {**key, "z": {"B": b"z" * 10}}}}]})
+    assert table.by_kind == {("fresh", "put"): 2}  # (the 1.5 KB item it replaced)
+    with pytest.raises(ClientError) as refused:
+        table.delete_item(
+            TableName="t",
+            Key=key,
+            ConditionExpression="#u = :u",
+            ExpressionAttributeNames={"#u": "u"},
+            ExpressionAttributeValues={":u": {"S": "s1:51:b"}},
+        )
+    assert refused.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    assert table.by_kind[("fresh", "refused")] == 1 and (FRESH, "s1:51:b#000") in table.items
+    table.batch_write_item(RequestItems={"t": [{"DeleteRequest": {"Key": key}}, {"DeleteRequest": {"Key": key}}]})
+    assert (
+        table.by_kind[("fresh", "delete")] == 2 and (FRESH, "s1:51:b#000") not in table.items
+    )  # (gone: 1 all the same)
+
+
+def test_dict_table_queries_page_by_limit_backward_filtered_and_projected():
+    table = DictTable("t")
+    items = [
+        {"PK": {"S": "P"}, "SK": {"S": f"{n:03d}"}, "s": {"S": "a" if n % 2 else "b"}, "x": {"S": "-"}}
+        for n in range(1, 8)
+    ]
+    table.batch_write_item(RequestItems={"t": [{"PutRequest": {"Item": i}} for i in items]})
+    table.batch_write_item(RequestItems={"t": [{"PutRequest": {"Item": {"PK": {"S": "Q"}, "SK": {"S": "001"}}}}]})
+    request = {
+        "TableName": "t",
+        "KeyConditionExpression": "PK = :pk AND SK <= :last",
+        "ExpressionAttributeValues": {":pk": {"S": "P"}, ":last": {"S": "006"}, ":s": {"S": "a"}},
+        "ScanIndexForward": False,
+        "Limit": 3,
+        "FilterExpression": "#s = :s",
+        "ExpressionAttributeNames": {"#s": "s"},
+        "ProjectionExpression": "SK, #s",
+    }
+    first = table.query(**request)
+    assert [i["SK"]["S"] for i in first["Items"]] == ["005"] and (first["Count"], first["ScannedCount"]) == (1, 3)
+    assert first["Items"][0] == {"SK": {"S": "005"}, "s": {"S": "a"}}
+    assert first["LastEvaluatedKey"] == {"PK": {"S": "P"}, "SK": {"S": "004"}}
+    second = table.query(**request, ExclusiveStartKey=first["LastEvaluatedKey"])
+    assert [i["SK"]["S"] for i in second["Items"]] == ["003", "001"] and "LastEvaluatedKey" not in second
+
+
+def test_dict_table_stops_a_page_at_a_megabyte():
+    table = DictTable("t")
+    big = [{"PK": {"S": "P"}, "SK": {"S": f"{n}"}, "z": {"B": b"0" * 300_000}} for n in range(5)]
+    for item in big:
+        table.batch_write_item(RequestItems={"t": [{"PutRequest": {"Item": item}}]})
+    page = table.query(TableName="t", KeyConditionExpression="PK = :pk", ExpressionAttributeValues={":pk": {"S": "P"}})
+    assert page["ScannedCount"] == 3 and page["LastEvaluatedKey"]["SK"] == {"S": "2"}
+
+
+def test_the_dict_table_load_stores_and_bills_what_botocore_and_moto_do():
+    """bench/retrieval_scale.py's own check on one session (two posts, one merge): the same items, the same units."""
+    from bench.common import use_fake_aws
+
+    use_fake_aws()
+    checked = check_direct(corpus(1))
+    assert checked["messages"] == 100 and checked["items"] > 200
+    assert checked["differing_items"] == 0, checked["example"]
+    assert checked["wru_direct"] == checked["wru_botocore"]

@@ -5,34 +5,44 @@ list, the context, the three searches), and are stored as the same items, kind b
 What legitimately differs, and is left out of the comparison: a message id's tail (random, `make_message_id`: the
 head that encodes the seq is compared), the index unit's nonce (random in the route, the post's first seq in the
 loader: the unit's session and first seq are compared), the route's index-by second `ibu` (its start plus the
-function's remaining time; the loader's is fixed in the past: only its presence is compared), and the workspace's
-name, which is the only difference between the two copies' keys."""
+function's remaining time; the loader's is fixed in the past: only its presence is compared), a segment's id (its
+creation time and a random tail: segments are named by their place in the manifest), and the workspace's name, which
+is the only difference between the two copies' keys.
+
+A second session, LONG, is long enough for its search index to be merged: the route's posts are each followed by
+the deriver's delivery of the stream (its merge), the loader's by its own `merge`."""
 
 from __future__ import annotations
 
+import json
 import re
+import zlib
 from typing import Any
 
 import pytest
 
-from bench.front import call
+from bench.front import Stream, call
 from bench.seed import Said, write_messages
 from local.template import template
 
 FRONT, SEEDED, SESSION = "front", "seeded", "s1"
 POST = 25  # messages a post: the conversation is two posts (and two index units), a run across their boundary
+# A session of three posts in another fresh shard than SESSION's: the second post takes the shard to the merge's 100
+# messages (a segment), the third stays fresh.
+LONG, LONG_MESSAGES, LONG_POST = "s2", 130, 50
 WORDS = (
     "the refund policy covers parts but not labour; the orders tool returned a JSON list of items with prices, dates "
     "and shipping status for Lisbon and Porto, so I opened ticket 4521 and asked finance about the invoice deadline"
 ).split()
 
 
-def conversation() -> list[Said]:
-    """45 messages of two peers: single turns and agent runs (one across the posts' boundary), some with metadata."""
+def conversation(count: int = 45) -> list[Said]:
+    """`count` messages of two peers: single turns and agent runs (one across the first posts' boundary), some with
+    metadata."""
     said: list[Said] = []
     runs = {5: 3, 12: 4, 23: 5, 38: 2}  # first index of a run -> its length (23..27 spans the first post's end)
     run_id, left = None, 0
-    for i in range(45):
+    for i in range(count):
         if i in runs:
             run_id, left = f"run-{i}", runs[i]
         peer = "assistant" if left or i % 2 else "alice"
@@ -43,7 +53,7 @@ def conversation() -> list[Said]:
                 " ".join(words) + f" #{i}",
                 run_id=run_id if left else None,
                 metadata={"turn": i, "tag": "x" * (i % 3)} if i % 4 == 0 else None,
-                created_at=f"2024-05-01T10:{i:02d}:00+00:00",
+                created_at=f"2024-05-01T{10 + i // 60:02d}:{i % 60:02d}:00+00:00",
             )
         )
         left = max(0, left - 1)
@@ -68,28 +78,40 @@ def both():
         yield clients
 
 
+def _post(ws: str, session: str, said: list[Said]) -> None:
+    body = {
+        "messages": [
+            {
+                "peer_id": m.peer,
+                "content": m.content,
+                "created_at": m.created_at,
+                **({"run_id": m.run_id} if m.run_id else {}),
+                **({"metadata": m.metadata} if m.metadata else {}),
+            }
+            for m in said
+        ]
+    }
+    reply = call("POST", f"/v3/workspaces/{ws}/sessions/{session}/messages", body)
+    assert reply.status == 201, reply.body
+
+
 def _load(aws: dict[str, Any]) -> None:
-    said = conversation()
+    """Each session posted to FRONT through the route, the deriver given the stream after each post (as its event
+    mapping gives it a post's inserts), and loaded into SEEDED by bench/seed.py, merged after each post."""
+    said, long = conversation(), conversation(LONG_MESSAGES)
     for ws in (FRONT, SEEDED):
         assert call("POST", "/v3/workspaces", {"id": ws}).status in (200, 201)
-    for at in range(0, len(said), POST):
-        body = {
-            "messages": [
-                {
-                    "peer_id": m.peer,
-                    "content": m.content,
-                    "created_at": m.created_at,
-                    **({"run_id": m.run_id} if m.run_id else {}),
-                    **({"metadata": m.metadata} if m.metadata else {}),
-                }
-                for m in said[at : at + POST]
-            ]
-        }
-        reply = call("POST", f"/v3/workspaces/{FRONT}/sessions/{SESSION}/messages", body)
-        assert reply.status == 201, reply.body
+    deriver = Stream(("DeriveFunction",))
+    for session, messages, post in ((SESSION, said, POST), (LONG, long, LONG_POST)):
+        for at in range(0, len(messages), post):
+            _post(FRONT, session, messages[at : at + post])
+            deriver.drain()
     peers = {"alice": {}, "assistant": {}}
-    assert call("POST", f"/v3/workspaces/{SEEDED}/sessions", {"id": SESSION, "peers": peers}).status in (200, 201)
-    write_messages(aws["dynamodb"], template().table_name, SEEDED, SESSION, said, post=POST, index=True)
+    table = template().table_name
+    for session, messages, post in ((SESSION, said, POST), (LONG, long, LONG_POST)):
+        reply = call("POST", f"/v3/workspaces/{SEEDED}/sessions", {"id": session, "peers": peers})
+        assert reply.status in (200, 201)
+        write_messages(aws["dynamodb"], table, SEEDED, session, messages, post=post, index=True, merge=True)
 
 
 def _id_head(value: Any) -> Any:
@@ -136,15 +158,31 @@ def test_the_searches_rank_the_same(both, query):
 
 def _kind(pk: str, sk: str) -> str | None:
     """The item kinds the loader writes, by key; None for the rest (workspace, session, peers, members)."""
-    if pk.endswith("#S#s1") and sk.startswith("MSG#"):
+    if re.search(r"#S#s\d$", pk) and sk.startswith("MSG#"):
         return "message"
-    if pk.endswith("#S#s1#XD"):
+    if re.search(r"#S#s\d#XD$", pk):
         return "text"
-    if "#XT#" in pk:
-        return "posting"
-    if re.search(r"#XC(#P#\w+)?$", pk):
-        return "counter" if sk != "#" else "statistics"
+    if re.search(r"#XF#\d+$", pk):
+        return "fresh"
+    if "#XG#" in pk:
+        return "segment"
+    if pk.endswith("#XM"):
+        return "manifest"
     return None
+
+
+def _unpacked(value: dict[str, Any], incarnations: dict[str, str]) -> Any:
+    """A packed value (zlib JSON) as its JSON, a session's incarnation (random) named by its session: a doc table's
+    rows are [session, seq, incarnation]."""
+    data = json.loads(zlib.decompress(value["B"]))
+    if isinstance(data, list):
+        data = [
+            [row[0], row[1], f"incarnation of {row[0]}" if row[2] == incarnations.get(row[0]) else row[2]]
+            if isinstance(row, list) and len(row) == 3 and isinstance(row[0], str)
+            else row
+            for row in data
+        ]
+    return data
 
 
 def _stored(client, ws: str) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -157,15 +195,25 @@ def _stored(client, ws: str) -> dict[tuple[str, str, str], dict[str, Any]]:
         if "LastEvaluatedKey" not in page:
             break
         kwargs = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
+    mine = [i for i in items if i["PK"]["S"] == f"WS#{ws}" or i["PK"]["S"].startswith(f"WS#{ws}#")]
+    incarnations = {
+        i["SK"]["S"].removeprefix("SESSION#"): i["incarnation"]["S"]
+        for i in mine
+        if i["SK"]["S"].startswith("SESSION#") and "incarnation" in i
+    }
+    manifest = next((i for i in mine if i["PK"]["S"] == f"WS#{ws}#XM"), None)
+    segments = [s["id"] for s in json.loads(manifest["segs"]["S"])] if manifest else []
+    place = {segment: f"segment {n}" for n, segment in enumerate(segments)}  # (in the manifest's order)
     out = {}
-    for item in items:
+    for item in mine:
         pk, sk = item["PK"]["S"], item["SK"]["S"]
-        if not (pk == f"WS#{ws}" or pk.startswith(f"WS#{ws}#")) or (kind := _kind(pk, sk)) is None:
+        if (kind := _kind(pk, sk)) is None:
             continue
+        key_sk = re.sub(r"[0-9a-f]{8}(?=#\d+$)", "*", sk) if kind == "fresh" else sk  # a unit's nonce
         normal: dict[str, Any] = {}
         for name, value in item.items():
-            if name.startswith("u:"):  # a counter's mark of the unit that counted it
-                normal[re.sub(r"[0-9a-f]{8}$", "*", name)] = value
+            if name == "SK":
+                normal[name] = key_sk
             elif name in ("ib", "u"):  # the unit: its session and first seq; not its nonce
                 normal[name] = re.sub(r"[0-9a-f]{8}$", "*", value["S"])
             elif name == "ibu":
@@ -173,17 +221,22 @@ def _stored(client, ws: str) -> dict[tuple[str, str, str], dict[str, Any]]:
             elif name == "id":
                 normal[name] = value["S"][:7]
             elif name == "PK":
-                normal[name] = pk.removeprefix(f"WS#{ws}")
+                head, _, segment = pk.removeprefix(f"WS#{ws}").partition("#XG#")
+                normal[name] = f"{head}#XG#{place.get(segment, segment)}" if segment else head
+            elif name == "z":
+                normal[name] = _unpacked(value, incarnations)
+            elif name == "segs":
+                normal[name] = [{**s, "id": place[s["id"]]} for s in json.loads(value["S"])]
             else:
                 normal[name] = value
-        out[kind, normal["PK"], sk] = normal
+        out[kind, normal["PK"], key_sk] = normal
     return out
 
 
 def test_the_stored_items_are_the_same_kind_by_kind(both):
     front, seeded = _stored(both["dynamodb"], FRONT), _stored(both["dynamodb"], SEEDED)
     kinds = {kind for kind, _, _ in front}
-    assert kinds == {"message", "text", "posting", "counter", "statistics"}
+    assert kinds == {"message", "text", "fresh", "segment", "manifest"}
     for kind in sorted(kinds):
         mine = {key: item for key, item in seeded.items() if key[0] == kind}
         theirs = {key: item for key, item in front.items() if key[0] == kind}
@@ -191,5 +244,9 @@ def test_the_stored_items_are_the_same_kind_by_kind(both):
         names = {key: sorted(item) for key, item in theirs.items()}
         assert {key: sorted(item) for key, item in mine.items()} == names, f"{kind}: attribute names differ"
         assert mine == theirs, f"{kind}: values differ"
-    units = {item["ib"] for key, item in front.items() if key[0] == "message"}
+    units = {item["ib"] for key, item in front.items() if key[0] == "message" and key[1] == f"#S#{SESSION}"}
     assert units == {"s1:1:*", "s1:26:*"}  # two posts, two units
+    # LONG's first two posts merged into one segment (the doc table names its messages), its third still fresh
+    (segment,) = [item for key, item in front.items() if key[0] == "segment" and key[2].startswith("D")]
+    assert [row[:2] for row in segment["z"]] == [[LONG, seq] for seq in range(1, 2 * LONG_POST + 1)]
+    assert {key[2] for key in front if key[0] == "fresh" and key[1] == "#XF#02"} == {"s2:101:*#000"}

@@ -216,10 +216,13 @@ def test_a_workspace_sustains_what_its_hottest_item_or_partition_allows():
 
 
 def test_hot_keys_are_named_by_what_they_hold():
-    assert key_kind("item", "WS#bench#XC", "#") == "workspace statistics"
-    assert key_kind("item", "WS#bench#XC#P#alice", "#") == "speaker statistics"
-    assert key_kind("item", "WS#bench#XC", "lisbon") == "workspace term counter"
-    assert key_kind("partition", "", "WS#bench#XT#lisbon") == "term postings"
+    assert key_kind("item", "WS#bench#XM", "#") == "index manifest"
+    assert key_kind("item", "WS#bench#XF#03", "s0:1:0a1b2c3d#000") == "fresh index shard: a post's unit"
+    assert key_kind("partition", "", "WS#bench#XF#03") == "fresh index shard"
+    assert key_kind("item", "WS#bench#XG#1.1733356800000.0a1b2c3d", "T00002") == "index segment: term bucket"
+    assert key_kind("item", "WS#bench#XG#0.1733356800000.0a1b2c3d", "H") == "index segment: header"
+    assert key_kind("partition", "", "WS#bench#XG#0.1733356800000.0a1b2c3d") == "index segment"
+    assert key_kind("item", "WS#bench#S#s0#XD", "0000000042") == "session indexed texts: {n}"
     assert key_kind("partition", "", "WS#bench#S#s0") == "session (messages, cursors)"
     assert key_kind("partition", "ByDue", "bench") == "ByDue index: {ws}"
 

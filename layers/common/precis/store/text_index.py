@@ -844,8 +844,10 @@ def rank_workspace(
     if not weights:
         return []
 
-    # Every message with a term: its exact score.
-    scores: dict[tuple[str, Any], float] = {}
+    # Every message with a term: its exact score, its terms summed in the query's order as a fresh one's are
+    # (`Query.score`), not in the order the buckets were read: equal scores are then equal to the last bit, and a
+    # tie goes to the smaller key wherever the two messages are indexed.
+    parts: dict[tuple[str, Any], dict[str, float]] = {}
     for (segment, term), flat in read.postings.items():
         if term not in weights or segment not in segments:
             continue
@@ -853,8 +855,8 @@ def rank_workspace(
         for i in range(0, len(flat), 4):
             if peer is not None and flat[i + 3] != number:
                 continue
-            key = (segment, flat[i])
-            scores[key] = scores.get(key, 0.0) + weight * saturation(flat[i + 1], flat[i + 2], average)
+            parts.setdefault((segment, flat[i]), {})[term] = weight * saturation(flat[i + 1], flat[i + 2], average)
+    scores = {key: sum(said[t] for t in weights if t in said) for key, said in parts.items()}
     query = Query(weights)
     for fresh_key, d in fresh.items():
         score = query.score(d.document, average)
@@ -873,17 +875,18 @@ def _resolve(
 ) -> list[tuple[Key, float]]:
     """The k best of `scores` as ((session, seq), score), ties to the smaller key: each candidate's doc read from its
     segment's doc table, those of deleted sessions and earlier incarnations, those `keep` refuses, and repeats left
-    out. Read in rounds, best first, until the k-th's score is above every unread one's."""
+    out. Read in rounds, best first, until the k-th's score is above every unread one's; each round twice the last,
+    so that many candidates tied at the k-th score (a speaker's name alone) take a few rounds, not one per session."""
     order = sorted(scores.items(), key=lambda kv: -kv[1])
     tables: dict[tuple[str, int], list[Any]] = {}
     sessions: dict[str, dict[str, Any] | None] = {}
     kept: dict[Key, float] = {}
-    at = 0
+    at, size = 0, max(2 * k, 20)
     while at < len(order):
         if len(kept) >= k and order[at][1] < sorted(kept.values(), reverse=True)[k - 1]:
             break
-        batch = order[at : at + max(2 * k, 20)]
-        at += len(batch)
+        batch = order[at : at + size]
+        at, size = at + len(batch), 2 * size
         wanted = sorted({(seg, number // DOC_PART) for (seg, number), _ in batch if seg} - set(tables))
         doc_tables = [{"PK": keys.text_segment_pk(ws, s), "SK": f"D{j:05d}"} for s, j in wanted]
         for item in _get(db, doc_tables, budget, bounded=False):
