@@ -338,7 +338,9 @@ def load(client, messages: Sequence[Message]) -> None:
 
 
 KB, PAGE = 1024, 1024 * 1024  # a write unit's size; a Query page's
-_KEY_CONDITION = re.compile(r"PK = (:\w+)(?: AND SK (<=|<|>=|>|=) (:\w+)| AND begins_with\(SK, (:\w+)\))?")
+_KEY_CONDITION = re.compile(
+    r"PK = (:\w+)(?: AND SK (<=|<|>=|>|=) (:\w+)| AND begins_with\(SK, (:\w+)\)| AND SK BETWEEN (:\w+) AND (:\w+))?"
+)
 _SET = re.compile(r"SET (.+)")
 _ASSIGNMENT = re.compile(r"(#?\w+) = (:\w+)")
 _TEST = re.compile(r"(attribute_exists|attribute_not_exists)\((#?\w+)\)|(#?\w+) = (:\w+)")
@@ -493,9 +495,10 @@ class DictTable:
         if matched is None:
             raise NotImplementedError(KeyConditionExpression)
         values = request["ExpressionAttributeValues"]
-        pk_value, operator, sk_value, prefix = matched.groups()
+        pk_value, operator, sk_value, prefix, low, high = matched.groups()
         pk = values[pk_value]["S"]
         bound = values[sk_value]["S"] if sk_value else None
+        between = (values[low]["S"], values[high]["S"]) if low else None
         compare = {
             "<=": lambda s: s <= bound,
             "<": lambda s: s < bound,
@@ -507,7 +510,9 @@ class DictTable:
             sks = [
                 s
                 for s in self.keys.get(pk, ())
-                if (operator is None or compare[operator](s)) and (prefix is None or s.startswith(values[prefix]["S"]))
+                if (operator is None or compare[operator](s))
+                and (prefix is None or s.startswith(values[prefix]["S"]))
+                and (between is None or between[0] <= s <= between[1])
             ]
             forward = request.get("ScanIndexForward", True)
             if not forward:
@@ -657,7 +662,7 @@ class ReadMeter:
     bench/cost.py's `Capacity` finds the same by asking each page again and sizing every item it names: at 100,000
     messages, most of the searches' time. `measure_precis` runs both at the small size and compares."""
 
-    _KEY = re.compile(r"PK = (:\w+)(?: AND (?:begins_with\(SK, (:\w+)\)|SK <= (:\w+)))?")
+    _KEY = re.compile(r"PK = (:\w+)(?: AND (?:begins_with\(SK, (:\w+)\)|SK <= (:\w+)|SK BETWEEN (:\w+) AND (:\w+)))?")
 
     def __init__(self, client, sizes: dict[tuple[str, str], int]):
         self.sizes = sizes
@@ -704,6 +709,9 @@ class ReadMeter:
                 high = bisect.bisect_left(sks, prefix + "\U0010ffff")
             if matched.group(3):
                 high = bisect.bisect_right(sks, values[matched.group(3)]["S"])
+            if matched.group(4):
+                low = bisect.bisect_left(sks, values[matched.group(4)]["S"])
+                high = bisect.bisect_right(sks, values[matched.group(5)]["S"])
             after = (params.get("ExclusiveStartKey") or {}).get("SK", {}).get("S")
             if params.get("ScanIndexForward") is False:
                 if after is not None:

@@ -65,6 +65,9 @@ def on_stream(
         if found is not None:
             targets.setdefault(found, []).append(image)
     outcomes: dict[Target, Outcome | None] = {}
+    _merge_index(
+        db, [image for found, images in targets.items() if isinstance(found, DeriveTarget) for image in images]
+    )
 
     def run(found: Target) -> None:
         outcomes[found] = derive(db, found, time_left, images=targets[found])
@@ -178,9 +181,21 @@ def _backfill(db: Db, found: BackfillTarget) -> None:
     logger.info("backfill", extra={"scope": found.scope, "session": found.session, "copied": copied})
 
 
+def _merge_index(db: Db, images: list[dict[str, Any]]) -> None:
+    """Merge the batch's sessions' fresh index shards, once a batch (its targets run side by side: each merging
+    would build the same segment twice and throw one away). A failure is logged: what was not merged is still
+    found (its fresh items), and the next batch merges it."""
+    from precis.store.message_search import merge_fresh
+
+    try:
+        merge_fresh(db, images)
+    except Exception:  # noqa: BLE001 - a merge is an optimisation of reads, never a reason to fail a derivation
+        logger.exception("merging the search index's fresh units failed; the next batch merges them")
+        concurrency.add_metric(name="IndexMergesFailed", unit=MetricUnit.Count, value=1)
+
+
 def _index(db: Db, images: list[dict[str, Any]]) -> None:
-    """Settle the messages' index units and embed them for search, once each (a replayed record finds its vector
-    written)."""
+    """Embed the messages for search, once each (a replayed record finds its vector written)."""
     from precis.memory.embeddings import configured_embedder
     from precis.store.message_search import index_messages
 

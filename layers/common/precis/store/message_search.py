@@ -68,20 +68,14 @@ def index_messages(
     now: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
-    """The deriver's part, as inserted messages come down the stream (their images): their sessions' fresh index
-    shards are merged into segments once they hold enough (`text_index.merge`), and with a semantic embedder each
-    message is embedded once. Bound to the session's incarnation (nothing lands in a deleted session); how many
-    vectors."""
+    """The deriver's part for one target, as inserted messages come down the stream (their images): with a semantic
+    embedder each message is embedded once. Bound to the session's incarnation (nothing lands in a deleted session);
+    how many vectors."""
     by_session: dict[tuple[str, str], dict[int, MessageItem]] = {}
     for image in images:
         ws, session_id = keys.parse_session_pk(image["PK"])
         by_session.setdefault((ws, session_id), {})[int(image["seq"])] = as_message(image)
     written = 0
-    by_workspace: dict[str, set[str]] = {}
-    for ws, session_id in by_session:
-        by_workspace.setdefault(ws, set()).add(session_id)
-    for ws, session_ids in by_workspace.items():
-        text_index.merge(db, ws, session_ids)
     for (ws, session_id), messages in by_session.items():
         session = session_item(db, ws, session_id)
         if session is None or "deleted_at" in session:
@@ -102,6 +96,16 @@ def index_messages(
             ]
             written += _put(db, ws, session_id, session["incarnation"], puts)
     return written
+
+
+def merge_fresh(db: Db, images: Iterable[dict[str, Any]]) -> int:
+    """Once per stream batch (its inserted messages' images): merge their sessions' fresh index shards into
+    segments once they hold enough (`text_index.merge`); how many messages were merged."""
+    by_workspace: dict[str, set[str]] = {}
+    for image in images:
+        ws, session_id = keys.parse_session_pk(image["PK"])
+        by_workspace.setdefault(ws, set()).add(session_id)
+    return sum(text_index.merge(db, ws, sessions) for ws, sessions in sorted(by_workspace.items()))
 
 
 def ensure_indexed(
@@ -149,7 +153,7 @@ def index_unit(db: Db, ws: str, session_id: str, unit: str, members: Sequence[Me
     the upgrade's backfill both index through here, so they pass `index_texts` the same texts for the same unit.
     A member whose text a clone's copy wrote under its own unit is left out (its words are counted there already;
     found among the unit's texts it would make `index_texts` take the unit for counted). How many texts were written."""
-    found = batch_get(db, [keys.text_doc(ws, session_id, int(m["seq"])) for m in members], ("seq", "u"))
+    found = text_index.texts_at(db, ws, session_id, (int(m["seq"]) for m in members))
     elsewhere = {int(i["seq"]) for i in found if i.get("u") not in (None, unit)}
     batch = [m for m in members if int(m["seq"]) not in elsewhere]
     texts = [
