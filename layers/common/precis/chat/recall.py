@@ -155,7 +155,8 @@ class Recall:
             filters,
             semantic=self._semantic,
             base=self._base if self.session_id else None,
-            **within,
+            session_id=within.get("session_id"),
+            peer_id=within.get("peer_id"),
         )
         found = _within(found, message_line)
         self.evidence.read_messages(found)

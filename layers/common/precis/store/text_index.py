@@ -937,8 +937,8 @@ def _resolve(
             budget.spend(math.ceil(len(fresh_ids) / 100), 0)
             sessions.update({s: found.get(s) for s in fresh_ids})
         for (session, seq, incarnation), score in resolved:
-            item = sessions.get(session)
-            if item is None or "deleted_at" in item or incarnation not in ("", item.get("incarnation") or ""):
+            held = sessions.get(session)
+            if held is None or "deleted_at" in held or incarnation not in ("", held.get("incarnation") or ""):
                 continue  # (a fresh unit its writer did not name an incarnation for is the session's)
             key = (session, int(seq))
             if keep is not None and not keep(key):
