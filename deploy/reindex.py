@@ -7,7 +7,7 @@ none of them: search does not find it. `python -m deploy.reindex --table precis-
 
 - every session: each message without a text is indexed, whole units at a time (a batch, or for a message stored
   without one the aligned block of 100 seqs it is in) through the deriver's own repair path
-  (`message_search.reindex_session`), so the repair and this backfill never count a unit twice or in part;
+  (`search.reindex_session`), so the repair and this backfill never count a unit twice or in part;
 - every collection: each conclusion without a text item gets one (`conclusions.write_missing_texts`);
 - the earlier releases' hashed term statistics (`keys.message_terms`, each `keys.collection_terms`) are deleted, and
   with `--strip` their BM25 vectors (`tvec`, `tsig`, `tlen`) are removed from the message and conclusion vector
@@ -38,7 +38,7 @@ if str(LAYER_DIR) not in sys.path:
 
 from botocore.exceptions import ClientError  # noqa: E402
 
-from precis.store import conclusions, keys, message_search  # noqa: E402
+from precis.store import conclusions, keys, search  # noqa: E402
 from precis.store.db import Db, batch_get, error_code, query_all, to_item  # noqa: E402
 from precis.store.records import delete_keys  # noqa: E402
 from precis.store.resources import partition_items, require_workspace, workspace_ids  # noqa: E402
@@ -78,9 +78,7 @@ class Totals:
     @property
     def pending(self) -> bool:
         """Whether a dry run found anything to do."""
-        return bool(
-            self.left or self.indexed or self.conclusion_texts or self.statistics or self.stripped
-        )
+        return bool(self.left or self.indexed or self.conclusion_texts or self.statistics or self.stripped)
 
 
 class UnitLimit(Exception):
@@ -158,7 +156,7 @@ def reindex_workspace(
     `done` as it goes (a run stopped midway still says what it did)."""
     started = shown = clock()
     sessions = _sessions(db, ws)
-    number, walked = 0, message_search.Reindexed()
+    number, walked = 0, search.Reindexed()
 
     def tick() -> None:
         """A line every PROGRESS_S, between units and between sessions: a long session says how it goes too."""
@@ -174,11 +172,9 @@ def reindex_workspace(
         tick()
 
     for number, session_id in enumerate(sessions, 1):  # noqa: B007 - tick() reports `number`
-        walked = message_search.Reindexed()
+        walked = search.Reindexed()
         try:
-            message_search.reindex_session(
-                db, ws, session_id, dry_run=dry_run, on_unit=unit_done, progress=walked
-            )
+            search.reindex_session(db, ws, session_id, dry_run=dry_run, on_unit=unit_done, progress=walked)
         finally:
             done.sessions += 1
             for name in _WALKED:
@@ -195,7 +191,7 @@ def reindex_workspace(
             )
         if strip:
             done.stripped += _strip(db, keys.message_vectors_pk(ws, session_id), "MV#", dry_run)
-        walked = message_search.Reindexed()
+        walked = search.Reindexed()
         tick()
     collections = _collections(db, ws)
     for observer, observed in collections:

@@ -303,6 +303,51 @@ def test_only_the_store_names_keys_or_calls_the_clients():
     assert not reaches, "outside the store:\n" + "\n".join(reaches)
 
 
+# ---------------------------------------------------------------- search's one face
+
+# Indexing and ranking messages live behind `precis.store.search`: the index's own modules are imported by it and by
+# each other only, so ingest, the deriver, clones, purges and deploy/reindex call one set of functions, and a second
+# backend is a module behind them (docs/design.md, "Lexical ranking").
+SEARCH_INSIDE = {"precis.store.search", "precis.store.text_index", "precis.store.message_search"}
+SEARCH_BEHIND = {"precis.store.text_index", "precis.store.message_search"}
+
+
+def _search_reaches(root: Path) -> list[str]:
+    """`file:line imports module` for each import of the index's own modules in `root`'s files (at any depth)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.is_relative_to(PACKAGE) and _module_of(path) in SEARCH_INSIDE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            found += [
+                f"{path.relative_to(PACKAGE.parents[2], walk_up=True)}:{node.lineno} imports {n}"
+                for n in names
+                if n in SEARCH_BEHIND
+            ]
+    return found
+
+
+def test_the_search_check_sees_the_index_imported(tmp_path):
+    (tmp_path / "a.py").write_text(
+        "from precis.store import search, text_index\ndef f():\n    import precis.store.message_search\n"
+    )
+    assert _search_reaches(tmp_path) == [
+        f"{tmp_path.relative_to(PACKAGE.parents[2], walk_up=True)}/a.py:1 imports precis.store.text_index",
+        f"{tmp_path.relative_to(PACKAGE.parents[2], walk_up=True)}/a.py:3 imports precis.store.message_search",
+    ]
+
+
+def test_only_the_search_face_is_imported_from_outside_the_index():
+    assert _search_reaches(PACKAGE) == []
+    assert _search_reaches(PACKAGE.parents[2] / "deploy") == []
+    assert _search_reaches(PACKAGE.parents[2] / "functions") == []
+
+
 # ---------------------------------------------------------------- the local stack
 
 # local/'s floors, lowest first: a module imports only from its own floor or below. The template and what every floor

@@ -17,14 +17,10 @@ from precis.lexical import (
     MAX_WORD,
     B,
     Document,
-    Page,
-    Posting,
     Query,
     Stats,
-    group_of,
     stem,
     terms,
-    top_k,
 )
 
 # From Porter's own sample vocabulary (tartarus.org/martin/PorterStemmer/voc.txt and output.txt).
@@ -215,132 +211,3 @@ def test_a_message_counts_its_speaker_among_its_terms():
     assert said.counts["alic"] == 2 and said.length == 4
     stats = Stats.of([said, Document.of("the weather is nice", speaker="bob")])
     assert Query.of("where does alice live", stats).score(said, stats.average_length) > 0
-
-
-# ---------------------------------------------------------------- top k from postings, against brute force
-
-
-class ListReader:
-    """One (term, group)'s postings in memory, in the index's order (length, then key), read a page at a time;
-    `keep` drops some as a filtered Query does (they still move the read on)."""
-
-    def __init__(self, term, group, postings, keep=lambda key: True):
-        self.term, self.group, self.keep = term, group, keep
-        self.postings = sorted(postings, key=lambda p: (p.length, p.key))
-        self.at = 0
-        self.reads = 0
-
-    def read(self, size):
-        self.reads += 1
-        chunk = self.postings[self.at : self.at + size]
-        self.at += len(chunk)
-        last = (chunk[-1].length, chunk[-1].key) if chunk else None
-        return Page([p for p in chunk if self.keep(p.key)], last, self.at >= len(self.postings))
-
-
-def readers_for(documents, keep=lambda key: True):
-    lists = {}
-    for key, document in documents.items():
-        for term, count in document.counts.items():
-            lists.setdefault((term, group_of(count)), []).append(Posting(key, count, document.length))
-    return [ListReader(term, group, postings, keep) for (term, group), postings in lists.items()]
-
-
-def brute_force(weights, documents, average, k):
-    return [key for key, _ in brute_force_scores(weights, documents, average, k)]
-
-
-def same_ranking(found, weights, documents, average, k) -> bool:
-    """`found` is the brute force's top k, but that keys whose scores tie mathematically may come in either order: two
-    formulas of one score can round apart in the last bit (tf 6 of length 16 and tf 4 of length 8 tie exactly)."""
-    expected = brute_force_scores(weights, documents, average, k)
-    if [key for key, _ in found] == [key for key, _ in expected]:
-        return True
-    every = dict(brute_force_scores(weights, documents, average, len(documents)))
-    return len(found) == len(expected) and all(
-        key in every and math.isclose(every[key], score, rel_tol=1e-12) for (key, _), (_, score) in zip(found, expected)
-    )
-
-
-def brute_force_scores(weights, documents, average, k):
-    scores = {}
-    for key, document in documents.items():
-        score = sum(
-            w * document.counts[t] * (K1 + 1) / (document.counts[t] + K1 * (1 - B + B * document.length / average))
-            for t, w in weights.items()
-            if t in document.counts
-        )
-        if score > 0:
-            scores[key] = score
-    return [(key, scores[key]) for key in sorted(scores, key=lambda key: (-scores[key], key))[:k]]
-
-
-VOCABULARY = [f"t{i}" for i in range(40)]
-ZIPF = st.integers(0, 39).map(lambda i: VOCABULARY[int(39 * (i / 39) ** 3)])  # a few words said far more often
-MESSAGE = st.tuples(st.lists(ZIPF, min_size=0, max_size=14), st.sampled_from(["user", "assistant", "ana"]))
-
-
-@given(
-    messages=st.lists(MESSAGE, min_size=1, max_size=60),
-    query=st.lists(ZIPF, min_size=1, max_size=4),
-    speaker=st.sampled_from([None, "user", "ana"]),
-    k=st.integers(1, 12),
-    peer=st.sampled_from([None, "user"]),
-)
-@settings(max_examples=300, deadline=None)
-def test_top_k_from_postings_is_the_brute_force_ranking(messages, query, speaker, k, peer):
-    documents = {("s", i): Document.of(" ".join(words), who) for i, (words, who) in enumerate(messages)}
-    speakers = {("s", i): who for i, (_, who) in enumerate(messages)}
-    scope = {key: d for key, d in documents.items() if peer is None or speakers[key] == peer}
-    stats = Stats.of(scope.values())
-    weights = Query.of(" ".join(query + ([speaker] if speaker else [])), stats).weights
-    readers = readers_for(documents, keep=lambda key: peer is None or speakers[key] == peer)
-    found = top_k(weights, readers, k, stats.average_length, lambda keys: {key: documents[key] for key in keys})
-    assert same_ranking(found, weights, scope, stats.average_length, k), (
-        found,
-        brute_force(weights, scope, stats.average_length, k),
-    )
-
-
-def test_a_run_of_equal_scores_stops_after_the_k_it_needs():
-    # 2,000 messages of one length by the same speaker: a query for the speaker ties them all.
-    documents = {("s", i): Document.of("okay", "user") for i in range(2000)}
-    stats = Stats.of(documents.values())
-    weights = Query.of("user", stats).weights
-    readers = readers_for(documents)
-    found = top_k(weights, readers, 10, stats.average_length, lambda keys: {})
-    assert [key for key, _ in found] == [("s", i) for i in range(10)]
-    assert sum(r.at for r in readers) <= 11
-
-
-def zipf_corpus(size: int, seed: int = 7) -> dict:
-    import random
-
-    rng = random.Random(seed)
-    vocabulary = [f"w{i}q" for i in range(3000)]
-    weights = [1 / (rank + 1) for rank in range(len(vocabulary))]
-    return {
-        ("s", i): Document.of(
-            " ".join(rng.choices(vocabulary, weights, k=rng.randint(4, 20))), rng.choice(["user", "assistant"])
-        )
-        for i in range(size)
-    }
-
-
-def test_what_a_search_for_a_rare_word_reads_follows_its_terms_and_k_not_the_corpus():
-    read, first = {}, {}
-    for size in (1_000, 20_000):
-        documents = zipf_corpus(size)
-        documents[("s", size)] = Document.of("we should take the kayak out w3q", "user")  # said once
-        stats = Stats.of(documents.values())
-        for query in ("what about the kayak?", "the kayak and w3q for the user"):
-            weights = Query.of(query, stats).weights
-            readers = readers_for(documents)
-            found = top_k(weights, readers, 10, stats.average_length, lambda keys, d=documents: {k: d[k] for k in keys})
-            assert same_ranking(found, weights, documents, stats.average_length, 10)
-            first[size, query] = found[0][0] == ("s", size)
-            read[size, query] = sum(r.at for r in readers)
-    assert all(first.values()), first
-    # A query whose k best are decided by a rare word reads the same few postings at any size; one that must
-    # rank texts by common words alone (w3q, said in a third of them) reads deeper as there are more of them.
-    assert read[20_000, "what about the kayak?"] == read[1_000, "what about the kayak?"] == 1

@@ -1,17 +1,14 @@
-"""Lexical ranking: Okapi BM25 over stemmed words, exactly, and its top k found from impact-ordered postings.
+"""Lexical ranking: Okapi BM25 over stemmed words, exactly.
 
 BM25's score of a text d for a query q is a sum over the query's terms t of idf(t) x sat(t, d), where sat is the
 term's saturated, length-normalised count in d and idf comes from how many of the corpus's texts say t. A corpus is a
 search's scope (a workspace's messages, one peer's, one session's, a collection's conclusions): its statistics
 (`Stats`) are exact counts, so the score is the textbook's over exactly those texts.
 
-`top_k` finds the k best texts without scoring the corpus: each query term's postings are read in groups by count
-(every posting of group g says the term g times; the last group, 9 or more), each group shortest text first, so that
-no unread posting of a group can score more than the last one read. It stops once the k-th best known score beats
-what any text not yet fully seen could still reach (Fagin's threshold, with bounds from each text's known length),
-then reads the exact counts of the winners still missing a term. Ties go to the smaller key, the order postings are
-read in, so a run of equal scores stops as early as a strict winner would. `fuse` blends a BM25 ranking with a
-semantic one by weighted reciprocal rank (BM25's share `LEXICAL_WEIGHT`). Everything here is pure: no I/O.
+`rank_texts` ranks a small corpus whole (a session's texts, a collection's conclusions; the workspace's index,
+`store/text_index.py`, scores what its postings name the same way). Ties go to the smaller key. `fuse` blends a BM25
+ranking with a semantic one by weighted reciprocal rank (BM25's share `LEXICAL_WEIGHT`). Everything here is pure: no
+I/O.
 """
 
 from __future__ import annotations
@@ -19,10 +16,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Protocol
 
 # Lucene's (Anserini's) defaults: chat messages are short, so length normalisation weighs less than in the textbook's
 # 1.2 / 0.75 (on `make bench retrieval`: recall@10 0.48 with those, 0.49 with these).
@@ -31,8 +27,6 @@ SPEAKER_WEIGHT = 2  # how many times a message's speaker counts among its terms 
 AVERAGE_LENGTH = 12.0  # terms of a chat message, until a corpus has its own average
 MAX_WORD = 64  # characters of a word that count: a longer one is cut (a 1,000-letter "word" is one term, not a hazard)
 MAX_TERMS = 1024  # distinct terms indexed per text, its most frequent: bounds a text's index entries at any size
-GROUPS = 9  # postings are grouped by count 1-8, and 9 or more
-RESOLVE_AT_ONCE = 100  # texts a search reads the counts of in one go (a BatchGetItem) rather than reading on
 _WORD = re.compile(r"[^\W_]+")
 STOPWORDS = frozenset(
     "a about after again all also am an and any are as at be because been before being both but by can could did do "
@@ -195,11 +189,6 @@ def terms(text: str) -> list[str]:
     return [stem(w) for w in content]
 
 
-def group_of(count: int) -> int:
-    """The postings group of a term said `count` times."""
-    return min(count, GROUPS)
-
-
 @dataclass(frozen=True)
 class Document:
     """What the index keeps of a text: its terms' counts (its MAX_TERMS most frequent) and its length in terms."""
@@ -291,177 +280,7 @@ def rank_all(query: Query, documents: Mapping[Key, Document], average_length: fl
     return sorted(((key, s) for key, s in scored if s > 0), key=lambda hit: (-hit[1], hit[0]))[:k]
 
 
-# ---------------------------------------------------------------- top k from postings
-
 Key = tuple[str, int]  # a text's key, and its order among equal scores: (session id, seq) or (collection, id)
-
-
-@dataclass(frozen=True)
-class Posting:
-    key: Key
-    count: int
-    length: int
-
-
-@dataclass(frozen=True)
-class Page:
-    postings: list[Posting]
-    last: tuple[int, Key] | None  # (length, key) of the last posting the read went past (read or filtered out)
-    done: bool  # the group has nothing after it
-
-
-class Reader(Protocol):
-    """Reads one (term, group)'s postings in order: length, then key."""
-
-    term: str
-    group: int
-
-    def read(self, size: int) -> Page: ...
-
-
-@dataclass
-class _Cursor:
-    reader: Reader
-    weight: float
-    last: tuple[int, Key] | None = None
-    done: bool = False
-    size: int = 0  # the next page's size: doubles at each read
-
-    @property
-    def floor(self) -> int:
-        """The least length a posting not read yet can have (a text saying a term g times is g terms long at least)."""
-        return self.last[0] if self.last else self.reader.group
-
-    def reach(self, length: int, average: float) -> float:
-        """The most a posting not read yet adds to a text of `length`: nothing if the text is shorter than where the
-        read is (it would have been read); its count's saturation at that length otherwise."""
-        if self.done or length < self.floor:
-            return 0.0
-        if self.reader.group >= GROUPS:  # 9 or more: any count up to the text's length
-            return self.weight * saturation(length, length, average)
-        return self.weight * saturation(self.reader.group, length, average)
-
-
-@dataclass
-class _Candidate:
-    length: int
-    known: dict[str, float] = field(default_factory=dict)
-    exact: bool = False  # its counts were read: `known` is its whole score
-
-    @property
-    def lower(self) -> float:
-        return sum(self.known.values())
-
-
-def top_k(
-    weights: Mapping[str, float],
-    readers: Sequence[Reader],
-    k: int,
-    average: float,
-    counts_of: Callable[[list[Key]], Mapping[Key, Document]],
-    *,
-    first_page: int | None = None,
-    max_page: int = 1000,
-) -> list[tuple[Key, float]]:
-    """The k best texts for a query of `weights` (term -> idf x query count) from its terms' postings, exactly as
-    scoring every text would rank them; `counts_of` reads texts' exact counts (winners, and the few texts seen in
-    only some of their terms that could still beat the k-th, are settled that way instead of reading on)."""
-    cursors = [_Cursor(r, weights[r.term]) for r in readers if weights.get(r.term, 0) > 0]
-    by_term: dict[str, list[_Cursor]] = {}
-    for cursor in cursors:
-        by_term.setdefault(cursor.reader.term, []).append(cursor)
-    seen: dict[Key, _Candidate] = {}
-
-    def resolve(keys: list[Key]) -> None:
-        exact = counts_of(keys) if keys else {}
-        for key in keys:
-            document, candidate = exact.get(key), seen[key]
-            candidate.exact = True
-            if document is not None:  # (None: deleted since it was indexed; what its postings said stands)
-                candidate.known = {
-                    t: weights[t] * saturation(document.counts[t], document.length, average)
-                    for t in by_term
-                    if t in document.counts
-                }
-
-    for cursor in cursors:
-        cursor.size = first_page or k + 1
-    while k > 0 and any(not c.done for c in cursors):
-        # Read on where it matters: the groups whose next posting could add the most (at least half the most any
-        # could), so a common word's long list waits while a rare word's short one settles the winners.
-        potential = {id(c): c.reach(c.floor, average) for c in cursors if not c.done}
-        most = max(potential.values())
-        for cursor in cursors:
-            if cursor.done or potential[id(cursor)] < most / 2:
-                continue
-            page = cursor.reader.read(cursor.size)
-            cursor.size = min(cursor.size * 2, max_page)
-            for posting in page.postings:
-                candidate = seen.setdefault(posting.key, _Candidate(posting.length))
-                if not candidate.exact:
-                    candidate.known[cursor.reader.term] = cursor.weight * saturation(
-                        posting.count, posting.length, average
-                    )
-            cursor.last, cursor.done = page.last or cursor.last, page.done
-        doubtful = _doubtful(seen, by_term, k, average)
-        if doubtful is not None and len(doubtful) <= RESOLVE_AT_ONCE + 4 * k:
-            resolve(doubtful)
-            doubtful = _doubtful(seen, by_term, k, average)
-        if doubtful == []:
-            break
-    ranked = sorted(seen.items(), key=lambda kv: (-kv[1].lower, kv[0]))
-    best = [key for key, _ in ranked[:k]]
-    resolve([key for key in best if not seen[key].exact and len(seen[key].known) < len(by_term)])
-    scored = [(key, sum(seen[key].known[t] for t in weights if t in seen[key].known)) for key in best]
-    return sorted(((key, s) for key, s in scored if s > 0), key=lambda hit: (-hit[1], hit[0]))[:k]
-
-
-def _doubtful(
-    seen: dict[Key, _Candidate], by_term: dict[str, list[_Cursor]], k: int, average: float
-) -> list[Key] | None:
-    """Whether the k best known texts can still be beaten (or tied by a smaller key): None when a text not seen yet
-    could, else the seen texts that could (settled by their counts); [] when nothing can."""
-    open_terms = {t: [c for c in cs if not c.done] for t, cs in by_term.items()}
-    open_terms = {t: cs for t, cs in open_terms.items() if cs}
-    if not open_terms:
-        return []
-    if len(seen) < k:
-        return None
-
-    def reach(term_cursors: list[_Cursor], length: int) -> float:
-        return max(c.reach(length, average) for c in term_cursors)
-
-    ranked = sorted(seen.items(), key=lambda kv: (-kv[1].lower, kv[0]))
-    kth_key, kth = ranked[k - 1]
-    floor = kth.lower
-    # A text not seen at all has one length L, and only groups whose read has come to L can hold it: the most it
-    # reaches is the largest, over the lengths where a read stands, of what those groups add at that length (each
-    # group's part falls as L grows; the 9-or-more groups are bounded by their largest saturation).
-    cursors = [c for cs in open_terms.values() for c in cs]
-    unseen = 0.0
-    for length in sorted({c.floor for c in cursors}):
-        total = sum(reach(cs, length) for cs in open_terms.values())
-        total += sum(c.weight * (K1 + 1) for c in cursors if c.reader.group >= GROUPS)
-        unseen = max(unseen, total)
-    if unseen > floor:
-        return None
-    # To tie, such a text must come after the last posting read in a group that holds it: after the smallest.
-    if unseen == floor and (
-        any(c.last is None for c in cursors) or not kth_key < min(c.last[1] for c in cursors if c.last)
-    ):
-        return None
-    doubtful = []
-    for key, candidate in ranked:
-        if candidate.exact or len(candidate.known) == len(by_term):
-            continue
-        reach_ = candidate.lower + sum(
-            reach(cs, candidate.length) for t, cs in open_terms.items() if t not in candidate.known
-        )
-        if key in (k for k, _ in ranked[:k]):
-            continue  # a winner already: its exact score comes at the end
-        if reach_ > floor or (reach_ == floor and key < kth_key):
-            doubtful.append(key)
-    return doubtful
 
 
 # --- fusing with a semantic ranking ----------------------------------------------------------------------------------
@@ -482,3 +301,21 @@ def fuse[K](lexical: Sequence[K], semantic: Sequence[K] | None, weight: float = 
         for rank, key in enumerate(ranking, start=1):
             fused[key] = fused.get(key, 0.0) + share / (RRF_K + rank)
     return sorted(fused, key=lambda k: (-fused[k], k))
+
+
+# ---------------------------------------------------------------- a query, and a small corpus ranked whole
+
+MAX_QUERY_TERMS = 99  # distinct words of a query that count
+
+
+def query_terms(text: str) -> Counter[str]:
+    """A query's distinct terms and how often it says each (its first MAX_QUERY_TERMS)."""
+    counts = Counter(terms(text))
+    return Counter(dict(list(counts.items())[:MAX_QUERY_TERMS]))
+
+
+def rank_texts(documents: Mapping[Key, Document], text: str, k: int) -> list[tuple[Key, float]]:
+    """The k best of `documents` for `text` by BM25 over exactly them (their own idf and average length)."""
+    stats = Stats.of(documents.values())
+    query = Query({t: idf(stats.df.get(t, 0), stats.documents) * n for t, n in query_terms(text).items()})
+    return rank_all(query, documents, stats.average_length, k) if query else []

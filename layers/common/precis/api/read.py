@@ -37,7 +37,7 @@ from precis.schemas import ConclusionQuery, ListBody, RepresentationQuery, Searc
 from precis.sizes import fit_answer, fit_items
 from precis.store import messages, resources
 from precis.store.db import get_db
-from precis.store.text_index import Budget
+from precis.store.search import Budget
 
 if TYPE_CHECKING:
     from precis.store import representation
@@ -470,7 +470,7 @@ def _search_answer(workspace_id: str, body: SearchQuery, principal: Principal | 
 def find_messages(workspace_id: str, body: SearchQuery, principal: Principal | None, **within: str):
     """(the messages, the budget their ranking read under) for a search."""
     from precis.settings import get_settings
-    from precis.store.message_search import search
+    from precis.store.search import search
 
     settings = get_settings()
     db = get_db()

@@ -17,7 +17,7 @@ from typing import Any
 from precis.chat import TOOL_RESULT_TOKENS, Evidence, Gathered, conclusion_line, message_line
 from precis.context import compose
 from precis.context.fit import fit
-from precis.store import conclusions, message_search, representation, resources
+from precis.store import conclusions, representation, resources, search
 from precis.store.db import Db
 from precis.store.messages import Base
 from precis.store.representation import SEMANTIC, Chosen
@@ -147,7 +147,7 @@ class Recall:
         filters = {"session_id": {"in": list(allowed)}} if allowed is not None else None
         if allowed is not None and not allowed:
             return []
-        found = message_search.search(
+        found = search.search(
             self.db,
             self.ws,
             query,

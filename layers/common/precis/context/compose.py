@@ -263,7 +263,7 @@ def recall_sessions(db: Db, ws: str, session_id: str, recall: Recall) -> frozens
 
 
 def _rank(db: Db, ws: str, session_id: str, recall: Recall, base: Base | None, wanted: int) -> list[tuple[str, int]]:
-    from precis.store.message_search import rank
+    from precis.store.search import rank
 
     sessions = recall_sessions(db, ws, session_id, recall)
     return rank(

@@ -37,10 +37,10 @@ from precis.memory.wakeups import QuietWake
 from precis.settings import Settings
 from precis.store import conclusions, derive_cursors
 from precis.store.db import Db
-from precis.store.message_search import ensure_indexed
 from precis.store.messages import MessageItem, read_from, read_range, tail_seq, with_bodies
 from precis.store.records import session_of
 from precis.store.resources import MemberItem, PeerItem, SessionItem, members, workspace_ids
+from precis.store.search import ensure_indexed
 
 log = logging.getLogger("precis.memory.deriver")
 NOTHING_DUE = derive_cursors.NOTHING_DUE

@@ -185,7 +185,7 @@ def _merge_index(db: Db, images: list[dict[str, Any]]) -> None:
     """Merge the batch's sessions' fresh index shards, once a batch (its targets run side by side: each merging
     would build the same segment twice and throw one away). A failure is logged: what was not merged is still
     found (its fresh items), and the next batch merges it."""
-    from precis.store.message_search import merge_fresh
+    from precis.store.search import merge_fresh
 
     try:
         merge_fresh(db, images)
@@ -197,7 +197,7 @@ def _merge_index(db: Db, images: list[dict[str, Any]]) -> None:
 def _index(db: Db, images: list[dict[str, Any]]) -> None:
     """Embed the messages for search, once each (a replayed record finds its vector written)."""
     from precis.memory.embeddings import configured_embedder
-    from precis.store.message_search import index_messages
+    from precis.store.search import index_messages
 
     semantic = configured_embedder() if get_settings().embedder != "hashed" else None
     index_messages(db, images, semantic=semantic)

@@ -18,7 +18,7 @@ from precis.errors import Invalid, TooLarge
 from precis.schemas import ID_MAX, is_id
 from precis.schemas.bodies import MessageBatch, MessageIn
 from precis.settings import Settings
-from precis.store import idempotency, text_index
+from precis.store import idempotency, search
 from precis.store.db import Db
 from precis.store.messages import (
     RESPONSE_BUDGET_BYTES,
@@ -165,10 +165,10 @@ def _index(
 ) -> None:
     """Make the stored batch searchable before the answer (read-your-writes): one fresh item and a text a message.
     The messages are stored whatever happens here: a failure is logged and the deriver indexes the batch later
-    (message_search.ensure_indexed), never a 5xx."""
-    texts = [text_index.Text(v["seq"], v["peer_id"], m.content) for v, m in zip(views, prepared)]
+    (search.ensure_indexed), never a 5xx."""
+    texts = [search.Text(v["seq"], v["peer_id"], m.content) for v, m in zip(views, prepared)]
     try:
-        text_index.index_texts(db, ws, session_id, unit, texts)
+        search.index_batch(db, ws, session_id, unit, texts)
     except Exception:  # noqa: BLE001 - stored is stored: the answer is 201 and the deriver finishes the index
         log.exception("indexing %s/%s unit %s failed; the deriver will index it", ws, session_id, unit)
         metrics.add_metric(name="IndexDeferred", unit=MetricUnit.Count, value=len(texts))

@@ -26,7 +26,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from precis.errors import Conflict, NotFound
-from precis.store import keys, text_index
+from precis.store import keys, search
 from precis.store.db import Db, cancellation_codes, error_code, from_item, query_all, to_item, transact
 from precis.store.messages import as_message, base_of, copy_item, locate_message, read_tail, seq_of, with_bodies
 from precis.store.records import json_object, utcnow
@@ -186,9 +186,9 @@ def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first
     # (all of it, copied now or before: a resumed copy indexes the same unit, exactly once).
     page = [as_message(i) for i in range_query(keys.session_pk(ws, parent), "MSG#") if i.get("kind") == "message"]
     texts = [
-        text_index.Text(int(v["seq"]), v["peer_id"], v.get("content") or "") for v in with_bodies(db, page, ws, parent)
+        search.Text(int(v["seq"]), v["peer_id"], v.get("content") or "") for v in with_bodies(db, page, ws, parent)
     ]
-    text_index.index_texts(db, ws, clone, f"{clone}:{first}:copy{incarnation}", texts, incarnation=incarnation)
+    search.index_batch(db, ws, clone, f"{clone}:{first}:copy{incarnation}", texts, incarnation=incarnation)
 
 
 def _put_all(db: Db, ws: str, clone: str, incarnation: str, items: Sequence[Mapping[str, Any]]) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from precis.lexical import fuse
+from precis.lexical import fuse, rank_texts
 from precis.store import filters as filtering
 from precis.store import keys, text_index
 from precis.store.db import Db, batch_get, error_code, to_item
@@ -564,7 +564,7 @@ def lexical_rank(
         }
     own = text_index.session_texts(db, ws, session_id, peer=peer_id, budget=budget)
     texts |= {(session_id, seq): d for seq, d in own.items()}
-    return text_index.rank_texts(texts, query, wanted)
+    return rank_texts(texts, query, wanted)
 
 
 def read_views(

@@ -79,16 +79,10 @@ def purge_session(
     # The conclusions drawn from the session go first: their DERIVED# items, which name them, are in the partition.
     deleted, done = purge_session_conclusions(db, ws, session_id, time_left=lambda: time_left() - MARGIN_S)
     if done:
-        from precis.store import text_index
-        from precis.store.message_search import purge_vectors
+        from precis.store import search
 
-        vectors, done = purge_vectors(db, ws, session_id, time_left=lambda: time_left() - MARGIN_S)
-        deleted += vectors
-        if done:
-            indexed, done = text_index.purge_session(
-                db, ws, session_id, incarnation, time_left=lambda: time_left() - MARGIN_S
-            )
-            deleted += indexed
+        indexed, done = search.purge_session(db, ws, session_id, incarnation, time_left=lambda: time_left() - MARGIN_S)
+        deleted += indexed
     if not done:
         request_purge(db, ws, session_id, incarnation)
         return PurgeResult(False, deleted, 0)
@@ -226,9 +220,9 @@ def delete_workspace(db: Db, ws: str) -> None:
         if i["SK"].startswith("PEER#") or i["SK"] == "WS" or i in tombstones
     ]
     delete_collections(db, ws)
-    from precis.store import text_index
+    from precis.store import search
 
-    text_index.delete_index(db, ws, [i["SK"].removeprefix("PEER#") for i in items if i["SK"].startswith("PEER#")])
+    search.delete_workspace(db, ws, [i["SK"].removeprefix("PEER#") for i in items if i["SK"].startswith("PEER#")])
     delete_keys(db, [*fences, *rest, keys.message_terms(ws)])
 
 

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from precis.lexical import Document, Key, Query, Stats, idf, rank_all, saturation, terms
+from precis.lexical import Document, Key, Query, idf, query_terms, saturation
 from precis.store import keys
 from precis.store.db import Db, batch_get, each, error_code, from_item, is_throttling, query_all, query_first, to_item
 from precis.store.records import delete_keys, write_batch
@@ -53,7 +53,6 @@ from precis.store.records import delete_keys, write_batch
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import WriteRequestTypeDef
 
-MAX_QUERY_TERMS = 99  # distinct words of a query that count
 FRESH_SHARDS = 8  # partitions a workspace's fresh units spread over (by session): 1,000 WCU/s each
 MERGE_MIN_DOCS = 100  # fresh messages in a shard before the deriver merges them into a segment
 FAN_IN = 4  # segments of one level merged into one of the next
@@ -716,12 +715,6 @@ class Budget:
         return ok
 
 
-def query_terms(text: str) -> Counter[str]:
-    """A query's distinct terms and how often it says each (its first MAX_QUERY_TERMS)."""
-    counts = Counter(terms(text))
-    return Counter(dict(list(counts.items())[:MAX_QUERY_TERMS]))
-
-
 def _size(item: Mapping[str, Any]) -> int:
     return sum(len(k) + (len(v) if isinstance(v, (str, bytes)) else 8) for k, v in item.items())
 
@@ -985,13 +978,6 @@ def session_texts(
     return {
         int(i["seq"]): Document.parse(i["tsig"], int(i["tlen"])) for i in items if peer is None or i.get("peer") == peer
     }
-
-
-def rank_texts(documents: Mapping[Key, Document], text: str, k: int) -> list[tuple[Key, float]]:
-    """The k best of `documents` for `text` by BM25 over exactly them (their own idf and average length)."""
-    stats = Stats.of(documents.values())
-    query = Query({t: idf(stats.df.get(t, 0), stats.documents) * n for t, n in query_terms(text).items()})
-    return rank_all(query, documents, stats.average_length, k) if query else []
 
 
 # ---------------------------------------------------------------- the units of stored messages (repair, upgrade)

@@ -20,10 +20,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from precis.errors import Unavailable
-from precis.lexical import LEXICAL_WEIGHT, Document, fuse
+from precis.lexical import LEXICAL_WEIGHT, Document, fuse, rank_texts
 from precis.store import keys
 from precis.store.db import Db, Numbers, error_code, projection, query_all, query_first, to_item
-from precis.store.text_index import rank_texts
 
 VECTOR_INDEX = "ByVector"
 CANDIDATES = 4  # semantic candidates asked per result wanted when a distance bounds them

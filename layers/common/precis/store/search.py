@@ -1,0 +1,67 @@
+"""Message search's one face: what the rest of Precis calls to index messages, rank them, repair and rebuild the
+index, and take a session or a workspace out of it. Behind it, `text_index` (the exact lexical index: texts, fresh
+units, segments, the manifest) and `message_search` (semantic vectors, fusion, the deleted-session rule, the
+deriver's and the backfill's part). Only this module is imported from outside them (tests/test_layout.py): a second
+backend (Amazon OpenSearch Serverless, docs/design.md "Lexical ranking") would be a module behind these functions."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+
+from precis.store import message_search, text_index
+from precis.store.db import Db
+from precis.store.message_search import (
+    MEANING_INDEX,
+    Reindexed,
+    RepairBusy,
+    ensure_indexed,
+    index_messages,
+    merge_fresh,
+    rank,
+    read_views,
+    reindex_session,
+    search,
+)
+from precis.store.text_index import Budget, Text
+
+__all__ = [
+    "MEANING_INDEX",
+    "Budget",
+    "Reindexed",
+    "RepairBusy",
+    "Text",
+    "delete_workspace",
+    "ensure_indexed",
+    "index_batch",
+    "index_messages",
+    "merge_fresh",
+    "purge_session",
+    "rank",
+    "read_views",
+    "reindex_session",
+    "search",
+]
+
+
+def index_batch(
+    db: Db, ws: str, session_id: str, unit: str, texts: Sequence[Text], *, incarnation: str | None = None
+) -> int:
+    """Make a stored batch (a post's, a clone's copied page) searchable, exactly once; how many texts were written."""
+    return text_index.index_texts(db, ws, session_id, unit, texts, incarnation=incarnation)
+
+
+def purge_session(
+    db: Db, ws: str, session_id: str, incarnation: str | None, *, time_left: Callable[[], float] = lambda: math.inf
+) -> tuple[int, bool]:
+    """Take a deleted session out of search, its vectors then its index, under `time_left`: (items, done?)."""
+    vectors, done = message_search.purge_vectors(db, ws, session_id, time_left=time_left)
+    if not done:
+        return vectors, False
+    indexed, done = text_index.purge_session(db, ws, session_id, incarnation, time_left=time_left)
+    return vectors + indexed, done
+
+
+def delete_workspace(db: Db, ws: str, peers: Iterable[str]) -> int:
+    """Delete a workspace's index (its sessions purged first); how many items."""
+    return text_index.delete_index(db, ws, peers)
