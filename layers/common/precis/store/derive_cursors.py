@@ -10,6 +10,8 @@ it moved raises `Moved`, and the deriver reads it again.
 
 from __future__ import annotations
 
+import heapq
+import zlib
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -20,9 +22,9 @@ from precis.store.db import (
     Db,
     batch_get,
     error_code,
+    from_item,
     mark_applied,
     query_all,
-    query_first,
     raise_if_throttled,
     to_item,
 )
@@ -33,6 +35,10 @@ NOTHING_DUE = "~"  # due_at of a cursor with nothing waiting: sorts after every 
 # NOTHING_DUE, so that a workspace's cursors with work come first in the ByDue index (the queue status reads those).
 RUNNING = "}"
 WORKSPACE_READ_MAX = 1_000  # cursors one workspace-wide queue status reads (docs/design.md, "Limits")
+# A cursor's place in the ByDue index is one of DUE_SHARDS partitions of its workspace, by session: every derivation
+# writes its cursor (and the index's copy of it, 1-6 KB), so one partition for the workspace would cap it at about
+# 1,000 / 5.75 WRU a message ≈ 170 messages/s in posts of one (`make bench cost`). Dreams keep the workspace's own.
+DUE_SHARDS = 16
 
 # What every write of a cursor sets, so that whichever writes it first makes a whole cursor: whose it is (and its
 # place in the ByDue index), and its counts from zero.
@@ -57,9 +63,20 @@ def _key(target: Target) -> dict[str, Any]:
     return to_item(keys.derive_cursor(target.workspace, target.session, target.sender))
 
 
+def due_partition(ws: str, session_id: str) -> str:
+    """The ByDue index partition of a session's cursors."""
+    return f"{ws}#{zlib.crc32(session_id.encode('utf-8', 'surrogatepass')) % DUE_SHARDS:02d}"
+
+
+def due_partitions(ws: str) -> list[str]:
+    """Every ByDue partition a workspace's cursors and dreams may be in: its own (dreams, and cursors an earlier
+    release wrote) and its cursors' shards."""
+    return [ws, *(f"{ws}#{shard:02d}" for shard in range(DUE_SHARDS))]
+
+
 def _who(target: Target) -> dict[str, Any]:
     return {
-        ":ws": target.workspace,
+        ":ws": due_partition(target.workspace, target.session),
         ":sender": target.sender,
         ":kind": "derive_cursor",
         ":s": target.session,
@@ -199,12 +216,16 @@ def due(db: Db, workspaces: Iterable[str], now: str) -> list[tuple[str, str, str
     """(workspace, session, sender) of the cursors whose waiting batch (or failed derivation) is due by `now`."""
     found = []
     for ws in workspaces:
-        items = query_all(
-            db,
-            IndexName="ByDue",
-            KeyConditionExpression="due_ws = :ws AND due_at <= :now",
-            ExpressionAttributeValues=to_item({":ws": ws, ":now": now}),
-        )
+        items = [
+            item
+            for partition in due_partitions(ws)
+            for item in query_all(
+                db,
+                IndexName="ByDue",
+                KeyConditionExpression="due_ws = :ws AND due_at <= :now",
+                ExpressionAttributeValues=to_item({":ws": partition, ":now": now}),
+            )
+        ]
         found += [
             (ws, i["session_id"], i["sender"])
             for i in items
@@ -227,14 +248,48 @@ def workspace_cursors(db: Db, ws: str, limit: int = WORKSPACE_READ_MAX) -> tuple
     """A workspace's derive cursors and dreams (the ByDue index) in its order, those with work first (due or waiting,
     then running, then idle), at most `limit` of them and only what the queue status counts; with the `due_at` of the
     first one left unread (None: none was), which says whether work may lie beyond (anything before NOTHING_DUE)."""
-    request: dict[str, Any] = {
-        "IndexName": "ByDue",
-        "KeyConditionExpression": "due_ws = :ws",
-        "ExpressionAttributeValues": to_item({":ws": ws}),
-        # not the job's conclusions, nor the applied set: the counts only (capacity is still the whole item's)
-        "ProjectionExpression": "session_id, sender, kind, observer, derived, pending, due_at, job.#token, job.#count",
-        "ExpressionAttributeNames": {"#token": "token", "#count": "count"},
-    }
-    found = query_first(db, limit + 1, **request)
+    # The partitions merged in due_at order, each read a page at a time (8 items, then twice as many each time): the
+    # items read are those kept plus at most a page beyond in each partition, whatever the workspace holds.
+    streams = [_ByDue(db, partition) for partition in due_partitions(ws)]
+    heap = [(item.get("due_at", NOTHING_DUE), n, item) for n, stream in enumerate(streams) if (item := stream.next())]
+    heapq.heapify(heap)
+    found: list[dict[str, Any]] = []
+    while heap and len(found) <= limit:
+        _due, n, item = heapq.heappop(heap)
+        found.append(item)
+        if (following := streams[n].next()) is not None:
+            heapq.heappush(heap, (following.get("due_at", NOTHING_DUE), n, following))
     beyond = found[limit].get("due_at", NOTHING_DUE) if len(found) > limit else None
     return found[:limit], beyond
+
+
+class _ByDue:
+    """One ByDue partition's items in due_at order, read a page at a time as they are asked for."""
+
+    def __init__(self, db: Db, partition: str):
+        self.db, self.partition = db, partition
+        self.buffer: list[dict[str, Any]] = []
+        self.start: dict[str, Any] | None = None
+        self.done, self.page = False, 8
+
+    def next(self) -> dict[str, Any] | None:
+        if not self.buffer and not self.done:
+            request: dict[str, Any] = {
+                "TableName": self.db.table,
+                "IndexName": "ByDue",
+                "KeyConditionExpression": "due_ws = :ws",
+                "ExpressionAttributeValues": to_item({":ws": self.partition}),
+                "Limit": self.page,
+                # not the job's conclusions, nor the applied set: the counts only (capacity is the whole item's)
+                "ProjectionExpression": (
+                    "session_id, sender, kind, observer, derived, pending, due_at, job.#token, job.#count"
+                ),
+                "ExpressionAttributeNames": {"#token": "token", "#count": "count"},
+            }
+            if self.start:
+                request["ExclusiveStartKey"] = self.start
+            out = self.db.client.query(**request)
+            self.buffer = [from_item(i) for i in out["Items"]]
+            self.start = out.get("LastEvaluatedKey")
+            self.done, self.page = not self.start, min(self.page * 2, 512)
+        return self.buffer.pop(0) if self.buffer else None
