@@ -29,7 +29,7 @@ from deploy import reindex
 from local import iam
 from local.template import template
 from precis.lexical import terms
-from precis.store import keys, message_search, resources, text_index, vectors
+from precis.store import keys, message_search, purge, resources, text_index, vectors
 from precis.store.db import Db, attribute_values_as_they_are, from_item, query_all, to_item
 from precis.store.messages import NewMessage, append_messages, index_unit, make_message_id, read_range
 from precis.store.records import write_batch
@@ -797,3 +797,14 @@ def test_a_long_walk_says_how_it_goes(db, old):
         f"done: 1 workspaces, 2 sessions, 270 messages read, {INDEXED_COUNT - 25} indexed in {UNITS - 1} units "
         f"({REBUILT} from their texts), "
     )
+
+
+def test_a_workspace_deleted_before_the_upgrade_ran_takes_the_old_index_with_it(db, old):
+    # Its sessions deleted and purged under this release (which knows nothing of the old postings), then itself.
+    for session_id in ("s1", "s2"):
+        incarnation = resources.require_session(db, "ws1", session_id)["incarnation"]
+        purge.delete_session(db, "ws1", session_id)
+        purge.purge_session(db, "ws1", session_id, incarnation)
+    purge.delete_workspace(db, "ws1")
+    assert old_index_left(db) == []
+    assert reindex.run(db, say=quiet).old_counters == 0

@@ -598,11 +598,10 @@ def purge_session(
 
 def delete_index(db: Db, ws: str, peers: Iterable[str]) -> int:
     """Delete a workspace's index (its delete, its sessions purged): its manifest, segments and fresh shards, and
-    the counters the release before segments kept (the workspace's and each of `peers`')."""
+    what the release before segments kept (`delete_old_index`: its sessions' purges under this release left it)."""
     manifest = read_manifest(db, ws)
     pks = [keys.text_segment_pk(ws, s["id"]) for s in manifest.segments]
     pks += [keys.text_fresh_pk(ws, shard) for shard in range(FRESH_SHARDS)]
-    pks += [keys.text_counters_pk(ws), *(keys.text_peer_counters_pk(ws, p) for p in peers)]
     found = [keys.text_manifest(ws)] if manifest.version else []
     for pk in pks:
         found += query_all(
@@ -612,7 +611,7 @@ def delete_index(db: Db, ws: str, peers: Iterable[str]) -> int:
             ConsistentRead=True,
             ExpressionAttributeValues=to_item({":pk": pk}),
         )
-    return delete_keys(db, found)
+    return delete_keys(db, found) + sum(delete_old_index(db, ws, peers))
 
 
 # ---------------------------------------------------------------- reading
