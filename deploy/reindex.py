@@ -1,24 +1,27 @@
 """Bring a deployed table's stored messages and conclusions into the exact search index, once, after `sam deploy`.
 
-The release with the exact BM25 index (`precis.lexical`, `precis.store.text_index`) writes each message's postings,
-counts and text as it is stored, and each conclusion's text item (`L#`) with it. What earlier releases stored has
-none of them: search does not find it. `python -m deploy.reindex --table precis-<stage>` walks every workspace (or
-`--workspace`), and in each:
+The exact BM25 index (`precis.lexical`, `precis.store.text_index`) holds each message as its post stores it (a text
+item, and its unit's fresh item, merged into segments by the deriver), and each conclusion's text item (`L#`). What
+earlier releases stored is not in it: search does not find it. `python -m deploy.reindex --table precis-<stage>` walks
+every workspace (or `--workspace`), and in each:
 
-- every session: each message without a text is indexed, whole units at a time (a batch, or for a message stored
-  without one the aligned block of 100 seqs it is in) through the deriver's own repair path
-  (`search.reindex_session`), so the repair and this backfill never count a unit twice or in part;
+- every session (`search.reindex_session`, sessions in order): each message without a text (stored before
+  the exact index) is indexed, whole units at a time (a batch, or for a message stored without one the aligned block
+  of 100 seqs it is in) through the deriver's own repair path, so the repair and this backfill never count a unit
+  twice or in part; each message whose text the release before segments wrote, and which the index does not hold
+  (`search.Holdings`: its fresh shard and its segments' doc tables), is indexed from its text, 100 a unit;
 - every collection: each conclusion without a text item gets one (`conclusions.write_missing_texts`);
 - the earlier releases' hashed term statistics (`keys.message_terms`, each `keys.collection_terms`) are deleted, and
-  with `--strip` their BM25 vectors (`tvec`, `tsig`, `tlen`) are removed from the message and conclusion vector
+  so are the release before segments' postings (a partition per term) and counters (`search.delete_old_index`);
+  with `--strip` the BM25 vectors (`tvec`, `tsig`, `tlen`) are removed from the message and conclusion vector
   items: the vector indexes `ByMessageTerms` and `ByConclusionTerms` then hold nothing, and a later release deletes
   them (one per deployment: DynamoDB runs one index operation per table at a time).
 
 It prints a line per workspace and one every few seconds while a workspace takes long. Stopped at any moment (Ctrl-C,
-an expired credential, `--max-units`), it is run again from the start: a message with a text, a conclusion with its
-item, are skipped (their presence is the progress), and nothing is counted twice. It exits 0 once nothing is left,
-1 when something is (a run stopped early, a batch whose request may still be indexing it, a clone still copying its
-parent's messages): run it again a minute later.
+an expired credential, `--max-units`), it is run again from the start: what the index holds, a conclusion with its
+item, the old items deleted, are skipped (their state is the progress), and nothing is counted twice. It exits 0 once
+nothing is left, 1 when something is (a run stopped early, a batch whose request may still be indexing it, a clone
+still copying its parent's messages): run it again a minute later.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from precis.store.db import Db, batch_get, error_code, query_all, to_item  # noq
 from precis.store.records import delete_keys  # noqa: E402
 from precis.store.resources import partition_items, require_workspace, workspace_ids  # noqa: E402
 
-_WALKED = ("messages", "indexed", "units", "in_flight", "copying")  # what a session's walk counts
+_WALKED = ("messages", "indexed", "units", "rebuilt", "in_flight", "copying")  # what a session's walk counts
 OLD_LEXICAL = ("tvec", "tsig", "tlen")  # the earlier releases' BM25 vector and term signature on vector items
 PROGRESS_S = 10.0  # at most this long without a line while a workspace is walked
 
@@ -55,13 +58,16 @@ class Totals:
     workspaces: int = 0
     sessions: int = 0
     messages: int = 0  # stored messages read
-    indexed: int = 0  # messages indexed (texts written)
+    indexed: int = 0  # messages indexed: texts written, or `rebuilt` (a unit's members with a text go in uncounted)
     units: int = 0  # units indexed
+    rebuilt: int = 0  # of `indexed`, those whose text the release before segments wrote, indexed from it
     in_flight: int = 0  # messages of a batch whose request may still be indexing it: the next run sees
     copying: int = 0  # a clone's messages while its copy of its parent's runs: the next run sees
     conclusions: int = 0  # conclusions read
     conclusion_texts: int = 0  # their text items written
     statistics: int = 0  # the earlier releases' statistics items deleted
+    old_counters: int = 0  # the release before segments' counters deleted (dry: found)
+    old_postings: int = 0  # the postings of their terms deleted (dry: not counted)
     stripped: int = 0  # vector items whose old BM25 attributes were removed
     stopped: str | None = None  # why the run stopped before the end
 
@@ -78,7 +84,9 @@ class Totals:
     @property
     def pending(self) -> bool:
         """Whether a dry run found anything to do."""
-        return bool(self.left or self.indexed or self.conclusion_texts or self.statistics or self.stripped)
+        return bool(
+            self.left or self.indexed or self.conclusion_texts or self.statistics or self.old_counters or self.stripped
+        )
 
 
 class UnitLimit(Exception):
@@ -89,8 +97,12 @@ class UnitLimit(Exception):
 
 
 def _sessions(db: Db, ws: str) -> list[str]:
-    """The workspace's live sessions (a deleted one's purge takes its index away)."""
-    return [i["id"] for i in partition_items(db, f"WS#{ws}", "SESSION#") if "deleted_at" not in i and "id" in i]
+    """The workspace's live sessions, in order (a deleted one's purge takes its index away)."""
+    return sorted(i["id"] for i in partition_items(db, f"WS#{ws}", "SESSION#") if "deleted_at" not in i and "id" in i)
+
+
+def _peers(db: Db, ws: str) -> list[str]:
+    return [i["SK"].removeprefix("PEER#") for i in partition_items(db, f"WS#{ws}", "PEER#")]
 
 
 def _collections(db: Db, ws: str) -> list[tuple[str, str]]:
@@ -152,10 +164,10 @@ def reindex_workspace(
     say: Callable[[str], None] = print,
     clock: Callable[[], float] = time.monotonic,
 ) -> Totals:
-    """Backfill one workspace: its sessions' messages, its collections' conclusions, its old statistics; counted into
-    `done` as it goes (a run stopped midway still says what it did)."""
+    """Backfill one workspace: its sessions' messages, its collections' conclusions, its old statistics and index;
+    counted into `done` as it goes (a run stopped midway still says what it did)."""
     started = shown = clock()
-    sessions = _sessions(db, ws)
+    sessions, holdings = _sessions(db, ws), search.Holdings(db, ws)
     number, walked = 0, search.Reindexed()
 
     def tick() -> None:
@@ -174,7 +186,9 @@ def reindex_workspace(
     for number, session_id in enumerate(sessions, 1):  # noqa: B007 - tick() reports `number`
         walked = search.Reindexed()
         try:
-            search.reindex_session(db, ws, session_id, dry_run=dry_run, on_unit=unit_done, progress=walked)
+            search.reindex_session(
+                db, ws, session_id, dry_run=dry_run, on_unit=unit_done, progress=walked, holdings=holdings
+            )
         finally:
             done.sessions += 1
             for name in _WALKED:
@@ -201,13 +215,27 @@ def reindex_workspace(
         if strip:
             done.stripped += _strip(db, keys.collection_pk(ws, observer, observed), "V#", dry_run)
     done.statistics += _delete_statistics(db, ws, collections, dry_run)
+    old_index = (done.old_counters, done.old_postings)
+
+    def deleting(counters: int, postings: int) -> None:
+        nonlocal shown
+        done.old_counters, done.old_postings = old_index[0] + counters, old_index[1] + postings
+        if clock() - shown >= PROGRESS_S:
+            shown = clock()
+            say(f"  {ws}: old index: {counters} counters and {postings} postings deleted, {shown - started:.1f} s")
+
+    counters, postings = search.delete_old_index(db, ws, _peers(db, ws), dry_run=dry_run, on_page=deleting)
+    done.old_counters, done.old_postings = old_index[0] + counters, old_index[1] + postings
     say(f"{ws}: {_summary(done, dry_run)}, {clock() - started:.1f} s")
     return done
 
 
 def _indexed(totals: Totals, dry_run: bool) -> str:
     verb = "to index" if dry_run else "indexed"
-    return f"{totals.messages} messages read, {totals.indexed} {verb} in {totals.units} units"
+    return (
+        f"{totals.messages} messages read, {totals.indexed} {verb} in {totals.units} units "
+        f"({totals.rebuilt} from their texts)"
+    )
 
 
 def _summary(totals: Totals, dry_run: bool) -> str:
@@ -215,12 +243,14 @@ def _summary(totals: Totals, dry_run: bool) -> str:
         parts = [
             f"{totals.conclusions} conclusions ({totals.conclusion_texts} without a text item)",
             f"{totals.statistics} old statistics items to delete",
+            f"{totals.old_counters} old counters to delete (and their terms' postings)",
             f"{totals.stripped} vector items to strip",
         ]
     else:
         parts = [
             f"{totals.conclusions} conclusions ({totals.conclusion_texts} text items written)",
             f"{totals.statistics} old statistics items deleted",
+            f"{totals.old_counters} old counters and {totals.old_postings} postings deleted",
             f"{totals.stripped} vector items stripped",
         ]
     return ", ".join([f"{totals.sessions} sessions", _indexed(totals, dry_run), *parts])

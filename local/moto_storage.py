@@ -54,7 +54,7 @@ import moto.dynamodb.responses as _responses_module
 from moto.core.responses import ActionResult
 from moto.core.serialize import TimestampSerializer
 from moto.core.utils import utcnow
-from moto.dynamodb.exceptions import ConditionalCheckFailed, ItemSizeTooLarge, ItemSizeToUpdateTooLarge
+from moto.dynamodb.exceptions import ItemSizeTooLarge, ItemSizeToUpdateTooLarge
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 from moto.dynamodb.models.table import RESULT_SIZE_LIMIT, StreamRecord, Table
@@ -277,113 +277,6 @@ def _counters(
     return bumps
 
 
-_MARKED = re.compile(
-    r"\s*ADD\s+(?P<adds>#\w+\s+:\w+(?:\s*,\s*#\w+\s+:\w+)*)"
-    r"\s+SET\s+(?P<set>#\w+)\s*=\s*(?P<value>:\w+)\s*"
-)
-_UNMARK = re.compile(r"\s*REMOVE\s+(?P<remove>#\w+)\s*")
-_CHECK = re.compile(r"(attribute_exists|attribute_not_exists)\((#\w+|[A-Za-z][A-Za-z0-9_]*)\)")
-
-
-def _marks(
-    table: Table,
-    item: Item | None,
-    update_expression: str | None,
-    names: dict[str, Any] | None,
-    values: dict[str, Any] | None,
-    attribute_updates: Any,
-    expected: Any,
-    condition: str | None,
-) -> tuple[list[tuple[str, DynamoType]], list[tuple[str, DynamoType]], list[str], list[tuple[str, bool]]] | None:
-    """The plan of a search-index counter update (precis.store.text_index): `ADD #a :a, … SET #w = :one` (integers or
-    number sets added, a mark set) or `REMOVE #w`, on condition of `attribute_(not_)exists` checks joined by AND;
-    (adds, sets, removes, checks). moto's expression machinery takes milliseconds for each; anything else, or any
-    name or value unused, a key attribute written, a type that would not add: None (moto's way, errors included)."""
-    if attribute_updates or expected or not update_expression or not names or not condition:
-        return None
-    marked, unmark = _MARKED.fullmatch(update_expression), _UNMARK.fullmatch(update_expression)
-    if marked is None and unmark is None:
-        return None
-    parts = [c.strip() for c in re.split(r"\s+AND\s+", condition.strip())]
-    checks_found = [_CHECK.fullmatch(p) for p in parts]
-    if not all(checks_found):
-        return None
-    used_names: list[str] = []
-    pairs: list[tuple[str, str]] = []
-    sets: list[tuple[str, str]] = []
-    removes: list[str] = []
-    if marked is not None:
-        pairs = [tuple(p.split()) for p in marked.group("adds").split(",")]  # type: ignore[misc]
-        sets = [(marked.group("set"), marked.group("value"))]
-        used_names += [n for n, _ in pairs] + [marked.group("set")]
-    else:
-        removes = [unmark.group("remove")]
-        used_names += removes
-    checks = []
-    for found in checks_found:
-        name = found.group(2)
-        if name.startswith("#"):
-            used_names.append(name)
-        elif name.upper() in _reserved():
-            return None
-        checks.append((names.get(name, name) if name.startswith("#") else name, found.group(1) == "attribute_exists"))
-    used_values = [v for _, v in pairs] + [v for _, v in sets]
-    if (
-        set(used_names) != set(names)
-        or set(used_values) != set(values or {})
-        or not all(n in names for n in used_names)
-    ):
-        return None
-    targets = [names[n] for n, _ in pairs] + [names[n] for n, _ in sets] + [names[n] for n in removes]
-    keys = {a["AttributeName"] for a in table.attr} | {table.hash_key_attr, table.range_key_attr}
-    if len(set(targets)) != len(targets) or keys.intersection(targets):
-        return None
-    adds = []
-    for name, placeholder in pairs:
-        attribute, value = names[name], (values or {})[placeholder]
-        stored = item.attrs.get(attribute) if item is not None else None
-        if isinstance(value, dict) and list(value) == ["N"] and _INTEGER.fullmatch(str(value["N"])):
-            if stored is not None and (stored.type != "N" or not _INTEGER.fullmatch(stored.value)):
-                return None
-            total = (int(stored.value) if stored is not None else 0) + int(value["N"])
-            adds.append((attribute, DynamoType({"N": str(total)})))
-        elif (
-            isinstance(value, dict)
-            and list(value) == ["NS"]
-            and value["NS"]
-            and all(isinstance(v, str) and _INTEGER.fullmatch(v) for v in value["NS"])
-        ):
-            if stored is not None and stored.type != "NS":
-                return None
-            current = list(stored.value) if stored is not None else []
-            adds.append((attribute, DynamoType({"NS": current + [v for v in value["NS"] if v not in current]})))
-        else:
-            return None
-    set_values = []
-    for name, placeholder in sets:
-        value = (values or {})[placeholder]
-        if not isinstance(value, dict) or list(value) != ["N"] or not _INTEGER.fullmatch(str(value["N"])):
-            return None
-        set_values.append((names[name], DynamoType(value)))
-    return adds, set_values, [names[n] for n in removes], checks
-
-
-def _apply_marks(
-    table: Table,
-    key: dict[str, Any],
-    keys: Key,
-    item: Item | None,
-    plan: tuple[list[tuple[str, DynamoType]], list[tuple[str, DynamoType]], list[str], list[tuple[str, bool]]],
-) -> Item:
-    """What moto's update_item does for a `_marks` plan: the checks on the item as it is (a missing item has no
-    attribute), then written as moto writes (`_write_attributes`)."""
-    adds, sets, removes, checks = plan
-    for attribute, exists in checks:
-        if (item is not None and attribute in item.attrs) != exists:
-            raise ConditionalCheckFailed()
-    return _write_attributes(table, key, keys, item, adds + sets, removes)
-
-
 def _update_item(self: DynamoDBBackend, table_name: str, key: dict[str, Any], *args: Any, **kwargs: Any) -> Item:
     # moto updates the stored item in place (and puts a new one first when there is none).
     table = self.tables.get(table_name)
@@ -403,18 +296,6 @@ def _update_item(self: DynamoDBBackend, table_name: str, key: dict[str, Any], *a
             )
             if bumps is not None:
                 return _add_counters(table, key, keys, item, bumps)
-            plan = _marks(
-                table,
-                item,
-                kwargs.get("update_expression"),
-                kwargs.get("expression_attribute_names"),
-                kwargs.get("expression_attribute_values"),
-                kwargs.get("attribute_updates"),
-                kwargs.get("expected"),
-                kwargs.get("condition_expression"),
-            )
-            if plan is not None:
-                return _apply_marks(table, key, keys, item, plan)
         _local.updating = table  # the one Item moto's update_item deep-copies: the item before it (`_before`)
         try:
             item = _MOTO["update_item"](self, table_name, key, *args, **kwargs)
@@ -427,18 +308,6 @@ def _update_item(self: DynamoDBBackend, table_name: str, key: dict[str, Any], *a
             touched(table, *keys)
 
 
-_MARK_FIELDS = frozenset(
-    {
-        "TableName",
-        "Key",
-        "UpdateExpression",
-        "ExpressionAttributeNames",
-        "ExpressionAttributeValues",
-        "ConditionExpression",
-        "ReturnValues",
-        "ReturnConsumedCapacity",
-    }
-)
 _BUMP_FIELDS = frozenset(
     {"TableName", "Key", "UpdateExpression", "ExpressionAttributeValues", "ReturnValues", "ReturnConsumedCapacity"}
 )
@@ -458,28 +327,18 @@ def _update_item_action(self: DynamoHandler) -> Any:
         and isinstance(body.get("Key"), dict)
         and set(body["Key"]) == {a for a in (table.hash_key_attr, table.range_key_attr) if a}
     )
-    # A counter bump, or the search index's conditional bump-and-mark / mark removal: each recognizer answers None for
-    # anything else, which goes to moto's own handler.
-    for fields, recognize in ((_BUMP_FIELDS, _counters), (_MARK_FIELDS, _marks)):
-        if not plain or not set(body) <= fields:
-            continue
-        keys = _keys_of(table, body["Key"])
+    keys = _keys_of(table, body["Key"]) if plain and set(body) <= _BUMP_FIELDS else None
+    if keys is not None:
         expression, values = body.get("UpdateExpression"), body.get("ExpressionAttributeValues")
-        names, condition = body.get("ExpressionAttributeNames"), body.get("ConditionExpression")
-        plan = (
-            None
-            if keys is None
-            else recognize(table, _get(table, *keys), expression, names, values, None, None, condition)
-        )
-        if plan is not None:
+        bumps = _counters(table, _get(table, *keys), expression, None, values, None, None, None)
+        if bumps is not None:
             # the backend's update_item applies it (`_update_item`), and tells the listeners
             self.dynamodb_backend.update_item(
                 body["TableName"],
                 body["Key"],
                 update_expression=expression,
-                expression_attribute_names=names,
+                expression_attribute_names=None,
                 expression_attribute_values=values,
-                condition_expression=condition,
             )
             return DynamoResult({"ConsumedCapacity": {"TableName": body["TableName"], "CapacityUnits": 0.5}})
     _local.unanswered = body.get("ReturnValues", "NONE") == "NONE" and not getattr(_local, "reference", False)

@@ -877,59 +877,6 @@ def test_a_values_size_is_motos_to_the_byte(value):
     assert typed.size() == _MOTO["type_size"](typed)
 
 
-_MARK_UNITS = ("s1:1:a", "s1:2:b", "s2:1:c")
-
-
-@st.composite
-def _mark_update(draw):
-    """A search-index counter update as precis.store.text_index sends them: counts added and a unit's mark set on
-    condition it is absent (and, taking back, that the item exists), or a mark removed on condition it is there."""
-    unit = draw(st.sampled_from(_MARK_UNITS))
-    if draw(st.booleans()):
-        return {
-            "UpdateExpression": "REMOVE #w",
-            "ConditionExpression": "attribute_exists(#w)",
-            "ExpressionAttributeNames": {"#w": f"u:{unit}"},
-        }
-    counts = draw(st.dictionaries(st.sampled_from(["n", "len", "x"]), st.integers(-3, 5), min_size=1, max_size=3))
-    names = {"#w": f"u:{unit}", **{f"#a{i}": name for i, name in enumerate(counts)}}
-    values = {":one": {"N": "1"}, **{f":a{i}": {"N": str(n)} for i, n in enumerate(counts.values())}}
-    adds = [f"#a{i} :a{i}" for i in range(len(counts))]
-    if draw(st.booleans()):
-        names["#g"] = "g"
-        values[":g"] = {"NS": [str(g) for g in sorted(draw(st.sets(st.integers(1, 9), min_size=1, max_size=3)))]}
-        adds.append("#g :g")
-    condition = "attribute_not_exists(#w)" + (" AND attribute_exists(PK)" if draw(st.booleans()) else "")
-    return {
-        "UpdateExpression": f"ADD {', '.join(adds)} SET #w = :one",
-        "ConditionExpression": condition,
-        "ExpressionAttributeNames": names,
-        "ExpressionAttributeValues": values,
-    }
-
-
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    updates=st.lists(st.tuples(st.sampled_from(PARTITIONS[:2]), _mark_update()), min_size=1, max_size=12),
-    seed=st.one_of(
-        st.none(),
-        st.fixed_dictionaries({"n": st.just({"N": "2"}), "g": st.just({"NS": ["1"]})}),
-        st.fixed_dictionaries({"n": st.just({"S": "text"})}),
-    ),
-)
-def test_search_index_counter_updates_answer_as_moto_applies_them(dynamodb, updates, seed):
-    """The search index's counter updates (counts ADDed and a unit's mark SET, or the mark REMOVEd, each on a
-    condition) skip moto's expression machinery: answers, errors, items and stream records are moto's."""
-    outcomes = []
-    for reference in (True, False):
-        _empty(dynamodb)
-        if seed:
-            dynamodb.put_item(TableName=TABLE, Item={"PK": {"S": PARTITIONS[0]}, "SK": {"S": "TERMS"}, **seed})
-        with moto_reference() if reference else _nothing():
-            outcomes.append(_outcome(dynamodb, updates))
-    assert outcomes[1] == outcomes[0]
-
-
 def test_answers_reporting_capacity_are_motos_to_the_byte(dynamodb):
     """The JSON fast path writes consumed capacity as moto's serializer does (Doubles: BatchGetItem's 4 keys are 4.0),
     so what a benchmark counts in bytes is the same with the fast path and without it."""

@@ -194,6 +194,12 @@ def text_peer_counters_pk(ws: str, peer_id: str) -> str:
     return f"WS#{ws}#XC#P#{peer_id}"
 
 
+def old_text_postings_pk(ws: str, term: str) -> str:
+    """Partition where the release before segments kept one term's postings in a workspace's messages: its counters'
+    sort keys name the terms (the upgrade and a workspace delete take them)."""
+    return f"WS#{ws}#XT#{term}"
+
+
 def text_docs_pk(ws: str, session_id: str) -> str:
     """Partition of a session's indexed texts (each message's term counts), beside the session's: a session search
     reads it whole, a workspace search reads the few it needs by key."""

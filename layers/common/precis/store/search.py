@@ -23,14 +23,16 @@ from precis.store.message_search import (
     reindex_session,
     search,
 )
-from precis.store.text_index import Budget, Text
+from precis.store.text_index import Budget, Holdings, Text, delete_old_index
 
 __all__ = [
     "MEANING_INDEX",
     "Budget",
+    "Holdings",
     "Reindexed",
     "RepairBusy",
     "Text",
+    "delete_old_index",
     "delete_workspace",
     "ensure_indexed",
     "index_batch",
