@@ -761,6 +761,30 @@ def test_a_compaction_that_loses_to_a_merge_leaves_every_message_counted_once(ws
     assert_ranks(text_index.rank_workspace(ws, "ws1", "greyhound coffee", 10), bm25(corpus, "greyhound coffee"), 10)
 
 
+def test_a_repair_that_read_the_texts_missing_before_a_merge_took_the_unit_counts_it_once(ws):
+    """A request dies between its unit's fresh item and its texts. The deriver's repair finds the texts missing; a
+    merge of the shard (another session's stream batch) takes the fresh unit meanwhile; the repair then writes the
+    unit again: it must not be counted twice."""
+    post("s2", ("alice", "coffee elsewhere"))
+    with refused(ws, "BatchWriteItem", is_text_put):
+        post("s1", *M)
+    messages = stored(ws)
+    incarnation = incarnation_of(ws, "s1")
+    with first(
+        ws,
+        "BatchWriteItem",
+        lambda p: puts_of(p, "xfresh"),
+        lambda: text_index.merge_shard(ws, "ws1", shard_of_s1(), min_docs=1),
+    ) as seen:
+        message_search.ensure_indexed(ws, "ws1", "s1", messages, now=lambda: messages[0]["ibu"] + 1, sleep=never_sleep)
+    assert seen
+    merge_all(ws)
+    corpus = corpus_of(ws, "s1", "s2")
+    assert {m.incarnation for m in corpus if m.session == "s1"} == {incarnation}
+    counted_once(ws, "ws1", corpus)
+    assert_ranks(text_index.rank_workspace(ws, "ws1", "greyhound coffee", 10), bm25(corpus, "greyhound coffee"), 10)
+
+
 # ---------------------------------------------------------------- 3. deletes, purges and their races
 
 
@@ -866,6 +890,26 @@ def test_an_index_write_landing_after_its_sessions_delete_leaves_nothing(ws, lan
         counted_once(ws, "ws1", corpus_of(ws, "s1"))
         for path in (f"{W}/search", f"{W}/sessions/s1/search"):
             assert [m["id"] for m in search(path, "greyhound")] == [views[2]["id"]]
+
+
+def test_a_merge_racing_a_sessions_purge_leaves_no_text_of_it(ws):
+    """A unit whose request died before its texts, merged while its session is deleted and purged: no text of the
+    deleted session outlives the purge (one would hold its seq against the id's next incarnation)."""
+    with refused(ws, "BatchWriteItem", is_text_put):
+        post("s1", *M)
+    post("s2", ("alice", "coffee"))
+
+    def meanwhile() -> None:
+        delete_session(ws, "s1")
+
+    with first(ws, "BatchGetItem", lambda p: keys.text_docs_pk("ws1", "s1") in json.dumps(p), meanwhile):
+        merge_all(ws)
+    counted_once(ws, "ws1", corpus_of(ws, "s2"), [])
+    assert texts(ws, "ws1", "s1") == {}
+    assert call("POST", f"{W}/sessions", {"id": "s1"}).status == 201
+    views = post("s1", ("user", "a greyhound again"))
+    assert [m["id"] for m in search(f"{W}/search", "greyhound")] == [views[0]["id"]]
+    counted_once(ws, "ws1", corpus_of(ws, "s1", "s2"))
 
 
 def test_a_purge_out_of_time_stops_asks_again_and_ends_with_no_index_of_the_session(ws):

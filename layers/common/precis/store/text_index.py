@@ -15,7 +15,8 @@ Items (keys in `precis.store.keys`):
   `W…` items, best postings first).
 - the **manifest** (`text_manifest`): the live segments with their sizes. It changes once a merge, never a message.
 
-The deriver merges a shard's fresh units into a segment once MERGE_MIN_DOCS are there: the segment's items first,
+The deriver merges a shard's fresh units into a segment once MERGE_MIN_DOCS are there (a unit whose texts are not
+all written yet stays fresh until its request or the deriver's repair writes them): the segment's items first,
 then one transaction adds it to the manifest and deletes the fresh items (both or neither, so nothing is counted
 twice or lost), then FAN_IN segments of a level are merged into one of the next (size-tiered, up to
 MAX_SEGMENT_DOCS). A merge leaves out the messages of deleted sessions and of earlier incarnations; until it runs, a
@@ -394,7 +395,7 @@ def _commit(
     manifest: Manifest,
     add: Sequence[dict[str, Any]],
     remove: Iterable[str],
-    deletes: Sequence[dict[str, Any]],
+    deletes: Sequence[Mapping[str, Any]],
 ) -> bool:
     """Change the manifest from `manifest` (unchanged since read) and delete `deletes` (each still there), in one
     transaction; False when another merge came first or something to delete is gone."""
@@ -461,43 +462,50 @@ def merge_shard(db: Db, ws: str, shard: int, *, min_docs: int = MERGE_MIN_DOCS, 
         )
         if not fresh or sum(int(i["n"]) for i in fresh) < min_docs:
             return 0
-        docs = _fresh_docs(db, ws, fresh)
+        docs, taken = _fresh_docs(db, ws, fresh)
+        if not taken:
+            return 0
         entry, items = Segment.of(docs, 0).build(ws) if docs else ({}, [])
         _write(db, [{"PutRequest": {"Item": item}} for item in items])
-        if _commit(db, ws, manifest, [entry] if docs else [], (), fresh):
+        if _commit(db, ws, manifest, [entry] if docs else [], (), taken):
             compact(db, ws)
             return len(docs)
         delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
     return 0
 
 
-def _fresh_docs(db: Db, ws: str, fresh: Sequence[Mapping[str, Any]]) -> list[Doc]:
-    """The docs of fresh items whose session is live in their incarnation, their texts written (a merged unit has
-    its texts, as one indexed by its request does: what the repair relies on)."""
+def _fresh_docs(db: Db, ws: str, fresh: Sequence[Mapping[str, Any]]) -> tuple[list[Doc], list[Mapping[str, Any]]]:
+    """(the docs to merge, the fresh items to take): the docs of the units whose session is live in their incarnation
+    and whose texts are all written; the units of deleted sessions and earlier incarnations are taken with no doc.
+    A unit whose texts are not all written is left fresh: its request is still writing them, or died and the
+    deriver's repair writes them after writing the unit's fresh item again; taken, it would be counted twice (in the
+    segment, and fresh again), and a text written here could land after its session's purge."""
     sessions = _sessions(db, ws, {i["s"] for i in fresh})
-    docs, units = [], {}
+    taken: list[Mapping[str, Any]] = []
+    live: list[tuple[Mapping[str, Any], list[Doc]]] = []
     for item in fresh:
         session = sessions.get(item["s"])
-        if session is None or "deleted_at" in session:
+        incarnation = (session or {}).get("incarnation") or ""
+        if session is None or "deleted_at" in session or item.get("i") not in (None, incarnation):
+            taken.append(item)
             continue
-        incarnation = session.get("incarnation") or ""
-        if item.get("i") is not None and item["i"] != incarnation:
-            continue
-        for seq, peer, length, signature in _unpack(item["z"]):
-            doc = Doc(item["s"], int(seq), incarnation, peer, Document.parse(signature, int(length)))
-            docs.append(doc)
-            units[doc.key] = item["u"]
-    found = batch_get(db, [keys.text_doc(ws, d.session, d.seq) for d in docs], ("PK", "seq"))
+        live.append(
+            (
+                item,
+                [
+                    Doc(item["s"], int(seq), incarnation, peer, Document.parse(signature, int(length)))
+                    for seq, peer, length, signature in _unpack(item["z"])
+                ],
+            )
+        )
+    found = batch_get(db, [keys.text_doc(ws, d.session, d.seq) for _, docs in live for d in docs], ("PK", "seq"))
     present = {(keys.parse_session_pk(i["PK"].removesuffix("#XD"))[1], int(i["seq"])) for i in found}
-    _write(
-        db,
-        [
-            {"PutRequest": {"Item": _doc_item(ws, d.session, d.seq, d.peer, d.document, units[d.key])}}
-            for d in docs
-            if d.key not in present
-        ],
-    )
-    return docs
+    merged: list[Doc] = []
+    for item, docs in live:
+        if all(d.key in present for d in docs):
+            taken.append(item)
+            merged += docs
+    return merged, taken
 
 
 def _sessions(db: Db, ws: str, session_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
