@@ -15,6 +15,7 @@ import itertools
 import json
 import math
 import threading
+import time
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -140,6 +141,17 @@ def live_segments(db: Db, ws: str) -> list[dict]:
     """The manifest's segments (its JSON, read raw)."""
     item = db.client.get_item(TableName=db.table, Key=to_item(keys.text_manifest(ws)), ConsistentRead=True)
     return json.loads(item["Item"]["segs"]["S"]) if "Item" in item and "segs" in item["Item"] else []
+
+
+def noted(db: Db, ws: str, name: str) -> set[str]:
+    """The manifest's set `name`: "tmp", segments being written; "old", segments replaced, their items to delete."""
+    item = db.client.get_item(TableName=db.table, Key=to_item(keys.text_manifest(ws)), ConsistentRead=True)
+    return set(item.get("Item", {}).get(name, {}).get("SS", []))
+
+
+def stale_clock() -> float:
+    """A clock past the time any writer of a segment noted as being written could still be running."""
+    return time.time() + text_index.STALE_BUILD_S + 1
 
 
 def segment_rows(db: Db, ws: str) -> list[tuple[str, int, str]]:
@@ -734,6 +746,31 @@ def test_two_merges_of_one_shard_count_every_message_once(ws, where):
     assert_ranks(text_index.rank_workspace(ws, "ws1", "greyhound tram", 10), bm25(corpus, "greyhound tram"), 10)
 
 
+def test_a_merge_that_dies_before_its_transaction_changes_nothing_and_the_next_completes_it(ws):
+    """A merge whose invocation ends after writing its segment's items, before the transaction that makes it live:
+    every search answers as before, the units stay fresh, and the next merge takes them, counting each once. The dead
+    attempt's segment is noted in the manifest as being written, and deleted by the first compaction that runs once no
+    writer can still be at it."""
+    post("s1", *M)
+    post("s2", ("alice", "budget coffee"))
+    before = {q: text_index.rank_workspace(ws, "ws1", q, 10) for q in ("greyhound coffee", "budget")}
+    with refused(ws, "TransactWriteItems", is_merge), pytest.raises(ClientError):
+        text_index.merge_shard(ws, "ws1", shard_of_s1(), min_docs=1)
+    died()
+    assert {q: text_index.rank_workspace(ws, "ws1", q, 10) for q in before} == before
+    assert live_segments(ws, "ws1") == [] and len(fresh_rows(ws, "ws1")) == 4
+    assert text_index.merge_shard(ws, "ws1", shard_of_s1(), min_docs=1) == 3
+    corpus = corpus_of(ws, "s1", "s2")
+    counted_once(ws, "ws1", corpus)
+    live = {s["id"] for s in live_segments(ws, "ws1")}
+    (dead,) = segment_partitions(ws, "ws1") - live
+    assert noted(ws, "ws1", "tmp") == {dead}  # (the next merge's compaction: too early to tell it from a slow writer)
+    text_index.compact(ws, "ws1", now=stale_clock)
+    assert segment_partitions(ws, "ws1") == live and noted(ws, "ws1", "tmp") == set()
+    for query in before:
+        assert_ranks(text_index.rank_workspace(ws, "ws1", query, 10), bm25(corpus, query), 10, query)
+
+
 def four_segments(db: Db) -> None:
     """Three level-0 segments of s1, s2, s3, and a fresh unit of s4 whose merge makes the fourth (and compacts)."""
     for session, batch in (("s1", M), ("s2", M[1:]), ("s3", M[:1])):
@@ -758,6 +795,44 @@ def test_a_compaction_that_loses_to_a_merge_leaves_every_message_counted_once(ws
     counted_once(ws, "ws1", corpus)
     assert sorted(s["lv"] for s in live_segments(ws, "ws1")) == [0, 1]
     assert segment_partitions(ws, "ws1") == {s["id"] for s in live_segments(ws, "ws1")}
+    assert_ranks(text_index.rank_workspace(ws, "ws1", "greyhound coffee", 10), bm25(corpus, "greyhound coffee"), 10)
+
+
+@pytest.mark.parametrize("dies", ["before its transaction", "before deleting what it replaced"])
+def test_a_compaction_that_dies_changes_no_search_and_leaves_nothing_behind_once_the_next_runs(ws, dies):
+    four_segments(ws)
+    if dies == "before its transaction":
+        refusal = refused(ws, "TransactWriteItems", lambda p: not is_merge(p))
+    else:  # its transaction committed; the deletes of the four segments it merged fail
+        refusal = refused(ws, "BatchWriteItem", lambda p: "DeleteRequest" in repr(p))
+    with refusal as refusals, pytest.raises(ClientError):
+        text_index.merge_shard(ws, "ws1", text_index.shard_of("s4"), min_docs=1)
+    died()
+    assert refusals
+    corpus = corpus_of(ws, "s1", "s2", "s3", "s4")
+    counted_once(ws, "ws1", corpus)
+    assert_ranks(text_index.rank_workspace(ws, "ws1", "greyhound coffee", 10), bm25(corpus, "greyhound coffee"), 10)
+    post("s5", ("user", "coffee, greyhound"))
+    # The next merge (and its compaction); a segment being written is deleted only once no writer can be at it, one
+    # replaced at once.
+    now = stale_clock if dies == "before its transaction" else time.time
+    text_index.merge_shard(ws, "ws1", text_index.shard_of("s5"), min_docs=1, now=now)
+    corpus += corpus_of(ws, "s5")
+    counted_once(ws, "ws1", corpus)
+    assert segment_partitions(ws, "ws1") == {s["id"] for s in live_segments(ws, "ws1")}
+    assert noted(ws, "ws1", "tmp") == noted(ws, "ws1", "old") == set()
+    assert_ranks(text_index.rank_workspace(ws, "ws1", "greyhound coffee", 10), bm25(corpus, "greyhound coffee"), 10)
+
+
+def test_a_compaction_leaves_alone_a_segment_another_merge_is_still_writing(ws):
+    """A compaction (its sweep of dead writers' segments) running while a merge has written its segment's items but
+    not yet committed: the merge's segment is left whole, and made live."""
+    post("s1", *M)
+    with first(ws, "TransactWriteItems", is_merge, lambda: text_index.compact(ws, "ws1")) as seen:
+        assert text_index.merge_shard(ws, "ws1", shard_of_s1(), min_docs=1) == 3
+    assert seen
+    corpus = corpus_of(ws, "s1")
+    counted_once(ws, "ws1", corpus)
     assert_ranks(text_index.rank_workspace(ws, "ws1", "greyhound coffee", 10), bm25(corpus, "greyhound coffee"), 10)
 
 
@@ -962,6 +1037,21 @@ def test_a_session_purge_reads_and_writes_only_its_own_shard_and_texts(ws):
         keys.text_fresh_pk("ws1", text_index.shard_of("s1"))
     }
     assert not [pk for pk in others if pk in touched]
+
+
+def test_deleting_the_workspace_removes_its_whole_index(ws):
+    post("s1", ("user", "coffee with alice tomorrow"))
+    post("s2", ("alice", "tomorrow the budget"))
+    merge_all(ws)
+    post("s3", ("alice", "fresh"))
+    with refused(ws, "TransactWriteItems", is_merge), pytest.raises(ClientError):  # a dead merge's segment too
+        merge_all(ws)
+    died()
+    assert live_segments(ws, "ws1") and fresh_rows(ws, "ws1")
+    for session in ("s1", "s2", "s3"):
+        delete_session(ws, session)
+    assert call("DELETE", W).status == 202
+    assert scan(ws, "begins_with(PK, :p)", {":p": {"S": "WS#ws1"}}) == []
 
 
 def test_a_purge_that_ends_after_its_workspace_was_deleted_leaves_no_index_behind(ws):

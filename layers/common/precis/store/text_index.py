@@ -14,6 +14,8 @@ Items (keys in `precis.store.keys`):
   postings list in the segment, as doc number, count, length and speaker; a term too long for one item is chunked in
   `W…` items, best postings first).
 - the **manifest** (`text_manifest`): the live segments with their sizes. It changes once a merge, never a message.
+  It also names the segments being written and those a compaction replaced, so that a writer that dies leaves no
+  items nothing knows of: the next compaction deletes them (`_sweep`), a workspace delete too.
 
 The deriver merges a shard's fresh units into a segment once MERGE_MIN_DOCS are there (a unit whose texts are not
 all written yet stays fresh until its request or the deriver's repair writes them): the segment's items first,
@@ -66,6 +68,7 @@ ITEM_RAW = 300_000  # raw bytes past which an item is split (DynamoDB's item lim
 DOC_PART = 500  # docs a segment's doc table item holds
 PURGE_PAGE = 1_000  # texts a purge deletes between two looks at its deadline
 LEGACY_BLOCK = 100  # seqs of a legacy unit (a message stored without one)
+STALE_BUILD_S = 3_600  # a segment written for longer than this has no writer left (an invocation runs 15 min at most)
 
 
 @dataclass(frozen=True)
@@ -370,8 +373,16 @@ def _add_postings(
 
 @dataclass(frozen=True)
 class Manifest:
+    """The live segments (`segs`, changed by a transaction that bumps `v`), and the segments whose items may be in
+    the table though not live: those being written (`tmp`, each added before its first item and removed by the
+    transaction that makes it live, or by its writer once it lost) and those a compaction replaced (`old`, added by
+    its transaction, removed once their items are deleted). A writer that dies leaves its ids there: `_sweep`
+    deletes their items."""
+
     version: int = 0
     segments: tuple[dict[str, Any], ...] = ()
+    building: tuple[str, ...] = ()
+    replaced: tuple[str, ...] = ()
 
     @property
     def documents(self) -> int:
@@ -386,7 +397,51 @@ def read_manifest(db: Db, ws: str) -> Manifest:
     found = batch_get(db, [keys.text_manifest(ws)])
     if not found:
         return Manifest()
-    return Manifest(int(found[0]["v"]), tuple(json.loads(found[0]["segs"])))
+    item = found[0]
+    return Manifest(
+        int(item.get("v", 0)),
+        tuple(json.loads(item.get("segs") or "[]")),
+        tuple(item.get("tmp") or ()),
+        tuple(item.get("old") or ()),
+    )
+
+
+def _note(db: Db, ws: str, action: str, name: str, ids: Sequence[str]) -> None:
+    """ADD `ids` to the manifest's set `name`, or DELETE them from it (no version change: no search reads again)."""
+    if not ids:
+        return
+    for attempt in range(5):
+        try:
+            db.client.update_item(
+                TableName=db.table,
+                Key=to_item(keys.text_manifest(ws)),
+                UpdateExpression=f"{action} #n :ids",
+                ExpressionAttributeNames={"#n": name},
+                ExpressionAttributeValues={":ids": {"SS": sorted(set(ids))}},
+            )
+            return
+        except ClientError as exc:  # (a merge's transaction on the manifest in flight)
+            if error_code(exc) != "TransactionConflictException" or attempt == 4:
+                raise
+            time.sleep(0.05 * 2**attempt)
+
+
+def _built_at(segment: str) -> float:
+    """When a segment's id was made (epoch seconds): `{level}.{milliseconds}.{random}`."""
+    return int(segment.split(".")[1]) / 1000
+
+
+def _sweep(db: Db, ws: str, manifest: Manifest, now: float) -> int:
+    """Delete the items of the segments a compaction replaced and of those whose writer died before it made them
+    live (written for longer than any invocation runs); how many segments."""
+    live = {s["id"] for s in manifest.segments}
+    dead = [s for s in manifest.building if s not in live and now - _built_at(s) > STALE_BUILD_S]
+    old = [s for s in manifest.replaced if s not in live]
+    for segment in dead + old:
+        delete_keys(db, [{"PK": i["PK"], "SK": i["SK"]} for i in _segment_items(db, ws, segment, keys_only=True)])
+    _note(db, ws, "DELETE", "tmp", dead)
+    _note(db, ws, "DELETE", "old", old)
+    return len(dead) + len(old)
 
 
 def _commit(
@@ -401,18 +456,26 @@ def _commit(
     transaction; False when another merge came first or something to delete is gone."""
     gone = set(remove)
     segments = [s for s in manifest.segments if s["id"] not in gone] + list(add)
-    values: dict[str, Any] = {":v": manifest.version + 1, ":s": json.dumps(segments, separators=(",", ":"))}
+    values: dict[str, Any] = to_item({":v": manifest.version + 1, ":s": json.dumps(segments, separators=(",", ":"))})
+    names = {"#v": "v", "#s": "segs"}
+    update = "SET #v = :v, #s = :s"
+    if add:  # live now: no longer being written
+        update += " DELETE #t :new"
+        names["#t"], values[":new"] = "tmp", {"SS": sorted(s["id"] for s in add)}
+    if gone:  # their items to delete
+        update += " ADD #o :gone"
+        names["#o"], values[":gone"] = "old", {"SS": sorted(gone)}
     if manifest.version:
-        values[":old"] = manifest.version
+        values[":old"] = {"N": str(manifest.version)}
     actions: list[dict[str, Any]] = [
         {
             "Update": {
                 "TableName": db.table,
                 "Key": to_item(keys.text_manifest(ws)),
-                "UpdateExpression": "SET #v = :v, #s = :s",
+                "UpdateExpression": update,
                 "ConditionExpression": "#v = :old" if manifest.version else "attribute_not_exists(#v)",
-                "ExpressionAttributeNames": {"#v": "v", "#s": "segs"},
-                "ExpressionAttributeValues": to_item(values),
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
             }
         }
     ]
@@ -447,7 +510,15 @@ def merge(db: Db, ws: str, session_ids: Iterable[str], *, min_docs: int = MERGE_
     return sum(merge_shard(db, ws, shard, min_docs=min_docs) for shard in sorted({shard_of(s) for s in session_ids}))
 
 
-def merge_shard(db: Db, ws: str, shard: int, *, min_docs: int = MERGE_MIN_DOCS, attempts: int = 3) -> int:
+def merge_shard(
+    db: Db,
+    ws: str,
+    shard: int,
+    *,
+    min_docs: int = MERGE_MIN_DOCS,
+    attempts: int = 3,
+    now: Callable[[], float] = time.time,
+) -> int:
     """Merge a fresh shard's units (MERGE_UNITS at most) into a new segment, when they hold `min_docs` messages or
     more: its items, then the manifest and the fresh items' deletes in one transaction; compacts after. How many
     messages were merged (0: too few, or another merge kept winning)."""
@@ -466,12 +537,26 @@ def merge_shard(db: Db, ws: str, shard: int, *, min_docs: int = MERGE_MIN_DOCS, 
         if not taken:
             return 0
         entry, items = Segment.of(docs, 0).build(ws) if docs else ({}, [])
-        _write(db, [{"PutRequest": {"Item": item}} for item in items])
+        _write_segment(db, ws, entry, items)
         if _commit(db, ws, manifest, [entry] if docs else [], (), taken):
-            compact(db, ws)
+            compact(db, ws, now=now)
             return len(docs)
-        delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
+        _take_back(db, ws, entry, items)
     return 0
+
+
+def _write_segment(db: Db, ws: str, entry: Mapping[str, Any], items: Sequence[dict[str, Any]]) -> None:
+    """A new segment's items, its id noted in the manifest first (a writer that dies leaves no unknown items)."""
+    if items:
+        _note(db, ws, "ADD", "tmp", [entry["id"]])
+        _write(db, [{"PutRequest": {"Item": item}} for item in items])
+
+
+def _take_back(db: Db, ws: str, entry: Mapping[str, Any], items: Sequence[dict[str, Any]]) -> None:
+    """Delete the items of a segment that lost its transaction, then its note."""
+    if items:
+        delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
+        _note(db, ws, "DELETE", "tmp", [entry["id"]])
 
 
 def _fresh_docs(db: Db, ws: str, fresh: Sequence[Mapping[str, Any]]) -> tuple[list[Doc], list[Mapping[str, Any]]]:
@@ -514,12 +599,15 @@ def _sessions(db: Db, ws: str, session_ids: Iterable[str]) -> dict[str, dict[str
     return {i["id"]: i for i in found}
 
 
-def compact(db: Db, ws: str, *, rounds: int = 2) -> int:
+def compact(db: Db, ws: str, *, rounds: int = 2, now: Callable[[], float] = time.time) -> int:
     """Merge FAN_IN segments of the lowest level that has as many into one of the next (their messages of deleted
-    sessions and earlier incarnations left out), `rounds` times at most; how many segments were merged."""
+    sessions and earlier incarnations left out), `rounds` times at most, after deleting what dead writers left
+    (`_sweep`); how many segments were merged."""
     merged = 0
-    for _ in range(rounds):
+    for round_ in range(rounds):
         manifest = read_manifest(db, ws)
+        if round_ == 0 and _sweep(db, ws, manifest, now()):
+            manifest = read_manifest(db, ws)
         by_level: dict[int, list[dict[str, Any]]] = {}
         for segment in manifest.segments:
             by_level.setdefault(int(segment["lv"]), []).append(segment)
@@ -546,20 +634,22 @@ def compact(db: Db, ws: str, *, rounds: int = 2) -> int:
         ]
         level = max(int(s["lv"]) for s in chosen) + 1
         entry, items = Segment.of(live, level).build(ws) if live else ({}, [])
-        _write(db, [{"PutRequest": {"Item": item}} for item in items])
+        _write_segment(db, ws, entry, items)
         if not _commit(db, ws, manifest, [entry] if live else [], [s["id"] for s in chosen], ()):
-            delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
+            _take_back(db, ws, entry, items)
             continue
         delete_keys(db, [{"PK": i["PK"], "SK": i["SK"]} for items_ in read for i in items_])
+        _note(db, ws, "DELETE", "old", [s["id"] for s in chosen])
         merged += len(chosen)
     return merged
 
 
-def _segment_items(db: Db, ws: str, segment: str) -> list[dict[str, Any]]:
+def _segment_items(db: Db, ws: str, segment: str, *, keys_only: bool = False) -> list[dict[str, Any]]:
     return query_all(
         db,
         KeyConditionExpression="PK = :pk",
         ConsistentRead=True,
+        **({"ProjectionExpression": "PK, SK"} if keys_only else {}),
         ExpressionAttributeValues=to_item({":pk": keys.text_segment_pk(ws, segment)}),
     )
 
@@ -608,10 +698,11 @@ def delete_index(db: Db, ws: str, peers: Iterable[str]) -> int:
     """Delete a workspace's index (its delete, its sessions purged): its manifest, segments and fresh shards, and
     the counters the release before segments kept (the workspace's and each of `peers`')."""
     manifest = read_manifest(db, ws)
-    pks = [keys.text_segment_pk(ws, s["id"]) for s in manifest.segments]
+    segments = [s["id"] for s in manifest.segments] + list(manifest.building) + list(manifest.replaced)
+    pks = [keys.text_segment_pk(ws, s) for s in dict.fromkeys(segments)]
     pks += [keys.text_fresh_pk(ws, shard) for shard in range(FRESH_SHARDS)]
     pks += [keys.text_counters_pk(ws), *(keys.text_peer_counters_pk(ws, p) for p in peers)]
-    found = [keys.text_manifest(ws)] if manifest.version else []
+    found = [keys.text_manifest(ws)]
     for pk in pks:
         found += query_all(
             db,
