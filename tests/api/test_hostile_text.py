@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from precis.lexical import terms
 from precis.settings import get_settings
-from precis.store import keys
+from precis.store import keys, text_index
 from precis.store.db import Db, get_db
 from tests.handlers import call, invoke
 from tests.stream import message_records
@@ -181,8 +181,8 @@ def item_bytes(item: dict) -> int:
 
 
 def index_items(db: Db, ws: str) -> dict[str, list[dict]]:
-    """Every item the search index holds for the workspace: texts, postings, counters."""
-    found: dict[str, list[dict]] = {"text": [], "posting": [], "counter": []}
+    """Every item the search index holds for the workspace: texts, fresh units, segments' items, the manifest."""
+    found: dict[str, list[dict]] = {"text": [], "fresh": [], "segment": [], "manifest": []}
     request = {"TableName": db.table}
     while True:
         out = db.client.scan(**request)
@@ -190,10 +190,12 @@ def index_items(db: Db, ws: str) -> dict[str, list[dict]]:
             pk = item["PK"]["S"]
             if pk == keys.text_docs_pk(ws, "s1"):
                 found["text"].append(item)
-            elif pk.startswith(keys.text_postings_pk(ws, "")):
-                found["posting"].append(item)
-            elif pk == keys.text_counters_pk(ws):
-                found["counter"].append(item)
+            elif pk.startswith(keys.text_fresh_pk(ws, 0)[:-2]):
+                found["fresh"].append(item)
+            elif pk.startswith(keys.text_segment_pk(ws, "")):
+                found["segment"].append(item)
+            elif pk == keys.text_manifest(ws)["PK"]:
+                found["manifest"].append(item)
         if "LastEvaluatedKey" not in out:
             return found
         request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
@@ -217,11 +219,14 @@ def test_a_355000_character_message_is_found_and_its_index_items_fit(db, shape):
     text = (text + " " + "filler " * LARGEST)[:LARGEST]
     assert len(text) == LARGEST
     view = post_once(db, ws, text)
+    fresh = index_items(db, ws)["fresh"]
+    assert text_index.merge(db, ws, ["s1"], min_docs=1) == 1  # its fresh unit becomes a segment
     for query in ("needle", probe, f"haystack {probe}"):
         found = every_read(ws, query)
         assert found["workspace"][:1] == found["session"][:1] == found["peer"][:1] == [view["id"]], query
     items = index_items(db, ws)
-    assert len(items["text"]) == 1 and items["posting"] and items["counter"]
+    assert len(items["text"]) == 1 and len(fresh) == 1 and items["fresh"] == [] and items["segment"]
+    items["fresh"] = fresh
     sizes = {kind: max(map(item_bytes, found)) for kind, found in items.items()}
     assert all(size < ITEM_MAX_BYTES for size in sizes.values()), sizes
 

@@ -44,11 +44,12 @@ def search(path: str, query: str, **body) -> list[dict]:
     return reply.body
 
 
+INDEX_PARTITIONS = ("#XF#", "#XG#", "#XM")  # the workspace index's: fresh units, segments, the manifest
+
+
 def index_items(aws, kind: str = "xdoc") -> list[dict]:
-    """The search index's items of `kind`: texts ("xdoc"), or postings (None: the items of the terms' partitions)."""
+    """The search index's items of `kind`: texts ("xdoc") or fresh units ("xfresh")."""
     items = aws["dynamodb"].scan(TableName="precis-local")["Items"]
-    if kind is None:
-        return [i for i in items if "#XT#" in i["PK"]["S"]]
     return [i for i in items if i.get("kind") == {"S": kind}]
 
 
@@ -99,7 +100,8 @@ def test_filters_use_the_message_lists_grammar(ws):
 
 
 def index_writes(requests: list[tuple[str, dict]]) -> list[tuple[str, str]]:
-    """The search index's texts and postings (partition, sort key) the recorded requests wrote, however written."""
+    """The search index's items (partition, sort key) the recorded requests wrote, however written: texts, fresh
+    units, segments, the manifest."""
     written = []
     for operation, params in requests:
         if operation == "BatchWriteItem":
@@ -111,7 +113,7 @@ def index_writes(requests: list[tuple[str, dict]]) -> list[tuple[str, str]]:
         written += [
             (i["PK"]["S"], i["SK"]["S"])
             for i in items
-            if i and (i["PK"]["S"].endswith("#XD") or "#XT#" in i["PK"]["S"])
+            if i and (i["PK"]["S"].endswith("#XD") or any(p in i["PK"]["S"] for p in INDEX_PARTITIONS))
         ]
     return written
 
@@ -126,7 +128,7 @@ def test_each_message_is_indexed_once_by_its_post_and_replays_and_edits_write_no
     with dynamodb_requests() as replay:
         index(ws, "s1")  # the deriver's delivery, again: nothing of the index left to write
     with dynamodb_requests() as grown:
-        post("s1", ("alice", "I take the tram to work."))  # the post indexes the new message before answering
+        (new,) = post("s1", ("alice", "I take the tram to work."))  # the post indexes it before answering
     with dynamodb_requests() as delivered:
         index(ws, "s1")  # the deriver then gets the batch with the new message: nothing left to write
     message = search(f"{W}/sessions/s1/search", "Lisbon")[0]
@@ -137,17 +139,20 @@ def test_each_message_is_indexed_once_by_its_post_and_replays_and_edits_write_no
     with dynamodb_requests() as edit:
         assert invoke("DeriveFunction", {"Records": [stream_record(edited, "MODIFY")]}) == {"batchItemFailures": []}
     assert index_writes(replay) == [] and index_writes(delivered) == [] and index_writes(edit) == []
-    written = index_writes(grown)
-    assert (partition, f"{4:012d}") in written  # the new message's text
-    assert {pk for pk, _ in written} - {partition} == {
-        keys.text_postings_pk("ws1", t) for t in ("take", "tram", "work", "alic")
-    }
+    from precis.store import text_index
+
+    unit = next(m for m in ws["dynamodb"].scan(TableName="precis-local")["Items"] if m.get("id") == {"S": new["id"]})
+    # The new message's text, and its batch's one fresh item in its session's shard: nothing else of the index
+    # (no item per word, no workspace-wide item).
+    assert sorted(index_writes(grown)) == sorted(
+        [(partition, f"{4:012d}"), (keys.text_fresh_pk("ws1", text_index.shard_of("s1")), f"{unit['ib']['S']}#000")]
+    )
 
 
 def test_the_context_read_never_touches_the_search_index_without_a_query(ws):
     """The plain context reads no search item; with a search query kept to its session it reads the session's texts
-    (to recall), and never the terms' postings or the message vectors; reaching the peer's other sessions, it reads
-    the query's postings instead of any session's texts."""
+    (to recall), and never the workspace index (manifest, fresh units, segments) or the message vectors; reaching the
+    peer's other sessions, it reads the workspace index instead of any session's texts."""
     from precis.store import keys
 
     texts = keys.text_docs_pk("ws1", "s1")
@@ -169,11 +174,12 @@ def test_the_context_read_never_touches_the_search_index_without_a_query(ws):
         text = [json.dumps(params) for _, params in requests]
         assert not [t for t in text if keys.message_vectors_pk("ws1", "s1") in t], text
         if requests is not reaching:
-            assert not [t for t in text if "#XT#" in t], text
+            assert not [t for t in text if any(p in t for p in INDEX_PARTITIONS)], text
     assert not [p for _, p in plain if texts in json.dumps(p)]
     assert [op for op, p in searched if texts in json.dumps(p)] == ["Query"]
     assert not [p for _, p in reaching if texts in json.dumps(p)]
-    assert [p for _, p in reaching if keys.text_postings_pk("ws1", "lisbon") in json.dumps(p)]
+    assert [p for _, p in reaching if keys.text_manifest("ws1")["PK"] in json.dumps(p)]
+    assert [p for _, p in reaching if keys.text_fresh_pk("ws1", 0) in json.dumps(p)]
 
 
 def test_deleting_a_session_takes_it_out_of_the_index(ws):
@@ -187,22 +193,9 @@ def test_deleting_a_session_takes_it_out_of_the_index(ws):
         "batchItemFailures": []
     }
     assert {keys.parse_session_pk(v["PK"]["S"].removesuffix("#XD"))[1] for v in index_items(ws)} == {"s2"}
-    assert {p["SK"]["S"].split("#")[2] for p in index_items(ws, None)} == {"s2"}
-
-    def messages_counted(pk: str) -> str:
-        return ws["dynamodb"].get_item(TableName="precis-local", Key={"PK": {"S": pk}, "SK": {"S": keys.TEXT_STATS}})[
-            "Item"
-        ]["n"]["N"]
-
-    assert [
-        messages_counted(pk)
-        for pk in (
-            keys.text_counters_pk("ws1"),
-            keys.text_peer_counters_pk("ws1", "alice"),
-            keys.text_peer_counters_pk("ws1", "bob"),
-        )
-    ] == ["2", "1", "0"]
+    assert {p["s"]["S"] for p in index_items(ws, "xfresh")} == {"s2"}  # its fresh unit is gone, s2's stays
     assert {m["session_id"] for m in search(f"{W}/search", "Lisbon")} == {"s2"}
+    assert search(f"{W}/peers/bob/search", "budget") == []
 
 
 @pytest.mark.parametrize(

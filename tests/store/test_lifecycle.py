@@ -202,23 +202,23 @@ def test_nothing_can_be_created_in_a_workspace_while_its_delete_runs(ws):
 
 
 def test_deleting_an_empty_workspace_removes_its_peers_and_purged_sessions(ws):
+    from precis.store import keys, text_index
+
     post("hello")
+    assert text_index.merge(get_db(), "ws1", ["s1"], min_docs=1) == 1  # (the search index's manifest and a segment)
     call("DELETE", S)
     run_stream(delete_record(ws))
-    from precis.store import keys
-
-    assert partition(ws, keys.text_counters_pk("ws1"))  # the search index's counters (the purge zeroed them)
-    get_db().client.put_item(
-        TableName="precis-local",
-        Item={  # an earlier release's term statistics
-            "PK": {"S": "WS#ws1#TERMS"},
-            "SK": {"S": "MESSAGES"},
-            "ndocs": {"N": "1"},
-        },
-    )
+    (segment,) = [s["id"] for s in text_index.read_manifest(get_db(), "ws1").segments]
+    index = [keys.text_manifest("ws1")["PK"], keys.text_segment_pk("ws1", segment)]
+    assert all(partition(ws, pk) for pk in index)  # the purge leaves them (its message: until a compaction)
+    for item in (
+        {"PK": {"S": "WS#ws1#TERMS"}, "SK": {"S": "MESSAGES"}, "ndocs": {"N": "1"}},  # earlier releases' statistics
+        {"PK": {"S": keys.text_counters_pk("ws1")}, "SK": {"S": "#"}, "n": {"N": "0"}},
+    ):
+        get_db().client.put_item(TableName="precis-local", Item=item)
     assert call("DELETE", W).status == 202
     assert partition(ws, "WS#ws1") == [] and partition(ws) == [] and partition(ws, "WS#ws1#TERMS") == []
-    assert partition(ws, keys.text_counters_pk("ws1")) == []
+    assert [pk for pk in [*index, keys.text_counters_pk("ws1")] if partition(ws, pk)] == []
     assert call("POST", "/v3/workspaces/list").body["total"] == 0
     assert call("POST", f"{W}/peers/list").status == 404
 

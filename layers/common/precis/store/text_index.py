@@ -14,8 +14,11 @@ Items (keys in `precis.store.keys`):
   postings list in the segment, as doc number, count, length and speaker; a term too long for one item is chunked in
   `W…` items, best postings first).
 - the **manifest** (`text_manifest`): the live segments with their sizes. It changes once a merge, never a message.
+  It also names the segments being written and those a compaction replaced, so that a writer that dies leaves no
+  items nothing knows of: the next compaction deletes them (`_sweep`), a workspace delete too.
 
-The deriver merges a shard's fresh units into a segment once MERGE_MIN_DOCS are there: the segment's items first,
+The deriver merges a shard's fresh units into a segment once MERGE_MIN_DOCS are there (a unit whose texts are not
+all written yet stays fresh until its request or the deriver's repair writes them): the segment's items first,
 then one transaction adds it to the manifest and deletes the fresh items (both or neither, so nothing is counted
 twice or lost), then FAN_IN segments of a level are merged into one of the next (size-tiered, up to
 MAX_SEGMENT_DOCS). A merge leaves out the messages of deleted sessions and of earlier incarnations; until it runs, a
@@ -64,6 +67,7 @@ ITEM_RAW = 300_000  # raw bytes past which an item is split (DynamoDB's item lim
 DOC_PART = 500  # docs a segment's doc table item holds
 PURGE_PAGE = 1_000  # texts a purge deletes between two looks at its deadline
 LEGACY_BLOCK = 100  # seqs of a legacy unit (a message stored without one)
+STALE_BUILD_S = 3_600  # a segment written for longer than this has no writer left (an invocation runs 15 min at most)
 
 
 @dataclass(frozen=True)
@@ -398,8 +402,16 @@ def _add_postings(
 
 @dataclass(frozen=True)
 class Manifest:
+    """The live segments (`segs`, changed by a transaction that bumps `v`), and the segments whose items may be in
+    the table though not live: those being written (`tmp`, each added before its first item and removed by the
+    transaction that makes it live, or by its writer once it lost) and those a compaction replaced (`old`, added by
+    its transaction, removed once their items are deleted). A writer that dies leaves its ids there: `_sweep`
+    deletes their items."""
+
     version: int = 0
     segments: tuple[dict[str, Any], ...] = ()
+    building: tuple[str, ...] = ()
+    replaced: tuple[str, ...] = ()
 
     @property
     def documents(self) -> int:
@@ -414,7 +426,51 @@ def read_manifest(db: Db, ws: str) -> Manifest:
     found = batch_get(db, [keys.text_manifest(ws)])
     if not found:
         return Manifest()
-    return Manifest(int(found[0]["v"]), tuple(json.loads(found[0]["segs"])))
+    item = found[0]
+    return Manifest(
+        int(item.get("v", 0)),
+        tuple(json.loads(item.get("segs") or "[]")),
+        tuple(item.get("tmp") or ()),
+        tuple(item.get("old") or ()),
+    )
+
+
+def _note(db: Db, ws: str, action: str, name: str, ids: Sequence[str]) -> None:
+    """ADD `ids` to the manifest's set `name`, or DELETE them from it (no version change: no search reads again)."""
+    if not ids:
+        return
+    for attempt in range(5):
+        try:
+            db.client.update_item(
+                TableName=db.table,
+                Key=to_item(keys.text_manifest(ws)),
+                UpdateExpression=f"{action} #n :ids",
+                ExpressionAttributeNames={"#n": name},
+                ExpressionAttributeValues={":ids": {"SS": sorted(set(ids))}},
+            )
+            return
+        except ClientError as exc:  # (a merge's transaction on the manifest in flight)
+            if error_code(exc) != "TransactionConflictException" or attempt == 4:
+                raise
+            time.sleep(0.05 * 2**attempt)
+
+
+def _built_at(segment: str) -> float:
+    """When a segment's id was made (epoch seconds): `{level}.{milliseconds}.{random}`."""
+    return int(segment.split(".")[1]) / 1000
+
+
+def _sweep(db: Db, ws: str, manifest: Manifest, now: float) -> int:
+    """Delete the items of the segments a compaction replaced and of those whose writer died before it made them
+    live (written for longer than any invocation runs); how many segments."""
+    live = {s["id"] for s in manifest.segments}
+    dead = [s for s in manifest.building if s not in live and now - _built_at(s) > STALE_BUILD_S]
+    old = [s for s in manifest.replaced if s not in live]
+    for segment in dead + old:
+        delete_keys(db, [{"PK": i["PK"], "SK": i["SK"]} for i in _segment_items(db, ws, segment, keys_only=True)])
+    _note(db, ws, "DELETE", "tmp", dead)
+    _note(db, ws, "DELETE", "old", old)
+    return len(dead) + len(old)
 
 
 def _commit(
@@ -423,24 +479,32 @@ def _commit(
     manifest: Manifest,
     add: Sequence[dict[str, Any]],
     remove: Iterable[str],
-    deletes: Sequence[dict[str, Any]],
+    deletes: Sequence[Mapping[str, Any]],
 ) -> bool:
     """Change the manifest from `manifest` (unchanged since read) and delete `deletes` (each still there), in one
     transaction; False when another merge came first or something to delete is gone."""
     gone = set(remove)
     segments = [s for s in manifest.segments if s["id"] not in gone] + list(add)
-    values: dict[str, Any] = {":v": manifest.version + 1, ":s": json.dumps(segments, separators=(",", ":"))}
+    values: dict[str, Any] = to_item({":v": manifest.version + 1, ":s": json.dumps(segments, separators=(",", ":"))})
+    names = {"#v": "v", "#s": "segs"}
+    update = "SET #v = :v, #s = :s"
+    if add:  # live now: no longer being written
+        update += " DELETE #t :new"
+        names["#t"], values[":new"] = "tmp", {"SS": sorted(s["id"] for s in add)}
+    if gone:  # their items to delete
+        update += " ADD #o :gone"
+        names["#o"], values[":gone"] = "old", {"SS": sorted(gone)}
     if manifest.version:
-        values[":old"] = manifest.version
+        values[":old"] = {"N": str(manifest.version)}
     actions: list[dict[str, Any]] = [
         {
             "Update": {
                 "TableName": db.table,
                 "Key": to_item(keys.text_manifest(ws)),
-                "UpdateExpression": "SET #v = :v, #s = :s",
+                "UpdateExpression": update,
                 "ConditionExpression": "#v = :old" if manifest.version else "attribute_not_exists(#v)",
-                "ExpressionAttributeNames": {"#v": "v", "#s": "segs"},
-                "ExpressionAttributeValues": to_item(values),
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
             }
         }
     ]
@@ -475,7 +539,15 @@ def merge(db: Db, ws: str, session_ids: Iterable[str], *, min_docs: int = MERGE_
     return sum(merge_shard(db, ws, shard, min_docs=min_docs) for shard in sorted({shard_of(s) for s in session_ids}))
 
 
-def merge_shard(db: Db, ws: str, shard: int, *, min_docs: int = MERGE_MIN_DOCS, attempts: int = 3) -> int:
+def merge_shard(
+    db: Db,
+    ws: str,
+    shard: int,
+    *,
+    min_docs: int = MERGE_MIN_DOCS,
+    attempts: int = 3,
+    now: Callable[[], float] = time.time,
+) -> int:
     """Merge a fresh shard's units (MERGE_UNITS at most) into a new segment, when they hold `min_docs` messages or
     more: its items, then the manifest and the fresh items' deletes in one transaction; compacts after. How many
     messages were merged (0: too few, or another merge kept winning)."""
@@ -490,47 +562,69 @@ def merge_shard(db: Db, ws: str, shard: int, *, min_docs: int = MERGE_MIN_DOCS, 
         )
         if not fresh or sum(int(i["n"]) for i in fresh) < min_docs:
             return 0
-        docs = _fresh_docs(db, ws, fresh)
+        docs, taken = _fresh_docs(db, ws, fresh)
+        if not taken:
+            return 0
         entry, items = Segment.of(docs, 0).build(ws) if docs else ({}, [])
-        _write(db, [{"PutRequest": {"Item": item}} for item in items])
-        if _commit(db, ws, manifest, [entry] if docs else [], (), fresh):
-            compact(db, ws)
+        _write_segment(db, ws, entry, items)
+        if _commit(db, ws, manifest, [entry] if docs else [], (), taken):
+            compact(db, ws, now=now)
             return len(docs)
-        delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
+        _take_back(db, ws, entry, items)
     return 0
 
 
-def _fresh_docs(db: Db, ws: str, fresh: Sequence[Mapping[str, Any]]) -> list[Doc]:
-    """The docs of fresh items whose session is live in their incarnation, their texts written (a merged unit has
-    its texts, as one indexed by its request does: what the repair relies on)."""
+def _write_segment(db: Db, ws: str, entry: Mapping[str, Any], items: Sequence[dict[str, Any]]) -> None:
+    """A new segment's items, its id noted in the manifest first (a writer that dies leaves no unknown items)."""
+    if items:
+        _note(db, ws, "ADD", "tmp", [entry["id"]])
+        _write(db, [{"PutRequest": {"Item": item}} for item in items])
+
+
+def _take_back(db: Db, ws: str, entry: Mapping[str, Any], items: Sequence[dict[str, Any]]) -> None:
+    """Delete the items of a segment that lost its transaction, then its note."""
+    if items:
+        delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
+        _note(db, ws, "DELETE", "tmp", [entry["id"]])
+
+
+def _fresh_docs(db: Db, ws: str, fresh: Sequence[Mapping[str, Any]]) -> tuple[list[Doc], list[Mapping[str, Any]]]:
+    """(the docs to merge, the fresh items to take): the docs of the units whose session is live in their incarnation
+    and whose texts are all written; the units of deleted sessions and earlier incarnations are taken with no doc.
+    A unit whose texts are not all written is left fresh: its request is still writing them, or died and the
+    deriver's repair writes them after writing the unit's fresh item again; taken, it would be counted twice (in the
+    segment, and fresh again), and a text written here could land after its session's purge."""
     sessions = _sessions(db, ws, {i["s"] for i in fresh})
-    docs, units = [], {}
+    taken: list[Mapping[str, Any]] = []
+    live: list[tuple[Mapping[str, Any], list[Doc]]] = []
     for item in fresh:
         session = sessions.get(item["s"])
-        if session is None or "deleted_at" in session:
+        incarnation = (session or {}).get("incarnation") or ""
+        if session is None or "deleted_at" in session or item.get("i") not in (None, incarnation):
+            taken.append(item)
             continue
-        incarnation = session.get("incarnation") or ""
-        if item.get("i") is not None and item["i"] != incarnation:
-            continue
-        for seq, peer, length, signature in _unpack(item["z"]):
-            doc = Doc(item["s"], int(seq), incarnation, peer, Document.parse(signature, int(length)))
-            docs.append(doc)
-            units[doc.key] = item["u"]
+        live.append(
+            (
+                item,
+                [
+                    Doc(item["s"], int(seq), incarnation, peer, Document.parse(signature, int(length)))
+                    for seq, peer, length, signature in _unpack(item["z"])
+                ],
+            )
+        )
     by_session: dict[str, list[int]] = {}
-    for d in docs:
-        by_session.setdefault(d.session, []).append(d.seq)
+    for _, docs in live:
+        for d in docs:
+            by_session.setdefault(d.session, []).append(d.seq)
     present = {
         (session, int(i["seq"])) for session, seqs in by_session.items() for i in texts_at(db, ws, session, seqs)
     }
-    _write(
-        db,
-        [
-            {"PutRequest": {"Item": _doc_item(ws, d.session, d.seq, d.peer, d.document, units[d.key])}}
-            for d in docs
-            if d.key not in present
-        ],
-    )
-    return docs
+    merged: list[Doc] = []
+    for item, docs in live:
+        if all(d.key in present for d in docs):
+            taken.append(item)
+            merged += docs
+    return merged, taken
 
 
 def _sessions(db: Db, ws: str, session_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -539,12 +633,15 @@ def _sessions(db: Db, ws: str, session_ids: Iterable[str]) -> dict[str, dict[str
     return {i["id"]: i for i in found}
 
 
-def compact(db: Db, ws: str, *, rounds: int = 2) -> int:
+def compact(db: Db, ws: str, *, rounds: int = 2, now: Callable[[], float] = time.time) -> int:
     """Merge FAN_IN segments of the lowest level that has as many into one of the next (their messages of deleted
-    sessions and earlier incarnations left out), `rounds` times at most; how many segments were merged."""
+    sessions and earlier incarnations left out), `rounds` times at most, after deleting what dead writers left
+    (`_sweep`); how many segments were merged."""
     merged = 0
-    for _ in range(rounds):
+    for round_ in range(rounds):
         manifest = read_manifest(db, ws)
+        if round_ == 0 and _sweep(db, ws, manifest, now()):
+            manifest = read_manifest(db, ws)
         by_level: dict[int, list[dict[str, Any]]] = {}
         for segment in manifest.segments:
             by_level.setdefault(int(segment["lv"]), []).append(segment)
@@ -578,11 +675,12 @@ def _replace(db: Db, ws: str, manifest: Manifest, chosen: Sequence[Mapping[str, 
         and (sessions[d.session].get("incarnation") or "") == d.incarnation
     ]
     entry, items = Segment.of(live, level).build(ws) if live else ({}, [])
-    _write(db, [{"PutRequest": {"Item": item}} for item in items])
+    _write_segment(db, ws, entry, items)
     if not _commit(db, ws, manifest, [entry] if live else [], [s["id"] for s in chosen], ()):
-        delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
+        _take_back(db, ws, entry, items)
         return False
     delete_keys(db, [{"PK": i["PK"], "SK": i["SK"]} for items_ in read for i in items_])
+    _note(db, ws, "DELETE", "old", [s["id"] for s in chosen])
     return True
 
 
@@ -607,11 +705,12 @@ def vacuum(
     return False
 
 
-def _segment_items(db: Db, ws: str, segment: str) -> list[dict[str, Any]]:
+def _segment_items(db: Db, ws: str, segment: str, *, keys_only: bool = False) -> list[dict[str, Any]]:
     return query_all(
         db,
         KeyConditionExpression="PK = :pk",
         ConsistentRead=True,
+        **({"ProjectionExpression": "PK, SK"} if keys_only else {}),
         ExpressionAttributeValues=to_item({":pk": keys.text_segment_pk(ws, segment)}),
     )
 
@@ -662,9 +761,10 @@ def delete_index(db: Db, ws: str, peers: Iterable[str]) -> int:
     """Delete a workspace's index (its delete, its sessions purged): its manifest, segments and fresh shards, and
     what the release before segments kept (`delete_old_index`: its sessions' purges under this release left it)."""
     manifest = read_manifest(db, ws)
-    pks = [keys.text_segment_pk(ws, s["id"]) for s in manifest.segments]
+    segments = [s["id"] for s in manifest.segments] + list(manifest.building) + list(manifest.replaced)
+    pks = [keys.text_segment_pk(ws, s) for s in dict.fromkeys(segments)]
     pks += [keys.text_fresh_pk(ws, shard) for shard in range(FRESH_SHARDS)]
-    found = [keys.text_manifest(ws)] if manifest.version else []
+    found = [keys.text_manifest(ws)]
     for pk in pks:
         found += query_all(
             db,
