@@ -34,9 +34,12 @@ class ThroughputError(ValueError):
 
 
 def scale_from_env(env: Mapping[str, str]) -> float | None:
-    """The scale `env` asks for (None: no meter); ThroughputError when it is not a positive number."""
+    """The scale `env` asks for: 1 (AWS's limits) unless set, None for `off` (no meter); ThroughputError when it is
+    neither `off` nor a positive number."""
     raw = env.get("PRECIS_LOCAL_THROUGHPUT_SCALE", "").strip()
     if not raw:
+        return 1.0
+    if raw.lower() == "off":
         return None
     try:
         scale = float(raw)
@@ -44,7 +47,7 @@ def scale_from_env(env: Mapping[str, str]) -> float | None:
         scale = math.nan
     if not (math.isfinite(scale) and scale > 0):
         raise ThroughputError(
-            "PRECIS_LOCAL_THROUGHPUT_SCALE: a positive number (1 = DynamoDB's limits, N = N times harsher), "
+            "PRECIS_LOCAL_THROUGHPUT_SCALE: a positive number (1 = DynamoDB's limits, N = N times harsher) or off, "
             f"got {raw!r}"
         )
     return scale

@@ -90,8 +90,9 @@ def test_a_scale_that_is_not_a_positive_number_is_named(raw):
         scale_from_env({"PRECIS_LOCAL_THROUGHPUT_SCALE": raw})
 
 
-def test_no_scale_no_meter():
-    assert scale_from_env({}) is None
+def test_unset_is_aws_limits_and_off_is_no_meter():
+    assert scale_from_env({}) == 1  # AWS's limits unless told otherwise: the local stack is never kinder
+    assert scale_from_env({"PRECIS_LOCAL_THROUGHPUT_SCALE": "off"}) is None
     assert scale_from_env({"PRECIS_LOCAL_THROUGHPUT_SCALE": " 50 "}) == 50
 
 
