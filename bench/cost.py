@@ -892,11 +892,22 @@ def hot_spots(capacity: Capacity, units: int, top: int = 5) -> dict[str, Any]:
         return [{"key": list(key), "kind": key_kind(where, *key), "per_unit": v / units} for v, key in rows]
 
     out = {f"{unit}_{where}": ranked(unit, where) for unit in ("wru", "rru") for where in ("item", "partition")}
+    # The search index's own (its fresh shards, segments, manifest and texts), whatever else is hotter.
+    index_heat = Counter({k: v for k, v in heat.items() if any(m in k[3] or m in k[2] for m in _INDEX_MARKS)})
+    for unit in ("wru", "rru"):
+        for where in ("item", "partition"):
+            best = max(((v, k[2:]) for k, v in index_heat.items() if k[:2] == (unit, where)), default=None)
+            out[f"index_{unit}_{where}"] = (
+                {"key": list(best[1]), "kind": key_kind(where, *best[1]), "per_unit": best[0] / units} if best else None
+            )
     rate, bound = sustainable_rate(
         *(out[name][0]["per_unit"] if out[name] else 0.0 for name in ("wru_item", "wru_partition", "rru_partition"))
     )
     out["sustainable_per_s"], out["bound_by"] = rate, bound
     return out
+
+
+_INDEX_MARKS = ("#XF#", "#XG#", "#XM", "#XD")  # the search index's partitions (store/keys.py)
 
 
 # What the bench's keys stand for, to name the hot ones: its own names (workspace, sessions, peers, shards, segments,
@@ -1184,6 +1195,35 @@ def _print_hot(results: dict) -> None:
             "bound by",
         ],
         rows,
+    )
+    index_rows = []
+    for batch in BATCHES:
+        hot = results[f"ingest_{batch}"]["hot"]
+        item, partition, reads = hot["index_wru_item"], hot["index_wru_partition"], hot["index_rru_partition"]
+        rate, bound = sustainable_rate(*((x or {}).get("per_unit", 0.0) for x in (item, partition, reads)))
+        index_rows.append(
+            [
+                batch,
+                *((x or {}).get(f, "-") for x in (item, partition, reads) for f in ("kind", "per_unit")),
+                rate,
+                bound,
+            ]
+        )
+    print_table(
+        "... the search index's own hottest item and partition (its fresh shards, segments, manifest, texts): units "
+        "per message, and the messages/s they alone allow",
+        [
+            "post",
+            "item (writes)",
+            "WRU/msg",
+            "partition (writes)",
+            "WRU/msg",
+            "partition (reads)",
+            "RRU/msg",
+            "msg/s",
+            "bound by",
+        ],
+        index_rows,
     )
     print(
         "Hot spots: a write's units land on its item and its partition (a local index's entries in the same "
