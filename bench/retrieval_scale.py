@@ -341,7 +341,6 @@ KB, PAGE = 1024, 1024 * 1024  # a write unit's size; a Query page's
 _KEY_CONDITION = re.compile(
     r"PK = (:\w+)(?: AND SK (<=|<|>=|>|=) (:\w+)| AND begins_with\(SK, (:\w+)\)| AND SK BETWEEN (:\w+) AND (:\w+))?"
 )
-_SET = re.compile(r"SET (.+)")
 _ASSIGNMENT = re.compile(r"(#?\w+) = (:\w+)")
 _TEST = re.compile(r"(attribute_exists|attribute_not_exists)\((#?\w+)\)|(#?\w+) = (:\w+)")
 
@@ -448,17 +447,45 @@ class DictTable:
         return True
 
     def _updated(self, before: dict[str, Any] | None, key: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
-        matched = _SET.fullmatch(spec["UpdateExpression"].strip())
-        if matched is None:
-            raise NotImplementedError(spec["UpdateExpression"])
+        """The item after an update of the shapes the index sends: SET of names to values, ADD and DELETE of string
+        sets (the manifest's notes), each clause once."""
+        expression = spec["UpdateExpression"].strip()
+        clauses = re.split(r"\b(SET|ADD|DELETE)\s+", expression)
+        if clauses[0].strip() or len(clauses) < 3:
+            raise NotImplementedError(expression)
         names, values = spec.get("ExpressionAttributeNames") or {}, spec["ExpressionAttributeValues"]
         after = dict(before or key)
-        for assignment in matched.group(1).split(","):
-            pair = _ASSIGNMENT.fullmatch(assignment.strip())
-            if pair is None:
-                raise NotImplementedError(spec["UpdateExpression"])
-            after[self._name(pair.group(1), names)] = values[pair.group(2)]
+        for verb, body in zip(clauses[1::2], clauses[2::2]):
+            for assignment in body.split(","):
+                if verb == "SET":
+                    pair = _ASSIGNMENT.fullmatch(assignment.strip())
+                    if pair is None:
+                        raise NotImplementedError(expression)
+                    after[self._name(pair.group(1), names)] = values[pair.group(2)]
+                    continue
+                parts = assignment.split()
+                if len(parts) != 2 or "SS" not in values[parts[1]]:
+                    raise NotImplementedError(expression)
+                name, given = self._name(parts[0], names), set(values[parts[1]]["SS"])
+                held = set(after.get(name, {}).get("SS", ()))
+                held = held | given if verb == "ADD" else held - given
+                if held:
+                    after[name] = {"SS": sorted(held)}
+                else:
+                    after.pop(name, None)
         return after
+
+    def update_item(self, *, TableName: str, Key: dict[str, Any], **request: Any) -> dict[str, Any]:  # noqa: N803
+        key = self._key(Key)
+        with self.lock:
+            before = self.items.get(key)
+            if not self._holds(request.get("ConditionExpression"), before, request):
+                self._bill(key, _size(before), "refused")
+                raise self._error("ConditionalCheckFailedException", "UpdateItem")
+            after = self._updated(before, Key, request)
+            self._bill(key, max(_size(before), _size(after)), "update")
+            self._set(key, after)
+        return {}
 
     @staticmethod
     def _key(key: dict[str, Any]) -> tuple[str, str]:
