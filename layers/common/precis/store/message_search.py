@@ -101,14 +101,23 @@ def index_messages(
     return written
 
 
+MERGE_CHECK_EVERY = 10  # a shard is looked at when a batch brings this many of its messages, or a seq that divides
+
+
 def merge_fresh(db: Db, images: Iterable[dict[str, Any]]) -> int:
     """Once per stream batch (its inserted messages' images): merge their sessions' fresh index shards into
-    segments once they hold enough (`text_index.merge`); how many messages were merged."""
-    by_workspace: dict[str, set[str]] = {}
+    segments once they hold enough (`text_index.merge`); how many messages were merged. A shard is looked at (a
+    consistent Query of what it holds) about once per MERGE_CHECK_EVERY of its messages, not once per post: when the
+    batch brings that many, or one whose seq MERGE_CHECK_EVERY divides (each session's tenth, twentieth, ...)."""
+    by_shard: dict[tuple[str, int], list[tuple[str, int]]] = {}
     for image in images:
         ws, session_id = keys.parse_session_pk(image["PK"])
-        by_workspace.setdefault(ws, set()).add(session_id)
-    return sum(text_index.merge(db, ws, sessions) for ws, sessions in sorted(by_workspace.items()))
+        by_shard.setdefault((ws, text_index.shard_of(session_id)), []).append((session_id, int(image["seq"])))
+    return sum(
+        text_index.merge_shard(db, ws, shard)
+        for (ws, shard), brought in sorted(by_shard.items())
+        if len(brought) >= MERGE_CHECK_EVERY or any(seq % MERGE_CHECK_EVERY == 0 for _, seq in brought)
+    )
 
 
 def ensure_indexed(
