@@ -1061,6 +1061,45 @@ def test_a_merge_racing_a_sessions_purge_leaves_no_text_of_it(ws):
     counted_once(ws, "ws1", corpus_of(ws, "s1", "s2"))
 
 
+def is_note(name: str, action: str) -> Callable[[dict], bool]:
+    """An UpdateItem of the manifest's set `name` ("tmp", "old") by `action` ("ADD", "DELETE")."""
+    return lambda p: (
+        p.get("UpdateExpression", "").startswith(action) and name in p.get("ExpressionAttributeNames", {}).values()
+    )
+
+
+def test_a_compaction_between_two_rewrites_of_a_purge_counts_nothing_twice(ws):
+    """Two segments hold s1's messages with s16's. The purge rewrites the first; before it reads the manifest again, a
+    merge's compaction replaces the second (with two others) and dies before deleting their items. The purge must not
+    rewrite the second from its items still there: its live messages are in the compaction's segment already."""
+    for i in range(2):
+        post("s1", ("user", f"greyhound {i}"), ("alice", "coffee"))
+        post("s16", ("alice", f"tram {i} coffee"))
+        text_index.merge_shard(ws, "ws1", text_index.shard_of("s1"), min_docs=1)
+    post("s2", *M)
+    text_index.merge_shard(ws, "ws1", text_index.shard_of("s2"), min_docs=1)
+    assert [s["lv"] for s in live_segments(ws, "ws1")] == [0, 0, 0]
+    post("s3", ("user", "greyhound coffee"))
+    compactions: list[int] = []
+
+    def meanwhile() -> None:  # s3's merge makes a fourth level-0 segment: compacted, and its deletes refused
+        with refused(ws, "BatchWriteItem", lambda p: "DeleteRequest" in repr(p)), pytest.raises(ClientError):
+            text_index.merge_shard(ws, "ws1", text_index.shard_of("s3"), min_docs=1)
+        compactions.append(len(live_segments(ws, "ws1")))
+
+    # (the purge's first rewrite committed and its old items deleted; the note of that comes next)
+    with first(ws, "UpdateItem", is_note("old", "DELETE"), meanwhile) as seen:
+        delete_session(ws, "s1")
+    assert seen and compactions == [1]
+    remaining = corpus_of(ws, "s2", "s3", "s16")
+    counted_once(ws, "ws1", remaining)
+    for query in ("greyhound coffee", "tram"):
+        assert_every_scope_exact(ws, "ws1", remaining, remaining, query, 10)
+    text_index.compact(ws, "ws1")  # (deletes what the dead compaction replaced)
+    assert segment_partitions(ws, "ws1") == {s["id"] for s in live_segments(ws, "ws1")}
+    assert noted(ws, "ws1", "tmp") == noted(ws, "ws1", "old") == set()
+
+
 def manifest_in(params: dict) -> bool:
     return keys.text_manifest("ws1")["PK"] in json.dumps(params)
 

@@ -663,7 +663,13 @@ def compact(db: Db, ws: str, *, rounds: int = 2, now: Callable[[], float] = time
 
 def _replace(db: Db, ws: str, manifest: Manifest, chosen: Sequence[Mapping[str, Any]], level: int) -> bool:
     """Replace the segments `chosen` by one of `level` holding their live messages (none: by nothing): its items,
-    then the manifest, then their items; False when another merge changed the manifest first."""
+    then the manifest, then their items; False when another merge changed the manifest first, or one of them is no
+    longer live in `manifest`."""
+    live_ids = {s["id"] for s in manifest.segments}
+    if any(s["id"] not in live_ids for s in chosen):
+        # Another compaction replaced it (a vacuum's later segments are from an earlier manifest): its items may
+        # still be there, and its live messages are in the segment that replaced it already.
+        return False
     read = [_segment_items(db, ws, s["id"]) for s in chosen]
     docs = [d for items in read for d in _segment_docs(items)]
     sessions = _sessions(db, ws, {d.session for d in docs})
@@ -700,7 +706,7 @@ def vacuum(
             if time_left() < 0:
                 return False
             if not _replace(db, ws, manifest, [segment], int(segment["lv"])):
-                break  # (another merge changed the manifest: read it again)
+                break  # (another merge changed the manifest, or replaced this segment: read it again)
             manifest = read_manifest(db, ws)
     return False
 
