@@ -583,6 +583,34 @@ def test_a_word_common_to_tens_of_thousands_of_texts_is_chunked_and_still_ranks_
             )
 
 
+def test_a_segment_of_thirty_thousand_sessions_fits_its_items_and_a_purge_finds_each_in_one_part(ws):
+    """A segment of 30,000 messages from as many sessions (ids of 40 characters: 1.3 MB of them) keeps every item
+    under DynamoDB's 400 KB and its header, which every peer search reads, to a few KB: the ids are in parts, the
+    header names each part's first. A purge's look for a session reads the headers and the one part that could hold
+    it: each session of the segment is found, no other id is."""
+    ids = sorted(f"{n:06d}-" + zlib.crc32(str(n).encode()).to_bytes(4).hex() * 4 + "x" for n in range(30_000))
+    docs = [text_index.Doc(s, 1, "i", "user", Document.of(f"coffee {s[:6]}", speaker="user")) for s in ids]
+    entry, items = text_index.Segment.of(docs, 4).build("ws1")
+    assert max(map(item_bytes, items)) < ITEM_MAX_BYTES
+    (head,) = [i for i in items if i["SK"]["S"] == "H"]
+    assert item_bytes(head) < 4_000
+    parts = sorted((i for i in items if i["SK"]["S"].startswith("S")), key=lambda i: i["SK"]["S"])
+    lists = [unpack(from_item(i)["z"]) for i in parts]
+    assert len(lists) > 30 and [x for part in lists for x in part] == ids
+    for start in range(0, len(items), 25):
+        ws.client.batch_write_item(RequestItems={ws.table: [{"PutRequest": {"Item": i}} for i in items[start:][:25]]})
+    assert text_index._commit(ws, "ws1", text_index.read_manifest(ws, "ws1"), [entry], (), ())
+    manifest = text_index.read_manifest(ws, "ws1")
+    edges = [part[0] for part in lists] + [part[-1] for part in lists]
+    for session in sorted({*edges, *ids[::997]}):
+        with dynamodb_requests() as seen:
+            assert text_index._holding(ws, "ws1", manifest, session) == {entry["id"]}, session
+        assert [op for op, _ in seen] == ["BatchGetItem", "BatchGetItem"]
+        assert [len(wanted["Keys"]) for wanted in seen[1][1]["RequestItems"].values()] == [1]  # one part
+    for other in ("0", "~", ids[0][:-1], ids[4_000] + "0", ids[-1] + "0"):
+        assert text_index._holding(ws, "ws1", manifest, other) == set(), other
+
+
 # ---------------------------------------------------------------- read-your-writes, through the routes
 
 CONVERSATION = [
@@ -943,7 +971,8 @@ def test_a_sessions_purge_rewrites_each_segment_holding_it_at_its_level_and_drop
         mine = [m for m in remaining if m.session in sessions]
         segment = by_level[level]
         assert (segment["n"], segment["len"]) == (len(mine), sum(sum(m.bag().values()) for m in mine))
-        assert header(ws, "ws1", segment["id"])["ss"] == sorted(sessions)
+        lists = [unpack(i["z"]) for i in partition(ws, keys.text_segment_pk("ws1", segment["id"])) if i["SK"][0] == "S"]
+        assert lists == [sorted(sessions)] and header(ws, "ws1", segment["id"])["sf"] == [min(sessions)]
         peers = sorted({m.peer for m in mine})
         assert header(ws, "ws1", segment["id"])["p"] == peers
         assert header(ws, "ws1", segment["id"])["s"] == [
@@ -1184,9 +1213,10 @@ def requests_by_partition(seen: list[tuple[str, dict]]) -> dict[str, set[tuple[s
 
 
 def test_a_session_purge_touches_only_its_fresh_shard_its_texts_and_the_segments_holding_it(ws):
-    """A purge deletes the session's fresh units and texts, reads the manifest and the segments' headers, and rewrites
-    the segments that hold the session (read, replaced by a new one through the manifest, deleted); nothing else of
-    the index: no other fresh shard, no other session's texts, no other segment but its header."""
+    """A purge deletes the session's fresh units and texts, reads the manifest, the segments' headers (and the part of
+    their session lists that could name it), and rewrites the segments that hold the session (read, replaced by a new
+    one through the manifest, deleted); nothing else of the index: no other fresh shard, no other session's texts, no
+    other segment but its header and session list."""
     post("s1", *M)
     post("s16", ("alice", "tram"))  # (s1's fresh shard: merged into s1's segment)
     post("s2", *M)
@@ -1210,7 +1240,9 @@ def test_a_session_purge_touches_only_its_fresh_shard_its_texts_and_the_segments
     assert kinds(keys.text_fresh_pk("ws1", text_index.shard_of("s1"))) == {"Query", "Delete"}
     assert kinds(keys.text_docs_pk("ws1", "s1")) == {"Query", "Delete"}
     assert kinds(keys.text_manifest("ws1")["PK"]) == {"BatchGetItem", "UpdateItem", "Update"}  # (notes, commit)
-    assert touched.pop(keys.text_segment_pk("ws1", other)) == {("BatchGetItem", "H")}  # its header alone
+    read = touched.pop(keys.text_segment_pk("ws1", other))
+    assert ("BatchGetItem", "H") in read  # its header, and at most the part of its session list that could name s1
+    assert read <= {("BatchGetItem", "H"), ("BatchGetItem", "S00000")}
     assert kinds(keys.text_segment_pk("ws1", shared)) == {"BatchGetItem", "Query", "Delete"}
     assert kinds(keys.text_segment_pk("ws1", rewritten)) == {"Put", "BatchGetItem"}  # (its header: s1 is gone)
     assert touched == {}  # nothing else: no other fresh shard, no other session's texts, no other segment
