@@ -934,7 +934,7 @@ _PARTITION_KINDS = {
     "WS#{ws}#C#{observer}#{observed}": "collection (conclusions)",
 }
 # A segment's items by their sort key's first letter (text_index.Segment.build).
-_SEGMENT_ITEMS = {"H": "header", "D": "doc table", "T": "term bucket", "W": "long term's chunk"}
+_SEGMENT_ITEMS = {"H": "header", "S": "session list", "D": "doc table", "T": "term bucket", "W": "long term's chunk"}
 
 
 def key_shape(pk: str) -> str:

@@ -1,7 +1,8 @@
 """The exact lexical index in the table (precis.store.text_index): what it ranks is a brute-force BM25 over the raw
 texts whatever is fresh, merged into segments or compacted, a message is found as soon as its post answers, every
 message is counted once however often (or however concurrently) it is indexed or merged, deletes take out exactly
-what they remove, and a failure while indexing loses nothing.
+what they remove (once a session's purge ends, the statistics are those of the live messages alone), and a failure
+while indexing loses nothing.
 
 The brute force here is written from the textbook (k1 0.9, b 0.4, Lucene's idf, the speaker counted twice, the
 scope's own N, average length and document frequencies); only the tokenizer is Precis's (`precis.lexical.terms`).
@@ -196,8 +197,8 @@ def texts(db: Db, ws: str, session_id: str) -> dict[int, dict]:
 
 def counted_once(db: Db, ws: str, live: list[Msg], dead: list[Msg] = ()) -> list[Msg]:
     """Asserts each live message is in the index exactly once (a segment's doc or a fresh unit's), its text there,
-    and nothing else is but messages of deleted incarnations still in a segment (at most once each, none fresh);
-    those, which the statistics still count until their segment is compacted."""
+    and nothing else is but messages of `dead` (deleted incarnations) still in a segment, at most once each, none
+    fresh: a session deleted whose purge has not yet rewritten its segments. Those (the statistics count them)."""
     current = {m.session: m.incarnation for m in live}
     rows = Counter(segment_rows(db, ws))
     fresh = Counter((s, seq, current.get(s) if i is None else i) for s, seq, i, _ in fresh_rows(db, ws))
@@ -441,13 +442,14 @@ class Model:
 
 
 @given(steps=st.lists(step, min_size=4, max_size=14), asked=queries, k=st.integers(1, 6))
-@example(  # four segments, the first of a session deleted, then the id created again: compaction drops it
+@example(  # four segments compacted into one, a session of it deleted (its purge rewrites it), the id created again
     steps=[
         ("s1", M, "merge"),
         ("s2", M[1:], "merge"),
-        ("s1", M[:1], "delete"),
         ("s9", M[:2], "merge"),
         ("s1", M[::-1], "merge"),
+        ("s1", M[:1], "delete"),
+        ("s1", M[1:], "merge"),
         ("s2", M[:1], ""),
     ],
     asked=["greyhound coffee", "tram alice"],
@@ -458,10 +460,10 @@ class Model:
 )
 def test_every_scope_ranks_exactly_the_brute_force_whatever_is_fresh_merged_compacted_or_deleted(ws, steps, asked, k):
     """Posts in units, shards merged into segments however few they hold, compactions, sessions deleted (and purged)
-    and created again, in any order: after each step every live message is counted once and no deleted one is fresh
-    or has a text; each scope ranks as the brute force over the live messages, with the statistics of those and of
-    the deleted ones a segment still holds (a search leaves them out of its answer at once, their statistics go with
-    the next compaction of their segment)."""
+    and created again, in any order: after each step every live message is counted once and no deleted one is in the
+    index at all (its purge rewrote the segments that held it); each scope ranks as the brute force over the live
+    messages, with their statistics alone. No segment's items are left behind, none is noted as being written or
+    replaced."""
     name = f"x{next(_WORKSPACES)}"
     assert call("POST", "/v3/workspaces", {"id": name}).status == 201
     model = Model(ws, name)
@@ -473,39 +475,45 @@ def test_every_scope_ranks_exactly_the_brute_force_whatever_is_fresh_merged_comp
             text_index.compact(ws, name)
         elif then == "delete":
             model.delete(session)
-        still = counted_once(ws, name, model.messages, model.dead)
+        counted_once(ws, name, model.messages)  # (no dead message anywhere)
         assert_ranks(
             text_index.rank_workspace(ws, name, asked[0], k),
-            bm25(model.messages, asked[0], None, model.messages + still),
+            bm25(model.messages, asked[0]),
             k,
             (session, then, asked[0]),
         )
-    still = counted_once(ws, name, model.messages, model.dead)
     for query in asked:
-        assert_every_scope_exact(ws, name, model.messages, model.messages + still, query, k)
+        assert_every_scope_exact(ws, name, model.messages, model.messages, query, k)
     assert segment_partitions(ws, name) == {s["id"] for s in live_segments(ws, name)}  # no segment left behind
+    assert noted(ws, name, "tmp") == noted(ws, name, "old") == set()
 
 
-def test_the_example_compacts_the_deleted_session_away(ws):
-    """(The property's example reaches what it is there for: the deleted session's merged messages are counted, never
-    found, until the fourth segment's compaction drops them; then the statistics are the live messages' alone.)"""
+def test_the_example_rewrites_the_compacted_segment_without_the_deleted_session(ws):
+    """(The property's example reaches what it is there for: the deleted session's messages, compacted with two other
+    sessions' into one segment, leave it with the session's purge, which rewrites it at its level; the id's new
+    incarnation is merged beside it; the statistics are the live messages' alone all along.)"""
     model = Model(ws, "ws1")
-    for session, batch in (("s1", M), ("s2", M[1:])):
+    for session, batch in (("s1", M), ("s2", M[1:]), ("s9", M[:2]), ("s1", M[::-1])):
         model.post(session, batch)
         text_index.merge_shard(ws, "ws1", text_index.shard_of(session), min_docs=1)
+    (compacted,) = live_segments(ws, "ws1")
+    assert compacted["lv"] == 1 and compacted["n"] == 10
     model.post("s1", M[:1])
     model.delete("s1")
-    model.post("s9", M[:2])
-    text_index.merge_shard(ws, "ws1", text_index.shard_of("s9"), min_docs=1)
-    assert len(counted_once(ws, "ws1", model.messages, model.dead)) == 3  # merged before the delete: still counted
-    hits = text_index.rank_workspace(ws, "ws1", "greyhound", 10)
-    assert hits and {key[0] for key, _ in hits} == {"s2", "s9"}  # never found once deleted
-    model.post("s1", M[::-1])
-    text_index.merge_shard(ws, "ws1", text_index.shard_of("s1"), min_docs=1)  # a fourth segment: compacted
-    assert [s["lv"] for s in live_segments(ws, "ws1")] == [1]
-    assert counted_once(ws, "ws1", model.messages, model.dead) == []
+    (rewritten,) = live_segments(ws, "ws1")
+    assert rewritten["lv"] == 1 and rewritten["n"] == 4 and rewritten["id"] != compacted["id"]
+    assert {row[0] for row in segment_rows(ws, "ws1")} == {"s2", "s9"}
+    counted_once(ws, "ws1", model.messages)
     for query in ("greyhound coffee", "tram alice"):
         assert_every_scope_exact(ws, "ws1", model.messages, model.messages, query, 3)
+    model.post("s1", M[1:])
+    text_index.merge_shard(ws, "ws1", text_index.shard_of("s1"), min_docs=1)
+    assert sorted(s["lv"] for s in live_segments(ws, "ws1")) == [0, 1]
+    counted_once(ws, "ws1", model.messages)
+    for query in ("greyhound coffee", "tram alice"):
+        assert_every_scope_exact(ws, "ws1", model.messages, model.messages, query, 3)
+    assert segment_partitions(ws, "ws1") == {s["id"] for s in live_segments(ws, "ws1")}
+    assert noted(ws, "ws1", "tmp") == noted(ws, "ws1", "old") == set()
 
 
 def test_identical_texts_tie_in_key_order_fresh_or_merged(ws):
@@ -573,6 +581,34 @@ def test_a_word_common_to_tens_of_thousands_of_texts_is_chunked_and_still_ranks_
                 k,
                 (query, peer),
             )
+
+
+def test_a_segment_of_thirty_thousand_sessions_fits_its_items_and_a_purge_finds_each_in_one_part(ws):
+    """A segment of 30,000 messages from as many sessions (ids of 40 characters: 1.3 MB of them) keeps every item
+    under DynamoDB's 400 KB and its header, which every peer search reads, to a few KB: the ids are in parts, the
+    header names each part's first. A purge's look for a session reads the headers and the one part that could hold
+    it: each session of the segment is found, no other id is."""
+    ids = sorted(f"{n:06d}-" + zlib.crc32(str(n).encode()).to_bytes(4).hex() * 4 + "x" for n in range(30_000))
+    docs = [text_index.Doc(s, 1, "i", "user", Document.of(f"coffee {s[:6]}", speaker="user")) for s in ids]
+    entry, items = text_index.Segment.of(docs, 4).build("ws1")
+    assert max(map(item_bytes, items)) < ITEM_MAX_BYTES
+    (head,) = [i for i in items if i["SK"]["S"] == "H"]
+    assert item_bytes(head) < 4_000
+    parts = sorted((i for i in items if i["SK"]["S"].startswith("S")), key=lambda i: i["SK"]["S"])
+    lists = [unpack(from_item(i)["z"]) for i in parts]
+    assert len(lists) > 30 and [x for part in lists for x in part] == ids
+    for start in range(0, len(items), 25):
+        ws.client.batch_write_item(RequestItems={ws.table: [{"PutRequest": {"Item": i}} for i in items[start:][:25]]})
+    assert text_index._commit(ws, "ws1", text_index.read_manifest(ws, "ws1"), [entry], (), ())
+    manifest = text_index.read_manifest(ws, "ws1")
+    edges = [part[0] for part in lists] + [part[-1] for part in lists]
+    for session in sorted({*edges, *ids[::997]}):
+        with dynamodb_requests() as seen:
+            assert text_index._holding(ws, "ws1", manifest, session) == {entry["id"]}, session
+        assert [op for op, _ in seen] == ["BatchGetItem", "BatchGetItem"]
+        assert [len(wanted["Keys"]) for wanted in seen[1][1]["RequestItems"].values()] == [1]  # one part
+    for other in ("0", "~", ids[0][:-1], ids[4_000] + "0", ids[-1] + "0"):
+        assert text_index._holding(ws, "ws1", manifest, other) == set(), other
 
 
 # ---------------------------------------------------------------- read-your-writes, through the routes
@@ -865,15 +901,20 @@ def test_a_repair_that_read_the_texts_missing_before_a_merge_took_the_unit_count
 
 @pytest.mark.parametrize("merged", [True, False], ids=["merged before the delete", "fresh at the delete"])
 def test_deleting_a_session_takes_out_exactly_its_messages(ws, merged):
+    """Deleted, its messages are never found; purged, they are nowhere in the index (merged, the segment it shares
+    with s16 is rewritten without them), and every scope ranks as the brute force over the rest, with their
+    statistics alone. The purge's record and the session's inserts delivered again change nothing."""
     post("s1", ("user", "coffee with alice tomorrow"), ("alice", "coffee coffee coffee, or tea?"))
     post("s1", ("user", "greyhound " * 12 + "tomorrow"))
     post("s2", ("alice", "tomorrow the budget, and coffee"), ("user", "tea"))
     post("s3", ("assistant", "the greyhound again"))
-    inserts = {s: message_records(ws.client, session_id=s) for s in ("s1", "s2", "s3")}
+    post("s16", ("user", "greyhound coffee, tomorrow"))  # (s1's fresh shard: merged, in s1's segment)
+    sessions = ("s1", "s2", "s3", "s16")
+    inserts = {s: message_records(ws.client, session_id=s) for s in sessions}
     if merged:
         merge_all(ws)
-    dead = corpus_of(ws, "s1")
-    remaining = corpus_of(ws, "s2", "s3")
+        assert {row[0] for row in segment_rows(ws, "ws1")} == set(sessions)
+    remaining = corpus_of(ws, "s2", "s3", "s16")
     assert call("DELETE", f"{W}/sessions/s1").status == 202
     for query in ("coffee", "greyhound tomorrow"):  # deleted, not yet purged: never found
         assert "s1" not in {key[0] for key, _ in text_index.rank_workspace(ws, "ws1", query, 10)}
@@ -883,31 +924,91 @@ def test_deleting_a_session_takes_out_exactly_its_messages(ws, merged):
     record = stream_record(item, "MODIFY")
     assert invoke("SummarizeFunction", {"Records": [record]}) == {"batchItemFailures": []}
 
-    still = counted_once(ws, "ws1", remaining, dead)
-    assert texts(ws, "ws1", "s1") == {} and not [r for r in fresh_rows(ws, "ws1") if r[0] == "s1"]
-    assert sorted(m.row for m in still) == (
-        sorted(m.row for m in dead) if merged else []
-    )  # merged: in its segment until compacted
+    counted_once(ws, "ws1", remaining)  # (no message of s1 anywhere: fresh, merged or text)
+    assert texts(ws, "ws1", "s1") == {}
+    assert {row[0] for row in segment_rows(ws, "ws1")} == ({"s2", "s3", "s16"} if merged else set())
+    assert segment_partitions(ws, "ws1") == {s["id"] for s in live_segments(ws, "ws1")}
+    assert noted(ws, "ws1", "tmp") == noted(ws, "ws1", "old") == set()
     for query in ("coffee", "greyhound tomorrow", "alice"):
-        assert_every_scope_exact(ws, "ws1", remaining, remaining + still, query, 10)
-    purged = index_snapshot(ws, "ws1", "s1", "s2", "s3")
+        assert_every_scope_exact(ws, "ws1", remaining, remaining, query, 10)
+    purged = index_snapshot(ws, "ws1", *sessions)
     assert invoke("SummarizeFunction", {"Records": [record]}) == {"batchItemFailures": []}  # delivered again
-    for session in ("s1", "s2", "s3"):  # the inserts reach the deriver after the delete
+    for session in sessions:  # the inserts reach the deriver after the delete
         assert invoke("DeriveFunction", {"Records": inserts[session]}) == {"batchItemFailures": []}
-    assert index_snapshot(ws, "ws1", "s1", "s2", "s3") == purged
+    assert index_snapshot(ws, "ws1", *sessions) == purged
 
 
-def test_a_deleted_sessions_messages_leave_the_segments_with_their_next_compaction(ws):
+def header(db: Db, ws: str, segment: str) -> dict:
+    item = db.client.get_item(
+        TableName=db.table, Key=to_item({"PK": keys.text_segment_pk(ws, segment), "SK": "H"}), ConsistentRead=True
+    )["Item"]
+    return unpack(from_item(item)["z"])
+
+
+def test_a_sessions_purge_rewrites_each_segment_holding_it_at_its_level_and_drops_those_it_alone_filled(ws):
+    """Three sessions deleted, each with messages in a different kind of segment: a compacted one (level 1) shared
+    with others, a level-0 one shared with s5, a level-0 one of its own. Once purged, the first two are rewritten at
+    their level without them (sizes, lengths and header the live messages' own), the third is gone, nothing else
+    changed; no item of a replaced segment is left."""
     four_segments(ws)
-    dead = corpus_of(ws, "s2")
-    delete_session(ws, "s2")
-    remaining = corpus_of(ws, "s1", "s3", "s4")
-    assert sorted(m.row for m in counted_once(ws, "ws1", remaining, dead)) == sorted(m.row for m in dead)
-    text_index.merge_shard(ws, "ws1", text_index.shard_of("s4"), min_docs=1)  # the fourth segment: compacted
-    assert [s["lv"] for s in live_segments(ws, "ws1")] == [1]
-    assert counted_once(ws, "ws1", remaining, dead) == []
-    assert "s2" not in {row[0] for row in segment_rows(ws, "ws1")}
-    for query in ("greyhound coffee", "tram"):
+    text_index.merge_shard(ws, "ws1", text_index.shard_of("s4"), min_docs=1)  # the fourth: compacted with the others
+    post("s5", *M)
+    post("s12", ("alice", "the budget tram"), ("user", "greyhound"))  # (s5's fresh shard)
+    post("s8", ("user", "coffee coffee tram"))
+    for session in ("s5", "s8"):
+        text_index.merge_shard(ws, "ws1", text_index.shard_of(session), min_docs=1)
+    before = {s["id"]: s for s in live_segments(ws, "ws1")}
+    assert sorted(s["lv"] for s in before.values()) == [0, 0, 1]
+    for session in ("s2", "s12", "s8"):
+        delete_session(ws, session)
+    remaining = corpus_of(ws, "s1", "s3", "s4", "s5")
+    counted_once(ws, "ws1", remaining)
+    after = live_segments(ws, "ws1")
+    assert not {s["id"] for s in after} & set(before)  # (the two rewritten are new segments)
+    by_level = {s["lv"]: s for s in after}
+    assert sorted(by_level) == [0, 1]
+    for level, sessions in ((1, {"s1", "s3", "s4"}), (0, {"s5"})):
+        mine = [m for m in remaining if m.session in sessions]
+        segment = by_level[level]
+        assert (segment["n"], segment["len"]) == (len(mine), sum(sum(m.bag().values()) for m in mine))
+        lists = [unpack(i["z"]) for i in partition(ws, keys.text_segment_pk("ws1", segment["id"])) if i["SK"][0] == "S"]
+        assert lists == [sorted(sessions)] and header(ws, "ws1", segment["id"])["sf"] == [min(sessions)]
+        peers = sorted({m.peer for m in mine})
+        assert header(ws, "ws1", segment["id"])["p"] == peers
+        assert header(ws, "ws1", segment["id"])["s"] == [
+            [sum(1 for m in mine if m.peer == p), sum(sum(m.bag().values()) for m in mine if m.peer == p)]
+            for p in peers
+        ]
+    assert segment_partitions(ws, "ws1") == {s["id"] for s in after}
+    assert noted(ws, "ws1", "tmp") == noted(ws, "ws1", "old") == set()
+    for query in ("greyhound coffee", "tram", "alice budget"):
+        assert_every_scope_exact(ws, "ws1", remaining, remaining, query, 10)
+
+
+def test_after_a_purge_every_score_is_the_brute_force_over_the_live_messages_alone(ws):
+    """s1's messages merged into segments it shares with others (a compacted one with s2, s3, s4 and s16, a level-0
+    one with s16); s1 deleted and purged: every scope's scores are the brute force's over the live messages with their
+    statistics alone (N, lengths, document frequencies), which differ from those still counting s1's."""
+    post("s1", *(("user" if m % 3 else "alice", "coffee " * (1 + m % 4) + f"greyhound n{m}") for m in range(12)))
+    post("s16", ("alice", "tram budget"), ("user", "a long coffee " + "and the rest " * 8))
+    text_index.merge_shard(ws, "ws1", text_index.shard_of("s1"), min_docs=1)
+    for session, batch in (("s2", M), ("s3", M[1:]), ("s4", M[:2])):
+        post(session, *batch)
+        text_index.merge_shard(ws, "ws1", text_index.shard_of(session), min_docs=1)
+    post("s1", ("assistant", "greyhound tram"), ("user", "coffee"))
+    post("s16", ("user", "greyhound"))
+    text_index.merge_shard(ws, "ws1", text_index.shard_of("s1"), min_docs=1)
+    assert sorted(s["lv"] for s in live_segments(ws, "ws1")) == [0, 1]
+    assert {row[0] for row in segment_rows(ws, "ws1")} == {"s1", "s2", "s3", "s4", "s16"}
+    dead = corpus_of(ws, "s1")
+    delete_session(ws, "s1")
+    remaining = corpus_of(ws, "s2", "s3", "s4", "s16")
+    assert {row[0] for row in segment_rows(ws, "ws1")} == {"s2", "s3", "s4", "s16"}
+    for query in ("coffee", "greyhound tram", "alice budget coffee", "user greyhound"):
+        exact = bm25(remaining, query)
+        assert [s for _, s in exact] != pytest.approx(
+            [s for _, s in bm25(remaining, query, None, remaining + dead)], rel=1e-9
+        )  # (s1's statistics would change the scores)
         assert_every_scope_exact(ws, "ws1", remaining, remaining, query, 10)
 
 
@@ -915,7 +1016,6 @@ def test_a_recreated_session_id_finds_its_new_messages_and_not_the_old(ws):
     post("s1", ("user", "I adopted a greyhound"), ("alice", "a greyhound, lovely"))
     merge_all(ws)
     post("s1", ("user", "and the greyhound sleeps"))  # fresh at the delete
-    dead = corpus_of(ws, "s1")
     delete_session(ws, "s1")
     assert call("POST", f"{W}/sessions", {"id": "s1"}).status == 201
     views = post("s1", ("user", "greyhound"), ("assistant", "a cat this time"))
@@ -927,7 +1027,8 @@ def test_a_recreated_session_id_finds_its_new_messages_and_not_the_old(ws):
     merge_all(ws)
     assert [m["id"] for m in search(f"{W}/search", "greyhound")] == [views[0]["id"]]
     assert texts(ws, "ws1", "s1").keys() == {1, 2}
-    assert {m.seq for m in counted_once(ws, "ws1", corpus, dead)} == {1, 2}  # (in their segment, never found)
+    counted_once(ws, "ws1", corpus)  # (the old incarnation's merged messages left their segment with the purge)
+    assert set(segment_rows(ws, "ws1")) == {m.row for m in corpus}
 
 
 @pytest.mark.parametrize("lands", ["after the delete", "after the purge", "after the id is created again"])
@@ -977,9 +1078,11 @@ def test_a_merge_racing_a_sessions_purge_leaves_no_text_of_it(ws):
     def meanwhile() -> None:
         delete_session(ws, "s1")
 
-    with first(ws, "BatchGetItem", lambda p: keys.text_docs_pk("ws1", "s1") in json.dumps(p), meanwhile):
+    # (between the merge's read of the session, live, and its look for the unit's texts)
+    with first(ws, "Query", lambda p: keys.text_docs_pk("ws1", "s1") in json.dumps(p), meanwhile) as seen:
         merge_all(ws)
-    counted_once(ws, "ws1", corpus_of(ws, "s2"), [])
+    assert seen
+    counted_once(ws, "ws1", corpus_of(ws, "s2"))
     assert texts(ws, "ws1", "s1") == {}
     assert call("POST", f"{W}/sessions", {"id": "s1"}).status == 201
     views = post("s1", ("user", "a greyhound again"))
@@ -987,56 +1090,163 @@ def test_a_merge_racing_a_sessions_purge_leaves_no_text_of_it(ws):
     counted_once(ws, "ws1", corpus_of(ws, "s1", "s2"))
 
 
-def test_a_purge_out_of_time_stops_asks_again_and_ends_with_no_index_of_the_session(ws):
-    """A purge whose deadline passes stops after a page and touches the session (its MODIFY record continues it); the
-    next invocation finishes it: no text, no fresh unit of the session, the others untouched."""
+def is_note(name: str, action: str) -> Callable[[dict], bool]:
+    """An UpdateItem of the manifest's set `name` ("tmp", "old") by `action` ("ADD", "DELETE")."""
+    return lambda p: (
+        p.get("UpdateExpression", "").startswith(action) and name in p.get("ExpressionAttributeNames", {}).values()
+    )
+
+
+def test_a_compaction_between_two_rewrites_of_a_purge_counts_nothing_twice(ws):
+    """Two segments hold s1's messages with s16's. The purge rewrites the first; before it reads the manifest again, a
+    merge's compaction replaces the second (with two others) and dies before deleting their items. The purge must not
+    rewrite the second from its items still there: its live messages are in the compaction's segment already."""
+    for i in range(2):
+        post("s1", ("user", f"greyhound {i}"), ("alice", "coffee"))
+        post("s16", ("alice", f"tram {i} coffee"))
+        text_index.merge_shard(ws, "ws1", text_index.shard_of("s1"), min_docs=1)
+    post("s2", *M)
+    text_index.merge_shard(ws, "ws1", text_index.shard_of("s2"), min_docs=1)
+    assert [s["lv"] for s in live_segments(ws, "ws1")] == [0, 0, 0]
+    post("s3", ("user", "greyhound coffee"))
+    compactions: list[int] = []
+
+    def meanwhile() -> None:  # s3's merge makes a fourth level-0 segment: compacted, and its deletes refused
+        with refused(ws, "BatchWriteItem", lambda p: "DeleteRequest" in repr(p)), pytest.raises(ClientError):
+            text_index.merge_shard(ws, "ws1", text_index.shard_of("s3"), min_docs=1)
+        compactions.append(len(live_segments(ws, "ws1")))
+
+    # (the purge's first rewrite committed and its old items deleted; the note of that comes next)
+    with first(ws, "UpdateItem", is_note("old", "DELETE"), meanwhile) as seen:
+        delete_session(ws, "s1")
+    assert seen and compactions == [1]
+    remaining = corpus_of(ws, "s2", "s3", "s16")
+    counted_once(ws, "ws1", remaining)
+    for query in ("greyhound coffee", "tram"):
+        assert_every_scope_exact(ws, "ws1", remaining, remaining, query, 10)
+    text_index.compact(ws, "ws1")  # (deletes what the dead compaction replaced)
+    assert segment_partitions(ws, "ws1") == {s["id"] for s in live_segments(ws, "ws1")}
+    assert noted(ws, "ws1", "tmp") == noted(ws, "ws1", "old") == set()
+
+
+def manifest_in(params: dict) -> bool:
+    return keys.text_manifest("ws1")["PK"] in json.dumps(params)
+
+
+def test_a_purge_out_of_time_mid_vacuum_stops_asks_again_and_ends_with_no_index_of_the_session(ws):
+    """Two segments hold s1's messages (each with s16's); the purge's deadline passes while it rewrites the first: it
+    stops before the second, keeps the texts, and touches the session (its MODIFY record continues it); meanwhile no
+    search finds s1, and only the second segment still counts its messages. The next invocation rewrites the second
+    and deletes the texts: no index of the session, the statistics the live messages' alone, s2's segment untouched."""
     from precis.store.purge import purge_session
 
-    for i in range(3):
+    for i in range(2):
         post("s1", *(("user" if m % 2 else "alice", f"note {i} {m} coffee") for m in range(10)))
-    post("s2", ("alice", "c1z and the rest"), ("user", "coffee again"))
-    merge_all(ws)
+        post("s16", ("alice", f"c1z {i} and the rest"), ("user", "coffee again"))
+        text_index.merge_shard(ws, "ws1", text_index.shard_of("s1"), min_docs=1)
+    post("s2", ("user", "coffee, tram"))
+    text_index.merge_shard(ws, "ws1", text_index.shard_of("s2"), min_docs=1)
     post("s1", ("user", "fresh coffee"))
-    dead, remaining = corpus_of(ws, "s1"), corpus_of(ws, "s2")
+    s2_segment = next(s["id"] for s in live_segments(ws, "ws1") if s["n"] == 1)
+    dead, remaining = corpus_of(ws, "s1"), corpus_of(ws, "s2", "s16")
     assert call("DELETE", f"{W}/sessions/s1").status == 202
     incarnation = incarnation_of(ws, "s1")
-    first_call = purge_session(ws, "ws1", "s1", incarnation, time_left=lambda: -1.0)
-    assert not first_call.done
+    left = [math.inf]
+    # The deadline passes during the first segment's rewrite (as its transaction is sent: it commits).
+    with first(ws, "TransactWriteItems", manifest_in, lambda: left.__setitem__(0, -1.0)) as seen:
+        first_call = purge_session(ws, "ws1", "s1", incarnation, time_left=lambda: left[0])
+    assert seen and not first_call.done
     session = from_item(
         ws.client.get_item(
             TableName=ws.table, Key={"PK": {"S": "WS#ws1"}, "SK": {"S": "SESSION#s1"}}, ConsistentRead=True
         )["Item"]
     )
     assert session["purge_rounds"] == 1 and "purged_at" not in session  # its continuation is asked for
+    still = [row for row in segment_rows(ws, "ws1") if row[0] == "s1"]
+    assert len(still) == 10 and len({seq // 11 for _, seq, _ in still}) == 1  # one batch: the second segment's
+    assert not [r for r in fresh_rows(ws, "ws1") if r[0] == "s1"] and len(texts(ws, "ws1", "s1")) == 21
+    counted = remaining + [m for m in dead if m.row in set(still)]
+    for query in ("coffee", "note coffee alice"):
+        assert_ranks(text_index.rank_workspace(ws, "ws1", query, 10), bm25(remaining, query, None, counted), 10)
     again = purge_session(ws, "ws1", "s1", incarnation)
     assert again.done
-    still = counted_once(ws, "ws1", remaining, dead)
-    assert sorted(m.row for m in still) == sorted(m.row for m in dead[:-1])  # (merged: until compacted)
+    counted_once(ws, "ws1", remaining)
     assert texts(ws, "ws1", "s1") == {}
+    assert s2_segment in {s["id"] for s in live_segments(ws, "ws1")}
+    assert segment_partitions(ws, "ws1") == {s["id"] for s in live_segments(ws, "ws1")}
+    assert noted(ws, "ws1", "tmp") == noted(ws, "ws1", "old") == set()
+    for query in ("coffee", "note coffee alice", "c1z"):
+        assert_every_scope_exact(ws, "ws1", remaining, remaining, query, 10)
     assert call("POST", f"{W}/sessions", {"id": "s1"}).status == 201  # purged: the id is free again
 
 
-def test_a_session_purge_reads_and_writes_only_its_own_shard_and_texts(ws):
-    """A purge touches the session's fresh shard and its texts, never the manifest, a segment or another shard."""
+def requests_by_partition(seen: list[tuple[str, dict]]) -> dict[str, set[tuple[str, str | None]]]:
+    """partition -> {(operation, sort key)} of each request in `seen` (a Query's sort key None; a batch's or a
+    transaction's writes named Put, Delete or Update)."""
+    out: dict[str, set[tuple[str, str | None]]] = {}
+
+    def add(operation: str, key: dict) -> None:
+        out.setdefault(key["PK"]["S"], set()).add((operation, key["SK"]["S"]))
+
+    for operation, params in seen:
+        if operation == "Query":
+            name = params["KeyConditionExpression"].split("PK = ")[1].split()[0]
+            out.setdefault(params["ExpressionAttributeValues"][name]["S"], set()).add(("Query", None))
+        elif operation == "BatchGetItem":
+            for wanted in params["RequestItems"].values():
+                for key in wanted["Keys"]:
+                    add(operation, key)
+        elif operation == "BatchWriteItem":
+            for requests in params["RequestItems"].values():
+                for r in requests:
+                    if "PutRequest" in r:
+                        add("Put", r["PutRequest"]["Item"])
+                    else:
+                        add("Delete", r["DeleteRequest"]["Key"])
+        elif operation == "TransactWriteItems":
+            for action in params["TransactItems"]:
+                ((kind, body),) = action.items()
+                add(kind, body.get("Key") or body["Item"])
+        else:
+            add(operation, params.get("Key") or params["Item"])
+    return out
+
+
+def test_a_session_purge_touches_only_its_fresh_shard_its_texts_and_the_segments_holding_it(ws):
+    """A purge deletes the session's fresh units and texts, reads the manifest, the segments' headers (and the part of
+    their session lists that could name it), and rewrites the segments that hold the session (read, replaced by a new
+    one through the manifest, deleted); nothing else of the index: no other fresh shard, no other session's texts, no
+    other segment but its header and session list."""
     post("s1", *M)
+    post("s16", ("alice", "tram"))  # (s1's fresh shard: merged into s1's segment)
     post("s2", *M)
     merge_all(ws)
-    post("s1", ("user", "fresh greyhound"))
-    post("s2", ("user", "fresh greyhound"))
+    (shared,) = [s["id"] for s in live_segments(ws, "ws1") if s["n"] == 4]
+    (other,) = [s["id"] for s in live_segments(ws, "ws1") if s["id"] != shared]
+    for session in ("s1", "s16", "s2"):
+        post(session, ("user", "fresh greyhound"))
     assert call("DELETE", f"{W}/sessions/s1").status == 202
     incarnation = incarnation_of(ws, "s1")
     from precis.store.purge import purge_session
 
     with dynamodb_requests() as seen:
         assert purge_session(ws, "ws1", "s1", incarnation).done
-    touched = json.dumps([params for _, params in seen])
-    assert keys.text_fresh_pk("ws1", text_index.shard_of("s1")) in touched
-    assert keys.text_docs_pk("ws1", "s1") in touched
-    assert "#XG#" not in touched and "#XM" not in touched and keys.text_docs_pk("ws1", "s2") not in touched
-    others = {keys.text_fresh_pk("ws1", n) for n in range(text_index.FRESH_SHARDS)} - {
-        keys.text_fresh_pk("ws1", text_index.shard_of("s1"))
-    }
-    assert not [pk for pk in others if pk in touched]
+    (rewritten,) = [s["id"] for s in live_segments(ws, "ws1") if s["id"] != other]
+    touched = {pk: ops for pk, ops in requests_by_partition(seen).items() if "#X" in pk}  # (the index's)
+
+    def kinds(pk: str) -> set[str]:
+        return {op for op, _ in touched.pop(pk)}
+
+    assert kinds(keys.text_fresh_pk("ws1", text_index.shard_of("s1"))) == {"Query", "Delete"}
+    assert kinds(keys.text_docs_pk("ws1", "s1")) == {"Query", "Delete"}
+    assert kinds(keys.text_manifest("ws1")["PK"]) == {"BatchGetItem", "UpdateItem", "Update"}  # (notes, commit)
+    read = touched.pop(keys.text_segment_pk("ws1", other))
+    assert ("BatchGetItem", "H") in read  # its header, and at most the part of its session list that could name s1
+    assert read <= {("BatchGetItem", "H"), ("BatchGetItem", "S00000")}
+    assert kinds(keys.text_segment_pk("ws1", shared)) == {"BatchGetItem", "Query", "Delete"}
+    assert kinds(keys.text_segment_pk("ws1", rewritten)) == {"Put", "BatchGetItem"}  # (its header: s1 is gone)
+    assert touched == {}  # nothing else: no other fresh shard, no other session's texts, no other segment
+    counted_once(ws, "ws1", corpus_of(ws, "s16", "s2"))
 
 
 def test_deleting_the_workspace_removes_its_whole_index(ws):

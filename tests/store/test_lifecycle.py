@@ -206,11 +206,13 @@ def test_deleting_an_empty_workspace_removes_its_peers_and_purged_sessions(ws):
 
     post("hello")
     assert text_index.merge(get_db(), "ws1", ["s1"], min_docs=1) == 1  # (the search index's manifest and a segment)
+    (segment,) = [s["id"] for s in text_index.read_manifest(get_db(), "ws1").segments]
     call("DELETE", S)
     run_stream(delete_record(ws))
-    (segment,) = [s["id"] for s in text_index.read_manifest(get_db(), "ws1").segments]
-    index = [keys.text_manifest("ws1")["PK"], keys.text_segment_pk("ws1", segment)]
-    assert all(partition(ws, pk) for pk in index)  # the purge leaves them (its message: until a compaction)
+    assert text_index.read_manifest(get_db(), "ws1").segments == ()  # the purge took its only message's segment
+    assert partition(ws, keys.text_segment_pk("ws1", segment)) == []
+    index = [keys.text_manifest("ws1")["PK"]]
+    assert all(partition(ws, pk) for pk in index)  # the manifest stays until the workspace goes
     for item in (
         {"PK": {"S": "WS#ws1#TERMS"}, "SK": {"S": "MESSAGES"}, "ndocs": {"N": "1"}},  # earlier releases' statistics
         {"PK": {"S": keys.text_counters_pk("ws1")}, "SK": {"S": "#"}, "n": {"N": "0"}},

@@ -10,9 +10,10 @@ Items (keys in `precis.store.keys`):
   unit's texts packed, written by the request that stores the messages before it writes their texts, and read by
   every workspace search with consistent Queries, so a message is found as soon as its post answers.
 - **segments** (`text_segment_pk`, a partition each), immutable: a header (`H`: its speakers, their messages and
-  lengths), doc tables (`D…`: session, seq and incarnation by doc number) and term buckets (`T…`: each term's whole
-  postings list in the segment, as doc number, count, length and speaker; a term too long for one item is chunked in
-  `W…` items, best postings first).
+  lengths, the first session of each session list part), its sessions' ids sorted in parts (`S…`: a purge looks for
+  its session in the one part that could hold it), doc tables (`D…`: session, seq and incarnation by doc number) and
+  term buckets (`T…`: each term's whole postings list in the segment, as doc number, count, length and speaker; a
+  term too long for one item is chunked in `W…` items, best postings first).
 - the **manifest** (`text_manifest`): the live segments with their sizes. It changes once a merge, never a message.
   It also names the segments being written and those a compaction replaced, so that a writer that dies leaves no
   items nothing knows of: the next compaction deletes them (`_sweep`), a workspace delete too.
@@ -33,6 +34,7 @@ first, a long list's best postings first) and the budget says so.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -65,6 +67,7 @@ MERGE_UNITS = TRANSACT_MAX - 1  # fresh items one merge takes: each is deleted i
 PART_RAW = 24_000  # raw (JSON) bytes a segment's term bucket aims at: ~8 KB stored
 ITEM_RAW = 300_000  # raw bytes past which an item is split (DynamoDB's item limit is 400 KB; zlib only shrinks it)
 DOC_PART = 500  # docs a segment's doc table item holds
+SESSION_PART = 32_000  # raw bytes of session ids a segment's session list item holds (its header names the first)
 PURGE_PAGE = 1_000  # texts a purge deletes between two looks at its deadline
 LEGACY_BLOCK = 100  # seqs of a legacy unit (a message stored without one)
 STALE_BUILD_S = 3_600  # a segment written for longer than this has no writer left (an invocation runs 15 min at most)
@@ -340,8 +343,19 @@ class Segment:
             )
             for j in range(doc_parts)
         ]
-        sessions = sorted({d.session for d in self.docs})
-        items.append(to_item({"PK": pk, "SK": "H", "z": _pack({"p": peers, "s": peer_stats, "ss": sessions})}))
+        # The sessions' list is apart from the header, which every peer search reads: a segment of 100,000 messages
+        # may hold as many sessions, megabytes of ids (past an item's 400 KB).
+        session_parts: list[list[str]] = [[]]
+        size = 0
+        for session in sorted({d.session for d in self.docs}):
+            if session_parts[-1] and size + len(session) + 3 > SESSION_PART:
+                session_parts.append([])
+                size = 0
+            session_parts[-1].append(session)
+            size += len(session) + 3
+        items += [to_item({"PK": pk, "SK": f"S{j:05d}", "z": _pack(part)}) for j, part in enumerate(session_parts)]
+        header = {"p": peers, "s": peer_stats, "sf": [part[0] for part in session_parts if part]}
+        items.append(to_item({"PK": pk, "SK": "H", "z": _pack(header)}))
         entry = {
             "id": self.id,
             "lv": self.level,
@@ -663,7 +677,13 @@ def compact(db: Db, ws: str, *, rounds: int = 2, now: Callable[[], float] = time
 
 def _replace(db: Db, ws: str, manifest: Manifest, chosen: Sequence[Mapping[str, Any]], level: int) -> bool:
     """Replace the segments `chosen` by one of `level` holding their live messages (none: by nothing): its items,
-    then the manifest, then their items; False when another merge changed the manifest first."""
+    then the manifest, then their items; False when another merge changed the manifest first, or one of them is no
+    longer live in `manifest`."""
+    live_ids = {s["id"] for s in manifest.segments}
+    if any(s["id"] not in live_ids for s in chosen):
+        # Another compaction replaced it (a vacuum's later segments are from an earlier manifest): its items may
+        # still be there, and its live messages are in the segment that replaced it already.
+        return False
     read = [_segment_items(db, ws, s["id"]) for s in chosen]
     docs = [d for items in read for d in _segment_docs(items)]
     sessions = _sessions(db, ws, {d.session for d in docs})
@@ -691,8 +711,7 @@ def vacuum(
     exactly the live messages'; whether every one was (out of time, or outrun by merges: ask again)."""
     for _ in range(attempts):
         manifest = read_manifest(db, ws)
-        headers = batch_get(db, [{"PK": keys.text_segment_pk(ws, s["id"]), "SK": "H"} for s in manifest.segments])
-        holding = {i["PK"].rpartition("#XG#")[2] for i in headers if session_id in (_unpack(i["z"]).get("ss") or ())}
+        holding = _holding(db, ws, manifest, session_id)
         left = [s for s in manifest.segments if s["id"] in holding]
         if not left:
             return True
@@ -700,9 +719,21 @@ def vacuum(
             if time_left() < 0:
                 return False
             if not _replace(db, ws, manifest, [segment], int(segment["lv"])):
-                break  # (another merge changed the manifest: read it again)
+                break  # (another merge changed the manifest, or replaced this segment: read it again)
             manifest = read_manifest(db, ws)
     return False
+
+
+def _holding(db: Db, ws: str, manifest: Manifest, session_id: str) -> set[str]:
+    """The manifest's segments whose session lists name `session_id`: their headers, then in each the one part of the
+    list whose range could hold it (two BatchGetItems a hundred segments, a few KB a segment)."""
+    headers = batch_get(db, [{"PK": keys.text_segment_pk(ws, s["id"]), "SK": "H"} for s in manifest.segments])
+    parts = []
+    for header in headers:
+        part = bisect.bisect_right(_unpack(header["z"]).get("sf") or [], session_id) - 1
+        if part >= 0:
+            parts.append({"PK": header["PK"], "SK": f"S{part:05d}"})
+    return {i["PK"].rpartition("#XG#")[2] for i in batch_get(db, parts) if session_id in _unpack(i["z"])}
 
 
 def _segment_items(db: Db, ws: str, segment: str, *, keys_only: bool = False) -> list[dict[str, Any]]:
