@@ -414,12 +414,7 @@ def _put(db: Db, ws: str, session_id: str, incarnation: str | None, items: list[
         }
         while pending:
             pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or None
-    session = session_item(db, ws, session_id)
-    if (
-        session is None
-        or "deleted_at" in session
-        or (incarnation is not None and session.get("incarnation") != incarnation)
-    ):
+    if not text_index.alive(db, ws, session_id, incarnation):
         from precis.store.records import delete_keys
 
         delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])

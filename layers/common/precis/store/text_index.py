@@ -159,14 +159,14 @@ def index_texts(
         db,
         [{"PutRequest": {"Item": _doc_item(ws, session_id, t.seq, t.peer, documents[t.seq], unit)}} for t in missing],
     )
-    if not _alive(db, ws, session_id, incarnation):
+    if not alive(db, ws, session_id, incarnation):
         delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in fresh])
         _unwrite_texts(db, ws, session_id, unit, [t.seq for t in missing])
         return 0
     return len(missing)
 
 
-def _alive(db: Db, ws: str, session_id: str, incarnation: str | None) -> bool:
+def alive(db: Db, ws: str, session_id: str, incarnation: str | None) -> bool:
     """Whether the session is there, not deleted, in `incarnation` (when named)."""
     found = batch_get(db, [keys.session(ws, session_id)], ("incarnation", "deleted_at"))
     return (
@@ -737,12 +737,21 @@ def _holding(db: Db, ws: str, manifest: Manifest, session_id: str) -> set[str]:
 
 
 def _segment_items(db: Db, ws: str, segment: str, *, keys_only: bool = False) -> list[dict[str, Any]]:
+    return _partition(db, keys.text_segment_pk(ws, segment), keys_only=keys_only)
+
+
+def _fresh_shard(db: Db, ws: str, shard: int) -> list[dict[str, Any]]:
+    return _partition(db, keys.text_fresh_pk(ws, shard))
+
+
+def _partition(db: Db, pk: str, *, keys_only: bool = False) -> list[dict[str, Any]]:
+    """Every item of a partition (consistent; only their keys, `keys_only`)."""
     return query_all(
         db,
         KeyConditionExpression="PK = :pk",
         ConsistentRead=True,
         **({"ProjectionExpression": "PK, SK"} if keys_only else {}),
-        ExpressionAttributeValues=to_item({":pk": keys.text_segment_pk(ws, segment)}),
+        ExpressionAttributeValues=to_item({":pk": pk}),
     )
 
 
@@ -933,15 +942,6 @@ def _read(db: Db, ws: str, asked: Iterable[str], budget: Budget, with_headers: b
         if again.version == manifest.version:
             return _Read(manifest, fresh, postings, df, headers)
     return _Read(manifest, fresh, postings, df, headers)
-
-
-def _fresh_shard(db: Db, ws: str, shard: int) -> list[dict[str, Any]]:
-    return query_all(
-        db,
-        KeyConditionExpression="PK = :pk",
-        ConsistentRead=True,
-        ExpressionAttributeValues=to_item({":pk": keys.text_fresh_pk(ws, shard)}),
-    )
 
 
 def rank_workspace(
@@ -1261,7 +1261,7 @@ def index_stored(
         return 0
     fresh = _fresh_items(ws, session_id, unit, incarnation, entries)
     _write(db, [{"PutRequest": {"Item": item}} for item in fresh])
-    if not _alive(db, ws, session_id, incarnation):
+    if not alive(db, ws, session_id, incarnation):
         delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in fresh])
         return 0
     return len(entries)
