@@ -9,8 +9,8 @@ kind with the same attributes. Everything else the benches do goes through bench
 
 - `write_messages`: a session's messages as the route stores them (a post of `post` messages at a time: seqs,
   `start_tokens`, runs, each post's search-index unit `ib` and its index-by second `ibu`), optionally with their
-  search index as the ingest function writes it (`text_index.index_texts` per post: a fresh item and the texts) and
-  merged as the deriver merges it when the stream brings the post's inserts (`message_search.merge_fresh` of the
+  search index as the ingest function writes it (`search.index_batch` per post: a fresh item and the texts) and
+  merged as the deriver merges it when the stream brings the post's inserts (`search.merge_fresh` of the
   post's messages). The session must exist (created through the route): the index takes back what it wrote
   for a session that is not there.
 - `put_summary`: a summary, as the summarizer stores it (no route writes one).
@@ -128,7 +128,7 @@ def write_messages(
     """Store `said` in the (empty, existing) session as the route would, `post` messages a post, with BatchWriteItem
     (25 a request); with `index`, each post's search index as the ingest function writes it, and with `merge` the
     session's fresh shard merged after each post as the deriver merges it. `progress(seqs written)` after each post."""
-    from precis.store import message_search, text_index
+    from precis.store import search
     from precis.store.db import to_item
     from precis.store.records import write_batch
 
@@ -140,12 +140,12 @@ def write_messages(
         for at in range(0, len(batch), 25):
             write_batch(db, [{"PutRequest": {"Item": to_item(item)}} for item in batch[at : at + 25]])
         if index:
-            texts = [text_index.Text(i["seq"], i["peer_id"], i["content"]) for i in batch]
-            if text_index.index_texts(db, ws, session, batch[0]["ib"], texts) != len(texts):
+            texts = [search.Text(i["seq"], i["peer_id"], i["content"]) for i in batch]
+            if search.index_batch(db, ws, session, batch[0]["ib"], texts) != len(texts):
                 # (taken back: the session is not there, so nothing would find these messages)
                 raise LookupError(f"{ws}/{session}: not indexed; create the session through the route first")
             if merge:  # (what the deriver does with the post's inserts: `merge_fresh` of their images)
-                message_search.merge_fresh(db, batch)
+                search.merge_fresh(db, batch)
         if progress is not None:
             progress(first + len(batch))
     return stored

@@ -30,8 +30,8 @@ STILL_INSIDE = {
         "precis.store.messages",
         "precis.store.records",
         "precis.store.resources",
+        "precis.store.search",
         "precis.store.summaries",
-        "precis.store.text_index",
         "precis.store.vectors",
     },
 }
