@@ -117,13 +117,18 @@ def default_answer(body: dict[str, Any]) -> str:
     return summary_text(body)
 
 
+# The fewest tokens a cache checkpoint covers for Bedrock to cache them (Claude Sonnet's; Haiku's and others' are
+# larger): a shorter prefix is neither read from nor written to the cache.
+CACHE_MIN_TOKENS = 1024
+
+
 def _rough_tokens(text: str) -> int:
     return len(text) // 4 + 1
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:
     """The prompt's size as this server counts it (usage.inputTokens and the context window check)."""
-    system = sum(_rough_tokens(b.get("text", "")) for b in body.get("system", []) if isinstance(b, dict))
+    system = sum(_rough_tokens(b["text"]) for b in body.get("system", []) if isinstance(b, dict) and "text" in b)
     return system + sum(
         _rough_tokens(json.dumps(m.get("content"))) + 4 for m in body.get("messages", []) if isinstance(m, dict)
     )
@@ -169,6 +174,7 @@ class BedrockServer:
         self.structured_output = True
         self.answer: Callable[[dict[str, Any]], str | dict[str, Any]] = default_answer
         self.requests: list[Recorded] = []
+        self._cache: set[str] = set()  # the cached prefixes (system blocks before a cachePoint)
         self._script: deque[str] = deque()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -230,12 +236,36 @@ class BedrockServer:
             content = [{"text": answer}] if answer else []
             stop, text = "end_turn", answer
         inputs, outputs = prompt_tokens(body), _rough_tokens(text)
+        usage = {"inputTokens": inputs, "outputTokens": outputs, "totalTokens": inputs + outputs}
+        cached = self._cached(body)
+        if cached is not None:  # (Converse counts the cache's reads and writes apart from inputTokens)
+            read, written = cached
+            usage |= {"inputTokens": inputs - read - written, "cacheReadInputTokens": read}
+            usage |= {"cacheWriteInputTokens": written}
         return {
             "output": {"message": {"role": "assistant", "content": content}},
             "stopReason": stop,
-            "usage": {"inputTokens": inputs, "outputTokens": outputs, "totalTokens": inputs + outputs},
+            "usage": usage,
             "metrics": {"latencyMs": 1},
         }
+
+    def _cached(self, body: dict[str, Any]) -> tuple[int, int] | None:
+        """(tokens read from the prompt cache, tokens written to it) for a request with a `cachePoint` in its system
+        blocks, as Bedrock caches for models that support it: the blocks before the checkpoint, when they hold
+        CACHE_MIN_TOKENS or more (a prefix seen before is read, a new one written); None without a checkpoint."""
+        system = [b for b in body.get("system", []) if isinstance(b, dict)]
+        at = next((i for i, b in enumerate(system) if "cachePoint" in b), None)
+        if at is None:
+            return None
+        prefix = system[:at]
+        tokens = sum(_rough_tokens(b.get("text", "")) for b in prefix)
+        if tokens < CACHE_MIN_TOKENS:
+            return 0, 0
+        key = json.dumps(prefix, sort_keys=True)
+        with self._lock:
+            seen = key in self._cache
+            self._cache.add(key)
+        return (tokens, 0) if seen else (0, tokens)
 
     def invoke(self, model: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         from precis.memory.embeddings import HashedEmbedder

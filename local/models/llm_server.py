@@ -59,6 +59,19 @@ def summary_text(body: dict[str, Any]) -> str:
     return "Summary: " + " ".join(words[:cap])
 
 
+# OpenAI's prompt caching: automatic for prompts of 1,024 tokens or more, served in steps of 128 tokens of a prefix
+# seen before (`usage.prompt_tokens_details.cached_tokens`).
+CACHE_MIN_TOKENS, CACHE_STEP_TOKENS = 1024, 128
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
 def _rough_tokens(text: str) -> int:
     # About four characters a token: realistic enough, and distinct from tiktoken so tests see whose count it is.
     return len(text) // 4 + 1
@@ -110,6 +123,7 @@ class LLMServer:
         self.hang_seconds = hang_seconds
         self.answer: Callable[[dict[str, Any]], str | dict[str, Any]] = summary_text
         self.requests: list[Recorded] = []
+        self._prompts: deque[str] = deque(maxlen=256)  # the long prompts seen last (the prompt cache)
         self._script: deque[str] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -171,8 +185,26 @@ class LLMServer:
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,
                 "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": self._cached(body, prompt)},
             }
         return reply
+
+    def _cached(self, body: dict[str, Any], prompt: int) -> int:
+        """Tokens of the prompt OpenAI's automatic caching would serve: none under CACHE_MIN_TOKENS; else the longest
+        prefix this server has seen before (its messages' text, in this server's tokens), in CACHE_STEP_TOKENS steps
+        from CACHE_MIN_TOKENS. Every prompt of CACHE_MIN_TOKENS or more is kept for the next."""
+        if prompt < CACHE_MIN_TOKENS:
+            return 0
+        text = json.dumps(body.get("messages", []), sort_keys=True)
+        with self._lock:
+            shared = max((_common_prefix(text, seen) for seen in self._prompts), default=0)
+            self._prompts.append(text)
+        tokens = min(shared // 4, prompt)
+        return (
+            0
+            if tokens < CACHE_MIN_TOKENS
+            else CACHE_MIN_TOKENS + (tokens - CACHE_MIN_TOKENS) // CACHE_STEP_TOKENS * CACHE_STEP_TOKENS
+        )
 
     def start(self) -> LLMServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="llm-server", daemon=True)

@@ -74,14 +74,16 @@ class ToolCall:
 @dataclass(frozen=True, slots=True)
 class Reply:
     """One chat answer: its text (a reasoning model's <think> block removed; None when it has none), the tools it
-    calls, the model that answered and the tokens it counted (None when the server did not say)."""
+    calls, the model that answered and the tokens it counted (None when the server did not say; cached: 0 when it
+    said none were)."""
 
     text: str | None
     tool_calls: tuple[ToolCall, ...] = ()
     model: str | None = None
-    input_tokens: int | None = None
+    input_tokens: int | None = None  # all of the prompt's, cached or not
     output_tokens: int | None = None
     finish_reason: str | None = None
+    cached_input_tokens: int | None = None  # of input_tokens, those read from the provider's prompt cache
 
     def require_text(self) -> str:
         """The text; BadAnswer when the answer has none."""

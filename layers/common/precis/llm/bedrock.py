@@ -349,9 +349,15 @@ def _reply(answer: dict[str, Any], asked: str, answer_tool: str | None) -> Reply
         text=text,
         tool_calls=tuple(calls) if answer_text is None else (),
         model=asked,
-        input_tokens=_count(usage.get("inputTokens")),
+        # Converse counts what it read from and wrote to the prompt cache apart from inputTokens: the prompt is all 3
+        input_tokens=_count(
+            sum(usage.get(k) or 0 for k in ("inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens"))
+        ),
         output_tokens=_count(usage.get("outputTokens")),
         finish_reason=answer.get("stopReason"),
+        cached_input_tokens=usage.get("cacheReadInputTokens")
+        if isinstance(usage.get("cacheReadInputTokens"), int)
+        else None,
     )
 
 

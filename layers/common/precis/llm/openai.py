@@ -114,7 +114,14 @@ def _reply(completion: Any, asked: str) -> Reply:
         input_tokens=_usage(usage, "prompt_tokens"),
         output_tokens=_usage(usage, "completion_tokens"),
         finish_reason=getattr(choices[0], "finish_reason", None),
+        cached_input_tokens=_cached(usage),
     )
+
+
+def _cached(usage: Any) -> int | None:
+    """The prompt's tokens OpenAI read from its prompt cache (`prompt_tokens_details.cached_tokens`; None: not said)."""
+    value = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None)
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 def _context_exceeded(exc: Exception) -> bool:
