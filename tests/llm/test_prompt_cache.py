@@ -84,3 +84,53 @@ def test_a_bedrock_reply_counts_the_cache_in_its_input_and_says_what_it_read(end
     reply = _reply({"output": {"message": {"content": [{"text": "ok"}]}}, "usage": usage}, "m", None)
     assert reply.input_tokens == usage["inputTokens"] + usage["cacheReadInputTokens"]
     assert reply.cached_input_tokens == usage["cacheReadInputTokens"] > 0
+
+
+# ---------------------------------------------------------------- what Precis sends
+
+
+def test_a_cache_key_is_sent_with_every_chat_request_when_set(llm_server):
+    llm = model_of("openai", base_url=llm_server.url, model="gpt-test", cache_key="precis:t", max_attempts=1)
+    llm.complete([{"role": "user", "content": "hi"}], max_tokens=8, timeout=5.0)
+    plain = model_of("openai", base_url=llm_server.url, model="gpt-test", max_attempts=1)
+    plain.complete([{"role": "user", "content": "hi"}], max_tokens=8, timeout=5.0)
+    assert [r.body.get("prompt_cache_key") for r in llm_server.requests] == ["precis:t", None]
+
+
+def test_the_deployments_cache_key_goes_to_openai_and_to_no_other_server():
+    from precis.llm import model_from
+    from precis.settings import Settings
+
+    openai_model = model_from(Settings(llm_api_key="sk-test", table_name="precis-prod"))
+    local = model_from(Settings(llm_base_url="http://127.0.0.1:9/v1", table_name="precis-prod"))
+    assert (openai_model.cache_key, local.cache_key) == ("precis:precis-prod", None)  # type: ignore[attr-defined]
+
+
+SONNET = "us.anthropic.claude-3-7-sonnet-20250219-v1:0"
+
+
+def bedrock_reply(model_id: str, system: str, question: str):
+    llm = model_of("bedrock", model=model_id, timeout=5.0, max_attempts=1)
+    return llm.complete(
+        [{"role": "system", "content": system}, {"role": "user", "content": question}], max_tokens=32, timeout=5.0
+    )
+
+
+def test_a_long_system_prompt_gets_a_cache_point_on_a_model_that_caches_and_is_read_the_second_time(endpoint):
+    first, second = bedrock_reply(SONNET, PREFIX, "where?"), bedrock_reply(SONNET, PREFIX, "and bob?")
+    assert [r.body["system"][-1] for r in endpoint.requests] == [{"cachePoint": {"type": "default"}}] * 2
+    assert (
+        first.cached_input_tokens == 0 and second.input_tokens > second.cached_input_tokens > 0
+    )  # (read, and counted)
+    assert second.input_tokens == first.input_tokens  # the same prompt, read from the cache or written to it
+
+
+@pytest.mark.parametrize(
+    ("model_id", "system"),
+    [(SONNET, "Be brief."), ("meta.llama3-70b-instruct-v1:0", PREFIX)],
+    ids=["short prompt", "model without caching"],
+)
+def test_no_cache_point_where_it_would_cache_nothing(endpoint, model_id, system):
+    bedrock_reply(model_id, system, "where?")
+    (request,) = endpoint.requests
+    assert not [b for b in request.body["system"] if "cachePoint" in b]

@@ -236,10 +236,13 @@ def model_from(settings: Settings, role: str | None = None, **overrides: Any) ->
     if provider == "bedrock":
         options["region"] = getattr(settings, "bedrock_region", None)
     else:
-        options |= {
-            "base_url": getattr(settings, "llm_base_url", None),
-            "api_key": getattr(settings, "llm_api_key", None),
-        }
+        base_url = getattr(settings, "llm_base_url", None)
+        options |= {"base_url": base_url, "api_key": getattr(settings, "llm_api_key", None)}
+        if not base_url or "api.openai.com" in base_url:
+            # OpenAI's prompt cache routes requests that share a key together: one key per deployment (its table),
+            # so every call of this stack reaches the prefixes its other calls cached. (Other OpenAI-compatible
+            # servers may refuse a field they do not know: none is sent to them.)
+            options["cache_key"] = f"precis:{getattr(settings, 'table_name', 'precis')}"
     for name, option in (
         ("llm_timeout", "timeout"),
         ("llm_max_attempts", "max_attempts"),

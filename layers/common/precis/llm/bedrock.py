@@ -141,7 +141,7 @@ class BedrockModel(Model):
         system, turns = converse_messages(messages, keep_tools=bool(specs), extra_system=extra)
         request["messages"] = turns
         if system:
-            request["system"] = system
+            request["system"] = system + ([CACHE_POINT] if caches(model_id, system) else [])
         try:
             answer = self.client(timeout).converse(**request)
         except Exception as exc:
@@ -359,6 +359,30 @@ def _reply(answer: dict[str, Any], asked: str, answer_tool: str | None) -> Reply
         if isinstance(usage.get("cacheReadInputTokens"), int)
         else None,
     )
+
+
+CACHE_POINT = {"cachePoint": {"type": "default"}}
+# The models Bedrock caches prompts for, by a part of their id (an inference profile's too), and the fewest tokens a
+# checkpoint must cover for them (Bedrock's prompt caching guide); below that a checkpoint caches nothing.
+CACHE_MIN_TOKENS = (
+    ("anthropic.claude-3-5-haiku", 2048),
+    ("anthropic.claude-haiku-4-5", 4096),
+    ("anthropic.claude-3-7-sonnet", 1024),
+    ("anthropic.claude-sonnet-4", 1024),
+    ("anthropic.claude-opus-4", 1024),
+    ("amazon.nova", 1000),
+)
+
+
+def caches(model_id: str, system: list[dict[str, Any]]) -> bool:
+    """Whether a `cachePoint` after the system blocks would be cached: a model Bedrock caches prompts for, and a
+    system prefix of at least its minimum (counted with this package's tokenizer, which reads a little high)."""
+    minimum = next((n for part, n in CACHE_MIN_TOKENS if part in model_id), None)
+    if minimum is None:
+        return False
+    from precis.tokens import count_text
+
+    return sum(count_text(block.get("text", "")) for block in system) >= minimum
 
 
 def _count(value: Any) -> int | None:

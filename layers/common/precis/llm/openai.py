@@ -29,10 +29,13 @@ _UNSUPPORTED = re.compile(r"response_format|json_schema|structured output", re.I
 class OpenAIModel(Model):
     provider = "openai"
 
-    def __init__(self, *, base_url: str | None = None, api_key: str | None = None, **options: Any):
+    def __init__(
+        self, *, base_url: str | None = None, api_key: str | None = None, cache_key: str | None = None, **options: Any
+    ):
         if not (base_url or api_key):
             raise EngineError("llm engine: neither OPENAI_BASE_URL nor OPENAI_API_KEY is configured", retryable=False)
         super().__init__(**options)
+        self.cache_key = cache_key  # OpenAI's prompt_cache_key, sent with every chat request when set
         self.structured = True  # off once the server refuses response_format: it is not asked again
         # Local OpenAI-compatible servers often need no key, but the client insists on one.
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused", timeout=self.timeout, max_retries=0)
@@ -54,6 +57,8 @@ class OpenAIModel(Model):
             params["temperature"] = temperature
         if tools:
             params["tools"] = tools
+        if self.cache_key:
+            params["prompt_cache_key"] = self.cache_key
         return _reply(self._create(params, response_format, schema_prompt, timeout), params["model"])
 
     def embed(self, texts: list[str], *, dimensions: int, timeout: float, model: str | None = None) -> list[Any]:
