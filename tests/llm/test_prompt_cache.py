@@ -35,20 +35,6 @@ def test_openai_caches_nothing_under_its_minimum(llm_server):
     assert [r.cached_input_tokens for r in replies] == [0, 0] and replies[1].input_tokens < CACHE_MIN_TOKENS
 
 
-@pytest.fixture
-def endpoint(bedrock_server, monkeypatch):
-    for name, value in {
-        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": bedrock_server.url,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    return bedrock_server
-
-
 def converse(system: list[dict], question: str) -> dict:
     import boto3
 

@@ -30,7 +30,6 @@ from precis.store.resources import SessionItem, gone_sessions, session_item
 from precis.store.vectors import MAX_TOP_K, search_index, vector_attribute
 
 if TYPE_CHECKING:
-    from types_boto3_dynamodb.type_defs import WriteRequestOutputTypeDef, WriteRequestTypeDef
 
     from precis.llm import Embedder
 
@@ -405,21 +404,8 @@ def _lease(db: Db, ws: str, session_id: str, now: float) -> bool:
 
 
 def _put(db: Db, ws: str, session_id: str, incarnation: str | None, items: list[dict[str, Any]]) -> int:
-    # A batch write, not a transaction: these items are derived data, rewritten identically by a replay. A session
-    # deleted meanwhile is checked after the write: what landed after its purge is deleted here.
-    puts: list[WriteRequestTypeDef] = [{"PutRequest": {"Item": item}} for item in items]
-    for start in range(0, len(puts), 25):
-        pending: Mapping[str, Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef]] | None = {
-            db.table: puts[start : start + 25]
-        }
-        while pending:
-            pending = db.client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or None
-    if not text_index.alive(db, ws, session_id, incarnation):
-        from precis.store.records import delete_keys
-
-        delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
-        return 0
-    return len(items)
+    """The vectors put, bound to the session's incarnation (`text_index.put_bound`); how many stayed."""
+    return len(items) if text_index.put_bound(db, ws, session_id, incarnation, items) else 0
 
 
 def search(

@@ -1259,12 +1259,22 @@ def index_stored(
     entries = [[int(t["seq"]), t.get("peer") or "", int(t["tlen"]), t["tsig"]] for t in texts]
     if not entries:
         return 0
-    fresh = _fresh_items(ws, session_id, unit, incarnation, entries)
-    _write(db, [{"PutRequest": {"Item": item}} for item in fresh])
-    if not alive(db, ws, session_id, incarnation):
-        delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in fresh])
-        return 0
-    return len(entries)
+    return (
+        len(entries)
+        if put_bound(db, ws, session_id, incarnation, _fresh_items(ws, session_id, unit, incarnation, entries))
+        else 0
+    )
+
+
+def put_bound(db: Db, ws: str, session_id: str, incarnation: str | None, items: Sequence[dict[str, Any]]) -> bool:
+    """Put derived `items` (raw AttributeValues: rewritten identically by a replay, so no transaction), then read the
+    session: when it was deleted (or, `incarnation` named, created again) meanwhile, delete them, so nothing lands
+    after a purge that could not see it. Whether they stayed."""
+    _write(db, [{"PutRequest": {"Item": dict(item)}} for item in items])
+    if alive(db, ws, session_id, incarnation):
+        return True
+    delete_keys(db, [{"PK": i["PK"]["S"], "SK": i["SK"]["S"]} for i in items])
+    return False
 
 
 def delete_old_index(
