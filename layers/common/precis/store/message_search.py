@@ -30,7 +30,6 @@ from precis.store.resources import SessionItem, gone_sessions, session_item
 from precis.store.vectors import MAX_TOP_K, search_index, vector_attribute
 
 if TYPE_CHECKING:
-
     from precis.llm import Embedder
 
 MEANING_INDEX = "ByMessageMeaning"
