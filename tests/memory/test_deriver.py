@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.handlers import call, invoke
+from tests.handlers import call, invoke, post_messages
 from tests.stream import message_records
 
 W = "/v3/workspaces/ws1"
@@ -15,13 +15,7 @@ S = f"{W}/sessions/s1"
 
 
 def post(*messages: tuple[str, str], session: str = "s1") -> list[dict]:
-    reply = call(
-        "POST",
-        f"{W}/sessions/{session}/messages",
-        {"messages": [{"peer_id": peer, "content": content} for peer, content in messages]},
-    )
-    assert reply.status == 201, reply.body
-    return reply.body
+    return post_messages(session, *messages)
 
 
 def derive(client, session: str = "s1", first: int = 1) -> dict:

@@ -579,16 +579,7 @@ def _read_partition(db: Db, pk: str, first: int, last: int, limit: int | None, f
             ":b": {"S": keys.message_sk(last)},
         },
     }
-    if limit is None:
-        items = query_all(db, **request)
-    else:
-        items = []
-        while len(items) < limit:
-            out = db.client.query(TableName=db.table, Limit=limit - len(items), **request)
-            items += [from_item(i) for i in out["Items"]]
-            if "LastEvaluatedKey" not in out:
-                break
-            request["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+    items = query_all(db, **request) if limit is None else query_first(db, limit, **request)
     return [as_message(i) for i in items if i.get("kind") == "message"]
 
 
