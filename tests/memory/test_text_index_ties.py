@@ -52,9 +52,8 @@ def test_twins_in_a_segment_and_in_a_fresh_shard_tie_and_rank_by_key(db):
         assert hits[0][1] == hits[1][1], query
 
 
-def test_a_thousand_messages_tied_at_the_kth_score_are_resolved_in_a_few_rounds(db):
-    """Every message the same (a speaker's name alone, in a busy workspace): the k with the smallest keys are found by
-    reading the doc tables and sessions of all the tied ones, in rounds that grow, not a session's worth at a time."""
+def thousand_ties(db: Db) -> list[str]:
+    """50 sessions of 20 identical messages, merged into segments; the sessions."""
     sessions = [f"t{n:02d}" for n in range(50)]
     for session in sessions:
         get_or_create_session(db, WS, session)
@@ -62,6 +61,24 @@ def test_a_thousand_messages_tied_at_the_kth_score_are_resolved_in_a_few_rounds(
         assert text_index.index_texts(db, WS, session, f"{session}:1:a", texts) == 20
     text_index.merge(db, WS, sessions, min_docs=1)
     assert text_index.read_manifest(db, WS).documents == 1_000  # all in segments: each resolved through its table
+    return sessions
+
+
+def test_ties_past_the_budgets_resolve_bound_are_left_unread_and_the_budget_says_so(db):
+    sessions = thousand_ties(db)
+    bounded, default = text_index.Budget(resolve=100), text_index.Budget()
+    hits = text_index.rank_workspace(db, WS, "kayak", 10, budget=bounded)
+    assert len(hits) == 10 and bounded.exhausted  # k answers, from the first rounds' candidates
+    assert [k for k, _ in text_index.rank_workspace(db, WS, "kayak", 10, budget=default)] == [
+        (sessions[0], seq) for seq in range(1, 11)
+    ]
+    assert not default.exhausted and bounded.used_requests < default.used_requests
+
+
+def test_a_thousand_messages_tied_at_the_kth_score_are_resolved_in_a_few_rounds(db):
+    """Every message the same (a speaker's name alone, in a busy workspace): the k with the smallest keys are found by
+    reading the doc tables and sessions of all the tied ones, in rounds that grow, not a session's worth at a time."""
+    sessions = thousand_ties(db)
 
     seen: list[str] = []
 

@@ -833,6 +833,7 @@ class Budget:
     requests: int = field(default_factory=lambda: int(_setting("PRECIS_SEARCH_MAX_REQUESTS", 64)))
     bytes: int = field(default_factory=lambda: int(_setting("PRECIS_SEARCH_MAX_BYTES", 8_000_000)))
     seconds: float = field(default_factory=lambda: _setting("PRECIS_SEARCH_MAX_SECONDS", 5.0))
+    resolve: int = 10_000  # candidates resolved to (session, seq) at most, however many tie at the k-th score
     used_requests: int = 0
     used_bytes: int = 0
     exhausted: bool = False
@@ -920,23 +921,19 @@ def _read(db: Db, ws: str, asked: Iterable[str], budget: Budget, with_headers: b
                     chunks, count, by_peer = data["c"][term]
                     df[(segment, term)] = (count, by_peer)
                     chunked.append((segment, term, chunks))
-        # A long list's chunks, best postings first: the first chunk of each, then the second, while the budget lasts.
+        # A long list's chunks, best postings first: the first chunk of each, then the second, while the budget lasts
+        # (`_get` reads nothing once it is spent, and says so only then: a budget spent on the last chunk is not cut).
         depth = 0
-        while chunked and budget.allows():
-            keys_ = [
-                {"PK": keys.text_segment_pk(ws, seg), "SK": f"W{term}#{depth:04d}"}
-                for seg, term, chunks in chunked
-                if depth < chunks
-            ]
-            if not keys_:
-                break
-            for item in _get(db, keys_, budget):
+        while wanted_chunks := [
+            {"PK": keys.text_segment_pk(ws, seg), "SK": f"W{term}#{depth:04d}"}
+            for seg, term, chunks in chunked
+            if depth < chunks
+        ]:
+            for item in _get(db, wanted_chunks, budget):
                 segment = item["PK"].rpartition("#XG#")[2]
                 term = item["SK"][1:].rpartition("#")[0]
                 postings.setdefault((segment, term), []).extend(_unpack(item["z"]))
             depth += 1
-            if any(depth < chunks for _, _, chunks in chunked) and not budget.allows():
-                break
         again = read_manifest(db, ws)
         budget.spend(1, 0)
         if again.version == manifest.version:
@@ -1040,6 +1037,9 @@ def _resolve(
     at, size = 0, max(2 * k, 20)
     while at < len(order):
         if len(kept) >= k and order[at][1] < sorted(kept.values(), reverse=True)[k - 1]:
+            break
+        if at >= budget.resolve:  # ties past it (or deleted sessions' messages) go unread: the answer says so
+            budget.exhausted = True
             break
         batch = order[at : at + size]
         at, size = at + len(batch), 2 * size
