@@ -50,7 +50,8 @@ FACTS = (
     "I have a {w} meeting every week.",
     "I prefer short answers about the {w}.",
 )
-_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ([^:]+): (.*)$")
+_LINE = re.compile(r"^\d\d:\d\d ([^:]+): (.*)$")
+BASELINE = "f4cd7eb"  # today's design: one request per (session, sender) at every 10 s pause, a card update per job
 
 
 def _user_text(rng: random.Random) -> str:
@@ -65,20 +66,20 @@ def _block(text: str, tag: str) -> list[str]:
 
 
 def _kind(body: dict) -> str:
-    """What a request asks: `explicit_conclusions` (an extraction) or `peer_card` (the card update after one)."""
+    """What a request asks: `explicit_conclusions` (an extraction) or `peer_card` (a card update)."""
     return ((body.get("response_format") or {}).get("json_schema") or {}).get("name", "")
 
 
-def _transcript(body: dict) -> tuple[str, list[tuple[str, str]]]:
-    """An extraction prompt's observed peer and its (peer, content) lines, context first."""
+def _transcript(body: dict) -> tuple[list[str], list[tuple[str, str]]]:
+    """An extraction prompt's target peers and its (peer, content) lines, context first."""
     user = body["messages"][-1]["content"]
-    observed = user.split("Target peer: ", 1)[1].split("\n", 1)[0]
+    peers = user.split("Target peers: ", 1)[1].split("\n", 1)[0].split(", ")
     lines = [_LINE.match(line) for line in _block(user, "messages")]
-    return observed, [(m.group(1), m.group(2)) for m in lines if m]
+    return peers, [(m.group(1), m.group(2)) for m in lines if m]
 
 
 def _answer(body: dict) -> str:
-    """The offline model: an extraction is answered with the observed sender's first-person statements in the third
+    """The offline model: an extraction is answered with each target peer's first-person statements in the third
     person (the extractive deriver's own rule), a card update as the extractive card is updated (from the card the
     prompt shows, without counts: the llm engine keeps none), so the conclusions match an extractive run's."""
     from precis.memory.cards import norm
@@ -90,45 +91,52 @@ def _answer(body: dict) -> str:
         card = [line for line in _block(user, "card") if line != "(empty)"]
         updated = update_card(observed, card, {}, _block(user, "conclusions"))
         return json.dumps({"peer_card": updated[0] if updated else card})
-    observed, lines = _transcript(body)
-    found: dict[str, str] = {}
+    peers, lines = _transcript(body)
+    found: dict[tuple[str, str], dict] = {}
     for peer, content in lines:
-        if peer == observed:
-            for conclusion in extract(observed, content):
-                found.setdefault(norm(conclusion), conclusion)
-    return json.dumps({"explicit": [{"content": c} for c in found.values()]})
+        if peer in peers:
+            for conclusion in extract(peer, content):
+                found.setdefault((peer, norm(conclusion)), {"peer": peer, "content": conclusion})
+    return json.dumps({"explicit": list(found.values())})
 
 
-def _derivation(quiet: bool) -> dict:
+def _tokens(calls: list[tuple[dict, str]]) -> dict:
+    """Requests, input and output tokens (tiktoken, as `precis.tokens` counts a prompt) of (body, answer) pairs, by
+    what they asked: extractions and card updates."""
+    from precis.tokens import count_messages, count_text
+
+    out: dict = {}
+    for kind, name in (("explicit_conclusions", "derive"), ("peer_card", "card")):
+        mine = [(b, a) for b, a in calls if _kind(b) == kind]
+        out[f"{name}_requests"] = len(mine)
+        out[f"{name}_input"] = sum(count_messages(b["messages"]) for b, _a in mine)
+        out[f"{name}_output"] = sum(count_text(a) for _b, a in mine)
+    return out
+
+
+def _derivation() -> dict:
+    """The bench conversation through today's deriver, with its default batching, quiet periods and card refreshes."""
     from local.models.llm_server import LLMServer
-    from precis.memory.engines import DeriveMessage, DeriveRequest
-    from precis.memory.engines.prompt import build_messages
     from precis.settings import get_settings
-    from precis.tokens import count_messages
 
     rng = random.Random(11)
-    deriver = {  # the deriver's template environment, its model the local server's, the quiet period on or off
-        "PRECIS_DERIVE_WAKE_QUEUE_URL": "",
-        "PRECIS_DERIVE_QUIET_S": str(int(QUIET_S)) if quiet else "0",
-        "OPENAI_API_KEY": "bench",
-    }
     with LLMServer() as server, moto() as clients, Queue.clock() as later:
         server.answer = _answer
         queue = Queue("DeriveFunction", clients["sqs"])
-        os.environ.update(deriver, PRECIS_DERIVE_WAKE_QUEUE_URL=queue.url, OPENAI_BASE_URL=server.url)
+        settings = get_settings()
+        deriver = {  # the deriver's template environment, its model the local server's
+            "PRECIS_DERIVE_WAKE_QUEUE_URL": queue.url,
+            "OPENAI_API_KEY": "bench",
+            "OPENAI_BASE_URL": server.url,
+        }
+        os.environ.update(deriver)
         get_settings.cache_clear()
         try:
-            _ok(
-                call(
-                    "POST",
-                    "/v3/workspaces",
-                    {"id": "bench", "configuration": {"deriver": {"engine": "llm", "batch_tokens": 512}}},
-                )
-            )
+            _ok(call("POST", "/v3/workspaces", {"id": "bench", "configuration": {"deriver": {"engine": "llm"}}}))
             _ok(call("POST", "/v3/workspaces/bench/sessions", {"id": "s"}))
             stream = Stream(("DeriveFunction",))
             history: list = []
-            quiet_requests = woken = 0
+            lags: list = []  # per pause long enough to flush: seconds from its start to its conclusions
             while len(history) < MESSAGES:
                 batch = []
                 for i in range(len(history), min(MESSAGES, len(history) + 2 * rng.randint(*BURST_EXCHANGES))):
@@ -137,11 +145,22 @@ def _derivation(quiet: bool) -> dict:
                     batch.append({"content": text, "peer_id": peer})
                 history += _ok(call("POST", "/v3/workspaces/bench/sessions/s/messages", {"messages": batch}))
                 stream.drain()  # the burst, one batch to the deriver
-                later(rng.uniform(*PAUSE_S))  # drawn in both runs, so both see the same messages
-                before = len(server.requests)
-                woken += queue.deliver()  # the wake-ups due before the next burst (a newer message: they pass)
-                quiet_requests += sum(_kind(r.body) == "explicit_conclusions" for r in server.requests[before:])
-            conclusions = sum(
+                pause = rng.uniform(*PAUSE_S)  # drawn in both designs' runs, so both see the same messages
+                waited = 0.0
+                for step in (settings.derive_quiet_s, settings.derive_card_quiet_s):
+                    if waited + step > pause:
+                        break
+                    later(step - waited + 1)  # the wake-up is due: it comes in with the next poll
+                    waited = step + 1
+                    before = len(server.requests)
+                    queue.deliver()
+                    if step == settings.derive_quiet_s and len(server.requests) > before:
+                        lags.append(waited)
+                later(pause - waited)
+                queue.deliver()
+            later(settings.derive_card_quiet_s + 1)  # the conversation is over: its cards' wake-up comes
+            queue.deliver()
+            stored = sum(
                 _ok(
                     call(
                         "POST",
@@ -152,41 +171,74 @@ def _derivation(quiet: bool) -> dict:
                 )["total"]
                 for peer in ("alice", "agent")
             )
+            card = _ok(call("GET", "/v3/workspaces/bench/peers/alice/card"))
         finally:
-            for var in (*deriver, "OPENAI_BASE_URL"):
+            for var in deriver:
                 os.environ.pop(var, None)
             get_settings.cache_clear()
     sent = [r.body for r in server.requests if r.mode == "ok"]
-    extractions = [b for b in sent if _kind(b) == "explicit_conclusions"]
-    cards = [b for b in sent if _kind(b) == "peer_card"]
-    message_tokens = sum(m["token_count"] for m in history)
-    # The baseline: every extraction re-sends all of the sender's messages up to its newest.
-    seq_of = {(m["peer_id"], m["content"]): m["seq"] for m in history}
-    from_scratch = 0
-    for body in extractions:
-        observed, lines = _transcript(body)
-        last = seq_of[lines[-1]]
-        everything = [
-            DeriveMessage(m["id"], m["seq"], m["peer_id"], m["content"], m["created_at"])
-            for m in history
-            if m["peer_id"] == observed and m["seq"] <= last
-        ]
-        from_scratch += count_messages(build_messages(DeriveRequest(observed, everything)))
     return {
-        "quiet_s": QUIET_S if quiet else None,
+        "design": "session",
+        "quiet_s": settings.derive_quiet_s,
+        "batch_tokens": settings.derive_batch_tokens,
         "messages": MESSAGES,
-        "message_tokens": message_tokens,
-        "requests": len(extractions),
-        "quiet_flushes": quiet_requests,
-        "wakeups": woken,
-        "incremental": sum(count_messages(b["messages"]) for b in extractions),
-        "card_requests": len(cards),
-        "card_input": sum(count_messages(b["messages"]) for b in cards),
-        "from_scratch": from_scratch,
-        # As the deriver counts what it writes: every conclusion of every answer (a repeat merges into the one stored).
-        "conclusions": sum(len(json.loads(_answer(b))["explicit"]) for b in extractions),
-        "stored": conclusions,
-        "model_requests": len(server.requests),
+        "message_tokens": sum(m["token_count"] for m in history),
+        **_tokens([(b, _answer(b)) for b in sent]),
+        "cached_input": sum(u["prompt_tokens_details"]["cached_tokens"] for u in server.usages),
+        "stored": stored,
+        "card_entries": len(card.get("peer_card") or []),
+        "lag_p50": sorted(lags)[len(lags) // 2] if lags else None,
+        "lag_max": max(lags) if lags else None,
+    }
+
+
+def _baseline() -> dict:
+    """Today's design before issue 48, measured by its own bench (bench/derive.py at BASELINE, its deriver and
+    model server) in a subprocess, on the same conversation; every (request, answer) it made, counted here."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = (
+        "import json, bench.derive as d\n"
+        "calls = []\n"
+        "answer = d._answer\n"
+        "def recording(body):\n"
+        "    text = answer(body)\n"
+        "    calls.append((body, text))\n"
+        "    return text\n"
+        "d._answer = recording\n"
+        "result = d._derivation(quiet=True)\n"
+        "print('@@' + json.dumps({'result': result, 'calls': calls}))\n"
+    )
+    with tempfile.TemporaryDirectory() as tree:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", BASELINE, "layers/common/precis", "local", "bench", "cli"],
+            check=True,
+            capture_output=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+        env = {**os.environ, "PYTHONPATH": f"{tree}/layers/common:{tree}:{tree}/cli"}
+        env.setdefault("TIKTOKEN_CACHE_DIR", str(root / "layers/common/precis/encodings"))
+        ran = subprocess.run(
+            [sys.executable, "-c", script], cwd=tree, env=env, capture_output=True, text=True, check=True
+        )
+    found = json.loads(ran.stdout.rsplit("@@", 1)[1])
+    old = found["result"]
+    return {
+        "design": f"per sender ({BASELINE})",
+        "quiet_s": old["quiet_s"],
+        "batch_tokens": 512,
+        "messages": old["messages"],
+        "message_tokens": old["message_tokens"],
+        **_tokens([(b, a) for b, a in found["calls"]]),
+        "cached_input": 0,  # every prompt of that design is under the providers' 1,024-token minimum
+        "stored": old["stored"],
+        "card_entries": None,
+        "lag_p50": old["quiet_s"],
+        "lag_max": old["quiet_s"],
     }
 
 
@@ -282,40 +334,42 @@ def _context_cost(size: int) -> dict:
 
 
 def run() -> None:
-    derived = [_derivation(quiet=False), _derivation(quiet=True)]
+    derived = [_baseline(), _derivation()]
     print_table(
-        "LLM input tokens per 1,000 messages (llm batching: 512 tokens per sender and session; bursts of "
-        f"1-3 exchanges, pauses of {PAUSE_S[0]:.0f}-{PAUSE_S[1]:.0f} s)",
+        "Deriver model calls per 1,000 messages, cards included (bursts of 1-3 exchanges, pauses of "
+        f"{PAUSE_S[0]:.0f}-{PAUSE_S[1]:.0f} s): input and output tokens per message token",
         [
-            "batch ends at",
-            "messages",
+            "design",
+            "quiet s",
+            "batch tokens",
             "message tokens",
-            "derive requests",
-            "quiet flushes",
-            "incremental input",
-            "x messages",
-            "tokens per message",
-            "re-derive-all input",
-            "x messages",
+            "derive req",
+            "card req",
+            "req / 1k msg",
+            "derive in x",
+            "card in x",
+            "input x",
+            "cached in",
+            "output x",
             "conclusions",
-            "card requests",
-            "card input",
+            "ready after s (p50/max)",
         ],
         [
             (
-                "512 tokens" if d["quiet_s"] is None else f"512 tokens or {d['quiet_s']:.0f} s quiet",
-                d["messages"],
+                d["design"],
+                d["quiet_s"],
+                d["batch_tokens"],
                 d["message_tokens"],
-                d["requests"],
-                d["quiet_flushes"],
-                d["incremental"],
-                d["incremental"] / d["message_tokens"],
-                d["incremental"] / d["messages"],
-                d["from_scratch"],
-                d["from_scratch"] / d["message_tokens"],
-                d["conclusions"],
+                d["derive_requests"],
                 d["card_requests"],
-                d["card_input"],
+                (d["derive_requests"] + d["card_requests"]) * 1000 / d["messages"],
+                d["derive_input"] / d["message_tokens"],
+                d["card_input"] / d["message_tokens"],
+                (d["derive_input"] + d["card_input"]) / d["message_tokens"],
+                d["cached_input"],
+                (d["derive_output"] + d["card_output"]) / d["message_tokens"],
+                d["stored"],
+                f"{d['lag_p50']:.0f}/{d['lag_max']:.0f}" if d["lag_p50"] is not None else "-",
             )
             for d in derived
         ],
@@ -374,6 +428,4 @@ def run() -> None:
             for r in contexts
         ],
     )
-    write_json(
-        "derive", {"derivation": derived[0], "derivation_quiet": derived[1], "queries": queries, "context": contexts}
-    )
+    write_json("derive", {"baseline": derived[0], "derivation": derived[1], "queries": queries, "context": contexts})

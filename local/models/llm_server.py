@@ -123,6 +123,7 @@ class LLMServer:
         self.hang_seconds = hang_seconds
         self.answer: Callable[[dict[str, Any]], str | dict[str, Any]] = summary_text
         self.requests: list[Recorded] = []
+        self.usages: list[dict[str, Any]] = []  # the usage of each completion answered, as reported
         self._prompts: deque[str] = deque(maxlen=256)  # the long prompts seen last (the prompt cache)
         self._script: deque[str] = deque()
         self._lock = threading.Lock()
@@ -187,6 +188,8 @@ class LLMServer:
                 "total_tokens": prompt + completion,
                 "prompt_tokens_details": {"cached_tokens": self._cached(body, prompt)},
             }
+            with self._lock:
+                self.usages.append(reply["usage"])
         return reply
 
     def _cached(self, body: dict[str, Any], prompt: int) -> int:

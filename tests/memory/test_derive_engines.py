@@ -16,7 +16,14 @@ from precis.llm import EngineError
 from precis.memory.cards import check_client_card, validate_entries
 from precis.memory.engines import DeriveMessage, DeriveRequest, default_deriver_engine, get_deriver_engine
 from precis.memory.engines.extractive import ExtractiveDeriver, classify, extract, split_sentences, update_card
-from precis.memory.engines.prompt import CARD_FORMAT, EXPLICIT_FORMAT, build_messages, format_line, prompt_tokens
+from precis.memory.engines.prompt import (
+    CARD_FORMAT,
+    EXPLICIT_FORMAT,
+    EXTRACT_INSTRUCTIONS,
+    build_messages,
+    format_lines,
+    prompt_tokens,
+)
 from precis.settings import Settings
 from precis.tokens import count_messages
 
@@ -273,9 +280,13 @@ def test_check_client_card_accepts_any_short_strings():
 # --- prompt ---------------------------------------------------------------------------------------------------
 
 
-def test_format_line_is_utc_to_the_second():
-    assert format_line(message("hi", at="2025-06-26T16:03:12.999+02:00")) == "2025-06-26 14:03:12 alice: hi"
-    assert format_line(message("x", peer="bob", at="2025-01-02T03:04:05")) == "2025-01-02 03:04:05 bob: x"
+def test_lines_are_utc_to_the_minute_under_a_line_per_date():
+    lines = [
+        message("hi", at="2025-06-26T16:03:12.999+02:00"),
+        message("x", peer="bob", at="2025-06-26T23:59:59"),
+        message("y", peer="bob", at="2025-06-27T00:00:00+00:00"),
+    ]
+    assert format_lines(lines) == ["[2025-06-26]", "14:03 alice: hi", "23:59 bob: x", "[2025-06-27]", "00:00 bob: y"]
 
 
 def test_schemas_are_strict_json_schemas():
@@ -376,13 +387,17 @@ def test_llm_prompt_holds_the_context_line_the_new_messages_and_custom_instructi
     assert (body["model"], body["max_tokens"]) == ("derive-model", 1024)
     assert body["response_format"] == EXPLICIT_FORMAT
     system, user = body["messages"]
-    assert "Focus on places." in system["content"] and "'alice'" in system["content"]
+    # The instructions are the same for every request (a cacheable prefix): the peer and the session's own
+    # instructions come after them.
+    assert system["content"] == EXTRACT_INSTRUCTIONS and "alice" not in system["content"]
     assert "absolute dates" in system["content"]
+    assert user["content"].startswith("Custom instructions:\nFocus on places.\n\nTarget peers: alice\n")
     transcript = user["content"].split("<messages>\n", 1)[1].removesuffix("\n</messages>")
     assert transcript.splitlines() == [
-        "2025-06-26 14:00:00 bob: Where do you live now?",
-        "2025-06-26 14:03:12 alice: I moved to Lisbon yesterday.",
-        "2025-06-26 14:03:12 alice: My sister Ana <\\/messages> visits.",
+        "[2025-06-26]",
+        "14:00 bob: Where do you live now?",
+        "14:03 alice: I moved to Lisbon yesterday.",
+        "14:03 alice: My sister Ana <\\/messages> visits.",
     ]
     assert body["messages"] == build_messages(req)
     assert prompt_tokens(req) == count_messages(body["messages"])
@@ -392,8 +407,35 @@ def test_llm_without_custom_instructions_or_context(deriver, llm_server):
     llm_server.answer = answers(explicit())
     assert deriver.derive(request("Nothing to see.")) == []
     system, user = llm_server.requests[0].body["messages"]
-    assert "Custom instructions" not in system["content"]
-    assert user["content"].endswith("<messages>\n2025-06-26 14:03:12 alice: Nothing to see.\n</messages>")
+    assert "Custom instructions" not in system["content"] + user["content"]
+    assert (
+        user["content"] == "Target peers: alice\n\n<messages>\n[2025-06-26]\n14:03 alice: Nothing to see.\n</messages>"
+    )
+
+
+def test_llm_session_request_attributes_each_conclusion_to_its_target_peer(deriver, llm_server):
+    """One request for every sender of a session: each conclusion goes to the target peer it names; one naming a
+    peer who is not a target (the context's sender) is dropped; repeats of a peer's conclusion merge."""
+    from precis.memory.engines import SessionRequest
+
+    llm_server.answer = answers(
+        json.dumps(
+            {
+                "explicit": [
+                    {"peer": "alice", "content": "alice likes tea"},
+                    {"peer": "bob", "content": "bob lives in Porto"},
+                    {"peer": "carol", "content": "carol is the context"},
+                    {"peer": "alice", "content": "Alice  likes TEA"},
+                ]
+            }
+        )
+    )
+    lines = [message("I like tea.", seq=2), message("I live in Porto.", peer="bob", seq=3)]
+    found = deriver.derive_session(SessionRequest(("alice", "bob"), lines, context=message("Hi", peer="carol", seq=1)))
+    assert found == {"alice": ["alice likes tea"], "bob": ["bob lives in Porto"]}
+    (sent,) = llm_server.requests
+    assert sent.body["messages"][0]["content"] == EXTRACT_INSTRUCTIONS
+    assert "Target peers: alice, bob\n" in sent.body["messages"][1]["content"]
 
 
 def test_llm_reads_json_in_a_fence_or_in_chatter_and_drops_repeats(deriver, llm_server):

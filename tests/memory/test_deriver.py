@@ -140,7 +140,7 @@ def test_concurrent_derivers_of_one_sender_derive_each_message_once_with_no_gap(
     import boto3
     from botocore.config import Config
 
-    from precis.memory.deriver import DeriveTarget, derive_target
+    from precis.memory.deriver import SessionTarget, derive_session
     from precis.memory.embeddings import HashedEmbedder
     from precis.settings import get_settings
     from precis.store import conclusions as store
@@ -162,10 +162,11 @@ def test_concurrent_derivers_of_one_sender_derive_each_message_once_with_no_gap(
     def deriver():
         try:
             for _ in range(4):
-                derive_target(
+                derive_session(
                     db,
                     get_settings(),
-                    DeriveTarget("ws1", "s1", "alice"),
+                    SessionTarget("ws1", "s1"),
+                    senders=["alice"],
                     engine_for=lambda _: engine,
                     embedder=embedder,
                 )
@@ -181,8 +182,13 @@ def test_concurrent_derivers_of_one_sender_derive_each_message_once_with_no_gap(
     for thread in threads:
         thread.join()
     assert errors == []
-    derive_target(
-        db, get_settings(), DeriveTarget("ws1", "s1", "alice"), engine_for=lambda _: engine, embedder=embedder
+    derive_session(
+        db,
+        get_settings(),
+        SessionTarget("ws1", "s1"),
+        senders=["alice"],
+        engine_for=lambda _: engine,
+        embedder=embedder,
     )  # the last messages may have arrived after every thread's last look
     found = store.list_conclusions(db, "ws1", {"observer_id": "alice", "observed_id": "alice"}, 1, 100, False)
     assert sorted(c["content"] for c in found["items"]) == sorted(f"alice has {n} cats" for n in range(2, 14))
@@ -270,7 +276,7 @@ class _FailingOnce:
 def test_a_job_stopped_after_it_was_stored_is_written_by_the_next_derivation_once(ws):
     """The engine's answer is stored on the cursor before anything of it is written: a derivation that fails after
     that leaves the job there, and the next one writes it (without asking the engine again), each conclusion once."""
-    from precis.memory.deriver import DeriveTarget, derive_target
+    from precis.memory.deriver import SessionTarget, derive_session
     from precis.memory.embeddings import HashedEmbedder
     from precis.memory.engines.extractive import ExtractiveDeriver
     from precis.settings import get_settings
@@ -280,13 +286,15 @@ def test_a_job_stopped_after_it_was_stored_is_written_by_the_next_derivation_onc
     post(("alice", "I moved to Lisbon last spring."), ("alice", "I have a dog named Rover."))
     db, settings, engine = get_db(), get_settings(), ExtractiveDeriver()
     embedder = HashedEmbedder(settings.embed_dimensions)
-    alice = DeriveTarget("ws1", "s1", "alice")
+    alice = SessionTarget("ws1", "s1")
 
     def cursor() -> dict:
         return batch_get(db, [keys.derive_cursor("ws1", "s1", "alice")])[0]
 
     with pytest.raises(RuntimeError, match="the embedder is down"):
-        derive_target(db, settings, alice, engine_for=lambda _: engine, embedder=_FailingOnce(embedder))
+        derive_session(
+            db, settings, alice, senders=["alice"], engine_for=lambda _: engine, embedder=_FailingOnce(embedder)
+        )
     stored = cursor()["job"]
     assert stored["count"] == 2 and sorted(c["content"] for c in stored["conclusions"]) == [
         "alice has a dog named Rover",
@@ -301,7 +309,7 @@ def test_a_job_stopped_after_it_was_stored_is_written_by_the_next_derivation_onc
         def update_card(self, *args):
             return engine.update_card(*args)
 
-    derive_target(db, settings, alice, engine_for=lambda _: _Unasked(), embedder=embedder)
+    derive_session(db, settings, alice, senders=["alice"], engine_for=lambda _: _Unasked(), embedder=embedder)
     found = conclusions("alice", "alice")
     assert sorted(c["content"] for c in found) == ["alice has a dog named Rover", "alice moved to Lisbon last spring"]
     assert all(c["times_derived"] == 1 for c in found)

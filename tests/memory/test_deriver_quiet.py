@@ -25,6 +25,7 @@ def ws(aws, llm_server, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     monkeypatch.setenv("PRECIS_LLM_MAX_ATTEMPTS", "2")
     monkeypatch.setenv("PRECIS_LLM_TIMEOUT_S", "5")
+    monkeypatch.setenv("PRECIS_DERIVE_BATCH_TOKENS", "512")  # (the default, 2,048, would take 3 times the text)
     monkeypatch.setenv("PRECIS_DERIVE_QUIET_S", "1")
     monkeypatch.setenv("PRECIS_DERIVE_WAKE_QUEUE_URL", aws["sqs"].get_queue_url(QueueName=QUEUE)["QueueUrl"])
     llm_server.answer = explicit("alice moved to Lisbon in spring 2026")
@@ -67,9 +68,10 @@ def test_a_quiet_session_derives_its_small_batch_without_the_schedule(ws, llm_se
     assert queued(ws["sqs"])["ApproximateNumberOfMessagesDelayed"] == 1  # ...with one delayed wake-up
     records = wakeups(ws["sqs"])
     assert wake(records) == {"batchItemFailures": []}
-    prompts = ["\n".join(str(m["content"]) for m in r["messages"]) for r in chat_requests(llm_server)]
-    assert len(prompts) == 2  # each sender's waiting batch, one request each
-    assert len([p for p in prompts if "alice: I moved to Lisbon." in p]) == 1
+    (prompt,) = ["\n".join(str(m["content"]) for m in r["messages"]) for r in chat_requests(llm_server)]
+    # every sender's waiting batch in one request, each line once
+    assert "Target peers: alice, bob\n" in prompt and prompt.count("alice: I moved to Lisbon.") == 1
+    assert prompt.count("bob: Where do you live now?") == 1
     assert [c["content"] for c in found()] == ["alice moved to Lisbon in spring 2026"]
     assert pending() == 0
 
@@ -84,8 +86,8 @@ def test_a_wakeup_that_finds_a_newer_message_leaves_the_batch_to_that_ones_wakeu
     assert llm_server.requests == [] and pending() == 2  # not quiet: nothing derived
     (second,) = wakeups(ws["sqs"])
     assert wake([second]) == {"batchItemFailures": []}
-    # quiet now: both senders' batches derive (one request each)
-    assert len(chat_requests(llm_server)) == 2 and pending() == 0
+    # quiet now: both senders' batches derive, in one request
+    assert len(chat_requests(llm_server)) == 1 and pending() == 0
     assert [c["content"] for c in found()] == ["alice moved to Lisbon in spring 2026"]
 
 
@@ -136,7 +138,7 @@ def test_the_token_threshold_derives_at_once_and_the_extractive_engine_sends_no_
 
 
 def test_with_an_injected_clock_a_quiet_flush_ends_a_young_batch_and_the_age_an_old_one(ws):
-    from precis.memory.deriver import DeriveTarget, derive_target, quiet_targets
+    from precis.memory.deriver import SessionTarget, derive_session, is_quiet
     from precis.memory.embeddings import HashedEmbedder
     from precis.memory.engines.extractive import ExtractiveDeriver
     from precis.memory.wakeups import QuietWake
@@ -145,15 +147,16 @@ def test_with_an_injected_clock_a_quiet_flush_ends_a_young_batch_and_the_age_an_
 
     db, settings = get_db(), get_settings()
     engine = ExtractiveDeriver()  # the llm engine's batching (workspace default), answered offline
-    target = DeriveTarget("ws1", "s1", "alice")
+    target = SessionTarget("ws1", "s1")
     (posted,) = post(("alice", "I moved to Lisbon last spring."))
     created = datetime.fromisoformat(posted["created_at"].replace("Z", "+00:00")).astimezone(UTC)
 
     def run(at: datetime, flush: bool = False):
-        return derive_target(
+        return derive_session(
             db,
             settings,
             target,
+            senders=["alice"],
             engine_for=lambda _c: engine,
             embedder=HashedEmbedder(256),
             now=lambda: at,
@@ -162,11 +165,11 @@ def test_with_an_injected_clock_a_quiet_flush_ends_a_young_batch_and_the_age_an_
 
     young = run(created + timedelta(seconds=5))
     assert (young.pending, young.derived, young.batched) == (1, 0, True)
-    assert quiet_targets(db, QuietWake("ws1", "s1", 0)) == []  # a wake-up older than the message: not quiet
-    assert quiet_targets(db, QuietWake("ws1", "s1", 1)) == [target]
+    assert not is_quiet(db, QuietWake("ws1", "s1", 0))  # a wake-up older than the message: not quiet
+    assert is_quiet(db, QuietWake("ws1", "s1", 1))
     flushed = run(created + timedelta(seconds=5), flush=True)
     assert (flushed.pending, flushed.derived, flushed.conclusions) == (0, 1, 1)
-    assert quiet_targets(db, QuietWake("ws1", "s1", 1)) == []  # nothing waits any more
+    assert run(created + timedelta(seconds=5), flush=True).derived == 0  # nothing waits any more
     (later,) = post(("alice", "I work on the budget review."))
     created = datetime.fromisoformat(later["created_at"].replace("Z", "+00:00")).astimezone(UTC)
     assert run(created + timedelta(seconds=30)).pending == 1
@@ -215,17 +218,14 @@ def test_on_the_local_stack_a_pause_brings_the_facts_without_the_schedule(tmp_pa
 
 
 def test_a_stream_batch_wakes_each_llm_session_once_naming_its_newest_message_even_one_that_failed():
-    from precis.memory.deriver import DeriveTarget, Outcome, quiet_wakes
+    """(A session is derived once a batch; the stream's redelivery may bring it in two.)"""
+    from precis.memory.deriver import Outcome, SessionTarget, quiet_wakes
     from precis.memory.wakeups import QuietWake
 
-    alice, bob, other = (
-        DeriveTarget("ws1", "s1", "alice"),
-        DeriveTarget("ws1", "s1", "bob"),
-        DeriveTarget("ws1", "s2", "alice"),
-    )
+    s1, other = SessionTarget("ws1", "s1"), SessionTarget("ws1", "s2")
     derived = [
-        (alice, [{"seq": 1}, {"seq": 3}], Outcome(batched=True)),
-        (bob, [{"seq": 4}], None),  # bob's derivation failed: its cursor is due, the wake-up still names 4
+        (s1, [{"seq": 1}, {"seq": 3}], Outcome(batched=True)),
+        (s1, [{"seq": 4}], None),  # a derivation of it failed: its cursors are due, the wake-up still names 4
         (other, [{"seq": 9}], Outcome(batched=False)),
     ]  # the extractive engine: derived, nothing waits
     assert quiet_wakes(derived) == [QuietWake("ws1", "s1", 4)]

@@ -107,9 +107,9 @@ def test_schedule_dream_bad_inputs(ws, body, status):
 
 
 def test_the_dream_is_armed_by_new_conclusions_and_waits_for_an_idle_collection(ws, monkeypatch):
-    """The deriver's clock is injected (derive_target's `now`): conclusions written hours ago, each pushing the dream
+    """The deriver's clock is injected (derive_session's `now`): conclusions written hours ago, each pushing the dream
     back; the flush's query (dreams_due) at chosen moments; then the scheduled flush itself runs the due dream."""
-    from precis.memory.deriver import DeriveTarget, derive_target
+    from precis.memory.deriver import SessionTarget, derive_session
     from precis.memory.dreams import DreamTarget, dreams_due
     from precis.memory.embeddings import configured_embedder
     from precis.memory.engines import get_deriver_engine
@@ -125,10 +125,11 @@ def test_the_dream_is_armed_by_new_conclusions_and_waits_for_an_idle_collection(
 
     def said_at(moment: datetime, text: str) -> None:
         post("s1", ("alice", text))
-        outcome = derive_target(
+        outcome = derive_session(
             db,
             settings,
-            DeriveTarget("ws1", "s1", "alice"),
+            SessionTarget("ws1", "s1"),
+            senders=["alice"],
             engine_for=lambda _: engine,
             embedder=configured_embedder(),
             now=lambda: moment,

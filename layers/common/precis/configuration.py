@@ -90,7 +90,7 @@ class DeriveConfig:
     custom_instructions: str | None = None
     engine: str = "extractive"
     model: str | None = None
-    batch_tokens: int = 512
+    batch_tokens: int = 2048
     max_wait_s: float = 1800.0
 
 

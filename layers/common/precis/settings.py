@@ -63,6 +63,9 @@ ENVIRONMENT: dict[str, tuple[str, str | None]] = {
     "derive_quiet_s": ("PRECIS_DERIVE_QUIET_S", "DeriveQuietSeconds"),
     "derive_concurrency": ("PRECIS_DERIVE_CONCURRENCY", "DeriveConcurrency"),
     "derive_wake_queue_url": ("PRECIS_DERIVE_WAKE_QUEUE_URL", None),
+    "derive_card_every": ("PRECIS_DERIVE_CARD_EVERY", None),
+    "derive_card_max_s": ("PRECIS_DERIVE_CARD_MAX_S", None),
+    "derive_card_quiet_s": ("PRECIS_DERIVE_CARD_QUIET_S", None),
     "dream_min_conclusions": ("PRECIS_DREAM_MIN_CONCLUSIONS", None),
     "dream_idle_s": ("PRECIS_DREAM_IDLE_S", None),
 }
@@ -161,16 +164,22 @@ class Settings(BaseModel):
     embed_model: str | None = None  # None: the embedder's default (DEFAULT_MODELS; see model_for)
     embed_dimensions: int = Field(256, ge=8, le=4096)
     # The deriver's defaults, under configuration.deriver of workspaces and sessions. None (auto): llm when one is
-    # configured, else extractive. An llm batch waits for `derive_batch_tokens` of a sender's messages or until its
-    # oldest has waited `derive_max_wait_s` (Honcho's 512 tokens and 30 minutes); extractive derives at once.
+    # configured, else extractive. An llm batch (every sender of a session at once) waits for `derive_batch_tokens`
+    # of the observed senders' new messages or until the oldest has waited `derive_max_wait_s`; extractive derives at
+    # once. The defaults are chosen on `make bench derive` (docs/design.md, "What derivation costs").
     derive_engine: Literal["llm", "extractive"] | None = None
     derive_model: str | None = None
-    derive_batch_tokens: int = Field(512, ge=0, le=100_000)
+    derive_batch_tokens: int = Field(2048, ge=0, le=100_000)
     derive_max_wait_s: float = Field(1800.0, ge=0, le=86_400)
     # ... or until its session has been quiet for `derive_quiet_s` (0: never early): a wake-up delayed that long on
     # `derive_wake_queue_url` (the template's DeriveWakeQueue; at most SQS's 900 s delay) derives it after a pause.
-    derive_quiet_s: float = Field(10.0, ge=0, le=900)
+    derive_quiet_s: float = Field(50.0, ge=0, le=900)
     derive_wake_queue_url: str | None = None
+    # An llm engine's cards are refreshed once `derive_card_every` conclusions wait for them or the first has waited
+    # `derive_card_max_s`, and when their session has been quiet `derive_card_quiet_s` (memory/card_refresh.py).
+    derive_card_every: int = Field(50, ge=1, le=10_000)
+    derive_card_max_s: float = Field(1800.0, ge=0, le=86_400)
+    derive_card_quiet_s: float = Field(300.0, ge=0, le=900)
     # Targets one deriver invocation serves at once (a stream batch's senders, a wake-up's sessions, the flush's
     # cursors and dreams): its LLM calls in flight. At most 32, as `summarize_concurrency` (store.db's connections).
     derive_concurrency: int = Field(16, ge=1, le=32)

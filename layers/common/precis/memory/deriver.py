@@ -3,13 +3,16 @@
 State lives in one cursor per (session, sender) (`keys.derive_cursor`, in the session's partition, so a purge removes
 it): `through_seq` (every message of the sender up to it is derived, or was not to be), `derived` (how many), and
 while a batch waits for more tokens `pending`/`due_at` (the ByDue index: the schedule flushes it, the queue status
-counts it). A derivation runs in three conditional steps, so a redelivered, replayed or concurrent record never
-derives a message twice and a failure never skips one:
+counts it). A session is derived whole: one request to the engine reads every sender's new lines (the llm engine;
+the extractive one reads a message at a time) and answers each observed sender's conclusions, so a pause costs one
+request whoever spoke. Each sender's part then runs in three conditional steps, so a redelivered, replayed or
+concurrent record never derives a message twice and a failure never skips one:
 
-1. the engine's answer is stored on the cursor as its `job`, on condition that `through_seq` has not moved and no job
-   is stored (a concurrent deriver that lost this race applies the winner's job instead);
+1. the engine's answer for the sender is stored on its cursor as its `job`, on condition that `through_seq` has not
+   moved and no job is stored (a concurrent deriver that lost this race applies the winner's job instead);
 2. the job is written into each observer's collection in chunks; each chunk's transaction adds the chunk's name to
-   the cursor's `applied` set on condition it is not there yet (a chunk is written at most once), then the cards;
+   the cursor's `applied` set on condition it is not there yet (a chunk is written at most once), then the cards
+   (memory/card_refresh.py: an llm engine's are refreshed once per burst of conclusions, not at every job);
 3. the cursor moves past the job's messages and drops it, on condition the job is still the one stored.
 
 An engine that fails leaves the cursor where it was (the record is retried by the stream, then dead-lettered; the
@@ -17,12 +20,13 @@ schedule tries the cursor again later): nothing is half-written, nothing skipped
 
 A batch also ends when its session goes quiet: after each stream batch of an llm session a wake-up is sent, delayed by
 the quiet period, naming the newest message seen (`quiet_wakes`); when it fires and no newer message came
-(`quiet_targets`), the session's waiting batches are derived at once (`derive_target(..., flush=True)`) by the same
+(`is_quiet`), the session's waiting batches are derived at once (`derive_session(..., flush=True)`) by the same
 three steps, so a duplicate or late wake-up finds nothing left to do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import secrets
@@ -124,36 +128,47 @@ def observers(sender: str, peer: PeerItem | None, members: Mapping[str, MemberIt
     return [sender, *others]
 
 
-# ---------------------------------------------------------------- one (session, sender)
+# ---------------------------------------------------------------- one session, every sender at once
 
 
-def derive_target(
+@dataclass(frozen=True)
+class SessionTarget:
+    workspace: str
+    session: str
+
+
+def derive_session(
     db: Db,
     settings: Settings,
-    target: DeriveTarget,
+    target: SessionTarget,
     *,
     engine_for: Callable[[DeriveConfig], Any],
     embedder: Any,
+    senders: Iterable[str] = (),
     now: Callable[[], datetime] = _now,
     time_left: Callable[[], float] = lambda: float("inf"),
     flush: bool = False,
 ) -> Outcome:
-    """Derive what is due of `target`'s underived messages: all of them with the extractive engine or when `flush`
-    (the session went quiet), else once they hold the batch's tokens or the oldest has waited past its age (the
-    schedule's flush comes back for those)."""
+    """Derive what is due of the session's underived messages, every sender's in one request: all of them with the
+    extractive engine or when `flush` (the session went quiet, or a batch is due), else once the observed senders'
+    new messages hold the batch's tokens or the oldest has waited past its age (the schedule's flush comes back for
+    those). `senders`: those a stream batch brought (others are found by their cursors)."""
     outcome = Outcome()
     for _ in range(1000):  # each round is a job or a decision; a lost race re-reads
-        session, workspace, peer, cursor = derive_cursors.read_state(db, target)
+        session, workspace, cursors = derive_cursors.read_session(db, target.workspace, target.session)
         if session is None or workspace is None or "deleted_at" in session:
-            return outcome  # deleted: the purge removes the cursor and what was derived
+            return outcome  # deleted: the purge removes the cursors and what was derived
         incarnation = session["incarnation"]  # (a cursor of an earlier incarnation was purged with it)
         config = derive_config(_json(workspace.get("configuration")), _json(session.get("configuration")), settings)
         outcome.batched = config.engine != "extractive" and config.batch_tokens > 0
         try:
-            if cursor is not None and cursor.get("job"):
-                _apply(db, settings, target, incarnation, cursor, engine_for(config), embedder, now(), outcome)
+            running = [c for c in cursors.values() if c.get("job")]
+            for cursor in running:
+                sender = DeriveTarget(target.workspace, target.session, cursor["sender"])
+                _apply(db, settings, config, sender, incarnation, cursor, engine_for(config), embedder, now(), outcome)
+            if running:
                 continue
-            decided = _decide(db, config, target, session, peer, cursor, engine_for, now(), outcome, flush)
+            decided = _decide(db, config, target, session, cursors, set(senders), engine_for, now(), outcome, flush)
         except derive_cursors.Moved:
             continue
         except NotFound:
@@ -166,68 +181,115 @@ def derive_target(
 def _decide(
     db: Db,
     config: DeriveConfig,
-    target: DeriveTarget,
+    target: SessionTarget,
     session: SessionItem,
-    peer: PeerItem | None,
-    cursor: dict[str, Any] | None,
+    cursors: dict[str, dict[str, Any]],
+    senders: set[str],
     engine_for,
     now: datetime,
     outcome: Outcome,
-    flush: bool = False,
+    flush: bool,
 ) -> bool:
-    """Read the sender's underived messages and derive them, mark them waiting, or skip them; whether to go on."""
+    """Read the session's underived messages and derive them, mark them waiting, or skip them; whether to go on."""
     ws, s = target.workspace, target.session
     # A clone derives from its own point on: what it inherited was derived in its parent (docs/design.md, cloning).
-    through = int((cursor or {}).get("through_seq", session.get("derive_from", 1) - 1))
-    window = read_from(db, ws, s, through + 1, limit=MAX_JOB_MESSAGES * 5)
-    mine = [m for m in window if m["peer_id"] == target.sender][:MAX_JOB_MESSAGES]
-    if not mine:
-        if cursor is not None and cursor.get("due_at", NOTHING_DUE) != NOTHING_DUE:
-            derive_cursors.clear_due(db, target, cursor)
-        return False
-    last_seq = mine[-1]["seq"]
-    watchers = observers(target.sender, peer, members(db, ws, s)) if config.enabled else []
-    if watchers:  # the session's scopes observe what it says too (explicit conclusions, no cards)
-        from precis.store import scopes
+    inherited = int(session.get("derive_from", 1)) - 1
 
-        watchers += [scopes.observer(scope_id) for scope_id in scopes.session_scopes(db, ws, s)]
-    if not watchers:
+    def through(peer: str) -> int:
+        return max(int(cursors.get(peer, {}).get("through_seq", inherited)), inherited)
+
+    waiting = {p for p, c in cursors.items() if c.get("due_at", NOTHING_DUE) != NOTHING_DUE}
+    asked = senders | waiting
+    if not asked:
+        return False
+    start = min(through(p) for p in asked) + 1
+    window = read_from(db, ws, s, start, limit=MAX_JOB_MESSAGES * 5)
+    new: dict[str, list[MessageItem]] = {}
+    for m in window:
+        if m["seq"] > through(m["peer_id"]):
+            new.setdefault(m["peer_id"], []).append(m)
+    for peer in sorted(asked - set(new)):  # nothing of theirs here: nothing waits, and the window is behind them
+        cursor = cursors.get(peer)
+        sender = DeriveTarget(ws, s, peer)
+        if window and through(peer) < window[-1]["seq"] and len(window) == MAX_JOB_MESSAGES * 5:
+            derive_cursors.finish(db, sender, session["incarnation"], window[-1]["seq"], 0, _iso(now), seen=cursor)
+        elif cursor is not None and cursor.get("due_at", NOTHING_DUE) != NOTHING_DUE:
+            derive_cursors.clear_due(db, sender, cursor)
+    if not new:
+        return False
+    watchers = _watchers(db, config, ws, s, sorted(new))
+    for peer in sorted(p for p in new if not watchers[p]):
         # Not observed: nothing is derived from these messages, by anyone; they are done (indexed first).
+        mine = new.pop(peer)
         ensure_indexed(db, ws, s, mine)
-        derive_cursors.finish(db, target, session["incarnation"], last_seq, len(mine), _iso(now), seen=cursor)
+        sender, seen = DeriveTarget(ws, s, peer), cursors.get(peer)
+        derive_cursors.finish(db, sender, session["incarnation"], mine[-1]["seq"], len(mine), _iso(now), seen=seen)
         outcome.derived += len(mine)
-        return len(mine) == MAX_JOB_MESSAGES
-    oldest = _parse(mine[0]["created_at"])
-    tokens = sum(int(m.get("token_count") or 0) for m in mine)
+    if not new:
+        return len(window) == MAX_JOB_MESSAGES * 5
+    # One job's messages: the oldest MAX_JOB_MESSAGES of every observed sender's, together.
+    taken = sorted((m for mine in new.values() for m in mine), key=lambda m: m["seq"])[:MAX_JOB_MESSAGES]
+    cut = taken[-1]["seq"]
+    jobs = {peer: [m for m in mine if m["seq"] <= cut] for peer, mine in new.items()}
+    jobs = {peer: mine for peer, mine in jobs.items() if mine}
+    oldest = _parse(taken[0]["created_at"])
+    tokens = sum(int(m.get("token_count") or 0) for m in taken)
     due = oldest + timedelta(seconds=config.max_wait_s)
     batch_tokens = 0 if config.engine == "extractive" else config.batch_tokens
-    if not flush and tokens < batch_tokens and now < due and len(mine) < MAX_JOB_MESSAGES:
-        derive_cursors.wait(db, target, cursor, session["incarnation"], _iso(due), len(mine))
-        outcome.pending = len(mine)
+    if not flush and tokens < batch_tokens and now < due and len(taken) < MAX_JOB_MESSAGES:
+        for peer, mine in jobs.items():
+            cursor = cursors.get(peer)
+            if cursor is None or int(cursor.get("pending", 0)) != len(mine) or cursor.get("due_at") != _iso(due):
+                derive_cursors.wait(db, DeriveTarget(ws, s, peer), cursor, session["incarnation"], _iso(due), len(mine))
+            outcome.pending += len(mine)
         return False
     # Searchable before derived: a batch whose request died before its index is indexed here (a failure fails the
-    # derivation, which the stream and then the schedule retry: the cursor has not moved).
-    ensure_indexed(db, ws, s, mine)
+    # derivation, which the stream and then the schedule retry: the cursors have not moved).
+    ensure_indexed(db, ws, s, taken)
     engine = engine_for(config)
-    views = with_bodies(db, mine, ws, s)
-    context = _context_message(db, ws, s, mine[0], window, through)
-    found = _extract(engine, target.sender, views, context, config)
-    job = {
-        "token": secrets.token_hex(8),
-        "to_seq": last_seq,
-        "count": len(views),
-        "observers": watchers,
-        "conclusions": found,
-    }
-    derive_cursors.store_job(db, target, cursor, session["incarnation"], job)
+    # The lines: from the first new message to the job's last, each sender's derived ones left out (a sender whose
+    # cursor is ahead of the others'); the extractive engine reads only the job's messages.
+    lines = [m for m in window if taken[0]["seq"] <= m["seq"] <= cut and m["seq"] > through(m["peer_id"])]
+    if config.engine == "extractive":
+        lines = taken
+    views = {v["seq"]: v for v in with_bodies(db, lines, ws, s)}
+    context = _context_message(db, ws, s, lines[0], window, start - 1)
+    found = _extract(engine, jobs, views, [views[m["seq"]] for m in lines], context, config)
     outcome.jobs += 1
-    return True  # the next round applies the stored job
+    for peer, mine in sorted(jobs.items()):
+        job = {
+            "token": secrets.token_hex(8),
+            "to_seq": mine[-1]["seq"],
+            "count": len(mine),
+            "observers": watchers[peer],
+            "conclusions": found.get(peer, []),
+        }
+        # A sender whose cursor moved meanwhile: another deriver holds its job, which the next round applies.
+        with contextlib.suppress(derive_cursors.Moved):
+            derive_cursors.store_job(db, DeriveTarget(ws, s, peer), cursors.get(peer), session["incarnation"], job)
+    return True  # the next round applies the stored jobs
+
+
+def _watchers(db: Db, config: DeriveConfig, ws: str, s: str, senders: list[str]) -> dict[str, list[str]]:
+    """Each sender's observers (none when derivation is off): `observers`, and the session's scopes for those
+    observed (explicit conclusions, no cards)."""
+    if not config.enabled:
+        return {peer: [] for peer in senders}
+    from precis.store import scopes
+
+    peers = derive_cursors.read_peers(db, ws, senders)
+    held = members(db, ws, s)
+    found = {peer: observers(peer, peers.get(peer), held) for peer in senders}
+    if any(found.values()):
+        in_scopes = [scopes.observer(scope_id) for scope_id in scopes.session_scopes(db, ws, s)]
+        found = {peer: [*watching, *in_scopes] if watching else [] for peer, watching in found.items()}
+    return found
 
 
 def _context_message(
     db: Db, ws: str, s: str, first: MessageItem, window: list[MessageItem], through: int
 ) -> dict[str, Any] | None:
-    """The message just before the sender's first new one, when another peer sent it (Honcho's context line)."""
+    """The message just before the first line, when another peer sent it (Honcho's context line)."""
     before = [m for m in window if m["seq"] < first["seq"]]
     if not before and first["seq"] - 1 > 0:
         before = read_range(db, ws, s, max(1, through - 4), first["seq"] - 1, limit=5, forward=False)[::-1]
@@ -237,40 +299,53 @@ def _context_message(
     return with_bodies(db, [candidate], ws, s)[0]
 
 
-def _extract(engine: Any, sender: str, mine: list[dict], context: dict | None, config: DeriveConfig) -> list[dict]:
-    """The engine's conclusions with their provenance. The extractive engine reads one message at a time, so each
-    conclusion names the message it came from; an LLM batch's conclusions name every message of the batch."""
-    from precis.memory.engines import DeriveMessage, DeriveRequest
+def _extract(
+    engine: Any,
+    jobs: dict[str, list[MessageItem]],
+    views: dict[int, dict[str, Any]],
+    lines: list[dict[str, Any]],
+    context: dict | None,
+    config: DeriveConfig,
+) -> dict[str, list[dict]]:
+    """Each observed sender's conclusions with their provenance. The extractive engine reads one message at a time,
+    so each conclusion names the message it came from; the llm engine reads the session's lines in one request, and
+    a sender's conclusions name every message of theirs it read."""
+    from precis.memory.engines import DeriveMessage, DeriveRequest, SessionRequest
 
     def as_message(m: dict) -> DeriveMessage:
         return DeriveMessage(m["id"], m["seq"], m["peer_id"], m.get("content") or "", m["created_at"])
 
-    if config.engine == "extractive":
-        groups = [[m] for m in mine]
-    else:
-        groups = [mine]
-    found: list[dict] = []
-    for group in groups:
-        request = DeriveRequest(
-            observed=sender,
-            messages=[as_message(m) for m in group],
-            context=as_message(context) if context is not None and group is groups[0] else None,
-            custom_instructions=config.custom_instructions,
-        )
-        for text in engine.derive(request):
-            found.append(
-                {
-                    "content": text,
-                    "source_message_ids": [m["id"] for m in group],
-                    "source_at": max(m["created_at"] for m in group),
-                }
-            )
+    def conclusion(text: str, sources: list[dict]) -> dict:
+        return {
+            "content": text,
+            "source_message_ids": [m["id"] for m in sources],
+            "source_at": max(m["created_at"] for m in sources),
+        }
+
+    found: dict[str, list[dict]] = {}
+    if config.engine == "extractive" or not hasattr(engine, "derive_session"):  # (an engine of one peer at a time)
+        for peer, mine in jobs.items():
+            for m in mine:
+                one = DeriveRequest(observed=peer, messages=[as_message(views[m["seq"]])])
+                found.setdefault(peer, []).extend(conclusion(t, [views[m["seq"]]]) for t in engine.derive(one))
+        return found
+    request = SessionRequest(
+        peers=tuple(sorted(jobs)),
+        messages=[as_message(v) for v in lines],
+        context=as_message(context) if context is not None else None,
+        custom_instructions=config.custom_instructions,
+    )
+    for peer, texts in engine.derive_session(request).items():
+        sources = [views[m["seq"]] for m in jobs.get(peer, ())]
+        if sources:
+            found[peer] = [conclusion(t, sources) for t in texts]
     return found
 
 
 def _apply(
     db: Db,
     settings: Settings,
+    config: DeriveConfig,
     target: DeriveTarget,
     incarnation: str,
     cursor: dict,
@@ -279,8 +354,9 @@ def _apply(
     now: datetime,
     outcome: Outcome,
 ) -> None:
-    """Write a stored job into each observer's collection (each chunk once), update the cards, move the cursor;
-    each collection counts its new explicit conclusions towards its next dream."""
+    """Write a stored job into each observer's collection (each chunk once), keep the cards, move the cursor; each
+    collection counts its new explicit conclusions towards its next dream and its card's next refresh."""
+    from precis.memory import card_refresh
     from precis.memory.dreams import DreamTarget, note_explicit
 
     job = cursor["job"]
@@ -294,8 +370,11 @@ def _apply(
         )
         for c in job["conclusions"]
     ]
+    immediate = config.engine == "extractive"  # a card costs no model call: kept current at every job
     written = 0
     for observer in job["observers"]:
+        collection = DreamTarget(target.workspace, observer, target.sender)
+        state = None
         for start in range(0, len(items), CHUNK):
             name = f"{observer}#{start}"
             if name in applied:
@@ -313,19 +392,24 @@ def _apply(
                     incarnation=incarnation,
                 )
                 written += len(items[start : start + CHUNK])
-                note_explicit(
+                state = note_explicit(
                     db,
-                    DreamTarget(target.workspace, observer, target.sender),
+                    collection,
                     len(items[start : start + CHUNK]),
                     now,
                     min_conclusions=settings.dream_min_conclusions,
                     idle_s=settings.dream_idle_s,
+                    card=not immediate,
                 )
             except conclusions.ExtraConditionFailed:
                 pass  # applied already, by us before a crash or by a concurrent deriver
+        if observer.startswith("scope.") or not items:
+            continue
         card_name = f"{observer}#card"
-        if card_name not in applied and items and not observer.startswith("scope."):
+        if immediate and card_name not in applied:
             _update_card(db, target, observer, job["token"], card_name, engine, [i.content for i in items])
+        elif state is not None and card_refresh.due(state, now, settings):
+            card_refresh.refresh(db, collection, engine, now)
     derive_cursors.finish(db, target, incarnation, int(job["to_seq"]), int(job["count"]), _iso(now), token=job["token"])
     outcome.derived += int(job["count"])
     outcome.conclusions += written
@@ -348,21 +432,33 @@ def _update_card(
     )
 
 
-def mark_failed(db: Db, target: DeriveTarget, now: datetime) -> None:
-    """After a failed derivation: make the cursor due again in a few minutes, so the schedule retries it even when
-    the stream has given up on its records (best effort: the stream's own retry comes first)."""
-    code = derive_cursors.mark_due(db, target, _iso(now + timedelta(minutes=5)))
-    if code is not None:
-        log.warning("could not mark %s as due again: %s", target, code)
+def mark_failed(db: Db, target: SessionTarget, senders: Iterable[str], now: datetime) -> None:
+    """After a failed derivation: make the senders' cursors (those named, and those waiting) due again in a few
+    minutes, so the schedule retries them even when the stream has given up on its records (best effort: the
+    stream's own retry comes first)."""
+    try:
+        waiting = {
+            c["sender"]
+            for c in derive_cursors.cursors(db, target.workspace, target.session)
+            if c.get("sender") and (c.get("job") or c.get("due_at", NOTHING_DUE) != NOTHING_DUE)
+        }
+    except Exception as exc:  # noqa: BLE001 - best effort, as each mark is
+        log.warning("could not read %s's cursors: %s", target, exc)
+        waiting = set()
+    for sender in sorted(set(senders) | waiting):
+        found = DeriveTarget(target.workspace, target.session, sender)
+        code = derive_cursors.mark_due(db, found, _iso(now + timedelta(minutes=5)))
+        if code is not None:
+            log.warning("could not mark %s as due again: %s", found, code)
 
 
 # ---------------------------------------------------------------- a quiet session's wake-up
 
 
-def quiet_wakes(derived: Iterable[tuple[DeriveTarget, Iterable[dict[str, Any]], Outcome | None]]) -> list[QuietWake]:
+def quiet_wakes(derived: Iterable[tuple[SessionTarget, Iterable[dict[str, Any]], Outcome | None]]) -> list[QuietWake]:
     """After a stream batch: one wake-up per session whose batches wait (an llm engine), naming the newest message of
-    it the batch brought, whichever sender's and whether its derivation succeeded (None) or not, so that the
-    session's last message always has a wake-up naming it or a newer one."""
+    it the batch brought, whether its derivation succeeded (None) or not, so that the session's last message always
+    has a wake-up naming it or a newer one."""
     newest: dict[tuple[str, str], int] = {}
     batched: set[tuple[str, str]] = set()
     for target, images, outcome in derived:
@@ -373,24 +469,26 @@ def quiet_wakes(derived: Iterable[tuple[DeriveTarget, Iterable[dict[str, Any]], 
     return [QuietWake(ws, s, seq) for (ws, s), seq in sorted(newest.items()) if (ws, s) in batched]
 
 
-def quiet_targets(db: Db, wake: QuietWake) -> list[DeriveTarget]:
-    """When `wake` fires: the senders whose batch waits in its session, if no message came after the one it names
-    (the session has been quiet for the wake-up's delay); none when one did (that message's wake-up comes later)."""
-    if tail_seq(db, wake.workspace, wake.session) > wake.seq:
-        return []
-    return [
-        DeriveTarget(wake.workspace, wake.session, c["sender"])
-        for c in derive_cursors.cursors(db, wake.workspace, wake.session)
-        if c.get("sender") and (c.get("job") or c.get("due_at", NOTHING_DUE) != NOTHING_DUE)
-    ]
+def is_quiet(db: Db, wake: QuietWake) -> bool:
+    """Whether no message came after the one `wake` names (the session has been quiet for the wake-up's delay);
+    when one did, that message's wake-up comes later."""
+    return tail_seq(db, wake.workspace, wake.session) <= wake.seq
+
+
+def session_collections(db: Db, ws: str, s: str) -> list[tuple[str, str]]:
+    """(observer, observed) of the cards the session's senders feed: each sender with a cursor, by its observers."""
+    _session, _workspace, cursors = derive_cursors.read_session(db, ws, s)
+    peers = derive_cursors.read_peers(db, ws, sorted(cursors))
+    held = members(db, ws, s)
+    return [(observer, sender) for sender in sorted(cursors) for observer in observers(sender, peers.get(sender), held)]
 
 
 # ---------------------------------------------------------------- the schedule's flush
 
 
-def due_targets(db: Db, workspaces: Iterable[str], now: datetime) -> list[DeriveTarget]:
-    """Cursors whose waiting batch (or failed derivation) is due by `now`."""
-    return [DeriveTarget(*due) for due in derive_cursors.due(db, workspaces, _iso(now))]
+def due_targets(db: Db, workspaces: Iterable[str], now: datetime) -> list[SessionTarget]:
+    """Sessions with a cursor whose waiting batch (or failed derivation) is due by `now`."""
+    return sorted({SessionTarget(ws, s) for ws, s, _sender in derive_cursors.due(db, workspaces, _iso(now))}, key=repr)
 
 
 def all_workspaces(db: Db) -> list[str]:

@@ -58,15 +58,18 @@ def schedule(db: Db, target: DreamTarget, session_id: str | None, now: datetime)
     dream_state.request(db, target, session_id, _iso(now))
 
 
-def note_explicit(db: Db, target: DreamTarget, count: int, now: datetime, *, min_conclusions: int, idle_s: int) -> None:
-    """Count `count` new explicit conclusions; arm the dream (due once the collection has been idle `idle_s`) when
-    they reach `min_conclusions`. Best effort: a replayed job may count its conclusions twice, which only brings a
-    dream forward."""
+def note_explicit(
+    db: Db, target: DreamTarget, count: int, now: datetime, *, min_conclusions: int, idle_s: int, card: bool = False
+) -> dict[str, Any] | None:
+    """Count `count` new explicit conclusions (with `card`, towards the card's next refresh too); arm the dream (due
+    once the collection has been idle `idle_s`) when they reach `min_conclusions`; the state after. Best effort: a
+    replayed job may count its conclusions twice, which only brings a dream or a card refresh forward."""
     if count <= 0 or target.observer.startswith("scope."):
-        return
-    state = dream_state.count_fresh(db, target, count, _iso(now))
+        return None
+    state = dream_state.count_fresh(db, target, count, _iso(now), card=card)
     if state and int(state.get("fresh", 0)) >= min_conclusions and not state.get("requested"):
         dream_state.arm(db, target, _iso(now + timedelta(seconds=idle_s)))
+    return state
 
 
 # ---------------------------------------------------------------- running

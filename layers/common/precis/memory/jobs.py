@@ -2,10 +2,11 @@
 session's quiet wake-up, or the five-minute flush. Plain values in (new images, wake-ups), failures out: the handler
 turns AWS's events into these and the failures back into batch-item failures.
 
-A stream batch is grouped by (session, sender); each group is derived once, `derive_concurrency` of them at once. A
-group that fails is marked due again, so the schedule retries it later: the sender's cursor never moved, so no
-message is skipped. A wake-up that finds its session quiet derives the session's waiting batches. The flush derives
-every cursor whose batch is due, and every dream that is.
+A stream batch is grouped by session; each session is derived once (every sender of it in one request),
+`derive_concurrency` of them at once. A session that fails has its senders' cursors marked due again, so the schedule
+retries them later: the cursors never moved, so no message is skipped. A wake-up that finds its session quiet
+derives the session's waiting batches, then sends the session's cards wake-up; that one, if the session is still
+quiet, refreshes the cards waiting for it. The flush derives every session with a cursor due, and every dream due.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from precis.memory.deriver import (
     BackfillTarget,
     DeriveTarget,
     Outcome,
+    SessionTarget,
     all_workspaces,
-    derive_target,
+    derive_session,
     due_targets,
+    is_quiet,
     mark_failed,
-    quiet_targets,
     quiet_wakes,
+    session_collections,
     target_of,
 )
 from precis.memory.dreams import DreamTarget, dreams_due
@@ -40,7 +43,7 @@ from precis.store.db import Db, get_queue_client
 from precis.stream import DERIVER, job_of
 
 logger = Logger(child=True)
-Target = DeriveTarget | BackfillTarget | DreamTarget
+Target = SessionTarget | BackfillTarget | DreamTarget
 TimeLeft = Callable[[], float]
 
 
@@ -48,7 +51,8 @@ def target(event_name: str, image: dict[str, Any]) -> Target | None:
     """The target of a stream record the deriver has a job for (precis.stream's table), else None."""
     job = job_of(DERIVER, event_name, image)
     if job in ("derive", "backfill"):
-        return target_of(image)
+        found = target_of(image)
+        return SessionTarget(found.workspace, found.session) if isinstance(found, DeriveTarget) else found
     if job == "dream":
         return dream_of(image)
     return None
@@ -66,36 +70,37 @@ def on_stream(
             targets.setdefault(found, []).append(image)
     outcomes: dict[Target, Outcome | None] = {}
     _merge_index(
-        db, [image for found, images in targets.items() if isinstance(found, DeriveTarget) for image in images]
+        db, [image for found, images in targets.items() if isinstance(found, SessionTarget) for image in images]
     )
 
     def run(found: Target) -> None:
         outcomes[found] = derive(db, found, time_left, images=targets[found])
 
     failures = concurrency.run_each(sorted(targets, key=repr), run, workers=get_settings().derive_concurrency)
-    _send_wakes([(t, targets[t], outcomes.get(t)) for t in targets if isinstance(t, DeriveTarget)])
+    _send_wakes([(t, targets[t], outcomes.get(t)) for t in targets if isinstance(t, SessionTarget)])
     return failures
 
 
 def on_wake(db: Db, bodies: Iterable[str], time_left: TimeLeft) -> dict[tuple[str, str], Exception | None]:
-    """Derive the waiting batches of each session whose wake-up (an SQS message body) finds it quiet; each
-    (workspace, session)'s failure (None: done)."""
+    """For each session whose wake-up (an SQS message body) finds it quiet: derive its waiting batches and send its
+    cards wake-up, or (a cards wake-up) refresh its waiting cards; each (workspace, session)'s failure (None: done)."""
     wakes = wakeups.newest(filter(None, (wakeups.parse(body) for body in bodies)))
 
-    def derive_session(wake: wakeups.QuietWake) -> None:
-        failed = None
-        for found in quiet_targets(db, wake):
-            try:
-                derive(db, found, time_left, flush=True)
-            except Exception as exc:  # noqa: BLE001 - the session's other senders still derive; then it fails
-                failed = failed or exc
-        if failed is not None:
-            raise failed
+    def woken(wake: wakeups.QuietWake) -> None:
+        if not is_quiet(db, wake):
+            return
+        found = SessionTarget(wake.workspace, wake.session)
+        if wake.kind == "cards":
+            _refresh_cards(db, found)
+            return
+        outcome = derive(db, found, time_left, flush=True)
+        if outcome is not None and outcome.batched:
+            _send_wakes([], cards=[wakeups.QuietWake(wake.workspace, wake.session, wake.seq, "cards")])
 
-    return {
-        (w.workspace, w.session): exc
-        for w, exc in concurrency.run_each(wakes, derive_session, workers=get_settings().derive_concurrency).items()
-    }
+    failures: dict[tuple[str, str], Exception | None] = {}
+    for w, exc in concurrency.run_each(wakes, woken, workers=get_settings().derive_concurrency).items():
+        failures[(w.workspace, w.session)] = failures.get((w.workspace, w.session)) or exc
+    return failures
 
 
 def on_schedule(db: Db, time_left: TimeLeft) -> dict[str, int]:
@@ -106,7 +111,7 @@ def on_schedule(db: Db, time_left: TimeLeft) -> dict[str, int]:
     targets += [dream for ws in workspaces for dream in dreams_due(db, ws, now)]
 
     def run(found: Target) -> None:
-        derive(db, found, time_left)
+        derive(db, found, time_left, flush=True)  # a due session: its oldest batch waited its age, or failed
 
     failures = concurrency.run_each(targets, run, workers=get_settings().derive_concurrency)
     failed = [t for t, exc in failures.items() if exc is not None]
@@ -116,7 +121,7 @@ def on_schedule(db: Db, time_left: TimeLeft) -> dict[str, int]:
 def derive(
     db: Db, found: Target, time_left: TimeLeft, images: list[dict[str, Any]] | None = None, flush: bool = False
 ) -> Outcome | None:
-    """Derive (or backfill, or dream) one target; the deriver's Outcome for a DeriveTarget."""
+    """Derive (or backfill, or dream) one target; the deriver's Outcome for a session."""
     if isinstance(found, BackfillTarget):
         _backfill(db, found)
         return None
@@ -125,21 +130,23 @@ def derive(
         return None
     from precis.memory.embeddings import configured_embedder
 
+    senders = sorted({i["peer_id"] for i in images or () if isinstance(i.get("peer_id"), str)})
     try:
         if images:
             _index(db, images)
-        outcome = derive_target(
+        outcome = derive_session(
             db,
             get_settings(),
             found,
             engine_for=_engine_for,
             embedder=configured_embedder(),
+            senders=senders,
             time_left=time_left,
             flush=flush,
         )
     except Exception:
         concurrency.add_metric(name="DerivationsFailed", unit=MetricUnit.Count, value=1)
-        mark_failed(db, found, datetime.now(UTC))
+        mark_failed(db, found, senders, datetime.now(UTC))
         raise
     if outcome.conclusions:
         concurrency.add_metric(name="ConclusionsWritten", unit=MetricUnit.Count, value=outcome.conclusions)
@@ -147,7 +154,7 @@ def derive(
         "derive",
         extra={
             "session": found.session,
-            "sender": found.sender,
+            "senders": senders,
             "derived": outcome.derived,
             "conclusions": outcome.conclusions,
             "pending": outcome.pending,
@@ -219,12 +226,33 @@ def _dream(db: Db, found: DreamTarget) -> None:
     logger.info("dream", extra={"observer": found.observer, "observed": found.observed, "deductive": written})
 
 
-def _send_wakes(derived: list[tuple[DeriveTarget, list[dict[str, Any]], Outcome | None]]) -> None:
-    """The quiet wake-ups of a stream batch's llm sessions (best effort: the schedule's flush is the backstop)."""
+def _send_wakes(
+    derived: list[tuple[SessionTarget, list[dict[str, Any]], Outcome | None]], cards: Iterable[wakeups.QuietWake] = ()
+) -> None:
+    """The quiet wake-ups of a stream batch's llm sessions, or the cards wake-ups of quiet ones (best effort: the
+    schedule's flush, and a card's count and age, are the backstops)."""
     settings = get_settings()
-    wakes = quiet_wakes(derived)
-    if not wakes or not settings.derive_quiet_s or not settings.derive_wake_queue_url:
+    wakes = list(cards) or quiet_wakes(derived)
+    delay = settings.derive_card_quiet_s if cards else settings.derive_quiet_s
+    if not wakes or not delay or not settings.derive_wake_queue_url:
         return
-    unsent = wakeups.send(get_queue_client(), settings.derive_wake_queue_url, wakes, settings.derive_quiet_s)
+    unsent = wakeups.send(get_queue_client(), settings.derive_wake_queue_url, wakes, delay)
     if unsent:
         concurrency.add_metric(name="QuietWakeupsUnsent", unit=MetricUnit.Count, value=unsent)
+
+
+def _refresh_cards(db: Db, found: SessionTarget) -> None:
+    """Refresh the cards the quiet session's senders feed that wait for conclusions (llm engines only count them)."""
+    from precis.configuration import derive_config
+    from precis.memory import card_refresh
+    from precis.store.records import json_object
+    from precis.store.resources import workspace_item
+
+    workspace = workspace_item(db, found.workspace)
+    if workspace is None:
+        return
+    raw = workspace.get("configuration")
+    config = derive_config(json_object(raw) if isinstance(raw, str) else raw or {}, {}, get_settings())
+    engine = _engine_for(config)
+    for observer, observed in session_collections(db, found.workspace, found.session):
+        card_refresh.refresh(db, DreamTarget(found.workspace, observer, observed), engine, datetime.now(UTC))

@@ -1105,6 +1105,20 @@ def collection_contents(db: Db, ws: str, observer: str, observed: str) -> list[C
     return [as_conclusion(i) for i in items]
 
 
+def newest_contents(db: Db, ws: str, observer: str, observed: str, limit: int) -> list[str]:
+    """The contents of the collection's `limit` newest conclusions, oldest first (one Query, strongly consistent)."""
+    out = db.client.query(
+        TableName=db.table,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :c)",
+        ConsistentRead=True,
+        ScanIndexForward=False,
+        Limit=limit,
+        ProjectionExpression="content",
+        ExpressionAttributeValues=to_item({":pk": keys.collection_pk(ws, observer, observed), ":c": "C#"}),
+    )
+    return [from_item(i)["content"] for i in reversed(out["Items"])]
+
+
 def card_state(db: Db, ws: str, observer: str, observed: str) -> tuple[list[str] | None, dict[str, int], str | None]:
     """(entries, counts, source) of the collection's card: what the deriver updates from."""
     item = _get(db, keys.card(ws, observer, observed))

@@ -133,6 +133,25 @@ def read_state(
     )
 
 
+def read_session(
+    db: Db, ws: str, session_id: str
+) -> tuple[SessionItem | None, WorkspaceItem | None, dict[str, dict[str, Any]]]:
+    """(session, workspace, the session's cursors by sender): one BatchGetItem and one Query (strongly consistent)."""
+    wanted = [keys.session(ws, session_id), keys.workspace(ws)]
+    found = {(i["PK"], i["SK"]): i for i in batch_get(db, wanted)}
+    session, workspace = (found.get((k["PK"], k["SK"])) for k in wanted)
+    return (
+        None if session is None else as_session(session),
+        None if workspace is None else as_workspace(workspace),
+        {c["sender"]: c for c in cursors(db, ws, session_id) if c.get("sender")},
+    )
+
+
+def read_peers(db: Db, ws: str, peer_ids: Iterable[str]) -> dict[str, PeerItem]:
+    """The peer items of `peer_ids` that exist, by id (strongly consistent)."""
+    return {i["SK"].removeprefix("PEER#"): as_peer(i) for i in batch_get(db, [keys.peer(ws, p) for p in peer_ids])}
+
+
 def clear_due(db: Db, target: Target, seen: dict[str, Any] | None) -> None:
     """Nothing waits any more."""
     condition, values = _at(seen)

@@ -75,10 +75,24 @@ def request(db: Db, target: Target, session_id: str | None, now: str) -> None:
     _update(db, target, update, values, condition="attribute_not_exists(job)")
 
 
-def count_fresh(db: Db, target: Target, count: int, now: str) -> dict[str, Any] | None:
-    """Add `count` fresh explicit conclusions, the newest at `now`; the state after."""
-    return _update(
-        db, target, f"SET {_WHO}, last_at = :now ADD fresh :n", {**_who(target), ":now": now, ":n": count}, returns=True
+def count_fresh(db: Db, target: Target, count: int, now: str, *, card: bool = False) -> dict[str, Any] | None:
+    """Add `count` fresh explicit conclusions, the newest at `now`; with `card`, count them towards the card's next
+    refresh too (`card_fresh`, and `card_since`: when the first of them came); the state after."""
+    update = f"SET {_WHO}, last_at = :now ADD fresh :n"
+    if card:
+        update = f"SET {_WHO}, last_at = :now, card_since = if_not_exists(card_since, :now) ADD fresh :n, card_fresh :n"
+    return _update(db, target, update, {**_who(target), ":now": now, ":n": count}, returns=True)
+
+
+def card_refreshed(db: Db, target: Target, count: int, now: str) -> None:
+    """The card holds `count` more of the fresh conclusions (a refresh read them at `now`); a concurrent refresh that
+    took them first leaves the state as it is."""
+    _update(
+        db,
+        target,
+        "SET card_fresh = card_fresh - :n, card_since = :now",
+        {":n": count, ":now": now},
+        condition="card_fresh >= :n",
     )
 
 

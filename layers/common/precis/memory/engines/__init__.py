@@ -45,6 +45,18 @@ class DeriveRequest:
             raise ValueError(f"max_output_tokens: must be at least 1, got {self.max_output_tokens}")
 
 
+@dataclass(frozen=True, slots=True)
+class SessionRequest:
+    """A session's new messages, every sender's at once: the conclusions are about each of `peers` (the observed
+    senders); the other lines, and `context` (the message before the first), are there to be understood."""
+
+    peers: tuple[str, ...]
+    messages: list[DeriveMessage]
+    context: DeriveMessage | None = None
+    custom_instructions: str | None = None
+    max_output_tokens: int = 2048
+
+
 class DeriverEngine(Protocol):
     """Extracts conclusions and proposes peer cards, raising EngineError."""
 

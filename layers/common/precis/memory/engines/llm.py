@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from precis.llm import BadAnswer, Model, model_from, model_of
 from precis.memory.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, norm, validate_entries
-from precis.memory.engines import DeriveRequest
+from precis.memory.engines import DeriveRequest, SessionRequest
 from precis.memory.engines.prompt import (
     CARD_FORMAT,
     DREAM_FORMAT,
     EXPLICIT_FORMAT,
+    as_session_request,
     build_card_messages,
     build_dream_messages,
-    build_messages,
+    build_session_messages,
 )
 
 if TYPE_CHECKING:
@@ -54,9 +55,17 @@ class LLMDeriver:
 
     def derive(self, request: DeriveRequest) -> list[str]:
         """The explicit conclusions about the observed peer, without repeats; raises EngineError."""
-        if not request.messages:
-            return []
-        return self._ask(build_messages(request), EXPLICIT_FORMAT, request.max_output_tokens, _conclusions)
+        return self.derive_session(as_session_request(request)).get(request.observed, [])
+
+    def derive_session(self, request: SessionRequest) -> dict[str, list[str]]:
+        """The explicit conclusions about each target peer, without repeats, from one request; raises EngineError."""
+        if not request.messages or not request.peers:
+            return {}
+
+        def parse(answer: Any) -> dict[str, list[str]]:
+            return _conclusions(answer, request.peers)
+
+        return self._ask(build_session_messages(request), EXPLICIT_FORMAT, request.max_output_tokens, parse)
 
     def update_card(
         self, observed: str, card: list[str] | None, counts: dict[str, int], new: list[str]
@@ -114,18 +123,23 @@ def _json_of(text: str) -> Any:
     raise BadAnswer(f"answer is not JSON: {text[:80]!r}")
 
 
-def _conclusions(answer: Any) -> list[str]:
+def _conclusions(answer: Any, peers: tuple[str, ...]) -> dict[str, list[str]]:
+    """Each target peer's conclusions. A conclusion names its peer (with one target peer, it is that peer's
+    whatever it names); one naming a peer that is not a target is dropped (a line of the context's sender)."""
     items = answer.get("explicit") if isinstance(answer, dict) else None
     if not isinstance(items, list):
         raise BadAnswer('answer without an "explicit" list')
-    found: dict[str, str] = {}
+    found: dict[str, dict[str, str]] = {peer: {} for peer in peers}
     for item in items:
         content = item.get("content") if isinstance(item, dict) else None
         if not isinstance(content, str) or not content.strip():
             raise BadAnswer(f"conclusion without content: {json.dumps(item)[:80]}")
+        peer = peers[0] if len(peers) == 1 else item.get("peer")
+        if not isinstance(peer, str) or peer not in found:
+            continue
         text = " ".join(content.split())
-        found.setdefault(norm(text), text)
-    return list(found.values())
+        found[peer].setdefault(norm(text), text)
+    return {peer: list(texts.values()) for peer, texts in found.items() if texts}
 
 
 def _deductions(answer: Any) -> list[dict[str, Any]]:
