@@ -62,6 +62,12 @@ def summary_failure(ws: str, session_id: str, summary_type: str) -> dict[str, st
     return {"PK": session_pk(ws, session_id), "SK": f"SUMMARY#{summary_type}#FAILED"}
 
 
+def summary_parts(ws: str, session_id: str, summary_type: str) -> dict[str, str]:
+    """The `summary_type` summaries written since the summary built from them was: under SUMMARY#, read with the
+    summaries in one query (readers of a summary use its exact key, which this item never has)."""
+    return {"PK": session_pk(ws, session_id), "SK": f"SUMMARY#{summary_type}#PARTS"}
+
+
 def summary_lease(ws: str, session_id: str) -> dict[str, str]:
     """The lease that lets one invocation at a time summarize the session: in its partition, so a purge removes it,
     and outside SUMMARY#, so the summary query never reads it."""

@@ -3,6 +3,8 @@ lease that lets one invocation at a time summarize a session.
 
 A summary is written only when it covers a later message than the stored one (monotonic), and only while the
 session item still carries the incarnation the summarizer read (not deleted, purged or created again since).
+A short cadence summary is written with the list of short summaries since the last long one (`SummaryPart`, one
+item beside it, in the same transaction): the long summary is built from them instead of the messages.
 The lease is bound to no incarnation: it lives only while its holder runs, and a purge removes it with the rest of
 the partition (a lease taken after a purge, by a late record of the deleted incarnation, is what `_reincarnate` finds
 as a write that slipped past the purge: the id waits for another purge).
@@ -11,9 +13,9 @@ as a write that slipped past the purge: the id waits for another purge).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from enum import Enum
-from typing import Any, NotRequired, TypedDict, cast
+from typing import Any, NamedTuple, NotRequired, TypedDict, cast
 
 from botocore.exceptions import ClientError
 
@@ -68,6 +70,24 @@ class SummaryFailureItem(TypedDict):
     failed_at: str
 
 
+class SummaryPart(TypedDict):
+    """A short summary as the long one is built from it: its text, what its step read (messages first_seq..covers_seq
+    after the previous short summary), its tokens."""
+
+    first_seq: int
+    covers_seq: int
+    content: str
+    token_count: int
+
+
+class SummaryState(NamedTuple):
+    """A session's summaries, failed-job markers and short summaries since the long one (parts), each by type."""
+
+    summaries: dict[str, SummaryItem]
+    markers: dict[str, SummaryFailureItem]
+    parts: dict[str, list[SummaryPart]]
+
+
 # The one place a decoded SUMMARY# item (`db.from_item`'s dict) is taken to be of its shape.
 def as_summary(item: dict[str, Any]) -> SummaryItem:
     return cast(SummaryItem, item)
@@ -101,6 +121,7 @@ def put_summary(
     end_tokens: int,
     message_id: str,
     extra: dict[str, Any] | None = None,
+    parts: Sequence[SummaryPart] | None = None,
 ) -> Put:
     """Store a summary of messages 1..covers_seq of incarnation `incarnation` unless the stored one covers as much.
 
@@ -108,6 +129,8 @@ def put_summary(
     races unable to regress, duplicate or interleave a session's summary, or to put one into a session that was
     deleted or created again meanwhile (one transaction: a check of the session item, and the put).
     `incarnation` None stands for a session item written before incarnations existed (it has none).
+    `parts`: the type's parts item (`SummaryPart`s, oldest first) replaced in the same transaction, so it changes
+    exactly when the summary is written.
     """
     item = {
         **keys.summary(ws, session_id, summary_type),
@@ -121,18 +144,23 @@ def put_summary(
         "created_at": utcnow(),
         **(extra or {}),
     }
-    return _bound_put(
-        db,
-        ws,
-        session_id,
-        incarnation,
+    puts = [
         {
             "TableName": db.table,
             "Item": to_item(item),
             "ConditionExpression": "attribute_not_exists(PK) OR covers_seq < :c",
             "ExpressionAttributeValues": {":c": {"N": str(covers_seq)}},
-        },
-    )
+        }
+    ]
+    if parts is not None:
+        parts_item = {
+            **keys.summary_parts(ws, session_id, summary_type),
+            "kind": "summary_parts",
+            "summary_type": summary_type,
+            "parts": list(parts),
+        }
+        puts.append({"TableName": db.table, "Item": to_item(parts_item)})
+    return _bound_put(db, ws, session_id, incarnation, *puts)
 
 
 def session_with_summaries(
@@ -172,6 +200,13 @@ def read_summary_state(
     db: Db, ws: str, session_id: str
 ) -> tuple[dict[str, SummaryItem], dict[str, SummaryFailureItem]]:
     """(summaries, failed-job markers), each by summary type: one consistent query of the session's SUMMARY# items."""
+    state = read_summary_items(db, ws, session_id)
+    return state.summaries, state.markers
+
+
+def read_summary_items(db: Db, ws: str, session_id: str) -> SummaryState:
+    """The session's summaries, markers and parts: one consistent query of its SUMMARY# items (a few, each bounded:
+    one summary, marker and parts item per type)."""
     out = db.client.query(
         TableName=db.table,
         KeyConditionExpression="PK = :pk AND begins_with(SK, :s)",
@@ -179,9 +214,10 @@ def read_summary_state(
         ExpressionAttributeValues={":pk": {"S": keys.session_pk(ws, session_id)}, ":s": {"S": "SUMMARY#"}},
     )
     items = [from_item(i) for i in out["Items"]]
-    return (
+    return SummaryState(
         {i["summary_type"]: as_summary(i) for i in items if i.get("kind") == "summary"},
         {i["summary_type"]: as_summary_failure(i) for i in items if i.get("kind") == "summary_failure"},
+        {i["summary_type"]: cast(list[SummaryPart], i["parts"]) for i in items if i.get("kind") == "summary_parts"},
     )
 
 
@@ -223,8 +259,9 @@ def clear_failure(db: Db, ws: str, session_id: str, summary_type: str) -> None:
     db.client.delete_item(TableName=db.table, Key=to_item(keys.summary_failure(ws, session_id, summary_type)))
 
 
-def _bound_put(db: Db, ws: str, session_id: str, incarnation: str | None, put: dict[str, Any]) -> Put:
-    """The put, in one transaction with a check that the session is still incarnation `incarnation`, not deleted."""
+def _bound_put(db: Db, ws: str, session_id: str, incarnation: str | None, *puts: dict[str, Any]) -> Put:
+    """The puts, in one transaction with a check that the session is still incarnation `incarnation`, not deleted
+    (the first put's condition is the one that can fail: STALE)."""
     check: dict[str, Any]
     if incarnation is None:
         check = {
@@ -241,12 +278,12 @@ def _bound_put(db: Db, ws: str, session_id: str, incarnation: str | None, put: d
             db,
             [
                 {"ConditionCheck": {"TableName": db.table, "Key": to_item(keys.session(ws, session_id)), **check}},
-                {"Put": put},
+                *({"Put": put} for put in puts),
             ],
         )
     except ClientError as exc:
         codes = cancellation_codes(exc)
-        if len(codes) != 2 or "ConditionalCheckFailed" not in codes:
+        if len(codes) != 1 + len(puts) or "ConditionalCheckFailed" not in codes:
             raise
         return Put.SESSION_GONE if codes[0] == "ConditionalCheckFailed" else Put.STALE
     return Put.WRITTEN

@@ -13,6 +13,16 @@ sent to the engine (the LLM's max_tokens, the extractive word limit), and a text
 tokenizer differs from o200k, a server that ignores max_tokens) is cut to it here; a step that replaces nothing
 (empty messages only) stores an empty summary without a request.
 
+Long cadence summaries are built from the short ones, so the messages are read once, by the short chain: each short
+summary stored is also kept in the session's parts item (`store.summaries.SummaryPart`: its text and the messages
+its step read, in the same transaction as the summary), for as long as no long summary covers it. A long job over
+messages first..through is then one request: the previous long summary and the chain of parts whose steps read
+first..e, e the newest part's end at or before `through` (each part's step starts where the one before ended), then
+the messages after e (none when the short chain is current). Where no chain reaches back to `first` (the short job
+failed or is backing off, a clone or a session summarized before parts existed, a bulk write whose short step
+jumped past the long's end), or the chain does not fit the input budget, the long job reads the messages, as it
+always did. The long summary's cap is what it replaces: the previous long summary and the messages first..e.
+
 Size: no request holds more than `llm_max_input_tokens` of prompt (system, previous summary, messages). A larger
 job runs as steps (previous summary + the next whole runs that fit → intermediate summary → …), and each step's
 summary is stored as soon as it ends, with the job's end on it, so a later invocation continues from it
@@ -62,10 +72,12 @@ from precis.store.summaries import (
     Put,
     SummaryFailureItem,
     SummaryItem,
+    SummaryPart,
     clear_failure,
     drop_summary_lease,
     put_failure,
     put_summary,
+    read_summary_items,
     read_summary_state,
     release_summary_lease,
     take_summary_lease,
@@ -74,6 +86,8 @@ from precis.store.summaries import (
 from precis.summaries.engines import Engine, SummaryRequest, SummaryResult, default_engine, get_engine, word_limit
 from precis.summaries.engines.prompt import build_messages, line_tokens, prompt_tokens
 from precis.summaries.strategies import (
+    LONG,
+    SHORT,
     JobFailure,
     MessageRef,
     Step,
@@ -94,6 +108,9 @@ logger = Logger(child=True)
 FINISH_MARGIN_S = 10.0
 # The lease of a caller with no deadline: Lambda's longest invocation.
 MAX_LEASE_S = 900.0
+# Tokens of short summaries kept for the next long one (the newest first): with the previous long summary (at most
+# 4,096) they fit the default input budget of 16,000, and the parts item stays far under DynamoDB's 400 KB.
+PARTS_MAX_TOKENS = 8_000
 
 
 @dataclass(frozen=True)
@@ -102,6 +119,7 @@ class Written:
     covers_seq: int
     stored: bool  # False: a concurrent or earlier invocation already stored one covering as much
     job_through_seq: int | None = None  # a step short of its job's end: its item's stream record continues the job
+    from_parts: tuple[int, ...] = ()  # a long summary built from short ones: their covers_seq, oldest first
 
 
 @dataclass(frozen=True)
@@ -154,7 +172,7 @@ def summarize_session(
     except Invalid as exc:
         logger.warning("summary settings invalid; session skipped", extra={"detail": exc.detail})
         return SummaryOutcome()
-    raw, markers = read_summary_state(db, ws, session_id)
+    raw, markers, parts = read_summary_items(db, ws, session_id)
     stored = {t: SummaryCost(t, s["covers_seq"], s["end_tokens"], s["token_count"]) for t, s in raw.items()}
     first = needed_from(config, stored)
     if first is None:
@@ -184,6 +202,8 @@ def summarize_session(
         {i["seq"]: i for i in items},
         remaining_s,
         clock,
+        parts.get(SHORT, []),
+        raw[LONG]["covers_seq"] if LONG in raw else 0,
     )
     return runner.run(jobs, raw, markers)
 
@@ -330,8 +350,11 @@ class _Runner:
         by_seq: dict[int, MessageItem],
         remaining_s: Callable[[], float],
         clock: Callable[[], float],
+        parts: list[SummaryPart],
+        long_covers: int,
     ):
         self.db, self.ws, self.session_id, self.incarnation = db, ws, session_id, incarnation
+        self.parts, self.long_covers = parts, long_covers  # the short summaries since the long one, and its end
         self.config, self.engine, self.by_seq = config, engine, by_seq
         self.remaining_s, self.clock = remaining_s, clock
         self.limit = settings.llm_max_input_tokens
@@ -383,7 +406,11 @@ class _Runner:
         while first <= job.through_seq:
             if self.remaining_s() < self.call_s + FINISH_MARGIN_S:
                 return "unfinished"
-            step, request = self._plan(job, first, previous)
+            chain = self._chain(first, job.through_seq) if job.summary_type == LONG and first == job.first_seq else None
+            step, request = self._plan_from_parts(first, previous, chain) if chain else (None, None)
+            if step is None or request is None or prompt_tokens(request) > self.limit:
+                chain = None  # no chain, or one too large for a request: the messages, in steps that fit
+                step, request = self._plan(job, first, previous)
             if refused is not None and prompt_tokens(request) >= refused_tokens:
                 # Nothing left to cut (the system prompt and the previous summary alone are too long): sending it
                 # would be the same request again.
@@ -410,7 +437,7 @@ class _Runner:
             except Exception:
                 add_metric(name="SummarizerErrors", unit=MetricUnit.Count, value=1)
                 raise
-            put = self._store(job, step, request, result, previous_covers, cut_from)
+            put = self._store(job, step, request, result, previous_covers, cut_from, chain)
             if put is not Put.WRITTEN:
                 return "gone" if put is Put.SESSION_GONE else "stale"  # stale: another invocation is ahead of us
             previous, previous_covers, first = result.text, step.through_seq, step.through_seq + 1
@@ -454,6 +481,57 @@ class _Runner:
                 break
             room -= over  # a line's estimate can be a token or two short (tokens merge): fit the exact count
         return step, request
+
+    def _chain(self, first: int, through: int) -> list[SummaryPart] | None:
+        """The parts whose steps read messages first..e, each starting where the one before ended, for the newest e
+        <= `through` that has such a chain (oldest first); None when none reaches back to `first`."""
+        by_end = {p["covers_seq"]: p for p in self.parts}
+        for end in sorted((e for e in by_end if first <= e <= through), reverse=True):
+            chain, part = [], by_end[end]
+            while True:
+                chain.append(part)
+                if part["first_seq"] <= first:
+                    return chain[::-1]
+                before = by_end.get(part["first_seq"] - 1)
+                if before is None or before["covers_seq"] < first:
+                    break
+                part = before
+        return None
+
+    def _plan_from_parts(
+        self, first: int, previous: str | None, chain: list[SummaryPart]
+    ) -> tuple[Step | None, SummaryRequest | None]:
+        """The step first..e built from `chain` (no messages read), capped at what it replaces; (None, None) when the
+        parts hold no text for messages that do (nothing to build from)."""
+        step = Step(first, chain[-1]["covers_seq"])
+        texts = [p["content"] for p in chain if p["content"]]
+        replaced = self._replaced(step, previous)
+        if not texts and replaced:
+            return None, None
+        left = self.remaining_s() - FINISH_MARGIN_S
+        cap = max(1, min(self.config.max_output_tokens, replaced))
+        request = SummaryRequest(
+            summary_type=LONG,
+            previous=previous,
+            messages=[],
+            instructions=self.config.instructions,
+            word_limit=word_limit(cap),
+            max_output_tokens=cap,
+            model=self.config.model,
+            temperature=self.config.temperature,
+            time_limit_s=max(0.001, left) if math.isfinite(left) else None,
+            summaries=texts,
+            covers_tokens=replaced,
+        )
+        return step, request
+
+    def _kept_parts(self, part: SummaryPart) -> list[SummaryPart]:
+        """The parts item after `part` is stored: the parts no long summary covers yet, then `part`, the oldest
+        dropped past PARTS_MAX_TOKENS (a long job they no longer reach reads the messages)."""
+        kept = [p for p in self.parts if self.long_covers < p["covers_seq"] < part["covers_seq"]] + [part]
+        while len(kept) > 1 and sum(p["token_count"] for p in kept) > PARTS_MAX_TOKENS:
+            kept.pop(0)
+        return kept
 
     def _replaced(self, step: Step, previous: str | None) -> int:
         """Tokens of what the step's summary replaces in a context: the previous summary and the step's messages."""
@@ -517,11 +595,22 @@ class _Runner:
         result,
         previous_covers: int | None,
         cut_from: int | None = None,
+        chain: list[SummaryPart] | None = None,
     ) -> Put:
         last = self.by_seq[step.through_seq]
         token_count = count_text(result.text)
         # A step short of the job's end carries that end: the next invocation continues the job from here.
         extra = {"job_through_seq": job.through_seq} if step.through_seq < job.through_seq else None
+        parts = None
+        if job.summary_type == SHORT and self.config.strategy == "cadence":
+            parts = self._kept_parts(
+                {
+                    "first_seq": step.first_seq,
+                    "covers_seq": step.through_seq,
+                    "content": result.text,
+                    "token_count": token_count,
+                }
+            )
         put = put_summary(
             self.db,
             self.ws,
@@ -534,8 +623,16 @@ class _Runner:
             end_tokens=last["start_tokens"] + last["token_count"],
             message_id=last["id"],
             extra=extra,
+            parts=parts,
         )
-        self.written.append(Written(job.summary_type, step.through_seq, bool(put), job.through_seq if extra else None))
+        from_parts = tuple(p["covers_seq"] for p in chain or ())
+        self.written.append(
+            Written(job.summary_type, step.through_seq, bool(put), job.through_seq if extra else None, from_parts)
+        )
+        if put and parts is not None:
+            self.parts = parts
+        if put and job.summary_type == LONG:
+            self.long_covers = step.through_seq
         if put:
             self._audit(
                 job.summary_type,
@@ -543,6 +640,7 @@ class _Runner:
                 "",
                 {
                     **self._covers(job, step, previous_covers),
+                    "from_parts": [{"first_seq": p["first_seq"], "covers_seq": p["covers_seq"]} for p in chain or ()],
                     "outcome": "written",
                     "engine": self.engine.name,
                     "model": result.model,

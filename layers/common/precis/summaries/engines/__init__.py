@@ -20,7 +20,8 @@ ENGINES = ("llm", "extractive")
 
 @dataclass(frozen=True, slots=True)
 class SummaryRequest:
-    """What to summarize: the previous summary of this type (if any) and the new messages (peer_id, content)."""
+    """What to summarize: the previous summary of this type (if any) and the new messages (peer_id, content), or
+    instead of messages the summaries of them (`summaries`: a long cadence summary built from the short ones)."""
 
     summary_type: str
     previous: str | None
@@ -32,6 +33,11 @@ class SummaryRequest:
     temperature: float | None = None
     time_limit_s: float | None = None  # seconds this summary may take, retries included (None: the engine's own)
     dates: Sequence[str | None] | None = None  # per message, when it was written (ISO 8601), if known
+    # Short summaries written since the previous summary, oldest first (each covers the conversation from its start).
+    summaries: Sequence[str] = ()
+    # With `summaries`: tokens of the history the summary stands for (the previous summary and the messages the
+    # summaries cover), which the extractive engine sizes its summary by.
+    covers_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.word_limit < 1 or self.max_output_tokens < 1:
@@ -42,6 +48,8 @@ class SummaryRequest:
             raise ValueError(f"time_limit_s: must be positive, got {self.time_limit_s}")
         if self.dates is not None and len(self.dates) != len(self.messages):
             raise ValueError(f"dates: one per message, got {len(self.dates)} for {len(self.messages)}")
+        if self.summaries and self.messages:
+            raise ValueError("summaries: a request holds messages or the summaries of them, not both")
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,8 +78,20 @@ def token_budget(request: SummaryRequest) -> int:
 
 
 def covered_tokens(request: SummaryRequest) -> int:
-    """Tokens of the text a summary of `request` covers: the previous summary and the new messages."""
-    return count_text(request.previous or "") + sum(count_text(content) for _, content in request.messages)
+    """Tokens of the text a summary of `request` covers: the previous summary and the new messages (with summaries
+    of them instead, the history they stand for: `covers_tokens`)."""
+    if request.covers_tokens is not None:
+        return request.covers_tokens
+    return input_tokens(request)
+
+
+def input_tokens(request: SummaryRequest) -> int:
+    """Tokens of the text the engine reads: the previous summary and the new messages or short summaries."""
+    return (
+        count_text(request.previous or "")
+        + sum(count_text(content) for _, content in request.messages)
+        + sum(count_text(text) for text in request.summaries)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +128,14 @@ class ExtractiveEngine:
         }
         if request.dates is not None:
             prompt["dates"] = list(request.dates)
+        if request.summaries:
+            prompt["summaries"] = list(request.summaries)
+            prompt["covers_tokens"] = request.covers_tokens
         return SummaryResult(
             text=text,
             prompt=json.dumps(prompt, ensure_ascii=False),
             model=self.model,
-            input_tokens=covered_tokens(request),
+            input_tokens=input_tokens(request),
             output_tokens=count_text(text),
             latency_ms=(time.perf_counter() - started) * 1000,
         )
@@ -140,13 +155,20 @@ def _parse(request: SummaryRequest) -> tuple[list[_Line], list[_Sentence]]:
                 if words:
                     sentences.append(_Sentence(len(lines) - 1, text, words, count_text(text)))
 
-    day = None  # a previous summary dates only the first line of each day: later lines inherit it
-    for raw in (request.previous or "").splitlines():
-        line = _LINE.match(raw)
-        assert line is not None  # every group of _LINE is optional and its last takes any text: it matches any line
-        dated, speaker, body = line.groups()
-        day = dated or day
-        add(_Line(day, f"{speaker}: " if speaker else "", True), body)
+    def add_summary(text: str, previous: bool) -> None:
+        day = None  # a summary dates only the first line of each day: later lines inherit it
+        for raw in text.splitlines():
+            line = _LINE.match(raw)
+            assert line is not None  # every group of _LINE is optional and its last takes any text: it matches any
+            dated, speaker, body = line.groups()
+            day = dated or day
+            add(_Line(day, f"{speaker}: " if speaker else "", previous), body)
+
+    add_summary(request.previous or "", True)
+    # Short summaries stand for the messages: new material, their lines kept as written (the same sentence in two
+    # overlapping summaries counts once: picking one covers the other's terms).
+    for text in request.summaries:
+        add_summary(text, False)
     dates = request.dates or [None] * len(request.messages)
     for (peer, content), date in zip(request.messages, dates):
         add(_Line(date[:10] if date and _DAY.match(date) else None, f"{peer}: ", False), content)
