@@ -254,3 +254,38 @@ def test_the_metrics_are_tokens_by_role_and_model(capsys, monkeypatch):
     # a few dimensions: no workspace (a metric per tenant); the function's service, as every metric of Precis's has
     dimensions = {tuple(d) for x in lines for d in x["_aws"]["CloudWatchMetrics"][0]["Dimensions"]}
     assert dimensions == {("role", "model", "service")}
+
+
+def test_summaries_chat_and_embeddings_are_metered_under_their_roles(ws, llm_server, monkeypatch):
+    """The summarizer's stream batch, the chat function (under its read-only role: the usage grant alone lets it
+    write) and the context function's query embedding (an OpenAI-compatible embedder) each write their workspace's
+    usage under their role."""
+    monkeypatch.setenv("PRECIS_EMBEDDER", "openai")
+    from precis.settings import get_settings
+
+    get_settings.cache_clear()
+    assert call("PUT", W, {"configuration": {"summarizer": {"engine": "llm"}}}).status == 200
+    for n in range(20):  # a short summary falls due at the 20th message
+        post(f"Message {n}: I walked along the harbour in Reykjavik.")
+    llm_server.answer = lambda body: "Summary: alice walked in Reykjavik."
+    records = message_records(ws["dynamodb"])
+    assert invoke("SummarizeFunction", {"Records": records}) == {"batchItemFailures": []}
+    (summarized,) = [r for r in usage()["usage"] if r["role"] == "summarize"]
+    assert counts(summarized) == reported(llm_server)  # the summarizer's calls are the only ones so far
+    before = len(llm_server.reported)
+    llm_server.answer = lambda body: "alice lives in Reykjavik."
+    assert call("POST", f"{W}/chat", {"query": "where does alice live?"}).status == 200
+    chat = [r for r in llm_server.reported[before:] if r.kind == "chat"]
+    assert chat, "the chat asked the model"
+    rows = {r["role"]: r for r in usage()["usage"]}
+    assert rows["chat"]["calls"] == len(chat)
+    assert rows["chat"]["input_tokens"] == sum(r.usage["prompt_tokens"] for r in chat)
+    assert rows["embed"]["input_tokens"] == sum(
+        r.usage["prompt_tokens"] for r in llm_server.reported if r.kind == "embeddings"
+    )
+    searched = call("POST", f"{W}/search", {"query": "harbour walks"})
+    assert searched.status == 200
+    embeds = [r for r in llm_server.reported if r.kind == "embeddings"]
+    (embedded,) = [r for r in usage()["usage"] if r["role"] == "embed"]
+    assert embedded["calls"] == len(embeds) and embedded["input_tokens"] == sum(r.usage["prompt_tokens"] for r in embeds)
+    assert usage("ws2")["usage"] == []
