@@ -191,7 +191,7 @@ def test_a_spent_budget_pauses_derivation_not_ingestion_nor_context_and_resumes_
 
 def test_the_month_turning_lifts_a_spent_budget(aws):
     from precis.llm.meter import Key, Spend
-    from precis.memory.budget import budget_of
+    from precis.memory.token_budget import budget_of
     from precis.store import usage
     from precis.store.db import get_db
     from precis.store.resources import require_workspace
@@ -287,5 +287,6 @@ def test_summaries_chat_and_embeddings_are_metered_under_their_roles(ws, llm_ser
     assert searched.status == 200
     embeds = [r for r in llm_server.reported if r.kind == "embeddings"]
     (embedded,) = [r for r in usage()["usage"] if r["role"] == "embed"]
-    assert embedded["calls"] == len(embeds) and embedded["input_tokens"] == sum(r.usage["prompt_tokens"] for r in embeds)
+    assert embedded["calls"] == len(embeds)
+    assert embedded["input_tokens"] == sum(r.usage["prompt_tokens"] for r in embeds)
     assert usage("ws2")["usage"] == []

@@ -322,9 +322,9 @@ def queue_status(
 def get_usage(workspace_id: WorkspaceId, from_: FromDay = None, to: ToDay = None):
     """(ext) The workspace's model usage: tokens by day, role and model from `from` to `to` (UTC days, at most 92;
     default: this month so far), with its monthly token budget and this month's spend (docs/design.md, "Usage")."""
-    from precis.memory import budget
+    from precis.memory import token_budget
 
-    return budget.report(get_db(), workspace_id, from_, to)
+    return token_budget.report(get_db(), workspace_id, from_, to)
 
 
 def _representation(workspace_id: str, request: "representation.Request", tokens: int | None):

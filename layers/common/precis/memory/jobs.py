@@ -20,7 +20,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from precis import concurrency
 from precis.llm import meter
-from precis.memory import budget, wakeups
+from precis.memory import token_budget, wakeups
 from precis.memory.deriver import (
     BackfillTarget,
     DeriveTarget,
@@ -152,7 +152,7 @@ def _derive(
         if images:
             _index(db, images)
         if paused:
-            budget.hold(db, found, datetime.now(UTC), len(images or ()))
+            token_budget.hold(db, found, datetime.now(UTC), len(images or ()))
             logger.info("derive paused: token budget spent", extra={"session": found.session, "sender": found.sender})
             return None
         outcome = derive_target(
@@ -197,10 +197,10 @@ def _engine_for(config: Any) -> Any:
 
 
 def _paused(db: Db, targets: Iterable[Any]) -> set[str]:
-    """The workspaces of `targets` whose token budget is spent this month (memory.budget); none when the read fails
-    (a budget is a limit on spending, never a reason to fail the work it would allow)."""
+    """The workspaces of `targets` whose token budget is spent this month (memory.token_budget); none when the read
+    fails (a budget is a limit on spending, never a reason to fail the work it would allow)."""
     try:
-        return budget.paused_workspaces(db, (t.workspace for t in targets), datetime.now(UTC).date())
+        return token_budget.paused_workspaces(db, (t.workspace for t in targets), datetime.now(UTC).date())
     except Exception:  # noqa: BLE001
         logger.exception("reading the token budgets failed; deriving as if none were spent")
         return set()

@@ -214,7 +214,7 @@ def mark_due(db: Db, target: Target, due_at: str) -> str | None:
 
 def hold(db: Db, target: Target, due_at: str, new: int) -> str | None:
     """Leave the cursor where it is, due at `due_at`, counting `new` more messages as pending (a workspace whose token
-    budget is spent: memory.budget); the error code when the write failed (best effort), else None. A replayed
+    budget is spent: memory.token_budget); the error code when the write failed (best effort), else None. A replayed
     record counts twice until the cursor moves: the queue status may say too much, never too little."""
     try:
         db.client.update_item(

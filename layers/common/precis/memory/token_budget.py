@@ -20,7 +20,7 @@ from precis.store.db import Db
 from precis.store.records import json_object
 from precis.store.resources import WorkspaceItem, require_workspace, workspace_items
 
-log = logging.getLogger("precis.memory.budget")
+log = logging.getLogger("precis.memory.token_budget")
 PAUSED = "token_budget"  # what the queue status's `paused` says
 
 
