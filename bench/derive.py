@@ -184,7 +184,7 @@ def _derivation() -> dict:
         "messages": MESSAGES,
         "message_tokens": sum(m["token_count"] for m in history),
         **_tokens([(b, _answer(b)) for b in sent]),
-        "cached_input": sum(u["prompt_tokens_details"]["cached_tokens"] for u in server.usages),
+        "cached_input": sum(r.usage["prompt_tokens_details"]["cached_tokens"] for r in server.reported),
         "stored": stored,
         "card_entries": len(card.get("peer_card") or []),
         "lag_p50": sorted(lags)[len(lags) // 2] if lags else None,

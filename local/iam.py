@@ -105,6 +105,9 @@ _NEGATED = {"StringNotEquals", "StringNotEqualsIgnoreCase", "StringNotLike", "Ar
 
 
 def _condition_holds(operator: str, key: str, wanted: list[str], context: Mapping[str, str]) -> bool:
+    qualifier, _, operator = operator.rpartition(":")  # ForAllValues: / ForAnyValue: over a key's values
+    if qualifier == "ForAllValues" and key not in context:
+        return True  # IAM: every value of no values matches (why a statement pairs it with a key always sent)
     if operator == "Null":  # "true": the key must be absent; "false": present
         return (key not in context) == (str(wanted[0]).lower() == "true")
     if_exists = operator.endswith("IfExists")
@@ -140,8 +143,9 @@ class Statement:
             raise ValueError(f"an IAM statement the local stack cannot evaluate: {doc!r}")
         conditions = []
         for operator, keys in (doc.get("Condition") or {}).items():
-            base = operator.removesuffix("IfExists")
-            if base not in _OPERATORS and base != "Null":
+            qualifier, _, base = operator.rpartition(":")
+            base = base.removesuffix("IfExists")
+            if (base not in _OPERATORS and base != "Null") or qualifier not in ("", "ForAllValues", "ForAnyValue"):
                 raise ValueError(f"IAM condition operator {operator!r} is not modelled locally (statement {doc!r})")
             for key, values in keys.items():
                 conditions.append((operator, key, tuple(str(v) for v in _listed(values))))
@@ -265,7 +269,13 @@ def _dynamodb(operation: str, params: Mapping[str, Any], region: str) -> list[Re
     arn = _table_arn(table, region)
     if params.get("IndexName"):
         arn = f"{arn}/index/{params['IndexName']}"
-    return [Request(f"dynamodb:{operation}", arn)]
+    # One item's partition key (the table's hash key is PK): dynamodb:LeadingKeys, so a grant may name the partitions
+    # it allows. Requests over several items (batches, queries) do not carry it here, and under ForAllValues an absent
+    # key matches: such a grant must list single-item actions alone (the template's UsageWrite: UpdateItem).
+    item = params.get("Key") or params.get("Item") or {}
+    leading = next(iter(item["PK"].values()), None) if isinstance(item.get("PK"), dict) else None
+    context = {"dynamodb:LeadingKeys": str(leading)} if leading is not None else {}
+    return [Request(f"dynamodb:{operation}", arn, context)]
 
 
 def _streams(operation: str, params: Mapping[str, Any], region: str) -> list[Request]:

@@ -1,4 +1,4 @@
-"""The `precis` command: settings, keys, context, summaries, import and export against any Precis URL.
+"""The `precis` command: settings, keys, context, summaries, usage, import and export against any Precis URL.
 
 Exit codes: 0 done, 1 the service refused (or is unreachable), 2 a usage error (caught before anything is sent).
 """
@@ -356,6 +356,36 @@ def tail(client: Precis, session: str, interval: float, count: int | None, once:
             time.sleep(interval)
     except KeyboardInterrupt:
         return  # Ctrl-C is how a tail ends
+
+
+# ---------------------------------------------------------------- usage
+
+
+def _day(text: str | None, name: str) -> str | None:
+    if text is None:
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%d").date().isoformat()
+    except ValueError:
+        raise click.BadParameter("a day, YYYY-MM-DD", param_hint=name) from None
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("workspace", required=False)
+@click.option("--from", "first", metavar="DAY", help="First day, YYYY-MM-DD (UTC; default: the month's first).")
+@click.option("--to", "last", metavar="DAY", help="Last day, YYYY-MM-DD (UTC; default: today); 92 days at most.")
+@click.option("--json", "as_json", is_flag=True, help="Print the service's answer as JSON.")
+@target_options
+def usage(client: Precis, workspace: str | None, first: str | None, last: str | None, as_json: bool) -> None:
+    """A workspace's model usage: calls and tokens (input, of it cached, output) by day, role (summarize, derive,
+    card, dream, chat, embed) and model, then the month's spend against its token budget.
+
+    WORKSPACE defaults to -w."""
+    answer = client.usage(workspace or client.workspace, _day(first, "--from"), _day(last, "--to"))
+    if as_json:
+        click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+        return
+    click.echo("\n".join(render.usage_table(answer)))
 
 
 # ---------------------------------------------------------------- import and export

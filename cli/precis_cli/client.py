@@ -229,6 +229,10 @@ class Precis:
             params["whole_runs"] = str(whole_runs).lower()
         return self.request("GET", f"{self._session(session)}/context", params=params, retry=True)
 
+    def usage(self, workspace: str, first: str | None = None, last: str | None = None) -> dict[str, Any]:
+        params = {k: v for k, v in (("from", first), ("to", last)) if v}
+        return self.request("GET", f"/v3/workspaces/{workspace}/usage", params=params, retry=True)
+
     def summaries(self, session: str) -> dict[str, Any]:
         return self.request("GET", f"{self._session(session)}/summaries", retry=True)
 

@@ -108,3 +108,50 @@ def message_block(message: dict[str, Any], color: bool) -> list[str]:
 
 def _indented(text: str) -> list[str]:
     return ["    " + line for line in (text.splitlines() or [""])]
+
+
+USAGE_COLUMNS = (
+    ("day", "day"),
+    ("role", "role"),
+    ("model", "model"),
+    ("calls", "calls"),
+    ("input_tokens", "input"),
+    ("cached_input_tokens", "cached"),
+    ("output_tokens", "output"),
+)
+
+
+def usage_table(answer: dict[str, Any]) -> list[str]:
+    """GET …/usage as a table: a row per (day, role, model), numbers right-aligned, the totals last, then the month's
+    spend against its budget."""
+    head = f"usage of workspace '{answer['workspace_id']}', {answer['from']} to {answer['to']}"
+    rows = [
+        [f"{row[k]:,}" if isinstance(row[k], int) else str(row[k]) for k, _ in USAGE_COLUMNS]
+        for row in answer.get("usage") or []
+    ]
+    lines = [head]
+    if rows:
+        totals = answer.get("totals") or {}
+        rows.append(["total", "", "", *(f"{int(totals.get(k) or 0):,}" for k, _ in USAGE_COLUMNS[3:])])
+        table = [[name for _, name in USAGE_COLUMNS], *rows]
+        widths = [max(len(r[i]) for r in table) for i in range(len(USAGE_COLUMNS))]
+        for n, row in enumerate(table):
+            cells = [c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+            lines.append("  ".join(cells).rstrip())
+            if n == 0 or n == len(table) - 2:
+                lines.append("  ".join("-" * w for w in widths))
+    else:
+        lines.append("no model calls")
+    budget = answer.get("budget") or {}
+    spent = int(budget.get("spent") or 0)
+    limit = budget.get("monthly_token_budget")
+    month = budget.get("month", "this month")
+    if limit is None:
+        lines.append(f"{month}: {spent:,} tokens spent, no monthly token budget")
+    else:
+        lines.append(f"{month}: {spent:,} of {int(limit):,} tokens of the monthly budget spent")
+    if budget.get("paused"):
+        lines.append("derivation paused: the monthly token budget is spent (it resumes next month or when raised)")
+    if answer.get("capped"):
+        lines.append("(a month held more usage items than one read takes: some are left out)")
+    return lines

@@ -25,6 +25,8 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from precis.concurrency import run_each
 from precis.settings import get_settings
 from precis.errors import Invalid
+from precis.llm import meter
+from precis.store import usage
 from precis.store.db import Db, get_db
 from precis.store.purge import purge_session
 from precis.stream import StreamTarget, stream_target
@@ -50,6 +52,11 @@ def record_handler(record: DynamoDBRecord) -> None:
 
 
 def _serve(db: Db, target: StreamTarget, records: list[str], time_left: Callable[[], float]) -> None:
+    with meter.workspace(target.workspace):  # its summaries' model calls are the workspace's (precis.llm.meter)
+        _serve_target(db, target, records, time_left)
+
+
+def _serve_target(db: Db, target: StreamTarget, records: list[str], time_left: Callable[[], float]) -> None:
     if target.action == "copy":
         from precis.store.clones import copy_base
 
@@ -86,11 +93,14 @@ def lambda_handler(event: dict, context) -> Mapping[str, Any]:
                 numbers.append(record.dynamodb.sequence_number)
     db = get_db()  # made here: boto3 builds clients safely from one thread only
     _failures.clear()
-    _failures.update(
-        run_each(
-            list(targets), lambda t: _serve(db, t, targets[t], time_left), workers=get_settings().summarize_concurrency
+    with usage.metered(lambda: db):  # the batch's model calls, written once as it ends (precis.store.usage)
+        _failures.update(
+            run_each(
+                list(targets),
+                lambda t: _serve(db, t, targets[t], time_left),
+                workers=get_settings().summarize_concurrency,
+            )
         )
-    )
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
 
 

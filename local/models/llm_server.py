@@ -49,6 +49,16 @@ class Recorded:
     mode: str
 
 
+@dataclass(frozen=True)
+class Reported:
+    """What one answer said it spent (its `usage` block), beside the request it answered: what a bill would count."""
+
+    kind: str  # "chat" or "embeddings"
+    body: Any
+    model: str
+    usage: dict[str, Any]
+
+
 def summary_text(body: dict[str, Any]) -> str:
     """The deterministic answer: the last line of the last user message, capped at 40 words and max_tokens."""
     user = [m.get("content") for m in body.get("messages", []) if isinstance(m, dict) and m.get("role") == "user"]
@@ -123,7 +133,7 @@ class LLMServer:
         self.hang_seconds = hang_seconds
         self.answer: Callable[[dict[str, Any]], str | dict[str, Any]] = summary_text
         self.requests: list[Recorded] = []
-        self.usages: list[dict[str, Any]] = []  # the usage of each completion answered, as reported
+        self.reported: list[Reported] = []  # every usage block answered, in order
         self._prompts: deque[str] = deque(maxlen=256)  # the long prompts seen last (the prompt cache)
         self._script: deque[str] = deque()
         self._lock = threading.Lock()
@@ -189,7 +199,7 @@ class LLMServer:
                 "prompt_tokens_details": {"cached_tokens": self._cached(body, prompt)},
             }
             with self._lock:
-                self.usages.append(reply["usage"])
+                self.reported.append(Reported("chat", body, reply["model"], reply["usage"]))
         return reply
 
     def _cached(self, body: dict[str, Any], prompt: int) -> int:
@@ -353,6 +363,12 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         self.llm.record(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body, "ok"))
+        usage = {
+            "prompt_tokens": sum(_rough_tokens(t) for t in texts),
+            "total_tokens": sum(_rough_tokens(t) for t in texts),
+        }
+        with self.llm._lock:
+            self.llm.reported.append(Reported("embeddings", body, body.get("model", "local"), usage))
         data = [
             {"object": "embedding", "index": i, "embedding": test_embedding(t, dimensions)} for i, t in enumerate(texts)
         ]
@@ -362,10 +378,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "object": "list",
                 "data": data,
                 "model": body.get("model", "local"),
-                "usage": {
-                    "prompt_tokens": sum(_rough_tokens(t) for t in texts),
-                    "total_tokens": sum(_rough_tokens(t) for t in texts),
-                },
+                "usage": usage,
             },
         )
 

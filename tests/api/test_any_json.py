@@ -98,6 +98,7 @@ QUERIES: dict[str, dict[str, str]] = {
     f"GET {W}/peers/{{peer_id}}/card": {"target": "alice"},
     f"PUT {W}/peers/{{peer_id}}/card": {"target": "alice"},
     f"GET {W}/queue/status": {"session_id": "s1", "observer_id": "alice"},
+    f"GET {W}/usage": {"from": "2026-01-01", "to": "2026-01-31"},
     f"POST {S}/clone": {"message_id": "{message_id}"},
     f"POST {S}/messages/list": {"page": "1", "size": "10", "reverse": "true"},
 }

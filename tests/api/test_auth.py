@@ -182,6 +182,7 @@ MATRIX = [
         [],
     ),
     ("GET", f"{W}/queue/status", None, WS_ONLY, 200, {"pending_work_units": 0}),
+    ("GET", f"{W}/usage", None, WS_ONLY, 200, {"usage": []}),
     (
         "PUT",
         f"{W}/peers/alice/card",

@@ -220,6 +220,10 @@ CASES = [
     ("GET", f"{W}/queue/status", None, {"sender_id": "nobody"}, {}, 404),
     ("GET", f"{W}/queue/status", None, {"observer_id": "bad id"}, {}, 422),
     ("GET", "/v3/workspaces/nope/queue/status", None, {}, {}, 404),
+    ("GET", f"{W}/usage", None, {"from": "2026-13-01"}, {}, 422),
+    ("GET", f"{W}/usage", None, {"to": "tomorrow"}, {}, 422),
+    ("GET", f"{W}/usage", None, {"from": "2026-02-01", "to": "2026-01-01"}, {}, 422),
+    ("GET", "/v3/workspaces/nope/usage", None, {}, {}, 404),
     # representations (tests/context/test_representation.py has more)
     ("GET", f"{W}/peers/nobody/context", None, {}, {}, 404),
     ("GET", f"{W}/peers/alice/context", None, {"max_conclusions": 0}, {}, 422),

@@ -690,3 +690,41 @@ def test_a_wrong_key_gets_a_clear_message_and_a_right_one_works(chromium, auth_s
         assert not tab.unexpected_errors(), tab.errors
     finally:
         tab.close()
+
+
+@pytest.mark.stack
+def test_the_workspace_s_usage_shows_by_role_and_model_with_its_budget(tab, stack, seeded):
+    """Usage items in the stack's table, written as an invocation's end writes them (precis.store.usage), shown as
+    the API sums them; a spent budget says derivation is paused."""
+    from datetime import UTC, datetime
+
+    import boto3
+
+    from precis.llm.meter import Key, Spend
+    from precis.store import usage
+    from precis.store.db import Db
+
+    seeded.post("/v3/workspaces", json={"id": "metered", "configuration": {"usage": {"monthly_token_budget": 1000}}})
+    today = datetime.now(UTC).date().isoformat()
+    endpoint = json.loads(stack.dev_json.read_text())["moto_endpoint"]
+    db = Db(
+        boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1"), None, os.environ["TABLE_NAME"], ""
+    )  # type: ignore[arg-type]
+    for spend in (Spend(2, 600, 128, 40), Spend(1, 300, 0, 20)):  # two flushes: the console shows their sum
+        usage.write(db, {Key("metered", today, "derive", "gpt-4o-mini"): spend})
+    usage.write(db, {Key("metered", today, "embed", "text-embedding-3-small"): Spend(4, 90, 0, 0)})
+    tab.open("#/w/metered")
+    tab.page.wait_for_selector("#usage table.usage")
+    rows = tab.page.evaluate(
+        "() => [...document.querySelectorAll('#usage tbody tr')].map(r => [...r.cells].map(c => c.textContent))"
+    )
+    assert rows == [
+        ["derive", "gpt-4o-mini", "3", "900", "128", "60"],
+        ["embed", "text-embedding-3-small", "4", "90", "0", "0"],
+    ]
+    assert tab.page.locator("#usage-budget").text_content() == (f"1,050 of 1,000 tokens of {today[:7]}'s budget spent.")
+    assert "Derivation is paused" in tab.page.locator("#usage-paused").text_content()
+    tab.open(f"#/w/{WS}")  # another workspace: its own usage (none), never the last one's
+    tab.page.wait_for_selector("#usage #usage-budget")
+    assert tab.page.locator("#usage table").count() == 0
+    assert tab.page.locator("#usage .note").first.text_content() == "No model calls this month."

@@ -99,6 +99,7 @@ def workspace_configuration(stack, ws: str) -> dict | None:
         ["keys", "mint"],
         ["context"],
         ["summaries"],
+        ["usage"],
         ["tail"],
         ["import"],
         ["export"],
@@ -335,3 +336,54 @@ def test_tail_ends_cleanly_on_ctrl_c(env):
         tail.kill()
         tail.wait()
     assert tail.returncode == 0 and "Traceback" not in err, err
+
+
+def seed_usage(stack, ws: str, spent: dict) -> None:
+    """Usage items in the stack's table, written as an invocation's end writes them (precis.store.usage)."""
+    import boto3
+
+    from precis.store import usage
+    from precis.store.db import Db
+
+    endpoint = json.loads(stack.dev_json.read_text())["moto_endpoint"]
+    client = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")
+    db = Db(client=client, s3=None, table=os.environ["TABLE_NAME"], bucket="")  # type: ignore[arg-type]
+    assert usage.write(db, spent) == 0
+
+
+def test_usage_prints_a_workspace_s_tokens_by_day_role_and_model_and_its_budget(stack, env):
+    from datetime import UTC, datetime
+
+    from precis.llm.meter import Key, Spend
+
+    today = datetime.now(UTC).date().isoformat()
+    api(
+        stack,
+        "POST",
+        "/v3/workspaces",
+        json={"id": "metered", "configuration": {"usage": {"monthly_token_budget": 2000}}},
+    )
+    seed_usage(
+        stack,
+        "metered",
+        {
+            Key("metered", today, "derive", "gpt-4o-mini"): Spend(3, 1500, 1024, 120),
+            Key("metered", today, "card", "gpt-4o-mini"): Spend(1, 400, 0, 30),
+        },
+    )
+    seed_usage(stack, "metered", {Key("metered", today, "derive", "gpt-4o-mini"): Spend(1, 10, 0, 2)})  # a shard more
+    result = precis(env, "usage", "metered")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"usage of workspace 'metered', {today[:8]}01 to {today}"
+    assert lines[1].split() == ["day", "role", "model", "calls", "input", "cached", "output"]
+    assert lines[3].split() == [today, "card", "gpt-4o-mini", "1", "400", "0", "30"]
+    assert lines[4].split() == [today, "derive", "gpt-4o-mini", "4", "1,510", "1,024", "122"]
+    assert lines[6].split() == ["total", "5", "1,910", "1,024", "152"]
+    assert lines[7] == f"{today[:7]}: 2,062 of 2,000 tokens of the monthly budget spent"
+    assert lines[8].startswith("derivation paused")
+    answer = json.loads(precis(env, "usage", "-w", "metered", "--json").stdout)
+    assert answer["budget"]["paused"] == "token_budget" and len(answer["usage"]) == 2
+    assert precis(env, "usage", "metered", "--from", "2026-02-30").exit_code == 2
+    empty = precis(env, "usage", "metered", "--from", "2020-01-01", "--to", "2020-01-31").stdout.splitlines()
+    assert empty[1] == "no model calls"

@@ -169,3 +169,49 @@ def test_batch_keys_follow_the_file_and_its_options():
     )
     assert transfer.batch_key(one, 3) == transfer.batch_key(one, 3) != transfer.batch_key(one, 4)
     assert len(transfer.batch_key(one, 10**6)) <= 255
+
+
+def test_the_usage_table_aligns_its_numbers_and_says_the_budget():
+    answer = {
+        "workspace_id": "w",
+        "from": "2026-03-01",
+        "to": "2026-03-02",
+        "usage": [
+            {
+                "day": "2026-03-01",
+                "role": "derive",
+                "model": "m",
+                "calls": 12,
+                "input_tokens": 123456,
+                "cached_input_tokens": 1024,
+                "output_tokens": 789,
+            },
+            {
+                "day": "2026-03-02",
+                "role": "embed",
+                "model": "text-embedding-3-small",
+                "calls": 1,
+                "input_tokens": 7,
+                "cached_input_tokens": 0,
+                "output_tokens": 0,
+            },
+        ],  # fmt: skip
+        "totals": {"calls": 13, "input_tokens": 123463, "cached_input_tokens": 1024, "output_tokens": 789},
+        "budget": {"monthly_token_budget": None, "month": "2026-03", "spent": 124252, "paused": None},
+    }
+    assert render.usage_table(answer) == [
+        "usage of workspace 'w', 2026-03-01 to 2026-03-02",
+        "day         role    model                   calls    input  cached  output",
+        "----------  ------  ----------------------  -----  -------  ------  ------",
+        "2026-03-01  derive  m                          12  123,456   1,024     789",
+        "2026-03-02  embed   text-embedding-3-small      1        7       0       0",
+        "----------  ------  ----------------------  -----  -------  ------  ------",
+        "total                                          13  123,463   1,024     789",
+        "2026-03: 124,252 tokens spent, no monthly token budget",
+    ]
+    budgeted = {**answer, "usage": [], "budget": {**answer["budget"], "monthly_token_budget": 1000, "paused": "x"}}
+    assert render.usage_table(budgeted)[1:] == [
+        "no model calls",
+        "2026-03: 124,252 of 1,000 tokens of the monthly budget spent",
+        "derivation paused: the monthly token budget is spent (it resumes next month or when raised)",
+    ]

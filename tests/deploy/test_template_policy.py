@@ -38,8 +38,21 @@ TABLE_ACTIONS = {
         "dynamodb:ConditionCheckItem",
         "dynamodb:SearchVectors",
     },
-    "ContextFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:SearchVectors"},
-    "ChatFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:SearchVectors"},
+    # The read functions read; their one write is their model calls' usage (test_the_read_functions_cannot_write).
+    "ContextFunction": {
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+        "dynamodb:BatchGetItem",
+        "dynamodb:SearchVectors",
+        "dynamodb:UpdateItem",
+    },
+    "ChatFunction": {
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+        "dynamodb:BatchGetItem",
+        "dynamodb:SearchVectors",
+        "dynamodb:UpdateItem",
+    },
     "SummarizeFunction": {
         "dynamodb:GetItem",
         "dynamodb:Query",
@@ -355,7 +368,19 @@ def test_each_function_gets_only_its_table_actions_on_the_table_alone(logical_id
 
 @pytest.mark.parametrize("logical_id", ["ContextFunction", "ChatFunction"])
 def test_the_read_functions_cannot_write(logical_id):
-    actions = {a for a, _ in granted(logical_id)}
+    """...but their usage counters: UpdateItem alone, on the usage partitions alone (dynamodb:LeadingKeys), a
+    single-item action so the condition's key is always in the request (ForAllValues matches a request without it)."""
+    from precis.store import keys
+
+    (usage,) = [s for s in statements(logical_id) if s.get("Sid") == "UsageWrite"]
+    assert _listed(usage["Action"]) == ["dynamodb:UpdateItem"] and [_text(r) for r in _listed(usage["Resource"])] == [
+        "${Table.Arn}"
+    ]
+    assert usage["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["USAGE#*"]}}
+    assert keys.usage("ws", "2026-01-01", "chat", "m", 0)["PK"].startswith("USAGE#")
+    assert not any(keys.workspace("ws")["PK"].startswith(p.rstrip("*")) for p in ["USAGE#*"])
+    others = [s for s in statements(logical_id) if s.get("Sid") != "UsageWrite"]
+    actions = {a for s in others for a in _listed(s["Action"])}
     assert not actions & TABLE_WRITES
     reads = ("dynamodb:Get", "dynamodb:BatchGet", "dynamodb:Query", "dynamodb:SearchVectors")
     table_actions = {a for a in actions if a.startswith("dynamodb:")}

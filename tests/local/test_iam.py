@@ -88,6 +88,37 @@ def test_conditions_read_the_request_keys_and_an_absent_key_matches_nothing():
     assert if_exists.decide(Request("s3:ListBucket", BUCKET, {"s3:prefix": "b"})) == "ImplicitDeny"
 
 
+def test_leading_keys_name_the_partitions_an_item_action_may_touch():
+    """dynamodb:LeadingKeys is an item's partition key (what the read functions' usage grant names); under
+    ForAllValues a request that carries no key matches, as on AWS, which is why that grant lists UpdateItem alone."""
+    r = role(
+        {
+            "Effect": "Allow",
+            "Action": "dynamodb:UpdateItem",
+            "Resource": TABLE,
+            "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["USAGE#*"]}},
+        }
+    )
+    (usage,) = iam.requests_for(
+        "dynamodb", "UpdateItem", {"TableName": "precis-local", "Key": {"PK": {"S": "USAGE#ws#2026-01"}}}, "us-east-1"
+    )
+    (workspace,) = iam.requests_for(
+        "dynamodb", "UpdateItem", {"TableName": "precis-local", "Key": {"PK": {"S": "WS#ws"}}}, "us-east-1"
+    )
+    assert usage.context == {"dynamodb:LeadingKeys": "USAGE#ws#2026-01"}
+    assert r.decide(usage) == "Allow"
+    assert r.decide(workspace) == "ImplicitDeny"
+    assert r.decide(Request("dynamodb:UpdateItem", TABLE)) == "Allow"  # ForAllValues over no values
+    any_value = role(
+        {**r.statements[0].document(), "Condition": {"ForAnyValue:StringLike": {"dynamodb:LeadingKeys": "U*"}}}
+    )
+    assert any_value.decide(Request("dynamodb:UpdateItem", TABLE)) == "ImplicitDeny"
+    with pytest.raises(ValueError, match="ForEachValue"):
+        Statement.of(
+            {"Effect": "Allow", "Action": "*", "Resource": "*", "Condition": {"ForEachValue:StringLike": {"k": "v"}}}
+        )
+
+
 def test_a_statement_it_cannot_evaluate_is_refused_when_the_role_is_read():
     with pytest.raises(ValueError, match="NumericLessThan"):
         Statement.of(

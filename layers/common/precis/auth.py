@@ -87,6 +87,7 @@ ROUTES: dict[str, Access] = {
     f"GET {_W}/peers/{{peer_id}}/card": Access.PEER,
     f"PUT {_W}/peers/{{peer_id}}/card": Access.PEER,
     f"GET {_W}/queue/status": Access.WORKSPACE,
+    f"GET {_W}/usage": Access.WORKSPACE,
     f"POST {_W}/schedule_dream": Access.WORKSPACE,
     # Message search: the workspace's key; a session's (and its members') keys; the peer's own key.
     f"POST {_W}/search": Access.WORKSPACE,

@@ -4,7 +4,8 @@ boto3 clients and the LLM client are thread-safe; Powertools' Metrics is not: `a
 writes back a dict shared by every instance, and prints the metric set (an EMF line) when a metric reaches 100
 values, while other threads may be writing log lines to the same stdout. Work run by `run_each` therefore adds its
 metrics to a buffer of its own (`add_metric` below), and the calling thread adds them to Metrics once every piece has
-ended: EMF lines are printed by one thread, whole, and no value is lost.
+ended: EMF lines are printed by one thread, whole, and no value is lost. `add_dimensioned` publishes a set of metrics
+under dimensions of their own (tokens by role and model), printed at once as one EMF line of its own.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextvars import ContextVar
+from contextvars import ContextVar, copy_context
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
@@ -50,9 +51,31 @@ def run_each[T: Hashable](items: Sequence[T], work: Callable[[T], None], *, work
 
     if not items:
         return {}
+    # Each item runs in a copy of the caller's context (a pool's threads start with an empty one): what the caller
+    # set, such as the invocation's usage meter (precis.llm.meter), reaches the work; what one item sets stays its own.
+    context = copy_context()
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(items))), thread_name_prefix="precis") as pool:
-        ended = list(pool.map(one, items))
+        ended = list(pool.map(lambda item: context.copy().run(one, item), items))
     for _, buffered in ended:
         for name, unit, value in buffered:
             add_metric(name=name, unit=unit, value=value)
     return {item: failure for item, (failure, _) in zip(items, ended)}
+
+
+def add_dimensioned(
+    dimensions: dict[str, str], values: dict[str, float], *, unit: MetricUnit = MetricUnit.Count
+) -> None:
+    """`values` as metrics under `dimensions` of their own (Metrics' shared set has none), printed at once as one EMF
+    line; from the calling thread of `run_each`, never its workers. Nothing when metrics are disabled."""
+    from aws_lambda_powertools.metrics import EphemeralMetrics
+    from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+
+    if is_metrics_disabled() or not values:
+        return
+    with _lock:
+        metrics = EphemeralMetrics(namespace=_metrics.namespace or "Precis")
+        for dimension, label in dimensions.items():
+            metrics.add_dimension(name=dimension, value=label)
+        for name, value in values.items():
+            metrics.add_metric(name=name, unit=unit, value=value)
+        metrics.flush_metrics()

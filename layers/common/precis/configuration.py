@@ -173,6 +173,33 @@ def derive_config(
     return DeriveConfig(**merged)
 
 
+# ---------------------------------------------------------------- usage (docs/design.md, "Usage")
+
+USAGE_SECTION = "usage"
+_USAGE_KEYS = {"monthly_token_budget"}
+
+
+def monthly_token_budget(configuration: dict[str, Any] | None) -> int | None:
+    """A workspace's `configuration.usage.monthly_token_budget`: the tokens (input and output, every role) its model
+    calls may spend in a calendar month (UTC) before derivation pauses; None: no budget; Invalid (422): malformed."""
+    section = (configuration or {}).get(USAGE_SECTION)
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise Invalid(f"configuration.{USAGE_SECTION} must be an object")
+    unknown = sorted(set(section) - _USAGE_KEYS)
+    if unknown:
+        known = ", ".join(sorted(_USAGE_KEYS))
+        raise Invalid(f"configuration.{USAGE_SECTION}.{unknown[0]}: unknown setting (known: {known})")
+    budget = section.get("monthly_token_budget")
+    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or not 0 <= budget <= 10**15):
+        raise Invalid(
+            f"configuration.{USAGE_SECTION}.monthly_token_budget: must be an integer from 0 to 10^15 or null, "
+            f"not {budget!r}"
+        )
+    return budget
+
+
 def merge_configuration(stored: dict[str, Any], sent: dict[str, Any]) -> dict[str, Any]:
     """The configuration a get-or-create of an existing session keeps (Honcho's rule): the keys sent replace the
     stored ones of that name, the others stay; a key sent as null changes nothing."""
@@ -185,9 +212,11 @@ def check_configuration(
     *,
     deployment: Mapping[str, Any] | None = None,
 ) -> None:
-    """Invalid (422) when a workspace's or session's configuration holds a bad summary or deriver setting."""
+    """Invalid (422) when a workspace's or session's configuration holds a bad summary, deriver or (a workspace's)
+    usage setting."""
     summary_config(workspace, session, deployment=deployment)
     derive_config(workspace, session)
+    monthly_token_budget(workspace)
 
 
 # Every function imports this module while it starts: reading the settings here makes a bad deployment value fail

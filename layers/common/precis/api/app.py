@@ -15,6 +15,7 @@ from precis.api import caller
 from precis.api.answers import json_response, to_json
 from precis.auth import ROUTES, Access, Principal, authorize, authorize_view, bearer, verify_key
 from precis.errors import PrecisError, Throttled
+from precis.llm import meter
 from precis.schemas import json_body
 from precis.secrets import jwt_secret
 from precis.settings import get_settings
@@ -175,7 +176,15 @@ def serve(app: APIGatewayHttpResolver, event: dict, context) -> dict:
             problem = _body_problem(event)
             if problem is not None:
                 return _answer(*problem)
-            return fitted(app.resolve(event, context), event.get("routeKey"))
+            # The route's model calls (a chat, a query's or a conclusion's embedding) are its workspace's: counted,
+            # then written once as the request ends (precis.store.usage); a route that calls none writes nothing.
+            from precis.store import usage  # (the store's modules load with the first route that reads: lazily here)
+            from precis.store.db import get_db
+
+            workspace = (event.get("pathParameters") or {}).get("workspace_id")
+            with usage.metered(get_db), meter.workspace(workspace):
+                answer = app.resolve(event, context)
+            return fitted(answer, event.get("routeKey"))
         finally:
             caller.done(token)
     except PrecisError as exc:

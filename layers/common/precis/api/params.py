@@ -35,3 +35,8 @@ WholeRuns = Annotated[
     Query(description="never return part of a run (ext); absent: the session's configuration.summarizer.whole_runs"),
 ]
 OptionalMessageId = Annotated[str | None, Query(pattern=MESSAGE_ID_PATTERN)]
+_DAY = r"^\d{4}-\d{2}-\d{2}$"
+FromDay = Annotated[
+    str | None, Query(alias="from", pattern=_DAY, description="the first day, YYYY-MM-DD (UTC); default: the month's")
+]
+ToDay = Annotated[str | None, Query(pattern=_DAY, description="the last day, YYYY-MM-DD (UTC); default: today")]

@@ -13,6 +13,7 @@ from precis.api.params import (
     MAX_CONTEXT_TOKENS,
     ConclusionId,
     Distance,
+    FromDay,
     MaxConclusions,
     MessageId,
     OptionalId,
@@ -24,6 +25,7 @@ from precis.api.params import (
     ScopeIdPath,
     SessionId,
     SessionIds,
+    ToDay,
     Tokens,
     TopK,
     WholeRuns,
@@ -314,6 +316,15 @@ def queue_status(
     return queue.queue_status(
         get_db(), workspace_id, observer_id=observer_id, sender_id=sender_id, session_id=session_id
     )
+
+
+@router.get("/v3/workspaces/<workspace_id>/usage")
+def get_usage(workspace_id: WorkspaceId, from_: FromDay = None, to: ToDay = None):
+    """(ext) The workspace's model usage: tokens by day, role and model from `from` to `to` (UTC days, at most 92;
+    default: this month so far), with its monthly token budget and this month's spend (docs/design.md, "Usage")."""
+    from precis.memory import token_budget
+
+    return token_budget.report(get_db(), workspace_id, from_, to)
 
 
 def _representation(workspace_id: str, request: "representation.Request", tokens: int | None):

@@ -24,7 +24,7 @@ from precis.chat import (
     message_line,
     schema_problem,
 )
-from precis.llm import BadAnswer, Model, Reply, model_from, model_of
+from precis.llm import BadAnswer, Model, Reply, meter, model_from, model_of
 from precis.tokens import count_messages, count_text
 
 if TYPE_CHECKING:
@@ -173,7 +173,8 @@ class LLMChat:
                     raise SchemaMismatch(f"the answer does not match response_format: {problem}")
             return reply
 
-        reply, _attempts = self.llm.retrying(attempt, max(0.001, deadline - self.llm.clock()))
+        with meter.role("chat"):
+            reply, _attempts = self.llm.retrying(attempt, max(0.001, deadline - self.llm.clock()))
         return reply
 
 

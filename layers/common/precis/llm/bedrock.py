@@ -21,7 +21,7 @@ import re
 import threading
 from typing import Any
 
-from precis.llm import BadAnswer, Failure, Model, Reply, ToolCall
+from precis.llm import BadAnswer, Failure, Model, Reply, ToolCall, meter
 
 SERVICE = "bedrock-runtime"
 TITAN_V2 = "amazon.titan-embed-text-v2"
@@ -158,7 +158,11 @@ class BedrockModel(Model):
                 response_format=response_format,
                 schema_prompt=schema_prompt,
             )
-        return _reply(answer, model_id, answer_tool["toolSpec"]["name"] if answer_tool else None)
+        reply = _reply(answer, model_id, answer_tool["toolSpec"]["name"] if answer_tool else None)
+        meter.record(
+            model_id, input_tokens=reply.input_tokens, cached=reply.cached_input_tokens, output=reply.output_tokens
+        )
+        return reply
 
     def embed(self, texts: list[str], *, dimensions: int, timeout: float, model: str | None = None) -> list[Any]:
         model_id = self._asked.model = model or self.model
@@ -222,6 +226,14 @@ class BedrockModel(Model):
         payload = json.loads(answer["body"].read())
         if not isinstance(payload, dict):
             raise BadAnswer("an InvokeModel answer that is not a JSON object")
+        # Every InvokeModel here embeds: Titan counts its input in the body, and Bedrock in a header for every model.
+        headers = (answer.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}
+        counted = payload.get("inputTextTokenCount", headers.get("x-amzn-bedrock-input-token-count"))
+        try:
+            tokens = int(counted) if counted is not None else None
+        except (TypeError, ValueError):
+            tokens = None
+        meter.record(model_id, input_tokens=tokens, embed=True)
         return payload
 
 

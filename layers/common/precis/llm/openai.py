@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import openai
 
-from precis.llm import BadAnswer, EngineError, Failure, Model, Reply, ToolCall
+from precis.llm import BadAnswer, EngineError, Failure, Model, Reply, ToolCall, meter
 
 if TYPE_CHECKING:
     from openai.types.chat.completion_create_params import ResponseFormat
@@ -59,11 +59,21 @@ class OpenAIModel(Model):
             params["tools"] = tools
         if self.cache_key:
             params["prompt_cache_key"] = self.cache_key
-        return _reply(self._create(params, response_format, schema_prompt, timeout), params["model"])
+        reply = _reply(self._create(params, response_format, schema_prompt, timeout), params["model"])
+        meter.record(
+            reply.model or params["model"],
+            input_tokens=reply.input_tokens,
+            cached=reply.cached_input_tokens,
+            output=reply.output_tokens,
+        )
+        return reply
 
     def embed(self, texts: list[str], *, dimensions: int, timeout: float, model: str | None = None) -> list[Any]:
         answer = self.client.embeddings.create(
             model=model or self.model, input=texts, dimensions=dimensions, encoding_format="float", timeout=timeout
+        )
+        meter.record(
+            model or self.model, input_tokens=_usage(getattr(answer, "usage", None), "prompt_tokens"), embed=True
         )
         data = sorted(getattr(answer, "data", None) or [], key=lambda d: getattr(d, "index", 0))
         return [getattr(item, "embedding", None) for item in data]

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from precis.auth import Access, Principal, authorize, authorize_view
 from precis.errors import Forbidden, Invalid, PrecisError, Throttled
+from precis.llm import meter
 from precis.schemas import ID_MAX, is_id
 from precis.sizes import ANSWER_BUDGET, answer_bytes
 
@@ -61,6 +62,7 @@ class Call:
                 f"X-Honcho-Workspace-ID: '{workspace[:ID_MAX]}' is not a workspace id (1-{ID_MAX} letters, digits, "
                 "_ and -); fix the header or pass workspace_id"
             )
+        meter.use_workspace(workspace)  # the call's model calls are this workspace's (precis.llm.meter)
         return workspace
 
     def authorize(

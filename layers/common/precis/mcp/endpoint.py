@@ -21,11 +21,14 @@ from urllib.parse import urlsplit
 from aws_lambda_powertools import Logger
 
 from precis.errors import Forbidden, PrecisError, Unauthorized
+from precis.llm import meter
 from precis.mcp import protocol
 from precis.mcp.catalogue import Call, error_result
 from precis.mcp.protocol import Request, RpcError
 from precis.mcp.tools import CATALOGUE
 from precis.sizes import LAMBDA_PAYLOAD_MAX, frame, too_large
+from precis.store import usage
+from precis.store.db import get_db
 
 logger = Logger(child=True)
 
@@ -130,7 +133,10 @@ def handle(event: dict) -> dict:
         return _answer(202)
     call = Call(principal, headers.get(WORKSPACE_HEADER, "").strip() or None)
     try:
-        return _fitted(request, _answer(200, protocol.result(request, dispatch(request, call), SERVER_INFO)))
+        # the tools' model calls (chat, query embeddings), written once as the request ends; Call.workspace names whose
+        with usage.metered(get_db), meter.workspace(None):
+            answer = dispatch(request, call)
+        return _fitted(request, _answer(200, protocol.result(request, answer, SERVER_INFO)))
     except RpcError as exc:
         return _rpc_error(exc)
     except Forbidden as exc:

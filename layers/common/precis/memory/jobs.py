@@ -20,7 +20,8 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit
 
 from precis import concurrency
-from precis.memory import wakeups
+from precis.llm import meter
+from precis.memory import token_budget, wakeups
 from precis.memory.deriver import (
     BackfillTarget,
     DeriveTarget,
@@ -39,6 +40,7 @@ from precis.memory.dreams import DreamTarget, dreams_due
 from precis.memory.dreams import target_of as dream_of
 from precis.secrets import with_llm_key
 from precis.settings import Settings, get_settings
+from precis.store import usage
 from precis.store.db import Db, get_queue_client
 from precis.stream import DERIVER, job_of
 
@@ -62,21 +64,23 @@ def on_stream(
     db: Db, records: Iterable[tuple[str, dict[str, Any]]], time_left: TimeLeft
 ) -> dict[Target, Exception | None]:
     """Derive a stream batch ((event name, new image) per record): each target once, then send the quiet wake-ups of
-    its llm sessions; each target's failure (None: done)."""
+    its llm sessions; each target's failure (None: done). The batch's model calls are metered and written once."""
     targets: dict[Target, list[dict[str, Any]]] = {}
     for event_name, image in records:
         found = target(event_name, image)
         if found is not None:
             targets.setdefault(found, []).append(image)
     outcomes: dict[Target, Outcome | None] = {}
-    _merge_index(
-        db, [image for found, images in targets.items() if isinstance(found, SessionTarget) for image in images]
-    )
+    with usage.metered(lambda: db):
+        _merge_index(
+            db, [image for found, images in targets.items() if isinstance(found, SessionTarget) for image in images]
+        )
+        paused = _paused(db, targets)
 
-    def run(found: Target) -> None:
-        outcomes[found] = derive(db, found, time_left, images=targets[found])
+        def run(found: Target) -> None:
+            outcomes[found] = derive(db, found, time_left, images=targets[found], paused=found.workspace in paused)
 
-    failures = concurrency.run_each(sorted(targets, key=repr), run, workers=get_settings().derive_concurrency)
+        failures = concurrency.run_each(sorted(targets, key=repr), run, workers=get_settings().derive_concurrency)
     _send_wakes([(t, targets[t], outcomes.get(t)) for t in targets if isinstance(t, SessionTarget)])
     return failures
 
@@ -85,48 +89,72 @@ def on_wake(db: Db, bodies: Iterable[str], time_left: TimeLeft) -> dict[tuple[st
     """For each session whose wake-up (an SQS message body) finds it quiet: derive its waiting batches and send its
     cards wake-up, or (a cards wake-up) refresh its waiting cards; each (workspace, session)'s failure (None: done)."""
     wakes = wakeups.newest(filter(None, (wakeups.parse(body) for body in bodies)))
+    with usage.metered(lambda: db):
+        paused = _paused(db, wakes)
 
-    def woken(wake: wakeups.QuietWake) -> None:
-        if not is_quiet(db, wake):
-            return
-        found = SessionTarget(wake.workspace, wake.session)
-        if wake.kind == "cards":
-            _refresh_cards(db, found)
-            return
-        outcome = derive(db, found, time_left, flush=True)
-        if outcome is not None and outcome.batched:
-            _send_wakes([], cards=[wakeups.QuietWake(wake.workspace, wake.session, wake.seq, "cards")])
+        def woken(wake: wakeups.QuietWake) -> None:
+            if not is_quiet(db, wake):
+                return
+            found = SessionTarget(wake.workspace, wake.session)
+            if wake.kind == "cards":
+                if wake.workspace not in paused:
+                    with meter.workspace(wake.workspace):
+                        _refresh_cards(db, found)
+                return
+            outcome = derive(db, found, time_left, flush=True, paused=wake.workspace in paused)
+            if outcome is not None and outcome.batched:
+                _send_wakes([], cards=[wakeups.QuietWake(wake.workspace, wake.session, wake.seq, "cards")])
 
-    failures: dict[tuple[str, str], Exception | None] = {}
-    for w, exc in concurrency.run_each(wakes, woken, workers=get_settings().derive_concurrency).items():
-        failures[(w.workspace, w.session)] = failures.get((w.workspace, w.session)) or exc
+        failures: dict[tuple[str, str], Exception | None] = {}
+        for w, exc in concurrency.run_each(wakes, woken, workers=get_settings().derive_concurrency).items():
+            failures[(w.workspace, w.session)] = failures.get((w.workspace, w.session)) or exc
     return failures
 
 
 def on_schedule(db: Db, time_left: TimeLeft) -> dict[str, int]:
-    """The flush: every due cursor and every due dream, derived; how many were and how many failed."""
+    """The flush: every due cursor and every due dream, derived; how many were, how many failed, and how many
+    (when any) were held by their workspace's spent token budget (`paused`)."""
     now = datetime.now(UTC)
     workspaces = all_workspaces(db)
     targets: list[Target] = [*due_targets(db, workspaces, now)]
     targets += [dream for ws in workspaces for dream in dreams_due(db, ws, now)]
+    with usage.metered(lambda: db):
+        paused = _paused(db, targets)
 
-    def run(found: Target) -> None:
-        derive(db, found, time_left, flush=True)  # a due session: its oldest batch waited its age, or failed
+        def run(found: Target) -> None:
+            # a due session: its oldest batch waited its age, or failed
+            derive(db, found, time_left, flush=True, paused=found.workspace in paused)
 
-    failures = concurrency.run_each(targets, run, workers=get_settings().derive_concurrency)
+        failures = concurrency.run_each(targets, run, workers=get_settings().derive_concurrency)
     failed = [t for t, exc in failures.items() if exc is not None]
-    return {"flushed": len(targets) - len(failed), "failed": len(failed)}
+    held = sum(1 for t in targets if t.workspace in paused and not isinstance(t, BackfillTarget))
+    return {"flushed": len(targets) - len(failed) - held, "failed": len(failed)} | ({"paused": held} if held else {})
 
 
 def derive(
-    db: Db, found: Target, time_left: TimeLeft, images: list[dict[str, Any]] | None = None, flush: bool = False
+    db: Db,
+    found: Target,
+    time_left: TimeLeft,
+    images: list[dict[str, Any]] | None = None,
+    flush: bool = False,
+    paused: bool = False,
 ) -> Outcome | None:
-    """Derive (or backfill, or dream) one target; the deriver's Outcome for a session."""
+    """Derive (or backfill, or dream) one target, its model calls metered as its workspace's; the deriver's Outcome
+    for a session. `paused` (its workspace's token budget is spent): the messages are indexed for search, the
+    cursor is left where it is and marked due, and no dream runs (it stays due); a backfill copies as ever."""
+    with meter.workspace(found.workspace):
+        return _derive(db, found, time_left, images, flush, paused)
+
+
+def _derive(
+    db: Db, found: Target, time_left: TimeLeft, images: list[dict[str, Any]] | None, flush: bool, paused: bool
+) -> Outcome | None:
     if isinstance(found, BackfillTarget):
         _backfill(db, found)
         return None
     if isinstance(found, DreamTarget):
-        _dream(db, found)
+        if not paused:
+            _dream(db, found)
         return None
     from precis.memory.embeddings import configured_embedder
 
@@ -134,6 +162,10 @@ def derive(
     try:
         if images:
             _index(db, images)
+        if paused:
+            token_budget.hold(db, found, senders, datetime.now(UTC), images or ())
+            logger.info("derive paused: token budget spent", extra={"session": found.session, "senders": senders})
+            return None
         outcome = derive_session(
             db,
             get_settings(),
@@ -174,6 +206,16 @@ def _engine(name: str, model: str | None, settings: Settings) -> Any:
 
 def _engine_for(config: Any) -> Any:
     return _engine(config.engine, config.model if config.engine == "llm" else None, with_llm_key(get_settings()))
+
+
+def _paused(db: Db, targets: Iterable[Any]) -> set[str]:
+    """The workspaces of `targets` whose token budget is spent this month (memory.token_budget); none when the read
+    fails (a budget is a limit on spending, never a reason to fail the work it would allow)."""
+    try:
+        return token_budget.paused_workspaces(db, (t.workspace for t in targets), datetime.now(UTC).date())
+    except Exception:  # noqa: BLE001
+        logger.exception("reading the token budgets failed; deriving as if none were spent")
+        return set()
 
 
 def _backfill(db: Db, found: BackfillTarget) -> None:

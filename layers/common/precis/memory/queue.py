@@ -13,6 +13,9 @@ messages and counts those past them as pending (an overestimate: the SDK polls u
 count may say too much, never too little); a workspace's reads at most `WORKSPACE_READ_MAX` cursors, those with work
 first, and says `sessions_capped` (ext) when there were more: its map and its completed count then leave out idle
 sessions, and pending is at least 1 if work may lie among those unread.
+
+A workspace whose monthly token budget is spent says `paused: "token_budget"` (ext): its pending work waits for the
+next month or a larger budget (memory.token_budget); one Query of the month's usage, only when a budget is set.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from precis.errors import NotFound
+from precis.memory import token_budget
 from precis.store import messages, resources
 from precis.store.db import Db
 from precis.store.derive_cursors import NOTHING_DUE, cursors, workspace_cursors
@@ -96,9 +100,12 @@ def queue_status(
     for peer_id in {p for p in (observer_id, sender_id) if p}:
         if not resources.peer_exists(db, ws, peer_id):
             raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
+    # (ext) a workspace whose monthly token budget is spent: its derivation waits (memory.token_budget)
+    spent = token_budget.budget_of(db, workspace, datetime.now(UTC).date()).paused
+    paused = {"paused": token_budget.PAUSED} if spent else {}
     if session_id is not None:
         # Honcho's shape for one session: its counts, flattened, and no per-session map.
-        return {**_session_status(db, ws, session_id, observer_id, sender_id, workspace), "sessions": None}
+        return {**_session_status(db, ws, session_id, observer_id, sender_id, workspace), "sessions": None} | paused
     sessions: dict[str, list[int]] = {}
     dreams = [0, 0, 0]
     now = datetime.now(UTC).isoformat()
@@ -127,4 +134,4 @@ def queue_status(
     answer = {**_units(*total), "sessions": per_session or None}
     if beyond is not None:
         answer["sessions_capped"] = True  # (ext) more cursors than one request reads: idle sessions are left out
-    return answer
+    return answer | paused

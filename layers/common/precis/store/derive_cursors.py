@@ -231,6 +231,22 @@ def mark_due(db: Db, target: Target, due_at: str) -> str | None:
     return None
 
 
+def hold(db: Db, target: Target, due_at: str, new: int) -> str | None:
+    """Leave the cursor where it is, due at `due_at`, counting `new` more messages as pending (a workspace whose token
+    budget is spent: memory.token_budget); the error code when the write failed (best effort), else None. A replayed
+    record counts twice until the cursor moves: the queue status may say too much, never too little."""
+    try:
+        db.client.update_item(
+            TableName=db.table,
+            Key=_key(target),
+            UpdateExpression=f"SET due_at = :due, pending = if_not_exists(pending, :zero) + :n, {_WHO}, {_FROM_ZERO}",
+            ExpressionAttributeValues=to_item({**_who(target), ":due": due_at, ":n": new, ":zero": 0}),
+        )
+    except ClientError as exc:
+        return error_code(exc)
+    return None
+
+
 def due(db: Db, workspaces: Iterable[str], now: str) -> list[tuple[str, str, str]]:
     """(workspace, session, sender) of the cursors whose waiting batch (or failed derivation) is due by `now`."""
     found = []

@@ -242,3 +242,24 @@ def audit_object(
     ws: str, session_id: str, summary_type: str, covers_seq: int, nonce: str, incarnation: str = "_"
 ) -> str:
     return f"{audit_prefix(ws, session_id, incarnation)}{summary_type}/{covers_seq:0{SEQ_DIGITS}d}-{nonce}.json"
+
+
+# ---------------------------------------------------------------- usage (docs/design.md, "Usage")
+USAGE_SHARDS = 8  # items per (day, role, model): each flush adds to one at random, so no item takes every flush
+
+
+def usage_pk(ws: str, month: str) -> str:
+    """Partition of a workspace's model usage in one month (YYYY-MM): its days are one Query. Outside `WS#`, so the
+    read-only functions may be granted writes to usage alone (IAM's dynamodb:LeadingKeys `USAGE#*`)."""
+    return f"USAGE#{ws}#{month}"
+
+
+def usage(ws: str, day: str, role: str, model: str, shard: int) -> dict[str, str]:
+    """One shard of a (day, role, model)'s counts; the model last, as it may hold any character."""
+    return {"PK": usage_pk(ws, day[:7]), "SK": f"{day}#{role}#{shard}#{model}"}
+
+
+def parse_usage_sk(sk: str) -> tuple[str, str, str]:
+    """(day, role, model) of a usage item's sort key."""
+    day, role, _shard, model = sk.split("#", 3)
+    return day, role, model

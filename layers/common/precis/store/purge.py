@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -223,6 +224,9 @@ def delete_workspace(db: Db, ws: str) -> None:
     from precis.store import search
 
     search.delete_workspace(db, ws, [i["SK"].removeprefix("PEER#") for i in items if i["SK"].startswith("PEER#")])
+    from precis.store import usage  # its usage too: a workspace made again with this id starts with none
+
+    usage.delete_workspace(db, ws, datetime.now(UTC).date())
     delete_keys(db, [*fences, *rest, keys.message_terms(ws)])
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextvars import copy_context
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -200,7 +201,8 @@ def start(db: Db, ws: str, request: Request, embed: Callable[[str], list[float]]
         _pool.submit(_frequent, db, ws, request, split.frequent + split.semantic) if split.frequent else None
     )
     nearest: Future[list[str]] | None = (
-        _pool.submit(_nearest, db, ws, request, split.semantic, embed) if split.semantic else None
+        # in the caller's context: the query's embedding counts into its usage meter (precis.llm.meter)
+        _pool.submit(copy_context().run, _nearest, db, ws, request, split.semantic, embed) if split.semantic else None
     )
     card: Future[list[str] | None] | None = _pool.submit(_card, db, ws, request) if request.sessions is None else None
 

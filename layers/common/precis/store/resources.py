@@ -255,6 +255,11 @@ def workspace_item(db: Db, ws: str) -> WorkspaceItem | None:
     return next((as_workspace(i) for i in batch_get(db, [keys.workspace(ws)])), None)
 
 
+def workspace_items(db: Db, ids: list[str]) -> list[WorkspaceItem]:
+    """The items of the workspaces of `ids` that exist: BatchGetItem, 100 keys a request."""
+    return [as_workspace(i) for i in batch_get(db, [keys.workspace(ws) for ws in ids])]
+
+
 def require_workspace(db: Db, ws: str) -> WorkspaceItem:
     item = _get(db, keys.workspace(ws))
     if item is None:

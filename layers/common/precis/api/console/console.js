@@ -267,6 +267,46 @@
     }
   }
 
+  // ---------------------------------------------------------------- the workspace's usage
+
+  /** This month's model usage, summed by role and model, and the spend against the monthly token budget. */
+  async function loadUsage() {
+    const wanted = ticket("usage");
+    try {
+      const answer = await api("GET", `${wsPath()}/usage`);
+      if (!wanted() || !changed("usage", answer)) return;
+      const sums = new Map();
+      for (const row of answer.usage) {
+        const key = `${row.role}\u0000${row.model}`;
+        const sum = sums.get(key) || { role: row.role, model: row.model, calls: 0, input: 0, cached: 0, output: 0 };
+        sum.calls += row.calls;
+        sum.input += row.input_tokens;
+        sum.cached += row.cached_input_tokens;
+        sum.output += row.output_tokens;
+        sums.set(key, sum);
+      }
+      const budget = answer.budget;
+      const spend = budget.monthly_token_budget === null
+        ? `${fmt(budget.spent)} tokens spent in ${budget.month}; no monthly token budget.`
+        : `${fmt(budget.spent)} of ${fmt(budget.monthly_token_budget)} tokens of ${budget.month}'s budget spent.`;
+      const num = (n) => el("td", { className: "num" }, fmt(n));
+      show("usage",
+        sums.size === 0 ? el("p", { className: "note" }, "No model calls this month.") : el("table", { className: "usage" },
+          el("thead", {}, el("tr", {}, ["Role", "Model", "Calls", "Input", "Cached", "Output"].map((h) => el("th", {}, h)))),
+          el("tbody", {}, [...sums.values()].map((u) => el("tr", { dataset: { role: u.role } },
+            el("td", {}, u.role), el("td", {}, u.model), num(u.calls), num(u.input), num(u.cached), num(u.output))))),
+        el("p", { className: "hint", id: "usage-budget" }, spend),
+        budget.paused ? el("p", { className: "note", id: "usage-paused" },
+          "Derivation is paused: the monthly token budget is spent. It resumes next month or when the budget is raised.")
+          : null);
+    } catch (error) {
+      if (!wanted() || isGlobal(error) || !changed("usage", String(error.status))) return;
+      show("usage", el("p", { className: "note" }, error.status === 403
+        ? "This key cannot read the workspace's usage (a workspace key can)."
+        : explain(error, "the usage")));
+    }
+  }
+
   // ---------------------------------------------------------------- a session
 
   function budget() {
@@ -726,6 +766,8 @@
       note("search-note", "");
     }
     if (ws !== state.ws) {
+      show("usage");
+      state.rendered.delete("usage");
       show("session-list");
       note("sessions-note", "Loading…");
       $("sessions-pager").hidden = true;
@@ -737,6 +779,7 @@
     markCurrent("workspace-list", ws);
     markCurrent("session-list", session);
     $("sessions-section").hidden = !ws;
+    $("usage-section").hidden = !ws;
     $("welcome").hidden = Boolean(session);
     $("session-view").hidden = !session;
     if (session) {
@@ -760,7 +803,7 @@
     }
     state.lastStart = performance.now();
     const reads = [loadWorkspaces()];
-    if (state.ws) reads.push(loadSessions());
+    if (state.ws) reads.push(loadSessions(), loadUsage());
     if (state.ws && state.session) reads.push(loadSession(), loadQueue(), loadPeerMemory());
     state.running = Promise.allSettled(reads);
     try {

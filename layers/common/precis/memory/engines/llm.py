@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from precis.llm import BadAnswer, Model, model_from, model_of
+from precis.llm import BadAnswer, Model, meter, model_from, model_of
 from precis.memory.cards import MAX_ENTRIES, MAX_ENTRY_CHARS, norm, validate_entries
 from precis.memory.engines import DeriveRequest, SessionRequest
 from precis.memory.engines.prompt import (
@@ -75,7 +75,7 @@ class LLMDeriver:
         if not new:
             return None
         entries = validate_entries(
-            self._ask(build_card_messages(observed, card, new), CARD_FORMAT, CARD_MAX_TOKENS, _card)
+            self._ask(build_card_messages(observed, card, new), CARD_FORMAT, CARD_MAX_TOKENS, _card, role="card")
         )
         if not entries or entries == (card or []):
             return None
@@ -83,7 +83,8 @@ class LLMDeriver:
 
     def dream(self, observed: str, premises: list[dict[str, str]], known: list[str]) -> list[dict[str, Any]]:
         """Deductive conclusions with the ids of their premises (`source_ids`), without repeats."""
-        return self._ask(build_dream_messages(observed, premises, known), DREAM_FORMAT, DREAM_MAX_TOKENS, _deductions)
+        messages = build_dream_messages(observed, premises, known)
+        return self._ask(messages, DREAM_FORMAT, DREAM_MAX_TOKENS, _deductions, role="dream")
 
     def refresh_card(
         self, observed: str, card: list[str] | None, counts: dict[str, int], conclusions: list[str]
@@ -97,15 +98,18 @@ class LLMDeriver:
         response_format: dict[str, Any],
         max_tokens: int,
         parse: Callable[[Any], T],
+        role: str = "derive",
     ) -> T:
         """One answer parsed by `parse`, retried as every model call is (a bad answer like a 5xx). Where the server
-        refuses structured output the prompt, which asks for the same JSON shape, is sent without it."""
+        refuses structured output the prompt, which asks for the same JSON shape, is sent without it. Its tokens
+        count as `role`'s (precis.llm.meter)."""
 
         def attempt(timeout: float) -> T:
             reply = self.llm.complete(messages, max_tokens=max_tokens, response_format=response_format, timeout=timeout)
             return parse(_json_of(reply.require_text()))
 
-        answer, _attempts = self.llm.retrying(attempt, self.llm.time_budget)
+        with meter.role(role):
+            answer, _attempts = self.llm.retrying(attempt, self.llm.time_budget)
         return answer
 
 

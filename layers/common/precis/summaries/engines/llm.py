@@ -12,7 +12,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from precis.llm import Model, model_from, model_of
+from precis.llm import Model, meter, model_from, model_of
 from precis.summaries.engines import SummaryRequest, SummaryResult
 from precis.summaries.engines.prompt import build_messages
 from precis.tokens import count_messages, count_text
@@ -61,7 +61,8 @@ class LLMEngine:
             )
             return reply, reply.require_text()
 
-        (reply, text), attempts = self.llm.retrying(attempt, budget)
+        with meter.role("summarize"):
+            (reply, text), attempts = self.llm.retrying(attempt, budget)
         return SummaryResult(
             text=text,
             prompt=json.dumps(messages, ensure_ascii=False),
