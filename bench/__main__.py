@@ -14,6 +14,7 @@ BENCHMARKS = (
     "context",
     "summarize",
     "derive",
+    "conversation",
     "search",
     "chat",
     "clone",

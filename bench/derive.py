@@ -195,14 +195,10 @@ def _derivation() -> dict:
 def _baseline() -> dict:
     """Today's design before issue 48, measured by its own bench (bench/derive.py at BASELINE, its deriver and
     model server) in a subprocess, on the same conversation; every (request, answer) it made, counted here."""
-    import subprocess
-    import sys
-    import tempfile
-    from pathlib import Path
+    from bench.baseline import run_at
 
-    root = Path(__file__).resolve().parents[1]
     script = (
-        "import json, bench.derive as d\n"
+        "import bench.derive as d\n"
         "calls = []\n"
         "answer = d._answer\n"
         "def recording(body):\n"
@@ -213,19 +209,8 @@ def _baseline() -> dict:
         "result = d._derivation(quiet=True)\n"
         "print('@@' + json.dumps({'result': result, 'calls': calls}))\n"
     )
-    with tempfile.TemporaryDirectory() as tree:
-        archive = subprocess.run(
-            ["git", "-C", str(root), "archive", BASELINE, "layers/common/precis", "local", "bench", "cli"],
-            check=True,
-            capture_output=True,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
-        env = {**os.environ, "PYTHONPATH": f"{tree}/layers/common:{tree}:{tree}/cli"}
-        env.setdefault("TIKTOKEN_CACHE_DIR", str(root / "layers/common/precis/encodings"))
-        ran = subprocess.run(
-            [sys.executable, "-c", script], cwd=tree, env=env, capture_output=True, text=True, check=True
-        )
-    found = json.loads(ran.stdout.rsplit("@@", 1)[1])
+    found = run_at(BASELINE, script)
+    assert isinstance(found, dict)
     old = found["result"]
     return {
         "design": f"per sender ({BASELINE})",
@@ -370,6 +355,35 @@ def run() -> None:
                 (d["derive_output"] + d["card_output"]) / d["message_tokens"],
                 d["stored"],
                 f"{d['lag_p50']:.0f}/{d['lag_max']:.0f}" if d["lag_p50"] is not None else "-",
+            )
+            for d in derived
+        ],
+    )
+    from bench.pricing import PRICES, bill, check_defaults
+
+    check_defaults()
+    print_table(
+        "What those calls cost at list prices (bench/pricing.py), per 1,000 messages: billed input per message token "
+        "(cache hits at each provider's discount) and dollars",
+        ["design", *(f"{p.provider} {col}" for p in PRICES for col in ("billed in x", "$ / 1k msg"))],
+        [
+            (
+                d["design"],
+                *(
+                    value
+                    for price in PRICES
+                    for b in [
+                        bill(
+                            price,
+                            messages=d["messages"],
+                            requests=d["derive_requests"] + d["card_requests"],
+                            input_tokens=d["derive_input"] + d["card_input"],
+                            cached_input_tokens=d["cached_input"],
+                            output_tokens=d["derive_output"] + d["card_output"],
+                        )
+                    ]
+                    for value in (b.billed_input_tokens / (d["message_tokens"] * 1000 / d["messages"]), b.dollars)
+                ),
             )
             for d in derived
         ],

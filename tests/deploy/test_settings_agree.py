@@ -49,6 +49,9 @@ FIXED = {
     "PRECIS_AUTH": "deployed stacks always check keys (test_template_policy.test_auth_is_always_on_where_it_deploys)",
     "PRECIS_DREAM_MIN_CONCLUSIONS": "Honcho's 50",
     "PRECIS_DREAM_IDLE_S": "Honcho's hour",
+    "PRECIS_DERIVE_CARD_EVERY": "chosen on make bench derive (docs/design.md, cards once per burst)",
+    "PRECIS_DERIVE_CARD_MAX_S": "chosen on make bench derive (docs/design.md, cards once per burst)",
+    "PRECIS_DERIVE_CARD_QUIET_S": "chosen on make bench derive (docs/design.md, cards once per burst)",
 }
 # Settings deliberately absent from the template: a deployed function runs the built-in default (the two secrets:
 # Secrets Manager), and `make dev` takes them from the shell.

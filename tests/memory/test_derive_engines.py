@@ -414,8 +414,8 @@ def test_llm_without_custom_instructions_or_context(deriver, llm_server):
 
 
 def test_llm_session_request_attributes_each_conclusion_to_its_target_peer(deriver, llm_server):
-    """One request for every sender of a session: each conclusion goes to the target peer it names; one naming a
-    peer who is not a target (the context's sender) is dropped; repeats of a peer's conclusion merge."""
+    """One request for every sender of a session: each conclusion goes to the target peer it names (or, naming none,
+    the one it is about); one about no target peer is dropped; repeats of a peer's conclusion merge."""
     from precis.memory.engines import SessionRequest
 
     llm_server.answer = answers(
@@ -426,13 +426,15 @@ def test_llm_session_request_attributes_each_conclusion_to_its_target_peer(deriv
                     {"peer": "bob", "content": "bob lives in Porto"},
                     {"peer": "carol", "content": "carol is the context"},
                     {"peer": "alice", "content": "Alice  likes TEA"},
+                    {"content": "bob's cat is called Miso"},  # no peer (an answer without the schema): its subject's
+                    {"content": "The weather is nice"},  # about no target peer: dropped
                 ]
             }
         )
     )
     lines = [message("I like tea.", seq=2), message("I live in Porto.", peer="bob", seq=3)]
     found = deriver.derive_session(SessionRequest(("alice", "bob"), lines, context=message("Hi", peer="carol", seq=1)))
-    assert found == {"alice": ["alice likes tea"], "bob": ["bob lives in Porto"]}
+    assert found == {"alice": ["alice likes tea"], "bob": ["bob lives in Porto", "bob's cat is called Miso"]}
     (sent,) = llm_server.requests
     assert sent.body["messages"][0]["content"] == EXTRACT_INSTRUCTIONS
     assert "Target peers: alice, bob\n" in sent.body["messages"][1]["content"]

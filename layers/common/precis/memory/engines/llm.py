@@ -129,7 +129,8 @@ def _json_of(text: str) -> Any:
 
 def _conclusions(answer: Any, peers: tuple[str, ...]) -> dict[str, list[str]]:
     """Each target peer's conclusions. A conclusion names its peer (with one target peer, it is that peer's
-    whatever it names); one naming a peer that is not a target is dropped (a line of the context's sender)."""
+    whatever it names); one that names none of the targets is the target's its text begins with (the instructions
+    make the peer the subject), else dropped (a line of the context's sender)."""
     items = answer.get("explicit") if isinstance(answer, dict) else None
     if not isinstance(items, list):
         raise BadAnswer('answer without an "explicit" list')
@@ -138,12 +139,23 @@ def _conclusions(answer: Any, peers: tuple[str, ...]) -> dict[str, list[str]]:
         content = item.get("content") if isinstance(item, dict) else None
         if not isinstance(content, str) or not content.strip():
             raise BadAnswer(f"conclusion without content: {json.dumps(item)[:80]}")
-        peer = peers[0] if len(peers) == 1 else item.get("peer")
-        if not isinstance(peer, str) or peer not in found:
-            continue
         text = " ".join(content.split())
+        named = item.get("peer")
+        peer = peers[0] if len(peers) == 1 else named if isinstance(named, str) and named in found else None
+        peer = peer or _subject(text, peers)  # unnamed (an answer without the schema): whom it is about
+        if peer is None:
+            continue
         found[peer].setdefault(norm(text), text)
     return {peer: list(texts.values()) for peer, texts in found.items() if texts}
+
+
+def _subject(text: str, peers: tuple[str, ...]) -> str | None:
+    """The target peer `text` begins with ("alice moved…", "alice's sister…"), the longest id first."""
+    folded = norm(text)
+    for peer in sorted(peers, key=len, reverse=True):
+        if any(folded.startswith(norm(peer) + end) for end in (" ", "'", "’")):
+            return peer
+    return None
 
 
 def _deductions(answer: Any) -> list[dict[str, Any]]:
