@@ -335,10 +335,10 @@ class _Model:
 
         system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
         blocks = dict(_BLOCK.findall(user))
-        chain = self.chains["short" if "Write a short summary" in system else "long"]
+        chain = self.chains["short" if "Short summary" in system else "long"]
         previous = _unescape(blocks["previous_summary"]) if "previous_summary" in blocks else None
         limits = {
-            "word_limit": int(re.search(r"Use at most (\d+) words\.", system).group(1)),  # type: ignore[union-attr]
+            "word_limit": int(re.search(r"At most (\d+) words\.", system).group(1)),  # type: ignore[union-attr]
             "max_output_tokens": int(body["max_tokens"]),
         }
         start = self.cursor.get(chain, 0)
@@ -473,7 +473,7 @@ class _PromptCache:
 def _usage(steps: list[dict], messages: int) -> dict:
     """Requests, input, cached input and output tokens of `steps` (in order), and their bills at list prices.
     Bedrock caches nothing here: Precis marks a cachePoint only after a system prompt of the model's minimum (Nova:
-    1,000 tokens), and a summary's is about 130."""
+    1,000 tokens), and a summary's is about 90."""
     from bench.pricing import BEDROCK, OPENAI, bill
 
     cache = _PromptCache()
