@@ -37,29 +37,42 @@ def build_messages(request: SummaryRequest) -> list[dict[str, str]]:
         system.append(f"Also follow these instructions, within the word limit:\n{request.instructions}")
     if request.summaries:
         # Built from the short summaries, the request holds no messages (the short chain read them once).
-        parts = "\n".join(f"<summary>\n{escape(text)}\n</summary>" for text in request.summaries)
-        user = f"<summaries>\n{parts}\n</summaries>"
+        user = "\n".join(f"<summary>\n{escape(text)}\n</summary>" for text in sent_summaries(request))
     else:
         transcript = "\n".join(transcript_line(peer, content) for peer, content in request.messages)
         user = f"<messages>\n{transcript}\n</messages>"
     if request.previous:
-        user = f"<previous_summary>\n{escape(request.previous)}\n</previous_summary>\n\n{user}"
+        user = f"<previous_summary>\n{escape(request.previous)}\n</previous_summary>\n\n{user}".rstrip()
     return [{"role": "system", "content": "\n".join(system)}, {"role": "user", "content": user}]
 
 
 def _given(request: SummaryRequest) -> str | None:
     """What the request holds, when it holds more than the conversation's first messages."""
     if request.summaries:
-        blocks = "oldest first, each covering the conversation from its start, so they overlap"
+        blocks = "oldest first, each without lines already given"
         return (
-            f"Update <previous_summary> with the <summaries> (short summaries written since, {blocks}), keeping "
+            f"Update <previous_summary> with the <summary> blocks (short summaries written since, {blocks}), keeping "
             "what still matters."
             if request.previous
-            else f"<summaries>: short summaries, {blocks}."
+            else f"<summary> blocks: short summaries, {blocks}."
         )
     if request.previous:
         return "Update <previous_summary> with the <messages>, keeping what still matters."
     return None
+
+
+def sent_summaries(request: SummaryRequest) -> list[str]:
+    """The short summaries as a request sends them, oldest first: each without the lines the previous summary or an
+    older one already gave (each covers the conversation from its start, so they mostly repeat each other); one left
+    empty is not sent. Whole lines only, so no sentence loses what it refers to."""
+    seen = {line.strip() for line in (request.previous or "").splitlines()}
+    sent = []
+    for text in request.summaries:
+        lines = [line for line in text.splitlines() if line.strip() and line.strip() not in seen]
+        seen.update(line.strip() for line in lines)
+        if lines:
+            sent.append("\n".join(lines))
+    return sent
 
 
 def transcript_line(peer: str, content: str) -> str:
