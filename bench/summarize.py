@@ -295,7 +295,7 @@ class _BaselineExtractive:
 # --- the run -----------------------------------------------------------------------------------------------------
 
 
-_BLOCK = re.compile(r"<(previous_summary|messages|summaries)>\n(.*?)\n</\1>", re.DOTALL)
+_BLOCK = re.compile(r"<(previous_summary|messages)>\n(.*?)\n</\1>", re.DOTALL)
 _PART = re.compile(r"<summary>\n(.*?)\n</summary>", re.DOTALL)
 _ESCAPED = re.compile(r"<\\/(messages|previous_summary|summaries|summary)>")
 SHORT, LONG = "honcho_chat_summary_short", "honcho_chat_summary_long"
@@ -312,14 +312,16 @@ class _Model:
     names a prompt's chain by its style (a rolling summary is written in the long one's). The prompt holds no dates:
     each message's is the one the bench posted it with (`talk`, found where the chain's last step ended), as the
     extractive engine is given them. A long summary built from short ones stands for the messages from where its
-    chain's last step ended to where the newest short summary's did (known by its text): its covered tokens are the
-    previous summary's and those messages', as the runner tells the extractive engine."""
+    chain's last step ended to where the newest short summary's did: its covered tokens are the previous summary's
+    and those messages', as the runner tells the extractive engine. (A short summary is sent without the lines an
+    older one gave, so it is not known by its text: the short chain is current here, each short job ends before the
+    long job of its boundary starts, and `_run_strategy` checks the stored summary's end.)"""
 
     def __init__(self, inner, chains: dict[str, str], talk: list[dict]):
         self.inner, self.chains, self.talk = inner, chains, talk
         self.steps: list[dict] = []
         self.cursor: dict[str, int] = {}  # chain -> the index in `talk` after its last step's messages
-        self.ends: dict[str, int] = {}  # a short summary's text -> the index in `talk` after its step's messages
+        self.short_end = 0  # the index in `talk` after the newest short step's messages
 
     def _find(self, chain: str, messages: list[tuple[str, str]]) -> int:
         wanted = [c for _, c in messages]
@@ -335,16 +337,16 @@ class _Model:
 
         system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
         blocks = dict(_BLOCK.findall(user))
-        chain = self.chains["short" if "Write a short summary" in system else "long"]
+        chain = self.chains["short" if "Short summary" in system else "long"]
         previous = _unescape(blocks["previous_summary"]) if "previous_summary" in blocks else None
         limits = {
-            "word_limit": int(re.search(r"Use at most (\d+) words\.", system).group(1)),  # type: ignore[union-attr]
+            "word_limit": int(re.search(r"At most (\d+) words\.", system).group(1)),  # type: ignore[union-attr]
             "max_output_tokens": int(body["max_tokens"]),
         }
         start = self.cursor.get(chain, 0)
-        if "summaries" in blocks:
-            parts = [_unescape(p) for p in _PART.findall(blocks["summaries"])]
-            end = self.ends[parts[-1]]
+        if "messages" not in blocks:  # built from the short summaries
+            parts = [_unescape(p) for p in _PART.findall(user)]
+            end = self.short_end
             covers = count_text(previous or "") + sum(count_text(m["content"]) for m in self.talk[start:end])
             request = SummaryRequest(chain, previous, [], summaries=parts, covers_tokens=covers, **limits)
         else:
@@ -358,7 +360,7 @@ class _Model:
         self.cursor[chain] = end
         text = self.inner.summarize(request).text
         if chain == SHORT:
-            self.ends[text] = end
+            self.short_end = end
         self.steps.append(
             {
                 "type": chain,
@@ -473,7 +475,7 @@ class _PromptCache:
 def _usage(steps: list[dict], messages: int) -> dict:
     """Requests, input, cached input and output tokens of `steps` (in order), and their bills at list prices.
     Bedrock caches nothing here: Precis marks a cachePoint only after a system prompt of the model's minimum (Nova:
-    1,000 tokens), and a summary's is about 130."""
+    1,000 tokens), and a summary's is about 90."""
     from bench.pricing import BEDROCK, OPENAI, bill
 
     cache = _PromptCache()

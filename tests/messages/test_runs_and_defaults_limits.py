@@ -302,7 +302,7 @@ def test_a_summary_is_never_asked_for_more_than_it_replaces(db, llm):
     summarize_session(db, plain_settings(llm_base_url=llm.url, llm_api_key="sk-test", llm_model="m"), WS, "s1")
     (request,) = llm.requests
     assert request.body["max_tokens"] == 20 * count_text("ok")  # not 512
-    assert "Use at most 15 words." in request.body["messages"][0]["content"]
+    assert "At most 15 words." in request.body["messages"][0]["content"]
 
 
 def test_empty_messages_get_an_empty_summary_without_a_request(db, llm):

@@ -217,10 +217,10 @@ def test_llm_prompt_holds_previous_summary_instructions_word_limit_and_only_give
     assert "temperature" not in body
     system, user = body["messages"]
     assert (system["role"], user["role"]) == ("system", "user")
-    assert "at most 120 words" in system["content"]
+    assert "At most 120 words." in system["content"]
     assert "Answer in haiku." in system["content"]
-    assert "language of the conversation" in system["content"]
-    assert "thorough" in system["content"]  # long style
+    assert "conversation's language" in system["content"]
+    assert "Thorough summary" in system["content"]  # long style
     assert "<previous_summary>\nAlice moved to Lisbon.\n</previous_summary>" in user["content"]
     transcript = user["content"].split("<messages>\n", 1)[1].removesuffix("\n</messages>")
     assert transcript.splitlines() == [f"{peer}: {content}" for peer, content in CONVERSATION[2:]]
@@ -234,7 +234,7 @@ def test_llm_first_summary_has_no_previous_block_and_sends_temperature_and_model
     body = llm_server.requests[0].body
     assert (body["model"], body["temperature"]) == ("other-model", 0.2)
     assert "<previous_summary>" not in body["messages"][1]["content"]
-    assert "short summary" in body["messages"][0]["content"]
+    assert "Short summary" in body["messages"][0]["content"]
 
 
 def test_llm_message_cannot_close_the_transcript_block(engine, llm_server):
