@@ -792,31 +792,33 @@ def session_history(stack: Stack, session: str) -> list[dict]:
 
 def derive_tokens(stack: Stack, sessions: list[str], post: int, batch_tokens: int) -> dict[str, int]:
     """LLM calls and input tokens the `llm` deriver would spend on these sessions, posted `post` messages at a time:
-    after each post, a sender's underived messages are extracted in one request once they hold `batch_tokens` (the
-    schedule flushes the rest), and each extraction is followed by a card update (its prompt holds the model's
-    answer: calls counted, tokens not)."""
+    after each post, the session's underived messages (every sender's) are extracted in one request once they hold
+    `batch_tokens` (the session's end flushes the rest, as its quiet wake-up does), and the session's end refreshes
+    each sender's card once (its cards wake-up; a session's conclusions are fewer than the 50 that would refresh it
+    sooner): calls counted, the card prompts' tokens not."""
     from precis.memory.deriver import MAX_JOB_MESSAGES
-    from precis.memory.engines import DeriveMessage, DeriveRequest
+    from precis.memory.engines import DeriveMessage, SessionRequest
     from precis.memory.engines.prompt import prompt_tokens
 
     def as_message(m: dict) -> DeriveMessage:
         return DeriveMessage(m["id"], m["seq"], m["peer_id"], m.get("content") or "", m["created_at"])
 
-    extractions = tokens = 0
+    extractions = tokens = cards = 0
     for session in sessions:
         history = session_history(stack, session)
-        for sender in PEERS:
-            pending: list[dict] = []
-            for end in range(post, len(history) + post, post):
-                pending += [m for m in history[end - post : end] if m["peer_id"] == sender]
-                flush = end >= len(history)
-                while pending and (flush or sum(m["token_count"] for m in pending) >= batch_tokens):
-                    job, pending = pending[:MAX_JOB_MESSAGES], pending[MAX_JOB_MESSAGES:]
-                    before = history[job[0]["seq"] - 2] if job[0]["seq"] > 1 else None
-                    context = as_message(before) if before and before["peer_id"] != sender else None
-                    tokens += prompt_tokens(DeriveRequest(sender, [as_message(m) for m in job], context))
-                    extractions += 1
-    return {"calls": extractions * 2, "extractions": extractions, "input": tokens}
+        pending: list[dict] = []
+        for end in range(post, len(history) + post, post):
+            pending += history[end - post : end]
+            flush = end >= len(history)
+            while pending and (flush or sum(m["token_count"] for m in pending) >= batch_tokens):
+                job, pending = pending[:MAX_JOB_MESSAGES], pending[MAX_JOB_MESSAGES:]
+                before = history[job[0]["seq"] - 2] if job[0]["seq"] > 1 else None
+                context = as_message(before) if before and before["peer_id"] != job[0]["peer_id"] else None
+                peers = tuple(sorted({m["peer_id"] for m in job}))
+                tokens += prompt_tokens(SessionRequest(peers, [as_message(m) for m in job], context))
+                extractions += 1
+        cards += len({m["peer_id"] for m in history})
+    return {"calls": extractions + cards, "extractions": extractions, "input": tokens}
 
 
 # --- scenarios ----------------------------------------------------------------------------------------------------
@@ -1248,8 +1250,8 @@ def _print_notes(results: dict) -> None:
     )
     print(
         "LLM: summaries as the llm engine would be asked for them (its prompt; output as long as the extractive "
-        "answer); extractions batched as the llm deriver batches them (512 tokens), each followed by a card update "
-        "whose prompt holds the model's answer (counted, not sized); embeddings: hashed (offline), none bought."
+        "answer); extractions batched as the llm deriver batches them (a session's messages, 2,048 tokens), a card "
+        "update per sender at the session's end (counted, not sized); embeddings: hashed (offline), none bought."
     )
     print(
         f"Storage, not in the totals: per million messages DynamoDB keeps {stored_gb:,.2f} GB with its indexes "

@@ -218,7 +218,8 @@ def _baseline() -> dict:
         "batch_tokens": 512,
         "messages": old["messages"],
         "message_tokens": old["message_tokens"],
-        **_tokens([(b, a) for b, a in found["calls"]]),
+        # (its bench asked its model again for each extraction's conclusions after the run: those are not requests)
+        **_tokens([(b, a) for b, a in found["calls"][: old["model_requests"]]]),
         "cached_input": 0,  # every prompt of that design is under the providers' 1,024-token minimum
         "stored": old["stored"],
         "card_entries": None,
