@@ -339,3 +339,29 @@ def test_the_deriver_serves_derive_concurrency_targets_at_once_not_the_summarize
     else:
         jobs.on_schedule(None, lambda: 60.0)
     assert seen == [3]
+
+
+def test_a_sender_who_first_speaks_past_a_long_sessions_first_window_is_derived_at_once(ws):
+    """The deriver reads a session from its least advanced sender on, a window at a time: a sender with no cursor
+    yet starts at the session's start, so one who first speaks after the first window's 1,000 messages has its
+    cursor moved past the windows it is absent from, and is derived in the same call."""
+    from precis.memory.deriver import MAX_JOB_MESSAGES, SessionTarget, derive_session
+    from precis.memory.embeddings import HashedEmbedder
+    from precis.memory.engines.extractive import ExtractiveDeriver
+    from precis.settings import get_settings
+    from precis.store.db import get_db
+    from precis.store.messages import NewMessage, append_messages
+
+    db, settings, engine = get_db(), get_settings(), ExtractiveDeriver()
+    embedder = HashedEmbedder(settings.embed_dimensions)
+    window = MAX_JOB_MESSAGES * 5
+    for _ in range(0, window + 5, 100):
+        append_messages(db, "ws1", "s1", [NewMessage("Hello there.", "bob", 3)] * 100, inline_max_bytes=16_384)
+    target = SessionTarget("ws1", "s1")
+    derive_session(db, settings, target, senders=["bob"], engine_for=lambda _: engine, embedder=embedder)
+    append_messages(
+        db, "ws1", "s1", [NewMessage("I moved to Lisbon last spring.", "alice", 7)], inline_max_bytes=16_384
+    )
+    outcome = derive_session(db, settings, target, senders=["alice"], engine_for=lambda _: engine, embedder=embedder)
+    assert outcome.derived == 1
+    assert [c["content"] for c in conclusions("alice", "alice")] == ["alice moved to Lisbon last spring"]

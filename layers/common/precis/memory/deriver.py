@@ -208,15 +208,18 @@ def _decide(
     for m in window:
         if m["seq"] > through(m["peer_id"]):
             new.setdefault(m["peer_id"], []).append(m)
-    for peer in sorted(asked - set(new)):  # nothing of theirs here: nothing waits, and the window is behind them
+    full = len(window) == MAX_JOB_MESSAGES * 5
+    moved = False
+    for peer in sorted(asked - set(new)):  # nothing of theirs here: nothing waits, or the window is behind them
         cursor = cursors.get(peer)
         sender = DeriveTarget(ws, s, peer)
-        if window and through(peer) < window[-1]["seq"] and len(window) == MAX_JOB_MESSAGES * 5:
+        if full and through(peer) < window[-1]["seq"]:  # (a sender who first spoke past a long session's start)
             derive_cursors.finish(db, sender, session["incarnation"], window[-1]["seq"], 0, _iso(now), seen=cursor)
+            moved = True
         elif cursor is not None and cursor.get("due_at", NOTHING_DUE) != NOTHING_DUE:
             derive_cursors.clear_due(db, sender, cursor)
     if not new:
-        return False
+        return moved  # a cursor moved past a full window: read on from there
     watchers = _watchers(db, config, ws, s, sorted(new))
     for peer in sorted(p for p in new if not watchers[p]):
         # Not observed: nothing is derived from these messages, by anyone; they are done (indexed first).
@@ -226,7 +229,7 @@ def _decide(
         derive_cursors.finish(db, sender, session["incarnation"], mine[-1]["seq"], len(mine), _iso(now), seen=seen)
         outcome.derived += len(mine)
     if not new:
-        return len(window) == MAX_JOB_MESSAGES * 5
+        return full or moved
     # One job's messages: the oldest MAX_JOB_MESSAGES of every observed sender's, together.
     taken = sorted((m for mine in new.values() for m in mine), key=lambda m: m["seq"])[:MAX_JOB_MESSAGES]
     cut = taken[-1]["seq"]
