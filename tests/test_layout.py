@@ -494,7 +494,8 @@ def test_only_the_search_face_is_imported_from_outside_the_index():
 # local/'s floors, lowest first: a module imports only from its own floor or below. The template and what every floor
 # shares; the AWS stand-in (moto, its fidelity rules and speed-ups); the Lambda runtime (workers, zygote); the event
 # sources (gateway, stream and queue pollers, schedules, the in-process harness); the entry points. The fake model
-# servers (local.models) stand beside the AWS stand-in and import nothing of the stack: they are on the ground floor.
+# servers (local.models, their shared scaffolding in local.models.scripted) stand beside the AWS stand-in and import
+# nothing of the stack: they are on the ground floor.
 LOCAL_FLOORS = [
     {
         "local",
@@ -507,6 +508,7 @@ LOCAL_FLOORS = [
         "local.models",
         "local.models.llm_server",
         "local.models.bedrock_server",
+        "local.models.scripted",
     },
     {"local.moto_storage", "local.moto_vectors", "local.moto_patches", "local.moto_server", "local.moto_backend"},
     {"local.runtime", "local.zygote", "local.worker"},
