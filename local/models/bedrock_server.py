@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from local.models import scripted
-from local.models.scripted import ScriptedHandler, ScriptedServer, rough_tokens
+from local.models.scripted import ScriptedHandler, ScriptedServer, Standalone, rough_tokens
 
 MODES = ("ok", "throttle", "500", "503", "too_long", "denied", "unknown", "invalid", "garbage", "empty")
 ERRORS = {  # mode -> (status, error type, message)
@@ -158,16 +158,18 @@ class BedrockServer(ScriptedServer):
     give the client (AWS_ENDPOINT_URL_BEDROCK_RUNTIME, or endpoint_url)."""
 
     MODES = MODES
-    THREAD = "bedrock-server"
+    STANDALONE = Standalone("Bedrock server", 8002, "AWS_ENDPOINT_URL_BEDROCK_RUNTIME", "a ValidationException")
     requests: list[Recorded]
 
     def __init__(
         self, host: str = "127.0.0.1", port: int = 0, *, mode: str = "ok", max_context_tokens: int | None = None
     ):
-        handler = type("Handler", (_Handler,), {"bedrock": self})
-        super().__init__(handler, host, port, mode=mode, max_context_tokens=max_context_tokens)
+        super().__init__(host, port, mode=mode, max_context_tokens=max_context_tokens)
         self.answer: Callable[[dict[str, Any]], str | dict[str, Any]] = default_answer
         self._cache: set[str] = set()  # the cached prefixes (system blocks before a cachePoint)
+
+    def handler(self) -> type[_Handler]:
+        return type("Handler", (_Handler,), {"bedrock": self})
 
     def converse(self, body: dict[str, Any], *, empty: bool = False) -> dict[str, Any]:
         config = body.get("toolConfig") or {}
@@ -311,17 +313,7 @@ class _Handler(ScriptedHandler):
 
 
 def main(argv: list[str] | None = None) -> None:
-    scripted.main(
-        argv,
-        BedrockServer,
-        MODES,
-        description="Local Bedrock Runtime-compatible server for Precis development",
-        port=8002,
-        too_long="a ValidationException (input too long)",
-        banner=lambda server, mode: (
-            f"Bedrock server on {server.url} (mode {mode}); AWS_ENDPOINT_URL_BEDROCK_RUNTIME={server.url}"
-        ),
-    )
+    scripted.main(BedrockServer, argv)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from local.models import scripted
-from local.models.scripted import ScriptedHandler, ScriptedServer, rough_tokens
+from local.models.scripted import ScriptedHandler, ScriptedServer, Standalone, rough_tokens
 
 MODES = ("ok", "400", "401", "429", "500", "garbage", "nochoices", "empty", "nousage", "hang", "context_length")
 PATHS = ("/v1/chat/completions", "/chat/completions")
@@ -108,7 +108,7 @@ class LLMServer(ScriptedServer):
     """A threaded HTTP server on 127.0.0.1 that records requests and answers as scripted."""
 
     MODES = MODES
-    THREAD = "llm-server"
+    STANDALONE = Standalone("LLM server", 8001, "OPENAI_BASE_URL", "HTTP 400 context_length_exceeded")
     requests: list[Recorded]
 
     def __init__(
@@ -121,13 +121,15 @@ class LLMServer(ScriptedServer):
         hang_seconds: float = 5.0,
         max_context_tokens: int | None = None,
     ):
-        handler = type("Handler", (_Handler,), {"llm": self})
-        super().__init__(handler, host, port, mode=mode, max_context_tokens=max_context_tokens)
+        super().__init__(host, port, mode=mode, max_context_tokens=max_context_tokens)
         self.retry_after = retry_after
         self.hang_seconds = hang_seconds
         self.answer: Callable[[dict[str, Any]], str | dict[str, Any]] = summary_text
         self.reported: list[Reported] = []  # every usage block answered, in order
         self._prompts: deque[str] = deque(maxlen=256)  # the long prompts seen last (the prompt cache)
+
+    def handler(self) -> type[_Handler]:
+        return type("Handler", (_Handler,), {"llm": self})
 
     @property
     def url(self) -> str:
@@ -329,15 +331,7 @@ class _Handler(ScriptedHandler):
 
 
 def main(argv: list[str] | None = None) -> None:
-    scripted.main(
-        argv,
-        LLMServer,
-        MODES,
-        description="Local OpenAI-compatible server for Precis development",
-        port=8001,
-        too_long="HTTP 400 context_length_exceeded",
-        banner=lambda server, mode: f"LLM server on {server.url} (mode {mode}); OPENAI_BASE_URL={server.url}",
-    )
+    scripted.main(LLMServer, argv)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
@@ -27,15 +29,25 @@ def summary_of(text: str, max_tokens: Any) -> str:
     return "Summary: " + " ".join(words[:cap])
 
 
+@dataclass(frozen=True)
+class Standalone:
+    """How a fake server runs as a command (its module's docstring describes it): its name, its default port, the
+    variable that points a client at it, and what a prompt too long is answered with."""
+
+    name: str
+    port: int
+    variable: str
+    too_long: str
+
+
 class ScriptedServer:
-    """A threaded HTTP server that records requests and answers in scripted modes; `handler` answers them."""
+    """A threaded HTTP server that records requests and answers in scripted modes; `handler()` answers them."""
 
     MODES: tuple[str, ...] = ("ok",)
-    THREAD = "model-server"
+    STANDALONE = Standalone("model server", 8001, "URL", "an error")
 
     def __init__(
         self,
-        handler: type[BaseHTTPRequestHandler],
         host: str = "127.0.0.1",
         port: int = 0,
         *,
@@ -50,9 +62,13 @@ class ScriptedServer:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._ids = itertools.count(1)
-        self._httpd = ThreadingHTTPServer((host, port), handler)
+        self._httpd = ThreadingHTTPServer((host, port), self.handler())
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        """The request handler class, bound to this server."""
+        raise NotImplementedError
 
     @property
     def url(self) -> str:
@@ -85,7 +101,8 @@ class ScriptedServer:
         self._stopping.wait(seconds)
 
     def start(self) -> Self:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name=self.THREAD, daemon=True)
+        name = self.STANDALONE.name.replace(" ", "-").lower()  # llm-server, bedrock-server
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name=name, daemon=True)
         self._thread.start()
         return self
 
@@ -142,23 +159,17 @@ class ScriptedHandler(BaseHTTPRequestHandler):
             pass  # the client gave up: nothing to answer
 
 
-def main(
-    argv: list[str] | None,
-    make: Callable[..., ScriptedServer],
-    modes: tuple[str, ...],
-    *,
-    description: str,
-    port: int,
-    too_long: str,
-    banner: Callable[[ScriptedServer, str], str],
-) -> None:
-    """A fake server standalone: `--host`, `--port`, `--mode`, `--max-context-tokens` (answered with `too_long`)."""
-    parser = argparse.ArgumentParser(description=description)
+def main(server_class: type[ScriptedServer], argv: list[str] | None = None) -> None:
+    """A fake server standalone: `--host`, `--port`, `--mode`, `--max-context-tokens`."""
+    standalone = server_class.STANDALONE
+    parser = argparse.ArgumentParser(description=(sys.modules[server_class.__module__].__doc__ or "").split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=port)
-    parser.add_argument("--mode", choices=modes, default="ok")
-    parser.add_argument("--max-context-tokens", type=int, default=None, help=f"answer longer prompts with {too_long}")
+    parser.add_argument("--port", type=int, default=standalone.port)
+    parser.add_argument("--mode", choices=server_class.MODES, default="ok")
+    parser.add_argument(
+        "--max-context-tokens", type=int, default=None, help=f"answer longer prompts with {standalone.too_long}"
+    )
     args = parser.parse_args(argv)
-    server = make(args.host, args.port, mode=args.mode, max_context_tokens=args.max_context_tokens)
-    print(banner(server, args.mode), flush=True)
+    server = server_class(args.host, args.port, mode=args.mode, max_context_tokens=args.max_context_tokens)
+    print(f"{standalone.name} on {server.url} (mode {args.mode}); {standalone.variable}={server.url}", flush=True)
     server.serve_forever()
