@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any
 
-from local.template import LAYER_DIR
+from deploy.template import LAYER_DIR
 
 if str(LAYER_DIR) not in sys.path:
     sys.path.insert(0, str(LAYER_DIR))  # this checkout's layer: the code the stack runs with this template

@@ -49,7 +49,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from local.template import ROOT, _parse, _Tag
+from deploy.template import ROOT, Tag, parse
 
 RELEASED = ROOT / "deploy" / "released-table.json"
 SAMCONFIG = ROOT / "samconfig.toml"
@@ -73,7 +73,7 @@ _TABLE_PROPERTIES = (
 
 def _json_form(value: Any) -> Any:
     """The template's short intrinsics (`!Ref X`) as CloudFormation's JSON form ({"Ref": "X"}), so they compare."""
-    if isinstance(value, _Tag):
+    if isinstance(value, Tag):
         return {"Ref" if value.name == "Ref" else f"Fn::{value.name}": _json_form(value.value)}
     if isinstance(value, dict):
         return {k: _json_form(v) for k, v in value.items()}
@@ -115,7 +115,7 @@ def environments(samconfig_text: str | None) -> dict[str, dict[str, str]]:
 def definition(template_text: str, samconfig_text: str | None = None) -> dict[str, Any]:
     """The table as template.yaml declares it (intrinsics in JSON form), with the values each environment gives the
     parameters it refers to."""
-    raw = _parse(template_text)
+    raw = parse(template_text)
     tables = [res for res in raw["Resources"].values() if res.get("Type") == "AWS::DynamoDB::Table"]
     if len(tables) != 1:
         raise ValueError(f"template: expected one AWS::DynamoDB::Table, found {len(tables)}")

@@ -546,17 +546,17 @@ def _transformed(template_text: str, cache_dir: Path) -> dict[str, Any]:
 
 def _as_tags(value: Any) -> Any:
     """CloudFormation's JSON intrinsics (`{"Fn::Sub": ...}`) as the YAML tags local.template resolves."""
-    from local.template import _Tag
+    from deploy.template import Tag
 
     if isinstance(value, dict):
         if len(value) == 1:
             ((key, arg),) = value.items()
             if key == "Ref":
-                return _Tag("Ref", arg)
+                return Tag("Ref", arg)
             if key.startswith("Fn::"):
-                return _Tag(key[4:], _as_tags(arg))
+                return Tag(key[4:], _as_tags(arg))
             if key == "Condition":
-                return _Tag("Condition", arg)
+                return Tag("Condition", arg)
         return {k: _as_tags(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_as_tags(v) for v in value]
@@ -575,7 +575,7 @@ def deployment_parameters(raw: dict[str, Any], environment: Mapping[str, str]) -
     """The template parameters a local deployment runs with: each one a function's environment carries
     (`VAR: !Ref Parameter`) takes that variable's value, so `PRECIS_LLM_PROVIDER=bedrock make dev` is a deployment
     with LlmProvider bedrock; the others keep their defaults."""
-    from local.template import _Tag
+    from deploy.template import Tag
 
     params: dict[str, str] = {}
     variables = dict(raw.get("Globals", {}).get("Function", {}).get("Environment", {}).get("Variables", {}))
@@ -583,10 +583,10 @@ def deployment_parameters(raw: dict[str, Any], environment: Mapping[str, str]) -
         if resource.get("Type") == "AWS::Serverless::Function":
             variables.update(resource["Properties"].get("Environment", {}).get("Variables", {}))
     for name, value in variables.items():
-        if isinstance(value, _Tag) and value.name == "If":  # `!If [HasX, !Ref X, !Ref AWS::NoValue]`
+        if isinstance(value, Tag) and value.name == "If":  # `!If [HasX, !Ref X, !Ref AWS::NoValue]`
             value = value.value[1]
         if (
-            isinstance(value, _Tag)
+            isinstance(value, Tag)
             and value.name == "Ref"
             and value.value in raw.get("Parameters", {})
             and name in environment
@@ -600,10 +600,10 @@ def sam_roles(
 ) -> dict[str, Role]:
     """Each function's execution role (by the function's logical id) and each schedule's (by the schedule's logical
     id), as SAM generates them for this local deployment (`template_text`: the template `tpl` was read from)."""
-    from local.template import TEMPLATE, LocalNames, _Resolver
+    from local.template import TEMPLATE, LocalNames, Resolver
 
     deployed = _transformed(TEMPLATE.read_text() if template_text is None else template_text, cache_dir)
-    resolver = _Resolver(tpl.raw, LocalNames(), deployment_parameters(tpl.raw, environment))
+    resolver = Resolver(tpl.raw, LocalNames(), deployment_parameters(tpl.raw, environment))
     resources = deployed["Resources"]
 
     def template_policy(ref: dict[str, Any], owner: str) -> list[Statement]:
@@ -671,14 +671,15 @@ def check_event_sources(tpl: Any, roles: Mapping[str, Role]) -> None:
     """Each event-source mapping's and schedule's permissions, checked as AWS checks them when they are created: the
     function's role must read the stream or the queue and send to the on-failure destination; a schedule's role must
     invoke its function. ValueError naming the resource and the missing grant: on AWS the deploy would fail."""
-    from local.template import LocalNames, _Resolver, _Tag
+    from deploy.template import Tag
+    from local.template import LocalNames, Resolver
 
-    resolver = _Resolver(tpl.raw, LocalNames())
+    resolver = Resolver(tpl.raw, LocalNames())
     for logical_id, resource in tpl.raw["Resources"].items():
         props = resource.get("Properties", {})
         if resource.get("Type") == "AWS::Lambda::EventSourceMapping":
             function = props["FunctionName"]
-            role = roles[function.value if isinstance(function, _Tag) else function]
+            role = roles[function.value if isinstance(function, Tag) else function]
             source = str(resolver.resolve(props["EventSourceArn"]))
             needed = [
                 (a, source)

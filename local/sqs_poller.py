@@ -18,7 +18,7 @@ from typing import Any
 
 from local.chaos import Chaos
 from local.moto_backend import REGION, client
-from local.template import LocalNames, Template, _Resolver, is_queue_source
+from local.template import LocalNames, Resolver, Template, is_queue_source
 from local.worker import Invoker, InvokeResult
 
 POLL_INTERVAL_S = 0.25  # short polls: moto's server answers one request at a time, a long poll would hold it
@@ -39,7 +39,7 @@ class QueueMapping:
 
 def queue_mappings(tpl: Template) -> list[QueueMapping]:
     """Every AWS::Lambda::EventSourceMapping of the template whose source is one of its queues."""
-    resolver = _Resolver(tpl.raw, LocalNames())
+    resolver = Resolver(tpl.raw, LocalNames())
     found = []
     for res in tpl.raw["Resources"].values():
         props = res.get("Properties", {})

@@ -15,39 +15,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
+from deploy.template import LAYER_DIR, TEMPLATE, Tag, parse
+from deploy.template import ROOT as ROOT  # the checkout, for the local stack's users
 
-ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = ROOT / "template.yaml"
-LAYER_DIR = ROOT / "layers" / "common"
 ENCODINGS_DIR = LAYER_DIR / "precis" / "encodings"
-
-
-class _Tag:
-    """An unresolved CloudFormation intrinsic (`!Ref X`, `!GetAtt A.B`, `!Sub ...`)."""
-
-    def __init__(self, name: str, value: Any):
-        self.name, self.value = name, value
-
-    def __repr__(self) -> str:
-        return f"!{self.name} {self.value!r}"
-
-
-class _Loader(yaml.SafeLoader):
-    pass
-
-
-def _construct(loader: yaml.Loader, suffix: str, node: yaml.Node) -> _Tag:
-    if isinstance(node, yaml.ScalarNode):
-        value = loader.construct_scalar(node)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)
-    return _Tag(suffix, value)
-
-
-_Loader.add_multi_constructor("!", _construct)
 
 
 @dataclass(frozen=True)
@@ -126,7 +97,9 @@ class LocalNames:
     account: str = "123456789012"
 
 
-class _Resolver:
+class Resolver:
+    """The template's intrinsics resolved against the local stack's names and the deployment's parameters."""
+
     def __init__(self, raw: dict[str, Any], names: LocalNames, parameters: dict[str, str] | None = None):
         self.params = {k: str(v.get("Default", "")) for k, v in raw.get("Parameters", {}).items()}
         self.params.update(parameters or {})
@@ -182,7 +155,7 @@ class _Resolver:
         return bool(self.resolve(self.conditions[name]))
 
     def resolve(self, value: Any) -> Any:
-        if isinstance(value, _Tag):
+        if isinstance(value, Tag):
             name, arg = value.name, value.value
             if name == "Ref":
                 return self.ref(arg)
@@ -228,15 +201,11 @@ class _Resolver:
         return value
 
 
-def _parse(text: str) -> dict[str, Any]:
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - SafeLoader subclass
-
-
 def load_template(path: Path = TEMPLATE, names: LocalNames | None = None) -> Template:
     """Parse template.yaml and resolve what the local stack needs against `names`."""
     names = names or LocalNames()
-    raw = _parse(path.read_text())
-    resolve = _Resolver(raw, names).resolve
+    raw = parse(path.read_text())
+    resolve = Resolver(raw, names).resolve
     globals_fn = raw.get("Globals", {}).get("Function", {})
     global_env = resolve(globals_fn.get("Environment", {}).get("Variables", {}))
     functions: dict[str, Function] = {}
@@ -274,18 +243,18 @@ def load_template(path: Path = TEMPLATE, names: LocalNames | None = None) -> Tem
             target, source = res["Properties"]["FunctionName"], res["Properties"].get("EventSourceArn")
             if is_queue_source(raw, source):
                 continue  # a queue's mapping: local/sqs_poller.py delivers it
-            if isinstance(target, _Tag) and target.name == "Ref" and target.value in functions:
+            if isinstance(target, Tag) and target.name == "Ref" and target.value in functions:
                 functions[target.value].stream = resolve(
                     {k: v for k, v in res["Properties"].items() if k not in ("FunctionName", "EventSourceArn")}
                 )
-    resolver = _Resolver(raw, names)
+    resolver = Resolver(raw, names)
     queues = {lid: resolver.queue_name(lid) for lid, r in raw["Resources"].items() if r["Type"] == "AWS::SQS::Queue"}
     return Template(raw=raw, functions=functions, table_name=names.table, bucket_name=names.bucket, queue_names=queues)
 
 
 def is_queue_source(raw: dict[str, Any], source: Any) -> bool:
     """Whether an event-source mapping's EventSourceArn is `!GetAtt <an SQS queue of the template>.Arn`."""
-    if not (isinstance(source, _Tag) and source.name == "GetAtt"):
+    if not (isinstance(source, Tag) and source.name == "GetAtt"):
         return False
     logical_id = (source.value if isinstance(source.value, str) else ".".join(source.value)).split(".", 1)[0]
     return raw["Resources"].get(logical_id, {}).get("Type") == "AWS::SQS::Queue"
@@ -313,7 +282,7 @@ def table_definition(tpl: Template) -> dict[str, Any]:
         # (PRECIS_EMBED_DIMENSIONS); a fixed number (the BM25 index) stays as written.
         if isinstance(index["Dimensions"], int):
             continue
-        dimensions = os.environ.get("PRECIS_EMBED_DIMENSIONS") or _Resolver(tpl.raw, LocalNames()).resolve(
+        dimensions = os.environ.get("PRECIS_EMBED_DIMENSIONS") or Resolver(tpl.raw, LocalNames()).resolve(
             index["Dimensions"]
         )
         index["Dimensions"] = int(dimensions)

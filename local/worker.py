@@ -19,7 +19,7 @@ from typing import Any
 
 from local import iam, zygote
 from local.runtime import BASE_ENVIRONMENT, error_object, json_bytes
-from local.template import ENCODINGS_DIR, LAYER_DIR, ROOT, Function, LocalNames, Template, _Resolver
+from local.template import ENCODINGS_DIR, LAYER_DIR, ROOT, Function, LocalNames, Resolver, Template
 
 # Lambda gives init 10 s; a cold import on a busy 2-core laptop can take longer, and locally that is no bug.
 INIT_TIMEOUT_S = 30
@@ -104,7 +104,7 @@ def _stopping() -> InvokeResult:
 def function_name(tpl: Template, fn: Function) -> str:
     """The function's deployed name (its FunctionName resolved for the local stage), else its logical id."""
     name = tpl.resource(fn.logical_id)["Properties"].get("FunctionName")
-    return str(_Resolver(tpl.raw, LocalNames()).resolve(name)) if name else fn.logical_id
+    return str(Resolver(tpl.raw, LocalNames()).resolve(name)) if name else fn.logical_id
 
 
 def function_environment(tpl: Template, fn: Function, endpoint: str) -> dict[str, str]:

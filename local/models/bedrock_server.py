@@ -29,16 +29,14 @@ Standalone: `python -m local.models.bedrock_server --port 8002`.
 
 from __future__ import annotations
 
-import argparse
-import itertools
 import json
-import threading
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
+
+from local.models import scripted
+from local.models.scripted import ScriptedHandler, ScriptedServer, Standalone, rough_tokens
 
 MODES = ("ok", "throttle", "500", "503", "too_long", "denied", "unknown", "invalid", "garbage", "empty")
 ERRORS = {  # mode -> (status, error type, message)
@@ -83,11 +81,7 @@ def user_texts(body: dict[str, Any]) -> list[str]:
 def summary_text(body: dict[str, Any]) -> str:
     """The deterministic answer: the last line of the last user text, capped at 40 words and maxTokens."""
     texts = user_texts(body)
-    lines = [line.strip() for line in (texts[-1] if texts else "").splitlines()]
-    lines = [line for line in lines if line and not line.startswith("<")]
-    words = (lines[-1] if lines else "nothing to summarize").split()
-    cap = min(40, int((body.get("inferenceConfig") or {}).get("maxTokens") or 40))
-    return "Summary: " + " ".join(words[:cap])
+    return scripted.summary_of(texts[-1] if texts else "", (body.get("inferenceConfig") or {}).get("maxTokens"))
 
 
 def example(schema: dict[str, Any], text: str) -> Any:
@@ -122,15 +116,11 @@ def default_answer(body: dict[str, Any]) -> str:
 CACHE_MIN_TOKENS = 1024
 
 
-def _rough_tokens(text: str) -> int:
-    return len(text) // 4 + 1
-
-
 def prompt_tokens(body: dict[str, Any]) -> int:
     """The prompt's size as this server counts it (usage.inputTokens and the context window check)."""
-    system = sum(_rough_tokens(b["text"]) for b in body.get("system", []) if isinstance(b, dict) and "text" in b)
+    system = sum(rough_tokens(b["text"]) for b in body.get("system", []) if isinstance(b, dict) and "text" in b)
     return system + sum(
-        _rough_tokens(json.dumps(m.get("content"))) + 4 for m in body.get("messages", []) if isinstance(m, dict)
+        rough_tokens(json.dumps(m.get("content"))) + 4 for m in body.get("messages", []) if isinstance(m, dict)
     )
 
 
@@ -163,48 +153,23 @@ def converse_problem(body: Any) -> str | None:
     return None
 
 
-class BedrockServer:
-    """A threaded HTTP server on 127.0.0.1 that records requests and answers as scripted."""
+class BedrockServer(ScriptedServer):
+    """A threaded HTTP server on 127.0.0.1 that records requests and answers as scripted. Its `url` is the endpoint to
+    give the client (AWS_ENDPOINT_URL_BEDROCK_RUNTIME, or endpoint_url)."""
+
+    MODES = MODES
+    STANDALONE = Standalone("Bedrock server", 8002, "AWS_ENDPOINT_URL_BEDROCK_RUNTIME", "a ValidationException")
+    requests: list[Recorded]
 
     def __init__(
         self, host: str = "127.0.0.1", port: int = 0, *, mode: str = "ok", max_context_tokens: int | None = None
     ):
-        self.mode = mode
-        self.max_context_tokens = max_context_tokens
-        self.structured_output = True
+        super().__init__(host, port, mode=mode, max_context_tokens=max_context_tokens)
         self.answer: Callable[[dict[str, Any]], str | dict[str, Any]] = default_answer
-        self.requests: list[Recorded] = []
         self._cache: set[str] = set()  # the cached prefixes (system blocks before a cachePoint)
-        self._script: deque[str] = deque()
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-        handler = type("Handler", (_Handler,), {"bedrock": self})
-        self._httpd = ThreadingHTTPServer((host, port), handler)
-        self._httpd.daemon_threads = True
-        self._thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        """The endpoint to give the client (AWS_ENDPOINT_URL_BEDROCK_RUNTIME, or endpoint_url)."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def script(self, modes: Iterable[str]) -> None:
-        """Answer the next requests with these modes, one each, then fall back to `mode`."""
-        modes = list(modes)
-        unknown = [m for m in modes if m not in MODES]
-        if unknown:
-            raise ValueError(f"unknown modes {unknown}; known: {', '.join(MODES)}")
-        with self._lock:
-            self._script.extend(modes)
-
-    def next_mode(self) -> str:
-        with self._lock:
-            return self._script.popleft() if self._script else self.mode
-
-    def record(self, recorded: Recorded) -> None:
-        with self._lock:
-            self.requests.append(recorded)
+    def handler(self) -> type[_Handler]:
+        return type("Handler", (_Handler,), {"bedrock": self})
 
     def converse(self, body: dict[str, Any], *, empty: bool = False) -> dict[str, Any]:
         config = body.get("toolConfig") or {}
@@ -216,7 +181,7 @@ class BedrockServer:
             content = [
                 {
                     "toolUse": {
-                        "toolUseId": f"tooluse_{next(self._ids)}",
+                        "toolUseId": f"tooluse_{self.next_id()}",
                         "name": c["name"],
                         "input": c.get("arguments", {}),
                     }
@@ -230,12 +195,12 @@ class BedrockServer:
                 given = json.loads(answer)
             except ValueError:
                 given = {"answer": answer}  # a tool's input is always a JSON object
-            content = [{"toolUse": {"toolUseId": f"tooluse_{next(self._ids)}", "name": name, "input": given}}]
+            content = [{"toolUse": {"toolUseId": f"tooluse_{self.next_id()}", "name": name, "input": given}}]
             stop, text = "tool_use", answer
         else:
             content = [{"text": answer}] if answer else []
             stop, text = "end_turn", answer
-        inputs, outputs = prompt_tokens(body), _rough_tokens(text)
+        inputs, outputs = prompt_tokens(body), rough_tokens(text)
         usage = {"inputTokens": inputs, "outputTokens": outputs, "totalTokens": inputs + outputs}
         cached = self._cached(body)
         if cached is not None:  # (Converse counts the cache's reads and writes apart from inputTokens)
@@ -258,7 +223,7 @@ class BedrockServer:
         if at is None:
             return None
         prefix = system[:at]
-        tokens = sum(_rough_tokens(b.get("text", "")) for b in prefix)
+        tokens = sum(rough_tokens(b.get("text", "")) for b in prefix)
         if tokens < CACHE_MIN_TOKENS:
             return 0, 0
         key = json.dumps(prefix, sort_keys=True)
@@ -279,7 +244,7 @@ class BedrockServer:
                 return 400, {"message": f"dimensions: {dimensions} is not one of 256, 512, 1024"}
             return 200, {
                 "embedding": HashedEmbedder(dimensions).embed([text])[0],
-                "inputTextTokenCount": _rough_tokens(text),
+                "inputTextTokenCount": rough_tokens(text),
             }
         if model.startswith("cohere.embed"):
             texts = body.get("texts")
@@ -290,37 +255,19 @@ class BedrockServer:
             vectors = HashedEmbedder(body.get("output_dimension", 1024)).embed(texts)
             embeddings = {"float": vectors} if "float" in (body.get("embedding_types") or ()) else vectors
             return 200, {
-                "id": f"emb-{next(self._ids)}",
+                "id": f"emb-{self.next_id()}",
                 "texts": texts,
                 "embeddings": embeddings,
                 "response_type": "embeddings_by_type" if isinstance(embeddings, dict) else "embeddings_floats",
             }
         return 404, {"message": f"Model {model} is not an embedding model this server knows"}
 
-    def start(self) -> BedrockServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="bedrock-server", daemon=True)
-        self._thread.start()
-        return self
 
-    def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> BedrockServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ScriptedHandler):
     bedrock: BedrockServer
-    protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        pass
+    def answer_headers(self) -> dict[str, str]:
+        return {"x-amzn-RequestId": f"req-{self.bedrock.next_id()}"}
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -364,45 +311,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, error_type: str, message: str) -> None:
         self._json(status, {"message": message}, {"x-amzn-ErrorType": f"{error_type}:http://internal.amazon.com/"})
 
-    def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        self._send(status, json.dumps(payload).encode(), headers)
-
-    def _send(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("x-amzn-RequestId", f"req-{next(self.bedrock._ids)}")
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up
-
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Local Bedrock Runtime-compatible server for Precis development")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8002)
-    parser.add_argument("--mode", choices=MODES, default="ok")
-    parser.add_argument(
-        "--max-context-tokens",
-        type=int,
-        default=None,
-        help="answer longer prompts with a ValidationException (input too long)",
-    )
-    args = parser.parse_args(argv)
-    server = BedrockServer(args.host, args.port, mode=args.mode, max_context_tokens=args.max_context_tokens)
-    print(
-        f"Bedrock server on {server.url} (mode {args.mode}); AWS_ENDPOINT_URL_BEDROCK_RUNTIME={server.url}", flush=True
-    )
-    try:
-        server._httpd.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server._httpd.server_close()
+    scripted.main(BedrockServer, argv)
 
 
 if __name__ == "__main__":

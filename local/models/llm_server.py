@@ -24,16 +24,15 @@ Standalone: `python -m local.models.llm_server --port 8001 [--max-context-tokens
 
 from __future__ import annotations
 
-import argparse
-import itertools
 import json
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from local.models import scripted
+from local.models.scripted import ScriptedHandler, ScriptedServer, Standalone, rough_tokens
 
 MODES = ("ok", "400", "401", "429", "500", "garbage", "nochoices", "empty", "nousage", "hang", "context_length")
 PATHS = ("/v1/chat/completions", "/chat/completions")
@@ -62,11 +61,8 @@ class Reported:
 def summary_text(body: dict[str, Any]) -> str:
     """The deterministic answer: the last line of the last user message, capped at 40 words and max_tokens."""
     user = [m.get("content") for m in body.get("messages", []) if isinstance(m, dict) and m.get("role") == "user"]
-    lines = [line.strip() for line in str(user[-1] if user else "").splitlines()]
-    lines = [line for line in lines if line and not line.startswith("<")]
-    words = (lines[-1] if lines else "nothing to summarize").split()
-    cap = min(40, int(body.get("max_tokens") or body.get("max_completion_tokens") or 40))
-    return "Summary: " + " ".join(words[:cap])
+    cap = body.get("max_tokens") or body.get("max_completion_tokens")
+    return scripted.summary_of(str(user[-1] if user else ""), cap)
 
 
 # OpenAI's prompt caching: automatic for prompts of 1,024 tokens or more, served in steps of 128 tokens of a prefix
@@ -82,14 +78,9 @@ def _common_prefix(a: str, b: str) -> int:
     return n
 
 
-def _rough_tokens(text: str) -> int:
-    # About four characters a token: realistic enough, and distinct from tiktoken so tests see whose count it is.
-    return len(text) // 4 + 1
-
-
 def prompt_tokens(body: dict[str, Any]) -> int:
     """The prompt's size as this server counts it (usage.prompt_tokens, and the context window check)."""
-    return sum(_rough_tokens(str(m.get("content", ""))) + 4 for m in body.get("messages", []) if isinstance(m, dict))
+    return sum(rough_tokens(str(m.get("content", ""))) + 4 for m in body.get("messages", []) if isinstance(m, dict))
 
 
 _PUNCTUATION = ".,!?;:()[]'\""
@@ -113,8 +104,12 @@ def test_embedding(text: str, dimensions: int = 256) -> list[float]:
     return [x / norm for x in vector] if any(vector) else [1.0] + [0.0] * (dimensions - 1)
 
 
-class LLMServer:
+class LLMServer(ScriptedServer):
     """A threaded HTTP server on 127.0.0.1 that records requests and answers as scripted."""
+
+    MODES = MODES
+    STANDALONE = Standalone("LLM server", 8001, "OPENAI_BASE_URL", "HTTP 400 context_length_exceeded")
+    requests: list[Recorded]
 
     def __init__(
         self,
@@ -126,53 +121,27 @@ class LLMServer:
         hang_seconds: float = 5.0,
         max_context_tokens: int | None = None,
     ):
-        self.mode = mode
-        self.max_context_tokens = max_context_tokens
-        self.structured_output = True
+        super().__init__(host, port, mode=mode, max_context_tokens=max_context_tokens)
         self.retry_after = retry_after
         self.hang_seconds = hang_seconds
         self.answer: Callable[[dict[str, Any]], str | dict[str, Any]] = summary_text
-        self.requests: list[Recorded] = []
         self.reported: list[Reported] = []  # every usage block answered, in order
         self._prompts: deque[str] = deque(maxlen=256)  # the long prompts seen last (the prompt cache)
-        self._script: deque[str] = deque()
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._ids = itertools.count(1)
-        handler = type("Handler", (_Handler,), {"llm": self})
-        self._httpd = ThreadingHTTPServer((host, port), handler)
-        self._httpd.daemon_threads = True
-        self._thread: threading.Thread | None = None
+
+    def handler(self) -> type[_Handler]:
+        return type("Handler", (_Handler,), {"llm": self})
 
     @property
     def url(self) -> str:
         """The base URL to give an OpenAI client (ends in /v1)."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def script(self, modes: Iterable[str]) -> None:
-        """Answer the next requests with these modes, one each, then fall back to `mode`."""
-        modes = list(modes)
-        unknown = [m for m in modes if m not in MODES]
-        if unknown:
-            raise ValueError(f"unknown modes {unknown}; known: {', '.join(MODES)}")
-        with self._lock:
-            self._script.extend(modes)
-
-    def next_mode(self) -> str:
-        with self._lock:
-            return self._script.popleft() if self._script else self.mode
-
-    def record(self, recorded: Recorded) -> None:
-        with self._lock:
-            self.requests.append(recorded)
+        return f"{super().url}/v1"
 
     def completion(self, body: dict[str, Any], *, usage: bool = True, content: str | None = None) -> dict[str, Any]:
         answer = self.answer(body) if content is None else content
         if isinstance(answer, dict):  # {"tool_calls": [{"name", "arguments"}]}: the model calls tools
             calls = [
                 {
-                    "id": f"call_{next(self._ids)}",
+                    "id": f"call_{self.next_id()}",
                     "type": "function",
                     "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments", {}))},
                 }
@@ -183,7 +152,7 @@ class LLMServer:
             text = answer
             message, finish = {"role": "assistant", "content": text}, "stop"
         reply: dict[str, Any] = {
-            "id": f"chatcmpl-local-{next(self._ids)}",
+            "id": f"chatcmpl-local-{self.next_id()}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": f"{body.get('model', 'local')}-local",
@@ -191,7 +160,7 @@ class LLMServer:
         }
         if usage:
             prompt = prompt_tokens(body)
-            completion = _rough_tokens(text)
+            completion = rough_tokens(text)
             reply["usage"] = {
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,
@@ -219,31 +188,9 @@ class LLMServer:
             else CACHE_MIN_TOKENS + (tokens - CACHE_MIN_TOKENS) // CACHE_STEP_TOKENS * CACHE_STEP_TOKENS
         )
 
-    def start(self) -> LLMServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="llm-server", daemon=True)
-        self._thread.start()
-        return self
 
-    def close(self) -> None:
-        self._stopping.set()  # wakes hanging handlers so shutdown does not wait for them
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> LLMServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ScriptedHandler):
     llm: LLMServer
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        pass
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/v1/models", "/models"):
@@ -345,7 +292,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif mode == "empty":
             self._json(200, llm.completion(body, content=""))
         elif mode == "hang":
-            llm._stopping.wait(llm.hang_seconds)
+            llm.pause(llm.hang_seconds)
             self._json(200, llm.completion(body))
         else:
             self._json(200, llm.completion(body, usage=mode != "nousage"))
@@ -364,8 +311,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.llm.record(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body, "ok"))
         usage = {
-            "prompt_tokens": sum(_rough_tokens(t) for t in texts),
-            "total_tokens": sum(_rough_tokens(t) for t in texts),
+            "prompt_tokens": sum(rough_tokens(t) for t in texts),
+            "total_tokens": sum(rough_tokens(t) for t in texts),
         }
         with self.llm._lock:
             self.llm.reported.append(Reported("embeddings", body, body.get("model", "local"), usage))
@@ -382,42 +329,9 @@ class _Handler(BaseHTTPRequestHandler):
             },
         )
 
-    def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        self._send(status, json.dumps(payload).encode(), "application/json", headers)
-
-    def _send(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (a timeout test): nothing to answer
-
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Local OpenAI-compatible server for Precis development")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8001)
-    parser.add_argument("--mode", choices=MODES, default="ok")
-    parser.add_argument(
-        "--max-context-tokens",
-        type=int,
-        default=None,
-        help="answer longer prompts with HTTP 400 context_length_exceeded",
-    )
-    args = parser.parse_args(argv)
-    server = LLMServer(args.host, args.port, mode=args.mode, max_context_tokens=args.max_context_tokens)
-    print(f"LLM server on {server.url} (mode {args.mode}); OPENAI_BASE_URL={server.url}", flush=True)
-    try:
-        server._httpd.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server._httpd.server_close()
+    scripted.main(LLMServer, argv)
 
 
 if __name__ == "__main__":

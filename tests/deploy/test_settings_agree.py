@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from local.template import ROOT, TEMPLATE, _parse, _Tag, load_template
+from deploy.template import ROOT, TEMPLATE, Tag, parse
+from local.template import load_template
 from local.worker import PASS_THROUGH
 from precis.schemas.summary_settings import SummaryConfig
 from precis.settings import ENVIRONMENT, SUMMARY_ENV, Settings, get_settings
 
-RAW = _parse(TEMPLATE.read_text())
+RAW = parse(TEMPLATE.read_text())
 PARAMETERS: dict[str, Any] = RAW["Parameters"]
 README = (ROOT / "README.md").read_text()
 VARIABLE = {field: variable for field, (variable, _) in ENVIRONMENT.items()}
@@ -92,11 +93,11 @@ def template_environment() -> dict[str, tuple[str, Any]]:
 
 def parameter_of(value: Any) -> str | None:
     """The template parameter a variable's value comes from: `!Ref P`, or `!If [HasP, !Ref P, !Ref AWS::NoValue]`."""
-    if isinstance(value, _Tag) and value.name == "If":
+    if isinstance(value, Tag) and value.name == "If":
         _, chosen, otherwise = value.value
         assert (otherwise.name, otherwise.value) == ("Ref", "AWS::NoValue"), value
         value = chosen
-    if isinstance(value, _Tag) and value.name == "Ref" and value.value in PARAMETERS:
+    if isinstance(value, Tag) and value.name == "Ref" and value.value in PARAMETERS:
         return value.value
     return None
 

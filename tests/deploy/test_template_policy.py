@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
+from deploy.template import ROOT, TEMPLATE, Tag, parse
 from local import iam
-from local.template import ROOT, TEMPLATE, _parse, _Tag, load_template
+from local.template import load_template
 
-RAW = _parse(TEMPLATE.read_text())
+RAW = parse(TEMPLATE.read_text())
 RESOURCES: dict[str, Any] = RAW["Resources"]
 PARAMETERS: dict[str, Any] = RAW.get("Parameters", {})
 GLOBAL_FUNCTION: dict[str, Any] = RAW.get("Globals", {}).get("Function", {})
@@ -182,7 +183,7 @@ SECRET_LOOKING = re.compile(r"^(sk-|eyJ|AKIA|ASIA|ghp_|xox[bap]-|-----BEGIN)")
 
 def _text(value: Any) -> str:
     """A policy resource as text: `!GetAtt Table.Arn` is "${Table.Arn}", a `!Sub` its template."""
-    if isinstance(value, _Tag):
+    if isinstance(value, Tag):
         if value.name == "GetAtt":
             return "${%s}" % (value.value if isinstance(value.value, str) else ".".join(value.value))  # noqa: UP031
         if value.name == "Ref":
@@ -200,7 +201,7 @@ def _text(value: Any) -> str:
 
 def _is_bedrock_region(value: Any) -> bool:
     """`!If [HasBedrockRegion, !Ref BedrockRegion, !Ref AWS::Region]`: the region the functions call."""
-    if not (isinstance(value, _Tag) and value.name == "If"):
+    if not (isinstance(value, Tag) and value.name == "If"):
         return False
     condition, chosen, otherwise = value.value
     return (
@@ -214,7 +215,7 @@ def _model_or_default(value: Any) -> str:
     """The parameter of `!If [HasXModel, !Ref XModel, !FindInMap [BedrockDefaults, Models, Key]]`: the model the
     functions ask for, the parameter's when set, else the same default the settings pick (see
     test_the_bedrock_defaults_are_the_ones_the_functions_ask_for)."""
-    assert isinstance(value, _Tag) and value.name == "If", value
+    assert isinstance(value, Tag) and value.name == "If", value
     condition, chosen, otherwise = value.value
     assert (chosen.name, otherwise.name) == ("Ref", "FindInMap"), value
     assert condition == f"Has{chosen.value}" and RAW["Conditions"][condition].name == "Not", value
@@ -233,7 +234,7 @@ def _listed(value: Any) -> list:
 
 
 def _no_value(value: Any) -> bool:
-    return isinstance(value, _Tag) and (value.name, value.value) == ("Ref", "AWS::NoValue")
+    return isinstance(value, Tag) and (value.name, value.value) == ("Ref", "AWS::NoValue")
 
 
 def shared_policy(name: str) -> dict[str, Any]:
@@ -253,7 +254,7 @@ def _policy_statements(logical_id: str) -> list[tuple[str | None, dict[str, Any]
     assert "Role" not in props, f"{logical_id}: a role of its own escapes this test; extend it first"
     out: list[tuple[str | None, dict[str, Any]]] = []
     for policy in _listed(props.get("Policies", [])):
-        if isinstance(policy, _Tag):  # a managed policy of the template, perhaps under a condition
+        if isinstance(policy, Tag):  # a managed policy of the template, perhaps under a condition
             condition = None
             if policy.name == "If":
                 condition, policy, otherwise = policy.value
@@ -269,7 +270,7 @@ def _policy_statements(logical_id: str) -> list[tuple[str | None, dict[str, Any]
         )
         for statement in policy["Statement"]:
             condition = None
-            if isinstance(statement, _Tag):  # a grant under a condition: the statement, or nothing
+            if isinstance(statement, Tag):  # a grant under a condition: the statement, or nothing
                 assert statement.name == "If", statement
                 condition, statement, otherwise = statement.value
                 assert condition in RAW["Conditions"] and _no_value(otherwise), statement
@@ -301,7 +302,7 @@ def environment(logical_id: str | None = None) -> dict[str, Any]:
 
 
 def sub_text(value: Any) -> str:
-    assert isinstance(value, _Tag) and value.name == "Sub" and isinstance(value.value, str), value
+    assert isinstance(value, Tag) and value.name == "Sub" and isinstance(value.value, str), value
     return value.value
 
 
@@ -325,13 +326,13 @@ def test_no_iam_resources_outside_the_functions_policies():
         p.value
         for props in FUNCTIONS.values()
         for p in _listed(props.get("Policies", []))
-        if isinstance(p, _Tag) and p.name == "Ref"
+        if isinstance(p, Tag) and p.name == "Ref"
     }
     listed |= {
         p.value[1].value
         for props in FUNCTIONS.values()
         for p in _listed(props.get("Policies", []))
-        if isinstance(p, _Tag) and p.name == "If"
+        if isinstance(p, Tag) and p.name == "If"
     }
     shared = {lid for lid, res in RESOURCES.items() if res["Type"] == "AWS::IAM::ManagedPolicy"}
     assert shared == listed, f"managed policies no function lists: {sorted(shared - listed)}"
@@ -557,7 +558,7 @@ def deployed() -> dict[str, Any]:
 
 def _as_json(value: Any) -> Any:
     """A policy list entry as SAM's transform writes it (`!Ref P` is {"Ref": "P"})."""
-    if isinstance(value, _Tag):
+    if isinstance(value, Tag):
         return {"Ref" if value.name == "Ref" else f"Fn::{value.name}": _as_json(value.value)}
     return [_as_json(v) for v in value] if isinstance(value, list) else value
 
@@ -570,7 +571,7 @@ def test_sam_adds_only_the_managed_policies_aws_requires(deployed):
     for lid, props in roles.items():
         ours = [a for a in props.get("ManagedPolicyArns", []) if not isinstance(a, str)]
         function = FUNCTIONS.get(lid.removesuffix("Role"), {})
-        assert ours == [_as_json(p) for p in _listed(function.get("Policies", [])) if isinstance(p, _Tag)], lid
+        assert ours == [_as_json(p) for p in _listed(function.get("Policies", [])) if isinstance(p, Tag)], lid
     for lid, resource in deployed["Resources"].items():
         if resource["Type"] == "AWS::IAM::ManagedPolicy":
             assert not {"Roles", "Users", "Groups"} & set(resource["Properties"]), lid
@@ -681,7 +682,7 @@ def test_the_api_is_throttled_and_its_access_logged():
 )
 def test_each_stream_consumer_has_reserved_concurrency(consumer):
     reserved = FUNCTIONS[consumer].get("ReservedConcurrentExecutions")
-    if isinstance(reserved, _Tag):  # a parameter: its default and its floor
+    if isinstance(reserved, Tag):  # a parameter: its default and its floor
         assert reserved.name == "Ref"
         parameter = PARAMETERS[reserved.value]
         reserved = parameter["Default"]
@@ -711,15 +712,15 @@ def _variables() -> list[tuple[str, str, Any]]:
 def test_no_secret_is_in_an_environment_variable():
     for owner, name, value in _variables():
         counted = (
-            isinstance(value, _Tag) and value.name == "Ref" and PARAMETERS.get(value.value, {}).get("Type") == "Number"
+            isinstance(value, Tag) and value.name == "Ref" and PARAMETERS.get(value.value, {}).get("Type") == "Number"
         )
         if set(name.upper().split("_")) & SENSITIVE_WORDS and not counted:  # a number of tokens is no token
             # Only the secret's name may be here (PRECIS_SECRET_NAME); the value is read at run time.
             assert name.endswith(("_NAME", "_ARN")), f"{owner}: {name} looks like it carries a secret"
-            assert isinstance(value, _Tag) and value.name == "Ref" and value.value in PARAMETERS, (owner, name)
+            assert isinstance(value, Tag) and value.name == "Ref" and value.value in PARAMETERS, (owner, name)
         if isinstance(value, str):
             assert not SECRET_LOOKING.match(value), f"{owner}: {name} holds what looks like a credential"
-        refs = [value.value] if isinstance(value, _Tag) and value.name == "Ref" else []
+        refs = [value.value] if isinstance(value, Tag) and value.name == "Ref" else []
         assert not [r for r in refs if PARAMETERS.get(r, {}).get("NoEcho")], f"{owner}: {name} holds a NoEcho value"
     assert "PRECIS_JWT_SECRET" not in {name for _, name, _ in _variables()}  # deployed: Secrets Manager only
 

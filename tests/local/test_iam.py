@@ -210,10 +210,10 @@ def template_roles(environment: dict | None = None, text: str | None = None) -> 
 
 
 def _template_from(text: str):
-    from local.template import _parse
+    from deploy.template import parse
 
     tpl = load_template()
-    tpl.raw = _parse(text)
+    tpl.raw = parse(text)
     return tpl
 
 

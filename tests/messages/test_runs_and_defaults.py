@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from local.template import TEMPLATE, _parse, _Tag, template
+from deploy.template import TEMPLATE, Tag, parse
+from local.template import template
 from local.worker import PASS_THROUGH, function_environment
 from precis.configuration import summary_config
 from precis.settings import SUMMARY_ENV, Settings, SettingsError, get_settings
@@ -326,11 +327,11 @@ def test_settings_made_in_code_are_checked_too():
 
 
 def test_every_default_is_a_template_parameter_passed_to_every_function():
-    raw = _parse(TEMPLATE.read_text())
+    raw = parse(TEMPLATE.read_text())
     variables = raw["Globals"]["Function"]["Environment"]["Variables"]
     for field, (variable, parameter) in SUMMARY_ENV.items():
         value = variables[variable]
-        assert isinstance(value, _Tag) and value.name == "Ref" and value.value == parameter, field
+        assert isinstance(value, Tag) and value.name == "Ref" and value.value == parameter, field
         assert parameter in raw["Parameters"], parameter
         assert variable in PASS_THROUGH, f"{variable}: `make dev` could not override it"
     numbers = {"token_threshold", "keep_recent_runs", "keep_runs", "max_output_tokens"}
