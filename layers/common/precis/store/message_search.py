@@ -19,12 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
-
 from precis.lexical import fuse, rank_texts
 from precis.store import filters as filtering
-from precis.store import keys, text_index
-from precis.store.db import Db, batch_get, error_code, to_item
+from precis.store import keys, leases, text_index
+from precis.store.db import Db, batch_get, to_item
 from precis.store.messages import VIEW_FIELDS, Base, MessageItem, as_message, message_view, with_bodies
 from precis.store.resources import SessionItem, gone_sessions, session_item
 from precis.store.vectors import MAX_TOP_K, search_index, vector_attribute
@@ -177,12 +175,7 @@ def index_unit(db: Db, ws: str, session_id: str, unit: str, members: Sequence[Me
 
 
 def _release(db: Db, ws: str, session_id: str) -> None:
-    db.client.update_item(
-        TableName=db.table,
-        Key=to_item(keys.text_repair_lease(ws, session_id)),
-        UpdateExpression="REMOVE #until",
-        ExpressionAttributeNames={"#until": "until"},
-    )
+    leases.release(db, keys.text_repair_lease(ws, session_id))
 
 
 # ---------------------------------------------------------------- the upgrade's backfill (deploy/reindex.py)
@@ -386,20 +379,7 @@ def _wait_for_texts(
 
 
 def _lease(db: Db, ws: str, session_id: str, now: float) -> bool:
-    try:
-        db.client.update_item(
-            TableName=db.table,
-            Key=to_item(keys.text_repair_lease(ws, session_id)),
-            UpdateExpression="SET #until = :u",
-            ConditionExpression="attribute_not_exists(#until) OR #until < :now",
-            ExpressionAttributeNames={"#until": "until"},
-            ExpressionAttributeValues=to_item({":u": now + REPAIR_LEASE_S, ":now": now}),
-        )
-        return True
-    except ClientError as exc:
-        if error_code(exc) != "ConditionalCheckFailedException":
-            raise
-        return False
+    return leases.take(db, keys.text_repair_lease(ws, session_id), now + REPAIR_LEASE_S, now)
 
 
 def _put(db: Db, ws: str, session_id: str, incarnation: str | None, items: list[dict[str, Any]]) -> int:
