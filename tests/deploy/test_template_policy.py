@@ -65,7 +65,7 @@ TABLE_ACTIONS = {
         "dynamodb:ConditionCheckItem",
     },
     # The deriver reads messages and members, writes conclusions in transactions, looks for near duplicates, and
-    # writes and deletes message search items in batches (store/message_search.py, store/records.py).
+    # writes and deletes message search items in batches (store/message_search/, store/records.py).
     "DeriveFunction": {
         "dynamodb:GetItem",
         "dynamodb:Query",

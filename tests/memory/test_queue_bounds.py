@@ -89,7 +89,7 @@ def test_a_job_being_applied_leaves_the_flush_alone_and_a_waiting_batch_keeps_it
 
 def test_one_sessions_status_reads_a_bounded_number_of_messages_and_counts_the_rest_as_pending(ws):
     from precis.memory.queue import SESSION_READ_MAX
-    from precis.summaries.runner import SUMMARIES_READ_MAX
+    from precis.summaries.due import SUMMARIES_READ_MAX
 
     posted = SESSION_READ_MAX + 500
     for start in range(0, posted, 100):

@@ -339,8 +339,8 @@ def never_sleep(seconds: float) -> None:
 def died() -> None:
     """The interrupted call's requests still in flight on the index's threads end (as an invocation's would with it):
     its pool is shut down, waiting for them, and the next call makes a new one."""
-    text_index._pool().shutdown(wait=True)
-    text_index._pool.cache_clear()
+    text_index.items.pool().shutdown(wait=True)
+    text_index.items.pool.cache_clear()
 
 
 def merge_all(db: Db, ws: str = "ws1") -> int:
@@ -562,14 +562,14 @@ def test_a_word_common_to_tens_of_thousands_of_texts_is_chunked_and_still_ranks_
     chunks = sorted(from_item(i)["SK"] for i in items if from_item(i)["SK"].startswith("W"))
     assert chunks == [f"W{coffee}#0000", f"W{coffee}#0001"]  # (24,000 postings: two chunks)
     assert max(map(item_bytes, items)) < ITEM_MAX_BYTES
-    assert text_index._segment_docs(map(from_item, items)) == list(segment.docs)  # the round trip
+    assert text_index.segments.segment_docs(map(from_item, items)) == list(segment.docs)  # the round trip
     first_chunk = unpack(next(from_item(i)["z"] for i in items if from_item(i)["SK"] == f"W{coffee}#0000"))
     counts = [first_chunk[i + 1] for i in range(0, len(first_chunk), 4)]
     assert counts == sorted(counts, reverse=True) and counts[0] == 11  # the best postings first
 
     for start in range(0, len(items), 25):
         ws.client.batch_write_item(RequestItems={ws.table: [{"PutRequest": {"Item": i}} for i in items[start:][:25]]})
-    assert text_index._commit(ws, "ws1", text_index.read_manifest(ws, "ws1"), [entry], (), ())
+    assert text_index.manifest.commit(ws, "ws1", text_index.read_manifest(ws, "ws1"), [entry], (), ())
     for query, k in (("coffee", 10), ("coffee coffee lisbon", 25), ("budget coffee", 3), ("alice coffee", 40)):
         budget = text_index.Budget()
         assert_ranks(text_index.rank_workspace(ws, "ws1", query, k, budget=budget), bm25(corpus, query), k, query)
@@ -599,16 +599,16 @@ def test_a_segment_of_thirty_thousand_sessions_fits_its_items_and_a_purge_finds_
     assert len(lists) > 30 and [x for part in lists for x in part] == ids
     for start in range(0, len(items), 25):
         ws.client.batch_write_item(RequestItems={ws.table: [{"PutRequest": {"Item": i}} for i in items[start:][:25]]})
-    assert text_index._commit(ws, "ws1", text_index.read_manifest(ws, "ws1"), [entry], (), ())
+    assert text_index.manifest.commit(ws, "ws1", text_index.read_manifest(ws, "ws1"), [entry], (), ())
     manifest = text_index.read_manifest(ws, "ws1")
     edges = [part[0] for part in lists] + [part[-1] for part in lists]
     for session in sorted({*edges, *ids[::997]}):
         with dynamodb_requests() as seen:
-            assert text_index._holding(ws, "ws1", manifest, session) == {entry["id"]}, session
+            assert text_index.merging._holding(ws, "ws1", manifest, session) == {entry["id"]}, session
         assert [op for op, _ in seen] == ["BatchGetItem", "BatchGetItem"]
         assert [len(wanted["Keys"]) for wanted in seen[1][1]["RequestItems"].values()] == [1]  # one part
     for other in ("0", "~", ids[0][:-1], ids[4_000] + "0", ids[-1] + "0"):
-        assert text_index._holding(ws, "ws1", manifest, other) == set(), other
+        assert text_index.merging._holding(ws, "ws1", manifest, other) == set(), other
 
 
 # ---------------------------------------------------------------- read-your-writes, through the routes

@@ -19,8 +19,8 @@ from precis.store.messages import NewMessage, append_messages
 from precis.store.purge import delete_session, purge_session
 from precis.store.resources import get_or_create_workspace
 from precis.store.summaries import read_summary_state, take_summary_lease
-from precis.summaries import runner as summarize_module
 from precis.summaries.engines import SummaryResult
+from precis.summaries.runner import session as summarize_module
 from precis.summaries.runner import summarize_under_lease
 from tests.handlers import invoke
 from tests.stream import message_records, stream_record

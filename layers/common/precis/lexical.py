@@ -6,7 +6,7 @@ search's scope (a workspace's messages, one peer's, one session's, a collection'
 (`Stats`) are exact counts, so the score is the textbook's over exactly those texts.
 
 `rank_texts` ranks a small corpus whole (a session's texts, a collection's conclusions; the workspace's index,
-`store/text_index.py`, scores what its postings name the same way). Ties go to the smaller key. `fuse` blends a BM25
+`store/text_index/`, scores what its postings name the same way). Ties go to the smaller key. `fuse` blends a BM25
 ranking with a semantic one by weighted reciprocal rank (BM25's share `LEXICAL_WEIGHT`). Everything here is pure: no
 I/O.
 """

@@ -87,7 +87,7 @@ def _session_status(
     )
     if not sender and not observer:
         # the summary strategies: only this route's requests pay for them
-        from precis.summaries.runner import summaries_due
+        from precis.summaries.due import summaries_due
 
         pending += summaries_due(db, ws, session_id, session, workspace)
     return _units(done, in_progress, pending)

@@ -27,14 +27,13 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from precis.errors import Conflict, Throttled
-from precis.store import keys
+from precis.store import keys, leases
 from precis.store.conclusions import delete_collections, purge_session_conclusions
 from precis.store.db import Db, cancellation_codes, each, from_item, query_all, to_item, transact
 from precis.store.messages import tail_seq
 from precis.store.records import delete_keys, utcnow
 from precis.store.resources import (
     DELETE_LEASE_S,
-    is_condition_failure,
     partition_items,
     read_session_item,
     request_purge,
@@ -189,27 +188,14 @@ def copying_clones(db: Db, ws: str, session_id: str, incarnation: str | None) ->
 def delete_workspace(db: Db, ws: str) -> None:
     """Delete a workspace that has no live sessions: mark it (creates inside it then fail), check, remove."""
     now = int(time.time())
-    try:
-        db.client.update_item(
-            TableName=db.table,
-            Key=to_item(keys.workspace(ws)),
-            UpdateExpression="SET deleting_until = :until",
-            ConditionExpression="attribute_exists(PK) AND "
-            "(attribute_not_exists(deleting_until) OR deleting_until < :now)",
-            ExpressionAttributeValues=to_item({":until": now + DELETE_LEASE_S, ":now": now}),
-        )
-    except ClientError as exc:
-        if not is_condition_failure(exc):
-            raise
+    if not leases.take(db, keys.workspace(ws), now + DELETE_LEASE_S, now, name="deleting_until", existing=True):
         require_workspace(db, ws)
-        raise Conflict(f"workspace '{ws}' is already being deleted; retry in a minute") from None
+        raise Conflict(f"workspace '{ws}' is already being deleted; retry in a minute")
     items = partition_items(db, f"WS#{ws}")
     # Sessions already deleted do not block: the stream consumer is purging them.
     sessions = [i["id"] for i in items if i["SK"].startswith("SESSION#") and "deleted_at" not in i]
     if sessions:
-        db.client.update_item(
-            TableName=db.table, Key=to_item(keys.workspace(ws)), UpdateExpression="REMOVE deleting_until"
-        )
+        leases.release(db, keys.workspace(ws), name="deleting_until")
         shown = ", ".join(sessions[:5]) + (", …" if len(sessions) > 5 else "")
         raise Conflict(f"workspace '{ws}' still has {len(sessions)} session(s) ({shown}); delete them first")
     # Purged sessions leave a tombstone (and its fence) until the id is reused; a workspace delete removes them.

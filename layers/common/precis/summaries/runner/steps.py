@@ -1,46 +1,5 @@
-"""Keeping a session's summaries current: read what the strategy needs, decide, summarize in steps, store, audit.
-
-Called by the stream consumer once per session touched by a batch, through `summarize_under_lease`: one invocation
-at a time summarizes a session (with ParallelizationFactor > 1 a session's records reach several concurrent batches),
-and one that finds it busy leaves the work to the holder instead of paying for the same LLM call. Stream delivery is
-at-least-once and a lease can outlive its holder's view of the session, so every summary write is still conditional
-and bound to the session's incarnation (see `store.summaries.put_summary`).
-
-Output: no stored summary holds more tokens (tiktoken o200k, as the context counts them) than the request's cap: the
-configured `max_output_tokens`, or the tokens of what the summary replaces (the previous summary + the step's
-messages) when that is less, so a summary never takes more of a context than the history it stands for. The cap is
-sent to the engine (the LLM's max_tokens, the extractive word limit), and a text still over it (a model whose
-tokenizer differs from o200k, a server that ignores max_tokens) is cut to it here; a step that replaces nothing
-(empty messages only) stores an empty summary without a request.
-
-Long cadence summaries are built from the short ones, so the messages are read once, by the short chain: each short
-summary stored is also kept in the session's parts item (`store.summaries.SummaryPart`: its text and the messages
-its step read, in the same transaction as the summary), for as long as no long summary covers it. A long job over
-messages first..through is then one request: the previous long summary and the chain of parts whose steps read
-first..e, e the newest part's end at or before `through` (each part's step starts where the one before ended), then
-the messages after e (none when the short chain is current). Where no chain reaches back to `first` (the short job
-failed or is backing off, a clone or a session summarized before parts existed, a bulk write whose short step
-jumped past the long's end), or the chain does not fit the input budget, the long job reads the messages, as it
-always did. The long summary's cap is what it replaces: the previous long summary and the messages first..e.
-
-Size: no request holds more than `llm_max_input_tokens` of prompt (system, previous summary, messages). A larger
-job runs as steps (previous summary + the next whole runs that fit → intermediate summary → …), and each step's
-summary is stored as soon as it ends, with the job's end on it, so a later invocation continues from it
-(`strategies.decide`). A model that still answers "context length exceeded" gets half as much, never the same
-request again.
-
-Time: `remaining_s` says how long the invocation has left. No request starts unless one call of the engine
-(its timeout) and the margin to store the result fit before then, and the engine's retries stop in time too.
-
-Failures: a retryable engine error raises (the stream retries, then dead-letters; what was stored stays). Any other
-(a 400/401/404, or a prompt that cannot shrink further) ends the job for good: an audit record (S3, under the
-session's audit prefix, `…-failed-….json`), an error log line and the metric `SummaryJobsFailed`; the stream record
-succeeds, so one bad job is never a poison pill. A marker in the summary store remembers the failure, so later
-messages do not send the same doomed request again: the job is tried again once it starts elsewhere (a concurrent
-invocation stored progress), once its settings change (engine, model, endpoint, instructions, output cap, input
-budget: a fix takes effect at the next message), or once its back-off ends (10 minutes, doubling per failure in a
-row, at most a day: a fixed API key or a model back in service shows up without a new message setting).
-"""
+"""The due jobs of one session in one invocation, step by step: plan a request that fits, summarize, store, audit;
+or give the job up for good."""
 
 from __future__ import annotations
 
@@ -48,43 +7,33 @@ import hashlib
 import json
 import math
 import secrets
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any, Literal
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit
 
 from precis.concurrency import add_metric
-from precis.configuration import summary_config
-from precis.errors import Invalid
 from precis.llm import EngineError, PromptTooLong
-from precis.secrets import with_llm_key
 from precis.settings import Settings
 from precis.store.db import Db
-from precis.store.messages import MessageItem, base_of, read_from, with_bodies
-from precis.store.records import json_object
-from precis.store.resources import SessionItem, WorkspaceItem, session_and_workspace
+from precis.store.messages import MessageItem, with_bodies
 from precis.store.summaries import (
     Put,
     SummaryFailureItem,
     SummaryItem,
     SummaryPart,
     clear_failure,
-    drop_summary_lease,
     put_failure,
     put_summary,
-    read_summary_items,
-    read_summary_state,
-    release_summary_lease,
-    take_summary_lease,
     write_audit,
 )
-from precis.summaries.engines import Engine, SummaryRequest, SummaryResult, default_engine, get_engine, word_limit
+from precis.summaries.engines import Engine, SummaryRequest, SummaryResult, word_limit
 from precis.summaries.engines.prompt import build_messages, line_tokens, prompt_tokens
+from precis.summaries.runner.cuts import cut_middle, cut_to_tokens
+from precis.summaries.runner.outcome import Failed, SummaryOutcome, Written
 from precis.summaries.strategies import (
     LONG,
     SHORT,
@@ -92,246 +41,27 @@ from precis.summaries.strategies import (
     MessageRef,
     Step,
     SummaryConfig,
-    SummaryCost,
     SummaryJob,
-    decide,
     failure_holds,
-    needed_from,
     next_step,
     retry_backoff_s,
 )
-from precis.tokens import count_text, encoding
+from precis.tokens import count_text
 
 logger = Logger(child=True)
 
+
 # Left after a request for storing and auditing its summary; no request starts with less than its timeout + this.
 FINISH_MARGIN_S = 10.0
-# The lease of a caller with no deadline: Lambda's longest invocation.
-MAX_LEASE_S = 900.0
 # Tokens of short summaries kept for the next long one (the newest first): with the previous long summary (at most
 # 4,096) they fit the default input budget of 16,000, and the parts item stays far under DynamoDB's 400 KB.
 PARTS_MAX_TOKENS = 8_000
 
 
-@dataclass(frozen=True)
-class Written:
-    summary_type: str
-    covers_seq: int
-    stored: bool  # False: a concurrent or earlier invocation already stored one covering as much
-    job_through_seq: int | None = None  # a step short of its job's end: its item's stream record continues the job
-    from_parts: tuple[int, ...] = ()  # a long summary built from short ones: their covers_seq, oldest first
+JobEnd = Literal["done", "stale", "failed", "gone", "unfinished"]
 
 
-@dataclass(frozen=True)
-class Failed:
-    """A job given up for good (recorded, alarmed and remembered; see the module docstring)."""
-
-    summary_type: str
-    first_seq: int  # the step that failed: from here to through_seq nothing was summarized
-    through_seq: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class SummaryOutcome:
-    """What one call did: summaries written (steps included), jobs failed or skipped, and whether work remains."""
-
-    written: tuple[Written, ...] = ()
-    failed: tuple[Failed, ...] = ()
-    skipped: tuple[str, ...] = ()  # summary types not tried: a remembered failure's back-off is running
-    work_remains: bool = False  # stopped for time; what was stored stays, and the next call continues from it
-    runs: int = 1  # under a lease: 0 when another invocation held it (marked to run again), >1 when marks came
-
-    @property
-    def continues_by_itself(self) -> bool:
-        """A stored step short of its job's end: its summary item's stream record wakes the next invocation."""
-        return any(w.stored and w.job_through_seq for w in self.written)
-
-
-def summarize_session(
-    db: Db,
-    settings: Settings,
-    ws: str,
-    session_id: str,
-    *,
-    engine_for: Callable[[str], Engine] | None = None,
-    remaining_s: Callable[[], float] = lambda: math.inf,
-    clock: Callable[[], float] = time.time,
-) -> SummaryOutcome:
-    """Write every summary the session's strategy says is due, in steps that fit the input budget, while
-    `remaining_s()` (seconds left in the invocation) leaves time for another request.
-
-    Raises on a retryable engine failure; a job that fails for good is recorded, not raised. `clock`: epoch
-    seconds, for failure back-offs.
-    """
-    session, workspace = session_and_workspace(db, ws, session_id)
-    if session is None or workspace is None or "deleted_at" in session:
-        return SummaryOutcome()  # deleted since the message was written: nothing to keep current
-    try:
-        config = summary_config(json_object(workspace.get("configuration")), json_object(session.get("configuration")))
-    except Invalid as exc:
-        logger.warning("summary settings invalid; session skipped", extra={"detail": exc.detail})
-        return SummaryOutcome()
-    raw, markers, parts = read_summary_items(db, ws, session_id)
-    stored = {t: SummaryCost(t, s["covers_seq"], s["end_tokens"], s["token_count"]) for t, s in raw.items()}
-    first = needed_from(config, stored)
-    if first is None:
-        return SummaryOutcome()
-    # first..newest: bounded by the strategy's cadence
-    items = read_from(db, ws, session_id, first, base=base_of(session))
-    unfinished = {t: s["job_through_seq"] for t, s in raw.items() if s.get("job_through_seq")}
-    jobs = decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items], unfinished)
-    if not jobs:
-        return SummaryOutcome()
-    settings = _with_secret_key(settings)
-    name = config.engine or default_engine(settings)
-    try:
-        engine = (engine_for or (lambda n: _engine(n, settings)))(name)
-    except EngineError as exc:
-        if exc.retryable:
-            raise
-        engine = _Unusable(name, exc)
-    runner = _Runner(
-        db,
-        ws,
-        session_id,
-        session.get("incarnation"),
-        config,
-        settings,
-        engine,
-        {i["seq"]: i for i in items},
-        remaining_s,
-        clock,
-        parts.get(SHORT, []),
-        raw[LONG]["covers_seq"] if LONG in raw else 0,
-    )
-    return runner.run(jobs, raw, markers)
-
-
-SUMMARIES_READ_MAX = 1_000  # messages the queue status reads to count a session's due summaries (a bounded read)
-
-
-def summaries_due(db: Db, ws: str, session_id: str, session: SessionItem, workspace: WorkspaceItem) -> int:
-    """How many summaries the session's strategy says are due and not yet written (the queue status counts them)."""
-    try:
-        config = summary_config(json_object(workspace.get("configuration")), json_object(session.get("configuration")))
-    except Invalid:
-        return 0
-    raw, _markers = read_summary_state(db, ws, session_id)
-    stored = {t: SummaryCost(t, s["covers_seq"], s["end_tokens"], s["token_count"]) for t, s in raw.items()}
-    first = needed_from(config, stored)
-    if first is None:
-        return 0
-    items = read_from(db, ws, session_id, first, limit=SUMMARIES_READ_MAX, base=base_of(session))
-    unfinished = {t: s["job_through_seq"] for t, s in raw.items() if s.get("job_through_seq")}
-    due = len(
-        decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items], unfinished)
-    )
-    # More messages wait than one status reads: summaries are behind, so at least one is due (never 0 while they are).
-    return max(due, 1) if len(items) == SUMMARIES_READ_MAX else due
-
-
-def summarize_under_lease(
-    db: Db,
-    settings: Settings,
-    ws: str,
-    session_id: str,
-    *,
-    records: Sequence[str] = (),
-    engine_for: Callable[[str], Engine] | None = None,
-    remaining_s: Callable[[], float] = lambda: math.inf,
-    clock: Callable[[], float] = time.time,
-) -> SummaryOutcome:
-    """`summarize_session`, by one invocation at a time per session: the stream consumer's way in.
-
-    `records`: the stream sequence numbers of the caller's records for this session. The caller takes the session's
-    lease until its own deadline; if another invocation holds it, the caller marks it dirty and returns at once
-    (`runs` 0), and may acknowledge its records. The holder, done, lets go only if no mark came meanwhile; else it
-    clears the mark and summarizes again. A mark is made only while the lease is held, and a holder lets go only
-    unmarked, so every record acknowledged this way is followed by a read of the session (the holder's next run)
-    that sees its message. When the holder cannot run again (no time left, an error, a crash), its own records are
-    retried, and their retry reads the session after every mark:
-    - out of time with work left that no stored step continues, or marked with under FINISH_MARGIN_S left: the
-      lease is dropped and TimeoutError raised, so its records fail and are retried at once (a record of one's own
-      comes back; waiting for a message that may never come, or for the lease to expire, would leave the marks
-      unserved);
-    - any other error: the lease is dropped and the error raised, as before;
-    - a crash: the invocation ends without letting go; Lambda retries its batch, and the first retried record the
-      lease was taken for takes it over (`take_summary_lease`); otherwise the lease expires at the deadline.
-    Raises what summarize_session raises. `clock`: epoch seconds, for the lease and failure back-offs.
-    """
-    owner = secrets.token_hex(8)
-    until = clock() + min(remaining_s(), MAX_LEASE_S)
-    if not take_summary_lease(db, ws, session_id, owner=owner, until=until, clock=clock, records=records):
-        logger.info(
-            "session being summarized by another invocation: marked to run again", extra={"session": session_id}
-        )
-        return SummaryOutcome(runs=0)
-    outcomes: list[SummaryOutcome] = []
-    try:
-        while True:
-            outcome = summarize_session(
-                db, settings, ws, session_id, engine_for=engine_for, remaining_s=remaining_s, clock=clock
-            )
-            outcomes.append(outcome)
-            if outcome.work_remains and not outcome.continues_by_itself:
-                raise TimeoutError(f"session '{session_id}': no summary step fit the time left")
-            if release_summary_lease(db, ws, session_id, owner=owner):
-                return _merged(outcomes)
-            if remaining_s() < FINISH_MARGIN_S:
-                raise TimeoutError(f"session '{session_id}': marked to run again with no time left")
-            logger.info(
-                "session marked while being summarized: summarizing again",
-                extra={"session": session_id, "runs": len(outcomes)},
-            )
-    except BaseException:
-        try:
-            drop_summary_lease(db, ws, session_id, owner=owner)
-        except Exception as exc:  # the crash case: the retry of the records takes the lease over
-            logger.warning("summarizer lease not dropped", extra={"session": session_id, "error": str(exc)})
-        raise
-
-
-def _merged(outcomes: list[SummaryOutcome]) -> SummaryOutcome:
-    """One outcome for the runs made under one lease."""
-    return SummaryOutcome(
-        written=tuple(w for o in outcomes for w in o.written),
-        failed=tuple(f for o in outcomes for f in o.failed),
-        skipped=tuple(dict.fromkeys(t for o in outcomes for t in o.skipped)),
-        work_remains=outcomes[-1].work_remains,
-        runs=len(outcomes),
-    )
-
-
-def _with_secret_key(settings: Settings) -> Settings:
-    """Settings with the LLM API key from Secrets Manager when the environment has none (deployed stacks) and a role
-    needs it (precis.secrets.with_llm_key)."""
-    return with_llm_key(settings)
-
-
-@lru_cache(maxsize=4)
-def _engine(name: str, settings: Settings) -> Engine:
-    """One engine (and HTTP client) per cold start and configuration."""
-    return get_engine(name, settings)
-
-
-class _Unusable:
-    """Stands in for an engine that cannot be built (`llm` with neither endpoint nor key): each call fails as its
-    construction did, so each job is recorded and backed off like any request that fails for good."""
-
-    timeout = 0.0
-
-    def __init__(self, name: str, error: EngineError):
-        self.name, self.error = name, error
-
-    def summarize(self, request: SummaryRequest):
-        raise self.error
-
-
-_JobEnd = Literal["done", "stale", "failed", "gone", "unfinished"]
-
-
-class _Runner:
+class JobRunner:
     """The due jobs of one session in one invocation, step by step.
 
     `limit` starts at the configured input budget and halves whenever the model says a prompt was too long, for
@@ -399,7 +129,7 @@ class _Runner:
     def _outcome(self, *, work_remains: bool) -> SummaryOutcome:
         return SummaryOutcome(tuple(self.written), tuple(self.failed), tuple(self.skipped), work_remains)
 
-    def _job(self, job: SummaryJob, previous: str | None, failure: JobFailure | None) -> _JobEnd:
+    def _job(self, job: SummaryJob, previous: str | None, failure: JobFailure | None) -> JobEnd:
         first, previous_covers = job.first_seq, (job.previous.covers_seq if job.previous else None)
         refused: PromptTooLong | None = None  # the model's answer to the last request, when it was too long
         refused_tokens = 0
@@ -583,7 +313,7 @@ class _Runner:
         for seq in seqs:
             peer, content = self.by_seq[seq]["peer_id"], self._contents[seq]
             if seq in step.keep:
-                content = _cut(content, step.keep[seq] - self._prefix(peer))
+                content = cut_middle(content, step.keep[seq] - self._prefix(peer))
             out.append((peer, content))
         return out
 
@@ -684,7 +414,7 @@ class _Runner:
         exc: EngineError,
         failure: JobFailure | None,
         previous_covers: int | None,
-    ) -> _JobEnd:
+    ) -> JobEnd:
         """Give the job up for good: remember it (with its back-off), audit it, log it, count it."""
         if failure is not None and failure.first_seq == step.first_seq and failure.fingerprint == self.fingerprint:
             failures = failure.failures + 1  # failed again from the same start with the same settings
@@ -786,39 +516,3 @@ def _fingerprint(engine: Engine, config: SummaryConfig, settings: Settings) -> s
     if (settings.summaries_provider or settings.llm_provider) == "bedrock":  # openai's fingerprints stay as they were
         shape += ["bedrock", settings.bedrock_region]
     return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
-
-
-def cut_to_tokens(text: str, tokens: int) -> str:
-    """`text` cut to at most `tokens` tokens (at least 1), ending in an ellipsis that marks the cut."""
-    enc = encoding()
-    ids = enc.encode_ordinary(text)
-    if len(ids) <= tokens:
-        return text
-    keep = max(0, tokens - 1)
-    while True:
-        # A cut can fall inside a multi-byte character: drop the replacement characters decoding leaves there.
-        cut = enc.decode(ids[:keep]).rstrip("\ufffd").rstrip() + "…"
-        if count_text(cut) <= tokens or keep == 0:
-            return cut
-        keep -= 1  # tokens can merge differently once decoded and encoded again
-
-
-def _cut(text: str, tokens: int) -> str:
-    """`text` in about `tokens` tokens: its start and its end around a marker saying how much was left out.
-
-    A message too long for any request keeps its head (what it is: the question, the command, the file) and its
-    tail (how it ended: the answer, the error); its middle is what a summary would drop first. Splitting it over
-    several requests instead would cost an unbounded number of calls for one paste.
-    """
-    enc = encoding()
-    ids = enc.encode_ordinary(text)
-    if len(ids) <= tokens:
-        return text
-    marker = f" [… {len(ids)} tokens omitted …] "
-    keep = max(0, tokens - count_text(marker))
-    head, tail = keep - keep // 3, keep // 3
-    marker = f" [… {len(ids) - keep} tokens omitted …] "
-    # A cut can fall inside a multi-byte character: drop the replacement characters decoding leaves there.
-    start = enc.decode(ids[:head]).rstrip("\ufffd") if head else ""
-    end = enc.decode(ids[len(ids) - tail :]).lstrip("\ufffd") if tail else ""
-    return (start + marker + end).strip()

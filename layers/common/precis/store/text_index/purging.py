@@ -1,0 +1,72 @@
+"""Taking a session, or a workspace, out of the index."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+from precis.store import keys
+from precis.store.db import Db, query_all, query_first, to_item
+from precis.store.records import delete_keys
+from precis.store.text_index.items import FRESH_SHARDS, PURGE_PAGE, shard_of
+from precis.store.text_index.manifest import read_manifest
+from precis.store.text_index.merging import vacuum
+from precis.store.text_index.upgrade import delete_old_index
+
+
+def purge_session(
+    db: Db, ws: str, session_id: str, incarnation: str | None, *, time_left: Callable[[], float] = lambda: math.inf
+) -> tuple[int, bool]:
+    """Take a session's messages out of the index: its fresh units (of `incarnation`, or of none named), the segments
+    holding its messages rewritten without them (`vacuum`), its texts PURGE_PAGE at a time: (how many texts, done?).
+    Stops once `time_left()` is under zero between steps; a new call goes on. From its delete until then, every
+    search leaves its messages out (its statistics still count them)."""
+    fresh = query_all(
+        db,
+        KeyConditionExpression="PK = :pk",
+        FilterExpression="#s = :s",
+        ProjectionExpression="PK, SK, i",
+        ConsistentRead=True,
+        ExpressionAttributeNames={"#s": "s"},
+        ExpressionAttributeValues=to_item({":pk": keys.text_fresh_pk(ws, shard_of(session_id)), ":s": session_id}),
+    )
+    delete_keys(
+        db,
+        [{"PK": i["PK"], "SK": i["SK"]} for i in fresh if incarnation is None or i.get("i") in (None, incarnation)],
+    )
+    if not vacuum(db, ws, session_id, time_left=time_left):
+        return 0, False
+    deleted = 0
+    while True:
+        page = query_first(
+            db,
+            PURGE_PAGE,
+            KeyConditionExpression="PK = :pk",
+            ProjectionExpression="PK, SK",
+            ConsistentRead=True,
+            ExpressionAttributeValues=to_item({":pk": keys.text_docs_pk(ws, session_id)}),
+        )
+        if not page:
+            return deleted, True
+        deleted += delete_keys(db, page)
+        if time_left() < 0:
+            return deleted, False
+
+
+def delete_index(db: Db, ws: str, peers: Iterable[str]) -> int:
+    """Delete a workspace's index (its delete, its sessions purged): its manifest, segments and fresh shards, and
+    what the release before segments kept (`delete_old_index`: its sessions' purges under this release left it)."""
+    manifest = read_manifest(db, ws)
+    segments = [s["id"] for s in manifest.segments] + list(manifest.building) + list(manifest.replaced)
+    pks = [keys.text_segment_pk(ws, s) for s in dict.fromkeys(segments)]
+    pks += [keys.text_fresh_pk(ws, shard) for shard in range(FRESH_SHARDS)]
+    found = [keys.text_manifest(ws)]
+    for pk in pks:
+        found += query_all(
+            db,
+            KeyConditionExpression="PK = :pk",
+            ProjectionExpression="PK, SK",
+            ConsistentRead=True,
+            ExpressionAttributeValues=to_item({":pk": pk}),
+        )
+    return delete_keys(db, found) + sum(delete_old_index(db, ws, peers))
