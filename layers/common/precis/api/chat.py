@@ -48,7 +48,7 @@ _ANSWERS: "dict[int, OpenAPIResponse]" = {
 
 
 def _embed(text: str) -> list[float]:
-    from precis.memory.embeddings import configured_embedder
+    from precis.llm.embeddings import configured_embedder
 
     return configured_embedder().embed([text])[0]
 

@@ -259,7 +259,7 @@ def get_summaries(workspace_id: WorkspaceId, session_id: SessionId):
 
 
 def _embed(text: str) -> list[float]:
-    from precis.memory.embeddings import configured_embedder
+    from precis.llm.embeddings import configured_embedder
 
     return configured_embedder().embed([text])[0]
 
@@ -279,7 +279,7 @@ def list_conclusions(
 
 @router.post("/v3/workspaces/<workspace_id>/conclusions/query")
 def query_conclusions(workspace_id: WorkspaceId, body: ConclusionQuery):
-    from precis.memory.embeddings import configured_embedder
+    from precis.llm.embeddings import configured_embedder
     from precis.store import conclusions
 
     found = conclusions.query(

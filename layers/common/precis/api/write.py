@@ -199,7 +199,7 @@ def create_key(
 
 @router.post("/v3/workspaces/<workspace_id>/conclusions")
 def create_conclusions(workspace_id: WorkspaceId, body: ConclusionBatch):
-    from precis.memory.embeddings import configured_embedder
+    from precis.llm.embeddings import configured_embedder
     from precis.store import conclusions
 
     made = conclusions.create(

@@ -190,7 +190,7 @@ def _throttled(exc: Exception) -> Throttled | None:
 
 def embed_text(text: str) -> list[float]:
     """The deployment's embedding of one text, as the read routes embed a query."""
-    from precis.memory.embeddings import configured_embedder
+    from precis.llm.embeddings import configured_embedder
 
     return configured_embedder().embed([text])[0]
 

@@ -102,7 +102,7 @@ def query_conclusions(call: Call, args: QueryConclusions):
 def create_conclusions(call: Call, args: CreateConclusions):
     """Store facts about a peer directly (not derived from a conversation); a near duplicate of one already held is
     merged into it. Returns the conclusions' ids."""
-    from precis.memory.embeddings import configured_embedder
+    from precis.llm.embeddings import configured_embedder
     from precis.store import conclusions
 
     ws = call.workspace(args.workspace_id)

@@ -76,7 +76,7 @@ def query_collection(
     call: Call, ws: str, observer: str, observed: str, query: str, top_k: int, filters: dict[str, Any] | None
 ) -> list[dict[str, Any]]:
     """The (observer, observed) collection's conclusions nearest `query`, as `POST …/conclusions/query` ranks them."""
-    from precis.memory.embeddings import configured_embedder
+    from precis.llm.embeddings import configured_embedder
     from precis.store import conclusions
 
     scope = {**(filters or {}), "observer_id": observer, "observed_id": observed}
