@@ -178,7 +178,7 @@ def write_conclusions(client, table: str, ws: str, observer: str, observed: str,
     """Store `texts` as `observer`'s explicit conclusions about `observed` (no session), as the conclusions route
     stores them, with BatchWriteItem and then the store's own text-index backfill; their ids, in order. The texts
     must be distinct and not near-duplicates of each other (the route would merge those)."""
-    from precis.memory.embeddings import HashedEmbedder
+    from precis.llm.embeddings import HashedEmbedder
     from precis.settings import get_settings
     from precis.store import conclusions, keys
     from precis.store.db import to_item

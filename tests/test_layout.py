@@ -285,11 +285,12 @@ FLOORS = [
     {"store"},
     # the capabilities, each deciding in its own package and reading and writing through the store
     {"messages", "context", "summaries", "memory", "chat", "stream"},
-    # the HTTP API
-    {"api"},
-    # the MCP endpoint, a second edge that answers through the API's own reads
-    {"mcp"},
+    # the edges: the HTTP API and the MCP endpoint, each parsing, authorizing and shaping what the capabilities answer
+    {"api", "mcp"},
 ]
+# The edges stand side by side: neither imports the other, so a third (a webhook, a batch export, a queue consumer)
+# needs neither of them.
+EDGES = {"api", "mcp"}
 # (importing module, imported module): upward imports not yet moved, each a debt with its reason. None today.
 UPWARD_ALLOWED: set[tuple[str, str]] = set()
 
@@ -359,6 +360,22 @@ def _package_loops(crossings: list[tuple[str, int, str, str]]) -> list[str]:
         ]
         loops.append(" ⇄ ".join(loop) + ":\n  " + "\n  ".join(inside))
     return loops
+
+
+def _edge_crossings(crossings: list[tuple[str, int, str, str]]) -> list[str]:
+    return [_where(c) for c in crossings if {_package_of(c[2]), _package_of(c[3])} <= EDGES]
+
+
+def test_the_edge_check_sees_one_edge_importing_another():
+    assert _edge_crossings([("a.py", 4, "precis.mcp.tools.x", "precis.api.read")]) == [
+        "a.py:4 mcp -> api (precis.mcp.tools.x imports precis.api.read)"
+    ]
+    assert _edge_crossings([("a.py", 4, "precis.mcp.tools.x", "precis.context.session")]) == []
+
+
+def test_no_edge_imports_another():
+    crossing = _edge_crossings(_crossings())
+    assert not crossing, "an edge imports another:\n" + "\n".join(crossing)
 
 
 def test_no_package_imports_from_a_floor_above_its_own():

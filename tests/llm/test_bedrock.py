@@ -13,7 +13,7 @@ import pytest
 
 from local.models.bedrock_server import prompt_tokens
 from precis.llm import BadAnswer, EngineError, PromptTooLong, model_from, model_of
-from precis.memory.embeddings import BedrockEmbedder, get_embedder
+from precis.llm.embeddings import BedrockEmbedder, get_embedder
 from precis.settings import Settings, SettingsError, get_settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

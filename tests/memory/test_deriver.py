@@ -140,8 +140,8 @@ def test_concurrent_derivers_of_one_sender_derive_each_message_once_with_no_gap(
     import boto3
     from botocore.config import Config
 
+    from precis.llm.embeddings import HashedEmbedder
     from precis.memory.deriver import SessionTarget, derive_session
-    from precis.memory.embeddings import HashedEmbedder
     from precis.settings import get_settings
     from precis.store import conclusions as store
     from precis.store.db import Db
@@ -276,8 +276,8 @@ class _FailingOnce:
 def test_a_job_stopped_after_it_was_stored_is_written_by_the_next_derivation_once(ws):
     """The engine's answer is stored on the cursor before anything of it is written: a derivation that fails after
     that leaves the job there, and the next one writes it (without asking the engine again), each conclusion once."""
+    from precis.llm.embeddings import HashedEmbedder
     from precis.memory.deriver import SessionTarget, derive_session
-    from precis.memory.embeddings import HashedEmbedder
     from precis.memory.engines.extractive import ExtractiveDeriver
     from precis.settings import get_settings
     from precis.store import keys

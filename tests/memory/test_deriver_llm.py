@@ -95,8 +95,8 @@ def test_the_schedule_flushes_a_batch_that_waited_past_its_age(ws, llm_server):
     moments; then the scheduled flush itself, once the machine's clock has passed the batch's age (waited on)."""
     from datetime import UTC, datetime, timedelta
 
+    from precis.llm.embeddings import configured_embedder
     from precis.memory.deriver import SessionTarget, derive_session, due_targets
-    from precis.memory.embeddings import configured_embedder
     from precis.settings import get_settings
     from precis.store.db import get_db
     from tests.stack import wait_for

@@ -138,8 +138,8 @@ def test_the_token_threshold_derives_at_once_and_the_extractive_engine_sends_no_
 
 
 def test_with_an_injected_clock_a_quiet_flush_ends_a_young_batch_and_the_age_an_old_one(ws):
+    from precis.llm.embeddings import HashedEmbedder
     from precis.memory.deriver import SessionTarget, derive_session, is_quiet
-    from precis.memory.embeddings import HashedEmbedder
     from precis.memory.engines.extractive import ExtractiveDeriver
     from precis.memory.wakeups import QuietWake
     from precis.settings import get_settings

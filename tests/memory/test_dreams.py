@@ -109,9 +109,9 @@ def test_schedule_dream_bad_inputs(ws, body, status):
 def test_the_dream_is_armed_by_new_conclusions_and_waits_for_an_idle_collection(ws, monkeypatch):
     """The deriver's clock is injected (derive_session's `now`): conclusions written hours ago, each pushing the dream
     back; the flush's query (dreams_due) at chosen moments; then the scheduled flush itself runs the due dream."""
+    from precis.llm.embeddings import configured_embedder
     from precis.memory.deriver import SessionTarget, derive_session
     from precis.memory.dreams import DreamTarget, dreams_due
-    from precis.memory.embeddings import configured_embedder
     from precis.memory.engines import get_deriver_engine
     from precis.settings import get_settings
     from precis.store.db import get_db
@@ -228,8 +228,8 @@ def test_a_failing_model_leaves_the_dream_due_for_the_schedule(llm, ws):
 def test_a_dream_tells_the_model_only_the_newest_deductions_it_knows(llm, ws):
     """Each dream adds deductive conclusions and every later dream was told all of them: the prompt grew with the
     collection until the model refused it. It names the newest MAX_KNOWN only (a repeat is deduplicated on write)."""
+    from precis.llm.embeddings import configured_embedder
     from precis.memory.dreams import MAX_KNOWN
-    from precis.memory.embeddings import configured_embedder
     from precis.store import conclusions
     from precis.store.db import get_db
 

@@ -47,12 +47,6 @@ _ANSWERS: "dict[int, OpenAPIResponse]" = {
 }
 
 
-def _embed(text: str) -> list[float]:
-    from precis.memory.embeddings import configured_embedder
-
-    return configured_embedder().embed([text])[0]
-
-
 def _respond(answer: ChatAnswer):
     if answer.stream:  # API Gateway HTTP APIs buffer it: the client gets every event at once (README)
         return Response(
@@ -64,12 +58,10 @@ def _respond(answer: ChatAnswer):
 @router.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/chat", responses=_ANSWERS)
 def peer_chat(workspace_id: WorkspaceId, peer_id: PeerId, body: ChatQuery):
     settings = with_llm_key(get_settings())
-    return _respond(
-        answer_chat(get_db(), settings, workspace_id, body, peer_id=peer_id, embed=_embed, principal=caller())
-    )
+    return _respond(answer_chat(get_db(), settings, workspace_id, body, peer_id=peer_id, principal=caller()))
 
 
 @router.post("/v3/workspaces/<workspace_id>/chat", responses=_ANSWERS)
 def workspace_chat(workspace_id: WorkspaceId, body: ChatQuery):
     settings = with_llm_key(get_settings())
-    return _respond(answer_chat(get_db(), settings, workspace_id, body, peer_id=None, embed=_embed, principal=caller()))
+    return _respond(answer_chat(get_db(), settings, workspace_id, body, peer_id=None, principal=caller()))

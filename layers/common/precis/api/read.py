@@ -1,9 +1,9 @@
 """Read routes of the v3 API (served by the context function): context, summaries, lists, message reads.
 
-A route imports what only it runs (scopes, conclusions, the queue, the representation) when first asked, so a cold
-context read without `peer_target` loads none of it."""
-
-from typing import TYPE_CHECKING
+A route parses, and shapes the answer for one Lambda answer; the requests themselves are the capabilities' (the
+context's `precis.context.session` and `.peer`, search's `precis.messages.search`, conclusions'
+`precis.memory.conclusions`), which the MCP edge calls too. A route imports what only it runs (scopes, conclusions,
+the queue, the representation) when first asked, so a cold context read without `peer_target` loads none of it."""
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
@@ -31,18 +31,14 @@ from precis.api.params import (
     WholeRuns,
     WorkspaceId,
 )
-from precis.auth import Principal, Reach, named_sessions
 from precis.context import compose
-from precis.context.rules import check_context_params, session_allowlist
+from precis.context.session import ContextRequest, session_context
 from precis.errors import Invalid
+from precis.messages.search import find_messages
 from precis.schemas import ConclusionQuery, ListBody, RepresentationQuery, SearchQuery
 from precis.sizes import fit_answer, fit_items
 from precis.store import messages, resources
 from precis.store.db import get_db
-from precis.store.search import Budget
-
-if TYPE_CHECKING:
-    from precis.store import representation
 
 router = Router()
 
@@ -135,9 +131,7 @@ def get_context(
     include_most_frequent: bool = False,
     max_conclusions: MaxConclusions = None,
 ):
-    answer = session_context(
-        workspace_id,
-        session_id,
+    asked = ContextRequest(
         tokens=tokens,
         summary=summary,
         whole_runs=whole_runs,
@@ -151,103 +145,11 @@ def get_context(
         search_max_distance=search_max_distance,
         include_most_frequent=include_most_frequent,
         max_conclusions=max_conclusions,
-        principal=caller(),
     )
+    answer = session_context(get_db(), workspace_id, session_id, asked, caller())
     # A token of whitespace may be 128 bytes: a context that cannot fit names the tokens that would, in proportion.
     held = int(answer.get("token_count") or 0)  # (ext) what it holds, which may be less than it was allowed
     return fit_answer(answer, "tokens", min(tokens or MAX_CONTEXT_TOKENS, max(held, 1)))
-
-
-def session_context(
-    workspace_id: str,
-    session_id: str,
-    *,
-    tokens: int | None = None,
-    summary: bool = True,
-    whole_runs: bool | None = None,
-    peer_target: str | None = None,
-    peer_perspective: str | None = None,
-    scope: str | None = None,
-    sessions: list[str] | None = None,
-    limit_to_session: bool = False,
-    search_query: str | None = None,
-    search_top_k: int | None = None,
-    search_max_distance: float | None = None,
-    include_most_frequent: bool = False,
-    max_conclusions: int | None = None,
-    principal: Principal | None = None,
-) -> dict:
-    """The context route's answer for these (checked) parameters; `principal`, the caller's key (None: no keys), bounds
-    the sessions a search query recalls from."""
-    check_context_params(
-        session_id,
-        peer_target=peer_target,
-        peer_perspective=peer_perspective,
-        scope=scope,
-        sessions=sessions,
-        limit_to_session=limit_to_session,
-    )
-    peer = None
-    allowlist = (
-        (session_id,)
-        if limit_to_session
-        else tuple(s for part in sessions for s in part.split(","))
-        if sessions is not None
-        else None
-    )
-    # The path's session is the route's to check; the scope and the other sessions named are the key's reach's.
-    reach = Reach.of(principal)
-    membership = resources.PeerSessions(get_db(), workspace_id, reach.peer)
-    reach.require(membership, scope=scope, sessions=set(allowlist or ()) - {session_id})
-    if peer_target:
-        observer = peer_perspective or peer_target
-        if scope is not None:
-            from precis.store import scopes
-
-            scopes.require(get_db(), workspace_id, scope)
-            observer = scopes.observer(scope)
-        from precis.store import representation
-
-        peer = compose.PeerView(
-            representation.Request(
-                observer=observer,
-                observed=peer_target,
-                max_conclusions=max_conclusions or 100,
-                include_most_frequent=include_most_frequent,
-                search_query=search_query,
-                search_top_k=search_top_k,
-                search_max_distance=search_max_distance,
-                sessions=reach.representation(allowlist),
-            ),
-            _embed,
-        )
-    recall = None
-    if search_query:
-        from precis.settings import get_settings
-
-        settings = get_settings()
-        within = allowlist
-        if scope is not None:  # the scope's sessions (and this one, whose newest messages the context holds anyway)
-            from precis.store import scopes
-
-            within = (session_id, *scopes.member_sessions(get_db(), workspace_id, [scope]))
-        recall = compose.Recall(
-            search_query,
-            _embed if settings.embedder != "hashed" else None,
-            share=settings.context_recall_share,
-            peers=(peer_target,) if peer_target else None,
-            sessions=reach.bound(membership, within),
-        )
-    return compose.read_context(
-        get_db(),
-        workspace_id,
-        session_id,
-        tokens or MAX_CONTEXT_TOKENS,
-        use_summary=summary,
-        whole_runs=whole_runs,
-        peer=peer,
-        recall=recall,
-    )
 
 
 @router.get("/v3/workspaces/<workspace_id>/sessions/<session_id>/summaries")
@@ -256,12 +158,6 @@ def get_summaries(workspace_id: WorkspaceId, session_id: SessionId):
 
 
 # ---------------------------------------------------------------- derived memory (docs/design.md, "Derived memory")
-
-
-def _embed(text: str) -> list[float]:
-    from precis.memory.embeddings import configured_embedder
-
-    return configured_embedder().embed([text])[0]
 
 
 @router.post("/v3/workspaces/<workspace_id>/conclusions/list")
@@ -279,12 +175,9 @@ def list_conclusions(
 
 @router.post("/v3/workspaces/<workspace_id>/conclusions/query")
 def query_conclusions(workspace_id: WorkspaceId, body: ConclusionQuery):
-    from precis.memory.embeddings import configured_embedder
-    from precis.store import conclusions
+    from precis.memory import conclusions
 
-    found = conclusions.query(
-        get_db(), workspace_id, body.query, body.top_k, body.distance, body.filters, embedder=configured_embedder()
-    )
+    found = conclusions.query(get_db(), workspace_id, body.query, body.top_k, body.distance, body.filters)
     return fit_items(found, "top_k")
 
 
@@ -327,20 +220,6 @@ def get_usage(workspace_id: WorkspaceId, from_: FromDay = None, to: ToDay = None
     return token_budget.report(get_db(), workspace_id, from_, to)
 
 
-def _representation(workspace_id: str, request: "representation.Request", tokens: int | None):
-    """(text, card) of a peer's view of another, within `tokens` when given (else whole)."""
-    from precis.context.fit import fit
-    from precis.store import representation
-    from precis.tokens import count_text
-
-    db = get_db()
-    observer = None if request.observer.startswith("scope.") else request.observer  # a scope's view: no peer
-    resources.require_peers(db, workspace_id, observer, request.observed)
-    read = representation.start(db, workspace_id, request, _embed)()
-    fitted = fit(read.conclusions, read.card, tokens if tokens is not None else 10**9, count_text)
-    return fitted.text, fitted.card
-
-
 @router.get("/v3/workspaces/<workspace_id>/peers/<peer_id>/context")
 def get_peer_context(
     workspace_id: WorkspaceId,
@@ -353,58 +232,35 @@ def get_peer_context(
     max_conclusions: MaxConclusions = None,
     tokens: Tokens = None,
 ):
-    from precis.store import representation
+    from precis.context.peer import peer_context
 
-    request = representation.Request(
+    read = peer_context(
+        get_db(),
+        workspace_id,
         peer_id,
-        target or peer_id,
-        max_conclusions or 100,
-        include_most_frequent,
-        search_query or None,
-        search_top_k,
-        search_max_distance,
+        target=target,
+        search_query=search_query,
+        search_top_k=search_top_k,
+        search_max_distance=search_max_distance,
+        include_most_frequent=include_most_frequent,
+        max_conclusions=max_conclusions,
+        tokens=tokens,
     )
-    text, card = _representation(workspace_id, request, tokens)
-    answer = {"peer_id": peer_id, "target_id": target or peer_id, "representation": text, "peer_card": card}
-    return fit_answer(answer, "max_conclusions", request.max_conclusions)
+    answer = {
+        "peer_id": peer_id,
+        "target_id": target or peer_id,
+        "representation": read.representation,
+        "peer_card": read.card,
+    }
+    return fit_answer(answer, "max_conclusions", read.max_conclusions)
 
 
 @router.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/representation")
 def get_peer_representation(workspace_id: WorkspaceId, peer_id: PeerId, body: RepresentationQuery):
-    return peer_representation(workspace_id, peer_id, body, caller())
+    from precis.context.peer import peer_representation
 
-
-def peer_representation(
-    workspace_id: str, peer_id: str, body: RepresentationQuery, principal: Principal | None
-) -> dict[str, str]:
-    """The representation route's answer, reading what `principal`'s key reads (None: no key checked)."""
-    chosen = body.filters.session_id if body.filters else None
-    if body.scope is not None and (body.session_id is not None or chosen is not None):
-        raise Invalid("scope: cannot be combined with session_id or filters.session_id")
-    allowlist = session_allowlist(body.session_id, chosen)
-    reach = Reach.of(principal)
-    named = named_sessions([{"session_id": body.session_id}, {"session_id": chosen}])
-    reach.require(resources.PeerSessions(get_db(), workspace_id, reach.peer), scope=body.scope, sessions=named)
-    observer = peer_id
-    if body.scope is not None:
-        from precis.store import scopes
-
-        scopes.require(get_db(), workspace_id, body.scope)
-        observer = scopes.observer(body.scope)
-    from precis.store import representation
-
-    request = representation.Request(
-        observer,
-        body.target or peer_id,
-        body.max_conclusions,
-        body.include_most_frequent,
-        body.search_query,
-        body.search_top_k,
-        body.search_max_distance,
-        reach.representation(allowlist),
-    )
-    text, _card = _representation(workspace_id, request, None)
-    return fit_answer({"representation": text}, "max_conclusions", request.max_conclusions)
+    read = peer_representation(get_db(), workspace_id, peer_id, body, caller())
+    return fit_answer({"representation": read.representation}, "max_conclusions", read.max_conclusions)
 
 
 # ---------------------------------------------------------------- scopes (docs/design.md, "Derived memory", Scopes)
@@ -461,65 +317,28 @@ def scope_status(workspace_id: WorkspaceId, scope_id: ScopeIdPath):
 SEARCH_BUDGET_HEADER = "X-Precis-Search-Budget"  # (ext) on a search answer whose read budget ran out first
 
 
-def search_messages(workspace_id: str, body: SearchQuery, principal: Principal | None, **within: str) -> list:
-    """The messages a search finds, fitted: the workspace's, a session's (`session_id`) or a peer's (`peer_id`), of
-    the sessions `principal`'s key reads (None: no key checked)."""
-    return fit_items(find_messages(workspace_id, body, principal, **within)[0], "limit")
-
-
-def _search_answer(workspace_id: str, body: SearchQuery, principal: Principal | None, **within: str):
+def _search_answer(workspace_id: str, body: SearchQuery, **within: str):
     """A search route's answer; (ext) when the read budget ran out first, a header says so: the answer is the best
     the search found in what it read (the list is Honcho's shape, with no room for a field)."""
-    found, budget = find_messages(workspace_id, body, principal, **within)
-    if not budget.exhausted:
-        return fit_items(found, "limit")
-    answer = json_response(200, fit_items(found, "limit"))
+    found = find_messages(get_db(), workspace_id, body, caller(), **within)
+    if not found.budget.exhausted:
+        return fit_items(found.messages, "limit")
+    answer = json_response(200, fit_items(found.messages, "limit"))
+    budget = found.budget
     answer.headers[SEARCH_BUDGET_HEADER] = f"exhausted; requests={budget.used_requests}; bytes={budget.used_bytes}"
     return answer
 
 
-def find_messages(workspace_id: str, body: SearchQuery, principal: Principal | None, **within: str):
-    """(the messages, the budget their ranking read under) for a search."""
-    from precis.settings import get_settings
-    from precis.store.search import search
-
-    settings = get_settings()
-    db = get_db()
-    reach = Reach.of(principal)
-    membership = resources.PeerSessions(db, workspace_id, reach.peer)
-    reach.require(membership, sessions=named_sessions(body.filters) - {within.get("session_id")})
-    filters = body.filters
-    if "session_id" not in within:
-        bound = reach.bound(membership, None)
-        if bound is not None:  # what the key does not read is never ranked in front of what it does
-            if not bound:
-                return [], Budget()
-            filters = {"AND": [filters or {}, {"session_id": {"in": list(bound)}}]}
-    base = None
-    if "peer_id" in within:
-        resources.require_peers(db, workspace_id, within["peer_id"])
-    elif "session_id" in within:
-        base = messages.base_of(resources.require_session(db, workspace_id, within["session_id"]))
-    else:
-        resources.require_workspace(db, workspace_id)
-    semantic = _embed if settings.embedder != "hashed" else None
-    budget = Budget()
-    found = search(
-        db, workspace_id, body.query, body.limit, filters, semantic=semantic, base=base, budget=budget, **within
-    )
-    return found, budget
-
-
 @router.post("/v3/workspaces/<workspace_id>/search")
 def search_workspace(workspace_id: WorkspaceId, body: SearchQuery):
-    return _search_answer(workspace_id, body, caller())
+    return _search_answer(workspace_id, body)
 
 
 @router.post("/v3/workspaces/<workspace_id>/sessions/<session_id>/search")
 def search_session(workspace_id: WorkspaceId, session_id: SessionId, body: SearchQuery):
-    return _search_answer(workspace_id, body, caller(), session_id=session_id)
+    return _search_answer(workspace_id, body, session_id=session_id)
 
 
 @router.post("/v3/workspaces/<workspace_id>/peers/<peer_id>/search")
 def search_peer(workspace_id: WorkspaceId, peer_id: PeerId, body: SearchQuery):
-    return _search_answer(workspace_id, body, caller(), peer_id=peer_id)
+    return _search_answer(workspace_id, body, peer_id=peer_id)

@@ -199,12 +199,9 @@ def create_key(
 
 @router.post("/v3/workspaces/<workspace_id>/conclusions")
 def create_conclusions(workspace_id: WorkspaceId, body: ConclusionBatch):
-    from precis.memory.embeddings import configured_embedder
-    from precis.store import conclusions
+    from precis.memory import conclusions
 
-    made = conclusions.create(
-        get_db(), workspace_id, [c.model_dump() for c in body.conclusions], embedder=configured_embedder()
-    )
+    made = conclusions.state(get_db(), workspace_id, [c.model_dump() for c in body.conclusions])
     return json_response(201, made)
 
 

@@ -26,6 +26,7 @@ from precis.chat.query import ChatQuery
 from precis.context.rules import session_allowlist
 from precis.errors import BadGateway, Invalid, Unavailable
 from precis.llm import EngineError, PromptTooLong
+from precis.llm.embeddings import embed_query
 from precis.store import resources
 from precis.store.db import Db
 
@@ -54,11 +55,11 @@ def answer_chat(
     body: ChatQuery,
     *,
     peer_id: str | None,
-    embed: Callable[[str], list[float]],
     principal: Principal | None = None,
+    embed: Callable[[str], list[float]] = embed_query,
 ) -> ChatAnswer:
     """Answer `body` as `peer_id` (a peer chat) or the workspace (peer_id None), reading only what `principal`'s key
-    reads (None: no key checked)."""
+    reads (None: no key checked); `embed` embeds its queries."""
     from precis.chat.recall import Recall
 
     check_response_format(body.response_format)

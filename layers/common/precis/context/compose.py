@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from aws_lambda_powertools import Logger
 
@@ -101,6 +101,22 @@ def _window(db: Db, ws: str, session_id: str, plan: ContextPlan, base: Base | No
     )
 
 
+class SessionContext(TypedDict):
+    """A session's context: Honcho's shape (`id`, `messages`, `summary`, `peer_representation`, `peer_card`) and
+    Precis's (ext) counts; `recalled` (the recalled messages' ids) only when the read had a search query."""
+
+    id: str
+    messages: list[dict[str, Any]]
+    summary: dict[str, Any] | None
+    peer_representation: str | None
+    peer_card: list[str] | None
+    messages_skipped: int
+    representation_skipped: int
+    card_token_count: int
+    token_count: int
+    recalled: NotRequired[list[str]]
+
+
 def read_context(
     db: Db,
     ws: str,
@@ -111,7 +127,7 @@ def read_context(
     whole_runs: bool | None = None,
     peer: PeerView | None = None,
     recall: Recall | None = None,
-) -> dict[str, Any]:
+) -> SessionContext:
     """The context of a session within `limit` tokens (summary + newest messages, and with `peer` the
     representation and card), Honcho's shape + ext.
 
@@ -138,7 +154,7 @@ def _read_once(
     whole_runs: bool | None,
     peer: PeerView | None,
     recall: Recall | None = None,
-) -> dict[str, Any] | None:
+) -> SessionContext | None:
     """One two-round read (three with a search query); None when the chosen summary was replaced between the
     rounds (then read again)."""
     peers = (
@@ -208,7 +224,7 @@ def _read_once(
                 messages_skipped=selection.messages_skipped - after_summary,
                 token_count=selection.token_count + taken,
             )
-    answer = {
+    answer: SessionContext = {
         "id": session_id,
         "messages": recalled + with_bodies(db, [by_seq[m.seq] for m in selection.messages], ws, session_id),
         "summary": summary_view(summary),

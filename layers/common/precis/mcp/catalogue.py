@@ -188,13 +188,6 @@ def _throttled(exc: Exception) -> Throttled | None:
     return None
 
 
-def embed_text(text: str) -> list[float]:
-    """The deployment's embedding of one text, as the read routes embed a query."""
-    from precis.memory.embeddings import configured_embedder
-
-    return configured_embedder().embed([text])[0]
-
-
 def text_result(value: Any) -> dict[str, Any]:
     text = (
         value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)

@@ -156,7 +156,7 @@ def _derive(
         if not paused:
             _dream(db, found)
         return None
-    from precis.memory.embeddings import configured_embedder
+    from precis.llm.embeddings import configured_embedder
 
     senders = sorted({i["peer_id"] for i in images or () if isinstance(i.get("peer_id"), str)})
     try:
@@ -219,7 +219,7 @@ def _paused(db: Db, targets: Iterable[Any]) -> set[str]:
 
 
 def _backfill(db: Db, found: BackfillTarget) -> None:
-    from precis.memory.embeddings import configured_embedder
+    from precis.llm.embeddings import configured_embedder
     from precis.store import scopes
 
     try:
@@ -245,7 +245,7 @@ def _merge_index(db: Db, images: list[dict[str, Any]]) -> None:
 
 def _index(db: Db, images: list[dict[str, Any]]) -> None:
     """Embed the messages for search, once each (a replayed record finds its vector written)."""
-    from precis.memory.embeddings import configured_embedder
+    from precis.llm.embeddings import configured_embedder
     from precis.store.search import index_messages
 
     semantic = configured_embedder() if get_settings().embedder != "hashed" else None
@@ -254,8 +254,8 @@ def _index(db: Db, images: list[dict[str, Any]]) -> None:
 
 def _dream(db: Db, found: DreamTarget) -> None:
     from precis.configuration import derive_config
+    from precis.llm.embeddings import configured_embedder
     from precis.memory.dreams import run
-    from precis.memory.embeddings import configured_embedder
     from precis.store.records import json_object
     from precis.store.resources import workspace_item
 

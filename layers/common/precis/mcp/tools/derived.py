@@ -102,8 +102,7 @@ def query_conclusions(call: Call, args: QueryConclusions):
 def create_conclusions(call: Call, args: CreateConclusions):
     """Store facts about a peer directly (not derived from a conversation); a near duplicate of one already held is
     merged into it. Returns the conclusions' ids."""
-    from precis.memory.embeddings import configured_embedder
-    from precis.store import conclusions
+    from precis.memory import conclusions
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.WORKSPACE, ws)
@@ -116,7 +115,7 @@ def create_conclusions(call: Call, args: CreateConclusions):
         }
         for content in args.conclusions
     ]
-    made = conclusions.create(call.db, ws, payload, embedder=configured_embedder())
+    made = conclusions.state(call.db, ws, payload)
     return {"created": len(made), "ids": [c["id"] for c in made]}
 
 

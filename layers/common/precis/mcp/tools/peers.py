@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from precis.auth import Access
-from precis.mcp.catalogue import CATALOGUE, Arguments, Call, embed_text
+from precis.mcp.catalogue import CATALOGUE, Arguments, Call
 from precis.mcp.tools.workspaces import InWorkspace, Paged, Query, page_of
 from precis.schemas import Id
 
@@ -97,7 +97,7 @@ def chat(call: Call, args: Chat):
         query=args.query, session_id=args.session_id, target=args.target_peer_id, reasoning_level=args.reasoning_level
     )
     settings = with_llm_key(get_settings())
-    answer = answer_chat(call.db, settings, ws, body, peer_id=args.peer_id, embed=embed_text, principal=call.principal)
+    answer = answer_chat(call.db, settings, ws, body, peer_id=args.peer_id, principal=call.principal)
     assert isinstance(answer.body, dict)  # a JSON answer: the query above does not ask for a stream
     return answer.body.get("content") or "None"
 
@@ -135,11 +135,13 @@ def set_peer_card(call: Call, args: SetCard):
 def get_peer_context(call: Call, args: PeerContext):
     """What Precis knows of a peer, in one read: its representation (conclusions, most relevant first) and its card.
     Returns {peer_id, target_id, representation, peer_card}."""
-    from precis.api import read
+    from precis.context.peer import peer_context
+    from precis.sizes import fit_answer
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.PEER, ws, peer=args.peer_id)
-    return read.get_peer_context(
+    read = peer_context(
+        call.db,
         ws,
         args.peer_id,
         target=args.target_peer_id,
@@ -147,13 +149,21 @@ def get_peer_context(call: Call, args: PeerContext):
         max_conclusions=args.max_conclusions,
         tokens=args.tokens,
     )
+    answer = {
+        "peer_id": args.peer_id,
+        "target_id": args.target_peer_id or args.peer_id,
+        "representation": read.representation,
+        "peer_card": read.card,
+    }
+    return fit_answer(answer, "max_conclusions", read.max_conclusions)
 
 
 @CATALOGUE.tool("get_representation", "Read a peer's representation", Representation, read_only=True)
 def get_representation(call: Call, args: Representation):
     """A peer's representation: its conclusions as text, most relevant first (without the card)."""
-    from precis.api import read
+    from precis.context.peer import peer_representation
     from precis.schemas import RepresentationQuery
+    from precis.sizes import fit_answer
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.PEER, ws, peer=args.peer_id)
@@ -163,4 +173,7 @@ def get_representation(call: Call, args: Representation):
         search_query=args.search_query,
         max_conclusions=args.max_conclusions,
     )
-    return read.peer_representation(ws, args.peer_id, body, call.principal)["representation"]
+    read = peer_representation(call.db, ws, args.peer_id, body, call.principal)
+    return fit_answer({"representation": read.representation}, "max_conclusions", read.max_conclusions)[
+        "representation"
+    ]

@@ -233,13 +233,12 @@ def get_session_message(call: Call, args: OneMessage):
 def get_session_context(call: Call, args: SessionContext):
     """A session's context for the next model call: the summary of older messages and the newest messages, within
     tokens when given. Returns {session_id, summary, messages, token_count}."""
-    from precis.api import read
+    from precis.context.session import ContextRequest, session_context
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.SESSION_READ, ws, session=args.session_id)
-    answer = read.session_context(
-        ws, args.session_id, tokens=args.tokens, summary=args.summary, principal=call.principal
-    )
+    asked = ContextRequest(tokens=args.tokens, summary=args.summary)
+    answer = session_context(call.db, ws, args.session_id, asked, call.principal)
     return {
         "session_id": args.session_id,
         "summary": answer["summary"],
@@ -256,7 +255,7 @@ def get_budgeted_context(call: Call, args: BudgetedContext):
     then the newest messages (whole runs if asked), and optionally what is known of peer_target and older messages
     recalled for search_query. Says how the budget was spent: token_count, card_token_count, messages_skipped (older
     messages that did not fit), recalled."""
-    from precis.api import read
+    from precis.context.session import ContextRequest, session_context
 
     ws = call.workspace(args.workspace_id)
     call.authorize(
@@ -265,9 +264,7 @@ def get_budgeted_context(call: Call, args: BudgetedContext):
         session=args.session_id,
         view={"peer_target": args.peer_target, "peer_perspective": args.peer_perspective},
     )
-    answer = read.session_context(
-        ws,
-        args.session_id,
+    asked = ContextRequest(
         tokens=args.tokens,
         summary=args.summary,
         whole_runs=args.whole_runs,
@@ -276,8 +273,8 @@ def get_budgeted_context(call: Call, args: BudgetedContext):
         limit_to_session=args.limit_to_session,
         search_query=args.search_query,
         max_conclusions=args.max_conclusions,
-        principal=call.principal,
     )
+    answer = session_context(call.db, ws, args.session_id, asked, call.principal)
     return {**answer, "messages": [message(m) for m in answer["messages"]]}
 
 

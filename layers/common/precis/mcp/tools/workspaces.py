@@ -76,11 +76,10 @@ def query_collection(
     call: Call, ws: str, observer: str, observed: str, query: str, top_k: int, filters: dict[str, Any] | None
 ) -> list[dict[str, Any]]:
     """The (observer, observed) collection's conclusions nearest `query`, as `POST …/conclusions/query` ranks them."""
-    from precis.memory.embeddings import configured_embedder
-    from precis.store import conclusions
+    from precis.memory import conclusions
 
     scope = {**(filters or {}), "observer_id": observer, "observed_id": observed}
-    return conclusions.query(call.db, ws, query, top_k, None, scope, embedder=configured_embedder())
+    return conclusions.query(call.db, ws, query, top_k, None, scope)
 
 
 @CATALOGUE.tool("list_workspaces", "List workspaces", ListWorkspaces, read_only=True)
@@ -133,8 +132,9 @@ def search(call: Call, args: Search):
     """Search messages by relevance (exact BM25 over their words, fused with meaning when the deployment embeds):
     the workspace's, or with session_id one session's, or with peer_id what that peer wrote. With peer_id, the
     peer's own conclusions too (conclusion_top_k of them). Returns {messages, conclusions}."""
-    from precis.api import read
+    from precis.messages.search import find_messages
     from precis.schemas import SearchQuery
+    from precis.sizes import fit_items
 
     ws = call.workspace(args.workspace_id)
     if args.session_id:
@@ -147,12 +147,8 @@ def search(call: Call, args: Search):
     if conclusions_of:  # the conclusion query is a workspace route (POST …/conclusions/query)
         call.authorize(Access.WORKSPACE, ws)
     body = SearchQuery(query=args.query, filters=args.message_filters, limit=args.message_limit)
-    if args.session_id:
-        found = read.search_messages(ws, body, call.principal, session_id=args.session_id)
-    elif args.peer_id:
-        found = read.search_messages(ws, body, call.principal, peer_id=args.peer_id)
-    else:
-        found = read.search_messages(ws, body, call.principal)
+    within = {"session_id": args.session_id} if args.session_id else {"peer_id": args.peer_id} if args.peer_id else {}
+    found = fit_items(find_messages(call.db, ws, body, call.principal, **within).messages, "limit")
     conclusions = []
     if conclusions_of:
         conclusions = [

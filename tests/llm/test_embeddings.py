@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from precis.llm import EngineError
-from precis.memory.embeddings import HashedEmbedder, OpenAIEmbedder, get_embedder, stem
+from precis.llm.embeddings import HashedEmbedder, OpenAIEmbedder, get_embedder, stem
 from precis.settings import Settings
 from precis.store.vectors import cosine_distance
 
@@ -30,7 +30,7 @@ def _norm(vector: list[float]) -> float:
 
 def test_hashed_embeddings_are_the_same_in_every_process():
     code = (
-        "import json; from precis.memory.embeddings import HashedEmbedder; "
+        "import json; from precis.llm.embeddings import HashedEmbedder; "
         "print(json.dumps(HashedEmbedder(64).embed(['alice moved to Lisbon'])[0]))"
     )
     runs = {
@@ -237,7 +237,7 @@ def test_openai_embedder_does_not_retry_what_cannot_pass(endpoint, mode, words):
 
 
 def test_importing_embed_does_not_import_openai():
-    code = "import sys, precis.memory.embeddings; print('openai' in sys.modules)"
+    code = "import sys, precis.llm.embeddings; print('openai' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": ":".join(sys.path)}
     ).stdout
