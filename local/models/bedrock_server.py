@@ -23,7 +23,7 @@ Answers: `answer(body)` (body: the Converse request; `default_answer` unless a t
 `{"tool_calls": [{"name", "arguments"}]}`. When the request forces a tool (toolChoice `tool`, or `any` and the
 answer is text), the text is JSON and becomes that tool's input: the last tool configured for `any`, as
 precis.llm.bedrock offers its answer tool last. Embeddings are the texts' hashed feature vectors
-(precis.memory.embeddings.HashedEmbedder), so texts that share words are near.
+(precis.llm.embeddings.HashedEmbedder), so texts that share words are near.
 Standalone: `python -m local.models.bedrock_server --port 8002`.
 """
 
@@ -233,7 +233,7 @@ class BedrockServer(ScriptedServer):
         return (tokens, 0) if seen else (0, tokens)
 
     def invoke(self, model: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        from precis.memory.embeddings import HashedEmbedder
+        from precis.llm.embeddings import HashedEmbedder
 
         if model.startswith("amazon.titan-embed-text"):
             text = body.get("inputText")

@@ -345,8 +345,8 @@ def test_a_sender_who_first_speaks_past_a_long_sessions_first_window_is_derived_
     """The deriver reads a session from its least advanced sender on, a window at a time: a sender with no cursor
     yet starts at the session's start, so one who first speaks after the first window's 1,000 messages has its
     cursor moved past the windows it is absent from, and is derived in the same call."""
+    from precis.llm.embeddings import HashedEmbedder
     from precis.memory.deriver import MAX_JOB_MESSAGES, SessionTarget, derive_session
-    from precis.memory.embeddings import HashedEmbedder
     from precis.memory.engines.extractive import ExtractiveDeriver
     from precis.settings import get_settings
     from precis.store.db import get_db
