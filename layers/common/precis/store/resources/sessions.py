@@ -256,3 +256,4 @@ def update_deleted_session(
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
+        # The id was created again meanwhile: what this purge was for is done.
