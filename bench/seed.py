@@ -72,8 +72,8 @@ def nonce(first_seq: int) -> str:
 def message_items(
     ws: str, session: str, said: Sequence[Said], *, post: int = POST, first_seq: int = 1, start_tokens: int = 0
 ) -> tuple[list[dict[str, Any]], list[Stored]]:
-    """The message items the route stores for `said` posted `post` at a time into an empty session (store/messages.py's
-    `append_messages`): plain values, and what each message's cost is."""
+    """The message items the route stores for `said` posted `post` at a time into an empty session
+    (store.messages.append_messages): plain values, and what each message's cost is."""
     from precis.store import keys
     from precis.store.messages import index_unit, make_message_id
     from precis.store.records import json_text

@@ -561,3 +561,68 @@ def test_no_local_module_imports_from_a_floor_above_its_own():
         if t in floor and floor[t] > floor[m]
     ]
     assert not upward, "\n".join(upward)
+
+
+# ---------------------------------------------------------------- the store's packages' faces
+
+# A store module split by item family is a package whose `__init__` is its face (`__all__`): code outside the package
+# (the layer, the handlers, deploy/, bench/, local/, cli/) imports the face, never the files behind it, so the files
+# can move without a caller changing; inside, the files import one another, never the face (it imports them).
+# Tests may reach a file for what the face does not offer. docs/layout.md, "Rules".
+ROOT = PACKAGE.parents[2]
+FACE_CALLERS = [PACKAGE, FUNCTIONS, LOCAL, ROOT / "deploy", ROOT / "bench", ROOT / "cli"]
+
+
+def _store_packages() -> list[str]:
+    return sorted(_module_of(p) for p in (PACKAGE / "store").glob("*/__init__.py"))
+
+
+def _face_reaches(source: str, inside: str, packages: list[str]) -> list[tuple[int, str]]:
+    """(line, what) for each import in `source` (the module `inside`, "" outside the layer) of a file behind one of
+    `packages`' faces from outside that package, or of a face from a file behind it."""
+    modules = _modules()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        for name in names:
+            for package in packages:
+                mine = inside == package or inside.startswith(package + ".")
+                if name.startswith(package + ".") and name in modules and not mine:
+                    found.append((node.lineno, f"imports {name} from behind its face"))
+                elif name == package and mine and inside != package:
+                    found.append((node.lineno, f"imports its own package's face {name}"))
+    return found
+
+
+def test_the_face_check_sees_files_and_faces():
+    packages = _store_packages()
+    assert "precis.store.resources" in packages
+    source = (
+        "from precis.store.resources import require_session\nfrom precis.store.resources.sessions import x\n"
+        "def f():\n    import precis.store.resources.membership\n"
+    )
+    assert _face_reaches(source, "precis.api.read", packages) == [
+        (2, "imports precis.store.resources.sessions from behind its face"),
+        (4, "imports precis.store.resources.membership from behind its face"),
+    ]
+    assert _face_reaches(source, "precis.store.resources", packages) == []
+    assert _face_reaches(source, "precis.store.resources.peers", packages) == [
+        (1, "imports its own package's face precis.store.resources")
+    ]
+
+
+def test_outside_a_store_package_only_its_face_is_imported():
+    packages = _store_packages()
+    reaches = [
+        f"{path.relative_to(ROOT)}:{line} {what}"
+        for root in FACE_CALLERS
+        for path in sorted(root.rglob("*.py"))
+        for line, what in _face_reaches(
+            path.read_text(encoding="utf-8"), _module_of(path) if path.is_relative_to(PACKAGE) else "", packages
+        )
+    ]
+    assert not reaches, "\n".join(reaches)

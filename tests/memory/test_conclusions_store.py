@@ -21,6 +21,7 @@ from precis.errors import Invalid, NotFound
 from precis.settings import get_settings
 from precis.store import conclusions, keys, purge, resources, vectors
 from precis.store.conclusions import Derived, ExtraConditionFailed, SessionGone
+from precis.store.conclusions.dedupe import LOCAL_TWINS
 from precis.store.db import Db, from_item, query_all, to_item
 from precis.store.purge import purge_session
 
@@ -303,7 +304,7 @@ class Recording:
         return call
 
 
-@pytest.mark.parametrize("before", [0, 3, conclusions._LOCAL_TWINS + 4])
+@pytest.mark.parametrize("before", [0, 3, LOCAL_TWINS + 4])
 def test_a_near_duplicate_is_found_however_many_conclusions_its_session_holds(db, before):
     embedder = Embedder(
         near={"bob owns a big dog": ("bob owns a dog", 0.01), "bob owns a dog and a cat": ("bob owns a dog", 0.2)}
@@ -316,8 +317,8 @@ def test_a_near_duplicate_is_found_however_many_conclusions_its_session_holds(db
     again, apart = write(spied, ["bob owns a big dog", "bob owns a dog and a cat"], embedder=embedder)
     assert (again["id"], again["content"], again["times_derived"]) == (first["id"], "bob owns a big dog", 2)
     assert apart["id"] not in (first["id"], other["id"])  # 0.2 away: a conclusion of its own
-    # A session's few conclusions are compared without the index; past _LOCAL_TWINS each candidate asks it.
-    assert recording.names().count("search_vectors") == (2 if before + 1 > conclusions._LOCAL_TWINS else 0)
+    # A session's few conclusions are compared without the index; past LOCAL_TWINS each candidate asks it.
+    assert recording.names().count("search_vectors") == (2 if before + 1 > LOCAL_TWINS else 0)
     assert head(db)["count"] == before + 2
 
 
