@@ -73,14 +73,21 @@ PASS_THROUGH = (
     "PRECIS_DERIVE_CONCURRENCY",
     "PRECIS_DREAM_MIN_CONCLUSIONS",
     "PRECIS_DREAM_IDLE_S",
+    "PRECIS_WEBHOOKS_ALLOW_HTTP_LOCAL",
     "POWERTOOLS_LOG_LEVEL",
     "POWERTOOLS_METRICS_DISABLED",
 )
 # The deployed stack reads its signing secret from Secrets Manager; locally auth is off unless turned on with
 # PRECIS_AUTH and PRECIS_JWT_SECRET. A terminal gets one line per request and per stream batch (the gateway's and the
 # poller's): the functions' INFO logs and EMF metric lines stay off unless the developer turns them on
-# (POWERTOOLS_LOG_LEVEL=INFO, POWERTOOLS_METRICS_DISABLED=false).
-LOCAL_DEFAULTS = {"PRECIS_AUTH": "false", "POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_DISABLED": "true"}
+# (POWERTOOLS_LOG_LEVEL=INFO, POWERTOOLS_METRICS_DISABLED=false). Webhooks may go to receivers on this machine
+# (http://127.0.0.1:<port>), which a deployment refuses (PRECIS_WEBHOOKS_ALLOW_HTTP_LOCAL=false turns that off).
+LOCAL_DEFAULTS = {
+    "PRECIS_AUTH": "false",
+    "POWERTOOLS_LOG_LEVEL": "WARNING",
+    "POWERTOOLS_METRICS_DISABLED": "true",
+    "PRECIS_WEBHOOKS_ALLOW_HTTP_LOCAL": "true",
+}
 
 
 @dataclass

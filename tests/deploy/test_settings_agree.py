@@ -72,6 +72,8 @@ LOCAL_ONLY = {
     "PRECIS_LLM_MAX_ATTEMPTS": "the model client's own defaults",
     "PRECIS_PURGE_GRACE_S": "longer than any request begun before a delete can run, built in",
     "PRECIS_SUMMARIZE_CONCURRENCY": "chosen by `make bench` (scale), built in",
+    "PRECIS_WEBHOOKS_ALLOW_HTTP_LOCAL": "a deployment never delivers to http or loopback addresses; `make dev` turns "
+    "it on for receivers on the developer's machine",
 }
 # Settings `make dev` does not take from the shell: the local stack names its own resources and stage, and has no
 # Secrets Manager (PRECIS_JWT_SECRET and OPENAI_API_KEY stand in).

@@ -68,6 +68,7 @@ ENVIRONMENT: dict[str, tuple[str, str | None]] = {
     "derive_card_quiet_s": ("PRECIS_DERIVE_CARD_QUIET_S", None),
     "dream_min_conclusions": ("PRECIS_DREAM_MIN_CONCLUSIONS", None),
     "dream_idle_s": ("PRECIS_DREAM_IDLE_S", None),
+    "webhooks_allow_http_local": ("PRECIS_WEBHOOKS_ALLOW_HTTP_LOCAL", None),
 }
 # The deployment's summary defaults: SummaryConfig field -> (variable, parameter).
 SUMMARY_ENV = {
@@ -187,6 +188,10 @@ class Settings(BaseModel):
     # `dream_idle_s` (Honcho's 50 and an hour); POST /schedule_dream asks for one at once.
     dream_min_conclusions: int = Field(50, ge=1, le=100_000)
     dream_idle_s: int = Field(3600, ge=0, le=7 * 86_400)
+    # Webhook endpoints may be http and loopback addresses (127.0.0.0/8, ::1): `make dev`'s receivers on the
+    # developer's machine. Off in every deployment: a target is https and resolves to public addresses only
+    # (precis.webhooks.targets; docs/design.md, "Webhooks: safe targets").
+    webhooks_allow_http_local: bool = Field(False, strict=True)  # strict: "yes" or "1" is a typo, not a yes
 
     @field_validator("derive_engine", mode="before")
     @classmethod
@@ -281,6 +286,7 @@ def get_settings() -> Settings:
     raw: dict[str, Any] = {field: env.get(variable) for field, (variable, _) in ENVIRONMENT.items()}
     raw["auth"] = _env_bool(raw["auth"])
     raw["summary_whole_runs"] = _env_flag(raw["summary_whole_runs"])
+    raw["webhooks_allow_http_local"] = _env_flag(raw["webhooks_allow_http_local"])
     try:
         return Settings(**{k: v for k, v in raw.items() if v not in (None, "")})
     except ValidationError as exc:
