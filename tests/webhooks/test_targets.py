@@ -55,6 +55,9 @@ REFUSED_URLS = {
     "https://127.1/": "non-standard form",
     "https://0xa9fea9fe/": "non-standard form",
     "https://1.2.3.999/": "neither a name nor an IPv4",
+    "https://127.0.0.%31/": "not a valid name",
+    "https://hooks.exa$mple.com/": "not a valid name",
+    "https://-hooks.example.com/": "not a valid name",
     # literal IPv6, and IPv4 inside IPv6
     "https://[::1]/": "loopback",
     "https://[::]/": "unspecified",
@@ -89,6 +92,8 @@ def test_a_url_longer_than_the_limit_is_refused():
     [
         ("https://hooks.example.com/in?x=1", "hooks.example.com", 443, "/in?x=1"),
         ("https://Hooks.Example.com:8443", "hooks.example.com", 8443, "/"),
+        ("https://bücher.example/h", "xn--bcher-kva.example", 443, "/h"),
+        ("https://hooks_1.example.com./h", "hooks_1.example.com.", 443, "/h"),
         ("https://93.184.215.14/h", "93.184.215.14", 443, "/h"),
         ("https://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]/h", "2606:2800:21f:cb07:6820:80da:af6b:8b2c", 443, "/h"),
     ],

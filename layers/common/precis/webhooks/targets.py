@@ -35,6 +35,8 @@ _6TO4 = ipaddress.ip_network("2002::/16")
 # A host whose last label is a number is an IPv4 address to the WHATWG URL parser and to inet_aton (decimal, octal
 # and hex parts, fewer than four of them): `2130706433`, `0x7f.1` and `017700000001` are all 127.0.0.1.
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.IGNORECASE)
+# A host name as DNS spells it (after IDNA): letters, digits, hyphens and underscores in dot-separated labels.
+_NAME = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)(\.(?!-)[a-z0-9_-]{1,63}(?<!-))*\.?$")
 
 
 class TargetError(Exception):
@@ -125,6 +127,17 @@ def _literal(host: str) -> IPAddress | None:
         raise RefusedTarget(f"host {host!r} is neither a name nor an IPv4 address") from None
 
 
+def _ascii_name(host: str) -> str:
+    """The host as DNS and the Host header spell it (IDNA), or RefusedTarget for characters no name holds."""
+    try:
+        ascii_host = host.encode("idna").decode("ascii").lower() if not host.isascii() else host
+    except UnicodeError:
+        raise RefusedTarget(f"host {host!r} is not a valid name") from None
+    if not _NAME.match(ascii_host):
+        raise RefusedTarget(f"host {host!r} is not a valid name")
+    return ascii_host
+
+
 def check_url(url: str, *, allow_http_local: bool = False) -> Target:
     """Check an endpoint's URL as registered: absolute https (http too when allow_http_local), no credentials, a
     host that is not a literal private, loopback, link-local, metadata or reserved address; else RefusedTarget."""
@@ -150,7 +163,9 @@ def check_url(url: str, *, allow_http_local: bool = False) -> Target:
     elif port == 0:
         raise RefusedTarget("the URL's port is not a number from 1 to 65535")
     literal = _literal(host)
-    if literal is not None:
+    if literal is None:
+        host = _ascii_name(host)
+    else:
         if "%" in host:
             raise RefusedTarget(f"host {host!r} names a network interface")
         if literal.version == 4 and host.rstrip(".") != str(literal):
