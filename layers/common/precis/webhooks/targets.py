@@ -15,6 +15,7 @@ import ssl
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from http.client import HTTPConnection, HTTPException
 from typing import Any
 from urllib.parse import urlsplit
@@ -242,7 +243,7 @@ def post(
     for address in vetted.addresses:
         if target.scheme == "https":
             conn: _PinnedConnection = _PinnedTLSConnection(
-                target.host, target.port, address, timeout, tls or ssl.create_default_context()
+                target.host, target.port, address, timeout, tls or _default_tls()
             )
         else:
             conn = _PinnedConnection(target.host, target.port, address, timeout)
@@ -268,6 +269,12 @@ def post(
             deadline.cancel()
             conn.close()
     raise Unreachable(f"{target.host}: no connection ({'; '.join(failures)})")
+
+
+@lru_cache(maxsize=1)
+def _default_tls() -> ssl.SSLContext:
+    """The system's trust store and hostname checks, loaded once a cold start (loading it is milliseconds a call)."""
+    return ssl.create_default_context()
 
 
 def _shut(sock: socket.socket | None, expired: threading.Event) -> None:
