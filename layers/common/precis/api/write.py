@@ -10,9 +10,12 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Que
 from precis.api.answers import json_response
 from precis.api.params import (
     ConclusionId,
+    EndpointId,
     MessageId,
     OptionalId,
     OptionalMessageId,
+    PageNo,
+    PageSize,
     PeerId,
     ScopeIdPath,
     SessionId,
@@ -34,6 +37,7 @@ from precis.schemas.bodies import (
     ScopeCreate,
     ScopeSessions,
     SessionCreate,
+    WebhookCreate,
     WorkspaceCreate,
 )
 from precis.secrets import jwt_secret
@@ -299,3 +303,33 @@ def upload_session_file(
         db, settings, workspace_id, session_id, batch, idempotency_key, lease_s=_remaining_s()
     )
     return json_response(status, views)
+
+
+# Webhook endpoints (precis.webhooks.endpoints): Honcho's three routes, and the rotation of a secret (ext).
+@router.post("/v3/workspaces/<workspace_id>/webhooks")
+def create_webhook(workspace_id: WorkspaceId, body: WebhookCreate):
+    from precis.webhooks import endpoints
+
+    return _created(endpoints.get_or_create(get_db(), workspace_id, body.url))
+
+
+@router.get("/v3/workspaces/<workspace_id>/webhooks")
+def list_webhooks(workspace_id: WorkspaceId, page: PageNo = 1, size: PageSize = 50):
+    from precis.webhooks import endpoints
+
+    return endpoints.listed(get_db(), workspace_id, page, size)
+
+
+@router.delete("/v3/workspaces/<workspace_id>/webhooks/<endpoint_id>")
+def delete_webhook(workspace_id: WorkspaceId, endpoint_id: EndpointId):
+    from precis.webhooks import endpoints
+
+    endpoints.delete(get_db(), workspace_id, endpoint_id)
+    return json_response(204, None)
+
+
+@router.post("/v3/workspaces/<workspace_id>/webhooks/<endpoint_id>/rotate")
+def rotate_webhook_secret(workspace_id: WorkspaceId, endpoint_id: EndpointId):
+    from precis.webhooks import endpoints
+
+    return endpoints.rotate(get_db(), workspace_id, endpoint_id)
