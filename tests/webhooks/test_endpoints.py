@@ -137,3 +137,52 @@ def test_other_bad_input(ws):
     assert call("GET", "/v3/workspaces/nope/webhooks").status == 404
     assert call("DELETE", f"{W}/webhooks/short").status == 422
     assert call("GET", f"{W}/webhooks", size=0).status == 422
+
+
+def test_concurrent_creates_hold_the_limit_and_one_endpoint_a_url(ws):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from precis.store.db import get_db
+
+    db = get_db()
+    urls = [f"{HOOK}/{i}" for i in range(14)] + [HOOK] * 6
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        outcomes = list(pool.map(lambda url: _try_create(db, url), urls))
+    made = [o for o in outcomes if o[0] == "created"]
+    refused = [o for o in outcomes if o[0] == "conflict"]
+    assert len(made) == 10 and len(made) + len(refused) + sum(o[0] == "existing" for o in outcomes) == len(urls)
+    listed = call("GET", f"{W}/webhooks").body
+    assert listed["total"] == 10 and len({e["url"] for e in listed["items"]}) == 10
+    same = {o[1] for o in outcomes if o[0] != "conflict" and o[2] == HOOK}
+    assert len(same) <= 1  # every answer for one URL names the one endpoint
+
+
+def _try_create(db, url: str) -> tuple[str, str | None, str]:
+    from precis.errors import Conflict
+
+    try:
+        view, created = endpoints.get_or_create(db, "ws1", url)
+    except Conflict:
+        return "conflict", None, url
+    return ("created" if created else "existing"), view["id"], url
+
+
+def test_a_create_that_loses_the_race_for_its_url_answers_the_winner(ws):
+    from precis.store.db import get_db
+
+    db = get_db()
+    winner: dict = {}
+
+    def first_wins(**_) -> None:  # another request creates the same URL between this one's read and its write
+        db.client.meta.events.unregister("before-call.dynamodb.TransactWriteItems", first_wins)
+        winner.update(endpoints.get_or_create(db, "ws1", HOOK)[0])
+
+    db.client.meta.events.register("before-call.dynamodb.TransactWriteItems", first_wins)
+    try:
+        view, created = endpoints.get_or_create(db, "ws1", HOOK)
+    finally:
+        db.client.meta.events.unregister("before-call.dynamodb.TransactWriteItems", first_wins)
+    assert not created and "secret" not in view and view["id"] == winner["id"] and winner["secret"]
+    # The loser counted nothing: nine more fit, the eleventh does not.
+    assert all(call("POST", f"{W}/webhooks", {"url": f"{HOOK}/{i}"}).status == 201 for i in range(9))
+    assert call("POST", f"{W}/webhooks", {"url": f"{HOOK}/9"}).status == 409
