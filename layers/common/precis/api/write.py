@@ -14,8 +14,6 @@ from precis.api.params import (
     MessageId,
     OptionalId,
     OptionalMessageId,
-    PageNo,
-    PageSize,
     PeerId,
     ScopeIdPath,
     SessionId,
@@ -305,19 +303,13 @@ def upload_session_file(
     return json_response(status, views)
 
 
-# Webhook endpoints (precis.webhooks.endpoints): Honcho's three routes, and the rotation of a secret (ext).
+# Webhook endpoints (precis.webhooks.endpoints): Honcho's create and delete (its list is a read route), and the
+# rotation of a secret (ext).
 @router.post("/v3/workspaces/<workspace_id>/webhooks")
 def create_webhook(workspace_id: WorkspaceId, body: WebhookCreate):
     from precis.webhooks import endpoints
 
     return _created(endpoints.get_or_create(get_db(), workspace_id, body.url))
-
-
-@router.get("/v3/workspaces/<workspace_id>/webhooks")
-def list_webhooks(workspace_id: WorkspaceId, page: PageNo = 1, size: PageSize = 50):
-    from precis.webhooks import endpoints
-
-    return endpoints.listed(get_db(), workspace_id, page, size)
 
 
 @router.delete("/v3/workspaces/<workspace_id>/webhooks/<endpoint_id>")
