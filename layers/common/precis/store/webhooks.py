@@ -1,8 +1,9 @@
 """A workspace's webhook endpoints: one item each in the workspace's partition (a workspace delete takes them), keyed
 by the URL's hash, and a counter item that holds the limit under concurrent creates.
 
-Costs: a create is a GetItem (0.5 RRU) and, when new, one transaction of three actions (~6 WRU); a list, a delete's
-or a rotation's lookup one Query of at most `limit` small items; a delete a two-action transaction (~4 WRU).
+Costs: a create is a strongly consistent GetItem (1 RRU) and, when new, one transaction of three actions (~6 WRU); a
+list, a delete's or a rotation's lookup one Query of at most `limit` small items; a delete a two-action transaction
+(~4 WRU); a rotation one UpdateItem (1 WRU).
 """
 
 from __future__ import annotations
