@@ -129,6 +129,7 @@ def seed(headers: dict[str, str]) -> dict[str, str]:
     [conclusion] = post(f"/v3/workspaces/{ws}/conclusions", {"conclusions": [CONCLUSION]})
     post(f"/v3/workspaces/{ws}/scopes", {"id": "therapy"})
     post(f"/v3/workspaces/{ws}/scopes/therapy/sessions", {"session_ids": ["s1"]})
+    endpoint = post(f"/v3/workspaces/{ws}/webhooks", {"url": "https://example.com/hook"})
     return {
         "workspace_id": ws,
         "peer_id": "alice",
@@ -136,6 +137,7 @@ def seed(headers: dict[str, str]) -> dict[str, str]:
         "message_id": message["id"],
         "conclusion_id": conclusion["id"],
         "scope_id": "therapy",
+        "endpoint_id": endpoint["id"],
         "name": "index.html",
     }
 

@@ -58,6 +58,7 @@ BODIES: dict[str, list[Any]] = {
     f"POST {W}/scopes": [{"id": "work", "metadata": {"team": "a"}}],
     f"POST {W}/scopes/{{scope_id}}/sessions": [{"session_ids": ["s1"]}],
     f"POST {W}/schedule_dream": [{"observer": "alice", "observed": "alice", "session_id": "s1"}],
+    f"POST {W}/webhooks": [{"url": "https://example.com/other"}],
     "POST /v3/workspaces/list": [{"filters": {"metadata": {"team": "a"}}}],
     f"POST {W}/peers/list": [{"filters": FILTERS}],
     f"POST {W}/sessions/list": [{"filters": FILTERS}],
@@ -101,6 +102,7 @@ QUERIES: dict[str, dict[str, str]] = {
     f"GET {W}/usage": {"from": "2026-01-01", "to": "2026-01-31"},
     f"POST {S}/clone": {"message_id": "{message_id}"},
     f"POST {S}/messages/list": {"page": "1", "size": "10", "reverse": "true"},
+    f"GET {W}/webhooks": {"page": "1", "size": "10"},
 }
 # Query values travel as UTF-8 in a URL: anything but a lone surrogate, which no URL can carry.
 QUERY_TEXT = st.one_of(st.sampled_from(ODD_TEXT), st.text(max_size=12), st.sampled_from(RAW_NUMBERS))

@@ -280,6 +280,15 @@ CASES = [
     ("POST", f"{W}/scopes/nope/sessions/list", None, {}, {}, 404),
     ("GET", f"{W}/scopes/nope/status", None, {}, {}, 404),
     ("GET", f"{W}/scopes/bad%20id/status", None, {}, {}, 422),
+    # webhooks (tests/webhooks/test_endpoints.py has more)
+    ("POST", f"{W}/webhooks", {"url": "ftp://example.com/x"}, {}, {}, 422),
+    ("POST", f"{W}/webhooks", {"url": "https://example.com/" + "a" * 2048}, {}, {}, 422),
+    ("POST", f"{W}/webhooks", {}, {}, {}, 422),
+    ("POST", "/v3/workspaces/nope/webhooks", {"url": "https://example.com/x"}, {}, {}, 404),
+    ("GET", f"{W}/webhooks", None, {"size": 0}, {}, 422),
+    ("DELETE", f"{W}/webhooks/{'x' * 21}", None, {}, {}, 404),
+    ("DELETE", f"{W}/webhooks/short", None, {}, {}, 422),
+    ("POST", f"{W}/webhooks/{'x' * 21}/rotate", None, {}, {}, 404),
     # file upload (tests/messages/test_upload.py has more)
     ("POST", f"{S}/messages/upload", '{"messages": []}', {}, {}, 415),  # not a form
     (

@@ -107,6 +107,11 @@ ROUTES: dict[str, Access] = {
     # A peer's own view (of itself or of others): the peer's key, or the workspace's.
     f"GET {_W}/peers/{{peer_id}}/context": Access.PEER,
     f"POST {_W}/peers/{{peer_id}}/representation": Access.PEER,
+    # Webhook endpoints: Honcho's admin or workspace keys; the rotation of a secret (ext) likewise.
+    f"POST {_W}/webhooks": Access.WORKSPACE,
+    f"GET {_W}/webhooks": Access.WORKSPACE,
+    f"DELETE {_W}/webhooks/{{endpoint_id}}": Access.WORKSPACE,
+    f"POST {_W}/webhooks/{{endpoint_id}}/rotate": Access.WORKSPACE,
     # A file upload is a message post: the same keys may make it.
     f"POST {_S}/messages/upload": Access.SESSION_WRITE,
 }

@@ -197,6 +197,13 @@ def get_peer_card(workspace_id: WorkspaceId, peer_id: PeerId, target: OptionalId
     return {"peer_card": conclusions.get_card(db, workspace_id, peer_id, target or peer_id)}
 
 
+@router.get("/v3/workspaces/<workspace_id>/webhooks")
+def list_webhooks(workspace_id: WorkspaceId, page: PageNo = 1, size: PageSize = 50):
+    from precis.webhooks import endpoints  # (loaded by this route alone, off the context's path)
+
+    return endpoints.listed(get_db(), workspace_id, page, size)
+
+
 @router.get("/v3/workspaces/<workspace_id>/queue/status")
 def queue_status(
     workspace_id: WorkspaceId,

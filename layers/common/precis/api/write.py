@@ -10,6 +10,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Que
 from precis.api.answers import json_response
 from precis.api.params import (
     ConclusionId,
+    EndpointId,
     MessageId,
     OptionalId,
     OptionalMessageId,
@@ -34,6 +35,7 @@ from precis.schemas.bodies import (
     ScopeCreate,
     ScopeSessions,
     SessionCreate,
+    WebhookCreate,
     WorkspaceCreate,
 )
 from precis.secrets import jwt_secret
@@ -299,3 +301,27 @@ def upload_session_file(
         db, settings, workspace_id, session_id, batch, idempotency_key, lease_s=_remaining_s()
     )
     return json_response(status, views)
+
+
+# Webhook endpoints (precis.webhooks.endpoints): Honcho's create and delete (its list is a read route), and the
+# rotation of a secret (ext).
+@router.post("/v3/workspaces/<workspace_id>/webhooks")
+def create_webhook(workspace_id: WorkspaceId, body: WebhookCreate):
+    from precis.webhooks import endpoints
+
+    return _created(endpoints.get_or_create(get_db(), workspace_id, body.url))
+
+
+@router.delete("/v3/workspaces/<workspace_id>/webhooks/<endpoint_id>")
+def delete_webhook(workspace_id: WorkspaceId, endpoint_id: EndpointId):
+    from precis.webhooks import endpoints
+
+    endpoints.delete(get_db(), workspace_id, endpoint_id)
+    return json_response(204, None)
+
+
+@router.post("/v3/workspaces/<workspace_id>/webhooks/<endpoint_id>/rotate")
+def rotate_webhook_secret(workspace_id: WorkspaceId, endpoint_id: EndpointId):
+    from precis.webhooks import endpoints
+
+    return endpoints.rotate(get_db(), workspace_id, endpoint_id)

@@ -84,6 +84,10 @@ class ScopeCreate(Body):
     metadata: Metadata | None = None
 
 
+class WebhookCreate(Body):
+    url: str = Field(description="where deliveries go: http(s), at most 2,048 characters")
+
+
 class ScopeSessions(Body):
     session_ids: list[Id] = Field(min_length=1, max_length=MAX_BATCH)
 

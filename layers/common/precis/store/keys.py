@@ -263,3 +263,17 @@ def parse_usage_sk(sk: str) -> tuple[str, str, str]:
     """(day, role, model) of a usage item's sort key."""
     day, role, _shard, model = sk.split("#", 3)
     return day, role, model
+
+
+WEBHOOKS_PREFIX = "HOOK"  # every webhook item of a workspace's partition (endpoints and their count) starts so
+
+
+def webhook(ws: str, url_key: str) -> dict[str, str]:
+    """A webhook endpoint, keyed by its URL's hash so that get-or-create by URL is one conditional put; in the
+    workspace's partition, so a workspace delete finds it."""
+    return {"PK": f"WS#{ws}", "SK": f"{WEBHOOKS_PREFIX}#{url_key}"}
+
+
+def webhook_count(ws: str) -> dict[str, str]:
+    """How many endpoints the workspace has: the limit's counter, changed by the transaction adding or deleting one."""
+    return {"PK": f"WS#{ws}", "SK": f"{WEBHOOKS_PREFIX}S"}

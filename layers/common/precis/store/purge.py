@@ -204,8 +204,8 @@ def delete_workspace(db: Db, ws: str) -> None:
     rest = [
         {"PK": i["PK"], "SK": i["SK"]}
         for i in items
-        if i["SK"].startswith("PEER#") or i["SK"] == "WS" or i in tombstones
-    ]
+        if i["SK"].startswith(("PEER#", keys.WEBHOOKS_PREFIX)) or i["SK"] == "WS" or i in tombstones
+    ]  # (the webhook endpoints and their count go with the workspace: a new one of this id starts with none)
     delete_collections(db, ws)
     from precis.store import search
 

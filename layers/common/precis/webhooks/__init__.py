@@ -1,1 +1,2 @@
-"""Webhooks: the endpoints a workspace registers, the events delivered to them, and where a delivery may go."""
+"""Webhooks: a workspace's endpoints and their secrets (`endpoints`), how a delivery is signed (`signing`), and where
+a delivery may go (`targets`)."""

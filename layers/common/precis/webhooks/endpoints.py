@@ -1,0 +1,102 @@
+"""A workspace's webhook endpoints as Honcho's routes manage them (get-or-create by URL, list, delete), plus a secret
+per endpoint (Standard Webhooks' `whsec_…`, shown once) and its rotation with an overlap: callable without HTTP."""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from precis.errors import Invalid
+from precis.store import webhooks
+from precis.store.db import Db
+from precis.store.records import page
+from precis.store.resources import require_workspace
+from precis.store.webhooks import SecretEntry, WebhookItem
+from precis.webhooks.signing import new_secret
+
+MAX_ENDPOINTS = 10  # Honcho's WEBHOOK.MAX_WORKSPACE_LIMIT: the 11th is a 409
+MAX_URL_CHARS = 2048  # Honcho's column constraint
+ROTATION_OVERLAP_S = 24 * 3600  # the old secret still signs (beside the new) this long after a rotation
+_NANOID = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-"
+
+
+def check_url(url: str) -> str:
+    """`url` when it can be a webhook target: http(s), a host, at most MAX_URL_CHARS, not a private address literal
+    (Honcho's checks); Invalid (422) naming what is wrong. Hostnames are resolved at delivery, not here."""
+    if len(url) > MAX_URL_CHARS:
+        raise Invalid(f"url: at most {MAX_URL_CHARS} characters, got {len(url)}")
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 (a port out of range raises here)
+    except ValueError as exc:
+        raise Invalid(f"url: not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https"):
+        raise Invalid(
+            f"url: only http and https URLs are accepted, got {parts.scheme + ':' if parts.scheme else 'none'}"
+        )
+    if not host:
+        raise Invalid("url: names no host")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return url
+    if (
+        address.is_private
+        or address.is_loopback
+        or address.is_link_local
+        or address.is_reserved
+        or address.is_multicast
+    ):
+        raise Invalid(f"url: {host} is a private, loopback or reserved address")
+    return url
+
+
+def view(item: WebhookItem) -> dict[str, Any]:
+    """Honcho's WebhookEndpoint: id, workspace_id, url, created_at (never a secret)."""
+    return {
+        "id": item["id"],
+        "workspace_id": item["PK"].removeprefix("WS#"),
+        "url": item["url"],
+        "created_at": item["created_at"],
+    }
+
+
+def get_or_create(db: Db, workspace: str, url: str) -> tuple[dict[str, Any], bool]:
+    """The endpoint of `url` (False) or a new one (True), whose answer alone carries its `secret` (ext)."""
+    secret = new_secret()
+    endpoint_id = "".join(secrets.choice(_NANOID) for _ in range(21))
+    item, created = webhooks.get_or_create(db, workspace, check_url(url), endpoint_id, secret, limit=MAX_ENDPOINTS)
+    return ({**view(item), "secret": secret} if created else view(item)), created
+
+
+def listed(db: Db, workspace: str, page_no: int = 1, size: int = 50) -> dict[str, Any]:
+    """A Honcho page of the workspace's endpoints, oldest first (NotFound for a workspace that does not exist)."""
+    require_workspace(db, workspace)
+    return page([view(item) for item in webhooks.endpoints(db, workspace)], page_no, size)
+
+
+def delete(db: Db, workspace: str, endpoint_id: str) -> None:
+    webhooks.delete(db, workspace, endpoint_id)
+
+
+def live_secrets(item: WebhookItem, now: int) -> list[str]:
+    """The secrets a delivery at `now` is signed with: the current one, and the previous one until its overlap ends."""
+    return [e["secret"] for e in item["secrets"] if e.get("expires_at", now + 1) > now]
+
+
+def rotate(db: Db, workspace: str, endpoint_id: str, *, now: int | None = None) -> dict[str, Any]:
+    """A new secret for the endpoint (returned once); the current one keeps signing beside it for
+    ROTATION_OVERLAP_S. A rotation within an overlap ends the older secret's at once: two live secrets at most."""
+    now = int(time.time()) if now is None else now
+    item = webhooks.endpoint(db, workspace, endpoint_id)
+    secret = new_secret()
+    expires = now + ROTATION_OVERLAP_S
+    current = [e for e in item["secrets"] if "expires_at" not in e]
+    kept: list[SecretEntry] = [{"secret": secret}]
+    kept += [{"secret": e["secret"], "expires_at": expires} for e in current]
+    webhooks.replace_secrets(db, item, kept)
+    return {**view(item), "secret": secret, "previous_secret_expires_at": expires}
