@@ -113,15 +113,17 @@ def test_a_create_costs_one_read_and_one_transaction(ws):
 @pytest.mark.parametrize(
     ("url", "says"),
     [
-        ("ftp://example.com/x", "only http and https"),
-        ("example.com/hook", "only http and https"),
-        ("https://", "names no host"),
-        ("https://example.com/" + "a" * 2030, "at most 2048 characters"),
-        ("http://127.0.0.1:8080/x", "private, loopback or reserved"),
-        ("http://10.1.2.3/x", "private, loopback or reserved"),
-        ("http://169.254.169.254/latest", "private, loopback or reserved"),
-        ("http://[::1]/x", "private, loopback or reserved"),
-        ("https://example.com:99999/x", "not a valid URL"),
+        ("ftp://example.com/x", "scheme must be https, not 'ftp'"),
+        ("example.com/hook", "scheme must be https"),
+        ("http://example.com/hook", "scheme must be https, not 'http'"),  # https only, as deployed
+        ("https://", "has no host"),
+        ("https://example.com/" + "a" * 2030, "longer than 2048 characters"),
+        ("https://127.0.0.1:8080/x", "127.0.0.1 is a loopback address"),
+        ("https://10.1.2.3/x", "10.1.2.3 is a private address"),
+        ("https://169.254.169.254/latest", "instance-metadata range"),
+        ("https://[::1]/x", "::1 is a loopback address"),
+        ("https://2130706433/x", "non-standard form"),
+        ("https://example.com:99999/x", "port is not a number from 1 to 65535"),
     ],
 )
 def test_bad_urls_are_422_naming_what_is_wrong(ws, url, says):
@@ -186,3 +188,14 @@ def test_a_create_that_loses_the_race_for_its_url_answers_the_winner(ws):
     # The loser counted nothing: nine more fit, the eleventh does not.
     assert all(call("POST", f"{W}/webhooks", {"url": f"{HOOK}/{i}"}).status == 201 for i in range(9))
     assert call("POST", f"{W}/webhooks", {"url": f"{HOOK}/9"}).status == 409
+
+
+def test_make_devs_setting_lets_a_receiver_on_this_machine_register_over_http(ws, monkeypatch):
+    from precis.settings import get_settings
+
+    assert call("POST", f"{W}/webhooks", {"url": "http://127.0.0.1:8080/hook"}).status == 422  # as deployed
+    monkeypatch.setenv("PRECIS_WEBHOOKS_ALLOW_HTTP_LOCAL", "true")
+    get_settings.cache_clear()
+    assert call("POST", f"{W}/webhooks", {"url": "http://127.0.0.1:8080/hook"}).status == 201
+    reply = call("POST", f"{W}/webhooks", {"url": "http://10.0.0.1/hook"})  # loopback only, nothing else private
+    assert reply.status == 422 and "private address" in reply.body["detail"]

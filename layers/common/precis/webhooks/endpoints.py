@@ -3,11 +3,9 @@ per endpoint (Standard Webhooks' `whsec_…`, shown once) and its rotation with 
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 from precis.errors import Invalid
 from precis.store import webhooks
@@ -18,40 +16,22 @@ from precis.store.webhooks import SecretEntry, WebhookItem
 from precis.webhooks.signing import new_secret
 
 MAX_ENDPOINTS = 10  # Honcho's WEBHOOK.MAX_WORKSPACE_LIMIT: the 11th is a 409
-MAX_URL_CHARS = 2048  # Honcho's column constraint
 ROTATION_OVERLAP_S = 24 * 3600  # the old secret still signs (beside the new) this long after a rotation
 _NANOID = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-"
 
 
 def check_url(url: str) -> str:
-    """`url` when it can be a webhook target: http(s), a host, at most MAX_URL_CHARS, not a private address literal
-    (Honcho's checks); Invalid (422) naming what is wrong. Hostnames are resolved at delivery, not here."""
-    if len(url) > MAX_URL_CHARS:
-        raise Invalid(f"url: at most {MAX_URL_CHARS} characters, got {len(url)}")
+    """`url` when it can be a webhook target (`targets.check_url`: https, or http to this machine under `make dev`'s
+    setting; a host that is no private, loopback, link-local, metadata or reserved address literal); else Invalid
+    (422) naming what is wrong. Hostnames are resolved at delivery, and refused there the same way."""
+    from precis.settings import get_settings
+    from precis.webhooks.targets import RefusedTarget
+    from precis.webhooks.targets import check_url as check_target
+
     try:
-        parts = urlsplit(url)
-        host = parts.hostname
-        parts.port  # noqa: B018 (a port out of range raises here)
-    except ValueError as exc:
-        raise Invalid(f"url: not a valid URL ({exc})") from None
-    if parts.scheme not in ("http", "https"):
-        raise Invalid(
-            f"url: only http and https URLs are accepted, got {parts.scheme + ':' if parts.scheme else 'none'}"
-        )
-    if not host:
-        raise Invalid("url: names no host")
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return url
-    if (
-        address.is_private
-        or address.is_loopback
-        or address.is_link_local
-        or address.is_reserved
-        or address.is_multicast
-    ):
-        raise Invalid(f"url: {host} is a private, loopback or reserved address")
+        check_target(url, allow_http_local=get_settings().webhooks_allow_http_local)
+    except RefusedTarget as exc:
+        raise Invalid(f"url: {exc}") from None
     return url
 
 
