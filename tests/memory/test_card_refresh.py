@@ -128,3 +128,23 @@ def test_a_failed_refresh_keeps_its_conclusions_for_the_next(ws, llm_server):
     (request, *_failed) = card_requests(llm_server)
     assert card() == [f"ATTRIBUTE: alice likes {t}" for t in ("tea", "jazz", "chess", "rain")]
     assert "alice likes tea" in request["messages"][-1]["content"]
+
+
+def test_a_refresh_that_takes_every_waiting_conclusion_leaves_no_age_behind(aws):
+    """After a refresh the card's age starts again with the next conclusion (a card refreshed hours ago is not due
+    at its session's first conclusion), and conclusions counted during the refresh wait from the refresh."""
+    from precis.memory.dreams import DreamTarget
+    from precis.store import dream_state
+    from precis.store.db import get_db
+
+    db, target = get_db(), DreamTarget("ws1", "alice", "alice")
+    dream_state.count_fresh(db, target, 3, "2026-01-01T00:00:00+00:00", card=True)
+    dream_state.card_refreshed(db, target, 3, "2026-01-01T01:00:00+00:00")
+    state = dream_state.read(db, target) or {}
+    assert (state["card_fresh"], "card_since" in state) == (0, False)
+    after = dream_state.count_fresh(db, target, 1, "2026-01-01T05:00:00+00:00", card=True) or {}
+    assert after["card_since"] == "2026-01-01T05:00:00+00:00"
+    dream_state.count_fresh(db, target, 2, "2026-01-01T05:01:00+00:00", card=True)  # while a refresh reads 1
+    dream_state.card_refreshed(db, target, 1, "2026-01-01T05:02:00+00:00")
+    state = dream_state.read(db, target) or {}
+    assert (state["card_fresh"], state["card_since"]) == (2, "2026-01-01T05:02:00+00:00")

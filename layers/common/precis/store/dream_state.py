@@ -85,14 +85,20 @@ def count_fresh(db: Db, target: Target, count: int, now: str, *, card: bool = Fa
 
 
 def card_refreshed(db: Db, target: Target, count: int, now: str) -> None:
-    """The card holds `count` more of the fresh conclusions (a refresh read them at `now`); a concurrent refresh that
+    """The card holds `count` more of the fresh conclusions (a refresh read them at `now`): none waits any more (no
+    `card_since`, which the next one sets), or those that came meanwhile wait from `now`; a concurrent refresh that
     took them first leaves the state as it is."""
+    drained = _update(
+        db, target, "REMOVE card_since SET card_fresh = :zero", {":n": count, ":zero": 0}, condition="card_fresh = :n"
+    )
+    if drained is not None:
+        return
     _update(
         db,
         target,
         "SET card_fresh = card_fresh - :n, card_since = :now",
         {":n": count, ":now": now},
-        condition="card_fresh >= :n",
+        condition="card_fresh > :n",
     )
 
 
