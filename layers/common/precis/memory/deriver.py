@@ -480,7 +480,7 @@ def is_quiet(db: Db, wake: QuietWake) -> bool:
 
 def session_collections(db: Db, ws: str, s: str) -> list[tuple[str, str]]:
     """(observer, observed) of the cards the session's senders feed: each sender with a cursor, by its observers."""
-    _session, _workspace, cursors = derive_cursors.read_session(db, ws, s)
+    cursors = {c["sender"] for c in derive_cursors.cursors(db, ws, s) if c.get("sender")}
     peers = derive_cursors.read_peers(db, ws, sorted(cursors))
     held = members(db, ws, s)
     return [(observer, sender) for sender in sorted(cursors) for observer in observers(sender, peers.get(sender), held)]

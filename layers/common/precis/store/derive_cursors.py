@@ -112,27 +112,6 @@ def _update(
         raise
 
 
-def read_state(
-    db: Db, target: Target
-) -> tuple[SessionItem | None, WorkspaceItem | None, PeerItem | None, dict[str, Any] | None]:
-    """(session, workspace, sender peer, cursor), one BatchGetItem (strongly consistent)."""
-    ws, s = target.workspace, target.session
-    wanted = [
-        keys.session(ws, s),
-        keys.workspace(ws),
-        keys.peer(ws, target.sender),
-        keys.derive_cursor(ws, s, target.sender),
-    ]
-    found = {(i["PK"], i["SK"]): i for i in batch_get(db, wanted)}
-    session, workspace, peer, cursor = (found.get((k["PK"], k["SK"])) for k in wanted)
-    return (
-        None if session is None else as_session(session),
-        None if workspace is None else as_workspace(workspace),
-        None if peer is None else as_peer(peer),
-        cursor,
-    )
-
-
 def read_session(
     db: Db, ws: str, session_id: str
 ) -> tuple[SessionItem | None, WorkspaceItem | None, dict[str, dict[str, Any]]]:
