@@ -47,6 +47,7 @@ FIXED = {
     "TABLE_NAME": "the stack's table",
     "BUCKET_NAME": "the stack's bucket",
     "PRECIS_DERIVE_WAKE_QUEUE_URL": "the stack's wake-up queue (the deriver's environment alone)",
+    "PRECIS_WEBHOOK_QUEUE_URL": "the stack's webhook queue",
     "PRECIS_AUTH": "deployed stacks always check keys (test_template_policy.test_auth_is_always_on_where_it_deploys)",
     "PRECIS_DREAM_MIN_CONCLUSIONS": "Honcho's 50",
     "PRECIS_DREAM_IDLE_S": "Honcho's hour",
@@ -77,7 +78,14 @@ LOCAL_ONLY = {
 }
 # Settings `make dev` does not take from the shell: the local stack names its own resources and stage, and has no
 # Secrets Manager (PRECIS_JWT_SECRET and OPENAI_API_KEY stand in).
-NOT_PASSED_THROUGH = {"TABLE_NAME", "BUCKET_NAME", "STAGE", "PRECIS_SECRET_NAME", "PRECIS_DERIVE_WAKE_QUEUE_URL"}
+NOT_PASSED_THROUGH = {
+    "TABLE_NAME",
+    "BUCKET_NAME",
+    "STAGE",
+    "PRECIS_SECRET_NAME",
+    "PRECIS_DERIVE_WAKE_QUEUE_URL",
+    "PRECIS_WEBHOOK_QUEUE_URL",
+}
 # Passed through but not Precis's settings: botocore's endpoint override and Powertools' switches.
 PASSED_NOT_SETTINGS = {"AWS_ENDPOINT_URL_BEDROCK_RUNTIME", "POWERTOOLS_LOG_LEVEL", "POWERTOOLS_METRICS_DISABLED"}
 
@@ -229,7 +237,15 @@ def test_the_templates_defaults_are_the_built_in_ones(monkeypatch):
     finally:
         get_settings.cache_clear()
     built_in = Settings()
-    resources = {"table_name", "bucket_name", "stage", "secret_name", "auth", "derive_wake_queue_url"}
+    resources = {
+        "table_name",
+        "bucket_name",
+        "stage",
+        "secret_name",
+        "auth",
+        "derive_wake_queue_url",
+        "webhook_queue_url",
+    }
     for field in Settings.model_fields:
         if field in resources or field.startswith("summary_"):
             continue

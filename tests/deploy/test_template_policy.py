@@ -77,6 +77,8 @@ TABLE_ACTIONS = {
         "dynamodb:ConditionCheckItem",
         "dynamodb:SearchVectors",
     },
+    # The webhook sender finds an endpoint by id (a Query of the workspace's at most 10) and writes its delivery log.
+    "WebhookFunction": {"dynamodb:Query", "dynamodb:UpdateItem"},
     # The MCP tools write what the ingest routes write and read what the read and chat routes read: ingest's actions.
     "McpFunction": {
         "dynamodb:GetItem",
@@ -124,6 +126,7 @@ BUCKET_ACCESS = {
         ("s3:DeleteObjectVersion", "audit/"),
     },
     "DeriveFunction": {("s3:GetObject", "bodies/")},
+    "WebhookFunction": set(),
     "McpFunction": {
         ("s3:PutObject", "bodies/"),
         ("s3:GetObject", "bodies/"),
@@ -145,6 +148,16 @@ QUEUE_ACCESS = {
         ("sqs:ReceiveMessage", WAKE),
         ("sqs:DeleteMessage", WAKE),
         ("sqs:GetQueueAttributes", WAKE),
+    },
+    # The webhook sender is its queue's one consumer, and delays a failed delivery's retry on it.
+    "WebhookFunction": {
+        (action, "${WebhookQueue.Arn}")
+        for action in (
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+            "sqs:GetQueueAttributes",
+            "sqs:ChangeMessageVisibility",
+        )
     },
 }
 # Bedrock: the functions that ask the chat model (LlmProvider bedrock) and the ones that embed (Embedder bedrock).
@@ -424,7 +437,7 @@ def test_each_queue_trigger_reports_its_failures_and_dead_letters_what_keeps_fai
         if r["Type"] == "AWS::Lambda::EventSourceMapping"
         and r["Properties"]["EventSourceArn"].value.split(".")[0] in resources_of("AWS::SQS::Queue")
     ]
-    assert [m["FunctionName"].value for m in mappings] == ["DeriveFunction"]
+    assert [m["FunctionName"].value for m in mappings] == ["DeriveFunction", "WebhookFunction"]
     alarmed = {
         a["Dimensions"][0]["Value"].value.split(".")[0]
         for a in resources_of("AWS::CloudWatch::Alarm").values()
@@ -436,7 +449,8 @@ def test_each_queue_trigger_reports_its_failures_and_dead_letters_what_keeps_fai
         # Longer than the function may run, so a wake-up in flight is not handed to a second invocation.
         assert queue["VisibilityTimeout"] >= FUNCTIONS[mapping["FunctionName"].value]["Timeout"]
         dead = queue["RedrivePolicy"]["deadLetterTargetArn"].value.split(".")[0]
-        assert 1 < queue["RedrivePolicy"]["maxReceiveCount"] <= 10 and dead in alarmed
+        # (12 for webhooks: their retries span about a day, precis.webhooks.delivery.)
+        assert 1 < queue["RedrivePolicy"]["maxReceiveCount"] <= 12 and dead in alarmed
         assert resources_of("AWS::SQS::Queue")[dead]["MessageRetentionPeriod"] >= queue["MessageRetentionPeriod"]
     quiet = PARAMETERS["DeriveQuietSeconds"]
     assert quiet["MaxValue"] <= 900 and quiet["MinValue"] == 0  # SQS delays a message 900 s at most
@@ -537,6 +551,7 @@ MANAGED_POLICIES = {
     "SummarizeFunctionRole": {_BASIC, _XRAY},
     "DeriveFunctionRole": {_BASIC, _XRAY},
     "McpFunctionRole": {_BASIC, _XRAY},
+    "WebhookFunctionRole": {_BASIC, _XRAY},
     "DeriveFunctionFlushRole": set(),  # EventBridge Scheduler's: lambda:InvokeFunction on the deriver alone
 }
 # The roles SAM makes for services other than Lambda, and the one thing each may do.
@@ -677,6 +692,7 @@ def test_the_api_is_throttled_and_its_access_logged():
             r["Properties"]["FunctionName"].value
             for r in RESOURCES.values()
             if r["Type"] == "AWS::Lambda::EventSourceMapping"
+            and r["Properties"]["EventSourceArn"].value.split(".")[0] not in resources_of("AWS::SQS::Queue")
         }
     ),
 )

@@ -63,6 +63,11 @@ def llm_api_key() -> str | None:
     return get_settings().llm_api_key or _secret_field("llm_api_key")
 
 
+def webhook_secret() -> str | None:
+    """Honcho's one deployment secret (X-Honcho-Signature), when the stack's secret has a webhook_secret field."""
+    return _secret_field("webhook_secret")
+
+
 def with_llm_key(settings):
     """`settings` with the LLM API key from Secrets Manager when the environment has none (deployed stacks) and a role
     uses the openai provider (Bedrock needs no key: its calls are signed with the function's role)."""

@@ -69,6 +69,7 @@ ENVIRONMENT: dict[str, tuple[str, str | None]] = {
     "dream_min_conclusions": ("PRECIS_DREAM_MIN_CONCLUSIONS", None),
     "dream_idle_s": ("PRECIS_DREAM_IDLE_S", None),
     "webhooks_allow_http_local": ("PRECIS_WEBHOOKS_ALLOW_HTTP_LOCAL", None),
+    "webhook_queue_url": ("PRECIS_WEBHOOK_QUEUE_URL", None),
 }
 # The deployment's summary defaults: SummaryConfig field -> (variable, parameter).
 SUMMARY_ENV = {
@@ -192,6 +193,8 @@ class Settings(BaseModel):
     # developer's machine. Off in every deployment: a target is https and resolves to public addresses only
     # (precis.webhooks.targets; docs/design.md, "Webhooks: safe targets").
     webhooks_allow_http_local: bool = Field(False, strict=True)  # strict: "yes" or "1" is a typo, not a yes
+    # The template's WebhookQueue: deliveries are sent to it, and its function delays a failed one's retry on it.
+    webhook_queue_url: str | None = None
 
     @field_validator("derive_engine", mode="before")
     @classmethod
