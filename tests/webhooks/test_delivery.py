@@ -64,7 +64,7 @@ def receiver(aws, monkeypatch):
 
 
 def enqueue(sqs, endpoint_id: str) -> dict:
-    msg = delivery.message("ws1", endpoint_id, "test.event", {"workspace_id": "ws1"}, now=time.time())
+    msg = delivery.message("ws1", endpoint_id, "test.event", {"workspace_id": "ws1"}, event_id="evt1", now=time.time())
     sqs.send_message(QueueUrl=sqs.get_queue_url(QueueName=QUEUE)["QueueUrl"], MessageBody=json.dumps(msg))
     return msg
 

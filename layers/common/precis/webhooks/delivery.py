@@ -1,10 +1,10 @@
 """Webhook deliveries: a message on the webhook queue per (event, endpoint), sent by the webhook function at least
 once, retried by SQS with a growing visibility timeout until the queue dead-letters it.
 
-A message is `{id, workspace, endpoint_id, type, data, created}` (`data` holds ids, never message text); its body on
-the wire is Honcho's envelope `{type, data, timestamp}`, the same at every attempt, signed anew at each (a fresh
-`webhook-timestamp`, the endpoint's live secrets, Honcho's header when the deployment has its secret); `id` is the
-`webhook-id` a receiver drops duplicates by.
+A message is `{id, event_id, workspace, endpoint_id, type, data, created}` (`data` holds ids, never message text);
+its body on the wire is Honcho's envelope `{type, data, timestamp}`, the same at every attempt, signed anew at each (a
+fresh `webhook-timestamp`, the endpoint's live secrets, Honcho's header when the deployment has its secret); `id` is
+the `webhook-id` a receiver drops duplicates by, derived from the event's id and the endpoint's (`delivery_id`).
 
 Retries (RETRY_DELAYS_S): after the n-th failed attempt the message comes back 1, 2, 4, ... 128 minutes later (n = 1 to
 8), then 256 minutes, then every 6 hours: the 12th and last attempt is about 20.5 hours after the first, and the
@@ -14,9 +14,10 @@ delivery is tried for about a day.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import logging
-import secrets
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,7 +34,6 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 12  # the webhook queue's maxReceiveCount (template.yaml)
 FIRST_DELAY_S = 60
 MAX_DELAY_S = 6 * 3600  # under SQS's 12-hour limit on a visibility timeout
-_NANOID = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-"
 
 
 def retry_delay(attempt: int) -> int:
@@ -41,11 +41,21 @@ def retry_delay(attempt: int) -> int:
     return min(FIRST_DELAY_S * 2 ** (max(attempt, 1) - 1), MAX_DELAY_S)
 
 
-def message(workspace: str, endpoint_id: str, event_type: str, data: dict[str, Any], *, now: float) -> dict[str, Any]:
-    """A delivery of `event_type` to one endpoint, with a new delivery id (a nanoid, Honcho's id form)."""
+def delivery_id(event_id: str, endpoint_id: str) -> str:
+    """A delivery's id (`webhook-id`): the same whenever the same event is sent to the same endpoint again (a stream
+    record replayed, a producer retried), so a receiver drops the duplicate by it."""
+    digest = hashlib.sha256(f"{event_id}\n{endpoint_id}".encode()).digest()
+    return "msg_" + base64.urlsafe_b64encode(digest[:18]).decode()
+
+
+def message(
+    workspace: str, endpoint_id: str, event_type: str, data: dict[str, Any], *, event_id: str, now: float
+) -> dict[str, Any]:
+    """A delivery of event `event_id` (of `event_type`, `data` its ids) to one endpoint."""
     created = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return {
-        "id": "".join(secrets.choice(_NANOID) for _ in range(21)),
+        "id": delivery_id(event_id, endpoint_id),
+        "event_id": event_id,
         "workspace": workspace,
         "endpoint_id": endpoint_id,
         "type": event_type,
