@@ -174,6 +174,16 @@ def get_queue_client() -> Any:
         return _session().create_client("sqs", config=config)
 
 
+@lru_cache(maxsize=1)
+def get_events_client() -> Any:
+    """The EventBridge client events are put on the stack's bus with (made on first use: only when it has one)."""
+    from botocore.config import Config
+
+    config = Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=2, read_timeout=10)
+    with _no_collection():
+        return _session().create_client("events", config=config)
+
+
 @contextmanager
 def _no_collection() -> Iterator[None]:
     """No garbage collection while the clients are built, then freeze what was built (as precis.startup does for
