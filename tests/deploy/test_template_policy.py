@@ -140,9 +140,13 @@ SECRET_ARN = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::Account
 # Every queue action each function may be granted: the stream consumers dead-letter what they gave up on; the
 # deriver alone sends its quiet wake-ups, and alone receives them (its SQS trigger).
 WAKE = "${DeriveWakeQueue.Arn}"
+# The functions that publish events (precis.events) send their webhook deliveries to the webhook queue.
+PUBLISH = ("sqs:SendMessage", "${WebhookQueue.Arn}")
 QUEUE_ACCESS = {
-    "SummarizeFunction": {("sqs:SendMessage", "${SummarizeDLQ.Arn}")},
+    "IngestFunction": {PUBLISH},
+    "SummarizeFunction": {("sqs:SendMessage", "${SummarizeDLQ.Arn}"), PUBLISH},
     "DeriveFunction": {
+        PUBLISH,
         ("sqs:SendMessage", "${DeriveDLQ.Arn}"),
         ("sqs:SendMessage", WAKE),
         ("sqs:ReceiveMessage", WAKE),

@@ -144,22 +144,21 @@ def _stamp(now: float) -> str:
 
 def publish_configured(db: Db, events: Iterable[Event]) -> Published:
     """`publish` to the deployment's webhook queue and bus (its settings), the clients made on first use; nothing to
-    publish to (no queue, no bus) costs nothing."""
+    publish to (no queue, no bus) costs nothing. Never raises."""
     events = list(events)
     if not events:
         return Published()
     from precis.settings import get_settings
     from precis.store.db import get_events_client, get_queue_client
 
-    settings = get_settings()
-    queue_url, bus = settings.webhook_queue_url, settings.event_bus_name
-    if not queue_url and not bus:
-        return Published()
-    return publish(
-        db,
-        events,
-        sqs=get_queue_client() if queue_url else None,
-        queue_url=queue_url,
-        eventbridge=get_events_client() if bus else None,
-        bus=bus,
-    )
+    try:
+        settings = get_settings()
+        queue_url, bus = settings.webhook_queue_url, settings.event_bus_name
+        if not queue_url and not bus:
+            return Published()
+        sqs = get_queue_client() if queue_url else None
+        eventbridge = get_events_client() if bus else None
+    except Exception:  # noqa: BLE001 - never a failure of the work the events announce
+        log.exception("events not published: no client")
+        return Published(unsent=len(events))
+    return publish(db, events, sqs=sqs, queue_url=queue_url, eventbridge=eventbridge, bus=bus)

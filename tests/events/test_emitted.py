@@ -1,0 +1,149 @@
+"""Events emitted by the handlers under their template roles, read off the webhook queue (moto): each once at its
+moment, ids only, to the workspace's own subscribed endpoints, and the same ids when a stream record is replayed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.handlers import call, invoke, post_messages
+from tests.stream import message_records
+
+QUEUE = "precis-webhook-local"
+
+
+def hook(ws: str, url: str) -> str:
+    created = call("POST", f"/v3/workspaces/{ws}/webhooks", {"url": url})
+    assert created.status in (200, 201), created.body
+    return created.body["id"]
+
+
+def drain(sqs) -> list[dict]:
+    """Every delivery message on the webhook queue, taken off it."""
+    url = sqs.get_queue_url(QueueName=QUEUE)["QueueUrl"]
+    found = []
+    while True:
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if not got:
+            return found
+        for m in got:
+            found.append(json.loads(m["Body"]))
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+
+def derive(aws, ws: str = "ws1", session: str = "s1", first: int = 1) -> None:
+    records = message_records(aws["dynamodb"], ws=ws, session_id=session, first=first)
+    assert invoke("DeriveFunction", {"Records": records}) == {"batchItemFailures": []}
+
+
+def of_type(found: list[dict], kind: str) -> list[dict]:
+    return [m for m in found if m["type"] == kind]
+
+
+@pytest.fixture
+def ws(aws, monkeypatch):
+    monkeypatch.setenv("PRECIS_WEBHOOK_QUEUE_URL", aws["sqs"].get_queue_url(QueueName=QUEUE)["QueueUrl"])
+    for name in ("ws1", "ws2"):
+        assert call("POST", "/v3/workspaces", {"id": name}).status == 201
+    return aws
+
+
+def test_queue_empty_fires_once_when_a_sender_is_caught_up_and_carries_ids_only(ws):
+    endpoint = hook("ws1", "https://hooks.example.com/a")
+    hook("ws2", "https://hooks.example.com/other")  # another workspace's endpoint: it gets none of ws1's
+    post_messages("s1", ("alice", "I moved to Lisbon last spring."), ("alice", "My sister lives in Porto."))
+    derive(ws)
+    found = drain(ws["sqs"])
+    (empty,) = of_type(found, "queue.empty")
+    assert empty["data"] == {
+        "workspace_id": "ws1",
+        "queue_type": "representation",
+        "session_id": "s1",
+        "observer": None,
+        "observed": "alice",
+    }
+    assert {m["endpoint_id"] for m in found} == {endpoint} and {m["workspace"] for m in found} == {"ws1"}
+    created = of_type(found, "conclusions.created")
+    assert created and all(m["data"]["observed"] == "alice" and m["data"]["conclusion_ids"] for m in created)
+    assert "Lisbon" not in json.dumps(found) and "Porto" not in json.dumps(found)  # ids, never text
+    # The queue status shows the unit empty now, and did not before the derivation stored its job.
+    status = call("GET", "/v3/workspaces/ws1/queue/status?session_id=s1&sender_id=alice").body
+    assert status["pending_work_units"] == status["in_progress_work_units"] == 0
+
+
+def test_a_replayed_record_publishes_the_same_delivery_ids_and_a_new_message_a_new_emptying(ws):
+    hook("ws1", "https://hooks.example.com/a")
+    post_messages("s1", ("alice", "I moved to Lisbon last spring."))
+    derive(ws)
+    first = {m["id"] for m in of_type(drain(ws["sqs"]), "queue.empty")}
+    derive(ws)  # the same record again: the unit is as empty as it was
+    again = {m["id"] for m in of_type(drain(ws["sqs"]), "queue.empty")}
+    assert len(first) == 1 and again <= first
+    post_messages("s1", ("alice", "I work as a nurse."))
+    derive(ws, first=2)
+    later = {m["id"] for m in of_type(drain(ws["sqs"]), "queue.empty")}
+    assert len(later) == 1 and not later & first  # it emptied once more: a new event
+
+
+def test_a_disabled_or_unsubscribed_endpoint_gets_nothing(ws):
+    live = hook("ws1", "https://hooks.example.com/live")
+    disabled = hook("ws1", "https://hooks.example.com/disabled")
+    narrow = hook("ws1", "https://hooks.example.com/narrow")
+    table = ws["dynamodb"]
+    items = table.query(
+        TableName="precis-local",
+        KeyConditionExpression="PK = :p AND begins_with(SK, :h)",
+        ExpressionAttributeValues={":p": {"S": "WS#ws1"}, ":h": {"S": "HOOK#"}},
+    )["Items"]
+    for item in items:  # as helper A's routes write them: disabled_at, event_types
+        if item["id"]["S"] == disabled:
+            update, values = "SET disabled_at = :d", {":d": {"S": "2026-01-01T00:00:00Z"}}
+        elif item["id"]["S"] == narrow:
+            update, values = "SET event_types = :t", {":t": {"L": [{"S": "summary.created"}]}}
+        else:
+            continue
+        table.update_item(
+            TableName="precis-local",
+            Key={"PK": item["PK"], "SK": item["SK"]},
+            UpdateExpression=update,
+            ExpressionAttributeValues=values,
+        )
+    post_messages("s1", ("alice", "I moved to Lisbon last spring."))
+    derive(ws)
+    found = drain(ws["sqs"])
+    assert found and {m["endpoint_id"] for m in found} == {live}
+
+
+def summarize(aws, first: int = 1) -> None:
+    records = message_records(aws["dynamodb"], first=first)
+    assert invoke("SummarizeFunction", {"Records": records}) == {"batchItemFailures": []}
+
+
+def test_summary_created_and_the_summary_queue_empty_fire_once_when_no_summary_is_left_due(ws):
+    hook("ws1", "https://hooks.example.com/a")
+    # Honcho's cadence: a short summary every 20 messages, so 19 leave none due and the 20th makes one due.
+    posted = post_messages("s1", *[("alice", f"I like the colour number {i}.") for i in range(1, 20)])
+    summarize(ws)
+    assert drain(ws["sqs"]) == []  # nothing was due: nothing written, nothing emptied
+    posted += post_messages("s1", ("bob", "Noted."))
+    summarize(ws, first=20)
+    found = drain(ws["sqs"])
+    (created,) = of_type(found, "summary.created")
+    assert created["data"] == {
+        "workspace_id": "ws1",
+        "session_id": "s1",
+        "summary_type": "honcho_chat_summary_short",  # as GET …/summaries names it
+        "message_id": posted[-1]["id"],
+    }
+    (empty,) = of_type(found, "queue.empty")
+    assert empty["data"] == {
+        "workspace_id": "ws1",
+        "queue_type": "summary",
+        "session_id": "s1",
+        "observer": None,
+        "observed": None,
+    }
+    assert "colour" not in json.dumps(found)
+    summarize(ws, first=20)  # the record replayed: the summary is stored, nothing more to announce
+    assert of_type(drain(ws["sqs"]), "summary.created") == []
