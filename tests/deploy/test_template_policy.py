@@ -144,6 +144,7 @@ WAKE = "${DeriveWakeQueue.Arn}"
 PUBLISH = ("sqs:SendMessage", "${WebhookQueue.Arn}")
 QUEUE_ACCESS = {
     "IngestFunction": {PUBLISH},
+    "McpFunction": {PUBLISH},
     "SummarizeFunction": {("sqs:SendMessage", "${SummarizeDLQ.Arn}"), PUBLISH},
     "DeriveFunction": {
         PUBLISH,

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from precis.settings import get_settings
 from tests.handlers import call, invoke, post_messages
 from tests.stream import message_records
 
@@ -147,3 +148,55 @@ def test_summary_created_and_the_summary_queue_empty_fire_once_when_no_summary_i
     assert "colour" not in json.dumps(found)
     summarize(ws, first=20)  # the record replayed: the summary is stored, nothing more to announce
     assert of_type(drain(ws["sqs"]), "summary.created") == []
+
+
+def test_the_test_route_sends_honchos_test_event_to_every_enabled_endpoint_each_time(ws):
+    first, second = hook("ws1", "https://hooks.example.com/a"), hook("ws1", "https://hooks.example.com/b")
+    hook("ws2", "https://hooks.example.com/other")
+    reply = call("GET", "/v3/workspaces/ws1/webhooks/test")
+    assert (reply.status, reply.body) == (200, None)  # Honcho's answer: null
+    found = drain(ws["sqs"])
+    assert sorted(m["endpoint_id"] for m in found) == sorted([first, second])
+    assert {m["type"] for m in found} == {"test.event"} and {json.dumps(m["data"]) for m in found} == {
+        '{"workspace_id": "ws1"}'
+    }
+    call("GET", "/v3/workspaces/ws1/webhooks/test")
+    again = drain(ws["sqs"])
+    assert len(again) == 2 and not {m["id"] for m in again} & {m["id"] for m in found}  # a new event each time
+    assert call("GET", "/v3/workspaces/nope/webhooks/test").status == 404
+
+
+def test_a_test_event_that_cannot_be_queued_is_a_503(ws, monkeypatch):
+    hook("ws1", "https://hooks.example.com/a")
+    monkeypatch.setenv("PRECIS_WEBHOOK_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/no-such-queue")
+    get_settings.cache_clear()  # (a new cold start reads the environment)
+    reply = call("GET", "/v3/workspaces/ws1/webhooks/test")
+    assert reply.status == 503 and "retry" in reply.body["detail"]
+
+
+def test_stated_and_deleted_conclusions_and_a_deleted_session_are_announced(ws):
+    hook("ws1", "https://hooks.example.com/a")
+    post_messages("s1", ("alice", "hello"))
+    drain(ws["sqs"])
+    stated = call(
+        "POST",
+        "/v3/workspaces/ws1/conclusions",
+        {"conclusions": [{"content": "Alice likes tea.", "observer_id": "alice", "observed_id": "alice"}]},
+    )
+    assert stated.status == 201, stated.body
+    (created,) = drain(ws["sqs"])
+    assert created["type"] == "conclusions.created"
+    assert created["data"]["conclusion_ids"] == [stated.body[0]["id"]] and "tea" not in json.dumps(created)
+    assert call("DELETE", f"/v3/workspaces/ws1/conclusions/{stated.body[0]['id']}").status == 204
+    (deleted,) = drain(ws["sqs"])
+    assert deleted["type"] == "conclusions.deleted"
+    assert deleted["data"] == {
+        "workspace_id": "ws1",
+        "session_id": None,
+        "observer": "alice",
+        "observed": "alice",
+        "conclusion_ids": [stated.body[0]["id"]],
+    }
+    assert call("DELETE", "/v3/workspaces/ws1/sessions/s1").status == 202
+    (gone,) = drain(ws["sqs"])
+    assert (gone["type"], gone["data"]) == ("session.deleted", {"workspace_id": "ws1", "session_id": "s1"})

@@ -13,7 +13,7 @@ from precis.events.kinds import (
     summary_created,
     test_event,
 )
-from precis.events.publish import Published, publish, publish_configured
+from precis.events.publish import Published, publish, publish_configured, send_test
 
 __all__ = [
     "Event",
@@ -25,6 +25,7 @@ __all__ = [
     "publish",
     "publish_configured",
     "queue_empty",
+    "send_test",
     "session_deleted",
     "summary_created",
     "test_event",

@@ -162,3 +162,17 @@ def publish_configured(db: Db, events: Iterable[Event]) -> Published:
         log.exception("events not published: no client")
         return Published(unsent=len(events))
     return publish(db, events, sqs=sqs, queue_url=queue_url, eventbridge=eventbridge, bus=bus)
+
+
+def send_test(db: Db, workspace: str, *, now: float) -> Published:
+    """GET …/webhooks/test: a `test.event` to each of the workspace's enabled endpoints (NotFound for a workspace
+    that does not exist), and to the bus; Unavailable (503) when it could not be sent, so the caller may retry."""
+    from precis.errors import Unavailable
+    from precis.events.kinds import test_event
+    from precis.store.resources import require_workspace
+
+    require_workspace(db, workspace)
+    published = publish_configured(db, [test_event(workspace, now=now)])
+    if published.unsent:
+        raise Unavailable("the test event could not be queued for delivery; retry")
+    return published
