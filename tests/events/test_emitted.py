@@ -200,3 +200,30 @@ def test_stated_and_deleted_conclusions_and_a_deleted_session_are_announced(ws):
     assert call("DELETE", "/v3/workspaces/ws1/sessions/s1").status == 202
     (gone,) = drain(ws["sqs"])
     assert (gone["type"], gone["data"]) == ("session.deleted", {"workspace_id": "ws1", "session_id": "s1"})
+
+
+def test_with_a_bus_every_event_reaches_a_rule_on_it_and_an_sqs_target(ws, monkeypatch):
+    """EventBusName set: the deriver (under its role, granted PutEvents on that bus) puts its events on the bus, and a
+    rule on the bus routes them to an SQS queue, whether or not the workspace has webhook endpoints."""
+    import boto3
+
+    from local import iam
+
+    monkeypatch.setenv("PRECIS_EVENT_BUS_NAME", "precis-events")
+    events = iam.exempt(boto3.client("events", region_name="us-east-1"))
+    events.create_event_bus(Name="precis-events")
+    target = ws["sqs"].create_queue(QueueName="bus-target")["QueueUrl"]
+    target_arn = ws["sqs"].get_queue_attributes(QueueUrl=target, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    pattern = json.dumps({"source": ["precis"], "detail-type": ["queue.empty"]})
+    events.put_rule(Name="memory-ready", EventBusName="precis-events", EventPattern=pattern)
+    events.put_targets(Rule="memory-ready", EventBusName="precis-events", Targets=[{"Id": "q", "Arn": target_arn}])
+    get_settings.cache_clear()
+    post_messages("s1", ("alice", "I moved to Lisbon last spring."))
+    derive(ws)
+    got = ws["sqs"].receive_message(QueueUrl=target, MaxNumberOfMessages=10)["Messages"]
+    (event,) = [json.loads(m["Body"]) for m in got]
+    assert (event["source"], event["detail-type"]) == ("precis", "queue.empty")
+    detail = event["detail"]
+    assert detail["type"] == "queue.empty" and detail["workspace_id"] == "ws1" and detail["id"].startswith("evt_")
+    assert detail["data"]["observed"] == "alice" and detail["timestamp"].endswith("Z")
+    assert drain(ws["sqs"]) == []  # no endpoint: no delivery, the bus all the same

@@ -70,7 +70,7 @@ ENVIRONMENT: dict[str, tuple[str, str | None]] = {
     "dream_idle_s": ("PRECIS_DREAM_IDLE_S", None),
     "webhooks_allow_http_local": ("PRECIS_WEBHOOKS_ALLOW_HTTP_LOCAL", None),
     "webhook_queue_url": ("PRECIS_WEBHOOK_QUEUE_URL", None),
-    "event_bus_name": ("PRECIS_EVENT_BUS_NAME", None),
+    "event_bus_name": ("PRECIS_EVENT_BUS_NAME", "EventBusName"),
 }
 # The deployment's summary defaults: SummaryConfig field -> (variable, parameter).
 SUMMARY_ENV = {
