@@ -227,3 +227,69 @@ def test_with_a_bus_every_event_reaches_a_rule_on_it_and_an_sqs_target(ws, monke
     assert detail["type"] == "queue.empty" and detail["workspace_id"] == "ws1" and detail["id"].startswith("evt_")
     assert detail["data"]["observed"] == "alice" and detail["timestamp"].endswith("Z")
     assert drain(ws["sqs"]) == []  # no endpoint: no delivery, the bus all the same
+
+
+class _Refused:
+    """An HTTP answer as botocore hands it on: SQS unavailable."""
+
+    status_code, headers, content, text = 503, {}, b"", ""
+
+
+def test_a_failed_publish_fails_nor_repeats_the_derivation_it_announces(ws):
+    """SQS refuses every send (played at botocore's seam, on the function's own client): the derivation is stored and
+    reported done, so the stream does not run it again; its events are lost to the endpoints (logged, counted)."""
+    from precis.store.db import get_queue_client
+
+    hook("ws1", "https://hooks.example.com/a")
+    post_messages("s1", ("alice", "I moved to Lisbon last spring."))
+    client = get_queue_client()
+    sent: list[dict] = []
+
+    def refuse(params, **_):
+        sent.append(params)
+        error = {"Error": {"Code": "ServiceUnavailable", "Message": "down"}}
+        return _Refused(), {**error, "ResponseMetadata": {"HTTPStatusCode": 503, "HTTPHeaders": {}}}
+
+    client.meta.events.register("before-call.sqs.SendMessageBatch", refuse)
+    try:
+        derive(ws)  # (asserts no batch-item failure)
+    finally:
+        client.meta.events.unregister("before-call.sqs.SendMessageBatch", refuse)
+    assert sent and drain(ws["sqs"]) == []
+    status = call("GET", "/v3/workspaces/ws1/queue/status?session_id=s1").body
+    assert status["pending_work_units"] == 0 and status["completed_work_units"] == 1
+    listed = call("POST", "/v3/workspaces/ws1/conclusions/list", {"filters": {"observer_id": "alice"}}).body
+    assert listed["items"]
+
+
+def test_a_dream_announces_its_completion_once(ws):
+    from precis.store import keys
+    from precis.store.db import from_item, to_item
+    from tests.stream import stream_record
+
+    hook("ws1", "https://hooks.example.com/a")
+    post_messages("s1", ("alice", "I moved to Lisbon last spring."), ("alice", "My sister is Ana."))
+    derive(ws)
+    drain(ws["sqs"])
+    scheduled = call("POST", "/v3/workspaces/ws1/schedule_dream", {"observer": "alice", "observed": "alice"})
+    assert scheduled.status == 204
+    assert drain(ws["sqs"]) == []  # scheduled is not done
+
+    def woken() -> None:  # the stream's delivery of the dream item
+        key = to_item(keys.dream("ws1", "alice", "alice"))
+        item = from_item(ws["dynamodb"].get_item(TableName="precis-local", Key=key, ConsistentRead=True)["Item"])
+        assert invoke("DeriveFunction", {"Records": [stream_record(to_item(item), "MODIFY")]}) == {
+            "batchItemFailures": []
+        }
+
+    woken()
+    (done,) = of_type(drain(ws["sqs"]), "dream.completed")
+    assert done["data"] == {
+        "workspace_id": "ws1",
+        "observer": "alice",
+        "observed": "alice",
+        "deductive": done["data"]["deductive"],
+    }
+    assert isinstance(done["data"]["deductive"], int)
+    woken()  # the record again: the dream is over, nothing more to announce
+    assert drain(ws["sqs"]) == []

@@ -158,8 +158,9 @@ def _apply(
     dream_state.finish(db, target, job["token"], _iso(now))
     if events is not None:
         # Its id is the job's: a run that applied part of the job before a crash and the one that finished it
-        # announce the same dream. (`deductive`: those this run wrote; a dream removes nothing.)
-        counts = {"deductive": written, "removed": 0}
+        # announce the same dream. (`deductive`: those this run wrote; a dream removes nothing, so no
+        # conclusions.deleted comes of it.)
+        counts = {"deductive": written}
         cause = (job["token"],)
         stamp = now.timestamp()
         events.append(dream_completed(ws, observer=observer, observed=observed, counts=counts, cause=cause, now=stamp))

@@ -185,21 +185,24 @@ def finish(
         condition, values, names = "job.#token = :token", {":token": token}, {"#token": "token"}
     else:
         (condition, values), names = _at(seen), None
+    # (a move past no message of the sender's says nothing of whether they are observed: `observed` stays)
+    observed = {":obs": token is not None} if token is not None or count else {}
     _update(
         db,
         target,
         "SET through_seq = :to, derived = if_not_exists(derived, :zero) + :n, due_at = :none, "
-        f"pending = :zero, updated_at = :now, incarnation = :inc, observed = :obs, {_WHO} REMOVE job, applied",
+        f"pending = :zero, updated_at = :now, incarnation = :inc, {'observed = :obs, ' if observed else ''}{_WHO} "
+        "REMOVE job, applied",
         condition,
         {
             **values,
             **_who(target),
+            **observed,
             ":inc": incarnation,
             ":to": to_seq,
             ":n": count,
             ":none": NOTHING_DUE,
             ":now": now,
-            ":obs": token is not None,
         },
         names,
     )
