@@ -394,7 +394,19 @@ def _bedrock(operation: str, params: Mapping[str, Any], region: str) -> list[Req
     return [Request(action, f"arn:aws:bedrock:{region}::foundation-model/{model}")]
 
 
+def _events(operation: str, params: Mapping[str, Any], region: str) -> list[Request]:
+    """PutEvents is authorized on each bus its entries name (the default bus when none is named)."""
+    if operation != "PutEvents":
+        return [Request(f"events:{operation}", "*")]
+    buses = sorted({str(e.get("EventBusName") or "default") for e in params.get("Entries", ())})
+    return [
+        Request("events:PutEvents", b if b.startswith("arn:") else f"arn:aws:events:{region}:{ACCOUNT}:event-bus/{b}")
+        for b in buses
+    ]
+
+
 _SERVICES = {
+    "events": _events,
     "dynamodb": _dynamodb,
     "dynamodbstreams": _streams,
     "s3": _s3,

@@ -13,7 +13,7 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 
-from local import moto_vectors
+from local import iam, moto_vectors
 from local.chaos import Chaos
 from local.moto_meter import ThroughputMeter
 from local.moto_server import SerializedMotoServer
@@ -94,7 +94,15 @@ def start_moto(
     background_host, background_port = server.background_address
     # moto's state belongs to the process, shared by every server in it: start from a clean slate.
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")).close()
-    create_resources(tpl, client("dynamodb", endpoint), client("s3", endpoint), client("sqs", endpoint))
+    create_resources(
+        tpl,
+        client("dynamodb", endpoint),
+        client("s3", endpoint),
+        client("sqs", endpoint),
+        client("events", endpoint),
+        # the developer's knobs are the deployment's parameters (PRECIS_EVENT_BUS_NAME: a bus of that name)
+        iam.deployment_parameters(tpl.raw, os.environ),
+    )
     return MotoBackend(
         server, endpoint, f"http://{functions_host}:{functions_port}", f"http://{background_host}:{background_port}"
     )

@@ -146,6 +146,9 @@ class Resolver:
             return name if attr == "QueueName" else f"arn:aws:sqs:{self.names.region}:{self.names.account}:{name}"
         if kind == "AWS::S3::Bucket":
             return f"arn:aws:s3:::{self.names.bucket}"
+        if kind == "AWS::Events::EventBus" and attr == "Arn":
+            name = self.resolve(self.resources[logical_id]["Properties"]["Name"])
+            return f"arn:aws:events:{self.names.region}:{self.names.account}:event-bus/{name}"
         if kind in ("AWS::Serverless::Function", "AWS::Lambda::Function") and attr == "Arn":
             name = self.resolve(self.resources[logical_id]["Properties"].get("FunctionName")) or logical_id
             return f"arn:aws:lambda:{self.names.region}:{self.names.account}:function:{name}"
@@ -291,8 +294,9 @@ def table_definition(tpl: Template) -> dict[str, Any]:
     return args
 
 
-def create_resources(tpl: Template, dynamodb, s3, sqs=None) -> None:
-    """Create the table (with TTL), the bucket and the queues of the template with the given boto3 clients."""
+def create_resources(tpl: Template, dynamodb, s3, sqs=None, events=None, parameters=None) -> None:
+    """Create the table (with TTL), the bucket and the queues of the template with the given boto3 clients, and the
+    EventBridge bus when the deployment (its `parameters`: EventBusName) has one."""
     dynamodb.create_table(**table_definition(tpl))
     ttl = tpl.resource("Table")["Properties"].get("TimeToLiveSpecification")
     if ttl:
@@ -301,3 +305,9 @@ def create_resources(tpl: Template, dynamodb, s3, sqs=None) -> None:
     if sqs is not None:
         for name in tpl.queue_names.values():
             sqs.create_queue(QueueName=name)
+    if events is not None:
+        resolver = Resolver(tpl.raw, LocalNames(), parameters)
+        for res in tpl.raw["Resources"].values():
+            on = not res.get("Condition") or resolver.condition(res["Condition"])
+            if res["Type"] == "AWS::Events::EventBus" and on:
+                events.create_event_bus(Name=resolver.resolve(res["Properties"]["Name"]))

@@ -74,6 +74,8 @@ PASS_THROUGH = (
     "PRECIS_DREAM_MIN_CONCLUSIONS",
     "PRECIS_DREAM_IDLE_S",
     "PRECIS_WEBHOOKS_ALLOW_HTTP_LOCAL",
+    # The stack's EventBridge bus (parameter EventBusName): set, the local stack creates it in moto too.
+    "PRECIS_EVENT_BUS_NAME",
     "POWERTOOLS_LOG_LEVEL",
     "POWERTOOLS_METRICS_DISABLED",
 )

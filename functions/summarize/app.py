@@ -25,6 +25,7 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from precis.concurrency import run_each
 from precis.settings import get_settings
 from precis.errors import Invalid
+from precis.events import Event, publish_configured
 from precis.llm import meter
 from precis.store import usage
 from precis.store.db import Db, get_db
@@ -39,6 +40,7 @@ metrics = Metrics()
 # record; bisecting is left for real crashes.
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False)
 _failures: dict[StreamTarget, Exception | None] = {}
+_events: list[Event] = []  # what the batch's stored summaries announce, published once the batch is done
 
 
 def _target(record: DynamoDBRecord) -> StreamTarget:
@@ -74,9 +76,10 @@ def _serve_target(db: Db, target: StreamTarget, records: list[str], time_left: C
             },
         )
     else:
-        summarize_under_lease(
+        outcome = summarize_under_lease(
             db, get_settings(), target.workspace, target.session, records=records, remaining_s=time_left
         )
+        _events.extend(outcome.events)
 
 
 @logger.inject_lambda_context
@@ -93,6 +96,7 @@ def lambda_handler(event: dict, context) -> Mapping[str, Any]:
                 numbers.append(record.dynamodb.sequence_number)
     db = get_db()  # made here: boto3 builds clients safely from one thread only
     _failures.clear()
+    _events.clear()
     with usage.metered(lambda: db):  # the batch's model calls, written once as it ends (precis.store.usage)
         _failures.update(
             run_each(
@@ -101,6 +105,7 @@ def lambda_handler(event: dict, context) -> Mapping[str, Any]:
                 workers=get_settings().summarize_concurrency,
             )
         )
+    publish_configured(db, _events)  # after the work is stored; never raises (precis.events)
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
 
 

@@ -247,6 +247,7 @@ MATRIX = [
     ("POST", f"{W}/scopes/nope/sessions/list", None, WS_ONLY, 404, lambda body: bool(body["detail"])),
     ("POST", f"{W}/webhooks", {"url": "https://example.com/h"}, WS_ONLY, CREATED, {"workspace_id": "ws1"}),
     ("GET", f"{W}/webhooks", None, WS_ONLY, 200, {"items": [], "total": 0}),
+    ("GET", f"{W}/webhooks/test", None, WS_ONLY, 200, None),
     ("DELETE", f"{W}/webhooks/{'x' * 21}", None, WS_ONLY, 404, lambda body: "x" * 21 in body["detail"]),
     ("POST", f"{W}/webhooks/{'x' * 21}/rotate", None, WS_ONLY, 404, lambda body: "x" * 21 in body["detail"]),
     ("DELETE", f"{S}/peers", ["bob"], SESSION_WRITERS, 200, {"id": "s1"}),

@@ -289,6 +289,8 @@ CASES = [
     ("DELETE", f"{W}/webhooks/{'x' * 21}", None, {}, {}, 404),
     ("DELETE", f"{W}/webhooks/short", None, {}, {}, 422),
     ("POST", f"{W}/webhooks/{'x' * 21}/rotate", None, {}, {}, 404),
+    ("GET", "/v3/workspaces/nope/webhooks/test", None, {}, {}, 404),
+    ("GET", "/v3/workspaces/bad%20id/webhooks/test", None, {}, {}, 422),
     # file upload (tests/messages/test_upload.py has more)
     ("POST", f"{S}/messages/upload", '{"messages": []}', {}, {}, 415),  # not a form
     (

@@ -90,13 +90,21 @@ NOT_PASSED_THROUGH = {
 PASSED_NOT_SETTINGS = {"AWS_ENDPOINT_URL_BEDROCK_RUNTIME", "POWERTOOLS_LOG_LEVEL", "POWERTOOLS_METRICS_DISABLED"}
 
 
+# Set in each function that publishes events (precis.events), the same value in each: the others have no grant to use.
+PUBLISHERS_ONLY = {"PRECIS_WEBHOOK_QUEUE_URL", "PRECIS_EVENT_BUS_NAME"}
+
+
 def template_environment() -> dict[str, tuple[str, Any]]:
     """Variable -> (where it is set: "Globals" or the function's logical id, its value as written)."""
     found = {k: ("Globals", v) for k, v in RAW["Globals"]["Function"]["Environment"]["Variables"].items()}
     for logical_id, resource in RAW["Resources"].items():
         if resource["Type"] == "AWS::Serverless::Function":
             for name, value in resource["Properties"].get("Environment", {}).get("Variables", {}).items():
-                assert name not in found or name in RUNTIME, f"{name} is set both in {found[name][0]} and {logical_id}"
+                if name in PUBLISHERS_ONLY and name in found:
+                    assert repr(found[name][1]) == repr(value), f"{name} differs in {found[name][0]} and {logical_id}"
+                assert name not in found or name in RUNTIME | PUBLISHERS_ONLY, (
+                    f"{name} is set both in {found[name][0]} and {logical_id}"
+                )
                 found.setdefault(name, (logical_id, value))
     return found
 

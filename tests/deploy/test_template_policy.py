@@ -140,9 +140,14 @@ SECRET_ARN = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::Account
 # Every queue action each function may be granted: the stream consumers dead-letter what they gave up on; the
 # deriver alone sends its quiet wake-ups, and alone receives them (its SQS trigger).
 WAKE = "${DeriveWakeQueue.Arn}"
+# The functions that publish events (precis.events) send their webhook deliveries to the webhook queue.
+PUBLISH = ("sqs:SendMessage", "${WebhookQueue.Arn}")
 QUEUE_ACCESS = {
-    "SummarizeFunction": {("sqs:SendMessage", "${SummarizeDLQ.Arn}")},
+    "IngestFunction": {PUBLISH},
+    "McpFunction": {PUBLISH},
+    "SummarizeFunction": {("sqs:SendMessage", "${SummarizeDLQ.Arn}"), PUBLISH},
     "DeriveFunction": {
+        PUBLISH,
         ("sqs:SendMessage", "${DeriveDLQ.Arn}"),
         ("sqs:SendMessage", WAKE),
         ("sqs:ReceiveMessage", WAKE),
@@ -423,7 +428,9 @@ def test_each_function_reaches_only_its_own_key_prefixes_in_the_bucket(logical_i
 def test_secrets_and_queues_are_reached_by_name(logical_id):
     for action, resource in granted(logical_id):
         service = action.split(":", 1)[0]
-        assert service in {"dynamodb", "s3", "secretsmanager", "sqs", "bedrock"}, f"{logical_id}: unexpected {action}"
+        assert service in {"dynamodb", "s3", "secretsmanager", "sqs", "bedrock", "events"}, (
+            f"{logical_id}: unexpected {action}"
+        )
         if service == "secretsmanager":
             assert (action, resource) == ("secretsmanager:GetSecretValue", SECRET_ARN)
     queues = {(action, resource) for action, resource in granted(logical_id) if action.startswith("sqs:")}
@@ -457,6 +464,23 @@ def test_each_queue_trigger_reports_its_failures_and_dead_letters_what_keeps_fai
 
 
 @pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
+def test_events_are_put_on_the_stacks_own_bus_alone_by_the_publishers_and_only_when_it_has_one(logical_id):
+    """EventBusName set: the functions that publish events (those that send to the webhook queue) may put them on the
+    stack's bus (created under the same condition), and on no other; and are told its name."""
+    puts = {(action, resource) for action, resource in granted(logical_id) if action.startswith("events:")}
+    publisher = PUBLISH in QUEUE_ACCESS.get(logical_id, set())
+    assert puts == ({("events:PutEvents", "${EventsBus.Arn}")} if publisher else set())
+    assert {s: c for s, c in conditional(logical_id).items() if s == "EventBusPublish"} == (
+        {"EventBusPublish": "HasEventBus"} if publisher else {}
+    )
+    assert RESOURCES["EventsBus"]["Condition"] == "HasEventBus"
+    assert repr(RAW["Conditions"]["HasEventBus"]) == repr(Tag("Not", [Tag("Equals", [Tag("Ref", "EventBusName"), ""])]))
+    named = environment(logical_id).get("PRECIS_EVENT_BUS_NAME")
+    told = Tag("If", ["HasEventBus", Tag("Ref", "EventBusName"), Tag("Ref", "AWS::NoValue")])
+    assert repr(named) == (repr(told) if publisher else "None")
+
+
+@pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
 def test_bedrock_is_granted_on_the_configured_models_alone_and_only_when_chosen(logical_id):
     expected = ({"BedrockModel", "BedrockProfileRoutes"} if logical_id in BEDROCK_LLM else set()) | (
         {"BedrockEmbeddings"} if logical_id in BEDROCK_EMBED else set()
@@ -475,7 +499,7 @@ def test_bedrock_is_granted_on_the_configured_models_alone_and_only_when_chosen(
         else:
             ((operator, keys),) = statement["Condition"].items()
             assert {operator: {k: _text(v) for k, v in keys.items()}} == block
-    assert conditions.keys() <= expected  # no other grant hangs on a condition
+    assert conditions.keys() - {"EventBusPublish"} <= expected  # no other grant hangs on a condition (but the bus's)
 
 
 def test_the_bedrock_conditions_follow_the_provider_parameters():

@@ -186,6 +186,18 @@ def test_s3_versions_and_batches_need_their_own_actions():
     assert listing == Request("s3:ListBucketVersions", BUCKET, {"s3:prefix": "audit/x"})
 
 
+def test_put_events_is_authorized_on_each_bus_its_entries_name():
+    entries = [{"EventBusName": "precis-dev"}, {"EventBusName": "precis-dev"}, {"Source": "x"}]
+    bus = "arn:aws:events:us-east-1:123456789012:event-bus/"
+    assert iam.requests_for("events", "PutEvents", {"Entries": entries}, "us-east-1") == [
+        Request("events:PutEvents", bus + "default"),
+        Request("events:PutEvents", bus + "precis-dev"),
+    ]
+    r = role({"Effect": "Allow", "Action": "events:PutEvents", "Resource": bus + "precis-dev"})
+    assert r.decide(Request("events:PutEvents", bus + "precis-dev")) == "Allow"
+    assert r.decide(Request("events:PutEvents", bus + "default")) == "ImplicitDeny"
+
+
 def test_a_model_reached_through_an_inference_profile_is_authorized_as_the_profile_and_its_route():
     profile, route = iam.requests_for(
         "bedrock-runtime", "Converse", {"modelId": "us.anthropic.claude-3-haiku"}, "us-west-2"

@@ -9,6 +9,8 @@ from local.poller import StreamSettings
 from local.template import ENCODINGS_DIR, LAYER_DIR, Route, table_definition, template
 from local.worker import function_environment
 
+# Honcho's GETs that act: the test event is sent (the webhook queue), which the read functions may not do.
+SENDING_GETS = {("GET", "/v3/workspaces/{workspace_id}/webhooks/test")}
 LISTING_POSTS = {
     "/v3/workspaces/list",
     "/v3/workspaces/{workspace_id}/peers/list",
@@ -53,6 +55,7 @@ def test_writes_go_to_ingest_reads_to_context_and_chat_and_mcp_to_their_own_func
             assert route.function == "McpFunction", route
             continue
         is_write = route.method in {"POST", "PUT", "DELETE"} and route.path not in LISTING_POSTS
+        is_write |= (route.method, route.path) in SENDING_GETS
         assert route.function == ("IngestFunction" if is_write else "ContextFunction"), route
 
 

@@ -110,6 +110,7 @@ ROUTES: dict[str, Access] = {
     # Webhook endpoints: Honcho's admin or workspace keys; the rotation of a secret (ext) likewise.
     f"POST {_W}/webhooks": Access.WORKSPACE,
     f"GET {_W}/webhooks": Access.WORKSPACE,
+    f"GET {_W}/webhooks/test": Access.WORKSPACE,
     f"DELETE {_W}/webhooks/{{endpoint_id}}": Access.WORKSPACE,
     f"POST {_W}/webhooks/{{endpoint_id}}/rotate": Access.WORKSPACE,
     # A file upload is a message post: the same keys may make it.

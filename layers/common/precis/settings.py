@@ -70,6 +70,7 @@ ENVIRONMENT: dict[str, tuple[str, str | None]] = {
     "dream_idle_s": ("PRECIS_DREAM_IDLE_S", None),
     "webhooks_allow_http_local": ("PRECIS_WEBHOOKS_ALLOW_HTTP_LOCAL", None),
     "webhook_queue_url": ("PRECIS_WEBHOOK_QUEUE_URL", None),
+    "event_bus_name": ("PRECIS_EVENT_BUS_NAME", "EventBusName"),
 }
 # The deployment's summary defaults: SummaryConfig field -> (variable, parameter).
 SUMMARY_ENV = {
@@ -195,6 +196,8 @@ class Settings(BaseModel):
     webhooks_allow_http_local: bool = Field(False, strict=True)  # strict: "yes" or "1" is a typo, not a yes
     # The template's WebhookQueue: deliveries are sent to it, and its function delays a failed one's retry on it.
     webhook_queue_url: str | None = None
+    # The template's EventBus (parameter EventBus: create): every event is put on it too (precis.events.publish).
+    event_bus_name: str | None = None
 
     @field_validator("derive_engine", mode="before")
     @classmethod

@@ -108,9 +108,13 @@ def update_session(workspace_id: WorkspaceId, session_id: SessionId, body: Resou
 
 @router.delete("/v3/workspaces/<workspace_id>/sessions/<session_id>")
 def delete_session(workspace_id: WorkspaceId, session_id: SessionId):
+    from precis.events import publish_configured, session_deleted
     from precis.store import purge
 
-    purge.delete_session(get_db(), workspace_id, session_id)
+    db = get_db()
+    incarnation = purge.delete_session(db, workspace_id, session_id)
+    # (ext) announced when the delete is accepted: the session answers 404 from now on; its purge follows
+    publish_configured(db, [session_deleted(workspace_id, session_id, incarnation=incarnation, now=time.time())])
     return json_response(202, {"detail": f"session '{session_id}' deleted; its data is removed in the background"})
 
 
@@ -209,7 +213,7 @@ def create_conclusions(workspace_id: WorkspaceId, body: ConclusionBatch):
 
 @router.delete("/v3/workspaces/<workspace_id>/conclusions/<conclusion_id>")
 def delete_conclusion(workspace_id: WorkspaceId, conclusion_id: ConclusionId):
-    from precis.store import conclusions
+    from precis.memory import conclusions
 
     conclusions.delete(get_db(), workspace_id, conclusion_id)
     return json_response(204, None)
@@ -318,6 +322,15 @@ def delete_webhook(workspace_id: WorkspaceId, endpoint_id: EndpointId):
 
     endpoints.delete(get_db(), workspace_id, endpoint_id)
     return json_response(204, None)
+
+
+# Honcho's test: a `test.event` to every enabled endpoint of the workspace; answers null, as Honcho does.
+@router.get("/v3/workspaces/<workspace_id>/webhooks/test")
+def test_webhooks(workspace_id: WorkspaceId):
+    from precis.events import send_test
+
+    send_test(get_db(), workspace_id, now=time.time())
+    return json_response(200, "null")
 
 
 @router.post("/v3/workspaces/<workspace_id>/webhooks/<endpoint_id>/rotate")

@@ -37,6 +37,7 @@ from typing import Any
 
 from precis.configuration import DeriveConfig, derive_config
 from precis.errors import NotFound
+from precis.events import Event, conclusions_created, queue_empty
 from precis.memory.wakeups import QuietWake
 from precis.settings import Settings
 from precis.store import conclusions, derive_cursors
@@ -67,6 +68,14 @@ class Outcome:
     jobs: int = 0
     batched: bool = False  # the session's batches wait for tokens (an llm engine): a quiet wake-up may end them
     notes: list[str] = field(default_factory=list)
+    applied: set[str] = field(default_factory=set)  # senders whose job this call applied
+    emptied: dict[str, Event] = field(default_factory=dict)  # queue.empty of each observed sender found caught up
+    created: list[Event] = field(default_factory=list)  # conclusions.created of each job applied, per observer
+
+    @property
+    def events(self) -> list[Event]:
+        """What to publish once the call's work is stored (precis.events)."""
+        return [*self.created, *self.emptied.values()]
 
 
 @dataclass(frozen=True)
@@ -199,7 +208,8 @@ def _decide(
         return max(int(cursors.get(peer, {}).get("through_seq", inherited)), inherited)
 
     waiting = {p for p, c in cursors.items() if c.get("due_at", NOTHING_DUE) != NOTHING_DUE}
-    asked = senders | waiting
+    # (the senders whose job this call applied: read once more, to see whether they caught up)
+    asked = senders | waiting | outcome.applied
     if not asked:
         return False
     start = min(through(p) for p in asked) + 1
@@ -216,8 +226,21 @@ def _decide(
         if full and through(peer) < window[-1]["seq"]:  # (a sender who first spoke past a long session's start)
             derive_cursors.finish(db, sender, session["incarnation"], window[-1]["seq"], 0, _iso(now), seen=cursor)
             moved = True
-        elif cursor is not None and cursor.get("due_at", NOTHING_DUE) != NOTHING_DUE:
-            derive_cursors.clear_due(db, sender, cursor)
+        else:
+            if cursor is not None and cursor.get("due_at", NOTHING_DUE) != NOTHING_DUE:
+                derive_cursors.clear_due(db, sender, cursor)
+            if cursor is not None and cursor.get("observed") is True:
+                # Caught up (no message of theirs after the cursor, nothing waiting): the queue status shows the unit
+                # empty now. Seen again (a replayed record, a racing deriver), it is the same event: the same id.
+                outcome.emptied[peer] = queue_empty(
+                    ws,
+                    "representation",
+                    s,
+                    observed=peer,
+                    incarnation=session["incarnation"],
+                    position=through(peer),
+                    now=now.timestamp(),
+                )
     if not new:
         return moved  # a cursor moved past a full window: read on from there
     watchers = _watchers(db, config, ws, s, sorted(new))
@@ -378,13 +401,15 @@ def _apply(
     for observer in job["observers"]:
         collection = DreamTarget(target.workspace, observer, target.sender)
         state = None
+        ids: list[str] = []
+        chunks: list[str] = []
         for start in range(0, len(items), CHUNK):
             name = f"{observer}#{start}"
             if name in applied:
                 continue
             extra = [derive_cursors.applied_mark(db, target, job["token"], name)]
             try:
-                conclusions.write(
+                views = conclusions.write(
                     db,
                     target.workspace,
                     observer,
@@ -395,6 +420,8 @@ def _apply(
                     incarnation=incarnation,
                 )
                 written += len(items[start : start + CHUNK])
+                ids += [v["id"] for v in views if v.get("id") and v["id"] not in ids]
+                chunks.append(name)
                 state = note_explicit(
                     db,
                     collection,
@@ -406,6 +433,17 @@ def _apply(
                 )
             except conclusions.ExtraConditionFailed:
                 pass  # applied already, by us before a crash or by a concurrent deriver
+        if ids:
+            event = conclusions_created(
+                target.workspace,
+                session_id=target.session,
+                observer=observer,
+                observed=target.sender,
+                conclusion_ids=ids,
+                cause=(job["token"], *chunks),  # each chunk is written once: so is its event
+                now=now.timestamp(),
+            )
+            outcome.created.append(event)
         if observer.startswith("scope.") or not items:
             continue
         card_name = f"{observer}#card"
@@ -414,6 +452,7 @@ def _apply(
         elif state is not None and card_refresh.due(state, now, settings):
             card_refresh.refresh(db, collection, engine, now)
     derive_cursors.finish(db, target, incarnation, int(job["to_seq"]), int(job["count"]), _iso(now), token=job["token"])
+    outcome.applied.add(target.sender)
     outcome.derived += int(job["count"])
     outcome.conclusions += written
 

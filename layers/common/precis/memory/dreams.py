@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from precis.events import Event, dream_completed
 from precis.store import conclusions, dream_state
 from precis.store.db import Db
 
@@ -75,8 +76,11 @@ def note_explicit(
 # ---------------------------------------------------------------- running
 
 
-def run(db: Db, target: DreamTarget, *, engine: Any, embedder: Any, now: datetime) -> int:
-    """Run the dream if it is due by `now` (or a stored job of it); the deductive conclusions written."""
+def run(
+    db: Db, target: DreamTarget, *, engine: Any, embedder: Any, now: datetime, events: list[Event] | None = None
+) -> int:
+    """Run the dream if it is due by `now` (or a stored job of it); the deductive conclusions written. A dream that
+    finishes adds its `dream.completed` to `events` (published by the caller once it is stored)."""
     item = dream_state.read(db, target)
     if not item or "due_at" not in item:
         return 0
@@ -86,7 +90,7 @@ def run(db: Db, target: DreamTarget, *, engine: Any, embedder: Any, now: datetim
         item = _decide(db, target, item, engine)
         if item is None:
             return 0  # another run stored its job first: it (or a retry) applies it
-    return _apply(db, target, item, engine, embedder, now)
+    return _apply(db, target, item, engine, embedder, now, events)
 
 
 def _explicit(db: Db, target: DreamTarget) -> tuple[list[dict[str, Any]], list[str]]:
@@ -114,7 +118,15 @@ def _decide(db: Db, target: DreamTarget, item: dict[str, Any], engine: Any) -> d
     return dream_state.store_job(db, target, job, item["due_at"])
 
 
-def _apply(db: Db, target: DreamTarget, item: dict[str, Any], engine: Any, embedder: Any, now: datetime) -> int:
+def _apply(
+    db: Db,
+    target: DreamTarget,
+    item: dict[str, Any],
+    engine: Any,
+    embedder: Any,
+    now: datetime,
+    events: list[Event] | None = None,
+) -> int:
     job = item["job"]
     applied = set(item.get("applied") or ())
     ws, observer, observed = target.workspace, target.observer, target.observed
@@ -144,6 +156,14 @@ def _apply(db: Db, target: DreamTarget, item: dict[str, Any], engine: Any, embed
     if "card" not in applied:
         _refresh_card(db, target, job, engine, [i.content for i in items])
     dream_state.finish(db, target, job["token"], _iso(now))
+    if events is not None:
+        # Its id is the job's: a run that applied part of the job before a crash and the one that finished it
+        # announce the same dream. (`deductive`: those this run wrote; a dream removes nothing, so no
+        # conclusions.deleted comes of it.)
+        counts = {"deductive": written}
+        cause = (job["token"],)
+        stamp = now.timestamp()
+        events.append(dream_completed(ws, observer=observer, observed=observed, counts=counts, cause=cause, now=stamp))
     return written
 
 

@@ -44,7 +44,7 @@ class Db:
     bucket: str
 
 
-SERVICES = ("dynamodb", "s3", "sqs")
+SERVICES = ("dynamodb", "s3", "sqs", "events")  # events: only a stack with a bus (precis.events) makes its client
 
 
 def _session() -> Any:
@@ -52,7 +52,7 @@ def _session() -> Any:
 
     botocore checks a service name against a listing of every service it ships (400-odd directories, a stat of
     each version's files: ~10 ms per kind of data file, twice per cold start) before it loads the one model asked
-    for. Precis asks for three it ships with; a name botocore lacked would still fail, as DataNotFoundError.
+    for. Precis asks for four it ships with; a name botocore lacked would still fail, as DataNotFoundError.
     """
     import os
 
@@ -172,6 +172,16 @@ def get_queue_client() -> Any:
     config = Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=2, read_timeout=10)
     with _no_collection():
         return _session().create_client("sqs", config=config)
+
+
+@lru_cache(maxsize=1)
+def get_events_client() -> Any:
+    """The EventBridge client events are put on the stack's bus with (made on first use: only when it has one)."""
+    from botocore.config import Config
+
+    config = Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=2, read_timeout=10)
+    with _no_collection():
+        return _session().create_client("events", config=config)
 
 
 @contextmanager

@@ -179,18 +179,31 @@ def finish(
     token: str | None = None,
 ) -> None:
     """Step 3: move past `count` messages to `to_seq` and drop the job: on condition the job `token` is still the one
-    stored, or (no job: messages nobody observes) that the cursor is where `seen` saw it."""
+    stored, or (no job: messages nobody observes) that the cursor is where `seen` saw it. `observed` on the cursor
+    says which (a job's messages were derived: its unit's catching up is a `queue.empty`)."""
     if token is not None:
         condition, values, names = "job.#token = :token", {":token": token}, {"#token": "token"}
     else:
         (condition, values), names = _at(seen), None
+    # (a move past no message of the sender's says nothing of whether they are observed: `observed` stays)
+    observed = {":obs": token is not None} if token is not None or count else {}
     _update(
         db,
         target,
         "SET through_seq = :to, derived = if_not_exists(derived, :zero) + :n, due_at = :none, "
-        f"pending = :zero, updated_at = :now, incarnation = :inc, {_WHO} REMOVE job, applied",
+        f"pending = :zero, updated_at = :now, incarnation = :inc, {'observed = :obs, ' if observed else ''}{_WHO} "
+        "REMOVE job, applied",
         condition,
-        {**values, **_who(target), ":inc": incarnation, ":to": to_seq, ":n": count, ":none": NOTHING_DUE, ":now": now},
+        {
+            **values,
+            **_who(target),
+            **observed,
+            ":inc": incarnation,
+            ":to": to_seq,
+            ":n": count,
+            ":none": NOTHING_DUE,
+            ":now": now,
+        },
         names,
     )
 

@@ -216,9 +216,9 @@ def delete_workspace(db: Db, ws: str) -> None:
     delete_keys(db, [*fences, *rest, keys.message_terms(ws)])
 
 
-def delete_session(db: Db, ws: str, session_id: str) -> None:
+def delete_session(db: Db, ws: str, session_id: str) -> str:
     """Mark the session deleted and fence its messages in one transaction (it answers 404 at once); the stream
-    consumer purges its data."""
+    consumer purges its data. The incarnation deleted."""
     for _ in range(25):
         session = require_session(db, ws, session_id)
         fence_seq = tail_seq(db, ws, session_id) + 1
@@ -253,7 +253,7 @@ def delete_session(db: Db, ws: str, session_id: str) -> None:
                     },
                 ],
             )
-            return
+            return str(session["incarnation"])
         except ClientError as exc:
             codes = cancellation_codes(exc)
             if not codes:

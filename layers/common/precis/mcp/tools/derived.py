@@ -123,6 +123,7 @@ def create_conclusions(call: Call, args: CreateConclusions):
 def delete_conclusion(call: Call, args: DeleteConclusion):
     """Delete a conclusion that is wrong or outdated (find its id with query_conclusions or list_conclusions)."""
     from precis.errors import NotFound
+    from precis.memory import conclusions as requests
     from precis.store import conclusions
 
     ws = call.workspace(args.workspace_id)
@@ -132,7 +133,7 @@ def delete_conclusion(call: Call, args: DeleteConclusion):
         raise NotFound(
             f"conclusion '{args.conclusion_id}' is not one of '{args.peer_id}' about '{args.target_peer_id}'"
         )
-    conclusions.delete(call.db, ws, args.conclusion_id)
+    requests.delete(call.db, ws, args.conclusion_id)  # (announced: conclusions.deleted)
     return f"conclusion '{args.conclusion_id}' deleted"
 
 

@@ -116,11 +116,15 @@ def list_sessions(call: Call, args: Paged):
 @CATALOGUE.tool("delete_session", "Delete a session", OneSession, destructive=True, idempotent=True)
 def delete_session(call: Call, args: OneSession):
     """Delete a session and all its messages and summaries. Cannot be undone."""
+    import time
+
+    from precis.events import publish_configured, session_deleted
     from precis.store import purge
 
     ws = call.workspace(args.workspace_id)
     call.authorize(Access.SESSION_WRITE, ws, session=args.session_id)
-    purge.delete_session(call.db, ws, args.session_id)
+    incarnation = purge.delete_session(call.db, ws, args.session_id)
+    publish_configured(call.db, [session_deleted(ws, args.session_id, incarnation=incarnation, now=time.time())])
     return f"session '{args.session_id}' deleted; its data is removed in the background"
 
 

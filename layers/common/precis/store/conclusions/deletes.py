@@ -28,11 +28,13 @@ from precis.store.records import delete_keys
 _REMOVE_CHUNK = 16  # conclusions per delete transaction: 6 deletes each + the head
 
 
-def delete(db: Db, ws: str, conclusion_id: str) -> None:
-    """Delete a conclusion with its vector, dedupe key, pointer and provenance (NotFound when there is none)."""
+def delete(db: Db, ws: str, conclusion_id: str) -> ConclusionItem:
+    """Delete a conclusion with its vector, dedupe key, pointer and provenance (NotFound when there is none); the
+    conclusion as it was."""
     item = locate(db, ws, conclusion_id)
     if not _remove(db, ws, item["observer_id"], item["observed_id"], [conclusion_id]):
         raise NotFound(f"conclusion '{conclusion_id}' not found in workspace '{ws}'")
+    return item
 
 
 def _remove(db: Db, ws: str, observer: str, observed: str, ids: list[str]) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from precis.events import Event
+
 
 @dataclass(frozen=True)
 class Written:
@@ -12,6 +14,7 @@ class Written:
     stored: bool  # False: a concurrent or earlier invocation already stored one covering as much
     job_through_seq: int | None = None  # a step short of its job's end: its item's stream record continues the job
     from_parts: tuple[int, ...] = ()  # a long summary built from short ones: their covers_seq, oldest first
+    message_id: str = ""  # the id of message `covers_seq`
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,8 @@ class SummaryOutcome:
     skipped: tuple[str, ...] = ()  # summary types not tried: a remembered failure's back-off is running
     work_remains: bool = False  # stopped for time; what was stored stays, and the next call continues from it
     runs: int = 1  # under a lease: 0 when another invocation held it (marked to run again), >1 when marks came
+    incarnation: str | None = None  # the session's, when a summary was written
+    events: tuple[Event, ...] = ()  # what to publish (summary.created, queue.empty): summarize_under_lease's
 
     @property
     def continues_by_itself(self) -> bool:

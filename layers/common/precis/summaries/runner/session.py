@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
 import time
@@ -12,6 +13,7 @@ from aws_lambda_powertools import Logger
 
 from precis.configuration import summary_config
 from precis.errors import Invalid
+from precis.events import Event, queue_empty, summary_created
 from precis.llm import EngineError
 from precis.secrets import with_llm_key
 from precis.settings import Settings
@@ -21,7 +23,7 @@ from precis.store.records import json_object
 from precis.store.resources import session_and_workspace
 from precis.store.summaries import drop_summary_lease, read_summary_items, release_summary_lease, take_summary_lease
 from precis.summaries.engines import Engine, SummaryRequest, default_engine, get_engine
-from precis.summaries.runner.outcome import SummaryOutcome
+from precis.summaries.runner.outcome import SummaryOutcome, Written
 from precis.summaries.runner.steps import FINISH_MARGIN_S, JobRunner
 from precis.summaries.strategies import LONG, SHORT, MessageRef, SummaryCost, decide, needed_from
 
@@ -89,7 +91,7 @@ def summarize_session(
         parts.get(SHORT, []),
         raw[LONG]["covers_seq"] if LONG in raw else 0,
     )
-    return runner.run(jobs, raw, markers)
+    return dataclasses.replace(runner.run(jobs, raw, markers), incarnation=session.get("incarnation"))
 
 
 def summarize_under_lease(
@@ -138,7 +140,8 @@ def summarize_under_lease(
             if outcome.work_remains and not outcome.continues_by_itself:
                 raise TimeoutError(f"session '{session_id}': no summary step fit the time left")
             if release_summary_lease(db, ws, session_id, owner=owner):
-                return _merged(outcomes)
+                merged = _merged(outcomes)
+                return dataclasses.replace(merged, events=tuple(_events(ws, session_id, merged, outcome, clock())))
             if remaining_s() < FINISH_MARGIN_S:
                 raise TimeoutError(f"session '{session_id}': marked to run again with no time left")
             logger.info(
@@ -153,6 +156,35 @@ def summarize_under_lease(
         raise
 
 
+def _events(ws: str, session_id: str, merged: SummaryOutcome, last: SummaryOutcome, now: float) -> list[Event]:
+    """A `summary.created` per whole summary stored, and the summary `queue.empty` when the last run left nothing due
+    (no job failed, backed off, stopped for time or continued by a stored step) after one was stored: under the lease,
+    released unmarked, no message came meanwhile. Ids from the session's incarnation and what each covers."""
+    stored: list[Written] = [w for w in merged.written if w.stored]
+    events = [
+        summary_created(
+            ws,
+            session_id,
+            summary_type=w.summary_type,
+            message_id=w.message_id,
+            covers_seq=w.covers_seq,
+            incarnation=merged.incarnation,
+            now=now,
+        )
+        for w in stored
+        if not w.job_through_seq
+    ]
+    idle = not (last.failed or last.skipped or last.work_remains or last.continues_by_itself)
+    if events and idle:
+        position = max(w.covers_seq for w in stored)
+        events.append(
+            queue_empty(
+                ws, "summary", session_id, observed=None, incarnation=merged.incarnation, position=position, now=now
+            )
+        )
+    return events
+
+
 def _merged(outcomes: list[SummaryOutcome]) -> SummaryOutcome:
     """One outcome for the runs made under one lease."""
     return SummaryOutcome(
@@ -161,6 +193,7 @@ def _merged(outcomes: list[SummaryOutcome]) -> SummaryOutcome:
         skipped=tuple(dict.fromkeys(t for o in outcomes for t in o.skipped)),
         work_remains=outcomes[-1].work_remains,
         runs=len(outcomes),
+        incarnation=next((o.incarnation for o in outcomes if o.incarnation), None),
     )
 
 

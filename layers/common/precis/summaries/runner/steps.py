@@ -357,7 +357,14 @@ class JobRunner:
         )
         from_parts = tuple(p["covers_seq"] for p in chain or ())
         self.written.append(
-            Written(job.summary_type, step.through_seq, bool(put), job.through_seq if extra else None, from_parts)
+            Written(
+                job.summary_type,
+                step.through_seq,
+                bool(put),
+                job.through_seq if extra else None,
+                from_parts,
+                message_id=last["id"],
+            )
         )
         if put and parts is not None:
             self.parts = parts
