@@ -8,9 +8,10 @@ retries them later: the cursors never moved, so no message is skipped. A wake-up
 derives the session's waiting batches, then sends the session's cards wake-up; that one, if the session is still
 quiet, refreshes the cards waiting for it. The flush derives every session with a cursor due, and every dream due.
 
-Each entry publishes the events of its work (`queue.empty`, `conclusions.created`, `dream.completed`) once, after the
-work is stored, in one `precis.events.publish` (one endpoint read per workspace): a failed publish is logged and
-counted, never a failure of the derivation it reports.
+Each target publishes the events of its work (`queue.empty`, `conclusions.created`, `dream.completed`) as soon as
+that work is stored, in one `precis.events.publish` (one endpoint read): a session done early in a batch is announced
+then, not after the batch's slowest session, so its `queue.empty` arrives when the queue status first shows it empty.
+A failed publish is logged and counted, never a failure of the derivation it reports.
 """
 
 from __future__ import annotations
@@ -76,7 +77,6 @@ def on_stream(
         if found is not None:
             targets.setdefault(found, []).append(image)
     outcomes: dict[Target, Outcome | None] = {}
-    events: list[Event] = []
     with usage.metered(lambda: db):
         _merge_index(
             db, [image for found, images in targets.items() if isinstance(found, SessionTarget) for image in images]
@@ -84,13 +84,10 @@ def on_stream(
         paused = _paused(db, targets)
 
         def run(found: Target) -> None:
-            outcomes[found] = derive(
-                db, found, time_left, images=targets[found], paused=found.workspace in paused, events=events
-            )
+            outcomes[found] = derive(db, found, time_left, images=targets[found], paused=found.workspace in paused)
 
         failures = concurrency.run_each(sorted(targets, key=repr), run, workers=get_settings().derive_concurrency)
     _send_wakes([(t, targets[t], outcomes.get(t)) for t in targets if isinstance(t, SessionTarget)])
-    publish(db, events)
     return failures
 
 
@@ -98,7 +95,6 @@ def on_wake(db: Db, bodies: Iterable[str], time_left: TimeLeft) -> dict[tuple[st
     """For each session whose wake-up (an SQS message body) finds it quiet: derive its waiting batches and send its
     cards wake-up, or (a cards wake-up) refresh its waiting cards; each (workspace, session)'s failure (None: done)."""
     wakes = wakeups.newest(filter(None, (wakeups.parse(body) for body in bodies)))
-    events: list[Event] = []
     with usage.metered(lambda: db):
         paused = _paused(db, wakes)
 
@@ -111,14 +107,13 @@ def on_wake(db: Db, bodies: Iterable[str], time_left: TimeLeft) -> dict[tuple[st
                     with meter.workspace(wake.workspace):
                         _refresh_cards(db, found)
                 return
-            outcome = derive(db, found, time_left, flush=True, paused=wake.workspace in paused, events=events)
+            outcome = derive(db, found, time_left, flush=True, paused=wake.workspace in paused)
             if outcome is not None and outcome.batched:
                 _send_wakes([], cards=[wakeups.QuietWake(wake.workspace, wake.session, wake.seq, "cards")])
 
         failures: dict[tuple[str, str], Exception | None] = {}
         for w, exc in concurrency.run_each(wakes, woken, workers=get_settings().derive_concurrency).items():
             failures[(w.workspace, w.session)] = failures.get((w.workspace, w.session)) or exc
-    publish(db, events)
     return failures
 
 
@@ -129,16 +124,14 @@ def on_schedule(db: Db, time_left: TimeLeft) -> dict[str, int]:
     workspaces = all_workspaces(db)
     targets: list[Target] = [*due_targets(db, workspaces, now)]
     targets += [dream for ws in workspaces for dream in dreams_due(db, ws, now)]
-    events: list[Event] = []
     with usage.metered(lambda: db):
         paused = _paused(db, targets)
 
         def run(found: Target) -> None:
             # a due session: its oldest batch waited its age, or failed
-            derive(db, found, time_left, flush=True, paused=found.workspace in paused, events=events)
+            derive(db, found, time_left, flush=True, paused=found.workspace in paused)
 
         failures = concurrency.run_each(targets, run, workers=get_settings().derive_concurrency)
-    publish(db, events)
     failed = [t for t, exc in failures.items() if exc is not None]
     held = sum(1 for t in targets if t.workspace in paused and not isinstance(t, BackfillTarget))
     return {"flushed": len(targets) - len(failed) - held, "failed": len(failed)} | ({"paused": held} if held else {})
@@ -151,17 +144,17 @@ def derive(
     images: list[dict[str, Any]] | None = None,
     flush: bool = False,
     paused: bool = False,
-    events: list[Event] | None = None,
 ) -> Outcome | None:
     """Derive (or backfill, or dream) one target, its model calls metered as its workspace's; the deriver's Outcome
     for a session. `paused` (its workspace's token budget is spent): the messages are indexed for search, the
     cursor is left where it is and marked due, and no dream runs (it stays due); a backfill copies as ever. What
-    it stored is announced in `events` (the caller publishes them)."""
-    events = [] if events is None else events
+    it stored is announced at once (`publish`)."""
+    events: list[Event] = []
     with meter.workspace(found.workspace):
         outcome = _derive(db, found, time_left, images, flush, paused, events)
     if outcome is not None:
         events.extend(outcome.events)
+    publish(db, events)
     return outcome
 
 
