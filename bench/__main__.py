@@ -20,6 +20,7 @@ BENCHMARKS = (
     "clone",
     "cost",
     "local",
+    "webhooks",
     "retrieval",
 )
 BY_NAME = ("retrieval_scale",)  # part of another (retrieval runs it): run alone only when named
