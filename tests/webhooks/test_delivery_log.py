@@ -1,0 +1,149 @@
+"""The delivery log (store/webhook_deliveries.py) and one attempt's outcome (`delivery.deliver`, `.on_records`)
+against a real receiver on this machine that checks signatures with its own code (tests/webhooks/receiver.py)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from precis.store import webhook_deliveries
+from precis.store.db import get_db
+from precis.webhooks import delivery, targets
+from tests.handlers import call
+from tests.webhooks.receiver import Receiver
+
+W = "/v3/workspaces/ws1"
+QUEUE = "precis-webhook-local"
+
+
+@pytest.fixture
+def rx(aws, monkeypatch):
+    monkeypatch.setenv("PRECIS_WEBHOOKS_ALLOW_HTTP_LOCAL", "true")
+    assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
+    receiver = Receiver()
+    made = call("POST", f"{W}/webhooks", {"url": receiver.url})
+    assert made.status == 201, made.body
+    receiver.secrets = [made.body["secret"]]
+    receiver.endpoint_id = made.body["id"]  # type: ignore[attr-defined]
+    yield receiver
+    receiver.close()
+
+
+def msg(endpoint_id: str, event_id: str = "evt1", now: float | None = None) -> dict:
+    now = time.time() if now is None else now
+    return delivery.message("ws1", endpoint_id, "test.event", {"workspace_id": "ws1"}, event_id=event_id, now=now)
+
+
+def log_of(endpoint_id: str) -> list[dict]:
+    return webhook_deliveries.deliveries(get_db(), "ws1", endpoint_id, limit=100)
+
+
+# ---------------------------------------------------------------- the log itself
+
+
+def test_an_older_attempt_changes_nothing_and_the_item_expires(aws):
+    db, created = get_db(), "2026-01-01T00:00:00.000Z"
+    kw = {"event_type": "test.event", "now": 1000}
+    webhook_deliveries.record(db, "ws1", "e1", "d1", created, status="failed", attempt=3, error="HTTP 500", **kw)
+    webhook_deliveries.record(db, "ws1", "e1", "d1", created, status="delivered", attempt=2, http_status=200, **kw)
+    (item,) = webhook_deliveries.deliveries(db, "ws1", "e1", limit=10)
+    assert (item["status"], item["attempts"], item["last_error"]) == ("failed", 3, "HTTP 500")
+    assert "http_status" not in item
+    assert item["expires_at"] == 1000 + webhook_deliveries.DELIVERY_TTL_S == 1000 + 3 * 24 * 3600
+    # The same attempt again (SQS's at-least-once, a replayed batch) or a later one is recorded.
+    webhook_deliveries.record(db, "ws1", "e1", "d1", created, status="delivered", attempt=4, http_status=204, **kw)
+    (item,) = webhook_deliveries.deliveries(db, "ws1", "e1", limit=10)
+    assert (item["status"], item["attempts"], item["http_status"]) == ("delivered", 4, 204)
+    assert "last_error" not in item  # a success clears the last error
+    assert webhook_deliveries.deliveries(db, "ws1", "e2", limit=10) == []  # another endpoint's log
+
+
+def test_the_log_is_newest_first_and_bounded_by_limit(aws):
+    db = get_db()
+    for i in range(5):
+        webhook_deliveries.record(
+            db, "ws1", "e1", f"d{i}", f"2026-01-01T00:00:0{i}.000Z", event_type="t", status="delivered", attempt=1,
+            now=1000 + i,
+        )  # fmt: skip
+    assert [d["id"] for d in webhook_deliveries.deliveries(db, "ws1", "e1", limit=3)] == ["d4", "d3", "d2"]
+
+
+# ---------------------------------------------------------------- one attempt
+
+
+def test_a_2xx_is_delivered_signed_and_logged(rx):
+    m = msg(rx.endpoint_id)
+    assert delivery.deliver(get_db(), m, attempt=1, allow_http_local=True) == delivery.Outcome("delivered")
+    assert [r.id for r in rx.accepted] == [m["id"]]
+    assert rx.accepted[0].body == {"type": "test.event", "data": {"workspace_id": "ws1"}, "timestamp": m["created"]}
+    (logged,) = log_of(rx.endpoint_id)
+    assert logged["id"] == m["id"] and logged["event_type"] == "test.event"
+    assert (logged["status"], logged["attempts"], logged["http_status"]) == ("delivered", 1, 204)
+    assert "last_error" not in logged
+
+
+def test_a_5xx_fails_with_a_bounded_excerpt_of_the_answer(rx):
+    rx.statuses, rx.answer_body = [503], b"overloaded " + b"x" * 5000
+    m = msg(rx.endpoint_id)
+    outcome = delivery.deliver(get_db(), m, attempt=2, allow_http_local=True)
+    assert outcome.status == "failed" and outcome.error and outcome.error.startswith("HTTP 503: overloaded xxx")
+    (logged,) = log_of(rx.endpoint_id)
+    assert (logged["status"], logged["attempts"], logged["http_status"]) == ("failed", 2, 503)
+    assert logged["last_error"] == outcome.error and len(logged["last_error"]) <= targets.EXCERPT_BYTES
+
+
+def test_a_refused_target_is_never_posted_to(rx):
+    # The host resolves to this machine and to a private address (a rebinding name): refused before any connection.
+    def resolver(host, port, *_):
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in ("127.0.0.1", "10.0.0.7")]
+
+    m = msg(rx.endpoint_id)
+    outcome = delivery.deliver(get_db(), m, attempt=1, allow_http_local=True, resolver=resolver)
+    assert outcome.status == "failed" and "10.0.0.7 is a private address" in (outcome.error or "")
+    assert rx.requests == 0
+    (logged,) = log_of(rx.endpoint_id)
+    assert logged["status"] == "failed" and "http_status" not in logged and "private" in logged["last_error"]
+
+
+def test_an_endpoint_gone_is_a_drop(rx):
+    assert call("DELETE", f"{W}/webhooks/{rx.endpoint_id}").status == 204
+    assert delivery.deliver(get_db(), msg(rx.endpoint_id), attempt=1, allow_http_local=True).status == "dropped"
+    assert rx.requests == 0 and log_of(rx.endpoint_id) == []
+
+
+# ---------------------------------------------------------------- a batch from the queue
+
+
+def records(aws, *messages: dict) -> list[dict]:
+    from local.sqs_poller import lambda_record
+
+    sqs = aws["sqs"]
+    url = sqs.get_queue_url(QueueName=QUEUE)["QueueUrl"]
+    for m in messages:
+        sqs.send_message(QueueUrl=url, MessageBody=m if isinstance(m, str) else json.dumps(m))
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"])["Messages"]
+    return [lambda_record(g, "arn:aws:sqs:us-east-1:123456789012:" + QUEUE) for g in got]
+
+
+def test_on_records_delays_each_failure_by_its_attempt_and_goes_on(rx, aws):
+    sqs = aws["sqs"]
+    url = sqs.get_queue_url(QueueName=QUEUE)["QueueUrl"]
+    rx.statuses = [500, 204]  # the first delivery fails, the second arrives
+    batch = records(aws, msg(rx.endpoint_id, "a"), "not json", msg(rx.endpoint_id, "b"))
+    delays: list[dict] = []
+
+    def seen(params, **_):
+        delays.append(params)
+
+    sqs.meta.events.register("provide-client-params.sqs.ChangeMessageVisibility", seen)
+    try:
+        failed = delivery.on_records(get_db(), sqs, url, batch, allow_http_local=True)
+    finally:
+        sqs.meta.events.unregister("provide-client-params.sqs.ChangeMessageVisibility", seen)
+    first = next(r for r in batch if r["body"].startswith("{"))  # the first attempted: the receiver's 500
+    assert failed == [first["messageId"]]  # the unreadable one is dropped, not retried
+    assert [(d["ReceiptHandle"], d["VisibilityTimeout"]) for d in delays] == [(first["receiptHandle"], 60)]
+    assert len(rx.accepted) == 1
