@@ -289,6 +289,9 @@ CASES = [
     ("DELETE", f"{W}/webhooks/{'x' * 21}", None, {}, {}, 404),
     ("DELETE", f"{W}/webhooks/short", None, {}, {}, 422),
     ("POST", f"{W}/webhooks/{'x' * 21}/rotate", None, {}, {}, 404),
+    ("GET", f"{W}/webhooks/{'x' * 21}/deliveries", None, {}, {}, 404),
+    ("GET", f"{W}/webhooks/{'x' * 21}/deliveries", None, {"size": 101}, {}, 422),
+    ("GET", f"{W}/webhooks/short/deliveries", None, {}, {}, 422),
     # file upload (tests/messages/test_upload.py has more)
     ("POST", f"{S}/messages/upload", '{"messages": []}', {}, {}, 415),  # not a form
     (

@@ -147,3 +147,48 @@ def test_on_records_delays_each_failure_by_its_attempt_and_goes_on(rx, aws):
     assert failed == [first["messageId"]]  # the unreadable one is dropped, not retried
     assert [(d["ReceiptHandle"], d["VisibilityTimeout"]) for d in delays] == [(first["receiptHandle"], 60)]
     assert len(rx.accepted) == 1
+
+
+# ---------------------------------------------------------------- the route
+
+
+def test_the_route_pages_the_log_newest_first(rx):
+    rx.statuses = [500, 204, 204]
+    made = [msg(rx.endpoint_id, f"evt{i}", now=1_700_000_000 + i) for i in range(3)]
+    for m in made:
+        delivery.deliver(get_db(), m, attempt=1, now=time.time(), allow_http_local=True)
+    first = call("GET", f"{W}/webhooks/{rx.endpoint_id}/deliveries", size=2)
+    assert first.status == 200, first.body
+    assert (first.body["total"], first.body["pages"], first.body["size"]) == (3, 2, 2)
+    assert [d["id"] for d in first.body["items"]] == [made[2]["id"], made[1]["id"]]
+    newest = first.body["items"][0]
+    assert set(newest) == {
+        "id", "event_type", "status", "attempts", "last_http_status", "last_error", "created_at", "last_attempt_at"
+    }  # fmt: skip
+    assert (newest["status"], newest["attempts"], newest["last_http_status"], newest["last_error"]) == (
+        "delivered", 1, 204, None
+    )  # fmt: skip
+    (oldest,) = call("GET", f"{W}/webhooks/{rx.endpoint_id}/deliveries", size=2, page=2).body["items"]
+    assert oldest["id"] == made[0]["id"] and oldest["last_http_status"] == 500
+    assert oldest["last_error"] == "HTTP 500: no"
+    assert oldest["created_at"] == made[0]["created"] and oldest["last_attempt_at"].endswith("Z")
+    assert call("GET", f"{W}/webhooks/{rx.endpoint_id}/deliveries", size=101).status == 422
+    assert call("GET", f"{W}/webhooks/{'x' * 21}/deliveries").status == 404
+    assert call("POST", "/v3/workspaces", {"id": "ws2"}).status == 201
+    assert call("GET", f"/v3/workspaces/ws2/webhooks/{rx.endpoint_id}/deliveries").status == 404
+
+
+def test_a_page_of_the_log_is_two_queries_whatever_the_log_holds(rx):
+    from tests.handlers import dynamodb_requests
+
+    db = get_db()
+    for i in range(30):
+        webhook_deliveries.record(
+            db, "ws1", rx.endpoint_id, f"d{i:02}", f"2026-01-01T00:00:{i:02}.000Z", event_type="t", status="delivered",
+            attempt=1, now=1000,
+        )  # fmt: skip
+    with dynamodb_requests() as seen:
+        answer = call("GET", f"{W}/webhooks/{rx.endpoint_id}/deliveries", size=5, page=2)
+    assert [d["id"] for d in answer.body["items"]] == ["d24", "d23", "d22", "d21", "d20"]
+    assert [op for op, _ in seen] == ["Query", "Query"]  # the endpoint, then the log's newest LOG_WINDOW
+    assert seen[1][1]["Limit"] == 500

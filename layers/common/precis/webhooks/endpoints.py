@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import secrets
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from precis.errors import Invalid
-from precis.store import webhooks
+from precis.store import webhook_deliveries, webhooks
 from precis.store.db import Db
 from precis.store.records import page
 from precis.store.resources import require_workspace
 from precis.store.webhooks import SecretEntry, WebhookItem
 from precis.webhooks.signing import new_secret
 
+LOG_WINDOW = 500  # the delivery log's pages reach back this many deliveries: one Query, ~40 RRU at most
 MAX_ENDPOINTS = 10  # Honcho's WEBHOOK.MAX_WORKSPACE_LIMIT: the 11th is a 409
 ROTATION_OVERLAP_S = 24 * 3600  # the old secret still signs (beside the new) this long after a rotation
 _NANOID = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-"
@@ -57,6 +59,28 @@ def listed(db: Db, workspace: str, page_no: int = 1, size: int = 50) -> dict[str
     """A Honcho page of the workspace's endpoints, oldest first (NotFound for a workspace that does not exist)."""
     require_workspace(db, workspace)
     return page([view(item) for item in webhooks.endpoints(db, workspace)], page_no, size)
+
+
+def delivery_view(item: dict[str, Any]) -> dict[str, Any]:
+    """One delivery of the log as the route answers it (ext)."""
+    return {
+        "id": item["id"],
+        "event_type": item["event_type"],
+        "status": item["status"],
+        "attempts": int(item["attempts"]),
+        "last_http_status": int(item["http_status"]) if item.get("http_status") is not None else None,
+        "last_error": item.get("last_error"),
+        "created_at": item["created_at"],
+        "last_attempt_at": datetime.fromtimestamp(int(item["updated_at"]), UTC).isoformat().replace("+00:00", "Z"),
+    }
+
+
+def deliveries(db: Db, workspace: str, endpoint_id: str, page_no: int = 1, size: int = 50) -> dict[str, Any]:
+    """A Honcho page of the endpoint's delivery log, newest first, over its latest LOG_WINDOW deliveries (the log keeps
+    3 days); NotFound for an endpoint the workspace does not have."""
+    webhooks.endpoint(db, workspace, endpoint_id)
+    found = webhook_deliveries.deliveries(db, workspace, endpoint_id, limit=LOG_WINDOW)
+    return page([delivery_view(item) for item in found], page_no, size)
 
 
 def delete(db: Db, workspace: str, endpoint_id: str) -> None:
