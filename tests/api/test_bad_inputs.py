@@ -284,6 +284,7 @@ CASES = [
     ("POST", f"{W}/webhooks", {"url": "ftp://example.com/x"}, {}, {}, 422),
     ("POST", f"{W}/webhooks", {"url": "https://example.com/" + "a" * 2048}, {}, {}, 422),
     ("POST", f"{W}/webhooks", {}, {}, {}, 422),
+    ("POST", f"{W}/webhooks", {"url": "https://example.com/x", "event_types": ["nope"]}, {}, {}, 422),
     ("POST", "/v3/workspaces/nope/webhooks", {"url": "https://example.com/x"}, {}, {}, 404),
     ("GET", f"{W}/webhooks", None, {"size": 0}, {}, 422),
     ("DELETE", f"{W}/webhooks/{'x' * 21}", None, {}, {}, 404),

@@ -192,3 +192,33 @@ def test_a_page_of_the_log_is_two_queries_whatever_the_log_holds(rx):
     assert [d["id"] for d in answer.body["items"]] == ["d24", "d23", "d22", "d21", "d20"]
     assert [op for op, _ in seen] == ["Query", "Query"]  # the endpoint, then the log's newest LOG_WINDOW
     assert seen[1][1]["Limit"] == 500
+
+
+# ---------------------------------------------------------------- an endpoint that keeps failing
+
+
+def test_the_last_attempts_failure_disables_the_endpoint_until_it_is_registered_again(rx):
+    rx.statuses = [500]
+    m = msg(rx.endpoint_id)
+    for attempt in range(1, delivery.MAX_ATTEMPTS):  # 11 failures: still enabled
+        assert delivery.deliver(get_db(), m, attempt=attempt, allow_http_local=True).status == "failed"
+    assert call("GET", f"{W}/webhooks").body["items"][0]["disabled"] is False
+    assert delivery.deliver(get_db(), m, attempt=delivery.MAX_ATTEMPTS, allow_http_local=True).status == "failed"
+    (view,) = call("GET", f"{W}/webhooks").body["items"]
+    assert view["disabled"] is True and view["disabled_at"].endswith("Z")
+    assert m["id"] in view["disabled_reason"] and "12 times" in view["disabled_reason"]
+    assert "HTTP 500" in view["disabled_reason"]
+    # Another delivery to it is dropped without a request, and its log says why.
+    rx.statuses = [204]
+    later = msg(rx.endpoint_id, "evt2")
+    posts = rx.requests
+    outcome = delivery.deliver(get_db(), later, attempt=1, allow_http_local=True)
+    assert outcome.status == "dropped" and rx.requests == posts
+    logged = {d["id"]: d for d in log_of(rx.endpoint_id)}
+    assert logged[later["id"]]["status"] == "dropped" and "disabled" in logged[later["id"]]["last_error"]
+    # Registering the URL again re-enables it: the next delivery arrives.
+    again = call("POST", f"{W}/webhooks", {"url": rx.url})
+    assert again.status == 200 and again.body["disabled"] is False and again.body["disabled_reason"] is None
+    assert delivery.deliver(get_db(), msg(rx.endpoint_id, "evt3"), attempt=1, allow_http_local=True).status == (
+        "delivered"
+    )
