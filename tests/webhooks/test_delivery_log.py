@@ -222,3 +222,50 @@ def test_the_last_attempts_failure_disables_the_endpoint_until_it_is_registered_
     assert delivery.deliver(get_db(), msg(rx.endpoint_id, "evt3"), attempt=1, allow_http_local=True).status == (
         "delivered"
     )
+
+
+def test_the_last_attempt_delivered_twice_still_fails_and_so_goes_on_to_the_dead_letter_queue(rx):
+    rx.statuses = [500]
+    m = msg(rx.endpoint_id)
+    assert delivery.deliver(get_db(), m, attempt=delivery.MAX_ATTEMPTS, allow_http_local=True).status == "failed"
+    posts = rx.requests
+    # SQS's at-least-once: the same attempt again. A drop would delete its message; it stays a failure, unsent.
+    assert delivery.deliver(get_db(), m, attempt=delivery.MAX_ATTEMPTS, allow_http_local=True).status == "failed"
+    assert rx.requests == posts
+    assert delivery.deliver(get_db(), msg(rx.endpoint_id, "other"), attempt=3, allow_http_local=True).status == (
+        "dropped"
+    )
+
+
+# ---------------------------------------------------------------- what a Standard Webhooks receiver accepts
+
+
+def test_a_rotated_secret_keeps_verifying_for_the_overlap_then_only_the_new_one(rx):
+    from precis.webhooks import endpoints
+
+    old = rx.secrets[0]
+    now = int(time.time())
+    rotated = endpoints.rotate(get_db(), "ws1", rx.endpoint_id, now=now)
+    clock = [float(now)]
+    rx.clock = lambda: clock[0]
+    for secrets, at, expected in [
+        ([old], now + 60, "delivered"),  # a receiver not yet told of the rotation
+        ([rotated["secret"]], now + 60, "delivered"),
+        ([old], rotated["previous_secret_expires_at"] + 1, "failed"),  # the overlap is over
+        ([rotated["secret"]], rotated["previous_secret_expires_at"] + 1, "delivered"),
+    ]:
+        rx.secrets, clock[0] = secrets, at
+        m = msg(rx.endpoint_id, f"evt-{at}-{secrets[0][-6:]}", now=at)
+        assert delivery.deliver(get_db(), m, attempt=1, now=at, allow_http_local=True).status == expected
+    assert rx.refused == ["no signature matches"]
+
+
+def test_a_delivery_outside_the_timestamp_tolerance_is_refused_by_the_receiver(rx):
+    now = time.time()
+    stale = msg(rx.endpoint_id, "stale", now=now - 301)
+    outcome = delivery.deliver(get_db(), stale, attempt=1, now=now - 301, allow_http_local=True)  # signed 301 s ago
+    assert outcome.status == "failed" and outcome.error and outcome.error.startswith("HTTP 401")
+    assert rx.refused == ["timestamp outside the tolerance"]
+    assert delivery.deliver(get_db(), msg(rx.endpoint_id, "fresh"), attempt=1, allow_http_local=True).status == (
+        "delivered"
+    )

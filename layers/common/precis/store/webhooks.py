@@ -38,6 +38,7 @@ class WebhookItem(TypedDict):
     event_types: NotRequired[list[str]]  # the event types it subscribes to; absent: every one
     disabled_at: NotRequired[str]  # set when its deliveries kept failing: nothing is sent to it until re-registered
     disabled_reason: NotRequired[str]
+    disabled_by: NotRequired[str]  # the delivery whose last attempt failed
 
 
 def as_webhook(item: dict[str, Any]) -> WebhookItem:
@@ -200,7 +201,7 @@ def _update(db: Db, item: WebhookItem, expression: str, values: dict[str, Any], 
 def reregister(db: Db, item: WebhookItem, event_types: list[str] | None) -> WebhookItem:
     """The endpoint registered again: enabled, subscribed to `event_types` (None: every one); NotFound when it was
     deleted meanwhile."""
-    sets, removes, values = [], ["disabled_at", "disabled_reason"], {}
+    sets, removes, values = [], ["disabled_at", "disabled_reason", "disabled_by"], {}
     if event_types:
         sets.append("event_types = :types")
         values[":types"] = event_types
@@ -213,13 +214,13 @@ def reregister(db: Db, item: WebhookItem, event_types: list[str] | None) -> Webh
     return as_webhook({**updated, **({"event_types": event_types} if event_types else {})})
 
 
-def disable(db: Db, item: WebhookItem, *, at: str, reason: str) -> bool:
-    """Mark the endpoint disabled (deliveries to it are dropped until it is registered again); False when it was
-    deleted or already disabled."""
+def disable(db: Db, item: WebhookItem, *, at: str, reason: str, by: str) -> bool:
+    """Mark the endpoint disabled by delivery `by` (deliveries to it are dropped until it is registered again); False
+    when it was deleted or already disabled."""
     return _update(
         db,
         item,
-        "SET disabled_at = :at, disabled_reason = :why",
-        {":at": at, ":why": reason},
+        "SET disabled_at = :at, disabled_reason = :why, disabled_by = :by",
+        {":at": at, ":why": reason, ":by": by},
         "id = :id AND attribute_not_exists(disabled_at)",
     )

@@ -100,6 +100,10 @@ def deliver(
     except NotFound:
         log.info("webhook delivery dropped: endpoint gone", extra={"workspace": ws, "endpoint_id": endpoint_id})
         return Outcome("dropped")
+    if endpoint.get("disabled_at") and endpoint.get("disabled_by") == msg["id"]:
+        # This delivery's last attempt again (SQS delivered it twice): still a failure, so that its message goes on
+        # to the dead-letter queue rather than being deleted as a drop.
+        return Outcome("failed", "endpoint disabled by this delivery")
     if endpoint.get("disabled_at"):
         log.info("webhook delivery dropped: endpoint disabled", extra={"workspace": ws, "endpoint_id": endpoint_id})
         outcome = Outcome("dropped", f"endpoint disabled at {endpoint['disabled_at']}")
@@ -125,7 +129,7 @@ def deliver(
     if outcome.status == "failed" and attempt >= MAX_ATTEMPTS:
         at = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         reason = f"delivery {msg['id']} failed {attempt} times over about a day; last: {outcome.error}"
-        if webhooks.disable(db, endpoint, at=at, reason=reason[: targets.EXCERPT_BYTES + 128]):
+        if webhooks.disable(db, endpoint, at=at, reason=reason[: targets.EXCERPT_BYTES + 128], by=msg["id"]):
             log.warning("webhook endpoint disabled", extra={"workspace": ws, "endpoint_id": endpoint_id})
     return outcome
 
