@@ -772,9 +772,10 @@ def test_webhooks_are_added_rotated_read_and_deleted_in_the_console(tab, stack, 
         sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(msg))
         wait_for(lambda: rx.accepted, 30)
         item.locator("button:text('Deliveries')").click()
-        row = page.locator(f"#webhook-deliveries tr[data-id='{msg['id']}'][data-status='delivered']")
+        row = page.locator(f"#webhook-deliveries li[data-id='{msg['id']}'][data-status='delivered']")
         row.wait_for()  # the live refresh reads the log again until it shows the delivery
-        assert [c.text_content() for c in row.locator("td").all()][:5] == ["queue.empty", "delivered", "1", "204", ""]
+        assert row.locator(".delivery-head").text_content() == "queue.empty · delivered · 1 attempt · HTTP 204"
+        assert row.locator(".delivery-error").count() == 0
 
         item.locator("button:text('Rotate secret')").click()
         page.wait_for_function("s => document.querySelector('#webhook-secret code')?.textContent !== s", arg=secret)

@@ -412,13 +412,11 @@
       if (!wanted() || !changed("deliveries", [hook.id, page])) return;
       show("webhook-deliveries", title, page.items.length === 0
         ? el("p", { className: "note" }, "No deliveries in the last 3 days.")
-        : el("table", { className: "deliveries" },
-          el("thead", {}, el("tr", {}, ["Event", "Status", "Attempts", "HTTP", "Last error", "Last attempt"]
-            .map((h) => el("th", {}, h)))),
-          el("tbody", {}, page.items.map((d) => el("tr", { dataset: { id: d.id, status: d.status } },
-            el("td", {}, d.event_type), el("td", {}, d.status), el("td", { className: "num" }, fmt(d.attempts)),
-            el("td", {}, d.last_http_status === null ? "–" : String(d.last_http_status)), el("td", {}, d.last_error || ""),
-            el("td", {}, when(d.last_attempt_at)))))),
+        : el("ul", { className: "deliveries" }, page.items.map((d) => el("li", { dataset: { id: d.id, status: d.status } },
+          el("div", { className: "delivery-head" }, `${d.event_type} · ${d.status} · ${plural(d.attempts, "attempt")}` +
+            (d.last_http_status === null ? "" : ` · HTTP ${d.last_http_status}`)),
+          el("div", { className: "hint" }, `last attempt ${when(d.last_attempt_at)}`),
+          d.last_error ? el("div", { className: "delivery-error" }, d.last_error) : null))),
       page.total > page.items.length ? el("p", { className: "hint" }, `The newest ${page.items.length} of ` +
         `${fmt(page.total)}; \`precis webhooks deliveries\` pages through them.`) : null);
     } catch (error) {
