@@ -5,7 +5,8 @@ PRECIS_PORT picks the port (8000); PRECIS_LOCAL_CONCURRENCY the workers per func
 the period of every schedule (the template's: the deriver's flush runs every five minutes);
 PRECIS_DEV_JSON where the running stack is announced (.precis/dev.json), for `make invoke`;
 PRECIS_LOCAL_CHAOS (with _THROTTLE and _SEED) how much harsher than moto it is (local/chaos.py);
-PRECIS_LOCAL_THROUGHPUT_SCALE holds the functions to DynamoDB's throughput limits divided by it (local/moto_meter.py).
+PRECIS_LOCAL_THROUGHPUT_SCALE holds the functions to DynamoDB's throughput limits divided by it (local/moto_meter.py);
+PRECIS_LOCAL_SQS_DELAY_SCALE shortens SQS's visibility timeouts and delays to that fraction (local/moto_sqs.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from local import moto_sqs
 from local.chaos import Chaos, ChaosError
 from local.gateway import Gateway
 from local.moto_backend import dev_json_path, start_moto
@@ -101,7 +103,8 @@ def main() -> int:
     try:
         chaos = Chaos.from_env(os.environ)
         scale = scale_from_env(os.environ)
-    except (ChaosError, ThroughputError) as exc:
+        moto_sqs.configure(moto_sqs.scale_from_env(os.environ))
+    except (ChaosError, ThroughputError, moto_sqs.DelayScaleError) as exc:
         logging.error("%s", exc)
         return 2
     port = int(os.environ.get("PRECIS_PORT") or 8000)

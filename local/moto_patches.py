@@ -42,7 +42,7 @@ from moto.dynamodb.models.utilities import bytesize
 from moto.dynamodb.parsing.reserved_keywords import ReservedKeywords
 from moto.dynamodb.responses import DynamoHandler, DynamoResult, ProjectionExpressionParser, validate_put_has_empty_keys
 
-from local import moto_storage, moto_vectors
+from local import moto_sqs, moto_storage, moto_vectors
 from local.moto_vectors import numbers as _numbers
 from local.moto_vectors import search_schema as _search_schema
 from local.moto_vectors import vector_indexes
@@ -533,6 +533,7 @@ def install() -> None:
         _version_checked = True
     moto_storage.install()
     moto_storage.listen(moto_vectors.on_write)
+    moto_sqs.install()  # SQS's 12 hours of visibility from the receive, and the stack's delay scale
     # In-process (the tests) the index's clock stands still until a test moves it or settles the index: no write
     # is searchable by luck of timing. A moto server of the local stack sets its own (local/moto_backend.py).
     moto_vectors.configure(moto_vectors.Replication())

@@ -294,6 +294,10 @@ def table_definition(tpl: Template) -> dict[str, Any]:
     return args
 
 
+# The AWS::SQS::Queue properties that are SQS queue attributes of the same name, given to the local queues.
+QUEUE_ATTRIBUTES = ("VisibilityTimeout", "MessageRetentionPeriod", "DelaySeconds")
+
+
 def create_resources(tpl: Template, dynamodb, s3, sqs=None, events=None, parameters=None) -> None:
     """Create the table (with TTL), the bucket and the queues of the template with the given boto3 clients, and the
     EventBridge bus when the deployment (its `parameters`: EventBusName) has one."""
@@ -303,8 +307,19 @@ def create_resources(tpl: Template, dynamodb, s3, sqs=None, events=None, paramet
         dynamodb.update_time_to_live(TableName=tpl.table_name, TimeToLiveSpecification=ttl)
     s3.create_bucket(Bucket=tpl.bucket_name)
     if sqs is not None:
-        for name in tpl.queue_names.values():
-            sqs.create_queue(QueueName=name)
+        resolver = Resolver(tpl.raw, LocalNames())
+        redrives = {}
+        for logical_id, name in tpl.queue_names.items():
+            props = resolver.resolve(tpl.resource(logical_id).get("Properties") or {})
+            # The template's timing, so a queue hides, keeps and delays messages as on AWS; its redrive once every
+            # queue exists (SQS refuses a dead-letter queue it does not have yet).
+            attributes = {k: str(props[k]) for k in QUEUE_ATTRIBUTES if k in props}
+            sqs.create_queue(QueueName=name, Attributes=attributes)
+            if props.get("RedrivePolicy"):
+                redrives[name] = json.dumps(props["RedrivePolicy"])
+        for name, policy in redrives.items():
+            url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": policy})
     if events is not None:
         resolver = Resolver(tpl.raw, LocalNames(), parameters)
         for res in tpl.raw["Resources"].values():

@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from precis.webhooks.event_types import EVENT_TYPES
 from precis_cli import render, settings, transfer
 from precis_cli.client import DEFAULT_URL, Precis, ServiceError, Unreachable, dev_stack_url
 
@@ -386,6 +387,94 @@ def usage(client: Precis, workspace: str | None, first: str | None, last: str | 
         click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
         return
     click.echo("\n".join(render.usage_table(answer)))
+
+
+# ---------------------------------------------------------------- webhooks
+
+
+@main.group(context_settings=CONTEXT_SETTINGS)
+def webhooks() -> None:
+    """A workspace's webhook endpoints: register, list, delete, rotate a secret, read the delivery log, send a test
+    event. Each delivery is signed (Standard Webhooks' webhook-id, webhook-timestamp, webhook-signature) with the
+    endpoint's own secret, shown once when it is created or rotated."""
+
+
+def _echo_json(answer: Any) -> None:
+    click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+
+
+@webhooks.command("list", context_settings=CONTEXT_SETTINGS)
+@click.option("--json", "as_json", is_flag=True, help="Print the service's answer as JSON.")
+@target_options
+def webhooks_list(client: Precis, as_json: bool) -> None:
+    """The workspace's endpoints (10 at most): id, enabled or disabled (and why), the event types, the URL."""
+    answer = client.webhooks()
+    if as_json:
+        _echo_json(answer)
+    else:
+        click.echo("\n".join(render.webhooks_table(answer)))
+
+
+@webhooks.command("create", context_settings=CONTEXT_SETTINGS)
+@click.argument("url")
+@click.option(
+    "-e",
+    "--event-type",
+    "event_types",
+    multiple=True,
+    type=click.Choice(EVENT_TYPES),
+    help="An event type to receive (repeat it for more; default: every one).",
+)
+@target_options
+def webhooks_create(client: Precis, url: str, event_types: tuple[str, ...]) -> None:
+    """Register URL (get-or-create: the same URL again answers its endpoint, re-enabled, with these event types if
+    any are given). Prints the endpoint as JSON, with its secret when it is new: keep it, it is not shown again."""
+    _echo_json(client.create_webhook(url, list(event_types) or None))
+
+
+@webhooks.command("delete", context_settings=CONTEXT_SETTINGS)
+@click.argument("endpoint_id")
+@target_options
+def webhooks_delete(client: Precis, endpoint_id: str) -> None:
+    """Delete an endpoint: nothing more is sent to it."""
+    client.delete_webhook(endpoint_id)
+    click.echo(f"deleted webhook endpoint {endpoint_id}")
+
+
+@webhooks.command("rotate", context_settings=CONTEXT_SETTINGS)
+@click.argument("endpoint_id")
+@target_options
+def webhooks_rotate(client: Precis, endpoint_id: str) -> None:
+    """A new secret for an endpoint (printed once, as JSON); the old one keeps signing beside it for 24 hours
+    (`previous_secret_expires_at`), time to give the receiver the new one."""
+    _echo_json(client.rotate_webhook(endpoint_id))
+
+
+@webhooks.command("deliveries", context_settings=CONTEXT_SETTINGS)
+@click.argument("endpoint_id")
+@click.option("--page", default=1, show_default=True, type=click.IntRange(1), help="Page, newest first.")
+@click.option("--size", default=50, show_default=True, type=click.IntRange(1, 100), help="Deliveries a page.")
+@click.option("--json", "as_json", is_flag=True, help="Print the service's answer as JSON.")
+@target_options
+def webhooks_deliveries(client: Precis, endpoint_id: str, page: int, size: int, as_json: bool) -> None:
+    """An endpoint's delivery log (3 days): each delivery's event, status, attempts, the receiver's last HTTP status
+    and an excerpt of the last error."""
+    answer = client.webhook_deliveries(endpoint_id, page, size)
+    if as_json:
+        _echo_json(answer)
+    else:
+        click.echo("\n".join(render.deliveries_table(answer)))
+
+
+@webhooks.command("test", context_settings=CONTEXT_SETTINGS)
+@target_options
+def webhooks_test(client: Precis) -> None:
+    """Send a test.event to the workspace's endpoints (Honcho's GET …/webhooks/test)."""
+    answer = client.test_webhooks()
+    if answer is None:
+        click.echo("test event sent")
+    else:
+        _echo_json(answer)
 
 
 # ---------------------------------------------------------------- import and export

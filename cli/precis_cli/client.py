@@ -233,6 +233,29 @@ class Precis:
         params = {k: v for k, v in (("from", first), ("to", last)) if v}
         return self.request("GET", f"/v3/workspaces/{workspace}/usage", params=params, retry=True)
 
+    # ------------------------------------------------------------ webhooks
+
+    def webhooks(self, page: int = 1, size: int = 50) -> dict[str, Any]:
+        return self.request("GET", f"{self._ws()}/webhooks", params={"page": page, "size": size}, retry=True)
+
+    def create_webhook(self, url: str, event_types: list[str] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"url": url, **({"event_types": event_types} if event_types is not None else {})}
+        # Not retried: a retry of a create that was made would answer the endpoint without its secret.
+        return self.request("POST", f"{self._ws()}/webhooks", json=body)
+
+    def delete_webhook(self, endpoint_id: str) -> None:
+        self.request("DELETE", f"{self._ws()}/webhooks/{endpoint_id}")
+
+    def rotate_webhook(self, endpoint_id: str) -> dict[str, Any]:
+        return self.request("POST", f"{self._ws()}/webhooks/{endpoint_id}/rotate")
+
+    def webhook_deliveries(self, endpoint_id: str, page: int = 1, size: int = 50) -> dict[str, Any]:
+        path = f"{self._ws()}/webhooks/{endpoint_id}/deliveries"
+        return self.request("GET", path, params={"page": page, "size": size}, retry=True)
+
+    def test_webhooks(self) -> Any:
+        return self.request("GET", f"{self._ws()}/webhooks/test", retry=True)
+
     def summaries(self, session: str) -> dict[str, Any]:
         return self.request("GET", f"{self._session(session)}/summaries", retry=True)
 

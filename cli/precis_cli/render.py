@@ -155,3 +155,51 @@ def usage_table(answer: dict[str, Any]) -> list[str]:
     if answer.get("capped"):
         lines.append("(a month held more usage items than one read takes: some are left out)")
     return lines
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Rows under a header, each column as wide as its widest cell, two spaces apart."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
+
+
+def webhooks_table(page: dict[str, Any]) -> list[str]:
+    """GET …/webhooks: one line an endpoint (its id, state, event types, URL), then why a disabled one is."""
+    items = page.get("items") or []
+    if not items:
+        return ["no webhook endpoints"]
+    rows = [
+        [
+            e["id"],
+            "disabled" if e.get("disabled") else "enabled",
+            ",".join(e.get("event_types") or []) or "all",
+            e["url"],
+        ]
+        for e in items
+    ]
+    lines = table(["id", "state", "events", "url"], rows)
+    lines += [f"{e['id']} disabled at {e['disabled_at']}: {e['disabled_reason']}" for e in items if e.get("disabled")]
+    return lines
+
+
+def deliveries_table(page: dict[str, Any]) -> list[str]:
+    """GET …/webhooks/{id}/deliveries: one line a delivery, newest first, its last error after it."""
+    items = page.get("items") or []
+    if not items:
+        return ["no deliveries in the last 3 days"]
+    rows = [
+        [
+            d["created_at"],
+            d["id"],
+            d["event_type"],
+            d["status"],
+            str(d["attempts"]),
+            str(d["last_http_status"] or "-"),
+            d.get("last_error") or "",
+        ]
+        for d in items
+    ]
+    lines = table(["created", "id", "event", "status", "attempts", "http", "last error"], rows)
+    if page.get("pages", 1) > page.get("page", 1):
+        lines.append(f"page {page['page']} of {page['pages']} ({page['total']} deliveries): --page for more")
+    return lines

@@ -250,6 +250,7 @@ MATRIX = [
     ("GET", f"{W}/webhooks/test", None, WS_ONLY, 200, None),
     ("DELETE", f"{W}/webhooks/{'x' * 21}", None, WS_ONLY, 404, lambda body: "x" * 21 in body["detail"]),
     ("POST", f"{W}/webhooks/{'x' * 21}/rotate", None, WS_ONLY, 404, lambda body: "x" * 21 in body["detail"]),
+    ("GET", f"{W}/webhooks/{'x' * 21}/deliveries", None, WS_ONLY, 404, lambda body: "x" * 21 in body["detail"]),
     ("DELETE", f"{S}/peers", ["bob"], SESSION_WRITERS, 200, {"id": "s1"}),
     ("DELETE", S, None, SESSION_WRITERS, 202, None),
     ("DELETE", W, None, WS_ONLY, 202, None),

@@ -284,6 +284,7 @@ CASES = [
     ("POST", f"{W}/webhooks", {"url": "ftp://example.com/x"}, {}, {}, 422),
     ("POST", f"{W}/webhooks", {"url": "https://example.com/" + "a" * 2048}, {}, {}, 422),
     ("POST", f"{W}/webhooks", {}, {}, {}, 422),
+    ("POST", f"{W}/webhooks", {"url": "https://example.com/x", "event_types": ["nope"]}, {}, {}, 422),
     ("POST", "/v3/workspaces/nope/webhooks", {"url": "https://example.com/x"}, {}, {}, 404),
     ("GET", f"{W}/webhooks", None, {"size": 0}, {}, 422),
     ("DELETE", f"{W}/webhooks/{'x' * 21}", None, {}, {}, 404),
@@ -291,6 +292,9 @@ CASES = [
     ("POST", f"{W}/webhooks/{'x' * 21}/rotate", None, {}, {}, 404),
     ("GET", "/v3/workspaces/nope/webhooks/test", None, {}, {}, 404),
     ("GET", "/v3/workspaces/bad%20id/webhooks/test", None, {}, {}, 422),
+    ("GET", f"{W}/webhooks/{'x' * 21}/deliveries", None, {}, {}, 404),
+    ("GET", f"{W}/webhooks/{'x' * 21}/deliveries", None, {"size": 101}, {}, 422),
+    ("GET", f"{W}/webhooks/short/deliveries", None, {}, {}, 422),
     # file upload (tests/messages/test_upload.py has more)
     ("POST", f"{S}/messages/upload", '{"messages": []}', {}, {}, 415),  # not a form
     (

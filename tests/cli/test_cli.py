@@ -22,6 +22,7 @@ from precis_cli.cli import main
 from precis.auth import mint_key
 from precis.configuration import summary_config
 from precis.errors import Invalid
+from precis.webhooks.event_types import EVENT_TYPES
 from tests.stack import free_port, wait_for
 
 pytestmark = pytest.mark.stack
@@ -103,6 +104,13 @@ def workspace_configuration(stack, ws: str) -> dict | None:
         ["tail"],
         ["import"],
         ["export"],
+        ["webhooks"],
+        ["webhooks", "list"],
+        ["webhooks", "create"],
+        ["webhooks", "delete"],
+        ["webhooks", "rotate"],
+        ["webhooks", "deliveries"],
+        ["webhooks", "test"],
     ],
 )
 def test_every_command_has_help(command):
@@ -130,6 +138,12 @@ def test_the_installed_entry_point_runs():
             "Invalid value for 'FILE': File '/no/such/file.jsonl' does not exist.",
         ),
         (["keys", "mint", "--admin", "--session", "s1"], "--admin cannot be combined with --peer or --session"),
+        (
+            ["webhooks", "create", "https://example.com/h", "-e", "message.created"],
+            "Invalid value for '-e' / '--event-type': 'message.created' is not one of "
+            + ", ".join(f"'{t}'" for t in EVENT_TYPES)
+            + ".",
+        ),
         (
             ["keys", "mint", "--expires", "soon"],
             "Invalid value for --expires: a duration (30m, 12h, 7d) or an ISO 8601 time",
@@ -387,3 +401,55 @@ def test_usage_prints_a_workspace_s_tokens_by_day_role_and_model_and_its_budget(
     assert precis(env, "usage", "metered", "--from", "2026-02-30").exit_code == 2
     empty = precis(env, "usage", "metered", "--from", "2020-01-01", "--to", "2020-01-31").stdout.splitlines()
     assert empty[1] == "no model calls"
+
+
+# ---------------------------------------------------------------- webhooks
+
+
+def test_webhooks_create_list_rotate_deliveries_delete(stack, env):
+    import time
+
+    from local.moto_backend import client
+    from precis.webhooks import delivery
+    from tests.webhooks.receiver import Receiver
+
+    api(stack, "POST", "/v3/workspaces", json={"id": "hooks"})
+    rx = Receiver()
+    try:
+        made = precis(env, "webhooks", "create", "-w", "hooks", rx.url, "-e", "summary.created", "-e", "queue.empty")
+        assert made.exit_code == 0, made.output
+        endpoint = json.loads(made.stdout)
+        assert endpoint["secret"].startswith("whsec_") and endpoint["event_types"] == ["queue.empty", "summary.created"]
+        rx.secrets = [endpoint["secret"]]
+        listed = precis(env, "webhooks", "list", "-w", "hooks").stdout.splitlines()
+        assert listed[0].split() == ["id", "state", "events", "url"]
+        assert listed[1].split() == [endpoint["id"], "enabled", "queue.empty,summary.created", rx.url]
+        rotated = json.loads(precis(env, "webhooks", "rotate", "-w", "hooks", endpoint["id"]).stdout)
+        assert rotated["secret"] != endpoint["secret"] and rotated["previous_secret_expires_at"] > time.time()
+        empty = precis(env, "webhooks", "deliveries", "-w", "hooks", endpoint["id"])
+        assert empty.stdout == "no deliveries in the last 3 days\n"
+
+        sqs = client("sqs", json.loads(stack.dev_json.read_text())["moto_endpoint"])
+        msg = delivery.message("hooks", endpoint["id"], "queue.empty", {"workspace_id": "hooks"}, event_id="e1", now=0)
+        sqs.send_message(
+            QueueUrl=sqs.get_queue_url(QueueName="precis-webhook-local")["QueueUrl"], MessageBody=json.dumps(msg)
+        )
+        wait_for(lambda: rx.accepted, 30)
+        log = wait_for(
+            lambda: (
+                "delivered" in (out := precis(env, "webhooks", "deliveries", "-w", "hooks", endpoint["id"]).stdout)
+                and out
+            )
+        )
+        head, row = log.splitlines()
+        assert head.split() == ["created", "id", "event", "status", "attempts", "http", "last", "error"]
+        assert row.split() == ["1970-01-01T00:00:00.000Z", msg["id"], "queue.empty", "delivered", "1", "204"]
+
+        assert precis(env, "webhooks", "delete", "-w", "hooks", endpoint["id"]).stdout == (
+            f"deleted webhook endpoint {endpoint['id']}\n"
+        )
+        assert precis(env, "webhooks", "list", "-w", "hooks").stdout == "no webhook endpoints\n"
+        gone = precis(env, "webhooks", "rotate", "-w", "hooks", endpoint["id"])
+        assert gone.exit_code == 1 and "404 Not Found" in gone.stderr
+    finally:
+        rx.close()

@@ -18,6 +18,14 @@ WAKE = QueueMapping(
     dead_letter_queue="precis-derive-wake-dlq-local",
     max_receive_count=5,
 )
+WEBHOOK = QueueMapping(
+    "WebhookFunction",
+    "precis-webhook-local",
+    batch_size=5,
+    report_item_failures=True,
+    dead_letter_queue="precis-webhook-dlq-local",
+    max_receive_count=12,
+)
 
 
 class Recorder:
@@ -44,8 +52,8 @@ def counts(sqs, url: str) -> dict[str, int]:
     }
 
 
-def test_the_template_maps_the_deriver_to_its_wake_queue_with_its_redrive():
-    assert queue_mappings(template()) == [WAKE]
+def test_the_template_maps_the_deriver_and_the_webhook_sender_to_their_queues_with_their_redrives():
+    assert queue_mappings(template()) == [WAKE, WEBHOOK]
     assert template().functions["DeriveFunction"].stream["FilterCriteria"]  # the stream mapping is still the stream's
 
 

@@ -1,53 +1,23 @@
 """Webhook deliveries through the webhook queue (moto) and the webhook function, to a real HTTP receiver on this
-machine that checks each delivery's signature as a Standard Webhooks receiver does."""
+machine that checks each delivery's signature as a Standard Webhooks receiver does (its own code)."""
 
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from local.sqs_poller import lambda_record
 from precis.settings import get_settings
-from precis.webhooks import delivery, signing
+from precis.webhooks import delivery
 from tests.handlers import call, invoke
+from tests.webhooks.receiver import Receiver
 
 W = "/v3/workspaces/ws1"
 QUEUE = "precis-webhook-local"
 DLQ = "precis-webhook-dlq-local"
 ARN = f"arn:aws:sqs:us-east-1:123456789012:{QUEUE}"
-
-
-class Receiver:
-    """An HTTP receiver answering `status` (a list: one per request, the last repeated), keeping verified bodies."""
-
-    def __init__(self) -> None:
-        self.statuses = [204]
-        self.secret = ""
-        self.received: list[dict] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                signing.verify(outer.secret, dict(self.headers.items()), body, now=int(time.time()))
-                status = outer.statuses.pop(0) if len(outer.statuses) > 1 else outer.statuses[0]
-                if 200 <= status < 300:
-                    outer.received.append({"id": self.headers["webhook-id"], **json.loads(body)})
-                self.send_response(status)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"no")
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 @pytest.fixture
@@ -58,9 +28,9 @@ def receiver(aws, monkeypatch):
     rx = Receiver()
     created = call("POST", f"{W}/webhooks", {"url": rx.url})
     assert created.status == 201, created.body
-    rx.secret, rx.endpoint_id = created.body["secret"], created.body["id"]  # type: ignore[attr-defined]
+    rx.secrets, rx.endpoint_id = [created.body["secret"]], created.body["id"]  # type: ignore[attr-defined]
     yield rx
-    rx.server.shutdown()
+    rx.close()
 
 
 def enqueue(sqs, endpoint_id: str) -> dict:
@@ -86,8 +56,8 @@ def test_a_delivery_arrives_signed_and_is_logged(aws, receiver):
     msg = enqueue(aws["sqs"], receiver.endpoint_id)
     records = receive(aws["sqs"])
     assert invoke("WebhookFunction", {"Records": records}) == {"batchItemFailures": []}
-    assert receiver.received == [
-        {"id": msg["id"], "type": "test.event", "data": {"workspace_id": "ws1"}, "timestamp": msg["created"]}
+    assert [(r.id, r.body) for r in receiver.accepted] == [
+        (msg["id"], {"type": "test.event", "data": {"workspace_id": "ws1"}, "timestamp": msg["created"]})
     ]
 
 
@@ -106,7 +76,7 @@ def test_a_receiver_that_fails_then_recovers_gets_it_once_recovered(aws, receive
     (record,) = receive(sqs)
     assert invoke("WebhookFunction", {"Records": [record]}) == {"batchItemFailures": []}
     sqs.delete_message(QueueUrl=url, ReceiptHandle=record["receiptHandle"])
-    assert [r["id"] for r in receiver.received] == [msg["id"]]
+    assert [r.id for r in receiver.accepted] == [msg["id"]]
 
 
 def test_retry_delays_grow_and_span_about_a_day():
@@ -122,4 +92,4 @@ def test_no_delivery_to_a_refused_address(aws, receiver, monkeypatch):
     enqueue(aws["sqs"], receiver.endpoint_id)
     (record,) = receive(aws["sqs"])
     assert invoke("WebhookFunction", {"Records": [record]})["batchItemFailures"] != []
-    assert receiver.received == []
+    assert receiver.requests == 0

@@ -12,6 +12,7 @@ from tests.handlers import call, dynamodb_requests
 
 W = "/v3/workspaces/ws1"
 HOOK = "https://example.com/hook"
+EXT = {"event_types", "disabled", "disabled_at", "disabled_reason"}  # beside Honcho's fields
 
 
 @pytest.fixture
@@ -23,7 +24,10 @@ def ws(aws):
 def test_get_or_create_by_url_shows_the_secret_once(ws):
     made = call("POST", f"{W}/webhooks", {"url": HOOK})
     assert made.status == 201, made.body
-    assert set(made.body) == {"id", "workspace_id", "url", "created_at", "secret"}
+    assert set(made.body) == {"id", "workspace_id", "url", "created_at", "secret"} | EXT
+    assert {k: made.body[k] for k in EXT} == {
+        "event_types": None, "disabled": False, "disabled_at": None, "disabled_reason": None
+    }  # fmt: skip
     assert made.body["workspace_id"] == "ws1" and made.body["url"] == HOOK and len(made.body["id"]) == 21
     secret = made.body["secret"]
     assert secret.startswith("whsec_") and len(base64.b64decode(secret[6:])) == 32
@@ -33,6 +37,33 @@ def test_get_or_create_by_url_shows_the_secret_once(ws):
     assert listed.status == 200
     assert listed.body == {"items": [again.body], "total": 1, "page": 1, "size": 50, "pages": 1}
     assert secret not in str(listed.body)
+
+
+def test_an_endpoint_subscribes_to_some_event_types_and_a_new_registration_replaces_them(ws):
+    from precis.store import webhooks
+    from precis.store.db import get_db
+
+    types = ["summary.created", "queue.empty", "queue.empty"]
+    made = call("POST", f"{W}/webhooks", {"url": HOOK, "event_types": types})
+    assert made.status == 201 and made.body["event_types"] == ["queue.empty", "summary.created"]  # EVENT_TYPES' order
+    stored = webhooks.endpoint(get_db(), "ws1", made.body["id"])
+    assert stored.get("event_types") == ["queue.empty", "summary.created"]  # what publishing filters by
+    assert call("POST", f"{W}/webhooks", {"url": HOOK}).body["event_types"] == ["queue.empty", "summary.created"]
+    again = call("POST", f"{W}/webhooks", {"url": HOOK, "event_types": ["dream.completed"]})
+    assert again.status == 200 and again.body["id"] == made.body["id"]
+    assert again.body["event_types"] == ["dream.completed"]
+    assert call("GET", f"{W}/webhooks").body["items"][0]["event_types"] == ["dream.completed"]
+    every = call("POST", f"{W}/webhooks", {"url": HOOK, "event_types": []})
+    assert every.body["event_types"] is None
+    assert "event_types" not in webhooks.endpoint(get_db(), "ws1", made.body["id"])
+
+
+def test_an_unknown_event_type_is_a_422_naming_it_and_stores_nothing(ws):
+    bad = call("POST", f"{W}/webhooks", {"url": HOOK, "event_types": ["queue.empty", "message.created"]})
+    assert bad.status == 422 and "'message.created'" in bad.body["detail"] and "queue.empty" in bad.body["detail"]
+    assert call("GET", f"{W}/webhooks").body["total"] == 0
+    assert call("POST", f"{W}/webhooks", {"url": HOOK, "event_types": "queue.empty"}).status == 422  # not a list
+    assert call("POST", f"{W}/webhooks", {"url": HOOK, "event_types": ["x" * 65]}).status == 422
 
 
 def test_ten_endpoints_then_409_and_a_delete_makes_room(ws):

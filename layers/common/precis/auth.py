@@ -113,6 +113,8 @@ ROUTES: dict[str, Access] = {
     f"GET {_W}/webhooks/test": Access.WORKSPACE,
     f"DELETE {_W}/webhooks/{{endpoint_id}}": Access.WORKSPACE,
     f"POST {_W}/webhooks/{{endpoint_id}}/rotate": Access.WORKSPACE,
+    # An endpoint's delivery log (ext): the keys that manage the endpoint.
+    f"GET {_W}/webhooks/{{endpoint_id}}/deliveries": Access.WORKSPACE,
     # A file upload is a message post: the same keys may make it.
     f"POST {_S}/messages/upload": Access.SESSION_WRITE,
 }

@@ -13,6 +13,7 @@ from precis.api.params import (
     MAX_CONTEXT_TOKENS,
     ConclusionId,
     Distance,
+    EndpointId,
     FromDay,
     MaxConclusions,
     MessageId,
@@ -202,6 +203,15 @@ def list_webhooks(workspace_id: WorkspaceId, page: PageNo = 1, size: PageSize = 
     from precis.webhooks import endpoints  # (loaded by this route alone, off the context's path)
 
     return endpoints.listed(get_db(), workspace_id, page, size)
+
+
+@router.get("/v3/workspaces/<workspace_id>/webhooks/<endpoint_id>/deliveries")
+def list_webhook_deliveries(workspace_id: WorkspaceId, endpoint_id: EndpointId, page: PageNo = 1, size: PageSize = 50):
+    """(ext) The endpoint's delivery log, newest first: each delivery's status, attempts, the receiver's last HTTP
+    status and an excerpt of the last error (the newest 500 deliveries of the last 3 days)."""
+    from precis.webhooks import endpoints
+
+    return endpoints.deliveries(get_db(), workspace_id, endpoint_id, page, size)
 
 
 @router.get("/v3/workspaces/<workspace_id>/queue/status")

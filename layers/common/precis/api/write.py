@@ -313,7 +313,7 @@ def upload_session_file(
 def create_webhook(workspace_id: WorkspaceId, body: WebhookCreate):
     from precis.webhooks import endpoints
 
-    return _created(endpoints.get_or_create(get_db(), workspace_id, body.url))
+    return _created(endpoints.get_or_create(get_db(), workspace_id, body.url, body.event_types))
 
 
 @router.delete("/v3/workspaces/<workspace_id>/webhooks/<endpoint_id>")

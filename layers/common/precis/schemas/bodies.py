@@ -86,6 +86,12 @@ class ScopeCreate(Body):
 
 class WebhookCreate(Body):
     url: str = Field(description="where deliveries go: http(s), at most 2,048 characters")
+    event_types: list[Annotated[str, StringConstraints(max_length=64)]] | None = Field(
+        None,
+        max_length=32,
+        description="(ext) the event types this endpoint receives; absent or empty: every one. Registering the same "
+        "URL again with event_types replaces them (absent: kept), and re-enables an endpoint that was disabled",
+    )
 
 
 class ScopeSessions(Body):

@@ -3,7 +3,8 @@ by the URL's hash, and a counter item that holds the limit under concurrent crea
 
 Costs: a create is a strongly consistent GetItem (1 RRU) and, when new, one transaction of three actions (~6 WRU); a
 list, a delete's or a rotation's lookup one Query of at most `limit` small items; a delete a two-action transaction
-(~4 WRU); a rotation one UpdateItem (1 WRU).
+(~4 WRU); a rotation, a re-registration that changes the endpoint (its event types, re-enabling it) or disabling it
+one UpdateItem (1 WRU).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ class WebhookItem(TypedDict):
     created_at: str
     secrets: list[SecretEntry]  # newest first
     version: int  # an optimistic lock over rotations
+    event_types: NotRequired[list[str]]  # the event types it subscribes to; absent: every one
+    disabled_at: NotRequired[str]  # set when its deliveries kept failing: nothing is sent to it until re-registered
+    disabled_reason: NotRequired[str]
+    disabled_by: NotRequired[str]  # the delivery whose last attempt failed
 
 
 def as_webhook(item: dict[str, Any]) -> WebhookItem:
@@ -64,9 +69,11 @@ def endpoint(db: Db, ws: str, endpoint_id: str) -> WebhookItem:
     raise NotFound(f"webhook endpoint '{endpoint_id}' not found in workspace '{ws}'")
 
 
-def get_or_create(db: Db, ws: str, url: str, endpoint_id: str, secret: str, *, limit: int) -> tuple[WebhookItem, bool]:
-    """The endpoint of `url`, made with `endpoint_id` and `secret` when the workspace has none (True) — Conflict (409)
-    when it already has `limit`, NotFound when the workspace does not exist."""
+def get_or_create(
+    db: Db, ws: str, url: str, endpoint_id: str, secret: str, *, limit: int, event_types: list[str] | None = None
+) -> tuple[WebhookItem, bool]:
+    """The endpoint of `url`, made with `endpoint_id`, `secret` and `event_types` (None: every one) when the workspace
+    has none (True) — Conflict (409) when it already has `limit`, NotFound when the workspace does not exist."""
     key = keys.webhook(ws, url_key(url))
     existing = _read(db, key)
     if existing is not None:
@@ -80,6 +87,8 @@ def get_or_create(db: Db, ws: str, url: str, endpoint_id: str, secret: str, *, l
         "secrets": [{"secret": secret}],
         "version": 1,
     }
+    if event_types:
+        item["event_types"] = event_types
     try:
         transact(
             db,
@@ -169,3 +178,49 @@ def replace_secrets(db: Db, item: WebhookItem, secrets: list[SecretEntry]) -> We
             raise Conflict(f"webhook endpoint '{item['id']}' changed meanwhile (deleted or rotated); retry") from None
         raise
     return {**item, "secrets": secrets, "version": item["version"] + 1}
+
+
+def _update(db: Db, item: WebhookItem, expression: str, values: dict[str, Any], condition: str = "id = :id") -> bool:
+    """Update the endpoint in place if it is still the one of `item`'s id; False when it is gone (or the condition
+    fails)."""
+    try:
+        db.client.update_item(
+            TableName=db.table,
+            Key=to_item({"PK": item["PK"], "SK": item["SK"]}),
+            UpdateExpression=expression,
+            ConditionExpression=condition,
+            ExpressionAttributeValues=to_item({":id": item["id"], **values}),
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
+
+
+def reregister(db: Db, item: WebhookItem, event_types: list[str] | None) -> WebhookItem:
+    """The endpoint registered again: enabled, subscribed to `event_types` (None: every one); NotFound when it was
+    deleted meanwhile."""
+    sets, removes, values = [], ["disabled_at", "disabled_reason", "disabled_by"], {}
+    if event_types:
+        sets.append("event_types = :types")
+        values[":types"] = event_types
+    else:
+        removes.append("event_types")
+    expression = ("SET " + ", ".join(sets) + " " if sets else "") + "REMOVE " + ", ".join(removes)
+    if not _update(db, item, expression, values):
+        raise NotFound(f"webhook endpoint '{item['id']}' was deleted meanwhile")
+    updated = cast("dict[str, Any]", {k: v for k, v in item.items() if k not in removes})
+    return as_webhook({**updated, **({"event_types": event_types} if event_types else {})})
+
+
+def disable(db: Db, item: WebhookItem, *, at: str, reason: str, by: str) -> bool:
+    """Mark the endpoint disabled by delivery `by` (deliveries to it are dropped until it is registered again); False
+    when it was deleted or already disabled."""
+    return _update(
+        db,
+        item,
+        "SET disabled_at = :at, disabled_reason = :why, disabled_by = :by",
+        {":at": at, ":why": reason, ":by": by},
+        "id = :id AND attribute_not_exists(disabled_at)",
+    )

@@ -10,6 +10,10 @@ Retries (RETRY_DELAYS_S): after the n-th failed attempt the message comes back 1
 8), then 256 minutes, then every 6 hours: the 12th and last attempt is about 20.5 hours after the first, and the
 queue's maxReceiveCount (MAX_ATTEMPTS = 12) sends the message to the dead-letter queue ~6 hours after that, so a
 delivery is tried for about a day.
+
+An endpoint that keeps failing is disabled: the failure of a delivery's last attempt (it failed for about a day) sets
+the endpoint's `disabled_at` and `disabled_reason`; from then on its deliveries are dropped, each logged as such,
+until the URL is registered again (`POST …/webhooks` re-enables it).
 """
 
 from __future__ import annotations
@@ -87,7 +91,8 @@ def deliver(
     deployment_secret: str | None = None,
     resolver: targets.Resolver | None = None,
 ) -> Outcome:
-    """Attempt one delivery and record it in the endpoint's log; an endpoint gone is a drop, logged."""
+    """Attempt one delivery and record it in the endpoint's log; an endpoint gone or disabled is a drop (logged,
+    and in the disabled one's log). The last attempt's failure disables the endpoint."""
     now = time.time() if now is None else now
     ws, endpoint_id = msg["workspace"], msg["endpoint_id"]
     try:
@@ -95,9 +100,15 @@ def deliver(
     except NotFound:
         log.info("webhook delivery dropped: endpoint gone", extra={"workspace": ws, "endpoint_id": endpoint_id})
         return Outcome("dropped")
+    if endpoint.get("disabled_at") and endpoint.get("disabled_by") == msg["id"]:
+        # This delivery's last attempt again (SQS delivered it twice): still a failure, so that its message goes on
+        # to the dead-letter queue rather than being deleted as a drop.
+        return Outcome("failed", "endpoint disabled by this delivery")
     if endpoint.get("disabled_at"):
         log.info("webhook delivery dropped: endpoint disabled", extra={"workspace": ws, "endpoint_id": endpoint_id})
-        return Outcome("dropped")
+        outcome = Outcome("dropped", f"endpoint disabled at {endpoint['disabled_at']}")
+        _record(db, msg, outcome, attempt=attempt, now=now, http_status=None)
+        return outcome
     payload = body(msg)
     http_status = None
     try:
@@ -114,10 +125,20 @@ def deliver(
     except targets.TargetError as exc:
         error = str(exc)
     outcome = Outcome("failed", error[: targets.EXCERPT_BYTES]) if error else Outcome("delivered")
+    _record(db, msg, outcome, attempt=attempt, now=now, http_status=http_status)
+    if outcome.status == "failed" and attempt >= MAX_ATTEMPTS:
+        at = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        reason = f"delivery {msg['id']} failed {attempt} times over about a day; last: {outcome.error}"
+        if webhooks.disable(db, endpoint, at=at, reason=reason[: targets.EXCERPT_BYTES + 128], by=msg["id"]):
+            log.warning("webhook endpoint disabled", extra={"workspace": ws, "endpoint_id": endpoint_id})
+    return outcome
+
+
+def _record(db: Db, msg: dict[str, Any], outcome: Outcome, *, attempt: int, now: float, http_status: int | None):
     webhook_deliveries.record(
         db,
-        ws,
-        endpoint_id,
+        msg["workspace"],
+        msg["endpoint_id"],
         msg["id"],
         msg["created"],
         event_type=msg["type"],
@@ -127,7 +148,6 @@ def deliver(
         http_status=http_status,
         error=outcome.error,
     )
-    return outcome
 
 
 def on_records(

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import secrets
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from precis.errors import Invalid
-from precis.store import webhooks
+from precis.store import webhook_deliveries, webhooks
 from precis.store.db import Db
 from precis.store.records import page
 from precis.store.resources import require_workspace
 from precis.store.webhooks import SecretEntry, WebhookItem
+from precis.webhooks.event_types import EVENT_TYPES
 from precis.webhooks.signing import new_secret
 
+LOG_WINDOW = 500  # the delivery log's pages reach back this many deliveries: one Query, ~40 RRU at most
 MAX_ENDPOINTS = 10  # Honcho's WEBHOOK.MAX_WORKSPACE_LIMIT: the 11th is a 409
 ROTATION_OVERLAP_S = 24 * 3600  # the old secret still signs (beside the new) this long after a rotation
 _NANOID = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-"
@@ -36,27 +39,77 @@ def check_url(url: str) -> str:
 
 
 def view(item: WebhookItem) -> dict[str, Any]:
-    """Honcho's WebhookEndpoint: id, workspace_id, url, created_at (never a secret)."""
+    """Honcho's WebhookEndpoint: id, workspace_id, url, created_at (never a secret); then (ext) the event types it
+    receives (None: every one) and whether it is disabled, since when and why."""
     return {
         "id": item["id"],
         "workspace_id": item["PK"].removeprefix("WS#"),
         "url": item["url"],
         "created_at": item["created_at"],
+        "event_types": item.get("event_types"),
+        "disabled": "disabled_at" in item,
+        "disabled_at": item.get("disabled_at"),
+        "disabled_reason": item.get("disabled_reason"),
     }
 
 
-def get_or_create(db: Db, workspace: str, url: str) -> tuple[dict[str, Any], bool]:
-    """The endpoint of `url` (False) or a new one (True), whose answer alone carries its `secret` (ext)."""
+def check_event_types(event_types: list[str] | None) -> list[str] | None:
+    """The event types an endpoint subscribes to, in EVENT_TYPES's order without repeats (None: every one); Invalid
+    (422) naming one that Precis does not send."""
+    if event_types is None:
+        return None
+    unknown = [t for t in event_types if t not in EVENT_TYPES]
+    if unknown:
+        raise Invalid(f"event_types: unknown event type {unknown[0]!r} (known: {', '.join(EVENT_TYPES)})")
+    return [t for t in EVENT_TYPES if t in event_types]
+
+
+def get_or_create(
+    db: Db, workspace: str, url: str, event_types: list[str] | None = None
+) -> tuple[dict[str, Any], bool]:
+    """The endpoint of `url` (False) or a new one (True), whose answer alone carries its `secret` (ext). Registering
+    a URL again re-enables its endpoint and, when `event_types` is given, replaces its subscription (empty: every
+    type); absent, the subscription is kept."""
+    wanted = check_event_types(event_types)
     secret = new_secret()
     endpoint_id = "".join(secrets.choice(_NANOID) for _ in range(21))
-    item, created = webhooks.get_or_create(db, workspace, check_url(url), endpoint_id, secret, limit=MAX_ENDPOINTS)
-    return ({**view(item), "secret": secret} if created else view(item)), created
+    item, created = webhooks.get_or_create(
+        db, workspace, check_url(url), endpoint_id, secret, limit=MAX_ENDPOINTS, event_types=wanted or None
+    )
+    if created:
+        return {**view(item), "secret": secret}, True
+    types = item.get("event_types") if wanted is None else (wanted or None)
+    if "disabled_at" in item or types != item.get("event_types"):  # else nothing to write: one GetItem
+        item = webhooks.reregister(db, item, types)
+    return view(item), False
 
 
 def listed(db: Db, workspace: str, page_no: int = 1, size: int = 50) -> dict[str, Any]:
     """A Honcho page of the workspace's endpoints, oldest first (NotFound for a workspace that does not exist)."""
     require_workspace(db, workspace)
     return page([view(item) for item in webhooks.endpoints(db, workspace)], page_no, size)
+
+
+def delivery_view(item: dict[str, Any]) -> dict[str, Any]:
+    """One delivery of the log as the route answers it (ext)."""
+    return {
+        "id": item["id"],
+        "event_type": item["event_type"],
+        "status": item["status"],
+        "attempts": int(item["attempts"]),
+        "last_http_status": int(item["http_status"]) if item.get("http_status") is not None else None,
+        "last_error": item.get("last_error"),
+        "created_at": item["created_at"],
+        "last_attempt_at": datetime.fromtimestamp(int(item["updated_at"]), UTC).isoformat().replace("+00:00", "Z"),
+    }
+
+
+def deliveries(db: Db, workspace: str, endpoint_id: str, page_no: int = 1, size: int = 50) -> dict[str, Any]:
+    """A Honcho page of the endpoint's delivery log, newest first, over its latest LOG_WINDOW deliveries (the log keeps
+    3 days); NotFound for an endpoint the workspace does not have."""
+    webhooks.endpoint(db, workspace, endpoint_id)
+    found = webhook_deliveries.deliveries(db, workspace, endpoint_id, limit=LOG_WINDOW)
+    return page([delivery_view(item) for item in found], page_no, size)
 
 
 def delete(db: Db, workspace: str, endpoint_id: str) -> None:

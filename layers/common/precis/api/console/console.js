@@ -37,6 +37,7 @@
     timer: null,
     focusSession: false,
     scrolled: false, // whether the timeline was scrolled to the window once for this session
+    hookLog: null, // the webhook endpoint whose delivery log is shown
   };
 
   // ---------------------------------------------------------------- DOM, safely
@@ -304,6 +305,123 @@
       show("usage", el("p", { className: "note" }, error.status === 403
         ? "This key cannot read the workspace's usage (a workspace key can)."
         : explain(error, "the usage")));
+    }
+  }
+
+  // ---------------------------------------------------------------- the workspace's webhooks
+
+  const hooksPath = () => `${wsPath()}/webhooks`;
+
+  async function loadWebhooks() {
+    const wanted = ticket("webhooks");
+    try {
+      const page = await api("GET", hooksPath(), { query: { size: 50 } });
+      if (!wanted() || !changed("webhooks", page)) return;
+      note("webhooks-note", page.total ? `${plural(page.total, "endpoint")}.` : "No endpoints yet.");
+      show("webhook-list", page.items.map(hookItem));
+    } catch (error) {
+      if (!wanted() || isGlobal(error) || !changed("webhooks", String(error.status))) return;
+      note("webhooks-note", error.status === 403
+        ? "This key cannot manage the workspace's webhooks (a workspace key can)."
+        : explain(error, "the webhooks"));
+      show("webhook-list");
+    }
+  }
+
+  function hookItem(hook) {
+    const events = hook.event_types ? hook.event_types.join(", ") : "every event";
+    return el("li", { dataset: { id: hook.id } },
+      el("div", { className: "hook-url" }, hook.url),
+      el("div", { className: "hint hook-state" }, `${hook.disabled ? "disabled" : "enabled"} · ${events} · ${hook.id}`),
+      hook.disabled ? el("p", { className: "note hook-disabled" }, `Disabled ${when(hook.disabled_at)}: ` +
+        `${hook.disabled_reason}. Add its URL again to re-enable it.`) : null,
+      el("div", { className: "row" },
+        el("button", { type: "button", onclick: () => openLog(hook) }, "Deliveries"),
+        el("button", { type: "button", onclick: () => rotateHook(hook) }, "Rotate secret"),
+        el("button", { type: "button", onclick: () => deleteHook(hook) }, "Delete")));
+  }
+
+  function showSecret(...children) {
+    show("webhook-secret", ...children);
+    $("webhook-secret").hidden = children.length === 0;
+  }
+
+  async function hookChanged() {
+    state.rendered.delete("webhooks");
+    await loadWebhooks();
+    if (state.hookLog) await loadDeliveries();
+    showProblems();
+  }
+
+  async function createHook(event) {
+    event.preventDefault();
+    const url = $("webhook-url").value.trim();
+    if (!url || !state.ws) return;
+    const types = [...$("webhook-events").selectedOptions].map((option) => option.value);
+    try {
+      const made = await api("POST", hooksPath(), { body: types.length ? { url, event_types: types } : { url } });
+      $("webhook-url").value = "";
+      showSecret(made.secret
+        ? ["Endpoint added. Its secret, shown this once (keep it for the receiver): ", el("code", {}, made.secret)]
+        : "This URL was registered already: its endpoint is enabled, and its secret was shown when it was added.");
+    } catch (error) {
+      showSecret(explain(error, "the endpoint"));
+    }
+    await hookChanged();
+  }
+
+  async function rotateHook(hook) {
+    try {
+      const rotated = await api("POST", `${hooksPath()}/${encodeURIComponent(hook.id)}/rotate`);
+      showSecret("New secret, shown this once: ", el("code", {}, rotated.secret),
+        `. The old one keeps signing until ${when(new Date(rotated.previous_secret_expires_at * 1000).toISOString())}.`);
+    } catch (error) {
+      showSecret(explain(error, "the endpoint"));
+    }
+  }
+
+  async function deleteHook(hook) {
+    if (!window.confirm(`Delete the webhook endpoint ${hook.url}? Nothing more is sent to it.`)) return;
+    try {
+      await api("DELETE", `${hooksPath()}/${encodeURIComponent(hook.id)}`);
+      showSecret();
+      if (state.hookLog && state.hookLog.id === hook.id) {
+        state.hookLog = null;
+        show("webhook-deliveries");
+      }
+    } catch (error) {
+      showSecret(explain(error, "the endpoint"));
+    }
+    await hookChanged();
+  }
+
+  function openLog(hook) {
+    state.hookLog = hook;
+    state.rendered.delete("deliveries");
+    loadDeliveries().then(showProblems);
+  }
+
+  /** The shown endpoint's delivery log, newest first (GET …/webhooks/{id}/deliveries). */
+  async function loadDeliveries() {
+    const hook = state.hookLog;
+    if (!hook) return;
+    const wanted = ticket("deliveries");
+    const title = el("h3", {}, `Deliveries to ${hook.url}`);
+    try {
+      const page = await api("GET", `${hooksPath()}/${encodeURIComponent(hook.id)}/deliveries`, { query: { size: 20 } });
+      if (!wanted() || !changed("deliveries", [hook.id, page])) return;
+      show("webhook-deliveries", title, page.items.length === 0
+        ? el("p", { className: "note" }, "No deliveries in the last 3 days.")
+        : el("ul", { className: "deliveries" }, page.items.map((d) => el("li", { dataset: { id: d.id, status: d.status } },
+          el("div", { className: "delivery-head" }, `${d.event_type} · ${d.status} · ${plural(d.attempts, "attempt")}` +
+            (d.last_http_status === null ? "" : ` · HTTP ${d.last_http_status}`)),
+          el("div", { className: "hint" }, `last attempt ${when(d.last_attempt_at)}`),
+          d.last_error ? el("div", { className: "delivery-error" }, d.last_error) : null))),
+      page.total > page.items.length ? el("p", { className: "hint" }, `The newest ${page.items.length} of ` +
+        `${fmt(page.total)}; \`precis webhooks deliveries\` pages through them.`) : null);
+    } catch (error) {
+      if (!wanted() || isGlobal(error) || !changed("deliveries", String(error.status))) return;
+      show("webhook-deliveries", title, el("p", { className: "note" }, explain(error, "the deliveries")));
     }
   }
 
@@ -768,6 +886,11 @@
     if (ws !== state.ws) {
       show("usage");
       state.rendered.delete("usage");
+      show("webhook-list");
+      show("webhook-deliveries");
+      showSecret();
+      state.hookLog = null;
+      state.rendered.delete("webhooks");
       show("session-list");
       note("sessions-note", "Loading…");
       $("sessions-pager").hidden = true;
@@ -780,6 +903,7 @@
     markCurrent("session-list", session);
     $("sessions-section").hidden = !ws;
     $("usage-section").hidden = !ws;
+    $("webhooks-section").hidden = !ws;
     $("welcome").hidden = Boolean(session);
     $("session-view").hidden = !session;
     if (session) {
@@ -803,7 +927,7 @@
     }
     state.lastStart = performance.now();
     const reads = [loadWorkspaces()];
-    if (state.ws) reads.push(loadSessions(), loadUsage());
+    if (state.ws) reads.push(loadSessions(), loadUsage(), loadWebhooks(), loadDeliveries());
     if (state.ws && state.session) reads.push(loadSession(), loadQueue(), loadPeerMemory());
     state.running = Promise.allSettled(reads);
     try {
@@ -925,6 +1049,7 @@
       loadSession().then(showProblems);
     });
     $("search-form").addEventListener("submit", search);
+    $("webhook-form").addEventListener("submit", createHook);
     $("to-window").addEventListener("click", scrollToWindow);
     $("peer-select").addEventListener("change", () => loadPeerMemory());
     $("conclusions-this-session").addEventListener("change", () => loadPeerMemory());
