@@ -83,7 +83,22 @@ def moto(*, stream: bool = True) -> Iterator[dict[str, Any]]:
             definition.pop("StreamSpecification", None)
             clients["dynamodb"].create_table(**definition)
             clients["s3"].create_bucket(Bucket=template().bucket_name)
-        yield clients
+            for name in template().queue_names.values():
+                clients["sqs"].create_queue(QueueName=name)
+        # As deployed, the publishers know the webhook queue: each derived session, summary and request that makes an
+        # event pays its workspace's endpoint read (precis.events), endpoints or none.
+        hooks = clients["sqs"].get_queue_url(QueueName=template().queue_names["WebhookQueue"])["QueueUrl"]
+        before = os.environ.get("PRECIS_WEBHOOK_QUEUE_URL")
+        os.environ["PRECIS_WEBHOOK_QUEUE_URL"] = hooks
+        get_settings.cache_clear()
+        try:
+            yield clients
+        finally:
+            if before is None:
+                os.environ.pop("PRECIS_WEBHOOK_QUEUE_URL", None)
+            else:
+                os.environ["PRECIS_WEBHOOK_QUEUE_URL"] = before
+            get_settings.cache_clear()
 
 
 class Requests:
