@@ -88,6 +88,12 @@ class WebhookCreate(Body):
     url: str = Field(description="where deliveries go: http(s), at most 2,048 characters")
 
 
+class ImportCreate(Body):
+    """POST /imports (ext): the upload to import, from POST /imports/uploads (a file PUT to its url)."""
+
+    upload_id: str = Field(pattern=r"^[0-9a-f]{16}$", description="the upload's id (16 hex digits)")
+
+
 class ScopeSessions(Body):
     session_ids: list[Id] = Field(min_length=1, max_length=MAX_BATCH)
 
