@@ -36,8 +36,8 @@ def build(aws, ws: str, *, sessions: int, messages: int, batch: int = 100) -> li
             posted = [
                 {
                     "peer_id": "alice" if i % 2 == 0 else "bob",
-                    "content": f"Message {i} of {session}: the {'lighthouse' if i % 3 else 'harbour'} at dawn "
-                    f"number {i * 7 % 13}.",
+                    "content": f"I walked to the {'lighthouse' if i % 3 else 'harbour'} at dawn {i * 7 % 13} times. "
+                    f"Message {i} of {session}.",
                     "metadata": {"i": i, "even": i % 2 == 0},
                     "created_at": f"2026-03-{1 + number % 28:02d}T10:{i // 60 % 60:02d}:{i % 60:02d}+00:00",
                 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict, cast
 
 from botocore.exceptions import ClientError
@@ -197,6 +198,47 @@ def session_summaries(db: Db, ws: str, session_id: str) -> tuple[dict[str, Summa
     return state.summaries, state.parts
 
 
+def derived_through(db: Db, ws: str, session_id: str) -> dict[str, dict[str, int]]:
+    """How far the deriver has come through each sender's messages in the session: {sender: {through_seq, derived}}."""
+    from precis.store.derive_cursors import cursors
+
+    return {
+        c["sender"]: {"through_seq": int(c.get("through_seq", 0)), "derived": int(c.get("derived", 0))}
+        for c in cursors(db, ws, session_id)
+        if c.get("sender")
+    }
+
+
+def put_cursors(db: Db, ws: str, session_id: str, derived: dict[str, dict[str, int]]) -> None:
+    """The deriver's cursors as exported (unless there), so it goes on from where the exported workspace's stood:
+    what was derived there is not derived again, what waited there is derived here."""
+    from precis.store.derive_cursors import Moved, finish
+    from precis.store.resources import session_item
+
+    session = session_item(db, ws, session_id)
+    if session is None:
+        return
+    for sender, at in sorted(derived.items()):
+        try:
+            finish(
+                db,
+                _Sender(ws, session_id, sender),
+                session["incarnation"],
+                int(at["through_seq"]),
+                int(at["derived"]),
+                utcnow(),
+            )
+        except Moved:
+            continue  # written by an earlier run of this step
+
+
+@dataclass(frozen=True)
+class _Sender:
+    workspace: str
+    session: str
+    sender: str
+
+
 def collections_after(db: Db, ws: str, after: tuple[str, str] | None, limit: int) -> list[tuple[str, str]]:
     """The workspace's collections (observer, observed) after `after`, from their registry items."""
     sk = None if after is None else keys.collection_registry(ws, *after)["SK"]
@@ -264,11 +306,13 @@ def put_session(
     configuration: dict[str, Any],
     is_active: bool,
     created_at: str,
-    derive_from: int,
+    derive_from: int | None,
 ) -> None:
-    """The session as exported (a new incarnation) deriving from `derive_from` on, unless it is there."""
+    """The session as exported (a new incarnation; a clone's `derive_from` kept), unless it is there."""
     values = session_values(ws, session_id, metadata, configuration)
-    values |= {"is_active": is_active, "created_at": created_at, "derive_from": derive_from}
+    values |= {"is_active": is_active, "created_at": created_at}
+    if derive_from is not None:
+        values["derive_from"] = derive_from
     _put_new(db, {**keys.session(ws, session_id), **values})
 
 

@@ -71,7 +71,8 @@ def _sessions(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[
                 for t, s in sorted(summaries.items())
                 if not s.get("job_through_seq") and int(s["covers_seq"]) <= last
             ]
-            line = lines.session(dict(item), last, members, summary_lines)
+            derived = transfer.derived_through(db, ws, current)
+            line = lines.session(dict(item), last, members, summary_lines, derived)
             yield line, {"stage": "sessions", "after": after, "open": current, "seq": 0, "last": last}
         session = session_item(db, ws, current)
         base = base_of(session)

@@ -4,9 +4,10 @@ offset after the last line written (and the line's number, for errors).
 A step run again writes nothing twice: a peer, session or conclusion already there is left alone, members,
 summaries and cards are put as they are, and a session's messages up to its stored tail are skipped (an imported
 message's id encodes its seq, so it can only be stored at that seq). Messages go through the message write path
-(`messages.ingest.store_batch`: the seq, token offsets, runs and the search index as a post makes them). Each session
-derives from past its imported messages (`derive_from`): conclusions, cards and summaries come from the export,
-never derived again.
+(`messages.ingest.store_batch`: the seq, token offsets, runs and the search index as a post makes them). A session's
+line comes before its messages and brings its summaries and the deriver's cursors: the summarizer and the deriver,
+woken by the imported messages, go on from where the exported workspace's stood (conclusions, cards and summaries
+come from the export, never derived again).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class _Writer:
         )
 
     def _session(self, line: dict[str, Any], number: int) -> None:
-        lines.require(line, number, "id", "created_at", "last_seq")
+        lines.require(line, number, "id", "created_at")
         session_id = line["id"]
         transfer.put_session(
             self.db,
@@ -71,7 +72,7 @@ class _Writer:
             configuration=line.get("configuration") or {},
             is_active=bool(line.get("is_active", True)),
             created_at=line["created_at"],
-            derive_from=int(line["last_seq"]) + 1,
+            derive_from=int(line["derive_from"]) if line.get("derive_from") is not None else None,
         )
         exported = line.get("members") or []
         transfer.put_members(self.db, self.ws, session_id, exported)
@@ -79,6 +80,7 @@ class _Writer:
         for summary in line.get("summaries") or []:
             lines.require({"kind": "summary", **summary}, number, "summary_type", "covers_seq", "content")
         transfer.put_summaries(self.db, self.ws, session_id, line.get("summaries") or [])
+        transfer.put_cursors(self.db, self.ws, session_id, line.get("derived") or {})
 
     def _message(self, line: dict[str, Any], number: int) -> None:
         lines.require(line, number, "id", "session_id", "peer_id", "seq", "content", "created_at", "token_count")

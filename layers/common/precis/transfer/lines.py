@@ -44,9 +44,13 @@ def peer(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def session(
-    item: dict[str, Any], last_seq: int, members: list[dict[str, Any]], summaries: list[dict[str, Any]]
+    item: dict[str, Any],
+    last_seq: int,
+    members: list[dict[str, Any]],
+    summaries: list[dict[str, Any]],
+    derived: dict[str, dict[str, int]],
 ) -> dict[str, Any]:
-    return {
+    line = {
         "kind": "session",
         "id": item["id"],
         "metadata": json_object(item.get("metadata")),
@@ -58,7 +62,11 @@ def session(
             {k: m[k] for k in ("peer_id", "joined_at", "observe_me", "observe_others") if k in m} for m in members
         ],
         "summaries": summaries,
+        "derived": derived,  # how far the deriver had come through each sender's messages
     }
+    if item.get("derive_from") is not None:
+        line["derive_from"] = int(item["derive_from"])  # a clone derives from its own point on
+    return line
 
 
 def summary(item: dict[str, Any], parts: list[dict[str, Any]] | None) -> dict[str, Any]:
