@@ -297,6 +297,15 @@ CASES = [
     ("POST", f"{W}/imports", {}, {}, {}, 422),
     ("POST", f"{W}/imports", {"upload_id": "../../bodies"}, {}, {}, 422),
     ("POST", f"{W}/imports", {"upload_id": "0123456789abcdef"}, {}, {}, 404),
+    ("POST", f"{W}/imports", {"export": {"workspace_id": "ws1", "export_id": "0123456789abcdef"}}, {}, {}, 404),
+    (
+        "POST",
+        f"{W}/imports",
+        {"upload_id": "0123456789abcdef", "export": {"workspace_id": "ws1", "export_id": "0123456789abcdef"}},
+        {},
+        {},
+        422,
+    ),
     ("GET", f"{W}/imports/0123456789abcdef", None, {}, {}, 404),
     ("GET", f"{W}/imports/short", None, {}, {}, 422),
     # file upload (tests/messages/test_upload.py has more)

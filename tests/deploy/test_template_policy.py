@@ -128,8 +128,9 @@ BUCKET_ACCESS = {
         ("s3:PutObject", "audit/"),
         ("s3:DeleteObject", "audit/"),
         ("s3:DeleteObjectVersion", "audit/"),
-        # An export's steps write its parts; an import's read the upload.
+        # An export's steps write its parts; an import's read the upload, or an export's parts.
         ("s3:PutObject", "exports/"),
+        ("s3:GetObject", "exports/"),
         ("s3:GetObject", "imports/"),
     },
     "DeriveFunction": {("s3:GetObject", "bodies/")},

@@ -196,3 +196,40 @@ def test_an_import_goes_only_into_an_empty_workspace_and_reads_only_an_export(aw
         run_job(aws, ws, started.body["id"])
         failed = call("GET", f"{W}/{ws}/imports/{started.body['id']}").body
         assert failed["status"] == "failed" and error in failed["error"], (name, failed)
+
+
+def test_an_export_imports_in_place_for_a_key_that_reaches_both_workspaces(aws, monkeypatch):
+    from precis.auth import mint_key
+    from precis.transfer import export
+
+    monkeypatch.setattr(export, "PART_LINES", 9)  # several parts, read one after another
+    sessions = build(aws, "src", sessions=2, messages=20)
+    settle(aws, "src", sessions)
+    before = answers("src", "dst")
+    job = call("POST", f"{W}/src/exports").body["id"]
+    run_job(aws, "src", job)
+    assert call("GET", f"{W}/src/exports/{job}").body["parts"] > 3
+    assert call("POST", W, {"id": "dst"}).status == 201
+    source = {"export": {"workspace_id": "src", "export_id": job}}
+
+    secret = "transfer-test-secret-0123456789abcdef"
+    monkeypatch.setenv("PRECIS_AUTH", "true")
+    monkeypatch.setenv("PRECIS_JWT_SECRET", secret)
+    from precis.settings import get_settings
+
+    get_settings.cache_clear()
+    dst_key = {"Authorization": f"Bearer {mint_key(secret, workspace='dst')}"}
+    refused = call("POST", f"{W}/dst/imports", source, headers=dst_key)
+    assert refused.status == 403, refused.body  # the export is another workspace's data
+    admin = {"Authorization": f"Bearer {mint_key(secret, admin=True)}"}
+    started = call("POST", f"{W}/dst/imports", source, headers=admin)
+    assert started.status == 202, started.body
+    monkeypatch.delenv("PRECIS_AUTH")
+    get_settings.cache_clear()
+
+    run_job(aws, "dst", started.body["id"])
+    assert call("GET", f"{W}/dst/imports/{started.body['id']}").body["status"] == "done"
+    settle(aws, "dst", sessions)
+    after = answers("dst", "dst")
+    for key in before:
+        assert after[key] == before[key], key

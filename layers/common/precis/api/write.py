@@ -346,6 +346,14 @@ def create_import_upload(workspace_id: WorkspaceId):
 
 @router.post("/v3/workspaces/<workspace_id>/imports")
 def create_import(workspace_id: WorkspaceId, body: ImportCreate):
+    from precis.api.caller import caller
+    from precis.auth import Access, authorize
     from precis.transfer import jobs
 
-    return json_response(202, jobs.start_import(get_db(), workspace_id, body.upload_id))
+    if body.export is None:
+        return json_response(202, jobs.start_import(get_db(), workspace_id, upload_id=body.upload_id))
+    source = body.export.workspace_id
+    principal = caller()
+    if principal is not None:  # an export is its workspace's data: the key must reach that workspace too
+        authorize(principal, Access.WORKSPACE, workspace=source)
+    return json_response(202, jobs.start_import(get_db(), workspace_id, export=(source, body.export.export_id)))

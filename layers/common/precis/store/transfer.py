@@ -48,7 +48,7 @@ class JobItem(TypedDict):
     created_at: str
     updated_at: str
     running: NotRequired[str]  # present while it runs: its updates wake the next step (precis.stream)
-    source: NotRequired[str]  # an import's object
+    source: NotRequired[str]  # an import's objects, read in order (JSON text of their keys)
     error: NotRequired[str]
 
 
@@ -56,7 +56,7 @@ def new_id() -> str:
     return secrets.token_hex(8)
 
 
-def create_job(db: Db, ws: str, job_type: str, *, source: str | None = None) -> JobItem:
+def create_job(db: Db, ws: str, job_type: str, *, sources: Sequence[str] | None = None) -> JobItem:
     """Put a new job (its insert on the stream starts it) while the workspace exists and is not being deleted."""
     now = utcnow()
     job_id = new_id()
@@ -74,8 +74,8 @@ def create_job(db: Db, ws: str, job_type: str, *, source: str | None = None) -> 
         "created_at": now,
         "updated_at": now,
     }
-    if source is not None:
-        item["source"] = source
+    if sources is not None:
+        item["source"] = json.dumps(list(sources))
     try:
         transact(
             db,
@@ -95,6 +95,11 @@ def create_job(db: Db, ws: str, job_type: str, *, source: str | None = None) -> 
             raise
         raise NotFound(f"workspace '{ws}' not found (or being deleted)") from None
     return cast(JobItem, item)
+
+
+def job_sources(job: JobItem) -> list[str]:
+    """The objects an import reads, in order."""
+    return list(json.loads(job.get("source") or "[]"))
 
 
 def read_job(db: Db, ws: str, job_id: str, job_type: str | None = None) -> JobItem | None:

@@ -16,6 +16,7 @@ from precis.store import transfer
 from precis.store.db import Db
 from precis.store.messages import base_of, read_from, read_tail, with_bodies
 from precis.store.resources import session_item, workspace_item
+from precis.store.scopes import PREFIX as SCOPE_PREFIX
 from precis.transfer import lines
 
 PART_LINES = 2_000  # lines per part (a message is one line): a part is read, built and written well inside a step
@@ -98,6 +99,9 @@ def _collections(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[di
             found = transfer.collections_after(db, ws, after, 1)
             if not found:
                 return
+            if found[0][0].startswith(SCOPE_PREFIX):  # a scope's copies: scopes are not exported
+                after = found[0]
+                continue
             current, last_id = found[0], None
             card = transfer.card_item(db, ws, *current)
             yield lines.collection(*current, card), _at(after, current, None)

@@ -159,9 +159,12 @@ class _Writer:
 
 
 def step(db: Db, job: transfer.JobItem, position: dict[str, Any], counts: dict[str, int]) -> tuple[dict, bool, int]:
-    """Import the whole lines of the next range: (the position after them, whether the import is complete, 0)."""
+    """Import the whole lines of the next range: (the position after them, whether the import is complete, 0).
+    The source is one or more objects read in order (an upload, or an export's parts: each holds whole lines)."""
     ws = job["PK"].removeprefix("WS#")
-    key = job["source"]
+    sources = transfer.job_sources(job)
+    index = int(position.get("object", 0))
+    key = sources[index]
     offset, number = int(position.get("offset", 0)), int(position.get("line", 0))
     size = int(position["size"]) if "size" in position else transfer.object_size(db, key)
     if offset >= size:
@@ -192,9 +195,11 @@ def step(db: Db, job: transfer.JobItem, position: dict[str, Any], counts: dict[s
         writer.line(line, number)
         done = line["kind"] == lines.END
     writer.flush()
-    after = {"offset": offset + cut, "line": number, "size": size, "members": sorted(writer.members)}
+    after = {"object": index, "offset": offset + cut, "line": number, "size": size, "members": sorted(writer.members)}
     if not done and offset + cut >= size:
-        raise Invalid(f"line {number}: the file ends without its end line (truncated?)")
+        if index + 1 == len(sources):
+            raise Invalid(f"line {number}: the file ends without its end line (truncated?)")
+        after = {"object": index + 1, "offset": 0, "line": number, "members": after["members"]}  # the next part
     return after, done, 0
 
 

@@ -33,14 +33,26 @@ def new_upload(db: Db, ws: str) -> dict[str, Any]:
     return {"upload_id": upload_id, "url": url, "method": "PUT", "expires_in": transfer.URL_TTL_S}
 
 
-def start_import(db: Db, ws: str, upload_id: str) -> dict[str, Any]:
-    """Start importing an uploaded file into `ws`, which must hold no peer and no session yet."""
+def start_import(
+    db: Db, ws: str, *, upload_id: str | None = None, export: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    """Start importing into `ws`, which must hold no peer and no session yet, an uploaded file or a finished
+    export's parts (`export`: its workspace and id; the caller may read that workspace)."""
     require_workspace(db, ws)
-    key = transfer.upload_key(ws, upload_id)
-    transfer.object_size(db, key)  # NotFound when nothing was uploaded
+    if export is not None:
+        source_ws, export_id = export
+        job = transfer.read_job(db, source_ws, export_id, EXPORT)
+        if job is None:
+            raise NotFound(f"export '{export_id}' not found in workspace '{source_ws}'")
+        if job["status"] != transfer.DONE:
+            raise Conflict(f"export '{export_id}' is {job['status']}: import a finished export")
+        sources = transfer.part_keys(source_ws, export_id, int(job["parts"]))
+    else:
+        sources = [transfer.upload_key(ws, upload_id or "")]
+        transfer.object_size(db, sources[0])  # NotFound when nothing was uploaded
     if transfer.has_content(db, ws):
         raise Conflict(f"workspace '{ws}' already holds peers or sessions: import into a new (or empty) workspace")
-    return status_view(transfer.create_job(db, ws, IMPORT, source=key))
+    return status_view(transfer.create_job(db, ws, IMPORT, sources=sources))
 
 
 def status(db: Db, ws: str, job_id: str, job_type: str) -> dict[str, Any]:
