@@ -55,6 +55,21 @@ def test_an_export_runs_in_parts_and_hands_out_its_urls(aws, monkeypatch):
     ]
 
 
+def test_deleted_sessions_are_passed_over_within_a_steps_budget(aws, monkeypatch):
+    from precis.transfer import export
+
+    monkeypatch.setattr(export, "PART_LINES", 2)  # a step passing two deleted sessions writes nothing
+    sessions = build(aws, "src", sessions=5, messages=1)
+    for session in sessions[:4]:
+        assert call("DELETE", f"{W}/src/sessions/{session}").status in (200, 202, 204)
+    job = call("POST", f"{W}/src/exports").body["id"]
+    run_job(aws, "src", job)
+    done = call("GET", f"{W}/src/exports/{job}").body
+    assert done["status"] == "done" and done["counts"]["session"] == 1
+    assert [line["id"] for line in export_lines(aws, "src", job) if line["kind"] == "session"] == [sessions[4]]
+    assert done["steps"] > done["parts"]  # steps that only passed deleted sessions wrote no part
+
+
 def test_an_export_record_delivered_again_writes_nothing_twice(aws):
     build(aws, "src", sessions=1, messages=3)
     job = call("POST", f"{W}/src/exports").body["id"]

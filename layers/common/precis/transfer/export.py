@@ -24,8 +24,9 @@ PART_BYTES = 4_000_000
 PAGE = 100  # items per query
 
 
-def walk(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """(line, the position after it) from `position` on (`{}`: the start) to the end line."""
+def walk(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any]]]:
+    """(line, the position after it) from `position` on (`{}`: the start) to the end line; the line is None for what
+    is passed over (a deleted session, a scope's collection), so that a step's budget bounds those too."""
     stage = position.get("stage", "head")
     if stage == "head":
         workspace = workspace_item(db, ws)
@@ -51,7 +52,7 @@ def walk(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[str, 
     yield {"kind": lines.END}, {"stage": "done"}
 
 
-def _sessions(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+def _sessions(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any]]]:
     after, current = position.get("after"), position.get("open")
     seq, last = int(position.get("seq", 0)), int(position.get("last", 0))
     while True:
@@ -62,6 +63,7 @@ def _sessions(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[
             item = found[0]
             if "deleted_at" in item:  # a deleted session's tombstone: nothing of it is exported
                 after = item["id"]
+                yield None, {"stage": "sessions", "after": after}  # (a step's budget counts what it skips)
                 continue
             current, seq = item["id"], 0
             last = read_tail(db, ws, current).seq
@@ -90,7 +92,7 @@ def _sessions(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[
         after, current = current, None
 
 
-def _collections(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+def _collections(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any]]]:
     after = tuple(position["after"]) if position.get("after") else None
     current = tuple(position["open"]) if position.get("open") else None
     last_id = position.get("c")
@@ -101,6 +103,7 @@ def _collections(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[di
                 return
             if found[0][0].startswith(SCOPE_PREFIX):  # a scope's copies: scopes are not exported
                 after = found[0]
+                yield None, _at(after, None, None)
                 continue
             current, last_id = found[0], None
             card = transfer.card_item(db, ws, *current)
@@ -129,8 +132,13 @@ def step(db: Db, job: transfer.JobItem, position: dict[str, Any], counts: dict[s
     export is complete, the parts written so far)."""
     ws = job["PK"].removeprefix("WS#")
     body: list[bytes] = []
-    size, reached = 0, position
+    size, reached, passed = 0, position, 0
     for line, after in walk(db, ws, position):
+        if line is None:
+            passed, reached = passed + 1, after
+            if len(body) + passed >= PART_LINES:
+                break
+            continue
         kind = line["kind"]
         if kind in lines.KINDS:
             counts[kind] = counts.get(kind, 0) + 1
@@ -139,7 +147,7 @@ def step(db: Db, job: transfer.JobItem, position: dict[str, Any], counts: dict[s
         text = lines.dump(line)
         body.append(text)
         size, reached = size + len(text), after
-        if len(body) >= PART_LINES or size >= PART_BYTES:
+        if len(body) + passed >= PART_LINES or size >= PART_BYTES:
             break
     parts = int(job["parts"])
     if body:
