@@ -7,6 +7,7 @@ import json
 
 import requests
 
+from local.template import template
 from tests.handlers import call, invoke
 from tests.stream import message_records, stream_record
 from tests.transfer.workspace import PEERS, W, build, job_item, run_job
@@ -91,7 +92,15 @@ def settle(aws, ws: str, sessions: list[str], derived: int | None = None) -> Non
 
 
 def test_an_imported_workspace_answers_exactly_as_the_exported_one(aws):
+    from precis.settings import get_settings
+
     sessions = build(aws, "src", sessions=3, messages=40)
+    # A body past the inline limit lives in S3: it is read into the export and stored in S3 again by the import.
+    large = "I keep a very long logbook. " * (get_settings().inline_body_max_bytes // 20)
+    posted = call(
+        "POST", f"{W}/src/sessions/{sessions[1]}/messages", {"messages": [{"peer_id": "bob", "content": large}]}
+    )
+    assert posted.status == 201, posted.body
     settle(aws, "src", sessions)
     before = answers("src", "dst")
     assert any(before[f"{s} summaries"].get("short_summary") for s in sessions), "the source has summaries"
@@ -99,7 +108,9 @@ def test_an_imported_workspace_answers_exactly_as_the_exported_one(aws):
 
     status = import_into(aws, "dst", export_of(aws, "src"))
     assert status["status"] == "done", status
-    assert status["counts"]["message"] == 120
+    assert status["counts"]["message"] == 121
+    bodies = aws["s3"].list_objects_v2(Bucket=template().bucket_name, Prefix="bodies/dst/")
+    assert bodies.get("KeyCount") == 1
     # The stream's consumers woken by the imported messages derive and summarize nothing again.
     settle(aws, "dst", sessions)
     after = answers("dst", "dst")
