@@ -192,12 +192,20 @@ def test_an_import_goes_only_into_an_empty_workspace_and_reads_only_an_export(aw
     assert missing.status == 404 and "upload" in missing.body["detail"]
 
     lines = data.decode().splitlines(keepends=True)
+    parsed = [json.loads(line) for line in lines]
+    first, second = (n for n, line in enumerate(parsed) if line["kind"] == "message" and line["seq"] in (1, 2))
+    misplaced = [*lines]
+    misplaced[first] = json.dumps({**parsed[first], "id": parsed[second]["id"]}) + "\n"
+    end = parsed[-1] | {"counts": parsed[-1]["counts"] | {"message": parsed[-1]["counts"]["message"] - 1}}
+    gap = [*lines[:second], *lines[second + 1 : -1], json.dumps(end) + "\n"]
     cases = {
         "not an export": (b'{"kind": "peer", "id": "x", "created_at": "2026-01-01T00:00:00+00:00"}\n', "line 1"),
         "not JSON": (lines[0].encode() + b"{oops\n", "line 2: not JSON"),
         "truncated": ("".join(lines[:-1]).encode(), "truncated"),
         "counts differ": ("".join(lines[:-2] + lines[-1:]).encode(), "the file says it holds"),
         "newer version": (lines[0].replace('"version":1', '"version":2').encode(), "version 2"),
+        "an id not its seq's": ("".join(misplaced).encode(), "is not the id of a message at seq 1"),
+        "a gap in a session": ("".join(gap).encode(), "does not follow seq 1"),
     }
     for number, (name, (body, error)) in enumerate(cases.items()):
         ws = f"bad{number}"

@@ -20,7 +20,7 @@ from precis.settings import get_settings
 from precis.store import transfer
 from precis.store.conclusions import import_conclusions
 from precis.store.db import Db
-from precis.store.messages import NewMessage, read_tail
+from precis.store.messages import NewMessage, read_tail, seq_of
 from precis.store.resources import remove_members
 from precis.transfer import lines
 
@@ -119,13 +119,16 @@ class _Writer:
         session_id = batch[0]["session_id"]
         tail = read_tail(self.db, self.ws, session_id).seq
         batch = [m for m in batch if int(m["seq"]) > tail]  # stored by an earlier run of this step
+        for expected, m in enumerate(batch, tail + 1):
+            if int(m["seq"]) != expected:
+                raise Invalid(
+                    f"line {m['_line']}: message seq {m['seq']} of session '{session_id}' does not follow seq "
+                    f"{expected - 1} (a session's messages are exported contiguous)"
+                )
+            if seq_of(str(m["id"])) != expected:
+                raise Invalid(f"line {m['_line']}: message id '{m['id']}' is not the id of a message at seq {expected}")
         if not batch:
             return
-        if int(batch[0]["seq"]) != tail + 1:
-            raise Invalid(
-                f"line {batch[0]['_line']}: message seq {batch[0]['seq']} of session '{session_id}' does not follow "
-                f"seq {tail} (an export's messages are contiguous)"
-            )
         prepared = [
             NewMessage(
                 content=m["content"],

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from precis.errors import Conflict, Invalid, NotFound
+from precis.errors import Conflict, NotFound, PrecisError, Throttled
 from precis.store import transfer
 from precis.store.db import Db
 from precis.store.resources import require_workspace
@@ -88,7 +88,8 @@ def status_view(job: transfer.JobItem) -> dict[str, Any]:
 def run(db: Db, ws: str, job_id: str, step: int | None, time_left: Callable[[], float]) -> int:
     """Run the job's steps from step `step` (the one its stream record saw; None: wherever it is) while time allows;
     how many ran. A record of a step the job is past runs nothing (a redelivery, or a later record follows). Bad
-    input fails the job for good; any other error is raised, and the stream delivers the record again."""
+    input (an error a caller is answered 4xx for, but 429) fails the job for good; any other error is raised, and
+    the stream delivers the record again."""
     ran = 0
     while ran == 0 or time_left() > MARGIN_S:
         job = transfer.read_job(db, ws, job_id)
@@ -97,7 +98,9 @@ def run(db: Db, ws: str, job_id: str, step: int | None, time_left: Callable[[], 
         counts = json.loads(job["counts"])
         try:
             position, done, parts = _STEPS[job["job_type"]](db, job, json.loads(job["position"]), counts)
-        except (Invalid, NotFound) as exc:
+        except PrecisError as exc:
+            if exc.status >= 500 or isinstance(exc, Throttled):
+                raise  # for the stream to deliver again
             log.warning("%s %s/%s failed: %s", job["job_type"], ws, job_id, exc)
             transfer.fail_job(db, job, str(exc))
             return ran + 1
