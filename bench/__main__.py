@@ -23,7 +23,7 @@ BENCHMARKS = (
     "webhooks",
     "retrieval",
 )
-BY_NAME = ("retrieval_scale",)  # part of another (retrieval runs it): run alone only when named
+BY_NAME = ("retrieval_scale", "transfer")  # run alone only when named (retrieval runs retrieval_scale)
 
 
 def main(argv: list[str]) -> int:

@@ -284,7 +284,7 @@ FLOORS = [
     # the store: the only code that names table keys and S3 objects
     {"store"},
     # the capabilities, each deciding in its own package and reading and writing through the store
-    {"messages", "context", "summaries", "memory", "chat", "stream", "webhooks", "events"},
+    {"messages", "context", "summaries", "memory", "chat", "stream", "webhooks", "events", "transfer"},
     # the edges: the HTTP API and the MCP endpoint, each parsing, authorizing and shaping what the capabilities answer
     {"api", "mcp"},
 ]

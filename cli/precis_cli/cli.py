@@ -482,7 +482,7 @@ def webhooks_test(client: Precis) -> None:
 
 @main.command("import", context_settings=CONTEXT_SETTINGS)
 @click.argument("session")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("file", required=False, metavar="FILE", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--peer-map", metavar="ROLE=PEER,...", help="Peer ids for roles or peer ids: user=alice,assistant=bot.")
 @click.option(
     "--batch-size",
@@ -494,18 +494,25 @@ def webhooks_test(client: Precis) -> None:
 @click.option("--max-batches", type=click.IntRange(1), help="Stop after posting this many batches (resume later).")
 @target_options
 def import_(
-    client: Precis, session: str, file: Path, peer_map: str | None, batch_size: int, max_batches: int | None
+    client: Precis, session: str, file: Path | None, peer_map: str | None, batch_size: int, max_batches: int | None
 ) -> None:
-    """Import a conversation file into a session, in order.
+    """Import a conversation file into a session, in order; or (`precis import EXPORT -w NEW`) a whole workspace.
 
-    FILE: JSONL of {peer_id, content, created_at?, run_id?, metadata?} (what `precis export` writes) or JSON/JSONL
-    of OpenAI-style messages ({role, content}, alone or in {"messages": [...]}); the role is the peer unless
-    --peer-map says otherwise.
+    FILE: JSONL of {peer_id, content, created_at?, run_id?, metadata?} (what `precis export SESSION` writes) or
+    JSON/JSONL of OpenAI-style messages ({role, content}, alone or in {"messages": [...]}); the role is the peer
+    unless --peer-map says otherwise.
 
     Each batch carries an Idempotency-Key made from the file's content hash and the batch's index, so running the
     same import again (after Ctrl-C, a crash, a lost connection) never stores a message twice; batches a previous
     run finished are skipped (progress kept under PRECIS_STATE_DIR, default ~/.local/state/precis).
+
+    With one argument, EXPORT is what `precis export` wrote of a workspace: it is uploaded and imported into the
+    workspace (-w), which must hold no peer or session yet, with every id, timestamp and metadata kept; the
+    command waits for the service's import job and shows its progress.
     """
+    if file is None:
+        _import_workspace(client, Path(session))
+        return
     data = file.read_bytes()
     mapping = transfer.parse_peer_map(peer_map)
     batches = transfer.make_batches(transfer.read_messages(data, mapping), max_count=batch_size)
@@ -567,19 +574,25 @@ def _verified_start(client: Precis, session: str, batches: list[list[dict]], sta
 
 
 @main.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("session")
+@click.argument("session", required=False)
 @click.option(
     "-o",
     "--output",
+    "--out",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     help="Write to this file (default: stdout).",
 )
 @target_options
-def export(client: Precis, session: str, output: Path | None) -> None:
-    """Write a session's messages as JSONL.
+def export(client: Precis, session: str | None, output: Path | None) -> None:
+    """Write a session's messages as JSONL; without SESSION, the whole workspace.
 
-    Oldest first, one message per line as the API returns it (paged through `messages/list`); `precis import`
-    reads it back."""
+    A session: oldest first, one message per line as the API returns it (paged through `messages/list`); `precis
+    import SESSION FILE` reads it back. The workspace: the service's export job (its peers, sessions with their
+    members and summaries, messages, conclusions and cards as JSON Lines), waited for with its progress shown,
+    then downloaded; `precis import FILE -w NEW` makes a new workspace of it."""
+    if session is None:
+        _export_workspace(client, output)
+        return
     out = output.open("w", encoding="utf-8") if output else sys.stdout
     count = 0
     try:
@@ -635,3 +648,57 @@ def _smaller(exc: ServiceError, size: int) -> int:
     """The size a 413 names ("ask for size at most N"), else half: always smaller, at least 1."""
     named = exc.detail.rsplit(" ", 1)[-1]
     return max(1, min(int(named) if named.isdigit() else size // 2, size - 1))
+
+
+# ---------------------------------------------------------------- a whole workspace (the export and import jobs)
+POLL_S = 1.0
+
+
+def _wait(client: Precis, kind: str, job: dict[str, Any], label: str) -> dict[str, Any]:
+    """Poll a job until it stops running, its counts shown on stderr; its last status (Failure when it failed)."""
+    shown = ""
+    while job["status"] == "running":
+        time.sleep(POLL_S)
+        job = client.job(kind, job["id"])
+        counts = ", ".join(f"{n} {k}s" for k, n in sorted(job["counts"].items()))
+        line = f"{label}: {counts or 'starting'}"
+        if line != shown:
+            click.echo(line, err=True)
+            shown = line
+    if job["status"] != "done":
+        raise Failure(f"{label} {job['id']} {job['status']}: {job.get('error', 'no reason given')}")
+    return job
+
+
+def _export_workspace(client: Precis, output: Path | None) -> None:
+    job = _wait(client, "exports", client.start_export(), "exporting")
+    out = output.open("wb") if output else sys.stdout.buffer
+    try:
+        for url in job["urls"]:  # the parts in order: their concatenation is the file `precis import` takes
+            out.write(client.transfer("GET", url))
+    finally:
+        if output:
+            out.close()
+    counts = ", ".join(f"{n} {k}s" for k, n in sorted(job["counts"].items()))
+    click.echo(f"exported workspace {client.workspace} ({counts}){f' to {output}' if output else ''}", err=True)
+
+
+def _import_workspace(client: Precis, path: Path) -> None:
+    if not path.is_file():
+        raise transfer.ImportFileError(f"{path}: no such file (a workspace export, from `precis export`)")
+    with path.open("rb") as head:
+        first = head.readline()
+    try:
+        header = json.loads(first)
+    except ValueError:
+        header = None
+    if not isinstance(header, dict) or header.get("kind") != "precis_export":
+        raise transfer.ImportFileError(
+            f"{path}: not a workspace export (its first line is not the precis_export header); a conversation "
+            "file goes into a session: precis import SESSION FILE"
+        )
+    client.ensure_workspace()
+    upload_id = client.upload_import(path.read_bytes())
+    job = _wait(client, "imports", client.start_import(upload_id), "importing")
+    counts = ", ".join(f"{n} {k}s" for k, n in sorted(job["counts"].items()))
+    click.echo(f"imported {counts} into workspace {client.workspace}")

@@ -291,3 +291,39 @@ class Precis:
             headers={"Idempotency-Key": idempotency_key},
             retry=True,
         )
+
+    # ------------------------------------------------------------ a whole workspace's export and import (jobs)
+
+    def start_export(self) -> dict[str, Any]:
+        return self.request("POST", f"{self._ws()}/exports")
+
+    def job(self, kind: str, job_id: str) -> dict[str, Any]:
+        """An export's or import's status (`kind`: "exports" or "imports")."""
+        return self.request("GET", f"{self._ws()}/{kind}/{job_id}", retry=True)
+
+    def upload_import(self, data: bytes) -> str:
+        """PUT `data` where the service says (a presigned URL, no bearer key); the upload's id."""
+        target = self.request("POST", f"{self._ws()}/imports/uploads")
+        self.transfer("PUT", target["url"], content=data)
+        return target["upload_id"]
+
+    def start_import(self, upload_id: str) -> dict[str, Any]:
+        return self.request("POST", f"{self._ws()}/imports", json={"upload_id": upload_id})
+
+    def transfer(self, method: str, url: str, **kwargs: Any) -> bytes:
+        """One request to a presigned URL (its own signature: no bearer key), retried while transient; its body."""
+        deadline = time.monotonic() + RETRY_FOR_S
+        delay = 0.5
+        with httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0)) as http:
+            while True:
+                try:
+                    response = http.request(method, url, **kwargs)
+                    if response.is_success:
+                        return response.content
+                    if response.status_code not in TRANSIENT or time.monotonic() > deadline:
+                        raise ServiceError(response.status_code, response.reason_phrase, response.text[:300])
+                except (httpx.TimeoutException, httpx.TransportError) as exc:
+                    if time.monotonic() > deadline:
+                        raise Unreachable(f"no answer from the bucket ({type(exc).__name__})") from None
+                self._sleep(delay)
+                delay = min(delay * 2, 5.0)

@@ -75,6 +75,11 @@ def _serve_target(db: Db, target: StreamTarget, records: list[str], time_left: C
                 "objects": result.deleted_objects,
             },
         )
+    elif target.action == "transfer":
+        from precis.transfer.jobs import run
+
+        ran = run(db, target.workspace, target.session, target.step, time_left)
+        logger.info("transfer", extra={"job": target.session, "step": target.step, "ran": ran})
     else:
         outcome = summarize_under_lease(
             db, get_settings(), target.workspace, target.session, records=records, remaining_s=time_left

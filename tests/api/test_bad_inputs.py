@@ -295,6 +295,25 @@ CASES = [
     ("GET", f"{W}/webhooks/{'x' * 21}/deliveries", None, {}, {}, 404),
     ("GET", f"{W}/webhooks/{'x' * 21}/deliveries", None, {"size": 101}, {}, 422),
     ("GET", f"{W}/webhooks/short/deliveries", None, {}, {}, 422),
+    # export and import (tests/transfer has more)
+    ("POST", "/v3/workspaces/nope/exports", None, {}, {}, 404),
+    ("GET", f"{W}/exports/0123456789abcdef", None, {}, {}, 404),
+    ("GET", f"{W}/exports/short", None, {}, {}, 422),
+    ("POST", "/v3/workspaces/nope/imports/uploads", None, {}, {}, 404),
+    ("POST", f"{W}/imports", {}, {}, {}, 422),
+    ("POST", f"{W}/imports", {"upload_id": "../../bodies"}, {}, {}, 422),
+    ("POST", f"{W}/imports", {"upload_id": "0123456789abcdef"}, {}, {}, 404),
+    ("POST", f"{W}/imports", {"export": {"workspace_id": "ws1", "export_id": "0123456789abcdef"}}, {}, {}, 404),
+    (
+        "POST",
+        f"{W}/imports",
+        {"upload_id": "0123456789abcdef", "export": {"workspace_id": "ws1", "export_id": "0123456789abcdef"}},
+        {},
+        {},
+        422,
+    ),
+    ("GET", f"{W}/imports/0123456789abcdef", None, {}, {}, 404),
+    ("GET", f"{W}/imports/short", None, {}, {}, 422),
     # file upload (tests/messages/test_upload.py has more)
     ("POST", f"{S}/messages/upload", '{"messages": []}', {}, {}, 415),  # not a form
     (

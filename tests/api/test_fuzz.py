@@ -91,6 +91,8 @@ def test_every_documented_operation_refuses_a_missing_or_forged_key(stack, docum
         "conclusion_id": "c" * 21,
         "scope_id": "sc1",
         "endpoint_id": "e" * 21,
+        "export_id": "0" * 16,
+        "import_id": "0" * 16,
     }
     forged = mint_key("not-" + SECRET, admin=True)
     for method, path in sorted(_operations(document)):

@@ -112,8 +112,12 @@ BUCKET_ACCESS = {
         ("s3:GetObject", "bodies/"),
         ("s3:DeleteObject", "bodies/"),
         ("s3:DeleteObjectVersion", "bodies/"),
+        # An import's upload (its presigned PUT is signed with this role) and the check that it is there.
+        ("s3:PutObject", "imports/"),
+        ("s3:GetObject", "imports/"),
     },
-    "ContextFunction": {("s3:GetObject", "bodies/")},
+    # A finished export's presigned URLs are signed with the read function's role.
+    "ContextFunction": {("s3:GetObject", "bodies/"), ("s3:GetObject", "exports/")},
     "ChatFunction": {("s3:GetObject", "bodies/")},
     # The summarizer writes audit records; its purge deletes every version of a deleted incarnation's objects.
     "SummarizeFunction": {
@@ -124,6 +128,10 @@ BUCKET_ACCESS = {
         ("s3:PutObject", "audit/"),
         ("s3:DeleteObject", "audit/"),
         ("s3:DeleteObjectVersion", "audit/"),
+        # An export's steps write its parts; an import's read the upload, or an export's parts.
+        ("s3:PutObject", "exports/"),
+        ("s3:GetObject", "exports/"),
+        ("s3:GetObject", "imports/"),
     },
     "DeriveFunction": {("s3:GetObject", "bodies/")},
     "WebhookFunction": set(),
@@ -168,7 +176,15 @@ QUEUE_ACCESS = {
 # Bedrock: the functions that ask the chat model (LlmProvider bedrock) and the ones that embed (Embedder bedrock).
 # Each grant exists only under its condition: an openai deployment's roles invoke no model.
 BEDROCK_LLM = {"ChatFunction", "SummarizeFunction", "DeriveFunction", "McpFunction"}  # McpFunction: its chat tool
-BEDROCK_EMBED = {"IngestFunction", "ContextFunction", "ChatFunction", "DeriveFunction", "McpFunction"}
+# SummarizeFunction: an import embeds the conclusions it writes.
+BEDROCK_EMBED = {
+    "IngestFunction",
+    "ContextFunction",
+    "ChatFunction",
+    "DeriveFunction",
+    "McpFunction",
+    "SummarizeFunction",
+}
 FOUNDATION_MODEL = "arn:${AWS::Partition}:bedrock:${Region}::foundation-model/${%s}"
 PROFILE = "arn:${AWS::Partition}:bedrock:${Region}:${AWS::AccountId}:inference-profile/${LlmModel}"
 BEDROCK_GRANTS = {  # Sid -> (condition, resources, condition block)

@@ -117,6 +117,12 @@ ROUTES: dict[str, Access] = {
     f"GET {_W}/webhooks/{{endpoint_id}}/deliveries": Access.WORKSPACE,
     # A file upload is a message post: the same keys may make it.
     f"POST {_S}/messages/upload": Access.SESSION_WRITE,
+    # Export and import (ext): a whole workspace's data, so the workspace's key (or an admin's).
+    f"POST {_W}/exports": Access.WORKSPACE,
+    f"GET {_W}/exports/{{export_id}}": Access.WORKSPACE,
+    f"POST {_W}/imports/uploads": Access.WORKSPACE,
+    f"POST {_W}/imports": Access.WORKSPACE,
+    f"GET {_W}/imports/{{import_id}}": Access.WORKSPACE,
 }
 
 

@@ -48,6 +48,8 @@ ROUTES = (
     Route(SUMMARIZER, "purge", "session", ("MODIFY",), present=("deleted_at",), absent=("purged_at",)),
     # A clone whose inherited messages are still to be copied into its own partition (each step stored wakes the next).
     Route(SUMMARIZER, "copy", "session", ("INSERT", "MODIFY"), present=("base_session",), absent=("deleted_at",)),
+    # An export or import job started or moved on a step while it runs: its next step follows (precis.transfer).
+    Route(SUMMARIZER, "transfer", "job", ("INSERT", "MODIFY"), present=("running",)),
     Route(DERIVER, "derive", "message", ("INSERT",), absent=("copy_of",)),
     # A session added to a scope: its conclusions so far are copied into the scope.
     Route(DERIVER, "backfill", "scope_session", ("INSERT",)),
@@ -64,6 +66,7 @@ _TYPES = {
     "purged_at": "S",
     "base_session": "S",
     "requested": "S",
+    "running": "S",
 }
 
 
@@ -86,12 +89,13 @@ def filter_patterns(consumer: str) -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class StreamTarget:
     """`summarize` a session after a message insert (or a step of a long summary job), `purge` the incarnation a
-    delete marked, or `copy` what a clone inherited into its own partition."""
+    delete marked, `copy` what a clone inherited into its own partition, or run a `transfer` job's next steps."""
 
     action: str
     workspace: str
     session: str
     incarnation: str | None = None
+    step: int | None = None  # a `transfer` job's (its `session` is the job's id)
 
 
 def stream_target(event_name: str, image: dict[str, Any]) -> StreamTarget:
@@ -101,4 +105,6 @@ def stream_target(event_name: str, image: dict[str, Any]) -> StreamTarget:
         return StreamTarget(job, *session_of(image))
     if job in ("purge", "copy"):
         return StreamTarget(job, workspace_of(image), image["id"], image.get("incarnation"))
+    if job == "transfer":
+        return StreamTarget(job, workspace_of(image), image["id"], step=int(image.get("step") or 0))
     raise Invalid(f"stream record asks nothing of the summarizer: {event_name} of kind={image.get('kind')!r}")

@@ -17,6 +17,7 @@ ScopeIdPath = Annotated[str, Path(min_length=1, max_length=506, pattern=ID_PATTE
 OptionalScope = Annotated[str | None, Query(min_length=1, max_length=506, pattern=ID_PATTERN)]
 ConclusionId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{21}$", description="a conclusion id (21 characters)")]
 EndpointId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{21}$", description="a webhook endpoint id (21 characters)")]
+JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="an export's or import's id (16 hex digits)")]
 PageNo = Annotated[int, Query(ge=1, le=10**9, description="page number, from 1")]
 PageSize = Annotated[int, Query(ge=1, le=100, description="items per page, 1-100")]
 Reverse = Annotated[bool, Query(description="newest first")]

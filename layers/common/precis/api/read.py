@@ -15,6 +15,7 @@ from precis.api.params import (
     Distance,
     EndpointId,
     FromDay,
+    JobId,
     MaxConclusions,
     MessageId,
     OptionalId,
@@ -235,6 +236,22 @@ def get_usage(workspace_id: WorkspaceId, from_: FromDay = None, to: ToDay = None
     from precis.memory import token_budget
 
     return token_budget.report(get_db(), workspace_id, from_, to)
+
+
+@router.get("/v3/workspaces/<workspace_id>/exports/<export_id>")
+def get_export(workspace_id: WorkspaceId, export_id: JobId):
+    """(ext) An export's progress (lines per kind so far) and, once done, a presigned URL per part, in order."""
+    from precis.transfer import jobs
+
+    return jobs.status(get_db(), workspace_id, export_id, jobs.EXPORT)
+
+
+@router.get("/v3/workspaces/<workspace_id>/imports/<import_id>")
+def get_import(workspace_id: WorkspaceId, import_id: JobId):
+    """(ext) An import's progress (lines per kind so far), and its error when it failed."""
+    from precis.transfer import jobs
+
+    return jobs.status(get_db(), workspace_id, import_id, jobs.IMPORT)
 
 
 @router.get("/v3/workspaces/<workspace_id>/peers/<peer_id>/context")

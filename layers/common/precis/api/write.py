@@ -26,6 +26,7 @@ from precis.schemas import Id
 from precis.schemas.bodies import (
     ConclusionBatch,
     DreamRequest,
+    ImportCreate,
     MessageBatch,
     MessageUpdate,
     PeerCard,
@@ -338,3 +339,34 @@ def rotate_webhook_secret(workspace_id: WorkspaceId, endpoint_id: EndpointId):
     from precis.webhooks import endpoints
 
     return endpoints.rotate(get_db(), workspace_id, endpoint_id)
+
+
+# Export and import of a workspace (ext; precis.transfer): each starts a job that runs on the table's stream; its
+# status is a read route (GET /exports/{id}, /imports/{id}).
+@router.post("/v3/workspaces/<workspace_id>/exports")
+def create_export(workspace_id: WorkspaceId):
+    from precis.transfer import jobs
+
+    return json_response(202, jobs.start_export(get_db(), workspace_id))
+
+
+@router.post("/v3/workspaces/<workspace_id>/imports/uploads")
+def create_import_upload(workspace_id: WorkspaceId):
+    from precis.transfer import jobs
+
+    return json_response(201, jobs.new_upload(get_db(), workspace_id))
+
+
+@router.post("/v3/workspaces/<workspace_id>/imports")
+def create_import(workspace_id: WorkspaceId, body: ImportCreate):
+    from precis.api.caller import caller
+    from precis.auth import Access, authorize
+    from precis.transfer import jobs
+
+    if body.export is None:
+        return json_response(202, jobs.start_import(get_db(), workspace_id, upload_id=body.upload_id))
+    source = body.export.workspace_id
+    principal = caller()
+    if principal is not None:  # an export is its workspace's data: the key must reach that workspace too
+        authorize(principal, Access.WORKSPACE, workspace=source)
+    return json_response(202, jobs.start_import(get_db(), workspace_id, export=(source, body.export.export_id)))

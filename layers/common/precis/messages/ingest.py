@@ -108,22 +108,9 @@ def create_messages(
     prepared = _prepare(batch, settings)
 
     def store(batch_token: str | None = None, on_attempt=None) -> tuple[int, list[dict[str, Any]]]:
-        nonce = secrets.token_hex(4)
-        views = append_messages(
-            db,
-            ws,
-            session_id,
-            prepared,
-            inline_max_bytes=settings.inline_body_max_bytes,
-            batch_token=batch_token,
-            on_attempt=on_attempt,
-            index_nonce=nonce,
-            index_by=math.ceil(time.time() + lease_s),
+        return 201, store_batch(
+            db, settings, ws, session_id, prepared, lease_s=lease_s, batch_token=batch_token, on_attempt=on_attempt
         )
-        _index(db, ws, session_id, index_unit(session_id, views[0]["seq"], nonce), views, prepared)
-        metrics.add_metric(name="MessagesIngested", unit=MetricUnit.Count, value=len(views))
-        metrics.add_metric(name="TokensIngested", unit=MetricUnit.Count, value=sum(m.token_count for m in prepared))
-        return 201, views
 
     if idempotency_key is None:
         status, views = store()
@@ -158,6 +145,36 @@ def create_messages(
     )
     views = [{**stored, "content": m.content, "metadata": m.metadata or {}} for stored, m in zip(answer, prepared)]
     return status, _fit_echo([_ordered(v) for v in views])
+
+
+def store_batch(
+    db: Db,
+    settings: Settings,
+    ws: str,
+    session_id: str,
+    prepared: list[NewMessage],
+    *,
+    lease_s: float,
+    batch_token: str | None = None,
+    on_attempt=None,
+) -> list[dict[str, Any]]:
+    """Append validated messages and index them for search: the one write path of a post and of an import."""
+    nonce = secrets.token_hex(4)
+    views = append_messages(
+        db,
+        ws,
+        session_id,
+        prepared,
+        inline_max_bytes=settings.inline_body_max_bytes,
+        batch_token=batch_token,
+        on_attempt=on_attempt,
+        index_nonce=nonce,
+        index_by=math.ceil(time.time() + lease_s),
+    )
+    _index(db, ws, session_id, index_unit(session_id, views[0]["seq"], nonce), views, prepared)
+    metrics.add_metric(name="MessagesIngested", unit=MetricUnit.Count, value=len(views))
+    metrics.add_metric(name="TokensIngested", unit=MetricUnit.Count, value=sum(m.token_count for m in prepared))
+    return views
 
 
 def _index(

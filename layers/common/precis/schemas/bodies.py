@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
 from precis.schemas import MAX_BATCH, Body, Configuration, Id, Metadata, ScopeId, json_body
 
@@ -92,6 +92,25 @@ class WebhookCreate(Body):
         description="(ext) the event types this endpoint receives; absent or empty: every one. Registering the same "
         "URL again with event_types replaces them (absent: kept), and re-enables an endpoint that was disabled",
     )
+
+
+class ExportSource(Body):
+    workspace_id: Id
+    export_id: str = Field(pattern=r"^[0-9a-f]{16}$", description="the export's id (16 hex digits)")
+
+
+class ImportCreate(Body):
+    """POST /imports (ext): what to import, one of an upload (from POST /imports/uploads, a file PUT to its url) or a
+    finished export of a workspace the key may read."""
+
+    upload_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$", description="an upload's id")
+    export: ExportSource | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ImportCreate:
+        if (self.upload_id is None) == (self.export is None):
+            raise ValueError("give one of upload_id and export")
+        return self
 
 
 class ScopeSessions(Body):

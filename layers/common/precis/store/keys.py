@@ -277,3 +277,24 @@ def webhook(ws: str, url_key: str) -> dict[str, str]:
 def webhook_count(ws: str) -> dict[str, str]:
     """How many endpoints the workspace has: the limit's counter, changed by the transaction adding or deleting one."""
     return {"PK": f"WS#{ws}", "SK": f"{WEBHOOKS_PREFIX}S"}
+
+
+# ---------------------------------------------------------------- export and import (docs/design.md)
+def transfer_job(ws: str, job_id: str) -> dict[str, str]:
+    """An export's or import's job (its progress, where it stopped): in the workspace's partition, so a workspace
+    delete takes it."""
+    return {"PK": f"WS#{ws}", "SK": f"JOB#{job_id}"}
+
+
+def export_prefix(ws: str, job_id: str) -> str:
+    return f"exports/{ws}/{job_id}/"
+
+
+def export_part(ws: str, job_id: str, number: int) -> str:
+    """The `number`th (from 1) JSON Lines part of an export: one per step (a step run again overwrites it)."""
+    return f"{export_prefix(ws, job_id)}part-{number:05d}.jsonl"
+
+
+def import_upload(ws: str, upload_id: str) -> str:
+    """Where the command uploads a file to import into `ws` (a presigned PUT)."""
+    return f"imports/{ws}/{upload_id}.jsonl"

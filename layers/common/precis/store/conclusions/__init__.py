@@ -31,6 +31,7 @@ from precis.store.conclusions.deletes import (
     purge_session_conclusions,
     remove_session_copies,
 )
+from precis.store.conclusions.imports import import_card, import_conclusions
 from precis.store.conclusions.items import (
     Derived,
     EmbedsTexts,
@@ -64,6 +65,8 @@ __all__ = [
     "delete_collections",
     "get",
     "get_card",
+    "import_card",
+    "import_conclusions",
     "list_conclusions",
     "new_conclusion_id",
     "newest_contents",

@@ -59,6 +59,8 @@ class NewMessage:
     metadata: dict[str, Any] | None = None
     created_at: str | None = None
     run_id: str | None = None
+    # An imported message keeps its id (precis.transfer): stored only at the seq the id encodes.
+    message_id: str | None = None
 
 
 @dataclass(frozen=True)

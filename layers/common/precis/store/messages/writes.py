@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from precis.errors import NotFound, Throttled, TooLarge
+from precis.errors import Conflict, NotFound, Throttled, TooLarge
 from precis.store import keys
 from precis.store.db import (
     Db,
@@ -31,6 +31,7 @@ from precis.store.messages.items import (
     body_pool,
     make_message_id,
     message_view,
+    seq_of,
 )
 from precis.store.messages.reads import locate_message, read_tail, with_bodies
 from precis.store.records import json_text, utcnow
@@ -70,6 +71,8 @@ def _items(
     run_index = tail.run_index
     for index, message in enumerate(batch):
         seq += 1
+        if message.message_id is not None and seq_of(message.message_id) != seq:
+            raise Conflict(f"message '{message.message_id}' belongs at another seq than {seq}: the session changed")
         if message.run_id is None or message.run_id != run_id:
             run_start, run_index = seq, run_index + 1
         run_id = message.run_id
@@ -78,7 +81,7 @@ def _items(
             "PK": key["PK"],
             "SK": key["SK"],
             "kind": "message",
-            "id": make_message_id(seq),
+            "id": message.message_id or make_message_id(seq),
             "seq": seq,
             "peer_id": message.peer_id,
             "token_count": message.token_count,

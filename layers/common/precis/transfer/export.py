@@ -1,0 +1,156 @@
+"""An export's step: the lines that follow the job's position, up to one part, written as one object.
+
+The walk is a function of the position alone (peers by id, sessions by id and their messages by seq, collections by
+key and their conclusions by id): a step run again from the same position writes the same part under the same name.
+Each session's messages are those up to its last seq when its line was written, so a session written to meanwhile
+is exported as it was then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from precis.errors import NotFound
+from precis.store import transfer
+from precis.store.db import Db
+from precis.store.messages import base_of, read_from, read_tail, with_bodies
+from precis.store.resources import session_item, workspace_item
+from precis.store.scopes import PREFIX as SCOPE_PREFIX
+from precis.transfer import lines
+
+PART_LINES = 2_000  # lines per part (a message is one line): a part is read, built and written well inside a step
+PART_BYTES = 4_000_000
+PAGE = 100  # items per query
+
+
+def walk(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any]]]:
+    """(line, the position after it) from `position` on (`{}`: the start) to the end line; the line is None for what
+    is passed over (a deleted session, a scope's collection), so that a step's budget bounds those too."""
+    stage = position.get("stage", "head")
+    if stage == "head":
+        workspace = workspace_item(db, ws)
+        if workspace is None:
+            raise NotFound(f"workspace '{ws}' not found")
+        yield lines.header(dict(workspace)), {"stage": "peers"}
+        stage, position = "peers", {}
+    if stage == "peers":
+        after = position.get("after")
+        while True:
+            peers = transfer.peers_after(db, ws, after, PAGE)
+            for peer in peers:
+                after = peer["id"]
+                yield lines.peer(dict(peer)), {"stage": "peers", "after": after}
+            if len(peers) < PAGE:
+                break
+        stage, position = "sessions", {}
+    if stage == "sessions":
+        yield from _sessions(db, ws, position)
+        stage, position = "collections", {}
+    if stage == "collections":
+        yield from _collections(db, ws, position)
+    yield {"kind": lines.END}, {"stage": "done"}
+
+
+def _sessions(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any]]]:
+    after, current = position.get("after"), position.get("open")
+    seq, last = int(position.get("seq", 0)), int(position.get("last", 0))
+    while True:
+        if current is None:
+            found = transfer.sessions_after(db, ws, after, 1)
+            if not found:
+                return
+            item = found[0]
+            if "deleted_at" in item:  # a deleted session's tombstone: nothing of it is exported
+                after = item["id"]
+                yield None, {"stage": "sessions", "after": after}  # (a step's budget counts what it skips)
+                continue
+            current, seq = item["id"], 0
+            last = read_tail(db, ws, current).seq
+            members = [dict(m) for m in transfer.session_members(db, ws, current)]
+            summaries, parts = transfer.session_summaries(db, ws, current)
+            summary_lines = [
+                lines.summary(dict(s), [dict(p) for p in parts[t]] if t in parts else None)
+                for t, s in sorted(summaries.items())
+                if not s.get("job_through_seq") and int(s["covers_seq"]) <= last
+            ]
+            derived = transfer.derived_through(db, ws, current)
+            line = lines.session(dict(item), last, members, summary_lines, derived)
+            yield line, {"stage": "sessions", "after": after, "open": current, "seq": 0, "last": last}
+        session = session_item(db, ws, current)
+        base = base_of(session)
+        while seq < last:
+            items = [m for m in read_from(db, ws, current, seq + 1, limit=PAGE, base=base) if m["seq"] <= last]
+            if not items:
+                break
+            for view in with_bodies(db, items, ws, current):
+                seq = view["seq"]
+                yield (
+                    lines.message(view),
+                    {"stage": "sessions", "after": after, "open": current, "seq": seq, "last": last},
+                )
+        after, current = current, None
+
+
+def _collections(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any]]]:
+    after = tuple(position["after"]) if position.get("after") else None
+    current = tuple(position["open"]) if position.get("open") else None
+    last_id = position.get("c")
+    while True:
+        if current is None:
+            found = transfer.collections_after(db, ws, after, 1)
+            if not found:
+                return
+            if found[0][0].startswith(SCOPE_PREFIX):  # a scope's copies: scopes are not exported
+                after = found[0]
+                yield None, _at(after, None, None)
+                continue
+            current, last_id = found[0], None
+            card = transfer.card_item(db, ws, *current)
+            yield lines.collection(*current, card), _at(after, current, None)
+        while True:
+            items = transfer.conclusions_after(db, ws, current[0], current[1], last_id, PAGE)
+            for item in items:
+                last_id = item["id"]
+                yield lines.conclusion(item), _at(after, current, last_id)
+            if len(items) < PAGE:
+                break
+        after, current = current, None
+
+
+def _at(after: Any, current: Any, last_id: str | None) -> dict[str, Any]:
+    return {
+        "stage": "collections",
+        "after": list(after) if after else None,
+        "open": list(current) if current else None,
+        "c": last_id,
+    }
+
+
+def step(db: Db, job: transfer.JobItem, position: dict[str, Any], counts: dict[str, int]) -> tuple[dict, bool, int]:
+    """Write the next part from `position` (counting its lines into `counts`): (the position after it, whether the
+    export is complete, the parts written so far)."""
+    ws = job["PK"].removeprefix("WS#")
+    body: list[bytes] = []
+    size, reached, passed = 0, position, 0
+    for line, after in walk(db, ws, position):
+        if line is None:
+            passed, reached = passed + 1, after
+            if len(body) + passed >= PART_LINES:
+                break
+            continue
+        kind = line["kind"]
+        if kind in lines.KINDS:
+            counts[kind] = counts.get(kind, 0) + 1
+        if kind == lines.END:
+            line["counts"] = dict(sorted(counts.items()))
+        text = lines.dump(line)
+        body.append(text)
+        size, reached = size + len(text), after
+        if len(body) + passed >= PART_LINES or size >= PART_BYTES:
+            break
+    parts = int(job["parts"])
+    if body:
+        parts += 1
+        transfer.put_part(db, ws, job["id"], parts, b"".join(body))
+    return reached, reached.get("stage") == "done", parts

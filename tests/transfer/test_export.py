@@ -1,0 +1,142 @@
+"""A workspace's export: a job on the table's stream writing JSON Lines parts, its status and presigned URLs, and a
+job interrupted mid-way (a part's write failing at botocore's seam) that resumes to the same output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+
+from local.template import template
+from tests.handlers import call, invoke
+from tests.stream import stream_record
+from tests.transfer.workspace import W, build, export_lines, job_item, run_job
+
+pytestmark = pytest.mark.usefixtures("aws")
+
+
+def test_an_export_runs_in_parts_and_hands_out_its_urls(aws, monkeypatch):
+    from precis.transfer import export
+
+    monkeypatch.setattr(export, "PART_LINES", 7)  # several parts from a small workspace
+    build(aws, "src", sessions=3, messages=9)
+    started = call("POST", f"{W}/src/exports")
+    assert started.status == 202, started.body
+    assert started.body["status"] == "running" and started.body["counts"] == {}
+    job = started.body["id"]
+    assert call("GET", f"{W}/src/exports/{job}").body["status"] == "running"
+
+    run_job(aws, "src", job)
+
+    done = call("GET", f"{W}/src/exports/{job}")
+    assert done.status == 200, done.body
+    body = done.body
+    assert body["status"] == "done"
+    assert body["counts"] == {"peer": 3, "session": 3, "message": 27, "collection": 2, "conclusion": 4}
+    assert len(body["urls"]) == body["parts"] > 1
+    fetched = b"".join(requests.get(url, timeout=10).content for url in body["urls"])
+    lines = [json.loads(line) for line in fetched.decode().splitlines()]
+    assert lines == export_lines(aws, "src", job)
+    assert lines[0]["kind"] == "precis_export" and lines[0]["version"] == 1
+    assert lines[0]["workspace"]["metadata"] == {"team": "blue"}
+    assert lines[-1] == {"kind": "end", "counts": body["counts"]}
+    kinds = [line["kind"] for line in lines]
+    # Peers, then each session followed by its messages, then each collection followed by its conclusions.
+    assert kinds[1:4] == ["peer"] * 3
+    assert kinds[4:14] == ["session"] + ["message"] * 9
+    session = lines[4]
+    assert session["last_seq"] == 9 and {m["peer_id"] for m in session["members"]} == {"alice", "bob", "carol"}
+    messages = [line for line in lines if line["kind"] == "message" and line["session_id"] == session["id"]]
+    assert [m["seq"] for m in messages] == list(range(1, 10))
+    stored = call("POST", f"{W}/src/sessions/{session['id']}/messages/list", None, size=100).body["items"]
+    assert [{k: m[k] for k in ("id", "content", "metadata", "created_at", "peer_id")} for m in stored] == [
+        {k: m[k] for k in ("id", "content", "metadata", "created_at", "peer_id")} for m in messages
+    ]
+
+
+def test_deleted_sessions_are_passed_over_within_a_steps_budget(aws, monkeypatch):
+    from precis.transfer import export
+
+    monkeypatch.setattr(export, "PART_LINES", 2)  # a step passing two deleted sessions writes nothing
+    sessions = build(aws, "src", sessions=5, messages=1)
+    for session in sessions[:4]:
+        assert call("DELETE", f"{W}/src/sessions/{session}").status in (200, 202, 204)
+    job = call("POST", f"{W}/src/exports").body["id"]
+    run_job(aws, "src", job)
+    done = call("GET", f"{W}/src/exports/{job}").body
+    assert done["status"] == "done" and done["counts"]["session"] == 1
+    assert [line["id"] for line in export_lines(aws, "src", job) if line["kind"] == "session"] == [sessions[4]]
+    assert done["steps"] > done["parts"]  # steps that only passed deleted sessions wrote no part
+
+
+def test_an_export_record_delivered_again_writes_nothing_twice(aws):
+    build(aws, "src", sessions=1, messages=3)
+    job = call("POST", f"{W}/src/exports").body["id"]
+    first = job_item(aws, "src", job)
+    run_job(aws, "src", job)
+    before = _parts(aws, "src", job)
+    # The insert's record again (a replay): the job is past it, so nothing runs and nothing is written.
+    assert invoke("SummarizeFunction", {"Records": [stream_record(first, "INSERT")]}) == {"batchItemFailures": []}
+    assert _parts(aws, "src", job) == before
+
+
+def test_an_interrupted_export_resumes_where_it_stopped_with_the_same_output(aws, monkeypatch):
+    from precis.store.db import get_db
+    from precis.transfer import export
+
+    monkeypatch.setattr(export, "PART_LINES", 5)
+    build(aws, "src", sessions=2, messages=8)
+    reference = call("POST", f"{W}/src/exports").body["id"]
+    run_job(aws, "src", reference)
+    expected = export_lines(aws, "src", reference)
+
+    job = call("POST", f"{W}/src/exports").body["id"]
+    puts: list[str] = []
+
+    def fail_third_part(params, **_):
+        if params["Key"].startswith(f"exports/src/{job}/"):
+            puts.append(params["Key"])
+            if len(puts) == 3:
+                raise ConnectionError("the network went away mid-export")
+
+    s3 = get_db().s3
+    s3.meta.events.register("provide-client-params.s3.PutObject", fail_third_part)
+    try:
+        record = stream_record(job_item(aws, "src", job), "INSERT")
+        failed = invoke("SummarizeFunction", {"Records": [record]})
+        assert failed["batchItemFailures"], "the failed step is reported, so the stream delivers it again"
+        stopped = call("GET", f"{W}/src/exports/{job}").body
+        assert stopped["status"] == "running" and stopped["parts"] == 2, (puts, failed)
+        # The stream delivers the same record again: its step is not the job's any more, so nothing runs ...
+        assert invoke("SummarizeFunction", {"Records": [record]}) == {"batchItemFailures": []}
+        assert call("GET", f"{W}/src/exports/{job}").body["parts"] == 2
+        # ... and the record of the job's last update goes on from where it stopped.
+        run_job(aws, "src", job)
+    finally:
+        s3.meta.events.unregister("provide-client-params.s3.PutObject", fail_third_part)
+    done = call("GET", f"{W}/src/exports/{job}").body
+    assert done["status"] == "done"
+    assert export_lines(aws, "src", job) == expected
+    # Each part was written once but the one that failed (written again by the resumed step).
+    assert puts[:3] == [f"exports/src/{job}/part-0000{n}.jsonl" for n in (1, 2, 3)]
+    assert len(puts) == done["parts"] + 1
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("POST", f"{W}/nowhere/exports", 404),
+        ("GET", f"{W}/src/exports/0123456789abcdef", 404),
+        ("GET", f"{W}/src/exports/not-an-id", 422),
+        ("GET", f"{W}/src/imports/0123456789abcdef", 404),
+    ],
+)
+def test_export_bad_inputs(aws, method, path, status):
+    build(aws, "src", sessions=1, messages=1)
+    assert call(method, path).status == status
+
+
+def _parts(aws, ws: str, job: str) -> dict[str, str]:
+    listed = aws["s3"].list_object_versions(Bucket=template().bucket_name, Prefix=f"exports/{ws}/{job}/")
+    return {v["Key"]: v["VersionId"] for v in listed.get("Versions", [])}

@@ -1,0 +1,254 @@
+"""Export → import into a new workspace, compared answer by answer through the API (ids, timestamps, metadata,
+counts, contexts, summaries, conclusions, cards, search); an import interrupted and resumed; bad uploads refused."""
+
+from __future__ import annotations
+
+import json
+
+import requests
+
+from local.template import template
+from tests.handlers import call, invoke
+from tests.stream import message_records, stream_record
+from tests.transfer.workspace import PEERS, W, build, job_item, run_job
+
+
+def export_of(aws, ws: str) -> bytes:
+    job = call("POST", f"{W}/{ws}/exports").body["id"]
+    run_job(aws, ws, job)
+    return b"".join(requests.get(u, timeout=10).content for u in call("GET", f"{W}/{ws}/exports/{job}").body["urls"])
+
+
+def upload(ws: str, data: bytes) -> str:
+    target = call("POST", f"{W}/{ws}/imports/uploads")
+    assert target.status == 201, target.body
+    assert requests.put(target.body["url"], data=data, timeout=10).status_code == 200
+    return target.body["upload_id"]
+
+
+def import_into(aws, ws: str, data: bytes) -> dict:
+    assert call("POST", W, {"id": ws}).status == 201
+    started = call("POST", f"{W}/{ws}/imports", {"upload_id": upload(ws, data)})
+    assert started.status == 202, started.body
+    run_job(aws, ws, started.body["id"])
+    return call("GET", f"{W}/{ws}/imports/{started.body['id']}").body
+
+
+def pages(path: str, size: int = 100, **query) -> list:
+    items, page = [], 1
+    while True:
+        reply = call("POST", path, None, page=page, size=size, **query)
+        assert reply.status == 200, reply.body
+        items += reply.body["items"]
+        if page >= reply.body["pages"]:
+            return items
+        page += 1
+
+
+def get(path: str, **query):
+    reply = call("GET", path, None, **query)
+    assert reply.status == 200, (path, reply.body)
+    return reply.body
+
+
+def answers(ws: str, other: str) -> dict:
+    """Every answer the API gives about the workspace, its id written as `other`'s (so two can be compared)."""
+    w = f"{W}/{ws}"
+    out: dict = {"workspace": call("POST", W, {"id": ws}).body}
+    out["peers"] = pages(f"{w}/peers/list")
+    out["sessions"] = sessions = pages(f"{w}/sessions/list")
+    for session in (s["id"] for s in sessions):
+        s = f"{w}/sessions/{session}"
+        out[f"{session} peers"] = get(f"{s}/peers")
+        for peer in PEERS:
+            out[f"{session} {peer} config"] = get(f"{s}/peers/{peer}/config")
+        out[f"{session} messages"] = pages(f"{s}/messages/list")
+        out[f"{session} context"] = get(f"{s}/context")
+        out[f"{session} context 300"] = get(f"{s}/context", tokens=300, summary="true")
+        out[f"{session} summaries"] = get(f"{s}/summaries")
+        out[f"{session} search"] = call("POST", f"{s}/search", {"query": "harbour dawn", "limit": 10}).body
+    out["conclusions"] = conclusions = pages(f"{w}/conclusions/list")
+    for conclusion in conclusions[:5]:
+        out[f"conclusion {conclusion['id']}"] = get(f"{w}/conclusions/{conclusion['id']}")
+    out["query"] = call("POST", f"{w}/conclusions/query", {"query": "lighthouse", "top_k": 5}).body
+    for observer in PEERS:
+        for observed in PEERS:
+            out[f"card {observer} {observed}"] = get(f"{w}/peers/{observer}/card", target=observed)
+    out["search"] = call("POST", f"{w}/search", {"query": "lighthouse number 5", "limit": 20}).body
+    out["queue"] = get(f"{w}/queue/status")
+    return json.loads(json.dumps(out).replace(f'"{ws}"', f'"{other}"'))
+
+
+def settle(aws, ws: str, sessions: list[str], derived: int | None = None) -> None:
+    """The stream's consumers over every message stored: summaries written, search merged, and conclusions derived
+    from the first `derived` sessions (all when None: the extractive deriver takes seconds for a thousand)."""
+    for number, session in enumerate(sessions):
+        records = message_records(aws["dynamodb"], ws, session)
+        for start in range(0, len(records), 1000):
+            batch = {"Records": records[start : start + 1000]}
+            assert invoke("SummarizeFunction", batch) == {"batchItemFailures": []}
+            if derived is None or number < derived:
+                assert invoke("DeriveFunction", batch) == {"batchItemFailures": []}
+
+
+def test_an_imported_workspace_answers_exactly_as_the_exported_one(aws):
+    from precis.settings import get_settings
+
+    sessions = build(aws, "src", sessions=3, messages=40)
+    # A body past the inline limit lives in S3: it is read into the export and stored in S3 again by the import.
+    large = "I keep a very long logbook. " * (get_settings().inline_body_max_bytes // 20)
+    posted = call(
+        "POST", f"{W}/src/sessions/{sessions[1]}/messages", {"messages": [{"peer_id": "bob", "content": large}]}
+    )
+    assert posted.status == 201, posted.body
+    settle(aws, "src", sessions)
+    before = answers("src", "dst")
+    assert any(before[f"{s} summaries"].get("short_summary") for s in sessions), "the source has summaries"
+    assert len(before["conclusions"]) > 4, "and derived conclusions"
+
+    status = import_into(aws, "dst", export_of(aws, "src"))
+    assert status["status"] == "done", status
+    assert status["counts"]["message"] == 121
+    bodies = aws["s3"].list_objects_v2(Bucket=template().bucket_name, Prefix="bodies/dst/")
+    assert bodies.get("KeyCount") == 1
+    # The stream's consumers woken by the imported messages derive and summarize nothing again.
+    settle(aws, "dst", sessions)
+    after = answers("dst", "dst")
+    for key in before:
+        assert after[key] == before[key], key
+    assert answers("src", "dst") == before  # the source is untouched
+
+
+def test_six_thousand_messages_round_trip_in_many_steps(aws, monkeypatch):
+    from precis.transfer import importer
+
+    monkeypatch.setattr(importer, "RANGE_BYTES", 200_000)  # an import of several steps, as a large one is
+    sessions = build(aws, "src", sessions=6, messages=1000)
+    settle(aws, "src", sessions, derived=2)
+    before = answers("src", "dst")
+    data = export_of(aws, "src")
+    status = import_into(aws, "dst", data)
+    assert status["status"] == "done" and status["steps"] > 5, status
+    assert status["counts"]["message"] == 6000
+    settle(aws, "dst", sessions, derived=2)
+    after = answers("dst", "dst")
+    for key in before:
+        assert after[key] == before[key], key
+
+
+def test_an_interrupted_import_resumes_and_writes_nothing_twice(aws, monkeypatch):
+    from precis.store.db import get_db
+    from precis.transfer import importer
+
+    monkeypatch.setattr(importer, "RANGE_BYTES", 5_000)
+    monkeypatch.setattr(importer, "MESSAGES_PER_WRITE", 5)  # a step of several writes, interrupted between two
+    sessions = build(aws, "src", sessions=2, messages=60, batch=20)
+    settle(aws, "src", sessions)
+    before = answers("src", "dst")
+    data = export_of(aws, "src")
+    assert call("POST", W, {"id": "dst"}).status == 201
+    job = call("POST", f"{W}/dst/imports", {"upload_id": upload("dst", data)}).body["id"]
+    writes: list[int] = []
+
+    def fail_fourth_batch(params, **_):
+        puts = [a["Put"]["Item"] for a in params["TransactItems"] if "Put" in a]
+        if puts and all(p.get("kind", {}).get("S") == "message" for p in puts):
+            writes.append(len(puts))
+            if len(writes) == 7:
+                raise ConnectionError("the network went away mid-import")
+
+    client = get_db().client
+    client.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", fail_fourth_batch)
+    try:
+        record = stream_record(job_item(aws, "dst", job), "INSERT")
+        assert invoke("SummarizeFunction", {"Records": [record]})["batchItemFailures"]
+        stopped = call("GET", f"{W}/dst/imports/{job}").body
+        assert stopped["status"] == "running", stopped
+        # The failed step had stored some of its messages: its run again meets them.
+        listed = pages(f"{W}/dst/sessions/list")
+        stored = sum(len(pages(f"{W}/dst/sessions/{s['id']}/messages/list")) for s in listed)
+        assert 0 < stopped["counts"].get("message", 0) < stored < 120, (stopped, stored)
+        # The stream delivers the failed record again: the step it names runs again from its start.
+        run_job(aws, "dst", job)
+    finally:
+        client.meta.events.unregister("provide-client-params.dynamodb.TransactWriteItems", fail_fourth_batch)
+    assert call("GET", f"{W}/dst/imports/{job}").body["status"] == "done"
+    assert sum(writes[:6]) + sum(writes[7:]) == 120  # each message stored once: the failed batch stored nothing
+    settle(aws, "dst", sessions)
+    after = answers("dst", "dst")
+    for key in before:
+        assert after[key] == before[key], key
+
+
+def test_an_import_goes_only_into_an_empty_workspace_and_reads_only_an_export(aws):
+    build(aws, "src", sessions=1, messages=3)
+    data = export_of(aws, "src")
+    # Not empty: refused before anything runs.
+    occupied = call("POST", f"{W}/src/imports", {"upload_id": upload("src", data)})
+    assert occupied.status == 409 and "empty" in occupied.body["detail"]
+    # Nothing uploaded under that id.
+    assert call("POST", W, {"id": "dst"}).status == 201
+    missing = call("POST", f"{W}/dst/imports", {"upload_id": "0123456789abcdef"})
+    assert missing.status == 404 and "upload" in missing.body["detail"]
+
+    lines = data.decode().splitlines(keepends=True)
+    parsed = [json.loads(line) for line in lines]
+    first, second = (n for n, line in enumerate(parsed) if line["kind"] == "message" and line["seq"] in (1, 2))
+    misplaced = [*lines]
+    misplaced[first] = json.dumps({**parsed[first], "id": parsed[second]["id"]}) + "\n"
+    end = parsed[-1] | {"counts": parsed[-1]["counts"] | {"message": parsed[-1]["counts"]["message"] - 1}}
+    gap = [*lines[:second], *lines[second + 1 : -1], json.dumps(end) + "\n"]
+    cases = {
+        "not an export": (b'{"kind": "peer", "id": "x", "created_at": "2026-01-01T00:00:00+00:00"}\n', "line 1"),
+        "not JSON": (lines[0].encode() + b"{oops\n", "line 2: not JSON"),
+        "truncated": ("".join(lines[:-1]).encode(), "truncated"),
+        "counts differ": ("".join(lines[:-2] + lines[-1:]).encode(), "the file says it holds"),
+        "newer version": (lines[0].replace('"version":1', '"version":2').encode(), "version 2"),
+        "an id not its seq's": ("".join(misplaced).encode(), "is not the id of a message at seq 1"),
+        "a gap in a session": ("".join(gap).encode(), "does not follow seq 1"),
+    }
+    for number, (name, (body, error)) in enumerate(cases.items()):
+        ws = f"bad{number}"
+        assert call("POST", W, {"id": ws}).status == 201
+        started = call("POST", f"{W}/{ws}/imports", {"upload_id": upload(ws, body)})
+        assert started.status == 202, (name, started.body)
+        run_job(aws, ws, started.body["id"])
+        failed = call("GET", f"{W}/{ws}/imports/{started.body['id']}").body
+        assert failed["status"] == "failed" and error in failed["error"], (name, failed)
+
+
+def test_an_export_imports_in_place_for_a_key_that_reaches_both_workspaces(aws, monkeypatch):
+    from precis.auth import mint_key
+    from precis.transfer import export
+
+    monkeypatch.setattr(export, "PART_LINES", 9)  # several parts, read one after another
+    sessions = build(aws, "src", sessions=2, messages=20)
+    settle(aws, "src", sessions)
+    before = answers("src", "dst")
+    job = call("POST", f"{W}/src/exports").body["id"]
+    run_job(aws, "src", job)
+    assert call("GET", f"{W}/src/exports/{job}").body["parts"] > 3
+    assert call("POST", W, {"id": "dst"}).status == 201
+    source = {"export": {"workspace_id": "src", "export_id": job}}
+
+    secret = "transfer-test-secret-0123456789abcdef"
+    monkeypatch.setenv("PRECIS_AUTH", "true")
+    monkeypatch.setenv("PRECIS_JWT_SECRET", secret)
+    from precis.settings import get_settings
+
+    get_settings.cache_clear()
+    dst_key = {"Authorization": f"Bearer {mint_key(secret, workspace='dst')}"}
+    refused = call("POST", f"{W}/dst/imports", source, headers=dst_key)
+    assert refused.status == 403, refused.body  # the export is another workspace's data
+    admin = {"Authorization": f"Bearer {mint_key(secret, admin=True)}"}
+    started = call("POST", f"{W}/dst/imports", source, headers=admin)
+    assert started.status == 202, started.body
+    monkeypatch.delenv("PRECIS_AUTH")
+    get_settings.cache_clear()
+
+    run_job(aws, "dst", started.body["id"])
+    assert call("GET", f"{W}/dst/imports/{started.body['id']}").body["status"] == "done"
+    settle(aws, "dst", sessions)
+    after = answers("dst", "dst")
+    for key in before:
+        assert after[key] == before[key], key
