@@ -1,7 +1,8 @@
 """Which record of the table's stream wakes which job: one table, read by both stream consumers and by the test that
 holds the template's event filters to it (pure: an event name and a new image in, a job out).
 
-The summarizer keeps summaries current, purges deleted sessions and copies what clones inherited; the deriver
+The summarizer keeps summaries current, purges deleted sessions, copies what clones inherited and carries out message
+deletes; the deriver
 derives conclusions from messages, backfills a scope's new sessions and runs scheduled dreams. Lambda's event
 filtering (template.yaml, FilterCriteria) drops every other record before either is invoked; `filter_patterns`
 says what those filters must be, and `tests/store/test_stream_target.py` checks the template says it.
@@ -48,6 +49,8 @@ ROUTES = (
     Route(SUMMARIZER, "purge", "session", ("MODIFY",), present=("deleted_at",), absent=("purged_at",)),
     # A clone whose inherited messages are still to be copied into its own partition (each step stored wakes the next).
     Route(SUMMARIZER, "copy", "session", ("INSERT", "MODIFY"), present=("base_session",), absent=("deleted_at",)),
+    # A message deleted (its tombstone), until its cascade is done (each step it notes, or a touch, goes on).
+    Route(SUMMARIZER, "forget", "forgotten", ("INSERT", "MODIFY"), absent=("forgot_done",)),
     Route(DERIVER, "derive", "message", ("INSERT",), absent=("copy_of",)),
     # A session added to a scope: its conclusions so far are copied into the scope.
     Route(DERIVER, "backfill", "scope_session", ("INSERT",)),
@@ -64,6 +67,7 @@ _TYPES = {
     "purged_at": "S",
     "base_session": "S",
     "requested": "S",
+    "forgot_done": "S",
 }
 
 
@@ -86,12 +90,13 @@ def filter_patterns(consumer: str) -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class StreamTarget:
     """`summarize` a session after a message insert (or a step of a long summary job), `purge` the incarnation a
-    delete marked, or `copy` what a clone inherited into its own partition."""
+    delete marked, `copy` what a clone inherited into its own partition, or `forget` message `seq` (deleted)."""
 
     action: str
     workspace: str
     session: str
     incarnation: str | None = None
+    seq: int | None = None
 
 
 def stream_target(event_name: str, image: dict[str, Any]) -> StreamTarget:
@@ -99,6 +104,8 @@ def stream_target(event_name: str, image: dict[str, Any]) -> StreamTarget:
     job = job_of(SUMMARIZER, event_name, image)
     if job == "summarize":
         return StreamTarget(job, *session_of(image))
+    if job == "forget":
+        return StreamTarget(job, *session_of(image), seq=int(image["seq"]))
     if job in ("purge", "copy"):
         return StreamTarget(job, workspace_of(image), image["id"], image.get("incarnation"))
     raise Invalid(f"stream record asks nothing of the summarizer: {event_name} of kind={image.get('kind')!r}")

@@ -35,6 +35,12 @@ def delete(db: Db, ws: str, conclusion_id: str) -> None:
         raise NotFound(f"conclusion '{conclusion_id}' not found in workspace '{ws}'")
 
 
+def remove_conclusions(db: Db, ws: str, observer: str, observed: str, ids: list[str]) -> int:
+    """Delete these conclusions of one collection (each with its vector, dedupe key, pointer and provenance) and count
+    them off the head; how many were there (a message delete's cascade)."""
+    return _remove(db, ws, observer, observed, ids)
+
+
 def _remove(db: Db, ws: str, observer: str, observed: str, ids: list[str]) -> int:
     """Delete these conclusions of one collection and count them off the head; how many were there."""
     removed = 0

@@ -18,7 +18,7 @@ from precis.store.db import (
     to_item,
 )
 from precis.store.records import page
-from precis.store.resources import gone_sessions, require_workspace
+from precis.store.resources import hidden_sources, require_workspace
 
 _FILTER_KEYS = {"observer_id", "observed_id", "session_id", "id", "source_ids", "level", "created_at"}
 # What a list reads of every candidate (not the content): enough to filter, order and fetch the page.
@@ -64,11 +64,18 @@ def list_conclusions(
 
 
 def live[C: Mapping[str, Any]](db: Db, ws: str, conclusions: Sequence[C]) -> list[C]:
-    """`conclusions` but those drawn in a deleted session, which are invisible from the moment its delete answers
-    (its purge removes them later): one BatchGetItem of their distinct sessions, none when no conclusion names one.
-    Until then `total` and `pages` still count them."""
-    gone = gone_sessions(db, ws, {c["session_id"] for c in conclusions if c.get("session_id")})
-    return [c for c in conclusions if c.get("session_id") not in gone] if gone else list(conclusions)
+    """`conclusions` but those drawn in a deleted session, or from a message being deleted, which are invisible from
+    the moment the delete answers (its purge or cascade removes them later): one BatchGetItem of their distinct
+    sessions, none when no conclusion names one. Until then `total` and `pages` still count them."""
+    gone, forgetting = hidden_sources(db, ws, {c["session_id"] for c in conclusions if c.get("session_id")})
+    if not gone and not forgetting:
+        return list(conclusions)
+    return [
+        c
+        for c in conclusions
+        if c.get("session_id") not in gone
+        and not forgetting.get(c.get("session_id") or "", set()).intersection(c.get("source_message_ids") or ())
+    ]
 
 
 def _candidates(db: Db, ws: str, filters: dict[str, Any]) -> list[ConclusionItem]:
