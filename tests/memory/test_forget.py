@@ -18,8 +18,11 @@ class Streams:
     """The table's stream read from where it stands, each record handed to the consumers whose filters take it, as
     Lambda's event source mappings do; `settle` runs them until nothing new comes."""
 
-    def __init__(self, aws):
+    def __init__(self, aws, *, chaos: bool = False):
         self.streams, self.dynamodb = aws["dynamodbstreams"], aws["dynamodb"]
+        # As the local stack's replay chaos (tests/stack.py): every batch twice, and the records of different
+        # partitions in reversed order (a partition's own records keep their order, as DynamoDB Streams keeps it).
+        self.chaos = chaos
         arn = self.dynamodb.describe_table(TableName=TABLE)["Table"]["LatestStreamArn"]
         shards = self.streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
         self.iterators = [
@@ -53,12 +56,23 @@ class Streams:
                     if "NewImage" in r["dynamodb"]
                     and job_of(consumer, r["eventName"], _plain(r["dynamodb"]["NewImage"])) is not None
                 ]
-                if chosen:
-                    event = {"Records": chosen}
+                for batch in self._batches(chosen):
+                    event = {"Records": batch}
                     before(function, event)
                     answer = invoke(function, event)
                     assert answer == {"batchItemFailures": []}, (function, answer)
         raise AssertionError("the stream did not settle")
+
+    def _batches(self, records: list[dict]) -> list[list[dict]]:
+        if not records:
+            return []
+        if not self.chaos:
+            return [records]
+        by_partition: dict[str, list[dict]] = {}
+        for record in records:
+            by_partition.setdefault(record["dynamodb"]["Keys"]["PK"]["S"], []).append(record)
+        reordered = [r for pk in reversed(list(by_partition)) for r in by_partition[pk]]
+        return [reordered, reordered]
 
 
 def _plain(image: dict) -> dict:
@@ -111,6 +125,13 @@ def test_a_deleted_message_and_what_was_drawn_from_it_are_gone_at_once_and_then_
     assert all("Lisbon" not in c["content"] for c in conclusions())
     found = call("POST", f"{W}/search", {"query": "Lisbon spring"})
     assert found.status == 200 and found.body == []
+    shown = call("POST", f"{W}/peers/bob/representation", {"target": "alice"})
+    assert (
+        shown.status == 200
+        and "sister" in shown.body["representation"]
+        and "Lisbon" not in shown.body["representation"]
+    )
+    assert call("GET", f"{W}/peers/alice/card").body["peer_card"] is None  # marked until the cascade rebuilds it
     context = call("GET", f"{S}/context?tokens=1000").body
     assert [m["id"] for m in context["messages"]] == [posted[1]["id"], posted[2]["id"]]
     assert context["token_count"] == posted[1]["token_count"] + posted[2]["token_count"]
@@ -118,5 +139,123 @@ def test_a_deleted_message_and_what_was_drawn_from_it_are_gone_at_once_and_then_
     streams.settle()
     assert all("Lisbon" not in c["content"] for c in conclusions())
     assert {c["content"] for c in conclusions(observer_id="alice", observed_id="alice")} == {"alice's sister is Ana"}
+    assert call("GET", f"{W}/peers/alice/card").body["peer_card"] == ["RELATIONSHIP: alice's sister is Ana"]
     assert call("DELETE", f"{S}/messages/{posted[0]['id']}").status == 404
     assert messages()["total"] == 2
+
+
+def test_deleting_what_is_not_a_live_message_is_404_and_a_peer_key_may_not(ws):
+    (posted,) = post(("alice", "I moved to Lisbon last spring."))
+    assert call("DELETE", f"{S}/messages/AAAAAAAAAAAAAAAAAAAAA").status == 404
+    assert call("DELETE", f"{W}/sessions/nope/messages/{posted['id']}").status == 404
+    assert call("DELETE", f"{S}/messages/{posted['id']}").status == 204
+    assert call("DELETE", f"{S}/messages/{posted['id']}").status == 404  # its tombstone is no message
+    assert call("PUT", f"{S}/messages/{posted['id']}", {"metadata": {"a": 1}}).status == 404
+
+
+def _tombstone(aws, seq: int) -> dict:
+    from precis.store.db import from_item
+
+    key = {"PK": {"S": "WS#ws1#S#s1"}, "SK": {"S": f"MSG#{seq:012d}"}}
+    return from_item(aws["dynamodb"].get_item(TableName=TABLE, Key=key, ConsistentRead=True)["Item"])
+
+
+def test_a_derivation_that_read_the_message_before_its_delete_writes_nothing_of_it(ws):
+    """The engine's answer is stored on the cursor before its conclusions are written: a delete meanwhile drops the
+    stored job, so the derivation reads the session again (the message gone) and derives the rest, each once."""
+    from botocore.exceptions import ClientError
+
+    from precis.store.db import get_db
+
+    streams = Streams(ws)
+    posted = post(("alice", "I moved to Lisbon last spring."), ("alice", "My sister is Ana."))
+    records = [
+        r
+        for r in streams.read()
+        if "NewImage" in r["dynamodb"] and job_of(DERIVER, r["eventName"], _plain(r["dynamodb"]["NewImage"]))
+    ]
+    event = {"Records": [stream_record(r["dynamodb"]["NewImage"], r["eventName"]) for r in records]}
+    client = get_db().client
+
+    def down(**_):  # the conclusions' transaction fails once the job is stored
+        raise ClientError({"Error": {"Code": "InternalServerError", "Message": "down"}}, "TransactWriteItems")
+
+    client.meta.events.register("before-call.dynamodb.TransactWriteItems", down)
+    try:
+        assert invoke("DeriveFunction", event)["batchItemFailures"]
+    finally:
+        client.meta.events.unregister("before-call.dynamodb.TransactWriteItems", down)
+    assert conclusions() == []
+    assert call("DELETE", f"{S}/messages/{posted[0]['id']}").status == 204
+    streams.settle()  # the delete's cascade is done before the stream retries the derivation
+    assert "forgetting" not in _session(ws)
+    assert invoke("DeriveFunction", event) == {"batchItemFailures": []}  # the stream's retry
+    streams.settle()
+    assert [c["content"] for c in conclusions(observer_id="alice", observed_id="alice")] == ["alice's sister is Ana"]
+    queue = call("GET", f"{W}/queue/status", session_id="s1")
+    assert queue.status == 200, queue.body
+    assert queue.body["pending_work_units"] == 0 and queue.body["in_progress_work_units"] == 0
+
+
+def test_a_cascade_interrupted_mid_way_is_finished_by_the_redelivery(ws):
+    """S3 refuses the body's delete after the conclusions and the index are done: the record fails, the tombstone
+    says which steps are done, the reads still show nothing of it, and the stream's retry finishes the rest."""
+    from precis.store.db import get_db
+
+    streams = Streams(ws)
+    posted = post(("alice", "I moved to Lisbon last spring. " + "Lisbon is lovely in spring. " * 700))
+    streams.settle()
+    assert conclusions()
+    assert call("DELETE", f"{S}/messages/{posted[0]['id']}").status == 204
+    records = [
+        r
+        for r in streams.read()
+        if "NewImage" in r["dynamodb"] and job_of(SUMMARIZER, r["eventName"], _plain(r["dynamodb"]["NewImage"]))
+    ]
+    event = {"Records": [stream_record(r["dynamodb"]["NewImage"], r["eventName"]) for r in records]}
+    s3 = get_db().s3
+
+    def refuse(parsed, **_):
+        parsed["Errors"] = [{"Key": "bodies/x", "Code": "AccessDenied", "Message": "Access Denied"}]
+
+    s3.meta.events.register("after-call.s3.DeleteObjects", refuse)
+    try:
+        assert invoke("SummarizeFunction", event)["batchItemFailures"]
+    finally:
+        s3.meta.events.unregister("after-call.s3.DeleteObjects", refuse)
+    tomb = _tombstone(ws, 1)
+    assert tomb["forgot_step"] == 2 and "forgot_done" not in tomb  # conclusions and search done, the body not
+    assert conclusions() == [] and call("POST", f"{W}/search", {"query": "Lisbon"}).body == []
+    assert "forgetting" in _session(ws)
+    assert invoke("SummarizeFunction", event) == {"batchItemFailures": []}  # the stream's retry
+    streams.settle()
+    assert "forgot_done" in _tombstone(ws, 1) and "forgetting" not in _session(ws)
+    bucket = ws["s3"].list_buckets()["Buckets"][0]["Name"]
+    assert not ws["s3"].list_object_versions(Bucket=bucket, Prefix="bodies/").get("Versions")
+
+
+def _session(aws) -> dict:
+    from precis.store.db import from_item
+
+    key = {"PK": {"S": "WS#ws1"}, "SK": {"S": "SESSION#s1"}}
+    return from_item(aws["dynamodb"].get_item(TableName=TABLE, Key=key, ConsistentRead=True)["Item"])
+
+
+def test_no_summary_read_before_the_delete_is_stored_after_it(ws):
+    """A summarizer that read the message before its delete answered: its write is refused while the delete's
+    cascade runs (the session's `forgetting`), and the cascade summarizes again without it."""
+    streams = Streams(ws)
+    texts = [("alice" if i % 2 else "bob", f"Plain line number {i} about Xylophonics.") for i in range(20)]
+    posted = post(*texts)
+    inserts = [
+        r
+        for r in streams.read()
+        if "NewImage" in r["dynamodb"] and job_of(SUMMARIZER, r["eventName"], _plain(r["dynamodb"]["NewImage"]))
+    ]
+    assert call("DELETE", f"{S}/messages/{posted[3]['id']}").status == 204
+    late = {"Records": [stream_record(r["dynamodb"]["NewImage"], r["eventName"]) for r in inserts]}
+    assert invoke("SummarizeFunction", late) == {"batchItemFailures": []}
+    assert call("GET", f"{S}/summaries").body["short_summary"] is None  # refused while the delete runs
+    streams.settle()
+    summary = call("GET", f"{S}/summaries").body["short_summary"]
+    assert summary is not None and "number 3 " not in summary["content"]

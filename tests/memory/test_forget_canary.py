@@ -192,15 +192,16 @@ def derived_from_it(text: str) -> bool:
     ).startswith("SUMMARY#")
 
 
-@pytest.fixture
-def runs(aws):
-    streams = Streams(aws)
+@pytest.fixture(params=["in order", "replayed and reordered"])
+def runs(aws, request):
+    streams = Streams(aws, chaos=request.param != "in order")
     conversation("wclean", streams, canary=False)
     conversation("wcanary", streams, canary=True)
     return aws, streams
 
 
 def test_a_deleted_message_leaves_no_trace_and_changes_nothing_else(runs):
+    """Also with every stream batch delivered twice and its partitions in reversed order (the local stack's chaos)."""
     aws, streams = runs
     before = traces(table_items(aws), bucket_objects(aws))
     kinds = {t.split(" / ")[-1].split("#")[0] for t in before if t.startswith("item")}
