@@ -259,3 +259,39 @@ def test_no_summary_read_before_the_delete_is_stored_after_it(ws):
     streams.settle()
     summary = call("GET", f"{S}/summaries").body["short_summary"]
     assert summary is not None and "number 3 " not in summary["content"]
+
+
+def test_a_clone_of_a_session_with_a_deleted_message_reads_like_its_parent(ws):
+    streams = Streams(ws)
+    posted = post(("alice", "One."), ("bob", "Two."), ("alice", "Three."), ("bob", "Four."))
+    streams.settle()
+    assert call("DELETE", f"{S}/messages/{posted[1]['id']}").status == 204
+    streams.settle()
+    clone = call("POST", f"{S}/clone")
+    assert clone.status == 201, clone.body
+    streams.settle()  # the clone's copy
+    path = f"{W}/sessions/{clone.body['id']}"
+    context = call("GET", f"{path}/context?tokens=1000")
+    assert context.status == 200, context.body
+    assert [m["content"] for m in context.body["messages"]] == ["One.", "Three.", "Four."]
+    listed = call("POST", f"{path}/messages/list").body
+    assert [m["content"] for m in listed["items"]] == ["One.", "Three.", "Four."]
+    assert post_messages(clone.body["id"], ("alice", "Five."))[0]["seq"] == 5
+    assert [m["content"] for m in call("GET", f"{path}/context?tokens=1000").body["messages"]][-1] == "Five."
+
+
+def test_a_session_whose_newest_message_was_deleted_takes_appends_and_clones(ws):
+    streams = Streams(ws)
+    posted = post(("alice", "One."), ("bob", "Two."))
+    assert call("DELETE", f"{S}/messages/{posted[1]['id']}").status == 204
+    streams.settle()
+    (third,) = post(("alice", "Three."))
+    assert third["seq"] == 3  # the deleted seq is never given again
+    assert call("DELETE", f"{S}/messages/{third['id']}").status == 204
+    clone = call("POST", f"{S}/clone")
+    assert clone.status == 201, clone.body
+    streams.settle()
+    path = f"{W}/sessions/{clone.body['id']}"
+    assert [m["content"] for m in call("GET", f"{path}/context?tokens=1000").body["messages"]] == ["One."]
+    assert post_messages(clone.body["id"], ("alice", "Four."))[0]["seq"] == 4
+    assert [m["content"] for m in call("GET", f"{S}/context?tokens=1000").body["messages"]] == ["One."]
