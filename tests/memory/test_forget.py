@@ -295,3 +295,18 @@ def test_a_session_whose_newest_message_was_deleted_takes_appends_and_clones(ws)
     assert [m["content"] for m in call("GET", f"{path}/context?tokens=1000").body["messages"]] == ["One."]
     assert post_messages(clone.body["id"], ("alice", "Four."))[0]["seq"] == 4
     assert [m["content"] for m in call("GET", f"{S}/context?tokens=1000").body["messages"]] == ["One."]
+
+
+def test_the_card_of_an_observer_who_left_the_session_is_rebuilt_too(ws):
+    streams = Streams(ws)
+    posted = post(("alice", "I moved to Lisbon last spring."), ("alice", "My sister is Ana."))
+    streams.settle()
+    card = call("GET", f"{W}/peers/bob/card", target="alice").body["peer_card"]
+    assert any("Lisbon" in entry for entry in card)
+    assert call("DELETE", f"{S}/peers", ["bob"]).status in (200, 204)
+    assert call("DELETE", f"{S}/messages/{posted[0]['id']}").status == 204
+    streams.settle()
+    assert call("GET", f"{W}/peers/bob/card", target="alice").body["peer_card"] == [
+        "RELATIONSHIP: alice's sister is Ana"
+    ]
+    assert all("Lisbon" not in c["content"] for c in conclusions(observer_id="bob"))

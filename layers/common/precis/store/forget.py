@@ -205,11 +205,12 @@ def forget_cascade(
             _delete_versions(db, tomb["forgot_body"], exact=True)
         step = _step(db, ws, session_id, seq, BODY)
     if step < CARDS:
-        lost = set(tomb.get("forgot_lost") or ())
-        for observer in tomb.get("forgot_cards") or ():
+        lost, marked = set(tomb.get("forgot_lost") or ()), set(tomb.get("forgot_cards") or ())
+        for observer in sorted(marked | lost):
             rebuild = rebuild_card if observer in lost else None
             if not any(
-                conclusions.rebuild_card(db, ws, observer, sender, message_id, rebuild) for _ in range(_ATTEMPTS)
+                conclusions.rebuild_card(db, ws, observer, sender, message_id, rebuild, marked=observer in marked)
+                for _ in range(_ATTEMPTS)
             ):
                 raise Throttled(f"the card of '{observer}' about '{sender}' kept changing while being rebuilt")
         step = _step(db, ws, session_id, seq, CARDS)

@@ -200,16 +200,19 @@ def rebuild_card(
     observed: str,
     message_id: str,
     rebuild: Callable[[str, list[str]], tuple[list[str], dict[str, int]] | None] | None,
+    *,
+    marked: bool = True,
 ) -> bool:
     """The card of (observer, observed) once message `message_id` and what was drawn from it are gone: a derived card
     rebuilt from the collection's conclusions (`rebuild(observed, contents)`; None or nothing: the card goes, for the
     next refresh to make), a client's kept, and without `rebuild` (the collection lost nothing) kept too; its mark
     cleared in the same write, on condition the card is still the one read (False when it changed: the caller tries
-    again). No card, or not marked for it: True, nothing written."""
+    again). No card, or (`marked`) not marked for it: True, nothing written. Not `marked`: the card of an observer
+    that was no longer a member when the message was deleted (its card was not marked), rebuilt all the same."""
     item = read_item(db, keys.card(ws, observer, observed))
-    if item is None or message_id not in (item.get("forget_pending") or ()):
+    if item is None or (marked and message_id not in (item.get("forget_pending") or ())):
         return True
-    pending = sorted(set(item["forget_pending"]) - {message_id})
+    pending = sorted(set(item.get("forget_pending") or ()) - {message_id})
     key = to_item(keys.card(ws, observer, observed))
     check: dict[str, Any] = (
         {"ConditionExpression": "updated_at = :u", "ExpressionAttributeValues": {":u": {"S": item["updated_at"]}}}
