@@ -310,3 +310,57 @@ def test_the_card_of_an_observer_who_left_the_session_is_rebuilt_too(ws):
         "RELATIONSHIP: alice's sister is Ana"
     ]
     assert all("Lisbon" not in c["content"] for c in conclusions(observer_id="bob"))
+
+
+def test_the_keys_that_may_edit_a_message_may_delete_it_a_peer_key_may_not(ws, monkeypatch):
+    from precis.auth import mint_key
+    from tests.hostile import SECRET, admin_key
+
+    posted = post(("alice", "One."), ("bob", "Two."), ("alice", "Three."))
+    admin_key(monkeypatch)  # keys checked, as deployed
+
+    def bearer(**claims) -> dict[str, str]:
+        return {"Authorization": f"Bearer {mint_key(SECRET, **claims)}"}
+
+    def delete(message: dict, headers: dict[str, str]) -> int:
+        return call("DELETE", f"{S}/messages/{message['id']}", headers=headers).status
+
+    assert delete(posted[0], bearer(workspace="ws1", peer="alice")) == 403  # a member's key reads, but may not edit
+    assert delete(posted[0], bearer(workspace="ws2")) == 403
+    assert delete(posted[0], {}) == 401
+    assert delete(posted[0], bearer(workspace="ws1", session="s1")) == 204
+    assert delete(posted[1], bearer(workspace="ws1")) == 204
+    assert delete(posted[2], bearer(admin=True)) == 204
+
+
+def test_the_mcp_tools_never_return_a_deleted_message_or_what_was_drawn_from_it(ws):
+    import json as _json
+
+    posted = post(("alice", "I moved to Lisbon last spring."), ("alice", "My sister is Ana."))
+    Streams(ws).settle()
+    assert call("DELETE", f"{S}/messages/{posted[0]['id']}").status == 204  # the cascade not run yet
+
+    def tool(name: str, **arguments) -> str:
+        text = _json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+        )
+        reply = call("POST", "/mcp", raw=text, headers={"MCP-Protocol-Version": "2025-06-18"})
+        assert reply.status == 200, reply.body
+        return _json.dumps(reply.body)
+
+    for name, arguments in [
+        ("get_session_messages", {"session_id": "s1"}),
+        ("get_session_context", {"session_id": "s1"}),
+        ("get_representation", {"peer_id": "alice"}),
+        ("get_peer_context", {"peer_id": "alice"}),
+        ("get_peer_card", {"peer_id": "alice"}),
+        ("list_conclusions", {"peer_id": "alice"}),
+        ("query_conclusions", {"peer_id": "alice", "query": "Lisbon"}),
+        ("search", {"query": "Lisbon spring"}),
+        ("chat", {"peer_id": "alice", "query": "Where did alice move?"}),
+    ]:
+        answer = tool(name, workspace_id="ws1", **arguments)
+        assert "Lisbon" not in answer, (name, answer)
+    assert "Ana" in tool("get_representation", workspace_id="ws1", peer_id="alice")
+    gone = tool("get_session_message", workspace_id="ws1", session_id="s1", message_id=posted[0]["id"])
+    assert "not found" in gone
