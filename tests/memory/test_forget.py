@@ -364,3 +364,55 @@ def test_the_mcp_tools_never_return_a_deleted_message_or_what_was_drawn_from_it(
     assert "Ana" in tool("get_representation", workspace_id="ws1", peer_id="alice")
     gone = tool("get_session_message", workspace_id="ws1", session_id="s1", message_id=posted[0]["id"])
     assert "not found" in gone
+
+
+def _deduce(body: dict):
+    """The local model's dream: one deduction from the Lisbon conclusion, one from the others; no card."""
+    import json as _json
+
+    text = _json.dumps(body.get("response_format") or {})
+    prompt = body["messages"][-1]["content"]
+    if "deductive_conclusions" in text or "<explicit>" in prompt:
+        lines = [line for line in prompt.splitlines() if line.startswith("[")]
+        ids = {line[1 : line.index("]")]: line for line in lines}
+        lisbon = [i for i, line in ids.items() if "Lisbon" in line]
+        others = [i for i, line in ids.items() if "Lisbon" not in line]
+        deductive = [
+            {"content": "alice knows Portuguese cities well", "premises": lisbon},
+            {"content": "alice has family nearby", "premises": others},
+        ]
+        return _json.dumps({"deductive": deductive})
+    if "peer_card" in text:
+        return _json.dumps({"peer_card": []})
+    return _json.dumps({"explicit": []})
+
+
+def test_deductions_from_a_deleted_messages_conclusions_go_with_them(ws, llm_server, monkeypatch):
+    from precis.settings import get_settings
+    from precis.store import keys
+    from precis.store.db import from_item, to_item
+
+    streams = Streams(ws)
+    posted = post(("alice", "I moved to Lisbon last spring."), ("alice", "My sister is Ana."))
+    streams.settle()
+    monkeypatch.setenv("OPENAI_BASE_URL", llm_server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("PRECIS_LLM_MAX_ATTEMPTS", "2")
+    get_settings.cache_clear()
+    llm_server.answer = _deduce
+    assert call("POST", f"{W}/schedule_dream", {"observer": "alice"}).status == 204
+    dream = ws["dynamodb"].get_item(TableName=TABLE, Key=to_item(keys.dream("ws1", "alice", "alice")))["Item"]
+    assert invoke("DeriveFunction", {"Records": [stream_record(dream, "MODIFY")]}) == {"batchItemFailures": []}
+
+    def deduced() -> list[str]:
+        return sorted(c["content"] for c in conclusions(observer_id="alice", observed_id="alice", level="deductive"))
+
+    assert deduced() == ["alice has family nearby", "alice knows Portuguese cities well"]
+    assert call("DELETE", f"{S}/messages/{posted[0]['id']}").status == 204
+    assert deduced() == ["alice has family nearby"]  # at once: its premise is being deleted
+    shown = call("POST", f"{W}/peers/alice/representation", {}).body["representation"]
+    assert "Portuguese" not in shown and "family nearby" in shown
+    streams.settle()
+    assert deduced() == ["alice has family nearby"]
+    stored = [from_item(i) for i in ws["dynamodb"].scan(TableName=TABLE)["Items"]]
+    assert not [i for i in stored if "Portuguese" in str(i)]

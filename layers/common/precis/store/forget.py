@@ -193,6 +193,8 @@ def forget_cascade(
         for (observer, observed), ids in found.items():
             if time_left() < 0:
                 return False
+            # The deductions drawn from them first: a cascade stopped between the two finds the premises again.
+            conclusions.remove_deductions(db, ws, observer, observed, set(ids))
             conclusions.remove_conclusions(db, ws, observer, observed, ids)
         step = _step(db, ws, session_id, seq, CONCLUSIONS)
         tomb = _read_tombstone(db, ws, session_id, seq) or tomb

@@ -267,18 +267,27 @@ def _with_premises(db: Db, ws: str, request: Request, chosen: list[Chosen]) -> l
         )
     }
     sources = {s for i in items.values() for s in i.get("source_ids") or ()}
-    contents = (
+    premises = (
         {
-            i["id"]: i["content"]
+            i["id"]: i
             for i in batch_get(
                 db,
                 [keys.conclusion(ws, request.observer, request.observed, s) for s in sources],
-                ("PK", "SK", "id", "content"),
+                ("PK", "SK", "id", "content", "session_id", "source_message_ids"),
             )
         }
         if sources
         else {}
     )
+    contents = {i: p["content"] for i, p in premises.items()}
+    # A deduction from a premise drawn from a message being deleted (or in a deleted session) is left out with it.
+    gone, forgetting = hidden_sources(db, ws, {p["session_id"] for p in premises.values() if p.get("session_id")})
+    hidden = {
+        i
+        for i, p in premises.items()
+        if p.get("session_id") in gone
+        or forgetting.get(p.get("session_id") or "", set()).intersection(p.get("source_message_ids") or ())
+    }
     return [
         replace(
             c, premises=tuple(contents[s] for s in (items.get(c.id) or {}).get("source_ids") or () if s in contents)
@@ -286,6 +295,7 @@ def _with_premises(db: Db, ws: str, request: Request, chosen: list[Chosen]) -> l
         if c.id in wanted
         else c
         for c in chosen
+        if not hidden.intersection((items.get(c.id) or {}).get("source_ids") or ())
     ]
 
 

@@ -32,6 +32,7 @@ from precis.store.conclusions.deletes import (
     delete_collections,
     purge_session_conclusions,
     remove_conclusions,
+    remove_deductions,
     remove_session_copies,
 )
 from precis.store.conclusions.items import (
@@ -77,6 +78,7 @@ __all__ = [
     "query",
     "rebuild_card",
     "remove_conclusions",
+    "remove_deductions",
     "remove_session_copies",
     "session_explicit",
     "vector_item",
