@@ -74,6 +74,8 @@ def forget_message(db: Db, ws: str, session_id: str, message_id: str) -> None:
             *derive_cursors.forget_actions(db, ws, session_id, seq, sender),
         ]
         room = _MAX_ACTIONS - len(actions)
+        if room < 0:  # (one cursor per sender not derived past it: only a session of very many senders behind)
+            raise Throttled(f"session '{session_id}' has too many senders waiting for derivation; retry the delete")
         try:
             transact(db, actions + [action for _, action in cards[:room]])
         except ClientError as exc:
