@@ -3,6 +3,8 @@ invisible at once, and what the stream's cascade removes."""
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 from precis.stream import DERIVER, SUMMARIZER, job_of
@@ -416,3 +418,39 @@ def test_deductions_from_a_deleted_messages_conclusions_go_with_them(ws, llm_ser
     assert deduced() == ["alice has family nearby"]
     stored = [from_item(i) for i in ws["dynamodb"].scan(TableName=TABLE)["Items"]]
     assert not [i for i in stored if "Portuguese" in str(i)]
+
+
+def test_a_merge_that_read_the_unit_before_the_delete_never_merges_the_message(ws):
+    """A merge reads a fresh unit, then the message is deleted and its cascade writes the unit again without it before
+    the merge commits: the merge's delete of the unit (on condition its count is the one it read) fails, and the
+    merge made again takes the unit as it is now."""
+    from precis.store import text_index
+    from precis.store.db import from_item, get_db
+
+    streams = Streams(ws)
+    posted = post(("alice", "Zebra crossing one."), ("bob", "Quokka sighting two."), ("alice", "Walrus tusk three."))
+    streams.settle()  # (the deriver merges nothing: the shard holds far fewer than MERGE_MIN_DOCS)
+    client, raced = get_db().client, []
+
+    def race(**_):  # the merge's commit is its first transaction: the delete and its cascade come first
+        if not raced:
+            raced.append(True)
+            assert call("DELETE", f"{S}/messages/{posted[1]['id']}").status == 204
+            streams.settle()
+
+    client.meta.events.register("before-call.dynamodb.TransactWriteItems", race)
+    try:
+        merged = text_index.merge(get_db(), "ws1", ["s1"], min_docs=1)
+    finally:
+        client.meta.events.unregister("before-call.dynamodb.TransactWriteItems", race)
+    assert raced and merged == 2
+    assert call("POST", f"{W}/search", {"query": "Zebra crossing"}).body[0]["id"] == posted[0]["id"]
+    assert call("POST", f"{W}/search", {"query": "Quokka sighting"}).body == []
+    stored = [from_item(i) for i in ws["dynamodb"].scan(TableName=TABLE)["Items"]]
+
+    def text(item: dict) -> str:
+        inflated = [zlib.decompress(v).decode() for v in item.values() if isinstance(v, bytes)]
+        return str(item) + "".join(inflated)
+
+    assert [i["SK"] for i in stored if "quokka" in text(i).lower()] == []
+    assert [i for i in stored if "#XG#" in i["PK"] and "zebra" in text(i).lower()]  # merged into a segment
