@@ -41,6 +41,7 @@ metrics = Metrics()
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False)
 _failures: dict[StreamTarget, Exception | None] = {}
 _events: list[Event] = []  # what the batch's stored summaries announce, published once the batch is done
+_MARGIN_S = 10.0  # a cascade stops between steps with this much of the invocation left
 
 
 def _target(record: DynamoDBRecord) -> StreamTarget:
@@ -80,11 +81,36 @@ def _serve_target(db: Db, target: StreamTarget, records: list[str], time_left: C
 
         ran = run(db, target.workspace, target.session, target.step, time_left)
         logger.info("transfer", extra={"job": target.session, "step": target.step, "ran": ran})
+    elif target.action == "forget":
+        _forget(db, target, records, time_left)
     else:
         outcome = summarize_under_lease(
             db, get_settings(), target.workspace, target.session, records=records, remaining_s=time_left
         )
         _events.extend(outcome.events)
+
+
+def _forget(db: Db, target: StreamTarget, records: list[str], time_left: Callable[[], float]) -> None:
+    """A deleted message's cascade; when it is done, the session's summaries are made again without it (a summary
+    of what is left, or none); out of time, the tombstone is touched and its next record goes on."""
+    from precis.memory.card_refresh import card_rebuilder
+    from precis.store.forget import forget_cascade, touch
+
+    assert target.seq is not None  # (a forget target always names its seq)
+    settings = get_settings()
+    done = forget_cascade(
+        db,
+        target.workspace,
+        target.session,
+        target.seq,
+        rebuild_card=card_rebuilder(db, target.workspace, target.session, settings),
+        time_left=lambda: time_left() - _MARGIN_S,
+    )
+    logger.info("forget", extra={"session": target.session, "seq": target.seq, "done": done})
+    if not done:
+        touch(db, target.workspace, target.session, target.seq)
+        return
+    summarize_under_lease(db, settings, target.workspace, target.session, records=records, remaining_s=time_left)
 
 
 @logger.inject_lambda_context

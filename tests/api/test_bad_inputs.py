@@ -126,6 +126,9 @@ CASES = [
     ("PUT", f"{S}/messages/{'A' * 21}", {"metadata": {}}, {}, {}, 404),
     ("PUT", f"{S}/messages/{'A' * 21}", {"content": "new"}, {}, {}, 422),
     ("PUT", f"{S}/messages/{'A' * 21}", {}, {}, {}, 422),
+    ("DELETE", f"{S}/messages/{'A' * 21}", None, {}, {}, 404),
+    ("DELETE", f"{S}/messages/bad%20id", None, {}, {}, 422),
+    ("DELETE", f"{W}/sessions/nope/messages/{'A' * 21}", None, {}, {}, 404),
     # bodies nested deeper than any request needs (the parser, validators and filters would recurse over them)
     ("POST", "/v3/workspaces", DEEP_ARRAYS, {}, {}, 422),
     ("POST", "/v3/workspaces", DEEP_OBJECTS, {}, {}, 422),

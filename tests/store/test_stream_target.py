@@ -93,6 +93,8 @@ def test_the_templates_stream_filters_are_the_routing_tables(consumer):
         return sorted(json.dumps(sort(p)) for p in patterns)
 
     assert canonical(template_patterns(consumer)) == canonical(filter_patterns(consumer))
+    # Lambda takes 5 filters a mapping unless the account's quota is raised (to 10): a fresh account deploys it.
+    assert len(template_patterns(consumer)) <= 5
 
 
 @pytest.mark.parametrize("consumer", [SUMMARIZER, DERIVER])

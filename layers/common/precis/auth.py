@@ -74,6 +74,8 @@ ROUTES: dict[str, Access] = {
     f"POST {_S}/messages/list": Access.SESSION_READ,
     f"GET {_S}/messages/{{message_id}}": Access.SESSION_READ,
     f"PUT {_S}/messages/{{message_id}}": Access.SESSION_WRITE,
+    # (ext) deleting a message, with what was drawn from it: the keys that may edit it.
+    f"DELETE {_S}/messages/{{message_id}}": Access.SESSION_WRITE,
     f"POST {_S}/clone": Access.SESSION_WRITE,
     f"GET {_S}/context": Access.SESSION_READ,
     f"GET {_S}/summaries": Access.SESSION_READ,

@@ -1,7 +1,8 @@
 """Which record of the table's stream wakes which job: one table, read by both stream consumers and by the test that
 holds the template's event filters to it (pure: an event name and a new image in, a job out).
 
-The summarizer keeps summaries current, purges deleted sessions and copies what clones inherited; the deriver
+The summarizer keeps summaries current, purges deleted sessions, copies what clones inherited and carries out message
+deletes; the deriver
 derives conclusions from messages, backfills a scope's new sessions and runs scheduled dreams. Lambda's event
 filtering (template.yaml, FilterCriteria) drops every other record before either is invoked; `filter_patterns`
 says what those filters must be, and `tests/store/test_stream_target.py` checks the template says it.
@@ -50,6 +51,9 @@ ROUTES = (
     Route(SUMMARIZER, "copy", "session", ("INSERT", "MODIFY"), present=("base_session",), absent=("deleted_at",)),
     # An export or import job started or moved on a step while it runs: its next step follows (precis.transfer).
     Route(SUMMARIZER, "transfer", "job", ("INSERT", "MODIFY"), present=("running",)),
+    # A message deleted (its tombstone), while its cascade runs (each step it notes, or a touch, goes on; the last
+    # removes `running`).
+    Route(SUMMARIZER, "forget", "forgotten", ("INSERT", "MODIFY"), present=("running",)),
     Route(DERIVER, "derive", "message", ("INSERT",), absent=("copy_of",)),
     # A session added to a scope: its conclusions so far are copied into the scope.
     Route(DERIVER, "backfill", "scope_session", ("INSERT",)),
@@ -77,25 +81,31 @@ def job_of(consumer: str, event_name: str, image: dict[str, Any]) -> str | None:
 
 def filter_patterns(consumer: str) -> list[dict[str, Any]]:
     """Lambda event-filter patterns that let through exactly the records `consumer` has a job for."""
-    patterns = []
+    kinds: dict[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], list[str]] = {}
     for route in (r for r in ROUTES if r.consumer == consumer):
-        image: dict[str, Any] = {"kind": {"S": [route.kind]}}
-        image |= {a: {_TYPES[a]: [{"exists": True}]} for a in route.present}
-        image |= {a: {_TYPES[a]: [{"exists": False}]} for a in route.absent}
-        patterns.append({"eventName": list(route.events), "dynamodb": {"NewImage": image}})
+        kinds.setdefault((route.events, route.present, route.absent), []).append(route.kind)
+    patterns = []
+    # Routes that differ only in their item's kind share a pattern: a mapping takes 5 filters (Lambda's quota).
+    for (events, present, absent), names in kinds.items():
+        image: dict[str, Any] = {"kind": {"S": names}}
+        image |= {a: {_TYPES[a]: [{"exists": True}]} for a in present}
+        image |= {a: {_TYPES[a]: [{"exists": False}]} for a in absent}
+        patterns.append({"eventName": list(events), "dynamodb": {"NewImage": image}})
     return patterns
 
 
 @dataclass(frozen=True)
 class StreamTarget:
     """`summarize` a session after a message insert (or a step of a long summary job), `purge` the incarnation a
-    delete marked, `copy` what a clone inherited into its own partition, or run a `transfer` job's next steps."""
+    delete marked, `copy` what a clone inherited into its own partition, run a `transfer` job's next steps, or
+    `forget` message `seq` (deleted)."""
 
     action: str
     workspace: str
     session: str
     incarnation: str | None = None
     step: int | None = None  # a `transfer` job's (its `session` is the job's id)
+    seq: int | None = None
 
 
 def stream_target(event_name: str, image: dict[str, Any]) -> StreamTarget:
@@ -103,6 +113,8 @@ def stream_target(event_name: str, image: dict[str, Any]) -> StreamTarget:
     job = job_of(SUMMARIZER, event_name, image)
     if job == "summarize":
         return StreamTarget(job, *session_of(image))
+    if job == "forget":
+        return StreamTarget(job, *session_of(image), seq=int(image["seq"]))
     if job in ("purge", "copy"):
         return StreamTarget(job, workspace_of(image), image["id"], image.get("incarnation"))
     if job == "transfer":

@@ -180,6 +180,15 @@ def update_message(workspace_id: WorkspaceId, session_id: SessionId, message_id:
     return messages.update_message_metadata(get_db(), workspace_id, session_id, message_id, body.metadata)
 
 
+@router.delete("/v3/workspaces/<workspace_id>/sessions/<session_id>/messages/<message_id>")
+def delete_message(workspace_id: WorkspaceId, session_id: SessionId, message_id: MessageId):
+    """(ext) Delete a message and everything drawn from it (docs/design.md, "Deleting a message")."""
+    from precis.store.forget import forget_message
+
+    forget_message(get_db(), workspace_id, session_id, message_id)
+    return json_response(204, None)
+
+
 @router.post("/v3/keys")
 def create_key(
     workspace_id: OptionalId = None,

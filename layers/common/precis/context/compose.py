@@ -224,9 +224,14 @@ def _read_once(
                 messages_skipped=selection.messages_skipped - after_summary,
                 token_count=selection.token_count + taken,
             )
+    # A deleted message's tombstone keeps its place in the window (its seq and tokens: docs/design.md, "Deleting a
+    # message") but is not returned, nor counted: the answer holds that many tokens less than would fit.
+    shown = [by_seq[m.seq] for m in selection.messages if "id" in by_seq[m.seq]]
+    holes = sum(m.token_count for m in selection.messages if "id" not in by_seq[m.seq])
+    selection = replace(selection, token_count=selection.token_count - holes)
     answer: SessionContext = {
         "id": session_id,
-        "messages": recalled + with_bodies(db, [by_seq[m.seq] for m in selection.messages], ws, session_id),
+        "messages": recalled + with_bodies(db, shown, ws, session_id),
         "summary": summary_view(summary),
         "peer_representation": fitted.text if fitted else None,
         "peer_card": fitted.card if fitted else None,

@@ -12,9 +12,11 @@ cards at every derivation instead (`deriver._update_card`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from precis.errors import Invalid
 from precis.settings import Settings
 from precis.store import conclusions, dream_state
 from precis.store.db import Db
@@ -51,3 +53,28 @@ def refresh(db: Db, target: Any, engine: Any, now: datetime) -> bool:
         conclusions.write_card(db, ws, observer, observed, *proposed, previous=entries)
     dream_state.card_refreshed(db, target, fresh, now.astimezone(UTC).isoformat())
     return True
+
+
+def card_rebuilder(
+    db: Db, ws: str, session_id: str, settings: Settings
+) -> Callable[[str, list[str]], tuple[list[str], dict[str, int]] | None]:
+    """How a message delete's cascade rebuilds a card that lost conclusions: with the extractive engine (the session's,
+    which costs nothing), from the collection's conclusions alone; with a model, not at once (None: the card goes, and
+    the collection's next refresh makes it from its newest conclusions)."""
+    from precis.configuration import derive_config
+    from precis.memory.engines.extractive import update_card
+    from precis.store.records import json_object
+    from precis.store.resources import session_and_workspace
+
+    session, workspace = session_and_workspace(db, ws, session_id)
+    try:
+        config = derive_config(
+            json_object(workspace["configuration"] if workspace else None),
+            json_object(session["configuration"] if session else None),
+            settings,
+        )
+    except Invalid:
+        config = derive_config(None, None, settings)
+    if config.engine != "extractive":
+        return lambda observed, contents: None
+    return lambda observed, contents: update_card(observed, None, {}, contents) if contents else None

@@ -177,11 +177,24 @@ def _copy_page(db: Db, ws: str, clone: str, incarnation: str, parent: str, first
         if i.get("kind") == "message" and i["SK"] not in have
     ]
     copies = [copy_item(db, ws, clone, incarnation, m) for m in messages]
+    # A deleted message's tombstone keeps its seq and tokens in the clone too (its cascade is the parent's).
+    place = ("seq", "token_count", "start_tokens", "run_start_seq", "run_index", "run_id")
+    gaps: list[Mapping[str, Any]] = [
+        {
+            **{k: v for k, v in i.items() if k in place},
+            **keys.message(ws, clone, int(i["seq"])),
+            "kind": "forgotten",
+            "forgot_done": utcnow(),
+            "copy_of": parent,
+        }
+        for i in range_query(keys.session_pk(ws, parent), "MSG#")
+        if i.get("kind") == "forgotten" and i["SK"] not in have
+    ]
     vectors: list[Mapping[str, Any]] = [
         {**v, "PK": keys.message_vectors_pk(ws, clone), "msession": clone}
         for v in range_query(keys.message_vectors_pk(ws, parent), "MV#")
     ]
-    _put_all(db, ws, clone, incarnation, copies + vectors)
+    _put_all(db, ws, clone, incarnation, [*copies, *gaps, *vectors])
     # The copies join the workspace's search as the clone's messages: the page is one index unit, named by its range
     # (all of it, copied now or before: a resumed copy indexes the same unit, exactly once).
     page = [as_message(i) for i in range_query(keys.session_pk(ws, parent), "MSG#") if i.get("kind") == "message"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import zlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
@@ -85,10 +86,14 @@ def _who(target: Target) -> dict[str, Any]:
 
 
 def _at(seen: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
-    """A condition that the cursor is still where `seen` saw it (absent, or at its through_seq with no job)."""
+    """A condition that the cursor is still where `seen` saw it (absent, or at its through_seq with no job, and no
+    message deleted since: `forgets`, which a message delete adds to, so a derivation that read it stores nothing)."""
     if seen is None:
         return "attribute_not_exists(PK)", {}
-    return "through_seq = :seen AND attribute_not_exists(job)", {":seen": seen.get("through_seq", 0)}
+    condition = "through_seq = :seen AND attribute_not_exists(job)"
+    if "forgets" not in seen:
+        return f"{condition} AND attribute_not_exists(forgets)", {":seen": seen.get("through_seq", 0)}
+    return f"{condition} AND forgets = :forgets", {":seen": seen.get("through_seq", 0), ":forgets": seen["forgets"]}
 
 
 def _update(
@@ -320,3 +325,50 @@ class _ByDue:
             self.start = out.get("LastEvaluatedKey")
             self.done, self.page = not self.start, min(self.page * 2, 512)
         return self.buffer.pop(0) if self.buffer else None
+
+
+def forget_actions(db: Db, ws: str, session_id: str, seq: int, sender: str) -> list[dict[str, Any]]:
+    """Transaction actions for deleting message `seq` of `sender`: every cursor of the session not past it counts the
+    delete (`forgets`: a derivation that read the message fails its next write, reads again and skips it) and drops
+    a stored job that may hold what was drawn from it (the job is derived again without it); the sender's cursor is
+    made when there is none, for a derivation that read the message before any cursor existed. One consistent Query
+    of the session's cursors (one per sender)."""
+    found = {c["sender"]: c for c in cursors(db, ws, session_id) if c.get("sender")}
+    actions: list[dict[str, Any]] = []
+    for peer in sorted(set(found) | {sender}):
+        cursor = found.get(peer)
+        if cursor is not None and int(cursor.get("through_seq", 0)) >= seq:
+            continue  # derived past it: what it drew is found through the session's provenance
+        target = _Sender(ws, session_id, peer)
+        update = f"SET due_at = if_not_exists(due_at, :none), {_WHO}, {_FROM_ZERO} ADD forgets :one"
+        values = {**_who(target), ":none": NOTHING_DUE, ":one": 1}
+        names = None
+        if cursor is None:
+            condition = "attribute_not_exists(PK)"
+        elif cursor.get("job"):
+            update += " REMOVE job, applied"
+            condition, values, names = (
+                "job.#token = :token",
+                {**values, ":token": cursor["job"]["token"]},
+                {"#token": "token"},
+            )
+        else:
+            condition = "attribute_exists(PK) AND attribute_not_exists(job)"
+        action: dict[str, Any] = {
+            "TableName": db.table,
+            "Key": _key(target),
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": to_item(values),
+        }
+        if names:
+            action["ExpressionAttributeNames"] = names
+        actions.append({"Update": action})
+    return actions
+
+
+@dataclass(frozen=True)
+class _Sender:
+    workspace: str
+    session: str
+    sender: str

@@ -174,6 +174,11 @@ def message_vectors_pk(ws: str, session_id: str) -> str:
     return f"{session_pk(ws, session_id)}#MV"
 
 
+def message_vector(ws: str, session_id: str, seq: int) -> dict[str, str]:
+    """A message's embedding (semantic search), in its session's vector partition."""
+    return {"PK": message_vectors_pk(ws, session_id), "SK": f"MV#{seq:0{SEQ_DIGITS}d}"}
+
+
 def text_fresh_pk(ws: str, shard: int) -> str:
     """Partition of one shard of a workspace's fresh index units (exact lexical search): a post's batch, packed, until
     the deriver merges it into a segment. Sharded by session, so no partition takes every post of a workspace."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from precis.store import keys, vectors
 from precis.store.db import Db, batch_get, from_item, to_item
-from precis.store.resources import gone_sessions
+from precis.store.resources import hidden_sources
 
 SEMANTIC, FREQUENT, RECENT = 2, 1, 0  # relevance of a share: the least relevant is dropped first
 FREQUENCY_INDEX = "ByFrequency"
@@ -212,14 +212,33 @@ def start(db: Db, ws: str, request: Request, embed: Callable[[str], list[float]]
         newest = [_chosen(i) for i in recent.result()]
         # A deleted session's conclusions are invisible from its delete on (its purge removes them later): each share
         # fills from its other candidates. One BatchGetItem of the candidates' sessions, none when none names one.
-        gone = gone_sessions(db, ws, {c.session_id for c in (*semantic, *most, *newest) if c.session_id})
-        if gone:
-            semantic, most, newest = ([c for c in s if c.session_id not in gone] for s in (semantic, most, newest))
+        # So are those drawn from a message being deleted (its session's `forgetting`), whose sources are read then.
+        hidden = _hidden(db, ws, request, (*semantic, *most, *newest))
+        if hidden:
+            semantic, most, newest = ([c for c in s if c.id not in hidden] for s in (semantic, most, newest))
         chosen = merge(split, semantic, most, newest)
         chosen = _with_premises(db, ws, request, chosen)
         return Read(chosen, card.result() if card else None)
 
     return finish
+
+
+def _hidden(db: Db, ws: str, request: Request, candidates: Sequence[Chosen]) -> set[str]:
+    """The ids of `candidates` a read leaves out: drawn in a deleted session, or from a message whose delete's cascade
+    is still running (their sources read then: one BatchGetItem, only while a delete of their session runs)."""
+    gone, forgetting = hidden_sources(db, ws, {c.session_id for c in candidates if c.session_id})
+    hidden = {c.id for c in candidates if c.session_id in gone}
+    pending = sorted({c.id for c in candidates if c.session_id in forgetting})
+    if pending:
+        sources = batch_get(
+            db,
+            [keys.conclusion(ws, request.observer, request.observed, cid) for cid in pending],
+            ("id", "session_id", "source_message_ids"),
+        )
+        hidden |= {
+            i["id"] for i in sources if forgetting[i["session_id"]].intersection(i.get("source_message_ids") or ())
+        }
+    return hidden
 
 
 def _semantic(db: Db, ws: str, request: Request, hits: list[str], split: Shares) -> list[Chosen]:
@@ -248,18 +267,27 @@ def _with_premises(db: Db, ws: str, request: Request, chosen: list[Chosen]) -> l
         )
     }
     sources = {s for i in items.values() for s in i.get("source_ids") or ()}
-    contents = (
+    premises = (
         {
-            i["id"]: i["content"]
+            i["id"]: i
             for i in batch_get(
                 db,
                 [keys.conclusion(ws, request.observer, request.observed, s) for s in sources],
-                ("PK", "SK", "id", "content"),
+                ("PK", "SK", "id", "content", "session_id", "source_message_ids"),
             )
         }
         if sources
         else {}
     )
+    contents = {i: p["content"] for i, p in premises.items()}
+    # A deduction from a premise drawn from a message being deleted (or in a deleted session) is left out with it.
+    gone, forgetting = hidden_sources(db, ws, {p["session_id"] for p in premises.values() if p.get("session_id")})
+    hidden = {
+        i
+        for i, p in premises.items()
+        if p.get("session_id") in gone
+        or forgetting.get(p.get("session_id") or "", set()).intersection(p.get("source_message_ids") or ())
+    }
     return [
         replace(
             c, premises=tuple(contents[s] for s in (items.get(c.id) or {}).get("source_ids") or () if s in contents)
@@ -267,6 +295,7 @@ def _with_premises(db: Db, ws: str, request: Request, chosen: list[Chosen]) -> l
         if c.id in wanted
         else c
         for c in chosen
+        if not hidden.intersection((items.get(c.id) or {}).get("source_ids") or ())
     ]
 
 
@@ -275,6 +304,7 @@ def _card(db: Db, ws: str, request: Request) -> list[str] | None:
         TableName=db.table,
         Key=to_item(keys.card(ws, request.observer, request.observed)),
         ConsistentRead=True,
-        ProjectionExpression="entries",
+        ProjectionExpression="entries, forget_pending",
     ).get("Item")
-    return (from_item(item) or {}).get("entries")
+    card = from_item(item) or {}
+    return None if card.get("forget_pending") else card.get("entries")  # (marked: a message delete's cascade runs)

@@ -7,9 +7,10 @@ backend (Amazon OpenSearch Serverless, docs/design.md "Lexical ranking") would b
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
-from precis.store import message_search, text_index
+from precis.store import keys, message_search, text_index
 from precis.store.db import Db
 from precis.store.message_search import (
     MEANING_INDEX,
@@ -23,6 +24,7 @@ from precis.store.message_search import (
     reindex_session,
     search,
 )
+from precis.store.records import delete_keys
 from precis.store.text_index import Budget, Holdings, Text, delete_old_index
 
 __all__ = [
@@ -34,6 +36,8 @@ __all__ = [
     "Text",
     "delete_old_index",
     "delete_workspace",
+    "forget_message",
+    "message_unit",
     "ensure_indexed",
     "index_batch",
     "index_messages",
@@ -62,6 +66,21 @@ def purge_session(
         return vectors, False
     indexed, done = text_index.purge_session(db, ws, session_id, incarnation, time_left=time_left)
     return vectors + indexed, done
+
+
+def message_unit(session_id: str, message: Mapping[str, Any]) -> str:
+    """The search-index unit a stored message belongs to (its post's, or its aligned block's)."""
+    return text_index.unit_of(session_id, message)
+
+
+def forget_message(
+    db: Db, ws: str, session_id: str, seq: int, unit: str, *, time_left: Callable[[], float] = lambda: math.inf
+) -> bool:
+    """Take one deleted message out of search: its vector and text, its unit's fresh items, the segment holding it
+    (rewritten without it); whether done (out of time, or outrun by merges: ask again)."""
+    delete_keys(db, [keys.message_vector(ws, session_id, seq), keys.text_doc(ws, session_id, seq)])
+    text_index.forget_in_unit(db, ws, session_id, unit, seq)
+    return text_index.vacuum_messages(db, ws, session_id, [seq], time_left=time_left)
 
 
 def delete_workspace(db: Db, ws: str, peers: Iterable[str]) -> int:

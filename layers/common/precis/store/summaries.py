@@ -260,17 +260,19 @@ def clear_failure(db: Db, ws: str, session_id: str, summary_type: str) -> None:
 
 
 def _bound_put(db: Db, ws: str, session_id: str, incarnation: str | None, *puts: dict[str, Any]) -> Put:
-    """The puts, in one transaction with a check that the session is still incarnation `incarnation`, not deleted
-    (the first put's condition is the one that can fail: STALE)."""
+    """The puts, in one transaction with a check that the session is still incarnation `incarnation`, not deleted, and
+    deleting no message (`forgetting`: a summary read before a message delete may hold it; the delete's cascade
+    summarizes again, under the lease, once it is done) (the first put's condition is the one that can fail: STALE)."""
     check: dict[str, Any]
     if incarnation is None:
         check = {
             "ConditionExpression": "attribute_exists(PK) AND attribute_not_exists(incarnation) "
-            "AND attribute_not_exists(deleted_at)"
+            "AND attribute_not_exists(deleted_at) AND attribute_not_exists(forgetting)"
         }
     else:
         check = {
-            "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at)",
+            "ConditionExpression": "incarnation = :inc AND attribute_not_exists(deleted_at) "
+            "AND attribute_not_exists(forgetting)",
             "ExpressionAttributeValues": {":inc": {"S": incarnation}},
         }
     try:

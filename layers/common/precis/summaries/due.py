@@ -26,7 +26,7 @@ def summaries_due(db: Db, ws: str, session_id: str, session: SessionItem, worksp
     first = needed_from(config, stored)
     if first is None:
         return 0
-    items = read_from(db, ws, session_id, first, limit=SUMMARIES_READ_MAX, base=base_of(session))
+    items = read_from(db, ws, session_id, first, limit=SUMMARIES_READ_MAX, base=base_of(session), gaps=True)
     unfinished = {t: s["job_through_seq"] for t, s in raw.items() if s.get("job_through_seq")}
     due = len(
         decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items], unfinished)

@@ -19,9 +19,11 @@ from precis.store.conclusions.backfill import write_missing_texts
 from precis.store.conclusions.cards import (
     card_state,
     collection_contents,
+    forget_card_actions,
     get_card,
     newest_contents,
     put_card,
+    rebuild_card,
     write_card,
     write_card_step,
 )
@@ -29,6 +31,8 @@ from precis.store.conclusions.deletes import (
     delete,
     delete_collections,
     purge_session_conclusions,
+    remove_conclusions,
+    remove_deductions,
     remove_session_copies,
 )
 from precis.store.conclusions.imports import import_card, import_conclusions
@@ -41,7 +45,7 @@ from precis.store.conclusions.items import (
     new_conclusion_id,
     vector_item,
 )
-from precis.store.conclusions.provenance import session_explicit
+from precis.store.conclusions.provenance import message_conclusions, session_explicit
 from precis.store.conclusions.reads import (
     get,
     list_conclusions,
@@ -63,16 +67,21 @@ __all__ = [
     "create",
     "delete",
     "delete_collections",
+    "forget_card_actions",
     "get",
     "get_card",
     "import_card",
     "import_conclusions",
     "list_conclusions",
+    "message_conclusions",
     "new_conclusion_id",
     "newest_contents",
     "purge_session_conclusions",
     "put_card",
     "query",
+    "rebuild_card",
+    "remove_conclusions",
+    "remove_deductions",
     "remove_session_copies",
     "session_explicit",
     "vector_item",

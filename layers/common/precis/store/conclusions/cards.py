@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -20,6 +20,7 @@ from precis.store.conclusions.items import (
 )
 from precis.store.db import (
     Db,
+    batch_get,
     cancellation_codes,
     error_code,
     from_item,
@@ -36,13 +37,16 @@ if TYPE_CHECKING:
 _ANY: Any = object()
 
 
-def collection_contents(db: Db, ws: str, observer: str, observed: str) -> list[ConclusionItem]:
-    """Every conclusion of the collection, oldest first: its id, content and level (strongly consistent)."""
+def collection_contents(
+    db: Db, ws: str, observer: str, observed: str, *, with_counts: bool = False
+) -> list[ConclusionItem]:
+    """Every conclusion of the collection, oldest first: its id, content and level (and `times_derived`), strongly
+    consistent."""
     items = query_all(
         db,
         KeyConditionExpression="PK = :pk AND begins_with(SK, :c)",
         ConsistentRead=True,
-        ProjectionExpression="id, content, #l",
+        ProjectionExpression="id, content, #l" + (", times_derived" if with_counts else ""),
         ExpressionAttributeNames={"#l": "level"},
         ExpressionAttributeValues=to_item({":pk": keys.collection_pk(ws, observer, observed), ":c": "C#"}),
     )
@@ -64,9 +68,11 @@ def newest_contents(db: Db, ws: str, observer: str, observed: str, limit: int) -
 
 
 def card_state(db: Db, ws: str, observer: str, observed: str) -> tuple[list[str] | None, dict[str, int], str | None]:
-    """(entries, counts, source) of the collection's card: what the deriver updates from."""
+    """(entries, counts, source) of the collection's card: what the deriver updates from. A card marked by a message
+    delete (`forget_pending`) reads as none until the delete's cascade rebuilds it (and the deriver's conditional
+    write, which expects no card, leaves it alone meanwhile)."""
     item = read_item(db, keys.card(ws, observer, observed))
-    if item is None:
+    if item is None or item.get("forget_pending"):
         return None, {}, None
     return item.get("entries"), item.get("counts") or {}, item.get("source")
 
@@ -160,3 +166,97 @@ def write_card_step(
         raise_if_throttled(exc)
         if error_code(exc) != "TransactionCanceledException":
             raise
+
+
+def forget_card_actions(
+    db: Db, ws: str, observers: Sequence[str], observed: str, message_id: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """(observer, transaction action) marking each existing card of `observers` about `observed` as drawn perhaps from
+    message `message_id`, being deleted: it reads as none until the cascade clears or rebuilds it (`rebuild_card`).
+    One BatchGetItem."""
+    wanted = {keys.card(ws, o, observed)["PK"]: o for o in observers}
+    found = batch_get(db, [keys.card(ws, o, observed) for o in observers], ("PK", "SK"))
+    return [
+        (
+            wanted[i["PK"]],
+            {
+                "Update": {
+                    "TableName": db.table,
+                    "Key": to_item({"PK": i["PK"], "SK": i["SK"]}),
+                    "UpdateExpression": "ADD forget_pending :m",
+                    "ConditionExpression": "attribute_exists(PK)",
+                    "ExpressionAttributeValues": {":m": {"SS": [message_id]}},
+                }
+            },
+        )
+        for i in found
+    ]
+
+
+def rebuild_card(
+    db: Db,
+    ws: str,
+    observer: str,
+    observed: str,
+    message_id: str,
+    rebuild: Callable[[str, list[str]], tuple[list[str], dict[str, int]] | None] | None,
+    *,
+    marked: bool = True,
+) -> bool:
+    """The card of (observer, observed) once message `message_id` and what was drawn from it are gone: a derived card
+    rebuilt from the collection's conclusions (`rebuild(observed, contents)`; None or nothing: the card goes, for the
+    next refresh to make), a client's kept, and without `rebuild` (the collection lost nothing) kept too; its mark
+    cleared in the same write, on condition the card is still the one read (False when it changed: the caller tries
+    again). No card, or (`marked`) not marked for it: True, nothing written. Not `marked`: the card of an observer
+    that was no longer a member when the message was deleted (its card was not marked), rebuilt all the same."""
+    item = read_item(db, keys.card(ws, observer, observed))
+    if item is None or (marked and message_id not in (item.get("forget_pending") or ())):
+        return True
+    pending = sorted(set(item.get("forget_pending") or ()) - {message_id})
+    key = to_item(keys.card(ws, observer, observed))
+    check: dict[str, Any] = (
+        {"ConditionExpression": "updated_at = :u", "ExpressionAttributeValues": {":u": {"S": item["updated_at"]}}}
+        if item.get("updated_at")
+        else {"ConditionExpression": "attribute_not_exists(updated_at)"}
+    )
+    action: dict[str, Any]
+    if item.get("source") == "client" or rebuild is None:
+        values = {**check.get("ExpressionAttributeValues", {}), ":m": {"SS": [message_id]}}
+        action = {
+            "Update": {
+                "TableName": db.table,
+                "Key": key,
+                "UpdateExpression": "DELETE forget_pending :m",
+                **check,
+                "ExpressionAttributeValues": values,
+            }
+        }
+    else:
+        # Each conclusion as often as it was derived: what an engine that counts (the extractive one) counted.
+        remaining = collection_contents(db, ws, observer, observed, with_counts=True)
+        proposed = rebuild(observed, [c["content"] for c in remaining for _ in range(int(c.get("times_derived", 1)))])
+        entries, counts = proposed if proposed else ([], {})
+        if not entries and not pending:
+            action = {"Delete": {"TableName": db.table, "Key": key, **check}}
+        else:
+            card = to_item(
+                {
+                    **keys.card(ws, observer, observed),
+                    "kind": "card",
+                    "entries": list(entries),
+                    "counts": counts,
+                    "source": "derived",
+                    "updated_at": datetime.now(UTC).isoformat(timespec="microseconds"),
+                }
+            )
+            if pending:  # another delete still hides it
+                card["forget_pending"] = {"SS": pending}
+            action = {"Put": {"TableName": db.table, "Item": card, **check}}
+    try:
+        db.client.transact_write_items(TransactItems=[cast("TransactWriteItemTypeDef", action)])
+    except ClientError as exc:
+        raise_if_throttled(exc)
+        if error_code(exc) != "TransactionCanceledException":
+            raise
+        return False
+    return True

@@ -37,6 +37,35 @@ def delete(db: Db, ws: str, conclusion_id: str) -> ConclusionItem:
     return item
 
 
+def remove_conclusions(db: Db, ws: str, observer: str, observed: str, ids: list[str]) -> int:
+    """Delete these conclusions of one collection (each with its vector, dedupe key, pointer and provenance) and count
+    them off the head; how many were there (a message delete's cascade)."""
+    return _remove(db, ws, observer, observed, ids)
+
+
+def remove_deductions(db: Db, ws: str, observer: str, observed: str, premises: set[str]) -> int:
+    """Delete the collection's deductive conclusions drawn from any of `premises`, and those drawn from them in turn;
+    how many. One consistent Query of the collection's deductive conclusions per level of deductions."""
+    removed, gone = 0, set(premises)
+    while True:
+        found = query_all(
+            db,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :c)",
+            FilterExpression="#l = :deductive",
+            ProjectionExpression="id, source_ids",
+            ConsistentRead=True,
+            ExpressionAttributeNames={"#l": "level"},
+            ExpressionAttributeValues=to_item(
+                {":pk": keys.collection_pk(ws, observer, observed), ":c": "C#", ":deductive": "deductive"}
+            ),
+        )
+        doomed = [i["id"] for i in found if gone.intersection(i.get("source_ids") or ()) and i["id"] not in gone]
+        if not doomed:
+            return removed
+        removed += _remove(db, ws, observer, observed, doomed)
+        gone.update(doomed)
+
+
 def _remove(db: Db, ws: str, observer: str, observed: str, ids: list[str]) -> int:
     """Delete these conclusions of one collection and count them off the head; how many were there."""
     removed = 0

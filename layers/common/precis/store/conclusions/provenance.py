@@ -46,3 +46,20 @@ def session_explicit(db: Db, ws: str, session_id: str) -> dict[str, list[Derived
                 )
             )
     return by_observed
+
+
+def message_conclusions(db: Db, ws: str, session_id: str, message_id: str) -> dict[tuple[str, str], list[str]]:
+    """The conclusions drawn from message `message_id` of the session (its `source_message_ids` name it), by collection
+    (observer, observed): the session's DERIVED# items (one consistent Query), then their conclusions' sources (one
+    BatchGetItem per 100), scope copies included."""
+    derived = session_provenance(db, ws, session_id)
+    found = batch_get(
+        db,
+        [keys.conclusion(ws, i["observer_id"], i["observed_id"], i["SK"].removeprefix("DERIVED#")) for i in derived],
+        ("id", "observer_id", "observed_id", "source_message_ids"),
+    )
+    by_collection: dict[tuple[str, str], list[str]] = {}
+    for item in found:
+        if message_id in (item.get("source_message_ids") or ()):
+            by_collection.setdefault((item["observer_id"], item["observed_id"]), []).append(item["id"])
+    return by_collection

@@ -18,7 +18,7 @@ from precis.store.db import (
     to_item,
 )
 from precis.store.records import page
-from precis.store.resources import gone_sessions, require_workspace
+from precis.store.resources import hidden_sources, require_workspace
 
 _FILTER_KEYS = {"observer_id", "observed_id", "session_id", "id", "source_ids", "level", "created_at"}
 # What a list reads of every candidate (not the content): enough to filter, order and fetch the page.
@@ -64,11 +64,44 @@ def list_conclusions(
 
 
 def live[C: Mapping[str, Any]](db: Db, ws: str, conclusions: Sequence[C]) -> list[C]:
-    """`conclusions` but those drawn in a deleted session, which are invisible from the moment its delete answers
-    (its purge removes them later): one BatchGetItem of their distinct sessions, none when no conclusion names one.
-    Until then `total` and `pages` still count them."""
-    gone = gone_sessions(db, ws, {c["session_id"] for c in conclusions if c.get("session_id")})
-    return [c for c in conclusions if c.get("session_id") not in gone] if gone else list(conclusions)
+    """`conclusions` but those drawn in a deleted session, or from a message being deleted, or deduced from such a
+    premise, which are invisible from the moment the delete answers (its purge or cascade removes them later): one
+    BatchGetItem of their distinct sessions (and their premises' first: one more, only when one is deductive), none
+    when no conclusion names one. Until then `total` and `pages` still count them."""
+    premises = _premises(db, ws, conclusions)
+    sessions = {c["session_id"] for c in conclusions if c.get("session_id")}
+    sessions |= {p["session_id"] for p in premises.values() if p.get("session_id")}
+    gone, forgetting = hidden_sources(db, ws, sessions)
+    if not gone and not forgetting:
+        return list(conclusions)
+
+    def hidden(c: Mapping[str, Any]) -> bool:
+        session = c.get("session_id")
+        return session in gone or bool(
+            forgetting.get(session or "", set()).intersection(c.get("source_message_ids") or ())
+        )
+
+    return [
+        c
+        for c in conclusions
+        if not hidden(c) and not any(s in premises and hidden(premises[s]) for s in c.get("source_ids") or ())
+    ]
+
+
+def _premises(db: Db, ws: str, conclusions: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The premises of the deductive ones among `conclusions` (their session and sources), by id."""
+    wanted = {
+        (c["observer_id"], c["observed_id"], s)
+        for c in conclusions
+        for s in c.get("source_ids") or ()
+        if "observer_id" in c
+    }
+    if not wanted:
+        return {}
+    found = batch_get(
+        db, [keys.conclusion(ws, o, d, s) for o, d, s in sorted(wanted)], ("id", "session_id", "source_message_ids")
+    )
+    return {i["id"]: i for i in found}
 
 
 def _candidates(db: Db, ws: str, filters: dict[str, Any]) -> list[ConclusionItem]:

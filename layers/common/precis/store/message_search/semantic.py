@@ -21,7 +21,7 @@ MEANING_INDEX = "ByMessageMeaning"
 
 
 def _vector_key(ws: str, session_id: str, seq: int) -> dict[str, str]:
-    return {"PK": keys.message_vectors_pk(ws, session_id), "SK": f"MV#{seq:0{keys.SEQ_DIGITS}d}"}
+    return keys.message_vector(ws, session_id, seq)
 
 
 def vector_item(ws: str, session_id: str, seq: int, peer_id: str, meaning: list[float]) -> dict[str, Any]:

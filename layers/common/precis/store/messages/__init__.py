@@ -23,6 +23,7 @@ from precis.store.messages.items import (
 from precis.store.messages.reads import (
     get_message,
     is_fence,
+    is_placeholder,
     last_message,
     list_messages,
     locate_message,
@@ -59,6 +60,7 @@ __all__ = [
     "get_message",
     "index_unit",
     "is_fence",
+    "is_placeholder",
     "json_bytes",
     "last_message",
     "list_messages",

@@ -130,23 +130,40 @@ def read_range(
     limit: int | None = None,
     forward: bool = True,
     base: Base | None = None,
+    gaps: bool = False,
 ) -> list[MessageItem]:
     """The messages first..last (at most `limit` of them, from the first or the last end), without the fence; with a
-    clone's `base`, its parent's messages fill in what the clone holds no copy of yet."""
-    own = _read_partition(db, keys.session_pk(ws, session_id), first, last, limit, forward)
+    clone's `base`, its parent's messages fill in what the clone holds no copy of yet. With `gaps`, a deleted
+    message's tombstone stands in its place as an empty message of no tokens, no id and no sender (`placeholder`):
+    what a reader that counts by seq (the summarizer's cadence) needs."""
+    own = _read_partition(db, keys.session_pk(ws, session_id), first, last, limit, forward, gaps)
     if base is None or first > base.through:
         return own
-    inherited = _read_partition(db, keys.session_pk(ws, base.session), first, min(last, base.through), limit, forward)
+    inherited = _read_partition(
+        db, keys.session_pk(ws, base.session), first, min(last, base.through), limit, forward, gaps
+    )
     merged = {i["seq"]: i for i in inherited} | {i["seq"]: i for i in own}
     ordered = [merged[s] for s in sorted(merged, reverse=not forward)]
     return ordered[:limit] if limit is not None else ordered
 
 
 def read_from(
-    db: Db, ws: str, session_id: str, first: int, *, limit: int | None = None, base: Base | None = None
+    db: Db,
+    ws: str,
+    session_id: str,
+    first: int,
+    *,
+    limit: int | None = None,
+    base: Base | None = None,
+    gaps: bool = False,
 ) -> list[MessageItem]:
     """The messages from `first` to the newest (`read_range` without an upper end)."""
-    return read_range(db, ws, session_id, first, keys.MAX_SEQ, limit=limit, base=base)
+    return read_range(db, ws, session_id, first, keys.MAX_SEQ, limit=limit, base=base, gaps=gaps)
+
+
+def is_placeholder(item: MessageItem) -> bool:
+    """Whether `item` stands for a deleted message (`read_range(gaps=True)`)."""
+    return item.get("kind") == "forgotten"
 
 
 def messages_in_token_range(
@@ -194,7 +211,9 @@ def messages_at(
     }
 
 
-def _read_partition(db: Db, pk: str, first: int, last: int, limit: int | None, forward: bool) -> list[MessageItem]:
+def _read_partition(
+    db: Db, pk: str, first: int, last: int, limit: int | None, forward: bool, gaps: bool = False
+) -> list[MessageItem]:
     request: dict[str, Any] = {
         "KeyConditionExpression": "PK = :pk AND SK BETWEEN :a AND :b",
         "ConsistentRead": True,
@@ -206,7 +225,20 @@ def _read_partition(db: Db, pk: str, first: int, last: int, limit: int | None, f
         },
     }
     items = query_all(db, **request) if limit is None else query_first(db, limit, **request)
+    if gaps:
+        return [
+            as_message(i) if i.get("kind") == "message" else _placeholder(i) for i in items if i.get("kind") in _GAPS
+        ]
     return [as_message(i) for i in items if i.get("kind") == "message"]
+
+
+_GAPS = ("message", "forgotten")
+
+
+def _placeholder(item: dict[str, Any]) -> MessageItem:
+    place = ("PK", "SK", "seq", "start_tokens", "run_start_seq", "run_index", "run_id")
+    kept: dict[str, Any] = {k: v for k, v in item.items() if k in place}
+    return as_message({**kept, "kind": "forgotten", "peer_id": "", "content": "", "token_count": 0, "metadata": "{}"})
 
 
 # A filtered list examines at most this many messages per request (a filter is not an index): a request's cost is
@@ -295,24 +327,26 @@ def list_messages(
 ) -> dict[str, Any]:
     """A page of messages. Without filters a page is a seq range: page N costs what page 1 costs; with filters, at
     most `scan_limit` messages are examined (from the oldest, or the newest with `reverse`)."""
-    base = base_of(require_session(db, ws, session_id))
-    total = read_tail(db, ws, session_id).seq
+    session = require_session(db, ws, session_id)
+    base = base_of(session)
+    tail = read_tail(db, ws, session_id).seq
     if filters:
-        return fit_page(_filtered_page(db, ws, session_id, filters, total, page_no, size, reverse, scan_limit, base))
+        return fit_page(_filtered_page(db, ws, session_id, filters, tail, page_no, size, reverse, scan_limit, base))
+    # A page is a seq range: a deleted message's seq stays a gap in it; `total` counts the messages that remain.
     start = (page_no - 1) * size
     items: list[MessageItem] = []
-    if start < total:
-        first, last = (total - start - size + 1, total - start) if reverse else (start + 1, start + size)
-        items = read_range(db, ws, session_id, max(first, 1), min(last, total), base=base)
+    if start < tail:
+        first, last = (tail - start - size + 1, tail - start) if reverse else (start + 1, start + size)
+        items = read_range(db, ws, session_id, max(first, 1), min(last, tail), base=base)
         if reverse:
             items.reverse()
     return fit_page(
         {
             "items": with_bodies(db, items, ws, session_id, max_bytes=ANSWER_BUDGET),
-            "total": total,
+            "total": tail - int(session.get("forgotten", 0)),
             "page": page_no,
             "size": size,
-            "pages": -(-total // size),
+            "pages": -(-tail // size),
         }
     )
 

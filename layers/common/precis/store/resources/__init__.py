@@ -42,6 +42,7 @@ from precis.store.resources.peers import (
 from precis.store.resources.sessions import (
     create_session_item,
     gone_sessions,
+    hidden_sources,
     list_peer_sessions,
     list_sessions,
     read_session_item,
@@ -82,6 +83,7 @@ __all__ = [
     "get_or_create_session",
     "get_or_create_workspace",
     "gone_sessions",
+    "hidden_sources",
     "is_condition_failure",
     "is_member",
     "list_members",

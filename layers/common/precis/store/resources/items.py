@@ -79,6 +79,9 @@ class SessionItem(TypedDict):
     copied_through: NotRequired[int]
     copy_rounds: NotRequired[int]  # bumped by each step that stops, so its update writes a stream record
     copied_at: NotRequired[str]
+    # message deletes (store.forget): the ids whose cascade is still running, and how many messages were deleted
+    forgetting: NotRequired[list[str]]
+    forgotten: NotRequired[int]
 
 
 class MemberItem(TypedDict):

@@ -65,6 +65,21 @@ def gone_sessions(db: Db, ws: str, session_ids: Iterable[str]) -> set[str]:
     return {s for s in wanted if s not in found or "deleted_at" in found[s]}
 
 
+def hidden_sources(db: Db, ws: str, session_ids: Iterable[str]) -> tuple[set[str], dict[str, set[str]]]:
+    """(the sessions of `session_ids` deleted or absent, the ids of the messages being deleted in the others, by
+    session): what a read of conclusions leaves out, from the moment each delete answers. One consistent
+    BatchGetItem per 100 ids, as `gone_sessions`."""
+    wanted = sorted(set(session_ids))
+    if not wanted:
+        return set(), {}
+    found = {
+        i["id"]: i for i in batch_get(db, [keys.session(ws, s) for s in wanted], ("id", "deleted_at", "forgetting"))
+    }
+    gone = {s for s in wanted if s not in found or "deleted_at" in found[s]}
+    forgetting = {s: set(found[s]["forgetting"]) for s in wanted if s not in gone and found[s].get("forgetting")}
+    return gone, forgetting
+
+
 def read_session_item(db: Db, ws: str, session_id: str) -> SessionItem | None:
     """The session's item, deleted or not, or None: one strongly consistent GetItem."""
     item = read_item(db, keys.session(ws, session_id))

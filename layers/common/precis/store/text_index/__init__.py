@@ -61,8 +61,8 @@ from precis.store.text_index.items import (
     unit_range,
 )
 from precis.store.text_index.manifest import Manifest, read_manifest
-from precis.store.text_index.merging import compact, merge, merge_shard, vacuum
-from precis.store.text_index.purging import delete_index, purge_session
+from precis.store.text_index.merging import compact, merge, merge_shard, vacuum, vacuum_messages
+from precis.store.text_index.purging import delete_index, forget_in_unit, purge_session
 from precis.store.text_index.ranking import Budget, rank_workspace, session_texts
 from precis.store.text_index.segments import Segment
 from precis.store.text_index.texts import RANGE_READ_MAX, alive, index_texts, missing_texts, put_bound, texts_at
@@ -113,6 +113,7 @@ __all__ = [
     "merge_shard",
     "missing_texts",
     "purge_session",
+    "forget_in_unit",
     "put_bound",
     "rank_workspace",
     "read_manifest",
@@ -123,4 +124,5 @@ __all__ = [
     "unit_of",
     "unit_range",
     "vacuum",
+    "vacuum_messages",
 ]

@@ -105,12 +105,21 @@ def commit(
             }
         }
     ]
+    # Each still there, and (a fresh unit's item) holding as many messages as read: a message deleted meanwhile
+    # (its item written again without it) is never merged.
     actions += [
         {
             "Delete": {
                 "TableName": db.table,
                 "Key": to_item({"PK": k["PK"], "SK": k["SK"]}),
                 "ConditionExpression": "attribute_exists(PK)",
+            }
+            if "n" not in k
+            else {
+                "TableName": db.table,
+                "Key": to_item({"PK": k["PK"], "SK": k["SK"]}),
+                "ConditionExpression": "n = :n",
+                "ExpressionAttributeValues": to_item({":n": int(k["n"])}),
             }
         }
         for k in deletes

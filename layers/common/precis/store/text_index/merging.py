@@ -169,10 +169,18 @@ def compact(db: Db, ws: str, *, rounds: int = 2, now: Callable[[], float] = time
     return merged
 
 
-def _replace(db: Db, ws: str, manifest: Manifest, chosen: Sequence[Mapping[str, Any]], level: int) -> bool:
-    """Replace the segments `chosen` by one of `level` holding their live messages (none: by nothing): its items,
-    then the manifest, then their items; False when another merge changed the manifest first, or one of them is no
-    longer live in `manifest`."""
+def _replace(
+    db: Db,
+    ws: str,
+    manifest: Manifest,
+    chosen: Sequence[Mapping[str, Any]],
+    level: int,
+    drop: frozenset[tuple[str, int]] = frozenset(),
+) -> bool:
+    """Replace the segments `chosen` by one of `level` holding their live messages (none: by nothing) but those at
+    `drop`'s (session, seq) keys: its items, then the manifest, then their items; False when another merge changed
+    the manifest first, or one of them is no longer live in `manifest`. With `drop` and none of them there: True,
+    nothing written."""
     live_ids = {s["id"] for s in manifest.segments}
     if any(s["id"] not in live_ids for s in chosen):
         # Another compaction replaced it (a vacuum's later segments are from an earlier manifest): its items may
@@ -180,6 +188,9 @@ def _replace(db: Db, ws: str, manifest: Manifest, chosen: Sequence[Mapping[str, 
         return False
     read = [segment_items(db, ws, s["id"]) for s in chosen]
     docs = [d for items in read for d in segment_docs(items)]
+    if drop and not any(d.key in drop for d in docs):
+        return True
+    docs = [d for d in docs if d.key not in drop]
     sessions = session_states(db, ws, {d.session for d in docs})
     live = [
         d
@@ -215,6 +226,35 @@ def vacuum(
             if not _replace(db, ws, manifest, [segment], int(segment["lv"])):
                 break  # (another merge changed the manifest, or replaced this segment: read it again)
             manifest = read_manifest(db, ws)
+    return False
+
+
+def vacuum_messages(
+    db: Db,
+    ws: str,
+    session_id: str,
+    seqs: Iterable[int],
+    *,
+    time_left: Callable[[], float] = lambda: math.inf,
+    attempts: int = 3,
+) -> bool:
+    """Rewrite the segment holding messages `seqs` of `session_id` (deleted one by one) without them, so the
+    statistics are again exactly the live messages'; the segments whose session lists name the session are read,
+    only one holding them is rewritten. Whether it is done (out of time, or outrun by merges: ask again)."""
+    drop = frozenset((session_id, seq) for seq in seqs)
+    for _ in range(attempts):
+        manifest = read_manifest(db, ws)
+        holding = _holding(db, ws, manifest, session_id)
+        outrun = False
+        for segment in (s for s in manifest.segments if s["id"] in holding):
+            if time_left() < 0:
+                return False
+            if not _replace(db, ws, manifest, [segment], int(segment["lv"]), drop):
+                outrun = True  # (another merge changed the manifest, or replaced this segment: read it again)
+                break
+            manifest = read_manifest(db, ws)
+        if not outrun:
+            return True
     return False
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
+from botocore.exceptions import ClientError
+
 from precis.store import keys
-from precis.store.db import Db, query_all, query_first, to_item
+from precis.store.db import Db, error_code, query_all, query_first, to_item
 from precis.store.records import delete_keys
-from precis.store.text_index.items import FRESH_SHARDS, PURGE_PAGE, shard_of
+from precis.store.text_index.items import FRESH_SHARDS, PURGE_PAGE, pack, shard_of, unpack
 from precis.store.text_index.manifest import read_manifest
 from precis.store.text_index.merging import vacuum
 from precis.store.text_index.upgrade import delete_old_index
@@ -51,6 +53,47 @@ def purge_session(
         deleted += delete_keys(db, page)
         if time_left() < 0:
             return deleted, False
+
+
+def forget_in_unit(db: Db, ws: str, session_id: str, unit: str, seq: int) -> int:
+    """Take message `seq` out of its unit's fresh items (a message deleted before its unit was merged): each item that
+    holds it is written again without it, or deleted when it held nothing else, on condition it is unchanged (a merge
+    that read it before deletes it on condition its count is the one it read, so it never merges the message); how
+    many items changed. None when the unit was merged already (its segment is vacuumed)."""
+    found = query_all(
+        db,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :u)",
+        ConsistentRead=True,
+        ExpressionAttributeValues=to_item({":pk": keys.text_fresh_pk(ws, shard_of(session_id)), ":u": f"{unit}#"}),
+    )
+    changed = 0
+    for item in found:
+        entries = unpack(item["z"])
+        kept = [e for e in entries if int(e[0]) != seq]
+        if len(kept) == len(entries):
+            continue
+        same = to_item({":n": int(item["n"])})
+        try:
+            if kept:
+                db.client.put_item(
+                    TableName=db.table,
+                    Item=to_item({**item, "n": len(kept), "z": pack(kept)}),
+                    ConditionExpression="n = :n",
+                    ExpressionAttributeValues=same,
+                )
+            else:
+                db.client.delete_item(
+                    TableName=db.table,
+                    Key=to_item({"PK": item["PK"], "SK": item["SK"]}),
+                    ConditionExpression="n = :n",
+                    ExpressionAttributeValues=same,
+                )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            continue  # merged meanwhile (it read the message's text gone, so it kept the unit fresh) or rewritten
+        changed += 1
+    return changed
 
 
 def delete_index(db: Db, ws: str, peers: Iterable[str]) -> int:

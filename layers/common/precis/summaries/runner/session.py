@@ -64,7 +64,8 @@ def summarize_session(
     if first is None:
         return SummaryOutcome()
     # first..newest: bounded by the strategy's cadence
-    items = read_from(db, ws, session_id, first, base=base_of(session))
+    # (a deleted message's seq is a placeholder: empty, of no tokens, so the cadence still counts by seq)
+    items = read_from(db, ws, session_id, first, base=base_of(session), gaps=True)
     unfinished = {t: s["job_through_seq"] for t, s in raw.items() if s.get("job_through_seq")}
     jobs = decide(config, stored, [MessageRef(i["seq"], i["token_count"], i.get("run_id")) for i in items], unfinished)
     if not jobs:

@@ -19,7 +19,7 @@ from precis.concurrency import add_metric
 from precis.llm import EngineError, PromptTooLong
 from precis.settings import Settings
 from precis.store.db import Db
-from precis.store.messages import MessageItem, with_bodies
+from precis.store.messages import MessageItem, is_placeholder, with_bodies
 from precis.store.summaries import (
     Put,
     SummaryFailureItem,
@@ -204,7 +204,7 @@ class JobRunner:
                 messages=self._messages(step),
                 word_limit=word_limit(cap),
                 max_output_tokens=cap,
-                dates=[self.by_seq[s].get("created_at") for s in range(step.first_seq, step.through_seq + 1)],
+                dates=[self.by_seq[s].get("created_at") for s in self._shown(step)],
             )
             over = prompt_tokens(request) - self.limit
             if over <= 0 or room <= 0:
@@ -302,9 +302,13 @@ class JobRunner:
             self._prefix_tokens[peer] = line_tokens(peer, "")
         return self._prefix_tokens[peer]
 
+    def _shown(self, step: Step) -> list[int]:
+        """The step's seqs but those of deleted messages (placeholders: nothing to show)."""
+        return [s for s in range(step.first_seq, step.through_seq + 1) if not is_placeholder(self.by_seq[s])]
+
     def _messages(self, step: Step) -> list[tuple[str, str]]:
         """(peer, content) of the step's messages, each message in `step.keep` cut to its share of tokens."""
-        seqs = range(step.first_seq, step.through_seq + 1)
+        seqs = self._shown(step)
         missing = [self.by_seq[s] for s in seqs if s not in self._contents]
         if missing:
             views = with_bodies(self.db, missing, self.ws, self.session_id)
@@ -351,7 +355,15 @@ class JobRunner:
             token_count=token_count,
             covers_seq=step.through_seq,
             end_tokens=last["start_tokens"] + last["token_count"],
-            message_id=last["id"],
+            # the id of the newest message it covers that is still there ("" when it covers only deleted ones)
+            message_id=next(
+                (
+                    self.by_seq[s]["id"]
+                    for s in reversed(range(step.first_seq, step.through_seq + 1))
+                    if "id" in self.by_seq[s]
+                ),
+                "",
+            ),
             extra=extra,
             parts=parts,
         )

@@ -1,0 +1,360 @@
+"""Deleting one message with everything drawn from it (docs/design.md, "Deleting a message").
+
+The request does a bounded amount of work, whatever the session's size: one transaction replaces the message by a
+tombstone at its seq, adds its id to the session's `forgetting` set (every read of conclusions leaves out those drawn
+from it from then on), deletes the summaries that cover it, its vector and its text, marks the cards about its
+sender (each reads as none) and the derive cursors not past it (a derivation that read it stores nothing). The stream
+carries the tombstone to the summarizer, whose cascade removes the rest, idempotently and resumably: the conclusions
+drawn from it, its place in the search index, its body in S3, the audit records of the summaries it removed; it
+rebuilds the cards, then clears the mark under the summarizer's lease, and the session is summarized again.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import secrets
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from precis.errors import Conflict, NotFound, Throttled
+from precis.schemas.summary_settings import LONG, ROLLING, SHORT
+from precis.store import conclusions, derive_cursors, keys, search
+from precis.store.db import Db, cancellation_codes, error_code, from_item, to_item, transact
+from precis.store.messages import MessageItem, base_of, locate_message, seq_of
+from precis.store.records import utcnow
+from precis.store.resources import members, read_session_item, require_session
+from precis.store.summaries import read_summary_items, release_summary_lease, take_summary_lease
+
+if TYPE_CHECKING:
+    from types_boto3_s3.type_defs import ObjectIdentifierTypeDef
+
+FORGETTING_MAX = 100  # deletes of one session whose cascade may run at once (the session item holds their ids)
+_ATTEMPTS = 8
+_MAX_ACTIONS = 100  # DynamoDB's TransactWriteItems limit
+_LEASE_S = 60.0
+# What the tombstone keeps of the message: its place (seq, tokens, run), nothing the user wrote.
+_PLACE = ("seq", "token_count", "start_tokens", "run_start_seq", "run_index", "run_id")
+
+# The cascade's steps, in order; the tombstone's `forgot_step` says how many are done.
+CONCLUSIONS, SEARCH, BODY, CARDS, SUMMARIES = 1, 2, 3, 4, 5
+
+
+def forget_message(db: Db, ws: str, session_id: str, message_id: str) -> None:
+    """Delete a message (NotFound when no live message has the id): from the moment this returns no read returns it or
+    anything drawn from it; the stream's cascade removes the rest."""
+    for attempt in range(_ATTEMPTS):
+        session = require_session(db, ws, session_id)
+        seq = seq_of(message_id)
+        base = base_of(session)
+        if base is not None and seq is not None and seq <= base.through:
+            raise Conflict(
+                f"session '{session_id}' is a clone still copying what it inherited; retry the delete in a few seconds"
+            )
+        item = locate_message(db, ws, session_id, message_id)
+        if item.get("kind") != "message":
+            raise NotFound(f"message '{message_id}' not found in session '{session_id}'")
+        if len(session.get("forgetting") or ()) >= FORGETTING_MAX:
+            raise Throttled(
+                f"session '{session_id}' has {FORGETTING_MAX} message deletes still being carried out; retry shortly"
+            )
+        seq, sender = item["seq"], item["peer_id"]
+        observers = sorted(set(members(db, ws, session_id)) | {sender})
+        cards = conclusions.forget_card_actions(db, ws, observers, sender, message_id)
+        marked = sorted(observer for observer, _ in cards)
+        actions = [
+            _tombstone(db, ws, session_id, item, session.get("incarnation"), marked),
+            _mark_session(db, ws, session_id, message_id, session.get("incarnation")),
+            *_summary_deletes(db, ws, session_id, seq),
+            {"Delete": {"TableName": db.table, "Key": to_item(keys.message_vector(ws, session_id, seq))}},
+            {"Delete": {"TableName": db.table, "Key": to_item(keys.text_doc(ws, session_id, seq))}},
+            *derive_cursors.forget_actions(db, ws, session_id, seq, sender),
+        ]
+        room = _MAX_ACTIONS - len(actions)
+        if room < 0:  # (one cursor per sender not derived past it: only a session of very many senders behind)
+            raise Throttled(f"session '{session_id}' has too many senders waiting for derivation; retry the delete")
+        try:
+            transact(db, actions + [action for _, action in cards[:room]])
+        except ClientError as exc:
+            if not cancellation_codes(exc):
+                raise
+            time.sleep(random.uniform(0, min(0.2, 0.01 * 2**attempt)))  # changed meanwhile: read again
+            continue
+        for _, action in cards[room:]:  # a session with more observers than one transaction holds
+            _update_quietly(db, action["Update"])
+        return
+    raise Throttled(f"session '{session_id}' is busy; retry the delete")
+
+
+def _tombstone(
+    db: Db, ws: str, session_id: str, item: MessageItem, incarnation: str | None, cards: list[str]
+) -> dict[str, Any]:
+    tombstone = {
+        **keys.message(ws, session_id, item["seq"]),
+        **{k: v for k, v in item.items() if k in _PLACE},
+        "kind": "forgotten",
+        "forgot": item["id"],
+        "forgot_peer": item["peer_id"],
+        "forgot_unit": search.message_unit(session_id, item),
+        "forgot_body": item.get("body_key"),
+        "forgot_at": utcnow(),
+        "running": utcnow(),  # while the cascade runs: its records reach the summarizer (precis.stream)
+        "forgot_step": 0,
+        "forgot_cards": cards,  # the observers whose cards about the sender were marked (the cascade clears each)
+        "incarnation": incarnation,
+    }
+    return {
+        "Put": {
+            "TableName": db.table,
+            "Item": to_item(tombstone),
+            "ConditionExpression": "id = :id AND kind = :message",
+            "ExpressionAttributeValues": to_item({":id": item["id"], ":message": "message"}),
+        }
+    }
+
+
+def _mark_session(db: Db, ws: str, session_id: str, message_id: str, incarnation: str | None) -> dict[str, Any]:
+    live = "incarnation = :inc" if incarnation else "attribute_not_exists(incarnation)"
+    values: dict[str, Any] = {":m": {"SS": [message_id]}, ":one": {"N": "1"}, ":max": {"N": str(FORGETTING_MAX)}}
+    if incarnation:
+        values[":inc"] = {"S": incarnation}
+    return {
+        "Update": {
+            "TableName": db.table,
+            "Key": to_item(keys.session(ws, session_id)),
+            "UpdateExpression": "ADD forgetting :m, forgotten :one",
+            "ConditionExpression": f"{live} AND attribute_not_exists(deleted_at) "
+            "AND (attribute_not_exists(forgetting) OR size(forgetting) < :max)",
+            "ExpressionAttributeValues": values,
+        }
+    }
+
+
+def _summary_deletes(db: Db, ws: str, session_id: str, seq: int) -> list[dict[str, Any]]:
+    """Deletes of the summaries covering `seq` (each on the condition it still covers what was read) and of the short
+    summaries' parts when one of them covers it (the long job then reads the messages, as it does without parts)."""
+    state = read_summary_items(db, ws, session_id)
+    actions = [
+        {
+            "Delete": {
+                "TableName": db.table,
+                "Key": to_item(keys.summary(ws, session_id, kind)),
+                "ConditionExpression": "covers_seq = :c",
+                "ExpressionAttributeValues": {":c": {"N": str(summary["covers_seq"])}},
+            }
+        }
+        for kind, summary in sorted(state.summaries.items())
+        if int(summary["covers_seq"]) >= seq
+    ]
+    actions += [
+        {"Delete": {"TableName": db.table, "Key": to_item(keys.summary_parts(ws, session_id, kind))}}
+        for kind, parts in sorted(state.parts.items())
+        if any(int(p["covers_seq"]) >= seq for p in parts)
+    ]
+    return actions
+
+
+def _update_quietly(db: Db, update: dict[str, Any]) -> None:
+    """An UpdateItem whose failed condition means there is nothing to do."""
+    try:
+        db.client.update_item(**update)
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+
+
+# ---------------------------------------------------------------- the cascade (the summarizer's stream consumer)
+
+
+def forget_cascade(
+    db: Db,
+    ws: str,
+    session_id: str,
+    seq: int,
+    *,
+    rebuild_card: Callable[[str, list[str]], tuple[list[str], dict[str, int]] | None],
+    time_left: Callable[[], float] = lambda: math.inf,
+    clock: Callable[[], float] = time.time,
+) -> bool:
+    """Remove what the delete of message `seq` left to the stream, from the step its tombstone says on; whether it is
+    done (False: out of time, or the summarizer busy; the caller touches the tombstone and the next record goes on).
+    Idempotent: a replayed or reordered record finds the steps done, or the tombstone gone with its session."""
+    tomb = _read_tombstone(db, ws, session_id, seq)
+    if tomb is None or tomb.get("forgot_done"):
+        return True  # done already, or the session was purged or created again: nothing of it is left here
+    session = read_session_item(db, ws, session_id)
+    if session is None or "deleted_at" in session or session.get("incarnation") != tomb.get("incarnation"):
+        return True  # the session's purge removes everything, this included
+    message_id, sender, step = tomb["forgot"], tomb["forgot_peer"], int(tomb.get("forgot_step", 0))
+    if step < CONCLUSIONS:
+        found = conclusions.message_conclusions(db, ws, session_id, message_id)
+        # The collections that lose conclusions, noted first: their cards are rebuilt, the others' only unmarked.
+        _note_lost(db, ws, session_id, seq, sorted({observer for observer, _ in found}))
+        for (observer, observed), ids in found.items():
+            if time_left() < 0:
+                return False
+            # The deductions drawn from them first: a cascade stopped between the two finds the premises again.
+            conclusions.remove_deductions(db, ws, observer, observed, set(ids))
+            conclusions.remove_conclusions(db, ws, observer, observed, ids)
+        step = _step(db, ws, session_id, seq, CONCLUSIONS)
+        tomb = _read_tombstone(db, ws, session_id, seq) or tomb
+    if step < SEARCH:
+        if not search.forget_message(db, ws, session_id, seq, tomb["forgot_unit"], time_left=time_left):
+            return False
+        step = _step(db, ws, session_id, seq, SEARCH)
+    if step < BODY:
+        if tomb.get("forgot_body"):
+            _delete_versions(db, tomb["forgot_body"], exact=True)
+        step = _step(db, ws, session_id, seq, BODY)
+    if step < CARDS:
+        lost, marked = set(tomb.get("forgot_lost") or ()), set(tomb.get("forgot_cards") or ())
+        for observer in sorted(marked | lost):
+            rebuild = rebuild_card if observer in lost else None
+            if not any(
+                conclusions.rebuild_card(db, ws, observer, sender, message_id, rebuild, marked=observer in marked)
+                for _ in range(_ATTEMPTS)
+            ):
+                raise Throttled(f"the card of '{observer}' about '{sender}' kept changing while being rebuilt")
+        step = _step(db, ws, session_id, seq, CARDS)
+    # Last, under the summarizer's lease: no summary job that read the message is still running, so no summary or
+    # audit record of it can come after the audit records are deleted and the mark cleared.
+    owner = secrets.token_hex(8)
+    if not take_summary_lease(db, ws, session_id, owner=owner, until=clock() + _LEASE_S, clock=clock):
+        return False
+    try:
+        incarnation = session.get("incarnation") or "_"
+        for kind in (SHORT, LONG, ROLLING):
+            prefix = f"{keys.audit_prefix(ws, session_id, incarnation)}{kind}/"
+            _delete_versions(db, prefix, after=f"{prefix}{seq - 1:0{keys.SEQ_DIGITS}d}~")
+        _finish(db, ws, session_id, seq, message_id)
+    finally:
+        release_summary_lease(db, ws, session_id, owner=owner)
+    return True
+
+
+def touch(db: Db, ws: str, session_id: str, seq: int) -> None:
+    """Write the tombstone again (a round counted), so its next stream record goes on with the cascade."""
+    _update_quietly(
+        db,
+        {
+            "TableName": db.table,
+            "Key": to_item(keys.message(ws, session_id, seq)),
+            "UpdateExpression": "ADD forgot_rounds :one",
+            "ConditionExpression": "kind = :k AND attribute_not_exists(forgot_done)",
+            "ExpressionAttributeValues": to_item({":one": 1, ":k": "forgotten"}),
+        },
+    )
+
+
+def _read_tombstone(db: Db, ws: str, session_id: str, seq: int) -> dict[str, Any] | None:
+    item = from_item(
+        db.client.get_item(TableName=db.table, Key=to_item(keys.message(ws, session_id, seq)), ConsistentRead=True).get(
+            "Item"
+        )
+    )
+    return item if item is not None and item.get("kind") == "forgotten" else None
+
+
+def _step(db: Db, ws: str, session_id: str, seq: int, step: int) -> int:
+    """Note on the tombstone that `step` is done (a later step never goes back); the step."""
+    _update_quietly(
+        db,
+        {
+            "TableName": db.table,
+            "Key": to_item(keys.message(ws, session_id, seq)),
+            "UpdateExpression": "SET forgot_step = :s",
+            "ConditionExpression": "kind = :k AND forgot_step < :s",
+            "ExpressionAttributeValues": to_item({":s": step, ":k": "forgotten"}),
+        },
+    )
+    return step
+
+
+def _note_lost(db: Db, ws: str, session_id: str, seq: int, observers: list[str]) -> None:
+    """Add to the tombstone the observers whose collections about the sender lose conclusions."""
+    if observers:
+        _update_quietly(
+            db,
+            {
+                "TableName": db.table,
+                "Key": to_item(keys.message(ws, session_id, seq)),
+                "UpdateExpression": "ADD forgot_lost :o",
+                "ConditionExpression": "kind = :k",
+                "ExpressionAttributeValues": {":o": {"SS": observers}, ":k": {"S": "forgotten"}},
+            },
+        )
+
+
+def _finish(db: Db, ws: str, session_id: str, seq: int, message_id: str) -> None:
+    """The cascade is done: the tombstone keeps only its place, and the session's mark goes (one transaction)."""
+    place = ", ".join(f"#{i}" for i in range(len(_STRIP)))
+    try:
+        transact(
+            db,
+            [
+                {
+                    "Update": {
+                        "TableName": db.table,
+                        "Key": to_item(keys.message(ws, session_id, seq)),
+                        "UpdateExpression": f"SET forgot_done = :now REMOVE {place}",
+                        "ConditionExpression": "kind = :k AND attribute_not_exists(forgot_done)",
+                        "ExpressionAttributeNames": {f"#{i}": name for i, name in enumerate(_STRIP)},
+                        "ExpressionAttributeValues": to_item({":now": utcnow(), ":k": "forgotten"}),
+                    }
+                },
+                {
+                    "Update": {
+                        "TableName": db.table,
+                        "Key": to_item(keys.session(ws, session_id)),
+                        "UpdateExpression": "DELETE forgetting :m",
+                        "ConditionExpression": "attribute_exists(PK)",
+                        "ExpressionAttributeValues": {":m": {"SS": [message_id]}},
+                    }
+                },
+            ],
+        )
+    except ClientError as exc:
+        if not cancellation_codes(exc):
+            raise  # (cancelled: finished already by a replayed record, or the session is gone)
+
+
+# What the tombstone no longer needs once the cascade is done: the message's id, sender, unit and body key.
+_STRIP = (
+    "running",
+    "forgot_peer",
+    "forgot_unit",
+    "forgot_body",
+    "forgot_step",
+    "forgot_rounds",
+    "forgot_cards",
+    "forgot_lost",
+)
+
+
+def _delete_versions(db: Db, prefix: str, *, exact: bool = False, after: str | None = None) -> int:
+    """Delete every version and delete marker of the objects under `prefix` (`exact`: of that key alone; `after`:
+    those whose keys sort after it)."""
+    deleted = 0
+    paginator = db.s3.get_paginator("list_object_versions")
+    request: dict[str, Any] = {"Bucket": db.bucket, "Prefix": prefix}
+    for page in paginator.paginate(**request):
+        objects: list[ObjectIdentifierTypeDef] = [
+            {"Key": v["Key"], "VersionId": v["VersionId"]}
+            for v in (*page.get("Versions", ()), *page.get("DeleteMarkers", ()))
+            if (not exact or v["Key"] == prefix) and (after is None or v["Key"] > after)
+        ]
+        for start in range(0, len(objects), 1000):
+            out = db.s3.delete_objects(
+                Bucket=db.bucket, Delete={"Objects": objects[start : start + 1000], "Quiet": True}
+            )
+            if out.get("Errors"):
+                first = out["Errors"][0]
+                raise RuntimeError(
+                    f"S3 refused to delete {len(out['Errors'])} object(s) under {prefix}, e.g. "
+                    f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
+                )
+            deleted += len(objects[start : start + 1000])
+    return deleted
