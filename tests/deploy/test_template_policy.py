@@ -131,6 +131,8 @@ BUCKET_ACCESS = {
         # An export's steps write its parts; an import's read the upload, or an export's parts.
         ("s3:PutObject", "exports/"),
         ("s3:GetObject", "exports/"),
+        ("s3:DeleteObject", "exports/"),
+        ("s3:DeleteObjectVersion", "exports/"),
         ("s3:GetObject", "imports/"),
     },
     "DeriveFunction": {("s3:GetObject", "bodies/")},

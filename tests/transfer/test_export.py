@@ -140,3 +140,36 @@ def test_export_bad_inputs(aws, method, path, status):
 def _parts(aws, ws: str, job: str) -> dict[str, str]:
     listed = aws["s3"].list_object_versions(Bucket=template().bucket_name, Prefix=f"exports/{ws}/{job}/")
     return {v["Key"]: v["VersionId"] for v in listed.get("Versions", [])}
+
+
+def test_a_message_deleted_while_its_part_is_written_is_not_in_the_part(aws):
+    """The part read the message, the delete answers before the part's write is checked: that version is deleted
+    and the part made again, without the message."""
+    from precis.store.db import get_db
+
+    build(aws, "src", sessions=1, messages=6)
+    bucket = template().bucket_name
+    aws["s3"].put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    victim = call("POST", f"{W}/src/sessions/s000/messages/list").body["items"][2]
+    job = call("POST", f"{W}/src/exports").body["id"]
+    puts: list[str] = []
+
+    def delete_first(params, **_):
+        if params["Key"].startswith("exports/") and not puts:
+            assert call("DELETE", f"{W}/src/sessions/s000/messages/{victim['id']}").status == 204
+        puts.append(params["Key"])
+
+    s3 = get_db().s3
+    s3.meta.events.register("provide-client-params.s3.PutObject", delete_first)
+    try:
+        run_job(aws, "src", job)
+    finally:
+        s3.meta.events.unregister("provide-client-params.s3.PutObject", delete_first)
+    assert puts[0] == puts[1]  # the part written again
+    lines = export_lines(aws, "src", job)
+    assert [line["seq"] for line in lines if line["kind"] == "message"] == [1, 2, 4, 5, 6]
+    assert [line["seq"] for line in lines if line["kind"] == "forgotten"] == [3]
+    versions = aws["s3"].list_object_versions(Bucket=bucket, Prefix=f"exports/src/{job}/")
+    for version in versions.get("Versions", []):
+        body = aws["s3"].get_object(Bucket=bucket, Key=version["Key"], VersionId=version["VersionId"])["Body"].read()
+        assert victim["content"].encode() not in body

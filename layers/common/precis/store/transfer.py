@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 
 from precis.errors import NotFound
 from precis.store import keys
-from precis.store.db import Db, error_code, from_item, to_item, transact
+from precis.store.db import Db, batch_get, error_code, from_item, to_item, transact
 from precis.store.records import json_text, utcnow, write_batch
 from precis.store.resources import (
     MemberItem,
@@ -360,6 +360,42 @@ def put_summaries(db: Db, ws: str, session_id: str, summaries: Sequence[dict[str
     _write_all(db, puts)
 
 
+def put_forgotten(db: Db, ws: str, session_id: str, place: dict[str, Any]) -> None:
+    """A deleted message's place as the finished tombstone its delete left (the model: a clone's copy of one), counted
+    into the session's `forgotten` when the exported session's own delete made it (its `total` then answers the same);
+    one transaction, unless it is there (a step run again)."""
+    fields = ("seq", "token_count", "start_tokens", "run_start_seq", "run_index", "run_id")
+    item: dict[str, Any] = {
+        **{k: place[k] for k in fields if place.get(k) is not None},
+        **keys.message(ws, session_id, int(place["seq"])),
+        "kind": "forgotten",
+        "forgot_done": utcnow(),
+    }
+    counted = place.get("counted", True)
+    if not counted:
+        item["uncounted"] = True  # a clone's inherited place: an export of this workspace says so again
+    actions: list[dict[str, Any]] = [
+        {"Put": {"TableName": db.table, "Item": to_item(item), "ConditionExpression": "attribute_not_exists(PK)"}}
+    ]
+    if counted:
+        actions.append(
+            {
+                "Update": {
+                    "TableName": db.table,
+                    "Key": to_item(keys.session(ws, session_id)),
+                    "UpdateExpression": "ADD forgotten :one",
+                    "ConditionExpression": "attribute_exists(PK)",
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            }
+        )
+    try:
+        transact(db, actions)
+    except ClientError as exc:
+        if error_code(exc) != "TransactionCanceledException":
+            raise
+
+
 def put_card(db: Db, ws: str, observer: str, observed: str, card: dict[str, Any]) -> None:
     from precis.store.conclusions import import_card
 
@@ -380,10 +416,31 @@ def _write_all(db: Db, items: Sequence[dict[str, Any]]) -> None:
 
 
 # ---------------------------------------------------------------- the objects
-def put_part(db: Db, ws: str, job_id: str, number: int, body: bytes) -> str:
+def put_part(db: Db, ws: str, job_id: str, number: int, body: bytes) -> str | None:
+    """Write a part; the version written (None in a bucket without versioning)."""
     key = keys.export_part(ws, job_id, number)
-    db.s3.put_object(Bucket=db.bucket, Key=key, Body=body, ContentType="application/x-ndjson")
-    return key
+    out = db.s3.put_object(Bucket=db.bucket, Key=key, Body=body, ContentType="application/x-ndjson")
+    return out.get("VersionId")
+
+
+def delete_part_version(db: Db, ws: str, job_id: str, number: int, version: str | None) -> None:
+    """Delete the version of a part `put_part` wrote (it may hold a message deleted meanwhile)."""
+    key = keys.export_part(ws, job_id, number)
+    if version is None:
+        db.s3.delete_object(Bucket=db.bucket, Key=key)
+    else:
+        db.s3.delete_object(Bucket=db.bucket, Key=key, VersionId=version)
+
+
+def inherited(ws: str, session_id: str, item: dict[str, Any]) -> bool:
+    """Whether a read item of the session is its parent's (a clone read through its base)."""
+    return item.get("PK") != keys.session_pk(ws, session_id)
+
+
+def forgotten_counts(db: Db, ws: str, session_ids: Sequence[str]) -> dict[str, int]:
+    """How many messages each session has had deleted (its `forgotten`; one BatchGetItem per 100 sessions)."""
+    found = batch_get(db, [keys.session(ws, s) for s in session_ids], ("id", "forgotten"))
+    return {i["id"]: int(i.get("forgotten", 0)) for i in found}
 
 
 def part_keys(ws: str, job_id: str, parts: int) -> list[str]:
