@@ -173,3 +173,31 @@ def test_a_message_deleted_while_its_part_is_written_is_not_in_the_part(aws):
     for version in versions.get("Versions", []):
         body = aws["s3"].get_object(Bucket=bucket, Key=version["Key"], VersionId=version["VersionId"])["Body"].read()
         assert victim["content"].encode() not in body
+
+
+def test_a_workspace_delete_takes_its_exports_every_version_and_their_jobs(aws):
+    bucket = template().bucket_name
+    aws["s3"].put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    for ws in ("src", "src2"):  # src2: another workspace whose id src is a prefix of keeps its exports
+        build(aws, ws, sessions=1, messages=3)
+    jobs = {ws: call("POST", f"{W}/{ws}/exports").body["id"] for ws in ("src", "src2")}
+    for ws, job in jobs.items():
+        run_job(aws, ws, job)
+    # A part written twice (a step run again) leaves a noncurrent version: it goes too.
+    key = f"exports/src/{jobs['src']}/part-00001.jsonl"
+    aws["s3"].put_object(Bucket=bucket, Key=key, Body=aws["s3"].get_object(Bucket=bucket, Key=key)["Body"].read())
+    assert call("DELETE", f"{W}/src/sessions/s000").status == 202
+    assert call("DELETE", f"{W}/src").status in (200, 202, 204)
+
+    def versions(prefix: str) -> list:
+        found = aws["s3"].list_object_versions(Bucket=bucket, Prefix=prefix)
+        return [*found.get("Versions", []), *found.get("DeleteMarkers", [])]
+
+    assert versions("exports/src/") == []
+    assert len(versions("exports/src2/")) == 1
+    assert "Item" not in aws["dynamodb"].get_item(
+        TableName="precis-local", Key={"PK": {"S": "WS#src"}, "SK": {"S": f"JOB#{jobs['src']}"}}
+    )
+    # A workspace made again under the id knows no export of the first.
+    assert call("POST", W, {"id": "src"}).status == 201
+    assert call("GET", f"{W}/src/exports/{jobs['src']}").status == 404
