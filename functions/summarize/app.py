@@ -129,6 +129,12 @@ def _forget(db: Db, target: StreamTarget, records: list[str], time_left: Callabl
     if not done:
         touch(db, target.workspace, target.session, target.seq)
         return
+    # Exports begun before the delete may hold the message: their parts go (a record delivered again does it again).
+    from precis.store.transfer import withdraw_exports
+
+    withdrawn = withdraw_exports(db, target.workspace, target.session, target.seq)
+    if withdrawn:
+        logger.info("exports withdrawn", extra={"session": target.session, "seq": target.seq, "exports": withdrawn})
     outcome = summarize_under_lease(
         db, settings, target.workspace, target.session, records=records, remaining_s=time_left
     )

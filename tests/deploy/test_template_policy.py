@@ -149,7 +149,7 @@ BUCKET_ACCESS = {
 }
 # Listing is a bucket action: allowed only to the purge, and only under the prefixes it purges.
 BUCKET_LISTING = {
-    "SummarizeFunction": ("s3:ListBucketVersions", {"bodies/*", "audit/*"}),
+    "SummarizeFunction": ("s3:ListBucketVersions", {"bodies/*", "audit/*", "exports/*"}),
     "IngestFunction": ("s3:ListBucketVersions", {"exports/*"}),  # a workspace's delete, its exports' parts
 }
 SECRET_ARN = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretName}-*"

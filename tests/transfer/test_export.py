@@ -201,3 +201,45 @@ def test_a_workspace_delete_takes_its_exports_every_version_and_their_jobs(aws):
     # A workspace made again under the id knows no export of the first.
     assert call("POST", W, {"id": "src"}).status == 201
     assert call("GET", f"{W}/src/exports/{jobs['src']}").status == 404
+
+
+def test_a_message_delete_withdraws_the_exports_begun_before_it(aws, monkeypatch):
+    """Forgetting for real: the parts of an export that may hold the message go, every version, and the export says
+    why; an export begun after the delete stays."""
+    from precis.store import transfer
+
+    monkeypatch.setattr(transfer, "_SKEW_S", 0)  # (the margin for other hosts' clocks: none among these calls)
+    bucket = template().bucket_name
+    aws["s3"].put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    build(aws, "src", sessions=1, messages=4)
+    before = call("POST", f"{W}/src/exports").body["id"]
+    run_job(aws, "src", before)
+    victim = call("POST", f"{W}/src/sessions/s000/messages/list").body["items"][1]
+    assert call("DELETE", f"{W}/src/sessions/s000/messages/{victim['id']}").status == 204
+    after = call("POST", f"{W}/src/exports").body["id"]
+    run_job(aws, "src", after)
+    for _ in range(20):  # the tombstone's records, until its cascade is done
+        found = aws["dynamodb"].query(
+            TableName="precis-local",
+            KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
+            FilterExpression="attribute_exists(running)",
+            ExpressionAttributeValues={":p": {"S": "WS#src#S#s000"}, ":m": {"S": "MSG#"}},
+            ConsistentRead=True,
+        )["Items"]
+        if not found:
+            break
+        assert invoke("SummarizeFunction", {"Records": [stream_record(found[0], "MODIFY")]}) == {
+            "batchItemFailures": []
+        }
+
+    def versions(job: str) -> list:
+        found = aws["s3"].list_object_versions(Bucket=bucket, Prefix=f"exports/src/{job}/")
+        return [*found.get("Versions", []), *found.get("DeleteMarkers", [])]
+
+    assert versions(before) == []
+    withdrawn = call("GET", f"{W}/src/exports/{before}").body
+    assert withdrawn["status"] == "failed" and "withdrawn" in withdrawn["error"] and not withdrawn.get("urls")
+    assert len(versions(after)) == 1
+    kept = call("GET", f"{W}/src/exports/{after}").body
+    assert kept["status"] == "done" and len(kept["urls"]) == 1
+    assert victim["content"].encode() not in requests.get(kept["urls"][0], timeout=10).content

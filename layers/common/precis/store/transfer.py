@@ -8,7 +8,7 @@ import json
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from botocore.exceptions import ClientError
 
@@ -26,6 +26,9 @@ from precis.store.resources import (
     workspace_open,
 )
 from precis.store.summaries import SummaryItem, SummaryPart, read_summary_items
+
+if TYPE_CHECKING:
+    from types_boto3_s3.type_defs import ObjectIdentifierTypeDef
 
 RUNNING, DONE, FAILED = "running", "done", "failed"
 URL_TTL_S = 3600  # a presigned URL's life (and at most the signing role's session: docs/design.md)
@@ -413,6 +416,64 @@ def _put_new(db: Db, item: dict[str, Any]) -> None:
 def _write_all(db: Db, items: Sequence[dict[str, Any]]) -> None:
     for start in range(0, len(items), 25):
         write_batch(db, [{"PutRequest": {"Item": to_item(i)}} for i in items[start : start + 25]])
+
+
+# ---------------------------------------------------------------- a message deleted after an export read it
+WITHDRAWN = "withdrawn: a message of the workspace was deleted after this export began; export again"
+_SKEW_S = 60  # exports begun this soon after a delete (by another host's clock) are taken to predate it
+
+
+def withdraw_exports(db: Db, ws: str, session_id: str, seq: int) -> int:
+    """Delete every version of the parts of the workspace's exports that began before message `seq` of the session
+    was deleted (they may hold it), and mark each such export failed; how many. One listing of the workspace's
+    parts (what the 7-day lifecycle left), a GetItem per export found and a DeleteObjects per 1,000 versions."""
+    from datetime import datetime, timedelta
+
+    key = to_item(keys.message(ws, session_id, seq))
+    read = db.client.get_item(TableName=db.table, Key=key, ConsistentRead=True, ProjectionExpression="forgot_at")
+    tomb = from_item(read.get("Item"))
+    if not tomb or not tomb.get("forgot_at"):
+        return 0
+    cutoff = (datetime.fromisoformat(tomb["forgot_at"]) + timedelta(seconds=_SKEW_S)).isoformat()
+    by_job: dict[str, list[ObjectIdentifierTypeDef]] = {}
+    prefix = keys.exports_prefix(ws)
+    for page in db.s3.get_paginator("list_object_versions").paginate(Bucket=db.bucket, Prefix=prefix):
+        for v in (*page.get("Versions", ()), *page.get("DeleteMarkers", ())):
+            job_id = v["Key"].removeprefix(prefix).split("/", 1)[0]
+            by_job.setdefault(job_id, []).append({"Key": v["Key"], "VersionId": v["VersionId"]})
+    withdrawn = 0
+    for job_id, objects in sorted(by_job.items()):
+        job = read_job(db, ws, job_id, "export")
+        if job is not None and datetime.fromisoformat(job["created_at"]) >= datetime.fromisoformat(cutoff):
+            continue  # begun after the delete answered: its reads found the message deleted
+        if job is not None:
+            _withdraw(db, ws, job_id)
+        for start in range(0, len(objects), 1000):
+            out = db.s3.delete_objects(
+                Bucket=db.bucket, Delete={"Objects": objects[start : start + 1000], "Quiet": True}
+            )
+            if out.get("Errors"):
+                raise RuntimeError(f"S3 refused to delete {len(out['Errors'])} part version(s) of export {job_id}")
+        withdrawn += 1
+    return withdrawn
+
+
+def _withdraw(db: Db, ws: str, job_id: str) -> None:
+    """Mark an export failed (withdrawn), whether it was done or still running (its next step then moves nothing)."""
+    try:
+        db.client.update_item(
+            TableName=db.table,
+            Key=to_item(keys.transfer_job(ws, job_id)),
+            UpdateExpression="SET #status = :failed, #error = :why, parts = :zero, updated_at = :now REMOVE running",
+            ConditionExpression="#status IN (:done, :running)",
+            ExpressionAttributeNames={"#status": "status", "#error": "error"},
+            ExpressionAttributeValues=to_item(
+                {":failed": FAILED, ":why": WITHDRAWN, ":zero": 0, ":now": utcnow(), ":done": DONE, ":running": RUNNING}
+            ),
+        )
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
 
 
 # ---------------------------------------------------------------- the objects
