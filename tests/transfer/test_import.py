@@ -315,3 +315,17 @@ def test_a_workspace_with_deleted_messages_round_trips_with_their_places(aws):
         for ws in ("src", "dst")
     ]
     assert [seq_of(a.body[0]["id"]) for a in appended] == [41, 41], [a.body for a in appended]
+
+
+def test_an_import_of_an_export_whose_parts_are_gone_fails_saying_so(aws):
+    """An export withdrawn (a message deleted after it began) or expired while an import reads it in place."""
+    build(aws, "src", sessions=1, messages=3)
+    job = call("POST", f"{W}/src/exports").body["id"]
+    run_job(aws, "src", job)
+    assert call("POST", W, {"id": "dst"}).status == 201
+    started = call("POST", f"{W}/dst/imports", {"export": {"workspace_id": "src", "export_id": job}})
+    assert started.status == 202, started.body
+    aws["s3"].delete_object(Bucket=template().bucket_name, Key=f"exports/src/{job}/part-00001.jsonl")
+    run_job(aws, "dst", started.body["id"])
+    failed = call("GET", f"{W}/dst/imports/{started.body['id']}").body
+    assert failed["status"] == "failed" and "gone" in failed["error"], failed

@@ -531,11 +531,19 @@ def object_size(db: Db, key: str) -> int:
         return int(db.s3.head_object(Bucket=db.bucket, Key=key)["ContentLength"])
     except ClientError as exc:
         if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+            if key.startswith("exports/"):  # an export read in place, withdrawn by a message delete or expired
+                raise NotFound(f"'{key}' is gone (withdrawn or expired): export again") from None
             raise NotFound("upload not found: PUT the file to the upload's url first") from None
         raise
 
 
 def read_range(db: Db, key: str, start: int, length: int) -> bytes:
     """Bytes start..start+length-1 of an object (fewer at its end)."""
-    out = db.s3.get_object(Bucket=db.bucket, Key=key, Range=f"bytes={start}-{start + length - 1}")
+    try:
+        out = db.s3.get_object(Bucket=db.bucket, Key=key, Range=f"bytes={start}-{start + length - 1}")
+    except ClientError as exc:
+        if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+            # (an export's part withdrawn by a message delete, or expired, while an import read it in place)
+            raise NotFound(f"'{key}' is gone (withdrawn or expired): export again") from None
+        raise
     return out["Body"].read()
