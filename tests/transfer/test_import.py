@@ -83,8 +83,9 @@ def settle(aws, ws: str, sessions: list[str], derived: int | None = None) -> Non
     """The stream's consumers over every message stored: summaries written, search merged, and conclusions derived
     from the first `derived` sessions (all when None: the extractive deriver takes seconds for a thousand)."""
     for number, session in enumerate(sessions):
-        # (a deleted message's tombstone reaches no consumer once its cascade is done: no stream filter takes it)
-        records = [r for r in message_records(aws["dynamodb"], ws, session) if _kind(r) == "message"]
+        # (a deleted message's tombstone reaches no consumer once its cascade is done, nor a clone's copy: no stream
+        # filter takes them)
+        records = [r for r in message_records(aws["dynamodb"], ws, session) if _woken(r)]
         for start in range(0, len(records), 1000):
             batch = {"Records": records[start : start + 1000]}
             assert invoke("SummarizeFunction", batch) == {"batchItemFailures": []}
@@ -92,8 +93,9 @@ def settle(aws, ws: str, sessions: list[str], derived: int | None = None) -> Non
                 assert invoke("DeriveFunction", batch) == {"batchItemFailures": []}
 
 
-def _kind(record: dict) -> str:
-    return record["dynamodb"]["NewImage"]["kind"]["S"]
+def _woken(record: dict) -> bool:
+    image = record["dynamodb"]["NewImage"]
+    return image["kind"]["S"] == "message" and "copy_of" not in image
 
 
 def test_an_imported_workspace_answers_exactly_as_the_exported_one(aws):
@@ -307,6 +309,11 @@ def test_a_workspace_with_deleted_messages_round_trips_with_their_places(aws):
     after = answers("dst", "dst")
     for key in before:
         assert after[key] == before[key], key
+
+    def totals(ws: str) -> list[int]:
+        return [call("POST", f"{W}/{ws}/sessions/{s}/messages/list").body["total"] for s in sessions]
+
+    assert totals("dst") == totals("src") == [38, 39]
     # Appending goes on from the same seq in both (a message's id encodes its seq).
     from precis.store.messages import seq_of
 
@@ -329,3 +336,40 @@ def test_an_import_of_an_export_whose_parts_are_gone_fails_saying_so(aws):
     run_job(aws, "dst", started.body["id"])
     failed = call("GET", f"{W}/dst/imports/{started.body['id']}").body
     assert failed["status"] == "failed" and "gone" in failed["error"], failed
+
+
+def test_a_clone_s_inherited_deleted_message_round_trips_uncounted(aws):
+    """A clone's total counts the deleted messages it inherited (docs/design.md, "The gap"); its import does too."""
+    sessions = build(aws, "src", sessions=1, messages=10)
+    listed = pages(f"{W}/src/sessions/{sessions[0]}/messages/list")
+    forget(aws, "src", sessions[0], listed[2]["id"])
+    cloned = call("POST", f"{W}/src/sessions/{sessions[0]}/clone")
+    assert cloned.status == 201, cloned.body
+    key = {"PK": {"S": "WS#src"}, "SK": {"S": f"SESSION#{cloned.body['id']}"}}
+    for _ in range(20):  # the clone's copy, as the stream runs it
+        item = aws["dynamodb"].get_item(TableName="precis-local", Key=key, ConsistentRead=True)["Item"]
+        if "base_session" not in item:
+            break
+        assert invoke("SummarizeFunction", {"Records": [stream_record(item, "MODIFY")]}) == {"batchItemFailures": []}
+    forget(aws, "src", cloned.body["id"], listed[5]["id"])  # the clone's own delete (of a message it inherited)
+    everything = [*sessions, cloned.body["id"]]
+    settle(aws, "src", everything)
+    before = answers("src", "dst")
+    totals = {s: call("POST", f"{W}/src/sessions/{s}/messages/list").body["total"] for s in everything}
+    assert totals == {sessions[0]: 9, cloned.body["id"]: 9}  # the parent's 10 less 1; the clone's 10 less its own 1
+    data = export_of(aws, "src")
+    places = [json.loads(line) for line in data.decode().splitlines() if '"kind":"forgotten"' in line]
+    assert sorted((p["session_id"], p["seq"], p["counted"]) for p in places) == sorted(
+        [(sessions[0], 3, True), (cloned.body["id"], 3, False), (cloned.body["id"], 6, True)]
+    )
+    assert import_into(aws, "dst", data)["status"] == "done"
+    settle(aws, "dst", everything)
+    after = answers("dst", "dst")
+    for key in before:
+        assert after[key] == before[key], key
+    assert {s: call("POST", f"{W}/dst/sessions/{s}/messages/list").body["total"] for s in everything} == totals
+    # Exported again, the import's places say the same.
+    again = [json.loads(line) for line in export_of(aws, "dst").decode().splitlines() if '"kind":"forgotten"' in line]
+    assert [(p["session_id"], p["seq"], p["counted"]) for p in again] == [
+        (p["session_id"], p["seq"], p["counted"]) for p in places
+    ]
