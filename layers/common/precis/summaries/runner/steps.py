@@ -357,7 +357,8 @@ class JobRunner:
             content=result.text,
             token_count=token_count,
             covers_seq=step.through_seq,
-            end_tokens=last["start_tokens"] + last["token_count"],
+            # (a deleted message's place still spans its tokens, as the context's token index says)
+            end_tokens=last["start_tokens"] + last.get("gap_tokens", last["token_count"]),
             message_id=covered_id,
             extra=extra,
             parts=parts,
