@@ -95,8 +95,8 @@ color_option = click.option(
     help="Workspace [env PRECIS_WORKSPACE; default 'default'].",
 )
 def main(url: str | None, key: str | None, workspace: str | None) -> None:
-    """Precis from the command line: summary settings, keys, a session's context, its summaries, import and
-    export. Works with any Precis URL and key; `precis COMMAND --help` for each."""
+    """Precis from the command line: summary settings, keys, a session's context, its summaries, deleting a message,
+    import and export. Works with any Precis URL and key; `precis COMMAND --help` for each."""
 
 
 # ---------------------------------------------------------------- config
@@ -475,6 +475,22 @@ def webhooks_test(client: Precis) -> None:
         click.echo("test event sent")
     else:
         _echo_json(answer)
+
+
+@main.group(context_settings=CONTEXT_SETTINGS)
+def messages() -> None:
+    """A session's messages, one at a time."""
+
+
+@messages.command("delete", context_settings=CONTEXT_SETTINGS)
+@click.argument("session")
+@click.argument("message_id")
+@target_options
+def messages_delete(client: Precis, session: str, message_id: str) -> None:
+    """Delete a message with everything drawn from it: from the answer on, no read returns it or anything drawn from
+    it (conclusions, summaries, cards, search); the service removes the rest in the background."""
+    client.delete_message(session, message_id)
+    click.echo(f"deleted message {message_id} of session {session}")
 
 
 # ---------------------------------------------------------------- import and export

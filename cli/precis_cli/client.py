@@ -262,6 +262,10 @@ class Precis:
     def message(self, session: str, message_id: str) -> dict[str, Any]:
         return self.request("GET", f"{self._session(session)}/messages/{message_id}", retry=True)
 
+    def delete_message(self, session: str, message_id: str) -> None:
+        # Not retried: a delete that was made would answer 404 the second time.
+        self.request("DELETE", f"{self._session(session)}/messages/{message_id}")
+
     def messages_page(
         self, session: str, page: int = 1, size: int = 100, filters: dict[str, Any] | None = None
     ) -> dict[str, Any]:

@@ -15,6 +15,7 @@ active tracing (template) still traces each invocation.
 from precis import startup  # first: no garbage collection while the imports run (precis.startup)
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from typing import Any
@@ -93,11 +94,28 @@ def _serve_target(db: Db, target: StreamTarget, records: list[str], time_left: C
 def _forget(db: Db, target: StreamTarget, records: list[str], time_left: Callable[[], float]) -> None:
     """A deleted message's cascade; when it is done, the session's summaries are made again without it (a summary
     of what is left, or none); out of time, the tombstone is touched and its next record goes on."""
+    from precis.events.kinds import conclusions_deleted
     from precis.memory.card_refresh import card_rebuilder
     from precis.store.forget import forget_cascade, touch
 
     assert target.seq is not None  # (a forget target always names its seq)
     settings = get_settings()
+
+    def removed(message_id: str, observer: str, observed: str, ids: list[str]) -> None:
+        # One event per collection per cascade, its id from the cause (the message and the collection): a replayed
+        # record that removes the rest of a collection announces the same event (docs/design.md, "Events").
+        _events.append(
+            conclusions_deleted(
+                target.workspace,
+                observer=observer,
+                observed=observed,
+                conclusion_ids=ids,
+                session_id=target.session,
+                cause=("forget", target.session, message_id),
+                now=time.time(),
+            )
+        )
+
     done = forget_cascade(
         db,
         target.workspace,
@@ -105,12 +123,22 @@ def _forget(db: Db, target: StreamTarget, records: list[str], time_left: Callabl
         target.seq,
         rebuild_card=card_rebuilder(db, target.workspace, target.session, settings),
         time_left=lambda: time_left() - _MARGIN_S,
+        removed=removed,
     )
     logger.info("forget", extra={"session": target.session, "seq": target.seq, "done": done})
     if not done:
         touch(db, target.workspace, target.session, target.seq)
         return
-    summarize_under_lease(db, settings, target.workspace, target.session, records=records, remaining_s=time_left)
+    # Exports begun before the delete may hold the message: their parts go (a record delivered again does it again).
+    from precis.store.transfer import withdraw_exports
+
+    withdrawn = withdraw_exports(db, target.workspace, target.session, target.seq)
+    if withdrawn:
+        logger.info("exports withdrawn", extra={"session": target.session, "seq": target.seq, "exports": withdrawn})
+    outcome = summarize_under_lease(
+        db, settings, target.workspace, target.session, records=records, remaining_s=time_left
+    )
+    _events.extend(outcome.events)  # the summaries made again are announced as any
 
 
 @logger.inject_lambda_context

@@ -111,6 +111,8 @@ def workspace_configuration(stack, ws: str) -> dict | None:
         ["webhooks", "rotate"],
         ["webhooks", "deliveries"],
         ["webhooks", "test"],
+        ["messages"],
+        ["messages", "delete"],
     ],
 )
 def test_every_command_has_help(command):
@@ -453,3 +455,23 @@ def test_webhooks_create_list_rotate_deliveries_delete(stack, env):
         assert gone.exit_code == 1 and "404 Not Found" in gone.stderr
     finally:
         rx.close()
+
+
+# ---------------------------------------------------------------- messages
+
+
+def test_messages_delete_removes_one_message_and_says_so(stack, env):
+    api(stack, "POST", "/v3/workspaces", json={"id": "forget"})
+    api(stack, "POST", "/v3/workspaces/forget/sessions", json={"id": "s1"})
+    posted = api(
+        stack,
+        "POST",
+        "/v3/workspaces/forget/sessions/s1/messages",
+        json={"messages": [{"peer_id": "alice", "content": f"line {i}"} for i in range(3)]},
+    )
+    deleted = precis(env, "messages", "delete", "-w", "forget", "s1", posted[1]["id"])
+    assert (deleted.exit_code, deleted.stdout) == (0, f"deleted message {posted[1]['id']} of session s1\n")
+    left = api(stack, "POST", "/v3/workspaces/forget/sessions/s1/messages/list")
+    assert [m["id"] for m in left["items"]] == [posted[0]["id"], posted[2]["id"]] and left["total"] == 2
+    again = precis(env, "messages", "delete", "-w", "forget", "s1", posted[1]["id"])
+    assert again.exit_code == 1 and "404 Not Found" in again.stderr

@@ -115,6 +115,9 @@ BUCKET_ACCESS = {
         # An import's upload (its presigned PUT is signed with this role) and the check that it is there.
         ("s3:PutObject", "imports/"),
         ("s3:GetObject", "imports/"),
+        # A workspace's delete removes its exports' parts, every version.
+        ("s3:DeleteObject", "exports/"),
+        ("s3:DeleteObjectVersion", "exports/"),
     },
     # A finished export's presigned URLs are signed with the read function's role.
     "ContextFunction": {("s3:GetObject", "bodies/"), ("s3:GetObject", "exports/")},
@@ -131,6 +134,8 @@ BUCKET_ACCESS = {
         # An export's steps write its parts; an import's read the upload, or an export's parts.
         ("s3:PutObject", "exports/"),
         ("s3:GetObject", "exports/"),
+        ("s3:DeleteObject", "exports/"),
+        ("s3:DeleteObjectVersion", "exports/"),
         ("s3:GetObject", "imports/"),
     },
     "DeriveFunction": {("s3:GetObject", "bodies/")},
@@ -143,7 +148,10 @@ BUCKET_ACCESS = {
     },
 }
 # Listing is a bucket action: allowed only to the purge, and only under the prefixes it purges.
-BUCKET_LISTING = {"SummarizeFunction": ("s3:ListBucketVersions", {"bodies/*", "audit/*"})}
+BUCKET_LISTING = {
+    "SummarizeFunction": ("s3:ListBucketVersions", {"bodies/*", "audit/*", "exports/*"}),
+    "IngestFunction": ("s3:ListBucketVersions", {"exports/*"}),  # a workspace's delete, its exports' parts
+}
 SECRET_ARN = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretName}-*"
 # Every queue action each function may be granted: the stream consumers dead-letter what they gave up on; the
 # deriver alone sends its quiet wake-ups, and alone receives them (its SQS trigger).

@@ -9,7 +9,7 @@ import pytest
 
 from precis.settings import get_settings
 from tests.handlers import call, invoke, post_messages
-from tests.stream import message_records
+from tests.stream import message_records, stream_record
 
 QUEUE = "precis-webhook-local"
 
@@ -293,3 +293,75 @@ def test_a_dream_announces_its_completion_once(ws):
     assert isinstance(done["data"]["deductive"], int)
     woken()  # the record again: the dream is over, nothing more to announce
     assert drain(ws["sqs"]) == []
+
+
+def _tombstone(aws) -> dict | None:
+    """The deleted message's tombstone while its cascade runs (None once done)."""
+    found = aws["dynamodb"].query(
+        TableName="precis-local",
+        KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
+        FilterExpression="kind = :f AND attribute_exists(running)",
+        ExpressionAttributeValues={":p": {"S": "WS#ws1#S#s1"}, ":m": {"S": "MSG#"}, ":f": {"S": "forgotten"}},
+        ConsistentRead=True,
+    )["Items"]
+    return found[0] if found else None
+
+
+def _cascade(aws, *, limit: int = 20) -> list[dict]:
+    """Deliver the tombstone's records to the summarizer until its cascade is done; each answer."""
+    answers = []
+    for _ in range(limit):
+        tombstone = _tombstone(aws)
+        if tombstone is None:
+            return answers
+        answers.append(invoke("SummarizeFunction", {"Records": [stream_record(tombstone, "MODIFY")]}))
+    return answers
+
+
+def test_a_message_deletes_cascade_announces_each_collections_removed_conclusions_once(ws):
+    from precis.store.db import get_db
+
+    peers = {"alice": {}, "bob": {"observe_others": True}}
+    assert call("POST", "/v3/workspaces/ws1/sessions", {"id": "s1", "peers": peers}).status == 201
+    hook("ws1", "https://hooks.example.com/a")
+    posted = post_messages("s1", ("alice", "I moved to Lisbon last spring."), ("alice", "My sister is Ana."))
+    derive(ws)
+    drawn = {
+        (c["observer_id"], c["observed_id"]): c["id"]
+        for c in call("POST", "/v3/workspaces/ws1/conclusions/list?size=100").body["items"]
+        if "Lisbon" in c["content"]
+    }
+    assert set(drawn) == {("alice", "alice"), ("bob", "alice")}
+    drain(ws["sqs"])
+    assert call("DELETE", f"/v3/workspaces/ws1/sessions/s1/messages/{posted[0]['id']}").status == 204
+    assert drain(ws["sqs"]) == []  # the request removes nothing: the cascade does
+    inserted = stream_record(_tombstone(ws), "INSERT")
+
+    # The cascade fails removing the second collection's conclusions: the first's removal is announced, and the
+    # record delivered again announces the second's, never the first's again.
+    client, removals = get_db().client, []
+
+    def fail_second_removal(params, **_):
+        if any("#C#" in a["Delete"]["Key"]["PK"]["S"] for a in params["TransactItems"] if "Delete" in a):
+            removals.append(params)
+            if len(removals) == 2:
+                raise ConnectionError("the network went away mid-cascade")
+
+    client.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", fail_second_removal)
+    try:
+        (first,) = _cascade(ws, limit=1)
+    finally:
+        client.meta.events.unregister("provide-client-params.dynamodb.TransactWriteItems", fail_second_removal)
+    assert first["batchItemFailures"], first
+    announced = of_type(drain(ws["sqs"]), "conclusions.deleted")
+    assert len(announced) == 1
+    assert all(answer == {"batchItemFailures": []} for answer in _cascade(ws))
+    announced += of_type(drain(ws["sqs"]), "conclusions.deleted")
+    assert sorted(
+        (m["data"]["observer"], m["data"]["observed"], tuple(m["data"]["conclusion_ids"])) for m in announced
+    ) == [(observer, observed, (drawn[observer, observed],)) for observer, observed in sorted(drawn)]
+    assert all(m["data"]["session_id"] == "s1" for m in announced) and "Lisbon" not in json.dumps(announced)
+    assert len({m["id"] for m in announced}) == 2
+    # Done: the tombstone's first record delivered again finds nothing left to remove and announces nothing.
+    assert invoke("SummarizeFunction", {"Records": [inserted]}) == {"batchItemFailures": []}
+    assert of_type(drain(ws["sqs"]), "conclusions.deleted") == []

@@ -140,3 +140,106 @@ def test_export_bad_inputs(aws, method, path, status):
 def _parts(aws, ws: str, job: str) -> dict[str, str]:
     listed = aws["s3"].list_object_versions(Bucket=template().bucket_name, Prefix=f"exports/{ws}/{job}/")
     return {v["Key"]: v["VersionId"] for v in listed.get("Versions", [])}
+
+
+def test_a_message_deleted_while_its_part_is_written_is_not_in_the_part(aws):
+    """The part read the message, the delete answers before the part's write is checked: that version is deleted
+    and the part made again, without the message."""
+    from precis.store.db import get_db
+
+    build(aws, "src", sessions=1, messages=6)
+    bucket = template().bucket_name
+    aws["s3"].put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    victim = call("POST", f"{W}/src/sessions/s000/messages/list").body["items"][2]
+    job = call("POST", f"{W}/src/exports").body["id"]
+    puts: list[str] = []
+
+    def delete_first(params, **_):
+        if params["Key"].startswith("exports/") and not puts:
+            assert call("DELETE", f"{W}/src/sessions/s000/messages/{victim['id']}").status == 204
+        puts.append(params["Key"])
+
+    s3 = get_db().s3
+    s3.meta.events.register("provide-client-params.s3.PutObject", delete_first)
+    try:
+        run_job(aws, "src", job)
+    finally:
+        s3.meta.events.unregister("provide-client-params.s3.PutObject", delete_first)
+    assert puts[0] == puts[1]  # the part written again
+    lines = export_lines(aws, "src", job)
+    assert [line["seq"] for line in lines if line["kind"] == "message"] == [1, 2, 4, 5, 6]
+    assert [line["seq"] for line in lines if line["kind"] == "forgotten"] == [3]
+    versions = aws["s3"].list_object_versions(Bucket=bucket, Prefix=f"exports/src/{job}/")
+    for version in versions.get("Versions", []):
+        body = aws["s3"].get_object(Bucket=bucket, Key=version["Key"], VersionId=version["VersionId"])["Body"].read()
+        assert victim["content"].encode() not in body
+
+
+def test_a_workspace_delete_takes_its_exports_every_version_and_their_jobs(aws):
+    bucket = template().bucket_name
+    aws["s3"].put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    for ws in ("src", "src2"):  # src2: another workspace whose id src is a prefix of keeps its exports
+        build(aws, ws, sessions=1, messages=3)
+    jobs = {ws: call("POST", f"{W}/{ws}/exports").body["id"] for ws in ("src", "src2")}
+    for ws, job in jobs.items():
+        run_job(aws, ws, job)
+    # A part written twice (a step run again) leaves a noncurrent version: it goes too.
+    key = f"exports/src/{jobs['src']}/part-00001.jsonl"
+    aws["s3"].put_object(Bucket=bucket, Key=key, Body=aws["s3"].get_object(Bucket=bucket, Key=key)["Body"].read())
+    assert call("DELETE", f"{W}/src/sessions/s000").status == 202
+    assert call("DELETE", f"{W}/src").status in (200, 202, 204)
+
+    def versions(prefix: str) -> list:
+        found = aws["s3"].list_object_versions(Bucket=bucket, Prefix=prefix)
+        return [*found.get("Versions", []), *found.get("DeleteMarkers", [])]
+
+    assert versions("exports/src/") == []
+    assert len(versions("exports/src2/")) == 1
+    assert "Item" not in aws["dynamodb"].get_item(
+        TableName="precis-local", Key={"PK": {"S": "WS#src"}, "SK": {"S": f"JOB#{jobs['src']}"}}
+    )
+    # A workspace made again under the id knows no export of the first.
+    assert call("POST", W, {"id": "src"}).status == 201
+    assert call("GET", f"{W}/src/exports/{jobs['src']}").status == 404
+
+
+def test_a_message_delete_withdraws_the_exports_begun_before_it(aws, monkeypatch):
+    """Forgetting for real: the parts of an export that may hold the message go, every version, and the export says
+    why; an export begun after the delete stays."""
+    from precis.store import transfer
+
+    monkeypatch.setattr(transfer, "_SKEW_S", 0)  # (the margin for other hosts' clocks: none among these calls)
+    bucket = template().bucket_name
+    aws["s3"].put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    build(aws, "src", sessions=1, messages=4)
+    before = call("POST", f"{W}/src/exports").body["id"]
+    run_job(aws, "src", before)
+    victim = call("POST", f"{W}/src/sessions/s000/messages/list").body["items"][1]
+    assert call("DELETE", f"{W}/src/sessions/s000/messages/{victim['id']}").status == 204
+    after = call("POST", f"{W}/src/exports").body["id"]
+    run_job(aws, "src", after)
+    for _ in range(20):  # the tombstone's records, until its cascade is done
+        found = aws["dynamodb"].query(
+            TableName="precis-local",
+            KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
+            FilterExpression="attribute_exists(running)",
+            ExpressionAttributeValues={":p": {"S": "WS#src#S#s000"}, ":m": {"S": "MSG#"}},
+            ConsistentRead=True,
+        )["Items"]
+        if not found:
+            break
+        assert invoke("SummarizeFunction", {"Records": [stream_record(found[0], "MODIFY")]}) == {
+            "batchItemFailures": []
+        }
+
+    def versions(job: str) -> list:
+        found = aws["s3"].list_object_versions(Bucket=bucket, Prefix=f"exports/src/{job}/")
+        return [*found.get("Versions", []), *found.get("DeleteMarkers", [])]
+
+    assert versions(before) == []
+    withdrawn = call("GET", f"{W}/src/exports/{before}").body
+    assert withdrawn["status"] == "failed" and "withdrawn" in withdrawn["error"] and not withdrawn.get("urls")
+    assert len(versions(after)) == 1
+    kept = call("GET", f"{W}/src/exports/{after}").body
+    assert kept["status"] == "done" and len(kept["urls"]) == 1
+    assert victim["content"].encode() not in requests.get(kept["urls"][0], timeout=10).content

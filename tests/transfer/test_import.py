@@ -83,12 +83,19 @@ def settle(aws, ws: str, sessions: list[str], derived: int | None = None) -> Non
     """The stream's consumers over every message stored: summaries written, search merged, and conclusions derived
     from the first `derived` sessions (all when None: the extractive deriver takes seconds for a thousand)."""
     for number, session in enumerate(sessions):
-        records = message_records(aws["dynamodb"], ws, session)
+        # (a deleted message's tombstone reaches no consumer once its cascade is done, nor a clone's copy: no stream
+        # filter takes them)
+        records = [r for r in message_records(aws["dynamodb"], ws, session) if _woken(r)]
         for start in range(0, len(records), 1000):
             batch = {"Records": records[start : start + 1000]}
             assert invoke("SummarizeFunction", batch) == {"batchItemFailures": []}
             if derived is None or number < derived:
                 assert invoke("DeriveFunction", batch) == {"batchItemFailures": []}
+
+
+def _woken(record: dict) -> bool:
+    image = record["dynamodb"]["NewImage"]
+    return image["kind"]["S"] == "message" and "copy_of" not in image
 
 
 def test_an_imported_workspace_answers_exactly_as_the_exported_one(aws):
@@ -252,3 +259,121 @@ def test_an_export_imports_in_place_for_a_key_that_reaches_both_workspaces(aws, 
     after = answers("dst", "dst")
     for key in before:
         assert after[key] == before[key], key
+
+
+def forget(aws, ws: str, session: str, message_id: str) -> None:
+    """Delete a message and run its cascade to the end, as the stream delivers the tombstone's records."""
+    assert call("DELETE", f"{W}/{ws}/sessions/{session}/messages/{message_id}").status == 204
+    key = {"PK": {"S": f"WS#{ws}#S#{session}"}}
+    for _ in range(50):
+        found = aws["dynamodb"].query(
+            TableName="precis-local",
+            KeyConditionExpression="PK = :p AND begins_with(SK, :m)",
+            FilterExpression="kind = :f AND attribute_exists(running)",
+            ExpressionAttributeValues={":p": key["PK"], ":m": {"S": "MSG#"}, ":f": {"S": "forgotten"}},
+            ConsistentRead=True,
+        )["Items"]
+        if not found:
+            return
+        answer = invoke("SummarizeFunction", {"Records": [stream_record(found[0], "MODIFY")]})
+        assert answer == {"batchItemFailures": []}, answer
+    raise AssertionError(f"the cascade of {message_id} did not finish")
+
+
+def test_a_workspace_with_deleted_messages_round_trips_with_their_places(aws):
+    """A deleted message leaves its place (seq, tokens, run) in the export, never its id or text; the import writes
+    the same finished tombstone, so ids, offsets, totals and contexts answer as in the source."""
+    sessions = build(aws, "src", sessions=2, messages=40)
+    settle(aws, "src", sessions)
+    listed = pages(f"{W}/src/sessions/{sessions[0]}/messages/list")
+    tail = pages(f"{W}/src/sessions/{sessions[1]}/messages/list")[-1]
+    from precis.store.conclusions import message_conclusions
+    from precis.store.db import get_db
+
+    drawn = {i for ids in message_conclusions(get_db(), "src", sessions[0], listed[4]["id"]).values() for i in ids}
+    assert drawn, "conclusions were drawn from the message"
+    forget(aws, "src", sessions[0], listed[4]["id"])  # one with conclusions drawn from it: a cascade that removes
+    forget(aws, "src", sessions[0], listed[5]["id"])
+    forget(aws, "src", sessions[1], tail["id"])  # the newest: the session's tail is a tombstone
+    settle(aws, "src", sessions)
+    before = answers("src", "dst")
+    assert before[f"{sessions[0]} messages"][4]["id"] == listed[6]["id"]
+    assert not [c for c in before["conclusions"] if c["id"] in drawn]
+
+    data = export_of(aws, "src")
+    places = [json.loads(line) for line in data.decode().splitlines() if '"kind":"forgotten"' in line]
+    assert [(p["session_id"], p["seq"]) for p in places] == [(sessions[0], 5), (sessions[0], 6), (sessions[1], 40)]
+    text = data.decode()
+    for gone in (listed[4], listed[5], tail):
+        assert gone["id"] not in text and gone["content"] not in text
+    status = import_into(aws, "dst", data)
+    assert status["status"] == "done", status
+    assert status["counts"]["forgotten"] == 3 and status["counts"]["message"] == 77
+    settle(aws, "dst", sessions)
+    after = answers("dst", "dst")
+    for key in before:
+        assert after[key] == before[key], key
+
+    def totals(ws: str) -> list[int]:
+        return [call("POST", f"{W}/{ws}/sessions/{s}/messages/list").body["total"] for s in sessions]
+
+    assert totals("dst") == totals("src") == [38, 39]
+    # Appending goes on from the same seq in both (a message's id encodes its seq).
+    from precis.store.messages import seq_of
+
+    appended = [
+        call("POST", f"{W}/{ws}/sessions/{sessions[1]}/messages", {"messages": [{"peer_id": "bob", "content": "x"}]})
+        for ws in ("src", "dst")
+    ]
+    assert [seq_of(a.body[0]["id"]) for a in appended] == [41, 41], [a.body for a in appended]
+
+
+def test_an_import_of_an_export_whose_parts_are_gone_fails_saying_so(aws):
+    """An export withdrawn (a message deleted after it began) or expired while an import reads it in place."""
+    build(aws, "src", sessions=1, messages=3)
+    job = call("POST", f"{W}/src/exports").body["id"]
+    run_job(aws, "src", job)
+    assert call("POST", W, {"id": "dst"}).status == 201
+    started = call("POST", f"{W}/dst/imports", {"export": {"workspace_id": "src", "export_id": job}})
+    assert started.status == 202, started.body
+    aws["s3"].delete_object(Bucket=template().bucket_name, Key=f"exports/src/{job}/part-00001.jsonl")
+    run_job(aws, "dst", started.body["id"])
+    failed = call("GET", f"{W}/dst/imports/{started.body['id']}").body
+    assert failed["status"] == "failed" and "gone" in failed["error"], failed
+
+
+def test_a_clone_s_inherited_deleted_message_round_trips_uncounted(aws):
+    """A clone's total counts the deleted messages it inherited (docs/design.md, "The gap"); its import does too."""
+    sessions = build(aws, "src", sessions=1, messages=10)
+    listed = pages(f"{W}/src/sessions/{sessions[0]}/messages/list")
+    forget(aws, "src", sessions[0], listed[2]["id"])
+    cloned = call("POST", f"{W}/src/sessions/{sessions[0]}/clone")
+    assert cloned.status == 201, cloned.body
+    key = {"PK": {"S": "WS#src"}, "SK": {"S": f"SESSION#{cloned.body['id']}"}}
+    for _ in range(20):  # the clone's copy, as the stream runs it
+        item = aws["dynamodb"].get_item(TableName="precis-local", Key=key, ConsistentRead=True)["Item"]
+        if "base_session" not in item:
+            break
+        assert invoke("SummarizeFunction", {"Records": [stream_record(item, "MODIFY")]}) == {"batchItemFailures": []}
+    forget(aws, "src", cloned.body["id"], listed[5]["id"])  # the clone's own delete (of a message it inherited)
+    everything = [*sessions, cloned.body["id"]]
+    settle(aws, "src", everything)
+    before = answers("src", "dst")
+    totals = {s: call("POST", f"{W}/src/sessions/{s}/messages/list").body["total"] for s in everything}
+    assert totals == {sessions[0]: 9, cloned.body["id"]: 9}  # the parent's 10 less 1; the clone's 10 less its own 1
+    data = export_of(aws, "src")
+    places = [json.loads(line) for line in data.decode().splitlines() if '"kind":"forgotten"' in line]
+    assert sorted((p["session_id"], p["seq"], p["counted"]) for p in places) == sorted(
+        [(sessions[0], 3, True), (cloned.body["id"], 3, False), (cloned.body["id"], 6, True)]
+    )
+    assert import_into(aws, "dst", data)["status"] == "done"
+    settle(aws, "dst", everything)
+    after = answers("dst", "dst")
+    for key in before:
+        assert after[key] == before[key], key
+    assert {s: call("POST", f"{W}/dst/sessions/{s}/messages/list").body["total"] for s in everything} == totals
+    # Exported again, the import's places say the same.
+    again = [json.loads(line) for line in export_of(aws, "dst").decode().splitlines() if '"kind":"forgotten"' in line]
+    assert [(p["session_id"], p["seq"], p["counted"]) for p in again] == [
+        (p["session_id"], p["seq"], p["counted"]) for p in places
+    ]

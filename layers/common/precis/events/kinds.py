@@ -90,11 +90,14 @@ def conclusions_deleted(
     observed: str,
     conclusion_ids: list[str],
     session_id: str | None = None,
+    cause: Iterable[object] | None = None,
     now: float,
 ) -> Event:
-    """(ext) Conclusions removed from a collection (a delete request, or a dream that replaced them)."""
+    """(ext) Conclusions removed from a collection (a delete request, or a dream that replaced them); `cause`, when
+    the ids removed are not the cause (a message delete's cascade: the deleted message), names it instead."""
     data = {"session_id": session_id, "observer": observer, "observed": observed, "conclusion_ids": conclusion_ids}
-    return _event(workspace, "conclusions.deleted", data, (observer, observed, *sorted(conclusion_ids)), now)
+    parts = tuple(cause) if cause is not None else tuple(sorted(conclusion_ids))
+    return _event(workspace, "conclusions.deleted", data, (observer, observed, *parts), now)
 
 
 def dream_completed(

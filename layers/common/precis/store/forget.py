@@ -178,10 +178,12 @@ def forget_cascade(
     rebuild_card: Callable[[str, list[str]], tuple[list[str], dict[str, int]] | None],
     time_left: Callable[[], float] = lambda: math.inf,
     clock: Callable[[], float] = time.time,
+    removed: Callable[[str, str, str, list[str]], None] | None = None,
 ) -> bool:
     """Remove what the delete of message `seq` left to the stream, from the step its tombstone says on; whether it is
     done (False: out of time, or the summarizer busy; the caller touches the tombstone and the next record goes on).
-    Idempotent: a replayed or reordered record finds the steps done, or the tombstone gone with its session."""
+    Idempotent: a replayed or reordered record finds the steps done, or the tombstone gone with its session.
+    `removed(message_id, observer, observed, ids)` is told each collection's conclusions once they are removed."""
     tomb = _read_tombstone(db, ws, session_id, seq)
     if tomb is None or tomb.get("forgot_done"):
         return True  # done already, or the session was purged or created again: nothing of it is left here
@@ -197,8 +199,11 @@ def forget_cascade(
             if time_left() < 0:
                 return False
             # The deductions drawn from them first: a cascade stopped between the two finds the premises again.
-            conclusions.remove_deductions(db, ws, observer, observed, set(ids))
+            deduced: list[str] = []
+            conclusions.remove_deductions(db, ws, observer, observed, set(ids), deduced)
             conclusions.remove_conclusions(db, ws, observer, observed, ids)
+            if removed is not None:
+                removed(message_id, observer, observed, [*ids, *deduced])
         step = _step(db, ws, session_id, seq, CONCLUSIONS)
         tomb = _read_tombstone(db, ws, session_id, seq) or tomb
     if step < SEARCH:

@@ -295,6 +295,11 @@ def export_prefix(ws: str, job_id: str) -> str:
     return f"exports/{ws}/{job_id}/"
 
 
+def exports_prefix(ws: str) -> str:
+    """Every export part of the workspace (its delete removes them)."""
+    return f"exports/{ws}/"
+
+
 def export_part(ws: str, job_id: str, number: int) -> str:
     """The `number`th (from 1) JSON Lines part of an export: one per step (a step run again overwrites it)."""
     return f"{export_prefix(ws, job_id)}part-{number:05d}.jsonl"

@@ -204,8 +204,11 @@ def delete_workspace(db: Db, ws: str) -> None:
     rest = [
         {"PK": i["PK"], "SK": i["SK"]}
         for i in items
-        if i["SK"].startswith(("PEER#", keys.WEBHOOKS_PREFIX)) or i["SK"] == "WS" or i in tombstones
-    ]  # (the webhook endpoints and their count go with the workspace: a new one of this id starts with none)
+        if i["SK"].startswith(("PEER#", keys.WEBHOOKS_PREFIX, "JOB#")) or i["SK"] == "WS" or i in tombstones
+    ]  # (the webhook endpoints and their count go with the workspace: a new one of this id starts with none; so do
+    # its export and import jobs)
+    # Its exports' parts, every version, before the jobs that name them: a delete interrupted here is retried whole.
+    _delete_versions(db, keys.exports_prefix(ws))
     delete_collections(db, ws)
     from precis.store import search
 

@@ -8,13 +8,13 @@ import json
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from botocore.exceptions import ClientError
 
 from precis.errors import NotFound
 from precis.store import keys
-from precis.store.db import Db, error_code, from_item, to_item, transact
+from precis.store.db import Db, batch_get, error_code, from_item, to_item, transact
 from precis.store.records import json_text, utcnow, write_batch
 from precis.store.resources import (
     MemberItem,
@@ -26,6 +26,9 @@ from precis.store.resources import (
     workspace_open,
 )
 from precis.store.summaries import SummaryItem, SummaryPart, read_summary_items
+
+if TYPE_CHECKING:
+    from types_boto3_s3.type_defs import ObjectIdentifierTypeDef
 
 RUNNING, DONE, FAILED = "running", "done", "failed"
 URL_TTL_S = 3600  # a presigned URL's life (and at most the signing role's session: docs/design.md)
@@ -360,6 +363,42 @@ def put_summaries(db: Db, ws: str, session_id: str, summaries: Sequence[dict[str
     _write_all(db, puts)
 
 
+def put_forgotten(db: Db, ws: str, session_id: str, place: dict[str, Any]) -> None:
+    """A deleted message's place as the finished tombstone its delete left (the model: a clone's copy of one), counted
+    into the session's `forgotten` when the exported session's own delete made it (its `total` then answers the same);
+    one transaction, unless it is there (a step run again)."""
+    fields = ("seq", "token_count", "start_tokens", "run_start_seq", "run_index", "run_id")
+    item: dict[str, Any] = {
+        **{k: place[k] for k in fields if place.get(k) is not None},
+        **keys.message(ws, session_id, int(place["seq"])),
+        "kind": "forgotten",
+        "forgot_done": utcnow(),
+    }
+    counted = place.get("counted", True)
+    if not counted:
+        item["uncounted"] = True  # a clone's inherited place: an export of this workspace says so again
+    actions: list[dict[str, Any]] = [
+        {"Put": {"TableName": db.table, "Item": to_item(item), "ConditionExpression": "attribute_not_exists(PK)"}}
+    ]
+    if counted:
+        actions.append(
+            {
+                "Update": {
+                    "TableName": db.table,
+                    "Key": to_item(keys.session(ws, session_id)),
+                    "UpdateExpression": "ADD forgotten :one",
+                    "ConditionExpression": "attribute_exists(PK)",
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            }
+        )
+    try:
+        transact(db, actions)
+    except ClientError as exc:
+        if error_code(exc) != "TransactionCanceledException":
+            raise
+
+
 def put_card(db: Db, ws: str, observer: str, observed: str, card: dict[str, Any]) -> None:
     from precis.store.conclusions import import_card
 
@@ -379,11 +418,90 @@ def _write_all(db: Db, items: Sequence[dict[str, Any]]) -> None:
         write_batch(db, [{"PutRequest": {"Item": to_item(i)}} for i in items[start : start + 25]])
 
 
+# ---------------------------------------------------------------- a message deleted after an export read it
+WITHDRAWN = "withdrawn: a message of the workspace was deleted after this export began; export again"
+_SKEW_S = 60  # exports begun this soon after a delete (by another host's clock) are taken to predate it
+
+
+def withdraw_exports(db: Db, ws: str, session_id: str, seq: int) -> int:
+    """Delete every version of the parts of the workspace's exports that began before message `seq` of the session
+    was deleted (they may hold it), and mark each such export failed; how many. One listing of the workspace's
+    parts (what the 7-day lifecycle left), a GetItem per export found and a DeleteObjects per 1,000 versions."""
+    from datetime import datetime, timedelta
+
+    key = to_item(keys.message(ws, session_id, seq))
+    read = db.client.get_item(TableName=db.table, Key=key, ConsistentRead=True, ProjectionExpression="forgot_at")
+    tomb = from_item(read.get("Item"))
+    if not tomb or not tomb.get("forgot_at"):
+        return 0
+    cutoff = (datetime.fromisoformat(tomb["forgot_at"]) + timedelta(seconds=_SKEW_S)).isoformat()
+    by_job: dict[str, list[ObjectIdentifierTypeDef]] = {}
+    prefix = keys.exports_prefix(ws)
+    for page in db.s3.get_paginator("list_object_versions").paginate(Bucket=db.bucket, Prefix=prefix):
+        for v in (*page.get("Versions", ()), *page.get("DeleteMarkers", ())):
+            job_id = v["Key"].removeprefix(prefix).split("/", 1)[0]
+            by_job.setdefault(job_id, []).append({"Key": v["Key"], "VersionId": v["VersionId"]})
+    withdrawn = 0
+    for job_id, objects in sorted(by_job.items()):
+        job = read_job(db, ws, job_id, "export")
+        if job is not None and datetime.fromisoformat(job["created_at"]) >= datetime.fromisoformat(cutoff):
+            continue  # begun after the delete answered: its reads found the message deleted
+        if job is not None:
+            _withdraw(db, ws, job_id)
+        for start in range(0, len(objects), 1000):
+            out = db.s3.delete_objects(
+                Bucket=db.bucket, Delete={"Objects": objects[start : start + 1000], "Quiet": True}
+            )
+            if out.get("Errors"):
+                raise RuntimeError(f"S3 refused to delete {len(out['Errors'])} part version(s) of export {job_id}")
+        withdrawn += 1
+    return withdrawn
+
+
+def _withdraw(db: Db, ws: str, job_id: str) -> None:
+    """Mark an export failed (withdrawn), whether it was done or still running (its next step then moves nothing)."""
+    try:
+        db.client.update_item(
+            TableName=db.table,
+            Key=to_item(keys.transfer_job(ws, job_id)),
+            UpdateExpression="SET #status = :failed, #error = :why, parts = :zero, updated_at = :now REMOVE running",
+            ConditionExpression="#status IN (:done, :running)",
+            ExpressionAttributeNames={"#status": "status", "#error": "error"},
+            ExpressionAttributeValues=to_item(
+                {":failed": FAILED, ":why": WITHDRAWN, ":zero": 0, ":now": utcnow(), ":done": DONE, ":running": RUNNING}
+            ),
+        )
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+
+
 # ---------------------------------------------------------------- the objects
-def put_part(db: Db, ws: str, job_id: str, number: int, body: bytes) -> str:
+def put_part(db: Db, ws: str, job_id: str, number: int, body: bytes) -> str | None:
+    """Write a part; the version written (None in a bucket without versioning)."""
     key = keys.export_part(ws, job_id, number)
-    db.s3.put_object(Bucket=db.bucket, Key=key, Body=body, ContentType="application/x-ndjson")
-    return key
+    out = db.s3.put_object(Bucket=db.bucket, Key=key, Body=body, ContentType="application/x-ndjson")
+    return out.get("VersionId")
+
+
+def delete_part_version(db: Db, ws: str, job_id: str, number: int, version: str | None) -> None:
+    """Delete the version of a part `put_part` wrote (it may hold a message deleted meanwhile)."""
+    key = keys.export_part(ws, job_id, number)
+    if version is None:
+        db.s3.delete_object(Bucket=db.bucket, Key=key)
+    else:
+        db.s3.delete_object(Bucket=db.bucket, Key=key, VersionId=version)
+
+
+def inherited(ws: str, session_id: str, item: dict[str, Any]) -> bool:
+    """Whether a read item of the session is its parent's (a clone read through its base)."""
+    return item.get("PK") != keys.session_pk(ws, session_id)
+
+
+def forgotten_counts(db: Db, ws: str, session_ids: Sequence[str]) -> dict[str, int]:
+    """How many messages each session has had deleted (its `forgotten`; one BatchGetItem per 100 sessions)."""
+    found = batch_get(db, [keys.session(ws, s) for s in session_ids], ("id", "forgotten"))
+    return {i["id"]: int(i.get("forgotten", 0)) for i in found}
 
 
 def part_keys(ws: str, job_id: str, parts: int) -> list[str]:
@@ -413,11 +531,19 @@ def object_size(db: Db, key: str) -> int:
         return int(db.s3.head_object(Bucket=db.bucket, Key=key)["ContentLength"])
     except ClientError as exc:
         if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+            if key.startswith("exports/"):  # an export read in place, withdrawn by a message delete or expired
+                raise NotFound(f"'{key}' is gone (withdrawn or expired): export again") from None
             raise NotFound("upload not found: PUT the file to the upload's url first") from None
         raise
 
 
 def read_range(db: Db, key: str, start: int, length: int) -> bytes:
     """Bytes start..start+length-1 of an object (fewer at its end)."""
-    out = db.s3.get_object(Bucket=db.bucket, Key=key, Range=f"bytes={start}-{start + length - 1}")
+    try:
+        out = db.s3.get_object(Bucket=db.bucket, Key=key, Range=f"bytes={start}-{start + length - 1}")
+    except ClientError as exc:
+        if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+            # (an export's part withdrawn by a message delete, or expired, while an import read it in place)
+            raise NotFound(f"'{key}' is gone (withdrawn or expired): export again") from None
+        raise
     return out["Body"].read()

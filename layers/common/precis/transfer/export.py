@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from precis.errors import NotFound
+from precis.errors import NotFound, Throttled
 from precis.store import transfer
 from precis.store.db import Db
-from precis.store.messages import base_of, read_from, read_tail, with_bodies
+from precis.store.messages import base_of, is_placeholder, read_from, read_tail, with_bodies
 from precis.store.resources import session_item, workspace_item
 from precis.store.scopes import PREFIX as SCOPE_PREFIX
 from precis.transfer import lines
@@ -24,9 +24,12 @@ PART_BYTES = 4_000_000
 PAGE = 100  # items per query
 
 
-def walk(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any]]]:
+def walk(
+    db: Db, ws: str, position: dict[str, Any], seen: dict[str, int] | None = None
+) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any]]]:
     """(line, the position after it) from `position` on (`{}`: the start) to the end line; the line is None for what
-    is passed over (a deleted session, a scope's collection), so that a step's budget bounds those too."""
+    is passed over (a deleted session, a scope's collection), so that a step's budget bounds those too. `seen` gets
+    each session's count of deleted messages as read before its messages are."""
     stage = position.get("stage", "head")
     if stage == "head":
         workspace = workspace_item(db, ws)
@@ -45,14 +48,16 @@ def walk(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[str, 
                 break
         stage, position = "sessions", {}
     if stage == "sessions":
-        yield from _sessions(db, ws, position)
+        yield from _sessions(db, ws, position, seen)
         stage, position = "collections", {}
     if stage == "collections":
         yield from _collections(db, ws, position)
     yield {"kind": lines.END}, {"stage": "done"}
 
 
-def _sessions(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any]]]:
+def _sessions(
+    db: Db, ws: str, position: dict[str, Any], seen: dict[str, int] | None
+) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any]]]:
     after, current = position.get("after"), position.get("open")
     seq, last = int(position.get("seq", 0)), int(position.get("last", 0))
     while True:
@@ -78,17 +83,23 @@ def _sessions(db: Db, ws: str, position: dict[str, Any]) -> Iterator[tuple[dict[
             line = lines.session(dict(item), last, members, summary_lines, derived)
             yield line, {"stage": "sessions", "after": after, "open": current, "seq": 0, "last": last}
         session = session_item(db, ws, current)
+        if seen is not None and session is not None:
+            seen.setdefault(current, int(session.get("forgotten", 0)))  # read before its messages are (`step`)
         base = base_of(session)
         while seq < last:
-            items = [m for m in read_from(db, ws, current, seq + 1, limit=PAGE, base=base) if m["seq"] <= last]
+            read = read_from(db, ws, current, seq + 1, limit=PAGE, base=base, gaps=True)
+            items = [m for m in read if m["seq"] <= last]
             if not items:
                 break
-            for view in with_bodies(db, items, ws, current):
-                seq = view["seq"]
-                yield (
-                    lines.message(view),
-                    {"stage": "sessions", "after": after, "open": current, "seq": seq, "last": last},
-                )
+            views = iter(with_bodies(db, [m for m in items if not is_placeholder(m)], ws, current))
+            for place in items:
+                seq = place["seq"]
+                at = {"stage": "sessions", "after": after, "open": current, "seq": seq, "last": last}
+                if is_placeholder(place):  # a deleted message: its place only (a clone's inherited one not counted)
+                    inherited = transfer.inherited(ws, current, dict(place))
+                    yield lines.forgotten({**place, "inherited": inherited}, current), at
+                else:
+                    yield lines.message(next(views)), at
         after, current = current, None
 
 
@@ -129,11 +140,38 @@ def _at(after: Any, current: Any, last_id: str | None) -> dict[str, Any]:
 
 def step(db: Db, job: transfer.JobItem, position: dict[str, Any], counts: dict[str, int]) -> tuple[dict, bool, int]:
     """Write the next part from `position` (counting its lines into `counts`): (the position after it, whether the
-    export is complete, the parts written so far)."""
+    export is complete, the parts written so far). A message deleted before the part is written is not in it: when a
+    session of the part counts more deletes once the part is stored than before its messages were read, that version
+    of the part is deleted and the part made again (a part stored before a delete answered is the user's copy)."""
     ws = job["PK"].removeprefix("WS#")
+    parts = int(job["parts"])
+    for _ in range(_REWRITES):
+        seen: dict[str, int] = {}
+        tally = dict(counts)
+        body, reached = _part(db, ws, position, tally, seen)
+        if not body:
+            break
+        version = transfer.put_part(db, ws, job["id"], parts + 1, b"".join(body))
+        if transfer.forgotten_counts(db, ws, sorted(seen)) == seen:
+            counts.clear()
+            counts.update(tally)
+            return reached, reached.get("stage") == "done", parts + 1
+        transfer.delete_part_version(db, ws, job["id"], parts + 1, version)  # it may hold what was just deleted
+    else:
+        raise Throttled(f"messages of workspace '{ws}' kept being deleted while its export read them; retried later")
+    counts.update(tally)
+    return reached, reached.get("stage") == "done", parts
+
+
+_REWRITES = 5  # a part made again this often before the step is left to the stream's retry
+
+
+def _part(
+    db: Db, ws: str, position: dict[str, Any], counts: dict[str, int], seen: dict[str, int]
+) -> tuple[list[bytes], dict[str, Any]]:
     body: list[bytes] = []
     size, reached, passed = 0, position, 0
-    for line, after in walk(db, ws, position):
+    for line, after in walk(db, ws, position, seen):
         if line is None:
             passed, reached = passed + 1, after
             if len(body) + passed >= PART_LINES:
@@ -149,8 +187,4 @@ def step(db: Db, job: transfer.JobItem, position: dict[str, Any], counts: dict[s
         size, reached = size + len(text), after
         if len(body) + passed >= PART_LINES or size >= PART_BYTES:
             break
-    parts = int(job["parts"])
-    if body:
-        parts += 1
-        transfer.put_part(db, ws, job["id"], parts, b"".join(body))
-    return reached, reached.get("stage") == "done", parts
+    return body, reached

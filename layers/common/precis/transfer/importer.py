@@ -42,7 +42,7 @@ class _Writer:
 
     def line(self, line: dict[str, Any], number: int) -> None:
         kind = line["kind"]
-        if kind != "message" and self.messages:
+        if kind not in ("message", "forgotten") and self.messages:
             self.flush_messages()
         if kind != "conclusion" and self.conclusions:
             self.flush_conclusions()
@@ -84,11 +84,18 @@ class _Writer:
 
     def _message(self, line: dict[str, Any], number: int) -> None:
         lines.require(line, number, "id", "session_id", "peer_id", "seq", "content", "created_at", "token_count")
+        self._message_or_place(line, number)
+
+    def _message_or_place(self, line: dict[str, Any], number: int) -> None:
         if self.messages and (
             self.messages[-1]["session_id"] != line["session_id"] or len(self.messages) >= MESSAGES_PER_WRITE
         ):
             self.flush_messages()
         self.messages.append({**line, "_line": number})
+
+    def _forgotten(self, line: dict[str, Any], number: int) -> None:
+        lines.require(line, number, "session_id", "seq", "token_count", "start_tokens", "run_start_seq", "run_index")
+        self._message_or_place(line, number)
 
     def _collection(self, line: dict[str, Any], number: int) -> None:
         lines.require(line, number, "observer_id", "observed_id")
@@ -125,10 +132,26 @@ class _Writer:
                     f"line {m['_line']}: message seq {m['seq']} of session '{session_id}' does not follow seq "
                     f"{expected - 1} (a session's messages are exported contiguous)"
                 )
-            if seq_of(str(m["id"])) != expected:
+            if m["kind"] == "message" and seq_of(str(m["id"])) != expected:
                 raise Invalid(f"line {m['_line']}: message id '{m['id']}' is not the id of a message at seq {expected}")
-        if not batch:
-            return
+        # A deleted message's place is written as the finished tombstone it was (seq, tokens, run), between the
+        # runs of messages around it, so the seqs, ids and token offsets after it land where they were.
+        while batch:
+            at = next((n for n, m in enumerate(batch) if m["kind"] == "forgotten"), len(batch))
+            if at:
+                self._store_messages(session_id, batch[:at])
+            if at < len(batch):
+                place = batch[at]
+                end_tokens = read_tail(self.db, self.ws, session_id).end_tokens
+                if int(place["start_tokens"]) != end_tokens:
+                    raise Invalid(
+                        f"line {place['_line']}: a deleted message's start_tokens {place['start_tokens']} of session "
+                        f"'{session_id}' do not follow {end_tokens}"
+                    )
+                transfer.put_forgotten(self.db, self.ws, session_id, place)
+            batch = batch[at + 1 :]
+
+    def _store_messages(self, session_id: str, batch: list[dict[str, Any]]) -> None:
         prepared = [
             NewMessage(
                 content=m["content"],

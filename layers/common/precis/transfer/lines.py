@@ -1,7 +1,8 @@
 """The export format, version 1: JSON Lines, one object a line, `kind` first. The first line is the header
 (`precis_export`, the version and the workspace), the last `end` (the lines per kind, so a truncated file is told
 apart); between them the peers, then each session (its members and summaries in its line) followed by its messages in
-seq order, then each collection (its card in its line) followed by its conclusions, oldest first."""
+seq order (a deleted message's place as a `forgotten` line), then each collection (its card in its line) followed by
+its conclusions, oldest first."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from precis.store.records import json_object
 
 VERSION = 1
 HEADER, END = "precis_export", "end"
-KINDS = ("peer", "session", "message", "collection", "conclusion")
+KINDS = ("peer", "session", "message", "forgotten", "collection", "conclusion")
 
 
 def dump(line: dict[str, Any]) -> bytes:
@@ -83,6 +84,19 @@ def message(view: dict[str, Any]) -> dict[str, Any]:
     line["token_count"] = view["token_count"]
     if view.get("run_id"):
         line["run_id"] = view["run_id"]
+    return line
+
+
+def forgotten(place: dict[str, Any], session_id: str) -> dict[str, Any]:
+    """A deleted message's place in its session (`read_range(gaps=True)`'s placeholder): its seq, the tokens and run
+    it spans, and whether the session's own delete made it (`counted`: a clone's inherited ones are not); never its
+    id, sender or text."""
+    line: dict[str, Any] = {"kind": "forgotten", "session_id": session_id, "seq": place["seq"]}
+    line |= {"token_count": int(place.get("gap_tokens", 0)), "start_tokens": place["start_tokens"]}
+    line |= {"run_start_seq": place["run_start_seq"], "run_index": place["run_index"]}
+    if place.get("run_id"):
+        line["run_id"] = place["run_id"]
+    line["counted"] = not place.get("gap_copied") and not place.get("inherited")
     return line
 
 

@@ -43,9 +43,11 @@ def remove_conclusions(db: Db, ws: str, observer: str, observed: str, ids: list[
     return _remove(db, ws, observer, observed, ids)
 
 
-def remove_deductions(db: Db, ws: str, observer: str, observed: str, premises: set[str]) -> int:
+def remove_deductions(
+    db: Db, ws: str, observer: str, observed: str, premises: set[str], into: list[str] | None = None
+) -> int:
     """Delete the collection's deductive conclusions drawn from any of `premises`, and those drawn from them in turn;
-    how many. One consistent Query of the collection's deductive conclusions per level of deductions."""
+    how many (their ids added to `into`). One consistent Query of the collection's deductive conclusions per level."""
     removed, gone = 0, set(premises)
     while True:
         found = query_all(
@@ -64,6 +66,8 @@ def remove_deductions(db: Db, ws: str, observer: str, observed: str, premises: s
             return removed
         removed += _remove(db, ws, observer, observed, doomed)
         gone.update(doomed)
+        if into is not None:
+            into.extend(doomed)
 
 
 def _remove(db: Db, ws: str, observer: str, observed: str, ids: list[str]) -> int:

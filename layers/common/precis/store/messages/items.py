@@ -42,6 +42,8 @@ class MessageItem(TypedDict):
     ibu: NotRequired[float]
     copy_of: NotRequired[str]  # a clone's copy of its parent's message: the parent's session id
     incarnation: NotRequired[str]  # a fence's
+    gap_tokens: NotRequired[int]  # a deleted message's placeholder (`read_range(gaps=True)`): the tokens it spans
+    gap_copied: NotRequired[bool]  # ... and whether it is a clone's copy (or an import's of one): not counted
 
 
 def as_message(item: dict[str, Any]) -> MessageItem:

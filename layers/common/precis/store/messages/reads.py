@@ -238,6 +238,8 @@ _GAPS = ("message", "forgotten")
 def _placeholder(item: dict[str, Any]) -> MessageItem:
     place = ("PK", "SK", "seq", "start_tokens", "run_start_seq", "run_index", "run_id")
     kept: dict[str, Any] = {k: v for k, v in item.items() if k in place}
+    # What an export carries of the place (precis.transfer): the tokens it spans, and whether a clone copied it.
+    kept |= {"gap_tokens": item.get("token_count", 0), "gap_copied": "copy_of" in item or "uncounted" in item}
     return as_message({**kept, "kind": "forgotten", "peer_id": "", "content": "", "token_count": 0, "metadata": "{}"})
 
 

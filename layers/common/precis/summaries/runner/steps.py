@@ -346,14 +346,8 @@ class JobRunner:
                 }
             )
         # the id of the newest message it covers that is still there ("" when it covers only deleted ones)
-        newest_id = next(
-            (
-                self.by_seq[s]["id"]
-                for s in reversed(range(step.first_seq, step.through_seq + 1))
-                if "id" in self.by_seq[s]
-            ),
-            "",
-        )
+        covered = reversed(range(step.first_seq, step.through_seq + 1))
+        covered_id = next((self.by_seq[s]["id"] for s in covered if "id" in self.by_seq[s]), "")
         put = put_summary(
             self.db,
             self.ws,
@@ -363,8 +357,9 @@ class JobRunner:
             content=result.text,
             token_count=token_count,
             covers_seq=step.through_seq,
-            end_tokens=last["start_tokens"] + last["token_count"],
-            message_id=newest_id,
+            # (a deleted message's place still spans its tokens, as the context's token index says)
+            end_tokens=last["start_tokens"] + last.get("gap_tokens", last["token_count"]),
+            message_id=covered_id,
             extra=extra,
             parts=parts,
         )
@@ -376,7 +371,7 @@ class JobRunner:
                 bool(put),
                 job.through_seq if extra else None,
                 from_parts,
-                message_id=newest_id,
+                message_id=covered_id,  # (the newest covered may be a deleted message's place: no id)
             )
         )
         if put and parts is not None:
