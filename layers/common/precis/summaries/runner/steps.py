@@ -345,6 +345,15 @@ class JobRunner:
                     "token_count": token_count,
                 }
             )
+        # the id of the newest message it covers that is still there ("" when it covers only deleted ones)
+        newest = next(
+            (
+                self.by_seq[s]["id"]
+                for s in reversed(range(step.first_seq, step.through_seq + 1))
+                if "id" in self.by_seq[s]
+            ),
+            "",
+        )
         put = put_summary(
             self.db,
             self.ws,
@@ -355,15 +364,7 @@ class JobRunner:
             token_count=token_count,
             covers_seq=step.through_seq,
             end_tokens=last["start_tokens"] + last["token_count"],
-            # the id of the newest message it covers that is still there ("" when it covers only deleted ones)
-            message_id=next(
-                (
-                    self.by_seq[s]["id"]
-                    for s in reversed(range(step.first_seq, step.through_seq + 1))
-                    if "id" in self.by_seq[s]
-                ),
-                "",
-            ),
+            message_id=newest,
             extra=extra,
             parts=parts,
         )
@@ -375,7 +376,7 @@ class JobRunner:
                 bool(put),
                 job.through_seq if extra else None,
                 from_parts,
-                message_id=last["id"],
+                message_id=newest,  # (the step's last seq may be a deleted message's tombstone)
             )
         )
         if put and parts is not None:
