@@ -107,7 +107,7 @@ def clone_session(db: Db, ws: str, session_id: str, message_id: str | None = Non
         if parent.get("expiry_day"):
             # Retention (store.retention): the copies keep their expiry; one marker at the parent's last expiry day
             # covers them all in the clone's own partition, and the clone's new messages mark their own days.
-            values["expiry_day"] = int(parent["expiry_day"])
+            values |= {"expiry_day": int(parent["expiry_day"]), "expiry_from": int(parent.get("expiry_from") or 1)}
             marker = retention.marker_item(ws, new_id, int(parent["expiry_day"]))
             actions.append({"Put": {"TableName": db.table, "Item": to_item(marker)}})
     session = {**keys.session(ws, new_id), **values}

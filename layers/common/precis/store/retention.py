@@ -50,9 +50,12 @@ def marker_day(until: int) -> int:
     return until // DAY_S
 
 
-def marker_actions(db: Db, ws: str, session_id: str, session: Mapping[str, Any], until: int) -> list[dict[str, Any]]:
+def marker_actions(
+    db: Db, ws: str, session_id: str, session: Mapping[str, Any], until: int, first_seq: Callable[[], int]
+) -> list[dict[str, Any]]:
     """The writes (none, or two) that make sure a marker fires at or after `until`: only the first batch of a session
-    on each new expiry day writes them (the session item notes the last day marked, `expiry_day`)."""
+    on each new expiry day writes them (the session item notes the last day marked, `expiry_day`, and from the first,
+    `expiry_from`: the seq the session's messages may expire from, `first_seq()`, read then only)."""
     day = marker_day(until)
     if int(session.get("expiry_day") or 0) >= day:
         return []
@@ -61,9 +64,9 @@ def marker_actions(db: Db, ws: str, session_id: str, session: Mapping[str, Any],
             "Update": {
                 "TableName": db.table,
                 "Key": to_item(keys.session(ws, session_id)),
-                "UpdateExpression": "SET expiry_day = :d",
+                "UpdateExpression": "SET expiry_day = :d, expiry_from = if_not_exists(expiry_from, :f)",
                 "ConditionExpression": "attribute_exists(PK) AND (attribute_not_exists(expiry_day) OR expiry_day < :d)",
-                "ExpressionAttributeValues": to_item({":d": day}),
+                "ExpressionAttributeValues": to_item({":d": day, ":f": first_seq()}),
             }
         },
         {"Put": {"TableName": db.table, "Item": to_item(marker_item(ws, session_id, day))}},
@@ -80,9 +83,11 @@ def marker_item(ws: str, session_id: str, day: int) -> dict[str, Any]:
     }
 
 
-def mark(db: Db, ws: str, session_id: str, session: Mapping[str, Any], until: int) -> None:
+def mark(
+    db: Db, ws: str, session_id: str, session: Mapping[str, Any], until: int, first_seq: Callable[[], int]
+) -> None:
     """Write the marker `marker_actions` asks for (a concurrent writer that marked the day first wins)."""
-    actions = marker_actions(db, ws, session_id, session, until)
+    actions = marker_actions(db, ws, session_id, session, until, first_seq)
     if not actions:
         return
     try:
@@ -119,7 +124,7 @@ def oldest_expired(db: Db, ws: str, session_id: str, session: Mapping[str, Any])
     if not session.get("expiry_day"):
         return None
     for item in page(db, ws, session_id, int(session.get("expiry_from") or 1), limit=10):
-        if item.get("kind") == "message":
+        if item.get("kind") == "message" and item.get("retain_until") is not None:
             return int(item["seq"]) if expired(item) else None
     return None
 

@@ -183,7 +183,7 @@ def append_messages(
     days = retention_days(workspace_configuration, json_object(session.get("configuration")))
     until = retention.retain_until(days, retention.now())
     if until is not None:
-        retention.mark(db, ws, session_id, session, until)
+        retention.mark(db, ws, session_id, session, until, lambda: read_tail(db, ws, session_id).seq + 1)
     offload = _to_offload(batch, inline_max_bytes)
     bodies: dict[int, tuple[str, str | None]] = {}
     try:
