@@ -187,6 +187,7 @@ def test_an_expired_message_is_hidden_from_every_read_before_the_ttl_service_com
     listed = call("POST", "/v3/workspaces/ws1/sessions/s1/messages/list", size=100).body["items"]
     assert [m["id"] for m in listed] == [m["id"] for m in old]
     assert call("GET", f"/v3/workspaces/ws1/sessions/s1/messages/{new[0]['id']}").status == 404
+    assert call("PUT", f"/v3/workspaces/ws1/sessions/s1/messages/{new[0]['id']}", {"metadata": {"a": 1}}).status == 404
     context = call("GET", "/v3/workspaces/ws1/sessions/s1/context", tokens=100_000).body
     assert [m["id"] for m in context["messages"]] == [m["id"] for m in old]
     assert context["summary"] is None or "quokka" not in json.dumps(context["summary"]).lower()

@@ -306,6 +306,8 @@ def update_message_metadata(
 ) -> dict[str, Any]:
     session = require_session(db, ws, session_id)
     item = locate_message(db, ws, session_id, message_id, base_of(session))
+    if retention.expired(item):
+        raise NotFound(f"message '{message_id}' not found in session '{session_id}'")
     if keys.parse_session_pk(item["PK"])[1] != session_id:
         # A clone's message still in its parent: copy on write, its large body too (the parent's goes with its
         # purge); the clone's copy job never overwrites a copy.
