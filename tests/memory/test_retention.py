@@ -263,3 +263,45 @@ def test_an_expired_message_leaves_no_trace_and_changes_nothing_else(runs, clock
     differ = {t for t in (clean - canary) + (canary - clean) if not derived_from_it(t)}
     assert differ == set(), "\n".join(sorted(differ))
     assert CANARY not in json.dumps(call("GET", "/v3/workspaces/wcanary/sessions/s1/context", tokens=100_000).body)
+
+
+# ---------------------------------------------------------------- an expiry interrupted, and a clone's
+
+
+def test_an_expiry_out_of_time_goes_on_through_its_running_item(aws, clock, ttl):
+    from precis.store import expiry
+    from precis.store.db import get_db
+
+    streams = TtlStreams(aws, ttl)
+    assert call("POST", "/v3/workspaces", {"id": "ws1", "configuration": {"retention": {"days": 1}}}).status == 201
+    for i in range(3):
+        post_messages("s1", ("alice", f"I collect quokka stamps, album {i}."))
+    streams.settle()
+    clock.now += 2 * DAY
+    budget = iter([1.0, -1.0])  # time for one message's delete, then none (a run's Lambda time running out)
+    assert not expiry.run(get_db(), retention.ExpiryTarget("ws1", "s1"), time_left=lambda: next(budget, -1.0))
+    kinds = [m["kind"]["S"] for m in _items(aws, "WS#ws1#S#s1", "MSG#")]
+    assert kinds == ["forgotten", "message", "message"]
+    (running,) = _items(aws, "WS#ws1#S#s1", "EXPIRY#run")
+    assert running["kind"]["S"] == "expiry" and "requested" in running
+    streams.settle()  # its record wakes the deriver: the rest goes
+    assert [m["kind"]["S"] for m in _items(aws, "WS#ws1#S#s1", "MSG#")] == ["forgotten"] * 3
+    assert _items(aws, "WS#ws1#S#s1", "EXPIRY#run") == []
+
+
+def test_a_clone_expires_what_it_copied_in_its_own_partition(aws, clock, ttl):
+    streams = TtlStreams(aws, ttl)
+    assert call("POST", "/v3/workspaces", {"id": "ws1", "configuration": {"retention": {"days": 1}}}).status == 201
+    post_messages("s1", ("alice", "I collect quokka stamps."), ("alice", "Quokkas again."))
+    streams.settle()
+    clone = call("POST", "/v3/workspaces/ws1/sessions/s1/clone")
+    assert clone.status in (200, 201), clone.body
+    streams.settle()
+    pk = f"WS#ws1#S#{clone.body['id']}"
+    assert [m["kind"]["S"] for m in _items(aws, pk, "MSG#")] == ["message", "message"]
+    assert len(_items(aws, pk, "EXPIRY#")) == 1
+    clock.now += 3 * DAY
+    ttl.sweep()
+    streams.settle()
+    assert [m["kind"]["S"] for m in _items(aws, pk, "MSG#")] == ["forgotten", "forgotten"]
+    assert [m["kind"]["S"] for m in _items(aws, "WS#ws1#S#s1", "MSG#")] == ["forgotten", "forgotten"]
