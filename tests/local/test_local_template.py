@@ -163,8 +163,7 @@ def test_the_deriver_consumes_the_stream_on_a_mapping_of_its_own_and_runs_on_a_s
         '{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["scope_session"]}}}}',
         '{"eventName": ["INSERT", "MODIFY"], "dynamodb": {"NewImage": {"kind": {"S": ["dream", "expiry"]}, '
         '"requested": {"S": [{"exists": true}]}}}}',
-        '{"eventName": ["REMOVE"], "userIdentity": {"type": ["Service"], "principalId": ["dynamodb.amazonaws.com"]}, '
-        '"dynamodb": {"Keys": {"SK": {"S": [{"prefix": "EXPIRY#"}]}}}}',
+        '{"eventName": ["REMOVE"], "dynamodb": {"Keys": {"SK": {"S": [{"prefix": "EXPIRY#"}]}}}}',
     ]
     (flush,) = deriver.schedules
     assert (flush.every_s, flush.input) == (300, {"precis": "flush"})

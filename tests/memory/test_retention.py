@@ -132,6 +132,17 @@ def retention_days_of(workspace, session):
     )
 
 
+def test_only_the_ttl_services_removal_of_a_marker_starts_an_expiry():
+    marker = {"PK": "WS#w#S#s", "SK": "EXPIRY#00020000"}
+    ttl_service = {**marker, "userIdentity": "dynamodb.amazonaws.com"}
+    assert retention.expiry_target("REMOVE", ttl_service) == retention.ExpiryTarget("w", "s")
+    assert retention.expiry_target("REMOVE", {**marker, "userIdentity": None}) is None  # a purge's delete
+    assert retention.expiry_target("REMOVE", {**ttl_service, "SK": "MSG#000000000001"}) is None
+    running = {"PK": "WS#w#S#s", "SK": "EXPIRY#run", "kind": "expiry", "requested": "t"}
+    assert retention.expiry_target("MODIFY", running) == retention.ExpiryTarget("w", "s")
+    assert retention.expiry_target("REMOVE", {**running, "userIdentity": "dynamodb.amazonaws.com"}) is None
+
+
 # ---------------------------------------------------------------- the write
 
 

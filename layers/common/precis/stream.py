@@ -63,13 +63,11 @@ ROUTES = (
     Route(DERIVER, "expire", "expiry", ("INSERT", "MODIFY"), present=("requested",)),
 )
 
-# A session's expiry marker removed by the TTL service (store.retention): a REMOVE record carries only the keys
-# (NEW_IMAGE), so its filter names them and the service's identity, not a new image; only the deriver's.
-EXPIRY_REMOVED = {
-    "eventName": ["REMOVE"],
-    "userIdentity": {"type": ["Service"], "principalId": ["dynamodb.amazonaws.com"]},
-    "dynamodb": {"Keys": {"SK": {"S": [{"prefix": "EXPIRY#"}]}}},
-}
+# A session's expiry marker removed (store.retention): a REMOVE record carries only the keys (NEW_IMAGE), so its
+# filter names them, not a new image; only the deriver's. Whether the TTL service removed it (`userIdentity`) is
+# checked by the deriver (store.retention.expiry_target): Lambda documents filtering DynamoDB records on their
+# `dynamodb` key, and a marker is removed otherwise only with its session's whole partition (a purge, rare).
+EXPIRY_REMOVED = {"eventName": ["REMOVE"], "dynamodb": {"Keys": {"SK": {"S": [{"prefix": "EXPIRY#"}]}}}}
 
 # The DynamoDB type of each attribute a route names, for the filter patterns.
 _TYPES = {
