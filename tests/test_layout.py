@@ -529,6 +529,7 @@ LOCAL_FLOORS = [
         "local.moto_meter",
         "local.lambda_context",
         "local.stream_records",
+        "local.ttl",
         "local.iam",
         "local.models",
         "local.models.llm_server",

@@ -29,7 +29,11 @@ _failures: dict = {}
 
 
 def _record(record: DynamoDBRecord) -> tuple[str, dict]:
-    return record.get("eventName") or "", record.dynamodb.new_image if record.dynamodb else {}
+    event_name = record.get("eventName") or ""
+    if event_name == "REMOVE":  # (a REMOVE holds only the keys under NEW_IMAGE: with who removed it, store.retention)
+        by = (record.get("userIdentity") or {}).get("principalId")
+        return event_name, {**(record.dynamodb.keys if record.dynamodb else {}), "userIdentity": by}
+    return event_name, record.dynamodb.new_image if record.dynamodb else {}
 
 
 def record_handler(record: DynamoDBRecord) -> None:

@@ -161,8 +161,9 @@ def test_the_deriver_consumes_the_stream_on_a_mapping_of_its_own_and_runs_on_a_s
         '{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["message"]}, '
         '"copy_of": {"S": [{"exists": false}]}}}}',
         '{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"kind": {"S": ["scope_session"]}}}}',
-        '{"eventName": ["INSERT", "MODIFY"], "dynamodb": {"NewImage": {"kind": {"S": ["dream"]}, '
+        '{"eventName": ["INSERT", "MODIFY"], "dynamodb": {"NewImage": {"kind": {"S": ["dream", "expiry"]}, '
         '"requested": {"S": [{"exists": true}]}}}}',
+        '{"eventName": ["REMOVE"], "dynamodb": {"Keys": {"SK": {"S": [{"prefix": "EXPIRY#"}]}}}}',
     ]
     (flush,) = deriver.schedules
     assert (flush.every_s, flush.input) == (300, {"precis": "flush"})

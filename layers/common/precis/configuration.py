@@ -200,6 +200,40 @@ def monthly_token_budget(configuration: dict[str, Any] | None) -> int | None:
     return budget
 
 
+# ---------------------------------------------------------------- retention (docs/design.md, "Retention")
+
+RETENTION_SECTION = "retention"
+RETENTION_MAX_DAYS = 36_500
+
+
+def _retention_level(configuration: dict[str, Any] | None) -> int | None:
+    section = (configuration or {}).get(RETENTION_SECTION)
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise Invalid(f"configuration.{RETENTION_SECTION} must be an object")
+    unknown = sorted(set(section) - {"days"})
+    if unknown:
+        raise Invalid(f"configuration.{RETENTION_SECTION}.{unknown[0]}: unknown setting (known: days)")
+    days = section.get("days")
+    bad = not isinstance(days, int) or isinstance(days, bool) or not 0 <= days <= RETENTION_MAX_DAYS
+    if days is not None and bad:
+        raise Invalid(
+            f"configuration.{RETENTION_SECTION}.days: must be an integer from 0 (keep for ever) to "
+            f"{RETENTION_MAX_DAYS} or null, not {days!r}"
+        )
+    return days
+
+
+def retention_days(workspace: dict[str, Any] | None, session: dict[str, Any] | None = None) -> int | None:
+    """The days a session's new messages are kept (`configuration.retention.days`, the session's over the
+    workspace's; 0 at the session keeps its messages whatever the workspace says); None: for ever."""
+    days = _retention_level(session)
+    if days is None:
+        days = _retention_level(workspace)
+    return days or None
+
+
 def merge_configuration(stored: dict[str, Any], sent: dict[str, Any]) -> dict[str, Any]:
     """The configuration a get-or-create of an existing session keeps (Honcho's rule): the keys sent replace the
     stored ones of that name, the others stay; a key sent as null changes nothing."""
@@ -212,11 +246,12 @@ def check_configuration(
     *,
     deployment: Mapping[str, Any] | None = None,
 ) -> None:
-    """Invalid (422) when a workspace's or session's configuration holds a bad summary, deriver or (a workspace's)
-    usage setting."""
+    """Invalid (422) when a workspace's or session's configuration holds a bad summary, deriver, retention or (a
+    workspace's) usage setting."""
     summary_config(workspace, session, deployment=deployment)
     derive_config(workspace, session)
     monthly_token_budget(workspace)
+    retention_days(workspace, session)
 
 
 # Every function imports this module while it starts: reading the settings here makes a bad deployment value fail

@@ -59,7 +59,15 @@ ROUTES = (
     Route(DERIVER, "backfill", "scope_session", ("INSERT",)),
     # A dream scheduled by POST /schedule_dream runs at once (one armed by its count waits for the flush).
     Route(DERIVER, "dream", "dream", ("INSERT", "MODIFY"), present=("requested",)),
+    # A session's expiry still running (store.retention): each round stored wakes the next.
+    Route(DERIVER, "expire", "expiry", ("INSERT", "MODIFY"), present=("requested",)),
 )
+
+# A session's expiry marker removed (store.retention): a REMOVE record carries only the keys (NEW_IMAGE), so its
+# filter names them, not a new image; only the deriver's. Whether the TTL service removed it (`userIdentity`) is
+# checked by the deriver (store.retention.expiry_target): Lambda documents filtering DynamoDB records on their
+# `dynamodb` key, and a marker is removed otherwise only with its session's whole partition (a purge, rare).
+EXPIRY_REMOVED = {"eventName": ["REMOVE"], "dynamodb": {"Keys": {"SK": {"S": [{"prefix": "EXPIRY#"}]}}}}
 
 # The DynamoDB type of each attribute a route names, for the filter patterns.
 _TYPES = {
@@ -91,6 +99,8 @@ def filter_patterns(consumer: str) -> list[dict[str, Any]]:
         image |= {a: {_TYPES[a]: [{"exists": True}]} for a in present}
         image |= {a: {_TYPES[a]: [{"exists": False}]} for a in absent}
         patterns.append({"eventName": list(events), "dynamodb": {"NewImage": image}})
+    if consumer == DERIVER:
+        patterns.append(EXPIRY_REMOVED)
     return patterns
 
 

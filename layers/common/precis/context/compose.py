@@ -30,7 +30,7 @@ from precis.context.budget import (
 )
 from precis.errors import Invalid, NotFound, Throttled
 from precis.schemas.summary_settings import LONG, ROLLING, SHORT
-from precis.store import resources
+from precis.store import resources, retention
 from precis.store.db import Db
 from precis.store.messages import (
     VIEW_FIELDS,
@@ -90,6 +90,8 @@ _ROUND_ONE = (
     "configuration",
     "base_session",
     "base_through",
+    "expiry_day",
+    "expiry_from",
 )
 WINDOW_FIELDS = (*VIEW_FIELDS, "start_tokens", "run_start_seq", "run_index")
 
@@ -171,6 +173,10 @@ def _read_once(
     session, summaries, workspace = first.result()
     if session is None or workspace is None or "deleted_at" in session or is_fence(last):
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
+    # Retention: a summary covering an expired message is hidden from the second it expires (store.retention).
+    oldest = retention.oldest_expired(db, ws, session_id, session)
+    if oldest is not None:
+        summaries = {kind: s for kind, s in summaries.items() if int(s["covers_seq"]) < oldest}
     try:
         config = summary_config(json_object(workspace.get("configuration")), json_object(session.get("configuration")))
     except Invalid:  # settings broken by a later workspace change: read as if no strategy were set
@@ -194,7 +200,7 @@ def _read_once(
         plan = plan_context(limit, [], _cost(last) if last else None, use_summary=False)
     chosen = _pool.submit(read_summary, db, ws, session_id, plan.summary.summary_type) if plan.summary else None
     items = (
-        _window(db, ws, session_id, plan, base_of(session))
+        retention.hide_expired(db, ws, session_id, session, _window(db, ws, session_id, plan, base_of(session)))
         if plan.last_seq > plan.after_seq and plan.message_budget > 0
         else []
     )
@@ -370,6 +376,9 @@ def read_summaries(db: Db, ws: str, session_id: str) -> dict[str, Any]:
     session, summaries, _ = session_with_summaries(db, ws, session_id)
     if session is None or "deleted_at" in session:
         raise NotFound(f"session '{session_id}' not found in workspace '{ws}'")
+    oldest = retention.oldest_expired(db, ws, session_id, session)
+    if oldest is not None:  # a summary covering an expired message is hidden (store.retention)
+        summaries = {kind: s for kind, s in summaries.items() if int(s["covers_seq"]) < oldest}
     longs = [s for t, s in summaries.items() if t in (LONG, ROLLING)]
     long_summary = max(longs, key=lambda s: s["covers_seq"], default=None)
     return {

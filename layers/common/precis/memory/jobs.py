@@ -46,12 +46,12 @@ from precis.memory.dreams import DreamTarget, dreams_due
 from precis.memory.dreams import target_of as dream_of
 from precis.secrets import with_llm_key
 from precis.settings import Settings, get_settings
-from precis.store import usage
+from precis.store import expiry, retention, usage
 from precis.store.db import Db, get_queue_client
 from precis.stream import DERIVER, job_of
 
 logger = Logger(child=True)
-Target = SessionTarget | BackfillTarget | DreamTarget
+Target = SessionTarget | BackfillTarget | DreamTarget | retention.ExpiryTarget
 TimeLeft = Callable[[], float]
 
 
@@ -63,7 +63,7 @@ def target(event_name: str, image: dict[str, Any]) -> Target | None:
         return SessionTarget(found.workspace, found.session) if isinstance(found, DeriveTarget) else found
     if job == "dream":
         return dream_of(image)
-    return None
+    return retention.expiry_target(event_name, image)
 
 
 def on_stream(
@@ -184,6 +184,9 @@ def _derive(
     if isinstance(found, DreamTarget):
         if not paused:
             _dream(db, found, events)
+        return None
+    if isinstance(found, retention.ExpiryTarget):
+        expiry.run(db, found, time_left)  # (a budget pauses spending, never forgetting)
         return None
     from precis.llm.embeddings import configured_embedder
 

@@ -26,7 +26,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from precis.errors import Conflict, NotFound
-from precis.store import keys, search
+from precis.store import keys, retention, search
 from precis.store.db import Db, cancellation_codes, error_code, from_item, query_all, to_item, transact
 from precis.store.messages import as_message, base_of, copy_item, locate_message, read_tail, seq_of, with_bodies
 from precis.store.records import json_object, utcnow
@@ -104,6 +104,12 @@ def clone_session(db: Db, ws: str, session_id: str, message_id: str | None = Non
             },
         ]
         actions += [{"Put": {"TableName": db.table, "Item": to_item(p)}} for p in puts]
+        if parent.get("expiry_day"):
+            # Retention (store.retention): the copies keep their expiry; one marker at the parent's last expiry day
+            # covers them all in the clone's own partition, and the clone's new messages mark their own days.
+            values |= {"expiry_day": int(parent["expiry_day"]), "expiry_from": int(parent.get("expiry_from") or 1)}
+            marker = retention.marker_item(ws, new_id, int(parent["expiry_day"]))
+            actions.append({"Put": {"TableName": db.table, "Item": to_item(marker)}})
     session = {**keys.session(ws, new_id), **values}
     actions.append(
         {"Put": {"TableName": db.table, "Item": to_item(session), "ConditionExpression": "attribute_not_exists(PK)"}}

@@ -13,9 +13,10 @@ from precis.store.db import Db, batch_get
 from precis.store.message_search.semantic import MEANING_INDEX
 from precis.store.messages import VIEW_FIELDS, Base, as_message, message_view, with_bodies
 from precis.store.resources import gone_sessions
+from precis.store.retention import expired
 from precis.store.vectors import MAX_TOP_K, search_index
 
-_MESSAGE_FIELDS = ("PK", "SK", *VIEW_FIELDS, "kind")
+_MESSAGE_FIELDS = ("PK", "SK", *VIEW_FIELDS, "kind", "retain_until")
 _CANDIDATE_FIELDS = ("msession", "seq")
 
 
@@ -253,7 +254,7 @@ def read_views(
     found = {
         (keys.parse_session_pk(i["PK"])[1], i["seq"]): as_message(i)
         for i in batch_get(db, [keys.message(ws, s, seq) for s, seq in order], _MESSAGE_FIELDS)
-        if i.get("kind") == "message"
+        if i.get("kind") == "message" and not expired(i)
     }
     if base is not None and session_id is not None:  # a clone's messages not copied yet: read from its parent
         missing = [seq for s, seq in order if (s, seq) not in found and seq <= base.through]
@@ -261,7 +262,7 @@ def read_views(
             {
                 (session_id, i["seq"]): as_message(i)
                 for i in batch_get(db, [keys.message(ws, base.session, seq) for seq in missing], _MESSAGE_FIELDS)
-                if i.get("kind") == "message"
+                if i.get("kind") == "message" and not expired(i)
             }
             if missing
             else {}

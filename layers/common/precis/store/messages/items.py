@@ -40,6 +40,7 @@ class MessageItem(TypedDict):
     batch_token: NotRequired[str]  # the request that stored it (store.idempotency)
     ib: NotRequired[str]  # its search-index unit (`index_unit`) and the epoch second it is indexed by
     ibu: NotRequired[float]
+    retain_until: NotRequired[int]  # the epoch second it expires (store.retention): hidden from every read from then
     copy_of: NotRequired[str]  # a clone's copy of its parent's message: the parent's session id
     incarnation: NotRequired[str]  # a fence's
     gap_tokens: NotRequired[int]  # a deleted message's placeholder (`read_range(gaps=True)`): the tokens it spans

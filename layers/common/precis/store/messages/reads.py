@@ -22,6 +22,7 @@ from precis.store.db import (
 from precis.store.messages.items import Base, MessageItem, Tail, as_message, base_of, body_pool, message_view, seq_of
 from precis.store.records import page
 from precis.store.resources import require_session
+from precis.store.retention import expired
 
 TAIL_FIELDS = ("seq", "token_count", "start_tokens", "run_id", "run_start_seq", "run_index", "kind")
 
@@ -162,7 +163,7 @@ def read_from(
 
 
 def is_placeholder(item: MessageItem) -> bool:
-    """Whether `item` stands for a deleted message (`read_range(gaps=True)`)."""
+    """Whether `item` stands for a deleted or expired message (`read_range(gaps=True)`)."""
     return item.get("kind") == "forgotten"
 
 
@@ -196,8 +197,8 @@ def messages_by_key(
     db: Db, ws: str, wanted: Sequence[tuple[str, int]], fields: tuple[str, ...]
 ) -> dict[tuple[str, int], MessageItem]:
     """`fields` of the messages at `wanted`'s (session, seq) keys still stored, by key (one BatchGetItem)."""
-    read = batch_get(db, [keys.message(ws, s, seq) for s, seq in wanted], fields + ("kind", "PK"))
-    return {(keys.parse_session_pk(i["PK"])[1], i["seq"]): as_message(i) for i in read if i.get("kind") == "message"}
+    read = batch_get(db, [keys.message(ws, s, seq) for s, seq in wanted], fields + ("kind", "PK", "retain_until"))
+    return {(keys.parse_session_pk(i["PK"])[1], i["seq"]): as_message(i) for i in read if _live(i)}
 
 
 def messages_at(
@@ -206,8 +207,8 @@ def messages_at(
     """`fields` of the session's messages at `seqs` still stored, by seq (one BatchGetItem)."""
     return {
         i["seq"]: as_message(i)
-        for i in batch_get(db, [keys.message(ws, session_id, seq) for seq in seqs], fields + ("kind",))
-        if i.get("kind") == "message"
+        for i in batch_get(db, [keys.message(ws, session_id, seq) for seq in seqs], fields + ("kind", "retain_until"))
+        if _live(i)
     }
 
 
@@ -226,13 +227,16 @@ def _read_partition(
     }
     items = query_all(db, **request) if limit is None else query_first(db, limit, **request)
     if gaps:
-        return [
-            as_message(i) if i.get("kind") == "message" else _placeholder(i) for i in items if i.get("kind") in _GAPS
-        ]
-    return [as_message(i) for i in items if i.get("kind") == "message"]
+        return [as_message(i) if _live(i) else _placeholder(i) for i in items if i.get("kind") in _GAPS]
+    return [as_message(i) for i in items if _live(i)]
 
 
 _GAPS = ("message", "forgotten")
+
+
+def _live(item: dict[str, Any]) -> bool:
+    """A message not deleted and not expired (store.retention: hidden from the second it expires)."""
+    return item.get("kind") == "message" and not expired(item)
 
 
 def _placeholder(item: dict[str, Any]) -> MessageItem:
@@ -375,4 +379,7 @@ def locate_message(db: Db, ws: str, session_id: str, message_id: str, base: Base
 
 def get_message(db: Db, ws: str, session_id: str, message_id: str) -> dict[str, Any]:
     base = base_of(require_session(db, ws, session_id))
-    return with_bodies(db, [locate_message(db, ws, session_id, message_id, base)], ws, session_id)[0]
+    item = locate_message(db, ws, session_id, message_id, base)
+    if expired(item):
+        raise NotFound(f"message '{message_id}' not found in session '{session_id}'")
+    return with_bodies(db, [item], ws, session_id)[0]

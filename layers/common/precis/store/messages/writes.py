@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from precis.configuration import retention_days
 from precis.errors import Conflict, NotFound, Throttled, TooLarge
-from precis.store import keys
+from precis.store import keys, retention
 from precis.store.db import (
     Db,
     batch_get,
@@ -34,7 +35,7 @@ from precis.store.messages.items import (
     seq_of,
 )
 from precis.store.messages.reads import locate_message, read_tail, with_bodies
-from precis.store.records import json_text, utcnow
+from precis.store.records import json_object, json_text, utcnow
 from precis.store.resources import (
     add_members,
     as_session,
@@ -63,6 +64,7 @@ def _items(
     batch_token: str | None,
     index_nonce: str | None = None,
     index_by: float | None = None,
+    retain_until: int | None = None,
 ) -> list[MessageItem]:
     items: list[MessageItem] = []
     seq, tokens, run_id, run_start = tail.seq, tail.end_tokens, tail.run_id, tail.run_start_seq
@@ -100,6 +102,8 @@ def _items(
             item["ib"] = unit
         if index_by is not None:
             item["ibu"] = index_by
+        if retain_until is not None:
+            item["retain_until"] = retain_until
         if index in bodies:
             item["body_key"] = bodies[index]
         else:
@@ -173,6 +177,13 @@ def append_messages(
     if new_members:
         add_members(db, ws, session_id, {p: {} for p in new_members}, known_peers, incarnation=incarnation)
 
+    # Retention (store.retention): every message of the batch expires the setting's days after now; the session's
+    # expiry marker for that day is written first (at most once a day per session), so none goes unmarked.
+    workspace_configuration = json_object(by_sk[(f"WS#{ws}", "WS")].get("configuration"))
+    days = retention_days(workspace_configuration, json_object(session.get("configuration")))
+    until = retention.retain_until(days, retention.now())
+    if until is not None:
+        retention.mark(db, ws, session_id, session, until, lambda: read_tail(db, ws, session_id).seq + 1)
     offload = _to_offload(batch, inline_max_bytes)
     bodies: dict[int, tuple[str, str | None]] = {}
     try:
@@ -183,7 +194,7 @@ def append_messages(
         for attempt in range(_MAX_ATTEMPTS):
             # A session created just now has no messages; a concurrent first writer makes the puts fail and retry.
             tail = Tail() if created and attempt == 0 else read_tail(db, ws, session_id)
-            items = _items(ws, session_id, batch, tail, keys_of, now, batch_token, index_nonce, index_by)
+            items = _items(ws, session_id, batch, tail, keys_of, now, batch_token, index_nonce, index_by, until)
             if on_attempt is not None:
                 on_attempt(items[0]["seq"])
             try:
@@ -295,6 +306,8 @@ def update_message_metadata(
 ) -> dict[str, Any]:
     session = require_session(db, ws, session_id)
     item = locate_message(db, ws, session_id, message_id, base_of(session))
+    if retention.expired(item):
+        raise NotFound(f"message '{message_id}' not found in session '{session_id}'")
     if keys.parse_session_pk(item["PK"])[1] != session_id:
         # A clone's message still in its parent: copy on write, its large body too (the parent's goes with its
         # purge); the clone's copy job never overwrites a copy.

@@ -82,6 +82,8 @@ class SessionItem(TypedDict):
     # message deletes (store.forget): the ids whose cascade is still running, and how many messages were deleted
     forgetting: NotRequired[list[str]]
     forgotten: NotRequired[int]
+    expiry_day: NotRequired[int]  # retention (store.retention): the last expiry day marked, epoch days
+    expiry_from: NotRequired[int]  # the seq its messages may expire from (its expiry's progress)
 
 
 class MemberItem(TypedDict):

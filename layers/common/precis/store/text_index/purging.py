@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 
 from botocore.exceptions import ClientError
 
+from precis.errors import Throttled
 from precis.store import keys
 from precis.store.db import Db, error_code, query_all, query_first, to_item
 from precis.store.records import delete_keys
@@ -59,41 +60,51 @@ def forget_in_unit(db: Db, ws: str, session_id: str, unit: str, seq: int) -> int
     """Take message `seq` out of its unit's fresh items (a message deleted before its unit was merged): each item that
     holds it is written again without it, or deleted when it held nothing else, on condition it is unchanged (a merge
     that read it before deletes it on condition its count is the one it read, so it never merges the message); how
-    many items changed. None when the unit was merged already (its segment is vacuumed)."""
-    found = query_all(
-        db,
-        KeyConditionExpression="PK = :pk AND begins_with(SK, :u)",
-        ConsistentRead=True,
-        ExpressionAttributeValues=to_item({":pk": keys.text_fresh_pk(ws, shard_of(session_id)), ":u": f"{unit}#"}),
-    )
+    many items changed. None when the unit was merged already (its segment is vacuumed). An item changed meanwhile
+    is read again: another delete of the same unit (an expiry's messages, deleted together) rewrote it holding this
+    message still."""
     changed = 0
-    for item in found:
-        entries = unpack(item["z"])
-        kept = [e for e in entries if int(e[0]) != seq]
-        if len(kept) == len(entries):
-            continue
-        same = to_item({":n": int(item["n"])})
-        try:
-            if kept:
-                db.client.put_item(
-                    TableName=db.table,
-                    Item=to_item({**item, "n": len(kept), "z": pack(kept)}),
-                    ConditionExpression="n = :n",
-                    ExpressionAttributeValues=same,
-                )
-            else:
-                db.client.delete_item(
-                    TableName=db.table,
-                    Key=to_item({"PK": item["PK"], "SK": item["SK"]}),
-                    ConditionExpression="n = :n",
-                    ExpressionAttributeValues=same,
-                )
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            continue  # merged meanwhile (it read the message's text gone, so it kept the unit fresh) or rewritten
-        changed += 1
-    return changed
+    for _ in range(_FORGET_ATTEMPTS):
+        found = query_all(
+            db,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :u)",
+            ConsistentRead=True,
+            ExpressionAttributeValues=to_item({":pk": keys.text_fresh_pk(ws, shard_of(session_id)), ":u": f"{unit}#"}),
+        )
+        raced = False
+        for item in found:
+            entries = unpack(item["z"])
+            kept = [e for e in entries if int(e[0]) != seq]
+            if len(kept) == len(entries):
+                continue
+            same = to_item({":n": int(item["n"])})
+            try:
+                if kept:
+                    db.client.put_item(
+                        TableName=db.table,
+                        Item=to_item({**item, "n": len(kept), "z": pack(kept)}),
+                        ConditionExpression="n = :n",
+                        ExpressionAttributeValues=same,
+                    )
+                else:
+                    db.client.delete_item(
+                        TableName=db.table,
+                        Key=to_item({"PK": item["PK"], "SK": item["SK"]}),
+                        ConditionExpression="n = :n",
+                        ExpressionAttributeValues=same,
+                    )
+            except ClientError as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise
+                raced = True  # merged meanwhile (then gone when read again) or rewritten: read it again
+                continue
+            changed += 1
+        if not raced:
+            return changed
+    raise Throttled(f"the search index of session '{session_id}' kept changing while a message was taken out of it")
+
+
+_FORGET_ATTEMPTS = 8
 
 
 def delete_index(db: Db, ws: str, peers: Iterable[str]) -> int:

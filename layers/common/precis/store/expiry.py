@@ -1,0 +1,92 @@
+"""A session's expiry (docs/design.md, "Retention"): its expired messages deleted as a message delete does.
+
+Woken by the deriver's stream consumer when the TTL service removes one of the session's expiry markers
+(store.retention); a round that does not finish stores the session's running expiry item again, whose record goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from precis.errors import Conflict, NotFound, Throttled
+from precis.store import keys
+from precis.store.db import Db, error_code, from_item, to_item
+from precis.store.forget import forget_message
+from precis.store.records import utcnow
+from precis.store.retention import RUN_SK, ExpiryTarget, expired, now, page
+
+
+def expire_session(db: Db, ws: str, session_id: str, *, time_left: Callable[[], float] = lambda: float("inf")) -> bool:
+    """Delete the session's expired messages (store.forget: each with everything drawn from it), from the session's
+    `expiry_from` seq on, up to the first message not expired yet; whether done (False: out of time, or the session's
+    deletes in progress at their cap: the running expiry item's next record goes on)."""
+    session = _session(db, ws, session_id)
+    if session is None or "deleted_at" in session:
+        return True  # its purge removes everything
+    first = int(session.get("expiry_from") or 1)
+    at = now()
+    while True:
+        items = page(db, ws, session_id, first)
+        if not items:
+            return True
+        for item in items:
+            if item.get("kind") == "message" and item.get("retain_until") is not None:
+                if not expired(item, at):
+                    _advance(db, ws, session_id, int(item["seq"]))
+                    return True
+                if time_left() < 0:
+                    _advance(db, ws, session_id, int(item["seq"]))
+                    return False
+                try:
+                    forget_message(db, ws, session_id, item["id"])
+                except NotFound:
+                    pass  # deleted meanwhile
+                except (Throttled, Conflict):  # its deletes in progress at their cap, or a clone still copying
+                    _advance(db, ws, session_id, int(item["seq"]))
+                    return False
+        first = int(items[-1]["seq"]) + 1
+        _advance(db, ws, session_id, first)
+
+
+def _session(db: Db, ws: str, session_id: str) -> dict[str, Any] | None:
+    out = db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)), ConsistentRead=True)
+    return from_item(out.get("Item"))
+
+
+def _advance(db: Db, ws: str, session_id: str, seq: int) -> None:
+    try:
+        db.client.update_item(
+            TableName=db.table,
+            Key=to_item(keys.session(ws, session_id)),
+            UpdateExpression="SET expiry_from = :s",
+            ConditionExpression="attribute_exists(PK) AND (attribute_not_exists(expiry_from) OR expiry_from < :s)",
+            ExpressionAttributeValues=to_item({":s": seq}),
+        )
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+
+
+def run_on(db: Db, ws: str, session_id: str, done: bool) -> None:
+    """Keep the session's expiry going after a run that did not finish: its running item written again (kind
+    `expiry`, `requested`: the deriver's stream filter lets it through), or removed once done."""
+    key = {"PK": keys.session_pk(ws, session_id), "SK": RUN_SK}
+    if done:
+        db.client.delete_item(TableName=db.table, Key=to_item(key))
+        return
+    db.client.update_item(
+        TableName=db.table,
+        Key=to_item(key),
+        UpdateExpression="SET kind = :k, requested = :now ADD rounds :one",
+        ExpressionAttributeValues=to_item({":k": "expiry", ":now": utcnow(), ":one": 1}),
+    )
+
+
+def run(db: Db, found: ExpiryTarget, time_left: Callable[[], float] = lambda: float("inf")) -> bool:
+    """One round of a session's expiry, its running item kept or removed; whether done."""
+    done = expire_session(db, found.workspace, found.session, time_left=time_left)
+    run_on(db, found.workspace, found.session, done)
+    return done
