@@ -27,7 +27,7 @@ from precis.store.db import Db, cancellation_codes, error_code, from_item, to_it
 from precis.store.messages import MessageItem, base_of, locate_message, seq_of
 from precis.store.records import utcnow
 from precis.store.resources import members, read_session_item, require_session
-from precis.store.summaries import read_summary_items, release_summary_lease, take_summary_lease
+from precis.store.summaries import drop_summary_lease, read_summary_items, take_summary_lease
 
 if TYPE_CHECKING:
     from types_boto3_s3.type_defs import ObjectIdentifierTypeDef
@@ -231,7 +231,9 @@ def forget_cascade(
             _delete_versions(db, prefix, after=f"{prefix}{seq - 1:0{keys.SEQ_DIGITS}d}~")
         _finish(db, ws, session_id, seq, message_id)
     finally:
-        release_summary_lease(db, ws, session_id, owner=owner)
+        # Dropped, marked or not: a mark is a summary wanted, and the summary made right after the cascade (or the
+        # record's retry) reads the session after it. (Released, a marked lease would stay held until it expires.)
+        drop_summary_lease(db, ws, session_id, owner=owner)
     return True
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from botocore.exceptions import ClientError
 
+from precis.errors import Throttled
 from precis.store import keys
-from precis.store.db import Db, error_code, query_all, query_first, to_item
+from precis.store.db import Db, error_code, from_item, query_all, query_first, to_item
 from precis.store.records import delete_keys
 from precis.store.text_index.items import FRESH_SHARDS, PURGE_PAGE, pack, shard_of, unpack
 from precis.store.text_index.manifest import read_manifest
@@ -67,11 +69,22 @@ def forget_in_unit(db: Db, ws: str, session_id: str, unit: str, seq: int) -> int
         ExpressionAttributeValues=to_item({":pk": keys.text_fresh_pk(ws, shard_of(session_id)), ":u": f"{unit}#"}),
     )
     changed = 0
-    for item in found:
+    for first in found:
+        changed += _forget_in_item(db, first, seq)
+    return changed
+
+
+def _forget_in_item(db: Db, item: dict[str, Any] | None, seq: int) -> int:
+    """Write one fresh item again without message `seq` (or delete it), on condition it is unchanged; read again and
+    retry when it changed: a merge deleted it (nothing left to do) or another delete of the unit rewrote it (several
+    messages of one unit deleted at once, as a peer's erasure does), whose write still holds this message."""
+    for _ in range(16):
+        if item is None:
+            return 0  # merged meanwhile: it read the message's text gone, so the unit stays fresh; or deleted
         entries = unpack(item["z"])
         kept = [e for e in entries if int(e[0]) != seq]
         if len(kept) == len(entries):
-            continue
+            return 0
         same = to_item({":n": int(item["n"])})
         try:
             if kept:
@@ -91,9 +104,14 @@ def forget_in_unit(db: Db, ws: str, session_id: str, unit: str, seq: int) -> int
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
-            continue  # merged meanwhile (it read the message's text gone, so it kept the unit fresh) or rewritten
-        changed += 1
-    return changed
+            item = from_item(
+                db.client.get_item(
+                    TableName=db.table, Key=to_item({"PK": item["PK"], "SK": item["SK"]}), ConsistentRead=True
+                ).get("Item")
+            )
+            continue
+        return 1
+    raise Throttled("a fresh index item kept changing while a deleted message was taken out of it")
 
 
 def delete_index(db: Db, ws: str, peers: Iterable[str]) -> int:
