@@ -23,8 +23,10 @@ from precis.store.resources import read_session_item, workspace_open
 from precis.store.transfer import RUNNING, JobItem, read_job
 
 ERASE = "erase"
-MESSAGES_PER_STEP = 50  # message deletes a step makes (each ~7 requests; the session's `forgetting` set holds 100)
-SCAN_PER_STEP = 1000  # message items a step reads past (the peer's and others')
+# Message deletes of one session in flight at once (their cascades take the session's summarizer lease in turn: more
+# at once means more cascades retrying for it), and message items a step reads past (the peer's and others').
+IN_FLIGHT = 10
+SCAN_PER_STEP = 100
 ITEMS_PER_STEP = 1000  # a collection's items a step deletes
 COLLECTIONS_PER_PAGE = 100  # registry entries a step reads
 
@@ -127,12 +129,12 @@ def next_session(db: Db, ws: str, peer_id: str, after: str | None) -> str | None
 def erase_messages(db: Db, ws: str, session_id: str, peer_id: str, after_seq: int) -> tuple[int, int | None]:
     """Delete the peer's next messages in the session after seq `after_seq`, as a message delete does (tombstone,
     hidden at once; the stream's cascade removes what was drawn from each); (how many, the seq to go on after, or None
-    when the session holds no more of them). Bounded: at most SCAN_PER_STEP items read, MESSAGES_PER_STEP deleted,
-    and no more than the session's `forgetting` set has room for (a full set: nothing, the cascades catch up)."""
+    when the session holds no more of them). Bounded: at most SCAN_PER_STEP items read, and IN_FLIGHT less the
+    session's deletes still in progress deleted (none: nothing, their cascades catch up)."""
     session = read_session_item(db, ws, session_id)
     if session is None or "deleted_at" in session:
         return 0, None  # the session's purge takes its messages
-    room = min(MESSAGES_PER_STEP, FORGETTING_MAX - len(session.get("forgetting") or ()) - 1)
+    room = min(IN_FLIGHT, FORGETTING_MAX) - len(session.get("forgetting") or ())
     if room <= 0:
         return 0, after_seq
     out = db.client.query(
