@@ -113,17 +113,21 @@ def start_erasure(db: Db, ws: str, peer_id: str) -> tuple[JobItem, bool]:
 # ---------------------------------------------------------------- the steps (precis.transfer.erase drives them)
 
 
-def next_session(db: Db, ws: str, peer_id: str, after: str | None) -> str | None:
-    """The next session of the peer's (its joined sessions' reverse items, by id) after `after`: one Query."""
+def next_session(db: Db, ws: str, peer_id: str, after: str | None) -> tuple[str, str] | None:
+    """The next session of the peer's after sort key `after` in its own partition: those it joined (`SESSION#`), then
+    those it left (`LEFT#`); (its sort key, the session id), or None at the end. One Query."""
     request: dict[str, Any] = {
-        "KeyConditionExpression": "PK = :pk AND begins_with(SK, :s)",
-        "ExpressionAttributeValues": {":pk": {"S": keys.peer_sessions_pk(ws, peer_id)}, ":s": {"S": "SESSION#"}},
+        "KeyConditionExpression": "PK = :pk",
+        "ExpressionAttributeValues": {":pk": {"S": keys.peer_sessions_pk(ws, peer_id)}},
         "ConsistentRead": True,
     }
     if after is not None:
-        request["ExclusiveStartKey"] = to_item(keys.peer_session(ws, peer_id, after))
+        request["ExclusiveStartKey"] = {"PK": {"S": keys.peer_sessions_pk(ws, peer_id)}, "SK": {"S": after}}
     found = query_first(db, 1, **request)
-    return found[0]["SK"].removeprefix("SESSION#") if found else None
+    if not found:
+        return None
+    sk = found[0]["SK"]
+    return sk, sk.split("#", 1)[1]
 
 
 def erase_messages(db: Db, ws: str, session_id: str, peer_id: str, after_seq: int) -> tuple[int, int | None]:
@@ -172,19 +176,21 @@ def erase_messages(db: Db, ws: str, session_id: str, peer_id: str, after_seq: in
 
 
 def sessions_page(db: Db, ws: str, peer_id: str, after: str | None) -> tuple[list[str], str | None]:
-    """Up to 100 of the peer's sessions after `after` (one Query); (them, the id to go on after, or None at the end)."""
+    """Up to 100 of the peer's sessions, joined or left, after sort key `after` (one Query); (their ids, the sort key
+    to go on after, or None at the end)."""
+    pk = keys.peer_sessions_pk(ws, peer_id)
     request: dict[str, Any] = {
         "TableName": db.table,
-        "KeyConditionExpression": "PK = :pk AND begins_with(SK, :s)",
-        "ExpressionAttributeValues": {":pk": {"S": keys.peer_sessions_pk(ws, peer_id)}, ":s": {"S": "SESSION#"}},
+        "KeyConditionExpression": "PK = :pk",
+        "ExpressionAttributeValues": {":pk": {"S": pk}},
         "ConsistentRead": True,
         "Limit": 100,
     }
     if after is not None:
-        request["ExclusiveStartKey"] = to_item(keys.peer_session(ws, peer_id, after))
+        request["ExclusiveStartKey"] = {"PK": {"S": pk}, "SK": {"S": after}}
     out = db.client.query(**request)
-    ids = [from_item(i)["SK"].removeprefix("SESSION#") for i in out["Items"]]
-    return ids, (ids[-1] if "LastEvaluatedKey" in out and ids else None)
+    sks = [from_item(i)["SK"] for i in out["Items"]]
+    return [sk.split("#", 1)[1] for sk in sks], (sks[-1] if "LastEvaluatedKey" in out and sks else None)
 
 
 def still_forgetting(db: Db, ws: str, session_ids: list[str]) -> bool:
@@ -194,12 +200,15 @@ def still_forgetting(db: Db, ws: str, session_ids: list[str]) -> bool:
 
 
 def leave_session(db: Db, ws: str, session_id: str, peer_id: str) -> int:
-    """The peer's membership of the session (both items) and its derive cursor there, deleted; how many items."""
+    """The peer's membership of the session (both items, or the note that it left) and its derive cursor there,
+    deleted; how many items."""
     return delete_keys(
         db,
         [
             keys.member(ws, session_id, peer_id),
             keys.peer_session(ws, peer_id, session_id),
+            keys.peer_left(ws, peer_id, session_id),
+            keys.session_left(ws, session_id, peer_id),
             keys.derive_cursor(ws, session_id, peer_id),
         ],
     )

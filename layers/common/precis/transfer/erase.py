@@ -55,16 +55,18 @@ def step(
     ws, peer = job["PK"].removeprefix("WS#"), position["peer"]
     phase = position.get("phase", SESSIONS)
     if phase == SESSIONS:
-        session = position.get("session") or erase.next_session(db, ws, peer, position.get("after"))
-        if session is None:
+        current = position.get("session") or erase.next_session(db, ws, peer, position.get("after"))
+        if current is None:
             return {"peer": peer, "phase": SETTLE}, False, 0
+        sk, session = current  # (its sort key in the peer's partition: a session joined, or one left)
         erased, seq = erase.erase_messages(db, ws, session, peer, int(position.get("seq", 0)))
         _add(counts, "messages", erased)
         if seq is not None:
-            moved = {"peer": peer, "phase": SESSIONS, "session": session, "seq": seq}
+            moved = {"peer": peer, "phase": SESSIONS, "session": [sk, session], "seq": seq}
             # Nothing deleted (the session's cascades are behind): this invocation yields, the next goes on.
             return (moved | {"wait": True} if not erased else moved), False, 0
-        return {"peer": peer, "phase": SESSIONS, "after": session}, False, 0
+        _add(counts, "sessions", 1)  # (counted here, with the step that moves past it: exactly once)
+        return {"peer": peer, "phase": SESSIONS, "after": sk}, False, 0
     if phase == SETTLE:
         sessions, after = erase.sessions_page(db, ws, peer, position.get("after"))
         if sessions and erase.still_forgetting(db, ws, sessions):
@@ -73,10 +75,9 @@ def step(
             return {"peer": peer, "phase": SETTLE, "after": after}, False, 0
         return {"peer": peer, "phase": MEMBERSHIP}, False, 0
     if phase == MEMBERSHIP:
-        sessions, after = erase.sessions_page(db, ws, peer, None)  # (each page left is gone: always the first)
-        for session in sessions:
+        page, after = erase.sessions_page(db, ws, peer, None)  # (each page left is gone: always the first)
+        for session in dict.fromkeys(page):  # (a session left and joined again is named twice)
             erase.leave_session(db, ws, session, peer)
-        _add(counts, "memberships", len(sessions))
         return {"peer": peer, "phase": MEMBERSHIP if after is not None else COLLECTIONS}, False, 0
     if phase == COLLECTIONS:
         current = position.get("collection")
