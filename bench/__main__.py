@@ -23,7 +23,7 @@ BENCHMARKS = (
     "webhooks",
     "retrieval",
 )
-BY_NAME = ("retrieval_scale", "transfer")  # run alone only when named (retrieval runs retrieval_scale)
+BY_NAME = ("retrieval_scale", "transfer", "erase")  # run alone only when named (retrieval runs retrieval_scale)
 
 
 def main(argv: list[str]) -> int:

@@ -298,6 +298,12 @@ CASES = [
     ("GET", f"{W}/webhooks/{'x' * 21}/deliveries", None, {}, {}, 404),
     ("GET", f"{W}/webhooks/{'x' * 21}/deliveries", None, {"size": 101}, {}, 422),
     ("GET", f"{W}/webhooks/short/deliveries", None, {}, {}, 422),
+    # erasing a peer (tests/memory/test_erase_peer.py has more)
+    ("DELETE", f"{W}/peers/nope", None, {}, {}, 404),
+    ("DELETE", "/v3/workspaces/nope/peers/alice", None, {}, {}, 404),
+    ("DELETE", f"{W}/peers/{LONG_ID}", None, {}, {}, 422),
+    ("GET", f"{W}/peers/nope/erasure", None, {}, {}, 404),
+    ("GET", f"{W}/peers/bad%20id/erasure", None, {}, {}, 422),
     # export and import (tests/transfer has more)
     ("POST", "/v3/workspaces/nope/exports", None, {}, {}, 404),
     ("GET", f"{W}/exports/0123456789abcdef", None, {}, {}, 404),

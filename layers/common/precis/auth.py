@@ -125,6 +125,9 @@ ROUTES: dict[str, Access] = {
     f"POST {_W}/imports/uploads": Access.WORKSPACE,
     f"POST {_W}/imports": Access.WORKSPACE,
     f"GET {_W}/imports/{{import_id}}": Access.WORKSPACE,
+    # Erasing a peer (ext): everything it said and everything about it, so the workspace's key (or an admin's).
+    f"DELETE {_W}/peers/{{peer_id}}": Access.WORKSPACE,
+    f"GET {_W}/peers/{{peer_id}}/erasure": Access.WORKSPACE,
 }
 
 

@@ -246,6 +246,14 @@ def get_export(workspace_id: WorkspaceId, export_id: JobId):
     return jobs.status(get_db(), workspace_id, export_id, jobs.EXPORT)
 
 
+@router.get("/v3/workspaces/<workspace_id>/peers/<peer_id>/erasure")
+def get_peer_erasure(workspace_id: WorkspaceId, peer_id: PeerId):
+    """(ext) A peer's erasure: its progress (counts per kind so far), or its receipt once done."""
+    from precis.transfer import erase
+
+    return erase.status(get_db(), workspace_id, peer_id)
+
+
 @router.get("/v3/workspaces/<workspace_id>/imports/<import_id>")
 def get_import(workspace_id: WorkspaceId, import_id: JobId):
     """(ext) An import's progress (lines per kind so far), and its error when it failed."""

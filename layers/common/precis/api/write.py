@@ -189,6 +189,16 @@ def delete_message(workspace_id: WorkspaceId, session_id: SessionId, message_id:
     return json_response(204, None)
 
 
+@router.delete("/v3/workspaces/<workspace_id>/peers/<peer_id>")
+def erase_peer(workspace_id: WorkspaceId, peer_id: PeerId):
+    """(ext) Erase a peer: everything it said, everything concluded about or by it, its membership and the peer
+    (docs/design.md, "Erasing a peer"). 202 while the erasure runs, 200 with its receipt once done."""
+    from precis.transfer import erase
+
+    status, view = erase.start(get_db(), workspace_id, peer_id)
+    return json_response(status, view)
+
+
 @router.post("/v3/keys")
 def create_key(
     workspace_id: OptionalId = None,

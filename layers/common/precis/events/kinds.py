@@ -113,6 +113,14 @@ def session_deleted(workspace: str, session_id: str, *, incarnation: str | None,
     return _event(workspace, "session.deleted", {"session_id": session_id}, (session_id, incarnation), now)
 
 
+def peer_deleted(workspace: str, erasure_id: str, *, started: str, counts: dict[str, int], now: float) -> Event:
+    """(ext) A peer's erasure done: its id (`erasure_id`, the job's) and what it removed per kind. The peer is not
+    named: an event is stored where it is delivered, and the erasure leaves nothing naming the peer. `started`: when the
+    erasure began (a later erasure of a peer of the same id is another event)."""
+    data = {"erasure_id": erasure_id, "counts": counts}
+    return _event(workspace, "peer.deleted", data, (erasure_id, started), now)
+
+
 def test_event(workspace: str, *, now: float) -> Event:
     """Honcho's `test.event` (data `{workspace_id}`): each request a new event."""
     return _event(workspace, "test.event", {}, (secrets.token_hex(8),), now)

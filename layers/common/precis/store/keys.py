@@ -40,6 +40,16 @@ def peer_session(ws: str, peer_id: str, session_id: str) -> dict[str, str]:
     return {"PK": f"WS#{ws}#P#{peer_id}", "SK": f"SESSION#{session_id}"}
 
 
+def peer_left(ws: str, peer_id: str, session_id: str) -> dict[str, str]:
+    """A session the peer left, beside its joined sessions: its messages stay there, and erasing the peer finds them."""
+    return {"PK": f"WS#{ws}#P#{peer_id}", "SK": f"LEFT#{session_id}"}
+
+
+def session_left(ws: str, session_id: str, peer_id: str) -> dict[str, str]:
+    """The reverse of `peer_left`, in the session's partition: the session's purge finds and deletes both."""
+    return {"PK": session_pk(ws, session_id), "SK": f"LEFT#{peer_id}"}
+
+
 def peer_sessions_pk(ws: str, peer_id: str) -> str:
     return f"WS#{ws}#P#{peer_id}"
 

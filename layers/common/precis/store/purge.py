@@ -103,6 +103,10 @@ def purge_session(
             for k in found
             if k["SK"].startswith("PEER#")
         ]
+        # A peer that left has a note of it in its partition too (store.resources.remove_members).
+        found += [
+            keys.peer_left(ws, k["SK"].removeprefix("LEFT#"), session_id) for k in found if k["SK"].startswith("LEFT#")
+        ]
         deleted += _delete_parallel(db, found)
         if "LastEvaluatedKey" not in out:
             break

@@ -12,13 +12,13 @@ from precis.errors import Conflict, NotFound, PrecisError, Throttled
 from precis.store import transfer
 from precis.store.db import Db
 from precis.store.resources import require_workspace
-from precis.transfer import export, importer
+from precis.transfer import erase, export, importer
 
 EXPORT, IMPORT = "export", "import"
 MARGIN_S = 30.0  # a step starts only with this much of the invocation left (the first always runs)
 log = logging.getLogger("precis.transfer")
 Step = Callable[[Db, transfer.JobItem, dict[str, Any], dict[str, int]], tuple[dict[str, Any], bool, int]]
-_STEPS: dict[str, Step] = {EXPORT: export.step, IMPORT: importer.step}
+_STEPS: dict[str, Step] = {EXPORT: export.step, IMPORT: importer.step, erase.ERASE: erase.step}
 
 
 def start_export(db: Db, ws: str) -> dict[str, Any]:
@@ -107,7 +107,7 @@ def run(db: Db, ws: str, job_id: str, step: int | None, time_left: Callable[[], 
         if not transfer.advance_job(db, job, position=position, counts=counts, parts=parts, done=done):
             return ran + 1  # another run moved it first: that run goes on
         ran += 1
-        if done:
-            return ran
+        if done or position.get("wait"):
+            return ran  # (a step that waits for other work ends the invocation: the next record goes on)
         step = int(job["step"]) + 1
     return ran

@@ -9,4 +9,5 @@ EVENT_TYPES = (
     "conclusions.deleted",
     "dream.completed",
     "session.deleted",
+    "peer.deleted",
 )

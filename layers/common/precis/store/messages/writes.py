@@ -40,6 +40,7 @@ from precis.store.resources import (
     add_members,
     as_session,
     create_session_item,
+    refuse_erasing,
     require_session,
 )
 
@@ -164,6 +165,8 @@ def append_messages(
     by_sk = {(i["PK"], i["SK"]): i for i in found}
     if (f"WS#{ws}", "WS") not in by_sk:
         raise NotFound(f"workspace '{ws}' not found")
+    for peer_id in peer_ids:  # a sender being erased writes nothing (docs/design.md, "Erasing a peer")
+        refuse_erasing(by_sk.get((f"WS#{ws}", f"PEER#{peer_id}")) or {})
     stored = by_sk.get((f"WS#{ws}", f"SESSION#{session_id}"))
     session = None if stored is None else as_session(stored)
     if session is not None and "deleted_at" in session:
@@ -173,6 +176,7 @@ def append_messages(
         session, created = create_session_item(db, ws, session_id)
     incarnation = session["incarnation"]
     known_peers = {p for p in peer_ids if (f"WS#{ws}", f"PEER#{p}") in by_sk}
+
     new_members = [p for p in peer_ids if (keys.session_pk(ws, session_id), f"PEER#{p}") not in by_sk]
     if new_members:
         add_members(db, ws, session_id, {p: {} for p in new_members}, known_peers, incarnation=incarnation)

@@ -19,7 +19,7 @@ from precis.store.db import (
     to_item,
     transact,
 )
-from precis.store.records import delete_keys, json_object, page, utcnow
+from precis.store.records import delete_keys, json_object, page, utcnow, write_batch
 from precis.store.resources.items import (
     MemberItem,
     SessionItem,
@@ -170,6 +170,18 @@ def add_members(
 
 def remove_members(db: Db, ws: str, session_id: str, peer_ids: Iterable[str]) -> None:
     peer_ids = list(dict.fromkeys(peer_ids))
+    # A peer that leaves keeps a note of the session (what it said there stays): erasing the peer reads it. Its
+    # reverse in the session's partition lets the session's purge delete both.
+    notes = [
+        item
+        for p in peer_ids
+        for item in (
+            {**keys.peer_left(ws, p, session_id), "session_id": session_id},
+            {**keys.session_left(ws, session_id, p), "peer_id": p},
+        )
+    ]
+    for start in range(0, len(notes), 24):
+        write_batch(db, [{"PutRequest": {"Item": to_item(i)}} for i in notes[start : start + 24]])
     delete_keys(
         db, [k for p in peer_ids for k in (keys.member(ws, session_id, p), keys.peer_session(ws, p, session_id))]
     )

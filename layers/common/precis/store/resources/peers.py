@@ -26,7 +26,10 @@ from precis.store.resources.workspaces import create_in_workspace, require_works
 def require_peers(db: Db, ws: str, *peer_ids: str | None) -> None:
     """NotFound (404) naming the workspace or the first of `peer_ids` (None skipped) that does not exist: one read."""
     wanted = list(dict.fromkeys(p for p in peer_ids if p))
-    found = {i["SK"] for i in batch_get(db, [keys.workspace(ws), *(keys.peer(ws, p) for p in wanted)])}
+    # A peer being erased (`erasing`, docs/design.md "Erasing a peer") reads as absent from the moment it is marked.
+    found = {
+        i["SK"] for i in batch_get(db, [keys.workspace(ws), *(keys.peer(ws, p) for p in wanted)]) if "erasing" not in i
+    }
     if "WS" not in found:
         raise NotFound(f"workspace '{ws}' not found")
     for peer_id in wanted:
@@ -36,7 +39,7 @@ def require_peers(db: Db, ws: str, *peer_ids: str | None) -> None:
 
 def peer_exists(db: Db, ws: str, peer_id: str) -> bool:
     """Whether the peer exists: one batch read."""
-    return bool(batch_get(db, [keys.peer(ws, peer_id)]))
+    return any("erasing" not in i for i in batch_get(db, [keys.peer(ws, peer_id)]))
 
 
 def peer_values(
@@ -59,6 +62,7 @@ def get_or_create_peer(
     (Honcho's get-or-create), written only when they differ."""
     key = keys.peer(ws, peer_id)
     item, created = create_in_workspace(db, ws, key, peer_values(ws, peer_id, metadata, configuration))
+    refuse_erasing(item)
     changes = {} if created else changed_texts(item, metadata, configuration)
     if changes:
         updated = update_item(db, key, changes)
@@ -66,6 +70,12 @@ def get_or_create_peer(
             raise Conflict(f"peer '{peer_id}' was deleted while being updated; retry the request")
         item = updated
     return peer_view(as_peer(item)), created
+
+
+def refuse_erasing(item: dict[str, Any]) -> None:
+    """Conflict (409) for a peer being erased: it is not made again, nor written, until its erasure is done."""
+    if "erasing" in item:
+        raise Conflict(f"peer '{item['id']}' is being erased; it can be created again once its erasure is done")
 
 
 def ensure_peers(db: Db, ws: str, peer_ids: Iterable[str], known: Set[str] = frozenset()) -> None:
@@ -99,12 +109,14 @@ def ensure_peers(db: Db, ws: str, peer_ids: Iterable[str], known: Set[str] = fro
             if not codes:
                 raise
             for peer_id in chunk:
-                create_in_workspace(db, ws, keys.peer(ws, peer_id), peer_values(ws, peer_id))
+                refuse_erasing(create_in_workspace(db, ws, keys.peer(ws, peer_id), peer_values(ws, peer_id))[0])
 
 
 def update_peer(
     db: Db, ws: str, peer_id: str, metadata: dict[str, Any] | None = None, configuration: dict[str, Any] | None = None
 ) -> dict[str, Any]:
+    if not peer_exists(db, ws, peer_id):
+        raise NotFound(f"peer '{peer_id}' not found in workspace '{ws}'")
     item = update_item(
         db, keys.peer(ws, peer_id), {"metadata": json_text(metadata), "configuration": json_text(configuration)}
     )
@@ -118,9 +130,9 @@ def list_peers(
 ) -> dict[str, Any]:
     require_workspace(db, ws)
     if not filters:
-        ids = [i["id"] for i in partition_items(db, f"WS#{ws}", "PEER#", ("id",))]
+        ids = [i["id"] for i in partition_items(db, f"WS#{ws}", "PEER#", ("id", "erasing")) if "erasing" not in i]
         return page_of_ids(db, ids, page_no, size, reverse, lambda p: keys.peer(ws, p), lambda i: peer_view(as_peer(i)))
-    peers = (peer_view(as_peer(i)) for i in partition_items(db, f"WS#{ws}", "PEER#"))
+    peers = (peer_view(as_peer(i)) for i in partition_items(db, f"WS#{ws}", "PEER#") if "erasing" not in i)
     views = [v for v in peers if filtering.matches(filters, v)]
     return page(views, page_no, size, reverse)
 

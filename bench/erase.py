@@ -1,0 +1,89 @@
+"""A peer's erasure, metered (`python -m bench erase`): alice and an assistant talk in SESSIONS sessions of MESSAGES
+messages (alice says half: 10,000 at the defaults), posted in batches of 100 and derived; then alice is erased and the
+stream drained until the job is done (bench/cost.py's in-process stack: its request units, S3 requests and
+invocations; the message deletes' cascades and the summaries made again included). `PRECIS_BENCH_ERASE=S,M` scales it
+(sessions, messages a session)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections import Counter
+from typing import Any
+
+from bench.common import moto, print_table, write_json
+from bench.cost import Stack, batch_body
+
+SESSIONS, MESSAGES = 10, 2_000
+
+
+def _scale() -> tuple[int, int]:
+    given = os.environ.get("PRECIS_BENCH_ERASE")
+    if not given:
+        return SESSIONS, MESSAGES
+    sessions, messages = (int(v) for v in given.split(","))
+    return sessions, messages
+
+
+def run() -> dict:
+    sessions, per_session = _scale()
+    rng = random.Random(11)
+    with moto(stream=False) as clients:
+        stack = Stack(clients)
+        try:
+            stack.http("POST", "/v3/workspaces", {"id": "w"})
+            for session in range(sessions):
+                for start in range(0, per_session, 100):
+                    body = batch_body(rng, min(100, per_session - start), start)
+                    stack.http("POST", f"/v3/workspaces/w/sessions/s{session}/messages", body)
+                stack.drain()
+            stack.metering = True
+            started = time.perf_counter()
+            job = stack.http("DELETE", "/v3/workspaces/w/peers/alice")
+            polls = 0
+            while True:
+                status = stack.http("GET", "/v3/workspaces/w/peers/alice/erasure")
+                if status["status"] != "running":
+                    break
+                stack.drain()
+                polls += 1
+            stack.drain()  # the summaries made again after the last cascades
+            wall = time.perf_counter() - started
+            stack.metering = False
+        finally:
+            stack.close()
+    assert status["status"] == "done", status
+    erased = status["counts"]["messages"]
+    units = sum((c for label, c in stack.capacity.totals.items() if label != "setup"), Counter())
+    index = sum(units[f"wru_{kind}"] for kind in ("lsi", "gsi", "vector"))
+    s3 = sum((Counter(v) for label, v in stack.s3.requests.items() if label != "setup"), Counter())
+    billed = {f: sum(ms) for f, ms in stack.runs.billed.items()}
+    out: dict[str, Any] = {
+        "sessions": sessions,
+        "messages": sessions * per_session,
+        "erased": erased,
+        "counts": status["counts"],
+        "steps": status["steps"],
+        "job": job["id"],
+        "wall_s": wall,
+        "rru": units["rru"],
+        "wru": units["wru"] + index,
+        "rru_per_message": units["rru"] / erased,
+        "wru_per_message": (units["wru"] + index) / erased,
+        "s3_requests": dict(s3),
+        "billed_ms": billed,
+        "requests": {k.removeprefix("op:"): v for k, v in units.items() if k.startswith("op:")},
+    }
+    print_table(
+        f"Erasing a peer of {erased:,} messages in {sessions} sessions",
+        ["", "total", "per message erased"],
+        [
+            ["RRU", round(units["rru"]), round(out["rru_per_message"], 1)],
+            ["WRU", round(units["wru"] + index), round(out["wru_per_message"], 1)],
+            ["billed ms (all functions)", sum(billed.values()), round(sum(billed.values()) / erased, 1)],
+        ],
+    )
+    print(f"  {status['steps']} job steps; counts {status['counts']}; {wall:.0f} s in process")
+    write_json("erase", out)
+    return out
