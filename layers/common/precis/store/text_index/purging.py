@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from botocore.exceptions import ClientError
 
 from precis.errors import Throttled
 from precis.store import keys
-from precis.store.db import Db, error_code, from_item, query_all, query_first, to_item
+from precis.store.db import Db, error_code, query_all, query_first, to_item
 from precis.store.records import delete_keys
 from precis.store.text_index.items import FRESH_SHARDS, PURGE_PAGE, pack, shard_of, unpack
 from precis.store.text_index.manifest import read_manifest

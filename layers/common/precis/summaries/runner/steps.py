@@ -332,16 +332,6 @@ class JobRunner:
         chain: list[SummaryPart] | None = None,
     ) -> Put:
         last = self.by_seq[step.through_seq]
-        # the id of the newest message it covers that is still there ("" when it covers only deleted ones): its last
-        # seq may be a deleted message's tombstone, which has no `id`
-        newest = next(
-            (
-                self.by_seq[s]["id"]
-                for s in reversed(range(step.first_seq, step.through_seq + 1))
-                if "id" in self.by_seq[s]
-            ),
-            "",
-        )
         token_count = count_text(result.text)
         # A step short of the job's end carries that end: the next invocation continues the job from here.
         extra = {"job_through_seq": job.through_seq} if step.through_seq < job.through_seq else None
