@@ -139,6 +139,9 @@ def seed(headers: dict[str, str]) -> dict[str, str]:
         "scope_id": "therapy",
         "endpoint_id": endpoint["id"],
         "name": "index.html",
+        # (no export or import runs here: their status routes answer their 404)
+        "export_id": "0123456789abcdef",
+        "import_id": "0123456789abcdef",
     }
 
 
