@@ -493,6 +493,23 @@ def messages_delete(client: Precis, session: str, message_id: str) -> None:
     click.echo(f"deleted message {message_id} of session {session}")
 
 
+@main.group(context_settings=CONTEXT_SETTINGS)
+def peers() -> None:
+    """A workspace's peers."""
+
+
+@peers.command("erase", context_settings=CONTEXT_SETTINGS)
+@click.argument("peer")
+@target_options
+def peers_erase(client: Precis, peer: str) -> None:
+    """Erase a peer: everything it said in every session, everything concluded about or by it, its cards, its
+    membership and the peer itself (needs the workspace's or an admin key). Waits for the service's erasure job,
+    its progress shown, then prints its receipt (counts only). Run again, it answers the same erasure."""
+    job = _follow(lambda: client.erasure(peer), client.erase_peer(peer), f"erasing {peer}")
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(job["counts"].items()))
+    click.echo(f"erased peer {peer} of workspace {client.workspace}: {counts or 'nothing stored'}")
+
+
 # ---------------------------------------------------------------- import and export
 
 
@@ -671,11 +688,16 @@ POLL_S = 1.0
 
 
 def _wait(client: Precis, kind: str, job: dict[str, Any], label: str) -> dict[str, Any]:
+    """Poll an export or import job until it stops running (`_follow`)."""
+    return _follow(lambda: client.job(kind, job["id"]), job, label)
+
+
+def _follow(poll: Callable[[], dict[str, Any]], job: dict[str, Any], label: str) -> dict[str, Any]:
     """Poll a job until it stops running, its counts shown on stderr; its last status (Failure when it failed)."""
     shown = ""
     while job["status"] == "running":
         time.sleep(POLL_S)
-        job = client.job(kind, job["id"])
+        job = poll()
         counts = ", ".join(f"{n} {k}s" for k, n in sorted(job["counts"].items()))
         line = f"{label}: {counts or 'starting'}"
         if line != shown:

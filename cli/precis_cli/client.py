@@ -311,6 +311,13 @@ class Precis:
         self.transfer("PUT", target["url"], content=data)
         return target["upload_id"]
 
+    def erase_peer(self, peer: str) -> dict[str, Any]:
+        # Retried safely: a repeat answers the same erasure (its job, or its receipt once done).
+        return self.request("DELETE", f"{self._ws()}/peers/{peer}", retry=True)
+
+    def erasure(self, peer: str) -> dict[str, Any]:
+        return self.request("GET", f"{self._ws()}/peers/{peer}/erasure", retry=True)
+
     def start_import(self, upload_id: str) -> dict[str, Any]:
         return self.request("POST", f"{self._ws()}/imports", json={"upload_id": upload_id})
 

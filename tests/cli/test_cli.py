@@ -475,3 +475,19 @@ def test_messages_delete_removes_one_message_and_says_so(stack, env):
     assert [m["id"] for m in left["items"]] == [posted[0]["id"], posted[2]["id"]] and left["total"] == 2
     again = precis(env, "messages", "delete", "-w", "forget", "s1", posted[1]["id"])
     assert again.exit_code == 1 and "404 Not Found" in again.stderr
+
+
+def test_peers_erase_waits_for_the_erasure_and_prints_its_receipt(stack, env):
+    api(stack, "POST", "/v3/workspaces", json={"id": "erase"})
+    api(stack, "POST", "/v3/workspaces/erase/sessions", json={"id": "s1", "peers": {"alice": {}, "zed": {}}})
+    lines = [{"peer_id": p, "content": f"{p} says {i}"} for i in range(3) for p in ("alice", "zed")]
+    api(stack, "POST", "/v3/workspaces/erase/sessions/s1/messages", json={"messages": lines})
+    erased = precis(env, "peers", "erase", "-w", "erase", "zed")
+    assert erased.exit_code == 0, erased.stderr
+    assert erased.stdout.startswith("erased peer zed of workspace erase: ") and "3 messages" in erased.stdout
+    left = api(stack, "POST", "/v3/workspaces/erase/sessions/s1/messages/list")
+    assert [m["content"] for m in left["items"]] == [f"alice says {i}" for i in range(3)]
+    peers = api(stack, "POST", "/v3/workspaces/erase/peers/list")
+    assert [p["id"] for p in peers["items"]] == ["alice"]
+    again = precis(env, "peers", "erase", "-w", "erase", "zed")  # the same erasure: its receipt
+    assert (again.exit_code, again.stdout) == (0, erased.stdout)
