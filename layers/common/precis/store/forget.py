@@ -16,7 +16,7 @@ import random
 import secrets
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -25,12 +25,9 @@ from precis.schemas.summary_settings import LONG, ROLLING, SHORT
 from precis.store import conclusions, derive_cursors, keys, search
 from precis.store.db import Db, cancellation_codes, error_code, from_item, to_item, transact
 from precis.store.messages import MessageItem, base_of, locate_message, seq_of
-from precis.store.records import utcnow
+from precis.store.records import delete_versions, utcnow
 from precis.store.resources import members, read_session_item, require_session
 from precis.store.summaries import drop_summary_lease, read_summary_items, take_summary_lease
-
-if TYPE_CHECKING:
-    from types_boto3_s3.type_defs import ObjectIdentifierTypeDef
 
 FORGETTING_MAX = 100  # deletes of one session whose cascade may run at once (the session item holds their ids)
 _ATTEMPTS = 8
@@ -212,7 +209,7 @@ def forget_cascade(
         step = _step(db, ws, session_id, seq, SEARCH)
     if step < BODY:
         if tomb.get("forgot_body"):
-            _delete_versions(db, tomb["forgot_body"], exact=True)
+            delete_versions(db, tomb["forgot_body"], exact=True)
         step = _step(db, ws, session_id, seq, BODY)
     if step < CARDS:
         lost, marked = set(tomb.get("forgot_lost") or ()), set(tomb.get("forgot_cards") or ())
@@ -233,7 +230,7 @@ def forget_cascade(
         incarnation = session.get("incarnation") or "_"
         for kind in (SHORT, LONG, ROLLING):
             prefix = f"{keys.audit_prefix(ws, session_id, incarnation)}{kind}/"
-            _delete_versions(db, prefix, after=f"{prefix}{seq - 1:0{keys.SEQ_DIGITS}d}~")
+            delete_versions(db, prefix, after=f"{prefix}{seq - 1:0{keys.SEQ_DIGITS}d}~")
         _finish(db, ws, session_id, seq, message_id)
     finally:
         # Let go even when marked: a summarizer that found it held marked it to summarize again, which the caller
@@ -340,29 +337,3 @@ _STRIP = (
     "forgot_cards",
     "forgot_lost",
 )
-
-
-def _delete_versions(db: Db, prefix: str, *, exact: bool = False, after: str | None = None) -> int:
-    """Delete every version and delete marker of the objects under `prefix` (`exact`: of that key alone; `after`:
-    those whose keys sort after it)."""
-    deleted = 0
-    paginator = db.s3.get_paginator("list_object_versions")
-    request: dict[str, Any] = {"Bucket": db.bucket, "Prefix": prefix}
-    for page in paginator.paginate(**request):
-        objects: list[ObjectIdentifierTypeDef] = [
-            {"Key": v["Key"], "VersionId": v["VersionId"]}
-            for v in (*page.get("Versions", ()), *page.get("DeleteMarkers", ()))
-            if (not exact or v["Key"] == prefix) and (after is None or v["Key"] > after)
-        ]
-        for start in range(0, len(objects), 1000):
-            out = db.s3.delete_objects(
-                Bucket=db.bucket, Delete={"Objects": objects[start : start + 1000], "Quiet": True}
-            )
-            if out.get("Errors"):
-                first = out["Errors"][0]
-                raise RuntimeError(
-                    f"S3 refused to delete {len(out['Errors'])} object(s) under {prefix}, e.g. "
-                    f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
-                )
-            deleted += len(objects[start : start + 1000])
-    return deleted

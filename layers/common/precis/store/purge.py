@@ -22,7 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -31,7 +31,7 @@ from precis.store import keys, leases
 from precis.store.conclusions import delete_collections, purge_session_conclusions
 from precis.store.db import Db, cancellation_codes, each, from_item, query_all, to_item, transact
 from precis.store.messages import tail_seq
-from precis.store.records import delete_keys, utcnow
+from precis.store.records import delete_keys, delete_versions, utcnow
 from precis.store.resources import (
     DELETE_LEASE_S,
     partition_items,
@@ -41,9 +41,6 @@ from precis.store.resources import (
     require_workspace,
     update_deleted_session,
 )
-
-if TYPE_CHECKING:
-    from types_boto3_s3.type_defs import ObjectIdentifierTypeDef
 
 PAGE = 1000  # keys per query page: one page's deletes take well under the margin
 MARGIN_S = 10.0  # stop when less than this is left of the invocation
@@ -115,7 +112,7 @@ def purge_session(
             request_purge(db, ws, session_id, incarnation)
             return PurgeResult(False, deleted, 0)
     objects = sum(
-        _delete_versions(db, prefix)
+        delete_versions(db, prefix)
         for prefix in (
             keys.body_prefix(ws, session_id, incarnation or "_"),
             keys.audit_prefix(ws, session_id, incarnation or "_"),
@@ -136,29 +133,6 @@ def purge_session(
 def _delete_parallel(db: Db, key_list: list[dict[str, str]]) -> int:
     chunks = [key_list[i : i + 25] for i in range(0, len(key_list), 25)]
     return sum(each(_pool, lambda chunk: delete_keys(db, chunk), chunks))
-
-
-def _delete_versions(db: Db, prefix: str) -> int:
-    """Delete every version and delete marker under `prefix`; raises if S3 refuses any of them."""
-    deleted = 0
-    paginator = db.s3.get_paginator("list_object_versions")
-    for page in paginator.paginate(Bucket=db.bucket, Prefix=prefix):
-        objects: list[ObjectIdentifierTypeDef] = [
-            {"Key": v["Key"], "VersionId": v["VersionId"]}
-            for v in (*page.get("Versions", ()), *page.get("DeleteMarkers", ()))
-        ]
-        for start in range(0, len(objects), 1000):
-            out = db.s3.delete_objects(
-                Bucket=db.bucket, Delete={"Objects": objects[start : start + 1000], "Quiet": True}
-            )
-            if out.get("Errors"):
-                first = out["Errors"][0]
-                raise RuntimeError(
-                    f"S3 refused to delete {len(out['Errors'])} object(s) under {prefix}, e.g. "
-                    f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
-                )
-            deleted += len(objects[start : start + 1000])
-    return deleted
 
 
 def _mark_purged(db: Db, ws: str, session_id: str, incarnation: str | None) -> None:
@@ -212,7 +186,7 @@ def delete_workspace(db: Db, ws: str) -> None:
     ]  # (the webhook endpoints and their count go with the workspace: a new one of this id starts with none; so do
     # its export and import jobs)
     # Its exports' parts, every version, before the jobs that name them: a delete interrupted here is retried whole.
-    _delete_versions(db, keys.exports_prefix(ws))
+    delete_versions(db, keys.exports_prefix(ws))
     delete_collections(db, ws)
     from precis.store import search
 

@@ -16,6 +16,7 @@ from precis.store.db import Db, to_item
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import WriteRequestOutputTypeDef, WriteRequestTypeDef
+    from types_boto3_s3.type_defs import ObjectIdentifierTypeDef
 
 
 def utcnow() -> str:
@@ -65,6 +66,37 @@ def page(records: Sequence[Any], page_no: int, size: int, reverse: bool = False,
         "pages": math.ceil(len(records) / size),
     }
     return fit_page(answer) if fit else answer
+
+
+def delete_versions(db: Db, prefix: str, *, exact: bool = False, after: str | None = None) -> int:
+    """Delete every version and delete marker of the objects under `prefix` (`exact`: of that key alone; `after`:
+    those whose keys sort after it); how many. Raises if S3 refuses any of them."""
+    deleted = 0
+    for page in db.s3.get_paginator("list_object_versions").paginate(Bucket=db.bucket, Prefix=prefix):
+        deleted += delete_object_versions(
+            db,
+            [
+                {"Key": v["Key"], "VersionId": v["VersionId"]}
+                for v in (*page.get("Versions", ()), *page.get("DeleteMarkers", ()))
+                if (not exact or v["Key"] == prefix) and (after is None or v["Key"] > after)
+            ],
+            f"under {prefix}",
+        )
+    return deleted
+
+
+def delete_object_versions(db: Db, objects: Sequence[ObjectIdentifierTypeDef], where: str) -> int:
+    """Delete these object versions, 1,000 a request (DeleteObjects' most); how many. Raises if S3 refuses any of
+    them, naming `where` they were and the first refusal."""
+    for start in range(0, len(objects), 1000):
+        out = db.s3.delete_objects(Bucket=db.bucket, Delete={"Objects": objects[start : start + 1000], "Quiet": True})
+        if out.get("Errors"):
+            first = out["Errors"][0]
+            raise RuntimeError(
+                f"S3 refused to delete {len(out['Errors'])} object(s) {where}, e.g. "
+                f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
+            )
+    return len(objects)
 
 
 def delete_keys(db: Db, key_iter: Iterable[dict[str, str]]) -> int:

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 from precis.errors import NotFound
 from precis.store import keys
 from precis.store.db import Db, batch_get, error_code, from_item, to_item, transact
-from precis.store.records import json_text, utcnow, write_batch
+from precis.store.records import delete_object_versions, json_text, utcnow, write_batch
 from precis.store.resources import (
     MemberItem,
     PeerItem,
@@ -448,12 +448,7 @@ def withdraw_exports(db: Db, ws: str, session_id: str, seq: int) -> int:
             continue  # begun after the delete answered: its reads found the message deleted
         if job is not None:
             _withdraw(db, ws, job_id)
-        for start in range(0, len(objects), 1000):
-            out = db.s3.delete_objects(
-                Bucket=db.bucket, Delete={"Objects": objects[start : start + 1000], "Quiet": True}
-            )
-            if out.get("Errors"):
-                raise RuntimeError(f"S3 refused to delete {len(out['Errors'])} part version(s) of export {job_id}")
+        delete_object_versions(db, objects, f"of export {job_id}")
         withdrawn += 1
     return withdrawn
 
