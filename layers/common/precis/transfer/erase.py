@@ -10,6 +10,7 @@ from typing import Any
 from precis.errors import NotFound
 from precis.store import erase, transfer
 from precis.store.db import Db
+from precis.transfer.status import view
 
 # The phases, in order: the peer's messages and membership session by session, the collections, the peer item.
 ERASE = erase.ERASE
@@ -31,21 +32,6 @@ def status(db: Db, ws: str, peer_id: str) -> dict[str, Any]:
     if job is None:
         raise NotFound(f"no erasure of peer '{peer_id}' in workspace '{ws}'")
     return view(job)
-
-
-def view(job: transfer.JobItem) -> dict[str, Any]:
-    import json
-
-    return {
-        "id": job["id"],
-        "workspace_id": job["PK"].removeprefix("WS#"),
-        "type": job["job_type"],
-        "status": job["status"],
-        "steps": int(job["step"]),
-        "counts": json.loads(job["counts"]),
-        "created_at": job["created_at"],
-        "updated_at": job["updated_at"],
-    }
 
 
 def step(

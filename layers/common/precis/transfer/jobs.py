@@ -13,8 +13,8 @@ from precis.store import transfer
 from precis.store.db import Db
 from precis.store.resources import require_workspace
 from precis.transfer import erase, export, importer
+from precis.transfer.status import EXPORT, IMPORT, view
 
-EXPORT, IMPORT = "export", "import"
 MARGIN_S = 30.0  # a step starts only with this much of the invocation left (the first always runs)
 log = logging.getLogger("precis.transfer")
 Step = Callable[[Db, transfer.JobItem, dict[str, Any], dict[str, int]], tuple[dict[str, Any], bool, int]]
@@ -23,7 +23,7 @@ _STEPS: dict[str, Step] = {EXPORT: export.step, IMPORT: importer.step, erase.ERA
 
 def start_export(db: Db, ws: str) -> dict[str, Any]:
     require_workspace(db, ws)
-    return status_view(transfer.create_job(db, ws, EXPORT))
+    return view(transfer.create_job(db, ws, EXPORT))
 
 
 def new_upload(db: Db, ws: str) -> dict[str, Any]:
@@ -52,37 +52,19 @@ def start_import(
         transfer.object_size(db, sources[0])  # NotFound when nothing was uploaded
     if transfer.has_content(db, ws):
         raise Conflict(f"workspace '{ws}' already holds peers or sessions: import into a new (or empty) workspace")
-    return status_view(transfer.create_job(db, ws, IMPORT, sources=sources))
+    return view(transfer.create_job(db, ws, IMPORT, sources=sources))
 
 
 def status(db: Db, ws: str, job_id: str, job_type: str) -> dict[str, Any]:
     job = transfer.read_job(db, ws, job_id, job_type)
     if job is None:
         raise NotFound(f"{job_type} '{job_id}' not found in workspace '{ws}'")
-    view = status_view(job)
+    answer = view(job)
     if job_type == EXPORT and job["status"] == transfer.DONE:
         # One URL a part (read them in order; their concatenation is the file an import takes).
-        view["urls"] = [transfer.presigned_get(db, k) for k in transfer.part_keys(ws, job_id, int(job["parts"]))]
-        view["expires_in"] = transfer.URL_TTL_S
-    return view
-
-
-def status_view(job: transfer.JobItem) -> dict[str, Any]:
-    view = {
-        "id": job["id"],
-        "workspace_id": job["PK"].removeprefix("WS#"),
-        "type": job["job_type"],
-        "status": job["status"],
-        "steps": int(job["step"]),
-        "counts": json.loads(job["counts"]),
-        "created_at": job["created_at"],
-        "updated_at": job["updated_at"],
-    }
-    if job["job_type"] == EXPORT:
-        view["parts"] = int(job["parts"])
-    if job.get("error"):
-        view["error"] = job["error"]
-    return view
+        answer["urls"] = [transfer.presigned_get(db, k) for k in transfer.part_keys(ws, job_id, int(job["parts"]))]
+        answer["expires_in"] = transfer.URL_TTL_S
+    return answer
 
 
 def run(db: Db, ws: str, job_id: str, step: int | None, time_left: Callable[[], float]) -> int:
