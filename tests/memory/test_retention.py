@@ -282,21 +282,22 @@ def test_an_expired_message_leaves_no_trace_and_changes_nothing_else(runs, clock
 def test_an_expiry_out_of_time_goes_on_through_its_running_item(aws, clock, ttl):
     from precis.store import expiry
     from precis.store.db import get_db
+    from precis.store.forget import BATCH_MAX
 
     streams = TtlStreams(aws, ttl)
     assert call("POST", "/v3/workspaces", {"id": "ws1", "configuration": {"retention": {"days": 1}}}).status == 201
-    for i in range(3):
-        post_messages("s1", ("alice", f"I collect quokka stamps, album {i}."))
+    n = BATCH_MAX + 3
+    post_messages("s1", *(("alice", f"I collect quokka stamps, album {i}.") for i in range(n)))
     streams.settle()
     clock.now += 2 * DAY
-    budget = iter([1.0, -1.0])  # time for one message's delete, then none (a run's Lambda time running out)
+    budget = iter([1.0, -1.0])  # time for one batch of deletes, then none (a run's Lambda time running out)
     assert not expiry.run(get_db(), retention.ExpiryTarget("ws1", "s1"), time_left=lambda: next(budget, -1.0))
     kinds = [m["kind"]["S"] for m in _items(aws, "WS#ws1#S#s1", "MSG#")]
-    assert kinds == ["forgotten", "message", "message"]
+    assert kinds == ["forgotten"] * BATCH_MAX + ["message"] * 3
     (running,) = _items(aws, "WS#ws1#S#s1", "EXPIRY#run")
     assert running["kind"]["S"] == "expiry" and "requested" in running
     streams.settle()  # its record wakes the deriver: the rest goes
-    assert [m["kind"]["S"] for m in _items(aws, "WS#ws1#S#s1", "MSG#")] == ["forgotten"] * 3
+    assert [m["kind"]["S"] for m in _items(aws, "WS#ws1#S#s1", "MSG#")] == ["forgotten"] * n
     assert _items(aws, "WS#ws1#S#s1", "EXPIRY#run") == []
 
 

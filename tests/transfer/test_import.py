@@ -290,7 +290,7 @@ def test_a_workspace_with_deleted_messages_round_trips_with_their_places(aws):
     from precis.store.conclusions import message_conclusions
     from precis.store.db import get_db
 
-    drawn = {i for ids in message_conclusions(get_db(), "src", sessions[0], listed[4]["id"]).values() for i in ids}
+    drawn = {i for ids in message_conclusions(get_db(), "src", sessions[0], [listed[4]["id"]]).values() for i in ids}
     assert drawn, "conclusions were drawn from the message"
     forget(aws, "src", sessions[0], listed[4]["id"])  # one with conclusions drawn from it: a cascade that removes
     forget(aws, "src", sessions[0], listed[5]["id"])

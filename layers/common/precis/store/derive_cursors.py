@@ -328,11 +328,11 @@ class _ByDue:
 
 
 def forget_actions(db: Db, ws: str, session_id: str, seq: int, sender: str) -> list[dict[str, Any]]:
-    """Transaction actions for deleting message `seq` of `sender`: every cursor of the session not past it counts the
-    delete (`forgets`: a derivation that read the message fails its next write, reads again and skips it) and drops
-    a stored job that may hold what was drawn from it (the job is derived again without it); the sender's cursor is
-    made when there is none, for a derivation that read the message before any cursor existed. One consistent Query
-    of the session's cursors (one per sender)."""
+    """Transaction actions for deleting messages of `sender` up to seq `seq` (the newest deleted): every cursor of the
+    session not past it counts the delete (`forgets`: a derivation that read a message fails its next write, reads
+    again and skips it) and drops a stored job that may hold what was drawn from it (the job is derived again without
+    it); the sender's cursor is made when there is none, for a derivation that read a message before any cursor
+    existed. One consistent Query of the session's cursors (one per sender)."""
     found = {c["sender"]: c for c in cursors(db, ws, session_id) if c.get("sender")}
     actions: list[dict[str, Any]] = []
     for peer in sorted(set(found) | {sender}):

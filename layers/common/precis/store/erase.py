@@ -16,17 +16,15 @@ from botocore.exceptions import ClientError
 
 from precis.errors import Conflict, NotFound, Throttled
 from precis.store import keys
-from precis.store.db import Db, batch_get, cancellation_codes, from_item, query_first, to_item, transact
-from precis.store.forget import FORGETTING_MAX, forget_message
+from precis.store.db import Db, batch_get, cancellation_codes, error_code, from_item, query_first, to_item, transact
+from precis.store.forget import BATCH_MAX, FORGETTING_MAX, forget_messages
+from precis.store.messages import MessageItem, as_message
 from precis.store.records import delete_keys, utcnow
 from precis.store.resources import read_session_item, workspace_open
 from precis.store.transfer import RUNNING, JobItem, read_job
 
 ERASE = "erase"
-# Message deletes of one session in flight at once (their cascades take the session's summarizer lease in turn: more
-# at once means more cascades retrying for it), and message items a step reads past (the peer's and others').
-IN_FLIGHT = 10
-SCAN_PER_STEP = 100
+SCAN_PER_STEP = 200  # message items a step reads past (the peer's and others')
 ITEMS_PER_STEP = 1000  # a collection's items a step deletes
 COLLECTIONS_PER_PAGE = 100  # registry entries a step reads
 
@@ -131,21 +129,21 @@ def next_session(db: Db, ws: str, peer_id: str, after: str | None) -> tuple[str,
 
 
 def erase_messages(db: Db, ws: str, session_id: str, peer_id: str, after_seq: int) -> tuple[int, int | None]:
-    """Delete the peer's next messages in the session after seq `after_seq`, as a message delete does (tombstone,
-    hidden at once; the stream's cascade removes what was drawn from each); (how many, the seq to go on after, or None
-    when the session holds no more of them). Bounded: at most SCAN_PER_STEP items read, and IN_FLIGHT less the
-    session's deletes still in progress deleted (none: nothing, their cascades catch up)."""
+    """Delete the peer's next messages in the session after seq `after_seq`, in batches as a message delete deletes
+    one (tombstones, hidden at once; one cascade on the stream a batch removes what was drawn from them); (how many,
+    the seq to go on after, or None when the session holds no more of them). Bounded: at most SCAN_PER_STEP items
+    read, and no more deleted than the session's `forgetting` set has room for (none while it lacks room for a whole
+    batch: the cascades catch up). The session is marked `erasing` the peer meanwhile (no summary is made of it, which
+    each batch's cascade would otherwise make again): `finish_session` clears it."""
     session = read_session_item(db, ws, session_id)
     if session is None or "deleted_at" in session:
         return 0, None  # the session's purge takes its messages
-    room = min(IN_FLIGHT, FORGETTING_MAX) - len(session.get("forgetting") or ())
-    if room <= 0:
+    if FORGETTING_MAX - len(session.get("forgetting") or ()) < BATCH_MAX:
         return 0, after_seq
     out = db.client.query(
         TableName=db.table,
         KeyConditionExpression="PK = :pk AND SK BETWEEN :from AND :to",
         FilterExpression="kind = :message AND peer_id = :peer",
-        ProjectionExpression="id, seq",
         ConsistentRead=True,
         Limit=SCAN_PER_STEP,
         ExpressionAttributeValues=to_item(
@@ -158,21 +156,51 @@ def erase_messages(db: Db, ws: str, session_id: str, peer_id: str, after_seq: in
             }
         ),
     )
-    found = [from_item(i) for i in out["Items"]]
+    found: list[MessageItem] = [as_message(from_item(i)) for i in out["Items"]]
+    if found and peer_id not in (session.get("erasing") or ()):
+        _flag(db, ws, session_id, peer_id, "ADD")
     erased = 0
-    for item in found[:room]:
+    while found:
         try:
-            forget_message(db, ws, session_id, item["id"])
-        except NotFound:
-            pass  # deleted meanwhile (by its own delete, or a step run again): nothing to do
+            taken = forget_messages(db, ws, session_id, found, erasing=peer_id)
         except (Conflict, Throttled):
-            return erased, int(item["seq"]) - 1  # a clone still copying, or busy: the next step goes on from here
-        erased += 1
-    if len(found) > room:
-        return erased, int(found[room - 1]["seq"])
+            return erased, int(found[0]["seq"]) - 1  # a clone still copying, or busy: the next step goes on from here
+        erased, found = erased + taken, found[taken:]
+        if found and FORGETTING_MAX - _forgetting(db, ws, session_id) < BATCH_MAX:
+            return erased, int(found[0]["seq"]) - 1
     if "LastEvaluatedKey" in out:
         return erased, int(from_item(out["LastEvaluatedKey"])["SK"].removeprefix("MSG#"))
     return erased, None
+
+
+def finish_session(db: Db, ws: str, session_id: str, peer_id: str) -> bool:
+    """The session's `erasing` mark for the peer cleared, its messages all deleted; whether it must be summarized now
+    (it was marked, and no delete's cascade is left to summarize it once done)."""
+    after = _flag(db, ws, session_id, peer_id, "DELETE")
+    return after is not None and not after.get("forgetting") and "deleted_at" not in after
+
+
+def _flag(db: Db, ws: str, session_id: str, peer_id: str, op: str) -> dict[str, Any] | None:
+    """ADD or DELETE the peer in the session's `erasing` set; the session after (None: no session, or no change)."""
+    try:
+        out = db.client.update_item(
+            TableName=db.table,
+            Key=to_item(keys.session(ws, session_id)),
+            UpdateExpression=f"{op} erasing :p",
+            ConditionExpression="attribute_exists(PK)" + (" AND contains(erasing, :one)" if op == "DELETE" else ""),
+            ExpressionAttributeValues={":p": {"SS": [peer_id]}, **({":one": {"S": peer_id}} if op == "DELETE" else {})},
+            ReturnValues="ALL_NEW",
+        )
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        return None
+    return cast(dict[str, Any], from_item(out["Attributes"]))
+
+
+def _forgetting(db: Db, ws: str, session_id: str) -> int:
+    item = read_session_item(db, ws, session_id)
+    return len(item.get("forgetting") or ()) if item is not None else 0
 
 
 def sessions_page(db: Db, ws: str, peer_id: str, after: str | None) -> tuple[list[str], str | None]:

@@ -11,10 +11,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from precis.errors import Conflict, NotFound, Throttled
+from precis.errors import Conflict, Throttled
 from precis.store import keys
 from precis.store.db import Db, error_code, from_item, to_item
-from precis.store.forget import forget_message
+from precis.store.forget import forget_messages
+from precis.store.messages import MessageItem, as_message
 from precis.store.records import utcnow
 from precis.store.retention import RUN_SK, ExpiryTarget, expired, now, page
 
@@ -32,23 +33,43 @@ def expire_session(db: Db, ws: str, session_id: str, *, time_left: Callable[[], 
         items = page(db, ws, session_id, first)
         if not items:
             return True
+        due: list[MessageItem] = []
+        kept = None  # the first message not expired yet: the expiry stops there
         for item in items:
             if item.get("kind") == "message" and item.get("retain_until") is not None:
                 if not expired(item, at):
-                    _advance(db, ws, session_id, int(item["seq"]))
-                    return True
-                if time_left() < 0:
-                    _advance(db, ws, session_id, int(item["seq"]))
-                    return False
-                try:
-                    forget_message(db, ws, session_id, item["id"])
-                except NotFound:
-                    pass  # deleted meanwhile
-                except (Throttled, Conflict):  # its deletes in progress at their cap, or a clone still copying
-                    _advance(db, ws, session_id, int(item["seq"]))
-                    return False
+                    kept = int(item["seq"])
+                    break
+                due.append(as_message(item))
+        left = _forget(db, ws, session_id, due, time_left)
+        if left is not None:
+            _advance(db, ws, session_id, left)
+            return False
+        if kept is not None:
+            _advance(db, ws, session_id, kept)
+            return True
         first = int(items[-1]["seq"]) + 1
         _advance(db, ws, session_id, first)
+
+
+def _forget(db: Db, ws: str, session_id: str, due: list[MessageItem], time_left: Callable[[], float]) -> int | None:
+    """Delete the expired messages `due` (ascending seq), a batch per sender at a time (store.forget); None when all
+    are deleted, else the seq of the first left (out of time, or the session's deletes in progress at their cap, or a
+    clone still copying)."""
+    by_sender: dict[str, list[MessageItem]] = {}
+    for item in due:
+        by_sender.setdefault(item["peer_id"], []).append(item)
+    left = sorted(by_sender.items())
+    while left:
+        sender, items = left[0]
+        if time_left() < 0:
+            return min(int(i["seq"]) for _, rest in left for i in rest)
+        try:
+            taken = forget_messages(db, ws, session_id, items)
+        except (Throttled, Conflict):
+            return min(int(i["seq"]) for _, rest in left for i in rest)
+        left = [(sender, items[taken:])] + left[1:] if taken < len(items) else left[1:]
+    return None
 
 
 def _session(db: Db, ws: str, session_id: str) -> dict[str, Any] | None:

@@ -165,8 +165,8 @@ def page(db: Db, ws: str, session_id: str, first: int, limit: int = _PAGE) -> li
             ":a": {"S": keys.message_sk(first)},
             ":b": {"S": keys.message_sk(keys.MAX_SEQ)},
         },
-        ProjectionExpression="#s, #k, #i, #r",
-        ExpressionAttributeNames={"#s": "seq", "#k": "kind", "#i": "id", "#r": "retain_until"},
+        ProjectionExpression="#s, #k, #i, #r, #p",
+        ExpressionAttributeNames={"#s": "seq", "#k": "kind", "#i": "id", "#r": "retain_until", "#p": "peer_id"},
         ConsistentRead=True,
         Limit=limit,
     )

@@ -36,7 +36,7 @@ __all__ = [
     "Text",
     "delete_old_index",
     "delete_workspace",
-    "forget_message",
+    "forget_messages",
     "message_unit",
     "ensure_indexed",
     "index_batch",
@@ -73,14 +73,26 @@ def message_unit(session_id: str, message: Mapping[str, Any]) -> str:
     return text_index.unit_of(session_id, message)
 
 
-def forget_message(
-    db: Db, ws: str, session_id: str, seq: int, unit: str, *, time_left: Callable[[], float] = lambda: math.inf
+def forget_messages(
+    db: Db, ws: str, session_id: str, units: Mapping[int, str], *, time_left: Callable[[], float] = lambda: math.inf
 ) -> bool:
-    """Take one deleted message out of search: its vector and text, its unit's fresh items, the segment holding it
-    (rewritten without it); whether done (out of time, or outrun by merges: ask again)."""
-    delete_keys(db, [keys.message_vector(ws, session_id, seq), keys.text_doc(ws, session_id, seq)])
-    text_index.forget_in_unit(db, ws, session_id, unit, seq)
-    return text_index.vacuum_messages(db, ws, session_id, [seq], time_left=time_left)
+    """Take deleted messages (seq: its unit) of one session out of search: their vectors and texts, their units'
+    fresh items, the segment holding them (rewritten once without them); whether done (out of time, or outrun by
+    merges: ask again)."""
+    delete_keys(
+        db,
+        [
+            k
+            for seq in sorted(units)
+            for k in (keys.message_vector(ws, session_id, seq), keys.text_doc(ws, session_id, seq))
+        ],
+    )
+    by_unit: dict[str, list[int]] = {}
+    for seq, unit in sorted(units.items()):
+        by_unit.setdefault(unit, []).append(seq)
+    for unit, seqs in by_unit.items():
+        text_index.forget_in_unit(db, ws, session_id, unit, seqs)
+    return text_index.vacuum_messages(db, ws, session_id, sorted(units), time_left=time_left)
 
 
 def delete_workspace(db: Db, ws: str, peers: Iterable[str]) -> int:

@@ -51,6 +51,8 @@ def step(
             moved = {"peer": peer, "phase": SESSIONS, "session": [sk, session], "seq": seq}
             # Nothing deleted (the session's cascades are behind): this invocation yields, the next goes on.
             return (moved | {"wait": True} if not erased else moved), False, 0
+        if erase.finish_session(db, ws, session, peer):
+            _summarize(db, ws, session)
         _add(counts, "sessions", 1)  # (counted here, with the step that moves past it: exactly once)
         return {"peer": peer, "phase": SESSIONS, "after": sk}, False, 0
     if phase == SETTLE:
@@ -101,6 +103,16 @@ def step(
     _add(counts, "peers", 1)
     _announce(db, ws, job, counts)
     return {}, True, 0  # the receipt names no one: its position is cleared
+
+
+def _summarize(db: Db, ws: str, session_id: str) -> None:
+    """The session summarized again from what is left (what its deletes' cascades do when no erasure marks it), its
+    summaries announced as any."""
+    from precis.events import publish_configured
+    from precis.settings import get_settings
+    from precis.summaries.runner.session import summarize_under_lease
+
+    publish_configured(db, summarize_under_lease(db, get_settings(), ws, session_id).events)
 
 
 def _add(counts: dict[str, int], kind: str, n: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from precis.store import keys
@@ -48,10 +49,13 @@ def session_explicit(db: Db, ws: str, session_id: str) -> dict[str, list[Derived
     return by_observed
 
 
-def message_conclusions(db: Db, ws: str, session_id: str, message_id: str) -> dict[tuple[str, str], list[str]]:
-    """The conclusions drawn from message `message_id` of the session (its `source_message_ids` name it), by collection
-    (observer, observed): the session's DERIVED# items (one consistent Query), then their conclusions' sources (one
-    BatchGetItem per 100), scope copies included."""
+def message_conclusions(
+    db: Db, ws: str, session_id: str, message_ids: Collection[str]
+) -> dict[tuple[str, str], list[str]]:
+    """The conclusions drawn from any of messages `message_ids` of the session (its `source_message_ids` name one), by
+    collection (observer, observed): the session's DERIVED# items (one consistent Query), then their conclusions'
+    sources (one BatchGetItem per 100), scope copies included."""
+    wanted = frozenset(message_ids)
     derived = session_provenance(db, ws, session_id)
     found = batch_get(
         db,
@@ -60,6 +64,6 @@ def message_conclusions(db: Db, ws: str, session_id: str, message_id: str) -> di
     )
     by_collection: dict[tuple[str, str], list[str]] = {}
     for item in found:
-        if message_id in (item.get("source_message_ids") or ()):
+        if not wanted.isdisjoint(item.get("source_message_ids") or ()):
             by_collection.setdefault((item["observer_id"], item["observed_id"]), []).append(item["id"])
     return by_collection

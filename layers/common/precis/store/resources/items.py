@@ -81,6 +81,7 @@ class SessionItem(TypedDict):
     copied_at: NotRequired[str]
     # message deletes (store.forget): the ids whose cascade is still running, and how many messages were deleted
     forgetting: NotRequired[list[str]]
+    erasing: NotRequired[list[str]]  # peers whose erasure is deleting their messages here (store.erase)
     forgotten: NotRequired[int]
     expiry_day: NotRequired[int]  # retention (store.retention): the last expiry day marked, epoch days
     expiry_from: NotRequired[int]  # the seq its messages may expire from (its expiry's progress)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from botocore.exceptions import ClientError
 
@@ -56,13 +56,14 @@ def purge_session(
             return deleted, False
 
 
-def forget_in_unit(db: Db, ws: str, session_id: str, unit: str, seq: int) -> int:
-    """Take message `seq` out of its unit's fresh items (a message deleted before its unit was merged): each item that
-    holds it is written again without it, or deleted when it held nothing else, on condition it is unchanged (a merge
-    that read it before deletes it on condition its count is the one it read, so it never merges the message); how
+def forget_in_unit(db: Db, ws: str, session_id: str, unit: str, seqs: Collection[int]) -> int:
+    """Take messages `seqs` out of their unit's fresh items (messages deleted before their unit was merged): each item
+    that holds one is written again without them, or deleted when it held nothing else, on condition it is unchanged (a
+    merge that read it before deletes it on condition its count is the one it read, so it never merges them); how
     many items changed. None when the unit was merged already (its segment is vacuumed). An item changed meanwhile
-    is read again: another delete of the same unit (an expiry's messages, deleted together) rewrote it holding this
-    message still."""
+    is read again: another delete of the same unit (an expiry's messages, deleted together) rewrote it holding these
+    messages still."""
+    drop = frozenset(seqs)
     changed = 0
     for _ in range(_FORGET_ATTEMPTS):
         found = query_all(
@@ -74,7 +75,7 @@ def forget_in_unit(db: Db, ws: str, session_id: str, unit: str, seq: int) -> int
         raced = False
         for item in found:
             entries = unpack(item["z"])
-            kept = [e for e in entries if int(e[0]) != seq]
+            kept = [e for e in entries if int(e[0]) not in drop]
             if len(kept) == len(entries):
                 continue
             same = to_item({":n": int(item["n"])})
@@ -101,7 +102,7 @@ def forget_in_unit(db: Db, ws: str, session_id: str, unit: str, seq: int) -> int
             changed += 1
         if not raced:
             return changed
-    raise Throttled(f"the search index of session '{session_id}' kept changing while a message was taken out of it")
+    raise Throttled(f"the search index of session '{session_id}' kept changing while messages were taken out of it")
 
 
 _FORGET_ATTEMPTS = 8

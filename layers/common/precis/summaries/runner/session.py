@@ -53,6 +53,10 @@ def summarize_session(
     session, workspace = session_and_workspace(db, ws, session_id)
     if session is None or workspace is None or "deleted_at" in session:
         return SummaryOutcome()  # deleted since the message was written: nothing to keep current
+    if session.get("forgetting") or session.get("erasing"):
+        # Messages being deleted (a summary would not be stored) or a peer's being erased: the last delete's cascade,
+        # or the erasure once done with the session, summarizes it (store.forget, store.erase).
+        return SummaryOutcome()
     try:
         config = summary_config(json_object(workspace.get("configuration")), json_object(session.get("configuration")))
     except Invalid as exc:

@@ -1,0 +1,153 @@
+"""Messages deleted together (docs/design.md, "Deleting a message", batches): an erasure's or an expiry's deletes
+of one sender in one session go as one transaction and one cascade, through the real handlers on moto."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from precis.store.forget import BATCH_MAX
+from tests.handlers import call
+from tests.memory.test_forget import TABLE, S, Streams, W, _plain, _session, conclusions, messages, post
+
+
+@pytest.fixture
+def ws(aws):
+    assert call("POST", "/v3/workspaces", {"id": "ws1"}).status == 201
+    assert call("POST", f"{W}/sessions", {"id": "s1", "peers": {"alice": {}, "bob": {"observe_others": True}}}).status
+    return aws
+
+
+def _tombstones(aws) -> list[dict]:
+    from precis.store.db import from_item
+
+    out = aws["dynamodb"].query(
+        TableName=TABLE,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :m)",
+        ExpressionAttributeValues={":pk": {"S": "WS#ws1#S#s1"}, ":m": {"S": "MSG#"}},
+        ConsistentRead=True,
+    )
+    return [i for i in (from_item(i) for i in out["Items"]) if i["kind"] == "forgotten"]
+
+
+def _drawn(ids: list[str]) -> set[str]:
+    from precis.store.conclusions import message_conclusions
+    from precis.store.db import get_db
+
+    return {c for found in message_conclusions(get_db(), "ws1", "s1", ids).values() for c in found}
+
+
+@pytest.mark.parametrize("chaos", [False, True], ids=["in order", "replayed and reordered"])
+def test_messages_deleted_together_are_hidden_at_once_and_cleaned_by_one_cascade(ws, chaos):
+    from precis.store.db import get_db
+    from precis.store.forget import forget_messages
+    from precis.store.messages import read_from
+
+    streams = Streams(ws, chaos=chaos)
+    cities = ["Lisbon", "Oslo", "Quito", "Hanoi", "Dakar", "Lima", "Perth"]
+    lines = [
+        line
+        for i in range(BATCH_MAX + 4)
+        for line in (
+            ("alice", f"I moved to {cities[i % len(cities)]} in year {1990 + i}."),
+            ("bob", f"Noted, entry {i}."),
+        )
+    ]
+    post(*lines)
+    streams.settle()
+    items = [i for i in read_from(get_db(), "ws1", "s1", 1) if i["peer_id"] == "alice"]
+    first, rest = items[:BATCH_MAX], items[BATCH_MAX:]
+    doomed = _drawn([i["id"] for i in first])
+    kept = _drawn([i["id"] for i in rest])
+    assert doomed and kept and not doomed & kept, "conclusions were drawn from each part"
+
+    taken = forget_messages(get_db(), "ws1", "s1", items)
+    assert taken == BATCH_MAX  # one transaction's worth, from the front
+
+    # At once: none of them is listed, and nothing drawn from them is.
+    listed = {m["id"] for m in messages()["items"]}
+    assert not listed & {i["id"] for i in first} and {i["id"] for i in rest} <= listed
+    assert not doomed & {c["id"] for c in conclusions()}
+    tombs = _tombstones(ws)
+    assert len(tombs) == BATCH_MAX
+    (lead,) = [t for t in tombs if "running" in t]  # one cascade runs for them all
+    assert lead["seq"] == first[0]["seq"] and sorted(lead["forgot_batch"]) == [i["seq"] for i in first[1:]]
+    assert all(t["forgot_lead"] == lead["seq"] for t in tombs if t is not lead)
+    assert len(_session(ws)["forgetting"]) == BATCH_MAX
+
+    streams.settle()
+    tombs = _tombstones(ws)
+    for t in tombs:
+        left = sorted(k for k in t if k.startswith("forgot") or k == "running")
+        assert left == ["forgot", "forgot_at", "forgot_done"], left
+    assert "forgetting" not in _session(ws)
+    shown = {c["id"] for c in conclusions()}
+    assert not doomed & shown and kept <= shown
+    assert not _drawn([i["id"] for i in first])
+    found = call("POST", f"{W}/search", {"query": "moved to Lisbon"}).body
+    assert not {m["id"] for m in found} & {i["id"] for i in first}
+    summary = call("GET", f"{S}/summaries").body["short_summary"]
+    assert summary is not None and not any(f"year {1990 + i}." in summary["content"] for i in range(BATCH_MAX))
+
+
+def test_a_batch_with_a_message_deleted_meanwhile_deletes_the_rest(ws):
+    from precis.store.db import get_db
+    from precis.store.forget import forget_messages
+    from precis.store.messages import read_from
+
+    streams = Streams(ws)
+    post(*(("alice", f"Line {i} about Zanzibar.") for i in range(5)))
+    streams.settle()
+    items = list(read_from(get_db(), "ws1", "s1", 1))
+    assert call("DELETE", f"{S}/messages/{items[2]['id']}").status == 204
+    assert forget_messages(get_db(), "ws1", "s1", items) == 5  # (the one deleted already counts as done)
+    assert messages()["items"] == []
+    streams.settle()
+    assert sorted(t["seq"] for t in _tombstones(ws)) == [1, 2, 3, 4, 5]
+    assert all("forgot_done" in t for t in _tombstones(ws)) and "forgetting" not in _session(ws)
+
+
+def test_an_erasure_summarizes_each_session_once_when_done_with_it(ws, llm_server, monkeypatch):
+    """Erasing a peer of more messages than a batch: no summary is made while its batches' cascades run (each would
+    otherwise read the session and call the model again, for a summary the running deletes refuse); once the erasure
+    is done with the session, it is summarized once, from what is left: every model call made a stored summary."""
+    from precis.settings import get_settings
+
+    monkeypatch.setenv("OPENAI_BASE_URL", llm_server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    get_settings.cache_clear()
+    assert call("PUT", W, {"configuration": {"summarizer": {"engine": "llm"}}}).status == 200
+    streams = Streams(ws)
+    lines = [line for i in range(2 * BATCH_MAX + 5) for line in (("alice", f"Alice line {i}."), ("bob", f"Bob {i}."))]
+    for start in range(0, len(lines), 100):
+        post(*lines[start : start + 100])
+    streams.settle()
+    assert call("GET", f"{S}/summaries").body["short_summary"] is not None
+    seen: list[dict] = []
+    read = streams.read
+
+    def reading() -> list[dict]:
+        records = read()
+        seen.extend(records)
+        return records
+
+    streams.read = reading  # (the test's own stream reader, recording what it hands on)
+    before = len(llm_server.requests)
+    reply = call("DELETE", f"{W}/peers/alice")
+    assert reply.status == 202, reply.body
+    streams.settle()
+    assert call("GET", f"{W}/peers/alice/erasure").body["status"] == "done"
+    written = Counter(
+        _plain(r["dynamodb"]["NewImage"])["SK"]
+        for r in seen
+        if "NewImage" in r["dynamodb"] and _plain(r["dynamodb"]["NewImage"]).get("kind") == "summary"
+    )
+    calls = [r for r in llm_server.requests[before:] if r.path.endswith("/chat/completions")]
+    assert written and set(written.values()) == {1}, written
+    assert len(calls) == sum(written.values()), (len(calls), written)
+    summaries = call("GET", f"{S}/summaries").body
+    assert summaries["short_summary"] is not None
+    assert all("Alice line" not in (s or {}).get("content", "") for s in summaries.values() if isinstance(s, dict))
+    assert "erasing" not in _session(ws) and "forgetting" not in _session(ws)
+    assert messages()["total"] == 2 * BATCH_MAX + 5 and {m["peer_id"] for m in messages()["items"]} == {"bob"}
