@@ -117,9 +117,14 @@ def test_an_erasure_summarizes_each_session_once_when_done_with_it(ws, llm_serve
     monkeypatch.setenv("OPENAI_BASE_URL", llm_server.url)
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     get_settings.cache_clear()
-    assert call("PUT", W, {"configuration": {"summarizer": {"engine": "llm"}}}).status == 200
+    config = {"summarizer": {"engine": "llm"}, "deriver": {"engine": "extractive"}}
+    assert call("PUT", W, {"configuration": config}).status == 200
     streams = Streams(ws)
-    lines = [line for i in range(2 * BATCH_MAX + 5) for line in (("alice", f"Alice line {i}."), ("bob", f"Bob {i}."))]
+    lines = [
+        line
+        for i in range(2 * BATCH_MAX + 5)
+        for line in (("alice", f"I moved to Lisbon in year {1900 + i}."), ("bob", f"Bob {i}."))
+    ]
     for start in range(0, len(lines), 100):
         post(*lines[start : start + 100])
     streams.settle()
@@ -134,8 +139,14 @@ def test_an_erasure_summarizes_each_session_once_when_done_with_it(ws, llm_serve
 
     streams.read = reading  # (the test's own stream reader, recording what it hands on)
     before = len(llm_server.requests)
+
+    def about_alice() -> list[dict]:
+        return [c for c in conclusions() if "alice" in (c["observer_id"], c["observed_id"])]
+
+    assert about_alice()
     reply = call("DELETE", f"{W}/peers/alice")
     assert reply.status == 202, reply.body
+    assert about_alice() == []  # at once, though its erasure deletes them only in its last steps
     streams.settle()
     assert call("GET", f"{W}/peers/alice/erasure").body["status"] == "done"
     written = Counter(
@@ -148,6 +159,6 @@ def test_an_erasure_summarizes_each_session_once_when_done_with_it(ws, llm_serve
     assert len(calls) == sum(written.values()), (len(calls), written)
     summaries = call("GET", f"{S}/summaries").body
     assert summaries["short_summary"] is not None
-    assert all("Alice line" not in (s or {}).get("content", "") for s in summaries.values() if isinstance(s, dict))
+    assert all("Lisbon" not in (s or {}).get("content", "") for s in summaries.values() if isinstance(s, dict))
     assert "erasing" not in _session(ws) and "forgetting" not in _session(ws)
     assert messages()["total"] == 2 * BATCH_MAX + 5 and {m["peer_id"] for m in messages()["items"]} == {"bob"}

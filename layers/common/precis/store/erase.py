@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from typing import Any, cast
 
 from botocore.exceptions import ClientError
@@ -20,7 +21,7 @@ from precis.store.db import Db, batch_get, cancellation_codes, error_code, from_
 from precis.store.forget import BATCH_MAX, FORGETTING_MAX, forget_messages
 from precis.store.messages import MessageItem, as_message
 from precis.store.records import delete_keys, utcnow
-from precis.store.resources import read_session_item, workspace_open
+from precis.store.resources import read_session_item
 from precis.store.transfer import RUNNING, JobItem, read_job
 
 ERASE = "erase"
@@ -74,7 +75,7 @@ def start_erasure(db: Db, ws: str, peer_id: str) -> tuple[JobItem, bool]:
             transact(
                 db,
                 [
-                    workspace_open(db, ws),
+                    _workspace_erasing(db, ws, peer_id, "ADD"),
                     {
                         "Update": {
                             "TableName": db.table,
@@ -287,6 +288,24 @@ def erase_collection(db: Db, ws: str, observer: str, observed: str) -> tuple[int
     return deleted, len(conclusions), False
 
 
+def _workspace_erasing(db: Db, ws: str, peer_id: str, op: str) -> dict[str, Any]:
+    """The workspace item's `erasing` set with the peer added (while the workspace exists and no delete of it is under
+    way) or removed: a read that lists the workspace's conclusions leaves out the peer's while its erasure runs."""
+    return {
+        "Update": {
+            "TableName": db.table,
+            "Key": to_item(keys.workspace(ws)),
+            "UpdateExpression": f"{op} erasing :p",
+            "ConditionExpression": "attribute_exists(PK)"
+            + (" AND (attribute_not_exists(deleting_until) OR deleting_until < :now)" if op == "ADD" else ""),
+            "ExpressionAttributeValues": {
+                ":p": {"SS": [peer_id]},
+                **({":now": {"N": str(int(time.time()))}} if op == "ADD" else {}),
+            },
+        }
+    }
+
+
 def remove_peer(db: Db, ws: str, peer_id: str, job_id: str) -> int:
     """The last step: what is left in the peer's own partition (sessions it was in that are gone) and the peer item
     itself (only the one this erasure marked); how many items."""
@@ -299,6 +318,11 @@ def remove_peer(db: Db, ws: str, peer_id: str, job_id: str) -> int:
         ExpressionAttributeValues={":pk": {"S": keys.peer_sessions_pk(ws, peer_id)}},
     )
     deleted = delete_keys(db, [{"PK": i["PK"], "SK": i["SK"]} for i in rest])
+    try:
+        db.client.update_item(**_workspace_erasing(db, ws, peer_id, "DELETE")["Update"])
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise  # (failed: the workspace is gone)
     try:
         db.client.delete_item(
             TableName=db.table,

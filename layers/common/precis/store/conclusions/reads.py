@@ -52,8 +52,14 @@ def list_conclusions(
     else the workspace's ByConclusion index. Candidates are read without their content; only the page's are fetched.
     """
     filters = _check_filters(filters)
-    require_workspace(db, ws)
-    records = [r for r in _candidates(db, ws, filters) if filtering.matches(filters, _filter_view(r))]
+    # Conclusions by or about a peer being erased: its erasure deletes them (every route naming it answers 404).
+    erasing = set(require_workspace(db, ws).get("erasing") or ())
+    records = [
+        r
+        for r in _candidates(db, ws, filters)
+        if filtering.matches(filters, _filter_view(r))
+        and not erasing.intersection((r["observer_id"], r["observed_id"]))
+    ]
     answer = page(records, page_no, size, reverse, fit=False)
     found = {
         i["id"]: as_conclusion(i) for i in batch_get(db, [{"PK": r["PK"], "SK": r["SK"]} for r in answer["items"]])

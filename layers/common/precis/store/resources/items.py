@@ -35,6 +35,7 @@ class WorkspaceItem(TypedDict):
     created_at: str
     updated_at: NotRequired[str]
     deleting_until: NotRequired[int]  # a delete under way, until this epoch second (store.purge)
+    erasing: NotRequired[list[str]]  # peers whose erasure runs (store.erase): reads that list the workspace skip them
 
 
 class PeerItem(TypedDict):
