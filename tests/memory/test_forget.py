@@ -454,3 +454,40 @@ def test_a_merge_that_read_the_unit_before_the_delete_never_merges_the_message(w
 
     assert [i["SK"] for i in stored if "quokka" in text(i).lower()] == []
     assert [i for i in stored if "#XG#" in i["PK"] and "zebra" in text(i).lower()]  # merged into a segment
+
+
+def _fresh(aws) -> set[tuple[str, int]]:
+    """(session, seq) of every message the workspace's fresh index units hold, read from the table."""
+    import json
+
+    items = aws["dynamodb"].scan(TableName=TABLE)["Items"]
+    return {
+        (i["s"]["S"], entry[0])
+        for i in items
+        if i.get("kind", {}).get("S") == "xfresh"
+        for entry in json.loads(zlib.decompress(i["z"]["B"]))
+    }
+
+
+def test_a_clone_s_delete_of_an_inherited_message_takes_it_out_of_the_clone_s_index_only(ws):
+    """A clone's copy keeps its parent's `ib`, but the clone's copied page holds its text: the delete takes it out of
+    that page (which can then merge), never out of the parent's unit."""
+    from precis.store import text_index
+    from precis.store.db import get_db
+
+    streams = Streams(ws)
+    posted = post(("alice", "Zebra crossing one."), ("bob", "Quokka sighting two."), ("alice", "Walrus tusk three."))
+    streams.settle()
+    clone = call("POST", f"{S}/clone")
+    assert clone.status == 201, clone.body
+    clone_id = clone.body["id"]
+    streams.settle()  # the clone's copy, indexed as one page of the clone's
+    assert call("DELETE", f"{W}/sessions/{clone_id}/messages/{posted[1]['id']}").status == 204
+    streams.settle()
+    assert _fresh(ws) == {("s1", 1), ("s1", 2), ("s1", 3), (clone_id, 1), (clone_id, 3)}
+    found = call("POST", f"{W}/search", {"query": "Quokka sighting"}).body
+    assert [(m["session_id"], m["id"]) for m in found] == [("s1", posted[1]["id"])]
+    # No unit waits for the text of a deleted message: everything merges.
+    assert text_index.merge(get_db(), "ws1", ["s1", clone_id], min_docs=1) == 5
+    assert _fresh(ws) == set()
+
