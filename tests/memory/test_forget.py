@@ -491,3 +491,22 @@ def test_a_clone_s_delete_of_an_inherited_message_takes_it_out_of_the_clone_s_in
     assert text_index.merge(get_db(), "ws1", ["s1", clone_id], min_docs=1) == 5
     assert _fresh(ws) == set()
 
+
+def test_a_delete_never_changes_another_session_s_fresh_unit_in_the_same_shard(ws):
+    """Whatever unit a delete's cascade names (a clone's tombstone written by the release before named its copy's
+    parent's unit), it changes only its own session's fresh items."""
+    from precis.store import text_index
+    from precis.store.db import get_db
+    from precis.store.text_index import FRESH_SHARDS
+
+    # A second session whose fresh items share s1's partition (crc32, as the index spreads sessions over its shards).
+    shard = zlib.crc32(b"s1") % FRESH_SHARDS
+    other = next(f"t{n}" for n in range(100) if zlib.crc32(f"t{n}".encode()) % FRESH_SHARDS == shard)
+    assert call("POST", f"{W}/sessions", {"id": other, "peers": {"alice": {}}}).status == 201
+    post(("alice", "Zebra crossing one."), ("bob", "Quokka sighting two."))
+    post_messages(other, ("alice", "Walrus tusk three."), ("alice", "Quokka again four."))
+    key = {"PK": {"S": "WS#ws1#S#s1"}, "SK": {"S": f"MSG#{2:012d}"}}
+    unit = ws["dynamodb"].get_item(TableName=TABLE, Key=key, ConsistentRead=True)["Item"]["ib"]["S"]
+    assert text_index.forget_in_unit(get_db(), "ws1", other, unit, [2]) == 0
+    assert _fresh(ws) == {("s1", 1), ("s1", 2), (other, 1), (other, 2)}
+    assert [m["session_id"] for m in call("POST", f"{W}/search", {"query": "Quokka sighting"}).body][0] == "s1"
