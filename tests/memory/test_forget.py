@@ -454,3 +454,59 @@ def test_a_merge_that_read_the_unit_before_the_delete_never_merges_the_message(w
 
     assert [i["SK"] for i in stored if "quokka" in text(i).lower()] == []
     assert [i for i in stored if "#XG#" in i["PK"] and "zebra" in text(i).lower()]  # merged into a segment
+
+
+def _fresh(aws) -> set[tuple[str, int]]:
+    """(session, seq) of every message the workspace's fresh index units hold, read from the table."""
+    import json
+
+    items = aws["dynamodb"].scan(TableName=TABLE)["Items"]
+    return {
+        (i["s"]["S"], entry[0])
+        for i in items
+        if i.get("kind", {}).get("S") == "xfresh"
+        for entry in json.loads(zlib.decompress(i["z"]["B"]))
+    }
+
+
+def test_a_clone_s_delete_of_an_inherited_message_takes_it_out_of_the_clone_s_index_only(ws):
+    """A clone's copy keeps its parent's `ib`, but the clone's copied page holds its text: the delete takes it out of
+    that page (which can then merge), never out of the parent's unit."""
+    from precis.store import text_index
+    from precis.store.db import get_db
+
+    streams = Streams(ws)
+    posted = post(("alice", "Zebra crossing one."), ("bob", "Quokka sighting two."), ("alice", "Walrus tusk three."))
+    streams.settle()
+    clone = call("POST", f"{S}/clone")
+    assert clone.status == 201, clone.body
+    clone_id = clone.body["id"]
+    streams.settle()  # the clone's copy, indexed as one page of the clone's
+    assert call("DELETE", f"{W}/sessions/{clone_id}/messages/{posted[1]['id']}").status == 204
+    streams.settle()
+    assert _fresh(ws) == {("s1", 1), ("s1", 2), ("s1", 3), (clone_id, 1), (clone_id, 3)}
+    found = call("POST", f"{W}/search", {"query": "Quokka sighting"}).body
+    assert [(m["session_id"], m["id"]) for m in found] == [("s1", posted[1]["id"])]
+    # No unit waits for the text of a deleted message: everything merges.
+    assert text_index.merge(get_db(), "ws1", ["s1", clone_id], min_docs=1) == 5
+    assert _fresh(ws) == set()
+
+
+def test_a_delete_never_changes_another_session_s_fresh_unit_in_the_same_shard(ws):
+    """Whatever unit a delete's cascade names (a clone's tombstone written by the release before named its copy's
+    parent's unit), it changes only its own session's fresh items."""
+    from precis.store import text_index
+    from precis.store.db import get_db
+    from precis.store.text_index import FRESH_SHARDS
+
+    # A second session whose fresh items share s1's partition (crc32, as the index spreads sessions over its shards).
+    shard = zlib.crc32(b"s1") % FRESH_SHARDS
+    other = next(f"t{n}" for n in range(100) if zlib.crc32(f"t{n}".encode()) % FRESH_SHARDS == shard)
+    assert call("POST", f"{W}/sessions", {"id": other, "peers": {"alice": {}}}).status == 201
+    post(("alice", "Zebra crossing one."), ("bob", "Quokka sighting two."))
+    post_messages(other, ("alice", "Walrus tusk three."), ("alice", "Quokka again four."))
+    key = {"PK": {"S": "WS#ws1#S#s1"}, "SK": {"S": f"MSG#{2:012d}"}}
+    unit = ws["dynamodb"].get_item(TableName=TABLE, Key=key, ConsistentRead=True)["Item"]["ib"]["S"]
+    assert text_index.forget_in_unit(get_db(), "ws1", other, unit, [2]) == 0
+    assert _fresh(ws) == {("s1", 1), ("s1", 2), (other, 1), (other, 2)}
+    assert [m["session_id"] for m in call("POST", f"{W}/search", {"query": "Quokka sighting"}).body][0] == "s1"

@@ -123,8 +123,12 @@ def _write(db: Db, ws: str, session: SessionItem, items: Sequence[MessageItem], 
     if fits < len(items):  # (fewer cursors may be behind the batch's last: no more than were)
         cursors = derive_cursors.forget_actions(db, ws, session_id, int(batch[-1]["seq"]), sender)
     marked = sorted(observer for observer, _ in cards)
+    units = search.message_units(db, ws, session_id, batch)
     actions = [
-        *(_tombstone(db, ws, session_id, item, incarnation, marked, batch, erasing) for item in batch),
+        *(
+            _tombstone(db, ws, session_id, item, units[int(item["seq"])], incarnation, marked, batch, erasing)
+            for item in batch
+        ),
         _mark_session(db, ws, session_id, [i["id"] for i in batch], incarnation),
         *summaries,
         *cursors,
@@ -151,6 +155,7 @@ def _tombstone(
     ws: str,
     session_id: str,
     item: MessageItem,
+    unit: str,
     incarnation: str | None,
     cards: list[str],
     batch: Sequence[MessageItem],
@@ -165,7 +170,7 @@ def _tombstone(
         "kind": "forgotten",
         "forgot": item["id"],
         "forgot_peer": item["peer_id"],
-        "forgot_unit": search.message_unit(session_id, item),
+        "forgot_unit": unit,  # (the unit holding its text, which the cascade takes it out of)
         "forgot_body": item.get("body_key"),
         "forgot_at": utcnow(),
         "incarnation": incarnation,

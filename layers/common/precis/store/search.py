@@ -38,6 +38,7 @@ __all__ = [
     "delete_workspace",
     "forget_messages",
     "message_unit",
+    "message_units",
     "ensure_indexed",
     "index_batch",
     "index_messages",
@@ -71,6 +72,17 @@ def purge_session(
 def message_unit(session_id: str, message: Mapping[str, Any]) -> str:
     """The search-index unit a stored message belongs to (its post's, or its aligned block's)."""
     return text_index.unit_of(session_id, message)
+
+
+def message_units(db: Db, ws: str, session_id: str, messages: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    """The unit holding each stored message's text, by seq: the unit that wrote the text (one consistent read), else
+    the message's own (`message_unit`: not indexed yet)."""
+    # A clone's copy keeps its parent's `ib`, but the clone's copied page wrote its text: a delete naming `ib` left the
+    # copy counted in its page for good (a unit missing a text is never merged) and, when the clone's fresh shard was
+    # the parent's, took the parent's message out of the parent's unit.
+    seqs = [int(m["seq"]) for m in messages]
+    written = {int(t["seq"]): t["u"] for t in text_index.texts_at(db, ws, session_id, seqs) if t.get("u")}
+    return {int(m["seq"]): written.get(int(m["seq"])) or message_unit(session_id, m) for m in messages}
 
 
 def forget_messages(

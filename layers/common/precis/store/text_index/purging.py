@@ -74,6 +74,8 @@ def forget_in_unit(db: Db, ws: str, session_id: str, unit: str, seqs: Collection
         )
         raced = False
         for item in found:
+            if item.get("s") != session_id:
+                continue  # another session's unit in the same shard: never this delete's to change
             entries = unpack(item["z"])
             kept = [e for e in entries if int(e[0]) not in drop]
             if len(kept) == len(entries):
