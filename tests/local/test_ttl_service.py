@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from local.moto_backend import client, start_moto
-from local.poller import StreamPoller, _RecordsReader, filter_header
+from local.poller import StreamPoller, StreamSettings, _RecordsReader, filter_header
 from local.template import template
 from local.ttl import DEFAULT_PERIOD_S, SERVICE_IDENTITY, TtlPeriodError, TtlService, period_from_env
 from local.worker import InvokeResult
@@ -122,3 +122,29 @@ def test_its_period_comes_from_precis_local_ttl_s():
     for bad in ("0", "-1", "soon", "inf", "nan"):
         with pytest.raises(TtlPeriodError, match="PRECIS_LOCAL_TTL_S"):
             period_from_env({"PRECIS_LOCAL_TTL_S": bad})
+
+
+def test_a_filter_on_the_ttl_services_identity_is_matched_after_the_stamp(backend):
+    """AWS's TTL page filters on `userIdentity`: moto's own filtering cannot see the stamp, so such a pattern is
+    matched by the poller, after it."""
+    endpoint = backend.endpoint
+    put_marker(endpoint, "2026-01-01", time.time() - 60)
+    put_marker(endpoint, "2026-01-02", time.time() - 60)
+    client("dynamodb", endpoint).delete_item(TableName=TABLE, Key={"PK": {"S": PK}, "SK": {"S": "EXPIRY#2026-01-02"}})
+    service = TtlService(client("dynamodb", backend.background_endpoint), TABLE)
+    assert [k["SK"]["S"] for k in service.sweeper.sweep()] == ["EXPIRY#2026-01-01"]
+    events: list[dict] = []
+    pattern = {"userIdentity": {"type": ["Service"], "principalId": ["dynamodb.amazonaws.com"]}}
+    poller = StreamPoller(
+        endpoint,
+        TABLE,
+        StreamSettings(filters=[pattern]),
+        lambda event: events.append(event) or InvokeResult(True, None),
+        "arn:aws:lambda:us-east-1:123456789012:function:f",
+        stamp=service.stamp,
+    )
+    until(lambda: events, step=poller.poll_once)
+    poller.poll_once()
+    assert [(r["eventName"], r["dynamodb"]["Keys"]["SK"]["S"]) for e in events for r in e["Records"]] == [
+        ("REMOVE", "EXPIRY#2026-01-01")
+    ]
