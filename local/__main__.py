@@ -6,7 +6,8 @@ the period of every schedule (the template's: the deriver's flush runs every fiv
 PRECIS_DEV_JSON where the running stack is announced (.precis/dev.json), for `make invoke`;
 PRECIS_LOCAL_CHAOS (with _THROTTLE and _SEED) how much harsher than moto it is (local/chaos.py);
 PRECIS_LOCAL_THROUGHPUT_SCALE holds the functions to DynamoDB's throughput limits divided by it (local/moto_meter.py);
-PRECIS_LOCAL_SQS_DELAY_SCALE shortens SQS's visibility timeouts and delays to that fraction (local/moto_sqs.py).
+PRECIS_LOCAL_SQS_DELAY_SCALE shortens SQS's visibility timeouts and delays to that fraction (local/moto_sqs.py);
+PRECIS_LOCAL_TTL_S the period of the local TTL service's sweeps (30 s; local/ttl.py).
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from pathlib import Path
 from local import moto_sqs
 from local.chaos import Chaos, ChaosError
 from local.gateway import Gateway
-from local.moto_backend import dev_json_path, start_moto
+from local.moto_backend import client, dev_json_path, start_moto
 from local.moto_meter import ThroughputError, ThroughputMeter, scale_from_env
 from local.poller import StreamPoller
 from local.scheduler import Scheduler
 from local.sqs_poller import QueuePoller
 from local.template import LAYER_DIR, template
+from local.ttl import TtlPeriodError, TtlService, period_from_env
 from local.worker import start_pools
 
 # Stopping takes a second or two; past this something is stuck, and a developer must never have to kill -9.
@@ -104,7 +106,8 @@ def main() -> int:
         chaos = Chaos.from_env(os.environ)
         scale = scale_from_env(os.environ)
         moto_sqs.configure(moto_sqs.scale_from_env(os.environ))
-    except (ChaosError, ThroughputError, moto_sqs.DelayScaleError) as exc:
+        ttl_period_s = period_from_env(os.environ)
+    except (ChaosError, ThroughputError, moto_sqs.DelayScaleError, TtlPeriodError) as exc:
         logging.error("%s", exc)
         return 2
     port = int(os.environ.get("PRECIS_PORT") or 8000)
@@ -127,8 +130,12 @@ def main() -> int:
     gateway.invokers = {name: pool.invoke for name, pool in pools.items()}
     # PRECIS_LOCAL_IDLE names stream consumers left without their trigger (a test of bulk ingest on a small machine).
     idle = set(filter(None, os.environ.get("PRECIS_LOCAL_IDLE", "").split(",")))
+    # DynamoDB's TTL service: moto never expires an item. On the background port: its table scans wait for the API.
+    ttl = TtlService(client("dynamodb", moto.background_endpoint), tpl.table_name, every_s=ttl_period_s)
     pollers = [
-        StreamPoller.from_template(tpl, moto.endpoint, pools[fn.logical_id].invoke, function=fn.logical_id, chaos=chaos)
+        StreamPoller.from_template(
+            tpl, moto.endpoint, pools[fn.logical_id].invoke, function=fn.logical_id, chaos=chaos, stamp=ttl.stamp
+        )
         for fn in tpl.stream_functions()
         if fn.logical_id not in idle
     ]
@@ -143,6 +150,7 @@ def main() -> int:
         every_s=float(os.environ.get("PRECIS_LOCAL_SCHEDULE_S") or 0) or None,
     )
     scheduler.start()
+    ttl.start()
     serving = threading.Thread(target=gateway.serve_forever, name="gateway", daemon=True)
     serving.start()
 
@@ -176,6 +184,7 @@ def main() -> int:
     logging.info("stopping")
     watchdog = _Watchdog()
     scheduler.stop()
+    ttl.stop()
     for poller in pollers:
         poller.stop()  # first, so that an invocation cut short below is not retried
     watchdog.step = "closing the gateway"
@@ -188,6 +197,7 @@ def main() -> int:
     if not all([poller.join(timeout=3) for poller in pollers]):
         logging.warning("a stream poller is still delivering; leaving it behind")
     scheduler.join(timeout=1)
+    ttl.join(timeout=1)
     watchdog.step = "stopping moto"
     moto.stop()
     if meter is not None:

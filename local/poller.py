@@ -211,8 +211,12 @@ class StreamPoller:
         poll_interval_s: float = POLL_INTERVAL_S,
         backoff: Callable[[int], float] = default_backoff,
         chaos: Chaos | None = None,
+        stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ):
         self.table_name, self.settings, self.invoke, self.function_arn = table_name, settings, invoke, function_arn
+        # Lambda-shaped record -> the record as AWS would have it: the local TTL service's REMOVE records get the
+        # service's userIdentity (local.ttl), which moto's stream never carries.
+        self.stamp = stamp
         self.poll_interval_s, self.backoff = poll_interval_s, backoff
         self.chaos = chaos or Chaos()
         self._dynamodb, self._streams, self._sqs = (client(s, endpoint) for s in ("dynamodb", "dynamodbstreams", "sqs"))
@@ -341,7 +345,10 @@ class StreamPoller:
             shard.iterator = self._streams.get_shard_iterator(
                 StreamArn=self._stream_arn, ShardId=shard.id, ShardIteratorType=shard.starting_position
             )["ShardIterator"]
-        read = self._records.get_records(shard.iterator, 1000, filter_header(self._stream_arn, self.settings.filters))
+        # moto filters before the stamp; a pattern on userIdentity is matched here only, after it.
+        stamped_filter = self.stamp is not None and any("userIdentity" in p for p in self.settings.filters)
+        wanted = None if stamped_filter else filter_header(self._stream_arn, self.settings.filters)
+        read = self._records.get_records(shard.iterator, 1000, wanted)
         if read is not None:
             (page, count), shaped = read, lambda_record_json
         else:
@@ -351,6 +358,8 @@ class StreamPoller:
         shard.closed = shard.iterator is None
         for raw in page["Records"]:
             record = shaped(raw, self._stream_arn)
+            if self.stamp is not None:
+                record = self.stamp(record)
             if self.settings.filters and not any(matches(p, record) for p in self.settings.filters):
                 continue  # filtered out: consumed without an invocation, as Lambda does
             lane = shard.lane or self._lanes[self.virtual_shard(record["dynamodb"]["Keys"])]

@@ -104,12 +104,12 @@ def main(url: str | None, key: str | None, workspace: str | None) -> None:
 
 @main.group(context_settings=CONTEXT_SETTINGS)
 def config() -> None:
-    """Summary settings of a workspace or session.
+    """Summary and retention settings of a workspace or session.
 
     Honcho's keys (enabled, messages_per_short_summary, messages_per_long_summary, custom_instructions) live in
     `configuration.summary`, Precis's (strategy, engine, token_threshold, keep_recent_runs, keep_runs,
-    instructions, model, max_output_tokens, temperature, ...) in `configuration.summarizer`. A session's settings
-    override its workspace's.
+    instructions, model, max_output_tokens, temperature, ...) in `configuration.summarizer`, the days new messages
+    are kept in `configuration.retention` (`retention.days`). A session's settings override its workspace's.
     """
 
 
@@ -128,6 +128,7 @@ def _shown(client: Precis, session: str | None, ws_conf: dict | None, s_conf: di
         "session": session,
         **settings.sections(own),
         "effective": settings.effective(ws_conf, s_conf if session else None),
+        "effective_retention": settings.effective_retention(ws_conf, s_conf if session else None),
     }
 
 
@@ -135,8 +136,9 @@ def _shown(client: Precis, session: str | None, ws_conf: dict | None, s_conf: di
 @click.option("-s", "--session", metavar="ID", help="The session's settings (default: the workspace's).")
 @target_options
 def config_get(client: Precis, session: str | None) -> None:
-    """Print the settings as JSON: this level's `summary` and `summarizer` sections and the `effective` settings
-    (the workspace's merged with the session's, as the service uses them)."""
+    """Print the settings as JSON: this level's `summary`, `summarizer` and `retention` sections, the `effective`
+    summary settings (the workspace's merged with the session's, as the service uses them) and the
+    `effective_retention` (`days` the new messages are kept; null: for ever)."""
     workspace, found = _level(client, session)
     if workspace is None:
         raise Failure(f"workspace '{client.workspace}' not found", 1)
@@ -153,7 +155,8 @@ def config_get(client: Precis, session: str | None) -> None:
 @target_options
 def config_set(client: Precis, assignments: tuple[str, ...], session: str | None, dry_run: bool) -> None:
     """Change settings: `strategy=rolling token_threshold=4000`, `summary.enabled=false`, `model=null` (removes
-    the key: the level inherits it).
+    the key: the level inherits it), `retention.days=30` (new messages expire 30 days after they are stored;
+    0 at a session keeps them whatever the workspace says; `retention.days=null` inherits).
 
     A bare key is Precis's (`summarizer.KEY`), except Honcho's `custom_instructions`; values are JSON (numbers,
     true/false) unless the setting takes text. The result is validated as the service validates it (a session's

@@ -1,8 +1,9 @@
-"""`precis config`: summary settings as `key=value` assignments, checked by the layer's own validation.
+"""`precis config`: summary and retention settings as `key=value` assignments, checked by the layer's own validation.
 
-A level (workspace or session) keeps Honcho's keys in `configuration.summary` and Precis's in
-`configuration.summarizer`; `precis.configuration.summary_config` merges a workspace's with a session's and says
-what is wrong, exactly as the service does, so nothing invalid is ever sent.
+A level (workspace or session) keeps Honcho's keys in `configuration.summary`, Precis's in
+`configuration.summarizer` and its retention in `configuration.retention`; `precis.configuration.summary_config` and
+`retention_days` merge a workspace's with a session's and say what is wrong, exactly as the service does, so nothing
+invalid is ever sent.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from precis.configuration import summary_config
+from precis.configuration import RETENTION_SECTION, retention_days, summary_config
 from precis.errors import PrecisError
 
 PRECIS_SECTION = "summarizer"
@@ -74,11 +75,13 @@ def parse_assignment(text: str) -> Assignment:
     section, dot, key = name.partition(".")
     if not dot:
         section, key = (HONCHO_SECTION if name in _HONCHO_ONLY else PRECIS_SECTION), name
-    if section not in SECTIONS or not key or "." in key:
-        raise SettingError(f"'{name}': a setting is key, {PRECIS_SECTION}.key or {HONCHO_SECTION}.key")
+    if section not in (*SECTIONS, RETENTION_SECTION) or not key or "." in key:
+        raise SettingError(
+            f"'{name}': a setting is key, {PRECIS_SECTION}.key, {HONCHO_SECTION}.key or {RETENTION_SECTION}.days"
+        )
     if raw.strip() == "null":
         return Assignment(section, key, None, unset=True)
-    if _is_text(section, key) and not raw.startswith('"'):
+    if section in SECTIONS and _is_text(section, key) and not raw.startswith('"'):
         return Assignment(section, key, raw)
     try:
         value = json.loads(raw)
@@ -101,6 +104,8 @@ def apply(configuration: dict[str, Any] | None, assignments: list[Assignment]) -
     for name in SECTIONS:
         if updated.get(name) == {} and name not in (configuration or {}):
             del updated[name]  # unsetting in a section the level never had leaves no trace
+    if updated.get(RETENTION_SECTION) == {}:
+        del updated[RETENTION_SECTION]  # days unset: the level inherits (an empty section means the same)
     return updated
 
 
@@ -113,6 +118,15 @@ def effective(workspace: dict[str, Any] | None, session: dict[str, Any] | None =
         raise SettingError(exc.detail) from None
 
 
+def effective_retention(workspace: dict[str, Any] | None, session: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`{"days": N}` the service keeps a session's new messages (the layer's rule: the session's value wins, 0 there
+    keeps them whatever the workspace says); `{"days": None}`: for ever. SettingError with the layer's message."""
+    try:
+        return {"days": retention_days(workspace, session)}
+    except PrecisError as exc:
+        raise SettingError(exc.detail) from None
+
+
 def sections(configuration: dict[str, Any] | None) -> dict[str, Any]:
-    """The summary sections of a level's configuration, as set there."""
-    return {name: (configuration or {}).get(name) or {} for name in SECTIONS}
+    """The summary and retention sections of a level's configuration, as set there."""
+    return {name: (configuration or {}).get(name) or {} for name in (*SECTIONS, RETENTION_SECTION)}

@@ -730,6 +730,70 @@ def test_the_workspace_s_usage_shows_by_role_and_model_with_its_budget(tab, stac
     assert tab.page.locator("#usage .note").first.text_content() == "No model calls this month."
 
 
+# ---------------------------------------------------------------- retention
+
+
+@pytest.mark.stack
+def test_retention_is_shown_set_and_cleared_for_a_workspace_and_its_session(tab, seeded):
+    """configuration.retention.days set and cleared in the console, the configuration's other sections kept; the
+    session's own value wins, its 0 keeps whatever the workspace says; a bad value shows the service's 422."""
+    tab.expected = ("the server responded with a status of 422",)
+    summarizer = {"summarizer": {"keep_runs": 4}}
+    seeded.post("/v3/workspaces", json={"id": "kept", "configuration": summarizer}).raise_for_status()
+    seeded.post("/v3/workspaces/kept/sessions", json={"id": "s1"}).raise_for_status()
+
+    def stored(path: str = "/v3/workspaces/list", session: str | None = None) -> dict:
+        listed = seeded.post(path, json={"filters": {"id": session or "kept"}}).json()["items"]
+        return listed[0]["configuration"]
+
+    def session_stored() -> dict:
+        return stored("/v3/workspaces/kept/sessions/list", "s1")
+
+    page = tab.page
+    tab.open("#/w/kept")
+    page.wait_for_selector("#ws-retention:text('Not set: new messages are kept for ever')")
+    page.fill("#ws-retention-days", "30")
+    page.click("#ws-retention-form button[type=submit]")
+    page.wait_for_selector("#ws-retention[data-own='30']")
+    assert page.locator("#ws-retention").text_content() == (
+        "Set to 30: new messages expire 30 days after they are stored, unless a session sets its own."
+    )
+    assert stored() == {**summarizer, "retention": {"days": 30}}
+
+    page.fill("#ws-retention-days", "-1")
+    page.click("#ws-retention-form button[type=submit]")
+    page.wait_for_selector("#ws-retention-note:text('Not saved')")
+    said = page.locator("#ws-retention-note").text_content()
+    assert "configuration.retention.days: must be an integer from 0" in said
+    assert stored() == {**summarizer, "retention": {"days": 30}}
+
+    tab.open("#/w/kept/s/s1")
+    retention = page.locator("#session-retention")
+    page.wait_for_selector("#session-retention[data-effective='30']")
+    assert retention.text_content() == (
+        "Not set here: the workspace's setting applies. This session's new messages expire 30 days after they are "
+        "stored."
+    )
+    page.fill("#session-retention-days", "0")
+    page.click("#session-retention-form button[type=submit]")
+    page.wait_for_selector("#session-retention[data-own='0']")
+    assert retention.get_attribute("data-effective") == ""
+    assert retention.text_content() == "Set here to 0. This session's new messages are kept for ever."
+    assert session_stored() == {"retention": {"days": 0}}
+    page.fill("#session-retention-days", "7")
+    page.press("#session-retention-days", "Enter")
+    page.wait_for_selector("#session-retention[data-effective='7']")
+    assert session_stored() == {"retention": {"days": 7}}
+
+    page.click("#session-retention-clear")
+    page.wait_for_selector("#session-retention[data-own=''][data-effective='30']")
+    assert "retention" not in session_stored()
+    page.click("#ws-retention-clear")
+    page.wait_for_selector("#session-retention[data-own=''][data-effective='']")  # the session's view reads both
+    assert page.locator("#ws-retention").get_attribute("data-own") == ""
+    assert stored() == summarizer
+
+
 # ---------------------------------------------------------------- webhooks
 
 

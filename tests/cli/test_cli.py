@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from precis_cli.cli import main
 
 from precis.auth import mint_key
-from precis.configuration import summary_config
+from precis.configuration import retention_days, summary_config
 from precis.errors import Invalid
 from precis.webhooks.event_types import EVENT_TYPES
 from tests.stack import free_port, wait_for
@@ -134,7 +134,10 @@ def test_the_installed_entry_point_runs():
         ),
         (["context", "s1"], "Missing option '-t' / '--tokens'."),
         (["config", "set", "novalue"], "'novalue': expected key=value (e.g. strategy=rolling)"),
-        (["config", "set", "deriver.batch=3"], "'deriver.batch': a setting is key, summarizer.key or summary.key"),
+        (
+            ["config", "set", "deriver.batch=3"],
+            "'deriver.batch': a setting is key, summarizer.key, summary.key or retention.days",
+        ),
         (
             ["import", "s1", "/no/such/file.jsonl"],
             "Invalid value for 'FILE': File '/no/such/file.jsonl' does not exist.",
@@ -271,6 +274,70 @@ def test_an_invalid_setting_exits_2_with_the_layers_message_and_sends_nothing(st
     result = precis(env, "config", "set", "-w", "fresh-ws", "strategy=sometimes")
     assert result.exit_code == 2 and "configuration.summarizer.strategy" in result.stderr
     assert workspace_configuration(stack, "fresh-ws") is None
+
+
+def session_configuration(stack, ws: str, session: str) -> dict | None:
+    items = api(stack, "POST", f"/v3/workspaces/{ws}/sessions/list", json={"filters": {"id": session}})["items"]
+    return items[0]["configuration"] if items else None
+
+
+def test_config_sets_shows_and_clears_retention_days_at_a_workspace_and_its_sessions(stack, env):
+    result = precis(env, "config", "set", "-w", "kept", "retention.days=30", "keep_runs=4")
+    assert result.exit_code == 0, result.output
+    assert workspace_configuration(stack, "kept") == {"retention": {"days": 30}, "summarizer": {"keep_runs": 4}}
+    got = json.loads(precis(env, "config", "get", "-w", "kept").stdout)
+    assert got["retention"] == {"days": 30} and got["effective_retention"] == {"days": 30}
+
+    # A session's 0 keeps its messages whatever the workspace says; another session's own value wins.
+    assert precis(env, "config", "set", "-w", "kept", "-s", "s1", "retention.days=0").exit_code == 0
+    assert precis(env, "config", "set", "-w", "kept", "-s", "s2", "retention.days=7").exit_code == 0
+    assert session_configuration(stack, "kept", "s1") == {"retention": {"days": 0}}
+    got = json.loads(precis(env, "config", "get", "-w", "kept", "-s", "s1").stdout)
+    assert got["retention"] == {"days": 0} and got["effective_retention"] == {"days": None}
+    got = json.loads(precis(env, "config", "get", "-w", "kept", "-s", "s2").stdout)
+    assert got["retention"] == {"days": 7} and got["effective_retention"] == {"days": 7}
+
+    # null removes the setting: the session inherits the workspace's, the workspace keeps for ever.
+    result = precis(env, "config", "set", "-w", "kept", "-s", "s1", "retention.days=null")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["effective_retention"] == {"days": 30}
+    assert "retention" not in (session_configuration(stack, "kept", "s1") or {})
+    got = json.loads(precis(env, "config", "get", "-w", "kept", "-s", "s1").stdout)
+    assert got["retention"] == {} and got["effective_retention"] == {"days": 30}
+    assert precis(env, "config", "set", "-w", "kept", "retention.days=null").exit_code == 0
+    assert workspace_configuration(stack, "kept") == {"summarizer": {"keep_runs": 4}}
+    got = json.loads(precis(env, "config", "get", "-w", "kept", "-s", "s2").stdout)
+    assert got["effective_retention"] == {"days": 7}
+
+
+def _retention_says(configuration) -> str:
+    with pytest.raises(Invalid) as refused:
+        retention_days(configuration)
+    return refused.value.detail
+
+
+@pytest.mark.parametrize(
+    ("assignment", "section"),
+    [
+        ("retention.days=-1", {"days": -1}),
+        ("retention.days=36501", {"days": 36501}),
+        ("retention.days=thirty", {"days": "thirty"}),
+        ("retention.days=1.5", {"days": 1.5}),
+        ("retention.days=true", {"days": True}),
+        ("retention.hours=3", {"hours": 3}),
+    ],
+)
+def test_a_bad_retention_exits_2_with_the_layers_message_and_sends_nothing(stack, env, assignment, section):
+    result = precis(env, "config", "set", "-w", "unkept", assignment)
+    assert result.exit_code == 2
+    assert result.stderr == f"Error: {_retention_says({'retention': section})}\n"
+    assert "configuration.retention." in result.stderr
+    assert workspace_configuration(stack, "unkept") is None
+
+    assert precis(env, "config", "set", "-w", "unkept-s", "retention.days=3").exit_code == 0
+    result = precis(env, "config", "set", "-w", "unkept-s", "-s", "s1", assignment)
+    assert result.exit_code == 2 and "configuration.retention." in result.stderr
+    assert session_configuration(stack, "unkept-s", "s1") is None  # not even created
 
 
 # ---------------------------------------------------------------- keys

@@ -38,6 +38,7 @@
     focusSession: false,
     scrolled: false, // whether the timeline was scrolled to the window once for this session
     hookLog: null, // the webhook endpoint whose delivery log is shown
+    retentionShown: null, // the workspace and session whose retention settings are shown
   };
 
   // ---------------------------------------------------------------- DOM, safely
@@ -423,6 +424,115 @@
       if (!wanted() || isGlobal(error) || !changed("deliveries", String(error.status))) return;
       show("webhook-deliveries", title, el("p", { className: "note" }, explain(error, "the deliveries")));
     }
+  }
+
+  // ---------------------------------------------------------------- retention (configuration.retention.days)
+
+  /** The workspace as stored: the list (an admin key), else the one read a workspace key has (get-or-create). */
+  async function readWorkspace() {
+    try {
+      const page = await api("POST", "/v3/workspaces/list", { body: { filters: { id: state.ws } } });
+      return page.items[0] || null;
+    } catch (error) {
+      if (!(error instanceof ApiError) || error.status !== 403) throw error;
+      return api("POST", "/v3/workspaces", { body: { id: state.ws } });
+    }
+  }
+
+  async function readSession() {
+    const page = await api("POST", `${wsPath()}/sessions/list`, { body: { filters: { id: state.session } } });
+    return page.items[0] || null;
+  }
+
+  /** A level's own retention.days: a number, or null when it sets none (it inherits). */
+  const ownDays = (resource) => {
+    const days = ((resource && resource.configuration) || {}).retention?.days;
+    return days === undefined ? null : days;
+  };
+  const keptFor = (days) => (days ? `expire ${plural(days, "day")} after they are stored` : "are kept for ever");
+
+  /** Both levels' settings and the one in force, read when the view opens and after a change (not polled: a
+   * conditional write is the one read of a workspace a workspace key has). */
+  async function loadRetention() {
+    const wanted = ticket("retention");
+    const shown = `${state.ws}\u0000${state.session || ""}`;
+    let workspace;
+    try {
+      workspace = await readWorkspace();
+    } catch (error) {
+      if (!wanted() || isGlobal(error)) return; // the banner says it; the next round reads again
+      state.retentionShown = shown; // said once; opening the view again reads again
+      note("ws-retention", explain(error, "the workspace's settings"));
+      note("session-retention", "");
+      return;
+    }
+    if (!wanted()) return;
+    const wsDays = ownDays(workspace);
+    $("ws-retention").dataset.own = wsDays === null ? "" : String(wsDays);
+    $("ws-retention-days").value = wsDays === null ? "" : String(wsDays);
+    note("ws-retention", workspace === null ? "This workspace does not exist." : wsDays === null
+      ? "Not set: new messages are kept for ever, unless a session sets its own."
+      : `Set to ${fmt(wsDays)}: new messages ${keptFor(wsDays)}, unless a session sets its own.`);
+    if (!state.session) {
+      state.retentionShown = shown;
+      return;
+    }
+    let session;
+    try {
+      session = await readSession();
+    } catch (error) {
+      if (!wanted() || isGlobal(error)) return;
+      state.retentionShown = shown;
+      note("session-retention", error.status === 403
+        ? "This key cannot read the session's settings (a workspace key can)." : explain(error, "the session's settings"));
+      return;
+    }
+    if (!wanted()) return;
+    state.retentionShown = shown;
+    if (session === null) {
+      note("session-retention", "This session does not exist.");
+      return;
+    }
+    // The service's rule (precis.configuration.retention_days): the session's value wins, and 0 there keeps.
+    const sDays = ownDays(session);
+    const days = (sDays === null ? wsDays : sDays) || null;
+    $("session-retention").dataset.own = sDays === null ? "" : String(sDays);
+    $("session-retention").dataset.effective = days === null ? "" : String(days);
+    $("session-retention-days").value = sDays === null ? "" : String(sDays);
+    note("session-retention", `${sDays === null ? "Not set here: the workspace's setting applies." : `Set here to ` +
+      `${fmt(sDays)}.`} This session's new messages ${keptFor(days)}.`);
+  }
+
+  /** Store `days` (null: remove the setting, so the level inherits) in the workspace's or the session's
+   * configuration, its other sections as they are. */
+  async function saveRetention(level, days) {
+    const noteId = `${level}-retention-note`;
+    try {
+      const resource = level === "ws" ? await readWorkspace() : await readSession();
+      const configuration = { ...((resource && resource.configuration) || {}) };
+      if (days === null) delete configuration.retention;
+      else configuration.retention = { ...(configuration.retention || {}), days };
+      if (level === "ws") await api("PUT", wsPath(), { body: { configuration } });
+      else await api("PUT", sessionPath(), { body: { configuration } });
+      note(noteId, days === null ? "Cleared: the setting is inherited." : "Saved: it applies to messages stored from now on.");
+    } catch (error) {
+      note(noteId, error instanceof ApiError && error.status === 422 ? `Not saved: ${error.detail}`
+        : explain(error, "the retention setting"));
+    }
+    await loadRetention();
+    showProblems();
+  }
+
+  function retentionSubmitted(level) {
+    return (event) => {
+      event.preventDefault();
+      const text = $(`${level}-retention-days`).value.trim();
+      if (!text) {
+        note(`${level}-retention-note`, "Enter a number of days (0 keeps for ever), or Clear to inherit.");
+        return;
+      }
+      saveRetention(level, Number(text)); // the service checks it and says what is wrong (422)
+    };
   }
 
   // ---------------------------------------------------------------- a session
@@ -883,7 +993,12 @@
       show("search-results");
       note("search-note", "");
     }
+    if (ws !== state.ws || session !== state.session) {
+      for (const id of ["ws-retention-note", "session-retention-note"]) note(id, "");
+      note("session-retention", "Loading…");
+    }
     if (ws !== state.ws) {
+      note("ws-retention", "Loading…");
       show("usage");
       state.rendered.delete("usage");
       show("webhook-list");
@@ -904,6 +1019,7 @@
     $("sessions-section").hidden = !ws;
     $("usage-section").hidden = !ws;
     $("webhooks-section").hidden = !ws;
+    $("retention-section").hidden = !ws;
     $("welcome").hidden = Boolean(session);
     $("session-view").hidden = !session;
     if (session) {
@@ -929,6 +1045,7 @@
     const reads = [loadWorkspaces()];
     if (state.ws) reads.push(loadSessions(), loadUsage(), loadWebhooks(), loadDeliveries());
     if (state.ws && state.session) reads.push(loadSession(), loadQueue(), loadPeerMemory());
+    if (state.ws && state.retentionShown !== `${state.ws}\u0000${state.session || ""}`) reads.push(loadRetention());
     state.running = Promise.allSettled(reads);
     try {
       await state.running;
@@ -975,6 +1092,7 @@
   function keyChanged() {
     showKeyState();
     state.rendered.clear();
+    state.retentionShown = null;
     state.problems.clear();
     state.generation += 1;
     refresh();
@@ -1050,6 +1168,10 @@
     });
     $("search-form").addEventListener("submit", search);
     $("webhook-form").addEventListener("submit", createHook);
+    $("ws-retention-form").addEventListener("submit", retentionSubmitted("ws"));
+    $("session-retention-form").addEventListener("submit", retentionSubmitted("session"));
+    $("ws-retention-clear").addEventListener("click", () => saveRetention("ws", null));
+    $("session-retention-clear").addEventListener("click", () => saveRetention("session", null));
     $("to-window").addEventListener("click", scrollToWindow);
     $("peer-select").addEventListener("change", () => loadPeerMemory());
     $("conclusions-this-session").addEventListener("change", () => loadPeerMemory());
