@@ -731,11 +731,12 @@ class Stack:
 # --- workload -----------------------------------------------------------------------------------------------------
 
 
-def batch_body(rng: random.Random, size: int, start: int) -> dict:
-    """A batch of turns: alice states a fact among filler, the assistant answers at some length; runs of four."""
+def batch_body(rng: random.Random, size: int, start: int, alice_share: float = 0.5) -> dict:
+    """A batch of turns: alice states a fact among filler, the assistant answers at some length; runs of four.
+    `alice_share`: the part of the messages that are alice's (half: the two take turns)."""
     messages = []
     for i in range(start, start + size):
-        peer = PEERS[i % 2]
+        peer = PEERS[i % 2] if alice_share == 0.5 else PEERS[int((i + 1) * alice_share) == int(i * alice_share)]
         if peer == "alice":
             filler = " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 60)))
             text = f"{rng.choice(FACTS).format(w=rng.choice(WORDS))} {filler.capitalize()}."

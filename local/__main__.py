@@ -7,7 +7,7 @@ PRECIS_DEV_JSON where the running stack is announced (.precis/dev.json), for `ma
 PRECIS_LOCAL_CHAOS (with _THROTTLE and _SEED) how much harsher than moto it is (local/chaos.py);
 PRECIS_LOCAL_THROUGHPUT_SCALE holds the functions to DynamoDB's throughput limits divided by it (local/moto_meter.py);
 PRECIS_LOCAL_SQS_DELAY_SCALE shortens SQS's visibility timeouts and delays to that fraction (local/moto_sqs.py);
-PRECIS_LOCAL_TTL_S the period of the local TTL service's sweeps (30 s; local/ttl.py).
+PRECIS_LOCAL_TTL_S the period of the local TTL service's sweeps (600 s; local/ttl.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ seconds) has passed, and says which stream records it made, so that they carry t
 
 AWS deletes an expired item within days, not at once; here a sweep deletes every item expired by the clock it is
 given, so a test decides when the service comes (the delay is the test's, bounded by when it sweeps). `make dev` runs
-`TtlService`: a sweep every PRECIS_LOCAL_TTL_S seconds (30 by default), so an item goes within that much of expiring,
+`TtlService`: a sweep every PRECIS_LOCAL_TTL_S seconds (600 by default), so an item goes within that much of expiring,
 far sooner than on AWS; code must not count on either delay.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 SERVICE_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
 _FIVE_YEARS_S = 5 * 365 * 86_400  # AWS leaves alone an item whose TTL is more than five years in the past
-DEFAULT_PERIOD_S = 30.0
+DEFAULT_PERIOD_S = 600.0  # a Scan of the whole table: rare enough to cost a busy local stack nothing
 log = logging.getLogger("precis.local.ttl")
 
 
@@ -28,7 +28,7 @@ class TtlPeriodError(ValueError):
 
 
 def period_from_env(env: Mapping[str, str]) -> float:
-    """PRECIS_LOCAL_TTL_S: seconds between the local TTL service's sweeps, a number above 0 (default 30)."""
+    """PRECIS_LOCAL_TTL_S: seconds between the local TTL service's sweeps, a number above 0 (default 600)."""
     raw = env.get("PRECIS_LOCAL_TTL_S", "").strip()
     if not raw:
         return DEFAULT_PERIOD_S
