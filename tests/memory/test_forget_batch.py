@@ -8,8 +8,10 @@ from collections import Counter
 import pytest
 
 from precis.store.forget import BATCH_MAX
-from tests.handlers import call
+from precis.stream import SUMMARIZER, job_of
+from tests.handlers import call, invoke
 from tests.memory.test_forget import TABLE, S, Streams, W, _plain, _session, conclusions, messages, post
+from tests.stream import stream_record
 
 
 @pytest.fixture
@@ -162,3 +164,49 @@ def test_an_erasure_summarizes_each_session_once_when_done_with_it(ws, llm_serve
     assert all("Lisbon" not in (s or {}).get("content", "") for s in summaries.values() if isinstance(s, dict))
     assert "erasing" not in _session(ws) and "forgetting" not in _session(ws)
     assert messages()["total"] == 2 * BATCH_MAX + 5 and {m["peer_id"] for m in messages()["items"]} == {"bob"}
+
+
+def test_an_erasure_whose_cascades_finish_before_it_leaves_the_session_summarizes_it_itself(ws):
+    """The peer's messages fill the session's deletes in progress (three batches) and the erasure waits; their
+    cascades all finish meanwhile, making no summary while it marks the session; it then reads the rest of the
+    session (no more of the peer's), clears its mark and, no cascade being left to do it, summarizes the session from
+    what is left. (The stream delivered in that order: the job's records held back while the cascades run.)"""
+    streams = Streams(ws)
+    said = [("alice", f"I moved to Lisbon in year {1700 + i}.") for i in range(3 * BATCH_MAX)]
+    lines = said + [("bob", f"Plain line {i} about Xylophonics.") for i in range(150)]
+    for start in range(0, len(lines), 100):
+        post(*lines[start : start + 100])
+    streams.settle()
+    assert call("GET", f"{S}/summaries").body["short_summary"] is not None
+    assert call("DELETE", f"{W}/peers/alice").status == 202
+    pending: list[dict] = []
+
+    def deliver(kind: str) -> int:
+        pending.extend(streams.read())
+        chosen = [r for r in pending if "NewImage" in r["dynamodb"] and _image(r).get("kind") == kind]
+        pending[:] = [r for r in pending if r not in chosen]
+        routed = [
+            stream_record(r["dynamodb"]["NewImage"], r["eventName"])
+            for r in chosen
+            if job_of(SUMMARIZER, r["eventName"], _image(r)) is not None
+        ]
+        if routed:
+            assert invoke("SummarizeFunction", {"Records": routed}) == {"batchItemFailures": []}
+        return len(routed)
+
+    deliver("job")  # the job's steps: three batches, then it waits for room
+    assert len(_session(ws)["forgetting"]) == 3 * BATCH_MAX and _session(ws)["erasing"] == ["alice"]
+    while deliver("forgotten"):  # every cascade, to the end: none summarizes the marked session
+        pass
+    assert "forgetting" not in _session(ws) and call("GET", f"{S}/summaries").body["short_summary"] is None
+    while deliver("job") and call("GET", f"{W}/peers/alice/erasure").body["status"] == "running":
+        pass
+    summaries = call("GET", f"{S}/summaries").body
+    assert summaries["short_summary"] is not None and "Lisbon" not in summaries["short_summary"]["content"]
+    assert "erasing" not in _session(ws)
+    streams.settle()
+    assert call("GET", f"{W}/peers/alice/erasure").body["status"] == "done"
+
+
+def _image(record: dict) -> dict:
+    return _plain(record["dynamodb"]["NewImage"])

@@ -41,6 +41,9 @@ def step(
     ws, peer = job["PK"].removeprefix("WS#"), position["peer"]
     phase = position.get("phase", SESSIONS)
     if phase == SESSIONS:
+        if position.get("summarize"):  # (a step of its own: a summary cut short is made again by the step run again)
+            _summarize(db, ws, position["summarize"])
+            return {"peer": peer, "phase": SESSIONS, "after": position["after"]}, False, 0
         current = position.get("session") or erase.next_session(db, ws, peer, position.get("after"))
         if current is None:
             return {"peer": peer, "phase": SETTLE}, False, 0
@@ -51,10 +54,11 @@ def step(
             moved = {"peer": peer, "phase": SESSIONS, "session": [sk, session], "seq": seq}
             # Nothing deleted (the session's cascades are behind): this invocation yields, the next goes on.
             return (moved | {"wait": True} if not erased else moved), False, 0
-        if erase.finish_session(db, ws, session, peer):
-            _summarize(db, ws, session)
         _add(counts, "sessions", 1)  # (counted here, with the step that moves past it: exactly once)
-        return {"peer": peer, "phase": SESSIONS, "after": sk}, False, 0
+        moved = {"peer": peer, "phase": SESSIONS, "after": sk}
+        if erase.finish_session(db, ws, session, peer):
+            moved["summarize"] = session  # no delete's cascade is left to summarize it: the next step does
+        return moved, False, 0
     if phase == SETTLE:
         sessions, after = erase.sessions_page(db, ws, peer, position.get("after"))
         if sessions and erase.still_forgetting(db, ws, sessions):
