@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from bench.common import moto, print_table, write_json
-from bench.cost import Stack, batch_body
+from bench.cost import Stack, batch_body, hot_spots, key_kind
 
 SESSIONS, MESSAGES, SHARE = 6, 2_000, 5 / 6
 
@@ -77,6 +77,15 @@ def run() -> dict:
         "billed_ms": billed,
         "requests": {k.removeprefix("op:"): v for k, v in units.items() if k.startswith("op:")},
     }
+    # Where the units land, by kind of item (its key's shape), and the hottest item and partition.
+    heat = sum((c for label, c in stack.capacity.heat.items() if label != "setup"), Counter())
+    by_kind: Counter = Counter()
+    for key, value in heat.items():
+        if key[1] == "item":
+            by_kind[(key[0], key_kind("item", *key[2:]))] += value
+    out["by_kind"] = {f"{unit} {kind}": v / erased for (unit, kind), v in by_kind.most_common()}
+    out["index_wru"] = {kind: units[f"wru_{kind}"] / erased for kind in ("lsi", "gsi", "vector")}
+    out["hot"] = hot_spots(stack.capacity, erased)
     print_table(
         f"Erasing a peer of {erased:,} messages in {sessions} sessions",
         ["", "total", "per message erased"],
@@ -90,5 +99,16 @@ def run() -> dict:
         f"  {status['steps']} job steps; counts {status['counts']}; {wall:.0f} s in process;"
         f" {sessions * per_session:,} messages stored, alice's share {share:.2f}"
     )
+    print_table(
+        "Where the units land (per message erased)",
+        ["unit", "item kind", "per message"],
+        [[*label.split(" ", 1), round(v, 2)] for label, v in list(out["by_kind"].items())[:12]]
+        + [["wru", f"index ({kind})", round(v, 2)] for kind, v in out["index_wru"].items()],
+    )
+    hot = out["hot"]
+    for name in ("wru_item", "wru_partition", "rru_partition"):
+        if hot[name]:
+            top = hot[name][0]
+            print(f"  hottest {name.replace('_', ' ')}: {top['kind']} {top['per_unit']:.2f} a message erased")
     write_json("erase", out)
     return out
