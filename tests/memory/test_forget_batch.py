@@ -211,3 +211,38 @@ def test_an_erasure_whose_cascades_finish_before_it_leaves_the_session_summarize
 
 def _image(record: dict) -> dict:
     return _plain(record["dynamodb"]["NewImage"])
+
+
+def test_an_erasure_takes_the_peer_s_merged_messages_out_of_the_index_segments(ws):
+    """Messages merged into the search index's segments before the erasure: its batches' cascades leave the segments
+    to the erasure, which rewrites them once it is done with the session; nothing the peer said is left in them, and
+    the others' messages are still found."""
+    import zlib
+
+    from precis.store import text_index
+    from precis.store.db import from_item, get_db
+
+    streams = Streams(ws)
+    said = [("alice", f"My zqalpaca{i} grazes near the quarry.") for i in range(BATCH_MAX + 10)]
+    lines = [line for pair in zip(said, (("bob", f"The zqwombat{i} naps.") for i in range(len(said)))) for line in pair]
+    for start in range(0, len(lines), 100):
+        post(*lines[start : start + 100])
+    streams.settle()
+    text_index.merge(get_db(), "ws1", ["s1"], min_docs=1)  # (whatever the stream left unmerged)
+
+    def holding(word: str) -> list[str]:
+        found = []
+        for raw in ws["dynamodb"].scan(TableName=TABLE)["Items"]:
+            item = from_item(raw)
+            inflated = "".join(zlib.decompress(v).decode() for v in item.values() if isinstance(v, bytes))
+            if word in (str(item) + inflated).lower():
+                found.append(f"{item['PK']} {item['SK']}")
+        return found
+
+    assert [k for k in holding("zqalpaca") if "#XG#" in k]  # merged into a segment
+    assert call("DELETE", f"{W}/peers/alice").status == 202
+    streams.settle()
+    assert call("GET", f"{W}/peers/alice/erasure").body["status"] == "done"
+    assert holding("zqalpaca") == []
+    assert [k for k in holding("zqwombat") if "#XG#" in k]
+    assert call("POST", f"{W}/search", {"query": "zqwombat3"}).body[0]["content"] == "The zqwombat3 naps."

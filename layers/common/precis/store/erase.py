@@ -16,7 +16,7 @@ from typing import Any, cast
 from botocore.exceptions import ClientError
 
 from precis.errors import Conflict, NotFound, Throttled
-from precis.store import keys
+from precis.store import keys, search
 from precis.store.db import Db, batch_get, cancellation_codes, error_code, from_item, query_first, to_item, transact
 from precis.store.forget import BATCH_MAX, FORGETTING_MAX, forget_messages
 from precis.store.messages import MessageItem, as_message
@@ -26,6 +26,7 @@ from precis.store.transfer import RUNNING, JobItem, read_job
 
 ERASE = "erase"
 SCAN_PER_STEP = 200  # message items a step reads past (the peer's and others')
+VACUUM_PAGE = 1000  # message items a step of the index's vacuum reads (seq and kind only)
 ITEMS_PER_STEP = 1000  # a collection's items a step deletes
 COLLECTIONS_PER_PAGE = 100  # registry entries a step reads
 
@@ -172,6 +173,33 @@ def erase_messages(db: Db, ws: str, session_id: str, peer_id: str, after_seq: in
     if "LastEvaluatedKey" in out:
         return erased, int(from_item(out["LastEvaluatedKey"])["SK"].removeprefix("MSG#"))
     return erased, None
+
+
+def vacuum_page(db: Db, ws: str, session_id: str, from_seq: int) -> int | None:
+    """The search index's segments rewritten without the session's deleted messages from seq `from_seq` on, a page of
+    VACUUM_PAGE items at a time (the erasure's batches' cascades leave the segments to it: one rewrite a page, not a
+    batch); the seq to go on from, or None when the session is done. A page outrun by a merge is read again."""
+    out = db.client.query(
+        TableName=db.table,
+        KeyConditionExpression="PK = :pk AND SK BETWEEN :from AND :to",
+        ProjectionExpression="seq, kind",
+        ConsistentRead=True,
+        Limit=VACUUM_PAGE,
+        ExpressionAttributeValues=to_item(
+            {
+                ":pk": keys.session_pk(ws, session_id),
+                ":from": keys.message_sk(from_seq),
+                ":to": keys.message_sk(keys.MAX_SEQ),
+            }
+        ),
+    )
+    items = [from_item(i) for i in out["Items"]]
+    dead = [int(i["seq"]) for i in items if i and i.get("kind") == "forgotten"]
+    if dead and not search.vacuum_messages(db, ws, session_id, dead):
+        return from_seq
+    if "LastEvaluatedKey" not in out or not items:
+        return None
+    return int(items[-1]["seq"]) + 1
 
 
 def finish_session(db: Db, ws: str, session_id: str, peer_id: str) -> bool:

@@ -309,7 +309,9 @@ def forget_cascade(
         tomb = _read_tombstone(db, ws, session_id, seq) or tomb
     if step < SEARCH:
         units = {int(t["seq"]): t["forgot_unit"] for t in batch}
-        if not search.forget_messages(db, ws, session_id, units, time_left=time_left):
+        # An erasure rewrites the segments once per page of a session it is done with (store.erase.vacuum_page),
+        # not once a batch.
+        if not search.forget_messages(db, ws, session_id, units, time_left=time_left, vacuum=erasing is None):
             return False
         step = _step(db, ws, session_id, seq, SEARCH)
     if step < BODY:

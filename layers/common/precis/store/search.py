@@ -37,6 +37,7 @@ __all__ = [
     "delete_old_index",
     "delete_workspace",
     "forget_messages",
+    "vacuum_messages",
     "message_unit",
     "message_units",
     "ensure_indexed",
@@ -86,11 +87,18 @@ def message_units(db: Db, ws: str, session_id: str, messages: Sequence[Mapping[s
 
 
 def forget_messages(
-    db: Db, ws: str, session_id: str, units: Mapping[int, str], *, time_left: Callable[[], float] = lambda: math.inf
+    db: Db,
+    ws: str,
+    session_id: str,
+    units: Mapping[int, str],
+    *,
+    time_left: Callable[[], float] = lambda: math.inf,
+    vacuum: bool = True,
 ) -> bool:
     """Take deleted messages (seq: its unit) of one session out of search: their vectors and texts, their units'
-    fresh items, the segment holding them (rewritten once without them); whether done (out of time, or outrun by
-    merges: ask again)."""
+    fresh items, the segment holding them (rewritten once without them; not `vacuum`: left to the caller's
+    `vacuum_messages`, which drops many batches' at once); whether done (out of time, or outrun by merges: ask
+    again)."""
     delete_keys(
         db,
         [
@@ -104,7 +112,13 @@ def forget_messages(
         by_unit.setdefault(unit, []).append(seq)
     for unit, seqs in by_unit.items():
         text_index.forget_in_unit(db, ws, session_id, unit, seqs)
-    return text_index.vacuum_messages(db, ws, session_id, sorted(units), time_left=time_left)
+    return not vacuum or text_index.vacuum_messages(db, ws, session_id, sorted(units), time_left=time_left)
+
+
+def vacuum_messages(db: Db, ws: str, session_id: str, seqs: Iterable[int]) -> bool:
+    """Rewrite the segments holding the session without deleted messages `seqs` (their texts and fresh items gone
+    already); whether done (outrun by merges: ask again)."""
+    return text_index.vacuum_messages(db, ws, session_id, seqs)
 
 
 def delete_workspace(db: Db, ws: str, peers: Iterable[str]) -> int:

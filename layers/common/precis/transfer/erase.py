@@ -41,6 +41,11 @@ def step(
     ws, peer = job["PK"].removeprefix("WS#"), position["peer"]
     phase = position.get("phase", SESSIONS)
     if phase == SESSIONS:
+        if position.get("vacuum"):  # the session done: its deleted messages out of the index's segments, a page a step
+            going = erase.vacuum_page(db, ws, position["vacuum"], int(position.get("from", 0)))
+            if going is not None:
+                return position | {"from": going}, False, 0
+            return {k: v for k, v in position.items() if k not in ("vacuum", "from")}, False, 0
         if position.get("summarize"):  # (a step of its own: a summary cut short is made again by the step run again)
             _summarize(db, ws, position["summarize"])
             return {"peer": peer, "phase": SESSIONS, "after": position["after"]}, False, 0
@@ -55,7 +60,7 @@ def step(
             # Nothing deleted (the session's cascades are behind): this invocation yields, the next goes on.
             return (moved | {"wait": True} if not erased else moved), False, 0
         _add(counts, "sessions", 1)  # (counted here, with the step that moves past it: exactly once)
-        moved = {"peer": peer, "phase": SESSIONS, "after": sk}
+        moved = {"peer": peer, "phase": SESSIONS, "after": sk, "vacuum": session, "from": 0}
         if erase.finish_session(db, ws, session, peer):
             moved["summarize"] = session  # no delete's cascade is left to summarize it: the next step does
         return moved, False, 0
