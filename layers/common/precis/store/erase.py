@@ -140,7 +140,8 @@ def erase_messages(db: Db, ws: str, session_id: str, peer_id: str, after_seq: in
     session = read_session_item(db, ws, session_id)
     if session is None or "deleted_at" in session:
         return 0, None  # the session's purge takes its messages
-    if FORGETTING_MAX - len(session.get("forgetting") or ()) < BATCH_MAX:
+    room = FORGETTING_MAX - len(session.get("forgetting") or ())
+    if room < BATCH_MAX:
         return 0, after_seq
     out = db.client.query(
         TableName=db.table,
@@ -167,8 +168,8 @@ def erase_messages(db: Db, ws: str, session_id: str, peer_id: str, after_seq: in
             taken = forget_messages(db, ws, session_id, found, erasing=peer_id)
         except (Conflict, Throttled):
             return erased, int(found[0]["seq"]) - 1  # a clone still copying, or busy: the next step goes on from here
-        erased, found = erased + taken, found[taken:]
-        if found and FORGETTING_MAX - _forgetting(db, ws, session_id) < BATCH_MAX:
+        erased, found, room = erased + taken, found[taken:], room - taken  # (taken: at least those it marked)
+        if found and room < BATCH_MAX:
             return erased, int(found[0]["seq"]) - 1
     if "LastEvaluatedKey" in out:
         return erased, int(from_item(out["LastEvaluatedKey"])["SK"].removeprefix("MSG#"))
@@ -225,11 +226,6 @@ def _flag(db: Db, ws: str, session_id: str, peer_id: str, op: str) -> dict[str, 
             raise
         return None
     return cast(dict[str, Any], from_item(out["Attributes"]))
-
-
-def _forgetting(db: Db, ws: str, session_id: str) -> int:
-    item = read_session_item(db, ws, session_id)
-    return len(item.get("forgetting") or ()) if item is not None else 0
 
 
 def sessions_page(db: Db, ws: str, peer_id: str, after: str | None) -> tuple[list[str], str | None]:

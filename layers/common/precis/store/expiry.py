@@ -30,7 +30,7 @@ def expire_session(db: Db, ws: str, session_id: str, *, time_left: Callable[[], 
     first = int(session.get("expiry_from") or 1)
     at = now()
     while True:
-        items = page(db, ws, session_id, first)
+        items = page(db, ws, session_id, first, whole=True)  # (whole: each delete takes them as read)
         if not items:
             return True
         due: list[MessageItem] = []

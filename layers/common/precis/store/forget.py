@@ -71,15 +71,16 @@ def forget_message(db: Db, ws: str, session_id: str, message_id: str) -> None:
 def forget_messages(
     db: Db, ws: str, session_id: str, items: Sequence[MessageItem], *, erasing: str | None = None
 ) -> int:
-    """Delete live messages of one sender together (ascending seq): as `forget_message` deletes one, in one
-    transaction with one cascade for them all (as many as it holds, at most BATCH_MAX, and no more than the session's
-    `forgetting` set has room for); how many were taken from the front of `items` (each deleted now, or found deleted
-    already). Raises Conflict (a clone still copying) and Throttled (the session's deletes in progress at their cap,
-    or busy).
+    """Delete live messages of one sender together (whole items as read, ascending seq): as `forget_message` deletes
+    one, in one transaction with one cascade for them all (as many as it holds, at most BATCH_MAX, and no more than
+    the session's `forgetting` set has room for); how many were taken from the front of `items` (each deleted now, or
+    found deleted already). Raises Conflict (a clone still copying) and Throttled (the session's deletes in progress
+    at their cap, or busy).
 
     `erasing`: the sender is being erased (`store.erase`), which deletes whole what it observes or is observed in: its
     cards are not marked (it reads as absent), and the cascade leaves those collections to the erasure."""
     front = list(items[:BATCH_MAX])
+    batch = front  # as the caller read them (whole items): the transaction's conditions check each is still so
     for attempt in range(_ATTEMPTS):
         session = require_session(db, ws, session_id)
         base = base_of(session)
@@ -88,20 +89,20 @@ def forget_messages(
         room = FORGETTING_MAX - len(session.get("forgetting") or ())
         if room <= 0:
             raise Throttled(f"session '{session_id}' has {FORGETTING_MAX} message deletes still being carried out")
-        live = {
-            int(i["seq"]): as_message(i)
-            for i in batch_get(db, [keys.message(ws, session_id, int(i["seq"])) for i in front])
-            if i.get("kind") == "message"
-        }
-        batch = [live[s] for s, i in ((int(i["seq"]), i) for i in front) if s in live and live[s]["id"] == i["id"]]
-        batch = batch[:room]
+        if attempt:  # something changed meanwhile: the ones still live, read again
+            live = {
+                int(i["seq"]): as_message(i)
+                for i in batch_get(db, [keys.message(ws, session_id, int(i["seq"])) for i in front])
+                if i.get("kind") == "message"
+            }
+            batch = [live[s] for s, i in ((int(i["seq"]), i) for i in front) if s in live and live[s]["id"] == i["id"]]
         if not batch:
             return len(front)  # every one deleted already
-        written = _write(db, ws, session, batch, erasing=erasing)
+        written = _write(db, ws, session, batch[:room], erasing=erasing)
         if written:
             last = int(batch[written - 1]["seq"])
             return sum(1 for i in front if int(i["seq"]) <= last)
-        time.sleep(random.uniform(0, min(0.2, 0.01 * 2**attempt)))  # changed meanwhile: read again
+        time.sleep(random.uniform(0, min(0.2, 0.01 * 2**attempt)))
     raise Throttled(f"session '{session_id}' is busy; retry the delete")
 
 

@@ -155,8 +155,15 @@ def hide_expired(db: Db, ws: str, session_id: str, session: Mapping[str, Any], i
     return [{k: v for k, v in i.items() if k in place} if int(i["seq"]) in gone else i for i in items]
 
 
-def page(db: Db, ws: str, session_id: str, first: int, limit: int = _PAGE) -> list[dict[str, Any]]:
-    """Up to `limit` of the session's items under MSG# from seq `first` (messages, tombstones, a fence)."""
+def page(
+    db: Db, ws: str, session_id: str, first: int, limit: int = _PAGE, *, whole: bool = False
+) -> list[dict[str, Any]]:
+    """Up to `limit` of the session's items under MSG# from seq `first` (messages, tombstones, a fence): what the
+    expiry rules read of each, or (`whole`) whole items, as a delete takes them (the same read units)."""
+    fields: dict[str, Any] = {
+        "ProjectionExpression": "#s, #k, #i, #r",
+        "ExpressionAttributeNames": {"#s": "seq", "#k": "kind", "#i": "id", "#r": "retain_until"},
+    }
     out = db.client.query(
         TableName=db.table,
         KeyConditionExpression="PK = :pk AND SK BETWEEN :a AND :b",
@@ -165,9 +172,8 @@ def page(db: Db, ws: str, session_id: str, first: int, limit: int = _PAGE) -> li
             ":a": {"S": keys.message_sk(first)},
             ":b": {"S": keys.message_sk(keys.MAX_SEQ)},
         },
-        ProjectionExpression="#s, #k, #i, #r, #p",
-        ExpressionAttributeNames={"#s": "seq", "#k": "kind", "#i": "id", "#r": "retain_until", "#p": "peer_id"},
         ConsistentRead=True,
         Limit=limit,
+        **({} if whole else fields),
     )
     return [item for item in (from_item(i) for i in out.get("Items", ())) if item is not None]
