@@ -311,6 +311,11 @@ def query_first(db: Db, count: int, **request: Any) -> list[dict[str, Any]]:
     return items
 
 
+def read_item(db: Db, key: dict[str, str]) -> dict[str, Any] | None:
+    """The item at `key`, or None: one strongly consistent GetItem."""
+    return from_item(db.client.get_item(TableName=db.table, Key=to_item(key), ConsistentRead=True).get("Item"))
+
+
 def batch_get(db: Db, key_list: list[dict[str, str]], fields: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """The items at `key_list` that exist (consistent reads, 100 keys a request, unprocessed keys retried)."""
     found: list[dict[str, Any]] = []

@@ -17,7 +17,17 @@ from botocore.exceptions import ClientError
 
 from precis.errors import Conflict, NotFound, Throttled
 from precis.store import keys, search
-from precis.store.db import Db, batch_get, cancellation_codes, error_code, from_item, query_first, to_item, transact
+from precis.store.db import (
+    Db,
+    batch_get,
+    cancellation_codes,
+    error_code,
+    from_item,
+    query_first,
+    read_item,
+    to_item,
+    transact,
+)
 from precis.store.forget import BATCH_MAX, FORGETTING_MAX, forget_messages
 from precis.store.messages import MessageItem, as_message
 from precis.store.records import delete_keys, utcnow
@@ -47,9 +57,7 @@ def start_erasure(db: Db, ws: str, peer_id: str) -> tuple[JobItem, bool]:
     being erased gives its running job; a peer erased before (none now) its receipt; else NotFound."""
     job_id = erasure_id(ws, peer_id)
     for _ in range(4):
-        peer = from_item(
-            db.client.get_item(TableName=db.table, Key=to_item(keys.peer(ws, peer_id)), ConsistentRead=True).get("Item")
-        )
+        peer = read_item(db, keys.peer(ws, peer_id))
         if peer is None or is_erasing(peer):
             job = read_job(db, ws, job_id, ERASE)
             if job is not None and (peer is None or job["status"] == RUNNING):

@@ -7,16 +7,16 @@ Woken by the deriver's stream consumer when the TTL service removes one of the s
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from botocore.exceptions import ClientError
 
 from precis.errors import Conflict, Throttled
 from precis.store import keys
-from precis.store.db import Db, error_code, from_item, to_item
+from precis.store.db import Db, error_code, to_item
 from precis.store.forget import forget_messages
 from precis.store.messages import MessageItem, as_message
 from precis.store.records import utcnow
+from precis.store.resources import read_session_item
 from precis.store.retention import RUN_SK, ExpiryTarget, expired, now, page
 
 
@@ -24,7 +24,7 @@ def expire_session(db: Db, ws: str, session_id: str, *, time_left: Callable[[], 
     """Delete the session's expired messages (store.forget: each with everything drawn from it), from the session's
     `expiry_from` seq on, up to the first message not expired yet; whether done (False: out of time, or the session's
     deletes in progress at their cap: the running expiry item's next record goes on)."""
-    session = _session(db, ws, session_id)
+    session = read_session_item(db, ws, session_id)
     if session is None or "deleted_at" in session:
         return True  # its purge removes everything
     first = int(session.get("expiry_from") or 1)
@@ -70,11 +70,6 @@ def _forget(db: Db, ws: str, session_id: str, due: list[MessageItem], time_left:
             return min(int(i["seq"]) for _, rest in left for i in rest)
         left = [(sender, items[taken:])] + left[1:] if taken < len(items) else left[1:]
     return None
-
-
-def _session(db: Db, ws: str, session_id: str) -> dict[str, Any] | None:
-    out = db.client.get_item(TableName=db.table, Key=to_item(keys.session(ws, session_id)), ConsistentRead=True)
-    return from_item(out.get("Item"))
 
 
 def _advance(db: Db, ws: str, session_id: str, seq: int) -> None:

@@ -23,7 +23,7 @@ from botocore.exceptions import ClientError
 from precis.errors import Conflict, NotFound, Throttled
 from precis.schemas.summary_settings import LONG, ROLLING, SHORT
 from precis.store import conclusions, derive_cursors, keys, search
-from precis.store.db import Db, batch_get, cancellation_codes, error_code, from_item, to_item, transact
+from precis.store.db import Db, batch_get, cancellation_codes, error_code, read_item, to_item, transact
 from precis.store.messages import MessageItem, as_message, base_of, locate_message, seq_of
 from precis.store.records import delete_keys, delete_versions, utcnow
 from precis.store.resources import SessionItem, members, read_session_item, require_session
@@ -372,11 +372,7 @@ def touch(db: Db, ws: str, session_id: str, seq: int) -> None:
 
 
 def _read_tombstone(db: Db, ws: str, session_id: str, seq: int) -> dict[str, Any] | None:
-    item = from_item(
-        db.client.get_item(TableName=db.table, Key=to_item(keys.message(ws, session_id, seq)), ConsistentRead=True).get(
-            "Item"
-        )
-    )
+    item = read_item(db, keys.message(ws, session_id, seq))
     return item if item is not None and item.get("kind") == "forgotten" else None
 
 

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 
 from precis.errors import NotFound
 from precis.store import keys
-from precis.store.db import Db, batch_get, error_code, from_item, to_item, transact
+from precis.store.db import Db, batch_get, error_code, from_item, read_item, to_item, transact
 from precis.store.records import delete_object_versions, json_text, utcnow, write_batch
 from precis.store.resources import (
     MemberItem,
@@ -106,11 +106,7 @@ def job_sources(job: JobItem) -> list[str]:
 
 
 def read_job(db: Db, ws: str, job_id: str, job_type: str | None = None) -> JobItem | None:
-    found = from_item(
-        db.client.get_item(TableName=db.table, Key=to_item(keys.transfer_job(ws, job_id)), ConsistentRead=True).get(
-            "Item"
-        )
-    )
+    found = read_item(db, keys.transfer_job(ws, job_id))
     if found is None or found.get("kind") != "job" or (job_type and found.get("job_type") != job_type):
         return None
     return cast(JobItem, found)
@@ -262,11 +258,7 @@ def conclusions_after(
 
 
 def card_item(db: Db, ws: str, observer: str, observed: str) -> dict[str, Any] | None:
-    return from_item(
-        db.client.get_item(TableName=db.table, Key=to_item(keys.card(ws, observer, observed)), ConsistentRead=True).get(
-            "Item"
-        )
-    )
+    return read_item(db, keys.card(ws, observer, observed))
 
 
 def has_content(db: Db, ws: str) -> bool:

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from precis.errors import Conflict, NotFound
 from precis.store import keys
-from precis.store.db import Db, cancellation_codes, from_item, to_item, transact
+from precis.store.db import Db, cancellation_codes, read_item, to_item, transact
 from precis.store.records import utcnow
 from precis.store.resources import partition_items, require_workspace, workspace_open
 
@@ -45,11 +45,6 @@ def as_webhook(item: dict[str, Any]) -> WebhookItem:
     return cast("WebhookItem", item)
 
 
-def _read(db: Db, key: dict[str, str]) -> dict[str, Any] | None:
-    """The item at `key`, or None: one strongly consistent GetItem."""
-    return from_item(db.client.get_item(TableName=db.table, Key=to_item(key), ConsistentRead=True).get("Item"))
-
-
 def url_key(url: str) -> str:
     """The sort-key part of an endpoint: its URL's SHA-256 (a URL may be 2,048 characters; a sort key 1,024 bytes)."""
     return hashlib.sha256(url.encode("utf-8")).hexdigest()
@@ -75,7 +70,7 @@ def get_or_create(
     """The endpoint of `url`, made with `endpoint_id`, `secret` and `event_types` (None: every one) when the workspace
     has none (True) — Conflict (409) when it already has `limit`, NotFound when the workspace does not exist."""
     key = keys.webhook(ws, url_key(url))
-    existing = _read(db, key)
+    existing = read_item(db, key)
     if existing is not None:
         return as_webhook(existing), False
     item: WebhookItem = {
@@ -120,7 +115,7 @@ def get_or_create(
             require_workspace(db, ws)
             raise Conflict(f"workspace '{ws}' is being deleted") from None
         if codes[1] == "ConditionalCheckFailed":  # a concurrent create of the same URL won: it is the endpoint
-            won = _read(db, key)
+            won = read_item(db, key)
             if won is not None:
                 return as_webhook(won), False
             raise Conflict(f"webhook endpoint of this URL changed meanwhile in workspace '{ws}'; retry") from None

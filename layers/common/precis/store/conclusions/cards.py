@@ -15,7 +15,6 @@ from precis.store.conclusions.items import (
     ExtraConditionFailed,
     as_conclusion,
     put_action,
-    read_item,
     registry_item,
 )
 from precis.store.db import (
@@ -26,6 +25,7 @@ from precis.store.db import (
     from_item,
     query_all,
     raise_if_throttled,
+    read_item,
     to_item,
     transact,
 )

@@ -16,7 +16,6 @@ from precis.lexical import Document
 from precis.store import keys, vectors
 from precis.store.db import (
     Db,
-    from_item,
     to_item,
 )
 
@@ -128,11 +127,6 @@ def view(item: ConclusionItem) -> dict[str, Any]:
 def content_digest(content: str) -> str:
     """What two conclusions equal but for case and surrounding space share (a collection's dedupe key holds it)."""
     return hashlib.sha1(content.strip().casefold().encode("utf-8")).hexdigest()
-
-
-def read_item(db: Db, key: dict[str, str]) -> dict[str, Any] | None:
-    """The item at `key`, or None: one strongly consistent GetItem."""
-    return from_item(db.client.get_item(TableName=db.table, Key=to_item(key), ConsistentRead=True).get("Item"))
 
 
 def put_action(

@@ -9,12 +9,13 @@ from precis.errors import Invalid, NotFound
 from precis.sizes import fit_page
 from precis.store import filters as filtering
 from precis.store import keys, vectors
-from precis.store.conclusions.items import ConclusionItem, EmbedsTexts, as_conclusion, read_item, view
+from precis.store.conclusions.items import ConclusionItem, EmbedsTexts, as_conclusion, view
 from precis.store.db import (
     Db,
     batch_get,
     projection,
     query_all,
+    read_item,
     to_item,
 )
 from precis.store.records import page

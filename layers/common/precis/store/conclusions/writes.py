@@ -30,7 +30,6 @@ from precis.store.conclusions.items import (
     content_digest,
     new_conclusion_id,
     put_action,
-    read_item,
     registry_item,
     text_item,
     vector_item,
@@ -40,6 +39,7 @@ from precis.store.db import (
     Db,
     batch_get,
     cancellation_codes,
+    read_item,
     to_item,
     transact,
 )

@@ -15,6 +15,7 @@ from precis.store.db import (
     from_item,
     projection,
     query_all,
+    read_item,
     returned_item,
     to_item,
 )
@@ -163,11 +164,6 @@ def partition_items(db: Db, pk: str, prefix: str = "", fields: tuple[str, ...] |
     if fields:
         return query_all(db, KeyConditionExpression=condition, ExpressionAttributeValues=values, **projection(fields))
     return query_all(db, KeyConditionExpression=condition, ExpressionAttributeValues=values)
-
-
-def read_item(db: Db, key: dict[str, str]) -> dict[str, Any] | None:
-    """The item at `key`, or None: one strongly consistent GetItem."""
-    return from_item(db.client.get_item(TableName=db.table, Key=to_item(key), ConsistentRead=True).get("Item"))
 
 
 def create_item(db: Db, key: dict[str, str], values: dict[str, Any]) -> tuple[dict[str, Any], bool]:
